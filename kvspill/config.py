@@ -1,0 +1,95 @@
+"""Engine configuration: what the user asked for, frozen and validated.
+
+Nothing measured at start-up (free memory, number of KV blocks, bandwidths) is written back
+here: that goes into the runtime plan. Every invalid value raises `InvalidParameterError`
+with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvspill.errors import InvalidParameterError
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+DEVICES = ("auto", "cpu", "cuda")
+# Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+
+
+def parse_rope_scaling(text: str) -> dict[str, Any]:
+    """Parse `--rope-scaling` as `TYPE:FACTOR` (e.g. `yarn:4`) or a JSON object."""
+    import json
+
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InvalidParameterError("rope_scaling", f"--rope-scaling is not valid JSON: {e}") from e
+        if not isinstance(value, dict):
+            raise InvalidParameterError("rope_scaling", "--rope-scaling JSON must be an object")
+        return value
+    rope_type, _, factor = text.partition(":")
+    try:
+        return {"rope_type": rope_type, "factor": float(factor or "1")}
+    except ValueError as e:
+        raise InvalidParameterError(
+            "rope_scaling", f"--rope-scaling expects TYPE:FACTOR such as yarn:4, got {text!r}"
+        ) from e
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
+    device: str = "auto"  # auto: cuda when available, else cpu
+    dtype: str = "auto"  # auto: bfloat16 on cuda; on cpu bfloat16 when the CPU has bf16 units
+    max_model_len: int | None = None  # None: the model's max_position_embeddings (after rope scaling)
+    block_size: int = 16
+    max_num_batched_tokens: int = 2048  # per-step token budget (prefill chunk size)
+    max_num_seqs: int = 64
+    num_kv_blocks: int | None = None  # None: sized from memory at start-up
+    gpu_memory_utilization: float = 0.90  # fraction of the card for everything (when no budget)
+    kv_cache_memory_bytes: int | None = None  # fixed KV cache size instead of sizing from memory
+    enable_prefix_caching: bool = True
+    rope_scaling: dict[str, Any] | None = None  # override, e.g. {"rope_type": "yarn", "factor": 4}
+    enforce_eager: bool = False  # True: no CUDA graphs
+    seed: int = 0
+    trust_remote_code: bool = False  # never executes model code; kept False (documented)
+
+    def __post_init__(self) -> None:
+        def bad(param: str, msg: str) -> InvalidParameterError:
+            return InvalidParameterError(param, msg)
+
+        if self.device not in DEVICES and not self.device.startswith("cuda:"):
+            raise bad("device", f"--device must be one of {DEVICES} or cuda:N, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise bad("dtype", f"--dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.block_size not in (8, 16, 32, 64, 128):
+            raise bad("block_size", f"--block-size must be 8, 16, 32, 64 or 128, got {self.block_size}")
+        if self.max_model_len is not None and self.max_model_len < 16:
+            raise bad("max_model_len", f"--max-model-len must be at least 16, got {self.max_model_len}")
+        if self.max_num_batched_tokens < 16:
+            raise bad(
+                "max_num_batched_tokens",
+                f"--max-num-batched-tokens must be at least 16, got {self.max_num_batched_tokens}",
+            )
+        if self.max_num_seqs < 1:
+            raise bad("max_num_seqs", f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        if not (0.05 <= self.gpu_memory_utilization <= 1.0):
+            raise bad(
+                "gpu_memory_utilization",
+                f"--gpu-memory-utilization must be in [0.05, 1.0], got {self.gpu_memory_utilization}",
+            )
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
+            raise bad("num_kv_blocks", f"num_kv_blocks must be at least 2, got {self.num_kv_blocks}")
+        if self.rope_scaling is not None:
+            rope_type = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
+            if rope_type not in ROPE_TYPES:
+                raise bad("rope_scaling", f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
+            factor = self.rope_scaling.get("factor", 1.0)
+            if not isinstance(factor, (int, float)) or factor < 1.0:
+                raise bad("rope_scaling", f"rope scaling factor must be >= 1, got {factor!r}")
+        if self.trust_remote_code:
+            raise bad("trust_remote_code", "kvspill never runs model code from a repository")

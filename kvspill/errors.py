@@ -1,0 +1,56 @@
+"""User-facing errors.
+
+Every error a user can cause (a bad model path, a prompt too long, an invalid sampling value)
+is a `KvspillError` subclass whose message says what to change. The CLI prints these without
+a traceback; the server maps them to OpenAI-style 4xx bodies.
+"""
+
+from __future__ import annotations
+
+
+class KvspillError(Exception):
+    """Base class: a problem the user can fix; the message says how."""
+
+
+class ModelNotFoundError(KvspillError):
+    """The model path or id could not be found or read."""
+
+
+class UnsupportedModelError(KvspillError):
+    """The model's architecture (or a feature of it) is not supported."""
+
+
+class InvalidParameterError(KvspillError, ValueError):
+    """A sampling or engine parameter has an invalid value.
+
+    `param` names the offending field (the server reports it as the OpenAI error `param`).
+    """
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class ContextLengthExceededError(KvspillError, ValueError):
+    """The prompt (or prompt + max_tokens) does not fit the model's context."""
+
+    def __init__(self, max_model_len: int, num_prompt_tokens: int, max_tokens: int | None = None) -> None:
+        message = (
+            f"This model's maximum context length is {max_model_len} tokens. "
+            f"However, your request has {num_prompt_tokens} input tokens"
+        )
+        if max_tokens is not None:
+            message += (
+                f" and asks for {max_tokens} output tokens ({num_prompt_tokens + max_tokens} in total)"
+            )
+        message += ". Please reduce the length of the prompt"
+        message += " or max_tokens." if max_tokens is not None else "."
+        message += " (Or raise --max-model-len, with --rope-scaling if past the trained length.)"
+        super().__init__(message)
+        self.max_model_len = max_model_len
+        self.num_prompt_tokens = num_prompt_tokens
+        self.max_tokens = max_tokens
+
+
+class OutOfKVMemoryError(KvspillError):
+    """The KV cache cannot hold even one request of the asked length; the message gives numbers."""

@@ -1,0 +1,88 @@
+"""Per-request sampling parameters (pure Python, validated at construction).
+
+Defaults follow vLLM/OpenAI: temperature 1.0, top_p 1.0, top_k 0 (off), min_p 0.0,
+max_tokens 16. `temperature == 0` means greedy. Invalid values raise
+`InvalidParameterError` naming the field and the valid range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvspill.errors import InvalidParameterError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1: disabled
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0  # multiplicative (HF/vLLM), over prompt and output tokens
+    presence_penalty: float = 0.0  # additive (OpenAI), over output tokens
+    frequency_penalty: float = 0.0  # additive per occurrence (OpenAI), over output tokens
+    seed: int | None = None
+    max_tokens: int | None = 16  # None: until the context is full
+    min_tokens: int = 0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    logprobs: int | None = None  # number of top logprobs per token (0: only the sampled token's)
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        # Accept a single string or any iterable for the tuple fields.
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        elif not isinstance(self.stop, tuple):
+            object.__setattr__(self, "stop", tuple(self.stop or ()))
+        if not isinstance(self.stop_token_ids, tuple):
+            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
+        self._validate()
+
+    def _validate(self) -> None:
+        def bad(param: str, msg: str) -> InvalidParameterError:
+            return InvalidParameterError(param, f"{param}: {msg}")
+
+        if not (0.0 <= self.temperature <= 100.0):
+            raise bad("temperature", f"must be in [0, 100] (0 = greedy), got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise bad("top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            raise bad("top_k", f"must be -1 or 0 (disabled) or a positive count, got {self.top_k}")
+        if not (0.0 <= self.min_p <= 1.0):
+            raise bad("min_p", f"must be in [0, 1], got {self.min_p}")
+        if not (0.0 < self.repetition_penalty <= 10.0):
+            raise bad("repetition_penalty", f"must be in (0, 10], got {self.repetition_penalty}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not (-2.0 <= value <= 2.0):
+                raise bad(name, f"must be in [-2, 2], got {value}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise bad("max_tokens", f"must be at least 1, got {self.max_tokens}")
+        if self.min_tokens < 0 or (self.max_tokens is not None and self.min_tokens > self.max_tokens):
+            raise bad("min_tokens", f"must be in [0, max_tokens], got {self.min_tokens}")
+        if self.logprobs is not None and not (0 <= self.logprobs <= 20):
+            raise bad("logprobs", f"must be in [0, 20], got {self.logprobs}")
+        if self.seed is not None and not (-(2**63) <= self.seed < 2**64):
+            raise bad("seed", "must fit in 64 bits")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise bad("stop", "must be non-empty strings")
+        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            raise bad("stop_token_ids", "must be non-negative token ids")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def needs_penalties(self) -> bool:
+        return (
+            self.repetition_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+        )
+
+
+GREEDY = SamplingParams(temperature=0.0)
