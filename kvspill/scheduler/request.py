@@ -1,0 +1,175 @@
+"""A request as the scheduler sees it: token ids, progress counters and status (pure Python).
+
+The scheduler owns every `Request`; the runner never sees one (it gets `NewRequestData` and
+`CachedRequestData` from `kvspill.types`). vLLM v1 vocabulary.
+
+Invariants:
+- `all_token_ids == prompt_token_ids + output_token_ids` at all times; tokens are only ever
+  appended, through `append_output_token_ids`.
+- `0 <= num_computed_tokens <= num_tokens`; the tokens in `[num_computed_tokens, num_tokens)`
+  still need their KV computed. There is no prefill/decode flag: a decode is the case
+  `num_tokens - num_computed_tokens == 1`.
+- `block_hashes[i]` is the chained hash of full block `i` of `all_token_ids`:
+  `hash((block_hashes[i - 1] or None, tuple(tokens of block i)))`. Once `block_size` is known
+  (given here, or bound by `Scheduler.add_request`) it is kept up to date as tokens are
+  appended, so `len(block_hashes) == num_tokens // block_size`. Python's `hash` of
+  ints and tuples is deterministic within a process, which is all the prefix cache needs.
+- `num_cached_tokens` is the prefix-cache hit of the first schedule; a resume after a
+  preemption does not change it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+
+from kvspill.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.IntEnum):
+    """Lifecycle of a request. Every status from FINISHED_STOPPED on is final."""
+
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+    FINISHED_ERROR = enum.auto()
+
+    def is_finished(self) -> bool:
+        """True for the final statuses. Works as `status.is_finished()` or `RequestStatus.is_finished(s)`."""
+        return self >= RequestStatus.FINISHED_STOPPED
+
+
+# OpenAI `finish_reason` of each final status.
+FINISH_REASONS: dict[RequestStatus, str] = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_ERROR: "error",
+}
+
+
+def get_finish_reason(status: RequestStatus) -> str | None:
+    """Return "stop", "length", "abort" or "error" for a final status; None while unfinished."""
+    return FINISH_REASONS.get(status)
+
+
+def hash_block_tokens(parent_block_hash: int | None, block_token_ids: Sequence[int]) -> int:
+    """Chained hash of one full block: equal hashes mean equal whole prefixes (up to collisions)."""
+    return hash((parent_block_hash, tuple(block_token_ids)))
+
+
+class Request:
+    """One generation request and its progress.
+
+    `max_tokens` is resolved here: the sampling params' `max_tokens`, or, when that is None,
+    whatever fits before `max_model_len`. `block_size` is the KV cache's block size, needed to
+    hash full blocks for the prefix cache; leave it None and `Scheduler.add_request` binds the
+    scheduler's.
+    """
+
+    def __init__(
+        self,
+        req_id: str,
+        prompt_token_ids: Sequence[int],
+        sampling_params: SamplingParams,
+        eos_token_ids: frozenset[int],
+        arrival_time: float,
+        max_model_len: int,
+        block_size: int | None = None,
+    ) -> None:
+        self.req_id = req_id
+        self.prompt_token_ids: list[int] = list(prompt_token_ids)
+        self.sampling_params = sampling_params
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.arrival_time = arrival_time
+        self.max_model_len = max_model_len
+        self.block_size: int | None = None
+
+        self.output_token_ids: list[int] = []
+        self._all_token_ids: list[int] = list(self.prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0
+        self.num_preemptions = 0
+        self.status = RequestStatus.WAITING
+        self.stop_reason: int | None = None  # the stop token id that ended it, if any
+        self.error_message: str | None = None  # set with FINISHED_ERROR
+        self.block_hashes: list[int] = []
+        if block_size is not None:
+            self.bind_block_size(block_size)
+
+    # ---- sizes -------------------------------------------------------------------------
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens known so far."""
+        return len(self._all_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt followed by outputs. A live list: do not mutate it."""
+        return self._all_token_ids
+
+    @property
+    def max_tokens(self) -> int:
+        """Output tokens allowed: sampling `max_tokens`, or until `max_model_len` when None."""
+        if self.sampling_params.max_tokens is not None:
+            return self.sampling_params.max_tokens
+        return max(self.max_model_len - self.num_prompt_tokens, 1)
+
+    # ---- status ------------------------------------------------------------------------
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished()
+
+    @property
+    def finish_reason(self) -> str | None:
+        return get_finish_reason(self.status)
+
+    # ---- mutation ----------------------------------------------------------------------
+
+    def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
+        """Append sampled tokens and hash any block they complete."""
+        if isinstance(token_ids, int):
+            token_ids = (token_ids,)
+        for token_id in token_ids:
+            self.output_token_ids.append(token_id)
+            self._all_token_ids.append(token_id)
+        self._update_block_hashes()
+
+    def bind_block_size(self, block_size: int) -> None:
+        """Fix the block size used for `block_hashes` (once; the same value again is a no-op)."""
+        if block_size < 1:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        if self.block_size is not None and self.block_size != block_size:
+            raise ValueError(
+                f"request {self.req_id!r} was built for block_size={self.block_size}, not {block_size}"
+            )
+        self.block_size = block_size
+        self._update_block_hashes()
+
+    def _update_block_hashes(self) -> None:
+        size = self.block_size
+        if size is None:
+            return
+        while (len(self.block_hashes) + 1) * size <= len(self._all_token_ids):
+            start = len(self.block_hashes) * size
+            parent = self.block_hashes[-1] if self.block_hashes else None
+            self.block_hashes.append(hash_block_tokens(parent, self._all_token_ids[start : start + size]))
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.req_id!r}, status={self.status.name}, num_tokens={self.num_tokens}, "
+            f"num_computed_tokens={self.num_computed_tokens}, num_output_tokens={self.num_output_tokens})"
+        )

@@ -1,0 +1,389 @@
+"""The scheduler: one token budget per step, one rule, no phases (vLLM v1 style, pure Python).
+
+Each step, `schedule()` grants every request `min(num_tokens - num_computed_tokens, budget)`
+tokens: first the running requests in arrival order (a decode is simply 1 token, the rest of
+a prompt is a prefill chunk), then waiting requests first come first served while the budget,
+`max_num_seqs` and free blocks allow. Chunked prefill, mixed prefill+decode batches and resumed
+requests all fall out of that rule. `update_from_output()` appends sampled tokens, finishes
+requests and frees their blocks.
+
+Invariants:
+- `num_computed_tokens` advances when a batch is scheduled (as in vLLM v1): after `schedule()`
+  it already counts the tokens of that step. The batch's `NewRequestData`/`CachedRequestData`
+  carry the value before the step. Full blocks enter the prefix cache only in
+  `update_from_output()`, once the runner has written them.
+- The engine alternates strictly: `schedule()`, run the batch, `update_from_output()` (even for
+  an empty batch: requests failed inside `schedule()` are reported there).
+- `running` is kept in arrival order (order of `add_request`), so its last element is the most
+  recently arrived running request: the one preempted when blocks run out. A preempted request
+  loses its KV (it is recomputed, helped by the prefix cache), goes to the front of `waiting`,
+  and is announced in `finished_req_ids` so that the runner drops its state. No request is
+  admitted in a step that preempted one.
+- Admission is FCFS: the head of `waiting` that does not fit stops admission. A request that
+  could never fit (more blocks than the whole pool) fails with FINISHED_ERROR instead.
+- A request id lives in `requests` from `add_request` until it finishes; finished requests
+  are forgotten (the caller keeps its own reference to the `Request`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TypedDict
+
+from kvspill.errors import ContextLengthExceededError, InvalidParameterError
+from kvspill.kv.block_pool import KVCacheManager, cdiv
+from kvspill.scheduler.request import Request, RequestStatus
+from kvspill.types import CachedRequestData, NewRequestData, ScheduledBatch, StepOutput
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduling limits. `num_blocks` comes from the memory plan, the rest from the user."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int  # token budget of one step (prefill chunk size)
+    max_model_len: int
+    block_size: int
+    num_blocks: int  # KV blocks of the gpu tier
+    enable_prefix_caching: bool = True
+    long_prefill_token_threshold: int = 0  # > 0: no request gets more tokens than this per step
+
+    def __post_init__(self) -> None:
+        for name, flag in (
+            ("max_num_seqs", "--max-num-seqs"),
+            ("max_num_batched_tokens", "--max-num-batched-tokens"),
+            ("max_model_len", "--max-model-len"),
+            ("block_size", "--block-size"),
+            ("num_blocks", "num_kv_blocks"),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise InvalidParameterError(name, f"{flag} must be a positive integer, got {value!r}")
+        if self.long_prefill_token_threshold < 0:
+            raise InvalidParameterError(
+                "long_prefill_token_threshold",
+                f"long_prefill_token_threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}",
+            )
+
+
+@dataclass(frozen=True)
+class RequestUpdate:
+    """What one step did to one request, for the engine to turn into outputs."""
+
+    req_id: str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None  # "stop", "length", "abort", "error" once finished
+    stop_reason: int | None  # the stop token id that ended the request (not eos), if any
+    error: str | None = None  # the message, with finish_reason "error"
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at the first schedule
+
+
+class SchedulerStats(TypedDict):
+    """A plain dict at run time (ready for JSON and metrics), typed for readers."""
+
+    num_running: int
+    num_waiting: int
+    num_preemptions: int  # since start
+    kv_cache_usage: float  # fraction of gpu blocks held by requests
+    prefix_cache_queries: int  # tokens looked up at admission
+    prefix_cache_hits: int  # tokens found in the prefix cache
+    prefix_cache_hit_rate: float
+
+
+class Scheduler:
+    """Decides, step by step, which tokens of which requests the runner computes."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.kv_cache_manager = KVCacheManager(
+            config.num_blocks, config.block_size, config.enable_prefix_caching
+        )
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+        # Finished, aborted or preempted since the last schedule(): the runner drops them.
+        self.finished_req_ids: set[str] = set()
+        self._arrival_seq: dict[str, int] = {}
+        self._next_arrival_seq = 0
+        self._pending_updates: list[RequestUpdate] = []  # failures found inside schedule()
+
+    # ---- requests in and out -----------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        """Queue a new request at the back of `waiting`.
+
+        Raises ContextLengthExceededError when the prompt is longer than max_model_len.
+        """
+        if request.req_id in self.requests:
+            raise ValueError(f"request id {request.req_id!r} is already in the scheduler")
+        if request.status != RequestStatus.WAITING or request.num_computed_tokens:
+            raise ValueError(
+                f"request {request.req_id!r} was already scheduled (status {request.status.name})"
+            )
+        if request.max_model_len != self.config.max_model_len:
+            raise ValueError(
+                f"request {request.req_id!r} was built for max_model_len={request.max_model_len}, "
+                f"the scheduler has {self.config.max_model_len}"
+            )
+        if request.num_prompt_tokens == 0:
+            raise InvalidParameterError("prompt", "the prompt must contain at least one token")
+        if request.num_prompt_tokens > self.config.max_model_len:
+            raise ContextLengthExceededError(self.config.max_model_len, request.num_prompt_tokens)
+        request.bind_block_size(self.config.block_size)
+        self.requests[request.req_id] = request
+        self._arrival_seq[request.req_id] = self._next_arrival_seq
+        self._next_arrival_seq += 1
+        self.waiting.append(request)
+
+    def finish_requests(self, req_ids: str | Iterable[str], status: RequestStatus) -> None:
+        """End requests from outside (stop strings, aborts). Unknown or finished ids are ignored."""
+        if not status.is_finished():
+            raise ValueError(f"finish_requests needs a finished status, got {status.name}")
+        if isinstance(req_ids, str):
+            req_ids = (req_ids,)
+        for req_id in req_ids:
+            request = self.requests.get(req_id)
+            if request is not None:
+                self._finish(request, status)
+
+    def abort_requests(self, req_ids: str | Iterable[str]) -> None:
+        self.finish_requests(req_ids, RequestStatus.FINISHED_ABORTED)
+
+    # ---- one step ----------------------------------------------------------------------
+
+    def schedule(self) -> ScheduledBatch:
+        num_scheduled_tokens: dict[str, int] = {}
+        new_reqs: list[NewRequestData] = []
+        cached_reqs: list[CachedRequestData] = []
+        num_preemptions_before = self.num_preemptions
+
+        budget = self._schedule_running(num_scheduled_tokens, cached_reqs)
+        if self.num_preemptions == num_preemptions_before:
+            self._schedule_waiting(num_scheduled_tokens, new_reqs, budget)
+
+        for req_id, num_tokens in num_scheduled_tokens.items():
+            self.requests[req_id].num_computed_tokens += num_tokens
+        finished_req_ids, self.finished_req_ids = self.finished_req_ids, set()
+        return ScheduledBatch(
+            new_reqs=new_reqs,
+            cached_reqs=cached_reqs,
+            num_scheduled_tokens=num_scheduled_tokens,
+            total_num_scheduled_tokens=sum(num_scheduled_tokens.values()),
+            finished_req_ids=finished_req_ids,
+        )
+
+    def _schedule_running(
+        self, num_scheduled_tokens: dict[str, int], cached_reqs: list[CachedRequestData]
+    ) -> int:
+        """Grant tokens to running requests in order, preempting from the back. Returns the budget left."""
+        budget = self.config.max_num_batched_tokens
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            num_new_tokens = self._num_new_tokens(request, request.num_computed_tokens, budget)
+            if num_new_tokens == 0:  # waiting for its sampled token (schedule() called twice)
+                i += 1
+                continue
+            if self._never_fits(request):
+                self._fail(request, self._never_fits_message(request))
+                continue
+            new_block_ids = self._allocate_or_preempt(request, num_new_tokens)
+            if new_block_ids is None:  # it preempted itself: it was the last running request
+                break
+            cached_reqs.append(CachedRequestData(request.req_id, new_block_ids, request.num_computed_tokens))
+            num_scheduled_tokens[request.req_id] = num_new_tokens
+            budget -= num_new_tokens
+            i += 1
+        return budget
+
+    def _allocate_or_preempt(self, request: Request, num_new_tokens: int) -> list[int] | None:
+        """Allocate slots, preempting the most recently arrived running request until they fit.
+
+        Returns None when `request` itself had to be preempted.
+        """
+        while True:
+            new_block_ids = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
+            if new_block_ids is not None:
+                return new_block_ids
+            victim = self.running.pop()
+            self._preempt(victim)
+            if victim is request:
+                return None
+
+    def _schedule_waiting(
+        self, num_scheduled_tokens: dict[str, int], new_reqs: list[NewRequestData], budget: int
+    ) -> None:
+        """Admit waiting requests first come first served; the first that does not fit stops it."""
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            if self._never_fits(request):
+                self._fail(request, self._never_fits_message(request))
+                continue
+            computed_blocks, num_computed_tokens = self.kv_cache_manager.get_computed_blocks(request)
+            num_new_tokens = self._num_new_tokens(request, num_computed_tokens, budget)
+            if self.kv_cache_manager.allocate_slots(request, num_new_tokens, computed_blocks) is None:
+                break
+            self.waiting.popleft()
+            if request.status == RequestStatus.WAITING:  # first schedule, not a resume
+                request.num_cached_tokens = num_computed_tokens
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_computed_tokens
+            bisect.insort(self.running, request, key=lambda r: self._arrival_seq[r.req_id])
+            new_reqs.append(
+                NewRequestData(
+                    req_id=request.req_id,
+                    prompt_token_ids=list(request.prompt_token_ids),
+                    output_token_ids=list(request.output_token_ids),
+                    sampling_params=request.sampling_params,
+                    block_ids=self.kv_cache_manager.get_block_ids(request),
+                    num_computed_tokens=num_computed_tokens,
+                )
+            )
+            num_scheduled_tokens[request.req_id] = num_new_tokens
+            budget -= num_new_tokens
+
+    def _num_new_tokens(self, request: Request, num_computed_tokens: int, budget: int) -> int:
+        num_new_tokens = request.num_tokens - num_computed_tokens
+        if self.config.long_prefill_token_threshold > 0:
+            num_new_tokens = min(num_new_tokens, self.config.long_prefill_token_threshold)
+        return min(num_new_tokens, budget)
+
+    # ---- after the step ----------------------------------------------------------------
+
+    def update_from_output(self, batch: ScheduledBatch, output: StepOutput) -> list[RequestUpdate]:
+        """Apply a step's sampled tokens; finish, free and report requests.
+
+        Returns one update per request that got tokens or finished in this step (including
+        requests failed inside the preceding `schedule()`).
+        """
+        updates, self._pending_updates = self._pending_updates, []
+        for req_id, message in output.failed.items():
+            request = self.requests.get(req_id)
+            if request is not None:
+                self._finish(request, RequestStatus.FINISHED_ERROR, message)
+                updates.append(self._make_update(request, []))
+        for req_id in batch.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is None or request.status != RequestStatus.RUNNING:
+                continue  # aborted or failed since the batch was scheduled
+            self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+            sampled_token_ids = output.sampled_token_ids.get(req_id)
+            if sampled_token_ids:
+                new_token_ids = self._append_and_check_stop(request, sampled_token_ids)
+                updates.append(self._make_update(request, new_token_ids))
+        return updates
+
+    def _append_and_check_stop(self, request: Request, token_ids: list[int]) -> list[int]:
+        new_token_ids: list[int] = []
+        for token_id in token_ids:
+            request.append_output_token_ids(token_id)
+            new_token_ids.append(token_id)
+            status = self._check_stop(request)
+            if status is not None:
+                self._finish(request, status)
+                break
+        return new_token_ids
+
+    def _check_stop(self, request: Request) -> RequestStatus | None:
+        """Status that the last appended token ends the request with, or None."""
+        params = request.sampling_params
+        last_token_id = request.output_token_ids[-1]
+        if request.num_output_tokens >= params.min_tokens:
+            if not params.ignore_eos and last_token_id in request.eos_token_ids:
+                return RequestStatus.FINISHED_STOPPED
+            if last_token_id in params.stop_token_ids:
+                request.stop_reason = last_token_id
+                return RequestStatus.FINISHED_STOPPED
+        if request.num_output_tokens >= request.max_tokens or request.num_tokens >= self.config.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+    @staticmethod
+    def _make_update(request: Request, new_token_ids: list[int]) -> RequestUpdate:
+        return RequestUpdate(
+            req_id=request.req_id,
+            new_token_ids=new_token_ids,
+            finished=request.is_finished,
+            finish_reason=request.finish_reason,
+            stop_reason=request.stop_reason,
+            error=request.error_message,
+            num_cached_tokens=request.num_cached_tokens,
+        )
+
+    # ---- state changes -----------------------------------------------------------------
+
+    def _preempt(self, request: Request) -> None:
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(request)
+        self.finished_req_ids.add(request.req_id)
+
+    def _finish(self, request: Request, status: RequestStatus, error_message: str | None = None) -> None:
+        """Remove a request from its queue, free its blocks and forget it."""
+        if request.status == RequestStatus.RUNNING:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        self.kv_cache_manager.free(request)
+        request.status = status
+        if error_message is not None:
+            request.error_message = error_message
+        self.finished_req_ids.add(request.req_id)
+        del self.requests[request.req_id]
+        del self._arrival_seq[request.req_id]
+
+    def _fail(self, request: Request, error_message: str) -> None:
+        """Fail a request from inside schedule(); reported by the next update_from_output()."""
+        self._finish(request, RequestStatus.FINISHED_ERROR, error_message)
+        self._pending_updates.append(self._make_update(request, []))
+
+    def _never_fits(self, request: Request) -> bool:
+        return cdiv(request.num_tokens, self.config.block_size) > self.config.num_blocks
+
+    def _never_fits_message(self, request: Request) -> str:
+        capacity = self.config.num_blocks * self.config.block_size
+        return (
+            f"request {request.req_id} needs {cdiv(request.num_tokens, self.config.block_size)} KV blocks "
+            f"for {request.num_tokens} tokens, but the KV cache holds only {self.config.num_blocks} blocks "
+            f"({capacity} tokens). Lower --max-model-len to at most {capacity} or give the KV cache more memory."
+        )
+
+    # ---- queries -----------------------------------------------------------------------
+
+    def get_request(self, req_id: str) -> Request | None:
+        return self.requests.get(req_id)
+
+    def has_unfinished_requests(self) -> bool:
+        """True while requests are queued or running, or failures wait to be reported."""
+        return bool(self.requests) or bool(self._pending_updates)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.requests)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def stats(self) -> SchedulerStats:
+        kv = self.kv_cache_manager
+        return SchedulerStats(
+            num_running=self.num_running,
+            num_waiting=self.num_waiting,
+            num_preemptions=self.num_preemptions,
+            kv_cache_usage=kv.usage,
+            prefix_cache_queries=kv.prefix_cache_queries,
+            prefix_cache_hits=kv.prefix_cache_hits,
+            prefix_cache_hit_rate=kv.prefix_hit_rate,
+        )
