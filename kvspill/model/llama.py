@@ -1,0 +1,258 @@
+"""Llama family: Llama 2 / 3 / 3.1 / 3.2, SmolLM2, Mistral (without sliding window).
+
+Also the shared blocks for Qwen2 and Qwen3, which differ only in biases and q/k norm: they
+subclass `LlamaForCausalLM` and override `attention_spec`.
+
+Invariants:
+- Parameter names are HF's (`model.layers.N.self_attn.o_proj.weight`, ...) except the fused
+  `qkv_proj` ([q; k; v] rows) and `gate_up_proj` ([gate; up] rows), filled at load.
+- Tokens are flattened across sequences: no batch dim, no padding, no mask; the injected
+  `AttentionFn` owns causality and the KV cache.
+- With tied embeddings `lm_head` is `embed_tokens` (one tensor); a checkpoint's lm_head is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from transformers import PretrainedConfig
+
+from kvspill.errors import UnsupportedModelError
+from kvspill.model.base import AttentionFn, copy_param
+from kvspill.model.layers import RMSNorm, RotaryEmbedding, SiluAndMul, rope_parameters
+
+# HF name piece -> (fused parameter, shard index). Shard order = row order in the fused weight.
+_STACKED = {
+    ".q_proj.": (".qkv_proj.", 0),
+    ".k_proj.": (".qkv_proj.", 1),
+    ".v_proj.": (".qkv_proj.", 2),
+    ".gate_proj.": (".gate_up_proj.", 0),
+    ".up_proj.": (".gate_up_proj.", 1),
+}
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """How a family's attention differs from Llama's."""
+
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False  # per-head RMSNorm of q and k before RoPE (Qwen3)
+
+
+def head_dim_of(config: PretrainedConfig) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+class LlamaAttention(nn.Module):
+    def __init__(
+        self, config: PretrainedConfig, layer_idx: int, spec: AttentionSpec, dtype: torch.dtype | None
+    ) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = head_dim_of(config)
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        hidden = config.hidden_size
+        self.qkv_proj = nn.Linear(hidden, self.q_size + 2 * self.kv_size, bias=spec.qkv_bias, dtype=dtype)
+        self.o_proj = nn.Linear(self.q_size, hidden, bias=spec.o_bias, dtype=dtype)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if spec.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, dtype=dtype)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, dtype=dtype)
+
+    def forward(
+        self, positions: Tensor, x: Tensor, rotary: RotaryEmbedding, attention: AttentionFn
+    ) -> Tensor:
+        # x: [num_tokens, hidden_size]
+        n = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(n, self.num_heads, self.head_dim)  # [num_tokens, num_heads, head_dim]
+        k = k.view(n, self.num_kv_heads, self.head_dim)  # [num_tokens, num_kv_heads, head_dim]
+        v = v.view(n, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rotary(positions, q, k)
+        out = attention(self.layer_idx, q, k, v)  # [num_tokens, num_heads, head_dim]
+        return self.o_proj(out.reshape(n, self.q_size))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: PretrainedConfig, dtype: torch.dtype | None) -> None:
+        super().__init__()
+        bias = bool(getattr(config, "mlp_bias", False))
+        inter = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * inter, bias=bias, dtype=dtype)
+        self.down_proj = nn.Linear(inter, config.hidden_size, bias=bias, dtype=dtype)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: Tensor) -> Tensor:
+        # x: [num_tokens, hidden_size] -> [num_tokens, 2 * intermediate] -> [num_tokens, hidden_size]
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(
+        self, config: PretrainedConfig, layer_idx: int, spec: AttentionSpec, dtype: torch.dtype | None
+    ) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(config, layer_idx, spec, dtype)
+        self.mlp = LlamaMLP(config, dtype)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype=dtype)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype=dtype)
+
+    def forward(
+        self,
+        positions: Tensor,
+        x: Tensor,
+        residual: Tensor | None,
+        rotary: RotaryEmbedding,
+        attention: AttentionFn,
+    ) -> tuple[Tensor, Tensor]:
+        # x, residual: [num_tokens, hidden_size]; the residual add is fused into the next norm.
+        if residual is None:
+            residual = x
+            x = self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x, rotary, attention)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+class LlamaModel(nn.Module):
+    def __init__(
+        self, config: PretrainedConfig, spec: AttentionSpec, max_positions: int, dtype: torch.dtype | None
+    ) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, i, spec, dtype) for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype=dtype)
+        self.rotary_emb = RotaryEmbedding(config, head_dim_of(config), max_positions)
+
+    def forward(self, input_ids: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
+        x = self.embed_tokens(input_ids)  # [num_tokens, hidden_size]
+        residual: Tensor | None = None
+        for layer in self.layers:
+            x, residual = layer(positions, x, residual, self.rotary_emb, attention)
+        if residual is None:  # zero layers
+            return self.norm(x)
+        x, _ = self.norm(x, residual)
+        return x
+
+
+class LlamaForCausalLM(nn.Module):
+    """Build on `meta` (then `to_empty`, `init_buffers`, `load_weights`) or on the target device.
+
+    Device comes from the caller's `torch.device(...)` context; dtype is passed explicitly so
+    that the RoPE table stays float32.
+    """
+
+    def __init__(
+        self,
+        config: PretrainedConfig,
+        *,
+        max_model_len: int | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.check_supported(config, max_model_len)
+        self.config = config
+        head_dim = head_dim_of(config)
+        # Row sizes of the fused weights, in shard order: qkv_proj [q | k | v], gate_up_proj [gate | up].
+        self.qkv_sizes = [config.num_attention_heads * head_dim] + [config.num_key_value_heads * head_dim] * 2
+        self.gate_up_sizes = [config.intermediate_size] * 2
+        max_positions = max_model_len or config.max_position_embeddings
+        self.model = LlamaModel(config, self.attention_spec(config), max_positions, dtype)
+        self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+        if self.tie_word_embeddings:
+            self.lm_head: nn.Embedding | nn.Linear = self.model.embed_tokens  # one tensor, one name
+        else:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=dtype)
+
+    @classmethod
+    def attention_spec(cls, config: PretrainedConfig) -> AttentionSpec:
+        bias = bool(getattr(config, "attention_bias", False))
+        return AttentionSpec(qkv_bias=bias, o_bias=bias)
+
+    @classmethod
+    def check_supported(cls, config: PretrainedConfig, max_model_len: int | None) -> None:
+        """Raise UnsupportedModelError for features this implementation does not compute."""
+        act = getattr(config, "hidden_act", "silu")
+        if act != "silu":
+            raise UnsupportedModelError(f"hidden_act {act!r} is not supported (only 'silu').")
+        if rope_parameters(config).get("partial_rotary_factor", 1.0) != 1.0:
+            raise UnsupportedModelError("partial_rotary_factor != 1 is not supported.")
+        window = getattr(config, "sliding_window", None)
+        if window is None or not getattr(config, "use_sliding_window", True):
+            return
+        layer_types = getattr(config, "layer_types", None)
+        if layer_types is not None and "sliding_attention" not in layer_types:
+            return
+        max_len = max_model_len or config.max_position_embeddings
+        if window < max_len:
+            raise UnsupportedModelError(
+                f"This model uses sliding-window attention (window {window} tokens), which kvspill does "
+                f"not implement. Pass --max-model-len {window} or less to run it with full attention."
+            )
+
+    def forward(self, input_ids: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
+        """input_ids, positions: [num_tokens] int64 -> hidden: [num_tokens, hidden_size]."""
+        return self.model(input_ids, positions, attention)
+
+    def compute_logits(self, hidden: Tensor) -> Tensor:
+        """hidden: [num_tokens, hidden_size] -> [num_tokens, vocab_size] float32."""
+        return torch.matmul(hidden, self.lm_head.weight.t()).float()
+
+    def init_buffers(self) -> None:
+        self.model.rotary_emb.init_buffers()
+
+    def load_weights(self, weights: Iterable[tuple[str, Tensor]]) -> set[str]:
+        """Copy HF-named tensors in, one at a time, fusing q/k/v and gate/up.
+
+        Returns the HF names loaded; compare with `expected_weight_names()` to find gaps.
+        """
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if name.endswith("rotary_emb.inv_freq") or (
+                name == "lm_head.weight" and self.tie_word_embeddings
+            ):
+                continue
+            target, shard = name, -1
+            for piece, (fused, index) in _STACKED.items():
+                if piece in name:
+                    target, shard = name.replace(piece, fused), index
+                    break
+            param = params.get(target)
+            if param is None:
+                raise UnsupportedModelError(
+                    f"The checkpoint has a tensor {name!r} that {type(self).__name__} does not use: "
+                    "its architecture differs from what config.json says."
+                )
+            dest: Tensor = param
+            if shard >= 0:
+                sizes = self.qkv_sizes if ".qkv_proj." in target else self.gate_up_sizes
+                dest = param.narrow(0, sum(sizes[:shard]), sizes[shard])  # rows of this shard
+            copy_param(dest, tensor, name)
+            loaded.add(name)
+        return loaded
+
+    def expected_weight_names(self) -> set[str]:
+        """HF names a complete checkpoint provides for this model (q/k/v and gate/up unfused)."""
+        names: set[str] = set()
+        for name, _ in self.named_parameters():
+            pieces = [piece for piece, (fused, _i) in _STACKED.items() if fused in name]
+            if not pieces:
+                names.add(name)
+            for piece in pieces:
+                names.add(name.replace(_STACKED[piece][0], piece))
+        return names

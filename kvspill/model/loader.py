@@ -1,0 +1,253 @@
+"""Build a kvspill model from a resolved checkpoint: config, overrides, streamed weights.
+
+Invariants:
+- The model is built on the `meta` device, given storage on the target device
+  (`to_empty`), then filled one tensor at a time: a safetensors tensor is read lazily
+  (`safe_open`), a GGUF tensor is dequantized alone; each is cast and copied into its
+  parameter before the next is read. No second full copy of the weights ever exists.
+- Every parameter must be loaded: a missing tensor is an error, never uninitialized memory.
+- `--rope-scaling` replaces the config's RoPE scaling and raises max_position_embeddings by
+  its factor (unless the override sets it); the trained length is kept as
+  `original_max_position_embeddings`. The returned `hf_config` is the config after overrides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import AutoConfig, PretrainedConfig
+
+from kvspill.config import ROPE_TYPES
+from kvspill.errors import InvalidParameterError, ModelNotFoundError, UnsupportedModelError
+from kvspill.model.layers import rope_parameters
+from kvspill.model.llama import LlamaForCausalLM, head_dim_of
+from kvspill.model.registry import architecture_of, get_model_class
+from kvspill.model.resolve import ResolvedModel, safetensors_files
+
+# GGUF tensor name (after `blk.N.`) -> HF name (after `model.layers.N.`): llama.cpp's names.
+_GGUF_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_GGUF_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+# Precomputed RoPE factors (Llama 3.1 GGUFs); like transformers, RoPE comes from the config.
+_GGUF_SKIPPED = {"rope_freqs"}
+# Defaults for `--rope-scaling llama3:F`: the values Meta ships with Llama 3.1.
+_LLAMA3_DEFAULTS = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run. Counts are per model (not per device); head_dim in elements."""
+
+    model: LlamaForCausalLM  # base of every family; eval mode, on device (RoPE table float32)
+    hf_config: PretrainedConfig  # after --rope-scaling overrides
+    architecture: str  # e.g. "LlamaForCausalLM"
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    vocab_size: int
+    max_model_len: int  # positions the model (and its RoPE table) supports
+    dtype: torch.dtype
+
+
+def load_model(
+    resolved: ResolvedModel,
+    device: torch.device,
+    dtype: torch.dtype,
+    rope_scaling: dict[str, Any] | None = None,
+    max_model_len: int | None = None,
+) -> LoadedModel:
+    """Load `resolved` onto `device` in `dtype`, applying the RoPE override and max length."""
+    config = load_hf_config(resolved)
+    if rope_scaling is not None:
+        apply_rope_override(config, rope_scaling)
+    max_len = _max_model_len(config, max_model_len)
+    arch = architecture_of(config)
+    cls = get_model_class(arch)
+    with torch.device("meta"):
+        model = cls(config, max_model_len=max_len, dtype=dtype)
+    model.to_empty(device=device)
+    model.init_buffers()
+    weights = (
+        _iter_gguf(resolved.path, config) if resolved.kind == "gguf" else _iter_safetensors(resolved.path)
+    )
+    loaded = model.load_weights(weights)
+    missing = model.expected_weight_names() - loaded
+    if missing:
+        raise ModelNotFoundError(
+            f"The checkpoint at {str(resolved.path)!r} lacks {len(missing)} weights the model needs, "
+            f"e.g. {sorted(missing)[:3]}. The download is incomplete or does not match config.json."
+        )
+    model.eval().requires_grad_(False)
+    return LoadedModel(
+        model=model,
+        hf_config=config,
+        architecture=arch,
+        num_layers=config.num_hidden_layers,
+        num_heads=config.num_attention_heads,
+        num_kv_heads=config.num_key_value_heads,
+        head_dim=head_dim_of(config),
+        hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size,
+        max_model_len=max_len,
+        dtype=dtype,
+    )
+
+
+def load_hf_config(resolved: ResolvedModel) -> PretrainedConfig:
+    """The transformers config of a resolved model (from config.json or GGUF metadata)."""
+    path = resolved.path
+    try:
+        if resolved.kind == "gguf":
+            return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        return AutoConfig.from_pretrained(str(path))
+    except (ValueError, KeyError) as e:
+        # Unknown model_type / GGUF architecture: transformers cannot describe it, nor can we.
+        from kvspill.model.registry import supported_architectures
+
+        raise UnsupportedModelError(
+            f"Cannot load the config of {str(path)!r}: {e}. kvspill supports: "
+            f"{', '.join(supported_architectures())}."
+        ) from e
+    except OSError as e:
+        raise ModelNotFoundError(f"Cannot read the config of {str(path)!r}: {e}.") from e
+
+
+def apply_rope_override(config: PretrainedConfig, rope_scaling: dict[str, Any]) -> None:
+    """Replace the config's RoPE scaling with `rope_scaling` (e.g. {"rope_type": "yarn", "factor": 4}).
+
+    Raises max_position_embeddings to original * factor unless the override sets
+    `max_position_embeddings`; `original_max_position_embeddings` defaults to the config's
+    current max_position_embeddings. Handles transformers 5 (`rope_parameters`) and 4.x
+    (`rope_scaling` + `rope_theta`) configs.
+    """
+    override = dict(rope_scaling)
+    rope_type = override.pop("type", None) or override.get("rope_type", "default")
+    if rope_type not in ROPE_TYPES:
+        raise InvalidParameterError(
+            "rope_scaling", f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}"
+        )
+    if rope_type == "longrope" and not {"long_factor", "short_factor"} <= override.keys():
+        raise InvalidParameterError(
+            "rope_scaling", "longrope needs long_factor and short_factor lists: pass --rope-scaling as JSON"
+        )
+    override["rope_type"] = rope_type
+    factor = float(override.get("factor", 1.0)) if rope_type != "default" else 1.0
+    new_max = override.pop("max_position_embeddings", None)
+    original = int(override.get("original_max_position_embeddings", config.max_position_embeddings))
+    if rope_type != "default":
+        override["factor"] = factor
+        if rope_type != "linear":
+            override["original_max_position_embeddings"] = original
+    if rope_type == "llama3":
+        for key, value in _LLAMA3_DEFAULTS.items():
+            override.setdefault(key, value)
+    old = rope_parameters(config)
+    if hasattr(config, "standardize_rope_params"):  # transformers 5
+        override.setdefault("rope_theta", old["rope_theta"])
+        if "partial_rotary_factor" in old:
+            override.setdefault("partial_rotary_factor", old["partial_rotary_factor"])
+        config.rope_parameters = override
+    else:
+        if "rope_theta" in override:
+            config.rope_theta = override.pop("rope_theta")
+        config.rope_scaling = override
+    config.max_position_embeddings = int(new_max) if new_max is not None else int(original * factor)
+
+
+def _max_model_len(config: PretrainedConfig, max_model_len: int | None) -> int:
+    params = rope_parameters(config)
+    limit = config.max_position_embeddings
+    if params["rope_type"] == "dynamic" and "original_max_position_embeddings" not in params:
+        # Dynamic NTK from the checkpoint: HF extends past max_position_embeddings by `factor`.
+        limit = int(limit * float(params.get("factor", 1.0)))
+    if max_model_len is None:
+        return int(config.max_position_embeddings)
+    if max_model_len > limit:
+        raise InvalidParameterError(
+            "max_model_len",
+            f"--max-model-len {max_model_len} exceeds what this model's RoPE supports ({limit} positions). "
+            f"Lower it, or extend the context with --rope-scaling, e.g. yarn:{-(-max_model_len // limit)}.",
+        )
+    return max_model_len
+
+
+def _iter_safetensors(path: Path) -> Iterator[tuple[str, Tensor]]:
+    """(HF name, CPU tensor) for every tensor of every shard, read lazily one at a time."""
+    from safetensors import safe_open
+
+    for shard in safetensors_files(path):
+        try:
+            with safe_open(str(shard), framework="pt", device="cpu") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise ModelNotFoundError(
+                f"Cannot read weights file {str(shard)!r}: {e}. Download the model again."
+            ) from e
+
+
+def _iter_gguf(path: Path, config: PretrainedConfig) -> Iterator[tuple[str, Tensor]]:
+    """(HF name, float32 CPU tensor) per GGUF tensor, dequantized one at a time.
+
+    llama.cpp permutes the rows of Q and K for the "llama" architecture (interleaved RoPE);
+    they are permuted back here so that HF's neox-style RoPE applies.
+    """
+    import numpy as np
+    from gguf import GGUFReader, dequantize
+
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as e:  # gguf raises ValueError / struct errors / OSError on bad files
+        raise ModelNotFoundError(f"Cannot read GGUF file {str(path)!r}: {e}. Download it again.") from e
+    field = reader.fields.get("general.architecture")
+    gguf_arch = field.contents() if field is not None else ""
+    for tensor in reader.tensors:
+        hf_name = _gguf_to_hf_name(tensor.name)
+        if hf_name is None:
+            continue
+        data = dequantize(tensor.data, tensor.tensor_type)
+        weights = torch.from_numpy(np.require(data, dtype=np.float32, requirements=["C", "W"]))
+        if gguf_arch == "llama" and tensor.name.endswith(("attn_q.weight", "attn_q.bias")):
+            weights = _unpermute(weights, config.num_attention_heads)
+        elif gguf_arch == "llama" and tensor.name.endswith(("attn_k.weight", "attn_k.bias")):
+            weights = _unpermute(weights, config.num_key_value_heads)
+        yield hf_name, weights
+
+
+def _gguf_to_hf_name(name: str) -> str | None:
+    base, _, suffix = name.rpartition(".")  # suffix: weight | bias
+    if base in _GGUF_SKIPPED:
+        return None
+    if base in _GGUF_TOP_NAMES:
+        return f"{_GGUF_TOP_NAMES[base]}.{suffix}"
+    parts = base.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _GGUF_LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{_GGUF_LAYER_NAMES[parts[2]]}.{suffix}"
+    raise UnsupportedModelError(
+        f"GGUF tensor {name!r} has no kvspill equivalent; this GGUF is not supported."
+    )
+
+
+def _unpermute(w: Tensor, num_heads: int) -> Tensor:
+    """Undo llama.cpp's Q/K row permutation. w: [num_heads * head_dim, ...] -> same shape."""
+    # llama.cpp stores each head's rows as (pair, 2) interleaved; HF keeps (2, half) halves.
+    half = w.shape[0] // num_heads // 2
+    return w.reshape(num_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)

