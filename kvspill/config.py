@@ -70,10 +70,10 @@ class EngineConfig:
             raise bad("block_size", f"--block-size must be 8, 16, 32, 64 or 128, got {self.block_size}")
         if self.max_model_len is not None and self.max_model_len < 16:
             raise bad("max_model_len", f"--max-model-len must be at least 16, got {self.max_model_len}")
-        if self.max_num_batched_tokens < 16:
+        if self.max_num_batched_tokens < 1:
             raise bad(
                 "max_num_batched_tokens",
-                f"--max-num-batched-tokens must be at least 16, got {self.max_num_batched_tokens}",
+                f"--max-num-batched-tokens must be at least 1, got {self.max_num_batched_tokens}",
             )
         if self.max_num_seqs < 1:
             raise bad("max_num_seqs", f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")

@@ -30,6 +30,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # number of top logprobs per token (0: only the sampled token's)
     skip_special_tokens: bool = True
+    detokenize: bool = True  # False: token ids only (benchmarks, token-id clients)
 
     def __post_init__(self) -> None:
         # Accept a single string or any iterable for the tuple fields.

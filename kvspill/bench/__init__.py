@@ -1,0 +1,1 @@
+"""Benchmarks run on a GPU machine (never as timed tests)."""

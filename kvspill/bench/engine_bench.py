@@ -1,0 +1,119 @@
+"""Engine benchmark on a GPU: TTFT and decode tok/s per context, beside their HBM floor.
+
+    python -m kvspill.bench --shape llama-1b --cap-gib 16 --ctx 8192 32768 131072 --out $OUT/kvspill.jsonl
+
+Random weights with the real shapes (speed does not depend on values), the same workloads and
+JSON fields as `shared/bench/hf_peer.py` plus kvspill's own: the floor (weights + KV bytes
+over the HBM copy bandwidth measured in this run) and measured/floor. One line per context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+
+from kvspill.config import EngineConfig
+from kvspill.engine import LLMEngine
+from kvspill.sampling_params import SamplingParams
+
+GIB = 2**30
+
+
+def measure_hbm_copy_gbs(device: torch.device, nbytes: int = 2 * GIB) -> float:
+    """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / times[len(times) // 2] / 1e9
+
+
+def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int, seed: int) -> dict:
+    gen = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, engine.vocab_size, (ctx,), generator=gen).tolist()
+    params = SamplingParams(temperature=0.0, max_tokens=1 + warmup_tokens + new_tokens,
+                            ignore_eos=True, detokenize=False)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    engine.add_request(prompt, params)
+    token_times: list[float] = []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            for _ in out.delta_token_ids:
+                token_times.append(time.perf_counter())
+    ttft = token_times[0] - t0
+    decode_span = token_times[-1] - token_times[warmup_tokens]
+    n = len(token_times) - 1 - warmup_tokens
+    return dict(ok=True, ttft_s=round(ttft, 4), decode_tok_s=round(n / decode_span, 2),
+                new_tokens=n, peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
+                peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="llama-1b")
+    ap.add_argument("--cap-gib", type=float, required=True, help="VRAM budget for this process")
+    ap.add_argument("--ctx", type=int, nargs="+", required=True)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--warmup-tokens", type=int, default=8)
+    ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill.jsonl"))
+    args = ap.parse_args(argv)
+
+    device = torch.device("cuda")
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = min(1.0, args.cap_gib * GIB / total)
+    hbm_gbs = measure_hbm_copy_gbs(device)
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    max_len = max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens
+    max_len = -(-max_len // 1024) * 1024
+    engine = LLMEngine(EngineConfig(
+        model=f"random:{args.shape}", max_model_len=max_len, max_num_batched_tokens=args.chunk,
+        max_num_seqs=8, gpu_memory_utilization=fraction, enable_prefix_caching=False,
+    ))
+    weight_bytes = sum(p.numel() * p.element_size() for p in engine.bundle.loaded.model.parameters())
+    kv_per_token = engine.bundle.storage.layout.bytes_per_token
+    base = dict(system="kvspill-0.1.0", shape=args.shape, cap_gib=args.cap_gib,
+                card=torch.cuda.get_device_name(device), date=datetime.date.today().isoformat(),
+                mode="gpu-kv", hbm_copy_gbs=round(hbm_gbs, 1), weight_gib=round(weight_bytes / GIB, 3),
+                kv_pool_gib=round(engine.bundle.storage.nbytes / GIB, 3), chunk=args.chunk)
+    run_context(engine, 512, 8, 2, seed=0)  # warm-up: kernels for prefill shapes
+    with open(args.out, "a") as f:
+        for ctx in args.ctx:
+            rec = dict(base, ctx=ctx)
+            try:
+                rec.update(run_context(engine, ctx, args.new_tokens, args.warmup_tokens, seed=ctx))
+                floor_s = (weight_bytes + kv_per_token * ctx) / (hbm_gbs * 1e9)
+                rec.update(floor_tok_s=round(1 / floor_s, 1),
+                           floor_ratio=round(rec["decode_tok_s"] * floor_s, 3),
+                           host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+                           bytes_per_token=weight_bytes + kv_per_token * ctx)
+            except torch.OutOfMemoryError as e:
+                rec.update(ok=False, err=f"OOM: {str(e)[:200]}")
+            print(json.dumps(rec), flush=True)
+            f.write(json.dumps(rec) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Command-line interface (typer). Entry point: `kvspill.cli.main:main`."""

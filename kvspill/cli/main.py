@@ -1,0 +1,184 @@
+"""The `kvspill` command line: generate, chat, plan.
+
+Every user error (a KvspillError) prints one line saying what to change and exits 2; no
+traceback from deep inside. Engine options are the same flags everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+
+from kvspill.errors import KvspillError
+
+app = typer.Typer(
+    name="kvspill",
+    help="Long-context LLM inference on the GPU you have.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@dataclass
+class EngineFlags:
+    model: str | None
+    device: str
+    dtype: str
+    max_model_len: int | None
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    rope_scaling: str | None
+    enforce_eager: bool
+
+    def engine_options(self) -> dict[str, Any]:
+        from kvspill.config import parse_rope_scaling
+
+        return dict(
+            model=self.model, device=self.device, dtype=self.dtype, max_model_len=self.max_model_len,
+            block_size=self.block_size, max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs, enforce_eager=self.enforce_eager,
+            rope_scaling=parse_rope_scaling(self.rope_scaling) if self.rope_scaling else None,
+        )
+
+
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).")]
+DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+DtypeOpt = Annotated[str, typer.Option(help="auto, float32, float16 or bfloat16.")]
+MaxLenOpt = Annotated[int | None, typer.Option(help="Context length (default: the model's).")]
+BlockOpt = Annotated[int, typer.Option(help="Tokens per KV block.")]
+BudgetOpt = Annotated[int, typer.Option(help="Token budget per step (prefill chunk size).")]
+SeqsOpt = Annotated[int, typer.Option(help="Most sequences running at once.")]
+RopeOpt = Annotated[str | None, typer.Option(help="RoPE scaling override: TYPE:FACTOR (e.g. yarn:4) or JSON.")]
+EagerOpt = Annotated[bool, typer.Option(help="Disable CUDA graphs.")]
+
+
+def _fail(e: Exception) -> None:
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(2)
+
+
+def _make_llm(flags: EngineFlags) -> Any:
+    from kvspill.llm import LLM
+
+    opts = flags.engine_options()
+    return LLM(opts.pop("model"), **opts)
+
+
+def _sampling(max_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None,
+              stop: list[str] | None) -> Any:
+    from kvspill.sampling_params import SamplingParams
+
+    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                          seed=seed, stop=tuple(stop or ()))
+
+
+@app.command()
+def generate(
+    prompt: Annotated[str, typer.Argument(help="The prompt text.")],
+    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None, block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048,
+    max_num_seqs: SeqsOpt = 64, rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False,
+    max_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 64,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
+    chat: Annotated[bool, typer.Option(help="Wrap the prompt in the model's chat template.")] = False,
+    stream: Annotated[bool, typer.Option(help="Print tokens as they come.")] = True,
+) -> None:
+    """Generate a completion for PROMPT (on the embedded model unless --model is given)."""
+    flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
+                        max_num_seqs, rope_scaling, enforce_eager)
+    try:
+        params = _sampling(max_tokens, temperature, top_p, top_k, seed, stop)
+        llm = _make_llm(flags)
+        ids: Any = llm.chat_prompt([{"role": "user", "content": prompt}]) if chat else prompt
+        final = None
+        if stream:
+            for out in llm.stream(ids, params):
+                sys.stdout.write(out.delta_text)
+                sys.stdout.flush()
+                final = out
+            sys.stdout.write("\n")
+        else:
+            final = llm.generate([ids], params)[0]
+            typer.echo(final.text)
+        if final is not None:
+            typer.echo(f"[{final.num_output_tokens} tokens, finish_reason={final.finish_reason}]", err=True)
+    except KvspillError as e:
+        _fail(e)
+
+
+@app.command("chat")
+def chat_cmd(
+    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None, block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048,
+    max_num_seqs: SeqsOpt = 64, rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False,
+    max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.95, top_k: int = 0,
+    seed: int | None = None,
+    system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
+) -> None:
+    """Interactive chat with streaming output. Empty line or /exit quits; /reset clears history."""
+    flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
+                        max_num_seqs, rope_scaling, enforce_eager)
+    try:
+        params = _sampling(max_tokens, temperature, top_p, top_k, seed, None)
+        llm = _make_llm(flags)
+    except KvspillError as e:
+        _fail(e)
+        return
+    history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    typer.echo("kvspill chat: type a message; /reset clears history; an empty line or /exit quits.")
+    while True:
+        try:
+            line = input(">>> ")
+        except EOFError:
+            break
+        if not line.strip() or line.strip() == "/exit":
+            break
+        if line.strip() == "/reset":
+            history = history[:1] if system else []
+            continue
+        history.append({"role": "user", "content": line})
+        reply = ""
+        try:
+            for out in llm.stream(llm.chat_prompt(history), params):
+                sys.stdout.write(out.delta_text)
+                sys.stdout.flush()
+                reply += out.delta_text
+        except KvspillError as e:
+            typer.echo(f"\nerror: {e}", err=True)
+            history.pop()
+            continue
+        sys.stdout.write("\n")
+        history.append({"role": "assistant", "content": reply})
+
+
+@app.command()
+def version() -> None:
+    """Print the kvspill version."""
+    from kvspill import __version__
+
+    typer.echo(__version__)
+
+
+def _register_commands() -> None:
+    from kvspill.cli import plan_cmd
+
+    if not any(c.name == "plan" for c in app.registered_commands):
+        plan_cmd.register(app)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _register_commands()
+    app()
+
+
+if __name__ == "__main__":
+    main()

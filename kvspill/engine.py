@@ -1,0 +1,172 @@
+"""The engine: one loop of schedule -> execute -> update, and the text side of requests.
+
+`LLMEngine.step()` reads in three lines: the scheduler decides what to compute (ScheduledBatch),
+the runner computes it (StepOutput), the scheduler applies the tokens; then the engine
+detokenizes, applies stop strings and returns `RequestOutput`s. The engine is synchronous and
+single-threaded; the server runs it in its own thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+
+from kvspill.config import EngineConfig
+from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
+from kvspill.errors import ContextLengthExceededError, InvalidParameterError
+from kvspill.outputs import RequestOutput
+from kvspill.runner.setup import RunnerBundle, build_runner
+from kvspill.sampling_params import SamplingParams
+from kvspill.scheduler.request import Request, RequestStatus
+from kvspill.scheduler.scheduler import Scheduler, SchedulerConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _TextState:
+    """Engine-side text state of one request."""
+
+    output: RequestOutput
+    detokenizer: IncrementalDetokenizer | None  # None: the request asked for token ids only
+    stop_checker: StopChecker
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig | None = None, **engine_options: object) -> None:
+        self.config = config if config is not None else EngineConfig(**engine_options)  # type: ignore[arg-type]
+        bundle: RunnerBundle = build_runner(self.config)
+        self.bundle = bundle
+        self.tokenizer = bundle.tokenizer
+        self.runner = bundle.runner
+        self.max_model_len = bundle.max_model_len
+        self.vocab_size = bundle.vocab_size
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                max_num_seqs=self.config.max_num_seqs,
+                max_num_batched_tokens=self.config.max_num_batched_tokens,
+                max_model_len=self.max_model_len,
+                block_size=self.config.block_size,
+                num_blocks=bundle.num_blocks,
+                enable_prefix_caching=self.config.enable_prefix_caching,
+            )
+        )
+        self._texts: dict[str, _TextState] = {}
+        self._ids = itertools.count()
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def encode(self, prompt: str) -> list[int]:
+        if self.tokenizer is None:
+            raise InvalidParameterError("prompt", "this model has no tokenizer: send token ids")
+        return list(self.tokenizer.hf.encode(prompt))
+
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        req_id: str | None = None,
+    ) -> str:
+        """Queue a request; returns its id. Raises a KvspillError subclass on bad input."""
+        params = params or SamplingParams()
+        req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
+        if req_id in self._texts:
+            raise InvalidParameterError("request_id", f"request id {req_id!r} is already in use")
+        prompt_text = prompt if isinstance(prompt, str) else None
+        token_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        self._validate_prompt(token_ids, params)
+        request = Request(
+            req_id=req_id,
+            prompt_token_ids=token_ids,
+            sampling_params=params,
+            eos_token_ids=self.bundle.eos_token_ids,
+            arrival_time=time.monotonic(),
+            max_model_len=self.max_model_len,
+        )
+        detok = None
+        if params.detokenize:
+            if self.tokenizer is None:
+                raise InvalidParameterError(
+                    "detokenize", "this model has no tokenizer: send token ids with detokenize=False"
+                )
+            detok = IncrementalDetokenizer(self.tokenizer.hf, token_ids, params.skip_special_tokens)
+        elif params.stop:
+            raise InvalidParameterError("stop", "stop strings need detokenize=True")
+        self._texts[req_id] = _TextState(
+            output=RequestOutput(req_id=req_id, prompt=prompt_text, prompt_token_ids=token_ids),
+            detokenizer=detok,
+            stop_checker=StopChecker(params.stop, params.include_stop_str_in_output),
+        )
+        self.scheduler.add_request(request)
+        return req_id
+
+    def _validate_prompt(self, token_ids: list[int], params: SamplingParams) -> None:
+        if not token_ids:
+            raise InvalidParameterError("prompt", "the prompt is empty: give at least one token")
+        bad = next((t for t in token_ids if not (0 <= t < self.vocab_size)), None)
+        if bad is not None:
+            raise InvalidParameterError(
+                "prompt", f"token id {bad} is outside the model's vocabulary [0, {self.vocab_size})"
+            )
+        n = len(token_ids)
+        if n >= self.max_model_len:
+            raise ContextLengthExceededError(self.max_model_len, n)
+        if params.max_tokens is not None and n + params.max_tokens > self.max_model_len:
+            raise ContextLengthExceededError(self.max_model_len, n, params.max_tokens)
+
+    def abort_request(self, req_id: str) -> None:
+        if req_id in self._texts:
+            self.scheduler.finish_requests([req_id], RequestStatus.FINISHED_ABORTED)
+            self._texts.pop(req_id, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        batch = self.scheduler.schedule()
+        output = self.runner.execute(batch)
+        updates = self.scheduler.update_from_output(batch, output)
+        return self._process_updates(updates, output.logprobs)
+
+    def _process_updates(self, updates: list, logprobs: dict) -> list[RequestOutput]:
+        results: list[RequestOutput] = []
+        for upd in updates:
+            state = self._texts.get(upd.req_id)
+            if state is None:
+                continue
+            out = state.output
+            out.delta_token_ids = list(upd.new_token_ids)
+            out.token_ids.extend(upd.new_token_ids)
+            out.logprobs.extend(logprobs.get(upd.req_id, []))
+            out.num_cached_tokens = upd.num_cached_tokens
+            delta = state.detokenizer.add(upd.new_token_ids) if state.detokenizer and upd.new_token_ids else ""
+            emit, matched = state.stop_checker.add(delta)
+            if matched is not None and not upd.finished:
+                self.scheduler.finish_requests([upd.req_id], RequestStatus.FINISHED_STOPPED)
+                out.finished, out.finish_reason, out.stop_reason = True, "stop", matched
+            elif upd.finished:
+                if matched is None:
+                    # An incomplete character held by the detokenizer may still complete a stop string.
+                    held = state.detokenizer.flush() if state.detokenizer else ""
+                    more, matched = state.stop_checker.add(held)
+                    emit += more if matched is not None else more + state.stop_checker.flush()
+                out.stop_reason = matched if matched is not None else upd.stop_reason
+                out.finished = True
+                out.finish_reason = "stop" if matched is not None else upd.finish_reason
+                out.error = upd.error
+            out.delta_text = emit
+            out.text += emit
+            # A snapshot: the caller may hold it while later steps update the request.
+            results.append(dataclasses.replace(out, token_ids=list(out.token_ids)))
+            if out.finished:
+                self._texts.pop(upd.req_id, None)
+        return results
+
+    def kv_stats(self) -> dict:
+        return {"scheduler": self.scheduler.stats(), "num_blocks": self.bundle.num_blocks,
+                "block_size": self.config.block_size, "kv_bytes": self.bundle.storage.nbytes}

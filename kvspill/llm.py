@@ -1,0 +1,87 @@
+"""The offline Python API: `LLM(model=None, **engine_options)`, `generate`, `chat`.
+
+    from kvspill import LLM, SamplingParams
+    llm = LLM()                        # the embedded SmolLM2-135M-Instruct
+    out = llm.generate(["def fib(n):"], SamplingParams(temperature=0, max_tokens=32))
+    print(out[0].text, out[0].finish_reason)
+
+All prompts are queued at once and run through the continuous-batching loop together; outputs
+come back in the order of the prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from kvspill.config import EngineConfig
+from kvspill.engine import LLMEngine
+from kvspill.outputs import RequestOutput
+from kvspill.sampling_params import SamplingParams
+
+Message = dict[str, Any]
+
+
+class LLM:
+    def __init__(self, model: str | None = None, **engine_options: Any) -> None:
+        self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer.hf
+
+    def generate(
+        self,
+        prompts: str | list[int] | Sequence[str | list[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Run every prompt (text or token ids) to completion; outputs in prompt order."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts, list) and isinstance(prompts[0], int)):
+            prompts = [prompts]  # type: ignore[list-item]
+        prompt_list = list(prompts)  # type: ignore[arg-type]
+        if params is None or isinstance(params, SamplingParams):
+            params_list = [params or SamplingParams()] * len(prompt_list)
+        else:
+            params_list = list(params)
+            if len(params_list) != len(prompt_list):
+                raise ValueError(f"got {len(prompt_list)} prompts but {len(params_list)} SamplingParams")
+        req_ids = []
+        try:
+            for prompt, p in zip(prompt_list, params_list, strict=True):
+                req_ids.append(self.engine.add_request(prompt, p))
+        except Exception:
+            for r in req_ids:
+                self.engine.abort_request(r)
+            raise
+        finals: dict[str, RequestOutput] = {}
+        while self.engine.has_unfinished_requests():
+            for out in self.engine.step():
+                if out.finished:
+                    finals[out.req_id] = out
+        return [finals[r] for r in req_ids]
+
+    def stream(self, prompt: str | list[int], params: SamplingParams | None = None) -> Iterator[RequestOutput]:
+        """Yield one output per step for a single prompt (deltas in `delta_text`)."""
+        req_id = self.engine.add_request(prompt, params)
+        try:
+            while self.engine.has_unfinished_requests():
+                for out in self.engine.step():
+                    if out.req_id == req_id:
+                        yield out
+                        if out.finished:
+                            return
+        finally:
+            self.engine.abort_request(req_id)
+
+    def chat_prompt(self, messages: list[Message]) -> list[int]:
+        return self.engine.tokenizer.apply_chat_template(messages)
+
+    def chat(
+        self,
+        messages: list[Message] | Sequence[list[Message]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Apply the model's chat template to one conversation (or several) and generate."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        prompts = [self.chat_prompt(conv) for conv in conversations]  # type: ignore[arg-type]
+        return self.generate(prompts, params)

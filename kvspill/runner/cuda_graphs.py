@@ -1,0 +1,116 @@
+"""CUDA graphs for decode-only steps, one per batch-size bucket.
+
+A decode step of a small model is hundreds of short kernels; replaying a captured graph removes
+the per-launch CPU cost. Each bucket owns nothing but views of one set of static input buffers
+sized for the largest bucket; a step of B sequences runs the smallest bucket >= B with padding
+rows (slot -1: not stored; seq_len 0: attends to nothing). The decode kernel's split count is
+fixed per bucket at capture; the kernel spreads each sequence's actual blocks over those splits.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from kvspill.kv.storage import KVStorage
+from kvspill.runner.attention import AttentionMetadata, PagedAttention
+from kvspill.runner.inputs import StepInputs
+
+logger = logging.getLogger(__name__)
+
+
+def batch_buckets(max_num_seqs: int) -> list[int]:
+    buckets = [b for b in (1, 2, 4, 8, 16, 24, 32) if b <= max_num_seqs]
+    b = 48
+    while b <= max_num_seqs:
+        buckets.append(b)
+        b += 16
+    if buckets[-1] != max_num_seqs:
+        buckets.append(max_num_seqs)
+    return buckets
+
+
+class DecodeGraphs:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        storage: KVStorage,
+        *,
+        scale: float,
+        max_num_seqs: int,
+        max_blocks_per_seq: int,
+        num_splits: int,
+    ) -> None:
+        self.model = model
+        self.storage = storage
+        self.scale = scale
+        self.buckets = batch_buckets(max_num_seqs)
+        self.num_splits = num_splits
+        dev = storage.device
+        n = self.buckets[-1]
+        self.input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.positions = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64, device=dev)
+        self.seq_lens = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.block_tables = torch.zeros((n, max_blocks_per_seq), dtype=torch.int32, device=dev)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.logits: dict[int, torch.Tensor] = {}
+        self.pool = None
+
+    def _run_model(self, b: int) -> torch.Tensor:
+        empty = torch.zeros(0, dtype=torch.int32, device=self.storage.device)
+        meta = AttentionMetadata(
+            slot_mapping=self.slot_mapping[:b],
+            num_decodes=b,
+            decode_block_tables=self.block_tables[:b],
+            decode_seq_lens=self.seq_lens[:b],
+            prefill_block_tables=empty.view(0, 1),
+            prefill_query_start_loc=empty,
+            prefill_seq_lens=empty,
+            decode_num_splits=self.num_splits,
+        )
+        attention = PagedAttention(self.storage, meta, self.scale)
+        hidden = self.model(self.input_ids[:b], self.positions[:b], attention)
+        return self.model.compute_logits(hidden)
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        # Padding rows only: slot -1 writes nothing, seq_len 0 reads nothing.
+        self.seq_lens.zero_()
+        self.slot_mapping.fill_(-1)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for b in reversed(self.buckets):  # largest first so smaller ones reuse its pool
+                self._run_model(b)  # warm-up: Triton compilation, allocator
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                    self.logits[b] = self._run_model(b)
+                if self.pool is None:
+                    self.pool = graph.pool()
+                self.graphs[b] = graph
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        logger.info("captured decode CUDA graphs for batch sizes %s", self.buckets)
+
+    def run(self, inputs: StepInputs) -> torch.Tensor | None:
+        """Logits [num_sampled, vocab] for a decode-only step, or None when no bucket fits."""
+        b_real = len(inputs.req_ids)
+        bucket = next((b for b in self.buckets if b >= b_real), None)
+        if bucket is None or inputs.block_tables.shape[1] > self.block_tables.shape[1]:
+            return None
+        w = inputs.block_tables.shape[1]
+        self.input_ids[:b_real].copy_(torch.from_numpy(inputs.input_ids), non_blocking=True)
+        self.positions[:b_real].copy_(torch.from_numpy(inputs.positions), non_blocking=True)
+        self.slot_mapping[:b_real].copy_(torch.from_numpy(inputs.slot_mapping), non_blocking=True)
+        self.seq_lens[:b_real].copy_(torch.from_numpy(inputs.seq_lens), non_blocking=True)
+        self.block_tables[:b_real, :w].copy_(torch.from_numpy(inputs.block_tables), non_blocking=True)
+        if bucket > b_real:
+            self.slot_mapping[b_real:bucket].fill_(-1)
+            self.seq_lens[b_real:bucket].zero_()
+        self.graphs[bucket].replay()
+        logits = self.logits[bucket][:b_real]
+        if len(inputs.sample_rows) != b_real:
+            logits = logits[torch.as_tensor(inputs.sample_rows, device=logits.device)]
+        return logits

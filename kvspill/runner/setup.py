@@ -1,0 +1,123 @@
+"""Start-up: resolve and load the model, size and allocate the KV pool, capture CUDA graphs.
+
+Order matters on CUDA: weights first, then one profiling forward of a full prefill chunk (its
+peak is the activation reserve), then the KV pool from what is left, then graph capture.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kvspill.config import EngineConfig
+from kvspill.kv.storage import KVLayout, KVStorage
+from kvspill.model.loader import LoadedModel, load_model
+from kvspill.model.random_init import build_random_model, is_random_model
+from kvspill.model.resolve import resolve_model
+from kvspill.runner.attention import AttentionMetadata, PagedAttention
+from kvspill.runner.cuda_graphs import DecodeGraphs
+from kvspill.runner.memory import pick_device, pick_dtype, size_kv_pool
+from kvspill.runner.model_runner import ModelRunner
+from kvspill.tokenizer import TokenizerBundle, load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunnerBundle:
+    runner: ModelRunner
+    storage: KVStorage
+    tokenizer: TokenizerBundle | None  # None for random-weight benchmark models
+    eos_token_ids: frozenset[int]
+    loaded: LoadedModel
+    num_blocks: int
+    max_model_len: int
+    vocab_size: int
+    device: torch.device
+    dtype: torch.dtype
+
+
+def _profile_prefill_peak(loaded: LoadedModel, layout: KVLayout, num_tokens: int, device: torch.device) -> int:
+    """Peak bytes one prefill chunk of `num_tokens` allocates beyond the weights (CUDA only)."""
+    num_blocks = -(-num_tokens // layout.block_size) + 1
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    storage = KVStorage(layout, num_blocks, device)
+    positions = np.arange(num_tokens, dtype=np.int64)
+    block_table = torch.arange(num_blocks, dtype=torch.int32, device=device).view(1, -1)
+    meta = AttentionMetadata(
+        slot_mapping=torch.from_numpy(positions).to(device),
+        num_decodes=0,
+        decode_block_tables=block_table[:0],
+        decode_seq_lens=torch.zeros(0, dtype=torch.int32, device=device),
+        prefill_block_tables=block_table,
+        prefill_query_start_loc=torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
+        prefill_seq_lens=torch.tensor([num_tokens], dtype=torch.int32, device=device),
+    )
+    with torch.inference_mode():
+        ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
+        hidden = loaded.model(ids, torch.from_numpy(positions).to(device), PagedAttention(storage, meta, 1.0))
+        loaded.model.compute_logits(hidden[-1:])
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before - storage.nbytes
+    del storage, hidden
+    torch.cuda.empty_cache()
+    return max(peak, 0)
+
+
+def build_runner(config: EngineConfig) -> RunnerBundle:
+    device = pick_device(config)
+    dtype = pick_dtype(config, device)
+    tokenizer: TokenizerBundle | None
+    if is_random_model(config.model):
+        assert config.model is not None
+        tokenizer, eos_token_ids = None, frozenset[int]()
+        loaded = build_random_model(config.model, device, dtype, config.max_model_len)
+    else:
+        resolved = resolve_model(config.model)
+        loaded = load_model(resolved, device, dtype, config.rope_scaling, config.max_model_len)
+        tokenizer = load_tokenizer(resolved, loaded.hf_config)
+        eos_token_ids = tokenizer.eos_token_ids
+    layout = KVLayout(
+        num_layers=loaded.num_layers,
+        block_size=config.block_size,
+        num_kv_heads=loaded.num_kv_heads,
+        head_dim=loaded.head_dim,
+        dtype=dtype,
+    )
+    chunk = min(config.max_num_batched_tokens, loaded.max_model_len)
+    num_blocks = size_kv_pool(
+        config, device, layout.block_bytes, loaded.max_model_len,
+        profile_activations=(lambda: _profile_prefill_peak(loaded, layout, chunk, device))
+        if device.type == "cuda" else None,
+    )
+    storage = KVStorage(layout, num_blocks, device)
+    logger.info(
+        "KV pool: %d blocks x %d tokens = %d tokens (%.2f GiB) on %s",
+        num_blocks, config.block_size, num_blocks * config.block_size, storage.nbytes / 2**30, device,
+    )
+    graphs = None
+    if device.type == "cuda" and not config.enforce_eager:
+        max_blocks_per_seq = -(-loaded.max_model_len // config.block_size)
+        sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+        # Enough (seq, kv_head, split) programs to fill every SM twice at batch 1.
+        num_splits = max(1, min(max_blocks_per_seq, -(-2 * sm_count // loaded.num_kv_heads)))
+        graphs = DecodeGraphs(
+            loaded.model, storage, scale=loaded.head_dim**-0.5,
+            max_num_seqs=min(config.max_num_seqs, 256), max_blocks_per_seq=max_blocks_per_seq,
+            num_splits=num_splits,
+        )
+        graphs.capture()
+    runner = ModelRunner(
+        loaded.model, storage, head_dim=loaded.head_dim,
+        eos_token_ids=eos_token_ids, seed=config.seed, graphs=graphs,
+    )
+    return RunnerBundle(
+        runner=runner, storage=storage, tokenizer=tokenizer, eos_token_ids=eos_token_ids, loaded=loaded, num_blocks=num_blocks,
+        max_model_len=loaded.max_model_len, vocab_size=loaded.vocab_size, device=device, dtype=dtype,
+    )
