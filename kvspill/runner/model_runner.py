@@ -129,6 +129,13 @@ class ModelRunner:
         logprobs: dict[str, list[TokenLogprobs]] = {}
         if not inputs.sample_rows:
             return StepOutput(sampled_token_ids=sampled)
+        # Checked on the CPU only (on CUDA it would cost a sync per step): fp16 is the CPU default.
+        if self.device.type == "cpu" and not torch.isfinite(logits).all():
+            message = (
+                "the model produced non-finite logits: its activations overflow in "
+                f"{self.storage.layout.dtype}; restart with --dtype bfloat16 or --dtype float32"
+            )
+            return StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids})
         sample_req_ids = [inputs.req_ids[i] for i in inputs.sample_rows]
         states = [self.states[r].sampling for r in sample_req_ids]
         out = self.sampler.sample(logits, states, self.generator)
