@@ -1,0 +1,198 @@
+"""Calibration: measure the bandwidths the memory plan divides by, save them, read them back.
+
+`measure_bandwidths` times, on this host: pinned H2D and D2H copies of large buffers, a
+device-to-device copy (read + write counted), a bf16 matmul on the GPU, CPU decode attention
+(torch SDPA over a GQA KV shape, with torch's configured threads), a read of a temp file with
+its pages dropped from the page cache, and an fp32 matmul on the CPU. Without a GPU the GPU
+figures stay `None` ("not measured") and the plan fills them from its defaults, saying so.
+
+Invariants:
+- Each figure is the best of a few repeats after a warm-up (a floor-chasing figure: the rate
+  the hardware can reach, as the plan's floors assume).
+- The CPU part takes a few seconds at most; sizes shrink further with `quick=True`.
+- The saved file is JSON with one key per `Bandwidths` field; its path comes from `env.py`.
+- Loading a calibration does not import torch (`kvspill plan` stays quick).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvspill.env import env_settings
+from kvspill.errors import InvalidParameterError
+from kvspill.plan_math import RATE_FIELDS, Bandwidths
+
+if TYPE_CHECKING:  # torch is imported inside the measuring functions: loading a calibration stays light
+    import torch
+
+CALIBRATION_VERSION = 1
+MiB = 1 << 20
+
+
+def _best_seconds(fn: Callable[[], object], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
+    """Best wall time of `fn` over `repeats` runs after one warm-up run."""
+    fn()
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return max(best, 1e-9)
+
+
+def measure_cpu_attention_gbs(num_tokens: int = 16384, dtype: torch.dtype | None = None, repeats: int = 3) -> float:
+    """Decode attention on the CPU (one query, GQA 32/8, head_dim 128, bf16 by default), KV GB/s."""
+    import torch
+
+    dtype = dtype or torch.bfloat16
+    q = torch.randn(1, 32, 1, 128).to(dtype)  # [num_seqs, num_heads, 1, head_dim]
+    k = torch.randn(1, 8, num_tokens, 128).to(dtype)  # [num_seqs, num_kv_heads, num_tokens, head_dim]
+    v = torch.randn(1, 8, num_tokens, 128).to(dtype)
+
+    def attend() -> object:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    return (k.nbytes + v.nbytes) / _best_seconds(attend, repeats) / 1e9
+
+
+def measure_matmul_tflops(device: torch.device, n: int, dtype: torch.dtype, repeats: int = 3) -> float:
+    """Dense [n, n] @ [n, n] matmul: 2 n^3 FLOPs per run."""
+    import torch
+
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    return 2 * n**3 / _best_seconds(lambda: a @ b, repeats, sync) / 1e12
+
+
+def measure_disk_read_gbs(directory: str | os.PathLike[str] | None = None, num_bytes: int = 64 * MiB) -> float:
+    """Read a freshly written temp file after asking the kernel to drop it from the page cache.
+
+    Where the cache cannot be dropped (tmpfs, some overlay filesystems) this reads RAM: an
+    upper bound on the disk.
+    """
+    chunk = 8 * MiB
+    data = os.urandom(chunk)
+    buffer = bytearray(chunk)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix="kvspill-calib-", delete=False) as f:
+        path = f.name
+        for _ in range(max(1, num_bytes // chunk)):
+            f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            start, total = time.perf_counter(), 0
+            with os.fdopen(fd, "rb", buffering=0, closefd=False) as reader:
+                while (n := reader.readinto(buffer)) and n > 0:
+                    total += n
+            elapsed = time.perf_counter() - start
+        finally:
+            os.close(fd)
+    finally:
+        os.unlink(path)
+    return total / max(elapsed, 1e-9) / 1e9
+
+
+def _measure_gpu(device: torch.device, copy_bytes: int) -> dict[str, Any]:
+    """Pinned H2D/D2H, HBM copy (read + write counted), bf16 matmul; plus the card's name and size."""
+    import torch
+
+    sync = torch.cuda.synchronize
+    host = torch.empty(copy_bytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
+    h2d = copy_bytes / _best_seconds(lambda: dev.copy_(host, non_blocking=True), 5, sync) / 1e9
+    d2h = copy_bytes / _best_seconds(lambda: host.copy_(dev, non_blocking=True), 5, sync) / 1e9
+    other = torch.empty_like(dev)
+    hbm = 2 * copy_bytes / _best_seconds(lambda: other.copy_(dev), 5, sync) / 1e9
+    props = torch.cuda.get_device_properties(device)
+    return dict(
+        h2d_gbs=h2d, d2h_gbs=d2h, hbm_gbs=hbm,
+        gpu_tflops=measure_matmul_tflops(device, 8192, torch.bfloat16, repeats=5),
+        gpu_name=props.name, gpu_total_bytes=int(props.total_memory),
+    )
+
+
+def measure_bandwidths(
+    device: str | torch.device | None = None,
+    disk_dir: str | os.PathLike[str] | None = None,
+    quick: bool = False,
+) -> Bandwidths:
+    """Measure what this host has; GPU figures stay None without a CUDA device."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    figures: dict[str, Any] = {}
+    if device.type == "cuda":
+        figures.update(_measure_gpu(device, (256 if quick else 1024) * MiB))
+    figures["cpu_attn_gbs"] = measure_cpu_attention_gbs(8192 if quick else 32768)
+    figures["cpu_tflops"] = measure_matmul_tflops(torch.device("cpu"), 512 if quick else 1024, torch.float32)
+    figures["disk_read_gbs"] = measure_disk_read_gbs(disk_dir, (32 if quick else 128) * MiB)
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    where = figures.get("gpu_name") or "cpu only"
+    return Bandwidths(**figures, measured_at=now, source=f"measured now ({where}, {now})")
+
+
+def save_calibration(bandwidths: Bandwidths, path: str | os.PathLike[str] | None = None) -> Path:
+    """Write `bandwidths` as JSON (default path: KVSPILL_CALIBRATION or ~/.cache/kvspill/...)."""
+    target = Path(path) if path is not None else env_settings().calibration_path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = {"version": CALIBRATION_VERSION, **asdict(bandwidths)}
+    data.pop("source")
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(target)  # atomic: a reader never sees half a file
+    return target
+
+
+def load_calibration(path: str | os.PathLike[str] | None = None) -> Bandwidths | None:
+    """Read a saved calibration; None when there is none. A corrupt file is an error that says so."""
+    source = Path(path) if path is not None else env_settings().calibration_path
+    if not source.is_file():
+        return None
+
+    def bad(why: str) -> InvalidParameterError:
+        return InvalidParameterError(
+            "calibration", f"calibration file {source} {why}: rerun `kvspill doctor --calibrate` or delete it"
+        )
+
+    try:
+        data = json.loads(source.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise bad(f"cannot be read ({e})") from e
+    if not isinstance(data, dict) or data.get("version") != CALIBRATION_VERSION:
+        raise bad(f"is not a version {CALIBRATION_VERSION} calibration")
+    known = {f.name for f in fields(Bandwidths)} - {"source"}
+    values = {k: v for k, v in data.items() if k in known}
+    for name in (*RATE_FIELDS, "cpu_tflops"):
+        value = values.get(name)
+        if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+            raise bad(f"has an invalid {name}: {value!r}")
+    date = values.get("measured_at") or "undated"
+    return Bandwidths(**values, source=f"calibration {source} {date}")
+
+
+def run_calibration(
+    save_path: str | os.PathLike[str] | None = None,
+    disk_dir: str | os.PathLike[str] | None = None,
+    quick: bool = False,
+) -> Bandwidths:
+    """Measure this host (disk read under `disk_dir`: the KV disk dir), save, return as read back."""
+    measured = measure_bandwidths(disk_dir=disk_dir, quick=quick)
+    target = save_calibration(measured, save_path)
+    return replace(measured, source=f"calibration {target} {measured.measured_at}")

@@ -1,0 +1,38 @@
+"""Environment variables kvspill reads: in this module only, once, through `env_settings()`.
+
+Invariants:
+- Nothing is read at import time; `env_settings()` reads `os.environ` on its first call and
+  caches the frozen result (tests call `read_env_settings(environ)` or `env_settings.cache_clear()`).
+- Every variable is `KVSPILL_*` and documented on its field.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_CALIBRATION_PATH = "~/.cache/kvspill/calibration.json"
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    """Settings taken from the environment."""
+
+    # KVSPILL_CALIBRATION: where `kvspill doctor --calibrate` saves measured bandwidths and
+    # where `kvspill plan` and the engine read them.
+    calibration_path: Path
+
+
+def read_env_settings(environ: Mapping[str, str]) -> EnvSettings:
+    """Settings from `environ` (uncached)."""
+    calibration = environ.get("KVSPILL_CALIBRATION") or DEFAULT_CALIBRATION_PATH
+    return EnvSettings(calibration_path=Path(calibration).expanduser())
+
+
+@functools.cache
+def env_settings() -> EnvSettings:
+    """Settings from the process environment, read on the first call."""
+    return read_env_settings(os.environ)

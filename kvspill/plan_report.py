@@ -1,0 +1,217 @@
+"""What a memory plan says to people: advice when it does not fit, a table, and JSON.
+
+`advise` turns a plan that does not fit into lines that each name a flag and a number that
+would make it fit (or come closer); `format_plan_table` lays several plans side by side as plain
+text (rich prints it as is); `plan_to_json` is the same content as a JSON-ready dict.
+
+Invariants: no torch, no I/O; advice is computed by re-planning with one flag changed, so every
+number it suggests was checked by the same arithmetic (`compute_plan`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from kvspill.plan_math import Bandwidths, MemoryPlan, PlanRequest, compute_plan
+from kvspill.units import GiB, format_bytes, format_tokens
+
+
+def _gib_up(num_bytes: float) -> str:
+    """A flag value that is at least `num_bytes`: GiB rounded up to 0.1."""
+    return f"{math.ceil(num_bytes / GiB * 10) / 10:g}GiB"
+
+
+def _round_up(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size) * block_size
+
+
+def _gpu_ok(plan: MemoryPlan) -> bool:
+    """The GPU holds weights, reserves and the KV the context needs there at least."""
+    need = min(_round_up(plan.context_len, plan.request.block_size), plan.min_gpu_kv_tokens)
+    return plan.usable_vram_bytes >= _fixed_bytes(plan) and plan.gpu_kv_tokens >= need
+
+
+def _fixed_bytes(plan: MemoryPlan) -> int:
+    return (plan.weight_bytes + plan.activation_peak_bytes + plan.cuda_graph_reserve_bytes
+            + plan.allocator_slack_bytes + plan.runtime_reserve_bytes)
+
+
+def _replan(plan: MemoryPlan, bandwidths: Bandwidths, **changes: Any) -> MemoryPlan:
+    request: PlanRequest = replace(plan.request, **changes)
+    return compute_plan(request, bandwidths)
+
+
+def _gpu_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
+    """The GPU cannot hold weights + reserves + the hot KV: more VRAM, smaller chunks, fewer seqs."""
+    r = plan.request
+    need_tokens = min(_round_up(plan.context_len, r.block_size), plan.min_gpu_kv_tokens)
+    need = _fixed_bytes(plan) + need_tokens * plan.kv_bytes_per_token
+    # The allocator slack grows with the usable VRAM: step up from the estimate until it holds.
+    budget_gib = math.ceil(need / r.gpu_memory_utilization / GiB * 10) / 10
+    while budget_gib < 4096 and not _gpu_ok(_replan(plan, bandwidths, vram_budget_bytes=int(budget_gib * GiB))):
+        budget_gib = round(budget_gib + 0.1, 1)
+    lines = [
+        f"the GPU needs {format_bytes(need)}: weights {format_bytes(plan.weight_bytes)}, activations "
+        f"{format_bytes(plan.activation_peak_bytes)}, reserves "
+        f"{format_bytes(_fixed_bytes(plan) - plan.weight_bytes - plan.activation_peak_bytes)}, and "
+        f"{need_tokens} tokens of hot KV ({format_bytes(need_tokens * plan.kv_bytes_per_token)}); "
+        f"{format_bytes(plan.usable_vram_bytes)} is usable: --vram-budget {budget_gib:g}GiB"
+    ]
+    utilization = math.ceil(need / r.vram_budget_bytes * 100) / 100
+    while utilization <= 1.0 and not _gpu_ok(_replan(plan, bandwidths, gpu_memory_utilization=utilization)):
+        utilization = round(utilization + 0.01, 2)
+    if utilization <= 1.0:
+        lines.append(f"or --gpu-memory-utilization {utilization:.2f}")
+    if plan.weight_bytes > r.vram_budget_bytes:
+        lines.append(
+            f"the weights alone ({format_bytes(plan.weight_bytes)}) exceed the VRAM budget "
+            f"({format_bytes(r.vram_budget_bytes)}); weight offload is not available yet: use a smaller model"
+        )
+    if r.weight_dtype_bytes > 2:
+        half = _replan(plan, bandwidths, weight_dtype="bfloat16")
+        lines.append(f"--dtype bfloat16 halves the weights to {format_bytes(half.weight_bytes)}"
+                     + (" and fits" if half.fits else ""))
+    chunk = r.max_num_batched_tokens // 2
+    while chunk >= 256:
+        smaller = _replan(plan, bandwidths, max_num_batched_tokens=chunk)
+        if _gpu_ok(smaller):
+            lines.append(f"--max-num-batched-tokens {chunk}: activations {format_bytes(plan.activation_peak_bytes)}"
+                         f" -> {format_bytes(smaller.activation_peak_bytes)}, hot set + chunk {smaller.min_gpu_kv_tokens}"
+                         " tokens")
+            break
+        chunk //= 2
+    seqs = r.max_num_seqs // 2
+    while seqs >= 1:
+        fewer = _replan(plan, bandwidths, max_num_seqs=seqs)
+        if _gpu_ok(fewer):
+            freed = _fixed_bytes(plan) - _fixed_bytes(fewer)
+            lines.append(f"--max-num-seqs {seqs}: frees {format_bytes(freed)} of logits and CUDA-graph memory")
+            break
+        seqs //= 2
+    return lines
+
+
+def _tier_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
+    """The context does not fit the tiers: more RAM, a disk tier, fp8 KV."""
+    r, kvpt = plan.request, plan.kv_bytes_per_token
+    ctx = _round_up(plan.context_len, r.block_size)
+    lines: list[str] = []
+    ram_need = max(0, ctx - plan.gpu_kv_tokens - plan.disk_kv_tokens) * kvpt
+    with_ram = _replan(plan, bandwidths, ram_budget_bytes=ram_need)
+    lines.append(
+        f"--ram-budget {_gib_up(ram_need)} (now {format_bytes(r.ram_budget_bytes)}) holds the "
+        f"{ctx - plan.gpu_kv_tokens - plan.disk_kv_tokens} cold tokens in pinned RAM: "
+        f"about {with_ram.decode_tok_s:.2f} tok/s decode"
+    )
+    disk_need = max(0, ctx - plan.gpu_kv_tokens - plan.cpu_kv_tokens) * kvpt
+    with_disk = _replan(plan, bandwidths, disk_budget_bytes=disk_need)
+    lines.append(
+        f"--disk-kv-budget {_gib_up(disk_need)} (now {format_bytes(r.disk_budget_bytes)}) keeps the other "
+        f"{ctx - plan.gpu_kv_tokens - plan.cpu_kv_tokens} tokens on disk, read every decode step: "
+        f"about {with_disk.decode_tok_s:.2f} tok/s decode"
+    )
+    return lines
+
+
+def advise(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
+    """Lines that say what to change, with numbers; empty when the plan fits."""
+    if plan.fits:
+        return []
+    r, kvpt = plan.request, plan.kv_bytes_per_token
+    lines = [
+        f"{format_tokens(plan.context_len)} tokens x {format_bytes(kvpt)}/token = "
+        f"{format_bytes(plan.context_len * kvpt)} of KV; the tiers hold {plan.max_context} tokens "
+        f"(gpu {plan.gpu_kv_tokens}, cpu {plan.cpu_kv_tokens}, disk {plan.disk_kv_tokens})"
+    ]
+    if plan.max_context > 0:
+        lines.append(f"max context that fits now: {plan.max_context} tokens (--context {plan.max_context})")
+    gpu_ok = _gpu_ok(plan)
+    lines += _tier_advice(plan, bandwidths) if gpu_ok else _gpu_advice(plan, bandwidths)
+    fp8 = _replan(plan, bandwidths, kv_dtype="fp8") if r.kv_dtype_bytes > 1 else plan
+    if fp8.max_context > plan.max_context:
+        lines.append(
+            f"--kv-dtype fp8: KV {format_bytes(kvpt)} -> {format_bytes(fp8.kv_bytes_per_token)} per token, "
+            f"max context {fp8.max_context} tokens" + (" (fits)" if fp8.fits else "")
+        )
+    return lines
+
+
+def notes_for(plan: MemoryPlan) -> list[str]:
+    """Things worth knowing about a plan that are not failures."""
+    r, notes = plan.request, []
+    if plan.context_len > r.spec.max_position_embeddings:
+        notes.append(f"context {plan.context_len} is past the model's {r.spec.max_position_embeddings} "
+                     "positions: it needs --rope-scaling")
+    if plan.fits and r.max_num_seqs > plan.max_concurrent_seqs:
+        notes.append(f"sequences of {plan.context_len} tokens that fit at once: {plan.max_concurrent_seqs} "
+                     f"(of --max-num-seqs {r.max_num_seqs}); the others wait")
+    if r.gpu_kv_budget_bytes is not None and plan.gpu_kv_bytes + plan.block_bytes <= r.gpu_kv_budget_bytes:
+        notes.append(f"a fixed GPU KV of {format_bytes(r.gpu_kv_budget_bytes)} was asked; "
+                     f"{format_bytes(plan.gpu_kv_bytes)} is left after weights and reserves")
+    return notes
+
+
+def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
+    ctx = format_tokens(plan.context_len)
+    r = plan.request
+    d = plan.decode
+    reserves = plan.cuda_graph_reserve_bytes + plan.allocator_slack_bytes + plan.runtime_reserve_bytes
+    kv_name = {1: "fp8", 2: "bf16/fp16", 4: "fp32"}[r.kv_dtype_bytes]
+    return [
+        ("VRAM planned / budget", f"{format_bytes(plan.usable_vram_bytes)} / {format_bytes(r.vram_budget_bytes)}"),
+        ("weights", format_bytes(plan.weight_bytes)),
+        ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)} {kv_name}"),
+        (f"activations (chunk {r.max_num_batched_tokens})", format_bytes(plan.activation_peak_bytes)),
+        ("graphs+slack+runtime", format_bytes(reserves)),
+        ("GPU KV tier", f"{format_bytes(plan.gpu_kv_bytes)} {format_tokens(plan.gpu_kv_tokens)} tok"),
+        ("CPU KV tier", f"{format_bytes(plan.cpu_kv_bytes)} {format_tokens(plan.cpu_kv_tokens)} tok"),
+        ("disk KV tier", f"{format_bytes(plan.disk_kv_bytes)} {format_tokens(plan.disk_kv_tokens)} tok"),
+        ("max context (1 seq)", format_tokens(plan.max_context)),
+        (f"max seqs @ {ctx}", str(plan.max_concurrent_seqs)),
+        (f"gpu/cpu/disk @ {ctx}", "/".join(format_tokens(n) for n in (
+            plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens))),
+        (f"TTFT @ {ctx}", f"{plan.ttft_s:.3g} s" if plan.fits else "-"),
+        (f"decode @ {ctx}", f"{plan.decode_tok_s:.3g} tok/s" if plan.fits else "-"),
+        ("cold split stream/cpu", f"{d.stream_fraction:.0%}/{1 - d.stream_fraction:.0%}" if d.streamed_bytes else "-"),
+        ("floor ms w+gpu+cold+disk", "+".join(f"{s * 1e3:.3g}" for s in (
+            d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s))),
+        ("fits", "yes" if plan.fits else "NO"),
+    ]
+
+
+def format_plan_table(plans: Mapping[str, MemoryPlan] | Sequence[MemoryPlan], with_advice: bool = True) -> str:
+    """Plans side by side, one column each, then advice for those that do not fit."""
+    items = list(plans.values()) if isinstance(plans, Mapping) else list(plans)
+    if not items:
+        return ""
+    columns = [_tiers(p) for p in items]
+    label_width = max(len(label) for label, _ in columns[0])
+    widths = [max(len(p.preset), *(len(v) for _, v in col)) for p, col in zip(items, columns, strict=True)]
+    spec = items[0].request.spec
+    lines = [f"model {spec.name or spec.architecture}: {spec.num_params / 1e9:.3g}B params, {spec.num_layers} layers, "
+             f"{spec.num_kv_heads}x{spec.head_dim} KV heads"]
+    lines.append(" ".join([" " * label_width] + [p.preset.rjust(w) for p, w in zip(items, widths, strict=True)]))
+    for row, (label, _) in enumerate(columns[0]):
+        cells = [col[row][1].rjust(w) for col, w in zip(columns, widths, strict=True)]
+        lines.append(" ".join([label.ljust(label_width)] + cells))
+    lines.append(f"bandwidths: {items[0].bandwidths.source}")
+    if with_advice:
+        for plan in items:
+            lines += [f"note ({plan.preset}): {n}" for n in plan.notes]
+            if not plan.fits:
+                lines.append(f"{plan.preset} does not fit:")
+                lines += [f"  - {a}" for a in plan.advice]
+    return "\n".join(lines)
+
+
+def plan_to_json(plan: MemoryPlan) -> dict[str, Any]:
+    """The plan as a JSON-ready dict: every field, plus derived figures named with units."""
+    data = asdict(plan)
+    data["decode"]["total_s"] = plan.decode.total_s
+    data["request"]["spec"]["num_params"] = plan.request.spec.num_params
+    data["request"]["weight_dtype_bytes"] = plan.request.weight_dtype_bytes
+    data["request"]["kv_dtype_bytes"] = plan.request.kv_dtype_bytes
+    return data

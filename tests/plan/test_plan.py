@@ -1,0 +1,278 @@
+"""The memory plan's arithmetic, presets, advice, report formats and the `plan` command."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kvspill.calibrate import save_calibration
+from kvspill.cli.plan_cmd import register
+from kvspill.config import EngineConfig
+from kvspill.env import env_settings
+from kvspill.errors import InvalidParameterError
+from kvspill.plan import (
+    DEFAULT_BANDWIDTHS,
+    PRESETS,
+    Bandwidths,
+    PlanRequest,
+    bandwidths_for_gpu,
+    format_plan_table,
+    make_plan,
+    parse_bytes,
+    plan_presets,
+    plan_to_json,
+    preset_request,
+    request_from_engine_config,
+)
+from kvspill.plan_math import decode_floor
+from kvspill.spec import KNOWN_SHAPES
+
+GiB, MiB = 1 << 30, 1 << 20
+LLAMA_8B = KNOWN_SHAPES["llama-8b"]
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes("16GiB") == 16 * GiB
+    assert parse_bytes("24G") == 24 * GiB  # bare letters are binary, as docker and ls -h use them
+    assert parse_bytes("512MiB") == 512 * MiB
+    assert parse_bytes("1.5TB") == 1_500_000_000_000
+    assert parse_bytes("2 gb") == 2_000_000_000
+    assert parse_bytes("1024") == 1024 and parse_bytes(7) == 7
+    for bad in ("", "GiB", "12 parsecs", "-1G", "1.2.3G"):
+        with pytest.raises(InvalidParameterError, match="cannot read"):
+            parse_bytes(bad, "--ram-budget")
+
+
+def test_hand_computed_llama_8b_24gib_128k() -> None:
+    """Llama-3.1-8B, 24 GiB VRAM at 0.9, 16 GiB CPU tier, 128K context, one sequence, no CUDA graphs.
+
+    usable      = int(24 GiB * 0.9)                              = 23,192,823,398
+    weights     = 8,030,261,248 params * 2 B                     = 16,060,522,496
+    activations (T = 2048 tokens, h = 4096, I = 14336, q = 4096, kv = 1024, a = 2 B):
+      residual  = 3 * T * h * a                                  =     50,331,648
+      attention = T * (q + 2kv + q + kv + q) * a                 =     62,914,560
+                + fp32 partials 2 * T * 32 heads * 129 * 4       =     67,633,152
+                + cold staging 2 * 16384 * 2 * kv * 2 B          =    134,217,728
+      mlp       = 4 * T * I * a = 234,881,024 < attention; logits (1 row) smaller still
+      peak      = 50,331,648 + 264,765,440                       =    315,097,088
+    slack       = 3% of usable                                   =    695,784,701
+    runtime     = 512 MiB                                        =    536,870,912
+    GPU KV left = 23,192,823,398 - 16,060,522,496 - 315,097,088 - 695,784,701 - 536,870,912
+                = 5,584,548,201 -> 2662 blocks of 16 x 131,072 B (2 MiB) = 42,592 tokens
+    CPU KV      = 16 GiB / 2 MiB = 8192 blocks = 131,072 tokens; max context 173,664
+    placement   = gpu 42,592 + cpu 131,072 - 42,592 = 88,480
+    decode      = 16,060,522,496 / 900e9 + 42,592 * 131,072 / 900e9 + 88,480 * 131,072 / (25e9 + 20e9)
+                = 0.0178450 + 0.0062029 + 0.2577167 = 0.2817646 s -> 3.549 tok/s, 25/45 streamed
+    """
+    request = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072,
+                          ram_budget_bytes=16 * GiB, gpu_memory_utilization=0.9, max_num_seqs=1,
+                          enforce_eager=True)
+    plan = make_plan(request, DEFAULT_BANDWIDTHS)
+    assert plan.usable_vram_bytes == 23_192_823_398
+    assert plan.weight_bytes == 16_060_522_496 and plan.kv_bytes_per_token == 131_072
+    assert plan.activation_peak_bytes == 315_097_088
+    assert plan.cuda_graph_reserve_bytes == 0 and plan.allocator_slack_bytes == 695_784_701
+    assert plan.gpu_kv_tokens == 42_592 and plan.gpu_kv_bytes == 2662 * 2 * MiB
+    assert plan.cpu_kv_tokens == 131_072 and plan.disk_kv_tokens == 0
+    assert plan.max_context == 173_664 and plan.max_concurrent_seqs == 1
+    assert (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens) == (42_592, 88_480, 0)
+    assert plan.decode.weights_s == pytest.approx(16_060_522_496 / 900e9)
+    assert plan.decode.cold_kv_s == pytest.approx(88_480 * 131_072 / 45e9)
+    assert plan.decode.total_s == pytest.approx(0.2817646, rel=1e-6)
+    assert plan.decode_tok_s == pytest.approx(3.549, abs=1e-3)
+    assert plan.decode.stream_fraction == pytest.approx(25 / 45)
+    assert plan.fits and plan.advice == []
+
+
+def test_prefill_one_chunk_by_hand() -> None:
+    """2048 tokens in one chunk, all on the GPU: compute-bound.
+
+    linear: 2 FLOPs x 32 layers x 218,103,808 matmul params = 13,958,643,712 per token
+    attention: 4 x 32 layers x 32 heads x 128 = 524,288 FLOPs per (query, key) pair, 2048*2049/2 pairs
+    lm_head: 2 x 4096 x 128256 for the last row; all over 100 TFLOP/s (weights read 17.8 ms is less).
+    """
+    plan = make_plan(PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=2048), DEFAULT_BANDWIDTHS)
+    flops = 13_958_643_712 * 2048 + 524_288 * (2048 * 2049 // 2) + 2 * 4096 * 128256
+    assert plan.ttft_s == pytest.approx(flops / 100e12)
+    assert plan.placed_gpu_tokens == 2048 and plan.decode.cold_kv_s == 0
+
+
+def test_cold_split_is_the_optimum() -> None:
+    floor = decode_floor(0, 0, 10**10, 0, DEFAULT_BANDWIDTHS)
+    h2d, cpu = DEFAULT_BANDWIDTHS.h2d_gbs, DEFAULT_BANDWIDTHS.cpu_attn_gbs
+    assert h2d is not None and cpu is not None
+    brute = min(max(f / 1000 * 10**10 / (h2d * 1e9), (1 - f / 1000) * 10**10 / (cpu * 1e9)) for f in range(1001))
+    assert floor.cold_kv_s == pytest.approx(brute, rel=1e-3)
+    assert floor.streamed_bytes + floor.cpu_attn_bytes == 10**10
+
+
+def test_does_not_fit_gives_numbers() -> None:
+    request = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=1 << 20,
+                          ram_budget_bytes=16 * GiB, gpu_memory_utilization=0.9, max_num_seqs=1,
+                          enforce_eager=True)
+    plan = make_plan(request, DEFAULT_BANDWIDTHS)
+    assert not plan.fits and plan.unplaced_tokens == (1 << 20) - 173_664
+    text = "\n".join(plan.advice)
+    assert "max context that fits now: 173664 tokens" in text
+    # RAM for every token beyond the GPU's 42,592: 1,005,984 tokens / 8192 per GiB = 122.80 GiB, up to 122.9
+    assert "--ram-budget 122.9GiB" in text
+    # disk for what GPU and RAM cannot hold: 874,912 tokens / 8192 per GiB = 106.80 GiB, up to 106.9
+    assert "--disk-kv-budget 106.9GiB" in text
+    assert "--kv-dtype fp8" in text and "64.0 KiB per token" in text
+    for flag, field in (("122.9GiB", "ram_budget_bytes"), ("106.9GiB", "disk_budget_bytes")):
+        assert make_plan(replace(request, **{field: parse_bytes(flag)}), DEFAULT_BANDWIDTHS).fits
+
+
+def test_weights_too_big_for_the_card() -> None:
+    plan = make_plan(PlanRequest(spec=LLAMA_8B, vram_budget_bytes=8 * GiB, context_len=8192), DEFAULT_BANDWIDTHS)
+    assert not plan.fits
+    text = "\n".join(plan.advice)
+    assert "weights alone (15.0 GiB) exceed the VRAM budget (8.0 GiB)" in text
+    assert "--vram-budget" in text
+
+
+def test_gpu_advice_numbers_make_it_fit() -> None:
+    # 18 GiB at 0.75: 13.5 GiB usable cannot hold 15 GiB of weights; the suggested flags can.
+    request = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=18 * GiB, context_len=131072, ram_budget_bytes=32 * GiB)
+    plan = make_plan(request, DEFAULT_BANDWIDTHS)
+    assert not plan.fits
+    text = "\n".join(plan.advice)
+    budget = re.search(r"--vram-budget (\S+)", text)
+    utilization = re.search(r"--gpu-memory-utilization (\S+)", text)
+    assert budget and utilization, text
+    assert make_plan(replace(request, vram_budget_bytes=parse_bytes(budget.group(1))), DEFAULT_BANDWIDTHS).fits
+    assert make_plan(replace(request, gpu_memory_utilization=float(utilization.group(1))), DEFAULT_BANDWIDTHS).fits
+
+
+def test_activations_too_big_suggest_smaller_chunks() -> None:
+    # 1B model on a tight card: a 64K-token chunk's activations leave no room for the hot set.
+    spec = KNOWN_SHAPES["llama-1b"]
+    request = PlanRequest(spec=spec, vram_budget_bytes=5 * GiB, context_len=131072, ram_budget_bytes=8 * GiB,
+                          max_num_batched_tokens=65536, gpu_memory_utilization=0.9)
+    plan = make_plan(request, DEFAULT_BANDWIDTHS)
+    assert not plan.fits
+    chunk_lines = [a for a in plan.advice if a.startswith("--max-num-batched-tokens")]
+    assert chunk_lines, plan.advice
+    chunk = int(chunk_lines[0].split()[1].rstrip(":"))
+    assert make_plan(replace(request, max_num_batched_tokens=chunk), DEFAULT_BANDWIDTHS).fits
+
+
+def test_fp8_halves_kv_and_fixed_gpu_kv() -> None:
+    base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=65536)
+    fp8 = make_plan(replace(base, kv_dtype="fp8"), DEFAULT_BANDWIDTHS)
+    bf16 = make_plan(base, DEFAULT_BANDWIDTHS)
+    assert fp8.kv_bytes_per_token * 2 == bf16.kv_bytes_per_token
+    assert fp8.gpu_kv_tokens >= 2 * bf16.gpu_kv_tokens - 16
+    fixed = make_plan(replace(base, gpu_kv_budget_bytes=GiB), DEFAULT_BANDWIDTHS)
+    assert fixed.gpu_kv_bytes == GiB and fixed.gpu_kv_tokens == 8192
+    with pytest.raises(InvalidParameterError, match="--kv-dtype"):
+        replace(base, kv_dtype="int3")
+
+
+def test_presets() -> None:
+    base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072)
+    host_ram, disk_free = 128 * GiB, 1000 * GiB
+    default = preset_request("default", base, host_ram, disk_free)
+    assert default.gpu_memory_utilization == 0.75 and default.disk_budget_bytes == 0
+    need = (131072 - make_plan(replace(default, ram_budget_bytes=0), DEFAULT_BANDWIDTHS).gpu_kv_tokens) * 131072
+    assert default.ram_budget_bytes == need  # more than 2 GiB: what the context needs
+    small = preset_request("default", replace(base, context_len=4096), host_ram, disk_free)
+    assert small.ram_budget_bytes == 2 * GiB
+    extreme = preset_request("extreme", base, host_ram, disk_free)
+    assert extreme.gpu_memory_utilization == 0.95
+    assert extreme.ram_budget_bytes == int(0.8 * host_ram) and extreme.disk_budget_bytes == 250 * GiB
+    plans = plan_presets(base, DEFAULT_BANDWIDTHS, host_ram, disk_free)
+    assert list(plans) == [*PRESETS, "yours"]
+    assert all(plans[name].fits for name in PRESETS)
+    assert not plans["yours"].fits  # base as given: a 2 GiB CPU tier cannot hold 128K
+    assert plans["extreme"].max_context > plans["extended"].max_context > plans["default"].max_context
+    with pytest.raises(InvalidParameterError, match="preset"):
+        preset_request("ludicrous", base)
+
+
+def test_request_from_engine_config() -> None:
+    config = EngineConfig(max_model_len=65536, max_num_seqs=4, kv_cache_memory_bytes=GiB, enforce_eager=True)
+    request = request_from_engine_config(config, LLAMA_8B, 24 * GiB, ram_budget_bytes=8 * GiB)
+    assert (request.context_len, request.max_num_seqs, request.gpu_memory_utilization) == (65536, 4, 0.9)
+    plan = make_plan(request, DEFAULT_BANDWIDTHS)
+    assert plan.gpu_kv_bytes == GiB and plan.cuda_graph_reserve_bytes == 0 and plan.fits
+
+
+def test_bandwidths_fill_and_known_cards() -> None:
+    assert bandwidths_for_gpu("NVIDIA H100 80GB HBM3").hbm_gbs == 3000.0
+    assert bandwidths_for_gpu("NVIDIA H200").hbm_gbs == 4300.0
+    assert bandwidths_for_gpu("Some Future Card") is DEFAULT_BANDWIDTHS
+    cpu_only = Bandwidths(cpu_attn_gbs=7.0, disk_read_gbs=1.0, source="calibration x 2026-11-26")
+    full = cpu_only.complete(DEFAULT_BANDWIDTHS)
+    assert full.cpu_attn_gbs == 7.0 and full.hbm_gbs == DEFAULT_BANDWIDTHS.hbm_gbs
+    assert "hbm_gbs" in full.source and "calibrate" in full.source
+    plan = make_plan(PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=1024), cpu_only)
+    assert plan.bandwidths.hbm_gbs == DEFAULT_BANDWIDTHS.hbm_gbs
+
+
+def test_table_and_json() -> None:
+    base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072)
+    plans = plan_presets(base, DEFAULT_BANDWIDTHS, 64 * GiB, 500 * GiB)
+    table = format_plan_table(plans)
+    for word in ("default", "extended", "extreme", "yours", "KV per token", "128 KiB", "decode @ 128K", "fits"):
+        assert word in table
+    data = json.loads(json.dumps(plan_to_json(plans["default"])))
+    assert data["kv_bytes_per_token"] == 131072 and data["request"]["spec"]["num_params"] == 8_030_261_248
+    assert data["decode"]["total_s"] == pytest.approx(1 / data["decode_tok_s"])
+
+
+# -- the `plan` command -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
+    monkeypatch.setenv("KVSPILL_CALIBRATION", str(tmp_path / "calibration.json"))
+    env_settings.cache_clear()
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # two commands: `plan` stays a subcommand, as in the real CLI
+    yield app
+    env_settings.cache_clear()
+
+
+def test_cli_table(cli: typer.Typer) -> None:
+    result = CliRunner().invoke(cli, ["plan", "llama-1b", "--vram-budget", "16GiB", "--context", "32K"])
+    assert result.exit_code == 0, result.output
+    assert "default" in result.output and "yours" in result.output and "KV per token" in result.output
+    assert "kvspill doctor --calibrate" in result.output
+
+
+def test_cli_json_uses_calibration(cli: typer.Typer) -> None:
+    calibration = Bandwidths(hbm_gbs=1000.0, h2d_gbs=20.0, d2h_gbs=20.0, cpu_attn_gbs=10.0, disk_read_gbs=2.0,
+                             gpu_tflops=50.0, gpu_name="Test Card", gpu_total_bytes=12 * GiB,
+                             measured_at="2026-11-26T00:00:00+00:00")
+    save_calibration(calibration, env_settings().calibration_path)
+    result = CliRunner().invoke(cli, ["plan", "llama-1b", "--context", "8192", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["vram_budget_bytes"] == 12 * GiB and data["fits"] is True
+    assert data["bandwidths_source"].startswith("calibration ")
+    assert set(data["plans"]) == {"default", "extended", "extreme", "yours"}
+    assert data["plans"]["yours"]["bandwidths"]["hbm_gbs"] == 1000.0
+
+
+def test_cli_does_not_fit_exits_1_with_advice(cli: typer.Typer) -> None:
+    args = ["plan", "llama-8b", "--vram-budget", "24GiB", "--context", "1M", "--ram-budget", "16GiB"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "do not fit" in result.output and "--ram-budget" in result.output and "--kv-dtype fp8" in result.output
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert data["fits"] is False and any("max context" in a for a in data["plans"]["yours"]["advice"])
+
+
+def test_cli_bad_input_exits_2(cli: typer.Typer) -> None:
+    result = CliRunner().invoke(cli, ["plan", "llama-8b", "--vram-budget", "lots"])
+    assert result.exit_code == 2 and "cannot read" in result.output
