@@ -10,11 +10,17 @@ Norm weights and biases get random values so that loading them wrongly shows in 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+
+# Without CUDA, Triton kernels run in Triton's interpreter. Triton reads this at each
+# `@triton.jit`, so it must be set before any test module imports kvspill's kernels.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 SEED = 1234
 CHAT_TEMPLATE = (

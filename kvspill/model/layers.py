@@ -28,6 +28,9 @@ from torch import Tensor, nn
 from transformers import PretrainedConfig
 
 from kvspill.errors import UnsupportedModelError
+from kvspill.kernels.fused_ops import apply_rope as fused_apply_rope
+from kvspill.kernels.fused_ops import rms_norm as fused_rms_norm
+from kvspill.kernels.fused_ops import silu_and_mul as fused_silu_and_mul
 
 
 class RMSNorm(nn.Module):
@@ -50,6 +53,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         # x, residual: [..., hidden_size]
+        if x.is_cuda and x.dim() == 2:  # one fused kernel instead of six (add, pow, mean, ...)
+            return fused_rms_norm(x, self.weight, self.variance_epsilon, residual)
         if residual is not None:
             x = x + residual
             residual = x
@@ -72,6 +77,8 @@ class SiluAndMul(nn.Module):
     """x: [num_tokens, 2 * d] (gate then up, as fused by `gate_up_proj`) -> [num_tokens, d]."""
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.is_cuda and x.dim() == 2:
+            return fused_silu_and_mul(x)
         d = x.shape[-1] // 2
         return F.silu(x[..., :d]) * x[..., d:]
 
@@ -182,6 +189,8 @@ class RotaryEmbedding(nn.Module):
         self.cos_sin_cache = cache.to(self.cos_sin_cache.device)
 
     def forward(self, positions: Tensor, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        if q.is_cuda:  # rotates q and k in place, in one kernel
+            return fused_apply_rope(q, k, positions, self.cos_sin_cache)
         return apply_rotary_ref(positions, q, k, self.cos_sin_cache)
 
     def extra_repr(self) -> str:

@@ -32,6 +32,7 @@ class AttentionMetadata:
     prefill_block_tables: torch.Tensor  # [num_prefills, max_blocks_per_seq] int32
     prefill_query_start_loc: torch.Tensor  # [num_prefills + 1] int32, relative to the first prefill token
     prefill_seq_lens: torch.Tensor  # [num_prefills] int32
+    prefill_max_query_len: int = 0  # longest prefill chunk (saves the kernel a device sync)
     decode_num_splits: int | None = None  # fixed split count (CUDA graphs) or None = auto
 
     @property
@@ -74,6 +75,7 @@ class PagedAttention:
                 paged_prefill_attention(
                     q[nd:], kv_layer, meta.prefill_block_tables, meta.prefill_query_start_loc,
                     meta.prefill_seq_lens, self.scale, out=out[nd:],
+                    max_query_len=meta.prefill_max_query_len or None,
                 )
             else:
                 o, _ = paged_prefill_attention_ref(

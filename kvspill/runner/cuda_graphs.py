@@ -4,7 +4,8 @@ A decode step of a small model is hundreds of short kernels; replaying a capture
 the per-launch CPU cost. Each bucket owns nothing but views of one set of static input buffers
 sized for the largest bucket; a step of B sequences runs the smallest bucket >= B with padding
 rows (slot -1: not stored; seq_len 0: attends to nothing). The decode kernel's split count is
-fixed per bucket at capture; the kernel spreads each sequence's actual blocks over those splits.
+fixed per bucket at capture (from the block table's width, no device sync); the kernel spreads
+each sequence's actual length over those splits.
 """
 
 from __future__ import annotations
@@ -40,13 +41,11 @@ class DecodeGraphs:
         scale: float,
         max_num_seqs: int,
         max_blocks_per_seq: int,
-        num_splits: int,
     ) -> None:
         self.model = model
         self.storage = storage
         self.scale = scale
         self.buckets = batch_buckets(max_num_seqs)
-        self.num_splits = num_splits
         dev = storage.device
         n = self.buckets[-1]
         self.input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
@@ -68,7 +67,6 @@ class DecodeGraphs:
             prefill_block_tables=empty.view(0, 1),
             prefill_query_start_loc=empty,
             prefill_seq_lens=empty,
-            decode_num_splits=self.num_splits,
         )
         attention = PagedAttention(self.storage, meta, self.scale)
         hidden = self.model(self.input_ids[:b], self.positions[:b], attention)

@@ -116,6 +116,7 @@ class ModelRunner:
             prefill_block_tables=to_dev(inputs.block_tables[nd:]),
             prefill_query_start_loc=to_dev((qsl[nd:] - token_nd).astype(np.int32)),
             prefill_seq_lens=to_dev(inputs.seq_lens[nd:]),
+            prefill_max_query_len=int(np.diff(qsl[nd:]).max()) if len(qsl) > nd + 1 else 0,
         )
         attention = PagedAttention(self.storage, meta, self.scale)
         hidden = self.model(to_dev(inputs.input_ids), to_dev(inputs.positions), attention)

@@ -58,6 +58,7 @@ def _profile_prefill_peak(loaded: LoadedModel, layout: KVLayout, num_tokens: int
         prefill_block_tables=block_table,
         prefill_query_start_loc=torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
         prefill_seq_lens=torch.tensor([num_tokens], dtype=torch.int32, device=device),
+        prefill_max_query_len=num_tokens,
     )
     with torch.inference_mode():
         ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
@@ -104,13 +105,9 @@ def build_runner(config: EngineConfig) -> RunnerBundle:
     graphs = None
     if device.type == "cuda" and not config.enforce_eager:
         max_blocks_per_seq = -(-loaded.max_model_len // config.block_size)
-        sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-        # Enough (seq, kv_head, split) programs to fill every SM twice at batch 1.
-        num_splits = max(1, min(max_blocks_per_seq, -(-2 * sm_count // loaded.num_kv_heads)))
         graphs = DecodeGraphs(
             loaded.model, storage, scale=loaded.head_dim**-0.5,
             max_num_seqs=min(config.max_num_seqs, 256), max_blocks_per_seq=max_blocks_per_seq,
-            num_splits=num_splits,
         )
         graphs.capture()
     runner = ModelRunner(

@@ -1,0 +1,325 @@
+"""Causal attention of a chunk of queries per sequence over the paged KV cache (chunked prefill).
+
+Shapes:
+    q:               [num_tokens, num_heads, head_dim]   tokens of several seqs, concatenated
+    kv_layer:        [num_blocks, 2, block_size, num_kv_heads, head_dim]   a view of one layer
+    block_tables:    [num_seqs, max_blocks_per_seq] int32
+    query_start_loc: [num_seqs + 1] int32, cumulative query lengths (query_start_loc[0] == 0)
+    seq_lens:        [num_seqs] int32, context length INCLUDING this chunk's queries
+    o:               [num_tokens, num_heads, head_dim] in q's dtype
+    lse:             [num_tokens, num_heads] float32, natural-log logsumexp of scale * q.k
+
+Invariants:
+- The chunk's own K/V is already in the cache (store_kv ran first). Query i of seq s sits at
+  position seq_lens[s] - q_len_s + i and attends to keys 0..position (bottom-right causal).
+- Every query sees at least key 0, so lse is finite; a seq with q_len 0 is skipped.
+- Block-table entries past a seq's last block are never read.
+- Softmax statistics and accumulators are fp32 whatever the input dtype.
+
+Kernel: FlashAttention-2 tiles. One program owns BLOCK_Q query tokens times the GROUP query heads
+that share one KV head (GQA packed into the M dimension of tl.dot), so each K/V tile is loaded
+once per group; keys are gathered through the block table in tiles of BLOCK_N tokens. Key tiles
+wholly below the tile's first query position skip the causal mask; tiles past its last position
+are never visited. Tiles are launched longest-first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kvspill.kernels.triton_compat import tl, triton
+
+# Bounds the fp32 score matrix of the reference (heads x query rows x keys) to about 256 MiB.
+_REF_MAX_SCORE_ELEMS = 1 << 26
+
+
+def gather_seq_kv(
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    block_table: torch.Tensor,  # [max_blocks_per_seq] int
+    seq_len: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense copies of one seq's keys and values, each [seq_len, num_kv_heads, head_dim]."""
+    _, _, block_size, num_kv_heads, head_dim = kv_layer.shape
+    num_seq_blocks = -(-seq_len // block_size)
+    blocks = kv_layer.index_select(0, block_table[:num_seq_blocks].long())
+    # blocks: [num_seq_blocks, 2, block_size, num_kv_heads, head_dim]
+    k = blocks[:, 0].reshape(num_seq_blocks * block_size, num_kv_heads, head_dim)[:seq_len]
+    v = blocks[:, 1].reshape(num_seq_blocks * block_size, num_kv_heads, head_dim)[:seq_len]
+    return k, v
+
+
+def dense_attention_ref(
+    q: torch.Tensor,  # [q_len, num_heads, head_dim]
+    k: torch.Tensor,  # [seq_len, num_kv_heads, head_dim]
+    v: torch.Tensor,  # [seq_len, num_kv_heads, head_dim]
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bottom-right causal GQA attention of one seq in fp32: query i sits at seq_len - q_len + i.
+
+    Returns o: [q_len, num_heads, head_dim] float32 and lse: [q_len, num_heads] float32; with
+    seq_len == 0 o is 0 and lse is -inf. Query rows are processed in chunks to bound memory.
+    """
+    q_len, num_heads, head_dim = q.shape
+    seq_len, num_kv_heads, _ = k.shape
+    group = num_heads // num_kv_heads
+    o = q.new_zeros((q_len, num_heads, head_dim), dtype=torch.float32)
+    lse = q.new_full((q_len, num_heads), float("-inf"), dtype=torch.float32)
+    if seq_len == 0 or q_len == 0:
+        return o, lse
+    kf = k.float().transpose(0, 1)  # [num_kv_heads, seq_len, head_dim]
+    vf = v.float().transpose(0, 1)
+    key_pos = torch.arange(seq_len, device=q.device)
+    chunk = max(1, _REF_MAX_SCORE_ELEMS // (num_heads * seq_len))
+    for t0 in range(0, q_len, chunk):
+        t1 = min(q_len, t0 + chunk)
+        n = t1 - t0
+        # qg: [num_kv_heads, group * n, head_dim], rows ordered (group, token)
+        qg = q[t0:t1].float().view(n, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
+        qg = qg.reshape(num_kv_heads, group * n, head_dim)
+        scores = torch.bmm(qg, kf.transpose(1, 2)).mul_(scale)  # [num_kv_heads, group * n, seq_len]
+        q_pos = torch.arange(seq_len - q_len + t0, seq_len - q_len + t1, device=q.device)
+        hidden = key_pos[None, :] > q_pos[:, None]  # [n, seq_len]
+        scores.view(num_kv_heads, group, n, seq_len).masked_fill_(hidden, float("-inf"))
+        chunk_lse = torch.logsumexp(scores, dim=-1)  # [num_kv_heads, group * n]
+        probs = scores.sub_(chunk_lse[..., None]).exp_()
+        chunk_o = torch.bmm(probs, vf)  # [num_kv_heads, group * n, head_dim]
+        o[t0:t1] = chunk_o.view(num_kv_heads, group, n, head_dim).permute(2, 0, 1, 3).reshape(n, num_heads, head_dim)
+        lse[t0:t1] = chunk_lse.view(num_kv_heads, group, n).permute(2, 0, 1).reshape(n, num_heads)
+    return o, lse
+
+
+def paged_prefill_attention_ref(
+    q: torch.Tensor,
+    kv_layer: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torch reference (also the CPU engine's path); same contract as `paged_prefill_attention`."""
+    o, lse = resolve_out(out, q)
+    starts = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    for s, seq_len in enumerate(lens):
+        t0, t1 = starts[s], starts[s + 1]
+        if t1 == t0:
+            continue
+        k, v = gather_seq_kv(kv_layer, block_tables[s], seq_len)
+        o_s, lse_s = dense_attention_ref(q[t0:t1], k, v, scale)
+        o[t0:t1] = o_s
+        lse[t0:t1] = lse_s
+    return o, lse
+
+
+def resolve_out(
+    out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None, q: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) buffers: `out` may give o alone, both, or neither."""
+    o, lse = out if isinstance(out, tuple) else (out, None)
+    if o is None:
+        o = torch.empty_like(q)
+    if lse is None:
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    assert o.shape == q.shape and o.dtype == q.dtype and o.device == q.device, (
+        f"out o must be {q.dtype} {tuple(q.shape)} on {q.device}, got {o.dtype} {tuple(o.shape)}"
+    )
+    assert lse.shape == q.shape[:2] and lse.dtype == torch.float32 and lse.device == q.device, (
+        f"out lse must be float32 {tuple(q.shape[:2])}, got {lse.dtype} {tuple(lse.shape)}"
+    )
+    assert o.stride(-1) == 1, "o's head_dim must be contiguous"
+    return o, lse
+
+
+@triton.jit
+def _dot(a, b, acc, DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr):
+    """a @ b (+ acc) in fp32. DOT_IN_F32 is for the interpreter only: its tl.dot multiplies the
+    uint16 bit patterns of bf16 operands as integers (triton 3.9 create_dot); fp32 operands
+    holding the same bf16 values give the tensor-core result up to summation order."""
+    if DOT_IN_F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def attend_tile(
+    acc, m_i, l_i, q, kv_ptr, bt_row, start, q_pos, last_pos, scale_log2,
+    stride_cb, stride_ckv, stride_cs, head_off,
+    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr,
+):
+    """One online-softmax step over keys start..start+BLOCK_N (scores in log2 units)."""
+    keys = start + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, HEAD_DIM)
+    if MASKED:
+        key_ok = keys <= last_pos
+        block_ids = tl.load(bt_row + keys // BLOCK_SIZE, mask=key_ok, other=0).to(tl.int64)
+    else:
+        block_ids = tl.load(bt_row + keys // BLOCK_SIZE).to(tl.int64)
+    kv_off = block_ids * stride_cb + (keys % BLOCK_SIZE) * stride_cs + head_off
+    kv_ptrs = kv_ptr + kv_off[:, None] + dims[None, :]  # [BLOCK_N, HEAD_DIM]
+    if MASKED:
+        k = tl.load(kv_ptrs, mask=key_ok[:, None], other=0.0)
+    else:
+        k = tl.load(kv_ptrs)
+    qk = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_IN_F32) * scale_log2  # [BLOCK_M, BLOCK_N]
+    if MASKED:
+        qk = tl.where(keys[None, :] <= q_pos[:, None], qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    p = tl.exp2(qk - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if MASKED:
+        v = tl.load(kv_ptrs + stride_ckv, mask=key_ok[:, None], other=0.0)
+    else:
+        v = tl.load(kv_ptrs + stride_ckv)
+    acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, DOT_IN_F32)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr, kv_ptr, o_ptr, lse_ptr, bt_ptr, qsl_ptr, seq_lens_ptr,
+    scale_log2,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
+    stride_cb, stride_ckv, stride_cs, stride_ch, stride_bt,
+    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr,
+):
+    # Grid: (max query tiles, num_kv_heads, num_seqs); tile order reversed so the longest
+    # (last, most keys) tiles of each seq start first.
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)
+    kv_head = tl.program_id(1)
+    seq = tl.program_id(2)
+    q_start = tl.load(qsl_ptr + seq)
+    q_len = tl.load(qsl_ptr + seq + 1) - q_start
+    if tile * BLOCK_Q >= q_len:
+        return
+    ctx_len = tl.load(seq_lens_ptr + seq) - q_len  # keys before this chunk
+
+    rows = tl.arange(0, BLOCK_M)
+    tok = tile * BLOCK_Q + rows // GROUP
+    head = kv_head * GROUP + rows % GROUP
+    row_ok = (rows < BLOCK_Q * GROUP) & (tok < q_len)
+    q_pos = ctx_len + tl.minimum(tok, q_len - 1)  # padding rows reuse a real position: no NaN
+    dims = tl.arange(0, HEAD_DIM)
+    tok64 = (q_start + tok).to(tl.int64)
+    q = tl.load(
+        q_ptr + tok64[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
+        mask=row_ok[:, None], other=0.0,
+    )  # q: [BLOCK_M, HEAD_DIM]
+
+    first_pos = ctx_len + tile * BLOCK_Q
+    last_pos = ctx_len + tl.minimum((tile + 1) * BLOCK_Q, q_len) - 1
+    full_end = ((first_pos + 1) // BLOCK_N) * BLOCK_N  # keys < full_end are visible to all rows
+    bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
+    head_off = kv_head * stride_ch
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start in range(0, full_end, BLOCK_N):
+        acc, m_i, l_i = attend_tile(
+            acc, m_i, l_i, q, kv_ptr, bt_row, start, q_pos, last_pos, scale_log2,
+            stride_cb, stride_ckv, stride_cs, head_off,
+            BLOCK_SIZE, HEAD_DIM, BLOCK_N, False, DOT_PRECISION, DOT_IN_F32,
+        )
+    for start in range(full_end, last_pos + 1, BLOCK_N):
+        acc, m_i, l_i = attend_tile(
+            acc, m_i, l_i, q, kv_ptr, bt_row, start, q_pos, last_pos, scale_log2,
+            stride_cb, stride_ckv, stride_cs, head_off,
+            BLOCK_SIZE, HEAD_DIM, BLOCK_N, True, DOT_PRECISION, DOT_IN_F32,
+        )
+
+    o = acc / l_i[:, None]
+    tl.store(
+        o_ptr + tok64[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
+        o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None],
+    )
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # log2 units -> natural log
+    tl.store(lse_ptr + tok64 * stride_lt + head * stride_lh, lse, mask=row_ok)
+
+
+def _launch_config(head_dim: int, is_cuda: bool, dtype: torch.dtype) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages). Small tiles under the interpreter keep tests fast.
+
+    GPU values from a sweep on an H200 (triton 3.6, bf16, 32/8 heads, chunk 2048 over a 32K
+    context, block_size 16): head_dim 64 at 365 TFLOP/s, 128 at 397. 256 and fp32 (whose
+    tiles take twice the shared memory) are only sized to fit, not tuned.
+    """
+    if not is_cuda:
+        return 32, 16, 4, 1
+    if dtype == torch.float32:
+        return 64, 32, 4, 2
+    if head_dim <= 64:
+        return 64, 64, 4, 2
+    if head_dim <= 128:
+        return 128, 64, 4, 3
+    return 64, 32, 4, 2
+
+
+def paged_prefill_attention(
+    q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    block_tables: torch.Tensor,  # [num_seqs, max_blocks_per_seq] int32
+    query_start_loc: torch.Tensor,  # [num_seqs + 1] int32
+    seq_lens: torch.Tensor,  # [num_seqs] int32
+    scale: float,
+    out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+    *,
+    max_query_len: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton wrapper; returns (o, lse), see the module docstring for shapes.
+
+    `out` is o alone or (o, lse), preallocated. `max_query_len` (longest chunk) sizes the grid;
+    without it the wrapper reads query_start_loc on the host (a device sync).
+    """
+    num_tokens, num_heads, head_dim = q.shape
+    num_seqs = block_tables.shape[0]
+    _, _, block_size, num_kv_heads, _ = check_kv_layer(kv_layer, q)
+    assert num_heads % num_kv_heads == 0, f"num_heads {num_heads} not a multiple of {num_kv_heads}"
+    assert block_tables.dtype == torch.int32 and block_tables.stride(1) == 1, "block_tables int32, rows contiguous"
+    assert query_start_loc.shape == (num_seqs + 1,) and query_start_loc.dtype == torch.int32, (
+        f"query_start_loc must be int32 [{num_seqs + 1}]"
+    )
+    assert seq_lens.shape == (num_seqs,) and seq_lens.dtype == torch.int32, f"seq_lens must be int32 [{num_seqs}]"
+    assert query_start_loc.is_contiguous() and seq_lens.is_contiguous()
+    assert block_tables.device == query_start_loc.device == seq_lens.device == q.device
+    o, lse = resolve_out(out, q)
+    if num_tokens == 0 or num_seqs == 0:
+        return o, lse
+    if max_query_len is None:
+        max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max().item())
+    group = num_heads // num_kv_heads
+    block_m, block_n, num_warps, num_stages = _launch_config(head_dim, q.is_cuda, q.dtype)
+    block_q = block_m // group
+    grid = (triton.cdiv(max_query_len, block_q), num_kv_heads, num_seqs)
+    _prefill_kernel[grid](
+        q, kv_layer, o, lse, block_tables, query_start_loc, seq_lens,
+        scale * math.log2(math.e),
+        q.stride(0), q.stride(1), o.stride(0), o.stride(1), lse.stride(0), lse.stride(1),
+        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
+        block_tables.stride(0),
+        BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim,
+        BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=block_n,
+        DOT_PRECISION="tf32x3" if q.dtype == torch.float32 else "tf32",  # tf32x3: fp32-accurate on tensor cores
+        DOT_IN_F32=not q.is_cuda,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return o, lse
+
+
+def check_kv_layer(kv_layer: torch.Tensor, q: torch.Tensor) -> torch.Size:
+    """Asserts the layer view matches q (dtype, device, head_dim) and returns its shape."""
+    assert kv_layer.dim() == 5 and kv_layer.shape[1] == 2, f"kv_layer shape {tuple(kv_layer.shape)}"
+    head_dim = q.shape[-1]
+    assert kv_layer.shape[4] == head_dim, f"kv_layer head_dim {kv_layer.shape[4]} != q's {head_dim}"
+    assert kv_layer.dtype == q.dtype, f"kv_layer {kv_layer.dtype} != q {q.dtype}"
+    assert kv_layer.device == q.device, f"kv_layer on {kv_layer.device}, q on {q.device}"
+    assert kv_layer.stride(4) == 1 and q.stride(-1) == 1, "head_dim must be the contiguous dimension"
+    assert head_dim >= 16 and head_dim & (head_dim - 1) == 0, f"head_dim {head_dim}: power of two >= 16"
+    block_size = kv_layer.shape[2]
+    assert block_size & (block_size - 1) == 0, f"block_size {block_size} must be a power of two"
+    return kv_layer.shape

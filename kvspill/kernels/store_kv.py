@@ -1,0 +1,99 @@
+"""Write new tokens' K and V into the paged KV cache (vLLM's reshape_and_cache).
+
+Layout of the whole cache, fixed for all tiers:
+    kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]   (dim 2: 0 = K, 1 = V)
+so one block of all layers is contiguous. Kernels see one layer's view
+    kv_layer = kv_cache[:, layer]: [num_blocks, 2, block_size, num_kv_heads, head_dim]
+whose block stride is num_layers times larger than a contiguous tensor's: every stride is passed.
+
+Invariants:
+- slot = block_id * block_size + offset; a negative slot is padding and writes nothing.
+- Writes are in place; no two tokens of one call may share a slot (the winner is unspecified).
+- k, v and the cache share one dtype; no conversion happens here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvspill.kernels.triton_compat import tl, triton
+
+
+def store_kv_ref(
+    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    slot_mapping: torch.Tensor,  # [num_tokens] int64, negative = skip
+) -> None:
+    """Torch reference (also the CPU engine's path): scatter k, v into their slots in place."""
+    block_size = kv_layer.shape[2]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    block_ids = torch.div(slots, block_size, rounding_mode="floor")
+    offsets = slots - block_ids * block_size
+    # Advanced indexing on a view writes through to the multi-layer cache.
+    kv_layer[block_ids, 0, offsets] = k[keep]
+    kv_layer[block_ids, 1, offsets] = v[keep]
+
+
+@triton.jit
+def _store_kv_kernel(
+    k_ptr, v_ptr, cache_ptr, slot_ptr,
+    stride_kt, stride_kh,
+    stride_vt, stride_vh,
+    stride_cb, stride_ckv, stride_cs, stride_ch,
+    block_size,
+    NUM_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    # One program per token: all its heads, K and V.
+    token = tl.program_id(0)
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    if slot < 0:
+        return
+    block_id = slot // block_size
+    offset = slot % block_size
+    heads = tl.arange(0, BLOCK_H)
+    dims = tl.arange(0, HEAD_DIM)
+    mask = (heads[:, None] < NUM_KV_HEADS) & (dims[None, :] < HEAD_DIM)
+    src_k = k_ptr + token.to(tl.int64) * stride_kt + heads[:, None] * stride_kh + dims[None, :]
+    src_v = v_ptr + token.to(tl.int64) * stride_vt + heads[:, None] * stride_vh + dims[None, :]
+    dst = cache_ptr + block_id * stride_cb + offset * stride_cs + heads[:, None] * stride_ch + dims[None, :]
+    tl.store(dst, tl.load(src_k, mask=mask), mask=mask)
+    tl.store(dst + stride_ckv, tl.load(src_v, mask=mask), mask=mask)
+
+
+def store_kv(
+    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    slot_mapping: torch.Tensor,  # [num_tokens] int64, negative = skip
+) -> None:
+    """Triton kernel wrapper: same contract as `store_kv_ref`. k and v may be strided views
+    (e.g. slices of a fused qkv output) as long as head_dim is the contiguous dimension."""
+    num_tokens, num_kv_heads, head_dim = k.shape
+    assert v.shape == k.shape, f"k {tuple(k.shape)} and v {tuple(v.shape)} differ"
+    assert kv_layer.dim() == 5 and kv_layer.shape[1] == 2, f"kv_layer shape {tuple(kv_layer.shape)}"
+    assert kv_layer.shape[3:] == (num_kv_heads, head_dim), (
+        f"kv_layer heads/dim {tuple(kv_layer.shape[3:])} != k's {(num_kv_heads, head_dim)}"
+    )
+    assert slot_mapping.shape == (num_tokens,) and slot_mapping.dtype == torch.int64, (
+        f"slot_mapping must be int64 [{num_tokens}], got {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
+    )
+    assert k.dtype == v.dtype == kv_layer.dtype, f"dtypes k {k.dtype} v {v.dtype} cache {kv_layer.dtype}"
+    assert k.stride(2) == 1 and v.stride(2) == 1 and kv_layer.stride(4) == 1, "head_dim must be contiguous"
+    assert k.device == v.device == kv_layer.device == slot_mapping.device, "all tensors on one device"
+    assert head_dim & (head_dim - 1) == 0, f"head_dim {head_dim} must be a power of two"
+    if num_tokens == 0:
+        return
+    _store_kv_kernel[(num_tokens,)](
+        k, v, kv_layer, slot_mapping,
+        k.stride(0), k.stride(1),
+        v.stride(0), v.stride(1),
+        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
+        kv_layer.shape[2],
+        NUM_KV_HEADS=num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_H=triton.next_power_of_2(num_kv_heads),
+    )

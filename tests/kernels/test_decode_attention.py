@@ -1,0 +1,137 @@
+"""Paged decode attention: reference vs dense float64, split-KV kernel vs reference, num_splits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvspill.kernels.decode_attention import (
+    MAX_SPLITS,
+    choose_num_splits,
+    paged_decode_attention,
+    paged_decode_attention_ref,
+)
+
+# Empty seq, one token, one short of a block, not a block multiple, several splits' worth.
+SEQ_LENS = [0, 1, 15, 37, 70]
+
+
+def _make_batch(make_paged_kv, seq_lens, num_heads, num_kv_heads, head_dim, block_size, dtype, device, seed=0):
+    paged = make_paged_kv(seq_lens, num_kv_heads, head_dim, block_size, dtype, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    q = torch.randn((len(seq_lens), num_heads, head_dim), generator=gen).to(dtype).to(device)
+    return paged, q
+
+
+def _poisoned_out(q):
+    o = torch.full_like(q, float("nan"))
+    return o, torch.full(q.shape[:2], float("nan"), dtype=torch.float32, device=q.device)
+
+
+@pytest.mark.parametrize("num_heads, num_kv_heads", [(4, 4), (8, 2), (10, 2), (8, 1)])
+def test_reference_matches_dense(make_paged_kv, dense_attention, num_heads, num_kv_heads, device):
+    paged, q = _make_batch(make_paged_kv, SEQ_LENS, num_heads, num_kv_heads, 32, 16, torch.float32, device)
+    o, lse = paged_decode_attention_ref(q, paged.kv_layer, paged.block_tables, paged.seq_lens, 0.3)
+    assert torch.equal(o[0], torch.zeros_like(o[0])) and torch.isneginf(lse[0]).all()
+    for s in range(1, len(SEQ_LENS)):
+        k, v = paged.keys[s], paged.values[s]
+        o_d, lse_d = dense_attention(q[s : s + 1], k, v, 0.3)
+        torch.testing.assert_close(o[s].double(), o_d[0], atol=1e-5, rtol=1e-5)
+        # lse is the logsumexp of the scores, computed here the long way.
+        group = num_heads // num_kv_heads
+        scores = torch.einsum("hd,khd->hk", q[s].double(), k.double().repeat_interleave(group, 1)) * 0.3
+        torch.testing.assert_close(lse[s].double(), torch.logsumexp(scores, -1), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "dtype, num_heads, num_kv_heads, head_dim, block_size, num_splits",
+    [
+        (torch.float32, 4, 2, 16, 8, 1),
+        (torch.float32, 8, 8, 32, 16, 3),
+        (torch.float16, 8, 2, 32, 16, 4),
+        (torch.bfloat16, 8, 1, 64, 16, None),
+        (torch.bfloat16, 12, 2, 32, 32, 8),
+        (torch.bfloat16, 3, 1, 128, 8, 2),
+    ],
+)
+def test_kernel_matches_reference(
+    make_paged_kv, tol, dtype, num_heads, num_kv_heads, head_dim, block_size, num_splits, device
+):
+    paged, q = _make_batch(make_paged_kv, SEQ_LENS, num_heads, num_kv_heads, head_dim, block_size, dtype, device)
+    args = (paged.kv_layer, paged.block_tables, paged.seq_lens, 0.2)
+    o_ref, lse_ref = paged_decode_attention_ref(q, *args)
+    o, lse = paged_decode_attention(q, *args, num_splits=num_splits, out=_poisoned_out(q), min_split_tokens=16)
+    assert not o.isnan().any() and not lse.isnan().any(), "kernel left outputs unwritten"
+    assert torch.isneginf(lse[0]).all() and not o[0].any(), "seq_len 0 must give o = 0, lse = -inf"
+    torch.testing.assert_close(o.float(), o_ref.float(), **tol[dtype])
+    torch.testing.assert_close(lse, lse_ref, atol=1e-4, rtol=1e-5)
+
+
+def test_kernel_split_count_does_not_change_result(make_paged_kv, device):
+    """More splits than a seq has keys (empty splits write lse = -inf) merge to the same answer."""
+    paged, q = _make_batch(make_paged_kv, [70, 5], 4, 2, 32, 8, torch.float32, device, seed=5)
+    args = (paged.kv_layer, paged.block_tables, paged.seq_lens, 0.2)
+    results = [paged_decode_attention(q, *args, num_splits=n, min_split_tokens=16) for n in (1, 2, 7)]
+    for o, lse in results[1:]:
+        torch.testing.assert_close(o, results[0][0], atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(lse, results[0][1], atol=2e-6, rtol=1e-6)
+
+
+def test_kernel_strided_q_and_out_o_only(make_paged_kv, tol, device):
+    num_heads, num_kv_heads, head_dim = 4, 2, 32
+    paged = make_paged_kv([19, 40], num_kv_heads, head_dim, 16, torch.bfloat16, seed=2)
+    qkv = torch.randn((2, num_heads + 2 * num_kv_heads, head_dim), generator=torch.Generator().manual_seed(1))
+    q = qkv.to(torch.bfloat16).to(device)[:, :num_heads]
+    args = (paged.kv_layer, paged.block_tables, paged.seq_lens, 0.2)
+    o_ref, lse_ref = paged_decode_attention_ref(q, *args)
+    o_buf = torch.full((2, num_heads, head_dim), float("nan"), dtype=torch.bfloat16, device=device)
+    o, lse = paged_decode_attention(q, *args, num_splits=2, out=o_buf, min_split_tokens=16)
+    assert o is o_buf
+    torch.testing.assert_close(o, o_ref, **tol[torch.bfloat16])
+    torch.testing.assert_close(lse, lse_ref, atol=1e-4, rtol=1e-5)
+
+
+def test_choose_num_splits():
+    # Batch 1, 8 KV heads on 132 SMs: 4 programs per SM -> 66 splits once the context allows.
+    assert choose_num_splits(131072, 1, 8, 132) == 66
+    assert choose_num_splits(8192, 1, 8, 132) == 32  # capped by 256-token splits
+    assert choose_num_splits(1000, 1, 8, 132) == 4
+    assert choose_num_splits(131072, 8, 8, 132) == 9
+    assert choose_num_splits(131072, 128, 8, 132) == 1  # enough programs without splitting
+    assert choose_num_splits(0, 1, 8, 132) == 1
+    assert choose_num_splits(10**7, 1, 1, 1000) == MAX_SPLITS
+    assert choose_num_splits(4096, 1, 8, 132, min_split_tokens=1024) == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("num_heads, num_kv_heads, head_dim", [(32, 8, 64), (32, 8, 128), (14, 2, 64), (8, 2, 256)])
+def test_kernel_real_tiles_on_gpu(make_paged_kv, tol, num_heads, num_kv_heads, head_dim):
+    """GPU tile sizes, automatic splits, contexts of thousands of tokens."""
+    paged, q = _make_batch(make_paged_kv, [5000, 1, 777, 3000], num_heads, num_kv_heads, head_dim, 16,
+                           torch.bfloat16, "cuda")
+    args = (paged.kv_layer, paged.block_tables, paged.seq_lens, head_dim**-0.5)
+    o_ref, lse_ref = paged_decode_attention_ref(q, *args)
+    o, lse = paged_decode_attention(q, *args, out=_poisoned_out(q))
+    torch.testing.assert_close(o.float(), o_ref.float(), **tol[torch.bfloat16])
+    torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_replay_with_new_seq_lens(make_paged_kv, tol):
+    """The wrapper captures once and replays correctly after seq_lens (values only) change."""
+    paged, q = _make_batch(make_paged_kv, [3000, 900], 32, 8, 128, 16, torch.bfloat16, "cuda")
+    args = (paged.kv_layer, paged.block_tables, paged.seq_lens, 0.1)
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device="cuda")
+    paged_decode_attention(q, *args, out=(o, lse))  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        paged_decode_attention(q, *args, out=(o, lse))
+    paged.seq_lens.copy_(torch.tensor([1200, 17], dtype=torch.int32))
+    graph.replay()
+    o_ref, lse_ref = paged_decode_attention_ref(q, *args)
+    torch.testing.assert_close(o.float(), o_ref.float(), **tol[torch.bfloat16])
+    torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-4)
