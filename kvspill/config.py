@@ -57,6 +57,16 @@ class EngineConfig:
     enforce_eager: bool = False  # True: no CUDA graphs
     seed: int = 0
     trust_remote_code: bool = False  # never executes model code; kept False (documented)
+    # ---- KV tiers (docs/architecture.md, "KV tiers") ----
+    vram_budget_bytes: int | None = None  # hard ceiling for everything on the GPU (--vram-budget)
+    cpu_kv_budget_bytes: int = 0  # pinned host pool for cold KV (--cpu-kv-budget); 0 = no cpu tier
+    disk_kv_budget_bytes: int = 0  # memory-mapped files for colder KV (--disk-kv-budget)
+    kv_disk_dir: str | None = None  # where the disk tier lives (default: a temp dir)
+    num_cpu_kv_blocks: int | None = None  # exact cpu-tier size in blocks (tests); overrides the budget
+    num_disk_kv_blocks: int | None = None  # exact disk-tier size in blocks (tests); overrides the budget
+    num_sink_blocks: int = 1  # first blocks of each sequence that never leave the gpu tier
+    hot_window_tokens: int = 1024  # most recent tokens of each sequence that stay on the gpu tier
+    attention: str = "auto"  # "auto": gpu tier + cold tiers; "cpu": all KV in RAM, attention on CPU
 
     def __post_init__(self) -> None:
         def bad(param: str, msg: str) -> InvalidParameterError:
@@ -91,5 +101,14 @@ class EngineConfig:
             factor = self.rope_scaling.get("factor", 1.0)
             if not isinstance(factor, (int, float)) or factor < 1.0:
                 raise bad("rope_scaling", f"rope scaling factor must be >= 1, got {factor!r}")
+        for name in ("cpu_kv_budget_bytes", "disk_kv_budget_bytes"):
+            if getattr(self, name) < 0:
+                raise bad(name, f"--{name.removesuffix('_bytes').replace('_', '-')} must not be negative")
+        if self.vram_budget_bytes is not None and self.vram_budget_bytes < 2**28:
+            raise bad("vram_budget", f"--vram-budget must be at least 256MiB, got {self.vram_budget_bytes} bytes")
+        if self.num_sink_blocks < 0 or self.hot_window_tokens < 0:
+            raise bad("num_sink_blocks", "--num-sink-blocks and --hot-window-tokens must not be negative")
+        if self.attention not in ("auto", "cpu"):
+            raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")
         if self.trust_remote_code:
             raise bad("trust_remote_code", "kvspill never runs model code from a repository")

@@ -30,8 +30,10 @@ class NewRequestData:
     # know which tokens are outputs, so they are not merged into the prompt.
     output_token_ids: list[int]
     sampling_params: SamplingParams
-    block_ids: list[int]  # the request's whole block table so far
+    block_ids: list[int]  # the request's whole block table so far (ids within each block's tier)
     num_computed_tokens: int  # tokens whose KV is already in the cache (prefix hits)
+    # Tier of each block in `block_ids` (TIER_*); empty means every block is in the gpu tier.
+    block_tiers: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -39,25 +41,46 @@ class CachedRequestData:
     """A request the runner already holds; only what changed since the last step."""
 
     req_id: str
-    new_block_ids: list[int]  # appended to the runner's copy of the block table
+    new_block_ids: list[int]  # appended to the runner's copy of the block table (always gpu tier)
     num_computed_tokens: int  # before this step
+
+
+# KV tiers. A request's logical block i lives in exactly one tier, at a block id of that tier's pool.
+TIER_GPU = 0  # the device pool (on a CPU-only machine this "gpu" tier lives on the CPU device)
+TIER_CPU = 1  # pinned host memory
+TIER_DISK = 2  # memory-mapped files under --kv-disk-dir
+TIER_NAMES = ("gpu", "cpu", "disk")
+
+
+@dataclass(frozen=True)
+class BlockMove:
+    """Move one block's bytes (all layers, K and V) from one tier to another.
+
+    `req_id`/`logical_idx` name the request block that moves (the runner updates its copy of
+    that request's table); `req_id` is None for a block no running request owns.
+    """
+
+    req_id: str | None
+    logical_idx: int
+    src_tier: int
+    src_block_id: int
+    dst_tier: int
+    dst_block_id: int
 
 
 @dataclass(frozen=True)
 class TransferPlan:
-    """Block moves between tiers to run around a step (filled by the KV tiers; empty for now).
+    """Block moves to run before the step's forward, in order (filled by `kv/tiers.py`).
 
-    Each entry is (block_id_src, block_id_dst) within the named tier pair.
+    Invariant: after the moves, every block a request writes this step is in the gpu tier, and
+    every block in the cpu or disk tier is full (block_size tokens).
     """
 
-    gpu_to_cpu: list[tuple[int, int]] = field(default_factory=list)
-    cpu_to_gpu: list[tuple[int, int]] = field(default_factory=list)
-    cpu_to_disk: list[tuple[int, int]] = field(default_factory=list)
-    disk_to_cpu: list[tuple[int, int]] = field(default_factory=list)
+    moves: list[BlockMove] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.gpu_to_cpu or self.cpu_to_gpu or self.cpu_to_disk or self.disk_to_cpu)
+        return not self.moves
 
 
 @dataclass(frozen=True)
