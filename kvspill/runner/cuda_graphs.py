@@ -48,11 +48,16 @@ class DecodeGraphs:
         self.buckets = batch_buckets(max_num_seqs)
         dev = storage.device
         n = self.buckets[-1]
-        self.input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.positions = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64, device=dev)
-        self.seq_lens = torch.zeros(n, dtype=torch.int32, device=dev)
-        self.block_tables = torch.zeros((n, max_blocks_per_seq), dtype=torch.int32, device=dev)
+        self.max_blocks_per_seq = max_blocks_per_seq
+        # Two device buffers (int64: ids, positions, slots; int32: seq_lens, block tables) and
+        # their pinned host twins: a step's inputs go up in three async copies, not five pageable ones.
+        self.i64 = torch.zeros((3, n), dtype=torch.int64, device=dev)
+        self.i32 = torch.zeros(n * (1 + max_blocks_per_seq), dtype=torch.int32, device=dev)
+        self.host_i64 = torch.zeros_like(self.i64, device="cpu").pin_memory()
+        self.host_i32 = torch.zeros_like(self.i32, device="cpu").pin_memory()
+        self.input_ids, self.positions, self.slot_mapping = self.i64[0], self.i64[1], self.i64[2]
+        self.seq_lens = self.i32[:n]
+        self.block_tables = self.i32[n:].view(n, max_blocks_per_seq)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         self.pool = None
@@ -77,6 +82,7 @@ class DecodeGraphs:
         # Padding rows only: slot -1 writes nothing, seq_len 0 reads nothing.
         self.seq_lens.zero_()
         self.slot_mapping.fill_(-1)
+        self.host_i64[2].fill_(-1)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -96,17 +102,23 @@ class DecodeGraphs:
         """Logits [num_sampled, vocab] for a decode-only step, or None when no bucket fits."""
         b_real = len(inputs.req_ids)
         bucket = next((b for b in self.buckets if b >= b_real), None)
-        if bucket is None or inputs.block_tables.shape[1] > self.block_tables.shape[1]:
+        if bucket is None or inputs.block_tables.shape[1] > self.max_blocks_per_seq:
             return None
-        w = inputs.block_tables.shape[1]
-        self.input_ids[:b_real].copy_(torch.from_numpy(inputs.input_ids), non_blocking=True)
-        self.positions[:b_real].copy_(torch.from_numpy(inputs.positions), non_blocking=True)
-        self.slot_mapping[:b_real].copy_(torch.from_numpy(inputs.slot_mapping), non_blocking=True)
-        self.seq_lens[:b_real].copy_(torch.from_numpy(inputs.seq_lens), non_blocking=True)
-        self.block_tables[:b_real, :w].copy_(torch.from_numpy(inputs.block_tables), non_blocking=True)
-        if bucket > b_real:
-            self.slot_mapping[b_real:bucket].fill_(-1)
-            self.seq_lens[b_real:bucket].zero_()
+        n, w = self.buckets[-1], inputs.block_tables.shape[1]
+        h64, h32 = self.host_i64.numpy(), self.host_i32.numpy()
+        h64[0, :b_real] = inputs.input_ids
+        h64[1, :b_real] = inputs.positions
+        h64[2, :b_real] = inputs.slot_mapping
+        h64[2, b_real:bucket] = -1  # padding rows store nothing
+        h32[:b_real] = inputs.seq_lens
+        h32[b_real:bucket] = 0  # and attend to nothing
+        tables = h32[n : n + bucket * self.max_blocks_per_seq].reshape(bucket, self.max_blocks_per_seq)
+        tables[:b_real, :w] = inputs.block_tables
+        self.i64.copy_(self.host_i64, non_blocking=True)  # [3, max bucket]: a few KB
+        self.i32[:bucket].copy_(self.host_i32[:bucket], non_blocking=True)
+        self.i32[n : n + bucket * self.max_blocks_per_seq].copy_(
+            self.host_i32[n : n + bucket * self.max_blocks_per_seq], non_blocking=True
+        )
         self.graphs[bucket].replay()
         logits = self.logits[bucket][:b_real]
         if len(inputs.sample_rows) != b_real:

@@ -1,0 +1,85 @@
+"""Where a decode step's time goes on a GPU: host phases vs the replayed graph.
+
+    python -m kvspill.bench.profile_decode --shape llama-1b --ctx 8192
+
+Prints, per step (median over the run): the whole `engine.step()`, the scheduler's schedule and
+update, the runner's input building, the graph replay as the GPU saw it (CUDA events), and the
+sampler, so the gap between measured decode speed and the HBM floor can be split into host
+overhead and GPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kvspill.config import EngineConfig
+from kvspill.engine import LLMEngine
+from kvspill.sampling_params import SamplingParams
+
+
+def _timed(bucket: list[float], fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        out = fn(*args, **kwargs)
+        bucket.append(time.perf_counter() - t)
+        return out
+
+    return wrapper
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="llama-1b")
+    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--steps", type=int, default=200)
+    args = ap.parse_args(argv)
+    engine = LLMEngine(EngineConfig(model=f"random:{args.shape}", max_model_len=args.ctx + args.steps + 64,
+                                    max_num_batched_tokens=4096, max_num_seqs=8, enable_prefix_caching=False,
+                                    kv_cache_memory_bytes=4 * 2**30))
+    times: dict[str, list[float]] = defaultdict(list)
+    sched, runner = engine.scheduler, engine.runner
+    sched.schedule = _timed(times["schedule"], sched.schedule)  # type: ignore[method-assign]
+    sched.update_from_output = _timed(times["update"], sched.update_from_output)  # type: ignore[method-assign]
+    runner.sampler.sample = _timed(times["sample (incl. sync)"], runner.sampler.sample)  # type: ignore[method-assign]
+    graphs = runner.graphs
+    gpu_ms: list[float] = []
+    if graphs is not None:
+        original_run = graphs.run
+
+        def run_with_events(inputs: Any) -> Any:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = original_run(inputs)
+            end.record()
+            end.synchronize()
+            gpu_ms.append(start.elapsed_time(end))
+            return out
+
+        graphs.run = _timed(times["graph copy+replay+sync"], run_with_events)  # type: ignore[method-assign]
+    prompt = torch.randint(0, engine.vocab_size, (args.ctx,)).tolist()
+    engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=args.steps, ignore_eos=True, detokenize=False))
+    step_times = []
+    while engine.has_unfinished_requests():
+        t = time.perf_counter()
+        engine.step()
+        step_times.append(time.perf_counter() - t)
+    skip = 10
+    print(f"{args.shape} ctx {args.ctx}: {len(step_times)} steps on {torch.cuda.get_device_name()}")
+    print(f"  engine.step        {statistics.median(step_times[skip:]) * 1e3:8.3f} ms")
+    for name, values in times.items():
+        print(f"  {name:<20} {statistics.median(values[skip:]) * 1e3:8.3f} ms")
+    if gpu_ms:
+        print(f"  graph GPU time     {statistics.median(gpu_ms[skip:]):8.3f} ms (events around copy+replay)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
