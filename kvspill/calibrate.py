@@ -84,6 +84,8 @@ def measure_disk_read_gbs(directory: str | os.PathLike[str] | None = None, num_b
     chunk = 8 * MiB
     data = os.urandom(chunk)
     buffer = bytearray(chunk)
+    if directory is not None:
+        Path(directory).mkdir(parents=True, exist_ok=True)  # the KV disk dir may not exist yet
     with tempfile.NamedTemporaryFile(dir=directory, prefix="kvspill-calib-", delete=False) as f:
         path = f.name
         for _ in range(max(1, num_bytes // chunk)):

@@ -35,6 +35,7 @@ class EngineFlags:
     max_num_seqs: int
     rope_scaling: str | None
     enforce_eager: bool
+    memory: MemoryFlags
 
     def engine_options(self) -> dict[str, Any]:
         from kvspill.config import parse_rope_scaling
@@ -44,6 +45,28 @@ class EngineFlags:
             block_size=self.block_size, max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs, enforce_eager=self.enforce_eager,
             rope_scaling=parse_rope_scaling(self.rope_scaling) if self.rope_scaling else None,
+            **self.memory.engine_options(),
+        )
+
+
+@dataclass
+class MemoryFlags:
+    vram_budget: str | None = None
+    gpu_memory_utilization: float = 0.9
+    cpu_kv_budget: str | None = None
+    disk_kv_budget: str | None = None
+    kv_disk_dir: str | None = None
+    attention: str = "auto"
+
+    def engine_options(self) -> dict[str, Any]:
+        from kvspill.units import parse_bytes
+
+        return dict(
+            vram_budget_bytes=parse_bytes(self.vram_budget, "vram_budget") if self.vram_budget else None,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            cpu_kv_budget_bytes=parse_bytes(self.cpu_kv_budget, "cpu_kv_budget") if self.cpu_kv_budget else 0,
+            disk_kv_budget_bytes=parse_bytes(self.disk_kv_budget, "disk_kv_budget") if self.disk_kv_budget else 0,
+            kv_disk_dir=self.kv_disk_dir, attention=self.attention,
         )
 
 
@@ -56,6 +79,12 @@ BudgetOpt = Annotated[int, typer.Option(help="Token budget per step (prefill chu
 SeqsOpt = Annotated[int, typer.Option(help="Most sequences running at once.")]
 RopeOpt = Annotated[str | None, typer.Option(help="RoPE scaling override: TYPE:FACTOR (e.g. yarn:4) or JSON.")]
 EagerOpt = Annotated[bool, typer.Option(help="Disable CUDA graphs.")]
+VramOpt = Annotated[str | None, typer.Option(help="Hard ceiling for GPU memory, e.g. 16GiB.")]
+UtilOpt = Annotated[float, typer.Option(help="Fraction of the card to use when no --vram-budget.")]
+CpuKvOpt = Annotated[str | None, typer.Option(help="Pinned RAM for cold KV, e.g. 32GiB.")]
+DiskKvOpt = Annotated[str | None, typer.Option(help="Disk space for colder KV, e.g. 200GiB.")]
+DiskDirOpt = Annotated[str | None, typer.Option(help="Directory of the disk KV tier.")]
+AttnOpt = Annotated[str, typer.Option(help="auto, or cpu: all KV in RAM, decode attention on the CPU.")]
 
 
 def _fail(e: Exception) -> None:
@@ -84,6 +113,8 @@ def generate(
     model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto",
     max_model_len: MaxLenOpt = None, block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048,
     max_num_seqs: SeqsOpt = 64, rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False,
+    vram_budget: VramOpt = None, gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None,
+    disk_kv_budget: DiskKvOpt = None, kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto",
     max_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 64,
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
     top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
@@ -92,8 +123,9 @@ def generate(
     stream: Annotated[bool, typer.Option(help="Print tokens as they come.")] = True,
 ) -> None:
     """Generate a completion for PROMPT (on the embedded model unless --model is given)."""
+    memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir, attention)
     flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
-                        max_num_seqs, rope_scaling, enforce_eager)
+                        max_num_seqs, rope_scaling, enforce_eager, memory)
     try:
         params = _sampling(max_tokens, temperature, top_p, top_k, seed, stop)
         llm = _make_llm(flags)
@@ -119,13 +151,16 @@ def chat_cmd(
     model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto",
     max_model_len: MaxLenOpt = None, block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048,
     max_num_seqs: SeqsOpt = 64, rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False,
+    vram_budget: VramOpt = None, gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None,
+    disk_kv_budget: DiskKvOpt = None, kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto",
     max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.95, top_k: int = 0,
     seed: int | None = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
 ) -> None:
     """Interactive chat with streaming output. Empty line or /exit quits; /reset clears history."""
+    memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir, attention)
     flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
-                        max_num_seqs, rope_scaling, enforce_eager)
+                        max_num_seqs, rope_scaling, enforce_eager, memory)
     try:
         params = _sampling(max_tokens, temperature, top_p, top_k, seed, None)
         llm = _make_llm(flags)
@@ -160,6 +195,32 @@ def chat_cmd(
 
 
 @app.command()
+def doctor(
+    calibrate: Annotated[bool, typer.Option(help="Measure bandwidths (H2D/D2H, HBM, CPU attention, disk) and save them for the planner.")] = False,
+    kv_disk_dir: DiskDirOpt = None,
+    quick: Annotated[bool, typer.Option(help="Smaller calibration sizes (seconds, less precise).")] = False,
+) -> None:
+    """Check what makes KV offloading work or hurt on this host; --calibrate measures and saves bandwidths."""
+    from kvspill.preflight import format_checks, run_checks
+
+    checks = run_checks(kv_disk_dir)
+    typer.echo(format_checks(checks))
+    if calibrate:
+        from kvspill.calibrate import run_calibration
+
+        try:
+            bw = run_calibration(disk_dir=kv_disk_dir, quick=quick)
+        except KvspillError as e:
+            _fail(e)
+        typer.echo(f"calibration saved ({bw.source}):")
+        for name in ("hbm_gbs", "h2d_gbs", "d2h_gbs", "cpu_attn_gbs", "disk_read_gbs", "gpu_tflops"):
+            value = getattr(bw, name)
+            typer.echo(f"  {name:<14} {'-' if value is None else f'{value:.1f}'}")
+    if any(c.status == "fail" for c in checks):
+        raise typer.Exit(1)
+
+
+@app.command()
 def version() -> None:
     """Print the kvspill version."""
     from kvspill import __version__
@@ -176,6 +237,7 @@ def _register_commands() -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kvspill").setLevel(logging.INFO)  # the memory plan and pool sizes, before loading
     _register_commands()
     app()
 

@@ -67,7 +67,7 @@ def size_kv_pool(
         free, total = torch.cuda.mem_get_info(device)
         used_now = total - free
         activations = profile_activations() if profile_activations is not None else 0
-        budget = int(total * config.gpu_memory_utilization)
+        budget = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
         kv_bytes = budget - used_now - activations - CUDA_GRAPH_RESERVE_BYTES
         num = num_blocks_for_bytes(kv_bytes, block_bytes)
         logger.info(

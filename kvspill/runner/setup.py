@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvspill.calibrate import load_calibration
 from kvspill.config import EngineConfig
 from kvspill.kv.storage import KVLayout, KVStorage
 from kvspill.model.loader import LoadedModel, load_model
@@ -21,6 +22,7 @@ from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.memory import pick_device, pick_dtype, size_kv_pool
 from kvspill.runner.model_runner import ModelRunner
+from kvspill.startup_plan import enforce, startup_plan
 from kvspill.tokenizer import TokenizerBundle, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -71,9 +73,25 @@ def _profile_prefill_peak(loaded: LoadedModel, layout: KVLayout, num_tokens: int
     return max(peak, 0)
 
 
+def _plan_and_cap(config: EngineConfig, device: torch.device) -> None:
+    """Print the memory plan before loading; on CUDA stop if it cannot fit, and cap the allocator."""
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    startup = startup_plan(config, total, name, load_calibration())
+    if startup is not None:
+        logger.info("memory plan (bandwidths: %s):\n%s", startup.bandwidths.source, startup.table)
+        enforce(startup, config, on_gpu=device.type == "cuda")
+    if total is not None:
+        ceiling = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
+        # A hard ceiling for the caching allocator (weights, KV, activations, graph pools); the
+        # CUDA context itself is outside it, and the KV sizing subtracts it (memory.py).
+        torch.cuda.set_per_process_memory_fraction(min(1.0, ceiling / total), device)
+
+
 def build_runner(config: EngineConfig) -> RunnerBundle:
     device = pick_device(config)
     dtype = pick_dtype(config, device)
+    _plan_and_cap(config, device)
     tokenizer: TokenizerBundle | None
     if is_random_model(config.model):
         assert config.model is not None
