@@ -2,7 +2,8 @@
 
 Pure Python (no torch): this module decides which block ids each request owns; the runner's
 KV storage only ever indexes its block dimension with them. vLLM v1's BlockPool and
-KVCacheManager, single KV group, gpu tier only (the cpu/disk tiers come in `kv/tiers.py`).
+KVCacheManager, single KV group, gpu tier only: `kv/tiers.py` decides which blocks leave it for the
+cpu/disk tiers and tells this module through `evict_block`/`load_block`.
 
 Invariants:
 - Every block id in `0..num_blocks-1` is usable. No block is reserved as a null/padding block:
@@ -18,6 +19,9 @@ Invariants:
 - A request's blocks are freed tail first, so its last blocks are evicted before the prefix
   blocks that other requests are more likely to share.
 - `allocate_slots` is all or nothing: on failure nothing changes.
+- A request's block table holds one entry per logical block: its `KVBlock`, or None while that
+  block lives in a cold tier (`kv/tiers.py` knows where). A block leaves the gpu tier only with
+  `ref_cnt == 1` and drops its hash when it does: prefix caching is gpu-only.
 """
 
 from __future__ import annotations
@@ -120,17 +124,22 @@ class BlockPool:
                 self._free_queue[block.block_id] = block
 
     def cache_full_blocks(
-        self, request: KVRequest, blocks: Sequence[KVBlock], num_full_blocks: int, num_cached_blocks: int = 0
+        self,
+        request: KVRequest,
+        blocks: Sequence[KVBlock | None],
+        num_full_blocks: int,
+        num_cached_blocks: int = 0,
     ) -> None:
         """Register `blocks[num_cached_blocks:num_full_blocks]` under the request's block hashes.
 
-        The caller guarantees those blocks are full and their KV computed.
+        The caller guarantees those blocks are full and their KV computed. None entries (blocks
+        in a cold tier) are skipped: only gpu blocks are shared.
         """
         if not self.enable_caching:
             return
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block.block_hash is not None:  # a prefix hit: already cached
+            if block is None or block.block_hash is not None:  # cold, or a prefix hit: already cached
                 continue
             block_hash = request.block_hashes[i]
             if block_hash in self._cached_block_hash_to_block:
@@ -164,7 +173,7 @@ class KVCacheManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.block_pool = BlockPool(num_blocks, enable_prefix_caching)
-        self._req_to_blocks: dict[str, list[KVBlock]] = {}
+        self._req_to_blocks: dict[str, list[KVBlock | None]] = {}  # None: the block is in a cold tier
         self._num_cached_blocks: dict[str, int] = {}
         self.prefix_cache_queries = 0  # tokens looked up, counted once per admission
         self.prefix_cache_hits = 0  # tokens found
@@ -262,10 +271,52 @@ class KVCacheManager:
         """Release the request's blocks, tail first (so its tail is evicted before its prefix)."""
         blocks = self._req_to_blocks.pop(request.req_id, [])
         self._num_cached_blocks.pop(request.req_id, None)
-        self.block_pool.free(reversed(blocks))
+        self.block_pool.free(block for block in reversed(blocks) if block is not None)
 
     def get_block_ids(self, request: KVRequest) -> list[int]:
-        return [block.block_id for block in self._req_to_blocks.get(request.req_id, ())]
+        """The request's gpu block ids by logical index; -1 marks a block in a cold tier."""
+        return [
+            -1 if block is None else block.block_id for block in self._req_to_blocks.get(request.req_id, ())
+        ]
+
+    # ---- moves between tiers (driven by kv/tiers.py) -----------------------------------
+
+    def get_blocks(self, req_id: str) -> Sequence[KVBlock | None]:
+        """The request's block table (None: in a cold tier). Read only."""
+        return self._req_to_blocks.get(req_id, ())
+
+    def evict_block(self, req_id: str, logical_idx: int) -> int:
+        """Take a block out of the gpu tier (its bytes are moving to a cold tier); returns its id.
+
+        The block must be held by this request only. It drops its hash (a cold block is never a
+        prefix hit) and goes to the tail of the free queue; the table entry becomes None.
+        """
+        blocks = self._req_to_blocks[req_id]
+        block = blocks[logical_idx]
+        if block is None or block.ref_cnt != 1:
+            raise ValueError(f"request {req_id}: block {logical_idx} is not a gpu block held only by it")
+        self.block_pool._evict_hash(block)
+        blocks[logical_idx] = None
+        self.block_pool.free([block])
+        return block.block_id
+
+    def load_block(self, req_id: str, logical_idx: int) -> int:
+        """Give a cold table entry a fresh gpu block (its bytes are coming back); returns its id."""
+        blocks = self._req_to_blocks[req_id]
+        if blocks[logical_idx] is not None:
+            raise ValueError(f"request {req_id}: block {logical_idx} is already in the gpu tier")
+        (block,) = self.block_pool.allocate(1)
+        blocks[logical_idx] = block
+        return block.block_id
+
+    def truncate(self, req_id: str, num_blocks: int) -> None:
+        """Drop the table entries from `num_blocks` on, freeing their gpu blocks tail first."""
+        blocks = self._req_to_blocks[req_id]
+        tail = blocks[num_blocks:]
+        del blocks[num_blocks:]
+        self.block_pool.free(block for block in reversed(tail) if block is not None)
+        num_cached = self._num_cached_blocks.get(req_id, 0)
+        self._num_cached_blocks[req_id] = min(num_cached, num_blocks)
 
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()

@@ -16,9 +16,12 @@ Invariants:
   an empty batch: requests failed inside `schedule()` are reported there).
 - `running` is kept in arrival order (order of `add_request`), so its last element is the most
   recently arrived running request: the one preempted when blocks run out. A preempted request
-  loses its KV (it is recomputed, helped by the prefix cache), goes to the front of `waiting`,
-  and is announced in `finished_req_ids` so that the runner drops its state. No request is
-  admitted in a step that preempted one.
+  goes to the front of `waiting` and is announced in `finished_req_ids` so that the runner drops
+  its state. No request is admitted in a step that preempted one.
+- KV tiers (`kv/tiers.py`, on with cpu or disk blocks): when gpu blocks run short, eligible ones
+  spill to the cold tiers before anything is preempted; a preempted request parks its KV there
+  when there is room (keeping its full blocks), else it is recomputed, helped by the prefix cache.
+  The step's moves go out as `ScheduledBatch.transfers`; `new_reqs` show the tables after them.
 - Admission is FCFS: the head of `waiting` that does not fit stops admission. A request that
   could never fit (more blocks than the whole pool) fails with FINISHED_ERROR instead.
 - A request id lives in `requests` from `add_request` until it finishes; finished requests
@@ -31,17 +34,17 @@ import bisect
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypedDict
 
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
-from kvspill.kv.block_pool import KVCacheManager, cdiv
+from kvspill.kv.block_pool import KVCacheManager
+from kvspill.kv.tiers import KVTierManager, RequestTierStats, TierStats
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.types import CachedRequestData, NewRequestData, ScheduledBatch, StepOutput
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Scheduling limits. `num_blocks` comes from the memory plan, the rest from the user."""
+    """Scheduling limits. Block counts come from the memory plan, the rest from the user."""
 
     max_num_seqs: int
     max_num_batched_tokens: int  # token budget of one step (prefill chunk size)
@@ -50,6 +53,10 @@ class SchedulerConfig:
     num_blocks: int  # KV blocks of the gpu tier
     enable_prefix_caching: bool = True
     long_prefill_token_threshold: int = 0  # > 0: no request gets more tokens than this per step
+    num_cpu_blocks: int = 0  # KV blocks of the cpu tier (0: no cpu tier)
+    num_disk_blocks: int = 0  # KV blocks of the disk tier (0: no disk tier)
+    num_sink_blocks: int = 1  # first blocks of each sequence that stay on the gpu tier
+    hot_window_tokens: int = 1024  # most recent computed tokens of each sequence that stay on the gpu tier
 
     def __post_init__(self) -> None:
         for name, flag in (
@@ -67,6 +74,9 @@ class SchedulerConfig:
                 "long_prefill_token_threshold",
                 f"long_prefill_token_threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}",
             )
+        for name in ("num_cpu_blocks", "num_disk_blocks", "num_sink_blocks", "hot_window_tokens"):
+            if getattr(self, name) < 0:
+                raise InvalidParameterError(name, f"{name} must not be negative, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -82,8 +92,8 @@ class RequestUpdate:
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at the first schedule
 
 
-class SchedulerStats(TypedDict):
-    """A plain dict at run time (ready for JSON and metrics), typed for readers."""
+class SchedulerStats(TierStats):
+    """A plain dict at run time (ready for JSON and metrics), typed for readers. Tier keys: `TierStats`."""
 
     num_running: int
     num_waiting: int
@@ -110,6 +120,7 @@ class Scheduler:
         self.finished_req_ids: set[str] = set()
         self._arrival_seq: dict[str, int] = {}
         self._next_arrival_seq = 0
+        self.kv_tiers = KVTierManager(self.kv_cache_manager, config, self._arrival_seq)
         self._pending_updates: list[RequestUpdate] = []  # failures found inside schedule()
 
     # ---- requests in and out -----------------------------------------------------------
@@ -158,13 +169,17 @@ class Scheduler:
 
     def schedule(self) -> ScheduledBatch:
         num_scheduled_tokens: dict[str, int] = {}
-        new_reqs: list[NewRequestData] = []
+        admitted: list[Request] = []
         cached_reqs: list[CachedRequestData] = []
         num_preemptions_before = self.num_preemptions
 
         budget = self._schedule_running(num_scheduled_tokens, cached_reqs)
         if self.num_preemptions == num_preemptions_before:
-            self._schedule_waiting(num_scheduled_tokens, new_reqs, budget)
+            self._schedule_waiting(num_scheduled_tokens, admitted, budget)
+        # Built after every move of the step, so their tables are where the blocks will be.
+        new_reqs = [self._new_request_data(request) for request in admitted]
+        held_req_ids = {r.req_id for r in self.running}.difference(r.req_id for r in admitted)
+        transfers = self.kv_tiers.take_transfer_plan(held_req_ids)
 
         for req_id, num_tokens in num_scheduled_tokens.items():
             self.requests[req_id].num_computed_tokens += num_tokens
@@ -175,6 +190,7 @@ class Scheduler:
             num_scheduled_tokens=num_scheduled_tokens,
             total_num_scheduled_tokens=sum(num_scheduled_tokens.values()),
             finished_req_ids=finished_req_ids,
+            transfers=transfers,
         )
 
     def _schedule_running(
@@ -185,12 +201,13 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
+            message = self.kv_tiers.never_fits_message(request, request.num_computed_tokens)
+            if message is not None:
+                self._fail(request, message)
+                continue
             num_new_tokens = self._num_new_tokens(request, request.num_computed_tokens, budget)
             if num_new_tokens == 0:  # waiting for its sampled token (schedule() called twice)
                 i += 1
-                continue
-            if self._never_fits(request):
-                self._fail(request, self._never_fits_message(request))
                 continue
             new_block_ids = self._allocate_or_preempt(request, num_new_tokens)
             if new_block_ids is None:  # it preempted itself: it was the last running request
@@ -202,12 +219,12 @@ class Scheduler:
         return budget
 
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int) -> list[int] | None:
-        """Allocate slots, preempting the most recently arrived running request until they fit.
+        """Allocate slots (spilling first), preempting the latest arrived running request until they fit.
 
         Returns None when `request` itself had to be preempted.
         """
         while True:
-            new_block_ids = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
+            new_block_ids = self.kv_tiers.allocate_slots(request, num_new_tokens, reclaim=True)
             if new_block_ids is not None:
                 return new_block_ids
             victim = self.running.pop()
@@ -216,17 +233,22 @@ class Scheduler:
                 return None
 
     def _schedule_waiting(
-        self, num_scheduled_tokens: dict[str, int], new_reqs: list[NewRequestData], budget: int
+        self, num_scheduled_tokens: dict[str, int], admitted: list[Request], budget: int
     ) -> None:
         """Admit waiting requests first come first served; the first that does not fit stops it."""
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
-            if self._never_fits(request):
-                self._fail(request, self._never_fits_message(request))
+            if self.kv_tiers.is_parked(request):  # resume from its parked KV
+                computed_blocks, num_computed_tokens = [], request.num_computed_tokens
+            else:  # fresh, or recompute (a parked request's KV may have been dropped for room)
+                request.num_computed_tokens = 0
+                computed_blocks, num_computed_tokens = self.kv_tiers.get_computed_blocks(request)
+            message = self.kv_tiers.never_fits_message(request, num_computed_tokens)
+            if message is not None:
+                self._fail(request, message)
                 continue
-            computed_blocks, num_computed_tokens = self.kv_cache_manager.get_computed_blocks(request)
             num_new_tokens = self._num_new_tokens(request, num_computed_tokens, budget)
-            if self.kv_cache_manager.allocate_slots(request, num_new_tokens, computed_blocks) is None:
+            if self.kv_tiers.allocate_slots(request, num_new_tokens, computed_blocks) is None:
                 break
             self.waiting.popleft()
             if request.status == RequestStatus.WAITING:  # first schedule, not a resume
@@ -234,24 +256,28 @@ class Scheduler:
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed_tokens
             bisect.insort(self.running, request, key=lambda r: self._arrival_seq[r.req_id])
-            new_reqs.append(
-                NewRequestData(
-                    req_id=request.req_id,
-                    prompt_token_ids=list(request.prompt_token_ids),
-                    output_token_ids=list(request.output_token_ids),
-                    sampling_params=request.sampling_params,
-                    block_ids=self.kv_cache_manager.get_block_ids(request),
-                    num_computed_tokens=num_computed_tokens,
-                )
-            )
+            admitted.append(request)
             num_scheduled_tokens[request.req_id] = num_new_tokens
             budget -= num_new_tokens
+
+    def _new_request_data(self, request: Request) -> NewRequestData:
+        block_ids, block_tiers = self.kv_tiers.get_block_table(request)
+        return NewRequestData(
+            req_id=request.req_id,
+            prompt_token_ids=list(request.prompt_token_ids),
+            output_token_ids=list(request.output_token_ids),
+            sampling_params=request.sampling_params,
+            block_ids=block_ids,
+            num_computed_tokens=request.num_computed_tokens,
+            block_tiers=block_tiers,
+        )
 
     def _num_new_tokens(self, request: Request, num_computed_tokens: int, budget: int) -> int:
         num_new_tokens = request.num_tokens - num_computed_tokens
         if self.config.long_prefill_token_threshold > 0:
             num_new_tokens = min(num_new_tokens, self.config.long_prefill_token_threshold)
-        return min(num_new_tokens, budget)
+        # With cold tiers: no more than the request's hot blocks can hold on the whole gpu tier.
+        return min(num_new_tokens, budget, self.kv_tiers.max_num_new_tokens(request, num_computed_tokens))
 
     # ---- after the step ----------------------------------------------------------------
 
@@ -318,9 +344,8 @@ class Scheduler:
     # ---- state changes -----------------------------------------------------------------
 
     def _preempt(self, request: Request) -> None:
-        self.kv_cache_manager.free(request)
+        request.num_computed_tokens = self.kv_tiers.preempt(request)  # kept when parked, else 0
         request.status = RequestStatus.PREEMPTED
-        request.num_computed_tokens = 0
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
@@ -332,7 +357,7 @@ class Scheduler:
             self.running.remove(request)
         else:
             self.waiting.remove(request)
-        self.kv_cache_manager.free(request)
+        self.kv_tiers.free(request)
         request.status = status
         if error_message is not None:
             request.error_message = error_message
@@ -344,17 +369,6 @@ class Scheduler:
         """Fail a request from inside schedule(); reported by the next update_from_output()."""
         self._finish(request, RequestStatus.FINISHED_ERROR, error_message)
         self._pending_updates.append(self._make_update(request, []))
-
-    def _never_fits(self, request: Request) -> bool:
-        return cdiv(request.num_tokens, self.config.block_size) > self.config.num_blocks
-
-    def _never_fits_message(self, request: Request) -> str:
-        capacity = self.config.num_blocks * self.config.block_size
-        return (
-            f"request {request.req_id} needs {cdiv(request.num_tokens, self.config.block_size)} KV blocks "
-            f"for {request.num_tokens} tokens, but the KV cache holds only {self.config.num_blocks} blocks "
-            f"({capacity} tokens). Lower --max-model-len to at most {capacity} or give the KV cache more memory."
-        )
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -386,4 +400,10 @@ class Scheduler:
             prefix_cache_queries=kv.prefix_cache_queries,
             prefix_cache_hits=kv.prefix_cache_hits,
             prefix_cache_hit_rate=kv.prefix_hit_rate,
+            **self.kv_tiers.stats(),
         )
+
+    def tier_stats(self) -> dict[str, RequestTierStats]:
+        """Blocks per tier of each running request, then of each preempted one whose KV is parked."""
+        parked = [r for r in self.waiting if self.kv_tiers.is_parked(r)]
+        return {r.req_id: self.kv_tiers.request_stats(r) for r in [*self.running, *parked]}

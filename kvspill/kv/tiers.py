@@ -1,0 +1,420 @@
+"""KV tiers: which tier each request block lives in, and the block moves between tiers (pure Python).
+
+The scheduler side of the tiers (vLLM's offloading "connector scheduler" in spirit): it decides and
+emits a `TransferPlan`; the runner's `kv/storage.py` moves the bytes before the step's forward.
+
+Tiers: **gpu** is the `KVCacheManager`'s `BlockPool` (prefix caching lives there only); **cpu** and
+**disk** are `ColdBlockPool`s, free lists handing out the lowest free id first. A request's
+logical block i is in exactly one tier: a `KVBlock` in the gpu table, or `(tier, block_id)` here.
+
+Placement, per request, with c = `num_computed_tokens` before the step, W = `hot_window_tokens`:
+- hot (gpu): blocks `i < num_sink_blocks`, blocks holding any of the last W computed tokens
+  `[c - W, c)`, and the blocks written this step `[c, c + num_new_tokens)`;
+- eligible to spill: `i >= num_sink_blocks` and `(i + 1) * block_size <= c - W`, in the gpu tier
+  with `ref_cnt == 1` (a prefix block shared by several requests never leaves the gpu).
+
+Rules:
+- Spill order, across all requests holding gpu blocks: lowest logical index first; equal indices
+  go in arrival order (`arrival_seq`). Spills are all or nothing: exactly the deficit, or none.
+- Destination: the cpu tier. When it is full, its oldest block (same order) first moves on to
+  disk (a cpu->disk move), then the gpu block takes its place; without a cpu tier, gpu->disk.
+  So the room for spills is always `cpu free + disk free`.
+- A running request's cold blocks never come back (attention reads them where they live): c only
+  grows, so a block once eligible stays eligible.
+- Preemption parks a request instead of recomputing it when all its full blocks can move to cold
+  room and none is shared; its partial last block is dropped, so it keeps `c // block_size *
+  block_size` computed tokens. On resume its hot blocks come back (cold->gpu moves).
+- Room for a running request may be reclaimed from parked requests, latest arrival first: their
+  KV is dropped and they are recomputed (`is_parked` turns False). Without this, an early request
+  could be starved by the cold KV of later ones waiting behind it.
+
+Invariants (what the runner relies on, from `types.TransferPlan`):
+- after a step's moves every block written this step is in the gpu tier; every cold block is full
+  and computed (eligible implies `(i + 1) * block_size <= c`; parked requests keep full blocks only);
+- moves are listed in execution order; ids freed by one move may be reused by a later move of the
+  same plan and by this step's allocations;
+- a move names its request only when the runner holds that request across this step (running and
+  not in `new_reqs`); otherwise `req_id` is None and the move is bytes only: a parked request's
+  table is not in the runner, and `new_reqs` already carry the table after the moves.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import replace
+from itertools import islice
+from typing import Protocol, TypedDict
+
+from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest, cdiv
+from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
+
+# Every direction a block moves in, as named in `TierStats.kv_block_moves`.
+_DIRECTIONS = (
+    (TIER_GPU, TIER_CPU),
+    (TIER_CPU, TIER_DISK),
+    (TIER_GPU, TIER_DISK),
+    (TIER_CPU, TIER_GPU),
+    (TIER_DISK, TIER_GPU),
+)
+MOVE_NAMES = {(src, dst): f"{TIER_NAMES[src]}->{TIER_NAMES[dst]}" for src, dst in _DIRECTIONS}
+
+
+class TierStats(TypedDict):
+    """Tier usage and moves since start (part of `Scheduler.stats()`)."""
+
+    num_gpu_blocks: int  # per tier: blocks in all, and blocks held by requests
+    num_used_gpu_blocks: int
+    num_cpu_blocks: int
+    num_used_cpu_blocks: int
+    num_disk_blocks: int
+    num_used_disk_blocks: int
+    kv_block_moves: dict[str, int]  # MOVE_NAMES value ("gpu->cpu", ...) -> blocks moved
+    num_spilled_preemptions: int  # preemptions that parked the KV instead of recomputing it
+    num_dropped_spills: int  # parked requests whose KV was dropped for room (recomputed instead)
+
+
+class RequestTierStats(TypedDict):
+    """Blocks one request holds in each tier (`Scheduler.tier_stats()`)."""
+
+    status: str  # "running", or "preempted": its KV is parked in the cold tiers
+    num_gpu_blocks: int
+    num_cpu_blocks: int
+    num_disk_blocks: int
+
+
+class TierConfig(Protocol):
+    """The tier sizes and placement knobs (`SchedulerConfig` fits; kv does not import scheduler)."""
+
+    @property
+    def num_cpu_blocks(self) -> int: ...  # 0: no cpu tier
+
+    @property
+    def num_disk_blocks(self) -> int: ...  # 0: no disk tier
+
+    @property
+    def num_sink_blocks(self) -> int: ...
+
+    @property
+    def hot_window_tokens(self) -> int: ...
+
+
+class ColdBlockPool:
+    """Block ids of one cold tier (cpu or disk). `num_blocks == 0` means the tier is absent."""
+
+    def __init__(self, tier: int, num_blocks: int) -> None:
+        if num_blocks < 0:
+            raise ValueError(f"num_blocks must not be negative, got {num_blocks}")
+        self.tier = tier
+        self.num_blocks = num_blocks
+        self._free = list(range(num_blocks))  # a heap: lowest id first, deterministic for tests
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise ValueError(f"the {TIER_NAMES[self.tier]} tier has no free block")
+        return heapq.heappop(self._free)
+
+    def free(self, block_id: int) -> None:
+        heapq.heappush(self._free, block_id)
+
+    def free_block_ids(self) -> list[int]:
+        return sorted(self._free)
+
+
+class KVTierManager:
+    """Where every request block lives (gpu, cpu, disk) and the moves of the current step."""
+
+    def __init__(
+        self, kv_cache_manager: KVCacheManager, config: TierConfig, arrival_seq: Mapping[str, int]
+    ) -> None:
+        self.kv = kv_cache_manager
+        self.block_size = kv_cache_manager.block_size
+        self.cpu = ColdBlockPool(TIER_CPU, config.num_cpu_blocks)
+        self.disk = ColdBlockPool(TIER_DISK, config.num_disk_blocks)
+        self.num_sink_blocks = config.num_sink_blocks
+        self.hot_window_tokens = config.hot_window_tokens
+        self._arrival_seq = arrival_seq  # the scheduler's, live: req_id -> order of arrival
+        self._requests: dict[str, KVRequest] = {}  # every request holding a block in any tier
+        self._cold: dict[str, dict[int, tuple[int, int]]] = {}  # req_id -> logical idx -> (tier, id)
+        self._parked: set[str] = set()
+        self._spill_cursor: dict[str, int] = {}  # entries in [num_sink_blocks, cursor) are all cold
+        self._cpu_order: list[tuple[int, int, str, int]] = []  # heap (idx, seq, req_id, cpu id), lazy
+        self._moves: list[BlockMove] = []  # this step's plan, in execution order
+        self.num_moves: Counter[tuple[int, int]] = Counter()  # (src tier, dst tier) -> blocks, since start
+        self.num_parked = 0  # preemptions that spilled instead of recomputing
+        self.num_parked_dropped = 0  # parked requests whose KV was dropped for room
+
+    # ---- queries -----------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self.cpu.num_blocks + self.disk.num_blocks > 0
+
+    @property
+    def num_free_cold_blocks(self) -> int:
+        return self.cpu.num_free_blocks + self.disk.num_free_blocks
+
+    def is_parked(self, request: KVRequest) -> bool:
+        """True for a preempted request whose KV waits in the cold tiers (resume, not recompute)."""
+        return request.req_id in self._parked
+
+    def get_block_table(self, request: KVRequest) -> tuple[list[int], list[int]]:
+        """(block_ids, block_tiers) by logical index; block_tiers is empty when all are gpu."""
+        cold = self._cold.get(request.req_id, {})
+        ids, tiers = [], []
+        for i, block in enumerate(self.kv.get_blocks(request.req_id)):
+            tier, block_id = (TIER_GPU, block.block_id) if block is not None else cold[i]
+            ids.append(block_id)
+            tiers.append(tier)
+        return ids, (tiers if cold else [])
+
+    def stats(self) -> TierStats:
+        kv = self.kv
+        return TierStats(
+            num_gpu_blocks=kv.num_blocks,
+            num_used_gpu_blocks=kv.num_blocks - kv.num_free_blocks,
+            num_cpu_blocks=self.cpu.num_blocks,
+            num_used_cpu_blocks=self.cpu.num_used_blocks,
+            num_disk_blocks=self.disk.num_blocks,
+            num_used_disk_blocks=self.disk.num_used_blocks,
+            kv_block_moves={name: self.num_moves[key] for key, name in MOVE_NAMES.items()},
+            num_spilled_preemptions=self.num_parked,
+            num_dropped_spills=self.num_parked_dropped,
+        )
+
+    def request_stats(self, request: KVRequest) -> RequestTierStats:
+        tiers = Counter(tier for tier, _ in self._cold.get(request.req_id, {}).values())
+        return RequestTierStats(
+            status="preempted" if request.req_id in self._parked else "running",
+            num_gpu_blocks=sum(block is not None for block in self.kv.get_blocks(request.req_id)),
+            num_cpu_blocks=tiers[TIER_CPU],
+            num_disk_blocks=tiers[TIER_DISK],
+        )
+
+    def get_computed_blocks(self, request: KVRequest) -> tuple[list[KVBlock], int]:
+        """`KVCacheManager.get_computed_blocks`, leaving at least one gpu block for new tokens.
+
+        Prefix hits cannot spill in the step that takes them, so with cold tiers a long hit
+        could fill the whole gpu tier; without cold tiers this never cuts anything.
+        """
+        hits, _ = self.kv.get_computed_blocks(request)
+        hits = hits[: self.kv.num_blocks - 1]
+        return hits, len(hits) * self.block_size
+
+    def max_num_new_tokens(self, request: KVRequest, num_computed_tokens: int) -> int:
+        """Most tokens one step may write so that the request's hot blocks fit the whole gpu tier.
+
+        Its eligible blocks count as room only once they can leave: for a request that holds
+        blocks here (running or parked), not for one being admitted with prefix hits. With no
+        cold tier nothing can spill: the bound is the pool itself. Below 1: never fits.
+        """
+        num_eligible = 0
+        if self.enabled and request.req_id in self._requests:
+            num_eligible = max((num_computed_tokens - self.hot_window_tokens) // self.block_size, 0)
+            num_eligible = max(num_eligible - self.num_sink_blocks, 0)
+        return (self.kv.num_blocks + num_eligible) * self.block_size - num_computed_tokens
+
+    def never_fits_message(self, request: KVRequest, num_computed_tokens: int) -> str | None:
+        """Why the request can never be scheduled (with what to change), or None when it can."""
+        bs, num_gpu = self.block_size, self.kv.num_blocks
+        num_needed = cdiv(request.num_tokens, bs)
+        if not self.enabled:
+            if num_needed <= num_gpu:
+                return None
+            return (
+                f"request {request.req_id} needs {num_needed} KV blocks for {request.num_tokens} tokens, "
+                f"but the KV cache holds only {num_gpu} blocks ({num_gpu * bs} tokens). Lower "
+                f"--max-model-len to at most {num_gpu * bs} or give the KV cache more memory."
+            )
+        num_total = num_gpu + self.cpu.num_blocks + self.disk.num_blocks
+        if num_needed > num_total:
+            return (
+                f"request {request.req_id} needs {num_needed} KV blocks for {request.num_tokens} tokens, "
+                f"but the gpu, cpu and disk tiers hold {num_gpu} + {self.cpu.num_blocks} + "
+                f"{self.disk.num_blocks} blocks ({num_total * bs} tokens). Lower --max-model-len to at "
+                f"most {num_total * bs} or give the cpu or disk tier more memory."
+            )
+        if self.max_num_new_tokens(request, num_computed_tokens) < 1:
+            return (
+                f"request {request.req_id} must keep its {self.num_sink_blocks} sink blocks and its last "
+                f"{self.hot_window_tokens} tokens on the gpu, more than the {num_gpu} blocks "
+                f"({num_gpu * bs} tokens) of the gpu tier. Lower --hot-window-tokens or "
+                f"--num-sink-blocks, or give the gpu tier more memory."
+            )
+        return None
+
+    # ---- allocation, preemption, free --------------------------------------------------
+
+    def allocate_slots(
+        self,
+        request: KVRequest,
+        num_new_tokens: int,
+        new_computed_blocks: Sequence[KVBlock] = (),
+        reclaim: bool = False,
+    ) -> list[int] | None:
+        """`KVCacheManager.allocate_slots`, spilling eligible gpu blocks first when the pool is short.
+
+        Brings a resumed parked request's hot blocks back. `reclaim`: room for the spills may
+        be taken from parked requests (for running requests, never for admission). Returns the
+        new gpu block ids, or None with nothing changed.
+        """
+        req_id = request.req_id
+        bring_back: list[int] = []  # a running request's cold blocks stay eligible: only a resume
+        if req_id in self._parked:
+            c = request.num_computed_tokens
+            bring_back = sorted(i for i in self._cold[req_id] if not self._is_eligible(c, i))
+        num_needed = self.kv.num_blocks_to_allocate(request, num_new_tokens, new_computed_blocks)
+        num_deficit = num_needed + len(bring_back) - self.kv.num_free_blocks
+        if num_deficit > 0:
+            if not self.enabled:
+                return None
+            exclude = {block.block_id for block in new_computed_blocks}
+            picks = list(islice(self._spill_candidates(exclude), num_deficit))
+            if len(picks) < num_deficit:
+                return None
+            if self.num_free_cold_blocks < num_deficit and not (
+                reclaim and self._reclaim_cold_room(num_deficit, keep=req_id)
+            ):
+                return None
+            for i, _, owner in picks:
+                self._spill_block(owner, i)
+        self._requests[req_id] = request
+        if req_id in self._parked:  # resumed: its table fills again from the hot blocks
+            self._parked.discard(req_id)
+            self._spill_cursor.pop(req_id, None)
+        for i in bring_back:
+            tier, block_id = self._cold[req_id].pop(i)
+            gpu_id = self.kv.load_block(req_id, i)
+            self._pool(tier).free(block_id)
+            self._record(req_id, i, tier, block_id, TIER_GPU, gpu_id)
+        new_block_ids = self.kv.allocate_slots(request, num_new_tokens, new_computed_blocks)
+        assert new_block_ids is not None, "the deficit was spilled"
+        return new_block_ids
+
+    def preempt(self, request: KVRequest) -> int:
+        """Park the request's KV in the cold tiers if there is room, else free it.
+
+        Returns the computed tokens it keeps: its full blocks' tokens when parked, 0 to recompute.
+        """
+        req_id = request.req_id
+        num_full = request.num_computed_tokens // self.block_size
+        blocks = self.kv.get_blocks(req_id)
+        to_spill = [i for i, block in enumerate(blocks[:num_full]) if block is not None]
+        shared = any(block is not None and block.ref_cnt > 1 for block in blocks[:num_full])
+        if not self.enabled or num_full == 0 or shared or len(to_spill) > self.num_free_cold_blocks:
+            self.free(request)
+            return 0
+        self.kv.truncate(req_id, num_full)  # the partial last block cannot go cold
+        for i in to_spill:
+            self._spill_block(req_id, i)
+        self._parked.add(req_id)
+        self.num_parked += 1
+        return num_full * self.block_size
+
+    def free(self, request: KVRequest) -> None:
+        """Release the request's blocks in every tier."""
+        req_id = request.req_id
+        self.kv.free(request)
+        for tier, block_id in self._cold.pop(req_id, {}).values():
+            self._pool(tier).free(block_id)
+        self._requests.pop(req_id, None)
+        self._parked.discard(req_id)
+        self._spill_cursor.pop(req_id, None)
+
+    def take_transfer_plan(self, held_req_ids: Collection[str]) -> TransferPlan:
+        """This step's moves; `req_id` kept only for requests the runner holds across the step."""
+        moves, self._moves = self._moves, []
+        return TransferPlan([m if m.req_id in held_req_ids else replace(m, req_id=None) for m in moves])
+
+    # ---- spilling ----------------------------------------------------------------------
+
+    def _is_eligible(self, num_computed_tokens: int, logical_idx: int) -> bool:
+        limit = (num_computed_tokens - self.hot_window_tokens) // self.block_size
+        return self.num_sink_blocks <= logical_idx < limit
+
+    def _spill_candidates(self, exclude: Collection[int]) -> Iterator[tuple[int, int, str]]:
+        """Eligible gpu blocks of every request as (logical idx, arrival seq, req_id), oldest first."""
+        per_request = [self._eligible_gpu_blocks(req_id, exclude) for req_id in self._requests]
+        return heapq.merge(*per_request)
+
+    def _eligible_gpu_blocks(self, req_id: str, exclude: Collection[int]) -> Iterator[tuple[int, int, str]]:
+        request, seq = self._requests[req_id], self._arrival_seq[req_id]
+        blocks = self.kv.get_blocks(req_id)
+        limit = min((request.num_computed_tokens - self.hot_window_tokens) // self.block_size, len(blocks))
+        i = max(self._spill_cursor.get(req_id, 0), self.num_sink_blocks)
+        while i < limit and blocks[i] is None:
+            i += 1
+        self._spill_cursor[req_id] = i
+        for j in range(i, limit):
+            block = blocks[j]
+            if block is not None and block.ref_cnt == 1 and block.block_id not in exclude:
+                yield j, seq, req_id
+
+    def _spill_block(self, req_id: str, logical_idx: int) -> None:
+        """gpu -> cpu (pushing the oldest cpu block to disk first when the cpu tier is full), or gpu -> disk."""
+        if self.cpu.num_blocks and not self.cpu.num_free_blocks:
+            self._demote_oldest_cpu_block()
+        pool = self.cpu if self.cpu.num_free_blocks else self.disk
+        gpu_id = self.kv.evict_block(req_id, logical_idx)
+        self._place_cold(req_id, logical_idx, pool, TIER_GPU, gpu_id)
+
+    def _demote_oldest_cpu_block(self) -> None:
+        while True:
+            logical_idx, _, req_id, cpu_id = heapq.heappop(self._cpu_order)
+            if self._cold.get(req_id, {}).get(logical_idx) == (TIER_CPU, cpu_id):
+                break  # else a stale entry: that block was freed or brought back
+        self.cpu.free(cpu_id)
+        self._place_cold(req_id, logical_idx, self.disk, TIER_CPU, cpu_id)
+
+    def _place_cold(
+        self, req_id: str, logical_idx: int, pool: ColdBlockPool, src_tier: int, src_id: int
+    ) -> None:
+        block_id = pool.allocate()
+        self._cold.setdefault(req_id, {})[logical_idx] = (pool.tier, block_id)
+        if pool.tier == TIER_CPU:
+            heapq.heappush(self._cpu_order, (logical_idx, self._arrival_seq[req_id], req_id, block_id))
+            if len(self._cpu_order) > 2 * self.cpu.num_blocks + 64:
+                self._compact_cpu_order()
+        self._record(req_id, logical_idx, src_tier, src_id, pool.tier, block_id)
+
+    def _compact_cpu_order(self) -> None:
+        self._cpu_order = [
+            (i, self._arrival_seq[req_id], req_id, block_id)
+            for req_id, cold in self._cold.items()
+            for i, (tier, block_id) in cold.items()
+            if tier == TIER_CPU
+        ]
+        heapq.heapify(self._cpu_order)
+
+    def _reclaim_cold_room(self, num_blocks: int, keep: str) -> bool:
+        """Drop parked requests' KV, latest arrival first, until `num_blocks` cold blocks are free.
+
+        All or nothing: drops none and returns False when even dropping all would not do.
+        """
+        parked = sorted(self._parked - {keep}, key=self._arrival_seq.__getitem__, reverse=True)
+        if self.num_free_cold_blocks + sum(len(self._cold.get(r, ())) for r in parked) < num_blocks:
+            return False
+        for req_id in parked:
+            if self.num_free_cold_blocks >= num_blocks:
+                break
+            self.free(self._requests[req_id])
+            self.num_parked_dropped += 1
+        return True
+
+    def _record(
+        self, req_id: str, logical_idx: int, src_tier: int, src_id: int, dst_tier: int, dst_id: int
+    ) -> None:
+        self._moves.append(BlockMove(req_id, logical_idx, src_tier, src_id, dst_tier, dst_id))
+        self.num_moves[(src_tier, dst_tier)] += 1
+
+    def _pool(self, tier: int) -> ColdBlockPool:
+        return self.cpu if tier == TIER_CPU else self.disk
