@@ -67,6 +67,7 @@ class EngineConfig:
     num_sink_blocks: int = 1  # first blocks of each sequence that never leave the gpu tier
     hot_window_tokens: int = 1024  # most recent tokens of each sequence that stay on the gpu tier
     attention: str = "auto"  # "auto": gpu tier + cold tiers; "cpu": all KV in RAM, attention on CPU
+    cold_attention: str = "auto"  # cold blocks: "cpu" (attend in RAM), "stream" (to the GPU), "split", "auto"
 
     def __post_init__(self) -> None:
         def bad(param: str, msg: str) -> InvalidParameterError:
@@ -108,6 +109,8 @@ class EngineConfig:
             raise bad("vram_budget", f"--vram-budget must be at least 256MiB, got {self.vram_budget_bytes} bytes")
         if self.num_sink_blocks < 0 or self.hot_window_tokens < 0:
             raise bad("num_sink_blocks", "--num-sink-blocks and --hot-window-tokens must not be negative")
+        if self.cold_attention not in ("auto", "cpu", "stream", "split"):
+            raise bad("cold_attention", f"--cold-attention must be auto, cpu, stream or split, got {self.cold_attention!r}")
         if self.attention not in ("auto", "cpu"):
             raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")
         if self.trust_remote_code:

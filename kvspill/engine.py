@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kvspill.config import EngineConfig
 from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
@@ -52,8 +53,15 @@ class LLMEngine:
                 block_size=self.config.block_size,
                 num_blocks=bundle.num_blocks,
                 enable_prefix_caching=self.config.enable_prefix_caching,
+                num_cpu_blocks=getattr(bundle.storage, "num_cpu_blocks", 0),
+                num_disk_blocks=getattr(bundle.storage, "num_disk_blocks", 0),
+                num_sink_blocks=self.config.num_sink_blocks,
+                hot_window_tokens=self.config.hot_window_tokens,
             )
         )
+        self._has_cold_tiers = bool(getattr(bundle.storage, "num_cpu_blocks", 0) or
+                                    getattr(bundle.storage, "num_disk_blocks", 0))
+        self._max_cold_fraction = 0.0
         self._texts: dict[str, _TextState] = {}
         self._ids = itertools.count()
 
@@ -131,7 +139,15 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         output = self.runner.execute(batch)
         updates = self.scheduler.update_from_output(batch, output)
+        if self._has_cold_tiers:
+            self._note_cold_fraction()
         return self._process_updates(updates, output.logprobs)
+
+    def _note_cold_fraction(self) -> None:
+        s = self.scheduler.stats()
+        cold = s["num_used_cpu_blocks"] + s["num_used_disk_blocks"]
+        if cold:
+            self._max_cold_fraction = max(self._max_cold_fraction, cold / (cold + s["num_used_gpu_blocks"]))
 
     def _process_updates(self, updates: list, logprobs: dict) -> list[RequestOutput]:
         results: list[RequestOutput] = []
@@ -167,6 +183,29 @@ class LLMEngine:
                 self._texts.pop(upd.req_id, None)
         return results
 
-    def kv_stats(self) -> dict:
-        return {"scheduler": self.scheduler.stats(), "num_blocks": self.bundle.num_blocks,
-                "block_size": self.config.block_size, "kv_bytes": self.bundle.storage.nbytes}
+    def kv_stats(self) -> dict[str, Any]:
+        """Blocks and bytes per tier, per-request hot/cold split, bytes moved per direction and
+        time in cold attention per path: what the server, monitor and benchmarks read."""
+        storage = self.bundle.storage
+        block_bytes = storage.layout.block_bytes
+        sched = self.scheduler.stats()
+        runner = self.runner.kv_stats()
+        tiers = {
+            "gpu": (sched["num_gpu_blocks"], sched["num_used_gpu_blocks"]),
+            "cpu": (sched["num_cpu_blocks"], sched["num_used_cpu_blocks"]),
+            "disk": (sched["num_disk_blocks"], sched["num_used_disk_blocks"]),
+        }
+        return {
+            "block_size": self.config.block_size,
+            "block_bytes": block_bytes,
+            "tiers": {name: {"blocks": total, "used_blocks": used, "bytes": total * block_bytes,
+                             "used_bytes": used * block_bytes} for name, (total, used) in tiers.items()},
+            "requests": self.scheduler.tier_stats(),
+            "bytes_moved": {key.removeprefix("transfer_bytes_"): value for key, value in runner.items()
+                            if key.startswith("transfer_bytes_")},
+            "cold_attention_seconds": {"cpu": runner.get("cold_cpu_seconds", 0.0),
+                                       "stream": runner.get("cold_stream_seconds", 0.0)},
+            "max_cold_fraction": self._max_cold_fraction,
+            "scheduler": sched,
+            "runner": runner,
+        }

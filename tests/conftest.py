@@ -82,7 +82,7 @@ _COMMON = dict(
     intermediate_size=128,
     num_attention_heads=4,
     num_key_value_heads=2,
-    max_position_embeddings=256,
+    max_position_embeddings=1024,
     initializer_range=0.1,
     bos_token_id=1,
 )

@@ -5,15 +5,28 @@ Layout: one tensor `kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_hea
 as one copy of `block_bytes` (2 MiB for Llama-3.1-8B in bf16 with 16-token blocks: the size
 PCIe copies like). Attention kernels take the strided per-layer view `layer(l)`.
 
-Invariant: the scheduler's block ids index dim 0 directly; this module never decides which
-block holds what.
+`TieredKVStorage` adds the cold tiers with the same per-block layout: a cpu pool in host memory
+(pinned on CUDA, allocated once) and a disk pool in a memory-mapped file; `kv/transfer.py`
+moves blocks between them and `kv/cold_attention.py` attends to the cold ones.
+
+Invariant: the scheduler's block ids index dim 0 of their tier's tensor directly; this module
+never decides which block holds what.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import torch
+
+from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,3 +68,122 @@ class KVStorage:
     @property
     def nbytes(self) -> int:
         return self.kv_cache.numel() * self.kv_cache.element_size()
+
+
+# ---- tiers --------------------------------------------------------------------------------
+
+
+def allocate_host_pool(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> tuple[torch.Tensor, bool]:
+    """A zeroed host tensor, pinned when `pin` and the allocator allows; returns (tensor, pinned).
+
+    Pinning can be refused (no CUDA, a locked-memory limit, a container): the pool then lives in
+    pageable memory, which works but copies at a fraction of the pinned rate (the physics in
+    DESIGN.md: 10-13 against 55 GB/s), so the fallback says so once.
+    """
+    if pin:
+        try:
+            return torch.zeros(shape, dtype=dtype, pin_memory=True), True
+        except RuntimeError as e:
+            logger.warning("could not pin the cpu KV tier (%s); using pageable memory: copies will be slower", e)
+    return torch.zeros(shape, dtype=dtype), False
+
+
+class DiskPool:
+    """`num_blocks` blocks of a layout in one memory-mapped file under `directory`.
+
+    The file is created sparse and unlinked at once (the mapping keeps it alive until the pool
+    goes away), so a crashed engine leaves no stale spill files. numpy has no bfloat16: the file
+    is mapped as bytes and viewed as `layout.dtype` through torch.
+    """
+
+    def __init__(self, layout: KVLayout, num_blocks: int, directory: str | os.PathLike[str] | None) -> None:
+        self.directory = Path(directory) if directory is not None else Path(tempfile.gettempdir())
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="kvspill-kv-", suffix=".bin", dir=self.directory)
+        os.close(fd)
+        try:
+            # memmap: [num_blocks, block_bytes] uint8; a zero-block pool still maps one byte
+            self._memmap = np.memmap(name, dtype=np.uint8, mode="w+", shape=(max(num_blocks, 1), layout.block_bytes))
+        finally:
+            os.unlink(name)
+        raw = torch.from_numpy(self._memmap)[:num_blocks]
+        # cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim] over the file
+        self.cache = raw.view(layout.dtype).view(num_blocks, *_block_shape(layout))
+
+    def flush(self) -> None:
+        self._memmap.flush()
+
+
+def _block_shape(layout: KVLayout) -> tuple[int, ...]:
+    return (layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+
+
+class TieredKVStorage(KVStorage):
+    """The KV pools of all tiers, one per-block layout: gpu (`kv_cache` on `device`), cpu, disk.
+
+    - gpu: `KVStorage`'s tensor, so every existing caller (attention, CUDA graphs) sees the
+      same object; `layer(l)` is still the gpu view.
+    - cpu: `num_cpu_blocks` blocks in host memory, allocated once; pinned when the device is
+      CUDA (pageable with a warning when pinning is refused, always pageable without CUDA).
+    - disk: `num_disk_blocks` blocks in a memory-mapped file under `disk_dir` (a temp dir
+      when None).
+    Block ids of each tier index dim 0 of that tier's tensor. `copy_stream` is the side stream
+    every tier copy runs on (None off CUDA: copies there are synchronous).
+
+    Invariant: this class holds bytes; it never decides which block lives where.
+    """
+
+    def __init__(
+        self,
+        layout: KVLayout,
+        num_blocks: int,
+        device: torch.device,
+        *,
+        num_cpu_blocks: int = 0,
+        num_disk_blocks: int = 0,
+        disk_dir: str | os.PathLike[str] | None = None,
+        pin_memory: bool | None = None,
+    ) -> None:
+        super().__init__(layout, num_blocks, device)
+        is_cuda = device.type == "cuda"
+        pin = is_cuda if pin_memory is None else pin_memory
+        # cpu_cache: [num_cpu_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]
+        self.cpu_cache, self.cpu_pinned = allocate_host_pool(
+            (num_cpu_blocks, *_block_shape(layout)), layout.dtype, pin
+        )
+        self.disk = DiskPool(layout, num_disk_blocks, disk_dir) if num_disk_blocks else None
+        self.disk_cache = (
+            self.disk.cache if self.disk is not None
+            else torch.empty((0, *_block_shape(layout)), dtype=layout.dtype)
+        )
+        self.copy_stream = torch.cuda.Stream(device=device) if is_cuda else None
+
+    @property
+    def num_cpu_blocks(self) -> int:
+        return int(self.cpu_cache.shape[0])
+
+    @property
+    def num_disk_blocks(self) -> int:
+        return int(self.disk_cache.shape[0])
+
+    def pool(self, tier: int) -> torch.Tensor:
+        """The whole pool of `tier`: [num_tier_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]."""
+        if tier == TIER_GPU:
+            return self.kv_cache
+        if tier == TIER_CPU:
+            return self.cpu_cache
+        if tier == TIER_DISK:
+            return self.disk_cache
+        raise ValueError(f"unknown KV tier {tier}")
+
+    def tier_layer(self, tier: int, layer_idx: int) -> torch.Tensor:
+        """[num_tier_blocks, 2, block_size, num_kv_heads, head_dim], strided, of one tier."""
+        return self.pool(tier)[:, layer_idx]
+
+    @property
+    def host_nbytes(self) -> int:
+        return self.cpu_cache.numel() * self.cpu_cache.element_size()
+
+    @property
+    def disk_nbytes(self) -> int:
+        return self.disk_cache.numel() * self.disk_cache.element_size()

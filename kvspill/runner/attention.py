@@ -2,10 +2,20 @@
 
 A step's tokens are ordered decodes first (one query each), then prefill chunks. Each layer
 call stores the new K/V into the paged cache through `slot_mapping`, then runs the split-KV
-decode kernel over the decode queries and the paged prefill kernel over the rest. On CUDA the
-Triton kernels run; elsewhere their torch references (the same math, the tests' oracle).
+decode kernel over the decode queries and the paged prefill kernel over the rest, both
+returning (o, lse). On CUDA the Triton kernels run; elsewhere their torch references (the same
+math, the tests' oracle).
 
-Invariant: every tensor here lives on the cache's device; nothing in this module reads
+KV tiers: the block tables and seq_lens given here cover each sequence's gpu-tier blocks only
+(compacted, `runner/inputs.py`). For sequences with cold blocks, `metadata.cold` computes the
+partial over those (`kv/cold_attention.py`): its q goes down before the gpu kernels are
+enqueued, its result is merged with the gpu partial by LSE after them. Steps without cold
+blocks have `cold = None` and run exactly as before.
+
+`--attention cpu`: when the pool lives on the host and q on the GPU, the layer's q/k/v go down,
+everything runs on the host, o comes back up.
+
+Invariant: every metadata tensor lives on the cache's device; nothing in this module reads
 global state, so the same object can be captured in a CUDA graph with static buffers.
 """
 
@@ -13,12 +23,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
+from kvspill.kv.cold_attention import ColdStep
+from kvspill.kv.cold_math import merge_partials
 from kvspill.kv.storage import KVStorage
+from kvspill.runner.inputs import StepInputs
 
 
 @dataclass
@@ -34,10 +48,33 @@ class AttentionMetadata:
     prefill_seq_lens: torch.Tensor  # [num_prefills] int32
     prefill_max_query_len: int = 0  # longest prefill chunk (saves the kernel a device sync)
     decode_num_splits: int | None = None  # fixed split count (CUDA graphs) or None = auto
+    cold: ColdStep | None = None  # sequences with cpu/disk blocks this step; None: all KV on the gpu tier
 
     @property
     def num_prefills(self) -> int:
         return int(self.prefill_seq_lens.shape[0])
+
+
+def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    return t.to(device, non_blocking=True) if device.type == "cuda" else t
+
+
+def build_attention_metadata(inputs: StepInputs, device: torch.device, cold: ColdStep | None) -> AttentionMetadata:
+    """The step's metadata on the KV `device`: compacted gpu block tables and gpu seq_lens."""
+    nd = inputs.num_decodes
+    qsl = inputs.query_start_loc
+    return AttentionMetadata(
+        slot_mapping=to_device(inputs.slot_mapping, device),
+        num_decodes=nd,
+        decode_block_tables=to_device(inputs.block_tables[:nd], device),
+        decode_seq_lens=to_device(inputs.gpu_seq_lens[:nd], device),
+        prefill_block_tables=to_device(inputs.block_tables[nd:], device),
+        prefill_query_start_loc=to_device((qsl[nd:] - nd).astype(np.int32), device),  # decodes: one token each
+        prefill_seq_lens=to_device(inputs.gpu_seq_lens[nd:], device),
+        prefill_max_query_len=int(np.diff(qsl[nd:]).max()) if len(qsl) > nd + 1 else 0,
+        cold=cold,
+    )
 
 
 class PagedAttention:
@@ -51,36 +88,37 @@ class PagedAttention:
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         # q: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim]
+        kv_device = self.storage.kv_cache.device  # normalized ("cuda:0", not "cuda")
+        if q.device != kv_device:  # --attention cpu: the pool and all attention on the host
+            return self(layer_idx, q.to(kv_device), k.to(kv_device), v.to(kv_device)).to(q.device)
         meta = self.metadata
         kv_layer = self.storage.layer(layer_idx)
+        cold_work = meta.cold.begin(layer_idx, q) if meta.cold is not None else None
         if self.use_triton:
             store_kv(k, v, kv_layer, meta.slot_mapping)
         else:
             store_kv_ref(k, v, kv_layer, meta.slot_mapping)
         out = torch.empty_like(q)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)  # [num_tokens, num_heads]
         nd = meta.num_decodes
         if nd:
-            if self.use_triton:
-                paged_decode_attention(
-                    q[:nd], kv_layer, meta.decode_block_tables, meta.decode_seq_lens, self.scale,
-                    num_splits=meta.decode_num_splits, out=out[:nd],
-                )
-            else:
-                o, _ = paged_decode_attention_ref(
-                    q[:nd], kv_layer, meta.decode_block_tables, meta.decode_seq_lens, self.scale
-                )
-                out[:nd] = o
+            decode = paged_decode_attention if self.use_triton else paged_decode_attention_ref
+            decode(
+                q[:nd], kv_layer, meta.decode_block_tables, meta.decode_seq_lens, self.scale,
+                num_splits=meta.decode_num_splits, out=(out[:nd], lse[:nd]),
+            )
         if meta.num_prefills:
+            args = (q[nd:], kv_layer, meta.prefill_block_tables, meta.prefill_query_start_loc, meta.prefill_seq_lens)
             if self.use_triton:
                 paged_prefill_attention(
-                    q[nd:], kv_layer, meta.prefill_block_tables, meta.prefill_query_start_loc,
-                    meta.prefill_seq_lens, self.scale, out=out[nd:],
-                    max_query_len=meta.prefill_max_query_len or None,
+                    *args, self.scale, out=(out[nd:], lse[nd:]), max_query_len=meta.prefill_max_query_len or None
                 )
             else:
-                o, _ = paged_prefill_attention_ref(
-                    q[nd:], kv_layer, meta.prefill_block_tables, meta.prefill_query_start_loc,
-                    meta.prefill_seq_lens, self.scale,
-                )
-                out[nd:] = o
+                paged_prefill_attention_ref(*args, self.scale, out=(out[nd:], lse[nd:]))
+        if cold_work is not None:
+            assert meta.cold is not None
+            o_cold, lse_cold = meta.cold.finish(cold_work)
+            rows = meta.cold.rows
+            merged, _ = merge_partials(out.index_select(0, rows), lse.index_select(0, rows), o_cold, lse_cold)
+            out.index_copy_(0, rows, merged)
         return out

@@ -2,8 +2,14 @@
 
 Call down, return up: it never touches the scheduler or mutates a scheduler `Request`; it
 keeps its own per-request copy (`RunnerRequestState`) updated from the batch's deltas.
-Decode-only steps on CUDA replay a captured graph (`cuda_graphs.py`); everything else runs
-eagerly. An out-of-memory error inside a step fails the requests of that step (reported in
+Decode-only steps on CUDA replay a captured graph (`cuda_graphs.py`) unless a sequence of the
+step has cold KV blocks; everything else runs eagerly.
+
+KV tiers: the runner keeps each request's block tiers, applies the batch's `BlockMove`s to its
+tables, runs the moves' copies (`kv/transfer.py`, before the forward: the compute stream waits
+only on them) and hands the step's cold sequences to the attention (`kv/cold_attention.py`).
+With `--attention cpu` the KV pool lives on the host (`device` is the model's, `storage.device`
+the pool's) and attention runs there. An out-of-memory error inside a step fails the requests of that step (reported in
 `StepOutput.failed`) instead of killing the engine.
 """
 
@@ -11,13 +17,14 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import torch
 
-from kvspill.kv.storage import KVStorage
-from kvspill.runner.attention import AttentionMetadata, PagedAttention
+from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig
+from kvspill.kv.storage import KVStorage, TieredKVStorage
+from kvspill.kv.transfer import KVTransferEngine
+from kvspill.runner.attention import PagedAttention, build_attention_metadata, to_device
 from kvspill.runner.cuda_graphs import DecodeGraphs
-from kvspill.runner.inputs import RunnerRequestState, StepInputs, build_step_inputs
+from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
 from kvspill.sampling.sampler import Sampler, SamplingState
 from kvspill.types import ScheduledBatch, StepOutput, TokenLogprobs
 
@@ -34,10 +41,20 @@ class ModelRunner:
         eos_token_ids: frozenset[int],
         seed: int = 0,
         graphs: DecodeGraphs | None = None,
+        device: torch.device | None = None,
+        cold_config: ColdAttentionConfig | None = None,
     ) -> None:
+        """`device`: the model's (default: the pool's; differs with --attention cpu). A
+        `TieredKVStorage` gets a transfer engine and a cold-attention backend (`cold_config`)."""
         self.model = model
         self.storage = storage
-        self.device = storage.device
+        self.device = device if device is not None else storage.device
+        self.kv_device = storage.device
+        self.transfers: KVTransferEngine | None = None
+        self.cold: ColdAttentionBackend | None = None
+        if isinstance(storage, TieredKVStorage):
+            self.transfers = KVTransferEngine(storage)
+            self.cold = ColdAttentionBackend(storage, cold_config, wait_host=self.transfers.wait_host)
         self.block_size = storage.layout.block_size
         self.scale = head_dim**-0.5
         self.eos_token_ids = eos_token_ids
@@ -58,6 +75,7 @@ class ModelRunner:
                 req_id=new.req_id,
                 token_ids=list(new.prompt_token_ids) + list(new.output_token_ids),
                 block_ids=list(new.block_ids),
+                block_tiers=list(new.block_tiers),
                 num_computed_tokens=new.num_computed_tokens,
                 sampling=SamplingState(
                     params=params,
@@ -69,14 +87,33 @@ class ModelRunner:
             )
         for cached in batch.cached_reqs:
             st = self.states[cached.req_id]
-            st.block_ids.extend(cached.new_block_ids)
+            st.append_gpu_blocks(cached.new_block_ids)
             st.num_computed_tokens = cached.num_computed_tokens
+        if not batch.transfers.empty:
+            apply_block_moves(self.states, batch.transfers.moves)
+
+    def _run_transfers(self, batch: ScheduledBatch) -> None:
+        if batch.transfers.empty:
+            return
+        if self.transfers is None:
+            raise RuntimeError("the batch moves KV blocks between tiers but the runner's storage has no cold tiers")
+        self.transfers.execute(batch.transfers)
+
+    def kv_stats(self) -> dict[str, float | int]:
+        """Bytes moved per direction, copies, cold-attention bytes and seconds per path (totals)."""
+        stats: dict[str, float | int] = {}
+        if self.transfers is not None:
+            stats.update(self.transfers.stats_dict())
+        if self.cold is not None:
+            stats.update(self.cold.stats_dict())
+        return stats
 
     # ---- execution ------------------------------------------------------------------------
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         self._update_states(batch)
+        self._run_transfers(batch)
         if batch.empty:
             return StepOutput(sampled_token_ids={})
         inputs = build_step_inputs(batch, self.states, self.block_size)
@@ -95,34 +132,21 @@ class ModelRunner:
 
     def _forward(self, inputs: StepInputs) -> torch.Tensor:
         """Returns logits [num_sampled, vocab] float32 for the rows that sample."""
-        if self.graphs is not None and inputs.num_decodes == len(inputs.req_ids):
+        if self.graphs is not None and inputs.num_decodes == len(inputs.req_ids) and not inputs.cold_seqs:
             graph_logits = self.graphs.run(inputs)
             if graph_logits is not None:
                 return graph_logits
-        dev = self.device
-
-        def to_dev(a: np.ndarray) -> torch.Tensor:
-            t = torch.from_numpy(a)
-            return t.to(dev, non_blocking=True) if dev.type == "cuda" else t
-
-        nd = inputs.num_decodes
-        token_nd = nd  # decodes contribute one token each
-        qsl = inputs.query_start_loc
-        meta = AttentionMetadata(
-            slot_mapping=to_dev(inputs.slot_mapping),
-            num_decodes=nd,
-            decode_block_tables=to_dev(inputs.block_tables[:nd]),
-            decode_seq_lens=to_dev(inputs.seq_lens[:nd]),
-            prefill_block_tables=to_dev(inputs.block_tables[nd:]),
-            prefill_query_start_loc=to_dev((qsl[nd:] - token_nd).astype(np.int32)),
-            prefill_seq_lens=to_dev(inputs.seq_lens[nd:]),
-            prefill_max_query_len=int(np.diff(qsl[nd:]).max()) if len(qsl) > nd + 1 else 0,
-        )
+        cold = None
+        if inputs.cold_seqs:
+            if self.cold is None:
+                raise RuntimeError("a request has cold KV blocks but the runner's storage has no cold tiers")
+            cold = self.cold.for_step(inputs.cold_seqs, self.scale)
+        meta = build_attention_metadata(inputs, self.kv_device, cold)
         attention = PagedAttention(self.storage, meta, self.scale)
-        hidden = self.model(to_dev(inputs.input_ids), to_dev(inputs.positions), attention)
+        hidden = self.model(to_device(inputs.input_ids, self.device), to_device(inputs.positions, self.device), attention)
         if not inputs.sample_rows:  # a step of prefill chunks that all stop short of their end
             return hidden.new_empty((0, 0), dtype=torch.float32)
-        rows = to_dev(inputs.logits_indices)
+        rows = to_device(inputs.logits_indices, self.device)
         return self.model.compute_logits(hidden[rows])
 
     def _sample(self, inputs: StepInputs, logits: torch.Tensor) -> StepOutput:

@@ -14,7 +14,8 @@ import torch
 
 from kvspill.calibrate import load_calibration
 from kvspill.config import EngineConfig
-from kvspill.kv.storage import KVLayout, KVStorage
+from kvspill.kv.cold_attention import ColdAttentionConfig
+from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import resolve_model
@@ -88,6 +89,42 @@ def _plan_and_cap(config: EngineConfig, device: torch.device) -> None:
         torch.cuda.set_per_process_memory_fraction(min(1.0, ceiling / total), device)
 
 
+def _tier_blocks(explicit: int | None, budget_bytes: int, layout: KVLayout) -> int:
+    return explicit if explicit is not None else budget_bytes // layout.block_bytes
+
+
+def _cpu_attention_storage(config: EngineConfig, layout: KVLayout, max_model_len: int) -> KVStorage:
+    """--attention cpu: the whole KV pool in host RAM; the GPU keeps only weights and activations."""
+    cpu = torch.device("cpu")
+    if config.num_kv_blocks is not None:
+        num_blocks = config.num_kv_blocks
+    elif config.cpu_kv_budget_bytes:
+        num_blocks = config.cpu_kv_budget_bytes // layout.block_bytes
+    else:
+        num_blocks = size_kv_pool(config, cpu, layout.block_bytes, max_model_len)
+    return KVStorage(layout, num_blocks, cpu)
+
+
+def _capture_graphs(config: EngineConfig, loaded: LoadedModel, storage: KVStorage) -> DecodeGraphs:
+    graphs = DecodeGraphs(
+        loaded.model, storage, scale=loaded.head_dim**-0.5,
+        max_num_seqs=min(config.max_num_seqs, 256),
+        max_blocks_per_seq=-(-loaded.max_model_len // config.block_size),
+    )
+    graphs.capture()
+    return graphs
+
+
+def _cold_config(config: EngineConfig) -> ColdAttentionConfig:
+    """Cold-attention path; the stream/CPU split follows the saved calibration when there is one."""
+    calibration = load_calibration()
+    return ColdAttentionConfig(
+        path=config.cold_attention,
+        cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
+        h2d_gbs=calibration.h2d_gbs if calibration else None,
+    )
+
+
 def build_runner(config: EngineConfig) -> RunnerBundle:
     device = pick_device(config)
     dtype = pick_dtype(config, device)
@@ -109,28 +146,33 @@ def build_runner(config: EngineConfig) -> RunnerBundle:
         head_dim=loaded.head_dim,
         dtype=dtype,
     )
-    chunk = min(config.max_num_batched_tokens, loaded.max_model_len)
-    num_blocks = size_kv_pool(
-        config, device, layout.block_bytes, loaded.max_model_len,
-        profile_activations=(lambda: _profile_prefill_peak(loaded, layout, chunk, device))
-        if device.type == "cuda" else None,
-    )
-    storage = KVStorage(layout, num_blocks, device)
-    logger.info(
-        "KV pool: %d blocks x %d tokens = %d tokens (%.2f GiB) on %s",
-        num_blocks, config.block_size, num_blocks * config.block_size, storage.nbytes / 2**30, device,
-    )
-    graphs = None
-    if device.type == "cuda" and not config.enforce_eager:
-        max_blocks_per_seq = -(-loaded.max_model_len // config.block_size)
-        graphs = DecodeGraphs(
-            loaded.model, storage, scale=loaded.head_dim**-0.5,
-            max_num_seqs=min(config.max_num_seqs, 256), max_blocks_per_seq=max_blocks_per_seq,
+    if config.attention == "cpu":
+        storage = _cpu_attention_storage(config, layout, loaded.max_model_len)
+        num_blocks, graphs = storage.num_blocks, None
+    else:
+        chunk = min(config.max_num_batched_tokens, loaded.max_model_len)
+        num_blocks = size_kv_pool(
+            config, device, layout.block_bytes, loaded.max_model_len,
+            profile_activations=(lambda: _profile_prefill_peak(loaded, layout, chunk, device))
+            if device.type == "cuda" else None,
         )
-        graphs.capture()
+        storage = TieredKVStorage(
+            layout, num_blocks, device,
+            num_cpu_blocks=_tier_blocks(config.num_cpu_kv_blocks, config.cpu_kv_budget_bytes, layout),
+            num_disk_blocks=_tier_blocks(config.num_disk_kv_blocks, config.disk_kv_budget_bytes, layout),
+            disk_dir=config.kv_disk_dir,
+        )
+        graphs = _capture_graphs(config, loaded, storage) if device.type == "cuda" and not config.enforce_eager else None
+    logger.info(
+        "KV tiers: gpu %d blocks (%.2f GiB, %s), cpu %d blocks (%.2f GiB%s), disk %d blocks (%.2f GiB) of %d tokens",
+        storage.num_blocks, storage.nbytes / 2**30, storage.device, getattr(storage, "num_cpu_blocks", 0),
+        getattr(storage, "host_nbytes", 0) / 2**30, ", pinned" if getattr(storage, "cpu_pinned", False) else "",
+        getattr(storage, "num_disk_blocks", 0), getattr(storage, "disk_nbytes", 0) / 2**30, config.block_size,
+    )
     runner = ModelRunner(
         loaded.model, storage, head_dim=loaded.head_dim,
-        eos_token_ids=eos_token_ids, seed=config.seed, graphs=graphs,
+        eos_token_ids=eos_token_ids, seed=config.seed, graphs=graphs, device=device,
+        cold_config=_cold_config(config),
     )
     return RunnerBundle(
         runner=runner, storage=storage, tokenizer=tokenizer, eos_token_ids=eos_token_ids, loaded=loaded, num_blocks=num_blocks,

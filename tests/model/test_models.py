@@ -46,7 +46,7 @@ def test_loaded_summary(tiny_llama_dir: Path, tiny_qwen3_dir: Path) -> None:
     llama = load_model(resolve_model(str(tiny_llama_dir)), CPU, torch.float32)
     assert llama.architecture == "LlamaForCausalLM"
     assert (llama.num_layers, llama.num_heads, llama.num_kv_heads, llama.head_dim) == (3, 4, 2, 16)
-    assert (llama.hidden_size, llama.vocab_size, llama.max_model_len) == (64, 256, 256)
+    assert (llama.hidden_size, llama.vocab_size, llama.max_model_len) == (64, 256, 1024)
     assert not llama.model.training
     assert all(not p.requires_grad for p in llama.model.parameters())
     # Sharded qwen3, bf16, shorter max_model_len: the RoPE table follows max_model_len.
@@ -123,19 +123,19 @@ def test_llama_variants_in_memory(rope_type: str, logits_of, hf_logits_of) -> No
 
 
 def test_rope_override_raises_max_positions(tiny_llama_dir: Path) -> None:
-    resolved = resolve_model(str(tiny_llama_dir))
+    resolved = resolve_model(str(tiny_llama_dir))  # trained for 1024 positions
     loaded = load_model(resolved, CPU, torch.float32, rope_scaling={"rope_type": "yarn", "factor": 4})
     params = loaded.hf_config.rope_parameters
-    assert params["rope_type"] == "yarn" and params["original_max_position_embeddings"] == 256
-    assert loaded.hf_config.max_position_embeddings == 1024 and loaded.max_model_len == 1024
-    assert loaded.model.model.rotary_emb.cos_sin_cache.shape == (1024, 16)
+    assert params["rope_type"] == "yarn" and params["original_max_position_embeddings"] == 1024
+    assert loaded.hf_config.max_position_embeddings == 4096 and loaded.max_model_len == 4096
+    assert loaded.model.model.rotary_emb.cos_sin_cache.shape == (4096, 16)
     # An explicit max_model_len wins; past the (raised) limit is an error saying what to do.
     shorter = load_model(
-        resolved, CPU, torch.float32, rope_scaling={"type": "linear", "factor": 2}, max_model_len=300
+        resolved, CPU, torch.float32, rope_scaling={"type": "linear", "factor": 2}, max_model_len=1200
     )
-    assert shorter.max_model_len == 300 and shorter.hf_config.max_position_embeddings == 512
+    assert shorter.max_model_len == 1200 and shorter.hf_config.max_position_embeddings == 2048
     with pytest.raises(InvalidParameterError, match="--rope-scaling"):
-        load_model(resolved, CPU, torch.float32, max_model_len=1000)
+        load_model(resolved, CPU, torch.float32, max_model_len=4000)
 
 
 def test_sliding_window_rejected_unless_covered() -> None:

@@ -1,0 +1,340 @@
+"""Exact attention over cold KV blocks (cpu and disk tiers), merged by LSE with the gpu part.
+
+The gpu-tier kernels see each sequence's gpu blocks only (a compacted block table, see
+runner/inputs.py). For the sequences of a step that have cold blocks, this module computes the
+other partial result (o, lse) of their query rows over those blocks; the attention backend
+merges the two (`kernels/merge_states.py`). Cold blocks are full and before every query of the
+step (TransferPlan invariant): every query sees every cold key, no mask (see `cold_math`).
+
+Paths (`ColdAttentionConfig.path`):
+- "cpu" (a): q of the cold rows goes down to the host (pinned, one small copy), the CPU attends
+  the blocks where they lie (cpu pool, or the disk memory map) in fp32, chunk by chunk of
+  `cpu_chunk_blocks`, and (o, lse) comes back up. The CPU work runs after the GPU kernels of
+  the layer are enqueued, so the two overlap; `cpu_workers > 0` runs it on a thread pool.
+- "stream" (b): the blocks are copied to the device in double-buffered chunks, the next chunk
+  or the next layer's first chunk prefetched while the current one is attended (`cold_stream`).
+- "split": each sequence's cold blocks are split between (a) and (b) in the ratio
+  `cpu_fraction` (default: measured CPU attention vs H2D bandwidth, else 1/2); disk blocks go
+  to the CPU first (it reads the memory map in place), pinned cpu blocks to the stream.
+"auto" is "stream" on CUDA and "cpu" elsewhere. Off CUDA every path runs the same code with the
+"gpu" tier on the CPU device, so tests exercise all three.
+
+Invariants: a step without cold blocks never builds a `ColdStep` (no cost, CUDA graphs stay);
+the cold rows of a step are fixed for all layers; nothing here decides where a block lives.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from kvspill.errors import InvalidParameterError
+from kvspill.kernels.merge_states import merge_attention_states_ref
+from kvspill.kv.cold_math import attend_unmasked_cpu, merge_partials
+from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
+from kvspill.kv.storage import TieredKVStorage
+from kvspill.types import TIER_CPU, TIER_DISK
+
+COLD_PATHS = ("auto", "cpu", "stream", "split")
+
+
+@dataclass(frozen=True)
+class ColdAttentionConfig:
+    path: str = "auto"
+    cpu_fraction: float | None = None  # split: share of cold blocks on the CPU; None: from bandwidths
+    cpu_attn_gbs: float | None = None  # measured CPU attention rate (calibration), GB/s of KV
+    h2d_gbs: float | None = None  # measured pinned H2D rate, GB/s
+    cpu_chunk_blocks: int = 256  # blocks gathered per CPU step: bounds host temporaries
+    # Blocks per device staging buffer (two of them). Llama-3.1-8B shape on an H200 host: 256
+    # streamed 38-42 GB/s of cold KV, 64 only 10-12 (per-chunk launch and merge overhead).
+    stream_chunk_blocks: int = 256
+    cpu_workers: int = 0  # threads running CPU partials; 0: the calling thread, after the GPU kernels
+    max_rows_per_query: int = 64  # stream: query rows (tokens x GQA group) folded into one kernel query
+
+    def __post_init__(self) -> None:
+        if self.path not in COLD_PATHS:
+            raise InvalidParameterError("cold_path", f"cold attention path must be one of {COLD_PATHS}, got {self.path!r}")
+        if self.cpu_fraction is not None and not 0.0 <= self.cpu_fraction <= 1.0:
+            raise InvalidParameterError("cold_path", f"cpu_fraction must be in [0, 1], got {self.cpu_fraction}")
+        for name in ("cpu_chunk_blocks", "stream_chunk_blocks", "max_rows_per_query"):
+            if getattr(self, name) < 1:
+                raise InvalidParameterError("cold_path", f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.cpu_workers < 0:
+            raise InvalidParameterError("cold_path", f"cpu_workers must not be negative, got {self.cpu_workers}")
+
+    def resolved_path(self, device: torch.device) -> str:
+        if self.path != "auto":
+            return self.path
+        return "stream" if device.type == "cuda" else "cpu"
+
+    def resolved_cpu_fraction(self) -> float:
+        """cost(cold) = max(cpu_bytes / B_cpu, streamed / B_h2d) is least when the shares follow the rates."""
+        if self.cpu_fraction is not None:
+            return self.cpu_fraction
+        if self.cpu_attn_gbs and self.h2d_gbs:
+            return self.cpu_attn_gbs / (self.cpu_attn_gbs + self.h2d_gbs)
+        return 0.5
+
+
+@dataclass(frozen=True)
+class ColdSeq:
+    """A sequence of the step that has cold blocks (built by the runner)."""
+
+    token_start: int  # its first query row in the step's q
+    num_tokens: int  # its query rows this step
+    block_tiers: np.ndarray  # [num_cold] TIER_CPU or TIER_DISK, in logical order
+    block_ids: np.ndarray  # [num_cold] int64, ids within each block's tier
+
+
+@dataclass
+class ColdStats:
+    """Totals since start; bytes are KV bytes attended (per layer, summed over layers)."""
+
+    num_steps: int = 0
+    cpu_bytes: int = 0
+    cpu_seconds: float = 0.0  # wall time of the CPU partials (summed over workers)
+    stream_bytes: int = 0  # bytes staged and copied to the device
+    stream_seconds: float = 0.0  # host wall time of the stream path (gathers, launches; all of it off CUDA)
+    stream_copy_seconds: float = 0.0  # CUDA: measured H2D time of the staged chunks
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_cpu(self, nbytes: int, seconds: float) -> None:
+        with self.lock:
+            self.cpu_bytes += nbytes
+            self.cpu_seconds += seconds
+
+
+class ColdAttentionBackend:
+    """Long-lived: the path choice, staging buffers, worker pool and stats of cold attention."""
+
+    def __init__(
+        self,
+        storage: TieredKVStorage,
+        config: ColdAttentionConfig | None = None,
+        wait_host: Callable[[], None] | None = None,
+    ) -> None:
+        """`wait_host()` (e.g. `KVTransferEngine.wait_host`) blocks until async copies into the
+        cpu pool have landed; it runs before the host first reads the pools in a step."""
+        self.storage = storage
+        self.config = config or ColdAttentionConfig()
+        self.path = self.config.resolved_path(storage.device)
+        self.cpu_fraction = {"cpu": 1.0, "stream": 0.0}.get(self.path, self.config.resolved_cpu_fraction())
+        self.wait_host = wait_host or (lambda: None)
+        self.stats = ColdStats()
+        self._stager: StreamStager | None = None
+        self.executor = ThreadPoolExecutor(self.config.cpu_workers) if self.config.cpu_workers else None
+
+    def stager(self) -> StreamStager:
+        if self._stager is None:
+            self._stager = StreamStager(self.storage, self.config.stream_chunk_blocks)
+        return self._stager
+
+    def for_step(self, seqs: list[ColdSeq], scale: float) -> ColdStep | None:
+        """The step's cold work, or None when no sequence has cold blocks."""
+        if not seqs:
+            return None
+        self.stats.num_steps += 1
+        return ColdStep(self, seqs, scale)
+
+    def stats_dict(self) -> dict[str, float | int]:
+        s = self.stats
+        if self._stager is not None:
+            s.stream_bytes = self._stager.bytes_loaded
+            s.stream_copy_seconds = self._stager.copy_timer.resolve()
+        return {
+            "cold_steps": s.num_steps, "cold_cpu_fraction": self.cpu_fraction,
+            "cold_cpu_bytes": s.cpu_bytes, "cold_cpu_seconds": s.cpu_seconds,
+            "cold_stream_bytes": s.stream_bytes, "cold_stream_seconds": s.stream_seconds,
+            "cold_stream_copy_seconds": s.stream_copy_seconds,
+        }
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+
+
+def _key_splits(num_blocks: int, num_kv_heads: int) -> int:
+    """Key splits for the CPU kernel: enough (kv heads x splits) tasks for the threads, dividing the blocks."""
+    want = max(1, -(-torch.get_num_threads() // num_kv_heads))
+    return next(s for s in range(min(want, num_blocks), 0, -1) if num_blocks % s == 0)
+
+
+def split_seq(seq: ColdSeq, row_start: int, cpu_fraction: float) -> tuple[ColdPart | None, ColdPart | None]:
+    """(cpu part, stream part) of one sequence: disk blocks first to the CPU, cpu blocks last."""
+    is_disk = seq.block_tiers == TIER_DISK
+    ordered_tiers = np.concatenate([seq.block_tiers[is_disk], seq.block_tiers[~is_disk]])
+    ordered_ids = np.concatenate([seq.block_ids[is_disk], seq.block_ids[~is_disk]]).astype(np.int64)
+    n_cpu = int(round(len(ordered_ids) * cpu_fraction))
+    row_end = row_start + seq.num_tokens
+
+    def part(tiers: np.ndarray, ids: np.ndarray) -> ColdPart | None:
+        if len(ids) == 0:
+            return None
+        return ColdPart(row_start, row_end, ids[tiers == TIER_CPU], ids[tiers == TIER_DISK])
+
+    return part(ordered_tiers[:n_cpu], ordered_ids[:n_cpu]), part(ordered_tiers[n_cpu:], ordered_ids[n_cpu:])
+
+
+@dataclass
+class LayerWork:
+    """What `ColdStep.begin` started for one layer."""
+
+    layer_idx: int
+    q_cold: torch.Tensor  # [num_cold_rows, num_heads, head_dim] on the KV device
+    cpu_futures: list[Future[None]]
+    cpu_out: tuple[torch.Tensor, torch.Tensor] | None  # host (o, lse) the CPU parts fill
+    run_cpu_inline: Callable[[], object] | None = None  # without a worker pool: run in `finish`
+
+
+class ColdStep:
+    """One step's cold attention: fixed cold rows, the CPU and stream parts, per-layer calls.
+
+    `rows`: [num_cold_rows] int64 on the KV device, the step rows of every cold sequence in
+    step order (the "cold-row space" of all partials). Per layer: `begin` before the GPU
+    kernels (q goes down, CPU work may start), `finish` after them (stream path, CPU result up).
+    """
+
+    def __init__(self, backend: ColdAttentionBackend, seqs: list[ColdSeq], scale: float) -> None:
+        self.backend = backend
+        self.storage = backend.storage
+        self.scale = scale
+        device = self.storage.device
+        rows: list[int] = []
+        self.cpu_parts: list[ColdPart] = []
+        self.stream_parts: list[ColdPart] = []
+        for seq in seqs:
+            cpu_part, stream_part = split_seq(seq, len(rows), backend.cpu_fraction)
+            rows.extend(range(seq.token_start, seq.token_start + seq.num_tokens))
+            if cpu_part is not None:
+                self.cpu_parts.append(cpu_part)
+            if stream_part is not None:
+                self.stream_parts.append(stream_part)
+        self.rows = torch.tensor(rows, dtype=torch.int64).to(device)
+        self._chunks: list[StreamChunk] | None = None
+        self._loaded: dict[int, int] = {}  # staging buffer -> item loaded into it this step
+        self._host_checked = False
+
+    # ---- per layer -------------------------------------------------------------------------
+
+    def begin(self, layer_idx: int, q: torch.Tensor) -> LayerWork:
+        q_cold = q.index_select(0, self.rows)  # [num_cold_rows, num_heads, head_dim]
+        work = LayerWork(layer_idx, q_cold, [], None)
+        if not self.cpu_parts:
+            return work
+        event = None
+        if q.is_cuda:  # q goes down: one small copy into pinned memory, ordered after q's kernels
+            q_host = torch.empty(q_cold.shape, dtype=q.dtype, pin_memory=self.storage.cpu_pinned)
+            q_host.copy_(q_cold, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            q_host = q_cold
+        o = torch.zeros(q_cold.shape, dtype=torch.float32)
+        lse = torch.full(q_cold.shape[:2], float("-inf"), dtype=torch.float32)
+        work.cpu_out = (o, lse)
+        tasks = [(part, event) for part in self.cpu_parts]
+        executor = self.backend.executor
+        if executor is not None:
+            work.cpu_futures = [executor.submit(self._cpu_part, layer_idx, q_host, p, ev, o, lse) for p, ev in tasks]
+        else:
+            work.run_cpu_inline = lambda: [self._cpu_part(layer_idx, q_host, p, ev, o, lse) for p, ev in tasks]
+        return work
+
+    def finish(self, work: LayerWork) -> tuple[torch.Tensor, torch.Tensor]:
+        """(o [num_cold_rows, num_heads, head_dim] float32, lse [num_cold_rows, num_heads]) over all cold keys."""
+        q_cold = work.q_cold
+        acc_o = torch.zeros(q_cold.shape, dtype=torch.float32, device=q_cold.device)
+        acc_lse = torch.full(q_cold.shape[:2], float("-inf"), dtype=torch.float32, device=q_cold.device)
+        if self.stream_parts:
+            t0 = time.perf_counter()
+            self._stream_layer(work.layer_idx, q_cold, acc_o, acc_lse)
+            self.backend.stats.stream_seconds += time.perf_counter() - t0
+        if work.cpu_out is None:
+            return acc_o, acc_lse
+        if work.run_cpu_inline is not None:
+            work.run_cpu_inline()
+        for future in work.cpu_futures:
+            future.result()
+        o_cpu, lse_cpu = (t.to(q_cold.device) for t in work.cpu_out)
+        if not self.stream_parts:
+            return o_cpu, lse_cpu
+        return merge_partials(acc_o, acc_lse, o_cpu, lse_cpu)
+
+    # ---- path (a): the CPU -----------------------------------------------------------------
+
+    def _ensure_host_ready(self) -> None:
+        if not self._host_checked:
+            self.backend.wait_host()
+            self._host_checked = True
+
+    def _cpu_part(
+        self, layer_idx: int, q_host: torch.Tensor, part: ColdPart, event: torch.cuda.Event | None,
+        o: torch.Tensor, lse: torch.Tensor,
+    ) -> None:
+        """Attend `part`'s blocks on the CPU and write its rows of (o, lse) (rows are disjoint)."""
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            if event is not None:
+                event.synchronize()
+            self._ensure_host_ready()
+            layout = self.storage.layout
+            q = q_host[part.row_start : part.row_end]
+            o_acc, lse_acc = o[part.row_start : part.row_end], lse[part.row_start : part.row_end]
+            blocks = [(TIER_CPU, b) for b in part.cpu_block_ids] + [(TIER_DISK, b) for b in part.disk_block_ids]
+            step = self.backend.config.cpu_chunk_blocks
+            for c0 in range(0, len(blocks), step):
+                chunk = blocks[c0 : c0 + step]
+                k, v = (self._gather_host(layer_idx, kv, chunk) for kv in (0, 1))  # [n * block_size, kv, dim]
+                o_p, lse_p = attend_unmasked_cpu(q, k, v, self.scale, _key_splits(len(chunk), layout.num_kv_heads))
+                merged_o, merged_lse = merge_attention_states_ref(o_acc, lse_acc, o_p, lse_p)
+                o_acc.copy_(merged_o)
+                lse_acc.copy_(merged_lse)
+        self.backend.stats.add_cpu(len(blocks) * layout.block_bytes // layout.num_layers, time.perf_counter() - t0)
+
+    def _gather_host(self, layer_idx: int, kv: int, blocks: list[tuple[int, int]]) -> torch.Tensor:
+        """K (kv=0) or V (kv=1) of `blocks` of one layer, contiguous: [n * block_size, num_kv_heads, head_dim]."""
+        layout = self.storage.layout
+        parts = []
+        for tier in (TIER_CPU, TIER_DISK):
+            ids = [b for t, b in blocks if t == tier]
+            if ids:
+                pool = self.storage.tier_layer(tier, layer_idx)[:, kv]  # [num_tier_blocks, block_size, kv, dim]
+                parts.append(pool.index_select(0, torch.tensor(ids, dtype=torch.int64)))
+        out = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return out.view(-1, layout.num_kv_heads, layout.head_dim)
+
+    # ---- path (b): streaming ---------------------------------------------------------------
+
+    def _stream_layer(self, layer_idx: int, q_cold: torch.Tensor, acc_o: torch.Tensor, acc_lse: torch.Tensor) -> None:
+        stager = self.backend.stager()
+        if self._chunks is None:
+            layout = self.storage.layout
+            group = q_cold.shape[1] // layout.num_kv_heads
+            self._chunks = plan_chunks(
+                self.stream_parts, stager.chunk_blocks, layout.block_size, group,
+                self.backend.config.max_rows_per_query, self.storage.device,
+            )
+        self._ensure_host_ready()
+        num_chunks = len(self._chunks)
+        num_items = self.storage.layout.num_layers * num_chunks
+        for c, chunk in enumerate(self._chunks):
+            item = layer_idx * num_chunks + c
+            self._load(item, stager)
+            stager.attend(item % 2, chunk, q_cold, self.scale, acc_o, acc_lse)
+            if item + 1 < num_items:
+                self._load(item + 1, stager)  # prefetch: the next chunk, or the next layer's first
+
+    def _load(self, item: int, stager: StreamStager) -> None:
+        assert self._chunks is not None
+        buf = item % 2
+        if self._loaded.get(buf) == item:
+            return
+        layer_idx, c = divmod(item, len(self._chunks))
+        stager.load(buf, layer_idx, self._chunks[c])
+        self._loaded[buf] = item

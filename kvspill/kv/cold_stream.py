@@ -1,0 +1,195 @@
+"""Cold path (b): stream cold blocks to the device in double-buffered chunks and attend there.
+
+A step's cold blocks (per sequence, the share this path gets) are packed into chunks of at most
+`chunk_blocks` blocks; every layer walks the same chunks. For one (layer, chunk) item:
+  1. cpu-tier blocks in pinned memory: a zero-copy gather kernel on the copy stream reads the
+     chunk's blocks of that layer in place into the device staging buffer (`uva_gather.py`);
+  2. disk-tier blocks (and cpu-tier ones when the pool is not pinned): a host `index_select`
+     into a contiguous pinned staging buffer, then one H2D copy of it on the copy stream;
+  3. the split-KV decode kernel runs over the staging buffer with folded queries
+     (`cold_math.fold_queries`: T tokens of a sequence as one query, no mask), and the partial
+     is merged into the step's cold accumulator.
+Item i uses buffer i % 2 and, once its kernel is enqueued, item i + 1 (the next chunk, or the
+first chunk of the next layer) is loaded into the other buffer: copies overlap the kernels.
+Device memory is 2 * chunk_blocks per-layer blocks whatever the context length.
+
+Invariants (CUDA): the compute stream waits for buffer b's `loaded` event before reading it;
+the copy stream waits for b's `free` event (recorded after the last kernel that read b) before
+overwriting it; the host waits for b's previous H2D before gathering into host buffer b. Off
+CUDA the host and device buffers are one tensor and every step is synchronous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+from kvspill.kv.cold_math import fold_queries, merge_rows_into, unfold_outputs
+from kvspill.kv.storage import TieredKVStorage, allocate_host_pool
+from kvspill.kv.transfer import EventTimer
+from kvspill.kv.uva_gather import gather_blocks
+from kvspill.types import TIER_CPU, TIER_DISK
+
+
+@dataclass(frozen=True)
+class ColdPart:
+    """The cold blocks one path attends for one sequence; rows are the step's cold-row space."""
+
+    row_start: int  # first of the sequence's rows in the cold-row space (see ColdStep.rows)
+    row_end: int
+    cpu_block_ids: np.ndarray  # [n_cpu] int64, ids in the cpu tier
+    disk_block_ids: np.ndarray  # [n_disk] int64, ids in the disk tier
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.cpu_block_ids) + len(self.disk_block_ids)
+
+
+@dataclass
+class StreamChunk:
+    """One staging buffer's worth of blocks and the folded queries that attend them."""
+
+    gathers: list[tuple[int, torch.Tensor, torch.Tensor, int]]  # (tier, host ids, device ids, staging offset)
+    num_blocks: int
+    tokens_per_query: int  # T: query tokens folded into one kernel query
+    block_tables: torch.Tensor  # [num_queries, max_piece_blocks] int32 staging ids (device)
+    seq_lens: torch.Tensor  # [num_queries] int32 (device)
+    q_rows: torch.Tensor  # [num_queries * T] int64 cold rows; padding repeats a real row (device)
+    valid: torch.Tensor  # [num_valid] int64 positions of real rows in q_rows (device)
+    target: torch.Tensor  # [num_valid] int64 cold rows of those positions (device)
+
+
+def plan_chunks(
+    parts: list[ColdPart], chunk_blocks: int, block_size: int, group: int, max_rows: int, device: torch.device
+) -> list[StreamChunk]:
+    """Pack parts into chunks greedily (a part split over chunks fills each but its last), so a
+    sequence appears at most once per chunk and its accumulator rows are distinct per merge."""
+    pieces: list[list[tuple[ColdPart, list[tuple[int, int]]]]] = [[]]
+    used = 0
+    for part in parts:
+        blocks = [(TIER_CPU, int(b)) for b in part.cpu_block_ids] + [(TIER_DISK, int(b)) for b in part.disk_block_ids]
+        while blocks:
+            if used == chunk_blocks:
+                pieces.append([])
+                used = 0
+            take = min(chunk_blocks - used, len(blocks))
+            pieces[-1].append((part, blocks[:take]))
+            blocks = blocks[take:]
+            used += take
+    return [_build_chunk(p, block_size, group, max_rows, device) for p in pieces if p]
+
+
+def _build_chunk(
+    pieces: list[tuple[ColdPart, list[tuple[int, int]]]], block_size: int, group: int, max_rows: int,
+    device: torch.device,
+) -> StreamChunk:
+    t = max(1, min(max_rows // group, max(p.row_end - p.row_start for p, _ in pieces)))
+    gathers: list[tuple[int, torch.Tensor, torch.Tensor, int]] = []
+    tables: list[list[int]] = []
+    seq_lens: list[int] = []
+    q_rows: list[int] = []
+    valid: list[int] = []
+    offset = 0
+    for part, blocks in pieces:
+        for tier in (TIER_CPU, TIER_DISK):
+            ids = [b for tr, b in blocks if tr == tier]
+            if ids:  # blocks come cpu first, then disk: each tier's ids are one staging range
+                host_ids = torch.tensor(ids, dtype=torch.int64)
+                gathers.append((tier, host_ids, host_ids.to(device), offset))
+                offset += len(ids)
+        table = list(range(offset - len(blocks), offset))
+        for r0 in range(part.row_start, part.row_end, t):
+            r1 = min(part.row_end, r0 + t)
+            valid.extend(range(len(q_rows), len(q_rows) + r1 - r0))
+            q_rows.extend(list(range(r0, r1)) + [r0] * (t - (r1 - r0)))
+            tables.append(table)
+            seq_lens.append(len(blocks) * block_size)
+    width = max(len(tb) for tb in tables)
+    bt = torch.zeros((len(tables), width), dtype=torch.int32)
+    for i, tb in enumerate(tables):
+        bt[i, : len(tb)] = torch.tensor(tb, dtype=torch.int32)
+    rows_t = torch.tensor(q_rows, dtype=torch.int64)
+    valid_t = torch.tensor(valid, dtype=torch.int64)
+    return StreamChunk(
+        gathers=gathers, num_blocks=offset, tokens_per_query=t,
+        block_tables=bt.to(device), seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(device),
+        q_rows=rows_t.to(device), valid=valid_t.to(device), target=rows_t[valid_t].to(device),
+    )
+
+
+class StreamStager:
+    """Two host and two device staging buffers of `chunk_blocks` per-layer blocks, with events.
+
+    Long-lived (owned by the cold backend): events order buffer reuse across layers and steps.
+    """
+
+    def __init__(self, storage: TieredKVStorage, chunk_blocks: int) -> None:
+        layout = storage.layout
+        shape = (chunk_blocks, 2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+        self.storage = storage
+        self.chunk_blocks = chunk_blocks
+        self.is_cuda = storage.device.type == "cuda"
+        # device: 2 x [chunk_blocks, 2, block_size, num_kv_heads, head_dim], a kv_layer each
+        self.device_bufs = [torch.empty(shape, dtype=layout.dtype, device=storage.device) for _ in range(2)]
+        self.host_bufs = (
+            [allocate_host_pool(shape, layout.dtype, pin=True)[0] for _ in range(2)] if self.is_cuda
+            else self.device_bufs
+        )
+        # Per buffer: the last H2D into it (fresh events per copy, so the timer's pairs stay
+        # intact) and the last kernel that read it.
+        self.loaded = [torch.cuda.Event() for _ in range(2)] if self.is_cuda else []
+        self.free = [torch.cuda.Event() for _ in range(2)] if self.is_cuda else []
+        self.copy_timer = EventTimer()
+        self.bytes_loaded = 0
+        # Pinned cpu-tier blocks are read in place by a gather kernel (no host gather, no staging).
+        self.uva = self.is_cuda and storage.cpu_pinned
+
+    def load(self, buf: int, layer_idx: int, chunk: StreamChunk) -> None:
+        """Bring `chunk`'s blocks of `layer_idx` into device buffer `buf` (async on CUDA)."""
+        dev, host = self.device_bufs[buf], self.host_bufs[buf]
+        n = chunk.num_blocks
+        self.bytes_loaded += dev[:n].numel() * dev.element_size()
+        stream = self.storage.copy_stream
+        if stream is None:  # off CUDA: gather straight into the (host) device buffer
+            for tier, ids, _, offset in chunk.gathers:
+                torch.index_select(self.storage.tier_layer(tier, layer_idx), 0, ids, out=dev[offset : offset + len(ids)])
+            return
+        in_place = [g for g in chunk.gathers if self.uva and g[0] == TIER_CPU]
+        staged = [g for g in chunk.gathers if not (self.uva and g[0] == TIER_CPU)]
+        if staged:
+            self.loaded[buf].synchronize()  # the previous H2D out of this host buffer is done
+        for tier, ids, _, offset in staged:
+            torch.index_select(self.storage.tier_layer(tier, layer_idx), 0, ids, out=host[offset : offset + len(ids)])
+        started, loaded = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            stream.wait_event(self.free[buf])
+            started.record(stream)
+            for _, _, dev_ids, offset in in_place:
+                gather_blocks(self.storage.tier_layer(TIER_CPU, layer_idx), dev_ids, dev[offset:])
+            for _, ids, _, offset in staged:
+                dev[offset : offset + len(ids)].copy_(host[offset : offset + len(ids)], non_blocking=True)
+            loaded.record(stream)
+        self.loaded[buf] = loaded
+        self.copy_timer.add(started, loaded)
+
+    def attend(
+        self, buf: int, chunk: StreamChunk, q_cold: torch.Tensor, scale: float,
+        acc_o: torch.Tensor, acc_lse: torch.Tensor,
+    ) -> None:
+        """Run the decode kernel over buffer `buf` for `chunk` and merge into the accumulator."""
+        num_kv_heads = self.storage.layout.num_kv_heads
+        t = chunk.tokens_per_query
+        q = q_cold.index_select(0, chunk.q_rows)  # [num_queries * T, num_heads, head_dim]
+        folded = fold_queries(q.view(-1, t, *q.shape[1:]), num_kv_heads)
+        kv_layer = self.device_bufs[buf]
+        if self.is_cuda:
+            torch.cuda.current_stream(self.storage.device).wait_event(self.loaded[buf])
+            o, lse = paged_decode_attention(folded, kv_layer, chunk.block_tables, chunk.seq_lens, scale)
+            self.free[buf].record(torch.cuda.current_stream(self.storage.device))
+        else:
+            o, lse = paged_decode_attention_ref(folded, kv_layer, chunk.block_tables, chunk.seq_lens, scale)
+        o, lse = unfold_outputs(o, lse, t, num_kv_heads)
+        merge_rows_into(acc_o, acc_lse, chunk.target, o.index_select(0, chunk.valid), lse.index_select(0, chunk.valid))
