@@ -69,50 +69,102 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
                 peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3))
 
 
-def main(argv: list[str] | None = None) -> int:
+def measure_h2d_gbs(device: torch.device, nbytes: int = GIB) -> float:
+    """Pinned host-to-device copy bandwidth (large copies)."""
+    host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dev.copy_(host, non_blocking=True)
+    torch.cuda.synchronize(device)
+    t = time.perf_counter()
+    for _ in range(3):
+        dev.copy_(host, non_blocking=True)
+    torch.cuda.synchronize(device)
+    gbs = 3 * nbytes / (time.perf_counter() - t) / 1e9
+    del host, dev
+    torch.cuda.empty_cache()
+    return gbs
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-1b")
-    ap.add_argument("--cap-gib", type=float, required=True, help="VRAM budget for this process")
+    ap.add_argument("--cap-gib", type=float, required=True, help="VRAM budget for this process (--vram-budget)")
     ap.add_argument("--ctx", type=int, nargs="+", required=True)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--warmup-tokens", type=int, default=8)
     ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
+    ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
+    ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
+    ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream or split")
+    ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill.jsonl"))
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
     device = torch.device("cuda")
-    total = torch.cuda.get_device_properties(device).total_memory
-    fraction = min(1.0, args.cap_gib * GIB / total)
-    hbm_gbs = measure_hbm_copy_gbs(device)
-    torch.cuda.set_per_process_memory_fraction(fraction)
+    hbm_gbs, h2d_gbs = measure_hbm_copy_gbs(device), measure_h2d_gbs(device)
     max_len = max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens
     max_len = -(-max_len // 1024) * 1024
-    engine = LLMEngine(EngineConfig(
+    config = EngineConfig(
         model=f"random:{args.shape}", max_model_len=max_len, max_num_batched_tokens=args.chunk,
-        max_num_seqs=8, gpu_memory_utilization=fraction, enable_prefix_caching=False,
-    ))
+        max_num_seqs=8, vram_budget_bytes=int(args.cap_gib * GIB), enable_prefix_caching=False,
+        cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB), hot_window_tokens=args.hot_window,
+        cold_attention=args.cold_attention,
+    )
+    engine = LLMEngine(config)
     weight_bytes = sum(p.numel() * p.element_size() for p in engine.bundle.loaded.model.parameters())
     kv_per_token = engine.bundle.storage.layout.bytes_per_token
+    gpu_kv_tokens = engine.bundle.num_blocks * config.block_size
+    mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
     base = dict(system="kvspill-0.1.0", shape=args.shape, cap_gib=args.cap_gib,
                 card=torch.cuda.get_device_name(device), date=datetime.date.today().isoformat(),
-                mode="gpu-kv", hbm_copy_gbs=round(hbm_gbs, 1), weight_gib=round(weight_bytes / GIB, 3),
-                kv_pool_gib=round(engine.bundle.storage.nbytes / GIB, 3), chunk=args.chunk)
+                mode=mode, hbm_copy_gbs=round(hbm_gbs, 1), h2d_gbs=round(h2d_gbs, 1),
+                weight_gib=round(weight_bytes / GIB, 3), gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
+                cpu_kv_gib=args.cpu_kv_gib, chunk=args.chunk)
     run_context(engine, 512, 8, 2, seed=0)  # warm-up: kernels for prefill shapes
     with open(args.out, "a") as f:
         for ctx in args.ctx:
             rec = dict(base, ctx=ctx)
+            before = engine.kv_stats()["runner"]
             try:
                 rec.update(run_context(engine, ctx, args.new_tokens, args.warmup_tokens, seed=ctx))
-                floor_s = (weight_bytes + kv_per_token * ctx) / (hbm_gbs * 1e9)
-                rec.update(floor_tok_s=round(1 / floor_s, 1),
-                           floor_ratio=round(rec["decode_tok_s"] * floor_s, 3),
-                           host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
-                           bytes_per_token=weight_bytes + kv_per_token * ctx)
+                rec.update(_floor_and_plan(engine, config, ctx, weight_bytes, kv_per_token, gpu_kv_tokens,
+                                           hbm_gbs, h2d_gbs, rec["decode_tok_s"]))
+                after = engine.kv_stats()["runner"]
+                moved = sum(after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("transfer_bytes_"))
+                rec.update(bytes_moved=int(moved),
+                           host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3))
             except torch.OutOfMemoryError as e:
                 rec.update(ok=False, err=f"OOM: {str(e)[:200]}")
             print(json.dumps(rec), flush=True)
             f.write(json.dumps(rec) + "\n")
     return 0
+
+
+def _floor_and_plan(engine: LLMEngine, config: EngineConfig, ctx: int, weight_bytes: int, kv_per_token: int,
+                    gpu_kv_tokens: int, hbm_gbs: float, h2d_gbs: float, measured: float) -> dict:
+    """The floor of this run's placement (hot KV over HBM, cold KV streamed over PCIe) and the
+    plan's predicted decode speed, both beside the measured figure."""
+    from dataclasses import replace
+
+    from kvspill.startup_plan import startup_plan
+
+    hot_tokens = min(ctx, gpu_kv_tokens) if not config.cpu_kv_budget_bytes else min(
+        ctx, config.num_sink_blocks * config.block_size + config.hot_window_tokens + config.max_num_batched_tokens,
+        gpu_kv_tokens)
+    cold_tokens = ctx - hot_tokens if config.cpu_kv_budget_bytes else 0
+    floor_s = (weight_bytes + kv_per_token * hot_tokens) / (hbm_gbs * 1e9) + kv_per_token * cold_tokens / (h2d_gbs * 1e9)
+    planned = startup_plan(replace(config, max_model_len=ctx), torch.cuda.get_device_properties(0).total_memory,
+                           torch.cuda.get_device_name(0))
+    out = dict(floor_tok_s=round(1 / floor_s, 2), floor_ratio=round(measured * floor_s, 3),
+               hot_tokens=hot_tokens, cold_tokens=cold_tokens, bytes_per_token=weight_bytes + kv_per_token * ctx)
+    if planned is not None:
+        out.update(plan_decode_tok_s=round(planned.plan.decode_tok_s, 2),
+                   plan_vs_measured=round(planned.plan.decode_tok_s / measured, 3),
+                   plan_placement=[planned.plan.placed_gpu_tokens, planned.plan.placed_cpu_tokens])
+    return out
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ def _plan_and_cap(config: EngineConfig, device: torch.device) -> None:
         ceiling = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
         # A hard ceiling for the caching allocator (weights, KV, activations, graph pools); the
         # CUDA context itself is outside it, and the KV sizing subtracts it (memory.py).
-        torch.cuda.set_per_process_memory_fraction(min(1.0, ceiling / total), device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.set_per_process_memory_fraction(min(1.0, ceiling / total), index)
 
 
 def _tier_blocks(explicit: int | None, budget_bytes: int, layout: KVLayout) -> int:
