@@ -145,19 +145,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def _floor_and_plan(engine: LLMEngine, config: EngineConfig, ctx: int, weight_bytes: int, kv_per_token: int,
                     gpu_kv_tokens: int, hbm_gbs: float, h2d_gbs: float, measured: float) -> dict:
-    """The floor of this run's placement (hot KV over HBM, cold KV streamed over PCIe) and the
-    plan's predicted decode speed, both beside the measured figure."""
+    """The floor of this run's placement (hot KV over HBM, cold KV over pinned H2D: the stream
+    path's bound) and the plan's predicted decode speed, both beside the measured figure."""
     from dataclasses import replace
 
     from kvspill.startup_plan import startup_plan
 
-    hot_tokens = min(ctx, gpu_kv_tokens) if not config.cpu_kv_budget_bytes else min(
-        ctx, config.num_sink_blocks * config.block_size + config.hot_window_tokens + config.max_num_batched_tokens,
-        gpu_kv_tokens)
-    cold_tokens = ctx - hot_tokens if config.cpu_kv_budget_bytes else 0
+    # The scheduler spills only when the gpu tier is full: what does not fit there is cold.
+    hot_tokens = min(ctx, gpu_kv_tokens)
+    cold_tokens = ctx - hot_tokens
     floor_s = (weight_bytes + kv_per_token * hot_tokens) / (hbm_gbs * 1e9) + kv_per_token * cold_tokens / (h2d_gbs * 1e9)
+    from kvspill.calibrate import load_calibration
+
     planned = startup_plan(replace(config, max_model_len=ctx), torch.cuda.get_device_properties(0).total_memory,
-                           torch.cuda.get_device_name(0))
+                           torch.cuda.get_device_name(0), load_calibration())
     out = dict(floor_tok_s=round(1 / floor_s, 2), floor_ratio=round(measured * floor_s, 3),
                hot_tokens=hot_tokens, cold_tokens=cold_tokens, bytes_per_token=weight_bytes + kv_per_token * ctx)
     if planned is not None:
