@@ -123,8 +123,8 @@ class PlanRequest:
         check(0.05 <= self.gpu_memory_utilization <= 1.0, "gpu_memory_utilization",
               f"--gpu-memory-utilization must be in [0.05, 1.0], got {self.gpu_memory_utilization}")
         check(self.max_num_seqs >= 1, "max_num_seqs", f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
-        check(self.max_num_batched_tokens >= 16, "max_num_batched_tokens",
-              f"--max-num-batched-tokens must be at least 16, got {self.max_num_batched_tokens}")
+        check(self.max_num_batched_tokens >= 1, "max_num_batched_tokens",
+              f"--max-num-batched-tokens must be at least 1, got {self.max_num_batched_tokens}")
         check(self.block_size in (8, 16, 32, 64, 128), "block_size",
               f"--block-size must be 8, 16, 32, 64 or 128, got {self.block_size}")
         check(self.kv_dtype in KV_DTYPES, "kv_dtype", f"--kv-dtype must be one of {KV_DTYPES}, got {self.kv_dtype!r}")

@@ -209,7 +209,12 @@ class ColdStep:
         self.cpu_parts: list[ColdPart] = []
         self.stream_parts: list[ColdPart] = []
         for seq in seqs:
-            cpu_part, stream_part = split_seq(seq, len(rows), backend.cpu_fraction)
+            # A prefill chunk over cold KV is compute-bound (thousands of queries per key): it
+            # belongs on the GPU, so "split" streams it all; only decode rows share with the CPU.
+            fraction = backend.cpu_fraction
+            if seq.num_tokens > 1 and backend.config.path == "split" and device.type == "cuda":
+                fraction = 0.0
+            cpu_part, stream_part = split_seq(seq, len(rows), fraction)
             rows.extend(range(seq.token_start, seq.token_start + seq.num_tokens))
             if cpu_part is not None:
                 self.cpu_parts.append(cpu_part)
