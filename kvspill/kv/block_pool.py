@@ -26,10 +26,13 @@ Invariants:
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from kvspill.types import TIER_NAMES
 
 
 @dataclass(eq=False)
@@ -320,3 +323,33 @@ class KVCacheManager:
 
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()
+
+
+class ColdBlockPool:
+    """Block ids of one cold tier (cpu or disk). `num_blocks == 0` means the tier is absent."""
+
+    def __init__(self, tier: int, num_blocks: int) -> None:
+        if num_blocks < 0:
+            raise ValueError(f"num_blocks must not be negative, got {num_blocks}")
+        self.tier = tier
+        self.num_blocks = num_blocks
+        self._free = list(range(num_blocks))  # a heap: lowest id first, deterministic for tests
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise ValueError(f"the {TIER_NAMES[self.tier]} tier has no free block")
+        return heapq.heappop(self._free)
+
+    def free(self, block_id: int) -> None:
+        heapq.heappush(self._free, block_id)
+
+    def free_block_ids(self) -> list[int]:
+        return sorted(self._free)

@@ -47,7 +47,7 @@ from dataclasses import replace
 from itertools import islice
 from typing import Protocol, TypedDict
 
-from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest, cdiv
+from kvspill.kv.block_pool import ColdBlockPool, KVBlock, KVCacheManager, KVRequest, cdiv
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
 
 # Every direction a block moves in, as named in `TierStats.kv_block_moves`.
@@ -98,36 +98,6 @@ class TierConfig(Protocol):
 
     @property
     def hot_window_tokens(self) -> int: ...
-
-
-class ColdBlockPool:
-    """Block ids of one cold tier (cpu or disk). `num_blocks == 0` means the tier is absent."""
-
-    def __init__(self, tier: int, num_blocks: int) -> None:
-        if num_blocks < 0:
-            raise ValueError(f"num_blocks must not be negative, got {num_blocks}")
-        self.tier = tier
-        self.num_blocks = num_blocks
-        self._free = list(range(num_blocks))  # a heap: lowest id first, deterministic for tests
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
-
-    def allocate(self) -> int:
-        if not self._free:
-            raise ValueError(f"the {TIER_NAMES[self.tier]} tier has no free block")
-        return heapq.heappop(self._free)
-
-    def free(self, block_id: int) -> None:
-        heapq.heappush(self._free, block_id)
-
-    def free_block_ids(self) -> list[int]:
-        return sorted(self._free)
 
 
 class KVTierManager:

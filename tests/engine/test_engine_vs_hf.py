@@ -50,30 +50,15 @@ def test_greedy_matches_transformers(fixture, request):
     assert ours.finish_reason == "length"
 
 
-def _record_logits(llm: LLM) -> list[torch.Tensor]:
-    """Wrap compute_logits so a test sees every logits row the runner samples from."""
-    recorded: list[torch.Tensor] = []
-    model = llm.engine.runner.model
-    original = model.compute_logits
-
-    def recording(hidden: torch.Tensor) -> torch.Tensor:
-        logits = original(hidden)
-        recorded.append(logits.detach().clone())
-        return logits
-
-    model.compute_logits = recording
-    return recorded
-
-
-def test_chunked_prefill_gives_the_same_logits(tiny_llama_dir):
+def test_chunked_prefill_gives_the_same_logits(tiny_llama_dir, record_logits):
     prompt = _prompts(256, [100])[0]
     params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
     reference = _engine(tiny_llama_dir, max_num_batched_tokens=2048)
-    ref_logits = _record_logits(reference)
+    ref_logits = record_logits(reference)
     ref_out = reference.generate([prompt], params)[0]
     for chunk in (1, 7, 64):
         llm = _engine(tiny_llama_dir, max_num_batched_tokens=chunk)
-        logits = _record_logits(llm)
+        logits = record_logits(llm)
         out = llm.generate([prompt], params)[0]
         assert out.token_ids == ref_out.token_ids, f"chunk {chunk}"
         assert len(logits) == len(ref_logits)

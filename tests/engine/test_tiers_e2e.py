@@ -21,25 +21,11 @@ def _llm(model_dir, tmp_path=None, **opts) -> LLM:
     return LLM(str(model_dir), **base)
 
 
-def _record_logits(llm: LLM) -> list[torch.Tensor]:
-    recorded: list[torch.Tensor] = []
-    model = llm.engine.runner.model
-    original = model.compute_logits
-
-    def recording(hidden: torch.Tensor) -> torch.Tensor:
-        logits = original(hidden)
-        recorded.append(logits.detach().clone())
-        return logits
-
-    model.compute_logits = recording
-    return recorded
-
-
 @pytest.fixture(scope="module")
-def reference(tiny_llama_dir):
+def reference(tiny_llama_dir, record_logits):
     prompt = torch.randint(3, 256, (PROMPT_LEN,), generator=torch.Generator().manual_seed(7)).tolist()
     llm = _llm(tiny_llama_dir, max_num_batched_tokens=16)
-    logits = _record_logits(llm)
+    logits = record_logits(llm)
     out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))[0]
     return prompt, out.token_ids, logits
 
@@ -57,13 +43,13 @@ def _cold_fraction_seen(llm: LLM) -> float:
     ],
     ids=["cpu", "disk"],
 )
-def test_cold_tiers_give_the_same_logits_and_tokens(tiny_llama_dir, tmp_path, reference, tiers):
+def test_cold_tiers_give_the_same_logits_and_tokens(tiny_llama_dir, tmp_path, reference, tiers, record_logits):
     prompt, want_tokens, want_logits = reference
     # 5 gpu blocks of 8 tokens hold the sink, an 8-token window and the blocks written per step;
     # the other 49 of the 54 blocks (prompt 300 + 128 new tokens) live in the cold tiers.
     llm = _llm(tiny_llama_dir, tmp_path, num_kv_blocks=5, max_num_batched_tokens=16, num_sink_blocks=1,
                hot_window_tokens=8, **tiers)
-    logits = _record_logits(llm)
+    logits = record_logits(llm)
     out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))[0]
     assert out.token_ids == want_tokens
     assert len(logits) == len(want_logits)
