@@ -40,7 +40,9 @@ __all__ = [
 # The bench hosts (bench/README.md, 2026-11-26): HBM copy 3.0 / 4.3 TB/s, pinned H2D/D2H 55 GB/s,
 # CPU decode attention 35 GB/s bf16. TFLOP/s: llama.cpp prompt processing of the W3 shape on H200,
 # 25,097 tok/s x 2 x 8.03e9 FLOP = 403 TFLOP/s reached (same tensor cores as H100 SXM).
-_BENCH_HOST = dict(h2d_gbs=55.0, d2h_gbs=55.0, cpu_attn_gbs=35.0, disk_read_gbs=3.0, gpu_tflops=400.0)
+# stream_gbs: the engine's stream path over 2 MiB blocks on the H200 host (38-42 GB/s, docs/performance.md).
+_BENCH_HOST = dict(h2d_gbs=55.0, d2h_gbs=55.0, cpu_attn_gbs=35.0, disk_read_gbs=3.0, gpu_tflops=400.0,
+                   stream_gbs=40.0)
 KNOWN_GPU_BANDWIDTHS: dict[str, Bandwidths] = {
     "h100": Bandwidths(hbm_gbs=3000.0, **_BENCH_HOST, gpu_name="H100",  # type: ignore[arg-type]
                        source="H100 bench-host figures (bench/README.md, 2026-11-26)"),
@@ -86,7 +88,8 @@ def request_from_engine_config(
         gpu_memory_utilization=config.gpu_memory_utilization, max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens, block_size=config.block_size,
         kv_dtype=kv_dtype, weight_dtype=config.dtype, gpu_kv_budget_bytes=config.kv_cache_memory_bytes,
-        enforce_eager=config.enforce_eager,
+        enforce_eager=config.enforce_eager, cold_attention=config.cold_attention,
+        sink_blocks=config.num_sink_blocks, recent_window_tokens=config.hot_window_tokens,
     )
 
 

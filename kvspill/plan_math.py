@@ -30,7 +30,10 @@ from kvspill.spec import DTYPE_BYTES, ModelSpec
 from kvspill.units import GiB, MiB
 
 GB = 1e9  # bandwidths are in GB/s: 10**9 bytes per second
-RATE_FIELDS = ("hbm_gbs", "h2d_gbs", "d2h_gbs", "cpu_attn_gbs", "disk_read_gbs", "gpu_tflops")
+RATE_FIELDS = ("hbm_gbs", "h2d_gbs", "d2h_gbs", "cpu_attn_gbs", "disk_read_gbs", "gpu_tflops", "stream_gbs")
+# Share of pinned H2D that the engine's stream path attends cold KV at, when not calibrated:
+# 40 of 55 GB/s on the H200 host with 2 MiB blocks (docs/performance.md, 2026-11-26).
+STREAM_EFFICIENCY = 0.73
 COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (two: double-buffered)
 RUNTIME_RESERVE_BYTES = 512 * MiB  # CUDA context + cuBLAS workspaces: outside the torch allocator
 CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models
@@ -56,6 +59,9 @@ class Bandwidths:
     gpu_name: str | None = None
     gpu_total_bytes: int | None = None
     measured_at: str | None = None  # ISO date-time of the calibration
+    # Cold KV attended per second by the engine's stream path (gather to the GPU + attend): what
+    # exact decode over cold blocks reaches; None: STREAM_EFFICIENCY x h2d_gbs.
+    stream_gbs: float | None = None
 
     def complete(self, fallback: Bandwidths) -> Bandwidths:
         """Self with every missing rate taken from `fallback`; `source` says which ones."""
@@ -110,6 +116,7 @@ class PlanRequest:
     gpu_kv_budget_bytes: int | None = None  # a fixed GPU KV size (EngineConfig.kv_cache_memory_bytes)
     enforce_eager: bool = False  # True: no CUDA graphs, no graph reserve
     preset: str = "yours"
+    cold_attention: str = "auto"  # the engine's cold path: auto/stream, cpu or split (--cold-attention)
 
     def __post_init__(self) -> None:
         def check(ok: bool, param: str, message: str) -> None:
@@ -149,7 +156,7 @@ class DecodeFloor:
 
     weights_s: float  # all weights read once from HBM
     gpu_kv_s: float  # gpu-tier KV read from HBM
-    cold_kv_s: float  # cpu+disk KV, split between streaming (H2D) and CPU attention
+    cold_kv_s: float  # cpu+disk KV over the cold path (stream, CPU attention, or both)
     disk_read_s: float  # disk-tier KV read from disk every step
     stream_fraction: float  # of cold KV bytes streamed to the GPU; the rest attended on the CPU
     streamed_bytes: int
@@ -224,15 +231,19 @@ def activation_peak_bytes(
 
 
 def decode_floor(weight_bytes: int, gpu_kv_bytes: int, cpu_kv_bytes: int, disk_kv_bytes: int,
-                 bw: Bandwidths) -> DecodeFloor:
-    """Seconds per decode token: weights and GPU KV over HBM, cold KV split, disk KV over disk."""
+                 bw: Bandwidths, cold_path: str = "auto") -> DecodeFloor:
+    """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
+    ("auto"/"stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared
+    in the ratio of their rates), disk KV over disk."""
     hbm, h2d, cpu = bw.hbm_gbs or 1.0, bw.h2d_gbs or 1.0, bw.cpu_attn_gbs or 1.0
+    stream = bw.stream_gbs or STREAM_EFFICIENCY * h2d
     cold = cpu_kv_bytes + disk_kv_bytes  # disk blocks pass through RAM, then take either path
-    fraction = h2d / (h2d + cpu)  # equalises cold*f/h2d and cold*(1-f)/cpu: the min of the max
+    fraction = {"cpu": 0.0, "split": stream / (stream + cpu)}.get(cold_path, 1.0)
+    rate = {"cpu": cpu, "split": stream + cpu}.get(cold_path, stream)
     return DecodeFloor(
         weights_s=weight_bytes / (hbm * GB),
         gpu_kv_s=gpu_kv_bytes / (hbm * GB),
-        cold_kv_s=cold / ((h2d + cpu) * GB),
+        cold_kv_s=cold / (rate * GB),
         disk_read_s=disk_kv_bytes / ((bw.disk_read_gbs or 1.0) * GB),
         stream_fraction=fraction if cold else 0.0,
         streamed_bytes=round(cold * fraction),
@@ -328,7 +339,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     on_disk = min(ctx - on_gpu - on_cpu, disk_tokens) if can_spill else 0
     unplaced = ctx - on_gpu - on_cpu - on_disk
     seqs = _concurrency(ctx, gpu_tokens, max_context, hot, chunk, bs)
-    floor = decode_floor(weight_bytes, on_gpu * kvpt, on_cpu * kvpt, on_disk * kvpt, bw)
+    floor = decode_floor(weight_bytes, on_gpu * kvpt, on_cpu * kvpt, on_disk * kvpt, bw, request.cold_attention)
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)
     fits = gpu_left >= 0 and gpu_tokens > 0 and unplaced == 0 and seqs >= 1
     return MemoryPlan(

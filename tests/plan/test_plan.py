@@ -30,7 +30,7 @@ from kvspill.plan import (
     preset_request,
     request_from_engine_config,
 )
-from kvspill.plan_math import decode_floor
+from kvspill.plan_math import STREAM_EFFICIENCY, decode_floor
 from kvspill.spec import KNOWN_SHAPES
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -67,13 +67,14 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
                 = 5,584,548,201 -> 2662 blocks of 16 x 131,072 B (2 MiB) = 42,592 tokens
     CPU KV      = 16 GiB / 2 MiB = 8192 blocks = 131,072 tokens; max context 173,664
     placement   = gpu 42,592 + cpu 131,072 - 42,592 = 88,480
-    decode      = 16,060,522,496 / 900e9 + 42,592 * 131,072 / 900e9 + 88,480 * 131,072 / (25e9 + 20e9)
+    decode (split, stream path at 25 GB/s beside CPU attention at 20 GB/s)
+                = 16,060,522,496 / 900e9 + 42,592 * 131,072 / 900e9 + 88,480 * 131,072 / (25e9 + 20e9)
                 = 0.0178450 + 0.0062029 + 0.2577167 = 0.2817646 s -> 3.549 tok/s, 25/45 streamed
     """
     request = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072,
                           ram_budget_bytes=16 * GiB, gpu_memory_utilization=0.9, max_num_seqs=1,
-                          enforce_eager=True)
-    plan = make_plan(request, DEFAULT_BANDWIDTHS)
+                          enforce_eager=True, cold_attention="split")
+    plan = make_plan(request, replace(DEFAULT_BANDWIDTHS, stream_gbs=25.0))
     assert plan.usable_vram_bytes == 23_192_823_398
     assert plan.weight_bytes == 16_060_522_496 and plan.kv_bytes_per_token == 131_072
     assert plan.activation_peak_bytes == 315_097_088
@@ -104,12 +105,21 @@ def test_prefill_one_chunk_by_hand() -> None:
 
 
 def test_cold_split_is_the_optimum() -> None:
-    floor = decode_floor(0, 0, 10**10, 0, DEFAULT_BANDWIDTHS)
+    floor = decode_floor(0, 0, 10**10, 0, DEFAULT_BANDWIDTHS, "split")
     h2d, cpu = DEFAULT_BANDWIDTHS.h2d_gbs, DEFAULT_BANDWIDTHS.cpu_attn_gbs
     assert h2d is not None and cpu is not None
-    brute = min(max(f / 1000 * 10**10 / (h2d * 1e9), (1 - f / 1000) * 10**10 / (cpu * 1e9)) for f in range(1001))
+    stream = STREAM_EFFICIENCY * h2d  # no calibrated stream rate in the defaults
+    brute = min(max(f / 1000 * 10**10 / (stream * 1e9), (1 - f / 1000) * 10**10 / (cpu * 1e9)) for f in range(1001))
     assert floor.cold_kv_s == pytest.approx(brute, rel=1e-3)
     assert floor.streamed_bytes + floor.cpu_attn_bytes == 10**10
+
+
+def test_cold_path_follows_the_engine() -> None:
+    """The default (stream) path pays cold KV at the stream rate alone; cpu at the CPU rate."""
+    bw = replace(DEFAULT_BANDWIDTHS, stream_gbs=40.0, cpu_attn_gbs=10.0)
+    assert decode_floor(0, 0, 4 * 10**10, 0, bw).cold_kv_s == pytest.approx(1.0)
+    assert decode_floor(0, 0, 4 * 10**10, 0, bw, "cpu").cold_kv_s == pytest.approx(4.0)
+    assert decode_floor(0, 0, 4 * 10**10, 0, bw, "split").cold_kv_s == pytest.approx(0.8)
 
 
 def test_does_not_fit_gives_numbers() -> None:
