@@ -213,7 +213,7 @@ def doctor(
         except KvspillError as e:
             _fail(e)
         typer.echo(f"calibration saved ({bw.source}):")
-        for name in ("hbm_gbs", "h2d_gbs", "d2h_gbs", "cpu_attn_gbs", "disk_read_gbs", "gpu_tflops"):
+        for name in ("hbm_gbs", "h2d_gbs", "d2h_gbs", "stream_gbs", "cpu_attn_gbs", "disk_read_gbs", "gpu_tflops"):
             value = getattr(bw, name)
             typer.echo(f"  {name:<14} {'-' if value is None else f'{value:.1f}'}")
     if any(c.status == "fail" for c in checks):
