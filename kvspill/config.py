@@ -68,6 +68,7 @@ class EngineConfig:
     hot_window_tokens: int = 1024  # most recent tokens of each sequence that stay on the gpu tier
     attention: str = "auto"  # "auto": gpu tier + cold tiers; "cpu": all KV in RAM, attention on CPU
     cold_attention: str = "auto"  # cold blocks: "cpu" (attend in RAM), "stream" (to the GPU), "split", "auto"
+    cpu_attention_threads: int | None = None  # threads (and cores, where affinity is allowed) for CPU attention
 
     def __post_init__(self) -> None:
         def bad(param: str, msg: str) -> InvalidParameterError:
@@ -111,6 +112,8 @@ class EngineConfig:
             raise bad("num_sink_blocks", "--num-sink-blocks and --hot-window-tokens must not be negative")
         if self.cold_attention not in ("auto", "cpu", "stream", "split"):
             raise bad("cold_attention", f"--cold-attention must be auto, cpu, stream or split, got {self.cold_attention!r}")
+        if self.cpu_attention_threads is not None and self.cpu_attention_threads < 1:
+            raise bad("cpu_attention_threads", "--cpu-attention-threads must be at least 1")
         if self.attention not in ("auto", "cpu"):
             raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")
         if self.trust_remote_code:

@@ -57,6 +57,7 @@ class MemoryFlags:
     disk_kv_budget: str | None = None
     kv_disk_dir: str | None = None
     attention: str = "auto"
+    cpu_attention_threads: int | None = None
 
     def engine_options(self) -> dict[str, Any]:
         from kvspill.units import parse_bytes
@@ -67,6 +68,7 @@ class MemoryFlags:
             cpu_kv_budget_bytes=parse_bytes(self.cpu_kv_budget, "cpu_kv_budget") if self.cpu_kv_budget else 0,
             disk_kv_budget_bytes=parse_bytes(self.disk_kv_budget, "disk_kv_budget") if self.disk_kv_budget else 0,
             kv_disk_dir=self.kv_disk_dir, attention=self.attention,
+            cpu_attention_threads=self.cpu_attention_threads,
         )
 
 
@@ -85,6 +87,7 @@ CpuKvOpt = Annotated[str | None, typer.Option(help="Pinned RAM for cold KV, e.g.
 DiskKvOpt = Annotated[str | None, typer.Option(help="Disk space for colder KV, e.g. 200GiB.")]
 DiskDirOpt = Annotated[str | None, typer.Option(help="Directory of the disk KV tier.")]
 AttnOpt = Annotated[str, typer.Option(help="auto, or cpu: all KV in RAM, decode attention on the CPU.")]
+CpuThreadsOpt = Annotated[int | None, typer.Option(help="Threads (pinned to their own cores) for CPU attention.")]
 
 
 def _fail(e: Exception) -> None:
@@ -115,6 +118,7 @@ def generate(
     max_num_seqs: SeqsOpt = 64, rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False,
     vram_budget: VramOpt = None, gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None,
     disk_kv_budget: DiskKvOpt = None, kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto",
+    cpu_attention_threads: CpuThreadsOpt = None,
     max_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 64,
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
     top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
@@ -123,7 +127,8 @@ def generate(
     stream: Annotated[bool, typer.Option(help="Print tokens as they come.")] = True,
 ) -> None:
     """Generate a completion for PROMPT (on the embedded model unless --model is given)."""
-    memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir, attention)
+    memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir, attention,
+                         cpu_attention_threads)
     flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
                         max_num_seqs, rope_scaling, enforce_eager, memory)
     try:
@@ -153,12 +158,14 @@ def chat_cmd(
     max_num_seqs: SeqsOpt = 64, rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False,
     vram_budget: VramOpt = None, gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None,
     disk_kv_budget: DiskKvOpt = None, kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto",
+    cpu_attention_threads: CpuThreadsOpt = None,
     max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.95, top_k: int = 0,
     seed: int | None = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
 ) -> None:
     """Interactive chat with streaming output. Empty line or /exit quits; /reset clears history."""
-    memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir, attention)
+    memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir, attention,
+                         cpu_attention_threads)
     flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
                         max_num_seqs, rope_scaling, enforce_eager, memory)
     try:

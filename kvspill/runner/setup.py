@@ -7,6 +7,7 @@ peak is the activation reserve), then the KV pool from what is left, then graph 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,7 @@ from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import resolve_model
+from kvspill.preflight import run_checks
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.memory import pick_device, pick_dtype, size_kv_pool
@@ -126,9 +128,31 @@ def _cold_config(config: EngineConfig) -> ColdAttentionConfig:
     )
 
 
+def _preflight(config: EngineConfig) -> None:
+    """Report what will hurt offloading (with the fix) and give CPU attention its threads and cores."""
+    for check in run_checks(config.kv_disk_dir):
+        if check.status in ("warn", "fail"):
+            logger.warning("pre-flight: %s: %s -> %s", check.name, check.value, check.fix)
+        else:
+            logger.debug("pre-flight: %s: %s", check.name, check.value)
+    threads = config.cpu_attention_threads
+    if threads is None:
+        return
+    torch.set_num_threads(threads)
+    if hasattr(os, "sched_getaffinity"):
+        allowed = sorted(os.sched_getaffinity(0))
+        if len(allowed) > threads:
+            # The engine thread plus `threads` dedicated cores (the last ones: core 0 takes interrupts).
+            try:
+                os.sched_setaffinity(0, allowed[-(threads + 1):])
+            except OSError as e:
+                logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
+
+
 def build_runner(config: EngineConfig) -> RunnerBundle:
     device = pick_device(config)
     dtype = pick_dtype(config, device)
+    _preflight(config)
     _plan_and_cap(config, device)
     tokenizer: TokenizerBundle | None
     if is_random_model(config.model):

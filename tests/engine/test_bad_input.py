@@ -75,3 +75,20 @@ def test_cli_prints_one_line_and_exits_2(tmp_path):
 def test_cli_bad_sampling_value():
     result = CliRunner().invoke(app, ["generate", "hi", "--temperature", "-3"])
     assert result.exit_code == 2 and "temperature" in result.output
+
+
+def test_cpu_attention_threads_sets_threads_and_keeps_cores(tiny_llama_dir):
+    import os
+
+    import torch
+
+    threads, affinity = torch.get_num_threads(), os.sched_getaffinity(0)
+    try:
+        LLM(str(tiny_llama_dir), device="cpu", dtype="float32", cpu_attention_threads=1)
+        assert torch.get_num_threads() == 1
+        assert len(os.sched_getaffinity(0)) == min(2, len(affinity))  # its core plus the engine's
+    finally:
+        torch.set_num_threads(threads)
+        os.sched_setaffinity(0, affinity)
+    with pytest.raises(InvalidParameterError, match="--cpu-attention-threads"):
+        EngineConfig(cpu_attention_threads=0)
