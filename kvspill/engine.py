@@ -53,14 +53,13 @@ class LLMEngine:
                 block_size=self.config.block_size,
                 num_blocks=bundle.num_blocks,
                 enable_prefix_caching=self.config.enable_prefix_caching,
-                num_cpu_blocks=getattr(bundle.storage, "num_cpu_blocks", 0),
-                num_disk_blocks=getattr(bundle.storage, "num_disk_blocks", 0),
+                num_cpu_blocks=bundle.storage.num_cpu_blocks,
+                num_disk_blocks=bundle.storage.num_disk_blocks,
                 num_sink_blocks=self.config.num_sink_blocks,
                 hot_window_tokens=self.config.hot_window_tokens,
             )
         )
-        self._has_cold_tiers = bool(getattr(bundle.storage, "num_cpu_blocks", 0) or
-                                    getattr(bundle.storage, "num_disk_blocks", 0))
+        self._has_cold_tiers = bool(bundle.storage.num_cpu_blocks or bundle.storage.num_disk_blocks)
         self._max_cold_fraction = 0.0
         self._texts: dict[str, _TextState] = {}
         self._ids = itertools.count()

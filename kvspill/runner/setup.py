@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RunnerBundle:
     runner: ModelRunner
-    storage: KVStorage
+    storage: TieredKVStorage
     tokenizer: TokenizerBundle | None  # None for random-weight benchmark models
     eos_token_ids: frozenset[int]
     loaded: LoadedModel
@@ -96,7 +96,7 @@ def _tier_blocks(explicit: int | None, budget_bytes: int, layout: KVLayout) -> i
     return explicit if explicit is not None else budget_bytes // layout.block_bytes
 
 
-def _cpu_attention_storage(config: EngineConfig, layout: KVLayout, max_model_len: int) -> KVStorage:
+def _cpu_attention_storage(config: EngineConfig, layout: KVLayout, max_model_len: int) -> TieredKVStorage:
     """--attention cpu: the whole KV pool in host RAM; the GPU keeps only weights and activations."""
     cpu = torch.device("cpu")
     if config.num_kv_blocks is not None:
@@ -105,7 +105,7 @@ def _cpu_attention_storage(config: EngineConfig, layout: KVLayout, max_model_len
         num_blocks = config.cpu_kv_budget_bytes // layout.block_bytes
     else:
         num_blocks = size_kv_pool(config, cpu, layout.block_bytes, max_model_len)
-    return KVStorage(layout, num_blocks, cpu)
+    return TieredKVStorage(layout, num_blocks, cpu)  # the "gpu" tier is host RAM; no cold tiers
 
 
 def _capture_graphs(config: EngineConfig, loaded: LoadedModel, storage: KVStorage) -> DecodeGraphs:
@@ -190,9 +190,9 @@ def build_runner(config: EngineConfig) -> RunnerBundle:
         graphs = _capture_graphs(config, loaded, storage) if device.type == "cuda" and not config.enforce_eager else None
     logger.info(
         "KV tiers: gpu %d blocks (%.2f GiB, %s), cpu %d blocks (%.2f GiB%s), disk %d blocks (%.2f GiB) of %d tokens",
-        storage.num_blocks, storage.nbytes / 2**30, storage.device, getattr(storage, "num_cpu_blocks", 0),
-        getattr(storage, "host_nbytes", 0) / 2**30, ", pinned" if getattr(storage, "cpu_pinned", False) else "",
-        getattr(storage, "num_disk_blocks", 0), getattr(storage, "disk_nbytes", 0) / 2**30, config.block_size,
+        storage.num_blocks, storage.nbytes / 2**30, storage.device, storage.num_cpu_blocks,
+        storage.host_nbytes / 2**30, ", pinned" if storage.cpu_pinned else "",
+        storage.num_disk_blocks, storage.disk_nbytes / 2**30, config.block_size,
     )
     runner = ModelRunner(
         loaded.model, storage, head_dim=loaded.head_dim,

@@ -72,3 +72,11 @@ def test_several_requests_spill_and_finish_like_alone(tiny_llama_dir, tmp_path):
     assert got == want
     stats = tight.engine.kv_stats()
     assert stats["scheduler"]["kv_block_moves"]["gpu->cpu"] > 0
+
+
+def test_attention_cpu_mode_gives_the_same_tokens(tiny_llama_dir, reference):
+    prompt, want_tokens, _ = reference
+    llm = _llm(tiny_llama_dir, attention="cpu", max_num_batched_tokens=16)
+    assert llm.engine.bundle.storage.device.type == "cpu"
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))[0]
+    assert out.token_ids == want_tokens
