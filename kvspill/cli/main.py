@@ -236,10 +236,11 @@ def version() -> None:
 
 
 def _register_commands() -> None:
-    from kvspill.cli import plan_cmd
+    from kvspill.cli import monitor_cmd, plan_cmd
 
     if not any(c.name == "plan" for c in app.registered_commands):
         plan_cmd.register(app)
+    monitor_cmd.register(app)  # idempotent
 
 
 def main() -> None:

@@ -1,0 +1,105 @@
+"""The kvspill server's KV tiers and queue, read over HTTP: `GET {url}/v1/kv`, then `/metrics`.
+
+`/v1/kv` returns `engine.kv_stats()` as JSON: `tiers: {gpu|cpu|disk: {blocks, used_blocks,
+bytes, used_bytes}}`, `bytes_moved: {direction: bytes}`, `requests: {req_id: ...}` and
+`scheduler: {num_running, num_waiting, kv_block_moves: {name: count}, ...}`.
+
+Invariants:
+- `ServerProbe.read()` never raises: a refused connection, a timeout, a 404 or bad JSON come
+  back as `ServerReading(ok=False, error=...)`, and the monitor keeps going.
+- Rates (block moves and bytes per second) are differences of the server's cumulative counters
+  between two successful readings; the first reading has none. A counter that went down (the
+  server restarted) gives no rate for that refresh.
+- Short timeouts (default 0.5 s): a stuck server must not stall the view. stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from typing import Any
+
+from kvspill.monitor.snapshot import ServerReading, TierReading
+
+_METRIC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$")
+
+
+def _get(url: str, timeout_s: float) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (user-given URL)
+        return response.read()
+
+
+def _describe(e: Exception) -> str:
+    if isinstance(e, urllib.error.HTTPError):
+        return f"HTTP {e.code} {e.reason}"
+    if isinstance(e, urllib.error.URLError):
+        return f"unreachable: {e.reason}"
+    return f"{type(e).__name__}: {e}"
+
+
+def _prometheus_queue(text: str) -> tuple[int | None, int | None]:
+    """(running, waiting) from metrics named `...requests_running` / `...requests_waiting`."""
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        match = _METRIC.match(line.strip())
+        if match is None:
+            continue
+        name, value = match.groups()
+        for key in ("running", "waiting"):
+            if name.endswith(f"requests_{key}") and value != "NaN":
+                found[key] = found.get(key, 0) + int(float(value))
+    return found.get("running"), found.get("waiting")
+
+
+def _tiers(raw: dict[str, Any]) -> dict[str, TierReading]:
+    return {name: TierReading(blocks=int(t.get("blocks", 0)), used_blocks=int(t.get("used_blocks", 0)),
+                              total_bytes=int(t.get("bytes", 0)), used_bytes=int(t.get("used_bytes", 0)))
+            for name, t in (raw or {}).items() if isinstance(t, dict)}
+
+
+class ServerProbe:
+    """Reads one server each refresh and turns its cumulative counters into rates."""
+
+    def __init__(self, url: str, timeout_s: float = 0.5) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._last: tuple[float, int, int] | None = None  # (time, block moves, bytes moved)
+
+    def _rates(self, now: float, moves: int, moved: int) -> tuple[float | None, float | None]:
+        last, self._last = self._last, (now, moves, moved)
+        if last is None or now <= last[0] or moves < last[1] or moved < last[2]:
+            return None, None
+        dt = now - last[0]
+        return (moves - last[1]) / dt, (moved - last[2]) / dt
+
+    def _queue_from_metrics(self) -> tuple[int | None, int | None]:
+        try:
+            return _prometheus_queue(_get(self.url + "/metrics", self.timeout_s).decode("utf-8", "replace"))
+        except Exception:  # /metrics is optional: /v1/kv already said what it could
+            return None, None
+
+    def read(self, now: float) -> ServerReading:
+        try:
+            kv = json.loads(_get(self.url + "/v1/kv", self.timeout_s))
+            if not isinstance(kv, dict):
+                raise ValueError("/v1/kv did not return a JSON object")
+        except Exception as e:  # every failure is reported in the view, none is fatal
+            self._last = None
+            return ServerReading(url=self.url, ok=False, error=f"/v1/kv {_describe(e)}")
+        sched = kv.get("scheduler") or {}
+        running, waiting = sched.get("num_running"), sched.get("num_waiting")
+        if running is None or waiting is None:
+            running, waiting = self._queue_from_metrics()
+        moves = sum(int(v) for v in (sched.get("kv_block_moves") or {}).values())
+        moved = sum(int(v) for v in (kv.get("bytes_moved") or {}).values())
+        moves_per_s, bytes_per_s = self._rates(now, moves, moved)
+        requests = kv.get("requests")
+        return ServerReading(
+            url=self.url, ok=True, tiers=_tiers(kv.get("tiers") or {}),
+            num_running=None if running is None else int(running),
+            num_waiting=None if waiting is None else int(waiting),
+            num_requests=len(requests) if isinstance(requests, dict | list) else None,
+            block_moves_per_s=moves_per_s, bytes_moved_per_s=bytes_per_s,
+        )
