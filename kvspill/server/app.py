@@ -1,0 +1,223 @@
+"""The FastAPI app factory: OpenAI-compatible endpoints over one `AsyncEngine`.
+
+Invariants:
+- The engine is built on the engine thread at startup (lifespan); until it is ready `/health`
+  and every request answer 503 `unavailable`.
+- Validation failures (malformed JSON, wrong types) are 400 `invalid_request_error`, never 422.
+- With `api_key`, every route but `/health` and `/metrics` needs `Authorization: Bearer <key>`.
+- An unknown `model` name is a 404 `model_not_found`.
+- Shutdown: stop admitting, then abort what is still in flight and stop the engine thread
+  (uvicorn has already waited up to its graceful-shutdown timeout for open requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from kvspill.errors import KvspillError
+from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError
+from kvspill.server.errors import error_response, exception_response, invalid
+from kvspill.server.metrics import ServerMetrics
+from kvspill.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
+from kvspill.server.serving import Job, run_job
+
+_OPEN_PATHS = {"/health", "/metrics"}
+
+
+@dataclass
+class ServerSettings:
+    model_name: str
+    api_key: str | None = None
+    max_waiting_requests: int = 64
+    aliases: set[str] = field(default_factory=set)  # other names accepted for `model`
+
+
+def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
+    """`factory()` builds the LLMEngine (on the engine thread)."""
+    metrics = ServerMetrics()
+    ae = AsyncEngine(factory, settings.max_waiting_requests, on_output=metrics.observe_output)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ae.start(asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            ae.stop_admitting()
+            await asyncio.to_thread(ae.shutdown)
+
+    app = FastAPI(title="kvspill", lifespan=lifespan)
+    app.state.engine = ae
+    app.state.metrics = metrics
+    created = int(time.time())
+    names = {settings.model_name, *settings.aliases}
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        if first.get("type") == "json_invalid":
+            return invalid(f"malformed JSON body: {first.get('ctx', {}).get('error', 'parse error')}")
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        param = ".".join(loc) or None
+        msg = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
+                        for e in errors[:5])
+        return invalid(f"invalid request: {msg}", param)
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+        return exception_response(exc)
+
+    if settings.api_key:
+        app.add_middleware(_AuthMiddleware, api_key=settings.api_key)
+
+    def check_model(model: str | None) -> JSONResponse | None:
+        if model is None or model in names:
+            return None
+        return error_response(404, f"The model `{model}` does not exist. This server serves "
+                              f"`{settings.model_name}`.", "invalid_request_error", "model_not_found", "model")
+
+    def engine_or_503() -> Any:
+        if not ae.ready or ae.engine is None:
+            raise EngineUnavailableError(ae.load_error or "the engine is still loading")
+        return ae.engine
+
+    @app.get("/health")
+    async def health() -> Response:
+        if ae.ready:
+            return Response(status_code=200)
+        return error_response(503, ae.load_error or "the engine is still loading", "unavailable", "unavailable",
+                              headers={"Retry-After": "1"})
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        max_len = ae.engine.max_model_len if ae.engine is not None else None
+        card = {"id": settings.model_name, "object": "model", "created": created, "owned_by": "kvspill",
+                "max_model_len": max_len}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        if (bad := check_model(body.model)) is not None:
+            return bad
+        try:
+            engine = engine_or_503()
+            prompt = _fim_prompt(engine, body, settings.model_name) if body.suffix else body.prompt_value()
+            job = Job(False, settings.model_name, prompt, body.sampling_params(), body.stream,
+                      body.include_usage, engine.tokenizer)
+        except (KvspillError, EngineUnavailableError) as e:
+            return exception_response(e)
+        return await run_job(ae, job, request, metrics.rejected)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
+        if (bad := check_model(body.model)) is not None:
+            return bad
+        try:
+            engine = engine_or_503()
+            params = body.sampling_params()
+            if engine.tokenizer is None:
+                return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
+            ids = engine.tokenizer.apply_chat_template([m.as_template_dict() for m in body.messages])
+            job = Job(True, settings.model_name, ids, params, body.stream, body.include_usage, engine.tokenizer)
+        except (KvspillError, EngineUnavailableError) as e:
+            return exception_response(e)
+        return await run_job(ae, job, request, metrics.rejected)
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> Response:
+        try:
+            tok = engine_or_503().tokenizer
+            if tok is None:
+                return invalid("this model has no tokenizer", "prompt")
+            if body.messages is not None:
+                ids = tok.apply_chat_template([m.as_template_dict() for m in body.messages])
+            elif body.prompt is not None:
+                ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+            else:
+                return invalid("give `prompt` or `messages`", "prompt")
+        except (KvspillError, EngineUnavailableError) as e:
+            return exception_response(e)
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": ae.engine.max_model_len})
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> Response:
+        try:
+            engine = engine_or_503()
+            if engine.tokenizer is None:
+                return invalid("this model has no tokenizer", "tokens")
+            bad = next((t for t in body.tokens if not 0 <= t < engine.vocab_size), None)
+            if bad is not None:
+                return invalid(f"token id {bad} is outside the vocabulary [0, {engine.vocab_size})", "tokens")
+            text = engine.tokenizer.decode(body.tokens, skip_special_tokens=False)
+        except EngineUnavailableError as e:
+            return exception_response(e)
+        return JSONResponse({"prompt": text})
+
+    @app.get("/v1/kv")
+    async def kv() -> Response:
+        try:
+            return JSONResponse(await ae.call(lambda e: e.kv_stats()))
+        except EngineUnavailableError as e:
+            return exception_response(e)
+
+    @app.get("/metrics")
+    async def prom() -> Response:
+        stats = None
+        if ae.ready:
+            with contextlib.suppress(Exception):
+                stats = await asyncio.wait_for(ae.call(lambda e: e.kv_stats()), 5.0)
+        metrics.refresh(stats)
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app
+
+
+class _AuthMiddleware:
+    """Pure ASGI (not BaseHTTPMiddleware, which hides client disconnects from handlers)."""
+
+    def __init__(self, app: Any, api_key: str) -> None:
+        self.app = app
+        self.key = api_key.encode()
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http" and scope["path"] not in _OPEN_PATHS:
+            header = dict(scope.get("headers", [])).get(b"authorization", b"")
+            token = header[7:] if header[:7].lower() == b"bearer " else b""
+            if not hmac.compare_digest(token, self.key):
+                response = error_response(401, "missing or wrong API key: send Authorization: Bearer <key>",
+                                          "authentication_error", "invalid_api_key")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _fim_prompt(engine: Any, body: CompletionRequest, model_name: str) -> list[int]:
+    """Prefix-suffix-middle token ids for a fill-in-the-middle request."""
+    from kvspill.errors import InvalidParameterError
+
+    fim = engine.tokenizer.fim_tokens if engine.tokenizer is not None else None
+    if fim is None:
+        raise InvalidParameterError(
+            "suffix", f"The model `{model_name}` has no fill-in-the-middle tokens, so `suffix` is not supported.")
+    prompt = body.prompt_value()
+    if not isinstance(prompt, str):
+        raise InvalidParameterError("prompt", "`suffix` needs a text prompt")
+    tok = engine.tokenizer
+    return [fim.prefix_id, *tok.encode(prompt, add_special_tokens=False), fim.suffix_id,
+            *tok.encode(body.suffix or "", add_special_tokens=False), fim.middle_id]

@@ -1,0 +1,53 @@
+"""OpenAI-shaped error bodies and the mapping from kvspill/server exceptions to HTTP status.
+
+Invariants:
+- Every body is `{"error": {"message", "type", "param", "code"}}`.
+- A client error (KvspillError, validation) is a 4xx, never a 5xx: openai-python retries 5xx.
+- 500 `server_error` only for failures inside a step; 503 carries `Retry-After`.
+"""
+
+from __future__ import annotations
+
+from fastapi.responses import JSONResponse
+
+from kvspill.errors import ContextLengthExceededError, InvalidParameterError, KvspillError
+from kvspill.server.async_engine import EngineUnavailableError, ServerBusyError, StepFailedError
+
+RETRY_AFTER_S = "1"
+
+
+def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_response(status: int, message: str, type_: str, code: str | None = None,
+                   param: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, type_, code, param), status_code=status, headers=headers)
+
+
+def invalid(message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
+    return error_response(400, message, "invalid_request_error", code, param)
+
+
+def exception_status(e: BaseException) -> tuple[int, dict, dict[str, str] | None]:
+    """(status, body, headers) for an exception raised while serving a request."""
+    if isinstance(e, ContextLengthExceededError):
+        return 400, error_body(str(e), "invalid_request_error", "context_length_exceeded", "messages"), None
+    if isinstance(e, InvalidParameterError):
+        return 400, error_body(str(e), "invalid_request_error", "invalid_value", e.param), None
+    if isinstance(e, KvspillError):
+        return 400, error_body(str(e), "invalid_request_error", "invalid_request"), None
+    if isinstance(e, ServerBusyError):
+        headers = {"Retry-After": RETRY_AFTER_S}
+        return 503, error_body(str(e), "server_busy", "server_busy"), headers
+    if isinstance(e, EngineUnavailableError):
+        headers = {"Retry-After": RETRY_AFTER_S}
+        return 503, error_body(str(e), "unavailable", "unavailable"), headers
+    if isinstance(e, StepFailedError):
+        return 500, error_body(str(e), "server_error", "server_error"), None
+    return 500, error_body(f"internal error: {type(e).__name__}: {e}", "server_error", "server_error"), None
+
+
+def exception_response(e: BaseException) -> JSONResponse:
+    status, body, headers = exception_status(e)
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -1,0 +1,100 @@
+"""Prometheus metrics (prefix `kvspill:`), names mirroring vLLM's plus the KV tiers'.
+
+Invariants:
+- One `CollectorRegistry` per app (tests can run several apps in one process).
+- Counters and histograms are fed from the engine thread's per-output callback (`observe_output`)
+  and from the HTTP layer (`rejected`); gauges are refreshed at scrape time from a `kv_stats()`
+  snapshot taken on the engine thread (`refresh`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from kvspill.outputs import RequestOutput
+from kvspill.server.async_engine import RequestTimes
+
+P = "kvspill:"
+_LAT = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.running = Gauge(P + "num_requests_running", "Requests in the running batch", registry=r)
+        self.waiting = Gauge(P + "num_requests_waiting", "Requests waiting to be scheduled", registry=r)
+        self.usage = Gauge(P + "kv_cache_usage_perc", "Fraction of KV blocks in use", ["tier"], registry=r)
+        self.blocks = Gauge(P + "kv_blocks", "KV blocks in use per tier", ["tier"], registry=r)
+        self.moved = Gauge(P + "kv_moved_bytes_total", "KV bytes moved between tiers", ["src", "dst"], registry=r)
+        self.cold = Gauge(P + "kv_cold_attention_seconds", "Seconds in cold attention", ["path"], registry=r)
+        self.preemptions = Gauge(P + "num_preemptions_total", "Preemptions since start", registry=r)
+        self.rss = Gauge(P + "host_rss_bytes", "Resident memory of the server process", registry=r)
+        self.gpu_mem = Gauge(P + "gpu_memory_used_bytes", "CUDA memory allocated by torch", registry=r)
+        self.prompt_tokens = Counter(P + "prompt_tokens", "Prompt tokens processed", registry=r)
+        self.gen_tokens = Counter(P + "generation_tokens", "Tokens generated", registry=r)
+        self.success = Counter(P + "request_success", "Finished requests", ["finished_reason"], registry=r)
+        self.rejected_c = Counter(P + "requests_rejected", "Requests refused", ["reason"], registry=r)
+        self.ttft = Histogram(P + "time_to_first_token_seconds", "Time to first token", buckets=_LAT, registry=r)
+        self.itl = Histogram(P + "inter_token_latency_seconds", "Time between tokens", buckets=_LAT, registry=r)
+        self.e2e = Histogram(P + "e2e_request_latency_seconds", "Request latency", buckets=_LAT, registry=r)
+        self.queue = Histogram(P + "request_queue_time_seconds", "Time before the first step", buckets=_LAT,
+                               registry=r)
+        self._last: dict[str, float] = {}  # req_id -> time of its previous output (engine thread)
+
+    def observe_output(self, out: RequestOutput, times: RequestTimes) -> None:
+        """Called on the engine thread for each RequestOutput."""
+        now = time.monotonic()
+        prev = self._last.get(out.req_id)
+        if prev is None:
+            self.prompt_tokens.inc(out.num_prompt_tokens)
+            self.ttft.observe(now - times.arrival)
+            self.queue.observe((times.first_output or now) - times.arrival)
+        elif out.delta_token_ids:
+            self.itl.observe((now - prev) / len(out.delta_token_ids))
+        self._last[out.req_id] = now
+        self.gen_tokens.inc(len(out.delta_token_ids))
+        if out.finished:
+            self._last.pop(out.req_id, None)
+            self.success.labels(out.finish_reason or "unknown").inc()
+            self.e2e.observe(now - times.arrival)
+
+    def rejected(self, reason: str) -> None:
+        self.rejected_c.labels(reason).inc()
+
+    def refresh(self, kv: dict[str, Any] | None) -> None:
+        if kv is not None:
+            sched = kv.get("scheduler", {})
+            self.running.set(sched.get("num_running", 0))
+            self.waiting.set(sched.get("num_waiting", 0))
+            self.preemptions.set(sched.get("num_preemptions", 0))
+            for tier, t in kv.get("tiers", {}).items():
+                self.blocks.labels(tier).set(t["used_blocks"])
+                self.usage.labels(tier).set(t["used_blocks"] / t["blocks"] if t["blocks"] else 0.0)
+            for key, value in kv.get("bytes_moved", {}).items():
+                src, _, dst = key.partition("_to_")
+                self.moved.labels(src, dst).set(value)
+            for path, value in kv.get("cold_attention_seconds", {}).items():
+                self.cold.labels(path).set(value)
+        try:
+            import psutil
+
+            self.rss.set(psutil.Process(os.getpid()).memory_info().rss)
+        except (ImportError, OSError):
+            pass
+        self.gpu_mem.set(_gpu_memory())
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _gpu_memory() -> int:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return 0
+    return int(torch.cuda.memory_allocated())

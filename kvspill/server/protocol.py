@@ -1,0 +1,139 @@
+"""OpenAI-compatible request models (pydantic v2) and their mapping to `SamplingParams`.
+
+Invariants:
+- Wrong types fail pydantic validation (the app turns that into a 400 invalid_request_error).
+- Unknown fields are ignored; a known field with an unsupported value (n>1, echo, best_of>1) is an
+  `InvalidParameterError` naming the param, never silently ignored.
+- `SamplingParams` validates the ranges; its `InvalidParameterError` names the param too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvspill.errors import InvalidParameterError
+from kvspill.sampling_params import SamplingParams
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
+    n: int | None = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    def _check_common(self) -> None:
+        if self.n is not None and self.n != 1:
+            raise InvalidParameterError("n", f"n={self.n} is not supported: only n=1")
+
+    def _params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        self._check_common()
+        opts: dict[str, Any] = {"max_tokens": max_tokens, "logprobs": logprobs}
+        for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
+                     "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos"):
+            value = getattr(self, name)
+            if value is not None:
+                opts[name] = value
+        if self.stop is not None:
+            opts["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        return SamplingParams(**opts)
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    suffix: str | None = None
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+    echo: bool = False
+    best_of: int | None = None
+
+    def prompt_value(self) -> str | list[int]:
+        p = self.prompt
+        if isinstance(p, list) and p and isinstance(p[0], (str, list)):
+            if len(p) != 1:
+                raise InvalidParameterError("prompt", "a batch of prompts is not supported: send one prompt")
+            return p[0]  # type: ignore[return-value]
+        return p  # type: ignore[return-value]
+
+    def sampling_params(self) -> SamplingParams:
+        if self.echo:
+            raise InvalidParameterError("echo", "echo=true is not supported")
+        if self.best_of not in (None, 1):
+            raise InvalidParameterError("best_of", f"best_of={self.best_of} is not supported")
+        return self._params(self.max_tokens, self.logprobs)
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    def as_template_dict(self) -> dict[str, Any]:
+        content = self.content
+        if isinstance(content, list):
+            if any(part.type != "text" for part in content):
+                raise InvalidParameterError("messages", "only text content parts are supported")
+            content = "".join(part.text or "" for part in content)
+        return {"role": self.role, "content": content or ""}
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+    def sampling_params(self) -> SamplingParams:
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidParameterError("top_logprobs", "top_logprobs needs logprobs=true")
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        return self._params(max_tokens, logprobs)
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    tokens: list[int]

@@ -1,0 +1,128 @@
+"""The app in-process (uvicorn in a thread) over a fake engine: 503 while loading, `: ping`
+keep-alives while waiting for the first token, and a mid-stream step failure as an error event."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+
+from kvspill.outputs import RequestOutput
+from kvspill.server import ServerSettings, create_app, serving
+
+
+class SlowEngine:
+    """Each step sleeps `delay`; the step number `fail_at` raises."""
+
+    max_model_len = 64
+    vocab_size = 100
+    tokenizer = None
+
+    def __init__(self) -> None:
+        self.live: dict[str, int] = {}
+        self.delay = 0.0
+        self.fail_at: int | None = None
+        self.steps = 0
+
+    def add_request(self, prompt, params, req_id):
+        self.live[req_id] = params.max_tokens
+
+    def abort_request(self, req_id):
+        self.live.pop(req_id, None)
+
+    def has_unfinished_requests(self):
+        return bool(self.live)
+
+    def kv_stats(self):
+        return {"requests": {r: {} for r in self.live}}
+
+    def step(self):
+        time.sleep(self.delay)
+        self.steps += 1
+        if self.fail_at is not None and self.steps == self.fail_at:
+            raise RuntimeError("simulated out of memory")
+        outs = []
+        for req_id in list(self.live):
+            self.live[req_id] -= 1
+            done = self.live[req_id] == 0
+            outs.append(RequestOutput(req_id, None, [1], text="x", delta_text="x", delta_token_ids=[5],
+                                      token_ids=[5], finished=done, finish_reason="length" if done else None))
+            if done:
+                del self.live[req_id]
+        return outs
+
+
+@pytest.fixture
+def app_server(monkeypatch) -> Iterator[tuple[str, SlowEngine, threading.Event]]:
+    monkeypatch.setattr(serving, "PING_S", 0.1)
+    engine, loaded = SlowEngine(), threading.Event()
+
+    def factory() -> SlowEngine:
+        loaded.wait(10)
+        return engine
+
+    app = create_app(factory, ServerSettings("fake"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    while not server.started:
+        time.sleep(0.02)
+    yield url, engine, loaded
+    loaded.set()
+    server.should_exit = True
+    thread.join(10)
+
+
+BODY = {"prompt": [1, 2, 3], "max_tokens": 3, "stream": True}
+
+
+def test_unavailable_until_loaded(app_server):
+    url, _, loaded = app_server
+    r = httpx.get(url + "/health")
+    assert r.status_code == 503 and r.json()["error"]["type"] == "unavailable"
+    r = httpx.post(url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 2})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
+    loaded.set()
+    deadline = time.monotonic() + 5
+    while httpx.get(url + "/health").status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    r = httpx.post(url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == "x"
+
+
+def _wait_ready(url: str) -> None:
+    while httpx.get(url + "/health").status_code != 200:
+        time.sleep(0.02)
+
+
+def test_ping_while_waiting_for_first_token(app_server):
+    url, engine, loaded = app_server
+    loaded.set()
+    _wait_ready(url)
+    engine.delay = 0.35
+    text = httpx.post(url + "/v1/completions", json=BODY, timeout=10).text
+    assert text.startswith(": ping\n\n")
+    assert text.rstrip().endswith("data: [DONE]")
+
+
+def test_step_failure_mid_stream(app_server):
+    url, engine, loaded = app_server
+    loaded.set()
+    _wait_ready(url)
+    engine.fail_at = engine.steps + 2
+    text = httpx.post(url + "/v1/completions", json=BODY, timeout=10).text
+    events = [e for e in text.split("\n\n") if e.startswith("data: ")]
+    assert '"error"' in events[-2] and "server_error" in events[-2]
+    assert events[-1] == "data: [DONE]"
+    r = httpx.post(url + "/v1/completions", json={**BODY, "stream": False}, timeout=10)
+    assert r.status_code == 200  # the loop survived

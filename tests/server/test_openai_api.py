@@ -1,0 +1,235 @@
+"""The OpenAI-compatible server, driven by the official `openai` client and raw httpx, over one
+real server process (tiny Llama on the CPU)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+import pytest
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def _greedy_text(client, server, prompt: str = "a b c d", max_tokens: int = 30) -> str:
+    out = client.completions.create(model=server.model, prompt=prompt, max_tokens=max_tokens, temperature=0)
+    return out.choices[0].text
+
+
+def test_models_and_health(server, client):
+    assert httpx.get(server.url + "/health").status_code == 200
+    models = client.models.list()
+    assert models.data[0].id == server.model
+    raw = httpx.get(server.url + "/v1/models").json()
+    assert raw["data"][0]["max_model_len"] == 1024
+
+
+def test_completion_non_streaming(server, client):
+    out = client.completions.create(model=server.model, prompt="the cat sat", max_tokens=7, temperature=0)
+    assert out.object == "text_completion"
+    assert out.choices[0].finish_reason in ("length", "stop")
+    assert out.usage.prompt_tokens == 3
+    assert 1 <= out.usage.completion_tokens <= 7
+
+
+def test_completion_token_id_prompt(server, client):
+    out = client.completions.create(model=server.model, prompt=[8, 9, 10], max_tokens=3, temperature=0)
+    assert out.usage.prompt_tokens == 3
+
+
+def test_completion_streaming_matches_non_streaming(server, client):
+    full = _greedy_text(client, server)
+    chunks = list(client.completions.create(model=server.model, prompt="a b c d", max_tokens=30, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
+    content = [c for c in chunks if c.choices]
+    assert "".join(c.choices[0].text for c in content) == full
+    assert content[-1].choices[0].finish_reason == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 30
+
+
+def test_chat_non_streaming_both_max_fields(server, client):
+    for field in ("max_tokens", "max_completion_tokens"):
+        out = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}],
+                                             temperature=0, **{field: 4})
+        assert out.object == "chat.completion"
+        assert out.choices[0].message.role == "assistant"
+        assert out.usage.completion_tokens <= 4
+
+
+def test_chat_streaming_with_usage(server, client):
+    stream = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hello"}],
+                                            max_tokens=6, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert len({c.id for c in chunks}) == 1
+    content = [c for c in chunks if c.choices]
+    assert content[-1].choices[0].finish_reason in ("length", "stop")
+    usage = chunks[-1]
+    assert usage.choices == [] and usage.usage.total_tokens == usage.usage.prompt_tokens + 6
+
+
+def test_raw_sse_format(server):
+    body = {"model": server.model, "prompt": "hello", "max_tokens": 3, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=30) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        text = "".join(r.iter_text())
+    events = [e for e in text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    assert all(e.startswith("data: ") for e in events)
+
+
+def test_stop_string(server, client):
+    full = _greedy_text(client, server)
+    words = full.split()
+    assert len(words) >= 2, full
+    stop = words[1]
+    out = client.completions.create(model=server.model, prompt="a b c d", max_tokens=30, temperature=0, stop=[stop])
+    assert out.choices[0].finish_reason == "stop"
+    assert out.choices[0].text == full[: full.index(stop)]
+    assert stop not in out.choices[0].text
+
+
+def test_seed_reproducible(server, client):
+    kw = dict(model=server.model, prompt="the cat", max_tokens=20, temperature=1.0, top_p=0.9,
+              extra_body={"top_k": 50, "min_p": 0.01})
+    a = client.completions.create(seed=7, **kw).choices[0].text
+    b = client.completions.create(seed=7, **kw).choices[0].text
+    assert a == b
+
+
+def test_logprobs(server, client):
+    out = client.completions.create(model=server.model, prompt="a b", max_tokens=4, temperature=0, logprobs=2)
+    lp = out.choices[0].logprobs
+    assert len(lp.token_logprobs) == out.usage.completion_tokens
+    assert all(len(t) <= 2 for t in lp.top_logprobs)
+    chat = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}],
+                                          max_tokens=3, temperature=0, logprobs=True, top_logprobs=2)
+    assert len(chat.choices[0].logprobs.content) == chat.usage.completion_tokens
+
+
+def test_fim_suffix(server, client):
+    out = client.completions.create(model=server.model, prompt="the cat", suffix="the mat", max_tokens=3,
+                                    temperature=0)
+    assert out.usage.prompt_tokens == 7  # prefix, 2 tokens, suffix, 2 tokens, middle
+
+
+def test_context_length_exceeded(server, client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=server.model, prompt="hello " * 1100, max_tokens=1)
+    assert e.value.status_code == 400
+    assert e.value.body["code"] == "context_length_exceeded"
+    assert e.value.body["message"].startswith("This model's maximum context length is 1024 tokens. However, "
+                                              "your request has 1100 input tokens")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=server.model, prompt="hello", max_tokens=5000)
+    assert e.value.body["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("content", [b'{"prompt": "hi", ', b"not json", b'{"prompt": "hi", "max_tokens": "x"}',
+                                     b'{"prompt": 5}', b'{"prompt": "hi", "temperature": -1}',
+                                     b'{"prompt": "hi", "n": 2}'])
+def test_bad_requests_are_400(server, content):
+    r = httpx.post(server.url + "/v1/completions", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error"
+
+
+def test_bad_chat_is_400(server, client):
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}], n=2)
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": "hi"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+
+
+def test_unknown_model_404(server, client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
+    assert e.value.body["code"] == "model_not_found"
+
+
+def test_tokenize_round_trip(server):
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": "hello world the cat"}).json()["tokens"]
+    assert ids
+    text = httpx.post(server.url + "/detokenize", json={"tokens": ids}).json()["prompt"]
+    assert "hello world the cat" in text
+    assert httpx.post(server.url + "/detokenize", json={"tokens": [99999]}).status_code == 400
+
+
+def test_metrics(server, client):
+    client.completions.create(model=server.model, prompt="hi", max_tokens=2)
+    text = httpx.get(server.url + "/metrics").text
+    for name in ("kvspill:num_requests_running", "kvspill:num_requests_waiting", "kvspill:generation_tokens_total",
+                 'kvspill:kv_blocks{tier="gpu"}', "kvspill:time_to_first_token_seconds_bucket",
+                 "kvspill:request_success_total"):
+        assert name in text, name
+
+
+def _generated(server) -> float:
+    text = httpx.get(server.url + "/metrics").text
+    return float(next(line.split()[-1] for line in text.splitlines()
+                      if line.startswith("kvspill:generation_tokens_total")))
+
+
+def _wait_no_requests(server, within: float) -> dict:
+    deadline = time.monotonic() + within
+    while True:
+        kv = httpx.get(server.url + "/v1/kv").json()
+        if not kv["requests"] or time.monotonic() > deadline:
+            return kv
+        time.sleep(0.05)
+
+
+LONG = {"prompt": "hello " * 20, "max_tokens": 1000, "ignore_eos": True, "temperature": 1.0, "seed": 1}
+
+
+def test_streaming_disconnect_aborts(server):
+    before = _generated(server)
+    with httpx.stream("POST", server.url + "/v1/completions", json={**LONG, "stream": True, "logprobs": 0},
+                      timeout=30) as r:
+        lines = r.iter_lines()  # kept alive: a discarded iterator closes the response
+        assert next(line for line in lines if line.startswith("data: "))
+        assert httpx.get(server.url + "/v1/kv").json()["requests"], "the request should be running"
+    kv = _wait_no_requests(server, 1.0)
+    assert kv["requests"] == {}
+    assert kv["tiers"]["gpu"]["used_blocks"] == 0
+    time.sleep(0.2)
+    assert _generated(server) - before < 900  # aborted, not run to its 1000 tokens
+
+
+def test_non_streaming_disconnect_aborts(server):
+    before = _generated(server)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/completions", json=LONG, timeout=httpx.Timeout(30, read=0.15))
+    kv = _wait_no_requests(server, 1.0)
+    assert kv["requests"] == {}
+    time.sleep(0.2)
+    assert _generated(server) - before < 900
+
+
+def test_concurrent_async_clients(server):
+    import asyncio
+
+    async def main() -> list[str]:
+        aclient = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+        async def one(i: int) -> str:
+            if i % 2:
+                out = await aclient.completions.create(model=server.model, prompt="a b c d", max_tokens=30,
+                                                       temperature=0)
+                return out.choices[0].text
+            stream = await aclient.completions.create(model=server.model, prompt="a b c d", max_tokens=30,
+                                                      temperature=0, stream=True)
+            return "".join([c.choices[0].text async for c in stream if c.choices])
+
+        return await asyncio.gather(*(one(i) for i in range(8)))
+
+    texts = asyncio.run(main())
+    assert len(set(texts)) == 1  # batched greedy runs agree with each other, streamed or not
