@@ -45,3 +45,23 @@ def test_doctor_calibrate_saves_figures(tmp_path, monkeypatch):
 def test_bad_budget_is_a_clear_error():
     result = _invoke(["generate", "hi", "--vram-budget", "lots"])
     assert result.exit_code == 2 and "vram_budget" in result.output.replace("-", "_")
+
+
+def test_status_without_a_server_says_how_to_start_one():
+    result = _invoke(["status", "--url", "http://127.0.0.1:9"])
+    assert result.exit_code == 1 and "kvspill serve" in result.output
+
+
+def test_status_reads_a_server(tiny_llama_dir):
+    from kvspill.cli.ops_cmd import format_status
+
+    status = {"url": "http://x", "health": 200, "models": [{"id": "m", "max_model_len": 256}],
+              "kv": {"tiers": {"gpu": {"blocks": 8, "used_blocks": 2, "bytes": 800, "used_bytes": 200},
+                               "cpu": {"blocks": 0, "used_blocks": 0, "bytes": 0, "used_bytes": 0}},
+                     "scheduler": {"num_running": 1, "num_waiting": 0, "num_preemptions": 0},
+                     "requests": {"r1": {"status": "running", "num_gpu_blocks": 2, "num_cpu_blocks": 0,
+                                         "num_disk_blocks": 0}},
+                     "bytes_moved": {"gpu_to_cpu": 4096}}}
+    text = format_status(status)
+    assert "ready" in text and "model m (max_model_len 256)" in text and "2/8 blocks" in text
+    assert "r1: gpu 2 / cpu 0 / disk 0" in text and "gpu->cpu 4.0 KiB" in text

@@ -130,9 +130,13 @@ def _cold_config(config: EngineConfig) -> ColdAttentionConfig:
 
 def _preflight(config: EngineConfig) -> None:
     """Report what will hurt offloading (with the fix) and give CPU attention its threads and cores."""
+    offloading = bool(config.cpu_kv_budget_bytes or config.disk_kv_budget_bytes or config.num_cpu_kv_blocks
+                      or config.num_disk_kv_blocks or config.attention == "cpu")
     for check in run_checks(config.kv_disk_dir):
         if check.status in ("warn", "fail"):
-            logger.warning("pre-flight: %s: %s -> %s", check.name, check.value, check.fix)
+            # What hurts offloading is a warning only when this engine offloads.
+            level = logging.WARNING if offloading or check.status == "fail" else logging.INFO
+            logger.log(level, "pre-flight: %s: %s -> %s", check.name, check.value, check.fix)
         else:
             logger.debug("pre-flight: %s: %s", check.name, check.value)
     threads = config.cpu_attention_threads

@@ -1,0 +1,107 @@
+"""`kvspill status` (what a running server serves, its tiers) and `kvspill quickstart` (doctor, plan,
+a short generation, then the next commands to try).
+
+`status` only speaks HTTP to the server (`/health`, `/v1/models`, `/v1/kv`): it never imports the
+engine. Both exit 1 when what they check is not there.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Annotated, Any
+
+import typer
+
+from kvspill.units import format_bytes
+
+
+def _get_json(url: str, timeout: float, api_key: str | None) -> tuple[int, Any]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, None
+
+
+def server_status(url: str, timeout: float = 2.0, api_key: str | None = None) -> dict[str, Any]:
+    """Health, models and KV tiers of the server at `url`; raises OSError when it is unreachable."""
+    base = url.rstrip("/")
+    health, _ = _get_json(f"{base}/health", timeout, api_key)
+    _, models = _get_json(f"{base}/v1/models", timeout, api_key)
+    _, kv = _get_json(f"{base}/v1/kv", timeout, api_key)
+    return {"url": base, "health": health, "models": (models or {}).get("data", []), "kv": kv}
+
+
+def format_status(status: dict[str, Any]) -> str:
+    lines = [f"server {status['url']}: " + ("ready" if status["health"] == 200 else f"health {status['health']}")]
+    for model in status["models"]:
+        lines.append(f"  model {model.get('id')} (max_model_len {model.get('max_model_len')})")
+    kv = status["kv"] or {}
+    for tier, figures in (kv.get("tiers") or {}).items():
+        if figures.get("blocks"):
+            lines.append(f"  {tier:<5} {figures['used_blocks']}/{figures['blocks']} blocks, "
+                         f"{format_bytes(figures['used_bytes'])} of {format_bytes(figures['bytes'])}")
+    sched = kv.get("scheduler") or {}
+    if sched:
+        lines.append(f"  requests running {sched.get('num_running', 0)}, waiting {sched.get('num_waiting', 0)}, "
+                     f"preemptions {sched.get('num_preemptions', 0)}")
+    for req_id, split in (kv.get("requests") or {}).items():
+        lines.append(f"  {req_id}: gpu {split.get('num_gpu_blocks')} / cpu {split.get('num_cpu_blocks')} / "
+                     f"disk {split.get('num_disk_blocks')} blocks ({split.get('status')})")
+    moved = kv.get("bytes_moved") or {}
+    if any(moved.values()):
+        lines.append("  moved " + ", ".join(f"{k.replace('_to_', '->')} {format_bytes(v)}" for k, v in moved.items() if v))
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    if any(c.name == "status" for c in app.registered_commands):
+        return
+
+    @app.command()
+    def status(
+        url: Annotated[str, typer.Option(envvar="KVSPILL_URL", help="The server.")] = "http://127.0.0.1:8000",
+        api_key: Annotated[str | None, typer.Option(envvar="KVSPILL_API_KEY")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """What a running server is serving: its model, KV tiers and requests."""
+        try:
+            result = server_status(url, api_key=api_key)
+        except OSError as e:
+            typer.echo(f"error: no kvspill server at {url} ({e}); start one with `kvspill serve`", err=True)
+            raise typer.Exit(1) from e
+        typer.echo(json.dumps(result, indent=2) if as_json else format_status(result))
+        if result["health"] != 200:
+            raise typer.Exit(1)
+
+    @app.command()
+    def quickstart(
+        prompt: Annotated[str, typer.Option(help="What to ask the embedded model.")] = "Write a haiku about the sea.",
+    ) -> None:
+        """Doctor, then the memory plan, then a short generation on the embedded model, then what to try next."""
+        from kvspill.cli.plan_cmd import _bandwidths
+        from kvspill.plan import PlanRequest, format_plan_table, make_plan
+        from kvspill.preflight import format_checks, run_checks
+        from kvspill.spec import ModelSpec
+
+        typer.echo("== 1. doctor: what helps or hurts offloading here\n" + format_checks(run_checks()))
+        spec = ModelSpec.from_model_arg(None)
+        plan = make_plan(PlanRequest(spec=spec, vram_budget_bytes=8 * 2**30, context_len=8192), _bandwidths(None)[0])
+        typer.echo("\n== 2. plan: the embedded model on an 8 GiB card at 8K context\n"
+                   + format_plan_table({"8 GiB card": plan}, with_advice=False))
+        typer.echo("\n== 3. generate: a short answer from the embedded model")
+        from kvspill.llm import LLM
+        from kvspill.sampling_params import SamplingParams
+
+        llm = LLM(None, max_model_len=2048)
+        out = llm.chat([{"role": "user", "content": prompt}], SamplingParams(temperature=0, max_tokens=64))[0]
+        typer.echo(out.text)
+        typer.echo("\n== next\n"
+                   "  kvspill serve                      # OpenAI-compatible API on 127.0.0.1:8000\n"
+                   "  kvspill status                     # what the server runs, its KV tiers\n"
+                   "  kvspill monitor --url http://127.0.0.1:8000   # live VRAM and KV tiers\n"
+                   "  kvspill plan MODEL --vram-budget 16GiB --ram-budget 32GiB --context 128K\n"
+                   "  kvspill doctor --calibrate         # measure this host for the planner")
