@@ -236,7 +236,7 @@ def version() -> None:
 
 
 def _register_commands() -> None:
-    from kvspill.cli import monitor_cmd, ops_cmd, plan_cmd, serve_cmd
+    from kvspill.cli import bench_cmd, monitor_cmd, ops_cmd, plan_cmd, serve_cmd
 
     if not any(c.name == "plan" for c in app.registered_commands):
         plan_cmd.register(app)
@@ -244,6 +244,7 @@ def _register_commands() -> None:
     if not any(c.name == "serve" for c in app.registered_commands):
         serve_cmd.register(app)
     ops_cmd.register(app)  # idempotent
+    bench_cmd.register(app)  # idempotent
 
 
 def main() -> None:

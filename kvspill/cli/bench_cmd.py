@@ -1,0 +1,63 @@
+"""`kvspill bench serve`: load a running OpenAI-compatible server and report latency and throughput.
+
+Prints a plain table (TTFT, inter-token latency and end-to-end latency as mean/p50/p90/p99 in
+ms, request and output-token throughput, errors by kind) and then the same summary as one JSON
+object; `--out FILE` also appends that object as one line. Exits 1 when any request failed.
+
+Invariants:
+- Never imports torch or the engine: only `kvspill.loadgen` (and, lazily, httpx).
+- Failed requests are reported, never raised: a refused port gives a report and exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
+
+
+@bench_app.callback()
+def _bench() -> None:
+    """Benchmarks against a running server."""
+
+
+@bench_app.command("serve")
+def serve(
+    url: Annotated[str, typer.Option(envvar="KVSPILL_URL", help="The server.")] = "http://127.0.0.1:8000",
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at once.")] = 1,
+    num_requests: Annotated[int | None, typer.Option(min=1, help="Requests in all (default: 4 x concurrency).")] = None,
+    prompt_len: Annotated[int, typer.Option(min=1, help="Prompt tokens per request (random ids).")] = 128,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 128,
+    model: Annotated[str | None, typer.Option(help="Model name (default: the first from /v1/models).")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="KVSPILL_API_KEY", help="Bearer token.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random prompts.")] = 0,
+    max_token_id: Annotated[int, typer.Option(min=5, help="Largest random prompt token id.")] = 255,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 300.0,
+    out: Annotated[Path | None, typer.Option(help="Append the JSON summary to this file (one line).")] = None,
+) -> None:
+    """Send streaming completions at a fixed concurrency; report TTFT, ITL, E2E, tokens/s and errors."""
+    from kvspill.loadgen import LoadConfig, format_table, run_load
+
+    cfg = LoadConfig(url=url, concurrency=concurrency, num_requests=num_requests, prompt_len=prompt_len,
+                     max_tokens=max_tokens, model=model, api_key=api_key, seed=seed,
+                     max_token_id=max_token_id, timeout_s=timeout)
+    summary = asyncio.run(run_load(cfg))
+    typer.echo(format_table(summary))
+    line = json.dumps(summary)
+    typer.echo(line)
+    if out is not None:
+        with out.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    if summary["errors"]:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `bench` group to the `kvspill` app (idempotent; called by cli/main.py)."""
+    if not any(g.name == "bench" for g in app.registered_groups):
+        app.add_typer(bench_app, name="bench")
