@@ -47,6 +47,27 @@ class ServerSettings:
     aliases: set[str] = field(default_factory=set)  # other names accepted for `model`
 
 
+@dataclass
+class _Context:
+    """What every route needs: the engine front, the settings, the metrics."""
+
+    ae: AsyncEngine
+    settings: ServerSettings
+    metrics: ServerMetrics
+    created: int
+
+    def check_model(self, model: str | None) -> JSONResponse | None:
+        if model is None or model in {self.settings.model_name, *self.settings.aliases}:
+            return None
+        return error_response(404, f"The model `{model}` does not exist. This server serves "
+                              f"`{self.settings.model_name}`.", "invalid_request_error", "model_not_found", "model")
+
+    def engine_or_503(self) -> Any:
+        if not self.ae.ready or self.ae.engine is None:
+            raise EngineUnavailableError(self.ae.load_error or "the engine is still loading")
+        return self.ae.engine
+
+
 def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
     """`factory()` builds the LLMEngine (on the engine thread)."""
     metrics = ServerMetrics()
@@ -64,9 +85,17 @@ def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="kvspill", lifespan=lifespan)
     app.state.engine = ae
     app.state.metrics = metrics
-    created = int(time.time())
-    names = {settings.model_name, *settings.aliases}
+    ctx = _Context(ae, settings, metrics, int(time.time()))
+    _add_error_handlers(app)
+    if settings.api_key:
+        app.add_middleware(_AuthMiddleware, api_key=settings.api_key)
+    _add_generation_routes(app, ctx)
+    _add_token_routes(app, ctx)
+    _add_info_routes(app, ctx)
+    return app
 
+
+def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
@@ -83,19 +112,73 @@ def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
         return exception_response(exc)
 
-    if settings.api_key:
-        app.add_middleware(_AuthMiddleware, api_key=settings.api_key)
 
-    def check_model(model: str | None) -> JSONResponse | None:
-        if model is None or model in names:
-            return None
-        return error_response(404, f"The model `{model}` does not exist. This server serves "
-                              f"`{settings.model_name}`.", "invalid_request_error", "model_not_found", "model")
+def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
+    model_name = ctx.settings.model_name
 
-    def engine_or_503() -> Any:
-        if not ae.ready or ae.engine is None:
-            raise EngineUnavailableError(ae.load_error or "the engine is still loading")
-        return ae.engine
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        if (bad := ctx.check_model(body.model)) is not None:
+            return bad
+        try:
+            engine = ctx.engine_or_503()
+            prompt = _fim_prompt(engine, body, model_name) if body.suffix else body.prompt_value()
+            job = Job(False, model_name, prompt, body.sampling_params(), body.stream,
+                      body.include_usage, engine.tokenizer)
+        except (KvspillError, EngineUnavailableError) as e:
+            return exception_response(e)
+        return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
+        if (bad := ctx.check_model(body.model)) is not None:
+            return bad
+        try:
+            engine = ctx.engine_or_503()
+            params = body.sampling_params()
+            if engine.tokenizer is None:
+                return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
+            ids = engine.tokenizer.apply_chat_template([m.as_template_dict() for m in body.messages])
+            job = Job(True, model_name, ids, params, body.stream, body.include_usage, engine.tokenizer)
+        except (KvspillError, EngineUnavailableError) as e:
+            return exception_response(e)
+        return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
+
+
+def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> Response:
+        try:
+            tok = ctx.engine_or_503().tokenizer
+            if tok is None:
+                return invalid("this model has no tokenizer", "prompt")
+            if body.messages is not None:
+                ids = tok.apply_chat_template([m.as_template_dict() for m in body.messages])
+            elif body.prompt is not None:
+                ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+            else:
+                return invalid("give `prompt` or `messages`", "prompt")
+        except (KvspillError, EngineUnavailableError) as e:
+            return exception_response(e)
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": ctx.ae.engine.max_model_len})
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> Response:
+        try:
+            engine = ctx.engine_or_503()
+            if engine.tokenizer is None:
+                return invalid("this model has no tokenizer", "tokens")
+            bad = next((t for t in body.tokens if not 0 <= t < engine.vocab_size), None)
+            if bad is not None:
+                return invalid(f"token id {bad} is outside the vocabulary [0, {engine.vocab_size})", "tokens")
+            text = engine.tokenizer.decode(body.tokens, skip_special_tokens=False)
+        except EngineUnavailableError as e:
+            return exception_response(e)
+        return JSONResponse({"prompt": text})
+
+
+def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
+    ae = ctx.ae
 
     @app.get("/health")
     async def health() -> Response:
@@ -107,67 +190,9 @@ def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> dict:
         max_len = ae.engine.max_model_len if ae.engine is not None else None
-        card = {"id": settings.model_name, "object": "model", "created": created, "owned_by": "kvspill",
+        card = {"id": ctx.settings.model_name, "object": "model", "created": ctx.created, "owned_by": "kvspill",
                 "max_model_len": max_len}
         return {"object": "list", "data": [card]}
-
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        if (bad := check_model(body.model)) is not None:
-            return bad
-        try:
-            engine = engine_or_503()
-            prompt = _fim_prompt(engine, body, settings.model_name) if body.suffix else body.prompt_value()
-            job = Job(False, settings.model_name, prompt, body.sampling_params(), body.stream,
-                      body.include_usage, engine.tokenizer)
-        except (KvspillError, EngineUnavailableError) as e:
-            return exception_response(e)
-        return await run_job(ae, job, request, metrics.rejected)
-
-    @app.post("/v1/chat/completions")
-    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
-        if (bad := check_model(body.model)) is not None:
-            return bad
-        try:
-            engine = engine_or_503()
-            params = body.sampling_params()
-            if engine.tokenizer is None:
-                return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
-            ids = engine.tokenizer.apply_chat_template([m.as_template_dict() for m in body.messages])
-            job = Job(True, settings.model_name, ids, params, body.stream, body.include_usage, engine.tokenizer)
-        except (KvspillError, EngineUnavailableError) as e:
-            return exception_response(e)
-        return await run_job(ae, job, request, metrics.rejected)
-
-    @app.post("/tokenize")
-    async def tokenize(body: TokenizeRequest) -> Response:
-        try:
-            tok = engine_or_503().tokenizer
-            if tok is None:
-                return invalid("this model has no tokenizer", "prompt")
-            if body.messages is not None:
-                ids = tok.apply_chat_template([m.as_template_dict() for m in body.messages])
-            elif body.prompt is not None:
-                ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
-            else:
-                return invalid("give `prompt` or `messages`", "prompt")
-        except (KvspillError, EngineUnavailableError) as e:
-            return exception_response(e)
-        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": ae.engine.max_model_len})
-
-    @app.post("/detokenize")
-    async def detokenize(body: DetokenizeRequest) -> Response:
-        try:
-            engine = engine_or_503()
-            if engine.tokenizer is None:
-                return invalid("this model has no tokenizer", "tokens")
-            bad = next((t for t in body.tokens if not 0 <= t < engine.vocab_size), None)
-            if bad is not None:
-                return invalid(f"token id {bad} is outside the vocabulary [0, {engine.vocab_size})", "tokens")
-            text = engine.tokenizer.decode(body.tokens, skip_special_tokens=False)
-        except EngineUnavailableError as e:
-            return exception_response(e)
-        return JSONResponse({"prompt": text})
 
     @app.get("/v1/kv")
     async def kv() -> Response:
@@ -182,10 +207,8 @@ def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
         if ae.ready:
             with contextlib.suppress(Exception):
                 stats = await asyncio.wait_for(ae.call(lambda e: e.kv_stats()), 5.0)
-        metrics.refresh(stats)
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    return app
+        ctx.metrics.refresh(stats)
+        return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 class _AuthMiddleware:
