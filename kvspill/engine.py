@@ -17,7 +17,12 @@ from typing import Any
 
 from kvspill.config import EngineConfig
 from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
-from kvspill.errors import ContextLengthExceededError, InvalidParameterError
+from kvspill.errors import (
+    ContextLengthExceededError,
+    InvalidParameterError,
+    KVCacheBusyError,
+    OutOfKVMemoryError,
+)
 from kvspill.outputs import RequestOutput
 from kvspill.runner.setup import RunnerBundle, build_runner
 from kvspill.sampling_params import SamplingParams
@@ -76,8 +81,10 @@ class LLMEngine:
         prompt: str | list[int],
         params: SamplingParams | None = None,
         req_id: str | None = None,
+        admission: bool = False,
     ) -> str:
-        """Queue a request; returns its id. Raises a KvspillError subclass on bad input."""
+        """Queue a request; returns its id. Raises a KvspillError subclass on bad input; with
+        `admission`, also when its KV cannot fit the tiers (see `check_admission`)."""
         params = params or SamplingParams()
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._texts:
@@ -85,6 +92,8 @@ class LLMEngine:
         prompt_text = prompt if isinstance(prompt, str) else None
         token_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._validate_prompt(token_ids, params)
+        if admission:
+            self.check_admission(len(token_ids), params)
         request = Request(
             req_id=req_id,
             prompt_token_ids=token_ids,
@@ -123,6 +132,33 @@ class LLMEngine:
             raise ContextLengthExceededError(self.max_model_len, n)
         if params.max_tokens is not None and n + params.max_tokens > self.max_model_len:
             raise ContextLengthExceededError(self.max_model_len, n, params.max_tokens)
+
+    def kv_capacity_tokens(self) -> int:
+        """Tokens of KV all tiers hold together (gpu + cpu + disk pools)."""
+        storage = self.bundle.storage
+        return (storage.num_blocks + storage.num_cpu_blocks + storage.num_disk_blocks) * self.config.block_size
+
+    def check_admission(self, num_prompt_tokens: int, params: SamplingParams) -> None:
+        """The memory plan's admission rule for a server: a request's whole KV (prompt + max_tokens)
+        must fit beside what the unfinished requests may grow to. Never fits: OutOfKVMemoryError
+        (a client error); no room now: KVCacheBusyError (retry later). Offline `generate` skips
+        this and lets the scheduler queue, spill or preempt instead."""
+        need = num_prompt_tokens + (params.max_tokens or self.max_model_len - num_prompt_tokens)
+        capacity = self.kv_capacity_tokens()
+        if need > capacity:
+            raise OutOfKVMemoryError(
+                f"this request needs KV for {need} tokens (prompt {num_prompt_tokens} + max_tokens), but the KV "
+                f"tiers hold {capacity} tokens in all: lower max_tokens, or restart with a larger --cpu-kv-budget "
+                "or --disk-kv-budget"
+            )
+        committed = sum(
+            r.num_prompt_tokens + r.max_tokens for r in self.scheduler.requests.values() if not r.is_finished
+        )
+        if committed + need > capacity:
+            raise KVCacheBusyError(
+                f"the KV tiers are committed to running requests ({committed} of {capacity} tokens); "
+                f"this request needs {need}: retry later"
+            )
 
     def abort_request(self, req_id: str) -> None:
         if req_id in self._texts:

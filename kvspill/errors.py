@@ -54,3 +54,8 @@ class ContextLengthExceededError(KvspillError, ValueError):
 
 class OutOfKVMemoryError(KvspillError):
     """The KV cache cannot hold even one request of the asked length; the message gives numbers."""
+
+
+class KVCacheBusyError(KvspillError):
+    """The KV tiers have no room for this request now (others hold it); retry later (HTTP 503)."""
+

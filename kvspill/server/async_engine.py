@@ -187,7 +187,7 @@ class AsyncEngine:
         if kind == "add":
             _, req_id, prompt, params, aq = cmd
             try:
-                self.engine.add_request(prompt, params, req_id)
+                self.engine.add_request(prompt, params, req_id, admission=True)
             except Exception as e:  # noqa: BLE001 - handed to the request's handler
                 self._push(aq, e)
                 return

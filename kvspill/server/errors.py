@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
-from kvspill.errors import ContextLengthExceededError, InvalidParameterError, KvspillError
+from kvspill.errors import ContextLengthExceededError, InvalidParameterError, KVCacheBusyError, KvspillError
 from kvspill.server.async_engine import EngineUnavailableError, ServerBusyError, StepFailedError
 
 RETRY_AFTER_S = "1"
@@ -35,6 +35,8 @@ def exception_status(e: BaseException) -> tuple[int, dict, dict[str, str] | None
         return 400, error_body(str(e), "invalid_request_error", "context_length_exceeded", "messages"), None
     if isinstance(e, InvalidParameterError):
         return 400, error_body(str(e), "invalid_request_error", "invalid_value", e.param), None
+    if isinstance(e, KVCacheBusyError):
+        return 503, error_body(str(e), "server_busy", "server_busy"), {"Retry-After": "1"}
     if isinstance(e, KvspillError):
         return 400, error_body(str(e), "invalid_request_error", "invalid_request"), None
     if isinstance(e, ServerBusyError):

@@ -92,3 +92,21 @@ def test_cpu_attention_threads_sets_threads_and_keeps_cores(tiny_llama_dir):
         os.sched_setaffinity(0, affinity)
     with pytest.raises(InvalidParameterError, match="--cpu-attention-threads"):
         EngineConfig(cpu_attention_threads=0)
+
+
+def test_server_admission_by_the_kv_tiers_room(tiny_llama_dir):
+    from kvspill.errors import KVCacheBusyError, OutOfKVMemoryError
+
+    # 8 blocks of 16 tokens: 128 tokens of KV in all.
+    llm = LLM(str(tiny_llama_dir), device="cpu", dtype="float32", max_model_len=256, num_kv_blocks=8)
+    engine = llm.engine
+    assert engine.kv_capacity_tokens() == 128
+    with pytest.raises(OutOfKVMemoryError, match="needs KV for 150 tokens"):
+        engine.add_request([5] * 50, SamplingParams(max_tokens=100), admission=True)
+    first = engine.add_request([5] * 50, SamplingParams(max_tokens=40, ignore_eos=True), admission=True)
+    with pytest.raises(KVCacheBusyError, match="committed"):
+        engine.add_request([5] * 20, SamplingParams(max_tokens=30), admission=True)
+    engine.add_request([5] * 20, SamplingParams(max_tokens=30))  # offline callers queue instead
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert engine.add_request([5] * 20, SamplingParams(max_tokens=30), admission=True) != first

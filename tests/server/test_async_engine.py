@@ -21,7 +21,7 @@ class FakeEngine:
         self.fail_next = False
         self.aborted: list[str] = []
 
-    def add_request(self, prompt, params, req_id):
+    def add_request(self, prompt, params, req_id, admission=False):
         if prompt == "bad":
             raise InvalidParameterError("prompt", "bad prompt")
         self.live[req_id] = params.max_tokens

@@ -29,7 +29,7 @@ class SlowEngine:
         self.fail_at: int | None = None
         self.steps = 0
 
-    def add_request(self, prompt, params, req_id):
+    def add_request(self, prompt, params, req_id, admission=False):
         self.live[req_id] = params.max_tokens
 
     def abort_request(self, req_id):
