@@ -179,10 +179,9 @@ class LLMEngine:
         return self._process_updates(updates, output.logprobs)
 
     def _note_cold_fraction(self) -> None:
-        s = self.scheduler.stats()
-        cold = s["num_used_cpu_blocks"] + s["num_used_disk_blocks"]
-        if cold:
-            self._max_cold_fraction = max(self._max_cold_fraction, cold / (cold + s["num_used_gpu_blocks"]))
+        gpu, cpu, disk = self.scheduler.kv_tiers.used_blocks()
+        if cpu + disk:
+            self._max_cold_fraction = max(self._max_cold_fraction, (cpu + disk) / (gpu + cpu + disk))
 
     def _process_updates(self, updates: list, logprobs: dict) -> list[RequestOutput]:
         results: list[RequestOutput] = []

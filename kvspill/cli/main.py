@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
 import typer
@@ -37,6 +37,11 @@ class EngineFlags:
     enforce_eager: bool
     memory: MemoryFlags
 
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> EngineFlags:
+        """From a command's keyword options (its `locals()`): the engine and memory flags only."""
+        return cls(**_pick(cls, options), memory=MemoryFlags(**_pick(MemoryFlags, options)))
+
     def engine_options(self) -> dict[str, Any]:
         from kvspill.config import parse_rope_scaling
 
@@ -47,6 +52,10 @@ class EngineFlags:
             rope_scaling=parse_rope_scaling(self.rope_scaling) if self.rope_scaling else None,
             **self.memory.engine_options(),
         )
+
+
+def _pick(cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    return {f.name: options[f.name] for f in fields(cls) if f.name in options}
 
 
 @dataclass
@@ -127,10 +136,7 @@ def generate(
     stream: Annotated[bool, typer.Option(help="Print tokens as they come.")] = True,
 ) -> None:
     """Generate a completion for PROMPT (on the embedded model unless --model is given)."""
-    memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir, attention,
-                         cpu_attention_threads)
-    flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
-                        max_num_seqs, rope_scaling, enforce_eager, memory)
+    flags = EngineFlags.from_options(locals())
     try:
         params = _sampling(max_tokens, temperature, top_p, top_k, seed, stop)
         llm = _make_llm(flags)
@@ -164,10 +170,7 @@ def chat_cmd(
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
 ) -> None:
     """Interactive chat with streaming output. Empty line or /exit quits; /reset clears history."""
-    memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir, attention,
-                         cpu_attention_threads)
-    flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
-                        max_num_seqs, rope_scaling, enforce_eager, memory)
+    flags = EngineFlags.from_options(locals())
     try:
         params = _sampling(max_tokens, temperature, top_p, top_k, seed, None)
         llm = _make_llm(flags)

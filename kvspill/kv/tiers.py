@@ -147,6 +147,10 @@ class KVTierManager:
             tiers.append(tier)
         return ids, (tiers if cold else [])
 
+    def used_blocks(self) -> tuple[int, int, int]:
+        """Blocks in use in the gpu, cpu and disk tiers (cheap: three counters)."""
+        return self.kv.num_blocks - self.kv.num_free_blocks, self.cpu.num_used_blocks, self.disk.num_used_blocks
+
     def stats(self) -> TierStats:
         kv = self.kv
         return TierStats(

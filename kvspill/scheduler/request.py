@@ -173,3 +173,21 @@ class Request:
             f"Request({self.req_id!r}, status={self.status.name}, num_tokens={self.num_tokens}, "
             f"num_computed_tokens={self.num_computed_tokens}, num_output_tokens={self.num_output_tokens})"
         )
+
+    def stop_status(self) -> RequestStatus | None:
+        """The final status the last appended token ends this request with, or None.
+
+        EOS (unless ignore_eos) and stop token ids count only once min_tokens are out; the length
+        limits are max_tokens and the context (max_model_len)."""
+        params = self.sampling_params
+        last_token_id = self.output_token_ids[-1]
+        if self.num_output_tokens >= params.min_tokens:
+            if not params.ignore_eos and last_token_id in self.eos_token_ids:
+                return RequestStatus.FINISHED_STOPPED
+            if last_token_id in params.stop_token_ids:
+                self.stop_reason = last_token_id
+                return RequestStatus.FINISHED_STOPPED
+        if self.num_output_tokens >= self.max_tokens or self.num_tokens >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+

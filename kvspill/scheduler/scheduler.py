@@ -309,25 +309,11 @@ class Scheduler:
         for token_id in token_ids:
             request.append_output_token_ids(token_id)
             new_token_ids.append(token_id)
-            status = self._check_stop(request)
+            status = request.stop_status()
             if status is not None:
                 self._finish(request, status)
                 break
         return new_token_ids
-
-    def _check_stop(self, request: Request) -> RequestStatus | None:
-        """Status that the last appended token ends the request with, or None."""
-        params = request.sampling_params
-        last_token_id = request.output_token_ids[-1]
-        if request.num_output_tokens >= params.min_tokens:
-            if not params.ignore_eos and last_token_id in request.eos_token_ids:
-                return RequestStatus.FINISHED_STOPPED
-            if last_token_id in params.stop_token_ids:
-                request.stop_reason = last_token_id
-                return RequestStatus.FINISHED_STOPPED
-        if request.num_output_tokens >= request.max_tokens or request.num_tokens >= self.config.max_model_len:
-            return RequestStatus.FINISHED_LENGTH
-        return None
 
     @staticmethod
     def _make_update(request: Request, new_token_ids: list[int]) -> RequestUpdate:
