@@ -109,8 +109,8 @@ def measure_disk_read_gbs(directory: str | os.PathLike[str] | None = None, num_b
     return total / max(elapsed, 1e-9) / 1e9
 
 
-def _measure_gpu(device: torch.device, copy_bytes: int) -> dict[str, Any]:
-    """Pinned H2D/D2H, HBM copy (read + write counted), bf16 matmul; plus the card's name and size."""
+def measure_copy_gbs(device: torch.device, copy_bytes: int) -> tuple[float, float, float]:
+    """(pinned H2D, pinned D2H, HBM copy with read + write counted) in GB/s; best of 5."""
     import torch
 
     sync = torch.cuda.synchronize
@@ -120,6 +120,14 @@ def _measure_gpu(device: torch.device, copy_bytes: int) -> dict[str, Any]:
     d2h = copy_bytes / _best_seconds(lambda: host.copy_(dev, non_blocking=True), 5, sync) / 1e9
     other = torch.empty_like(dev)
     hbm = 2 * copy_bytes / _best_seconds(lambda: other.copy_(dev), 5, sync) / 1e9
+    return h2d, d2h, hbm  # the buffers go with this frame
+
+
+def _measure_gpu(device: torch.device, copy_bytes: int) -> dict[str, Any]:
+    """Pinned H2D/D2H, HBM copy (read + write counted), bf16 matmul; plus the card's name and size."""
+    import torch
+
+    h2d, d2h, hbm = measure_copy_gbs(device, copy_bytes)
     props = torch.cuda.get_device_properties(device)
     return dict(
         h2d_gbs=h2d, d2h_gbs=d2h, hbm_gbs=hbm,

@@ -19,32 +19,12 @@ import time
 
 import torch
 
+from kvspill.calibrate import measure_copy_gbs
 from kvspill.config import EngineConfig
 from kvspill.engine import LLMEngine
 from kvspill.sampling_params import SamplingParams
 
 GIB = 2**30
-
-
-def measure_hbm_copy_gbs(device: torch.device, nbytes: int = 2 * GIB) -> float:
-    """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
-    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize(device)
-    times = []
-    for _ in range(10):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    del src, dst
-    torch.cuda.empty_cache()
-    return 2 * nbytes / times[len(times) // 2] / 1e9
 
 
 def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int, seed: int) -> dict:
@@ -69,22 +49,6 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
                 peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3))
 
 
-def measure_h2d_gbs(device: torch.device, nbytes: int = GIB) -> float:
-    """Pinned host-to-device copy bandwidth (large copies)."""
-    host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
-    dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dev.copy_(host, non_blocking=True)
-    torch.cuda.synchronize(device)
-    t = time.perf_counter()
-    for _ in range(3):
-        dev.copy_(host, non_blocking=True)
-    torch.cuda.synchronize(device)
-    gbs = 3 * nbytes / (time.perf_counter() - t) / 1e9
-    del host, dev
-    torch.cuda.empty_cache()
-    return gbs
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-1b")
@@ -104,7 +68,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     device = torch.device("cuda")
-    hbm_gbs, h2d_gbs = measure_hbm_copy_gbs(device), measure_h2d_gbs(device)
+    h2d_gbs, _, hbm_gbs = measure_copy_gbs(device, 2 * GIB)  # the same figures `doctor --calibrate` measures
     max_len = max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens
     max_len = -(-max_len // 1024) * 1024
     config = EngineConfig(
