@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default="llama-1b")
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--kernels", type=int, default=0, help="also profile this many decode steps per kernel")
     args = ap.parse_args(argv)
     engine = LLMEngine(EngineConfig(model=f"random:{args.shape}", max_model_len=args.ctx + args.steps + 64,
                                     max_num_batched_tokens=4096, max_num_seqs=8, enable_prefix_caching=False,
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         engine.step()
         step_times.append(time.perf_counter() - t)
+        if args.kernels and len(step_times) == args.steps // 2:
+            _kernel_table(engine, args.kernels)
     skip = 10
     print(f"{args.shape} ctx {args.ctx}: {len(step_times)} steps on {torch.cuda.get_device_name()}")
     print(f"  engine.step        {statistics.median(step_times[skip:]) * 1e3:8.3f} ms")
@@ -79,6 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     if gpu_ms:
         print(f"  graph GPU time     {statistics.median(gpu_ms[skip:]):8.3f} ms (events around copy+replay)")
     return 0
+
+
+def _kernel_table(engine: LLMEngine, steps: int) -> None:
+    """CUDA time per kernel over `steps` decode steps (kernels inside graph replays included)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            engine.step()
+        torch.cuda.synchronize()
+    print(f"kernels over {steps} decode steps (CUDA time):")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
 
 
 if __name__ == "__main__":

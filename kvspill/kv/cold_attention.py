@@ -51,9 +51,10 @@ class ColdAttentionConfig:
     cpu_attn_gbs: float | None = None  # measured CPU attention rate (calibration), GB/s of KV
     h2d_gbs: float | None = None  # measured pinned H2D rate, GB/s
     cpu_chunk_blocks: int = 256  # blocks gathered per CPU step: bounds host temporaries
-    # Blocks per device staging buffer (two of them). Llama-3.1-8B shape on an H200 host: 256
-    # streamed 38-42 GB/s of cold KV, 64 only 10-12 (per-chunk launch and merge overhead).
-    stream_chunk_blocks: int = 256
+    # Blocks per device staging buffer (two of them). Each chunk costs ~20 host launches per
+    # layer, so small chunks leave the copy stream waiting for the host: on an H200 host, 64
+    # streamed 10-12 GB/s, 256 38-42; the engine passes the plan's COLD_STAGE_TOKENS (1024 blocks).
+    stream_chunk_blocks: int = 1024
     cpu_workers: int = 0  # threads running CPU partials; 0: the calling thread, after the GPU kernels
     max_rows_per_query: int = 64  # stream: query rows (tokens x GQA group) folded into one kernel query
 

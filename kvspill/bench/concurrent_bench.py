@@ -1,0 +1,154 @@
+"""Engine benchmark with several requests at once: aggregate decode speed against its floor, and
+per-request latency percentiles.
+
+    python -m kvspill.bench.concurrent_bench --shape llama-3b --cap-gib 16 --cpu-kv-gib 40 \
+        --ctx 32768 --concurrency 3 --out $OUT/w2_concurrent.jsonl
+    python -m kvspill.bench.concurrent_bench --shape llama-3b --cap-gib 16 --ctx 512 \
+        --concurrency 16 --new-tokens 256 --out $OUT/w2_short.jsonl
+
+All `concurrency` requests (random prompts of `ctx` tokens, `new_tokens` forced outputs) enter
+the engine together; continuous batching runs their prefill chunks and decodes in shared steps.
+
+Invariants:
+- Aggregate decode tok/s counts only steps in which every request decoded exactly one token and
+  every request was past its warm-up tokens: pure all-N decode steps, so it is comparable with the
+  floor of N sequences decoding together. Each request's budget is raised by the number of
+  mixed steps it could decode in while the others prefill, so such steps exist for every run.
+- The floor is the placement's: one read of the weights and the hot KV over HBM per step, the
+  cold KV (what the gpu tier cannot hold) over pinned H2D; N tokens per step.
+- TTFT, ITL and end-to-end latency are per request, from the moment all requests were added;
+  percentiles as in `kvspill.loadgen` (milliseconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+
+from kvspill.bench.engine_bench import GIB
+from kvspill.calibrate import measure_copy_gbs
+from kvspill.config import EngineConfig
+from kvspill.engine import LLMEngine
+from kvspill.loadgen import percentile
+from kvspill.sampling_params import SamplingParams
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    mean = sum(values) / len(values) if values else None
+    return {"mean": mean, "p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99)}
+
+
+def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup: int, seed: int) -> dict:
+    chunk = engine.config.max_num_batched_tokens
+    # Steps in which an early request decodes while later ones prefill: its budget grows by them.
+    mixed_steps = (n - 1) * (-(-ctx // chunk) + 1)
+    gen = torch.Generator().manual_seed(seed)
+    ids = []
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        prompt = torch.randint(0, engine.vocab_size, (ctx,), generator=gen).tolist()
+        params = SamplingParams(temperature=0.0, max_tokens=1 + warmup + new_tokens + mixed_steps,
+                                ignore_eos=True, detokenize=False)
+        ids.append(engine.add_request(prompt, params))
+    times: dict[str, list[float]] = {rid: [] for rid in ids}
+    pure_s, pure_tokens = 0.0, 0
+    while engine.has_unfinished_requests():
+        ready = all(len(t) > warmup for t in times.values())
+        s = time.perf_counter()
+        outs = engine.step()
+        e = time.perf_counter()
+        step_tokens = 0
+        for out in outs:
+            for _ in out.delta_token_ids:
+                times[out.req_id].append(e)
+            step_tokens += len(out.delta_token_ids)
+        if ready and step_tokens == n and all(len(out.delta_token_ids) == 1 for out in outs):
+            pure_s += e - s
+            pure_tokens += n
+    ttft = [(t[0] - t0) * 1e3 for t in times.values()]
+    itl = [(b - a) * 1e3 for t in times.values() for a, b in zip(t, t[1:], strict=False)]
+    e2e = [(t[-1] - t0) * 1e3 for t in times.values()]
+    total = sum(len(t) for t in times.values())
+    wall = max(t[-1] for t in times.values()) - t0
+    return dict(ok=True, concurrency=n, decode_tok_s=round(pure_tokens / pure_s, 2) if pure_s else None,
+                pure_decode_steps=pure_tokens // n, output_tokens=total, wall_s=round(wall, 3),
+                output_tok_s=round(total / wall, 2), ttft_ms=_stats(ttft), itl_ms=_stats(itl), e2e_ms=_stats(e2e),
+                peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
+                peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="llama-3b")
+    ap.add_argument("--cap-gib", type=float, required=True, help="VRAM budget for this process (--vram-budget)")
+    ap.add_argument("--ctx", type=int, nargs="+", required=True, help="prompt tokens per request")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1])
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--warmup-tokens", type=int, default=4)
+    ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
+    ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
+    ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream or split")
+    ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill_concurrent.jsonl"))
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    device = torch.device("cuda")
+    h2d_gbs, _, hbm_gbs = measure_copy_gbs(device, 2 * GIB)
+    n_max = max(args.concurrency)
+    max_len = max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens + (n_max - 1) * (max(args.ctx) // args.chunk + 2)
+    max_len = -(-max_len // 1024) * 1024
+    config = EngineConfig(
+        model=f"random:{args.shape}", max_model_len=max_len, max_num_batched_tokens=args.chunk,
+        max_num_seqs=max(8, n_max), vram_budget_bytes=int(args.cap_gib * GIB), enable_prefix_caching=False,
+        cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB), cold_attention=args.cold_attention,
+    )
+    engine = LLMEngine(config)
+    weight_bytes = sum(p.numel() * p.element_size() for p in engine.bundle.loaded.model.parameters())
+    kv_per_token = engine.bundle.storage.layout.bytes_per_token
+    gpu_kv_tokens = engine.bundle.num_blocks * config.block_size
+    mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
+    base = dict(system="kvspill-0.1.0", shape=args.shape, cap_gib=args.cap_gib,
+                card=torch.cuda.get_device_name(device), date=datetime.date.today().isoformat(),
+                mode=mode, hbm_copy_gbs=round(hbm_gbs, 1), h2d_gbs=round(h2d_gbs, 1),
+                weight_gib=round(weight_bytes / GIB, 3), gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
+                cpu_kv_gib=args.cpu_kv_gib, chunk=args.chunk, new_tokens=args.new_tokens)
+    run_concurrent(engine, 512, 2, 4, 1, seed=0)  # warm-up: prefill shapes and batch-2 graphs
+    with open(args.out, "a") as f:
+        for ctx in args.ctx:
+            for n in args.concurrency:
+                rec = dict(base, ctx=ctx)
+                before = engine.kv_stats()["runner"]
+                try:
+                    rec.update(run_concurrent(engine, ctx, n, args.new_tokens, args.warmup_tokens, seed=ctx + n))
+                    hot = min(n * ctx, gpu_kv_tokens)
+                    cold = n * ctx - hot
+                    floor_s = (weight_bytes + kv_per_token * hot) / (hbm_gbs * 1e9) + kv_per_token * cold / (h2d_gbs * 1e9)
+                    rec.update(floor_tok_s=round(n / floor_s, 2), hot_tokens=hot, cold_tokens=cold,
+                               floor_ratio=round((rec["decode_tok_s"] or 0) * floor_s / n, 3))
+                    after = engine.kv_stats()["runner"]
+                    rec["bytes_moved"] = int(sum(after.get(k, 0) - before.get(k, 0)
+                                                 for k in after if k.startswith("transfer_bytes_")))
+                    rec["host_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
+                except torch.OutOfMemoryError as e:
+                    rec.update(ok=False, concurrency=n, err=f"OOM: {str(e)[:200]}")
+                print(json.dumps(rec), flush=True)
+                f.write(json.dumps(rec) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
