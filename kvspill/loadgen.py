@@ -92,7 +92,7 @@ async def resolve_model(client: Any, cfg: LoadConfig) -> tuple[str | None, str |
         return None, f"/v1/models failed: {type(e).__name__}: {e}"
 
 
-def _request_body(cfg: LoadConfig, model: str | None, prompt: list[int]) -> dict[str, Any]:
+def request_body(cfg: LoadConfig, model: str | None, prompt: list[int]) -> dict[str, Any]:
     body: dict[str, Any] = {
         "prompt": prompt, "max_tokens": cfg.max_tokens, "min_tokens": cfg.max_tokens, "ignore_eos": True,
         "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
@@ -182,7 +182,7 @@ async def run_load(cfg: LoadConfig) -> dict[str, Any]:
 
         async def bounded(prompt: list[int]) -> RequestResult:
             async with sem:
-                return await send_one(client, cfg, _request_body(cfg, model, prompt))
+                return await send_one(client, cfg, request_body(cfg, model, prompt))
 
         t0 = time.perf_counter()
         results = await asyncio.gather(*(bounded(p) for p in prompts))

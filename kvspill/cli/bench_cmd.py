@@ -1,11 +1,12 @@
-"""`kvspill bench serve`: load a running OpenAI-compatible server and report latency and throughput.
+"""`kvspill bench`: `serve` loads a running OpenAI-compatible server and reports latency and
+throughput; `progressive`, `stability` and `compare` are the suites (`bench_suites_cmd.py`).
 
 Prints a plain table (TTFT, inter-token latency and end-to-end latency as mean/p50/p90/p99 in
 ms, request and output-token throughput, errors by kind) and then the same summary as one JSON
 object; `--out FILE` also appends that object as one line. Exits 1 when any request failed.
 
 Invariants:
-- Never imports torch or the engine: only `kvspill.loadgen` (and, lazily, httpx).
+- `bench serve` never imports torch or the engine: only `kvspill.loadgen` (and, lazily, httpx).
 - Failed requests are reported, never raised: a refused port gives a report and exit 1.
 """
 
@@ -23,7 +24,7 @@ bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
 
 @bench_app.callback()
 def _bench() -> None:
-    """Benchmarks against a running server."""
+    """Benchmarks: a load test against a server, and the progressive/stability/compare suites."""
 
 
 @bench_app.command("serve")
@@ -59,5 +60,8 @@ def serve(
 
 def register(app: typer.Typer) -> None:
     """Add the `bench` group to the `kvspill` app (idempotent; called by cli/main.py)."""
+    from kvspill.cli import bench_suites_cmd
+
+    bench_suites_cmd.register(bench_app)
     if not any(g.name == "bench" for g in app.registered_groups):
         app.add_typer(bench_app, name="bench")

@@ -1,0 +1,117 @@
+"""`bench compare`: the same contexts under several configurations, one after another.
+
+A configuration is a label and a factory that builds its target: an engine with a named set of
+options (`configs.config_options`) or a server at a URL. Each is built only when its turn comes,
+run over every context (one request alone per context, `targets.measure`) and closed before the
+next is built, so two engines never hold memory at once.
+
+Invariants:
+- Rows: one per (configuration, context), in that order, always: a configuration that fails to
+  build gets a failed row per context with the build error; after a failed context the larger
+  ones of that configuration are not run (`err` says which context failed) but keep their row.
+- `advance(1)` once per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvspill.bench.suites.targets import RequestSpec, Target, measure, warm_up
+
+TargetFactory = Callable[[], Target]
+
+
+@dataclass
+class CompareResult:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    infos: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> target.info() or the build error
+
+
+def _failed_row(label: str, ctx: int, err: str, base_row: dict[str, Any]) -> dict[str, Any]:
+    return {**base_row, "config": label, "ctx": ctx, "new_tokens": 0, "ok": False, "err": err}
+
+
+def _run_one(label: str, target: Target, contexts: list[int], new_tokens: int, seed: int, warmup: bool,
+             base_row: dict[str, Any], advance: Callable[[float], None] | None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    failed: int | None = None
+    if warmup:
+        warm_up(target)
+    for ctx in contexts:
+        if failed is not None:
+            rows.append(_failed_row(label, ctx, f"not run: context {failed} failed", base_row))
+        else:
+            rows.append({**base_row, "config": label, **measure(target, RequestSpec(ctx, new_tokens, seed=seed + ctx))})
+            if not rows[-1]["ok"]:
+                failed = ctx
+        if advance is not None:
+            advance(1)
+    return rows
+
+
+def run_compare(
+    configs: list[tuple[str, TargetFactory]],
+    contexts: list[int],
+    new_tokens: int,
+    seed: int = 0,
+    warmup: bool = True,
+    advance: Callable[[float], None] | None = None,
+    base_row: dict[str, Any] | None = None,
+) -> CompareResult:
+    """Every configuration over every context; the same prompts (seed + ctx) for all of them."""
+    result = CompareResult()
+    base = base_row or {}
+    for label, factory in configs:
+        try:
+            target = factory()
+        except Exception as e:  # noqa: BLE001 - a configuration that cannot start is a result, not a crash
+            err = f"did not start: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            result.infos[label] = {"error": err}
+            for ctx in contexts:
+                result.rows.append(_failed_row(label, ctx, err, base))
+                if advance is not None:
+                    advance(1)
+            continue
+        try:
+            result.infos[label] = target.info()
+            result.rows += _run_one(label, target, contexts, new_tokens, seed, warmup, base, advance)
+        finally:
+            target.close()
+    return result
+
+
+def pivot(rows: list[dict[str, Any]], metric: str) -> tuple[list[int], dict[str, dict[int, Any]]]:
+    """(contexts, {config: {ctx: value}}) for a table of `metric`, failed rows as `err`-less '-'."""
+    contexts = sorted({int(r["ctx"]) for r in rows})
+    table: dict[str, dict[int, Any]] = {}
+    for r in rows:
+        table.setdefault(str(r["config"]), {})[int(r["ctx"])] = r.get(metric) if r["ok"] else None
+    return contexts, table
+
+
+ROW_KEYS = ("config", "ctx", "ok", "ttft_s", "decode_tok_s", "peak_gpu_gib", "host_rss_gib", "bytes_moved", "err")
+
+
+def write_results(out_dir: Path, result: CompareResult, header: dict[str, Any], descriptions: dict[str, str],
+                  notes: list[str], command: str | None = None) -> list[Path]:
+    """results.jsonl, results.csv, compare.png (one line per configuration) and report.md."""
+    from kvspill.bench.suites import plots, report
+
+    paths = report.write_rows(out_dir, "results", result.rows)
+    paths.append(plots.plot_by_context(out_dir / "compare.png", result.rows, "compare", series_key="config"))
+    contexts, decode = pivot(result.rows, "decode_tok_s")
+    _, ttft = pivot(result.rows, "ttft_s")
+    configs = [f"- {label}: {descriptions.get(label, '')} {info}".rstrip() for label, info in result.infos.items()]
+    sections = [
+        ("Decode tok/s (configuration x context)", report.grid_table("config", contexts, decode)),
+        ("TTFT s (configuration x context)", report.grid_table("config", contexts, ttft)),
+        ("All rows", report.markdown_table(result.rows, ROW_KEYS)),
+        ("Plot", ["![compare](compare.png)"]),
+        ("Configurations", configs + [f"- note: {n}" for n in notes]),
+        ("Setup", report.setup_lines(header, {}, command)),
+    ]
+    paths.append(report.write_report(out_dir, "kvspill bench compare", sections))
+    return paths

@@ -1,0 +1,316 @@
+"""`kvspill bench progressive | stability | compare`: the benchmark suites (`kvspill.bench.suites`).
+
+Each command runs against the engine in this process (the same engine flags as `generate` and
+`serve`) or against a running server (`--url`), shows a progress bar on stderr, and writes its
+folder (`--out`): results.jsonl, results.csv, PNG plots and report.md.
+
+Invariants:
+- Thin: parse flags, build targets, call the suite, write its folder, choose the exit code.
+- Exit codes: 2 for bad input (one line saying what to change), 1 when `stability` fails or
+  `progressive` fails at its first (smallest) context, else 0 (compare's failures are results).
+- torch is imported only for an in-process target (lazily, through the engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kvspill.cli.main import (
+    AttnOpt,
+    BlockOpt,
+    BudgetOpt,
+    CpuKvOpt,
+    CpuThreadsOpt,
+    DeviceOpt,
+    DiskDirOpt,
+    DiskKvOpt,
+    DtypeOpt,
+    EagerOpt,
+    EngineFlags,
+    MaxLenOpt,
+    ModelOpt,
+    RopeOpt,
+    SeqsOpt,
+    UtilOpt,
+    VramOpt,
+)
+from kvspill.errors import KvspillError
+
+OutOpt = Annotated[Path, typer.Option(help="Folder for results.jsonl, results.csv, PNG plots and report.md (created).")]
+UrlOpt = Annotated[str | None, typer.Option(help="Run against this server instead of an in-process engine.")]
+ApiKeyOpt = Annotated[str | None, typer.Option(envvar="KVSPILL_API_KEY", help="Bearer token for --url.")]
+NewTokOpt = Annotated[int, typer.Option(min=1, help="Output tokens per request (EOS ignored).")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the random prompts.")]
+WarmupOpt = Annotated[bool, typer.Option(help="One short request before the first measured one.")]
+ColdOpt = Annotated[str, typer.Option(help="Cold-tier attention: auto, cpu, stream or split.")]
+HotOpt = Annotated[int, typer.Option(help="Most recent tokens per sequence kept in the device tier.")]
+_SECRET = {"api_key"}
+
+
+def _engine_config(options: dict[str, Any]) -> Any:
+    from kvspill.config import EngineConfig
+
+    opts = EngineFlags.from_options(options).engine_options()
+    return EngineConfig(**opts, cold_attention=options["cold_attention"], hot_window_tokens=options["hot_window_tokens"])
+
+
+def _fail(e: Exception) -> None:
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(2)
+
+
+def _command_line(name: str, fn: Callable[..., None], options: dict[str, Any]) -> str:
+    """The command as run: the flags whose values differ from their defaults, never the API key."""
+    import inspect
+
+    parts = [f"kvspill bench {name}"]
+    for param in inspect.signature(fn).parameters.values():
+        value = options.get(param.name)
+        if param.name in _SECRET or value is None or value == param.default or value == []:
+            continue
+        flag = "--" + param.name.rstrip("_").replace("_", "-")
+        for v in value if isinstance(value, list) else [value]:
+            parts.append(f"{flag} {v}" if not isinstance(v, bool) else (flag if v else f"--no-{flag[2:]}"))
+    return " ".join(parts)
+
+
+@contextmanager
+def _progress(description: str, total: float) -> Iterator[Callable[[float], None]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda amount: bar.advance(task, amount)
+
+
+def _target(url: str | None, api_key: str | None, options: dict[str, Any]) -> Any:
+    """A server at `url`, else an engine from the flags; its label is the rows' `mode`."""
+    from kvspill.bench.suites.configs import mode_of
+    from kvspill.bench.suites.targets import EngineTarget
+    from kvspill.bench.suites.url_target import UrlTarget
+
+    if url is not None:
+        return UrlTarget(url, label="url", api_key=api_key)
+    config = _engine_config(options)
+    return EngineTarget.build(config, label=mode_of(config))
+
+
+def _finish(paths: list[Path], lines: list[str], out: Path) -> None:
+    for line in lines:
+        typer.echo(line)
+    typer.echo(f"results in {out}: " + ", ".join(p.name for p in paths))
+
+
+def progressive(
+    out: OutOpt = Path("bench-progressive"),
+    url: UrlOpt = None, api_key: ApiKeyOpt = None,
+    contexts: Annotated[str | None, typer.Option(help="Contexts to run, e.g. 4K,8K,16K (default: doubling).")] = None,
+    start_context: Annotated[str, typer.Option(help="First context of the doubling sweep.")] = "4K",
+    max_context: Annotated[str | None, typer.Option(help="Last context of the sweep (default: the plan's "
+                                                    "maximum, within the model length).")] = None,
+    new_tokens: NewTokOpt = 32, seed: SeedOpt = 0, warmup: WarmupOpt = True,
+    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", max_model_len: MaxLenOpt = None,
+    block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048, max_num_seqs: SeqsOpt = 64,
+    rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False, vram_budget: VramOpt = None,
+    gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None, disk_kv_budget: DiskKvOpt = None,
+    kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto", cpu_attention_threads: CpuThreadsOpt = None,
+    cold_attention: ColdOpt = "auto", hot_window_tokens: HotOpt = 1024,
+) -> None:
+    """Raise the context on one model and configuration until it fails; report the largest stable one."""
+    from kvspill.bench.suites import configs
+    from kvspill.bench.suites import progressive as suite
+    from kvspill.bench.suites.report import run_header
+    from kvspill.units import parse_tokens
+
+    options = dict(locals())
+    command = _command_line("progressive", progressive, options)
+    try:
+        given = configs.parse_contexts(contexts) if contexts is not None else None
+        start = parse_tokens(start_context, "--start-context")
+        largest = parse_tokens(max_context, "--max-context") if max_context is not None else None
+        plan_max = None
+        if url is None and given is None:
+            plan_max = configs.plan_max_context(_engine_config(options))
+        target = _target(url, api_key, options)
+    except KvspillError as e:
+        _fail(e)
+        return
+    try:
+        ctx_list = configs.contexts_for(given, start, largest, new_tokens, target.max_model_len, plan_max)
+        base = {**run_header("progressive"), "mode": target.label}
+        info = target.info()
+        with _progress("progressive", len(ctx_list)) as advance:
+            result = suite.run_progressive(target, ctx_list, new_tokens, seed=seed, warmup=warmup,
+                                           advance=advance, base_row=base)
+    except KvspillError as e:
+        _fail(e)
+        return
+    finally:
+        target.close()
+    paths = suite.write_results(out, result, ctx_list, info, command)
+    _finish(paths, suite.summary_lines(result, ctx_list), out)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def _context_range(text: str) -> tuple[int, int]:
+    from kvspill.errors import InvalidParameterError
+    from kvspill.units import parse_tokens
+
+    lo, sep, hi = text.partition(":")
+    if not sep:
+        lo = hi = text
+    try:
+        return parse_tokens(lo, "--context-range"), parse_tokens(hi, "--context-range")
+    except InvalidParameterError:
+        raise InvalidParameterError("context_range", f"--context-range expects MIN:MAX such as 512:4K, "
+                                    f"got {text!r}") from None
+
+
+def stability(
+    out: OutOpt = Path("bench-stability"),
+    url: UrlOpt = None, api_key: ApiKeyOpt = None,
+    duration: Annotated[float, typer.Option(help="Seconds of load.")] = 60.0,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight at once (one wave).")] = 4,
+    context_range: Annotated[str, typer.Option(help="Prompt lengths MIN:MAX, drawn uniformly.")] = "512:4K",
+    max_rss_growth: Annotated[str, typer.Option(help="Largest host-RSS growth over the second half.")] = "64MiB",
+    max_gpu_growth: Annotated[str, typer.Option(help="Largest GPU-memory growth over the second half.")] = "64MiB",
+    new_tokens: NewTokOpt = 32, seed: SeedOpt = 0,
+    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", max_model_len: MaxLenOpt = None,
+    block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048, max_num_seqs: SeqsOpt = 64,
+    rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False, vram_budget: VramOpt = None,
+    gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None, disk_kv_budget: DiskKvOpt = None,
+    kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto", cpu_attention_threads: CpuThreadsOpt = None,
+    cold_attention: ColdOpt = "auto", hot_window_tokens: HotOpt = 1024,
+) -> None:
+    """A mixed load for a duration; pass only with zero errors and no upward memory trend."""
+    from kvspill.bench.suites import configs
+    from kvspill.bench.suites import stability as suite
+    from kvspill.bench.suites.report import run_header
+    from kvspill.units import parse_bytes
+
+    options = dict(locals())
+    command = _command_line("stability", stability, options)
+    try:
+        lo, hi = _context_range(context_range)
+        cfg = suite.StabilityConfig(duration, concurrency, lo, hi, new_tokens, seed=seed,
+                                    max_rss_growth_bytes=parse_bytes(max_rss_growth, "--max-rss-growth"),
+                                    max_gpu_growth_bytes=parse_bytes(max_gpu_growth, "--max-gpu-growth"))
+        target = _target(url, api_key, options)
+    except KvspillError as e:
+        _fail(e)
+        return
+    try:
+        configs.check_contexts([lo, hi], new_tokens, target.max_model_len)
+        info = target.info()
+        with _progress("stability", duration) as advance:
+            result = suite.run_stability(target, cfg, advance=advance)
+    except KvspillError as e:
+        _fail(e)
+        return
+    finally:
+        target.close()
+    header = {**run_header("stability"), "mode": target.label}
+    paths = suite.write_results(out, result, cfg, header, info, command)
+    _finish(paths, suite.summary_lines(result), out)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def _engine_factories(options: dict[str, Any], names: list[str], ctx_list: list[int], new_tokens: int,
+                      tier_cap: str | None) -> tuple[list[tuple[str, Any]], dict[str, str]]:
+    """(label, factory) per named configuration, and a description of each with its options."""
+    from kvspill.bench.suites import configs
+    from kvspill.bench.suites.targets import EngineTarget
+    from kvspill.startup_plan import model_spec_for
+    from kvspill.units import format_bytes, parse_bytes
+
+    config = _engine_config(options)
+    length = config.max_model_len
+    if length is None and config.rope_scaling is None:
+        length = model_spec_for(config.model).max_position_embeddings
+    configs.check_contexts(ctx_list, new_tokens, length)
+    cap = parse_bytes(tier_cap, "--tier-cap") if tier_cap is not None else None
+    sizing = configs.host_sizing(ctx_list[-1] + new_tokens, cap, config.kv_disk_dir)
+    vram, _ = configs.device_plan_bytes(config)
+    factories, descriptions = [], {}
+    for name in names:
+        changes = configs.config_options(name, config, sizing, vram)
+        shown = {k: format_bytes(v) if k.endswith("_bytes") else v for k, v in changes.items()}
+        descriptions[name] = f"{configs.CONFIGS[name]}; options {shown}"
+        factories.append((name, lambda c=replace(config, **changes), n=name: EngineTarget.build(c, label=n)))
+    return factories, descriptions
+
+
+def compare(
+    out: OutOpt = Path("bench-compare"),
+    configs_: Annotated[str | None, typer.Option("--configs", help="Comma-separated configurations: default, "
+                        "extended, extreme, offload-off, offload-on, cpu-attention, stream, cold-cpu "
+                        "(default: the three presets). There is no cpu-offloaded-weights mode in the engine.")] = None,
+    url: Annotated[list[str] | None, typer.Option(help="LABEL=URL of a server to compare (repeatable); "
+                                                  "replaces the in-process configurations.")] = None,
+    api_key: ApiKeyOpt = None,
+    contexts: Annotated[str, typer.Option(help="Contexts to run, e.g. 4K,8K,16K.")] = "4K,8K,16K,32K",
+    tier_cap: Annotated[str | None, typer.Option(help="Upper bound on each configuration's cpu and disk KV "
+                                                 "tier, e.g. 8GiB (the presets otherwise size them for "
+                                                 "this host: up to 80% of its RAM).")] = None,
+    new_tokens: NewTokOpt = 32, seed: SeedOpt = 0, warmup: WarmupOpt = True,
+    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", max_model_len: MaxLenOpt = None,
+    block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048, max_num_seqs: SeqsOpt = 64,
+    rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False, vram_budget: VramOpt = None,
+    gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None, disk_kv_budget: DiskKvOpt = None,
+    kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto", cpu_attention_threads: CpuThreadsOpt = None,
+    cold_attention: ColdOpt = "auto", hot_window_tokens: HotOpt = 1024,
+) -> None:
+    """The same workload under several configurations (or servers), side by side."""
+    from kvspill.bench.suites import compare as suite
+    from kvspill.bench.suites import configs
+    from kvspill.bench.suites.report import run_header
+    from kvspill.bench.suites.url_target import UrlTarget
+    from kvspill.errors import InvalidParameterError
+
+    options = dict(locals())
+    command = _command_line("compare", compare, options)
+    try:
+        ctx_list = configs.parse_contexts(contexts)
+        if url:
+            if configs_ is not None:
+                raise InvalidParameterError("configs", "with --url the configurations are the servers' own: "
+                                            "drop --configs, or drop --url to compare in-process configurations")
+            servers = [UrlTarget(u, label=label, api_key=api_key) for label, u in configs.parse_url_labels(url)]
+            for s in servers:
+                configs.check_contexts(ctx_list, new_tokens, s.max_model_len)
+            factories: list[tuple[str, Any]] = [(s.label, lambda s=s: s) for s in servers]
+            descriptions = {s.label: s.url for s in servers}
+        else:
+            names = configs.parse_config_names(configs_)
+            factories, descriptions = _engine_factories(options, names, ctx_list, new_tokens, tier_cap)
+    except KvspillError as e:
+        _fail(e)
+        return
+    header = run_header("compare")
+    with _progress("compare", len(factories) * len(ctx_list)) as advance:
+        result = suite.run_compare(factories, ctx_list, new_tokens, seed=seed, warmup=warmup, advance=advance,
+                                   base_row=header)
+    paths = suite.write_results(out, result, header, descriptions, [configs.NO_WEIGHT_OFFLOAD], command)
+    _, decode = suite.pivot(result.rows, "decode_tok_s")
+    lines = [f"{label}: decode tok/s " + ", ".join(f"{c}: {v if v is not None else 'failed'}" for c, v in row.items())
+             for label, row in decode.items()]
+    _finish(paths, lines, out)
+
+
+def register(bench_app: typer.Typer) -> None:
+    """Add the three suites to the `bench` group (idempotent)."""
+    have = {c.name for c in bench_app.registered_commands}
+    for name, fn in (("progressive", progressive), ("stability", stability), ("compare", compare)):
+        if name not in have:
+            bench_app.command(name)(fn)
