@@ -240,7 +240,12 @@ def _engine_factories(options: dict[str, Any], names: list[str], ctx_list: list[
         length = model_spec_for(config.model).max_position_embeddings
     configs.check_contexts(ctx_list, new_tokens, length)
     cap = parse_bytes(tier_cap, "--tier-cap") if tier_cap is not None else None
-    sizing = configs.host_sizing(ctx_list[-1] + new_tokens, cap, config.kv_disk_dir)
+    # The engine's start-up plan checks its whole --max-model-len: size the presets for that
+    # length (or, when none was given, cap the engines at what the run needs and size for it).
+    if config.max_model_len is None:
+        needed = ctx_list[-1] + new_tokens
+        config = replace(config, max_model_len=-(-needed // config.block_size) * config.block_size)
+    sizing = configs.host_sizing(config.max_model_len, cap, config.kv_disk_dir)
     vram, _ = configs.device_plan_bytes(config)
     factories, descriptions = [], {}
     for name in names:

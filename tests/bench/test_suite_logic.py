@@ -112,3 +112,22 @@ def test_named_configurations_set_memory_knobs_within_the_cap(tiny_llama_dir):
     assert configs.config_options("offload-off", base, sizing, 2**30)["cpu_kv_budget_bytes"] == 0
     assert configs.config_options("stream", base, sizing, 2**30)["cold_attention"] == "stream"
     assert configs.config_options("cpu-attention", base, sizing, 2**30) == {"attention": "cpu"}
+
+
+@pytest.mark.parametrize("preset", ["default", "extended", "extreme"])
+def test_presets_sized_for_the_engine_length_pass_its_start_up_plan(preset):
+    """A preset's tiers are sized for the length the engine's start-up plan checks (its whole
+    --max-model-len), so every preset engine starts (W2 on a 16 GiB budget once refused with
+    `default` sized for the contexts alone, 992 tokens short of --max-model-len)."""
+    from dataclasses import replace
+
+    from kvspill.startup_plan import startup_plan
+
+    gib = 2**30
+    config = EngineConfig(model="random:llama-3b", vram_budget_bytes=16 * gib, max_model_len=132096,
+                          max_num_batched_tokens=4096)
+    sizing = configs.Sizing(config.max_model_len, host_ram_bytes=128 * gib, disk_free_bytes=64 * gib,
+                            tier_cap_bytes=40 * gib)
+    planned = startup_plan(replace(config, **configs.config_options(preset, config, sizing, 16 * gib)),
+                           143 * gib, "NVIDIA H200", None)
+    assert planned is not None and planned.plan.fits

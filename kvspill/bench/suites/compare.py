@@ -68,7 +68,8 @@ def run_compare(
         try:
             target = factory()
         except Exception as e:  # noqa: BLE001 - a configuration that cannot start is a result, not a crash
-            err = f"did not start: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            # The whole message (one line): a plan error's first line only says "does not fit".
+            err = f"did not start: {type(e).__name__}: {' '.join(str(e).split())}"
             result.infos[label] = {"error": err}
             for ctx in contexts:
                 result.rows.append(_failed_row(label, ctx, err, base))
