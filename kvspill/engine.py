@@ -138,12 +138,16 @@ class LLMEngine:
         storage = self.bundle.storage
         return (storage.num_blocks + storage.num_cpu_blocks + storage.num_disk_blocks) * self.config.block_size
 
+    def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int:
+        """Tokens of KV a request may grow to: prompt + max_tokens (or up to the context length)."""
+        return num_prompt_tokens + (params.max_tokens or self.max_model_len - num_prompt_tokens)
+
     def check_admission(self, num_prompt_tokens: int, params: SamplingParams) -> None:
         """The memory plan's admission rule for a server: a request's whole KV (prompt + max_tokens)
         must fit beside what the unfinished requests may grow to. Never fits: OutOfKVMemoryError
         (a client error); no room now: KVCacheBusyError (retry later). Offline `generate` skips
         this and lets the scheduler queue, spill or preempt instead."""
-        need = num_prompt_tokens + (params.max_tokens or self.max_model_len - num_prompt_tokens)
+        need = self.kv_tokens_needed(num_prompt_tokens, params)
         capacity = self.kv_capacity_tokens()
         if need > capacity:
             raise OutOfKVMemoryError(

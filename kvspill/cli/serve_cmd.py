@@ -5,8 +5,8 @@ Invariants:
 - Flags are validated (EngineConfig) before anything listens: a bad value exits 2 with one line.
 - The engine loads on its own thread (logging the memory plan first) while `/health` answers 503;
   a load failure stops the server.
-- SIGTERM: uvicorn stops accepting and waits up to `--shutdown-timeout` for open requests, then
-  the app aborts what is left and stops the engine thread.
+- SIGTERM: stop admitting, let in-flight requests finish within `--shutdown-timeout`, then abort
+  them (clients get an error event or a 503) and stop the engine thread (`server/lifecycle.py`).
 - Binding beyond loopback without `--api-key` logs a warning.
 """
 
@@ -39,7 +39,11 @@ def serve_command(
     api_key: Annotated[str | None, _opt("Require Authorization: Bearer <key>.", "API_KEY")] = None,
     max_waiting_requests: Annotated[int, _opt("Requests that may wait for their first token before 503.",
                                               "MAX_WAITING_REQUESTS")] = 64,
-    shutdown_timeout: Annotated[float, _opt("Seconds in-flight requests get on SIGTERM.", "SHUTDOWN_TIMEOUT")] = 30.0,
+    max_queued_tokens: Annotated[int | None, _opt(
+        "Prompt tokens that may wait for their first token before 503 (default: 8 x max model len).",
+        "MAX_QUEUED_TOKENS")] = None,
+    shutdown_timeout: Annotated[float, _opt("Seconds in-flight requests get on SIGTERM before they are aborted.",
+                                            "SHUTDOWN_TIMEOUT")] = 30.0,
     served_model_name: Annotated[str | None, _opt("Model name clients send (default: MODEL).",
                                                   "SERVED_MODEL_NAME")] = None,
     device: Annotated[str, _opt("auto, cpu, cuda or cuda:N.", "DEVICE")] = "auto",
@@ -70,6 +74,10 @@ def serve_command(
     try:
         if max_waiting_requests < 1:
             raise KvspillError("--max-waiting-requests must be at least 1")
+        if max_queued_tokens is not None and max_queued_tokens < 1:
+            raise KvspillError("--max-queued-tokens must be at least 1 (leave it out for 8 x max model len)")
+        if shutdown_timeout < 0:
+            raise KvspillError("--shutdown-timeout must be 0 or more seconds")
         config = EngineConfig(**flags.engine_options())
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
@@ -77,7 +85,7 @@ def serve_command(
     if host not in _LOOPBACK and not api_key:
         logger.warning("binding to %s without --api-key: anyone who can reach this port can use the model", host)
     run_server(config, host, port, api_key, max_waiting_requests, shutdown_timeout,
-               served_model_name or _default_name(model))
+               served_model_name or _default_name(model), max_queued_tokens)
 
 
 def _default_name(model: str | None) -> str:
@@ -87,10 +95,9 @@ def _default_name(model: str | None) -> str:
 
 
 def run_server(config: Any, host: str, port: int, api_key: str | None, max_waiting_requests: int,
-               shutdown_timeout: float, model_name: str) -> None:
-    import uvicorn
-
+               shutdown_timeout: float, model_name: str, max_queued_tokens: int | None = None) -> None:
     from kvspill.server import ServerSettings, create_app
+    from kvspill.server.lifecycle import serve
 
     def factory() -> Any:
         from kvspill.engine import LLMEngine
@@ -103,9 +110,8 @@ def run_server(config: Any, host: str, port: int, api_key: str | None, max_waiti
             raise
 
     aliases = {Path(model_name).name} if model_name else set()
-    settings = ServerSettings(model_name, api_key, max_waiting_requests, aliases)
-    app = create_app(factory, settings)
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=shutdown_timeout)
+    settings = ServerSettings(model_name, api_key, max_waiting_requests, aliases, max_queued_tokens)
+    serve(create_app(factory, settings), host, port, shutdown_timeout)
 
 
 def register(app: typer.Typer) -> None:

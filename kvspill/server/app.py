@@ -7,7 +7,8 @@ Invariants:
 - With `api_key`, every route but `/health` and `/metrics` needs `Authorization: Bearer <key>`.
 - An unknown `model` name is a 404 `model_not_found`.
 - Shutdown: stop admitting, then abort what is still in flight and stop the engine thread
-  (uvicorn has already waited up to its graceful-shutdown timeout for open requests).
+  (`lifecycle.serve` has already given open requests `--shutdown-timeout` and aborted the rest).
+- A request asks for at most `max_waiting_requests` completions (prompts x n); more is a 400.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from kvspill.errors import KvspillError
+from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError
 from kvspill.server.errors import error_response, exception_response, invalid
 from kvspill.server.metrics import ServerMetrics
 from kvspill.server.protocol import (
     ChatCompletionRequest,
+    ChatMessage,
     CompletionRequest,
     DetokenizeRequest,
     TokenizeRequest,
@@ -45,6 +47,7 @@ class ServerSettings:
     api_key: str | None = None
     max_waiting_requests: int = 64
     aliases: set[str] = field(default_factory=set)  # other names accepted for `model`
+    max_queued_tokens: int | None = None  # None: QUEUED_TOKENS_PER_MODEL_LEN x max_model_len
 
 
 @dataclass
@@ -62,6 +65,15 @@ class _Context:
         return error_response(404, f"The model `{model}` does not exist. This server serves "
                               f"`{self.settings.model_name}`.", "invalid_request_error", "model_not_found", "model")
 
+    def check_num_choices(self, num_prompts: int, n: int) -> None:
+        """One request may not ask for more completions than may wait at once."""
+        limit = self.settings.max_waiting_requests
+        if num_prompts * n > limit:
+            raise InvalidParameterError(
+                "n" if n > 1 else "prompt", f"this request asks for {num_prompts * n} completions "
+                f"({num_prompts} prompts x n={n}); this server takes at most {limit} in one request "
+                "(--max-waiting-requests): send fewer prompts or a smaller n")
+
     def engine_or_503(self) -> Any:
         if not self.ae.ready or self.ae.engine is None:
             raise EngineUnavailableError(self.ae.load_error or "the engine is still loading")
@@ -71,7 +83,8 @@ class _Context:
 def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
     """`factory()` builds the LLMEngine (on the engine thread)."""
     metrics = ServerMetrics()
-    ae = AsyncEngine(factory, settings.max_waiting_requests, on_output=metrics.observe_output)
+    ae = AsyncEngine(factory, settings.max_waiting_requests, on_output=metrics.observe_output,
+                     max_queued_tokens=settings.max_queued_tokens)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -122,9 +135,12 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
             return bad
         try:
             engine = ctx.engine_or_503()
-            prompt = _fim_prompt(engine, body, model_name) if body.suffix else body.prompt_value()
-            job = Job(False, model_name, prompt, body.sampling_params(), body.stream,
-                      body.include_usage, engine.tokenizer)
+            prompts = body.prompts()
+            ctx.check_num_choices(len(prompts), body.num_samples)
+            if body.suffix:
+                prompts = [_fim_prompt(engine, p, body.suffix, model_name) for p in prompts]
+            job = Job(False, model_name, prompts, body.sampling_params(), body.stream,
+                      body.include_usage, engine.tokenizer, n=body.num_samples)
         except (KvspillError, EngineUnavailableError) as e:
             return exception_response(e)
         return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
@@ -136,10 +152,12 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
         try:
             engine = ctx.engine_or_503()
             params = body.sampling_params()
+            ctx.check_num_choices(1, body.num_samples)
             if engine.tokenizer is None:
                 return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
-            ids = engine.tokenizer.apply_chat_template([m.as_template_dict() for m in body.messages])
-            job = Job(True, model_name, ids, params, body.stream, body.include_usage, engine.tokenizer)
+            ids = _chat_ids(engine.tokenizer, body.messages)
+            job = Job(True, model_name, [ids], params, body.stream, body.include_usage, engine.tokenizer,
+                      n=body.num_samples)
         except (KvspillError, EngineUnavailableError) as e:
             return exception_response(e)
         return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
@@ -153,7 +171,7 @@ def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
             if tok is None:
                 return invalid("this model has no tokenizer", "prompt")
             if body.messages is not None:
-                ids = tok.apply_chat_template([m.as_template_dict() for m in body.messages])
+                ids = _chat_ids(tok, body.messages)
             elif body.prompt is not None:
                 ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
             else:
@@ -230,17 +248,26 @@ class _AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def _fim_prompt(engine: Any, body: CompletionRequest, model_name: str) -> list[int]:
-    """Prefix-suffix-middle token ids for a fill-in-the-middle request."""
-    from kvspill.errors import InvalidParameterError
+def _chat_ids(tok: Any, messages: list[ChatMessage]) -> list[int]:
+    """Token ids of `messages` through the model's chat template; a template that rejects them
+    (jinja's raise_exception, e.g. roles that do not alternate) is the client's error."""
+    from jinja2 import TemplateError
 
+    dicts = [m.as_template_dict() for m in messages]
+    try:
+        return list(tok.apply_chat_template(dicts))
+    except (TemplateError, ValueError) as e:
+        raise InvalidParameterError("messages", f"the model's chat template rejected these messages: {e}") from e
+
+
+def _fim_prompt(engine: Any, prompt: str | list[int], suffix: str, model_name: str) -> list[int]:
+    """Prefix-suffix-middle token ids for a fill-in-the-middle request."""
     fim = engine.tokenizer.fim_tokens if engine.tokenizer is not None else None
     if fim is None:
         raise InvalidParameterError(
             "suffix", f"The model `{model_name}` has no fill-in-the-middle tokens, so `suffix` is not supported.")
-    prompt = body.prompt_value()
     if not isinstance(prompt, str):
         raise InvalidParameterError("prompt", "`suffix` needs a text prompt")
     tok = engine.tokenizer
     return [fim.prefix_id, *tok.encode(prompt, add_special_tokens=False), fim.suffix_id,
-            *tok.encode(body.suffix or "", add_special_tokens=False), fim.middle_id]
+            *tok.encode(suffix, add_special_tokens=False), fim.middle_id]

@@ -4,12 +4,17 @@ Invariants:
 - Only the loop thread touches the engine (add/abort/step/kv_stats). Handlers talk to it through
   a thread-safe command queue; results come back to each request's `asyncio.Queue` through
   `loop.call_soon_threadsafe`.
-- Each request's queue first receives `ADDED` or an exception (add_request refused it), then its
-  `RequestOutput`s; the last one has `finished=True` (or an exception ends it).
+- One HTTP request may fan out into several engine requests (several prompts, `n` > 1) that share
+  one queue; they are admitted together or not at all. The queue first receives `ADDED` or one
+  exception (the group was refused), then `RequestOutput`s (tell them apart by `req_id`); each
+  request's last one has `finished=True`, or an exception ends it.
 - A failing `step()` never kills the loop: every request in flight gets a `StepFailedError` and is
   aborted in the engine; the loop goes on.
-- Admission is bounded: at most `max_waiting` requests may wait for their first output; past
-  that `submit` raises `ServerBusyError` at once (the HTTP layer answers 503 + Retry-After).
+- Admission is bounded on the loop thread, where the token counts are known: a request waits
+  from admission to its first output; a new group is refused (`ServerBusyError`, HTTP 503 +
+  Retry-After) when, counted with what already waits, it would pass `max_waiting` requests or
+  `max_queued_tokens` prompt tokens. A group is always admitted when nothing waits, so one large
+  request is never refused forever.
 """
 
 from __future__ import annotations
@@ -20,21 +25,23 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvspill.errors import OutOfKVMemoryError
 from kvspill.outputs import RequestOutput
 from kvspill.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
 ADDED = object()  # the sentinel put first on a request's queue once the engine accepted it
+QUEUED_TOKENS_PER_MODEL_LEN = 8  # default max_queued_tokens = this many full contexts
 
 
 class ServerBusyError(Exception):
-    """The waiting queue is full; retry later."""
+    """The waiting queue is full (requests or prompt tokens); retry later."""
 
 
 class EngineUnavailableError(Exception):
@@ -48,9 +55,9 @@ class StepFailedError(Exception):
 @dataclass
 class _Tracked:
     aqueue: asyncio.Queue
+    num_queued_tokens: int  # prompt tokens while waiting for the first output, then 0
     arrival: float = field(default_factory=time.monotonic)
     first_output: float | None = None
-    last_output: float | None = None
 
 
 @dataclass
@@ -62,18 +69,21 @@ class RequestTimes:
 
 
 class AsyncEngine:
-    """Owns the engine thread. `start()` builds the engine there (via `factory`) and loops."""
+    """Owns the engine thread. `start()` builds the engine there (via `factory`) and loops.
+
+    `max_queued_tokens=None` means QUEUED_TOKENS_PER_MODEL_LEN x the engine's max_model_len."""
 
     def __init__(self, factory: Callable[[], Any], max_waiting: int = 64,
-                 on_output: Callable[[RequestOutput, RequestTimes], None] | None = None) -> None:
+                 on_output: Callable[[RequestOutput, RequestTimes], None] | None = None,
+                 max_queued_tokens: int | None = None) -> None:
         self._factory = factory
         self.max_waiting = max_waiting
+        self.max_queued_tokens = max_queued_tokens
         self._on_output = on_output
         self.engine: Any = None
         self.load_error: str | None = None
         self._commands: queue.Queue = queue.Queue()
         self._tracked: dict[str, _Tracked] = {}  # loop thread only
-        self._waiting = 0  # admitted, no output yet (event-loop thread only)
         self._ids = itertools.count()
         self._stopping = False
         self._ready = threading.Event()
@@ -97,6 +107,10 @@ class AsyncEngine:
     def stop_admitting(self) -> None:
         self._stopping = True
 
+    def abort_all(self, message: str) -> None:
+        """End every request in flight with `EngineUnavailableError(message)` (shutdown timeout)."""
+        self._commands.put(("abort_all", message))
+
     def shutdown(self, timeout: float = 5.0) -> None:
         """Abort whatever is still in flight and stop the thread."""
         self._stopping = True
@@ -106,38 +120,32 @@ class AsyncEngine:
 
     # ---- the front (event-loop thread) ---------------------------------------------------------
 
-    @property
-    def num_waiting(self) -> int:
-        return self._waiting
-
     async def submit(self, prompt: str | list[int], params: SamplingParams) -> tuple[str, asyncio.Queue]:
-        """Queue a request; returns (id, queue) once the engine accepted it. Raises KvspillError
-        (the engine refused it), ServerBusyError or EngineUnavailableError."""
+        """`submit_many` of one request."""
+        ids, aq = await self.submit_many([(prompt, params)])
+        return ids[0], aq
+
+    async def submit_many(self, items: Sequence[tuple[str | list[int], SamplingParams]]
+                          ) -> tuple[list[str], asyncio.Queue]:
+        """Queue a group of requests (all or none); returns (ids, their shared queue) once the engine
+        accepted them. Raises KvspillError (the engine refused one), ServerBusyError or
+        EngineUnavailableError."""
         if not self.ready:
             raise EngineUnavailableError(self.load_error or "the engine is loading or shutting down")
-        if self._waiting >= self.max_waiting:
-            raise ServerBusyError(f"{self._waiting} requests are already waiting; retry later")
-        req_id = f"srv-{next(self._ids)}"
+        req_ids = [f"srv-{next(self._ids)}" for _ in items]
         aq: asyncio.Queue = asyncio.Queue()
-        self._waiting += 1
-        self._commands.put(("add", req_id, prompt, params, aq))
+        self._commands.put(("add", list(zip(req_ids, items, strict=True)), aq))
         try:
             first = await aq.get()
         except BaseException:
-            self.abort(req_id)
-            self._waiting -= 1
+            self.abort(*req_ids)
             raise
         if first is not ADDED:
-            self._waiting -= 1
             raise first
-        return req_id, aq
+        return req_ids, aq
 
-    def note_first_output(self) -> None:
-        """The handler saw its request's first output (or end): it no longer waits."""
-        self._waiting = max(0, self._waiting - 1)
-
-    def abort(self, req_id: str) -> None:
-        self._commands.put(("abort", req_id))
+    def abort(self, *req_ids: str) -> None:
+        self._commands.put(("abort", req_ids))
 
     async def call(self, fn: Callable[[Any], Any]) -> Any:
         """Run `fn(engine)` on the loop thread between steps; returns its result."""
@@ -157,15 +165,18 @@ class AsyncEngine:
             self.load_error = f"the engine failed to load: {e}"
             self._ready.set()
             return
+        if self.max_queued_tokens is None:
+            self.max_queued_tokens = QUEUED_TOKENS_PER_MODEL_LEN * self.engine.max_model_len
         self._ready.set()
-        logger.info("engine ready (max_model_len=%d)", self.engine.max_model_len)
+        logger.info("engine ready (max_model_len=%d, max_queued_tokens=%d)", self.engine.max_model_len,
+                    self.max_queued_tokens)
         while True:
             busy = self.engine.has_unfinished_requests()
             if not self._drain_commands(block=not busy):
                 break
             if self.engine.has_unfinished_requests():
                 self._step()
-        self._abort_all("the server is shutting down")
+        self._abort_all(StepFailedError("the server is shutting down"))
 
     def _drain_commands(self, block: bool) -> bool:
         """Apply queued commands; False when asked to stop."""
@@ -185,17 +196,13 @@ class AsyncEngine:
     def _apply(self, cmd: tuple) -> None:
         kind = cmd[0]
         if kind == "add":
-            _, req_id, prompt, params, aq = cmd
-            try:
-                self.engine.add_request(prompt, params, req_id, admission=True)
-            except Exception as e:  # noqa: BLE001 - handed to the request's handler
-                self._push(aq, e)
-                return
-            self._tracked[req_id] = _Tracked(aq)
-            self._push(aq, ADDED)
+            self._add_group(cmd[1], cmd[2])
         elif kind == "abort":
-            self._tracked.pop(cmd[1], None)
-            self.engine.abort_request(cmd[1])
+            for req_id in cmd[1]:
+                self._tracked.pop(req_id, None)
+                self.engine.abort_request(req_id)
+        elif kind == "abort_all":
+            self._abort_all(EngineUnavailableError(cmd[1]))
         elif kind == "call":
             _, fn, fut = cmd
             try:
@@ -203,12 +210,55 @@ class AsyncEngine:
             except Exception as e:  # noqa: BLE001 - handed to the caller
                 fut.set_exception(e)
 
+    def _add_group(self, group: list[tuple[str, tuple[str | list[int], SamplingParams]]],
+                   aq: asyncio.Queue) -> None:
+        added: list[str] = []
+        try:
+            ids = [prompt if isinstance(prompt, list) else self.engine.encode(prompt) for _, (prompt, _) in group]
+            if len(group) > 1:
+                self._check_group_fits(ids, [params for _, (_, params) in group])
+            self._check_room(len(group), sum(len(x) for x in ids))
+            for (req_id, (_, params)), token_ids in zip(group, ids, strict=True):
+                self.engine.add_request(token_ids, params, req_id, admission=True)
+                added.append(req_id)
+        except Exception as e:  # noqa: BLE001 - handed to the request's handler
+            for req_id in added:
+                self.engine.abort_request(req_id)
+            self._push(aq, e)
+            return
+        for (req_id, _), token_ids in zip(group, ids, strict=True):
+            self._tracked[req_id] = _Tracked(aq, len(token_ids))
+        self._push(aq, ADDED)
+
+    def _check_group_fits(self, ids: list[list[int]], params: list[SamplingParams]) -> None:
+        """A group whose KV together exceeds the tiers could never run: a client error (400), not a
+        503 that would be retried forever. (Each request alone is checked by `add_request`.)"""
+        need = sum(self.engine.kv_tokens_needed(len(x), p) for x, p in zip(ids, params, strict=True))
+        capacity = self.engine.kv_capacity_tokens()
+        if need > capacity:
+            raise OutOfKVMemoryError(
+                f"these {len(ids)} completions (prompts x n) need KV for {need} tokens together, but the KV "
+                f"tiers hold {capacity} tokens in all: send fewer prompts, a smaller n or a lower max_tokens")
+
+    def _check_room(self, num_requests: int, num_tokens: int) -> None:
+        waiting = [t.num_queued_tokens for t in self._tracked.values() if t.first_output is None]
+        if not waiting:
+            return
+        if len(waiting) + num_requests > self.max_waiting:
+            raise ServerBusyError(f"{len(waiting)} requests are already waiting (at most {self.max_waiting}); "
+                                  "retry later")
+        queued = sum(waiting)
+        assert self.max_queued_tokens is not None
+        if queued + num_tokens > self.max_queued_tokens:
+            raise ServerBusyError(f"{queued} prompt tokens are already waiting and this request brings "
+                                  f"{num_tokens} (at most {self.max_queued_tokens} may wait); retry later")
+
     def _step(self) -> None:
         try:
             outputs = self.engine.step()
         except Exception as e:  # noqa: BLE001 - a failing step must not kill the loop
             logger.exception("engine step failed; ending the requests in flight")
-            self._abort_all(f"the engine step failed: {type(e).__name__}: {e}")
+            self._abort_all(StepFailedError(f"the engine step failed: {type(e).__name__}: {e}"))
             return
         now = time.monotonic()
         for out in outputs:
@@ -217,6 +267,7 @@ class AsyncEngine:
                 continue
             if tracked.first_output is None:
                 tracked.first_output = now
+                tracked.num_queued_tokens = 0
             if self._on_output is not None:
                 try:
                     self._on_output(out, RequestTimes(tracked.arrival, tracked.first_output))
@@ -226,13 +277,13 @@ class AsyncEngine:
             if out.finished:
                 self._tracked.pop(out.req_id, None)
 
-    def _abort_all(self, message: str) -> None:
+    def _abort_all(self, error: Exception) -> None:
         for req_id, tracked in list(self._tracked.items()):
             try:
                 self.engine.abort_request(req_id)
             except Exception:  # noqa: BLE001 - keep ending the others
                 logger.exception("aborting %s failed", req_id)
-            self._push(tracked.aqueue, StepFailedError(message))
+            self._push(tracked.aqueue, error)
         self._tracked.clear()
 
     def _push(self, aq: asyncio.Queue, item: object) -> None:

@@ -2,9 +2,13 @@
 
 Invariants:
 - Wrong types fail pydantic validation (the app turns that into a 400 invalid_request_error).
-- Unknown fields are ignored; a known field with an unsupported value (n>1, echo, best_of>1) is an
+- Unknown fields are ignored; a known field with an unsupported value (echo, best_of>1) is an
   `InvalidParameterError` naming the param, never silently ignored.
-- `SamplingParams` validates the ranges; its `InvalidParameterError` names the param too.
+- The fields carry the ranges `SamplingParams` accepts, so the OpenAPI document (and a schema
+  fuzzer) knows them and an out-of-range value is a pydantic 400 naming the field; `SamplingParams`
+  validates again (and its `InvalidParameterError` names the param too).
+- `prompt` may be a batch (a list of strings or of token-id lists): one choice per prompt and
+  sample, index = prompt_index * n + sample_index.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvspill.errors import InvalidParameterError
 from kvspill.sampling_params import SamplingParams
 
+MAX_N = 128  # OpenAI's own bound on `n`
+
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
@@ -25,19 +31,19 @@ class _Sampling(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=100)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    min_tokens: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0, le=10)
+    min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
-    n: int | None = 1
+    n: int | None = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
@@ -46,12 +52,11 @@ class _Sampling(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
-    def _check_common(self) -> None:
-        if self.n is not None and self.n != 1:
-            raise InvalidParameterError("n", f"n={self.n} is not supported: only n=1")
+    @property
+    def num_samples(self) -> int:
+        return self.n or 1
 
     def _params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-        self._check_common()
         opts: dict[str, Any] = {"max_tokens": max_tokens, "logprobs": logprobs}
         for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
                      "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos"):
@@ -66,18 +71,17 @@ class _Sampling(BaseModel):
 class CompletionRequest(_Sampling):
     prompt: str | list[int] | list[str] | list[list[int]]
     suffix: str | None = None
-    max_tokens: int | None = 16
-    logprobs: int | None = None
+    max_tokens: int | None = Field(16, ge=1)
+    logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     best_of: int | None = None
 
-    def prompt_value(self) -> str | list[int]:
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts of the request: a string or a token-id list is one; a list of them is a batch."""
         p = self.prompt
         if isinstance(p, list) and p and isinstance(p[0], (str, list)):
-            if len(p) != 1:
-                raise InvalidParameterError("prompt", "a batch of prompts is not supported: send one prompt")
-            return p[0]  # type: ignore[return-value]
-        return p  # type: ignore[return-value]
+            return list(p)  # type: ignore[arg-type]
+        return [p]  # type: ignore[list-item]
 
     def sampling_params(self) -> SamplingParams:
         if self.echo:
@@ -111,9 +115,9 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = None
+    max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
 
     def sampling_params(self) -> SamplingParams:
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -128,7 +132,7 @@ class TokenizeRequest(BaseModel):
 
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
     add_special_tokens: bool = True
 
 

@@ -28,10 +28,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(model_dir: Path, *flags: str, log: Path) -> Server:
+def start_server(model_dir: Path, *flags: str, log: Path, env: dict[str, str] | None = None) -> Server:
     port = _free_port()
     cmd = [sys.executable, "-m", "kvspill.server", str(model_dir), "--device", "cpu", "--port", str(port), *flags]
-    env = dict(os.environ, KVSPILL_HOST="127.0.0.1")
+    env = dict(os.environ, KVSPILL_HOST="127.0.0.1", **(env or {}))
+    # One OpenMP thread: on a 2-core machine shared with the test process (and whatever else runs),
+    # two torch threads stall each other for a scheduler tick per op and a 1 ms step becomes 100 ms.
+    env.setdefault("OMP_NUM_THREADS", "1")
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90

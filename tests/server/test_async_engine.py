@@ -1,5 +1,6 @@
 """AsyncEngine in-process with a fake engine: a failing step ends the requests in flight and the
-loop keeps serving; add_request errors reach the caller."""
+loop keeps serving; add_request errors reach the caller; the waiting bounds (requests and prompt
+tokens) refuse new groups only while something waits; abort_all ends what is in flight."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 from kvspill.errors import InvalidParameterError
 from kvspill.outputs import RequestOutput
 from kvspill.sampling_params import SamplingParams
-from kvspill.server.async_engine import AsyncEngine, ServerBusyError, StepFailedError
+from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError, StepFailedError
+
+HOLD = 7  # a prompt holding this token id gets no output (it keeps waiting) until released
 
 
 class FakeEngine:
@@ -18,17 +21,30 @@ class FakeEngine:
 
     def __init__(self) -> None:
         self.live: dict[str, int] = {}
+        self.held: set[str] = set()
         self.fail_next = False
         self.aborted: list[str] = []
 
+    def kv_tokens_needed(self, num_prompt_tokens, params):
+        return num_prompt_tokens + params.max_tokens
+
+    def kv_capacity_tokens(self):
+        return 1000
+
+    def encode(self, prompt: str) -> list[int]:
+        return [len(w) for w in prompt.split()]
+
     def add_request(self, prompt, params, req_id, admission=False):
-        if prompt == "bad":
+        if prompt == [3]:  # "bad"
             raise InvalidParameterError("prompt", "bad prompt")
         self.live[req_id] = params.max_tokens
+        if HOLD in prompt:
+            self.held.add(req_id)
 
     def abort_request(self, req_id):
         self.aborted.append(req_id)
         self.live.pop(req_id, None)
+        self.held.discard(req_id)
 
     def has_unfinished_requests(self):
         return bool(self.live)
@@ -38,7 +54,7 @@ class FakeEngine:
             self.fail_next = False
             raise RuntimeError("boom")
         outs = []
-        for req_id in list(self.live):
+        for req_id in [r for r in self.live if r not in self.held]:
             self.live[req_id] -= 1
             done = self.live[req_id] == 0
             outs.append(RequestOutput(req_id, None, [1], delta_text="x", delta_token_ids=[5], finished=done,
@@ -55,13 +71,18 @@ async def _drain(aq: asyncio.Queue) -> object:
             return item
 
 
+async def _started(fake: FakeEngine, **kw) -> AsyncEngine:
+    ae = AsyncEngine(lambda: fake, **kw)
+    ae.start(asyncio.get_running_loop())
+    assert await asyncio.to_thread(ae.wait_ready, 5)
+    return ae
+
+
 def test_failing_step_does_not_kill_loop():
     fake = FakeEngine()
 
     async def main() -> None:
-        ae = AsyncEngine(lambda: fake, max_waiting=4)
-        ae.start(asyncio.get_running_loop())
-        assert await asyncio.to_thread(ae.wait_ready, 5)
+        ae = await _started(fake, max_waiting=4)
         fake.fail_next = True
         _, aq = await ae.submit("p", SamplingParams(max_tokens=3))
         assert isinstance(await _drain(aq), StepFailedError)
@@ -76,13 +97,60 @@ def test_failing_step_does_not_kill_loop():
     assert fake.aborted  # the failed request was aborted in the engine
 
 
-def test_waiting_bound():
+def test_group_is_all_or_nothing():
+    fake = FakeEngine()
+
     async def main() -> None:
-        ae = AsyncEngine(lambda: FakeEngine(), max_waiting=0)
-        ae.start(asyncio.get_running_loop())
-        await asyncio.to_thread(ae.wait_ready, 5)
-        with pytest.raises(ServerBusyError):
-            await ae.submit("p", SamplingParams())
+        ae = await _started(fake)
+        with pytest.raises(InvalidParameterError):
+            await ae.submit_many([("p", SamplingParams()), ("bad", SamplingParams())])
+        ids, aq = await ae.submit_many([("p", SamplingParams(max_tokens=2)), ([1, 2], SamplingParams(max_tokens=3))])
+        finished = set()
+        while len(finished) < 2:
+            item = await asyncio.wait_for(aq.get(), 5)
+            if item.finished:
+                finished.add(item.req_id)
+        assert finished == set(ids)
         await asyncio.to_thread(ae.shutdown)
 
     asyncio.run(main())
+    assert len(fake.aborted) == 1  # the first request of the refused group was taken back
+
+
+def test_waiting_bounds_requests_and_tokens():
+    fake = FakeEngine()
+
+    async def main() -> None:
+        ae = await _started(fake, max_waiting=3, max_queued_tokens=10)
+        # Nothing waits: a group larger than both bounds is still admitted (never refused forever).
+        held, _ = await ae.submit_many([([HOLD] * 6, SamplingParams())] * 4)
+        with pytest.raises(ServerBusyError, match="requests are already waiting"):
+            await ae.submit([1], SamplingParams())
+        ae.abort(*held)
+        held, _ = await ae.submit([HOLD] * 8, SamplingParams())
+        with pytest.raises(ServerBusyError, match="8 prompt tokens are already waiting"):
+            await ae.submit([1, 2, 3], SamplingParams())
+        _, aq = await ae.submit([1, 2], SamplingParams(max_tokens=2))  # 8 + 2 fits
+        assert (await _drain(aq)).finished
+        ae.abort(held)
+        _, aq = await ae.submit([1, 2, 3], SamplingParams(max_tokens=1))  # nothing waits any more
+        assert (await _drain(aq)).finished
+        await asyncio.to_thread(ae.shutdown)
+
+    asyncio.run(main())
+
+
+def test_default_queued_tokens_and_abort_all():
+    fake = FakeEngine()
+
+    async def main() -> None:
+        ae = await _started(fake)
+        assert ae.max_queued_tokens == 8 * fake.max_model_len
+        _, aq = await ae.submit([HOLD], SamplingParams())
+        ae.abort_all("shutting down")
+        item = await _drain(aq)
+        assert isinstance(item, EngineUnavailableError) and "shutting down" in str(item)
+        await asyncio.to_thread(ae.shutdown)
+
+    asyncio.run(main())
+    assert fake.live == {}

@@ -133,7 +133,8 @@ def test_context_length_exceeded(server, client):
 
 @pytest.mark.parametrize("content", [b'{"prompt": "hi", ', b"not json", b'{"prompt": "hi", "max_tokens": "x"}',
                                      b'{"prompt": 5}', b'{"prompt": "hi", "temperature": -1}',
-                                     b'{"prompt": "hi", "n": 2}'])
+                                     b'{"prompt": "hi", "n": 0}', b'{"prompt": "hi", "n": 1000}',
+                                     b'{"prompt": "hi", "echo": true}', b'{"prompt": ["a", "b"], "n": 64}'])
 def test_bad_requests_are_400(server, content):
     r = httpx.post(server.url + "/v1/completions", content=content, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
@@ -144,7 +145,7 @@ def test_bad_requests_are_400(server, content):
 
 def test_bad_chat_is_400(server, client):
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}], n=2)
+        client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}], n=0)
     r = httpx.post(server.url + "/v1/chat/completions", json={"messages": "hi"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
 
@@ -233,3 +234,78 @@ def test_concurrent_async_clients(server):
 
     texts = asyncio.run(main())
     assert len(set(texts)) == 1  # batched greedy runs agree with each other, streamed or not
+
+
+# ---- several prompts and n > 1: one choice per prompt and sample, index = prompt_index * n + j ----
+
+
+def test_completion_batch_of_prompts(server, client):
+    prompts = ["the cat sat", "a b c d", "hello world"]
+    singles = [client.completions.create(model=server.model, prompt=p, max_tokens=6, temperature=0) for p in prompts]
+    out = client.completions.create(model=server.model, prompt=prompts, max_tokens=6, temperature=0)
+    assert [c.index for c in out.choices] == [0, 1, 2]
+    assert [c.text for c in out.choices] == [s.choices[0].text for s in singles]
+    assert out.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in singles) == 9
+    assert out.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+    ids = client.completions.create(model=server.model, prompt=[[8, 9, 10], [11, 12]], max_tokens=2, temperature=0)
+    assert [c.index for c in ids.choices] == [0, 1] and ids.usage.prompt_tokens == 5
+
+
+def test_completion_batch_streaming(server, client):
+    prompts = ["the cat sat", "a b c d"]
+    full = client.completions.create(model=server.model, prompt=prompts, max_tokens=12, temperature=0)
+    chunks = list(client.completions.create(model=server.model, prompt=prompts, max_tokens=12, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert len({c.id for c in chunks}) == 1
+    texts: dict[int, str] = {}
+    finished: dict[int, int] = {}
+    for c in chunks[:-1]:
+        (choice,) = c.choices
+        texts[choice.index] = texts.get(choice.index, "") + choice.text
+        if choice.finish_reason is not None:
+            finished[choice.index] = finished.get(choice.index, 0) + 1
+    assert texts == {c.index: c.text for c in full.choices}
+    assert finished == {0: 1, 1: 1}
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == full.usage.model_dump()
+
+
+def test_n_samples(server, client):
+    kw = dict(model=server.model, prompt="the cat", max_tokens=12, temperature=1.0, seed=3, n=3)
+    a = client.completions.create(**kw)
+    assert [c.index for c in a.choices] == [0, 1, 2]
+    assert len({c.text for c in a.choices}) > 1  # seed + j per sample: the samples differ...
+    assert [c.text for c in client.completions.create(**kw).choices] == [c.text for c in a.choices]  # ...and replay
+    assert a.usage.prompt_tokens == 2  # the prompt counts once, not once per sample
+    greedy = client.completions.create(model=server.model, prompt=["the cat", "a b c d"], n=2, max_tokens=5,
+                                       temperature=0)
+    by_prompt = [_greedy_text(client, server, p, 5) for p in ("the cat", "a b c d")]
+    assert [c.text for c in greedy.choices] == [by_prompt[0], by_prompt[0], by_prompt[1], by_prompt[1]]
+
+
+def test_chat_n_streaming(server, client):
+    chunks = list(client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}],
+                                                 n=2, max_tokens=4, temperature=0, stream=True))
+    assert [c.index for c in chunks[0].choices] == [0, 1]
+    assert all(c.delta.role == "assistant" for c in chunks[0].choices)
+    ends = [c.choices[0].index for c in chunks[1:] if c.choices[0].finish_reason is not None]
+    assert sorted(ends) == [0, 1]
+
+
+def test_group_that_can_never_fit_is_400(server, client):
+    capacity = sum(t["blocks"] for t in httpx.get(server.url + "/v1/kv").json()["tiers"].values()) * 16
+    n = capacity // 1001 + 1  # each sample may grow to 1001 tokens: together they never fit
+    assert n <= 64, "the KV pool is too large for this test"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=server.model, prompt="hi", n=n, max_tokens=1000)
+    assert f"need KV for {n * 1001} tokens together" in e.value.body["message"]
+
+
+def test_fuzz_findings_are_400_or_finite(server):
+    """Regressions of what the schemathesis run (test_fuzz.py) found: each used to be a 500."""
+    r = httpx.post(server.url + "/tokenize", json={"messages": []})  # the chat template raised ValueError
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    # A vanishing penalty gives -inf logprobs, which JSON cannot carry; they are sent as -9999.0.
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "hello", "logprobs": 1, "seed": 1,
+                                                         "repetition_penalty": 5e-324, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    assert -9999.0 in r.json()["choices"][0]["logprobs"]["token_logprobs"]

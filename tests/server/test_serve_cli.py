@@ -32,8 +32,8 @@ def test_serve_flags_and_env_vars():
     group = typer.main.get_command(_app())
     serve = group.commands["serve"]  # type: ignore[attr-defined]
     opts = {o for p in serve.params for o in p.opts}
-    for flag in ("--host", "--port", "--api-key", "--max-waiting-requests", "--shutdown-timeout", "--device",
-                 "--max-model-len", "--cpu-kv-budget"):
+    for flag in ("--host", "--port", "--api-key", "--max-waiting-requests", "--max-queued-tokens",
+                 "--shutdown-timeout", "--device", "--max-model-len", "--cpu-kv-budget"):
         assert flag in opts, flag
     assert all(p.envvar and str(p.envvar).startswith("KVSPILL_") for p in serve.params)
 
@@ -42,6 +42,8 @@ def test_env_var_flags_are_validated():
     out = CliRunner().invoke(_app(), ["serve"], env={"KVSPILL_BLOCK_SIZE": "7"})
     assert out.exit_code == 2
     assert "--block-size" in out.output
+    out = CliRunner().invoke(_app(), ["serve"], env={"KVSPILL_MAX_QUEUED_TOKENS": "0"})
+    assert out.exit_code == 2 and "--max-queued-tokens" in out.output
 
 
 def test_sigterm_lets_in_flight_request_finish(tiny_llama_dir: Path, tmp_path: Path):
@@ -83,3 +85,46 @@ def test_warns_without_api_key_beyond_loopback(monkeypatch, caplog):
     assert out.exit_code == 0, out.output
     assert calls[1][1:4] == ("0.0.0.0", 9001, "k")
     assert "without --api-key" not in caplog.text
+
+
+def test_sigterm_aborts_requests_past_shutdown_timeout(tiny_llama_dir: Path, tmp_path: Path):
+    """--shutdown-timeout 1 with far more than 1 s of work in flight (one running, three waiting;
+    max_num_seqs 1): SIGTERM ends every request with a well-formed answer (the stream's error event
+    and [DONE], or a 503) after about 1 s, and the process exits soon after."""
+    server = start_server(tiny_llama_dir, "--shutdown-timeout", "1", "--max-num-seqs", "1", "--cpu-kv-budget",
+                          "16MiB", log=tmp_path / "server.log")
+    body = {"prompt": "hello", "max_tokens": 1000, "ignore_eos": True}
+    streams: list[str] = []
+    plain: list[httpx.Response] = []
+
+    def stream() -> None:
+        with httpx.stream("POST", server.url + "/v1/completions", json={**body, "stream": True}, timeout=30) as r:
+            streams.append("".join(r.iter_text()))
+
+    def post() -> None:
+        plain.append(httpx.post(server.url + "/v1/completions", json=body, timeout=30))
+
+    threads = [threading.Thread(target=f) for f in (stream, stream, stream, post)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    time.sleep(0.2)
+    sent = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    try:
+        server.proc.wait(10)
+        exited = time.monotonic() - sent
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive(), "a client hung"
+    assert 0.9 <= exited <= 1 + 4, exited  # waited the timeout, then did not linger
+    assert len(streams) == 3 and all(s.rstrip().endswith("data: [DONE]") for s in streams), streams
+    aborted = [s for s in streams if "--shutdown-timeout" in s]
+    assert aborted, "the waiting streams should have been aborted"
+    assert all('"type": "unavailable"' in s for s in aborted)
+    (r,) = plain
+    assert r.status_code == 503 and r.json()["error"]["type"] == "unavailable", r.text
+    assert "--shutdown-timeout" in r.json()["error"]["message"]

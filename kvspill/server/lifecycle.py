@@ -1,0 +1,56 @@
+"""Run the app under uvicorn with kvspill's SIGTERM contract.
+
+Invariants:
+- On SIGTERM (or SIGINT) the server stops admitting at once (new requests: 503 `unavailable`),
+  uvicorn stops accepting connections, and in-flight requests get `shutdown_timeout` seconds to
+  finish. Then every request still in flight is aborted in the engine: a stream ends with an
+  error event and `data: [DONE]`, a non-streaming request gets 503 `unavailable`. Only then does
+  the app's lifespan stop the engine thread.
+- uvicorn's own graceful timeout is a backstop set a little past ours: the aborts end the
+  handlers first, so clients get a well-formed answer rather than a cut connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from kvspill.server.async_engine import AsyncEngine
+
+logger = logging.getLogger(__name__)
+
+BACKSTOP_S = 2.0  # uvicorn cancels handler tasks this long after our aborts, if any still run
+
+
+class _DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, ae: AsyncEngine, shutdown_timeout: float) -> None:
+        super().__init__(config)
+        self._ae = ae
+        self._shutdown_timeout = shutdown_timeout
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._ae.stop_admitting()
+        timeout = self._shutdown_timeout
+        message = (f"the server is shutting down: this request was still running {timeout:g} s after "
+                   "SIGTERM (--shutdown-timeout) and was aborted")
+        handle = asyncio.get_running_loop().call_later(timeout, self._abort_in_flight, message)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            handle.cancel()
+
+    def _abort_in_flight(self, message: str) -> None:
+        logger.warning("shutdown timeout reached: aborting the requests still in flight")
+        self._ae.abort_all(message)
+
+
+def serve(app: FastAPI, host: str, port: int, shutdown_timeout: float, **uvicorn_options: Any) -> None:
+    """Serve `app` (from `create_app`) until SIGTERM/SIGINT, then drain as the module says."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="info",
+                            timeout_graceful_shutdown=shutdown_timeout + BACKSTOP_S, **uvicorn_options)
+    _DrainingServer(config, app.state.engine, shutdown_timeout).run()

@@ -1,0 +1,168 @@
+"""OpenAI response shapes: full bodies, stream chunks, usage and logprobs of one `Job`.
+
+Invariants:
+- Every body and chunk of a job carries the job's `id` and `created`.
+- Choice `index` = prompt_index * n + sample_index (OpenAI's and vLLM's order).
+- Usage counts each prompt's tokens once (not once per sample) and every choice's output tokens.
+- Logprobs are sent once: each choice remembers how many it has sent and its text offset.
+- Every logprob is a finite float (-inf and NaN become MIN_LOGPROB): JSON has no infinities, and
+  a penalty that pushes a token's probability to 0 must not turn the answer into a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvspill.outputs import RequestOutput
+from kvspill.sampling_params import SamplingParams
+
+
+@dataclass
+class Choice:
+    """One engine request of a job: where its answer goes and what of it was sent."""
+
+    index: int
+    prompt_index: int
+    params: SamplingParams
+    final: RequestOutput | None = None
+    sent_logprobs: int = 0
+    text_offset: int = 0
+
+
+@dataclass
+class Job:
+    """What one HTTP request asks of the engine (`prompts` x `n` choices), and how to answer."""
+
+    chat: bool
+    model: str
+    prompts: list[str | list[int]]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    tokenizer: Any  # TokenizerBundle or None
+    n: int = 1
+    choices: list[Choice] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+        self.choices = [Choice(i * self.n + j, i, _sample_params(self.params, j, self.n))
+                        for i in range(len(self.prompts)) for j in range(self.n)]
+
+    def usage(self) -> dict[str, int]:
+        prompt_tokens = {c.prompt_index: c.final.num_prompt_tokens for c in self.choices if c.final is not None}
+        completion = sum(c.final.num_output_tokens for c in self.choices if c.final is not None)
+        total_prompt = sum(prompt_tokens.values())
+        return {"prompt_tokens": total_prompt, "completion_tokens": completion,
+                "total_tokens": total_prompt + completion}
+
+
+def _sample_params(params: SamplingParams, j: int, n: int) -> SamplingParams:
+    """Sample j of n: with a seed, seed + j, so the n samples differ yet replay (as vLLM does)."""
+    if n == 1 or params.seed is None:
+        return params
+    return replace(params, seed=(params.seed + j) % 2**64)
+
+
+MIN_LOGPROB = -9999.0  # what vLLM sends for a token of probability 0
+
+
+def _finite(logprob: float) -> float:
+    return logprob if math.isfinite(logprob) else MIN_LOGPROB
+
+
+def sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def _base(job: Job, obj: str) -> dict[str, Any]:
+    return {"id": job.id, "object": obj, "created": job.created, "model": job.model}
+
+
+def role_chunks(job: Job) -> list[str]:
+    """The first chat chunks: `role: assistant`, one per choice."""
+    body = _base(job, "chat.completion.chunk")
+    body["choices"] = [{"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                        "finish_reason": None} for c in job.choices]
+    return [sse(body)]
+
+
+def chunk(job: Job, choice: Choice, out: RequestOutput) -> str | None:
+    """The stream chunk for one output of one choice, or None when it adds nothing."""
+    logprobs = _logprobs(job, choice, out)
+    if not (out.delta_text or out.finished or logprobs is not None):
+        return None
+    finish_reason = out.finish_reason if out.finished else None
+    if job.chat:
+        body = _base(job, "chat.completion.chunk")
+        body["choices"] = [{"index": choice.index, "delta": {"content": out.delta_text}, "logprobs": logprobs,
+                            "finish_reason": finish_reason}]
+    else:
+        body = _base(job, "text_completion")
+        body["choices"] = [{"index": choice.index, "text": out.delta_text, "logprobs": logprobs,
+                            "finish_reason": finish_reason}]
+    return sse(body)
+
+
+def usage_chunk(job: Job) -> str:
+    body = _base(job, "chat.completion.chunk" if job.chat else "text_completion")
+    body["choices"] = []
+    body["usage"] = job.usage()
+    return sse(body)
+
+
+def full_body(job: Job) -> dict[str, Any]:
+    """The non-streaming body; every choice has its `final` output."""
+    body = _base(job, "chat.completion" if job.chat else "text_completion")
+    choices = []
+    for c in job.choices:
+        assert c.final is not None
+        logprobs = _logprobs(job, c, c.final)
+        if job.chat:
+            choices.append({"index": c.index, "message": {"role": "assistant", "content": c.final.text},
+                            "logprobs": logprobs, "finish_reason": c.final.finish_reason})
+        else:
+            choices.append({"index": c.index, "text": c.final.text, "logprobs": logprobs,
+                            "finish_reason": c.final.finish_reason})
+    body["choices"] = choices
+    body["usage"] = job.usage()
+    return body
+
+
+def _tok(job: Job, token_id: int) -> str:
+    if job.tokenizer is None:
+        return f"<{token_id}>"
+    return str(job.tokenizer.hf.decode([token_id]))
+
+
+def _logprobs(job: Job, choice: Choice, out: RequestOutput) -> dict[str, Any] | None:
+    """Logprobs of the choice's tokens not yet sent (all of them for a full body)."""
+    if job.params.logprobs is None:
+        return None
+    new = out.logprobs[choice.sent_logprobs:]
+    choice.sent_logprobs = len(out.logprobs)
+    if not new and not out.finished:
+        return None
+    if job.chat:
+        content = []
+        for lp in new:
+            token = _tok(job, lp.token_id)
+            top = [{"token": (t := _tok(job, tid)), "logprob": _finite(v), "bytes": list(t.encode())}
+                   for tid, v in lp.top]
+            content.append({"token": token, "logprob": _finite(lp.logprob), "bytes": list(token.encode()),
+                            "top_logprobs": top})
+        return {"content": content, "refusal": None}
+    tokens, token_lps, tops, offsets = [], [], [], []
+    for lp in new:
+        token = _tok(job, lp.token_id)
+        tokens.append(token)
+        token_lps.append(_finite(lp.logprob))
+        tops.append({_tok(job, tid): _finite(v) for tid, v in lp.top} if job.params.logprobs else None)
+        offsets.append(choice.text_offset)
+        choice.text_offset += len(token)
+    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
