@@ -18,7 +18,7 @@ import contextlib
 import hmac
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -139,7 +139,12 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
             ctx.check_num_choices(len(prompts), body.num_samples)
             if body.suffix:
                 prompts = [_fim_prompt(engine, p, body.suffix, model_name) for p in prompts]
-            job = Job(False, model_name, prompts, body.sampling_params(), body.stream,
+            params = body.sampling_params()
+            if engine.tokenizer is None:
+                # A model without a tokenizer (random-weight benchmark shapes) takes token ids and
+                # answers token ids, as vLLM does with --skip-tokenizer-init: text stays empty.
+                params = replace(params, detokenize=False)
+            job = Job(False, model_name, prompts, params, body.stream,
                       body.include_usage, engine.tokenizer, n=body.num_samples)
         except (KvspillError, EngineUnavailableError) as e:
             return exception_response(e)

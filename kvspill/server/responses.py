@@ -95,7 +95,8 @@ def role_chunks(job: Job) -> list[str]:
 def chunk(job: Job, choice: Choice, out: RequestOutput) -> str | None:
     """The stream chunk for one output of one choice, or None when it adds nothing."""
     logprobs = _logprobs(job, choice, out)
-    if not (out.delta_text or out.finished or logprobs is not None):
+    ids_only = job.tokenizer is None  # no text to stream: the token ids are the content
+    if not (out.delta_text or out.finished or logprobs is not None or (ids_only and out.delta_token_ids)):
         return None
     finish_reason = out.finish_reason if out.finished else None
     if job.chat:
@@ -106,6 +107,8 @@ def chunk(job: Job, choice: Choice, out: RequestOutput) -> str | None:
         body = _base(job, "text_completion")
         body["choices"] = [{"index": choice.index, "text": out.delta_text, "logprobs": logprobs,
                             "finish_reason": finish_reason}]
+        if ids_only:
+            body["choices"][0]["token_ids"] = list(out.delta_token_ids)
     return sse(body)
 
 
@@ -129,6 +132,8 @@ def full_body(job: Job) -> dict[str, Any]:
         else:
             choices.append({"index": c.index, "text": c.final.text, "logprobs": logprobs,
                             "finish_reason": c.final.finish_reason})
+            if job.tokenizer is None:
+                choices[-1]["token_ids"] = list(c.final.token_ids)
     body["choices"] = choices
     body["usage"] = job.usage()
     return body

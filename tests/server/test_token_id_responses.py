@@ -1,0 +1,45 @@
+"""A model without a tokenizer (the random-weight benchmark shapes) answers token ids: every
+output token reaches the client as `token_ids` in its stream chunk and in the full body, as vLLM
+does with --skip-tokenizer-init; with a tokenizer the fields are absent."""
+
+from __future__ import annotations
+
+import json
+
+from kvspill.outputs import RequestOutput
+from kvspill.sampling_params import SamplingParams
+from kvspill.server.responses import Job, chunk, full_body
+
+
+def _out(delta: list[int], all_ids: list[int], finished: bool = False) -> RequestOutput:
+    return RequestOutput(req_id="r", prompt=None, prompt_token_ids=[5, 6, 7], token_ids=all_ids,
+                         delta_token_ids=delta, finished=finished, finish_reason="length" if finished else None)
+
+
+def _event(sse: str) -> dict:
+    assert sse.startswith("data: ")
+    return json.loads(sse[len("data: "):])
+
+
+def test_streamed_chunks_carry_the_token_ids_when_there_is_no_tokenizer():
+    job = Job(False, "random:llama-1b", [[5, 6, 7]], SamplingParams(detokenize=False), True, True, None)
+    choice = job.choices[0]
+    first = chunk(job, choice, _out([42], [42]))
+    assert first is not None, "a token without text is still a chunk"
+    body = _event(first)
+    assert body["choices"][0]["token_ids"] == [42] and body["choices"][0]["text"] == ""
+    last = _event(chunk(job, choice, _out([43], [42, 43], finished=True)))
+    assert last["choices"][0]["token_ids"] == [43] and last["choices"][0]["finish_reason"] == "length"
+    choice.final = _out([], [42, 43], finished=True)
+    full = full_body(job)
+    assert full["choices"][0]["token_ids"] == [42, 43]
+    assert full["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+
+
+def test_no_token_ids_field_when_the_model_has_a_tokenizer():
+    job = Job(False, "m", ["hi"], SamplingParams(), True, False, tokenizer=object())
+    choice = job.choices[0]
+    assert chunk(job, choice, _out([42], [42])) is None  # no text yet (held by the detokenizer)
+    out = _out([43], [42, 43], finished=True)
+    out.delta_text = "ab"
+    assert "token_ids" not in _event(chunk(job, choice, out))["choices"][0]
