@@ -230,6 +230,7 @@ def _engine_factories(options: dict[str, Any], names: list[str], ctx_list: list[
                       tier_cap: str | None) -> tuple[list[tuple[str, Any]], dict[str, str]]:
     """(label, factory) per named configuration, and a description of each with its options."""
     from kvspill.bench.suites import configs
+    from kvspill.bench.suites.compare import IsolatedEngine
     from kvspill.bench.suites.targets import EngineTarget
     from kvspill.startup_plan import model_spec_for
     from kvspill.units import format_bytes, parse_bytes
@@ -246,13 +247,17 @@ def _engine_factories(options: dict[str, Any], names: list[str], ctx_list: list[
         needed = ctx_list[-1] + new_tokens
         config = replace(config, max_model_len=-(-needed // config.block_size) * config.block_size)
     sizing = configs.host_sizing(config.max_model_len, cap, config.kv_disk_dir)
-    vram, _ = configs.device_plan_bytes(config)
+    vram, on_cuda = configs.device_plan_bytes(config)
     factories, descriptions = [], {}
     for name in names:
         changes = configs.config_options(name, config, sizing, vram)
         shown = {k: format_bytes(v) if k.endswith("_bytes") else v for k, v in changes.items()}
         descriptions[name] = f"{configs.CONFIGS[name]}; options {shown}"
-        factories.append((name, lambda c=replace(config, **changes), n=name: EngineTarget.build(c, label=n)))
+        engine_config = replace(config, **changes)
+        if on_cuda:
+            factories.append((name, IsolatedEngine(engine_config)))
+        else:
+            factories.append((name, lambda c=engine_config, n=name: EngineTarget.build(c, label=n)))
     return factories, descriptions
 
 

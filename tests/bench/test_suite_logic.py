@@ -131,3 +131,16 @@ def test_presets_sized_for_the_engine_length_pass_its_start_up_plan(preset):
     planned = startup_plan(replace(config, **configs.config_options(preset, config, sizing, 16 * gib)),
                            143 * gib, "NVIDIA H200", None)
     assert planned is not None and planned.plan.fits
+
+
+def test_an_isolated_configuration_runs_in_a_child_process_and_reports_its_rows(tiny_llama_dir):
+    """The CUDA path of `bench compare`: each engine lives in a spawned child, rows come back;
+    a configuration that cannot start in the child is a failed row, not a crash."""
+    good = EngineConfig(model=str(tiny_llama_dir), device="cpu", dtype="float32", max_model_len=128)
+    bad = EngineConfig(model=str(tiny_llama_dir / "missing"), device="cpu")
+    result = compare.run_compare([("child", compare.IsolatedEngine(good)), ("broken", compare.IsolatedEngine(bad))],
+                                 [16, 32], new_tokens=2, warmup=False)
+    assert [(r["config"], r["ctx"], r["ok"]) for r in result.rows] == [
+        ("child", 16, True), ("child", 32, True), ("broken", 16, False), ("broken", 32, False)]
+    assert result.infos["child"]["target"] == "in-process"
+    assert "did not start" in result.rows[2]["err"]
