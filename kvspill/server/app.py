@@ -105,7 +105,36 @@ def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
     _add_generation_routes(app, ctx)
     _add_token_routes(app, ctx)
     _add_info_routes(app, ctx)
+    _document_400s(app)
     return app
+
+
+_OPENAI_ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {"error": {"type": "object", "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"},
+        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
+}
+
+
+def _document_400s(app: FastAPI) -> None:
+    """The OpenAPI document says what the server does: invalid requests are 400s in the OpenAI
+    error shape (the validation handler above), not FastAPI's default 422."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for path in schema.get("paths", {}).values():
+                for op in path.values():
+                    responses = op.get("responses", {})
+                    if responses.pop("422", None) is not None:
+                        responses["400"] = {"description": "Invalid request (OpenAI error shape)",
+                                            "content": {"application/json": {"schema": _OPENAI_ERROR_SCHEMA}}}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -1,6 +1,7 @@
-"""A model without a tokenizer (the random-weight benchmark shapes) answers token ids: every
+"""Response bodies. A model without a tokenizer (the random-weight benchmark shapes) answers token ids: every
 output token reaches the client as `token_ids` in its stream chunk and in the full body, as vLLM
-does with --skip-tokenizer-init; with a tokenizer the fields are absent."""
+does with --skip-tokenizer-init; with a tokenizer the fields are absent. The OpenAPI document
+lists the 400s the server sends for invalid requests."""
 
 from __future__ import annotations
 
@@ -43,3 +44,12 @@ def test_no_token_ids_field_when_the_model_has_a_tokenizer():
     out = _out([43], [42, 43], finished=True)
     out.delta_text = "ab"
     assert "token_ids" not in _event(chunk(job, choice, out))["choices"][0]
+
+
+def test_the_openapi_document_lists_400_for_invalid_requests_not_422():
+    from kvspill.server.app import ServerSettings, create_app
+
+    schema = create_app(lambda: None, ServerSettings(model_name="m")).openapi()
+    codes = {code for path in schema["paths"].values() for op in path.values() for code in op["responses"]}
+    assert "422" not in codes
+    assert "400" in schema["paths"]["/v1/completions"]["post"]["responses"]
