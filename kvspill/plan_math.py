@@ -34,6 +34,11 @@ RATE_FIELDS = ("hbm_gbs", "h2d_gbs", "d2h_gbs", "cpu_attn_gbs", "disk_read_gbs",
 # Share of pinned H2D that the engine's stream path attends cold KV at, when not calibrated:
 # 40 of 55 GB/s on the H200 host with 2 MiB blocks (docs/performance.md, 2026-11-26).
 STREAM_EFFICIENCY = 0.73
+# Per decode step and layer, what the kernels cost beyond their bytes (about ten launches of a
+# few microseconds each, graph-replayed, plus the host's share of the step): fitted on an H200
+# (2026-11-26) to all-GPU decode of the W1/W2/W3 shapes at 8K-128K (docs/performance.md): with it
+# the plan lands within 10% there, without it it predicted the bare HBM floor (up to 2.1x high).
+STEP_OVERHEAD_PER_LAYER_S = 47e-6
 COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (two: double-buffered)
 RUNTIME_RESERVE_BYTES = 512 * MiB  # CUDA context + cuBLAS workspaces: outside the torch allocator
 CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models
@@ -162,10 +167,11 @@ class DecodeFloor:
     streamed_bytes: int
     cpu_attn_bytes: int
     disk_bytes: int
+    overhead_s: float = 0.0  # kernel launches and host work per step (STEP_OVERHEAD_PER_LAYER_S)
 
     @property
     def total_s(self) -> float:
-        return self.weights_s + self.gpu_kv_s + self.cold_kv_s + self.disk_read_s
+        return self.weights_s + self.gpu_kv_s + self.cold_kv_s + self.disk_read_s + self.overhead_s
 
 
 @dataclass(frozen=True)
@@ -231,10 +237,10 @@ def activation_peak_bytes(
 
 
 def decode_floor(weight_bytes: int, gpu_kv_bytes: int, cpu_kv_bytes: int, disk_kv_bytes: int,
-                 bw: Bandwidths, cold_path: str = "auto") -> DecodeFloor:
+                 bw: Bandwidths, cold_path: str = "auto", num_layers: int = 0) -> DecodeFloor:
     """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
     ("auto"/"stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared
-    in the ratio of their rates), disk KV over disk."""
+    in the ratio of their rates), disk KV over disk, plus the per-layer step overhead."""
     hbm, h2d, cpu = bw.hbm_gbs or 1.0, bw.h2d_gbs or 1.0, bw.cpu_attn_gbs or 1.0
     stream = bw.stream_gbs or STREAM_EFFICIENCY * h2d
     cold = cpu_kv_bytes + disk_kv_bytes  # disk blocks pass through RAM, then take either path
@@ -249,6 +255,7 @@ def decode_floor(weight_bytes: int, gpu_kv_bytes: int, cpu_kv_bytes: int, disk_k
         streamed_bytes=round(cold * fraction),
         cpu_attn_bytes=cold - round(cold * fraction),
         disk_bytes=disk_kv_bytes,
+        overhead_s=num_layers * STEP_OVERHEAD_PER_LAYER_S,
     )
 
 
@@ -339,7 +346,8 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     on_disk = min(ctx - on_gpu - on_cpu, disk_tokens) if can_spill else 0
     unplaced = ctx - on_gpu - on_cpu - on_disk
     seqs = _concurrency(ctx, gpu_tokens, max_context, hot, chunk, bs)
-    floor = decode_floor(weight_bytes, on_gpu * kvpt, on_cpu * kvpt, on_disk * kvpt, bw, request.cold_attention)
+    floor = decode_floor(weight_bytes, on_gpu * kvpt, on_cpu * kvpt, on_disk * kvpt, bw, request.cold_attention,
+                         spec.num_layers)
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)
     fits = gpu_left >= 0 and gpu_tokens > 0 and unplaced == 0 and seqs >= 1
     return MemoryPlan(

@@ -176,8 +176,8 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
         (f"TTFT @ {ctx}", f"{plan.ttft_s:.3g} s" if plan.fits else "-"),
         (f"decode @ {ctx}", f"{plan.decode_tok_s:.3g} tok/s" if plan.fits else "-"),
         ("cold split stream/cpu", f"{d.stream_fraction:.0%}/{1 - d.stream_fraction:.0%}" if d.streamed_bytes or d.cpu_attn_bytes else "-"),
-        ("floor ms w+gpu+cold+disk", "+".join(f"{s * 1e3:.3g}" for s in (
-            d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s))),
+        ("step ms w+gpu+cold+disk+launch", "+".join(f"{s * 1e3:.3g}" for s in (
+            d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s, d.overhead_s))),
         ("fits", "yes" if plan.fits else "NO"),
     ]
 

@@ -9,7 +9,7 @@ of `max_model_len` stops start-up with the planner's advice; on the CPU it is in
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvspill.config import EngineConfig
 from kvspill.errors import OutOfKVMemoryError
@@ -50,16 +50,18 @@ def startup_plan(
     except Exception as e:  # the loader will report the real problem with its own message
         logger.debug("no plan before loading: %s", e)
         return None
+    # As the engine sizes its pool (runner/memory.py): a --vram-budget is the ceiling itself;
+    # --gpu-memory-utilization applies to the card only when there is no budget.
     if config.vram_budget_bytes is not None:
-        vram = config.vram_budget_bytes
+        vram, utilization = config.vram_budget_bytes, 1.0
     elif device_total_bytes is not None:
-        vram = device_total_bytes
+        vram, utilization = device_total_bytes, config.gpu_memory_utilization
     else:
         return None  # CPU device: no VRAM to plan; the KV pool is sized from RAM (runner/memory.py)
-    request = request_from_engine_config(
+    request = replace(request_from_engine_config(
         config, spec, vram_budget_bytes=vram, ram_budget_bytes=config.cpu_kv_budget_bytes,
         disk_budget_bytes=config.disk_kv_budget_bytes,
-    )
+    ), gpu_memory_utilization=utilization)
     if calibration is not None:
         bandwidths = calibration.complete(bandwidths_for_gpu(calibration.gpu_name or gpu_name))
     else:

@@ -85,8 +85,9 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
     assert (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens) == (42_592, 88_480, 0)
     assert plan.decode.weights_s == pytest.approx(16_060_522_496 / 900e9)
     assert plan.decode.cold_kv_s == pytest.approx(88_480 * 131_072 / 45e9)
-    assert plan.decode.total_s == pytest.approx(0.2817646, rel=1e-6)
-    assert plan.decode_tok_s == pytest.approx(3.549, abs=1e-3)
+    assert plan.decode.overhead_s == pytest.approx(32 * 47e-6)  # 32 layers x the per-layer step overhead
+    assert plan.decode.total_s == pytest.approx(0.2817646 + 32 * 47e-6, rel=1e-6)
+    assert plan.decode_tok_s == pytest.approx(3.530, abs=1e-3)
     assert plan.decode.stream_fraction == pytest.approx(25 / 45)
     assert plan.fits and plan.advice == []
 
@@ -286,3 +287,18 @@ def test_cli_does_not_fit_exits_1_with_advice(cli: typer.Typer) -> None:
 def test_cli_bad_input_exits_2(cli: typer.Typer) -> None:
     result = CliRunner().invoke(cli, ["plan", "llama-8b", "--vram-budget", "lots"])
     assert result.exit_code == 2 and "cannot read" in result.output
+
+
+def test_the_engines_plan_uses_the_whole_vram_budget_as_the_engine_does():
+    """With --vram-budget the engine sizes its pool from the budget itself (runner/memory.py);
+    --gpu-memory-utilization applies to the card only without one. The start-up plan agrees."""
+    from kvspill.config import EngineConfig
+    from kvspill.startup_plan import startup_plan
+
+    gib = 2**30
+    budget = startup_plan(EngineConfig(model="random:llama-8b", vram_budget_bytes=24 * gib, max_model_len=32768,
+                                       gpu_memory_utilization=0.5), 141 * gib, "NVIDIA H200")
+    assert budget is not None and budget.plan.usable_vram_bytes == 24 * gib
+    card = startup_plan(EngineConfig(model="random:llama-8b", max_model_len=32768, gpu_memory_utilization=0.5),
+                        141 * gib, "NVIDIA H200")
+    assert card is not None and card.plan.usable_vram_bytes == int(141 * gib * 0.5)
