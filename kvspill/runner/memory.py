@@ -64,6 +64,9 @@ def size_kv_pool(
     if config.kv_cache_memory_bytes is not None:
         num = num_blocks_for_bytes(config.kv_cache_memory_bytes, block_bytes)
     elif device.type == "cuda":
+        # Cached-but-free allocator blocks (temporaries of weight loading: dtype casts, random
+        # init) count as used in mem_get_info: hand them back first, so the pool gets that room.
+        torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info(device)
         used_now = total - free
         activations = profile_activations() if profile_activations is not None else 0
