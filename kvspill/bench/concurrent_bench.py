@@ -23,7 +23,6 @@ Invariants:
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import resource
@@ -32,9 +31,7 @@ import time
 
 import torch
 
-from kvspill.bench.engine_bench import GIB
-from kvspill.calibrate import measure_copy_gbs
-from kvspill.config import EngineConfig
+from kvspill.bench.engine_bench import GIB, setup_engine
 from kvspill.engine import LLMEngine
 from kvspill.loadgen import percentile
 from kvspill.sampling_params import SamplingParams
@@ -99,6 +96,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
     ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
     ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream or split")
+    ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
     ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill_concurrent.jsonl"))
     return ap.parse_args(argv)
@@ -106,26 +104,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    device = torch.device("cuda")
-    h2d_gbs, _, hbm_gbs = measure_copy_gbs(device, 2 * GIB)
     n_max = max(args.concurrency)
+    # Each request's budget grows by the mixed steps it may decode in while the others prefill.
     max_len = max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens + (n_max - 1) * (max(args.ctx) // args.chunk + 2)
-    max_len = -(-max_len // 1024) * 1024
-    config = EngineConfig(
-        model=f"random:{args.shape}", max_model_len=max_len, max_num_batched_tokens=args.chunk,
-        max_num_seqs=max(8, n_max), vram_budget_bytes=int(args.cap_gib * GIB), enable_prefix_caching=False,
-        cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB), cold_attention=args.cold_attention,
-    )
-    engine = LLMEngine(config)
-    weight_bytes = sum(p.numel() * p.element_size() for p in engine.bundle.loaded.model.parameters())
-    kv_per_token = engine.bundle.storage.layout.bytes_per_token
-    gpu_kv_tokens = engine.bundle.num_blocks * config.block_size
-    mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
-    base = dict(system="kvspill-0.1.0", shape=args.shape, cap_gib=args.cap_gib,
-                card=torch.cuda.get_device_name(device), date=datetime.date.today().isoformat(),
-                mode=mode, hbm_copy_gbs=round(hbm_gbs, 1), h2d_gbs=round(h2d_gbs, 1),
-                weight_gib=round(weight_bytes / GIB, 3), gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
-                cpu_kv_gib=args.cpu_kv_gib, chunk=args.chunk, new_tokens=args.new_tokens)
+    bench = setup_engine(args, max_len, max_num_seqs=max(8, n_max))
+    engine, base = bench.engine, dict(bench.base, new_tokens=args.new_tokens)
+    weight_bytes, kv_per_token, gpu_kv_tokens = bench.weight_bytes, bench.kv_per_token, bench.gpu_kv_tokens
+    hbm_gbs, h2d_gbs = bench.hbm_gbs, bench.h2d_gbs
     run_concurrent(engine, 512, 2, 4, 1, seed=0)  # warm-up: prefill shapes and batch-2 graphs
     with open(args.out, "a") as f:
         for ctx in args.ctx:

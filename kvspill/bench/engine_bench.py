@@ -16,6 +16,7 @@ import os
 import resource
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -65,28 +66,48 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
+@dataclass
+class BenchSetup:
+    """An engine on the GPU for a benchmark and what every JSON line of it shares."""
+
+    engine: LLMEngine
+    base: dict
+    hbm_gbs: float
+    h2d_gbs: float
+    weight_bytes: int
+    kv_per_token: int
+    gpu_kv_tokens: int  # what the gpu tier holds: the rest of a sequence is cold
+
+
+def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) -> BenchSetup:
+    """Measure HBM and H2D (as `doctor --calibrate` does), then build the engine of `args`
+    (shape, cap_gib, chunk, cpu_kv_gib, cold_attention, hot_window, mode) for `max_len` tokens."""
     device = torch.device("cuda")
-    h2d_gbs, _, hbm_gbs = measure_copy_gbs(device, 2 * GIB)  # the same figures `doctor --calibrate` measures
-    max_len = max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens
-    max_len = -(-max_len // 1024) * 1024
+    h2d_gbs, _, hbm_gbs = measure_copy_gbs(device, 2 * GIB)
     config = EngineConfig(
-        model=f"random:{args.shape}", max_model_len=max_len, max_num_batched_tokens=args.chunk,
-        max_num_seqs=8, vram_budget_bytes=int(args.cap_gib * GIB), enable_prefix_caching=False,
-        cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB), hot_window_tokens=args.hot_window,
-        cold_attention=args.cold_attention,
+        model=f"random:{args.shape}", max_model_len=-(-max_len // 1024) * 1024,
+        max_num_batched_tokens=args.chunk, max_num_seqs=max_num_seqs, vram_budget_bytes=int(args.cap_gib * GIB),
+        enable_prefix_caching=False, cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
+        hot_window_tokens=args.hot_window, cold_attention=args.cold_attention,
     )
     engine = LLMEngine(config)
     weight_bytes = sum(p.numel() * p.element_size() for p in engine.bundle.loaded.model.parameters())
-    kv_per_token = engine.bundle.storage.layout.bytes_per_token
-    gpu_kv_tokens = engine.bundle.num_blocks * config.block_size
     mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
     base = dict(system="kvspill-0.1.0", shape=args.shape, cap_gib=args.cap_gib,
                 card=torch.cuda.get_device_name(device), date=datetime.date.today().isoformat(),
                 mode=mode, hbm_copy_gbs=round(hbm_gbs, 1), h2d_gbs=round(h2d_gbs, 1),
                 weight_gib=round(weight_bytes / GIB, 3), gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
                 cpu_kv_gib=args.cpu_kv_gib, chunk=args.chunk)
+    return BenchSetup(engine, base, hbm_gbs, h2d_gbs, weight_bytes, engine.bundle.storage.layout.bytes_per_token,
+                      engine.bundle.num_blocks * config.block_size)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    bench = setup_engine(args, max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens)
+    engine, base, config = bench.engine, bench.base, bench.engine.config
+    hbm_gbs, h2d_gbs, weight_bytes = bench.hbm_gbs, bench.h2d_gbs, bench.weight_bytes
+    kv_per_token, gpu_kv_tokens = bench.kv_per_token, bench.gpu_kv_tokens
     run_context(engine, 512, 8, 2, seed=0)  # warm-up: kernels for prefill shapes
     with open(args.out, "a") as f:
         for ctx in args.ctx:
