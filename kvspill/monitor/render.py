@@ -71,14 +71,21 @@ def gpu_panel(status: GpuStatus, levels: Sequence[float] = DEFAULT_LEVELS) -> Re
     return Panel(Group(*(_gpu_lines(g, levels) for g in status.devices)), title="GPU")
 
 
-def host_panel(h: HostReading) -> RenderableType:
+def host_panel(h: HostReading, server: ServerReading | None = None) -> RenderableType:
     ram_percent = 100.0 * h.ram_used_bytes / h.ram_total_bytes if h.ram_total_bytes else 0.0
     lines = Text()
     lines.append(f"RAM    {format_bytes(h.ram_used_bytes)} / {format_bytes(h.ram_total_bytes)} "
                  f"({ram_percent:.0f}%), {format_bytes(h.ram_available_bytes)} available\n")
     lines.append(f"swap   {format_bytes(h.swap_used_bytes)} / {format_bytes(h.swap_total_bytes)}\n",
                  style="yellow" if h.swap_used_bytes > 2**30 else "")
-    lines.append(f"pinned {'-' if h.pinned_bytes is None else format_bytes(h.pinned_bytes)} (mlocked)")
+    # CUDA's pinned allocations are page-locked by the driver and do not show as Mlocked: the
+    # server's cpu tier (allocated pinned at start) is the figure for kvspill's own pool.
+    lines.append(f"pinned {'-' if h.pinned_bytes is None else format_bytes(h.pinned_bytes)} mlocked")
+    cpu_tier = server.tiers.get("cpu") if server is not None and server.ok else None
+    if cpu_tier is not None and cpu_tier.total_bytes:
+        lines.append(f" + kvspill cpu tier {format_bytes(cpu_tier.total_bytes)}")
+    else:
+        lines.append(" (CUDA pinned pools not included)")
     if h.cpu_percent is not None:
         lines.append(f"   CPU {h.cpu_percent:.0f}%")
     return Panel(lines, title="host")
@@ -112,7 +119,7 @@ def session_panel(tracker: AlertTracker, recent: Sequence[Alert], started: float
 
 def render(snapshot: Snapshot, tracker: AlertTracker, recent: Sequence[Alert] = (),
            started: float | None = None) -> RenderableType:
-    parts: list[RenderableType] = [gpu_panel(snapshot.gpu, tracker.levels), host_panel(snapshot.host)]
+    parts: list[RenderableType] = [gpu_panel(snapshot.gpu, tracker.levels), host_panel(snapshot.host, snapshot.server)]
     if snapshot.server is not None:
         parts.append(server_panel(snapshot.server))
     parts.append(session_panel(tracker, recent, snapshot.timestamp if started is None else started,

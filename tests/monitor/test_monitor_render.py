@@ -58,3 +58,18 @@ def test_no_gpu_and_server_error_are_said(make_session):
     text = console.export_text()
     assert "no GPU: NVML unavailable: test" in text
     assert "http://x:1: /v1/kv unreachable: refused" in text
+
+
+def test_host_panel_adds_the_servers_pinned_cpu_tier(make_session):
+    """CUDA-pinned memory is not Mlocked: with a server, its cpu tier is shown beside it."""
+    from kvspill.monitor.snapshot import TierReading
+
+    session = make_session([50])
+    snapshot, _ = session.step()
+    server = ServerReading("http://x:1", ok=True, tiers={"cpu": TierReading(10, 2, 40 * 2**30, 8 * 2**30)})
+    console = Console(record=True, width=140)
+    console.print(render(Snapshot(snapshot.timestamp, snapshot.gpu, snapshot.host, server), AlertTracker()))
+    assert "+ kvspill cpu tier 40.0 GiB" in console.export_text()
+    console = Console(record=True, width=140)
+    console.print(render(snapshot, AlertTracker()))
+    assert "(CUDA pinned pools not included)" in console.export_text()
