@@ -110,7 +110,19 @@ def measure_disk_read_gbs(directory: str | os.PathLike[str] | None = None, num_b
 
 
 def measure_copy_gbs(device: torch.device, copy_bytes: int) -> tuple[float, float, float]:
-    """(pinned H2D, pinned D2H, HBM copy with read + write counted) in GB/s; best of 5."""
+    """(pinned H2D, pinned D2H, HBM copy with read + write counted) in GB/s; best of 5.
+
+    The device buffers go back to the driver, not just to torch's cache: an engine built next in
+    this process would place its weights inside those cached segments, strand the rest of them,
+    and size its KV pool that much smaller (the W1 benchmarks lost ~1.1 GiB of KV this way)."""
+    import torch
+
+    rates = _copy_rates(device, copy_bytes)  # its buffers die with its frame
+    torch.cuda.empty_cache()
+    return rates
+
+
+def _copy_rates(device: torch.device, copy_bytes: int) -> tuple[float, float, float]:
     import torch
 
     sync = torch.cuda.synchronize
@@ -120,7 +132,7 @@ def measure_copy_gbs(device: torch.device, copy_bytes: int) -> tuple[float, floa
     d2h = copy_bytes / _best_seconds(lambda: host.copy_(dev, non_blocking=True), 5, sync) / 1e9
     other = torch.empty_like(dev)
     hbm = 2 * copy_bytes / _best_seconds(lambda: other.copy_(dev), 5, sync) / 1e9
-    return h2d, d2h, hbm  # the buffers go with this frame
+    return h2d, d2h, hbm
 
 
 def _measure_gpu(device: torch.device, copy_bytes: int) -> dict[str, Any]:
