@@ -196,7 +196,8 @@ async def run_load(cfg: LoadConfig) -> dict[str, Any]:
     return summary
 
 
-def _stats(values: list[float]) -> dict[str, float | None]:
+def latency_stats(values: list[float]) -> dict[str, float | None]:
+    """mean, p50, p90, p99 of `values` (None each for no values)."""
     mean = sum(values) / len(values) if values else None
     return {"mean": mean, "p50": percentile(values, 50), "p90": percentile(values, 90),
             "p99": percentile(values, 99)}
@@ -218,9 +219,9 @@ def summarize(results: list[RequestResult], wall_s: float) -> dict[str, Any]:
         "output_tokens_per_request": [r.output_tokens for r in ok],
         "prompt_tokens": sum(r.prompt_tokens for r in ok),
         "output_tokens_per_s": out_tokens / wall,
-        "ttft_ms": _stats([r.ttft_ms for r in ok if r.ttft_ms is not None]),
-        "itl_ms": _stats([gap for r in ok for gap in r.itl_ms]),
-        "e2e_ms": _stats([r.e2e_ms for r in ok if r.e2e_ms is not None]),
+        "ttft_ms": latency_stats([r.ttft_ms for r in ok if r.ttft_ms is not None]),
+        "itl_ms": latency_stats([gap for r in ok for gap in r.itl_ms]),
+        "e2e_ms": latency_stats([r.e2e_ms for r in ok if r.e2e_ms is not None]),
     }
 
 

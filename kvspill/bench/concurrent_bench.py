@@ -33,13 +33,8 @@ import torch
 
 from kvspill.bench.engine_bench import GIB, setup_engine
 from kvspill.engine import LLMEngine
-from kvspill.loadgen import percentile
+from kvspill.loadgen import latency_stats
 from kvspill.sampling_params import SamplingParams
-
-
-def _stats(values: list[float]) -> dict[str, float | None]:
-    mean = sum(values) / len(values) if values else None
-    return {"mean": mean, "p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99)}
 
 
 def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup: int, seed: int) -> dict:
@@ -80,7 +75,7 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
     wall = max(t[-1] for t in times.values()) - t0
     return dict(ok=True, concurrency=n, decode_tok_s=round(pure_tokens / pure_s, 2) if pure_s else None,
                 pure_decode_steps=pure_tokens // n, output_tokens=total, wall_s=round(wall, 3),
-                output_tok_s=round(total / wall, 2), ttft_ms=_stats(ttft), itl_ms=_stats(itl), e2e_ms=_stats(e2e),
+                output_tok_s=round(total / wall, 2), ttft_ms=latency_stats(ttft), itl_ms=latency_stats(itl), e2e_ms=latency_stats(e2e),
                 peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
                 peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None)
 

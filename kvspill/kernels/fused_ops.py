@@ -31,7 +31,8 @@ def rms_norm_ref(
     eps: float,
     residual: torch.Tensor | None = None,  # [num_tokens, hidden_size], updated in place
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Torch reference (also the CPU engine's path)."""
+    """Torch reference of the kernel (its rounding). The CPU engine uses model/layers.py's
+    HF-exact `rms_norm_ref` instead, which keeps transformers' dtype order."""
     if residual is not None:
         residual.add_(x)
         x = residual
@@ -132,7 +133,8 @@ def apply_rope_ref(
     positions: torch.Tensor,  # [num_tokens] int64
     cos_sin_cache: torch.Tensor,  # [max_positions, head_dim] float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Torch reference (also the CPU engine's path): x * cos + rotate_half(x) * sin, in place."""
+    """Torch reference of the kernel: x * cos + rotate_half(x) * sin in fp32, in place. The CPU
+    engine uses model/layers.py's `apply_rotary_ref`, which rotates in q's dtype as transformers does."""
     half = q.shape[-1] // 2
     cos_sin = cos_sin_cache.index_select(0, positions)  # [num_tokens, head_dim]
     cos = cos_sin[:, None, :half]  # [num_tokens, 1, half]

@@ -23,7 +23,6 @@ import copy
 from typing import Any, cast, overload
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
@@ -31,6 +30,7 @@ from kvspill.errors import UnsupportedModelError
 from kvspill.kernels.fused_ops import apply_rope as fused_apply_rope
 from kvspill.kernels.fused_ops import rms_norm as fused_rms_norm
 from kvspill.kernels.fused_ops import silu_and_mul as fused_silu_and_mul
+from kvspill.kernels.fused_ops import silu_and_mul_ref
 
 
 class RMSNorm(nn.Module):
@@ -79,8 +79,7 @@ class SiluAndMul(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.is_cuda and x.dim() == 2:
             return fused_silu_and_mul(x)
-        d = x.shape[-1] // 2
-        return F.silu(x[..., :d]) * x[..., d:]
+        return silu_and_mul_ref(x)
 
 
 def rope_parameters(config: PretrainedConfig) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvspill.bench.suites.targets import RequestSpec, Target, measure, warm_up
+from kvspill.bench.suites.progressive import run_progressive
+from kvspill.bench.suites.targets import Target
 
 TargetFactory = Callable[[], Target]
 
@@ -37,20 +38,11 @@ def _failed_row(label: str, ctx: int, err: str, base_row: dict[str, Any]) -> dic
 
 def _run_one(label: str, target: Target, contexts: list[int], new_tokens: int, seed: int, warmup: bool,
              base_row: dict[str, Any], advance: Callable[[float], None] | None) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    failed: int | None = None
-    if warmup:
-        warm_up(target)
-    for ctx in contexts:
-        if failed is not None:
-            rows.append(_failed_row(label, ctx, f"not run: context {failed} failed", base_row))
-        else:
-            rows.append({**base_row, "config": label, **measure(target, RequestSpec(ctx, new_tokens, seed=seed + ctx))})
-            if not rows[-1]["ok"]:
-                failed = ctx
-        if advance is not None:
-            advance(1)
-    return rows
+    """The progressive sweep on this configuration, plus a `not run` row per context it skipped."""
+    sweep = run_progressive(target, contexts, new_tokens, seed, warmup, advance, {**base_row, "config": label})
+    skipped = contexts[len(sweep.rows):]
+    return sweep.rows + [_failed_row(label, ctx, f"not run: context {sweep.failed_ctx} failed", base_row)
+                         for ctx in skipped]
 
 
 @dataclass(frozen=True)
@@ -62,19 +54,36 @@ class IsolatedEngine:
     config: Any  # EngineConfig (picklable)
 
 
+def _error_result(label: str, contexts: list[int], what: str, e: Exception,
+                  base_row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    # The whole message (one line): a plan error's first line only says "does not fit".
+    err = f"{what}: {type(e).__name__}: {' '.join(str(e).split())}"
+    return {"error": err}, [_failed_row(label, ctx, err, base_row) for ctx in contexts]
+
+
+def _run_config(label: str, factory: TargetFactory, contexts: list[int], new_tokens: int, seed: int, warmup: bool,
+                base_row: dict[str, Any], advance: Callable[[float], None] | None,
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(info or the build error, rows) of one configuration; its target is closed before returning."""
+    try:
+        target = factory()
+    except Exception as e:  # noqa: BLE001 - a configuration that cannot start is a result, not a crash
+        info, rows = _error_result(label, contexts, "did not start", e, base_row)
+        if advance is not None:
+            advance(len(rows))
+        return info, rows
+    try:
+        return target.info(), _run_one(label, target, contexts, new_tokens, seed, warmup, base_row, advance)
+    finally:
+        target.close()
+
+
 def _run_isolated_child(label: str, config: Any, contexts: list[int], new_tokens: int, seed: int, warmup: bool,
                         base_row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from kvspill.bench.suites.targets import EngineTarget
 
-    try:
-        target = EngineTarget.build(config, label=label)
-    except Exception as e:  # noqa: BLE001 - reported as the configuration's rows
-        err = f"did not start: {type(e).__name__}: {' '.join(str(e).split())}"
-        return {"error": err}, [_failed_row(label, ctx, err, base_row) for ctx in contexts]
-    try:
-        return target.info(), _run_one(label, target, contexts, new_tokens, seed, warmup, base_row, None)
-    finally:
-        target.close()
+    return _run_config(label, lambda: EngineTarget.build(config, label=label), contexts, new_tokens, seed, warmup,
+                       base_row, None)
 
 
 def _run_isolated(label: str, spec: IsolatedEngine, contexts: list[int], new_tokens: int, seed: int, warmup: bool,
@@ -87,8 +96,7 @@ def _run_isolated(label: str, spec: IsolatedEngine, contexts: list[int], new_tok
             return pool.submit(_run_isolated_child, label, spec.config, contexts, new_tokens, seed, warmup,
                                base_row).result()
         except Exception as e:  # noqa: BLE001 - a child that dies (killed, crashed) is this configuration's result
-            err = f"child process failed: {type(e).__name__}: {' '.join(str(e).split())}"
-            return {"error": err}, [_failed_row(label, ctx, err, base_row) for ctx in contexts]
+            return _error_result(label, contexts, "child process failed", e, base_row)
 
 
 def run_compare(
@@ -105,27 +113,13 @@ def run_compare(
     base = base_row or {}
     for label, factory in configs:
         if isinstance(factory, IsolatedEngine):
-            result.infos[label], rows = _run_isolated(label, factory, contexts, new_tokens, seed, warmup, base)
-            result.rows += rows
+            info, rows = _run_isolated(label, factory, contexts, new_tokens, seed, warmup, base)
             if advance is not None:
                 advance(len(rows))
-            continue
-        try:
-            target = factory()
-        except Exception as e:  # noqa: BLE001 - a configuration that cannot start is a result, not a crash
-            # The whole message (one line): a plan error's first line only says "does not fit".
-            err = f"did not start: {type(e).__name__}: {' '.join(str(e).split())}"
-            result.infos[label] = {"error": err}
-            for ctx in contexts:
-                result.rows.append(_failed_row(label, ctx, err, base))
-                if advance is not None:
-                    advance(1)
-            continue
-        try:
-            result.infos[label] = target.info()
-            result.rows += _run_one(label, target, contexts, new_tokens, seed, warmup, base, advance)
-        finally:
-            target.close()
+        else:
+            info, rows = _run_config(label, factory, contexts, new_tokens, seed, warmup, base, advance)
+        result.infos[label] = info
+        result.rows += rows
     return result
 
 
