@@ -16,6 +16,9 @@ Invariants:
   ints and tuples is deterministic within a process, which is all the prefix cache needs.
 - `num_cached_tokens` is the prefix-cache hit of the first schedule; a resume after a
   preemption does not change it.
+- `num_pending_tokens` (async scheduling only): tokens a step in flight is sampling on the
+  device, whose values are not known yet. They count in `num_tokens_with_pending` (what the
+  scheduler may compute next) but not in `num_tokens`, `all_token_ids` or `block_hashes`.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ class Request:
         self.stop_reason: int | None = None  # the stop token id that ended it, if any
         self.error_message: str | None = None  # set with FINISHED_ERROR
         self.block_hashes: list[int] = []
+        self.num_pending_tokens = 0
         if block_size is not None:
             self.bind_block_size(block_size)
 
@@ -114,6 +118,19 @@ class Request:
     def num_tokens(self) -> int:
         """Prompt plus output tokens known so far."""
         return len(self._all_token_ids)
+
+    @property
+    def num_tokens_with_pending(self) -> int:
+        """Known tokens plus those a step in flight is sampling (async scheduling)."""
+        return len(self._all_token_ids) + self.num_pending_tokens
+
+    @property
+    def reached_length_limit(self) -> bool:
+        """True when the tokens in flight already reach max_tokens or the context: no more steps."""
+        return (
+            self.num_output_tokens + self.num_pending_tokens >= self.max_tokens
+            or self.num_tokens_with_pending >= self.max_model_len
+        )
 
     @property
     def all_token_ids(self) -> list[int]:

@@ -13,7 +13,14 @@ Invariants:
   carry the value before the step. Full blocks enter the prefix cache only in
   `update_from_output()`, once the runner has written them.
 - The engine alternates strictly: `schedule()`, run the batch, `update_from_output()` (even for
-  an empty batch: requests failed inside `schedule()` are reported there).
+  an empty batch: requests failed inside `schedule()` are reported there). With
+  `async_scheduling` it runs one step ahead: `schedule()` of step N+1 comes before
+  `update_from_output()` of step N. Each request a step samples then gets a placeholder
+  (`Request.num_pending_tokens`) that the next `schedule()` may already compute (the runner
+  feeds the sampled token on the device) and `update_from_output()` replaces with the token. A
+  request whose tokens in flight reach its length limit is not scheduled further; one that
+  stops on a token gets at most one extra step, whose token is dropped. A request preempted
+  while its token is in flight keeps that token.
 - `running` is kept in arrival order (order of `add_request`), so its last element is the most
   recently arrived running request: the one preempted when blocks run out. A preempted request
   goes to the front of `waiting` and is announced in `finished_req_ids` so that the runner drops
@@ -57,6 +64,7 @@ class SchedulerConfig:
     num_disk_blocks: int = 0  # KV blocks of the disk tier (0: no disk tier)
     num_sink_blocks: int = 1  # first blocks of each sequence that stay on the gpu tier
     hot_window_tokens: int = 1024  # most recent computed tokens of each sequence that stay on the gpu tier
+    async_scheduling: bool = False  # schedule step N+1 before step N's tokens are known (see module doc)
 
     def __post_init__(self) -> None:
         for name, flag in (
@@ -182,7 +190,10 @@ class Scheduler:
         transfers = self.kv_tiers.take_transfer_plan(held_req_ids)
 
         for req_id, num_tokens in num_scheduled_tokens.items():
-            self.requests[req_id].num_computed_tokens += num_tokens
+            request = self.requests[req_id]
+            request.num_computed_tokens += num_tokens
+            if self.config.async_scheduling and request.num_computed_tokens == request.num_tokens_with_pending:
+                request.num_pending_tokens += 1  # this step samples its next token
         finished_req_ids, self.finished_req_ids = self.finished_req_ids, set()
         return ScheduledBatch(
             new_reqs=new_reqs,
@@ -273,7 +284,9 @@ class Scheduler:
         )
 
     def _num_new_tokens(self, request: Request, num_computed_tokens: int, budget: int) -> int:
-        num_new_tokens = request.num_tokens - num_computed_tokens
+        if request.num_pending_tokens and request.reached_length_limit:
+            return 0  # its last token is in flight
+        num_new_tokens = request.num_tokens_with_pending - num_computed_tokens
         if self.config.long_prefill_token_threshold > 0:
             num_new_tokens = min(num_new_tokens, self.config.long_prefill_token_threshold)
         # With cold tiers: no more than the request's hot blocks can hold on the whole gpu tier.
@@ -295,11 +308,19 @@ class Scheduler:
                 updates.append(self._make_update(request, []))
         for req_id in batch.num_scheduled_tokens:
             request = self.requests.get(req_id)
-            if request is None or request.status != RequestStatus.RUNNING:
-                continue  # aborted or failed since the batch was scheduled
-            self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+            if request is None:
+                continue  # finished, aborted or failed since the batch was scheduled
             sampled_token_ids = output.sampled_token_ids.get(req_id)
+            if request.status != RequestStatus.RUNNING:
+                # Preempted by a later schedule() while its token was in flight: keep the token.
+                if sampled_token_ids and request.num_pending_tokens:
+                    request.num_pending_tokens -= len(sampled_token_ids)
+                    new_token_ids = self._append_and_check_stop(request, sampled_token_ids)
+                    updates.append(self._make_update(request, new_token_ids))
+                continue
+            self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
             if sampled_token_ids:
+                request.num_pending_tokens = max(request.num_pending_tokens - len(sampled_token_ids), 0)
                 new_token_ids = self._append_and_check_stop(request, sampled_token_ids)
                 updates.append(self._make_update(request, new_token_ids))
         return updates
