@@ -55,6 +55,8 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     rope_scaling: dict[str, Any] | None = None  # override, e.g. {"rope_type": "yarn", "factor": 4}
     enforce_eager: bool = False  # True: no CUDA graphs
+    # Launch step N+1 before reading step N's tokens (engine.py); None: on with CUDA, off on the CPU.
+    async_scheduling: bool | None = None
     seed: int = 0
     trust_remote_code: bool = False  # never executes model code; kept False (documented)
     # ---- KV tiers (docs/architecture.md, "KV tiers") ----

@@ -2,8 +2,14 @@
 
 `LLMEngine.step()` reads in three lines: the scheduler decides what to compute (ScheduledBatch),
 the runner computes it (StepOutput), the scheduler applies the tokens; then the engine
-detokenizes, applies stop strings and returns `RequestOutput`s. The engine is synchronous and
-single-threaded; the server runs it in its own thread.
+detokenizes, applies stop strings and returns `RequestOutput`s. The engine is single-threaded;
+the server runs it in its own thread.
+
+Async scheduling (on by default with CUDA, `--async-scheduling`): `step()` schedules and launches
+step N+1, then reads step N's tokens and turns them into outputs while the GPU computes N+1, so
+the host's share of a step (about 0.3 ms of a 1.5 ms decode step of a 1B model) overlaps the
+GPU's instead of adding to it. Outputs come one `step()` call later; a request that stops gets
+one extra step whose token is dropped (scheduler module doc).
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ from kvspill.errors import (
     OutOfKVMemoryError,
 )
 from kvspill.outputs import RequestOutput
+from kvspill.runner.async_output import PendingStepOutput
 from kvspill.runner.setup import RunnerBundle, build_runner
 from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.scheduler.scheduler import Scheduler, SchedulerConfig
+from kvspill.types import ScheduledBatch
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +58,9 @@ class LLMEngine:
         self.runner = bundle.runner
         self.max_model_len = bundle.max_model_len
         self.vocab_size = bundle.vocab_size
+        async_scheduling = self.config.async_scheduling
+        self.async_scheduling = bundle.device.type == "cuda" if async_scheduling is None else async_scheduling
+        self._in_flight: tuple[ScheduledBatch, PendingStepOutput] | None = None
         self.scheduler = Scheduler(
             SchedulerConfig(
                 max_num_seqs=self.config.max_num_seqs,
@@ -62,6 +73,7 @@ class LLMEngine:
                 num_disk_blocks=bundle.storage.num_disk_blocks,
                 num_sink_blocks=self.config.num_sink_blocks,
                 hot_window_tokens=self.config.hot_window_tokens,
+                async_scheduling=self.async_scheduling,
             )
         )
         self._has_cold_tiers = bool(bundle.storage.num_cpu_blocks or bundle.storage.num_disk_blocks)
@@ -176,7 +188,18 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         batch = self.scheduler.schedule()
-        output = self.runner.execute(batch)
+        if not self.async_scheduling:
+            return self._complete(batch, self.runner.execute_async(batch))
+        pending = self.runner.execute_async(batch)  # launched: the GPU works while we go on
+        previous, self._in_flight = self._in_flight, (batch, pending)
+        results = self._complete(*previous) if previous is not None else []
+        if batch.empty:  # nothing launched (it may report failures found while scheduling)
+            self._in_flight = None
+            results += self._complete(batch, pending)
+        return results
+
+    def _complete(self, batch: ScheduledBatch, pending: PendingStepOutput) -> list[RequestOutput]:
+        output = pending.result()
         updates = self.scheduler.update_from_output(batch, output)
         if self._has_cold_tiers:
             self._note_cold_fraction()

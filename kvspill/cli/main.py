@@ -36,6 +36,7 @@ class EngineFlags:
     rope_scaling: str | None
     enforce_eager: bool
     memory: MemoryFlags
+    async_scheduling: bool | None = None  # None: on with CUDA
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> EngineFlags:
@@ -49,6 +50,7 @@ class EngineFlags:
             model=self.model, device=self.device, dtype=self.dtype, max_model_len=self.max_model_len,
             block_size=self.block_size, max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs, enforce_eager=self.enforce_eager,
+            async_scheduling=self.async_scheduling,
             rope_scaling=parse_rope_scaling(self.rope_scaling) if self.rope_scaling else None,
             **self.memory.engine_options(),
         )

@@ -54,6 +54,9 @@ def serve_command(
     max_num_seqs: Annotated[int, _opt("Most sequences running at once.", "MAX_NUM_SEQS")] = 64,
     rope_scaling: Annotated[str | None, _opt("RoPE scaling: TYPE:FACTOR or JSON.", "ROPE_SCALING")] = None,
     enforce_eager: Annotated[bool, _opt("Disable CUDA graphs.", "ENFORCE_EAGER")] = False,
+    async_scheduling: Annotated[bool | None, typer.Option(
+        "--async-scheduling/--no-async-scheduling", envvar="KVSPILL_ASYNC_SCHEDULING",
+        help="Schedule the next step while the GPU runs this one (default: on with CUDA).")] = None,
     vram_budget: Annotated[str | None, _opt("Hard ceiling for GPU memory, e.g. 16GiB.", "VRAM_BUDGET")] = None,
     gpu_memory_utilization: Annotated[float, _opt("Fraction of the card when no --vram-budget.",
                                                   "GPU_MEMORY_UTILIZATION")] = 0.9,
@@ -70,7 +73,7 @@ def serve_command(
     memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir,
                          attention, cpu_attention_threads)
     flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
-                        max_num_seqs, rope_scaling, enforce_eager, memory)
+                        max_num_seqs, rope_scaling, enforce_eager, memory, async_scheduling)
     try:
         if max_waiting_requests < 1:
             raise KvspillError("--max-waiting-requests must be at least 1")

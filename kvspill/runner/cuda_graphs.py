@@ -5,7 +5,13 @@ the per-launch CPU cost. Each bucket owns nothing but views of one set of static
 sized for the largest bucket; a step of B sequences runs the smallest bucket >= B with padding
 rows (slot -1: not stored; seq_len 0: attends to nothing). The decode kernel's split count is
 fixed per bucket at capture (from the block table's width, no device sync); the kernel spreads
-each sequence's actual length over those splits.
+each sequence's actual length over those splits. The graph also computes the rows' greedy argmax
+(used when every row samples greedily without penalties: no sampling kernels outside the graph).
+
+With async scheduling the host fills step N+1's inputs while the GPU may still run step N, so the
+pinned host buffers alternate between two sets: a set is rewritten only two steps after its copy
+was queued, when the engine has waited for the step before (`async_output.py`). Input ids still
+on the device (`DeviceFeed`) are written into the static buffer after the upload.
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ import logging
 import torch
 
 from kvspill.kv.storage import KVStorage
+from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.inputs import StepInputs
+from kvspill.sampling.sampler import greedy_argmax
 
 logger = logging.getLogger(__name__)
 
@@ -53,16 +61,20 @@ class DecodeGraphs:
         # their pinned host twins: a step's inputs go up in three async copies, not five pageable ones.
         self.i64 = torch.zeros((3, n), dtype=torch.int64, device=dev)
         self.i32 = torch.zeros(n * (1 + max_blocks_per_seq), dtype=torch.int32, device=dev)
-        self.host_i64 = torch.zeros_like(self.i64, device="cpu").pin_memory()
-        self.host_i32 = torch.zeros_like(self.i32, device="cpu").pin_memory()
+        self.host_sets = [
+            (torch.zeros_like(self.i64, device="cpu").pin_memory(), torch.zeros_like(self.i32, device="cpu").pin_memory())
+            for _ in range(2)
+        ]
+        self._next_set = 0
         self.input_ids, self.positions, self.slot_mapping = self.i64[0], self.i64[1], self.i64[2]
         self.seq_lens = self.i32[:n]
         self.block_tables = self.i32[n:].view(n, max_blocks_per_seq)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
+        self.greedy_ids: dict[int, torch.Tensor] = {}
         self.pool = None
 
-    def _run_model(self, b: int) -> torch.Tensor:
+    def _run_model(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         empty = torch.zeros(0, dtype=torch.int32, device=self.storage.device)
         meta = AttentionMetadata(
             slot_mapping=self.slot_mapping[:b],
@@ -75,14 +87,16 @@ class DecodeGraphs:
         )
         attention = PagedAttention(self.storage, meta, self.scale)
         hidden = self.model(self.input_ids[:b], self.positions[:b], attention)
-        return self.model.compute_logits(hidden)
+        logits = self.model.compute_logits(hidden)
+        return logits, greedy_argmax(logits)
 
     @torch.inference_mode()
     def capture(self) -> None:
         # Padding rows only: slot -1 writes nothing, seq_len 0 reads nothing.
         self.seq_lens.zero_()
         self.slot_mapping.fill_(-1)
-        self.host_i64[2].fill_(-1)
+        for host_i64, _ in self.host_sets:
+            host_i64[2].fill_(-1)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -90,7 +104,7 @@ class DecodeGraphs:
                 self._run_model(b)  # warm-up: Triton compilation, allocator
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                    self.logits[b] = self._run_model(b)
+                    self.logits[b], self.greedy_ids[b] = self._run_model(b)
                 if self.pool is None:
                     self.pool = graph.pool()
                 self.graphs[b] = graph
@@ -98,15 +112,19 @@ class DecodeGraphs:
         torch.cuda.synchronize()
         logger.info("captured decode CUDA graphs for batch sizes %s", self.buckets)
 
-    def run(self, inputs: StepInputs) -> torch.Tensor | None:
-        """Logits [num_sampled, vocab] for a decode-only step, or None when no bucket fits."""
+    def run(self, inputs: StepInputs, feed: DeviceFeed | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(logits [num_sampled, vocab], their greedy argmax [num_sampled]) of a decode-only
+        step, or None when no bucket fits. Both are views of the graph's buffers."""
         b_real = len(inputs.req_ids)
         bucket = next((b for b in self.buckets if b >= b_real), None)
         if bucket is None or inputs.block_tables.shape[1] > self.max_blocks_per_seq:
             return None
+        host_i64, host_i32 = self.host_sets[self._next_set]
+        self._next_set ^= 1
         n, w = self.buckets[-1], inputs.block_tables.shape[1]
-        h64, h32 = self.host_i64.numpy(), self.host_i32.numpy()
+        h64, h32 = host_i64.numpy(), host_i32.numpy()
         h64[0, :b_real] = inputs.input_ids
+        h64[0, b_real:bucket] = 0  # padding rows: a valid id (a stale placeholder would index out of range)
         h64[1, :b_real] = inputs.positions
         h64[2, :b_real] = inputs.slot_mapping
         h64[2, b_real:bucket] = -1  # padding rows store nothing
@@ -114,13 +132,16 @@ class DecodeGraphs:
         h32[b_real:bucket] = 0  # and attend to nothing
         tables = h32[n : n + bucket * self.max_blocks_per_seq].reshape(bucket, self.max_blocks_per_seq)
         tables[:b_real, :w] = inputs.block_tables
-        self.i64.copy_(self.host_i64, non_blocking=True)  # [3, max bucket]: a few KB
-        self.i32[:bucket].copy_(self.host_i32[:bucket], non_blocking=True)
+        self.i64.copy_(host_i64, non_blocking=True)  # [3, max bucket]: a few KB
+        self.i32[:bucket].copy_(host_i32[:bucket], non_blocking=True)
         self.i32[n : n + bucket * self.max_blocks_per_seq].copy_(
-            self.host_i32[n : n + bucket * self.max_blocks_per_seq], non_blocking=True
+            host_i32[n : n + bucket * self.max_blocks_per_seq], non_blocking=True
         )
+        if feed is not None:
+            feed.apply(self.input_ids)
         self.graphs[bucket].replay()
-        logits = self.logits[bucket][:b_real]
+        logits, greedy_ids = self.logits[bucket][:b_real], self.greedy_ids[bucket][:b_real]
         if len(inputs.sample_rows) != b_real:
-            logits = logits[torch.as_tensor(inputs.sample_rows, device=logits.device)]
-        return logits
+            rows = torch.as_tensor(inputs.sample_rows, device=logits.device)
+            logits, greedy_ids = logits[rows], greedy_ids[rows]
+        return logits, greedy_ids

@@ -11,6 +11,10 @@ only on them) and hands the step's cold sequences to the attention (`kv/cold_att
 With `--attention cpu` the KV pool lives on the host (`device` is the model's, `storage.device`
 the pool's) and attention runs there. An out-of-memory error inside a step fails the requests of that step (reported in
 `StepOutput.failed`) instead of killing the engine.
+
+Async scheduling: `execute_async` returns as soon as the step is launched; its sampled tokens stay
+on the device (`async_output.py`) until the engine asks for the result, after launching the next
+step. `execute` is the synchronous form.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import torch
 from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig
 from kvspill.kv.storage import KVStorage, TieredKVStorage
 from kvspill.kv.transfer import KVTransferEngine
+from kvspill.runner.async_output import PLACEHOLDER, DeviceFeed, PendingStepOutput, SampledTokens, plan_feed
 from kvspill.runner.attention import PagedAttention, build_attention_metadata, to_device
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
 from kvspill.sampling.sampler import Sampler, SamplingState
-from kvspill.types import ScheduledBatch, StepOutput, TokenLogprobs
+from kvspill.types import ScheduledBatch, StepOutput
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +68,7 @@ class ModelRunner:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.graphs = graphs
+        self._last_sampled: SampledTokens | None = None  # the latest step's tokens (feeds the next step)
 
     # ---- state updates -------------------------------------------------------------------
 
@@ -110,32 +116,39 @@ class ModelRunner:
 
     # ---- execution ------------------------------------------------------------------------
 
-    @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> StepOutput:
+        """Run one step and wait for its tokens."""
+        return self.execute_async(batch).result()
+
+    @torch.inference_mode()
+    def execute_async(self, batch: ScheduledBatch) -> PendingStepOutput:
+        """Launch one step; the result's tokens may still be on the device."""
         self._update_states(batch)
         self._run_transfers(batch)
         if batch.empty:
-            return StepOutput(sampled_token_ids={})
+            return PendingStepOutput(StepOutput(sampled_token_ids={}))
         inputs = build_step_inputs(batch, self.states, self.block_size)
         try:
-            logits = self._forward(inputs)
-            result = self._sample(inputs, logits)
+            feed = plan_feed(inputs, self._last_sampled)
+            logits, greedy_ids = self._forward(inputs, feed)
+            result = self._sample(inputs, logits, greedy_ids)
         except torch.OutOfMemoryError as e:
             logger.error("out of memory in a step of %d requests: %s", len(inputs.req_ids), e)
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             message = f"out of memory while computing this step ({inputs.num_tokens} tokens)"
-            return StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids})
+            return PendingStepOutput(StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids}))
         for req_id, n in batch.num_scheduled_tokens.items():
             self.states[req_id].num_computed_tokens += n
         return result
 
-    def _forward(self, inputs: StepInputs) -> torch.Tensor:
-        """Returns logits [num_sampled, vocab] float32 for the rows that sample."""
+    def _forward(self, inputs: StepInputs, feed: DeviceFeed | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Returns logits [num_sampled, vocab] float32 for the rows that sample, and their argmax
+        when a CUDA graph computed it."""
         if self.graphs is not None and inputs.num_decodes == len(inputs.req_ids) and not inputs.cold_seqs:
-            graph_logits = self.graphs.run(inputs)
-            if graph_logits is not None:
-                return graph_logits
+            graph_out = self.graphs.run(inputs, feed)
+            if graph_out is not None:
+                return graph_out
         cold = None
         if inputs.cold_seqs:
             if self.cold is None:
@@ -143,32 +156,33 @@ class ModelRunner:
             cold = self.cold.for_step(inputs.cold_seqs, self.scale)
         meta = build_attention_metadata(inputs, self.kv_device, cold)
         attention = PagedAttention(self.storage, meta, self.scale)
-        hidden = self.model(to_device(inputs.input_ids, self.device), to_device(inputs.positions, self.device), attention)
+        input_ids = to_device(inputs.input_ids, self.device)
+        if feed is not None:
+            feed.apply(input_ids)
+        hidden = self.model(input_ids, to_device(inputs.positions, self.device), attention)
         if not inputs.sample_rows:  # a step of prefill chunks that all stop short of their end
-            return hidden.new_empty((0, 0), dtype=torch.float32)
+            return hidden.new_empty((0, 0), dtype=torch.float32), None
         rows = to_device(inputs.logits_indices, self.device)
-        return self.model.compute_logits(hidden[rows])
+        return self.model.compute_logits(hidden[rows]), None
 
-    def _sample(self, inputs: StepInputs, logits: torch.Tensor) -> StepOutput:
-        sampled: dict[str, list[int]] = {r: [] for r in inputs.req_ids}
-        logprobs: dict[str, list[TokenLogprobs]] = {}
+    def _sample(self, inputs: StepInputs, logits: torch.Tensor, greedy_ids: torch.Tensor | None) -> PendingStepOutput:
         if not inputs.sample_rows:
-            return StepOutput(sampled_token_ids=sampled)
+            return PendingStepOutput(StepOutput(sampled_token_ids={r: [] for r in inputs.req_ids}))
         # Checked on the CPU only (on CUDA it would cost a sync per step): fp16 is the CPU default.
         if self.device.type == "cpu" and not torch.isfinite(logits).all():
             message = (
                 "the model produced non-finite logits: its activations overflow in "
                 f"{self.storage.layout.dtype}; restart with --dtype bfloat16 or --dtype float32"
             )
-            return StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids})
+            return PendingStepOutput(StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids}))
         sample_req_ids = [inputs.req_ids[i] for i in inputs.sample_rows]
-        states = [self.states[r].sampling for r in sample_req_ids]
-        out = self.sampler.sample(logits, states, self.generator)
-        for req_id, token_id, lp in zip(sample_req_ids, out.token_ids, out.logprobs, strict=True):
-            st = self.states[req_id]
-            st.token_ids.append(token_id)
-            st.sampling.output_token_ids.append(token_id)
-            sampled[req_id] = [token_id]
-            if lp is not None:
-                logprobs[req_id] = [lp]
-        return StepOutput(sampled_token_ids=sampled, logprobs=logprobs)
+        states = [self.states[r] for r in sample_req_ids]
+        sampling = [st.sampling for st in states]
+        if self._last_sampled is not None and any(
+            s.params.needs_penalties and PLACEHOLDER in s.output_token_ids[-1:] for s in sampling
+        ):
+            self._last_sampled.resolve()  # penalties count the values of earlier outputs
+        token_ids, lps = self.sampler.sample_tensor(logits, sampling, self.generator, greedy_ids)
+        logprobs = {r: [lp] for r, lp in zip(sample_req_ids, lps, strict=True) if lp is not None}
+        self._last_sampled = SampledTokens(sample_req_ids, token_ids, states)
+        return PendingStepOutput(req_ids=inputs.req_ids, sampled=self._last_sampled, logprobs=logprobs)

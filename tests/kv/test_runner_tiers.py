@@ -79,10 +79,10 @@ def _run(runner: ModelRunner, batches: list[ScheduledBatch]) -> tuple[list[torch
     recorded: list[torch.Tensor] = []
     forward = runner._forward
 
-    def recording(inputs):
-        logits = forward(inputs)
+    def recording(inputs, feed):
+        logits, greedy_ids = forward(inputs, feed)
         recorded.append(logits.detach().float().cpu())
-        return logits
+        return logits, greedy_ids
 
     runner._forward = recording  # type: ignore[method-assign]
     outputs = [runner.execute(b).sampled_token_ids for b in batches]
@@ -166,7 +166,7 @@ def test_cuda_graphs_replay_only_steps_without_cold_blocks(tiny_llama_dir, tmp_p
     graphs.capture()
     replays = []
     original_run = graphs.run
-    graphs.run = lambda inputs: replays.append(len(inputs.req_ids)) or original_run(inputs)  # type: ignore[method-assign]
+    graphs.run = lambda inputs, feed=None: replays.append(len(inputs.req_ids)) or original_run(inputs, feed)  # type: ignore[method-assign]
     runner = ModelRunner(loaded.model, storage, head_dim=loaded.head_dim, eos_token_ids=frozenset(), graphs=graphs)
     got_logits, got_tokens = _run(runner, batches if with_moves else [_strip_moves(b) for b in batches])
     assert got_tokens == want_tokens

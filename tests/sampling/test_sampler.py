@@ -276,3 +276,17 @@ def test_seeded_state_with_runner_generator_and_per_call_engine_generator() -> N
     a = [Sampler().sample(logits, [state()], torch.Generator().manual_seed(7)).token_ids for _ in range(3)]
     b = [sampler(7).sample(logits, [state()]).token_ids for _ in range(3)]
     assert a == b
+
+
+@pytest.mark.parametrize("vocab, chunk", [(1000, 100), (1000, 64), (4099, 1024)])
+def test_two_level_argmax_equals_argmax_with_ties_to_the_lowest_id(vocab, chunk):
+    from kvspill.sampling.sampler import two_level_argmax
+
+    gen = torch.Generator().manual_seed(vocab + chunk)
+    logits = torch.randn((6, vocab), generator=gen)
+    logits[1, [5, vocab - 1]] = 50.0  # a tie across chunks
+    logits[2, [chunk + 1, chunk + 2]] = 50.0  # a tie inside one chunk
+    logits[3, -1] = 50.0  # the max in the padded last chunk
+    logits[4] = 0.0  # all equal
+    assert torch.equal(two_level_argmax(logits, chunk), logits.argmax(dim=-1))
+    assert two_level_argmax(logits, chunk)[[1, 2, 4]].tolist() == [5, chunk + 1, 0]
