@@ -34,9 +34,15 @@ class AttentionFn(Protocol):
       v: [num_tokens, num_kv_heads, head_dim]
       returns [num_tokens, num_heads, head_dim], in q's dtype.
     num_heads is a multiple of num_kv_heads (grouped-query attention).
+
+    An implementation with a true `fuses_rope` attribute takes q and k BEFORE RoPE together with
+    `rope=(positions [num_tokens] int64, cos_sin_cache [max_positions, head_dim] float32)` and
+    applies it itself (fused with its KV store); the model then skips its own rotation.
     """
 
-    def __call__(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
+    def __call__(
+        self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, rope: tuple[Tensor, Tensor] | None = None
+    ) -> Tensor: ...
 
 
 @runtime_checkable

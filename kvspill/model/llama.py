@@ -78,8 +78,11 @@ class LlamaAttention(nn.Module):
         v = v.view(n, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary(positions, q, k)
-        out = attention(self.layer_idx, q, k, v)  # [num_tokens, num_heads, head_dim]
+        if getattr(attention, "fuses_rope", False):  # one kernel rotates q, k and stores k, v
+            out = attention(self.layer_idx, q, k, v, rope=(positions, rotary.cos_sin_cache))
+        else:
+            q, k = rotary(positions, q, k)
+            out = attention(self.layer_idx, q, k, v)  # [num_tokens, num_heads, head_dim]
         return self.o_proj(out.reshape(n, self.q_size))
 
 

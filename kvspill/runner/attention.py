@@ -28,6 +28,7 @@ import torch
 
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
+from kvspill.kernels.rope_store import rope_and_store_kv
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
 from kvspill.kv.cold_attention import ColdStep
 from kvspill.kv.cold_math import merge_partials
@@ -85,19 +86,27 @@ class PagedAttention:
         self.metadata = metadata
         self.scale = scale
         self.use_triton = storage.device.type == "cuda"
+        self.fuses_rope = self.use_triton  # the model hands over RoPE (model/base.py AttentionFn)
 
-    def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        # q: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim]
+    def __call__(
+        self,
+        layer_idx: int,
+        q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # (positions, cos_sin_cache): q, k not rotated yet
+    ) -> torch.Tensor:
         kv_device = self.storage.kv_cache.device  # normalized ("cuda:0", not "cuda")
         if q.device != kv_device:  # --attention cpu: the pool and all attention on the host
+            assert rope is None, "fuses_rope is off when the pool is on another device"
             return self(layer_idx, q.to(kv_device), k.to(kv_device), v.to(kv_device)).to(q.device)
         meta = self.metadata
         kv_layer = self.storage.layer(layer_idx)
+        if rope is not None:
+            rope_and_store_kv(q, k, v, rope[0], rope[1], kv_layer, meta.slot_mapping)
         cold_work = meta.cold.begin(layer_idx, q) if meta.cold is not None else None
-        if self.use_triton:
-            store_kv(k, v, kv_layer, meta.slot_mapping)
-        else:
-            store_kv_ref(k, v, kv_layer, meta.slot_mapping)
+        if rope is None:
+            (store_kv if self.use_triton else store_kv_ref)(k, v, kv_layer, meta.slot_mapping)
         out = torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)  # [num_tokens, num_heads]
         nd = meta.num_decodes
