@@ -61,6 +61,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
     ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
     ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream or split")
+    ap.add_argument("--no-async-scheduling", dest="async_scheduling", action="store_false",
+                    help="read each step's tokens before scheduling the next (the A/B of async scheduling)")
     ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill.jsonl"))
     return ap.parse_args(argv)
@@ -89,6 +91,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         max_num_batched_tokens=args.chunk, max_num_seqs=max_num_seqs, vram_budget_bytes=int(args.cap_gib * GIB),
         enable_prefix_caching=False, cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
         hot_window_tokens=args.hot_window, cold_attention=args.cold_attention,
+        async_scheduling=getattr(args, "async_scheduling", True),
     )
     engine = LLMEngine(config)
     weight_bytes = sum(p.numel() * p.element_size() for p in engine.bundle.loaded.model.parameters())
@@ -97,7 +100,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
                 card=torch.cuda.get_device_name(device), date=datetime.date.today().isoformat(),
                 mode=mode, hbm_copy_gbs=round(hbm_gbs, 1), h2d_gbs=round(h2d_gbs, 1),
                 weight_gib=round(weight_bytes / GIB, 3), gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
-                cpu_kv_gib=args.cpu_kv_gib, chunk=args.chunk)
+                cpu_kv_gib=args.cpu_kv_gib, chunk=args.chunk, async_scheduling=engine.async_scheduling)
     return BenchSetup(engine, base, hbm_gbs, h2d_gbs, weight_bytes, engine.bundle.storage.layout.bytes_per_token,
                       engine.bundle.num_blocks * config.block_size)
 

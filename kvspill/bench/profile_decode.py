@@ -3,9 +3,12 @@
     python -m kvspill.bench.profile_decode --shape llama-1b --ctx 8192
 
 Prints, per step (median over the run): the whole `engine.step()`, the scheduler's schedule and
-update, the runner's input building, the graph replay as the GPU saw it (CUDA events), and the
-sampler, so the gap between measured decode speed and the HBM floor can be split into host
-overhead and GPU time.
+update, the runner's launch of a step (input building, copies, graph replay, sampling: host time),
+the completion of a step (waiting for its tokens, then the scheduler update and the outputs), and
+the graph replay as the GPU saw it (CUDA events, read after the run: no extra sync), so the gap
+between measured decode speed and the HBM floor can be split into host overhead and GPU time.
+With async scheduling (the CUDA default) the launch of step N+1 overlaps the GPU work of step N;
+`--no-async-scheduling` shows the serial engine.
 """
 
 from __future__ import annotations
@@ -41,30 +44,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--kernels", type=int, default=0, help="also profile this many decode steps per kernel")
+    ap.add_argument("--no-async-scheduling", dest="async_scheduling", action="store_false")
     args = ap.parse_args(argv)
     engine = LLMEngine(EngineConfig(model=f"random:{args.shape}", max_model_len=args.ctx + args.steps + 64,
                                     max_num_batched_tokens=4096, max_num_seqs=8, enable_prefix_caching=False,
-                                    kv_cache_memory_bytes=4 * 2**30))
+                                    kv_cache_memory_bytes=4 * 2**30, async_scheduling=args.async_scheduling))
     times: dict[str, list[float]] = defaultdict(list)
     sched, runner = engine.scheduler, engine.runner
     sched.schedule = _timed(times["schedule"], sched.schedule)  # type: ignore[method-assign]
     sched.update_from_output = _timed(times["update"], sched.update_from_output)  # type: ignore[method-assign]
-    runner.sampler.sample = _timed(times["sample (incl. sync)"], runner.sampler.sample)  # type: ignore[method-assign]
+    runner.execute_async = _timed(times["launch (host)"], runner.execute_async)  # type: ignore[method-assign]
+    engine._complete = _timed(times["complete (wait+update)"], engine._complete)  # type: ignore[method-assign]
+    runner.sampler.sample_tensor = _timed(times["sample (host)"], runner.sampler.sample_tensor)  # type: ignore[method-assign]
     graphs = runner.graphs
-    gpu_ms: list[float] = []
+    events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     if graphs is not None:
         original_run = graphs.run
 
-        def run_with_events(inputs: Any) -> Any:
+        def run_with_events(*args: Any) -> Any:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            out = original_run(inputs)
+            out = original_run(*args)
             end.record()
-            end.synchronize()
-            gpu_ms.append(start.elapsed_time(end))
+            events.append((start, end))
             return out
 
-        graphs.run = _timed(times["graph copy+replay+sync"], run_with_events)  # type: ignore[method-assign]
+        graphs.run = _timed(times["graph copy+replay"], run_with_events)  # type: ignore[method-assign]
     prompt = torch.randint(0, engine.vocab_size, (args.ctx,)).tolist()
     engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=args.steps, ignore_eos=True, detokenize=False))
     step_times = []
@@ -74,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         step_times.append(time.perf_counter() - t)
         if args.kernels and len(step_times) == args.steps // 2:
             _kernel_table(engine, args.kernels)
+    torch.cuda.synchronize()
+    gpu_ms = [start.elapsed_time(end) for start, end in events]
     skip = 10
-    print(f"{args.shape} ctx {args.ctx}: {len(step_times)} steps on {torch.cuda.get_device_name()}")
+    mode = "async" if engine.async_scheduling else "sync"
+    print(f"{args.shape} ctx {args.ctx}: {len(step_times)} steps on {torch.cuda.get_device_name()} ({mode} scheduling)")
     print(f"  engine.step        {statistics.median(step_times[skip:]) * 1e3:8.3f} ms")
     for name, values in times.items():
         print(f"  {name:<20} {statistics.median(values[skip:]) * 1e3:8.3f} ms")
