@@ -249,7 +249,7 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
     @app.get("/v1/kv")
     async def kv() -> Response:
         try:
-            return JSONResponse(await ae.call(lambda e: e.kv_stats()))
+            return JSONResponse(await ae.kv_stats())  # fresh, or a snapshot during a long step
         except EngineUnavailableError as e:
             return exception_response(e)
 
@@ -258,7 +258,7 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
         stats = None
         if ae.ready:
             with contextlib.suppress(Exception):
-                stats = await asyncio.wait_for(ae.call(lambda e: e.kv_stats()), 5.0)
+                stats = await ae.kv_stats()
         ctx.metrics.refresh(stats)
         return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 

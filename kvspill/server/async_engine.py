@@ -15,6 +15,10 @@ Invariants:
   Retry-After) when, counted with what already waits, it would pass `max_waiting` requests or
   `max_queued_tokens` prompt tokens. A group is always admitted when nothing waits, so one large
   request is never refused forever.
+- `kv_stats()` answers within KV_FRESH_WAIT_S whatever the loop is doing: fresh when the loop is
+  between steps, else the snapshot the loop thread publishes at most every KV_SNAPSHOT_INTERVAL_S
+  (at most that interval plus one step old; it says its age in `snapshot_age_s`). A long prefill
+  step would otherwise hold /v1/kv and /metrics (and the monitor) for its whole length.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 ADDED = object()  # the sentinel put first on a request's queue once the engine accepted it
 QUEUED_TOKENS_PER_MODEL_LEN = 8  # default max_queued_tokens = this many full contexts
+KV_SNAPSHOT_INTERVAL_S = 0.25  # how often the loop thread republishes kv_stats() (a few hundred us each)
+KV_FRESH_WAIT_S = 0.1  # how long /v1/kv waits for fresh stats before it answers with the snapshot
 
 
 class ServerBusyError(Exception):
@@ -89,6 +95,8 @@ class AsyncEngine:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
+        # (monotonic time, kv_stats()) replaced whole by the loop thread: readers need no lock.
+        self._kv_snapshot: tuple[float, dict[str, Any]] | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -155,7 +163,35 @@ class AsyncEngine:
         self._commands.put(("call", fn, fut))
         return await asyncio.wrap_future(fut)
 
+    async def kv_stats(self, wait_s: float = KV_FRESH_WAIT_S) -> dict[str, Any]:
+        """`engine.kv_stats()` now when the loop answers within `wait_s` (it is between steps),
+        else the latest snapshot (a long step is running). Raises EngineUnavailableError."""
+        try:
+            return await asyncio.wait_for(self.call(lambda e: e.kv_stats()), wait_s)
+        except TimeoutError:
+            snapshot = self.kv_snapshot()
+            if snapshot is None:
+                raise EngineUnavailableError("the engine is busy and has published no KV stats yet") from None
+            return snapshot
+
+    def kv_snapshot(self) -> dict[str, Any] | None:
+        """The latest published `kv_stats()` with its age in `snapshot_age_s`; None before the first."""
+        snapshot = self._kv_snapshot
+        if snapshot is None:
+            return None
+        published, stats = snapshot
+        return {**stats, "snapshot_age_s": round(time.monotonic() - published, 3)}
+
     # ---- the loop thread -----------------------------------------------------------------------
+
+    def _publish_kv(self) -> None:
+        now = time.monotonic()
+        if self._kv_snapshot is not None and now - self._kv_snapshot[0] < KV_SNAPSHOT_INTERVAL_S:
+            return
+        try:
+            self._kv_snapshot = (now, self.engine.kv_stats())
+        except Exception:  # noqa: BLE001 - stats must not break serving
+            logger.exception("kv_stats failed")
 
     def _run(self) -> None:
         try:
@@ -176,6 +212,7 @@ class AsyncEngine:
                 break
             if self.engine.has_unfinished_requests():
                 self._step()
+            self._publish_kv()
         self._abort_all(StepFailedError("the server is shutting down"))
 
     def _drain_commands(self, block: bool) -> bool:
@@ -205,10 +242,14 @@ class AsyncEngine:
             self._abort_all(EngineUnavailableError(cmd[1]))
         elif kind == "call":
             _, fn, fut = cmd
+            if not fut.set_running_or_notify_cancel():
+                return  # the caller stopped waiting (kv_stats' timeout)
             try:
-                fut.set_result(fn(self.engine))
+                result = fn(self.engine)
             except Exception as e:  # noqa: BLE001 - handed to the caller
                 fut.set_exception(e)
+                return
+            fut.set_result(result)
 
     def _add_group(self, group: list[tuple[str, tuple[str | list[int], SamplingParams]]],
                    aq: asyncio.Queue) -> None:

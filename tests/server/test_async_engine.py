@@ -154,3 +154,54 @@ def test_default_queued_tokens_and_abort_all():
 
     asyncio.run(main())
     assert fake.live == {}
+
+
+class SlowStepEngine(FakeEngine):
+    """Every step takes `step_s`; kv_stats counts how often the loop thread asked."""
+
+    step_s = 1.5
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kv_calls = 0
+
+    def kv_stats(self):
+        self.kv_calls += 1
+        return {"tiers": {}, "calls": self.kv_calls}
+
+    def step(self):
+        import time
+
+        time.sleep(self.step_s)
+        return super().step()
+
+
+def test_kv_snapshot_answers_at_once_during_a_long_step():
+    async def main():
+        fake = SlowStepEngine()
+        ae = await _started(fake)
+        try:
+            for _ in range(50):  # the idle loop publishes a first snapshot
+                if ae.kv_snapshot() is not None:
+                    break
+                await asyncio.sleep(0.05)
+            _, aq = await ae.submit([1, 2], SamplingParams(max_tokens=2))
+            await asyncio.sleep(0.3)  # the first (1.5 s) step is running now
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            snapshot = await ae.kv_stats()  # the loop is inside the step: the snapshot answers
+            assert loop.time() - start < 0.5
+            assert snapshot["snapshot_age_s"] >= 0.25
+            assert (await _drain(aq)).finished
+            for _ in range(50):  # republished between steps, no older than the interval then
+                snapshot = ae.kv_snapshot()
+                if snapshot["calls"] > 1:
+                    break
+                await asyncio.sleep(0.05)
+            assert snapshot["calls"] > 1
+            fresh = await ae.kv_stats()  # idle loop: answered fresh, not from the snapshot
+            assert "snapshot_age_s" not in fresh and fresh["calls"] > snapshot["calls"]
+        finally:
+            await asyncio.to_thread(ae.shutdown)
+
+    asyncio.run(main())
