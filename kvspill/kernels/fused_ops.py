@@ -147,19 +147,29 @@ def apply_rope_ref(
 
 
 @triton.jit
+def _rope_cos_sin(cache_ptr, pos_ptr, token, stride_cache, HALF: tl.constexpr):
+    """The token's cos and sin rows ([HALF] fp32 each) from the [max_positions, 2 * HALF] table."""
+    pos = tl.load(pos_ptr + token)
+    dims = tl.arange(0, HALF)
+    return tl.load(cache_ptr + pos * stride_cache + dims), tl.load(cache_ptr + pos * stride_cache + HALF + dims)
+
+
+@triton.jit
 def _rope_rotate(x_ptr, token, stride_t, stride_h, num_heads, cos, sin,
                  HALF: tl.constexpr, BLOCK_H: tl.constexpr):
-    """Rotates all heads of one token in place; cos, sin: [HALF] fp32."""
+    """Rotates all heads of one token in place; cos, sin: [HALF] fp32. Returns the two rotated
+    halves ([BLOCK_H, HALF] each, in x's dtype) for callers that store them elsewhere too."""
     heads = tl.arange(0, BLOCK_H)
     dims = tl.arange(0, HALF)
     ptrs = x_ptr + token * stride_t + heads[:, None] * stride_h + dims[None, :]
     ok = (heads[:, None] < num_heads) & (dims[None, :] < HALF)
     x1 = tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)  # x1, x2: [BLOCK_H, HALF]
     x2 = tl.load(ptrs + HALF, mask=ok, other=0.0).to(tl.float32)
-    out1 = x1 * cos[None, :] - x2 * sin[None, :]
-    out2 = x2 * cos[None, :] + x1 * sin[None, :]
-    tl.store(ptrs, out1.to(x_ptr.dtype.element_ty), mask=ok)
-    tl.store(ptrs + HALF, out2.to(x_ptr.dtype.element_ty), mask=ok)
+    out1 = (x1 * cos[None, :] - x2 * sin[None, :]).to(x_ptr.dtype.element_ty)
+    out2 = (x2 * cos[None, :] + x1 * sin[None, :]).to(x_ptr.dtype.element_ty)
+    tl.store(ptrs, out1, mask=ok)
+    tl.store(ptrs + HALF, out2, mask=ok)
+    return out1, out2
 
 
 @triton.jit
@@ -171,10 +181,7 @@ def _rope_kernel(
 ):
     # One program per token: q and k heads share the token's cos/sin row.
     token = tl.program_id(0).to(tl.int64)
-    pos = tl.load(pos_ptr + token)
-    dims = tl.arange(0, HALF)
-    cos = tl.load(cache_ptr + pos * stride_cache + dims)
-    sin = tl.load(cache_ptr + pos * stride_cache + HALF + dims)
+    cos, sin = _rope_cos_sin(cache_ptr, pos_ptr, token, stride_cache, HALF)
     _rope_rotate(q_ptr, token, stride_qt, stride_qh, num_heads, cos, sin, HALF, BLOCK_HQ)
     _rope_rotate(k_ptr, token, stride_kt, stride_kh, num_kv_heads, cos, sin, HALF, BLOCK_HK)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kvspill.kernels.fused_ops import _rope_rotate, apply_rope, apply_rope_ref
+from kvspill.kernels.fused_ops import _rope_cos_sin, _rope_rotate, apply_rope, apply_rope_ref
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -41,28 +41,19 @@ def _rope_store_kernel(
 ):
     # One program per token: its q heads, then its k heads (rotated once, written twice) and v.
     token = tl.program_id(0).to(tl.int64)
-    pos = tl.load(pos_ptr + token)
-    dims = tl.arange(0, HALF)
-    cos = tl.load(cos_sin_ptr + pos * stride_cos + dims)
-    sin = tl.load(cos_sin_ptr + pos * stride_cos + HALF + dims)
+    cos, sin = _rope_cos_sin(cos_sin_ptr, pos_ptr, token, stride_cos, HALF)
     _rope_rotate(q_ptr, token, stride_qt, stride_qh, num_heads, cos, sin, HALF, BLOCK_HQ)
-
-    heads = tl.arange(0, BLOCK_HK)
-    ok = (heads[:, None] < num_kv_heads) & (dims[None, :] < HALF)
-    k_ptrs = k_ptr + token * stride_kt + heads[:, None] * stride_kh + dims[None, :]
-    k1 = tl.load(k_ptrs, mask=ok, other=0.0).to(tl.float32)  # k1, k2: [BLOCK_HK, HALF]
-    k2 = tl.load(k_ptrs + HALF, mask=ok, other=0.0).to(tl.float32)
-    out1 = (k1 * cos[None, :] - k2 * sin[None, :]).to(k_ptr.dtype.element_ty)
-    out2 = (k2 * cos[None, :] + k1 * sin[None, :]).to(k_ptr.dtype.element_ty)
-    tl.store(k_ptrs, out1, mask=ok)
-    tl.store(k_ptrs + HALF, out2, mask=ok)
+    k1, k2 = _rope_rotate(k_ptr, token, stride_kt, stride_kh, num_kv_heads, cos, sin, HALF, BLOCK_HK)
     slot = tl.load(slot_ptr + token)
     if slot >= 0:
+        heads = tl.arange(0, BLOCK_HK)
+        dims = tl.arange(0, HALF)
+        ok = (heads[:, None] < num_kv_heads) & (dims[None, :] < HALF)
         block_id = slot // block_size
         offset = slot % block_size
         dst = cache_ptr + block_id * stride_cb + offset * stride_cs + heads[:, None] * stride_ch + dims[None, :]
-        tl.store(dst, out1, mask=ok)
-        tl.store(dst + HALF, out2, mask=ok)
+        tl.store(dst, k1, mask=ok)
+        tl.store(dst + HALF, k2, mask=ok)
         v_ptrs = v_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :]
         tl.store(dst + stride_ckv, tl.load(v_ptrs, mask=ok), mask=ok)
         tl.store(dst + stride_ckv + HALF, tl.load(v_ptrs + HALF, mask=ok), mask=ok)
