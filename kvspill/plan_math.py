@@ -34,11 +34,14 @@ RATE_FIELDS = ("hbm_gbs", "h2d_gbs", "d2h_gbs", "cpu_attn_gbs", "disk_read_gbs",
 # Share of pinned H2D that the engine's stream path attends cold KV at, when not calibrated:
 # 40 of 55 GB/s on the H200 host with 2 MiB blocks (docs/performance.md, 2026-11-26).
 STREAM_EFFICIENCY = 0.73
-# Per decode step and layer, what the kernels cost beyond their bytes (about ten launches of a
-# few microseconds each, graph-replayed, plus the host's share of the step): fitted on an H200
-# (2026-11-26) to all-GPU decode of the W1/W2/W3 shapes at 8K-128K (docs/performance.md): with it
-# the plan lands within 10% there, without it it predicted the bare HBM floor (up to 2.1x high).
-STEP_OVERHEAD_PER_LAYER_S = 47e-6
+# Per decode step and layer, what the kernels cost beyond their bytes (about ten graph-replayed
+# launches of a few microseconds each and the GEMVs' shortfall from the copy bandwidth). With
+# async scheduling (the CUDA default) the host's work runs under the GPU's and adds nothing:
+# measured on 2026-11-26 as (step time - HBM floor) / layers, 37 us for W1 8K on both an H100 and
+# an H200, 38-40 us for W2 8K/32K (H200), 33 us for W3 32K (H100); the plan lands within 2% of
+# those (docs/performance.md). The serial engine (--no-async-scheduling) adds 0.2-0.3 ms of host
+# work per step on top (47 us per layer was the fit before async scheduling).
+STEP_OVERHEAD_PER_LAYER_S = 38e-6
 COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (two: double-buffered)
 RUNTIME_RESERVE_BYTES = 512 * MiB  # CUDA context + cuBLAS workspaces: outside the torch allocator
 CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models

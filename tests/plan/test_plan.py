@@ -85,9 +85,9 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
     assert (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens) == (42_592, 88_480, 0)
     assert plan.decode.weights_s == pytest.approx(16_060_522_496 / 900e9)
     assert plan.decode.cold_kv_s == pytest.approx(88_480 * 131_072 / 45e9)
-    assert plan.decode.overhead_s == pytest.approx(32 * 47e-6)  # 32 layers x the per-layer step overhead
-    assert plan.decode.total_s == pytest.approx(0.2817646 + 32 * 47e-6, rel=1e-6)
-    assert plan.decode_tok_s == pytest.approx(3.530, abs=1e-3)
+    assert plan.decode.overhead_s == pytest.approx(32 * 38e-6)  # 32 layers x the per-layer step overhead
+    assert plan.decode.total_s == pytest.approx(0.2817646 + 32 * 38e-6, rel=1e-6)
+    assert plan.decode_tok_s == pytest.approx(3.534, abs=1e-3)
     assert plan.decode.stream_fraction == pytest.approx(25 / 45)
     assert plan.fits and plan.advice == []
 
