@@ -9,6 +9,8 @@ import httpx
 import openai
 import pytest
 
+from .conftest import start_server, stop_server
+
 
 @pytest.fixture(scope="module")
 def client(server):
@@ -309,3 +311,38 @@ def test_fuzz_findings_are_400_or_finite(server):
                                                          "repetition_penalty": 5e-324, "max_tokens": 4})
     assert r.status_code == 200, r.text
     assert -9999.0 in r.json()["choices"][0]["logprobs"]["token_logprobs"]
+
+
+def test_async_scheduling_server_answers_like_the_default(server, client, tiny_llama_dir, tmp_path):
+    """A server with --async-scheduling (off by default on the CPU) gives the same answers: several
+    prompts and n > 1 with seeds, a stop string, logprobs, a streamed chat."""
+    requests = [
+        dict(prompt=["a b c d", "the cat"], max_tokens=12, temperature=0.9, seed=5, n=2, logprobs=2),
+        dict(prompt="a b c d", max_tokens=30, temperature=0, stop=[_greedy_text(client, server).split()[1]]),
+    ]
+
+    def answers(c):
+        out = []
+        for kw in requests:
+            r = c.completions.create(model=server.model, **kw)
+            out.append([(ch.index, ch.text, ch.finish_reason, ch.logprobs and ch.logprobs.token_logprobs)
+                        for ch in r.choices])
+        stream = c.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=10, temperature=0, stream=True)
+        out.append("".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices))
+        return out
+
+    async_server = start_server(tiny_llama_dir, "--async-scheduling", log=tmp_path / "server.log")
+    try:
+        async_client = openai.OpenAI(base_url=async_server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        got = answers(async_client)
+    finally:
+        stop_server(async_server)
+    want = answers(client)
+    for g, w in zip(got, want, strict=True):
+        if isinstance(g, list):
+            for (gi, gt, gf, glp), (wi, wt, wf, wlp) in zip(g, w, strict=True):
+                assert (gi, gt, gf) == (wi, wt, wf)
+                assert glp is None or glp == pytest.approx(wlp, abs=1e-4)
+        else:
+            assert g == w
