@@ -101,7 +101,8 @@ def server_panel(s: ServerReading) -> RenderableType:
         table.add_row(name, f"{t.used_blocks} / {t.blocks}",
                       f"{format_bytes(t.used_bytes)} / {format_bytes(t.total_bytes)}")
     queue = Text(f"running {_opt(s.num_running, '{:d}')}  waiting {_opt(s.num_waiting, '{:d}')}  "
-                 f"block moves {_opt(s.block_moves_per_s, '{:.1f}')}/s  moved {_rate(s.bytes_moved_per_s)}")
+                 f"block moves {_opt(s.block_moves_per_s, '{:.1f}')}/s  moved {_rate(s.bytes_moved_per_s)}"
+                 + (f" ({format_bytes(s.bytes_moved_total)} in all)" if s.bytes_moved_total else ""))
     return Panel(Group(table, queue), title=f"server {s.url}")
 
 

@@ -101,5 +101,5 @@ class ServerProbe:
             num_running=None if running is None else int(running),
             num_waiting=None if waiting is None else int(waiting),
             num_requests=len(requests) if isinstance(requests, dict | list) else None,
-            block_moves_per_s=moves_per_s, bytes_moved_per_s=bytes_per_s,
+            block_moves_per_s=moves_per_s, bytes_moved_per_s=bytes_per_s, bytes_moved_total=moved,
         )

@@ -82,6 +82,7 @@ class ServerReading:
     num_requests: int | None = None
     block_moves_per_s: float | None = None  # None on the first reading: a rate needs two
     bytes_moved_per_s: float | None = None
+    bytes_moved_total: int | None = None  # since the server started, every direction
 
 
 @dataclass(frozen=True)

@@ -66,10 +66,13 @@ def test_host_panel_adds_the_servers_pinned_cpu_tier(make_session):
 
     session = make_session([50])
     snapshot, _ = session.step()
-    server = ServerReading("http://x:1", ok=True, tiers={"cpu": TierReading(10, 2, 40 * 2**30, 8 * 2**30)})
+    server = ServerReading("http://x:1", ok=True, tiers={"cpu": TierReading(10, 2, 40 * 2**30, 8 * 2**30)},
+                           bytes_moved_total=3 * 2**30)
     console = Console(record=True, width=140)
     console.print(render(Snapshot(snapshot.timestamp, snapshot.gpu, snapshot.host, server), AlertTracker()))
-    assert "+ kvspill cpu tier 40.0 GiB" in console.export_text()
+    text = console.export_text()
+    assert "+ kvspill cpu tier 40.0 GiB" in text
+    assert "(3.0 GiB in all)" in text  # one reading has no rate yet, but the total moved
     console = Console(record=True, width=140)
     console.print(render(snapshot, AlertTracker()))
     assert "(CUDA pinned pools not included)" in console.export_text()

@@ -74,6 +74,7 @@ def test_tiers_queue_and_rates(kv_server):
     second = probe.read(102.0)
     assert second.block_moves_per_s == pytest.approx(10.0)
     assert second.bytes_moved_per_s == pytest.approx(20 * MiB)
+    assert (first.bytes_moved_total, second.bytes_moved_total) == (20 * MiB, 60 * MiB)
 
 
 def test_session_keeps_going_without_the_server(make_session):
