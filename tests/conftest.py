@@ -137,3 +137,24 @@ def smollm2_gguf_path() -> Path:
         return resolve_model(None).path
     except ModelNotFoundError as e:
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def bench_app() -> Any:
+    """Build a typer app with the `bench` group registered as `kvspill` does (a second command
+    keeps `bench` a sub-command); call it for a fresh app."""
+    import typer
+
+    from kvspill.cli import bench_cmd
+
+    def build() -> typer.Typer:
+        app = typer.Typer()
+
+        @app.command()
+        def noop() -> None:
+            pass
+
+        bench_cmd.register(app)
+        return app
+
+    return build

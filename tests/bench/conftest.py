@@ -12,11 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from kvspill.bench.suites.targets import Reading, RequestSpec, RunResult
-from kvspill.cli import bench_cmd
 
 
 class ScriptedTarget:
@@ -57,22 +55,11 @@ def scripted() -> type[ScriptedTarget]:
     return ScriptedTarget
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.command()
-    def noop() -> None:  # a second command, so `bench` stays a sub-command
-        pass
-
-    bench_cmd.register(app)
-    return app
-
-
 @pytest.fixture
-def bench() -> Callable[..., object]:
+def bench(bench_app) -> Callable[..., object]:
     """Run `bench ARGS...` through the CLI; returns click's Result."""
     def invoke(*args: str) -> object:
-        return CliRunner().invoke(_app(), ["bench", *args])
+        return CliRunner().invoke(bench_app(), ["bench", *args])
     return invoke
 
 

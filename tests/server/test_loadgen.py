@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import typer
+import pytest
 from typer.testing import CliRunner
 
 from kvspill.cli import bench_cmd
@@ -20,24 +21,19 @@ def _refused_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
+@pytest.fixture
+def run_bench(bench_app) -> Callable[..., tuple[int, dict[str, Any], str]]:
+    """Run `bench serve ARGS...`; returns (exit code, the summary JSON line, stdout)."""
+    def invoke(*args: str) -> tuple[int, dict[str, Any], str]:
+        app = bench_app()
+        bench_cmd.register(app)  # idempotent
+        assert [g.name for g in app.registered_groups] == ["bench"]
+        result = CliRunner().invoke(app, ["bench", "serve", *args])
+        lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+        assert lines, result.output
+        return result.exit_code, json.loads(lines[-1]), result.stdout
 
-    @app.command()
-    def noop() -> None:  # a second command, so `bench` stays a sub-command
-        pass
-
-    bench_cmd.register(app)
-    bench_cmd.register(app)  # idempotent
-    assert [g.name for g in app.registered_groups] == ["bench"]
-    return app
-
-
-def _bench(*args: str) -> tuple[int, dict[str, Any], str]:
-    result = CliRunner().invoke(_app(), ["bench", "serve", *args])
-    lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
-    assert lines, result.output
-    return result.exit_code, json.loads(lines[-1]), result.stdout
+    return invoke
 
 
 def _ordered(stats: dict[str, float | None]) -> None:
@@ -46,10 +42,10 @@ def _ordered(stats: dict[str, float | None]) -> None:
     assert 0 < p50 <= p90 <= p99
 
 
-def test_bench_serve_reports_latencies(server: Any, tmp_path: Path) -> None:
+def test_bench_serve_reports_latencies(server: Any, tmp_path: Path, run_bench) -> None:
     out = tmp_path / "bench.jsonl"
-    code, summary, text = _bench("--url", server.url, "--concurrency", "4", "--num-requests", "8",
-                                 "--prompt-len", "16", "--max-tokens", "8", "--out", str(out))
+    code, summary, text = run_bench("--url", server.url, "--concurrency", "4", "--num-requests", "8",
+                                    "--prompt-len", "16", "--max-tokens", "8", "--out", str(out))
     assert code == 0, text
     assert summary["requests"] == 8 and summary["successes"] == 8 and summary["errors"] == 0
     assert summary["error_kinds"] == {}
@@ -63,9 +59,9 @@ def test_bench_serve_reports_latencies(server: Any, tmp_path: Path) -> None:
     assert json.loads(out.read_text().splitlines()[-1]) == summary
 
 
-def test_bench_serve_refused_port_reports_errors() -> None:
+def test_bench_serve_refused_port_reports_errors(run_bench) -> None:
     url = _refused_url()
-    code, summary, text = _bench("--url", url, "--concurrency", "2", "--prompt-len", "4", "--max-tokens", "2")
+    code, summary, text = run_bench("--url", url, "--concurrency", "2", "--prompt-len", "4", "--max-tokens", "2")
     assert code == 1, text
     assert summary["requests"] == 8 and summary["successes"] == 0 and summary["errors"] == 8
     assert summary["error_kinds"] == {"connect": 8}
