@@ -33,8 +33,9 @@ from kvspill.outputs import RequestOutput
 from kvspill.runner.async_output import PendingStepOutput
 from kvspill.runner.setup import RunnerBundle, build_runner
 from kvspill.sampling_params import SamplingParams
+from kvspill.scheduler.contracts import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
-from kvspill.scheduler.scheduler import Scheduler, SchedulerConfig
+from kvspill.scheduler.scheduler import Scheduler
 from kvspill.types import ScheduledBatch
 
 logger = logging.getLogger(__name__)

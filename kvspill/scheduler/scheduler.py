@@ -40,76 +40,13 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.kv.block_pool import KVCacheManager
-from kvspill.kv.tiers import KVTierManager, RequestTierStats, TierStats
+from kvspill.kv.tiers import KVTierManager, RequestTierStats
+from kvspill.scheduler.contracts import RequestUpdate, SchedulerConfig, SchedulerStats
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.types import CachedRequestData, NewRequestData, ScheduledBatch, StepOutput
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Scheduling limits. Block counts come from the memory plan, the rest from the user."""
-
-    max_num_seqs: int
-    max_num_batched_tokens: int  # token budget of one step (prefill chunk size)
-    max_model_len: int
-    block_size: int
-    num_blocks: int  # KV blocks of the gpu tier
-    enable_prefix_caching: bool = True
-    long_prefill_token_threshold: int = 0  # > 0: no request gets more tokens than this per step
-    num_cpu_blocks: int = 0  # KV blocks of the cpu tier (0: no cpu tier)
-    num_disk_blocks: int = 0  # KV blocks of the disk tier (0: no disk tier)
-    num_sink_blocks: int = 1  # first blocks of each sequence that stay on the gpu tier
-    hot_window_tokens: int = 1024  # most recent computed tokens of each sequence that stay on the gpu tier
-    async_scheduling: bool = False  # schedule step N+1 before step N's tokens are known (see module doc)
-
-    def __post_init__(self) -> None:
-        for name, flag in (
-            ("max_num_seqs", "--max-num-seqs"),
-            ("max_num_batched_tokens", "--max-num-batched-tokens"),
-            ("max_model_len", "--max-model-len"),
-            ("block_size", "--block-size"),
-            ("num_blocks", "num_kv_blocks"),
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise InvalidParameterError(name, f"{flag} must be a positive integer, got {value!r}")
-        if self.long_prefill_token_threshold < 0:
-            raise InvalidParameterError(
-                "long_prefill_token_threshold",
-                f"long_prefill_token_threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}",
-            )
-        for name in ("num_cpu_blocks", "num_disk_blocks", "num_sink_blocks", "hot_window_tokens"):
-            if getattr(self, name) < 0:
-                raise InvalidParameterError(name, f"{name} must not be negative, got {getattr(self, name)}")
-
-
-@dataclass(frozen=True)
-class RequestUpdate:
-    """What one step did to one request, for the engine to turn into outputs."""
-
-    req_id: str
-    new_token_ids: list[int]
-    finished: bool
-    finish_reason: str | None  # "stop", "length", "abort", "error" once finished
-    stop_reason: int | None  # the stop token id that ended the request (not eos), if any
-    error: str | None = None  # the message, with finish_reason "error"
-    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at the first schedule
-
-
-class SchedulerStats(TierStats):
-    """A plain dict at run time (ready for JSON and metrics), typed for readers. Tier keys: `TierStats`."""
-
-    num_running: int
-    num_waiting: int
-    num_preemptions: int  # since start
-    kv_cache_usage: float  # fraction of gpu blocks held by requests
-    prefix_cache_queries: int  # tokens looked up at admission
-    prefix_cache_hits: int  # tokens found in the prefix cache
-    prefix_cache_hit_rate: float
 
 
 class Scheduler:

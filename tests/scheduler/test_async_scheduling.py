@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from kvspill.sampling_params import SamplingParams
+from kvspill.scheduler.contracts import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
-from kvspill.scheduler.scheduler import Scheduler, SchedulerConfig
+from kvspill.scheduler.scheduler import Scheduler
 from kvspill.types import StepOutput
 
 BLOCK_SIZE = 4

@@ -9,8 +9,9 @@ import pytest
 
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.sampling_params import SamplingParams
+from kvspill.scheduler.contracts import RequestUpdate, SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
-from kvspill.scheduler.scheduler import RequestUpdate, Scheduler, SchedulerConfig
+from kvspill.scheduler.scheduler import Scheduler
 from kvspill.types import ScheduledBatch, StepOutput
 
 BLOCK_SIZE = 4

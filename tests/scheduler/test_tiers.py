@@ -16,8 +16,9 @@ import pytest
 
 from kvspill.errors import InvalidParameterError
 from kvspill.sampling_params import SamplingParams
+from kvspill.scheduler.contracts import RequestUpdate, SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
-from kvspill.scheduler.scheduler import RequestUpdate, Scheduler, SchedulerConfig
+from kvspill.scheduler.scheduler import Scheduler
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, ScheduledBatch, StepOutput
 
 BLOCK_SIZE = 4
