@@ -186,15 +186,9 @@ def _rope_kernel(
     _rope_rotate(k_ptr, token, stride_kt, stride_kh, num_kv_heads, cos, sin, HALF, BLOCK_HK)
 
 
-def apply_rope(
-    q: torch.Tensor,  # [num_tokens, num_heads, head_dim], rotated in place
-    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim], rotated in place
-    positions: torch.Tensor,  # [num_tokens] int64
-    cos_sin_cache: torch.Tensor,  # [max_positions, head_dim] float32
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton wrapper; same contract as `apply_rope_ref`. Positions must be < max_positions
-    (not checked on the device: that would sync)."""
-    num_tokens, num_heads, head_dim = q.shape
+def check_rope_args(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
+    """The shape, dtype, layout and device contract of the RoPE kernels (asserts, no device sync)."""
+    num_tokens, _, head_dim = q.shape
     assert k.dim() == 3 and k.shape[0] == num_tokens and k.shape[2] == head_dim, (
         f"k {tuple(k.shape)} does not match q {tuple(q.shape)}"
     )
@@ -206,6 +200,18 @@ def apply_rope(
     )
     assert cos_sin_cache.dtype == torch.float32 and cos_sin_cache.stride(1) == 1, "cos_sin_cache float32, rows contiguous"
     assert q.device == k.device == positions.device == cos_sin_cache.device, "all tensors on one device"
+
+
+def apply_rope(
+    q: torch.Tensor,  # [num_tokens, num_heads, head_dim], rotated in place
+    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim], rotated in place
+    positions: torch.Tensor,  # [num_tokens] int64
+    cos_sin_cache: torch.Tensor,  # [max_positions, head_dim] float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton wrapper; same contract as `apply_rope_ref`. Positions must be < max_positions
+    (not checked on the device: that would sync)."""
+    check_rope_args(q, k, positions, cos_sin_cache)
+    num_tokens, num_heads, head_dim = q.shape
     if num_tokens > 0:
         _rope_kernel[(num_tokens,)](
             q, k, positions, cos_sin_cache,

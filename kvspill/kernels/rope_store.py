@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from kvspill.kernels.fused_ops import _rope_cos_sin, _rope_rotate, apply_rope, apply_rope_ref
-from kvspill.kernels.store_kv import store_kv, store_kv_ref
+from kvspill.kernels.fused_ops import _rope_cos_sin, _rope_rotate, apply_rope_ref, check_rope_args
+from kvspill.kernels.store_kv import check_store_args, store_kv_ref
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -70,15 +70,11 @@ def rope_and_store_kv(
 ) -> None:
     """Triton wrapper; same contract as `rope_and_store_kv_ref`. q, k, v may be strided views
     (slices of a fused qkv output) with head_dim contiguous."""
+    check_rope_args(q, k, positions, cos_sin_cache)
+    check_store_args(k, v, kv_layer, slot_mapping)
     num_tokens, num_heads, head_dim = q.shape
     if num_tokens == 0:
         return
-    # The two kernels' wrappers hold the argument checks: run them on empty slices (no launch).
-    apply_rope(q[:0], k[:0], positions[:0], cos_sin_cache)
-    store_kv(k[:0], v[:0], kv_layer, slot_mapping[:0])
-    assert k.shape[0] == v.shape[0] == positions.shape[0] == slot_mapping.shape[0] == num_tokens, (
-        f"q, k, v, positions and slot_mapping must have {num_tokens} rows"
-    )
     num_kv_heads = k.shape[1]
     _rope_store_kernel[(num_tokens,)](
         q, k, v, positions, cos_sin_cache, kv_layer, slot_mapping,

@@ -64,14 +64,10 @@ def _store_kv_kernel(
     tl.store(dst + stride_ckv, tl.load(src_v, mask=mask), mask=mask)
 
 
-def store_kv(
-    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-    v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
-    slot_mapping: torch.Tensor,  # [num_tokens] int64, negative = skip
+def check_store_args(
+    k: torch.Tensor, v: torch.Tensor, kv_layer: torch.Tensor, slot_mapping: torch.Tensor
 ) -> None:
-    """Triton kernel wrapper: same contract as `store_kv_ref`. k and v may be strided views
-    (e.g. slices of a fused qkv output) as long as head_dim is the contiguous dimension."""
+    """The shape, dtype, layout and device contract of the KV store kernels (asserts, no device sync)."""
     num_tokens, num_kv_heads, head_dim = k.shape
     assert v.shape == k.shape, f"k {tuple(k.shape)} and v {tuple(v.shape)} differ"
     assert kv_layer.dim() == 5 and kv_layer.shape[1] == 2, f"kv_layer shape {tuple(kv_layer.shape)}"
@@ -85,6 +81,18 @@ def store_kv(
     assert k.stride(2) == 1 and v.stride(2) == 1 and kv_layer.stride(4) == 1, "head_dim must be contiguous"
     assert k.device == v.device == kv_layer.device == slot_mapping.device, "all tensors on one device"
     assert head_dim & (head_dim - 1) == 0, f"head_dim {head_dim} must be a power of two"
+
+
+def store_kv(
+    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    slot_mapping: torch.Tensor,  # [num_tokens] int64, negative = skip
+) -> None:
+    """Triton kernel wrapper: same contract as `store_kv_ref`. k and v may be strided views
+    (e.g. slices of a fused qkv output) as long as head_dim is the contiguous dimension."""
+    check_store_args(k, v, kv_layer, slot_mapping)
+    num_tokens, num_kv_heads, head_dim = k.shape
     if num_tokens == 0:
         return
     _store_kv_kernel[(num_tokens,)](
