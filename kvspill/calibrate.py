@@ -50,7 +50,9 @@ def _best_seconds(fn: Callable[[], object], repeats: int, sync: Callable[[], Non
     return max(best, 1e-9)
 
 
-def measure_cpu_attention_gbs(num_tokens: int = 16384, dtype: torch.dtype | None = None, repeats: int = 3) -> float:
+def measure_cpu_attention_gbs(
+    num_tokens: int = 16384, dtype: torch.dtype | None = None, repeats: int = 3
+) -> float:
     """Decode attention on the CPU (one query, GQA 32/8, head_dim 128, bf16 by default), KV GB/s."""
     import torch
 
@@ -75,7 +77,9 @@ def measure_matmul_tflops(device: torch.device, n: int, dtype: torch.dtype, repe
     return 2 * n**3 / _best_seconds(lambda: a @ b, repeats, sync) / 1e12
 
 
-def measure_disk_read_gbs(directory: str | os.PathLike[str] | None = None, num_bytes: int = 64 * MiB) -> float:
+def measure_disk_read_gbs(
+    directory: str | os.PathLike[str] | None = None, num_bytes: int = 64 * MiB
+) -> float:
     """Read a freshly written temp file after asking the kernel to drop it from the page cache.
 
     Where the cache cannot be dropped (tmpfs, some overlay filesystems) this reads RAM: an
@@ -142,13 +146,18 @@ def _measure_gpu(device: torch.device, copy_bytes: int) -> dict[str, Any]:
     h2d, d2h, hbm = measure_copy_gbs(device, copy_bytes)
     props = torch.cuda.get_device_properties(device)
     return dict(
-        h2d_gbs=h2d, d2h_gbs=d2h, hbm_gbs=hbm,
+        h2d_gbs=h2d,
+        d2h_gbs=d2h,
+        hbm_gbs=hbm,
         gpu_tflops=measure_matmul_tflops(device, 8192, torch.bfloat16, repeats=5),
-        gpu_name=props.name, gpu_total_bytes=int(props.total_memory),
+        gpu_name=props.name,
+        gpu_total_bytes=int(props.total_memory),
     )
 
 
-def measure_cold_path_gbs(device: torch.device, path: str, num_blocks: int = 512, num_layers: int = 4) -> float:
+def measure_cold_path_gbs(
+    device: torch.device, path: str, num_blocks: int = 512, num_layers: int = 4
+) -> float:
     """Cold KV attended per second by the engine's own cold path ("stream" or "cpu"), one decode
     query over `num_blocks` cold blocks of the Llama-3.1-8B layout (bf16, 16 tokens, 8 KV heads
     of 128: 32 KiB of K+V per block and layer). This is what exact decode over cold KV reaches;
@@ -164,8 +173,12 @@ def measure_cold_path_gbs(device: torch.device, path: str, num_blocks: int = 512
     storage = TieredKVStorage(layout, 4, device, num_cpu_blocks=num_blocks)
     storage.cpu_cache.normal_()
     backend = ColdAttentionBackend(storage, ColdAttentionConfig(path=path))
-    seq = ColdSeq(token_start=0, num_tokens=1, block_tiers=np.full(num_blocks, TIER_CPU),
-                  block_ids=np.arange(num_blocks, dtype=np.int64))
+    seq = ColdSeq(
+        token_start=0,
+        num_tokens=1,
+        block_tiers=np.full(num_blocks, TIER_CPU),
+        block_ids=np.arange(num_blocks, dtype=np.int64),
+    )
     q = torch.randn(1, 32, 128, dtype=torch.bfloat16, device=device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 

@@ -70,7 +70,9 @@ class EngineConfig:
     hot_window_tokens: int = 1024  # most recent tokens of each sequence that stay on the gpu tier
     attention: str = "auto"  # "auto": gpu tier + cold tiers; "cpu": all KV in RAM, attention on CPU
     cold_attention: str = "auto"  # cold blocks: "cpu" (attend in RAM), "stream" (to the GPU), "split", "auto"
-    cpu_attention_threads: int | None = None  # threads (and cores, where affinity is allowed) for CPU attention
+    cpu_attention_threads: int | None = (
+        None  # threads (and cores, where affinity is allowed) for CPU attention
+    )
 
     def __post_init__(self) -> None:
         def bad(param: str, msg: str) -> InvalidParameterError:
@@ -109,11 +111,16 @@ class EngineConfig:
             if getattr(self, name) < 0:
                 raise bad(name, f"--{name.removesuffix('_bytes').replace('_', '-')} must not be negative")
         if self.vram_budget_bytes is not None and self.vram_budget_bytes < 2**28:
-            raise bad("vram_budget", f"--vram-budget must be at least 256MiB, got {self.vram_budget_bytes} bytes")
+            raise bad(
+                "vram_budget", f"--vram-budget must be at least 256MiB, got {self.vram_budget_bytes} bytes"
+            )
         if self.num_sink_blocks < 0 or self.hot_window_tokens < 0:
             raise bad("num_sink_blocks", "--num-sink-blocks and --hot-window-tokens must not be negative")
         if self.cold_attention not in ("auto", "cpu", "stream", "split"):
-            raise bad("cold_attention", f"--cold-attention must be auto, cpu, stream or split, got {self.cold_attention!r}")
+            raise bad(
+                "cold_attention",
+                f"--cold-attention must be auto, cpu, stream or split, got {self.cold_attention!r}",
+            )
         if self.cpu_attention_threads is not None and self.cpu_attention_threads < 1:
             raise bad("cpu_attention_threads", "--cpu-attention-threads must be at least 1")
         if self.attention not in ("auto", "cpu"):

@@ -149,7 +149,9 @@ class LLMEngine:
     def kv_capacity_tokens(self) -> int:
         """Tokens of KV all tiers hold together (gpu + cpu + disk pools)."""
         storage = self.bundle.storage
-        return (storage.num_blocks + storage.num_cpu_blocks + storage.num_disk_blocks) * self.config.block_size
+        return (
+            storage.num_blocks + storage.num_cpu_blocks + storage.num_disk_blocks
+        ) * self.config.block_size
 
     def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int:
         """Tokens of KV a request may grow to: prompt + max_tokens (or up to the context length)."""
@@ -222,7 +224,9 @@ class LLMEngine:
             out.token_ids.extend(upd.new_token_ids)
             out.logprobs.extend(logprobs.get(upd.req_id, []))
             out.num_cached_tokens = upd.num_cached_tokens
-            delta = state.detokenizer.add(upd.new_token_ids) if state.detokenizer and upd.new_token_ids else ""
+            delta = (
+                state.detokenizer.add(upd.new_token_ids) if state.detokenizer and upd.new_token_ids else ""
+            )
             emit, matched = state.stop_checker.add(delta)
             if matched is not None and not upd.finished:
                 self.scheduler.finish_requests([upd.req_id], RequestStatus.FINISHED_STOPPED)
@@ -260,13 +264,25 @@ class LLMEngine:
         return {
             "block_size": self.config.block_size,
             "block_bytes": block_bytes,
-            "tiers": {name: {"blocks": total, "used_blocks": used, "bytes": total * block_bytes,
-                             "used_bytes": used * block_bytes} for name, (total, used) in tiers.items()},
+            "tiers": {
+                name: {
+                    "blocks": total,
+                    "used_blocks": used,
+                    "bytes": total * block_bytes,
+                    "used_bytes": used * block_bytes,
+                }
+                for name, (total, used) in tiers.items()
+            },
             "requests": self.scheduler.tier_stats(),
-            "bytes_moved": {key.removeprefix("transfer_bytes_"): value for key, value in runner.items()
-                            if key.startswith("transfer_bytes_")},
-            "cold_attention_seconds": {"cpu": runner.get("cold_cpu_seconds", 0.0),
-                                       "stream": runner.get("cold_stream_seconds", 0.0)},
+            "bytes_moved": {
+                key.removeprefix("transfer_bytes_"): value
+                for key, value in runner.items()
+                if key.startswith("transfer_bytes_")
+            },
+            "cold_attention_seconds": {
+                "cpu": runner.get("cold_cpu_seconds", 0.0),
+                "stream": runner.get("cold_stream_seconds", 0.0),
+            },
             "max_cold_fraction": self._max_cold_fraction,
             "scheduler": sched,
             "runner": runner,

@@ -40,9 +40,7 @@ class ContextLengthExceededError(KvspillError, ValueError):
             f"However, your request has {num_prompt_tokens} input tokens"
         )
         if max_tokens is not None:
-            message += (
-                f" and asks for {max_tokens} output tokens ({num_prompt_tokens + max_tokens} in total)"
-            )
+            message += f" and asks for {max_tokens} output tokens ({num_prompt_tokens + max_tokens} in total)"
         message += ". Please reduce the length of the prompt"
         message += " or max_tokens." if max_tokens is not None else "."
         message += " (Or raise --max-model-len, with --rope-scaling if past the trained length.)"
@@ -58,4 +56,3 @@ class OutOfKVMemoryError(KvspillError):
 
 class KVCacheBusyError(KvspillError):
     """The KV tiers have no room for this request now (others hold it); retry later (HTTP 503)."""
-

@@ -36,7 +36,9 @@ class LLM:
         params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
         """Run every prompt (text or token ids) to completion; outputs in prompt order."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts, list) and isinstance(prompts[0], int)):
+        if isinstance(prompts, str) or (
+            prompts and isinstance(prompts, list) and isinstance(prompts[0], int)
+        ):
             prompts = [prompts]  # type: ignore[list-item]
         prompt_list = list(prompts)  # type: ignore[arg-type]
         if params is None or isinstance(params, SamplingParams):
@@ -60,7 +62,9 @@ class LLM:
                     finals[out.req_id] = out
         return [finals[r] for r in req_ids]
 
-    def stream(self, prompt: str | list[int], params: SamplingParams | None = None) -> Iterator[RequestOutput]:
+    def stream(
+        self, prompt: str | list[int], params: SamplingParams | None = None
+    ) -> Iterator[RequestOutput]:
         """Yield one output per step for a single prompt (deltas in `delta_text`)."""
         req_id = self.engine.add_request(prompt, params)
         try:

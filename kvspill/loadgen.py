@@ -71,7 +71,9 @@ def make_prompts(cfg: LoadConfig) -> list[list[int]]:
     """`total_requests` prompts of exactly `prompt_len` token ids, reproducible from `seed`."""
     rng = random.Random(cfg.seed)
     hi = max(cfg.max_token_id, FIRST_TOKEN_ID)
-    return [[rng.randint(FIRST_TOKEN_ID, hi) for _ in range(cfg.prompt_len)] for _ in range(cfg.total_requests)]
+    return [
+        [rng.randint(FIRST_TOKEN_ID, hi) for _ in range(cfg.prompt_len)] for _ in range(cfg.total_requests)
+    ]
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -94,8 +96,13 @@ async def resolve_model(client: Any, cfg: LoadConfig) -> tuple[str | None, str |
 
 def request_body(cfg: LoadConfig, model: str | None, prompt: list[int]) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "prompt": prompt, "max_tokens": cfg.max_tokens, "min_tokens": cfg.max_tokens, "ignore_eos": True,
-        "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
+        "prompt": prompt,
+        "max_tokens": cfg.max_tokens,
+        "min_tokens": cfg.max_tokens,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
     }
     if model:
         body["model"] = model
@@ -114,7 +121,9 @@ def _error_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _handle_event(obj: dict[str, Any], res: RequestResult, now: float, start: float, last: list[float]) -> None:
+def _handle_event(
+    obj: dict[str, Any], res: RequestResult, now: float, start: float, last: list[float]
+) -> None:
     """Fold one SSE JSON event into `res`; `last` holds the previous content chunk's time."""
     if "error" in obj:
         err = obj["error"] if isinstance(obj["error"], dict) else {}
@@ -199,8 +208,12 @@ async def run_load(cfg: LoadConfig) -> dict[str, Any]:
 def latency_stats(values: list[float]) -> dict[str, float | None]:
     """mean, p50, p90, p99 of `values` (None each for no values)."""
     mean = sum(values) / len(values) if values else None
-    return {"mean": mean, "p50": percentile(values, 50), "p90": percentile(values, 90),
-            "p99": percentile(values, 99)}
+    return {
+        "mean": mean,
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+    }
 
 
 def summarize(results: list[RequestResult], wall_s: float) -> dict[str, Any]:
@@ -238,9 +251,13 @@ def format_table(summary: dict[str, Any]) -> str:
     ]
     for name in ("ttft_ms", "itl_ms", "e2e_ms"):
         s = summary[name]
-        lines.append(f"{name:<10}{_fmt(s['mean']):>10}{_fmt(s['p50']):>10}{_fmt(s['p90']):>10}{_fmt(s['p99']):>10}")
-    lines.append(f"request throughput {summary['request_throughput']:.2f} req/s, "
-                 f"output {summary['output_tokens_per_s']:.1f} tok/s ({summary['output_tokens']} tokens)")
+        lines.append(
+            f"{name:<10}{_fmt(s['mean']):>10}{_fmt(s['p50']):>10}{_fmt(s['p90']):>10}{_fmt(s['p99']):>10}"
+        )
+    lines.append(
+        f"request throughput {summary['request_throughput']:.2f} req/s, "
+        f"output {summary['output_tokens_per_s']:.1f} tok/s ({summary['output_tokens']} tokens)"
+    )
     for kind, n in sorted(summary["error_kinds"].items()):
         lines.append(f"error {kind}: {n}")
     for w in summary.get("warnings", []):

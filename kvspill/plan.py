@@ -31,9 +31,24 @@ from kvspill.spec import ModelSpec
 from kvspill.units import GiB, format_bytes, format_tokens, parse_bytes
 
 __all__ = [
-    "DEFAULT_BANDWIDTHS", "KNOWN_GPU_BANDWIDTHS", "PRESETS", "RATE_FIELDS", "Bandwidths", "DecodeFloor",
-    "MemoryPlan", "PlanRequest", "Preset", "bandwidths_for_gpu", "compute_plan", "describe_fit",
-    "format_plan_table", "make_plan", "parse_bytes", "plan_presets", "plan_to_json", "preset_request",
+    "DEFAULT_BANDWIDTHS",
+    "KNOWN_GPU_BANDWIDTHS",
+    "PRESETS",
+    "RATE_FIELDS",
+    "Bandwidths",
+    "DecodeFloor",
+    "MemoryPlan",
+    "PlanRequest",
+    "Preset",
+    "bandwidths_for_gpu",
+    "compute_plan",
+    "describe_fit",
+    "format_plan_table",
+    "make_plan",
+    "parse_bytes",
+    "plan_presets",
+    "plan_to_json",
+    "preset_request",
     "request_from_engine_config",
 ]
 
@@ -41,13 +56,22 @@ __all__ = [
 # CPU decode attention 35 GB/s bf16. TFLOP/s: llama.cpp prompt processing of the W3 shape on H200,
 # 25,097 tok/s x 2 x 8.03e9 FLOP = 403 TFLOP/s reached (same tensor cores as H100 SXM).
 # stream_gbs: the engine's stream path over 2 MiB blocks on the H200 host (38-42 GB/s, docs/performance.md).
-_BENCH_HOST = dict(h2d_gbs=55.0, d2h_gbs=55.0, cpu_attn_gbs=35.0, disk_read_gbs=3.0, gpu_tflops=400.0,
-                   stream_gbs=40.0)
+_BENCH_HOST = dict(
+    h2d_gbs=55.0, d2h_gbs=55.0, cpu_attn_gbs=35.0, disk_read_gbs=3.0, gpu_tflops=400.0, stream_gbs=40.0
+)
 KNOWN_GPU_BANDWIDTHS: dict[str, Bandwidths] = {
-    "h100": Bandwidths(hbm_gbs=3000.0, **_BENCH_HOST, gpu_name="H100",  # type: ignore[arg-type]
-                       source="H100 bench-host figures (bench/README.md, 2026-11-26)"),
-    "h200": Bandwidths(hbm_gbs=4300.0, **_BENCH_HOST, gpu_name="H200",  # type: ignore[arg-type]
-                       source="H200 bench-host figures (bench/README.md, 2026-11-26)"),
+    "h100": Bandwidths(
+        hbm_gbs=3000.0,
+        **_BENCH_HOST,
+        gpu_name="H100",  # type: ignore[arg-type]
+        source="H100 bench-host figures (bench/README.md, 2026-11-26)",
+    ),
+    "h200": Bandwidths(
+        hbm_gbs=4300.0,
+        **_BENCH_HOST,
+        gpu_name="H200",  # type: ignore[arg-type]
+        source="H200 bench-host figures (bench/README.md, 2026-11-26)",
+    ),
     "rtx4090": replace(DEFAULT_BANDWIDTHS, gpu_name="RTX 4090", source="RTX 4090 class defaults (assumed)"),
 }
 
@@ -82,14 +106,22 @@ def request_from_engine_config(
 ) -> PlanRequest:
     """The plan request the engine makes at start-up from its frozen config and the budgets."""
     return PlanRequest(
-        spec=spec, vram_budget_bytes=vram_budget_bytes,
+        spec=spec,
+        vram_budget_bytes=vram_budget_bytes,
         context_len=config.max_model_len or spec.max_position_embeddings,
-        ram_budget_bytes=ram_budget_bytes, disk_budget_bytes=disk_budget_bytes,
-        gpu_memory_utilization=config.gpu_memory_utilization, max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens, block_size=config.block_size,
-        kv_dtype=kv_dtype, weight_dtype=config.dtype, gpu_kv_budget_bytes=config.kv_cache_memory_bytes,
-        enforce_eager=config.enforce_eager, cold_attention=config.cold_attention,
-        sink_blocks=config.num_sink_blocks, recent_window_tokens=config.hot_window_tokens,
+        ram_budget_bytes=ram_budget_bytes,
+        disk_budget_bytes=disk_budget_bytes,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        block_size=config.block_size,
+        kv_dtype=kv_dtype,
+        weight_dtype=config.dtype,
+        gpu_kv_budget_bytes=config.kv_cache_memory_bytes,
+        enforce_eager=config.enforce_eager,
+        cold_attention=config.cold_attention,
+        sink_blocks=config.num_sink_blocks,
+        recent_window_tokens=config.hot_window_tokens,
     )
 
 
@@ -111,12 +143,36 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "default": Preset("default", 0.75, 2 * GiB, 0.5, False, 0.0, 0.0,
-                      "75% of the VRAM budget; CPU tier 2 GiB or what the context needs"),
-    "extended": Preset("extended", 0.90, 2 * GiB, 0.5, True, 0.5, 0.0,
-                       "90% of VRAM; CPU tier half the host RAM; disk only for what RAM cannot hold"),
-    "extreme": Preset("extreme", 0.95, 2 * GiB, 0.8, True, 0.9, 0.25,
-                      "95% of VRAM; CPU tier 80% of host RAM; disk tier a quarter of the free disk"),
+    "default": Preset(
+        "default",
+        0.75,
+        2 * GiB,
+        0.5,
+        False,
+        0.0,
+        0.0,
+        "75% of the VRAM budget; CPU tier 2 GiB or what the context needs",
+    ),
+    "extended": Preset(
+        "extended",
+        0.90,
+        2 * GiB,
+        0.5,
+        True,
+        0.5,
+        0.0,
+        "90% of VRAM; CPU tier half the host RAM; disk only for what RAM cannot hold",
+    ),
+    "extreme": Preset(
+        "extreme",
+        0.95,
+        2 * GiB,
+        0.8,
+        True,
+        0.9,
+        0.25,
+        "95% of VRAM; CPU tier 80% of host RAM; disk tier a quarter of the free disk",
+    ),
 }
 
 
@@ -127,8 +183,13 @@ def preset_request(
     if name not in PRESETS:
         raise InvalidParameterError("preset", f"preset must be one of {', '.join(PRESETS)}, got {name!r}")
     preset = PRESETS[name]
-    base = replace(request, gpu_memory_utilization=preset.gpu_memory_utilization, ram_budget_bytes=0,
-                   disk_budget_bytes=0, preset=name)
+    base = replace(
+        request,
+        gpu_memory_utilization=preset.gpu_memory_utilization,
+        ram_budget_bytes=0,
+        disk_budget_bytes=0,
+        preset=name,
+    )
     probe = compute_plan(base, DEFAULT_BANDWIDTHS)
     cold_bytes = max(0, _round_up(request.context_len, request.block_size) - probe.gpu_kv_tokens)
     cold_bytes *= probe.kv_bytes_per_token

@@ -131,22 +131,49 @@ class PlanRequest:
             if not ok:
                 raise InvalidParameterError(param, message)
 
-        check(self.vram_budget_bytes > 0, "vram_budget", f"--vram-budget must be positive, got {self.vram_budget_bytes}")
+        check(
+            self.vram_budget_bytes > 0,
+            "vram_budget",
+            f"--vram-budget must be positive, got {self.vram_budget_bytes}",
+        )
         check(self.context_len >= 1, "context", f"--context must be at least 1, got {self.context_len}")
         check(self.ram_budget_bytes >= 0, "ram_budget", "--ram-budget must not be negative")
         check(self.disk_budget_bytes >= 0, "disk_kv_budget", "--disk-kv-budget must not be negative")
-        check(0.05 <= self.gpu_memory_utilization <= 1.0, "gpu_memory_utilization",
-              f"--gpu-memory-utilization must be in [0.05, 1.0], got {self.gpu_memory_utilization}")
-        check(self.max_num_seqs >= 1, "max_num_seqs", f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
-        check(self.max_num_batched_tokens >= 1, "max_num_batched_tokens",
-              f"--max-num-batched-tokens must be at least 1, got {self.max_num_batched_tokens}")
-        check(self.block_size in (8, 16, 32, 64, 128), "block_size",
-              f"--block-size must be 8, 16, 32, 64 or 128, got {self.block_size}")
-        check(self.kv_dtype in KV_DTYPES, "kv_dtype", f"--kv-dtype must be one of {KV_DTYPES}, got {self.kv_dtype!r}")
-        check(self.weight_dtype in WEIGHT_DTYPES, "dtype",
-              f"--dtype must be one of {WEIGHT_DTYPES}, got {self.weight_dtype!r}")
-        check(self.sink_blocks >= 0 and self.recent_window_tokens >= 0, "recent_window_tokens",
-              "sink blocks and the recent window must not be negative")
+        check(
+            0.05 <= self.gpu_memory_utilization <= 1.0,
+            "gpu_memory_utilization",
+            f"--gpu-memory-utilization must be in [0.05, 1.0], got {self.gpu_memory_utilization}",
+        )
+        check(
+            self.max_num_seqs >= 1,
+            "max_num_seqs",
+            f"--max-num-seqs must be at least 1, got {self.max_num_seqs}",
+        )
+        check(
+            self.max_num_batched_tokens >= 1,
+            "max_num_batched_tokens",
+            f"--max-num-batched-tokens must be at least 1, got {self.max_num_batched_tokens}",
+        )
+        check(
+            self.block_size in (8, 16, 32, 64, 128),
+            "block_size",
+            f"--block-size must be 8, 16, 32, 64 or 128, got {self.block_size}",
+        )
+        check(
+            self.kv_dtype in KV_DTYPES,
+            "kv_dtype",
+            f"--kv-dtype must be one of {KV_DTYPES}, got {self.kv_dtype!r}",
+        )
+        check(
+            self.weight_dtype in WEIGHT_DTYPES,
+            "dtype",
+            f"--dtype must be one of {WEIGHT_DTYPES}, got {self.weight_dtype!r}",
+        )
+        check(
+            self.sink_blocks >= 0 and self.recent_window_tokens >= 0,
+            "recent_window_tokens",
+            "sink blocks and the recent window must not be negative",
+        )
 
     @property
     def weight_dtype_bytes(self) -> int:
@@ -215,7 +242,11 @@ class MemoryPlan:
 
 
 def activation_peak_bytes(
-    spec: ModelSpec, num_tokens: int, num_sampled: int, act_bytes: int, kv_bytes: int,
+    spec: ModelSpec,
+    num_tokens: int,
+    num_sampled: int,
+    act_bytes: int,
+    kv_bytes: int,
     cold_stage_tokens: int = COLD_STAGE_TOKENS,
 ) -> int:
     """Peak live activations of one step of `num_tokens` (flash-style attention, no [T, ctx] scores).
@@ -239,8 +270,15 @@ def activation_peak_bytes(
     return residual + max(attn, mlp, logits)
 
 
-def decode_floor(weight_bytes: int, gpu_kv_bytes: int, cpu_kv_bytes: int, disk_kv_bytes: int,
-                 bw: Bandwidths, cold_path: str = "auto", num_layers: int = 0) -> DecodeFloor:
+def decode_floor(
+    weight_bytes: int,
+    gpu_kv_bytes: int,
+    cpu_kv_bytes: int,
+    disk_kv_bytes: int,
+    bw: Bandwidths,
+    cold_path: str = "auto",
+    num_layers: int = 0,
+) -> DecodeFloor:
     """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
     ("auto"/"stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared
     in the ratio of their rates), disk KV over disk, plus the per-layer step overhead."""
@@ -262,8 +300,16 @@ def decode_floor(weight_bytes: int, gpu_kv_bytes: int, cpu_kv_bytes: int, disk_k
     )
 
 
-def prefill_seconds(spec: ModelSpec, context_len: int, chunk: int, gpu_tokens: int, cpu_tokens: int,
-                    weight_bytes: int, kvpt: int, bw: Bandwidths) -> float:
+def prefill_seconds(
+    spec: ModelSpec,
+    context_len: int,
+    chunk: int,
+    gpu_tokens: int,
+    cpu_tokens: int,
+    weight_bytes: int,
+    kvpt: int,
+    bw: Bandwidths,
+) -> float:
     """Time to the first token: per chunk, compute overlapped with streaming its cold KV once.
 
     FLOPs per chunk of n tokens after s earlier ones: 2 * linear params * n (every matmul is a
@@ -349,18 +395,45 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     on_disk = min(ctx - on_gpu - on_cpu, disk_tokens) if can_spill else 0
     unplaced = ctx - on_gpu - on_cpu - on_disk
     seqs = _concurrency(ctx, gpu_tokens, max_context, hot, chunk, bs)
-    floor = decode_floor(weight_bytes, on_gpu * kvpt, on_cpu * kvpt, on_disk * kvpt, bw, request.cold_attention,
-                         spec.num_layers)
+    floor = decode_floor(
+        weight_bytes,
+        on_gpu * kvpt,
+        on_cpu * kvpt,
+        on_disk * kvpt,
+        bw,
+        request.cold_attention,
+        spec.num_layers,
+    )
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)
     fits = gpu_left >= 0 and gpu_tokens > 0 and unplaced == 0 and seqs >= 1
     return MemoryPlan(
-        preset=request.preset, request=request, bandwidths=bw, usable_vram_bytes=usable,
-        weight_bytes=weight_bytes, kv_bytes_per_token=kvpt, block_bytes=block_bytes,
-        activation_peak_bytes=activation, cuda_graph_reserve_bytes=graph, allocator_slack_bytes=slack,
-        runtime_reserve_bytes=runtime, gpu_kv_bytes=gpu_tokens // bs * block_bytes, gpu_kv_tokens=gpu_tokens,
-        cpu_kv_bytes=cpu_tokens // bs * block_bytes, cpu_kv_tokens=cpu_tokens,
-        disk_kv_bytes=disk_tokens // bs * block_bytes, disk_kv_tokens=disk_tokens,
-        min_gpu_kv_tokens=min_gpu, max_context=max_context, max_concurrent_seqs=seqs, context_len=ctx,
-        placed_gpu_tokens=on_gpu, placed_cpu_tokens=on_cpu, placed_disk_tokens=on_disk,
-        unplaced_tokens=unplaced, ttft_s=ttft, decode_tok_s=1.0 / floor.total_s, decode=floor, fits=fits,
+        preset=request.preset,
+        request=request,
+        bandwidths=bw,
+        usable_vram_bytes=usable,
+        weight_bytes=weight_bytes,
+        kv_bytes_per_token=kvpt,
+        block_bytes=block_bytes,
+        activation_peak_bytes=activation,
+        cuda_graph_reserve_bytes=graph,
+        allocator_slack_bytes=slack,
+        runtime_reserve_bytes=runtime,
+        gpu_kv_bytes=gpu_tokens // bs * block_bytes,
+        gpu_kv_tokens=gpu_tokens,
+        cpu_kv_bytes=cpu_tokens // bs * block_bytes,
+        cpu_kv_tokens=cpu_tokens,
+        disk_kv_bytes=disk_tokens // bs * block_bytes,
+        disk_kv_tokens=disk_tokens,
+        min_gpu_kv_tokens=min_gpu,
+        max_context=max_context,
+        max_concurrent_seqs=seqs,
+        context_len=ctx,
+        placed_gpu_tokens=on_gpu,
+        placed_cpu_tokens=on_cpu,
+        placed_disk_tokens=on_disk,
+        unplaced_tokens=unplaced,
+        ttft_s=ttft,
+        decode_tok_s=1.0 / floor.total_s,
+        decode=floor,
+        fits=fits,
     )

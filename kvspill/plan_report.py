@@ -35,8 +35,13 @@ def _gpu_ok(plan: MemoryPlan) -> bool:
 
 
 def _fixed_bytes(plan: MemoryPlan) -> int:
-    return (plan.weight_bytes + plan.activation_peak_bytes + plan.cuda_graph_reserve_bytes
-            + plan.allocator_slack_bytes + plan.runtime_reserve_bytes)
+    return (
+        plan.weight_bytes
+        + plan.activation_peak_bytes
+        + plan.cuda_graph_reserve_bytes
+        + plan.allocator_slack_bytes
+        + plan.runtime_reserve_bytes
+    )
 
 
 def _replan(plan: MemoryPlan, bandwidths: Bandwidths, **changes: Any) -> MemoryPlan:
@@ -51,7 +56,9 @@ def _gpu_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
     need = _fixed_bytes(plan) + need_tokens * plan.kv_bytes_per_token
     # The allocator slack grows with the usable VRAM: step up from the estimate until it holds.
     budget_gib = math.ceil(need / r.gpu_memory_utilization / GiB * 10) / 10
-    while budget_gib < 4096 and not _gpu_ok(_replan(plan, bandwidths, vram_budget_bytes=int(budget_gib * GiB))):
+    while budget_gib < 4096 and not _gpu_ok(
+        _replan(plan, bandwidths, vram_budget_bytes=int(budget_gib * GiB))
+    ):
         budget_gib = round(budget_gib + 0.1, 1)
     lines = [
         f"the GPU needs {format_bytes(need)}: weights {format_bytes(plan.weight_bytes)}, activations "
@@ -72,15 +79,19 @@ def _gpu_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
         )
     if r.weight_dtype_bytes > 2:
         half = _replan(plan, bandwidths, weight_dtype="bfloat16")
-        lines.append(f"--dtype bfloat16 halves the weights to {format_bytes(half.weight_bytes)}"
-                     + (" and fits" if half.fits else ""))
+        lines.append(
+            f"--dtype bfloat16 halves the weights to {format_bytes(half.weight_bytes)}"
+            + (" and fits" if half.fits else "")
+        )
     chunk = r.max_num_batched_tokens // 2
     while chunk >= 256:
         smaller = _replan(plan, bandwidths, max_num_batched_tokens=chunk)
         if _gpu_ok(smaller):
-            lines.append(f"--max-num-batched-tokens {chunk}: activations {format_bytes(plan.activation_peak_bytes)}"
-                         f" -> {format_bytes(smaller.activation_peak_bytes)}, hot set + chunk {smaller.min_gpu_kv_tokens}"
-                         " tokens")
+            lines.append(
+                f"--max-num-batched-tokens {chunk}: activations {format_bytes(plan.activation_peak_bytes)}"
+                f" -> {format_bytes(smaller.activation_peak_bytes)}, hot set + chunk {smaller.min_gpu_kv_tokens}"
+                " tokens"
+            )
             break
         chunk //= 2
     seqs = r.max_num_seqs // 2
@@ -88,7 +99,9 @@ def _gpu_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
         fewer = _replan(plan, bandwidths, max_num_seqs=seqs)
         if _gpu_ok(fewer):
             freed = _fixed_bytes(plan) - _fixed_bytes(fewer)
-            lines.append(f"--max-num-seqs {seqs}: frees {format_bytes(freed)} of logits and CUDA-graph memory")
+            lines.append(
+                f"--max-num-seqs {seqs}: frees {format_bytes(freed)} of logits and CUDA-graph memory"
+            )
             break
         seqs //= 2
     return lines
@@ -143,14 +156,20 @@ def notes_for(plan: MemoryPlan) -> list[str]:
     """Things worth knowing about a plan that are not failures."""
     r, notes = plan.request, []
     if plan.context_len > r.spec.max_position_embeddings:
-        notes.append(f"context {plan.context_len} is past the model's {r.spec.max_position_embeddings} "
-                     "positions: it needs --rope-scaling")
+        notes.append(
+            f"context {plan.context_len} is past the model's {r.spec.max_position_embeddings} "
+            "positions: it needs --rope-scaling"
+        )
     if plan.fits and r.max_num_seqs > plan.max_concurrent_seqs:
-        notes.append(f"sequences of {plan.context_len} tokens that fit at once: {plan.max_concurrent_seqs} "
-                     f"(of --max-num-seqs {r.max_num_seqs}); the others wait")
+        notes.append(
+            f"sequences of {plan.context_len} tokens that fit at once: {plan.max_concurrent_seqs} "
+            f"(of --max-num-seqs {r.max_num_seqs}); the others wait"
+        )
     if r.gpu_kv_budget_bytes is not None and plan.gpu_kv_bytes + plan.block_bytes <= r.gpu_kv_budget_bytes:
-        notes.append(f"a fixed GPU KV of {format_bytes(r.gpu_kv_budget_bytes)} was asked; "
-                     f"{format_bytes(plan.gpu_kv_bytes)} is left after weights and reserves")
+        notes.append(
+            f"a fixed GPU KV of {format_bytes(r.gpu_kv_budget_bytes)} was asked; "
+            f"{format_bytes(plan.gpu_kv_bytes)} is left after weights and reserves"
+        )
     return notes
 
 
@@ -161,7 +180,10 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
     reserves = plan.cuda_graph_reserve_bytes + plan.allocator_slack_bytes + plan.runtime_reserve_bytes
     kv_name = {1: "fp8", 2: "bf16/fp16", 4: "fp32"}[r.kv_dtype_bytes]
     return [
-        ("VRAM planned / budget", f"{format_bytes(plan.usable_vram_bytes)} / {format_bytes(r.vram_budget_bytes)}"),
+        (
+            "VRAM planned / budget",
+            f"{format_bytes(plan.usable_vram_bytes)} / {format_bytes(r.vram_budget_bytes)}",
+        ),
         ("weights", format_bytes(plan.weight_bytes)),
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)} {kv_name}"),
         (f"activations (chunk {r.max_num_batched_tokens})", format_bytes(plan.activation_peak_bytes)),
@@ -171,18 +193,34 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
         ("disk KV tier", f"{format_bytes(plan.disk_kv_bytes)} {format_tokens(plan.disk_kv_tokens)} tok"),
         ("max context (1 seq)", format_tokens(plan.max_context)),
         (f"max seqs @ {ctx}", str(plan.max_concurrent_seqs)),
-        (f"gpu/cpu/disk @ {ctx}", "/".join(format_tokens(n) for n in (
-            plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens))),
+        (
+            f"gpu/cpu/disk @ {ctx}",
+            "/".join(
+                format_tokens(n)
+                for n in (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens)
+            ),
+        ),
         (f"TTFT @ {ctx}", f"{plan.ttft_s:.3g} s" if plan.fits else "-"),
         (f"decode @ {ctx}", f"{plan.decode_tok_s:.3g} tok/s" if plan.fits else "-"),
-        ("cold split stream/cpu", f"{d.stream_fraction:.0%}/{1 - d.stream_fraction:.0%}" if d.streamed_bytes or d.cpu_attn_bytes else "-"),
-        ("step ms w+gpu+cold+disk+launch", "+".join(f"{s * 1e3:.3g}" for s in (
-            d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s, d.overhead_s))),
+        (
+            "cold split stream/cpu",
+            f"{d.stream_fraction:.0%}/{1 - d.stream_fraction:.0%}"
+            if d.streamed_bytes or d.cpu_attn_bytes
+            else "-",
+        ),
+        (
+            "step ms w+gpu+cold+disk+launch",
+            "+".join(
+                f"{s * 1e3:.3g}" for s in (d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s, d.overhead_s)
+            ),
+        ),
         ("fits", "yes" if plan.fits else "NO"),
     ]
 
 
-def format_plan_table(plans: Mapping[str, MemoryPlan] | Sequence[MemoryPlan], with_advice: bool = True) -> str:
+def format_plan_table(
+    plans: Mapping[str, MemoryPlan] | Sequence[MemoryPlan], with_advice: bool = True
+) -> str:
     """Plans side by side, one column each, then advice for those that do not fit."""
     items = list(plans.values()) if isinstance(plans, Mapping) else list(plans)
     if not items:
@@ -191,9 +229,13 @@ def format_plan_table(plans: Mapping[str, MemoryPlan] | Sequence[MemoryPlan], wi
     label_width = max(len(label) for label, _ in columns[0])
     widths = [max(len(p.preset), *(len(v) for _, v in col)) for p, col in zip(items, columns, strict=True)]
     spec = items[0].request.spec
-    lines = [f"model {spec.name or spec.architecture}: {spec.num_params / 1e9:.3g}B params, {spec.num_layers} layers, "
-             f"{spec.num_kv_heads}x{spec.head_dim} KV heads"]
-    lines.append(" ".join([" " * label_width] + [p.preset.rjust(w) for p, w in zip(items, widths, strict=True)]))
+    lines = [
+        f"model {spec.name or spec.architecture}: {spec.num_params / 1e9:.3g}B params, {spec.num_layers} layers, "
+        f"{spec.num_kv_heads}x{spec.head_dim} KV heads"
+    ]
+    lines.append(
+        " ".join([" " * label_width] + [p.preset.rjust(w) for p, w in zip(items, widths, strict=True)])
+    )
     for row, (label, _) in enumerate(columns[0]):
         cells = [col[row][1].rjust(w) for col, w in zip(columns, widths, strict=True)]
         lines.append(" ".join([label.ljust(label_width)] + cells))

@@ -29,10 +29,19 @@ EMBEDDED_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Bytes per element of the dtypes a weight or KV cache may be held in.
 DTYPE_BYTES: dict[str, int] = {
-    "float32": 4, "fp32": 4, "float": 4,
-    "bfloat16": 2, "bf16": 2,
-    "float16": 2, "fp16": 2, "half": 2,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
 }
 # GGUF tensor types stored as plain floats: their files hold weights at a known width.
 _GGUF_FLOAT_TYPES = {"F32": 4, "F16": 2, "BF16": 2}
@@ -61,11 +70,21 @@ class ModelSpec:
     name: str = ""  # where the spec came from (path, HF id or known-shape name)
 
     def __post_init__(self) -> None:
-        for field_name in ("num_layers", "hidden_size", "intermediate_size", "num_heads",
-                           "num_kv_heads", "head_dim", "vocab_size", "max_position_embeddings"):
+        for field_name in (
+            "num_layers",
+            "hidden_size",
+            "intermediate_size",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "vocab_size",
+            "max_position_embeddings",
+        ):
             value = getattr(self, field_name)
             if not isinstance(value, int) or value < 1:
-                raise UnsupportedModelError(f"model {self.name!r}: {field_name} must be a positive int, got {value!r}")
+                raise UnsupportedModelError(
+                    f"model {self.name!r}: {field_name} must be a positive int, got {value!r}"
+                )
         if self.num_heads % self.num_kv_heads:
             raise UnsupportedModelError(
                 f"model {self.name!r}: {self.num_heads} attention heads is not a multiple of "
@@ -286,18 +305,30 @@ def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
         mlp_bias="blk.0.ffn_up.bias" in tensors,
         qk_norm="blk.0.attn_q_norm.weight" in tensors,
         # Known only when every matrix is a plain float of one width; quantized: None.
-        weight_dtype_bytes=float_widths.pop() if len(float_widths) == 1 and None not in float_widths else None,
+        weight_dtype_bytes=float_widths.pop()
+        if len(float_widths) == 1 and None not in float_widths
+        else None,
         stored_weight_bytes=sum(int(t.n_bytes) for t in reader.tensors),
         name=path,
     )
 
 
-def _llama_shape(name: str, layers: int, hidden: int, inter: int, heads: int, kv_heads: int,
-                 head_dim: int, tied: bool) -> ModelSpec:
+def _llama_shape(
+    name: str, layers: int, hidden: int, inter: int, heads: int, kv_heads: int, head_dim: int, tied: bool
+) -> ModelSpec:
     return ModelSpec(
-        architecture="llama", num_layers=layers, hidden_size=hidden, intermediate_size=inter,
-        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=128256,
-        tie_word_embeddings=tied, max_position_embeddings=131072, weight_dtype_bytes=2, name=name,
+        architecture="llama",
+        num_layers=layers,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=128256,
+        tie_word_embeddings=tied,
+        max_position_embeddings=131072,
+        weight_dtype_bytes=2,
+        name=name,
     )
 
 

@@ -41,7 +41,9 @@ def model_spec_for(model: str | None) -> ModelSpec:
 
 
 def startup_plan(
-    config: EngineConfig, device_total_bytes: int | None, gpu_name: str | None,
+    config: EngineConfig,
+    device_total_bytes: int | None,
+    gpu_name: str | None,
     calibration: Bandwidths | None = None,
 ) -> StartupPlan | None:
     """The plan for this engine, or None when the model's shapes cannot be read ahead of loading."""
@@ -58,10 +60,16 @@ def startup_plan(
         vram, utilization = device_total_bytes, config.gpu_memory_utilization
     else:
         return None  # CPU device: no VRAM to plan; the KV pool is sized from RAM (runner/memory.py)
-    request = replace(request_from_engine_config(
-        config, spec, vram_budget_bytes=vram, ram_budget_bytes=config.cpu_kv_budget_bytes,
-        disk_budget_bytes=config.disk_kv_budget_bytes,
-    ), gpu_memory_utilization=utilization)
+    request = replace(
+        request_from_engine_config(
+            config,
+            spec,
+            vram_budget_bytes=vram,
+            ram_budget_bytes=config.cpu_kv_budget_bytes,
+            disk_budget_bytes=config.disk_kv_budget_bytes,
+        ),
+        gpu_memory_utilization=utilization,
+    )
     if calibration is not None:
         bandwidths = calibration.complete(bandwidths_for_gpu(calibration.gpu_name or gpu_name))
     else:
@@ -81,6 +89,7 @@ def enforce(startup: StartupPlan, config: EngineConfig, on_gpu: bool) -> None:
         logger.warning("the memory plan does not fit, going on with the KV size you set:\n%s", startup.table)
         return
     raise OutOfKVMemoryError(
-            "The memory plan does not fit:\n" + startup.table
-            + "\nChange one of the options above (the advice lines), or lower --max-model-len."
-        )
+        "The memory plan does not fit:\n"
+        + startup.table
+        + "\nChange one of the options above (the advice lines), or lower --max-model-len."
+    )

@@ -17,11 +17,24 @@ from kvspill.errors import InvalidParameterError
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 
 _UNITS = {
-    "": 1, "b": 1,
-    "k": KiB, "kib": KiB, "ki": KiB, "kb": 10**3,
-    "m": MiB, "mib": MiB, "mi": MiB, "mb": 10**6,
-    "g": GiB, "gib": GiB, "gi": GiB, "gb": 10**9,
-    "t": TiB, "tib": TiB, "ti": TiB, "tb": 10**12,
+    "": 1,
+    "b": 1,
+    "k": KiB,
+    "kib": KiB,
+    "ki": KiB,
+    "kb": 10**3,
+    "m": MiB,
+    "mib": MiB,
+    "mi": MiB,
+    "mb": 10**6,
+    "g": GiB,
+    "gib": GiB,
+    "gi": GiB,
+    "gb": 10**9,
+    "t": TiB,
+    "tib": TiB,
+    "ti": TiB,
+    "tb": 10**12,
 }
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
@@ -75,6 +88,8 @@ def parse_tokens(text: str | int, param: str = "context") -> int:
         return text
     match = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmM]?)\s*$", str(text))
     if match is None:
-        raise InvalidParameterError(param, f"{param}: cannot read {text!r} as a token count; e.g. 131072, 128K, 1M")
+        raise InvalidParameterError(
+            param, f"{param}: cannot read {text!r} as a token count; e.g. 131072, 128K, 1M"
+        )
     scale = {"": 1, "k": 1 << 10, "m": 1 << 20}[match.group(2).lower()]
     return int(round(float(match.group(1)) * scale))

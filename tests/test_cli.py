@@ -15,8 +15,19 @@ def _invoke(args: list[str]):
 
 
 def test_generate_on_a_local_model(tiny_llama_dir):
-    result = _invoke(["generate", "hello world", "--model", str(tiny_llama_dir), "--device", "cpu",
-                      "--max-tokens", "5", "--no-stream"])
+    result = _invoke(
+        [
+            "generate",
+            "hello world",
+            "--model",
+            str(tiny_llama_dir),
+            "--device",
+            "cpu",
+            "--max-tokens",
+            "5",
+            "--no-stream",
+        ]
+    )
     assert result.exit_code == 0, result.output
     assert "5 tokens" in result.output
 
@@ -55,13 +66,22 @@ def test_status_without_a_server_says_how_to_start_one():
 def test_status_reads_a_server(tiny_llama_dir):
     from kvspill.cli.ops_cmd import format_status
 
-    status = {"url": "http://x", "health": 200, "models": [{"id": "m", "max_model_len": 256}],
-              "kv": {"tiers": {"gpu": {"blocks": 8, "used_blocks": 2, "bytes": 800, "used_bytes": 200},
-                               "cpu": {"blocks": 0, "used_blocks": 0, "bytes": 0, "used_bytes": 0}},
-                     "scheduler": {"num_running": 1, "num_waiting": 0, "num_preemptions": 0},
-                     "requests": {"r1": {"status": "running", "num_gpu_blocks": 2, "num_cpu_blocks": 0,
-                                         "num_disk_blocks": 0}},
-                     "bytes_moved": {"gpu_to_cpu": 4096}}}
+    status = {
+        "url": "http://x",
+        "health": 200,
+        "models": [{"id": "m", "max_model_len": 256}],
+        "kv": {
+            "tiers": {
+                "gpu": {"blocks": 8, "used_blocks": 2, "bytes": 800, "used_bytes": 200},
+                "cpu": {"blocks": 0, "used_blocks": 0, "bytes": 0, "used_bytes": 0},
+            },
+            "scheduler": {"num_running": 1, "num_waiting": 0, "num_preemptions": 0},
+            "requests": {
+                "r1": {"status": "running", "num_gpu_blocks": 2, "num_cpu_blocks": 0, "num_disk_blocks": 0}
+            },
+            "bytes_moved": {"gpu_to_cpu": 4096},
+        },
+    }
     text = format_status(status)
     assert "ready" in text and "model m (max_model_len 256)" in text and "2/8 blocks" in text
     assert "r1: gpu 2 / cpu 0 / disk 0" in text and "gpu->cpu 4.0 KiB" in text

@@ -50,8 +50,12 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
     t0 = time.perf_counter()
     for _ in range(n):
         prompt = torch.randint(0, engine.vocab_size, (ctx,), generator=gen).tolist()
-        params = SamplingParams(temperature=0.0, max_tokens=1 + warmup + new_tokens + mixed_steps,
-                                ignore_eos=True, detokenize=False)
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=1 + warmup + new_tokens + mixed_steps,
+            ignore_eos=True,
+            detokenize=False,
+        )
         ids.append(engine.add_request(prompt, params))
     times: dict[str, list[float]] = {rid: [] for rid in ids}
     pure_s, pure_tokens = 0.0, 0
@@ -73,17 +77,28 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
     e2e = [(t[-1] - t0) * 1e3 for t in times.values()]
     total = sum(len(t) for t in times.values())
     wall = max(t[-1] for t in times.values()) - t0
-    return dict(ok=True, concurrency=n, decode_tok_s=round(pure_tokens / pure_s, 2) if pure_s else None,
-                pure_decode_steps=pure_tokens // n, output_tokens=total, wall_s=round(wall, 3),
-                output_tok_s=round(total / wall, 2), ttft_ms=latency_stats(ttft), itl_ms=latency_stats(itl), e2e_ms=latency_stats(e2e),
-                peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
-                peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None)
+    return dict(
+        ok=True,
+        concurrency=n,
+        decode_tok_s=round(pure_tokens / pure_s, 2) if pure_s else None,
+        pure_decode_steps=pure_tokens // n,
+        output_tokens=total,
+        wall_s=round(wall, 3),
+        output_tok_s=round(total / wall, 2),
+        ttft_ms=latency_stats(ttft),
+        itl_ms=latency_stats(itl),
+        e2e_ms=latency_stats(e2e),
+        peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
+        peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None,
+    )
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-3b")
-    ap.add_argument("--cap-gib", type=float, required=True, help="VRAM budget for this process (--vram-budget)")
+    ap.add_argument(
+        "--cap-gib", type=float, required=True, help="VRAM budget for this process (--vram-budget)"
+    )
     ap.add_argument("--ctx", type=int, nargs="+", required=True, help="prompt tokens per request")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1])
     ap.add_argument("--new-tokens", type=int, default=32)
@@ -101,7 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     n_max = max(args.concurrency)
     # Each request's budget grows by the mixed steps it may decode in while the others prefill.
-    max_len = max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens + (n_max - 1) * (max(args.ctx) // args.chunk + 2)
+    max_len = (
+        max(args.ctx)
+        + 1
+        + args.warmup_tokens
+        + args.new_tokens
+        + (n_max - 1) * (max(args.ctx) // args.chunk + 2)
+    )
     bench = setup_engine(args, max_len, max_num_seqs=max(8, n_max))
     engine, base = bench.engine, dict(bench.base, new_tokens=args.new_tokens)
     weight_bytes, kv_per_token, gpu_kv_tokens = bench.weight_bytes, bench.kv_per_token, bench.gpu_kv_tokens
@@ -113,15 +134,28 @@ def main(argv: list[str] | None = None) -> int:
                 rec = dict(base, ctx=ctx)
                 before = engine.kv_stats()["runner"]
                 try:
-                    rec.update(run_concurrent(engine, ctx, n, args.new_tokens, args.warmup_tokens, seed=ctx + n))
+                    rec.update(
+                        run_concurrent(engine, ctx, n, args.new_tokens, args.warmup_tokens, seed=ctx + n)
+                    )
                     hot = min(n * ctx, gpu_kv_tokens)
                     cold = n * ctx - hot
-                    floor_s = (weight_bytes + kv_per_token * hot) / (hbm_gbs * 1e9) + kv_per_token * cold / (h2d_gbs * 1e9)
-                    rec.update(floor_tok_s=round(n / floor_s, 2), hot_tokens=hot, cold_tokens=cold,
-                               floor_ratio=round((rec["decode_tok_s"] or 0) * floor_s / n, 3))
+                    floor_s = (weight_bytes + kv_per_token * hot) / (hbm_gbs * 1e9) + kv_per_token * cold / (
+                        h2d_gbs * 1e9
+                    )
+                    rec.update(
+                        floor_tok_s=round(n / floor_s, 2),
+                        hot_tokens=hot,
+                        cold_tokens=cold,
+                        floor_ratio=round((rec["decode_tok_s"] or 0) * floor_s / n, 3),
+                    )
                     after = engine.kv_stats()["runner"]
-                    rec["bytes_moved"] = int(sum(after.get(k, 0) - before.get(k, 0)
-                                                 for k in after if k.startswith("transfer_bytes_")))
+                    rec["bytes_moved"] = int(
+                        sum(
+                            after.get(k, 0) - before.get(k, 0)
+                            for k in after
+                            if k.startswith("transfer_bytes_")
+                        )
+                    )
                     rec["host_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
                 except torch.OutOfMemoryError as e:
                     rec.update(ok=False, concurrency=n, err=f"OOM: {str(e)[:200]}")

@@ -73,15 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     ttft, ours = _kvspill_decode_tok_s(llm, prompt, args.new_tokens)
     rows.append(("kvspill", str(dtype).removeprefix("torch."), ttft, ours))
     for hf_dtype in (torch.float32, dtype):
-        hf = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=hf_dtype).eval()
+        hf = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=hf_dtype
+        ).eval()
         ttft, tok_s = _hf_decode_tok_s(hf, prompt, args.new_tokens)
         rows.append(("transformers", str(hf_dtype).removeprefix("torch."), ttft, tok_s))
         del hf
         if hf_dtype == dtype:
             break
     result = dict(
-        date=datetime.date.today().isoformat(), cpu=platform.processor() or platform.machine(),
-        threads=args.threads, prompt_tokens=len(prompt), new_tokens=args.new_tokens,
+        date=datetime.date.today().isoformat(),
+        cpu=platform.processor() or platform.machine(),
+        threads=args.threads,
+        prompt_tokens=len(prompt),
+        new_tokens=args.new_tokens,
         rows=[dict(system=s, dtype=d, ttft_s=round(t, 4), decode_tok_s=round(r, 2)) for s, d, t, r in rows],
         speedup_vs_hf_default=round(ours / rows[1][3], 2),
         speedup_vs_hf_same_dtype=round(ours / rows[-1][3], 2),
@@ -89,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'system':<14}{'dtype':<10}{'TTFT s':>8}{'decode tok/s':>14}")
     for s, d, t, r in rows:
         print(f"{s:<14}{d:<10}{t:>8.3f}{r:>14.1f}")
-    print(f"speed-up: {result['speedup_vs_hf_default']}x vs transformers default (float32), "
-          f"{result['speedup_vs_hf_same_dtype']}x vs transformers in {rows[0][1]}")
+    print(
+        f"speed-up: {result['speedup_vs_hf_default']}x vs transformers default (float32), "
+        f"{result['speedup_vs_hf_same_dtype']}x vs transformers in {rows[0][1]}"
+    )
     if args.out:
         with open(args.out, "a") as f:
             f.write(json.dumps(result) + "\n")

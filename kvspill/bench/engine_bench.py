@@ -31,8 +31,9 @@ GIB = 2**30
 def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int, seed: int) -> dict:
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, engine.vocab_size, (ctx,), generator=gen).tolist()
-    params = SamplingParams(temperature=0.0, max_tokens=1 + warmup_tokens + new_tokens,
-                            ignore_eos=True, detokenize=False)
+    params = SamplingParams(
+        temperature=0.0, max_tokens=1 + warmup_tokens + new_tokens, ignore_eos=True, detokenize=False
+    )
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -45,15 +46,22 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
     ttft = token_times[0] - t0
     decode_span = token_times[-1] - token_times[warmup_tokens]
     n = len(token_times) - 1 - warmup_tokens
-    return dict(ok=True, ttft_s=round(ttft, 4), decode_tok_s=round(n / decode_span, 2),
-                new_tokens=n, peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
-                peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3))
+    return dict(
+        ok=True,
+        ttft_s=round(ttft, 4),
+        decode_tok_s=round(n / decode_span, 2),
+        new_tokens=n,
+        peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
+        peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3),
+    )
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-1b")
-    ap.add_argument("--cap-gib", type=float, required=True, help="VRAM budget for this process (--vram-budget)")
+    ap.add_argument(
+        "--cap-gib", type=float, required=True, help="VRAM budget for this process (--vram-budget)"
+    )
     ap.add_argument("--ctx", type=int, nargs="+", required=True)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--warmup-tokens", type=int, default=8)
@@ -61,8 +69,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
     ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
     ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream or split")
-    ap.add_argument("--no-async-scheduling", dest="async_scheduling", action="store_false",
-                    help="read each step's tokens before scheduling the next (the A/B of async scheduling)")
+    ap.add_argument(
+        "--no-async-scheduling",
+        dest="async_scheduling",
+        action="store_false",
+        help="read each step's tokens before scheduling the next (the A/B of async scheduling)",
+    )
     ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill.jsonl"))
     return ap.parse_args(argv)
@@ -87,22 +99,44 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     device = torch.device("cuda")
     h2d_gbs, _, hbm_gbs = measure_copy_gbs(device, 2 * GIB)
     config = EngineConfig(
-        model=f"random:{args.shape}", max_model_len=-(-max_len // 1024) * 1024,
-        max_num_batched_tokens=args.chunk, max_num_seqs=max_num_seqs, vram_budget_bytes=int(args.cap_gib * GIB),
-        enable_prefix_caching=False, cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
-        hot_window_tokens=args.hot_window, cold_attention=args.cold_attention,
+        model=f"random:{args.shape}",
+        max_model_len=-(-max_len // 1024) * 1024,
+        max_num_batched_tokens=args.chunk,
+        max_num_seqs=max_num_seqs,
+        vram_budget_bytes=int(args.cap_gib * GIB),
+        enable_prefix_caching=False,
+        cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
+        hot_window_tokens=args.hot_window,
+        cold_attention=args.cold_attention,
         async_scheduling=getattr(args, "async_scheduling", True),
     )
     engine = LLMEngine(config)
     weight_bytes = sum(p.numel() * p.element_size() for p in engine.bundle.loaded.model.parameters())
     mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
-    base = dict(system="kvspill-0.1.0", shape=args.shape, cap_gib=args.cap_gib,
-                card=torch.cuda.get_device_name(device), date=datetime.date.today().isoformat(),
-                mode=mode, hbm_copy_gbs=round(hbm_gbs, 1), h2d_gbs=round(h2d_gbs, 1),
-                weight_gib=round(weight_bytes / GIB, 3), gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
-                cpu_kv_gib=args.cpu_kv_gib, chunk=args.chunk, async_scheduling=engine.async_scheduling)
-    return BenchSetup(engine, base, hbm_gbs, h2d_gbs, weight_bytes, engine.bundle.storage.layout.bytes_per_token,
-                      engine.bundle.num_blocks * config.block_size)
+    base = dict(
+        system="kvspill-0.1.0",
+        shape=args.shape,
+        cap_gib=args.cap_gib,
+        card=torch.cuda.get_device_name(device),
+        date=datetime.date.today().isoformat(),
+        mode=mode,
+        hbm_copy_gbs=round(hbm_gbs, 1),
+        h2d_gbs=round(h2d_gbs, 1),
+        weight_gib=round(weight_bytes / GIB, 3),
+        gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
+        cpu_kv_gib=args.cpu_kv_gib,
+        chunk=args.chunk,
+        async_scheduling=engine.async_scheduling,
+    )
+    return BenchSetup(
+        engine,
+        base,
+        hbm_gbs,
+        h2d_gbs,
+        weight_bytes,
+        engine.bundle.storage.layout.bytes_per_token,
+        engine.bundle.num_blocks * config.block_size,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,12 +152,27 @@ def main(argv: list[str] | None = None) -> int:
             before = engine.kv_stats()["runner"]
             try:
                 rec.update(run_context(engine, ctx, args.new_tokens, args.warmup_tokens, seed=ctx))
-                rec.update(_floor_and_plan(engine, config, ctx, weight_bytes, kv_per_token, gpu_kv_tokens,
-                                           hbm_gbs, h2d_gbs, rec["decode_tok_s"]))
+                rec.update(
+                    _floor_and_plan(
+                        engine,
+                        config,
+                        ctx,
+                        weight_bytes,
+                        kv_per_token,
+                        gpu_kv_tokens,
+                        hbm_gbs,
+                        h2d_gbs,
+                        rec["decode_tok_s"],
+                    )
+                )
                 after = engine.kv_stats()["runner"]
-                moved = sum(after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("transfer_bytes_"))
-                rec.update(bytes_moved=int(moved),
-                           host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3))
+                moved = sum(
+                    after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("transfer_bytes_")
+                )
+                rec.update(
+                    bytes_moved=int(moved),
+                    host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+                )
             except torch.OutOfMemoryError as e:
                 rec.update(ok=False, err=f"OOM: {str(e)[:200]}")
             print(json.dumps(rec), flush=True)
@@ -131,8 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _floor_and_plan(engine: LLMEngine, config: EngineConfig, ctx: int, weight_bytes: int, kv_per_token: int,
-                    gpu_kv_tokens: int, hbm_gbs: float, h2d_gbs: float, measured: float) -> dict:
+def _floor_and_plan(
+    engine: LLMEngine,
+    config: EngineConfig,
+    ctx: int,
+    weight_bytes: int,
+    kv_per_token: int,
+    gpu_kv_tokens: int,
+    hbm_gbs: float,
+    h2d_gbs: float,
+    measured: float,
+) -> dict:
     """The floor of this run's placement (hot KV over HBM, cold KV over pinned H2D: the stream
     path's bound) and the plan's predicted decode speed, both beside the measured figure."""
     from dataclasses import replace
@@ -142,17 +200,30 @@ def _floor_and_plan(engine: LLMEngine, config: EngineConfig, ctx: int, weight_by
     # The scheduler spills only when the gpu tier is full: what does not fit there is cold.
     hot_tokens = min(ctx, gpu_kv_tokens)
     cold_tokens = ctx - hot_tokens
-    floor_s = (weight_bytes + kv_per_token * hot_tokens) / (hbm_gbs * 1e9) + kv_per_token * cold_tokens / (h2d_gbs * 1e9)
+    floor_s = (weight_bytes + kv_per_token * hot_tokens) / (hbm_gbs * 1e9) + kv_per_token * cold_tokens / (
+        h2d_gbs * 1e9
+    )
     from kvspill.calibrate import load_calibration
 
-    planned = startup_plan(replace(config, max_model_len=ctx), torch.cuda.get_device_properties(0).total_memory,
-                           torch.cuda.get_device_name(0), load_calibration())
-    out = dict(floor_tok_s=round(1 / floor_s, 2), floor_ratio=round(measured * floor_s, 3),
-               hot_tokens=hot_tokens, cold_tokens=cold_tokens, bytes_per_token=weight_bytes + kv_per_token * ctx)
+    planned = startup_plan(
+        replace(config, max_model_len=ctx),
+        torch.cuda.get_device_properties(0).total_memory,
+        torch.cuda.get_device_name(0),
+        load_calibration(),
+    )
+    out = dict(
+        floor_tok_s=round(1 / floor_s, 2),
+        floor_ratio=round(measured * floor_s, 3),
+        hot_tokens=hot_tokens,
+        cold_tokens=cold_tokens,
+        bytes_per_token=weight_bytes + kv_per_token * ctx,
+    )
     if planned is not None:
-        out.update(plan_decode_tok_s=round(planned.plan.decode_tok_s, 2),
-                   plan_vs_measured=round(planned.plan.decode_tok_s / measured, 3),
-                   plan_placement=[planned.plan.placed_gpu_tokens, planned.plan.placed_cpu_tokens])
+        out.update(
+            plan_decode_tok_s=round(planned.plan.decode_tok_s, 2),
+            plan_vs_measured=round(planned.plan.decode_tok_s / measured, 3),
+            plan_placement=[planned.plan.placed_gpu_tokens, planned.plan.placed_cpu_tokens],
+        )
     return out
 
 

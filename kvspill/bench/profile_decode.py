@@ -46,9 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernels", type=int, default=0, help="also profile this many decode steps per kernel")
     ap.add_argument("--no-async-scheduling", dest="async_scheduling", action="store_false")
     args = ap.parse_args(argv)
-    engine = LLMEngine(EngineConfig(model=f"random:{args.shape}", max_model_len=args.ctx + args.steps + 64,
-                                    max_num_batched_tokens=4096, max_num_seqs=8, enable_prefix_caching=False,
-                                    kv_cache_memory_bytes=4 * 2**30, async_scheduling=args.async_scheduling))
+    engine = LLMEngine(
+        EngineConfig(
+            model=f"random:{args.shape}",
+            max_model_len=args.ctx + args.steps + 64,
+            max_num_batched_tokens=4096,
+            max_num_seqs=8,
+            enable_prefix_caching=False,
+            kv_cache_memory_bytes=4 * 2**30,
+            async_scheduling=args.async_scheduling,
+        )
+    )
     times: dict[str, list[float]] = defaultdict(list)
     sched, runner = engine.scheduler, engine.runner
     sched.schedule = _timed(times["schedule"], sched.schedule)  # type: ignore[method-assign]
@@ -71,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
 
         graphs.run = _timed(times["graph copy+replay"], run_with_events)  # type: ignore[method-assign]
     prompt = torch.randint(0, engine.vocab_size, (args.ctx,)).tolist()
-    engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=args.steps, ignore_eos=True, detokenize=False))
+    engine.add_request(
+        prompt, SamplingParams(temperature=0, max_tokens=args.steps, ignore_eos=True, detokenize=False)
+    )
     step_times = []
     while engine.has_unfinished_requests():
         t = time.perf_counter()
@@ -83,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     gpu_ms = [start.elapsed_time(end) for start, end in events]
     skip = 10
     mode = "async" if engine.async_scheduling else "sync"
-    print(f"{args.shape} ctx {args.ctx}: {len(step_times)} steps on {torch.cuda.get_device_name()} ({mode} scheduling)")
+    print(
+        f"{args.shape} ctx {args.ctx}: {len(step_times)} steps on {torch.cuda.get_device_name()} ({mode} scheduling)"
+    )
     print(f"  engine.step        {statistics.median(step_times[skip:]) * 1e3:8.3f} ms")
     for name, values in times.items():
         print(f"  {name:<20} {statistics.median(values[skip:]) * 1e3:8.3f} ms")

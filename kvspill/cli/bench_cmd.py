@@ -31,10 +31,14 @@ def _bench() -> None:
 def serve(
     url: Annotated[str, typer.Option(envvar="KVSPILL_URL", help="The server.")] = "http://127.0.0.1:8000",
     concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at once.")] = 1,
-    num_requests: Annotated[int | None, typer.Option(min=1, help="Requests in all (default: 4 x concurrency).")] = None,
+    num_requests: Annotated[
+        int | None, typer.Option(min=1, help="Requests in all (default: 4 x concurrency).")
+    ] = None,
     prompt_len: Annotated[int, typer.Option(min=1, help="Prompt tokens per request (random ids).")] = 128,
     max_tokens: Annotated[int, typer.Option(min=1, help="Output tokens per request.")] = 128,
-    model: Annotated[str | None, typer.Option(help="Model name (default: the first from /v1/models).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model name (default: the first from /v1/models).")
+    ] = None,
     api_key: Annotated[str | None, typer.Option(envvar="KVSPILL_API_KEY", help="Bearer token.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random prompts.")] = 0,
     max_token_id: Annotated[int, typer.Option(min=5, help="Largest random prompt token id.")] = 255,
@@ -44,9 +48,18 @@ def serve(
     """Send streaming completions at a fixed concurrency; report TTFT, ITL, E2E, tokens/s and errors."""
     from kvspill.loadgen import LoadConfig, format_table, run_load
 
-    cfg = LoadConfig(url=url, concurrency=concurrency, num_requests=num_requests, prompt_len=prompt_len,
-                     max_tokens=max_tokens, model=model, api_key=api_key, seed=seed,
-                     max_token_id=max_token_id, timeout_s=timeout)
+    cfg = LoadConfig(
+        url=url,
+        concurrency=concurrency,
+        num_requests=num_requests,
+        prompt_len=prompt_len,
+        max_tokens=max_tokens,
+        model=model,
+        api_key=api_key,
+        seed=seed,
+        max_token_id=max_token_id,
+        timeout_s=timeout,
+    )
     summary = asyncio.run(run_load(cfg))
     typer.echo(format_table(summary))
     line = json.dumps(summary)

@@ -42,7 +42,9 @@ from kvspill.cli.main import (
 )
 from kvspill.errors import KvspillError
 
-OutOpt = Annotated[Path, typer.Option(help="Folder for results.jsonl, results.csv, PNG plots and report.md (created).")]
+OutOpt = Annotated[
+    Path, typer.Option(help="Folder for results.jsonl, results.csv, PNG plots and report.md (created).")
+]
 UrlOpt = Annotated[str | None, typer.Option(help="Run against this server instead of an in-process engine.")]
 ApiKeyOpt = Annotated[str | None, typer.Option(envvar="KVSPILL_API_KEY", help="Bearer token for --url.")]
 NewTokOpt = Annotated[int, typer.Option(min=1, help="Output tokens per request (EOS ignored).")]
@@ -57,7 +59,9 @@ def _engine_config(options: dict[str, Any]) -> Any:
     from kvspill.config import EngineConfig
 
     opts = EngineFlags.from_options(options).engine_options()
-    return EngineConfig(**opts, cold_attention=options["cold_attention"], hot_window_tokens=options["hot_window_tokens"])
+    return EngineConfig(
+        **opts, cold_attention=options["cold_attention"], hot_window_tokens=options["hot_window_tokens"]
+    )
 
 
 def _fail(e: Exception) -> None:
@@ -85,8 +89,12 @@ def _progress(description: str, total: float) -> Iterator[Callable[[float], None
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True)) as bar:
         task = bar.add_task(description, total=total)
         yield lambda amount: bar.advance(task, amount)
@@ -112,18 +120,39 @@ def _finish(paths: list[Path], lines: list[str], out: Path) -> None:
 
 def progressive(
     out: OutOpt = Path("bench-progressive"),
-    url: UrlOpt = None, api_key: ApiKeyOpt = None,
-    contexts: Annotated[str | None, typer.Option(help="Contexts to run, e.g. 4K,8K,16K (default: doubling).")] = None,
+    url: UrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    contexts: Annotated[
+        str | None, typer.Option(help="Contexts to run, e.g. 4K,8K,16K (default: doubling).")
+    ] = None,
     start_context: Annotated[str, typer.Option(help="First context of the doubling sweep.")] = "4K",
-    max_context: Annotated[str | None, typer.Option(help="Last context of the sweep (default: the plan's "
-                                                    "maximum, within the model length).")] = None,
-    new_tokens: NewTokOpt = 32, seed: SeedOpt = 0, warmup: WarmupOpt = True,
-    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", max_model_len: MaxLenOpt = None,
-    block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048, max_num_seqs: SeqsOpt = 64,
-    rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False, vram_budget: VramOpt = None,
-    gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None, disk_kv_budget: DiskKvOpt = None,
-    kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto", cpu_attention_threads: CpuThreadsOpt = None,
-    cold_attention: ColdOpt = "auto", hot_window_tokens: HotOpt = 1024,
+    max_context: Annotated[
+        str | None,
+        typer.Option(
+            help="Last context of the sweep (default: the plan's maximum, within the model length)."
+        ),
+    ] = None,
+    new_tokens: NewTokOpt = 32,
+    seed: SeedOpt = 0,
+    warmup: WarmupOpt = True,
+    model: ModelOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None,
+    block_size: BlockOpt = 16,
+    max_num_batched_tokens: BudgetOpt = 2048,
+    max_num_seqs: SeqsOpt = 64,
+    rope_scaling: RopeOpt = None,
+    enforce_eager: EagerOpt = False,
+    vram_budget: VramOpt = None,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    cpu_kv_budget: CpuKvOpt = None,
+    disk_kv_budget: DiskKvOpt = None,
+    kv_disk_dir: DiskDirOpt = None,
+    attention: AttnOpt = "auto",
+    cpu_attention_threads: CpuThreadsOpt = None,
+    cold_attention: ColdOpt = "auto",
+    hot_window_tokens: HotOpt = 1024,
 ) -> None:
     """Raise the context on one model and configuration until it fails; report the largest stable one."""
     from kvspill.bench.suites import configs
@@ -149,8 +178,9 @@ def progressive(
         base = {**run_header("progressive"), "mode": target.label}
         info = target.info()
         with _progress("progressive", len(ctx_list)) as advance:
-            result = suite.run_progressive(target, ctx_list, new_tokens, seed=seed, warmup=warmup,
-                                           advance=advance, base_row=base)
+            result = suite.run_progressive(
+                target, ctx_list, new_tokens, seed=seed, warmup=warmup, advance=advance, base_row=base
+            )
     except KvspillError as e:
         _fail(e)
         return
@@ -172,25 +202,44 @@ def _context_range(text: str) -> tuple[int, int]:
     try:
         return parse_tokens(lo, "--context-range"), parse_tokens(hi, "--context-range")
     except InvalidParameterError:
-        raise InvalidParameterError("context_range", f"--context-range expects MIN:MAX such as 512:4K, "
-                                    f"got {text!r}") from None
+        raise InvalidParameterError(
+            "context_range", f"--context-range expects MIN:MAX such as 512:4K, got {text!r}"
+        ) from None
 
 
 def stability(
     out: OutOpt = Path("bench-stability"),
-    url: UrlOpt = None, api_key: ApiKeyOpt = None,
+    url: UrlOpt = None,
+    api_key: ApiKeyOpt = None,
     duration: Annotated[float, typer.Option(help="Seconds of load.")] = 60.0,
     concurrency: Annotated[int, typer.Option(help="Requests in flight at once (one wave).")] = 4,
     context_range: Annotated[str, typer.Option(help="Prompt lengths MIN:MAX, drawn uniformly.")] = "512:4K",
-    max_rss_growth: Annotated[str, typer.Option(help="Largest host-RSS growth over the second half.")] = "64MiB",
-    max_gpu_growth: Annotated[str, typer.Option(help="Largest GPU-memory growth over the second half.")] = "64MiB",
-    new_tokens: NewTokOpt = 32, seed: SeedOpt = 0,
-    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", max_model_len: MaxLenOpt = None,
-    block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048, max_num_seqs: SeqsOpt = 64,
-    rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False, vram_budget: VramOpt = None,
-    gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None, disk_kv_budget: DiskKvOpt = None,
-    kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto", cpu_attention_threads: CpuThreadsOpt = None,
-    cold_attention: ColdOpt = "auto", hot_window_tokens: HotOpt = 1024,
+    max_rss_growth: Annotated[
+        str, typer.Option(help="Largest host-RSS growth over the second half.")
+    ] = "64MiB",
+    max_gpu_growth: Annotated[
+        str, typer.Option(help="Largest GPU-memory growth over the second half.")
+    ] = "64MiB",
+    new_tokens: NewTokOpt = 32,
+    seed: SeedOpt = 0,
+    model: ModelOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None,
+    block_size: BlockOpt = 16,
+    max_num_batched_tokens: BudgetOpt = 2048,
+    max_num_seqs: SeqsOpt = 64,
+    rope_scaling: RopeOpt = None,
+    enforce_eager: EagerOpt = False,
+    vram_budget: VramOpt = None,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    cpu_kv_budget: CpuKvOpt = None,
+    disk_kv_budget: DiskKvOpt = None,
+    kv_disk_dir: DiskDirOpt = None,
+    attention: AttnOpt = "auto",
+    cpu_attention_threads: CpuThreadsOpt = None,
+    cold_attention: ColdOpt = "auto",
+    hot_window_tokens: HotOpt = 1024,
 ) -> None:
     """A mixed load for a duration; pass only with zero errors and no upward memory trend."""
     from kvspill.bench.suites import configs
@@ -202,9 +251,16 @@ def stability(
     command = _command_line("stability", stability, options)
     try:
         lo, hi = _context_range(context_range)
-        cfg = suite.StabilityConfig(duration, concurrency, lo, hi, new_tokens, seed=seed,
-                                    max_rss_growth_bytes=parse_bytes(max_rss_growth, "--max-rss-growth"),
-                                    max_gpu_growth_bytes=parse_bytes(max_gpu_growth, "--max-gpu-growth"))
+        cfg = suite.StabilityConfig(
+            duration,
+            concurrency,
+            lo,
+            hi,
+            new_tokens,
+            seed=seed,
+            max_rss_growth_bytes=parse_bytes(max_rss_growth, "--max-rss-growth"),
+            max_gpu_growth_bytes=parse_bytes(max_gpu_growth, "--max-gpu-growth"),
+        )
         target = _target(url, api_key, options)
     except KvspillError as e:
         _fail(e)
@@ -226,8 +282,9 @@ def stability(
         raise typer.Exit(1)
 
 
-def _engine_factories(options: dict[str, Any], names: list[str], ctx_list: list[int], new_tokens: int,
-                      tier_cap: str | None) -> tuple[list[tuple[str, Any]], dict[str, str]]:
+def _engine_factories(
+    options: dict[str, Any], names: list[str], ctx_list: list[int], new_tokens: int, tier_cap: str | None
+) -> tuple[list[tuple[str, Any]], dict[str, str]]:
     """(label, factory) per named configuration, and a description of each with its options."""
     from kvspill.bench.suites import configs
     from kvspill.bench.suites.compare import IsolatedEngine
@@ -263,23 +320,52 @@ def _engine_factories(options: dict[str, Any], names: list[str], ctx_list: list[
 
 def compare(
     out: OutOpt = Path("bench-compare"),
-    configs_: Annotated[str | None, typer.Option("--configs", help="Comma-separated configurations: default, "
-                        "extended, extreme, offload-off, offload-on, cpu-attention, stream, cold-cpu "
-                        "(default: the three presets). There is no cpu-offloaded-weights mode in the engine.")] = None,
-    url: Annotated[list[str] | None, typer.Option(help="LABEL=URL of a server to compare (repeatable); "
-                                                  "replaces the in-process configurations.")] = None,
+    configs_: Annotated[
+        str | None,
+        typer.Option(
+            "--configs",
+            help="Comma-separated configurations: default, "
+            "extended, extreme, offload-off, offload-on, cpu-attention, stream, cold-cpu "
+            "(default: the three presets). There is no cpu-offloaded-weights mode in the engine.",
+        ),
+    ] = None,
+    url: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="LABEL=URL of a server to compare (repeatable); replaces the in-process configurations."
+        ),
+    ] = None,
     api_key: ApiKeyOpt = None,
     contexts: Annotated[str, typer.Option(help="Contexts to run, e.g. 4K,8K,16K.")] = "4K,8K,16K,32K",
-    tier_cap: Annotated[str | None, typer.Option(help="Upper bound on each configuration's cpu and disk KV "
-                                                 "tier, e.g. 8GiB (the presets otherwise size them for "
-                                                 "this host: up to 80% of its RAM).")] = None,
-    new_tokens: NewTokOpt = 32, seed: SeedOpt = 0, warmup: WarmupOpt = True,
-    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto", max_model_len: MaxLenOpt = None,
-    block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048, max_num_seqs: SeqsOpt = 64,
-    rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False, vram_budget: VramOpt = None,
-    gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None, disk_kv_budget: DiskKvOpt = None,
-    kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto", cpu_attention_threads: CpuThreadsOpt = None,
-    cold_attention: ColdOpt = "auto", hot_window_tokens: HotOpt = 1024,
+    tier_cap: Annotated[
+        str | None,
+        typer.Option(
+            help="Upper bound on each configuration's cpu and disk KV "
+            "tier, e.g. 8GiB (the presets otherwise size them for "
+            "this host: up to 80% of its RAM)."
+        ),
+    ] = None,
+    new_tokens: NewTokOpt = 32,
+    seed: SeedOpt = 0,
+    warmup: WarmupOpt = True,
+    model: ModelOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None,
+    block_size: BlockOpt = 16,
+    max_num_batched_tokens: BudgetOpt = 2048,
+    max_num_seqs: SeqsOpt = 64,
+    rope_scaling: RopeOpt = None,
+    enforce_eager: EagerOpt = False,
+    vram_budget: VramOpt = None,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    cpu_kv_budget: CpuKvOpt = None,
+    disk_kv_budget: DiskKvOpt = None,
+    kv_disk_dir: DiskDirOpt = None,
+    attention: AttnOpt = "auto",
+    cpu_attention_threads: CpuThreadsOpt = None,
+    cold_attention: ColdOpt = "auto",
+    hot_window_tokens: HotOpt = 1024,
 ) -> None:
     """The same workload under several configurations (or servers), side by side."""
     from kvspill.bench.suites import compare as suite
@@ -294,9 +380,14 @@ def compare(
         ctx_list = configs.parse_contexts(contexts)
         if url:
             if configs_ is not None:
-                raise InvalidParameterError("configs", "with --url the configurations are the servers' own: "
-                                            "drop --configs, or drop --url to compare in-process configurations")
-            servers = [UrlTarget(u, label=label, api_key=api_key) for label, u in configs.parse_url_labels(url)]
+                raise InvalidParameterError(
+                    "configs",
+                    "with --url the configurations are the servers' own: "
+                    "drop --configs, or drop --url to compare in-process configurations",
+                )
+            servers = [
+                UrlTarget(u, label=label, api_key=api_key) for label, u in configs.parse_url_labels(url)
+            ]
             for s in servers:
                 configs.check_contexts(ctx_list, new_tokens, s.max_model_len)
             factories: list[tuple[str, Any]] = [(s.label, lambda s=s: s) for s in servers]
@@ -309,12 +400,16 @@ def compare(
         return
     header = run_header("compare")
     with _progress("compare", len(factories) * len(ctx_list)) as advance:
-        result = suite.run_compare(factories, ctx_list, new_tokens, seed=seed, warmup=warmup, advance=advance,
-                                   base_row=header)
+        result = suite.run_compare(
+            factories, ctx_list, new_tokens, seed=seed, warmup=warmup, advance=advance, base_row=header
+        )
     paths = suite.write_results(out, result, header, descriptions, [configs.NO_WEIGHT_OFFLOAD], command)
     _, decode = suite.pivot(result.rows, "decode_tok_s")
-    lines = [f"{label}: decode tok/s " + ", ".join(f"{c}: {v if v is not None else 'failed'}" for c, v in row.items())
-             for label, row in decode.items()]
+    lines = [
+        f"{label}: decode tok/s "
+        + ", ".join(f"{c}: {v if v is not None else 'failed'}" for c, v in row.items())
+        for label, row in decode.items()
+    ]
     _finish(paths, lines, out)
 
 

@@ -47,9 +47,14 @@ class EngineFlags:
         from kvspill.config import parse_rope_scaling
 
         return dict(
-            model=self.model, device=self.device, dtype=self.dtype, max_model_len=self.max_model_len,
-            block_size=self.block_size, max_num_batched_tokens=self.max_num_batched_tokens,
-            max_num_seqs=self.max_num_seqs, enforce_eager=self.enforce_eager,
+            model=self.model,
+            device=self.device,
+            dtype=self.dtype,
+            max_model_len=self.max_model_len,
+            block_size=self.block_size,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            enforce_eager=self.enforce_eager,
             async_scheduling=self.async_scheduling,
             rope_scaling=parse_rope_scaling(self.rope_scaling) if self.rope_scaling else None,
             **self.memory.engine_options(),
@@ -77,20 +82,32 @@ class MemoryFlags:
             vram_budget_bytes=parse_bytes(self.vram_budget, "vram_budget") if self.vram_budget else None,
             gpu_memory_utilization=self.gpu_memory_utilization,
             cpu_kv_budget_bytes=parse_bytes(self.cpu_kv_budget, "cpu_kv_budget") if self.cpu_kv_budget else 0,
-            disk_kv_budget_bytes=parse_bytes(self.disk_kv_budget, "disk_kv_budget") if self.disk_kv_budget else 0,
-            kv_disk_dir=self.kv_disk_dir, attention=self.attention,
+            disk_kv_budget_bytes=parse_bytes(self.disk_kv_budget, "disk_kv_budget")
+            if self.disk_kv_budget
+            else 0,
+            kv_disk_dir=self.kv_disk_dir,
+            attention=self.attention,
             cpu_attention_threads=self.cpu_attention_threads,
         )
 
 
-ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).",
+    ),
+]
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 DtypeOpt = Annotated[str, typer.Option(help="auto, float32, float16 or bfloat16.")]
 MaxLenOpt = Annotated[int | None, typer.Option(help="Context length (default: the model's).")]
 BlockOpt = Annotated[int, typer.Option(help="Tokens per KV block.")]
 BudgetOpt = Annotated[int, typer.Option(help="Token budget per step (prefill chunk size).")]
 SeqsOpt = Annotated[int, typer.Option(help="Most sequences running at once.")]
-RopeOpt = Annotated[str | None, typer.Option(help="RoPE scaling override: TYPE:FACTOR (e.g. yarn:4) or JSON.")]
+RopeOpt = Annotated[
+    str | None, typer.Option(help="RoPE scaling override: TYPE:FACTOR (e.g. yarn:4) or JSON.")
+]
 EagerOpt = Annotated[bool, typer.Option(help="Disable CUDA graphs.")]
 VramOpt = Annotated[str | None, typer.Option(help="Hard ceiling for GPU memory, e.g. 16GiB.")]
 UtilOpt = Annotated[float, typer.Option(help="Fraction of the card to use when no --vram-budget.")]
@@ -98,7 +115,9 @@ CpuKvOpt = Annotated[str | None, typer.Option(help="Pinned RAM for cold KV, e.g.
 DiskKvOpt = Annotated[str | None, typer.Option(help="Disk space for colder KV, e.g. 200GiB.")]
 DiskDirOpt = Annotated[str | None, typer.Option(help="Directory of the disk KV tier.")]
 AttnOpt = Annotated[str, typer.Option(help="auto, or cpu: all KV in RAM, decode attention on the CPU.")]
-CpuThreadsOpt = Annotated[int | None, typer.Option(help="Threads (pinned to their own cores) for CPU attention.")]
+CpuThreadsOpt = Annotated[
+    int | None, typer.Option(help="Threads (pinned to their own cores) for CPU attention.")
+]
 
 
 def _fail(e: Exception) -> None:
@@ -113,26 +132,45 @@ def _make_llm(flags: EngineFlags) -> Any:
     return LLM(opts.pop("model"), **opts)
 
 
-def _sampling(max_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None,
-              stop: list[str] | None) -> Any:
+def _sampling(
+    max_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None, stop: list[str] | None
+) -> Any:
     from kvspill.sampling_params import SamplingParams
 
-    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                          seed=seed, stop=tuple(stop or ()))
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        stop=tuple(stop or ()),
+    )
 
 
 @app.command()
 def generate(
     prompt: Annotated[str, typer.Argument(help="The prompt text.")],
-    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None, block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048,
-    max_num_seqs: SeqsOpt = 64, rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False,
-    vram_budget: VramOpt = None, gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None,
-    disk_kv_budget: DiskKvOpt = None, kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto",
+    model: ModelOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None,
+    block_size: BlockOpt = 16,
+    max_num_batched_tokens: BudgetOpt = 2048,
+    max_num_seqs: SeqsOpt = 64,
+    rope_scaling: RopeOpt = None,
+    enforce_eager: EagerOpt = False,
+    vram_budget: VramOpt = None,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    cpu_kv_budget: CpuKvOpt = None,
+    disk_kv_budget: DiskKvOpt = None,
+    kv_disk_dir: DiskDirOpt = None,
+    attention: AttnOpt = "auto",
     cpu_attention_threads: CpuThreadsOpt = None,
     max_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 64,
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
-    top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int | None = None,
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt in the model's chat template.")] = False,
     stream: Annotated[bool, typer.Option(help="Print tokens as they come.")] = True,
@@ -161,13 +199,26 @@ def generate(
 
 @app.command("chat")
 def chat_cmd(
-    model: ModelOpt = None, device: DeviceOpt = "auto", dtype: DtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None, block_size: BlockOpt = 16, max_num_batched_tokens: BudgetOpt = 2048,
-    max_num_seqs: SeqsOpt = 64, rope_scaling: RopeOpt = None, enforce_eager: EagerOpt = False,
-    vram_budget: VramOpt = None, gpu_memory_utilization: UtilOpt = 0.9, cpu_kv_budget: CpuKvOpt = None,
-    disk_kv_budget: DiskKvOpt = None, kv_disk_dir: DiskDirOpt = None, attention: AttnOpt = "auto",
+    model: ModelOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None,
+    block_size: BlockOpt = 16,
+    max_num_batched_tokens: BudgetOpt = 2048,
+    max_num_seqs: SeqsOpt = 64,
+    rope_scaling: RopeOpt = None,
+    enforce_eager: EagerOpt = False,
+    vram_budget: VramOpt = None,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    cpu_kv_budget: CpuKvOpt = None,
+    disk_kv_budget: DiskKvOpt = None,
+    kv_disk_dir: DiskDirOpt = None,
+    attention: AttnOpt = "auto",
     cpu_attention_threads: CpuThreadsOpt = None,
-    max_tokens: int = 512, temperature: float = 0.7, top_p: float = 0.95, top_k: int = 0,
+    max_tokens: int = 512,
+    temperature: float = 0.7,
+    top_p: float = 0.95,
+    top_k: int = 0,
     seed: int | None = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
 ) -> None:
@@ -208,7 +259,12 @@ def chat_cmd(
 
 @app.command()
 def doctor(
-    calibrate: Annotated[bool, typer.Option(help="Measure bandwidths (H2D/D2H, HBM, CPU attention, disk) and save them for the planner.")] = False,
+    calibrate: Annotated[
+        bool,
+        typer.Option(
+            help="Measure bandwidths (H2D/D2H, HBM, CPU attention, disk) and save them for the planner."
+        ),
+    ] = False,
     kv_disk_dir: DiskDirOpt = None,
     quick: Annotated[bool, typer.Option(help="Smaller calibration sizes (seconds, less precise).")] = False,
 ) -> None:
@@ -225,7 +281,15 @@ def doctor(
         except KvspillError as e:
             _fail(e)
         typer.echo(f"calibration saved ({bw.source}):")
-        for name in ("hbm_gbs", "h2d_gbs", "d2h_gbs", "stream_gbs", "cpu_attn_gbs", "disk_read_gbs", "gpu_tflops"):
+        for name in (
+            "hbm_gbs",
+            "h2d_gbs",
+            "d2h_gbs",
+            "stream_gbs",
+            "cpu_attn_gbs",
+            "disk_read_gbs",
+            "gpu_tflops",
+        ):
             value = getattr(bw, name)
             typer.echo(f"  {name:<14} {'-' if value is None else f'{value:.1f}'}")
     if any(c.status == "fail" for c in checks):

@@ -22,13 +22,19 @@ import typer
 if TYPE_CHECKING:  # annotations only: the command imports the monitor when it runs
     from kvspill.monitor.session import MonitorSession
 
-UrlOpt = Annotated[str | None, typer.Option(help="kvspill server to read KV tiers from, e.g. http://127.0.0.1:8000.")]
+UrlOpt = Annotated[
+    str | None, typer.Option(help="kvspill server to read KV tiers from, e.g. http://127.0.0.1:8000.")
+]
 IntervalOpt = Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.05)]
-LogOpt = Annotated[Path | None, typer.Option(help="Append every refresh to FILE (.csv -> CSV, else JSON lines).")]
+LogOpt = Annotated[
+    Path | None, typer.Option(help="Append every refresh to FILE (.csv -> CSV, else JSON lines).")
+]
 LogFormatOpt = Annotated[str, typer.Option(help="auto (by suffix), csv or jsonl.")]
 QuietOpt = Annotated[bool, typer.Option(help="No terminal bell on alerts.")]
 OnceOpt = Annotated[bool, typer.Option(help="One refresh, then exit.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (one line per refresh) instead of the live view.")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print JSON (one line per refresh) instead of the live view.")
+]
 CountOpt = Annotated[int, typer.Option(help="Stop after N refreshes (0: run until Ctrl-C).", min=0)]
 TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the server per request.", min=0.01)]
 
@@ -76,15 +82,21 @@ def _run_live(session: MonitorSession, interval: float, count: int, quiet: bool)
     console = Console()
     snapshot, alerts = session.step()
     done = 1
-    with Live(render(snapshot, session.tracker, list(session.recent), session.started), console=console,
-              auto_refresh=False, transient=False) as live:
+    with Live(
+        render(snapshot, session.tracker, list(session.recent), session.started),
+        console=console,
+        auto_refresh=False,
+        transient=False,
+    ) as live:
         while True:
             for alert in alerts:
                 stamp = time.strftime("%H:%M:%S", time.localtime(alert.timestamp))
                 live.console.print(f"[bold red]{stamp} ALERT[/] {alert.message()}")
             if alerts and not quiet:
                 live.console.bell()
-            live.update(render(snapshot, session.tracker, list(session.recent), session.started), refresh=True)
+            live.update(
+                render(snapshot, session.tracker, list(session.recent), session.started), refresh=True
+            )
             if count and done >= count:
                 break
             _sleep_until(time.monotonic() + interval)
@@ -101,9 +113,15 @@ def _print_summary(session: MonitorSession) -> None:
 
 
 def monitor(
-    url: UrlOpt = None, interval: IntervalOpt = 1.0, log: LogOpt = None, log_format: LogFormatOpt = "auto",
-    quiet: QuietOpt = False, once: OnceOpt = False, json_out: JsonOpt = False,
-    count: CountOpt = 0, timeout: TimeoutOpt = 0.5,
+    url: UrlOpt = None,
+    interval: IntervalOpt = 1.0,
+    log: LogOpt = None,
+    log_format: LogFormatOpt = "auto",
+    quiet: QuietOpt = False,
+    once: OnceOpt = False,
+    json_out: JsonOpt = False,
+    count: CountOpt = 0,
+    timeout: TimeoutOpt = 0.5,
 ) -> None:
     """Live VRAM monitor: per-GPU bars and alerts, host RAM/pinned/swap, the server's KV tiers."""
     session = _open_session(url, log, log_format, timeout)

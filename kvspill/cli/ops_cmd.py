@@ -36,24 +36,35 @@ def server_status(url: str, timeout: float = 2.0, api_key: str | None = None) ->
 
 
 def format_status(status: dict[str, Any]) -> str:
-    lines = [f"server {status['url']}: " + ("ready" if status["health"] == 200 else f"health {status['health']}")]
+    lines = [
+        f"server {status['url']}: " + ("ready" if status["health"] == 200 else f"health {status['health']}")
+    ]
     for model in status["models"]:
         lines.append(f"  model {model.get('id')} (max_model_len {model.get('max_model_len')})")
     kv = status["kv"] or {}
     for tier, figures in (kv.get("tiers") or {}).items():
         if figures.get("blocks"):
-            lines.append(f"  {tier:<5} {figures['used_blocks']}/{figures['blocks']} blocks, "
-                         f"{format_bytes(figures['used_bytes'])} of {format_bytes(figures['bytes'])}")
+            lines.append(
+                f"  {tier:<5} {figures['used_blocks']}/{figures['blocks']} blocks, "
+                f"{format_bytes(figures['used_bytes'])} of {format_bytes(figures['bytes'])}"
+            )
     sched = kv.get("scheduler") or {}
     if sched:
-        lines.append(f"  requests running {sched.get('num_running', 0)}, waiting {sched.get('num_waiting', 0)}, "
-                     f"preemptions {sched.get('num_preemptions', 0)}")
+        lines.append(
+            f"  requests running {sched.get('num_running', 0)}, waiting {sched.get('num_waiting', 0)}, "
+            f"preemptions {sched.get('num_preemptions', 0)}"
+        )
     for req_id, split in (kv.get("requests") or {}).items():
-        lines.append(f"  {req_id}: gpu {split.get('num_gpu_blocks')} / cpu {split.get('num_cpu_blocks')} / "
-                     f"disk {split.get('num_disk_blocks')} blocks ({split.get('status')})")
+        lines.append(
+            f"  {req_id}: gpu {split.get('num_gpu_blocks')} / cpu {split.get('num_cpu_blocks')} / "
+            f"disk {split.get('num_disk_blocks')} blocks ({split.get('status')})"
+        )
     moved = kv.get("bytes_moved") or {}
     if any(moved.values()):
-        lines.append("  moved " + ", ".join(f"{k.replace('_to_', '->')} {format_bytes(v)}" for k, v in moved.items() if v))
+        lines.append(
+            "  moved "
+            + ", ".join(f"{k.replace('_to_', '->')} {format_bytes(v)}" for k, v in moved.items() if v)
+        )
     return "\n".join(lines)
 
 
@@ -79,7 +90,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def quickstart(
-        prompt: Annotated[str, typer.Option(help="What to ask the embedded model.")] = "Write a haiku about the sea.",
+        prompt: Annotated[
+            str, typer.Option(help="What to ask the embedded model.")
+        ] = "Write a haiku about the sea.",
     ) -> None:
         """Doctor, then the memory plan, then a short generation on the embedded model, then what to try next."""
         from kvspill.cli.plan_cmd import _bandwidths
@@ -89,9 +102,13 @@ def register(app: typer.Typer) -> None:
 
         typer.echo("== 1. doctor: what helps or hurts offloading here\n" + format_checks(run_checks()))
         spec = ModelSpec.from_model_arg(None)
-        plan = make_plan(PlanRequest(spec=spec, vram_budget_bytes=8 * 2**30, context_len=8192), _bandwidths(None)[0])
-        typer.echo("\n== 2. plan: the embedded model on an 8 GiB card at 8K context\n"
-                   + format_plan_table({"8 GiB card": plan}, with_advice=False))
+        plan = make_plan(
+            PlanRequest(spec=spec, vram_budget_bytes=8 * 2**30, context_len=8192), _bandwidths(None)[0]
+        )
+        typer.echo(
+            "\n== 2. plan: the embedded model on an 8 GiB card at 8K context\n"
+            + format_plan_table({"8 GiB card": plan}, with_advice=False)
+        )
         typer.echo("\n== 3. generate: a short answer from the embedded model")
         from kvspill.llm import LLM
         from kvspill.sampling_params import SamplingParams
@@ -99,9 +116,11 @@ def register(app: typer.Typer) -> None:
         llm = LLM(None, max_model_len=2048)
         out = llm.chat([{"role": "user", "content": prompt}], SamplingParams(temperature=0, max_tokens=64))[0]
         typer.echo(out.text)
-        typer.echo("\n== next\n"
-                   "  kvspill serve                      # OpenAI-compatible API on 127.0.0.1:8000\n"
-                   "  kvspill status                     # what the server runs, its KV tiers\n"
-                   "  kvspill monitor --url http://127.0.0.1:8000   # live VRAM and KV tiers\n"
-                   "  kvspill plan MODEL --vram-budget 16GiB --ram-budget 32GiB --context 128K\n"
-                   "  kvspill doctor --calibrate         # measure this host for the planner")
+        typer.echo(
+            "\n== next\n"
+            "  kvspill serve                      # OpenAI-compatible API on 127.0.0.1:8000\n"
+            "  kvspill status                     # what the server runs, its KV tiers\n"
+            "  kvspill monitor --url http://127.0.0.1:8000   # live VRAM and KV tiers\n"
+            "  kvspill plan MODEL --vram-budget 16GiB --ram-budget 32GiB --context 128K\n"
+            "  kvspill doctor --calibrate         # measure this host for the planner"
+        )

@@ -89,21 +89,35 @@ def _text_report(plans: dict[str, MemoryPlan], header: list[str]) -> str:
 
 
 def plan_command(
-    model: Annotated[str | None, typer.Argument(
-        help=f"model dir, config.json, .gguf, cached HF id, or one of {', '.join(KNOWN_SHAPES)}; "
-             "default: the embedded SmolLM2-135M")] = None,
-    vram_budget: Annotated[str | None, typer.Option(help="GPU memory the process may use, e.g. 24GiB")] = None,
-    gpu_memory_utilization: Annotated[float | None, typer.Option(help="fraction of the VRAM budget to plan")] = None,
-    ram_budget: Annotated[str | None, typer.Option(
-        "--ram-budget", "--cpu-kv-budget", help="CPU KV tier (pinned RAM), e.g. 32GiB")] = None,
+    model: Annotated[
+        str | None,
+        typer.Argument(
+            help=f"model dir, config.json, .gguf, cached HF id, or one of {', '.join(KNOWN_SHAPES)}; "
+            "default: the embedded SmolLM2-135M"
+        ),
+    ] = None,
+    vram_budget: Annotated[
+        str | None, typer.Option(help="GPU memory the process may use, e.g. 24GiB")
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option(help="fraction of the VRAM budget to plan")
+    ] = None,
+    ram_budget: Annotated[
+        str | None,
+        typer.Option("--ram-budget", "--cpu-kv-budget", help="CPU KV tier (pinned RAM), e.g. 32GiB"),
+    ] = None,
     disk_kv_budget: Annotated[str | None, typer.Option(help="disk KV tier, e.g. 200GiB")] = None,
     context: Annotated[str | None, typer.Option(help="tokens per sequence, e.g. 131072 or 128K")] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="sequences per step")] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option(help="tokens per step (prefill chunk)")] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="tokens per step (prefill chunk)")
+    ] = None,
     block_size: Annotated[int | None, typer.Option(help="tokens per KV block")] = None,
     kv_dtype: Annotated[str, typer.Option(help="auto, bfloat16, float16, float32, fp8")] = "auto",
     dtype: Annotated[str, typer.Option(help="weight dtype: auto, bfloat16, float16, float32")] = "auto",
-    gpu: Annotated[str | None, typer.Option(help="plan with a known card's figures: h100, h200, rtx4090")] = None,
+    gpu: Annotated[
+        str | None, typer.Option(help="plan with a known card's figures: h100, h200, rtx4090")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Show what fits where (GPU, CPU, disk KV tiers) and how fast it will run, before loading."""
@@ -112,20 +126,30 @@ def plan_command(
         bandwidths, calibration = _bandwidths(gpu)
         vram, header = _resolve_vram(vram_budget, calibration)
         base = PlanRequest(
-            spec=spec, vram_budget_bytes=vram,
-            context_len=parse_tokens(context, "--context") if context is not None else spec.max_position_embeddings,
+            spec=spec,
+            vram_budget_bytes=vram,
+            context_len=parse_tokens(context, "--context")
+            if context is not None
+            else spec.max_position_embeddings,
             max_num_seqs=_given(max_num_seqs, EngineConfig.max_num_seqs),
             max_num_batched_tokens=_given(max_num_batched_tokens, EngineConfig.max_num_batched_tokens),
-            block_size=_given(block_size, EngineConfig.block_size), kv_dtype=kv_dtype, weight_dtype=dtype,
+            block_size=_given(block_size, EngineConfig.block_size),
+            kv_dtype=kv_dtype,
+            weight_dtype=dtype,
         )
         host = _host_sizes()
         user = preset_request("default", base, *host)  # yours: the default preset, then the flags given
         user = replace(
-            user, preset="yours",
-            gpu_memory_utilization=user.gpu_memory_utilization if gpu_memory_utilization is None
+            user,
+            preset="yours",
+            gpu_memory_utilization=user.gpu_memory_utilization
+            if gpu_memory_utilization is None
             else gpu_memory_utilization,
-            ram_budget_bytes=user.ram_budget_bytes if ram_budget is None else parse_bytes(ram_budget, "--ram-budget"),
-            disk_budget_bytes=user.disk_budget_bytes if disk_kv_budget is None
+            ram_budget_bytes=user.ram_budget_bytes
+            if ram_budget is None
+            else parse_bytes(ram_budget, "--ram-budget"),
+            disk_budget_bytes=user.disk_budget_bytes
+            if disk_kv_budget is None
             else parse_bytes(disk_kv_budget, "--disk-kv-budget"),
         )
         plans = plan_presets(base, bandwidths, *host, user=user)
@@ -134,8 +158,11 @@ def plan_command(
         raise typer.Exit(2) from e
     if as_json:
         payload = {
-            "model": spec.name, "context_len": base.context_len, "vram_budget_bytes": vram,
-            "bandwidths_source": bandwidths.source, "fits": plans["yours"].fits,
+            "model": spec.name,
+            "context_len": base.context_len,
+            "vram_budget_bytes": vram,
+            "bandwidths_source": bandwidths.source,
+            "fits": plans["yours"].fits,
             "plans": {name: plan_to_json(p) for name, p in plans.items()},
         }
         typer.echo(json.dumps(payload, indent=2))

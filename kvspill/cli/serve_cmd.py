@@ -31,49 +31,90 @@ def _opt(help_: str, env: str, *names: str) -> Any:
 
 
 def serve_command(
-    model: Annotated[str | None, typer.Argument(
-        help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).",
-        envvar="KVSPILL_MODEL")] = None,
+    model: Annotated[
+        str | None,
+        typer.Argument(
+            help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).",
+            envvar="KVSPILL_MODEL",
+        ),
+    ] = None,
     host: Annotated[str, _opt("Address to bind.", "HOST")] = "127.0.0.1",
     port: Annotated[int, _opt("Port to bind.", "PORT")] = 8000,
     api_key: Annotated[str | None, _opt("Require Authorization: Bearer <key>.", "API_KEY")] = None,
-    max_waiting_requests: Annotated[int, _opt("Requests that may wait for their first token before 503.",
-                                              "MAX_WAITING_REQUESTS")] = 64,
-    max_queued_tokens: Annotated[int | None, _opt(
-        "Prompt tokens that may wait for their first token before 503 (default: 8 x max model len).",
-        "MAX_QUEUED_TOKENS")] = None,
-    shutdown_timeout: Annotated[float, _opt("Seconds in-flight requests get on SIGTERM before they are aborted.",
-                                            "SHUTDOWN_TIMEOUT")] = 30.0,
-    served_model_name: Annotated[str | None, _opt("Model name clients send (default: MODEL).",
-                                                  "SERVED_MODEL_NAME")] = None,
+    max_waiting_requests: Annotated[
+        int, _opt("Requests that may wait for their first token before 503.", "MAX_WAITING_REQUESTS")
+    ] = 64,
+    max_queued_tokens: Annotated[
+        int | None,
+        _opt(
+            "Prompt tokens that may wait for their first token before 503 (default: 8 x max model len).",
+            "MAX_QUEUED_TOKENS",
+        ),
+    ] = None,
+    shutdown_timeout: Annotated[
+        float, _opt("Seconds in-flight requests get on SIGTERM before they are aborted.", "SHUTDOWN_TIMEOUT")
+    ] = 30.0,
+    served_model_name: Annotated[
+        str | None, _opt("Model name clients send (default: MODEL).", "SERVED_MODEL_NAME")
+    ] = None,
     device: Annotated[str, _opt("auto, cpu, cuda or cuda:N.", "DEVICE")] = "auto",
     dtype: Annotated[str, _opt("auto, float32, float16 or bfloat16.", "DTYPE")] = "auto",
-    max_model_len: Annotated[int | None, _opt("Context length (default: the model's).", "MAX_MODEL_LEN")] = None,
+    max_model_len: Annotated[
+        int | None, _opt("Context length (default: the model's).", "MAX_MODEL_LEN")
+    ] = None,
     block_size: Annotated[int, _opt("Tokens per KV block.", "BLOCK_SIZE")] = 16,
     max_num_batched_tokens: Annotated[int, _opt("Token budget per step.", "MAX_NUM_BATCHED_TOKENS")] = 2048,
     max_num_seqs: Annotated[int, _opt("Most sequences running at once.", "MAX_NUM_SEQS")] = 64,
     rope_scaling: Annotated[str | None, _opt("RoPE scaling: TYPE:FACTOR or JSON.", "ROPE_SCALING")] = None,
     enforce_eager: Annotated[bool, _opt("Disable CUDA graphs.", "ENFORCE_EAGER")] = False,
-    async_scheduling: Annotated[bool | None, typer.Option(
-        "--async-scheduling/--no-async-scheduling", envvar="KVSPILL_ASYNC_SCHEDULING",
-        help="Schedule the next step while the GPU runs this one (default: on with CUDA).")] = None,
-    vram_budget: Annotated[str | None, _opt("Hard ceiling for GPU memory, e.g. 16GiB.", "VRAM_BUDGET")] = None,
-    gpu_memory_utilization: Annotated[float, _opt("Fraction of the card when no --vram-budget.",
-                                                  "GPU_MEMORY_UTILIZATION")] = 0.9,
+    async_scheduling: Annotated[
+        bool | None,
+        typer.Option(
+            "--async-scheduling/--no-async-scheduling",
+            envvar="KVSPILL_ASYNC_SCHEDULING",
+            help="Schedule the next step while the GPU runs this one (default: on with CUDA).",
+        ),
+    ] = None,
+    vram_budget: Annotated[
+        str | None, _opt("Hard ceiling for GPU memory, e.g. 16GiB.", "VRAM_BUDGET")
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float, _opt("Fraction of the card when no --vram-budget.", "GPU_MEMORY_UTILIZATION")
+    ] = 0.9,
     cpu_kv_budget: Annotated[str | None, _opt("Pinned RAM for cold KV, e.g. 32GiB.", "CPU_KV_BUDGET")] = None,
     disk_kv_budget: Annotated[str | None, _opt("Disk space for colder KV.", "DISK_KV_BUDGET")] = None,
     kv_disk_dir: Annotated[str | None, _opt("Directory of the disk KV tier.", "KV_DISK_DIR")] = None,
     attention: Annotated[str, _opt("auto, or cpu.", "ATTENTION")] = "auto",
-    cpu_attention_threads: Annotated[int | None, _opt("Threads for CPU attention.", "CPU_ATTENTION_THREADS")] = None,
+    cpu_attention_threads: Annotated[
+        int | None, _opt("Threads for CPU attention.", "CPU_ATTENTION_THREADS")
+    ] = None,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, ...)."""
     from kvspill.cli.main import EngineFlags, MemoryFlags
     from kvspill.config import EngineConfig
 
-    memory = MemoryFlags(vram_budget, gpu_memory_utilization, cpu_kv_budget, disk_kv_budget, kv_disk_dir,
-                         attention, cpu_attention_threads)
-    flags = EngineFlags(model, device, dtype, max_model_len, block_size, max_num_batched_tokens,
-                        max_num_seqs, rope_scaling, enforce_eager, memory, async_scheduling)
+    memory = MemoryFlags(
+        vram_budget,
+        gpu_memory_utilization,
+        cpu_kv_budget,
+        disk_kv_budget,
+        kv_disk_dir,
+        attention,
+        cpu_attention_threads,
+    )
+    flags = EngineFlags(
+        model,
+        device,
+        dtype,
+        max_model_len,
+        block_size,
+        max_num_batched_tokens,
+        max_num_seqs,
+        rope_scaling,
+        enforce_eager,
+        memory,
+        async_scheduling,
+    )
     try:
         if max_waiting_requests < 1:
             raise KvspillError("--max-waiting-requests must be at least 1")
@@ -86,9 +127,19 @@ def serve_command(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
     if host not in _LOOPBACK and not api_key:
-        logger.warning("binding to %s without --api-key: anyone who can reach this port can use the model", host)
-    run_server(config, host, port, api_key, max_waiting_requests, shutdown_timeout,
-               served_model_name or _default_name(model), max_queued_tokens)
+        logger.warning(
+            "binding to %s without --api-key: anyone who can reach this port can use the model", host
+        )
+    run_server(
+        config,
+        host,
+        port,
+        api_key,
+        max_waiting_requests,
+        shutdown_timeout,
+        served_model_name or _default_name(model),
+        max_queued_tokens,
+    )
 
 
 def _default_name(model: str | None) -> str:
@@ -97,8 +148,16 @@ def _default_name(model: str | None) -> str:
     return model
 
 
-def run_server(config: Any, host: str, port: int, api_key: str | None, max_waiting_requests: int,
-               shutdown_timeout: float, model_name: str, max_queued_tokens: int | None = None) -> None:
+def run_server(
+    config: Any,
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_waiting_requests: int,
+    shutdown_timeout: float,
+    model_name: str,
+    max_queued_tokens: int | None = None,
+) -> None:
     from kvspill.server import ServerSettings, create_app
     from kvspill.server.lifecycle import serve
 

@@ -70,16 +70,23 @@ def bench_decode(ceiling_gbps: float, contexts: list[int], batches: list[int]) -
             for context in contexts:
                 kv_layer, block_tables, seq_lens = _paged_cache([context] * batch, num_kv_heads, head_dim)
                 q = torch.randn((batch, num_heads, head_dim), dtype=DTYPE, device="cuda")
-                out = (torch.empty_like(q), torch.empty((batch, num_heads), dtype=torch.float32, device="cuda"))
+                out = (
+                    torch.empty_like(q),
+                    torch.empty((batch, num_heads), dtype=torch.float32, device="cuda"),
+                )
                 num_sms = torch.cuda.get_device_properties(0).multi_processor_count
                 splits = choose_num_splits(block_tables.shape[1] * BLOCK_SIZE, batch, num_kv_heads, num_sms)
                 ms = _bench_graph_ms(
-                    partial(paged_decode_attention, q, kv_layer, block_tables, seq_lens, head_dim**-0.5, out=out)
+                    partial(
+                        paged_decode_attention, q, kv_layer, block_tables, seq_lens, head_dim**-0.5, out=out
+                    )
                 )
                 kv_bytes = batch * context * num_kv_heads * head_dim * 2 * DTYPE.itemsize
                 gbps = kv_bytes / ms / 1e6
-                print(f"{name:<14}{batch:>6}{context:>9}{splits:>7}{ms * 1e3:>10.1f}{gbps:>9.0f}"
-                      f"{100 * gbps / ceiling_gbps:>7.0f}%")
+                print(
+                    f"{name:<14}{batch:>6}{context:>9}{splits:>7}{ms * 1e3:>10.1f}{gbps:>9.0f}"
+                    f"{100 * gbps / ceiling_gbps:>7.0f}%"
+                )
                 del kv_layer, block_tables, q, out
                 torch.cuda.empty_cache()
 
@@ -92,8 +99,16 @@ def bench_prefill(context: int, chunk: int) -> None:
         q = torch.randn((chunk, num_heads, head_dim), dtype=DTYPE, device="cuda")
         qsl = torch.tensor([0, chunk], dtype=torch.int32, device="cuda")
         ms = _bench_ms(
-            partial(paged_prefill_attention, q, kv_layer, block_tables, qsl, seq_lens, head_dim**-0.5,
-                    max_query_len=chunk)
+            partial(
+                paged_prefill_attention,
+                q,
+                kv_layer,
+                block_tables,
+                qsl,
+                seq_lens,
+                head_dim**-0.5,
+                max_query_len=chunk,
+            )
         )
         pairs = chunk * (context - chunk) + chunk * (chunk + 1) // 2  # causal query-key pairs
         tflops = 4 * num_heads * head_dim * pairs / ms / 1e9
@@ -116,8 +131,11 @@ def bench_fused(batches: list[int]) -> None:
             ("rms_norm", partial(rms_norm, x, w, 1e-5), 2 * n * hidden * item),
             ("rms_norm + residual", partial(rms_norm, x, w, 1e-5, res), 4 * n * hidden * item),
             ("silu_and_mul", partial(silu_and_mul, gate_up), 3 * n * inter * item),
-            ("apply_rope 32q/8k", partial(apply_rope, qkv[:, :32], qkv[:, 32:40], positions, cos_sin),
-             2 * n * 40 * 128 * item),
+            (
+                "apply_rope 32q/8k",
+                partial(apply_rope, qkv[:, :32], qkv[:, 32:40], positions, cos_sin),
+                2 * n * 40 * 128 * item,
+            ),
         ]
         for name, fn, num_bytes in cases:
             ms = _bench_graph_ms(fn)

@@ -84,15 +84,34 @@ def paged_decode_attention_ref(
 
 @triton.jit
 def _decode_split_kernel(
-    q_ptr, kv_ptr, bt_ptr, seq_lens_ptr, o_ptr, lse_ptr,
-    scale_log2, min_split_tokens,
-    stride_qs, stride_qh,
-    stride_cb, stride_ckv, stride_cs, stride_ch, stride_bt,
-    stride_os, stride_oh, stride_ok,
-    stride_ls, stride_lh, stride_lk,
-    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr,
+    q_ptr,
+    kv_ptr,
+    bt_ptr,
+    seq_lens_ptr,
+    o_ptr,
+    lse_ptr,
+    scale_log2,
+    min_split_tokens,
+    stride_qs,
+    stride_qh,
+    stride_cb,
+    stride_ckv,
+    stride_cs,
+    stride_ch,
+    stride_bt,
+    stride_os,
+    stride_oh,
+    stride_ok,
+    stride_ls,
+    stride_lh,
+    stride_lk,
+    BLOCK_SIZE: tl.constexpr,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    DOT_IN_F32: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -111,7 +130,8 @@ def _decode_split_kernel(
     dims = tl.arange(0, HEAD_DIM)
     q = tl.load(
         q_ptr + seq.to(tl.int64) * stride_qs + head[:, None] * stride_qh + dims[None, :],
-        mask=row_ok[:, None], other=0.0,
+        mask=row_ok[:, None],
+        other=0.0,
     )  # q: [GROUP_PAD, HEAD_DIM]; padding rows are 0 and never stored
     # Keys >= end belong to the next split: masking at end - 1 is the causal mask of attend_tile.
     q_pos = tl.full([GROUP_PAD], 0, dtype=tl.int32) + end - 1
@@ -122,15 +142,49 @@ def _decode_split_kernel(
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], dtype=tl.float32)
     for tile_start in range(start, full_end, BLOCK_N):
         acc, m_i, l_i = attend_tile(
-            acc, m_i, l_i, q, kv_ptr, bt_row, tile_start, q_pos, end - 1, scale_log2,
-            stride_cb, stride_ckv, stride_cs, head_off,
-            BLOCK_SIZE, HEAD_DIM, BLOCK_N, False, DOT_PRECISION, DOT_IN_F32,
+            acc,
+            m_i,
+            l_i,
+            q,
+            kv_ptr,
+            bt_row,
+            tile_start,
+            q_pos,
+            end - 1,
+            scale_log2,
+            stride_cb,
+            stride_ckv,
+            stride_cs,
+            head_off,
+            BLOCK_SIZE,
+            HEAD_DIM,
+            BLOCK_N,
+            False,
+            DOT_PRECISION,
+            DOT_IN_F32,
         )
     for tile_start in range(full_end, end, BLOCK_N):  # at most one partial tile
         acc, m_i, l_i = attend_tile(
-            acc, m_i, l_i, q, kv_ptr, bt_row, tile_start, q_pos, end - 1, scale_log2,
-            stride_cb, stride_ckv, stride_cs, head_off,
-            BLOCK_SIZE, HEAD_DIM, BLOCK_N, True, DOT_PRECISION, DOT_IN_F32,
+            acc,
+            m_i,
+            l_i,
+            q,
+            kv_ptr,
+            bt_row,
+            tile_start,
+            q_pos,
+            end - 1,
+            scale_log2,
+            stride_cb,
+            stride_ckv,
+            stride_cs,
+            head_off,
+            BLOCK_SIZE,
+            HEAD_DIM,
+            BLOCK_N,
+            True,
+            DOT_PRECISION,
+            DOT_IN_F32,
         )
 
     has_keys = l_i > 0
@@ -145,12 +199,22 @@ def _decode_split_kernel(
 
 @triton.jit
 def _decode_merge_kernel(
-    part_o_ptr, part_lse_ptr, o_ptr, lse_ptr,
+    part_o_ptr,
+    part_lse_ptr,
+    o_ptr,
+    lse_ptr,
     num_splits,
-    stride_pos, stride_poh, stride_pok,
-    stride_pls, stride_plh,
-    stride_os, stride_oh, stride_ls, stride_lh,
-    HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    stride_pos,
+    stride_poh,
+    stride_pok,
+    stride_pls,
+    stride_plh,
+    stride_os,
+    stride_oh,
+    stride_ls,
+    stride_lh,
+    HEAD_DIM: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
@@ -158,7 +222,8 @@ def _decode_merge_kernel(
     dims = tl.arange(0, HEAD_DIM)
     part_lse = tl.load(
         part_lse_ptr + seq * stride_pls + head * stride_plh + splits,
-        mask=splits < num_splits, other=float("-inf"),
+        mask=splits < num_splits,
+        other=float("-inf"),
     )
     valid = part_lse > float("-inf")
     m = tl.max(part_lse, 0)
@@ -167,7 +232,8 @@ def _decode_merge_kernel(
     denom = tl.sum(w, 0)
     part_o = tl.load(
         part_o_ptr + seq * stride_pos + head * stride_poh + splits[:, None] * stride_pok + dims[None, :],
-        mask=valid[:, None], other=0.0,
+        mask=valid[:, None],
+        other=0.0,
     )  # part_o: [SPLITS_PAD, HEAD_DIM]
     denom_safe = tl.where(denom > 0, denom, 1.0)
     o = tl.sum(part_o * w[:, None], 0) / denom_safe
@@ -214,8 +280,12 @@ def paged_decode_attention(
     _, _, block_size, num_kv_heads, _ = check_kv_layer(kv_layer, q)
     assert num_heads % num_kv_heads == 0, f"num_heads {num_heads} not a multiple of {num_kv_heads}"
     assert block_tables.shape[0] == num_seqs, f"block_tables has {block_tables.shape[0]} rows, q {num_seqs}"
-    assert block_tables.dtype == torch.int32 and block_tables.stride(1) == 1, "block_tables int32, rows contiguous"
-    assert seq_lens.shape == (num_seqs,) and seq_lens.dtype == torch.int32, f"seq_lens must be int32 [{num_seqs}]"
+    assert block_tables.dtype == torch.int32 and block_tables.stride(1) == 1, (
+        "block_tables int32, rows contiguous"
+    )
+    assert seq_lens.shape == (num_seqs,) and seq_lens.dtype == torch.int32, (
+        f"seq_lens must be int32 [{num_seqs}]"
+    )
     assert seq_lens.is_contiguous() and block_tables.device == seq_lens.device == q.device
     o, lse = resolve_out(out, q)
     if num_seqs == 0:
@@ -235,21 +305,43 @@ def paged_decode_attention(
     if num_splits == 1:
         part_o, part_lse = o.unsqueeze(2), lse.unsqueeze(2)  # stage 1 writes the result itself
     else:
-        part_o = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
+        part_o = torch.empty(
+            (num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device
+        )
         part_lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=q.device)
     _decode_split_kernel[(num_seqs, num_kv_heads, num_splits)](
-        q, kv_layer, block_tables, seq_lens, part_o, part_lse,
-        scale * math.log2(math.e), min_split_tokens,
-        q.stride(0), q.stride(1),
-        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
+        q,
+        kv_layer,
+        block_tables,
+        seq_lens,
+        part_o,
+        part_lse,
+        scale * math.log2(math.e),
+        min_split_tokens,
+        q.stride(0),
+        q.stride(1),
+        kv_layer.stride(0),
+        kv_layer.stride(1),
+        kv_layer.stride(2),
+        kv_layer.stride(3),
         block_tables.stride(0),
-        part_o.stride(0), part_o.stride(1), part_o.stride(2),
-        part_lse.stride(0), part_lse.stride(1), part_lse.stride(2),
-        BLOCK_SIZE=block_size, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
-        HEAD_DIM=head_dim, BLOCK_N=block_n,
-        DOT_PRECISION="tf32x3" if q.dtype == torch.float32 else "tf32",  # tf32x3: fp32-accurate on tensor cores
+        part_o.stride(0),
+        part_o.stride(1),
+        part_o.stride(2),
+        part_lse.stride(0),
+        part_lse.stride(1),
+        part_lse.stride(2),
+        BLOCK_SIZE=block_size,
+        GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        BLOCK_N=block_n,
+        DOT_PRECISION="tf32x3"
+        if q.dtype == torch.float32
+        else "tf32",  # tf32x3: fp32-accurate on tensor cores
         DOT_IN_F32=not q.is_cuda,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     if num_splits > 1:
         _merge_splits(part_o, part_lse, o, lse)
@@ -265,10 +357,21 @@ def _merge_splits(
     """Stage 2: one program per (seq, head) merges its splits by lse into o and lse."""
     num_seqs, num_heads, num_splits, head_dim = part_o.shape
     _decode_merge_kernel[(num_seqs, num_heads)](
-        part_o, part_lse, o, lse, num_splits,
-        part_o.stride(0), part_o.stride(1), part_o.stride(2),
-        part_lse.stride(0), part_lse.stride(1),
-        o.stride(0), o.stride(1), lse.stride(0), lse.stride(1),
-        HEAD_DIM=head_dim, SPLITS_PAD=triton.next_power_of_2(num_splits),
+        part_o,
+        part_lse,
+        o,
+        lse,
+        num_splits,
+        part_o.stride(0),
+        part_o.stride(1),
+        part_o.stride(2),
+        part_lse.stride(0),
+        part_lse.stride(1),
+        o.stride(0),
+        o.stride(1),
+        lse.stride(0),
+        lse.stride(1),
+        HEAD_DIM=head_dim,
+        SPLITS_PAD=triton.next_power_of_2(num_splits),
         num_warps=4 if head_dim >= 128 else 2,
     )

@@ -44,10 +44,17 @@ def rms_norm_ref(
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr,
-    hidden_size, eps,
-    stride_x, stride_r, stride_o,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    out_ptr,
+    hidden_size,
+    eps,
+    stride_x,
+    stride_r,
+    stride_o,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     # One program per token row; the whole row lives in registers (hidden_size <= BLOCK).
     row = tl.program_id(0).to(tl.int64)
@@ -55,7 +62,7 @@ def _rms_norm_kernel(
     ok = cols < hidden_size
     x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0)
     if HAS_RESIDUAL:
-        x = (x.to(tl.float32) + tl.load(res_ptr + row * stride_r + cols, mask=ok, other=0.0).to(tl.float32))
+        x = x.to(tl.float32) + tl.load(res_ptr + row * stride_r + cols, mask=ok, other=0.0).to(tl.float32)
         x = x.to(res_ptr.dtype.element_ty)
         tl.store(res_ptr + row * stride_r + cols, x, mask=ok)
     xf = x.to(tl.float32)
@@ -72,7 +79,9 @@ def rms_norm(
     residual: torch.Tensor | None = None,  # [num_tokens, hidden_size], updated in place
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Triton wrapper; same contract as `rms_norm_ref`."""
-    assert x.dim() == 2 and x.stride(1) == 1, f"x must be [num_tokens, hidden_size] with rows contiguous, got {tuple(x.shape)}"
+    assert x.dim() == 2 and x.stride(1) == 1, (
+        f"x must be [num_tokens, hidden_size] with rows contiguous, got {tuple(x.shape)}"
+    )
     num_tokens, hidden_size = x.shape
     assert weight.shape == (hidden_size,) and weight.is_contiguous(), f"weight must be [{hidden_size}]"
     assert weight.device == x.device, f"weight on {weight.device}, x on {x.device}"
@@ -86,9 +95,17 @@ def rms_norm(
         res = residual if residual is not None else x
         block = triton.next_power_of_2(hidden_size)
         _rms_norm_kernel[(num_tokens,)](
-            x, res, weight, out, hidden_size, eps,
-            x.stride(0), res.stride(0), out.stride(0),
-            HAS_RESIDUAL=residual is not None, BLOCK=block,
+            x,
+            res,
+            weight,
+            out,
+            hidden_size,
+            eps,
+            x.stride(0),
+            res.stride(0),
+            out.stride(0),
+            HAS_RESIDUAL=residual is not None,
+            BLOCK=block,
             num_warps=min(16, max(1, block // 512)),
         )
     return out if residual is None else (out, residual)
@@ -151,12 +168,15 @@ def _rope_cos_sin(cache_ptr, pos_ptr, token, stride_cache, HALF: tl.constexpr):
     """The token's cos and sin rows ([HALF] fp32 each) from the [max_positions, 2 * HALF] table."""
     pos = tl.load(pos_ptr + token)
     dims = tl.arange(0, HALF)
-    return tl.load(cache_ptr + pos * stride_cache + dims), tl.load(cache_ptr + pos * stride_cache + HALF + dims)
+    return tl.load(cache_ptr + pos * stride_cache + dims), tl.load(
+        cache_ptr + pos * stride_cache + HALF + dims
+    )
 
 
 @triton.jit
-def _rope_rotate(x_ptr, token, stride_t, stride_h, num_heads, cos, sin,
-                 HALF: tl.constexpr, BLOCK_H: tl.constexpr):
+def _rope_rotate(
+    x_ptr, token, stride_t, stride_h, num_heads, cos, sin, HALF: tl.constexpr, BLOCK_H: tl.constexpr
+):
     """Rotates all heads of one token in place; cos, sin: [HALF] fp32. Returns the two rotated
     halves ([BLOCK_H, HALF] each, in x's dtype) for callers that store them elsewhere too."""
     heads = tl.arange(0, BLOCK_H)
@@ -174,10 +194,20 @@ def _rope_rotate(x_ptr, token, stride_t, stride_h, num_heads, cos, sin,
 
 @triton.jit
 def _rope_kernel(
-    q_ptr, k_ptr, pos_ptr, cache_ptr,
-    num_heads, num_kv_heads,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_cache,
-    HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    pos_ptr,
+    cache_ptr,
+    num_heads,
+    num_kv_heads,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_cache,
+    HALF: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
 ):
     # One program per token: q and k heads share the token's cos/sin row.
     token = tl.program_id(0).to(tl.int64)
@@ -186,19 +216,27 @@ def _rope_kernel(
     _rope_rotate(k_ptr, token, stride_kt, stride_kh, num_kv_heads, cos, sin, HALF, BLOCK_HK)
 
 
-def check_rope_args(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
+def check_rope_args(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor
+) -> None:
     """The shape, dtype, layout and device contract of the RoPE kernels (asserts, no device sync)."""
     num_tokens, _, head_dim = q.shape
     assert k.dim() == 3 and k.shape[0] == num_tokens and k.shape[2] == head_dim, (
         f"k {tuple(k.shape)} does not match q {tuple(q.shape)}"
     )
-    assert q.dtype == k.dtype and q.stride(2) == 1 and k.stride(2) == 1, "q, k: one dtype, head_dim contiguous"
+    assert q.dtype == k.dtype and q.stride(2) == 1 and k.stride(2) == 1, (
+        "q, k: one dtype, head_dim contiguous"
+    )
     assert head_dim >= 2 and head_dim & (head_dim - 1) == 0, f"head_dim {head_dim} must be a power of two"
-    assert positions.shape == (num_tokens,) and positions.dtype == torch.int64, f"positions must be int64 [{num_tokens}]"
+    assert positions.shape == (num_tokens,) and positions.dtype == torch.int64, (
+        f"positions must be int64 [{num_tokens}]"
+    )
     assert cos_sin_cache.dim() == 2 and cos_sin_cache.shape[1] == head_dim, (
         f"cos_sin_cache must be [max_positions, {head_dim}], got {tuple(cos_sin_cache.shape)}"
     )
-    assert cos_sin_cache.dtype == torch.float32 and cos_sin_cache.stride(1) == 1, "cos_sin_cache float32, rows contiguous"
+    assert cos_sin_cache.dtype == torch.float32 and cos_sin_cache.stride(1) == 1, (
+        "cos_sin_cache float32, rows contiguous"
+    )
     assert q.device == k.device == positions.device == cos_sin_cache.device, "all tensors on one device"
 
 
@@ -214,9 +252,17 @@ def apply_rope(
     num_tokens, num_heads, head_dim = q.shape
     if num_tokens > 0:
         _rope_kernel[(num_tokens,)](
-            q, k, positions, cos_sin_cache,
-            num_heads, k.shape[1],
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin_cache.stride(0),
+            q,
+            k,
+            positions,
+            cos_sin_cache,
+            num_heads,
+            k.shape[1],
+            q.stride(0),
+            q.stride(1),
+            k.stride(0),
+            k.stride(1),
+            cos_sin_cache.stride(0),
             HALF=head_dim // 2,
             BLOCK_HQ=triton.next_power_of_2(num_heads),
             BLOCK_HK=triton.next_power_of_2(k.shape[1]),

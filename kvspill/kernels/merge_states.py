@@ -46,12 +46,27 @@ def merge_attention_states_ref(
 
 @triton.jit
 def _merge_kernel(
-    o_a_ptr, lse_a_ptr, o_b_ptr, lse_b_ptr, o_ptr, lse_ptr,
+    o_a_ptr,
+    lse_a_ptr,
+    o_b_ptr,
+    lse_b_ptr,
+    o_ptr,
+    lse_ptr,
     num_heads,
-    stride_oat, stride_oah, stride_lat, stride_lah,
-    stride_obt, stride_obh, stride_lbt, stride_lbh,
-    stride_ot, stride_oh, stride_lt, stride_lh,
-    HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr,
+    stride_oat,
+    stride_oah,
+    stride_lat,
+    stride_lah,
+    stride_obt,
+    stride_obh,
+    stride_lbt,
+    stride_lbh,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
 ):
     # Grid: (num_tokens, cdiv(num_heads, BLOCK_H)); one program merges BLOCK_H heads of a token.
     token = tl.program_id(0).to(tl.int64)
@@ -70,17 +85,20 @@ def _merge_kernel(
     use_b = (w_b > 0) & head_ok
     o_a = tl.load(
         o_a_ptr + token * stride_oat + heads[:, None] * stride_oah + dims[None, :],
-        mask=use_a[:, None], other=0.0,
+        mask=use_a[:, None],
+        other=0.0,
     ).to(tl.float32)  # o_a: [BLOCK_H, HEAD_DIM]
     o_b = tl.load(
         o_b_ptr + token * stride_obt + heads[:, None] * stride_obh + dims[None, :],
-        mask=use_b[:, None], other=0.0,
+        mask=use_b[:, None],
+        other=0.0,
     ).to(tl.float32)
     o = o_a * (w_a / denom_safe)[:, None] + o_b * (w_b / denom_safe)[:, None]
     lse = tl.where(denom > 0, m_safe + tl.log(denom_safe), float("-inf"))
     tl.store(
         o_ptr + token * stride_ot + heads[:, None] * stride_oh + dims[None, :],
-        o.to(o_ptr.dtype.element_ty), mask=head_ok[:, None],
+        o.to(o_ptr.dtype.element_ty),
+        mask=head_ok[:, None],
     )
     tl.store(lse_ptr + token * stride_lt + heads * stride_lh, lse, mask=head_ok)
 
@@ -97,7 +115,9 @@ def merge_attention_states(
     assert lse_a.shape == lse_b.shape == (num_tokens, num_heads), (
         f"lse shapes {tuple(lse_a.shape)}, {tuple(lse_b.shape)} != {(num_tokens, num_heads)}"
     )
-    assert lse_a.dtype == lse_b.dtype == torch.float32, f"lse must be float32, got {lse_a.dtype}, {lse_b.dtype}"
+    assert lse_a.dtype == lse_b.dtype == torch.float32, (
+        f"lse must be float32, got {lse_a.dtype}, {lse_b.dtype}"
+    )
     assert o_a.stride(2) == 1 and o_b.stride(2) == 1, "head_dim must be contiguous"
     assert head_dim & (head_dim - 1) == 0, f"head_dim {head_dim} must be a power of two"
     assert o_a.device == o_b.device == lse_a.device == lse_b.device, "all tensors on one device"
@@ -107,11 +127,26 @@ def merge_attention_states(
         return o, lse
     block_h = min(triton.next_power_of_2(num_heads), max(1, 4096 // head_dim))
     _merge_kernel[(num_tokens, triton.cdiv(num_heads, block_h))](
-        o_a, lse_a, o_b, lse_b, o, lse,
+        o_a,
+        lse_a,
+        o_b,
+        lse_b,
+        o,
+        lse,
         num_heads,
-        o_a.stride(0), o_a.stride(1), lse_a.stride(0), lse_a.stride(1),
-        o_b.stride(0), o_b.stride(1), lse_b.stride(0), lse_b.stride(1),
-        o.stride(0), o.stride(1), lse.stride(0), lse.stride(1),
-        HEAD_DIM=head_dim, BLOCK_H=block_h,
+        o_a.stride(0),
+        o_a.stride(1),
+        lse_a.stride(0),
+        lse_a.stride(1),
+        o_b.stride(0),
+        o_b.stride(1),
+        lse_b.stride(0),
+        lse_b.stride(1),
+        o.stride(0),
+        o.stride(1),
+        lse.stride(0),
+        lse.stride(1),
+        HEAD_DIM=head_dim,
+        BLOCK_H=block_h,
     )
     return o, lse

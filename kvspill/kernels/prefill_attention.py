@@ -85,7 +85,9 @@ def dense_attention_ref(
         chunk_lse = torch.logsumexp(scores, dim=-1)  # [num_kv_heads, group * n]
         probs = scores.sub_(chunk_lse[..., None]).exp_()
         chunk_o = torch.bmm(probs, vf)  # [num_kv_heads, group * n, head_dim]
-        o[t0:t1] = chunk_o.view(num_kv_heads, group, n, head_dim).permute(2, 0, 1, 3).reshape(n, num_heads, head_dim)
+        o[t0:t1] = (
+            chunk_o.view(num_kv_heads, group, n, head_dim).permute(2, 0, 1, 3).reshape(n, num_heads, head_dim)
+        )
         lse[t0:t1] = chunk_lse.view(num_kv_heads, group, n).permute(2, 0, 1).reshape(n, num_heads)
     return o, lse
 
@@ -145,10 +147,26 @@ def _dot(a, b, acc, DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr):
 
 @triton.jit
 def attend_tile(
-    acc, m_i, l_i, q, kv_ptr, bt_row, start, q_pos, last_pos, scale_log2,
-    stride_cb, stride_ckv, stride_cs, head_off,
-    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr,
+    acc,
+    m_i,
+    l_i,
+    q,
+    kv_ptr,
+    bt_row,
+    start,
+    q_pos,
+    last_pos,
+    scale_log2,
+    stride_cb,
+    stride_ckv,
+    stride_cs,
+    head_off,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    DOT_IN_F32: tl.constexpr,
 ):
     """One online-softmax step over keys start..start+BLOCK_N (scores in log2 units)."""
     keys = start + tl.arange(0, BLOCK_N)
@@ -181,13 +199,33 @@ def attend_tile(
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, kv_ptr, o_ptr, lse_ptr, bt_ptr, qsl_ptr, seq_lens_ptr,
+    q_ptr,
+    kv_ptr,
+    o_ptr,
+    lse_ptr,
+    bt_ptr,
+    qsl_ptr,
+    seq_lens_ptr,
     scale_log2,
-    stride_qt, stride_qh, stride_ot, stride_oh, stride_lt, stride_lh,
-    stride_cb, stride_ckv, stride_cs, stride_ch, stride_bt,
-    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    stride_cb,
+    stride_ckv,
+    stride_cs,
+    stride_ch,
+    stride_bt,
+    BLOCK_SIZE: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    DOT_IN_F32: tl.constexpr,
 ):
     # Grid: (max query tiles, num_kv_heads, num_seqs); tile order reversed so the longest
     # (last, most keys) tiles of each seq start first.
@@ -209,7 +247,8 @@ def _prefill_kernel(
     tok64 = (q_start + tok).to(tl.int64)
     q = tl.load(
         q_ptr + tok64[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
-        mask=row_ok[:, None], other=0.0,
+        mask=row_ok[:, None],
+        other=0.0,
     )  # q: [BLOCK_M, HEAD_DIM]
 
     first_pos = ctx_len + tile * BLOCK_Q
@@ -222,21 +261,56 @@ def _prefill_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     for start in range(0, full_end, BLOCK_N):
         acc, m_i, l_i = attend_tile(
-            acc, m_i, l_i, q, kv_ptr, bt_row, start, q_pos, last_pos, scale_log2,
-            stride_cb, stride_ckv, stride_cs, head_off,
-            BLOCK_SIZE, HEAD_DIM, BLOCK_N, False, DOT_PRECISION, DOT_IN_F32,
+            acc,
+            m_i,
+            l_i,
+            q,
+            kv_ptr,
+            bt_row,
+            start,
+            q_pos,
+            last_pos,
+            scale_log2,
+            stride_cb,
+            stride_ckv,
+            stride_cs,
+            head_off,
+            BLOCK_SIZE,
+            HEAD_DIM,
+            BLOCK_N,
+            False,
+            DOT_PRECISION,
+            DOT_IN_F32,
         )
     for start in range(full_end, last_pos + 1, BLOCK_N):
         acc, m_i, l_i = attend_tile(
-            acc, m_i, l_i, q, kv_ptr, bt_row, start, q_pos, last_pos, scale_log2,
-            stride_cb, stride_ckv, stride_cs, head_off,
-            BLOCK_SIZE, HEAD_DIM, BLOCK_N, True, DOT_PRECISION, DOT_IN_F32,
+            acc,
+            m_i,
+            l_i,
+            q,
+            kv_ptr,
+            bt_row,
+            start,
+            q_pos,
+            last_pos,
+            scale_log2,
+            stride_cb,
+            stride_ckv,
+            stride_cs,
+            head_off,
+            BLOCK_SIZE,
+            HEAD_DIM,
+            BLOCK_N,
+            True,
+            DOT_PRECISION,
+            DOT_IN_F32,
         )
 
     o = acc / l_i[:, None]
     tl.store(
         o_ptr + tok64[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
-        o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None],
+        o.to(o_ptr.dtype.element_ty),
+        mask=row_ok[:, None],
     )
     lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # log2 units -> natural log
     tl.store(lse_ptr + tok64 * stride_lt + head * stride_lh, lse, mask=row_ok)
@@ -280,11 +354,15 @@ def paged_prefill_attention(
     num_seqs = block_tables.shape[0]
     _, _, block_size, num_kv_heads, _ = check_kv_layer(kv_layer, q)
     assert num_heads % num_kv_heads == 0, f"num_heads {num_heads} not a multiple of {num_kv_heads}"
-    assert block_tables.dtype == torch.int32 and block_tables.stride(1) == 1, "block_tables int32, rows contiguous"
+    assert block_tables.dtype == torch.int32 and block_tables.stride(1) == 1, (
+        "block_tables int32, rows contiguous"
+    )
     assert query_start_loc.shape == (num_seqs + 1,) and query_start_loc.dtype == torch.int32, (
         f"query_start_loc must be int32 [{num_seqs + 1}]"
     )
-    assert seq_lens.shape == (num_seqs,) and seq_lens.dtype == torch.int32, f"seq_lens must be int32 [{num_seqs}]"
+    assert seq_lens.shape == (num_seqs,) and seq_lens.dtype == torch.int32, (
+        f"seq_lens must be int32 [{num_seqs}]"
+    )
     assert query_start_loc.is_contiguous() and seq_lens.is_contiguous()
     assert block_tables.device == query_start_loc.device == seq_lens.device == q.device
     o, lse = resolve_out(out, q)
@@ -297,16 +375,37 @@ def paged_prefill_attention(
     block_q = block_m // group
     grid = (triton.cdiv(max_query_len, block_q), num_kv_heads, num_seqs)
     _prefill_kernel[grid](
-        q, kv_layer, o, lse, block_tables, query_start_loc, seq_lens,
+        q,
+        kv_layer,
+        o,
+        lse,
+        block_tables,
+        query_start_loc,
+        seq_lens,
         scale * math.log2(math.e),
-        q.stride(0), q.stride(1), o.stride(0), o.stride(1), lse.stride(0), lse.stride(1),
-        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
+        q.stride(0),
+        q.stride(1),
+        o.stride(0),
+        o.stride(1),
+        lse.stride(0),
+        lse.stride(1),
+        kv_layer.stride(0),
+        kv_layer.stride(1),
+        kv_layer.stride(2),
+        kv_layer.stride(3),
         block_tables.stride(0),
-        BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim,
-        BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=block_n,
-        DOT_PRECISION="tf32x3" if q.dtype == torch.float32 else "tf32",  # tf32x3: fp32-accurate on tensor cores
+        BLOCK_SIZE=block_size,
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        BLOCK_Q=block_q,
+        BLOCK_N=block_n,
+        DOT_PRECISION="tf32x3"
+        if q.dtype == torch.float32
+        else "tf32",  # tf32x3: fp32-accurate on tensor cores
         DOT_IN_F32=not q.is_cuda,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return o, lse
 

@@ -33,11 +33,30 @@ def rope_and_store_kv_ref(
 
 @triton.jit
 def _rope_store_kernel(
-    q_ptr, k_ptr, v_ptr, pos_ptr, cos_sin_ptr, cache_ptr, slot_ptr,
-    num_heads, num_kv_heads, block_size,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos,
-    stride_cb, stride_ckv, stride_cs, stride_ch,
-    HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    pos_ptr,
+    cos_sin_ptr,
+    cache_ptr,
+    slot_ptr,
+    num_heads,
+    num_kv_heads,
+    block_size,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cos,
+    stride_cb,
+    stride_ckv,
+    stride_cs,
+    stride_ch,
+    HALF: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
 ):
     # One program per token: its q heads, then its k heads (rotated once, written twice) and v.
     token = tl.program_id(0).to(tl.int64)
@@ -51,7 +70,9 @@ def _rope_store_kernel(
         ok = (heads[:, None] < num_kv_heads) & (dims[None, :] < HALF)
         block_id = slot // block_size
         offset = slot % block_size
-        dst = cache_ptr + block_id * stride_cb + offset * stride_cs + heads[:, None] * stride_ch + dims[None, :]
+        dst = (
+            cache_ptr + block_id * stride_cb + offset * stride_cs + heads[:, None] * stride_ch + dims[None, :]
+        )
         tl.store(dst, k1, mask=ok)
         tl.store(dst + HALF, k2, mask=ok)
         v_ptrs = v_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :]
@@ -77,10 +98,27 @@ def rope_and_store_kv(
         return
     num_kv_heads = k.shape[1]
     _rope_store_kernel[(num_tokens,)](
-        q, k, v, positions, cos_sin_cache, kv_layer, slot_mapping,
-        num_heads, num_kv_heads, kv_layer.shape[2],
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos_sin_cache.stride(0),
-        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
+        q,
+        k,
+        v,
+        positions,
+        cos_sin_cache,
+        kv_layer,
+        slot_mapping,
+        num_heads,
+        num_kv_heads,
+        kv_layer.shape[2],
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        cos_sin_cache.stride(0),
+        kv_layer.stride(0),
+        kv_layer.stride(1),
+        kv_layer.stride(2),
+        kv_layer.stride(3),
         HALF=head_dim // 2,
         BLOCK_HQ=triton.next_power_of_2(num_heads),
         BLOCK_HK=triton.next_power_of_2(num_kv_heads),

@@ -60,14 +60,22 @@ class ColdAttentionConfig:
 
     def __post_init__(self) -> None:
         if self.path not in COLD_PATHS:
-            raise InvalidParameterError("cold_path", f"cold attention path must be one of {COLD_PATHS}, got {self.path!r}")
+            raise InvalidParameterError(
+                "cold_path", f"cold attention path must be one of {COLD_PATHS}, got {self.path!r}"
+            )
         if self.cpu_fraction is not None and not 0.0 <= self.cpu_fraction <= 1.0:
-            raise InvalidParameterError("cold_path", f"cpu_fraction must be in [0, 1], got {self.cpu_fraction}")
+            raise InvalidParameterError(
+                "cold_path", f"cpu_fraction must be in [0, 1], got {self.cpu_fraction}"
+            )
         for name in ("cpu_chunk_blocks", "stream_chunk_blocks", "max_rows_per_query"):
             if getattr(self, name) < 1:
-                raise InvalidParameterError("cold_path", f"{name} must be at least 1, got {getattr(self, name)}")
+                raise InvalidParameterError(
+                    "cold_path", f"{name} must be at least 1, got {getattr(self, name)}"
+                )
         if self.cpu_workers < 0:
-            raise InvalidParameterError("cold_path", f"cpu_workers must not be negative, got {self.cpu_workers}")
+            raise InvalidParameterError(
+                "cold_path", f"cpu_workers must not be negative, got {self.cpu_workers}"
+            )
 
     def resolved_path(self, device: torch.device) -> str:
         if self.path != "auto":
@@ -149,9 +157,12 @@ class ColdAttentionBackend:
             s.stream_bytes = self._stager.bytes_loaded
             s.stream_copy_seconds = self._stager.copy_timer.resolve()
         return {
-            "cold_steps": s.num_steps, "cold_cpu_fraction": self.cpu_fraction,
-            "cold_cpu_bytes": s.cpu_bytes, "cold_cpu_seconds": s.cpu_seconds,
-            "cold_stream_bytes": s.stream_bytes, "cold_stream_seconds": s.stream_seconds,
+            "cold_steps": s.num_steps,
+            "cold_cpu_fraction": self.cpu_fraction,
+            "cold_cpu_bytes": s.cpu_bytes,
+            "cold_cpu_seconds": s.cpu_seconds,
+            "cold_stream_bytes": s.stream_bytes,
+            "cold_stream_seconds": s.stream_seconds,
             "cold_stream_copy_seconds": s.stream_copy_seconds,
         }
 
@@ -247,9 +258,13 @@ class ColdStep:
         tasks = [(part, event) for part in self.cpu_parts]
         executor = self.backend.executor
         if executor is not None:
-            work.cpu_futures = [executor.submit(self._cpu_part, layer_idx, q_host, p, ev, o, lse) for p, ev in tasks]
+            work.cpu_futures = [
+                executor.submit(self._cpu_part, layer_idx, q_host, p, ev, o, lse) for p, ev in tasks
+            ]
         else:
-            work.run_cpu_inline = lambda: [self._cpu_part(layer_idx, q_host, p, ev, o, lse) for p, ev in tasks]
+            work.run_cpu_inline = lambda: [
+                self._cpu_part(layer_idx, q_host, p, ev, o, lse) for p, ev in tasks
+            ]
         return work
 
     def finish(self, work: LayerWork) -> tuple[torch.Tensor, torch.Tensor]:
@@ -280,8 +295,13 @@ class ColdStep:
             self._host_checked = True
 
     def _cpu_part(
-        self, layer_idx: int, q_host: torch.Tensor, part: ColdPart, event: torch.cuda.Event | None,
-        o: torch.Tensor, lse: torch.Tensor,
+        self,
+        layer_idx: int,
+        q_host: torch.Tensor,
+        part: ColdPart,
+        event: torch.cuda.Event | None,
+        o: torch.Tensor,
+        lse: torch.Tensor,
     ) -> None:
         """Attend `part`'s blocks on the CPU and write its rows of (o, lse) (rows are disjoint)."""
         t0 = time.perf_counter()
@@ -292,16 +312,22 @@ class ColdStep:
             layout = self.storage.layout
             q = q_host[part.row_start : part.row_end]
             o_acc, lse_acc = o[part.row_start : part.row_end], lse[part.row_start : part.row_end]
-            blocks = [(TIER_CPU, b) for b in part.cpu_block_ids] + [(TIER_DISK, b) for b in part.disk_block_ids]
+            blocks = [(TIER_CPU, b) for b in part.cpu_block_ids] + [
+                (TIER_DISK, b) for b in part.disk_block_ids
+            ]
             step = self.backend.config.cpu_chunk_blocks
             for c0 in range(0, len(blocks), step):
                 chunk = blocks[c0 : c0 + step]
                 k, v = (self._gather_host(layer_idx, kv, chunk) for kv in (0, 1))  # [n * block_size, kv, dim]
-                o_p, lse_p = attend_unmasked_cpu(q, k, v, self.scale, _key_splits(len(chunk), layout.num_kv_heads))
+                o_p, lse_p = attend_unmasked_cpu(
+                    q, k, v, self.scale, _key_splits(len(chunk), layout.num_kv_heads)
+                )
                 merged_o, merged_lse = merge_attention_states_ref(o_acc, lse_acc, o_p, lse_p)
                 o_acc.copy_(merged_o)
                 lse_acc.copy_(merged_lse)
-        self.backend.stats.add_cpu(len(blocks) * layout.block_bytes // layout.num_layers, time.perf_counter() - t0)
+        self.backend.stats.add_cpu(
+            len(blocks) * layout.block_bytes // layout.num_layers, time.perf_counter() - t0
+        )
 
     def _gather_host(self, layer_idx: int, kv: int, blocks: list[tuple[int, int]]) -> torch.Tensor:
         """K (kv=0) or V (kv=1) of `blocks` of one layer, contiguous: [n * block_size, num_kv_heads, head_dim]."""
@@ -310,21 +336,29 @@ class ColdStep:
         for tier in (TIER_CPU, TIER_DISK):
             ids = [b for t, b in blocks if t == tier]
             if ids:
-                pool = self.storage.tier_layer(tier, layer_idx)[:, kv]  # [num_tier_blocks, block_size, kv, dim]
+                pool = self.storage.tier_layer(tier, layer_idx)[
+                    :, kv
+                ]  # [num_tier_blocks, block_size, kv, dim]
                 parts.append(pool.index_select(0, torch.tensor(ids, dtype=torch.int64)))
         out = parts[0] if len(parts) == 1 else torch.cat(parts)
         return out.view(-1, layout.num_kv_heads, layout.head_dim)
 
     # ---- path (b): streaming ---------------------------------------------------------------
 
-    def _stream_layer(self, layer_idx: int, q_cold: torch.Tensor, acc_o: torch.Tensor, acc_lse: torch.Tensor) -> None:
+    def _stream_layer(
+        self, layer_idx: int, q_cold: torch.Tensor, acc_o: torch.Tensor, acc_lse: torch.Tensor
+    ) -> None:
         stager = self.backend.stager()
         if self._chunks is None:
             layout = self.storage.layout
             group = q_cold.shape[1] // layout.num_kv_heads
             self._chunks = plan_chunks(
-                self.stream_parts, stager.chunk_blocks, layout.block_size, group,
-                self.backend.config.max_rows_per_query, self.storage.device,
+                self.stream_parts,
+                stager.chunk_blocks,
+                layout.block_size,
+                group,
+                self.backend.config.max_rows_per_query,
+                self.storage.device,
             )
         self._ensure_host_ready()
         num_chunks = len(self._chunks)

@@ -70,7 +70,9 @@ def plan_chunks(
     pieces: list[list[tuple[ColdPart, list[tuple[int, int]]]]] = [[]]
     used = 0
     for part in parts:
-        blocks = [(TIER_CPU, int(b)) for b in part.cpu_block_ids] + [(TIER_DISK, int(b)) for b in part.disk_block_ids]
+        blocks = [(TIER_CPU, int(b)) for b in part.cpu_block_ids] + [
+            (TIER_DISK, int(b)) for b in part.disk_block_ids
+        ]
         while blocks:
             if used == chunk_blocks:
                 pieces.append([])
@@ -83,7 +85,10 @@ def plan_chunks(
 
 
 def _build_chunk(
-    pieces: list[tuple[ColdPart, list[tuple[int, int]]]], block_size: int, group: int, max_rows: int,
+    pieces: list[tuple[ColdPart, list[tuple[int, int]]]],
+    block_size: int,
+    group: int,
+    max_rows: int,
     device: torch.device,
 ) -> StreamChunk:
     t = max(1, min(max_rows // group, max(p.row_end - p.row_start for p, _ in pieces)))
@@ -114,9 +119,14 @@ def _build_chunk(
     rows_t = torch.tensor(q_rows, dtype=torch.int64)
     valid_t = torch.tensor(valid, dtype=torch.int64)
     return StreamChunk(
-        gathers=gathers, num_blocks=offset, tokens_per_query=t,
-        block_tables=bt.to(device), seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(device),
-        q_rows=rows_t.to(device), valid=valid_t.to(device), target=rows_t[valid_t].to(device),
+        gathers=gathers,
+        num_blocks=offset,
+        tokens_per_query=t,
+        block_tables=bt.to(device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(device),
+        q_rows=rows_t.to(device),
+        valid=valid_t.to(device),
+        target=rows_t[valid_t].to(device),
     )
 
 
@@ -135,7 +145,8 @@ class StreamStager:
         # device: 2 x [chunk_blocks, 2, block_size, num_kv_heads, head_dim], a kv_layer each
         self.device_bufs = [torch.empty(shape, dtype=layout.dtype, device=storage.device) for _ in range(2)]
         self.host_bufs = (
-            [allocate_host_pool(shape, layout.dtype, pin=True)[0] for _ in range(2)] if self.is_cuda
+            [allocate_host_pool(shape, layout.dtype, pin=True)[0] for _ in range(2)]
+            if self.is_cuda
             else self.device_bufs
         )
         # Per buffer: the last H2D into it (fresh events per copy, so the timer's pairs stay
@@ -155,14 +166,18 @@ class StreamStager:
         stream = self.storage.copy_stream
         if stream is None:  # off CUDA: gather straight into the (host) device buffer
             for tier, ids, _, offset in chunk.gathers:
-                torch.index_select(self.storage.tier_layer(tier, layer_idx), 0, ids, out=dev[offset : offset + len(ids)])
+                torch.index_select(
+                    self.storage.tier_layer(tier, layer_idx), 0, ids, out=dev[offset : offset + len(ids)]
+                )
             return
         in_place = [g for g in chunk.gathers if self.uva and g[0] == TIER_CPU]
         staged = [g for g in chunk.gathers if not (self.uva and g[0] == TIER_CPU)]
         if staged:
             self.loaded[buf].synchronize()  # the previous H2D out of this host buffer is done
         for tier, ids, _, offset in staged:
-            torch.index_select(self.storage.tier_layer(tier, layer_idx), 0, ids, out=host[offset : offset + len(ids)])
+            torch.index_select(
+                self.storage.tier_layer(tier, layer_idx), 0, ids, out=host[offset : offset + len(ids)]
+            )
         started, loaded = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(stream):
             stream.wait_event(self.free[buf])
@@ -176,8 +191,13 @@ class StreamStager:
         self.copy_timer.add(started, loaded)
 
     def attend(
-        self, buf: int, chunk: StreamChunk, q_cold: torch.Tensor, scale: float,
-        acc_o: torch.Tensor, acc_lse: torch.Tensor,
+        self,
+        buf: int,
+        chunk: StreamChunk,
+        q_cold: torch.Tensor,
+        scale: float,
+        acc_o: torch.Tensor,
+        acc_lse: torch.Tensor,
     ) -> None:
         """Run the decode kernel over buffer `buf` for `chunk` and merge into the accumulator."""
         num_kv_heads = self.storage.layout.num_kv_heads
@@ -192,4 +212,6 @@ class StreamStager:
         else:
             o, lse = paged_decode_attention_ref(folded, kv_layer, chunk.block_tables, chunk.seq_lens, scale)
         o, lse = unfold_outputs(o, lse, t, num_kv_heads)
-        merge_rows_into(acc_o, acc_lse, chunk.target, o.index_select(0, chunk.valid), lse.index_select(0, chunk.valid))
+        merge_rows_into(
+            acc_o, acc_lse, chunk.target, o.index_select(0, chunk.valid), lse.index_select(0, chunk.valid)
+        )

@@ -84,7 +84,9 @@ def allocate_host_pool(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) ->
         try:
             return torch.zeros(shape, dtype=dtype, pin_memory=True), True
         except RuntimeError as e:
-            logger.warning("could not pin the cpu KV tier (%s); using pageable memory: copies will be slower", e)
+            logger.warning(
+                "could not pin the cpu KV tier (%s); using pageable memory: copies will be slower", e
+            )
     return torch.zeros(shape, dtype=dtype), False
 
 
@@ -103,7 +105,9 @@ class DiskPool:
         os.close(fd)
         try:
             # memmap: [num_blocks, block_bytes] uint8; a zero-block pool still maps one byte
-            self._memmap = np.memmap(name, dtype=np.uint8, mode="w+", shape=(max(num_blocks, 1), layout.block_bytes))
+            self._memmap = np.memmap(
+                name, dtype=np.uint8, mode="w+", shape=(max(num_blocks, 1), layout.block_bytes)
+            )
         finally:
             os.unlink(name)
         raw = torch.from_numpy(self._memmap)[:num_blocks]
@@ -153,7 +157,8 @@ class TieredKVStorage(KVStorage):
         )
         self.disk = DiskPool(layout, num_disk_blocks, disk_dir) if num_disk_blocks else None
         self.disk_cache = (
-            self.disk.cache if self.disk is not None
+            self.disk.cache
+            if self.disk is not None
             else torch.empty((0, *_block_shape(layout)), dtype=layout.dtype)
         )
         self.copy_stream = torch.cuda.Stream(device=device) if is_cuda else None

@@ -149,7 +149,11 @@ class KVTierManager:
 
     def used_blocks(self) -> tuple[int, int, int]:
         """Blocks in use in the gpu, cpu and disk tiers (cheap: three counters)."""
-        return self.kv.num_blocks - self.kv.num_free_blocks, self.cpu.num_used_blocks, self.disk.num_used_blocks
+        return (
+            self.kv.num_blocks - self.kv.num_free_blocks,
+            self.cpu.num_used_blocks,
+            self.disk.num_used_blocks,
+        )
 
     def stats(self) -> TierStats:
         kv = self.kv

@@ -62,7 +62,9 @@ def group_moves(moves: list[BlockMove]) -> list[CopyRun]:
                 and m.src_block_id == last.src_start + last.num_blocks
                 and m.dst_block_id == last.dst_start + last.num_blocks
             ):
-                runs[-1] = CopyRun(last.src_tier, last.src_start, last.dst_tier, last.dst_start, last.num_blocks + 1)
+                runs[-1] = CopyRun(
+                    last.src_tier, last.src_start, last.dst_tier, last.dst_start, last.num_blocks + 1
+                )
                 continue
         runs.append(CopyRun(m.src_tier, m.src_block_id, m.dst_tier, m.dst_block_id, 1))
     return runs
@@ -85,10 +87,14 @@ class TransferStats:
     copy_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, float | int]:
-        out: dict[str, float | int] = {f"transfer_bytes_{k}": v for k, v in sorted(self.bytes_by_direction.items())}
+        out: dict[str, float | int] = {
+            f"transfer_bytes_{k}": v for k, v in sorted(self.bytes_by_direction.items())
+        }
         out.update(
-            transfer_num_moves=self.num_moves, transfer_num_copies=self.num_copies,
-            transfer_num_plans=self.num_plans, transfer_seconds=self.seconds,
+            transfer_num_moves=self.num_moves,
+            transfer_num_copies=self.num_copies,
+            transfer_num_plans=self.num_plans,
+            transfer_seconds=self.seconds,
             transfer_copy_seconds=self.copy_seconds,
         )
         return out
@@ -141,7 +147,9 @@ class KVTransferEngine:
             self._copy(run, stream)
             direction = direction_name(run.src_tier, run.dst_tier)
             nbytes = run.num_blocks * self.storage.layout.block_bytes
-            self.stats.bytes_by_direction[direction] = self.stats.bytes_by_direction.get(direction, 0) + nbytes
+            self.stats.bytes_by_direction[direction] = (
+                self.stats.bytes_by_direction.get(direction, 0) + nbytes
+            )
         if stream is not None and start_event is not None:
             done = torch.cuda.Event(enable_timing=True)
             done.record(stream)

@@ -33,7 +33,9 @@ def gather_blocks_ref(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -
 
 
 @triton.jit
-def _gather_kernel(src_ptr, ids_ptr, dst_ptr, stride_src, stride_dst, BLOCK_ELEMS: tl.constexpr, CHUNK: tl.constexpr):
+def _gather_kernel(
+    src_ptr, ids_ptr, dst_ptr, stride_src, stride_dst, BLOCK_ELEMS: tl.constexpr, CHUNK: tl.constexpr
+):
     # Grid: (n, cdiv(BLOCK_ELEMS, CHUNK)); one program copies CHUNK elements of one block.
     i = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -58,5 +60,12 @@ def gather_blocks(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> No
     if n == 0:
         return
     _gather_kernel[(n, triton.cdiv(block_elems, _CHUNK))](
-        src, ids, dst, src.stride(0), dst.stride(0), BLOCK_ELEMS=block_elems, CHUNK=_CHUNK, num_warps=4,
+        src,
+        ids,
+        dst,
+        src.stride(0),
+        dst.stride(0),
+        BLOCK_ELEMS=block_elems,
+        CHUNK=_CHUNK,
+        num_warps=4,
     )

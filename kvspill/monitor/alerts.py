@@ -28,7 +28,7 @@ class Alert:
     used_percent: float
 
     def message(self) -> str:
-        return (f"GPU {self.gpu_index}: VRAM {self.used_percent:.1f}% crossed {self.level_percent:.0f}%")
+        return f"GPU {self.gpu_index}: VRAM {self.used_percent:.1f}% crossed {self.level_percent:.0f}%"
 
 
 @dataclass
@@ -52,10 +52,17 @@ class AlertTracker:
         self.gpus: dict[int, GpuSession] = {}
         self.alerts: list[Alert] = []
 
-    def update(self, timestamp: float, gpu_index: int, used_percent: float, used_bytes: int = 0) -> list[Alert]:
+    def update(
+        self, timestamp: float, gpu_index: int, used_percent: float, used_bytes: int = 0
+    ) -> list[Alert]:
         """Record one reading; returns the alerts it raised (usually none)."""
-        s = self.gpus.setdefault(gpu_index, GpuSession(armed={level: True for level in self.levels},
-                                                       seconds_above={level: 0.0 for level in self.levels}))
+        s = self.gpus.setdefault(
+            gpu_index,
+            GpuSession(
+                armed={level: True for level in self.levels},
+                seconds_above={level: 0.0 for level in self.levels},
+            ),
+        )
         if s.last_timestamp is not None and s.last_percent is not None and timestamp > s.last_timestamp:
             for level in self.levels:
                 if s.last_percent >= level:
@@ -79,8 +86,13 @@ class AlertTracker:
         return {
             "levels_percent": list(self.levels),
             "num_alerts": len(self.alerts),
-            "gpus": {str(i): {"peak_percent": round(s.peak_percent, 2), "peak_bytes": s.peak_bytes,
-                              "seconds_above": {f"{level:g}": round(t, 3) for level, t in s.seconds_above.items()},
-                              "num_alerts": s.num_alerts}
-                     for i, s in sorted(self.gpus.items())},
+            "gpus": {
+                str(i): {
+                    "peak_percent": round(s.peak_percent, 2),
+                    "peak_bytes": s.peak_bytes,
+                    "seconds_above": {f"{level:g}": round(t, 3) for level, t in s.seconds_above.items()},
+                    "num_alerts": s.num_alerts,
+                }
+                for i, s in sorted(self.gpus.items())
+            },
         }

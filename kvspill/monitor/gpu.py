@@ -98,8 +98,9 @@ class FakeGpuSource:
     After the script ends the last value repeats. For tests and demos without a GPU.
     """
 
-    def __init__(self, used_percents: Sequence[float], total_bytes: int = 80 * 2**30,
-                 name: str = "Fake GPU") -> None:
+    def __init__(
+        self, used_percents: Sequence[float], total_bytes: int = 80 * 2**30, name: str = "Fake GPU"
+    ) -> None:
         if not used_percents:
             raise ValueError("FakeGpuSource needs at least one reading")
         self._percents = list(used_percents)
@@ -110,10 +111,20 @@ class FakeGpuSource:
     def read(self) -> list[GpuReading]:
         percent = self._percents[min(self._next, len(self._percents) - 1)]
         self._next += 1
-        return [GpuReading(index=0, name=self._name, total_bytes=self._total_bytes,
-                           used_bytes=int(self._total_bytes * percent / 100.0), temperature_c=50.0,
-                           power_w=100.0, power_limit_w=300.0, utilization_percent=percent,
-                           pcie_rx_bytes_per_s=0.0, pcie_tx_bytes_per_s=0.0)]
+        return [
+            GpuReading(
+                index=0,
+                name=self._name,
+                total_bytes=self._total_bytes,
+                used_bytes=int(self._total_bytes * percent / 100.0),
+                temperature_c=50.0,
+                power_w=100.0,
+                power_limit_w=300.0,
+                utilization_percent=percent,
+                pcie_rx_bytes_per_s=0.0,
+                pcie_tx_bytes_per_s=0.0,
+            )
+        ]
 
     def close(self) -> None:
         pass

@@ -28,7 +28,11 @@ def _mlocked_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 def read_host() -> HostReading:
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
     return HostReading(
-        ram_total_bytes=int(vm.total), ram_used_bytes=int(vm.total - vm.available),
-        ram_available_bytes=int(vm.available), swap_total_bytes=int(sw.total), swap_used_bytes=int(sw.used),
-        pinned_bytes=_mlocked_bytes(), cpu_percent=psutil.cpu_percent(interval=None),
+        ram_total_bytes=int(vm.total),
+        ram_used_bytes=int(vm.total - vm.available),
+        ram_available_bytes=int(vm.available),
+        swap_total_bytes=int(sw.total),
+        swap_used_bytes=int(sw.used),
+        pinned_bytes=_mlocked_bytes(),
+        cpu_percent=psutil.cpu_percent(interval=None),
     )

@@ -46,7 +46,9 @@ class SnapshotLogger:
             row = snapshot.flat_row()
             row["num_alerts"] = len(alerts or [])
             if self._writer is None:
-                self._writer = csv.DictWriter(self._file, fieldnames=list(row), restval="", extrasaction="ignore")
+                self._writer = csv.DictWriter(
+                    self._file, fieldnames=list(row), restval="", extrasaction="ignore"
+                )
                 self._writer.writeheader()
             self._writer.writerow(row)
         self._file.flush()

@@ -53,14 +53,21 @@ def _gpu_lines(g: GpuReading, levels: Sequence[float]) -> Text:
     power = _opt(g.power_w, "{:.0f}")
     if g.power_limit_w is not None:
         power += f"/{g.power_limit_w:.0f}"
-    procs = ", ".join(f"{p.name}({p.pid}) {format_bytes(p.used_bytes) if p.used_bytes is not None else '?'}"
-                      for p in g.processes) or "-"
+    procs = (
+        ", ".join(
+            f"{p.name}({p.pid}) {format_bytes(p.used_bytes) if p.used_bytes is not None else '?'}"
+            for p in g.processes
+        )
+        or "-"
+    )
     text = Text()
     text.append(f"{g.index} {g.name}\n", style="bold")
     text.append_text(usage_bar(g.used_percent, levels=levels))
     text.append(f"  {format_bytes(g.used_bytes)} / {format_bytes(g.total_bytes)}\n")
-    text.append(f"  {_opt(g.temperature_c, '{:.0f}°C')}  {power} W  util {_opt(g.utilization_percent, '{:.0f}%')}"
-                f"  PCIe rx {_rate(g.pcie_rx_bytes_per_s)} tx {_rate(g.pcie_tx_bytes_per_s)}\n")
+    text.append(
+        f"  {_opt(g.temperature_c, '{:.0f}°C')}  {power} W  util {_opt(g.utilization_percent, '{:.0f}%')}"
+        f"  PCIe rx {_rate(g.pcie_rx_bytes_per_s)} tx {_rate(g.pcie_tx_bytes_per_s)}\n"
+    )
     text.append(f"  processes: {procs}")
     return text
 
@@ -74,10 +81,14 @@ def gpu_panel(status: GpuStatus, levels: Sequence[float] = DEFAULT_LEVELS) -> Re
 def host_panel(h: HostReading, server: ServerReading | None = None) -> RenderableType:
     ram_percent = 100.0 * h.ram_used_bytes / h.ram_total_bytes if h.ram_total_bytes else 0.0
     lines = Text()
-    lines.append(f"RAM    {format_bytes(h.ram_used_bytes)} / {format_bytes(h.ram_total_bytes)} "
-                 f"({ram_percent:.0f}%), {format_bytes(h.ram_available_bytes)} available\n")
-    lines.append(f"swap   {format_bytes(h.swap_used_bytes)} / {format_bytes(h.swap_total_bytes)}\n",
-                 style="yellow" if h.swap_used_bytes > 2**30 else "")
+    lines.append(
+        f"RAM    {format_bytes(h.ram_used_bytes)} / {format_bytes(h.ram_total_bytes)} "
+        f"({ram_percent:.0f}%), {format_bytes(h.ram_available_bytes)} available\n"
+    )
+    lines.append(
+        f"swap   {format_bytes(h.swap_used_bytes)} / {format_bytes(h.swap_total_bytes)}\n",
+        style="yellow" if h.swap_used_bytes > 2**30 else "",
+    )
     # CUDA's pinned allocations are page-locked by the driver and do not show as Mlocked: the
     # server's cpu tier (allocated pinned at start) is the figure for kvspill's own pool.
     lines.append(f"pinned {'-' if h.pinned_bytes is None else format_bytes(h.pinned_bytes)} mlocked")
@@ -98,31 +109,45 @@ def server_panel(s: ServerReading) -> RenderableType:
     for column in ("tier", "blocks used / total", "bytes used / total"):
         table.add_column(column)
     for name, t in s.tiers.items():
-        table.add_row(name, f"{t.used_blocks} / {t.blocks}",
-                      f"{format_bytes(t.used_bytes)} / {format_bytes(t.total_bytes)}")
-    queue = Text(f"running {_opt(s.num_running, '{:d}')}  waiting {_opt(s.num_waiting, '{:d}')}  "
-                 f"block moves {_opt(s.block_moves_per_s, '{:.1f}')}/s  moved {_rate(s.bytes_moved_per_s)}"
-                 + (f" ({format_bytes(s.bytes_moved_total)} in all)" if s.bytes_moved_total else ""))
+        table.add_row(
+            name,
+            f"{t.used_blocks} / {t.blocks}",
+            f"{format_bytes(t.used_bytes)} / {format_bytes(t.total_bytes)}",
+        )
+    queue = Text(
+        f"running {_opt(s.num_running, '{:d}')}  waiting {_opt(s.num_waiting, '{:d}')}  "
+        f"block moves {_opt(s.block_moves_per_s, '{:.1f}')}/s  moved {_rate(s.bytes_moved_per_s)}"
+        + (f" ({format_bytes(s.bytes_moved_total)} in all)" if s.bytes_moved_total else "")
+    )
     return Panel(Group(table, queue), title=f"server {s.url}")
 
 
-def session_panel(tracker: AlertTracker, recent: Sequence[Alert], started: float, now: float) -> RenderableType:
+def session_panel(
+    tracker: AlertTracker, recent: Sequence[Alert], started: float, now: float
+) -> RenderableType:
     lines = Text(f"session {now - started:.0f} s, {len(tracker.alerts)} alerts\n")
     for index, s in sorted(tracker.gpus.items()):
         above = "  ".join(f">={level:g}%: {t:.0f} s" for level, t in s.seconds_above.items())
         lines.append(f"GPU {index}: peak {s.peak_percent:.1f}% ({format_bytes(s.peak_bytes)})  {above}\n")
     for alert in recent:
         stamp = time.strftime("%H:%M:%S", time.localtime(alert.timestamp))
-        lines.append(f"{stamp} ALERT {alert.message()}\n", style=bar_style(alert.level_percent, tracker.levels))
+        lines.append(
+            f"{stamp} ALERT {alert.message()}\n", style=bar_style(alert.level_percent, tracker.levels)
+        )
     lines.rstrip()
     return Panel(lines, title="session")
 
 
-def render(snapshot: Snapshot, tracker: AlertTracker, recent: Sequence[Alert] = (),
-           started: float | None = None) -> RenderableType:
-    parts: list[RenderableType] = [gpu_panel(snapshot.gpu, tracker.levels), host_panel(snapshot.host, snapshot.server)]
+def render(
+    snapshot: Snapshot, tracker: AlertTracker, recent: Sequence[Alert] = (), started: float | None = None
+) -> RenderableType:
+    parts: list[RenderableType] = [
+        gpu_panel(snapshot.gpu, tracker.levels),
+        host_panel(snapshot.host, snapshot.server),
+    ]
     if snapshot.server is not None:
         parts.append(server_panel(snapshot.server))
-    parts.append(session_panel(tracker, recent, snapshot.timestamp if started is None else started,
-                               snapshot.timestamp))
+    parts.append(
+        session_panel(tracker, recent, snapshot.timestamp if started is None else started, snapshot.timestamp)
+    )
     return Group(*parts)

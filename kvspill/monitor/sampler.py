@@ -19,9 +19,14 @@ from kvspill.monitor.snapshot import GpuStatus, HostReading, Snapshot
 
 
 class Sampler:
-    def __init__(self, gpu_source: GpuSource | None, gpu_reason: str | None = None,
-                 server: ServerProbe | None = None, clock: Callable[[], float] = time.time,
-                 host: Callable[[], HostReading] = read_host) -> None:
+    def __init__(
+        self,
+        gpu_source: GpuSource | None,
+        gpu_reason: str | None = None,
+        server: ServerProbe | None = None,
+        clock: Callable[[], float] = time.time,
+        host: Callable[[], HostReading] = read_host,
+    ) -> None:
         self.gpu_source = gpu_source
         self.gpu_reason = gpu_reason or "no GPU source"
         self.server = server
@@ -38,8 +43,12 @@ class Sampler:
 
     def sample(self) -> Snapshot:
         now = self.clock()
-        return Snapshot(timestamp=now, gpu=self._gpu(), host=self.host(),
-                        server=None if self.server is None else self.server.read(now))
+        return Snapshot(
+            timestamp=now,
+            gpu=self._gpu(),
+            host=self.host(),
+            server=None if self.server is None else self.server.read(now),
+        )
 
     def close(self) -> None:
         if self.gpu_source is not None:

@@ -54,9 +54,16 @@ def _prometheus_queue(text: str) -> tuple[int | None, int | None]:
 
 
 def _tiers(raw: dict[str, Any]) -> dict[str, TierReading]:
-    return {name: TierReading(blocks=int(t.get("blocks", 0)), used_blocks=int(t.get("used_blocks", 0)),
-                              total_bytes=int(t.get("bytes", 0)), used_bytes=int(t.get("used_bytes", 0)))
-            for name, t in (raw or {}).items() if isinstance(t, dict)}
+    return {
+        name: TierReading(
+            blocks=int(t.get("blocks", 0)),
+            used_blocks=int(t.get("used_blocks", 0)),
+            total_bytes=int(t.get("bytes", 0)),
+            used_bytes=int(t.get("used_bytes", 0)),
+        )
+        for name, t in (raw or {}).items()
+        if isinstance(t, dict)
+    }
 
 
 class ServerProbe:
@@ -97,9 +104,13 @@ class ServerProbe:
         moves_per_s, bytes_per_s = self._rates(now, moves, moved)
         requests = kv.get("requests")
         return ServerReading(
-            url=self.url, ok=True, tiers=_tiers(kv.get("tiers") or {}),
+            url=self.url,
+            ok=True,
+            tiers=_tiers(kv.get("tiers") or {}),
             num_running=None if running is None else int(running),
             num_waiting=None if waiting is None else int(waiting),
             num_requests=len(requests) if isinstance(requests, dict | list) else None,
-            block_moves_per_s=moves_per_s, bytes_moved_per_s=bytes_per_s, bytes_moved_total=moved,
+            block_moves_per_s=moves_per_s,
+            bytes_moved_per_s=bytes_per_s,
+            bytes_moved_total=moved,
         )

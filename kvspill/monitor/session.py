@@ -21,8 +21,9 @@ NUM_RECENT_ALERTS = 8
 
 
 class MonitorSession:
-    def __init__(self, sampler: Sampler, tracker: AlertTracker | None = None,
-                 logger: SnapshotLogger | None = None) -> None:
+    def __init__(
+        self, sampler: Sampler, tracker: AlertTracker | None = None, logger: SnapshotLogger | None = None
+    ) -> None:
         self.sampler = sampler
         self.tracker = tracker or AlertTracker()
         self.logger = logger

@@ -106,23 +106,39 @@ class Snapshot:
 
     def flat_row(self) -> dict[str, Any]:
         """One CSV row: host figures, then `gpu{i}_*` per device, then `server_*` and `kv_{tier}_*`."""
-        row: dict[str, Any] = {"timestamp": round(self.timestamp, 3),
-                               "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.timestamp))}
+        row: dict[str, Any] = {
+            "timestamp": round(self.timestamp, 3),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.timestamp)),
+        }
         row.update({f"host_{k}": v for k, v in asdict(self.host).items()})
         row["gpu_available"] = self.gpu.available
         for g in self.gpu.devices:
             p = f"gpu{g.index}_"
-            row.update({p + "used_bytes": g.used_bytes, p + "total_bytes": g.total_bytes,
-                        p + "used_percent": round(g.used_percent, 2), p + "temperature_c": g.temperature_c,
-                        p + "power_w": g.power_w, p + "utilization_percent": g.utilization_percent,
-                        p + "pcie_rx_bytes_per_s": g.pcie_rx_bytes_per_s,
-                        p + "pcie_tx_bytes_per_s": g.pcie_tx_bytes_per_s,
-                        p + "num_processes": len(g.processes)})
+            row.update(
+                {
+                    p + "used_bytes": g.used_bytes,
+                    p + "total_bytes": g.total_bytes,
+                    p + "used_percent": round(g.used_percent, 2),
+                    p + "temperature_c": g.temperature_c,
+                    p + "power_w": g.power_w,
+                    p + "utilization_percent": g.utilization_percent,
+                    p + "pcie_rx_bytes_per_s": g.pcie_rx_bytes_per_s,
+                    p + "pcie_tx_bytes_per_s": g.pcie_tx_bytes_per_s,
+                    p + "num_processes": len(g.processes),
+                }
+            )
         if self.server is not None:
             s = self.server
-            row.update({"server_ok": s.ok, "server_error": s.error, "server_num_running": s.num_running,
-                        "server_num_waiting": s.num_waiting, "server_block_moves_per_s": s.block_moves_per_s,
-                        "server_bytes_moved_per_s": s.bytes_moved_per_s})
+            row.update(
+                {
+                    "server_ok": s.ok,
+                    "server_error": s.error,
+                    "server_num_running": s.num_running,
+                    "server_num_waiting": s.num_waiting,
+                    "server_block_moves_per_s": s.block_moves_per_s,
+                    "server_bytes_moved_per_s": s.bytes_moved_per_s,
+                }
+            )
             for name in ("gpu", "cpu", "disk"):
                 tier = s.tiers.get(name)
                 row[f"kv_{name}_used_blocks"] = None if tier is None else tier.used_blocks

@@ -61,7 +61,9 @@ def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
     return t.to(device, non_blocking=True) if device.type == "cuda" else t
 
 
-def build_attention_metadata(inputs: StepInputs, device: torch.device, cold: ColdStep | None) -> AttentionMetadata:
+def build_attention_metadata(
+    inputs: StepInputs, device: torch.device, cold: ColdStep | None
+) -> AttentionMetadata:
     """The step's metadata on the KV `device`: compacted gpu block tables and gpu seq_lens."""
     nd = inputs.num_decodes
     qsl = inputs.query_start_loc
@@ -71,7 +73,9 @@ def build_attention_metadata(inputs: StepInputs, device: torch.device, cold: Col
         decode_block_tables=to_device(inputs.block_tables[:nd], device),
         decode_seq_lens=to_device(inputs.gpu_seq_lens[:nd], device),
         prefill_block_tables=to_device(inputs.block_tables[nd:], device),
-        prefill_query_start_loc=to_device((qsl[nd:] - nd).astype(np.int32), device),  # decodes: one token each
+        prefill_query_start_loc=to_device(
+            (qsl[nd:] - nd).astype(np.int32), device
+        ),  # decodes: one token each
         prefill_seq_lens=to_device(inputs.gpu_seq_lens[nd:], device),
         prefill_max_query_len=int(np.diff(qsl[nd:]).max()) if len(qsl) > nd + 1 else 0,
         cold=cold,
@@ -94,7 +98,8 @@ class PagedAttention:
         q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
         k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
         v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # (positions, cos_sin_cache): q, k not rotated yet
+        rope: tuple[torch.Tensor, torch.Tensor]
+        | None = None,  # (positions, cos_sin_cache): q, k not rotated yet
     ) -> torch.Tensor:
         kv_device = self.storage.kv_cache.device  # normalized ("cuda:0", not "cuda")
         if q.device != kv_device:  # --attention cpu: the pool and all attention on the host
@@ -113,14 +118,28 @@ class PagedAttention:
         if nd:
             decode = paged_decode_attention if self.use_triton else paged_decode_attention_ref
             decode(
-                q[:nd], kv_layer, meta.decode_block_tables, meta.decode_seq_lens, self.scale,
-                num_splits=meta.decode_num_splits, out=(out[:nd], lse[:nd]),
+                q[:nd],
+                kv_layer,
+                meta.decode_block_tables,
+                meta.decode_seq_lens,
+                self.scale,
+                num_splits=meta.decode_num_splits,
+                out=(out[:nd], lse[:nd]),
             )
         if meta.num_prefills:
-            args = (q[nd:], kv_layer, meta.prefill_block_tables, meta.prefill_query_start_loc, meta.prefill_seq_lens)
+            args = (
+                q[nd:],
+                kv_layer,
+                meta.prefill_block_tables,
+                meta.prefill_query_start_loc,
+                meta.prefill_seq_lens,
+            )
             if self.use_triton:
                 paged_prefill_attention(
-                    *args, self.scale, out=(out[nd:], lse[nd:]), max_query_len=meta.prefill_max_query_len or None
+                    *args,
+                    self.scale,
+                    out=(out[nd:], lse[nd:]),
+                    max_query_len=meta.prefill_max_query_len or None,
                 )
             else:
                 paged_prefill_attention_ref(*args, self.scale, out=(out[nd:], lse[nd:]))

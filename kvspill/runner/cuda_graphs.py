@@ -62,7 +62,10 @@ class DecodeGraphs:
         self.i64 = torch.zeros((3, n), dtype=torch.int64, device=dev)
         self.i32 = torch.zeros(n * (1 + max_blocks_per_seq), dtype=torch.int32, device=dev)
         self.host_sets = [
-            (torch.zeros_like(self.i64, device="cpu").pin_memory(), torch.zeros_like(self.i32, device="cpu").pin_memory())
+            (
+                torch.zeros_like(self.i64, device="cpu").pin_memory(),
+                torch.zeros_like(self.i32, device="cpu").pin_memory(),
+            )
             for _ in range(2)
         ]
         self._next_set = 0
@@ -112,7 +115,9 @@ class DecodeGraphs:
         torch.cuda.synchronize()
         logger.info("captured decode CUDA graphs for batch sizes %s", self.buckets)
 
-    def run(self, inputs: StepInputs, feed: DeviceFeed | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def run(
+        self, inputs: StepInputs, feed: DeviceFeed | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(logits [num_sampled, vocab], their greedy argmax [num_sampled]) of a decode-only
         step, or None when no bucket fits. Both are views of the graph's buffers."""
         b_real = len(inputs.req_ids)

@@ -75,7 +75,10 @@ def size_kv_pool(
         num = num_blocks_for_bytes(kv_bytes, block_bytes)
         logger.info(
             "KV pool: budget %.2f GiB - in use %.2f GiB - activations %.2f GiB - reserve %.2f GiB = %.2f GiB",
-            budget / GIB, used_now / GIB, activations / GIB, CUDA_GRAPH_RESERVE_BYTES / GIB,
+            budget / GIB,
+            used_now / GIB,
+            activations / GIB,
+            CUDA_GRAPH_RESERVE_BYTES / GIB,
             max(kv_bytes, 0) / GIB,
         )
     else:
@@ -91,6 +94,7 @@ def size_kv_pool(
         logger.warning(
             "the KV pool holds %d tokens, fewer than --max-model-len %d: long requests will be "
             "preempted or refused; lower --max-model-len or give the cache more memory",
-            num * config.block_size, max_model_len,
+            num * config.block_size,
+            max_model_len,
         )
     return num

@@ -102,7 +102,9 @@ class ModelRunner:
         if batch.transfers.empty:
             return
         if self.transfers is None:
-            raise RuntimeError("the batch moves KV blocks between tiers but the runner's storage has no cold tiers")
+            raise RuntimeError(
+                "the batch moves KV blocks between tiers but the runner's storage has no cold tiers"
+            )
         self.transfers.execute(batch.transfers)
 
     def kv_stats(self) -> dict[str, float | int]:
@@ -137,12 +139,16 @@ class ModelRunner:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             message = f"out of memory while computing this step ({inputs.num_tokens} tokens)"
-            return PendingStepOutput(StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids}))
+            return PendingStepOutput(
+                StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids})
+            )
         for req_id, n in batch.num_scheduled_tokens.items():
             self.states[req_id].num_computed_tokens += n
         return result
 
-    def _forward(self, inputs: StepInputs, feed: DeviceFeed | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _forward(
+        self, inputs: StepInputs, feed: DeviceFeed | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns logits [num_sampled, vocab] float32 for the rows that sample, and their argmax
         when a CUDA graph computed it."""
         if self.graphs is not None and inputs.num_decodes == len(inputs.req_ids) and not inputs.cold_seqs:
@@ -165,7 +171,9 @@ class ModelRunner:
         rows = to_device(inputs.logits_indices, self.device)
         return self.model.compute_logits(hidden[rows]), None
 
-    def _sample(self, inputs: StepInputs, logits: torch.Tensor, greedy_ids: torch.Tensor | None) -> PendingStepOutput:
+    def _sample(
+        self, inputs: StepInputs, logits: torch.Tensor, greedy_ids: torch.Tensor | None
+    ) -> PendingStepOutput:
         if not inputs.sample_rows:
             return PendingStepOutput(StepOutput(sampled_token_ids={r: [] for r in inputs.req_ids}))
         # Checked on the CPU only (on CUDA it would cost a sync per step): fp16 is the CPU default.
@@ -174,7 +182,9 @@ class ModelRunner:
                 "the model produced non-finite logits: its activations overflow in "
                 f"{self.storage.layout.dtype}; restart with --dtype bfloat16 or --dtype float32"
             )
-            return PendingStepOutput(StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids}))
+            return PendingStepOutput(
+                StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids})
+            )
         sample_req_ids = [inputs.req_ids[i] for i in inputs.sample_rows]
         states = [self.states[r] for r in sample_req_ids]
         sampling = [st.sampling for st in states]

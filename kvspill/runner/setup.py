@@ -46,7 +46,9 @@ class RunnerBundle:
     dtype: torch.dtype
 
 
-def _profile_prefill_peak(loaded: LoadedModel, layout: KVLayout, num_tokens: int, device: torch.device) -> int:
+def _profile_prefill_peak(
+    loaded: LoadedModel, layout: KVLayout, num_tokens: int, device: torch.device
+) -> int:
     """Peak bytes one prefill chunk of `num_tokens` allocates beyond the weights (CUDA only)."""
     num_blocks = -(-num_tokens // layout.block_size) + 1
     torch.cuda.synchronize(device)
@@ -111,7 +113,9 @@ def _cpu_attention_storage(config: EngineConfig, layout: KVLayout, max_model_len
 
 def _capture_graphs(config: EngineConfig, loaded: LoadedModel, storage: KVStorage) -> DecodeGraphs:
     graphs = DecodeGraphs(
-        loaded.model, storage, scale=loaded.head_dim**-0.5,
+        loaded.model,
+        storage,
+        scale=loaded.head_dim**-0.5,
         max_num_seqs=min(config.max_num_seqs, 256),
         max_blocks_per_seq=-(-loaded.max_model_len // config.block_size),
     )
@@ -135,8 +139,13 @@ def _cold_config(config: EngineConfig) -> ColdAttentionConfig:
 
 def _preflight(config: EngineConfig) -> None:
     """Report what will hurt offloading (with the fix) and give CPU attention its threads and cores."""
-    offloading = bool(config.cpu_kv_budget_bytes or config.disk_kv_budget_bytes or config.num_cpu_kv_blocks
-                      or config.num_disk_kv_blocks or config.attention == "cpu")
+    offloading = bool(
+        config.cpu_kv_budget_bytes
+        or config.disk_kv_budget_bytes
+        or config.num_cpu_kv_blocks
+        or config.num_disk_kv_blocks
+        or config.attention == "cpu"
+    )
     for check in run_checks(config.kv_disk_dir):
         if check.status in ("warn", "fail"):
             # What hurts offloading is a warning only when this engine offloads.
@@ -153,7 +162,7 @@ def _preflight(config: EngineConfig) -> None:
         if len(allowed) > threads:
             # The engine thread plus `threads` dedicated cores (the last ones: core 0 takes interrupts).
             try:
-                os.sched_setaffinity(0, allowed[-(threads + 1):])
+                os.sched_setaffinity(0, allowed[-(threads + 1) :])
             except OSError as e:
                 logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
 
@@ -186,29 +195,58 @@ def build_runner(config: EngineConfig) -> RunnerBundle:
     else:
         chunk = min(config.max_num_batched_tokens, loaded.max_model_len)
         num_blocks = size_kv_pool(
-            config, device, layout.block_bytes, loaded.max_model_len,
+            config,
+            device,
+            layout.block_bytes,
+            loaded.max_model_len,
             profile_activations=(lambda: _profile_prefill_peak(loaded, layout, chunk, device))
-            if device.type == "cuda" else None,
+            if device.type == "cuda"
+            else None,
         )
         storage = TieredKVStorage(
-            layout, num_blocks, device,
+            layout,
+            num_blocks,
+            device,
             num_cpu_blocks=_tier_blocks(config.num_cpu_kv_blocks, config.cpu_kv_budget_bytes, layout),
             num_disk_blocks=_tier_blocks(config.num_disk_kv_blocks, config.disk_kv_budget_bytes, layout),
             disk_dir=config.kv_disk_dir,
         )
-        graphs = _capture_graphs(config, loaded, storage) if device.type == "cuda" and not config.enforce_eager else None
+        graphs = (
+            _capture_graphs(config, loaded, storage)
+            if device.type == "cuda" and not config.enforce_eager
+            else None
+        )
     logger.info(
         "KV tiers: gpu %d blocks (%.2f GiB, %s), cpu %d blocks (%.2f GiB%s), disk %d blocks (%.2f GiB) of %d tokens",
-        storage.num_blocks, storage.nbytes / 2**30, storage.device, storage.num_cpu_blocks,
-        storage.host_nbytes / 2**30, ", pinned" if storage.cpu_pinned else "",
-        storage.num_disk_blocks, storage.disk_nbytes / 2**30, config.block_size,
+        storage.num_blocks,
+        storage.nbytes / 2**30,
+        storage.device,
+        storage.num_cpu_blocks,
+        storage.host_nbytes / 2**30,
+        ", pinned" if storage.cpu_pinned else "",
+        storage.num_disk_blocks,
+        storage.disk_nbytes / 2**30,
+        config.block_size,
     )
     runner = ModelRunner(
-        loaded.model, storage, head_dim=loaded.head_dim,
-        eos_token_ids=eos_token_ids, seed=config.seed, graphs=graphs, device=device,
+        loaded.model,
+        storage,
+        head_dim=loaded.head_dim,
+        eos_token_ids=eos_token_ids,
+        seed=config.seed,
+        graphs=graphs,
+        device=device,
         cold_config=_cold_config(config),
     )
     return RunnerBundle(
-        runner=runner, storage=storage, tokenizer=tokenizer, eos_token_ids=eos_token_ids, loaded=loaded, num_blocks=num_blocks,
-        max_model_len=loaded.max_model_len, vocab_size=loaded.vocab_size, device=device, dtype=dtype,
+        runner=runner,
+        storage=storage,
+        tokenizer=tokenizer,
+        eos_token_ids=eos_token_ids,
+        loaded=loaded,
+        num_blocks=num_blocks,
+        max_model_len=loaded.max_model_len,
+        vocab_size=loaded.vocab_size,
+        device=device,
+        dtype=dtype,
     )

@@ -25,7 +25,9 @@ class SchedulerConfig:
     num_disk_blocks: int = 0  # KV blocks of the disk tier (0: no disk tier)
     num_sink_blocks: int = 1  # first blocks of each sequence that stay on the gpu tier
     hot_window_tokens: int = 1024  # most recent computed tokens of each sequence that stay on the gpu tier
-    async_scheduling: bool = False  # schedule step N+1 before step N's tokens are known (scheduler.py's module doc)
+    async_scheduling: bool = (
+        False  # schedule step N+1 before step N's tokens are known (scheduler.py's module doc)
+    )
 
     def __post_init__(self) -> None:
         for name, flag in (

@@ -207,4 +207,3 @@ class Request:
         if self.num_output_tokens >= self.max_tokens or self.num_tokens >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
         return None
-

@@ -129,7 +129,10 @@ class Scheduler:
         for req_id, num_tokens in num_scheduled_tokens.items():
             request = self.requests[req_id]
             request.num_computed_tokens += num_tokens
-            if self.config.async_scheduling and request.num_computed_tokens == request.num_tokens_with_pending:
+            if (
+                self.config.async_scheduling
+                and request.num_computed_tokens == request.num_tokens_with_pending
+            ):
                 request.num_pending_tokens += 1  # this step samples its next token
         finished_req_ids, self.finished_req_ids = self.finished_req_ids, set()
         return ScheduledBatch(

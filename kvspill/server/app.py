@@ -62,17 +62,24 @@ class _Context:
     def check_model(self, model: str | None) -> JSONResponse | None:
         if model is None or model in {self.settings.model_name, *self.settings.aliases}:
             return None
-        return error_response(404, f"The model `{model}` does not exist. This server serves "
-                              f"`{self.settings.model_name}`.", "invalid_request_error", "model_not_found", "model")
+        return error_response(
+            404,
+            f"The model `{model}` does not exist. This server serves `{self.settings.model_name}`.",
+            "invalid_request_error",
+            "model_not_found",
+            "model",
+        )
 
     def check_num_choices(self, num_prompts: int, n: int) -> None:
         """One request may not ask for more completions than may wait at once."""
         limit = self.settings.max_waiting_requests
         if num_prompts * n > limit:
             raise InvalidParameterError(
-                "n" if n > 1 else "prompt", f"this request asks for {num_prompts * n} completions "
+                "n" if n > 1 else "prompt",
+                f"this request asks for {num_prompts * n} completions "
                 f"({num_prompts} prompts x n={n}); this server takes at most {limit} in one request "
-                "(--max-waiting-requests): send fewer prompts or a smaller n")
+                "(--max-waiting-requests): send fewer prompts or a smaller n",
+            )
 
     def engine_or_503(self) -> Any:
         if not self.ae.ready or self.ae.engine is None:
@@ -83,8 +90,12 @@ class _Context:
 def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
     """`factory()` builds the LLMEngine (on the engine thread)."""
     metrics = ServerMetrics()
-    ae = AsyncEngine(factory, settings.max_waiting_requests, on_output=metrics.observe_output,
-                     max_queued_tokens=settings.max_queued_tokens)
+    ae = AsyncEngine(
+        factory,
+        settings.max_waiting_requests,
+        on_output=metrics.observe_output,
+        max_queued_tokens=settings.max_queued_tokens,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -111,9 +122,17 @@ def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
 
 _OPENAI_ERROR_SCHEMA = {
     "type": "object",
-    "properties": {"error": {"type": "object", "properties": {
-        "message": {"type": "string"}, "type": {"type": "string"},
-        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
 }
 
 
@@ -129,8 +148,10 @@ def _document_400s(app: FastAPI) -> None:
                 for op in path.values():
                     responses = op.get("responses", {})
                     if responses.pop("422", None) is not None:
-                        responses["400"] = {"description": "Invalid request (OpenAI error shape)",
-                                            "content": {"application/json": {"schema": _OPENAI_ERROR_SCHEMA}}}
+                        responses["400"] = {
+                            "description": "Invalid request (OpenAI error shape)",
+                            "content": {"application/json": {"schema": _OPENAI_ERROR_SCHEMA}},
+                        }
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -146,8 +167,10 @@ def _add_error_handlers(app: FastAPI) -> None:
             return invalid(f"malformed JSON body: {first.get('ctx', {}).get('error', 'parse error')}")
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         param = ".".join(loc) or None
-        msg = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
-                        for e in errors[:5])
+        msg = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
+            for e in errors[:5]
+        )
         return invalid(f"invalid request: {msg}", param)
 
     @app.exception_handler(Exception)
@@ -173,8 +196,16 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
                 # A model without a tokenizer (random-weight benchmark shapes) takes token ids and
                 # answers token ids, as vLLM does with --skip-tokenizer-init: text stays empty.
                 params = replace(params, detokenize=False)
-            job = Job(False, model_name, prompts, params, body.stream,
-                      body.include_usage, engine.tokenizer, n=body.num_samples)
+            job = Job(
+                False,
+                model_name,
+                prompts,
+                params,
+                body.stream,
+                body.include_usage,
+                engine.tokenizer,
+                n=body.num_samples,
+            )
         except (KvspillError, EngineUnavailableError) as e:
             return exception_response(e)
         return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
@@ -190,8 +221,16 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
             if engine.tokenizer is None:
                 return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
             ids = _chat_ids(engine.tokenizer, body.messages)
-            job = Job(True, model_name, [ids], params, body.stream, body.include_usage, engine.tokenizer,
-                      n=body.num_samples)
+            job = Job(
+                True,
+                model_name,
+                [ids],
+                params,
+                body.stream,
+                body.include_usage,
+                engine.tokenizer,
+                n=body.num_samples,
+            )
         except (KvspillError, EngineUnavailableError) as e:
             return exception_response(e)
         return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
@@ -236,14 +275,24 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
     async def health() -> Response:
         if ae.ready:
             return Response(status_code=200)
-        return error_response(503, ae.load_error or "the engine is still loading", "unavailable", "unavailable",
-                              headers={"Retry-After": "1"})
+        return error_response(
+            503,
+            ae.load_error or "the engine is still loading",
+            "unavailable",
+            "unavailable",
+            headers={"Retry-After": "1"},
+        )
 
     @app.get("/v1/models")
     async def models() -> dict:
         max_len = ae.engine.max_model_len if ae.engine is not None else None
-        card = {"id": ctx.settings.model_name, "object": "model", "created": ctx.created, "owned_by": "kvspill",
-                "max_model_len": max_len}
+        card = {
+            "id": ctx.settings.model_name,
+            "object": "model",
+            "created": ctx.created,
+            "owned_by": "kvspill",
+            "max_model_len": max_len,
+        }
         return {"object": "list", "data": [card]}
 
     @app.get("/v1/kv")
@@ -275,8 +324,12 @@ class _AuthMiddleware:
             header = dict(scope.get("headers", [])).get(b"authorization", b"")
             token = header[7:] if header[:7].lower() == b"bearer " else b""
             if not hmac.compare_digest(token, self.key):
-                response = error_response(401, "missing or wrong API key: send Authorization: Bearer <key>",
-                                          "authentication_error", "invalid_api_key")
+                response = error_response(
+                    401,
+                    "missing or wrong API key: send Authorization: Bearer <key>",
+                    "authentication_error",
+                    "invalid_api_key",
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -291,7 +344,9 @@ def _chat_ids(tok: Any, messages: list[ChatMessage]) -> list[int]:
     try:
         return list(tok.apply_chat_template(dicts))
     except (TemplateError, ValueError) as e:
-        raise InvalidParameterError("messages", f"the model's chat template rejected these messages: {e}") from e
+        raise InvalidParameterError(
+            "messages", f"the model's chat template rejected these messages: {e}"
+        ) from e
 
 
 def _fim_prompt(engine: Any, prompt: str | list[int], suffix: str, model_name: str) -> list[int]:
@@ -299,9 +354,16 @@ def _fim_prompt(engine: Any, prompt: str | list[int], suffix: str, model_name: s
     fim = engine.tokenizer.fim_tokens if engine.tokenizer is not None else None
     if fim is None:
         raise InvalidParameterError(
-            "suffix", f"The model `{model_name}` has no fill-in-the-middle tokens, so `suffix` is not supported.")
+            "suffix",
+            f"The model `{model_name}` has no fill-in-the-middle tokens, so `suffix` is not supported.",
+        )
     if not isinstance(prompt, str):
         raise InvalidParameterError("prompt", "`suffix` needs a text prompt")
     tok = engine.tokenizer
-    return [fim.prefix_id, *tok.encode(prompt, add_special_tokens=False), fim.suffix_id,
-            *tok.encode(suffix, add_special_tokens=False), fim.middle_id]
+    return [
+        fim.prefix_id,
+        *tok.encode(prompt, add_special_tokens=False),
+        fim.suffix_id,
+        *tok.encode(suffix, add_special_tokens=False),
+        fim.middle_id,
+    ]

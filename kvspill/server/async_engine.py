@@ -79,9 +79,13 @@ class AsyncEngine:
 
     `max_queued_tokens=None` means QUEUED_TOKENS_PER_MODEL_LEN x the engine's max_model_len."""
 
-    def __init__(self, factory: Callable[[], Any], max_waiting: int = 64,
-                 on_output: Callable[[RequestOutput, RequestTimes], None] | None = None,
-                 max_queued_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        max_waiting: int = 64,
+        on_output: Callable[[RequestOutput, RequestTimes], None] | None = None,
+        max_queued_tokens: int | None = None,
+    ) -> None:
         self._factory = factory
         self.max_waiting = max_waiting
         self.max_queued_tokens = max_queued_tokens
@@ -133,8 +137,9 @@ class AsyncEngine:
         ids, aq = await self.submit_many([(prompt, params)])
         return ids[0], aq
 
-    async def submit_many(self, items: Sequence[tuple[str | list[int], SamplingParams]]
-                          ) -> tuple[list[str], asyncio.Queue]:
+    async def submit_many(
+        self, items: Sequence[tuple[str | list[int], SamplingParams]]
+    ) -> tuple[list[str], asyncio.Queue]:
         """Queue a group of requests (all or none); returns (ids, their shared queue) once the engine
         accepted them. Raises KvspillError (the engine refused one), ServerBusyError or
         EngineUnavailableError."""
@@ -204,8 +209,11 @@ class AsyncEngine:
         if self.max_queued_tokens is None:
             self.max_queued_tokens = QUEUED_TOKENS_PER_MODEL_LEN * self.engine.max_model_len
         self._ready.set()
-        logger.info("engine ready (max_model_len=%d, max_queued_tokens=%d)", self.engine.max_model_len,
-                    self.max_queued_tokens)
+        logger.info(
+            "engine ready (max_model_len=%d, max_queued_tokens=%d)",
+            self.engine.max_model_len,
+            self.max_queued_tokens,
+        )
         while True:
             busy = self.engine.has_unfinished_requests()
             if not self._drain_commands(block=not busy):
@@ -251,11 +259,14 @@ class AsyncEngine:
                 return
             fut.set_result(result)
 
-    def _add_group(self, group: list[tuple[str, tuple[str | list[int], SamplingParams]]],
-                   aq: asyncio.Queue) -> None:
+    def _add_group(
+        self, group: list[tuple[str, tuple[str | list[int], SamplingParams]]], aq: asyncio.Queue
+    ) -> None:
         added: list[str] = []
         try:
-            ids = [prompt if isinstance(prompt, list) else self.engine.encode(prompt) for _, (prompt, _) in group]
+            ids = [
+                prompt if isinstance(prompt, list) else self.engine.encode(prompt) for _, (prompt, _) in group
+            ]
             if len(group) > 1:
                 self._check_group_fits(ids, [params for _, (_, params) in group])
             self._check_room(len(group), sum(len(x) for x in ids))
@@ -279,20 +290,24 @@ class AsyncEngine:
         if need > capacity:
             raise OutOfKVMemoryError(
                 f"these {len(ids)} completions (prompts x n) need KV for {need} tokens together, but the KV "
-                f"tiers hold {capacity} tokens in all: send fewer prompts, a smaller n or a lower max_tokens")
+                f"tiers hold {capacity} tokens in all: send fewer prompts, a smaller n or a lower max_tokens"
+            )
 
     def _check_room(self, num_requests: int, num_tokens: int) -> None:
         waiting = [t.num_queued_tokens for t in self._tracked.values() if t.first_output is None]
         if not waiting:
             return
         if len(waiting) + num_requests > self.max_waiting:
-            raise ServerBusyError(f"{len(waiting)} requests are already waiting (at most {self.max_waiting}); "
-                                  "retry later")
+            raise ServerBusyError(
+                f"{len(waiting)} requests are already waiting (at most {self.max_waiting}); retry later"
+            )
         queued = sum(waiting)
         assert self.max_queued_tokens is not None
         if queued + num_tokens > self.max_queued_tokens:
-            raise ServerBusyError(f"{queued} prompt tokens are already waiting and this request brings "
-                                  f"{num_tokens} (at most {self.max_queued_tokens} may wait); retry later")
+            raise ServerBusyError(
+                f"{queued} prompt tokens are already waiting and this request brings "
+                f"{num_tokens} (at most {self.max_queued_tokens} may wait); retry later"
+            )
 
     def _step(self) -> None:
         try:

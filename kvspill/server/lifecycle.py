@@ -36,8 +36,10 @@ class _DrainingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._ae.stop_admitting()
         timeout = self._shutdown_timeout
-        message = (f"the server is shutting down: this request was still running {timeout:g} s after "
-                   "SIGTERM (--shutdown-timeout) and was aborted")
+        message = (
+            f"the server is shutting down: this request was still running {timeout:g} s after "
+            "SIGTERM (--shutdown-timeout) and was aborted"
+        )
         handle = asyncio.get_running_loop().call_later(timeout, self._abort_in_flight, message)
         try:
             await super().shutdown(sockets)
@@ -51,6 +53,12 @@ class _DrainingServer(uvicorn.Server):
 
 def serve(app: FastAPI, host: str, port: int, shutdown_timeout: float, **uvicorn_options: Any) -> None:
     """Serve `app` (from `create_app`) until SIGTERM/SIGINT, then drain as the module says."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="info",
-                            timeout_graceful_shutdown=shutdown_timeout + BACKSTOP_S, **uvicorn_options)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=shutdown_timeout + BACKSTOP_S,
+        **uvicorn_options,
+    )
     _DrainingServer(config, app.state.engine, shutdown_timeout).run()

@@ -29,7 +29,9 @@ class ServerMetrics:
         self.waiting = Gauge(P + "num_requests_waiting", "Requests waiting to be scheduled", registry=r)
         self.usage = Gauge(P + "kv_cache_usage_perc", "Fraction of KV blocks in use", ["tier"], registry=r)
         self.blocks = Gauge(P + "kv_blocks", "KV blocks in use per tier", ["tier"], registry=r)
-        self.moved = Gauge(P + "kv_moved_bytes_total", "KV bytes moved between tiers", ["src", "dst"], registry=r)
+        self.moved = Gauge(
+            P + "kv_moved_bytes_total", "KV bytes moved between tiers", ["src", "dst"], registry=r
+        )
         self.cold = Gauge(P + "kv_cold_attention_seconds", "Seconds in cold attention", ["path"], registry=r)
         self.preemptions = Gauge(P + "num_preemptions_total", "Preemptions since start", registry=r)
         self.rss = Gauge(P + "host_rss_bytes", "Resident memory of the server process", registry=r)
@@ -38,11 +40,16 @@ class ServerMetrics:
         self.gen_tokens = Counter(P + "generation_tokens", "Tokens generated", registry=r)
         self.success = Counter(P + "request_success", "Finished requests", ["finished_reason"], registry=r)
         self.rejected_c = Counter(P + "requests_rejected", "Requests refused", ["reason"], registry=r)
-        self.ttft = Histogram(P + "time_to_first_token_seconds", "Time to first token", buckets=_LAT, registry=r)
-        self.itl = Histogram(P + "inter_token_latency_seconds", "Time between tokens", buckets=_LAT, registry=r)
+        self.ttft = Histogram(
+            P + "time_to_first_token_seconds", "Time to first token", buckets=_LAT, registry=r
+        )
+        self.itl = Histogram(
+            P + "inter_token_latency_seconds", "Time between tokens", buckets=_LAT, registry=r
+        )
         self.e2e = Histogram(P + "e2e_request_latency_seconds", "Request latency", buckets=_LAT, registry=r)
-        self.queue = Histogram(P + "request_queue_time_seconds", "Time before the first step", buckets=_LAT,
-                               registry=r)
+        self.queue = Histogram(
+            P + "request_queue_time_seconds", "Time before the first step", buckets=_LAT, registry=r
+        )
         self._last: dict[str, float] = {}  # req_id -> time of its previous output (engine thread)
 
     def observe_output(self, out: RequestOutput, times: RequestTimes) -> None:

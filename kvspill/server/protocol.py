@@ -58,8 +58,18 @@ class _Sampling(BaseModel):
 
     def _params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         opts: dict[str, Any] = {"max_tokens": max_tokens, "logprobs": logprobs}
-        for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-                     "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos"):
+        for name in (
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "seed",
+            "presence_penalty",
+            "frequency_penalty",
+            "repetition_penalty",
+            "min_tokens",
+            "ignore_eos",
+        ):
             value = getattr(self, name)
             if value is not None:
                 opts[name] = value

@@ -51,15 +51,23 @@ class Job:
     def __post_init__(self) -> None:
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
-        self.choices = [Choice(i * self.n + j, i, _sample_params(self.params, j, self.n))
-                        for i in range(len(self.prompts)) for j in range(self.n)]
+        self.choices = [
+            Choice(i * self.n + j, i, _sample_params(self.params, j, self.n))
+            for i in range(len(self.prompts))
+            for j in range(self.n)
+        ]
 
     def usage(self) -> dict[str, int]:
-        prompt_tokens = {c.prompt_index: c.final.num_prompt_tokens for c in self.choices if c.final is not None}
+        prompt_tokens = {
+            c.prompt_index: c.final.num_prompt_tokens for c in self.choices if c.final is not None
+        }
         completion = sum(c.final.num_output_tokens for c in self.choices if c.final is not None)
         total_prompt = sum(prompt_tokens.values())
-        return {"prompt_tokens": total_prompt, "completion_tokens": completion,
-                "total_tokens": total_prompt + completion}
+        return {
+            "prompt_tokens": total_prompt,
+            "completion_tokens": completion,
+            "total_tokens": total_prompt + completion,
+        }
 
 
 def _sample_params(params: SamplingParams, j: int, n: int) -> SamplingParams:
@@ -87,8 +95,15 @@ def _base(job: Job, obj: str) -> dict[str, Any]:
 def role_chunks(job: Job) -> list[str]:
     """The first chat chunks: `role: assistant`, one per choice."""
     body = _base(job, "chat.completion.chunk")
-    body["choices"] = [{"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                        "finish_reason": None} for c in job.choices]
+    body["choices"] = [
+        {
+            "index": c.index,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        for c in job.choices
+    ]
     return [sse(body)]
 
 
@@ -101,12 +116,24 @@ def chunk(job: Job, choice: Choice, out: RequestOutput) -> str | None:
     finish_reason = out.finish_reason if out.finished else None
     if job.chat:
         body = _base(job, "chat.completion.chunk")
-        body["choices"] = [{"index": choice.index, "delta": {"content": out.delta_text}, "logprobs": logprobs,
-                            "finish_reason": finish_reason}]
+        body["choices"] = [
+            {
+                "index": choice.index,
+                "delta": {"content": out.delta_text},
+                "logprobs": logprobs,
+                "finish_reason": finish_reason,
+            }
+        ]
     else:
         body = _base(job, "text_completion")
-        body["choices"] = [{"index": choice.index, "text": out.delta_text, "logprobs": logprobs,
-                            "finish_reason": finish_reason}]
+        body["choices"] = [
+            {
+                "index": choice.index,
+                "text": out.delta_text,
+                "logprobs": logprobs,
+                "finish_reason": finish_reason,
+            }
+        ]
         if ids_only:
             body["choices"][0]["token_ids"] = list(out.delta_token_ids)
     return sse(body)
@@ -127,11 +154,23 @@ def full_body(job: Job) -> dict[str, Any]:
         assert c.final is not None
         logprobs = _logprobs(job, c, c.final)
         if job.chat:
-            choices.append({"index": c.index, "message": {"role": "assistant", "content": c.final.text},
-                            "logprobs": logprobs, "finish_reason": c.final.finish_reason})
+            choices.append(
+                {
+                    "index": c.index,
+                    "message": {"role": "assistant", "content": c.final.text},
+                    "logprobs": logprobs,
+                    "finish_reason": c.final.finish_reason,
+                }
+            )
         else:
-            choices.append({"index": c.index, "text": c.final.text, "logprobs": logprobs,
-                            "finish_reason": c.final.finish_reason})
+            choices.append(
+                {
+                    "index": c.index,
+                    "text": c.final.text,
+                    "logprobs": logprobs,
+                    "finish_reason": c.final.finish_reason,
+                }
+            )
             if job.tokenizer is None:
                 choices[-1]["token_ids"] = list(c.final.token_ids)
     body["choices"] = choices
@@ -149,7 +188,7 @@ def _logprobs(job: Job, choice: Choice, out: RequestOutput) -> dict[str, Any] | 
     """Logprobs of the choice's tokens not yet sent (all of them for a full body)."""
     if job.params.logprobs is None:
         return None
-    new = out.logprobs[choice.sent_logprobs:]
+    new = out.logprobs[choice.sent_logprobs :]
     choice.sent_logprobs = len(out.logprobs)
     if not new and not out.finished:
         return None
@@ -157,10 +196,18 @@ def _logprobs(job: Job, choice: Choice, out: RequestOutput) -> dict[str, Any] | 
         content = []
         for lp in new:
             token = _tok(job, lp.token_id)
-            top = [{"token": (t := _tok(job, tid)), "logprob": _finite(v), "bytes": list(t.encode())}
-                   for tid, v in lp.top]
-            content.append({"token": token, "logprob": _finite(lp.logprob), "bytes": list(token.encode()),
-                            "top_logprobs": top})
+            top = [
+                {"token": (t := _tok(job, tid)), "logprob": _finite(v), "bytes": list(t.encode())}
+                for tid, v in lp.top
+            ]
+            content.append(
+                {
+                    "token": token,
+                    "logprob": _finite(lp.logprob),
+                    "bytes": list(token.encode()),
+                    "top_logprobs": top,
+                }
+            )
         return {"content": content, "refusal": None}
     tokens, token_lps, tops, offsets = [], [], [], []
     for lp in new:

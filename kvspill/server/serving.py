@@ -32,8 +32,9 @@ PING_S = 5.0
 POLL_S = 0.25
 
 
-async def run_job(ae: AsyncEngine, job: Job, request: Request,
-                  on_reject: Callable[[str], None] | None = None) -> Response:
+async def run_job(
+    ae: AsyncEngine, job: Job, request: Request, on_reject: Callable[[str], None] | None = None
+) -> Response:
     items = [(job.prompts[c.prompt_index], c.params) for c in job.choices]
     try:
         req_ids, aq = await ae.submit_many(items)
@@ -43,8 +44,11 @@ async def run_job(ae: AsyncEngine, job: Job, request: Request,
         return exception_response(e)
     by_id = dict(zip(req_ids, job.choices, strict=True))
     if job.stream:
-        return StreamingResponse(_stream(ae, job, by_id, aq, request), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _stream(ae, job, by_id, aq, request),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     return await _collect(ae, job, by_id, aq, request)
 
 
@@ -65,8 +69,9 @@ def _failure(item: Any) -> BaseException | None:
     return None
 
 
-async def _collect(ae: AsyncEngine, job: Job, by_id: dict[str, Choice], aq: asyncio.Queue,
-                   request: Request) -> Response:
+async def _collect(
+    ae: AsyncEngine, job: Job, by_id: dict[str, Choice], aq: asyncio.Queue, request: Request
+) -> Response:
     open_ids = set(by_id)
     next_check = time.monotonic() + POLL_S
     try:
@@ -89,8 +94,9 @@ async def _collect(ae: AsyncEngine, job: Job, by_id: dict[str, Choice], aq: asyn
     return JSONResponse(full_body(job))
 
 
-async def _stream(ae: AsyncEngine, job: Job, by_id: dict[str, Choice], aq: asyncio.Queue,
-                  request: Request) -> AsyncIterator[str]:
+async def _stream(
+    ae: AsyncEngine, job: Job, by_id: dict[str, Choice], aq: asyncio.Queue, request: Request
+) -> AsyncIterator[str]:
     open_ids = set(by_id)
     waiting_first = True
     try:

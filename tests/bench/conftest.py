@@ -21,8 +21,12 @@ class ScriptedTarget:
     """A target whose outcome per request is `fail(spec, n)` (an error string or None), with
     host RSS `rss(n)` GiB after the n-th request: no engine, no timing, deterministic."""
 
-    def __init__(self, fail: Callable[[RequestSpec, int], str | None] = lambda spec, n: None,
-                 rss: Callable[[int], float] = lambda n: 1.0, max_model_len: int | None = 4096) -> None:
+    def __init__(
+        self,
+        fail: Callable[[RequestSpec, int], str | None] = lambda spec, n: None,
+        rss: Callable[[int], float] = lambda n: 1.0,
+        max_model_len: int | None = 4096,
+    ) -> None:
         self.label, self.max_model_len = "scripted", max_model_len
         self.fail, self.rss = fail, rss
         self.calls: list[RequestSpec] = []
@@ -36,12 +40,19 @@ class ScriptedTarget:
         for spec in specs:
             self.calls.append(spec)
             err = self.fail(spec, len(self.calls))
-            out.append(RunResult(ok=False, err=err) if err else
-                       RunResult(ok=True, ttft_s=0.01, decode_tok_s=100.0, new_tokens=spec.new_tokens, e2e_s=0.1))
+            out.append(
+                RunResult(ok=False, err=err)
+                if err
+                else RunResult(
+                    ok=True, ttft_s=0.01, decode_tok_s=100.0, new_tokens=spec.new_tokens, e2e_s=0.1
+                )
+            )
         return out
 
     def read(self) -> Reading:
-        return Reading(host_rss_gib=self.rss(len(self.calls)), bytes_moved={"gpu_to_cpu": 10 * len(self.calls)})
+        return Reading(
+            host_rss_gib=self.rss(len(self.calls)), bytes_moved={"gpu_to_cpu": 10 * len(self.calls)}
+        )
 
     def reset_peak(self) -> None:
         pass
@@ -58,8 +69,10 @@ def scripted() -> type[ScriptedTarget]:
 @pytest.fixture
 def bench(bench_app) -> Callable[..., object]:
     """Run `bench ARGS...` through the CLI; returns click's Result."""
+
     def invoke(*args: str) -> object:
         return CliRunner().invoke(bench_app(), ["bench", *args])
+
     return invoke
 
 
@@ -74,10 +87,23 @@ def tiny_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     """`python -m kvspill.server` over the tiny Llama on loopback (CPU, fp32); yields its URL."""
     port = _free_port()
     log = tmp_path_factory.mktemp("bench_srv") / "server.log"
-    cmd = [sys.executable, "-m", "kvspill.server", str(tiny_llama_dir), "--device", "cpu", "--dtype", "float32",
-           "--port", str(port), "--max-model-len", "512"]
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            env=dict(os.environ, KVSPILL_HOST="127.0.0.1"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvspill.server",
+        str(tiny_llama_dir),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "512",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ, KVSPILL_HOST="127.0.0.1")
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     try:

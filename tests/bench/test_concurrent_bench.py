@@ -9,8 +9,15 @@ from kvspill.engine import LLMEngine
 
 
 def test_run_concurrent_counts_all_n_decode_steps(tiny_llama_dir):
-    engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", dtype="float32",
-                                    max_model_len=256, max_num_batched_tokens=32))
+    engine = LLMEngine(
+        EngineConfig(
+            model=str(tiny_llama_dir),
+            device="cpu",
+            dtype="float32",
+            max_model_len=256,
+            max_num_batched_tokens=32,
+        )
+    )
     n, ctx, new, warmup = 3, 40, 6, 1
     rec = run_concurrent(engine, ctx, n, new, warmup, seed=0)
     mixed = (n - 1) * (-(-ctx // 32) + 1)  # the budget each request gets for decoding during prefills

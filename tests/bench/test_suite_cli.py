@@ -37,8 +37,18 @@ def _refused_url() -> str:
 
 def test_progressive_writes_one_row_per_context(bench, tiny_llama_dir, tmp_path):
     out = tmp_path / "prog"
-    result = bench("progressive", "--model", str(tiny_llama_dir), *ENGINE, "--contexts", "32,64,128",
-                   "--new-tokens", "4", "--out", str(out))
+    result = bench(
+        "progressive",
+        "--model",
+        str(tiny_llama_dir),
+        *ENGINE,
+        "--contexts",
+        "32,64,128",
+        "--new-tokens",
+        "4",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     rows = _rows(out)
     assert [r["ctx"] for r in rows] == [32, 64, 128] and all(r["ok"] for r in rows)
@@ -56,8 +66,23 @@ def test_progressive_writes_one_row_per_context(bench, tiny_llama_dir, tmp_path)
 def test_compare_writes_a_row_per_config_and_context(bench, tiny_llama_dir, tmp_path):
     out = tmp_path / "cmp"
     configs = ["default", "offload-on", "cpu-attention"]
-    result = bench("compare", "--model", str(tiny_llama_dir), *ENGINE, "--configs", ",".join(configs),
-                   "--contexts", "32,96", "--new-tokens", "4", "--tier-cap", "1MiB", "--no-warmup", "--out", str(out))
+    result = bench(
+        "compare",
+        "--model",
+        str(tiny_llama_dir),
+        *ENGINE,
+        "--configs",
+        ",".join(configs),
+        "--contexts",
+        "32,96",
+        "--new-tokens",
+        "4",
+        "--tier-cap",
+        "1MiB",
+        "--no-warmup",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     rows = _rows(out)
     assert [(r["config"], r["ctx"]) for r in rows] == [(c, x) for c in configs for x in (32, 96)]
@@ -72,8 +97,24 @@ def test_compare_writes_a_row_per_config_and_context(bench, tiny_llama_dir, tmp_
 
 def test_stability_passes_in_process(bench, tiny_llama_dir, tmp_path):
     out = tmp_path / "stab"
-    result = bench("stability", "--model", str(tiny_llama_dir), *ENGINE, "--duration", "3", "--concurrency", "3",
-                   "--context-range", "16:64", "--new-tokens", "4", "--max-rss-growth", "256MiB", "--out", str(out))
+    result = bench(
+        "stability",
+        "--model",
+        str(tiny_llama_dir),
+        *ENGINE,
+        "--duration",
+        "3",
+        "--concurrency",
+        "3",
+        "--context-range",
+        "16:64",
+        "--new-tokens",
+        "4",
+        "--max-rss-growth",
+        "256MiB",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output
     rows = _rows(out)
@@ -83,8 +124,17 @@ def test_stability_passes_in_process(bench, tiny_llama_dir, tmp_path):
 
 def test_stability_fails_when_requests_error(bench, tmp_path):
     out = tmp_path / "down"
-    result = bench("stability", "--url", _refused_url(), "--duration", "30", "--context-range", "16:32",
-                   "--out", str(out))
+    result = bench(
+        "stability",
+        "--url",
+        _refused_url(),
+        "--duration",
+        "30",
+        "--context-range",
+        "16:32",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 1, result.output
     rows = _rows(out)
     assert rows and all(not r["ok"] and r["err"] == "connect" for r in rows)
@@ -100,14 +150,17 @@ def test_progressive_exits_1_when_the_first_context_fails(bench, scripted, monke
     assert "FAILED at the first context" in (tmp_path / "report.md").read_text()
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("compare", "--contexts", "600"), "--max-model-len"),
-    (("compare", "--configs", "default,turbo"), "unknown configuration 'turbo'"),
-    (("compare", "--configs", ""), "--configs is empty"),
-    (("compare", "--configs", "weights-offload"), "not available in the engine"),
-    (("progressive", "--contexts", "128,64"), "ascending"),
-    (("stability", "--context-range", "64:16"), "1 <= MIN <= MAX"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("compare", "--contexts", "600"), "--max-model-len"),
+        (("compare", "--configs", "default,turbo"), "unknown configuration 'turbo'"),
+        (("compare", "--configs", ""), "--configs is empty"),
+        (("compare", "--configs", "weights-offload"), "not available in the engine"),
+        (("progressive", "--contexts", "128,64"), "ascending"),
+        (("stability", "--context-range", "64:16"), "1 <= MIN <= MAX"),
+    ],
+)
 def test_bad_input_exits_2_with_what_to_change(bench, tiny_llama_dir, tmp_path, args, message):
     result = bench(*args, "--model", str(tiny_llama_dir), *ENGINE, "--out", str(tmp_path / "x"))
     assert result.exit_code == 2, result.output
@@ -117,16 +170,33 @@ def test_bad_input_exits_2_with_what_to_change(bench, tiny_llama_dir, tmp_path, 
 
 def test_suites_against_a_server(bench, tiny_server, tmp_path):
     out = tmp_path / "prog"
-    result = bench("progressive", "--url", tiny_server, "--contexts", "16,48", "--new-tokens", "4", "--out", str(out))
+    result = bench(
+        "progressive", "--url", tiny_server, "--contexts", "16,48", "--new-tokens", "4", "--out", str(out)
+    )
     assert result.exit_code == 0, result.output
     rows = _rows(out)
     assert [r["ctx"] for r in rows] == [16, 48] and all(r["ok"] and r["new_tokens"] == 4 for r in rows)
     assert all(r["host_rss_gib"] > 0 and r["mode"] == "url" for r in rows)  # from the server's /metrics
     out = tmp_path / "cmp"
-    result = bench("compare", "--url", f"a={tiny_server}", "--url", f"b={tiny_server}", "--contexts", "16,32",
-                   "--new-tokens", "3", "--out", str(out))
+    result = bench(
+        "compare",
+        "--url",
+        f"a={tiny_server}",
+        "--url",
+        f"b={tiny_server}",
+        "--contexts",
+        "16,32",
+        "--new-tokens",
+        "3",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     assert [(r["config"], r["ctx"], r["ok"]) for r in _rows(out)] == [
-        ("a", 16, True), ("a", 32, True), ("b", 16, True), ("b", 32, True)]
+        ("a", 16, True),
+        ("a", 32, True),
+        ("b", 16, True),
+        ("b", 32, True),
+    ]
     result = bench("progressive", "--url", tiny_server, "--contexts", "1024", "--out", str(tmp_path / "long"))
     assert result.exit_code == 2 and "512" in result.output  # the server's max_model_len from /v1/models

@@ -18,7 +18,9 @@ def _clock(step: float = 0.5):
 
 
 def test_progressive_stops_at_the_first_failure(scripted, tmp_path):
-    target = scripted(fail=lambda spec, n: "OutOfMemoryError: CUDA out of memory" if spec.prompt_len >= 256 else None)
+    target = scripted(
+        fail=lambda spec, n: "OutOfMemoryError: CUDA out of memory" if spec.prompt_len >= 256 else None
+    )
     result = progressive.run_progressive(target, [64, 128, 256, 512, 1024], new_tokens=4, warmup=False)
     assert [r["ctx"] for r in result.rows] == [64, 128, 256]
     assert [r["ok"] for r in result.rows] == [True, True, False]
@@ -45,13 +47,23 @@ def test_stability_fails_when_a_request_errors(scripted, tmp_path):
     assert all(16 <= r["ctx"] <= 64 for r in result.rows)
     header = {"suite": "stability"}
     paths = stability.write_results(tmp_path, result, cfg, header, target.info())
-    assert {p.name for p in paths} >= {"results.jsonl", "results.csv", "samples.csv", "stability.png", "report.md"}
-    assert "FAIL" in (tmp_path / "report.md").read_text() and "http_500" in (tmp_path / "report.md").read_text()
+    assert {p.name for p in paths} >= {
+        "results.jsonl",
+        "results.csv",
+        "samples.csv",
+        "stability.png",
+        "report.md",
+    }
+    assert (
+        "FAIL" in (tmp_path / "report.md").read_text() and "http_500" in (tmp_path / "report.md").read_text()
+    )
 
 
 def test_stability_passes_with_no_errors_and_flat_memory(scripted):
     cfg = stability.StabilityConfig(duration_s=10, concurrency=2, min_ctx=16, max_ctx=64, new_tokens=4)
-    result = stability.run_stability(scripted(rss=lambda n: 1.0 + (0.3 if n < 6 else 0.0)), cfg, clock=_clock())
+    result = stability.run_stability(
+        scripted(rss=lambda n: 1.0 + (0.3 if n < 6 else 0.0)), cfg, clock=_clock()
+    )
     assert result.passed, stability.summary_lines(result)
     assert result.trends[0].growth_gib == 0.0 and result.trends[1].growth_gib is None  # no GPU figure
 
@@ -74,7 +86,9 @@ def test_compare_rows_are_config_by_context_and_a_failed_start_is_a_row(scripted
         raise RuntimeError("no room for the KV pool")
 
     made = [scripted(), scripted(fail=lambda spec, n: "OOM" if spec.prompt_len > 64 else None)]
-    result = compare.run_compare([("a", lambda: made[0]), ("b", lambda: made[1]), ("c", broken)], [32, 64, 128], 4)
+    result = compare.run_compare(
+        [("a", lambda: made[0]), ("b", lambda: made[1]), ("c", broken)], [32, 64, 128], 4
+    )
     assert [(r["config"], r["ctx"]) for r in result.rows] == [(c, x) for c in "abc" for x in (32, 64, 128)]
     assert [r["ok"] for r in result.rows] == [True] * 3 + [True, True, False] + [False] * 3
     assert "no room for the KV pool" in result.rows[-1]["err"]
@@ -96,14 +110,19 @@ def test_context_and_config_input_say_what_to_change():
         configs.parse_config_names(" , ")
     with pytest.raises(InvalidParameterError, match="not available in the engine"):
         configs.parse_config_names("weights-offload")
-    assert configs.parse_url_labels(["a=http://h:1", "b=http://h:2"]) == [("a", "http://h:1"), ("b", "http://h:2")]
+    assert configs.parse_url_labels(["a=http://h:1", "b=http://h:2"]) == [
+        ("a", "http://h:1"),
+        ("b", "http://h:2"),
+    ]
     with pytest.raises(InvalidParameterError, match="LABEL=http"):
         configs.parse_url_labels(["a=h:1"])
 
 
 def test_named_configurations_set_memory_knobs_within_the_cap(tiny_llama_dir):
     base = EngineConfig(model=str(tiny_llama_dir), device="cpu", dtype="float32")
-    sizing = configs.Sizing(max_tokens=300, host_ram_bytes=64 * 2**30, disk_free_bytes=2**40, tier_cap_bytes=2**20)
+    sizing = configs.Sizing(
+        max_tokens=300, host_ram_bytes=64 * 2**30, disk_free_bytes=2**40, tier_cap_bytes=2**20
+    )
     extreme = configs.config_options("extreme", base, sizing, 2**30)
     assert extreme["gpu_memory_utilization"] == 0.95
     assert extreme["cpu_kv_budget_bytes"] == extreme["disk_kv_budget_bytes"] == 2**20  # capped
@@ -124,12 +143,18 @@ def test_presets_sized_for_the_engine_length_pass_its_start_up_plan(preset):
     from kvspill.startup_plan import startup_plan
 
     gib = 2**30
-    config = EngineConfig(model="random:llama-3b", vram_budget_bytes=16 * gib, max_model_len=132096,
-                          max_num_batched_tokens=4096)
-    sizing = configs.Sizing(config.max_model_len, host_ram_bytes=128 * gib, disk_free_bytes=64 * gib,
-                            tier_cap_bytes=40 * gib)
-    planned = startup_plan(replace(config, **configs.config_options(preset, config, sizing, 16 * gib)),
-                           143 * gib, "NVIDIA H200", None)
+    config = EngineConfig(
+        model="random:llama-3b", vram_budget_bytes=16 * gib, max_model_len=132096, max_num_batched_tokens=4096
+    )
+    sizing = configs.Sizing(
+        config.max_model_len, host_ram_bytes=128 * gib, disk_free_bytes=64 * gib, tier_cap_bytes=40 * gib
+    )
+    planned = startup_plan(
+        replace(config, **configs.config_options(preset, config, sizing, 16 * gib)),
+        143 * gib,
+        "NVIDIA H200",
+        None,
+    )
     assert planned is not None and planned.plan.fits
 
 
@@ -138,9 +163,17 @@ def test_an_isolated_configuration_runs_in_a_child_process_and_reports_its_rows(
     a configuration that cannot start in the child is a failed row, not a crash."""
     good = EngineConfig(model=str(tiny_llama_dir), device="cpu", dtype="float32", max_model_len=128)
     bad = EngineConfig(model=str(tiny_llama_dir / "missing"), device="cpu")
-    result = compare.run_compare([("child", compare.IsolatedEngine(good)), ("broken", compare.IsolatedEngine(bad))],
-                                 [16, 32], new_tokens=2, warmup=False)
+    result = compare.run_compare(
+        [("child", compare.IsolatedEngine(good)), ("broken", compare.IsolatedEngine(bad))],
+        [16, 32],
+        new_tokens=2,
+        warmup=False,
+    )
     assert [(r["config"], r["ctx"], r["ok"]) for r in result.rows] == [
-        ("child", 16, True), ("child", 32, True), ("broken", 16, False), ("broken", 32, False)]
+        ("child", 16, True),
+        ("child", 32, True),
+        ("broken", 16, False),
+        ("broken", 32, False),
+    ]
     assert result.infos["child"]["target"] == "in-process"
     assert "did not start" in result.rows[2]["err"]

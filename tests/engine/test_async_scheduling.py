@@ -15,7 +15,10 @@ BASE = dict(device="cpu", dtype="float32", block_size=8, max_model_len=256, max_
 
 def _prompts(n: int, seed: int = 3) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 256, (int(length),), generator=gen).tolist() for length in torch.randint(4, 70, (n,), generator=gen)]
+    return [
+        torch.randint(3, 256, (int(length),), generator=gen).tolist()
+        for length in torch.randint(4, 70, (n,), generator=gen)
+    ]
 
 
 def _both(model_dir, prompts, params, **opts) -> tuple[list, list, LLM]:
@@ -67,7 +70,9 @@ def test_sampling_options_penalties_seeds_and_logprobs(tiny_llama_dir):
     params = [
         SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=11, max_tokens=12),
         SamplingParams(temperature=1.0, min_p=0.05, seed=12, max_tokens=12, logprobs=3),
-        SamplingParams(temperature=0, repetition_penalty=1.5, frequency_penalty=0.5, presence_penalty=0.3, max_tokens=12),
+        SamplingParams(
+            temperature=0, repetition_penalty=1.5, frequency_penalty=0.5, presence_penalty=0.3, max_tokens=12
+        ),
         SamplingParams(temperature=0.7, seed=13, repetition_penalty=1.3, max_tokens=12),
         SamplingParams(temperature=0, min_tokens=8, max_tokens=12, logprobs=2),
         SamplingParams(temperature=0, max_tokens=12),
@@ -80,8 +85,9 @@ def test_sampling_options_penalties_seeds_and_logprobs(tiny_llama_dir):
 def test_preemption_under_a_small_pool(tiny_llama_dir, prefix_caching):
     prompts = _prompts(6, seed=21)
     params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
-    sync_out, async_out, llm = _both(tiny_llama_dir, prompts, params, num_kv_blocks=24,
-                                     enable_prefix_caching=prefix_caching)
+    sync_out, async_out, llm = _both(
+        tiny_llama_dir, prompts, params, num_kv_blocks=24, enable_prefix_caching=prefix_caching
+    )
     _assert_same(sync_out, async_out)
     assert llm.engine.scheduler.num_preemptions > 0
 
@@ -89,8 +95,16 @@ def test_preemption_under_a_small_pool(tiny_llama_dir, prefix_caching):
 def test_spill_to_the_cpu_tier(tiny_llama_dir):
     prompts = _prompts(4, seed=31)
     params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
-    sync_out, async_out, llm = _both(tiny_llama_dir, prompts, params, num_kv_blocks=12, num_cpu_kv_blocks=80,
-                                     num_sink_blocks=1, hot_window_tokens=8, enable_prefix_caching=False)
+    sync_out, async_out, llm = _both(
+        tiny_llama_dir,
+        prompts,
+        params,
+        num_kv_blocks=12,
+        num_cpu_kv_blocks=80,
+        num_sink_blocks=1,
+        hot_window_tokens=8,
+        enable_prefix_caching=False,
+    )
     _assert_same(sync_out, async_out)
     assert sum(llm.engine.kv_stats()["bytes_moved"].values()) > 0
 

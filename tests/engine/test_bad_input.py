@@ -44,8 +44,16 @@ def test_failed_add_leaves_no_request_behind(tiny):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("temperature", -1.0), ("top_p", 0.0), ("top_k", -5), ("min_p", 2.0), ("max_tokens", 0),
-     ("presence_penalty", 3.0), ("repetition_penalty", 0.0), ("logprobs", 99)],
+    [
+        ("temperature", -1.0),
+        ("top_p", 0.0),
+        ("top_k", -5),
+        ("min_p", 2.0),
+        ("max_tokens", 0),
+        ("presence_penalty", 3.0),
+        ("repetition_penalty", 0.0),
+        ("logprobs", 99),
+    ],
 )
 def test_invalid_sampling_value_names_the_field(field, value):
     with pytest.raises(InvalidParameterError) as e:

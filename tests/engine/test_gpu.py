@@ -30,8 +30,14 @@ def test_cuda_graphs_and_kernels_match_the_cpu_path(fixture, request):
     cpu = LLM(model_dir, device="cpu", dtype="float32")
     want = [o.token_ids for o in cpu.generate(prompts, params)]
     for chunk in (7, 2048):
-        gpu = LLM(model_dir, device="cuda", dtype="float32", max_num_batched_tokens=chunk, max_num_seqs=8,
-                  kv_cache_memory_bytes=256 * 2**20)  # engines of earlier cases still hold theirs
+        gpu = LLM(
+            model_dir,
+            device="cuda",
+            dtype="float32",
+            max_num_batched_tokens=chunk,
+            max_num_seqs=8,
+            kv_cache_memory_bytes=256 * 2**20,
+        )  # engines of earlier cases still hold theirs
         assert gpu.engine.runner.graphs is not None
         assert [o.token_ids for o in gpu.generate(prompts, params)] == want, f"chunk {chunk}"
 
@@ -51,13 +57,22 @@ def test_async_scheduling_matches_sync_on_cuda(tiny_llama_dir):
     """Graph buckets shrink as requests finish at different lengths (padding rows, fed ids from
     rows that moved); seeded sampling with a penalty and logprobs take the slower paths."""
     prompts = _prompts([5, 17, 33, 1, 64, 90, 12, 48], seed=2)
-    params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in (3, 40, 7, 25, 1, 33, 18, 40)]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in (3, 40, 7, 25, 1, 33, 18, 40)
+    ]
     params[2] = SamplingParams(temperature=0.8, seed=5, max_tokens=7, repetition_penalty=1.2, ignore_eos=True)
     params[6] = SamplingParams(temperature=0.0, max_tokens=18, logprobs=2, ignore_eos=True)
     runs = []
     for async_scheduling in (False, True):
-        llm = LLM(str(tiny_llama_dir), device="cuda", dtype="float32", max_num_seqs=8, max_num_batched_tokens=64,
-                  async_scheduling=async_scheduling, kv_cache_memory_bytes=256 * 2**20)
+        llm = LLM(
+            str(tiny_llama_dir),
+            device="cuda",
+            dtype="float32",
+            max_num_seqs=8,
+            max_num_batched_tokens=64,
+            async_scheduling=async_scheduling,
+            kv_cache_memory_bytes=256 * 2**20,
+        )
         assert llm.engine.async_scheduling is async_scheduling
         runs.append([(o.token_ids, o.finish_reason) for o in llm.generate(prompts, params)])
     assert runs[1] == runs[0]

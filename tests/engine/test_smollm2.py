@@ -33,14 +33,23 @@ def test_greedy_64_tokens_match_transformers(smol_llm, smol_hf):
         # The explicit mask matters: pad_token_id is <|im_end|> (2), which the chat prompt
         # contains, and generate() would otherwise mask those prompt tokens out.
         ids = torch.tensor([prompt])
-        ref = smol_hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64,
-                               min_new_tokens=64, do_sample=False, eos_token_id=None, pad_token_id=2)
-    assert ours.token_ids == ref[0, len(prompt):].tolist()
+        ref = smol_hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=64,
+            min_new_tokens=64,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=2,
+        )
+    assert ours.token_ids == ref[0, len(prompt) :].tolist()
 
 
 def test_chat_answers_and_stops_at_end_of_turn(smol_llm):
-    out = smol_llm.chat([{"role": "user", "content": "What is the capital of France?"}],
-                        SamplingParams(temperature=0, max_tokens=48))[0]
+    out = smol_llm.chat(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        SamplingParams(temperature=0, max_tokens=48),
+    )[0]
     assert "Paris" in out.text
     assert out.finish_reason == "stop"
     assert "<|im_end|>" not in out.text

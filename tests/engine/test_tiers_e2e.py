@@ -43,12 +43,21 @@ def _cold_fraction_seen(llm: LLM) -> float:
     ],
     ids=["cpu", "disk"],
 )
-def test_cold_tiers_give_the_same_logits_and_tokens(tiny_llama_dir, tmp_path, reference, tiers, record_logits):
+def test_cold_tiers_give_the_same_logits_and_tokens(
+    tiny_llama_dir, tmp_path, reference, tiers, record_logits
+):
     prompt, want_tokens, want_logits = reference
     # 5 gpu blocks of 8 tokens hold the sink, an 8-token window and the blocks written per step;
     # the other 49 of the 54 blocks (prompt 300 + 128 new tokens) live in the cold tiers.
-    llm = _llm(tiny_llama_dir, tmp_path, num_kv_blocks=5, max_num_batched_tokens=16, num_sink_blocks=1,
-               hot_window_tokens=8, **tiers)
+    llm = _llm(
+        tiny_llama_dir,
+        tmp_path,
+        num_kv_blocks=5,
+        max_num_batched_tokens=16,
+        num_sink_blocks=1,
+        hot_window_tokens=8,
+        **tiers,
+    )
     logits = record_logits(llm)
     out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))[0]
     assert out.token_ids == want_tokens
@@ -66,8 +75,15 @@ def test_several_requests_spill_and_finish_like_alone(tiny_llama_dir, tmp_path):
     params = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
     roomy = _llm(tiny_llama_dir, max_num_batched_tokens=32)
     want = [o.token_ids for o in roomy.generate(prompts, params)]
-    tight = _llm(tiny_llama_dir, tmp_path, num_kv_blocks=12, max_num_batched_tokens=32,
-                 hot_window_tokens=8, num_cpu_kv_blocks=16, num_disk_kv_blocks=32)
+    tight = _llm(
+        tiny_llama_dir,
+        tmp_path,
+        num_kv_blocks=12,
+        max_num_batched_tokens=32,
+        hot_window_tokens=8,
+        num_cpu_kv_blocks=16,
+        num_disk_kv_blocks=32,
+    )
     got = [o.token_ids for o in tight.generate(prompts, params)]
     assert got == want
     stats = tight.engine.kv_stats()

@@ -16,7 +16,9 @@ from kvspill.kernels.decode_attention import (
 SEQ_LENS = [0, 1, 15, 37, 70]
 
 
-def _make_batch(make_paged_kv, seq_lens, num_heads, num_kv_heads, head_dim, block_size, dtype, device, seed=0):
+def _make_batch(
+    make_paged_kv, seq_lens, num_heads, num_kv_heads, head_dim, block_size, dtype, device, seed=0
+):
     paged = make_paged_kv(seq_lens, num_kv_heads, head_dim, block_size, dtype, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
     q = torch.randn((len(seq_lens), num_heads, head_dim), generator=gen).to(dtype).to(device)
@@ -57,10 +59,14 @@ def test_reference_matches_dense(make_paged_kv, dense_attention, num_heads, num_
 def test_kernel_matches_reference(
     make_paged_kv, tol, dtype, num_heads, num_kv_heads, head_dim, block_size, num_splits, device
 ):
-    paged, q = _make_batch(make_paged_kv, SEQ_LENS, num_heads, num_kv_heads, head_dim, block_size, dtype, device)
+    paged, q = _make_batch(
+        make_paged_kv, SEQ_LENS, num_heads, num_kv_heads, head_dim, block_size, dtype, device
+    )
     args = (paged.kv_layer, paged.block_tables, paged.seq_lens, 0.2)
     o_ref, lse_ref = paged_decode_attention_ref(q, *args)
-    o, lse = paged_decode_attention(q, *args, num_splits=num_splits, out=_poisoned_out(q), min_split_tokens=16)
+    o, lse = paged_decode_attention(
+        q, *args, num_splits=num_splits, out=_poisoned_out(q), min_split_tokens=16
+    )
     assert not o.isnan().any() and not lse.isnan().any(), "kernel left outputs unwritten"
     assert torch.isneginf(lse[0]).all() and not o[0].any(), "seq_len 0 must give o = 0, lse = -inf"
     torch.testing.assert_close(o.float(), o_ref.float(), **tol[dtype])
@@ -105,11 +111,14 @@ def test_choose_num_splits():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("num_heads, num_kv_heads, head_dim", [(32, 8, 64), (32, 8, 128), (14, 2, 64), (8, 2, 256)])
+@pytest.mark.parametrize(
+    "num_heads, num_kv_heads, head_dim", [(32, 8, 64), (32, 8, 128), (14, 2, 64), (8, 2, 256)]
+)
 def test_kernel_real_tiles_on_gpu(make_paged_kv, tol, num_heads, num_kv_heads, head_dim):
     """GPU tile sizes, automatic splits, contexts of thousands of tokens."""
-    paged, q = _make_batch(make_paged_kv, [5000, 1, 777, 3000], num_heads, num_kv_heads, head_dim, 16,
-                           torch.bfloat16, "cuda")
+    paged, q = _make_batch(
+        make_paged_kv, [5000, 1, 777, 3000], num_heads, num_kv_heads, head_dim, 16, torch.bfloat16, "cuda"
+    )
     args = (paged.kv_layer, paged.block_tables, paged.seq_lens, head_dim**-0.5)
     o_ref, lse_ref = paged_decode_attention_ref(q, *args)
     o, lse = paged_decode_attention(q, *args, out=_poisoned_out(q))

@@ -99,5 +99,7 @@ def test_rope(tol, dtype, num_heads, num_kv_heads, head_dim, device):
     q_out, k_out = apply_rope(q, k, positions, cache)
     assert q_out.data_ptr() == q.data_ptr() and k_out.data_ptr() == k.data_ptr()
     torch.testing.assert_close(qkv[:, :num_heads].float(), q_ref.float(), **tol[dtype])
-    torch.testing.assert_close(qkv[:, num_heads : num_heads + num_kv_heads].float(), k_ref.float(), **tol[dtype])
+    torch.testing.assert_close(
+        qkv[:, num_heads : num_heads + num_kv_heads].float(), k_ref.float(), **tol[dtype]
+    )
     assert torch.equal(qkv[:, num_heads + num_kv_heads :], v0), "v must be untouched"

@@ -28,7 +28,9 @@ def test_reference_merge_equals_attention_over_union(device):
 
 def _states(num_tokens, num_heads, head_dim, dtype, device, seed):
     gen = torch.Generator().manual_seed(seed)
-    o_a, o_b = (torch.randn((num_tokens, num_heads, head_dim), generator=gen).to(dtype).to(device) for _ in range(2))
+    o_a, o_b = (
+        torch.randn((num_tokens, num_heads, head_dim), generator=gen).to(dtype).to(device) for _ in range(2)
+    )
     lse_a, lse_b = (torch.randn((num_tokens, num_heads), generator=gen).mul(5).to(device) for _ in range(2))
     # Empty sides: a only, b only, both; the empty side's o is NaN and must not leak.
     lse_a[0, 0] = float("-inf")
@@ -41,7 +43,12 @@ def _states(num_tokens, num_heads, head_dim, dtype, device, seed):
 
 @pytest.mark.parametrize(
     "dtype, num_tokens, num_heads, head_dim",
-    [(torch.float32, 4, 3, 16), (torch.float16, 3, 8, 64), (torch.bfloat16, 5, 32, 128), (torch.bfloat16, 2, 40, 64)],
+    [
+        (torch.float32, 4, 3, 16),
+        (torch.float16, 3, 8, 64),
+        (torch.bfloat16, 5, 32, 128),
+        (torch.bfloat16, 2, 40, 64),
+    ],
 )
 def test_kernel_matches_reference(tol, dtype, num_tokens, num_heads, head_dim, device):
     o_a, lse_a, o_b, lse_b = _states(num_tokens, num_heads, head_dim, dtype, device, seed=1)
@@ -72,7 +79,9 @@ def test_merge_of_two_halves_equals_decode_over_union(make_paged_kv, tol, device
     first_lens = torch.tensor([n * block_size for n in first_blocks], dtype=torch.int32, device=device)
     second_lens = paged.seq_lens - first_lens
     # The second half's keys are not at positions 0.. of a seq, but decode attends to all of them.
-    part_a = paged_decode_attention(q, paged.kv_layer, first_table, first_lens, 0.2, num_splits=2, min_split_tokens=16)
+    part_a = paged_decode_attention(
+        q, paged.kv_layer, first_table, first_lens, 0.2, num_splits=2, min_split_tokens=16
+    )
     part_b = paged_decode_attention(q, paged.kv_layer, second_table, second_lens, 0.2, num_splits=1)
     o, lse = merge_attention_states(*part_a, *part_b)
     torch.testing.assert_close(o, full[0], **tol[torch.float32])

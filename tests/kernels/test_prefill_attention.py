@@ -33,7 +33,9 @@ def _poisoned_out(q):
 @pytest.mark.parametrize("num_heads, num_kv_heads", [(4, 4), (8, 2), (6, 2), (8, 1)])
 def test_reference_matches_dense_causal(make_paged_kv, dense_attention, num_heads, num_kv_heads, device):
     head_dim, block_size, scale = 32, 8, 0.3
-    paged, q, qsl = _make_batch(make_paged_kv, SEQS, num_heads, num_kv_heads, head_dim, block_size, torch.float32, device)
+    paged, q, qsl = _make_batch(
+        make_paged_kv, SEQS, num_heads, num_kv_heads, head_dim, block_size, torch.float32, device
+    )
     o, lse = paged_prefill_attention_ref(q, paged.kv_layer, paged.block_tables, qsl, paged.seq_lens, scale)
     for s, (_, q_len) in enumerate(SEQS):
         t0 = int(qsl[s])
@@ -46,8 +48,12 @@ def test_reference_bf16_close_to_dense(make_paged_kv, dense_attention, device):
     paged, q, qsl = _make_batch(make_paged_kv, SEQS, 8, 2, 64, 16, torch.bfloat16, device)
     o, lse = paged_prefill_attention_ref(q, paged.kv_layer, paged.block_tables, qsl, paged.seq_lens, 0.125)
     assert o.dtype == torch.bfloat16 and lse.dtype == torch.float32
-    o_d = torch.cat([dense_attention(q[int(qsl[s]) : int(qsl[s + 1])], paged.keys[s], paged.values[s], 0.125)[0]
-                     for s in range(len(SEQS))])
+    o_d = torch.cat(
+        [
+            dense_attention(q[int(qsl[s]) : int(qsl[s + 1])], paged.keys[s], paged.values[s], 0.125)[0]
+            for s in range(len(SEQS))
+        ]
+    )
     torch.testing.assert_close(o.double(), o_d, atol=2e-2, rtol=2e-2)
 
 
@@ -55,17 +61,29 @@ def test_reference_chunked_equals_whole_prompt(make_paged_kv, device):
     """Prefilling a prompt in two chunks gives the same rows as prefilling it at once."""
     paged, q, _ = _make_batch(make_paged_kv, [(40, 40)], 4, 2, 16, 8, torch.float32, device)
     whole = paged_prefill_attention_ref(
-        q, paged.kv_layer, paged.block_tables, torch.tensor([0, 40], dtype=torch.int32, device=device),
-        paged.seq_lens, 0.25,
+        q,
+        paged.kv_layer,
+        paged.block_tables,
+        torch.tensor([0, 40], dtype=torch.int32, device=device),
+        paged.seq_lens,
+        0.25,
     )
     for cut in (1, 16, 27):
         first = paged_prefill_attention_ref(
-            q[:cut], paged.kv_layer, paged.block_tables, torch.tensor([0, cut], dtype=torch.int32, device=device),
-            torch.tensor([cut], dtype=torch.int32, device=device), 0.25,
+            q[:cut],
+            paged.kv_layer,
+            paged.block_tables,
+            torch.tensor([0, cut], dtype=torch.int32, device=device),
+            torch.tensor([cut], dtype=torch.int32, device=device),
+            0.25,
         )
         second = paged_prefill_attention_ref(
-            q[cut:], paged.kv_layer, paged.block_tables, torch.tensor([0, 40 - cut], dtype=torch.int32, device=device),
-            paged.seq_lens, 0.25,
+            q[cut:],
+            paged.kv_layer,
+            paged.block_tables,
+            torch.tensor([0, 40 - cut], dtype=torch.int32, device=device),
+            paged.seq_lens,
+            0.25,
         )
         torch.testing.assert_close(torch.cat([first[0], second[0]]), whole[0])
         torch.testing.assert_close(torch.cat([first[1], second[1]]), whole[1])
@@ -81,8 +99,12 @@ def test_reference_chunked_equals_whole_prompt(make_paged_kv, device):
         (torch.float32, 3, 3, 128, 16),
     ],
 )
-def test_kernel_matches_reference(make_paged_kv, tol, dtype, num_heads, num_kv_heads, head_dim, block_size, device):
-    paged, q, qsl = _make_batch(make_paged_kv, SEQS, num_heads, num_kv_heads, head_dim, block_size, dtype, device)
+def test_kernel_matches_reference(
+    make_paged_kv, tol, dtype, num_heads, num_kv_heads, head_dim, block_size, device
+):
+    paged, q, qsl = _make_batch(
+        make_paged_kv, SEQS, num_heads, num_kv_heads, head_dim, block_size, dtype, device
+    )
     args = (paged.kv_layer, paged.block_tables, qsl, paged.seq_lens, 0.2)
     o_ref, lse_ref = paged_prefill_attention_ref(q, *args)
     o, lse = paged_prefill_attention(q, *args, out=_poisoned_out(q))
@@ -96,7 +118,9 @@ def test_kernel_strided_q_empty_chunk_and_out_o_only(make_paged_kv, tol, device)
     seqs = [(30, 11), (12, 0), (25, 25)]
     num_heads, num_kv_heads, head_dim = 4, 2, 32
     paged = make_paged_kv([s for s, _ in seqs], num_kv_heads, head_dim, 8, torch.float16, seed=3)
-    qkv = torch.randn((36, num_heads + 2 * num_kv_heads, head_dim), generator=torch.Generator().manual_seed(4))
+    qkv = torch.randn(
+        (36, num_heads + 2 * num_kv_heads, head_dim), generator=torch.Generator().manual_seed(4)
+    )
     q = qkv.to(torch.float16).to(device)[:, :num_heads]
     qsl = torch.tensor([0, 11, 11, 36], dtype=torch.int32, device=device)
     args = (paged.kv_layer, paged.block_tables, qsl, paged.seq_lens, 0.17)
@@ -110,11 +134,15 @@ def test_kernel_strided_q_empty_chunk_and_out_o_only(make_paged_kv, tol, device)
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("num_heads, num_kv_heads, head_dim", [(32, 8, 64), (32, 8, 128), (12, 4, 128), (8, 2, 256)])
+@pytest.mark.parametrize(
+    "num_heads, num_kv_heads, head_dim", [(32, 8, 64), (32, 8, 128), (12, 4, 128), (8, 2, 256)]
+)
 def test_kernel_real_tiles_on_gpu(make_paged_kv, tol, num_heads, num_kv_heads, head_dim):
     """GPU tile sizes (BLOCK_M 128, BLOCK_N 64) on chunks longer than one tile."""
     seqs = [(1500, 700), (700, 700), (333, 1), (2000, 1)]
-    paged, q, qsl = _make_batch(make_paged_kv, seqs, num_heads, num_kv_heads, head_dim, 16, torch.bfloat16, "cuda")
+    paged, q, qsl = _make_batch(
+        make_paged_kv, seqs, num_heads, num_kv_heads, head_dim, 16, torch.bfloat16, "cuda"
+    )
     args = (paged.kv_layer, paged.block_tables, qsl, paged.seq_lens, head_dim**-0.5)
     o_ref, lse_ref = paged_prefill_attention_ref(q, *args)
     o, lse = paged_prefill_attention(q, *args, out=_poisoned_out(q))

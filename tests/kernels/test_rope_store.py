@@ -18,7 +18,9 @@ def test_rope_and_store_matches_reference(dtype, num_heads, num_kv_heads, head_d
     cache = torch.randn((num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim), generator=gen)
     cache = cache.to(dtype).to(device)
     # q, k and v as strided slices of one fused qkv output, as the model produces them.
-    qkv = torch.randn((num_tokens, num_heads + 2 * num_kv_heads, head_dim), generator=gen).to(dtype).to(device)
+    qkv = (
+        torch.randn((num_tokens, num_heads + 2 * num_kv_heads, head_dim), generator=gen).to(dtype).to(device)
+    )
     angles = torch.rand((max_pos, head_dim // 2), generator=gen) * 6.28
     cos_sin = torch.cat((angles.cos(), angles.sin()), dim=-1).to(device)
     positions = torch.randint(0, max_pos, (num_tokens,), generator=gen).to(device)
@@ -29,7 +31,11 @@ def test_rope_and_store_matches_reference(dtype, num_heads, num_kv_heads, head_d
     results = []
     for fn in (rope_and_store_kv_ref, rope_and_store_kv):
         x, c = qkv.clone(), cache.clone()
-        q, k, v = x[:, :num_heads], x[:, num_heads : num_heads + num_kv_heads], x[:, num_heads + num_kv_heads :]
+        q, k, v = (
+            x[:, :num_heads],
+            x[:, num_heads : num_heads + num_kv_heads],
+            x[:, num_heads + num_kv_heads :],
+        )
         fn(q, k, v, positions, cos_sin, c[:, layer], slots)
         results.append((x, c))
     (x_ref, c_ref), (x_kernel, c_kernel) = results
@@ -46,6 +52,10 @@ def test_rope_and_store_rejects_mismatches(device):
     cos_sin = torch.zeros((10, 16), device=device)
     positions = torch.zeros(3, dtype=torch.int64, device=device)
     with pytest.raises(AssertionError, match="slot_mapping"):
-        rope_and_store_kv(q, k, v, positions, cos_sin, cache, torch.zeros(2, dtype=torch.int64, device=device))
+        rope_and_store_kv(
+            q, k, v, positions, cos_sin, cache, torch.zeros(2, dtype=torch.int64, device=device)
+        )
     with pytest.raises(AssertionError, match="cos_sin_cache"):
-        rope_and_store_kv(q, k, v, positions, cos_sin[:, :8], cache, torch.zeros(3, dtype=torch.int64, device=device))
+        rope_and_store_kv(
+            q, k, v, positions, cos_sin[:, :8], cache, torch.zeros(3, dtype=torch.int64, device=device)
+        )

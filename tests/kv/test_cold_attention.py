@@ -46,7 +46,10 @@ def _states(g: torch.Generator) -> dict[str, RunnerRequestState]:
 
 def _cold_moves(states: dict[str, RunnerRequestState], g: torch.Generator) -> list[BlockMove]:
     """Random full non-sink blocks before each sequence's new tokens, to random cpu/disk ids."""
-    free = {TIER_CPU: torch.randperm(100, generator=g).tolist(), TIER_DISK: torch.randperm(100, generator=g).tolist()}
+    free = {
+        TIER_CPU: torch.randperm(100, generator=g).tolist(),
+        TIER_DISK: torch.randperm(100, generator=g).tolist(),
+    }
     moves = []
     for i, st in enumerate(states.values()):
         eligible = list(range(1, st.num_computed_tokens // LAYOUT.block_size))
@@ -76,7 +79,9 @@ CONFIGS = {
     "stream": ColdAttentionConfig(path="stream"),
     "stream-small-chunks": ColdAttentionConfig(path="stream", stream_chunk_blocks=5, max_rows_per_query=4),
     "split": ColdAttentionConfig(path="split", cpu_fraction=0.4, stream_chunk_blocks=4),
-    "split-bandwidths": ColdAttentionConfig(path="split", cpu_attn_gbs=30.0, h2d_gbs=50.0, stream_chunk_blocks=7),
+    "split-bandwidths": ColdAttentionConfig(
+        path="split", cpu_attn_gbs=30.0, h2d_gbs=50.0, stream_chunk_blocks=7
+    ),
 }
 
 
@@ -130,7 +135,9 @@ def test_steps_without_cold_blocks_build_no_cold_work():
 
 def test_cold_block_after_the_first_new_token_is_refused():
     sampling = SamplingState(params=SamplingParams(), prompt_token_ids=[])
-    st = RunnerRequestState("a", list(range(12)), [0, 1, 2], 6, sampling, block_tiers=[TIER_GPU, TIER_CPU, TIER_GPU])
+    st = RunnerRequestState(
+        "a", list(range(12)), [0, 1, 2], 6, sampling, block_tiers=[TIER_GPU, TIER_CPU, TIER_GPU]
+    )
     batch = ScheduledBatch([], [], {"a": 6}, 6, set())
     with pytest.raises(RuntimeError, match="only full blocks before it may be cold"):
         build_step_inputs(batch, {"a": st}, 4)
@@ -138,7 +145,9 @@ def test_cold_block_after_the_first_new_token_is_refused():
 
 def test_moves_of_a_table_sent_after_the_moves_are_accepted():
     sampling = SamplingState(params=SamplingParams(), prompt_token_ids=[])
-    st = RunnerRequestState("a", list(range(12)), [0, 7, 2], 12, sampling, block_tiers=[TIER_GPU, TIER_DISK, TIER_GPU])
+    st = RunnerRequestState(
+        "a", list(range(12)), [0, 7, 2], 12, sampling, block_tiers=[TIER_GPU, TIER_DISK, TIER_GPU]
+    )
     moves = [BlockMove("a", 1, TIER_GPU, 1, TIER_CPU, 3), BlockMove("a", 1, TIER_CPU, 3, TIER_DISK, 7)]
     apply_block_moves({"a": st}, moves)  # already shows disk 7: nothing to change
     assert st.block_tiers == [TIER_GPU, TIER_DISK, TIER_GPU] and st.num_cold_blocks == 1

@@ -39,37 +39,57 @@ def _batches(prompt_a: list[int], prompt_b: list[int]) -> list[ScheduledBatch]:
         NewRequestData("b", prompt_b, [], GREEDY, [10, 11, 12, 13], 0),
     ]
     step1 = ScheduledBatch(new, [], {"a": 24, "b": 13}, 37, set())
-    spill = TransferPlan([
-        *(BlockMove("a", i, TIER_GPU, i, TIER_CPU, i - 1) for i in range(1, 5)),  # one run of 4
-        BlockMove("b", 1, TIER_GPU, 11, TIER_DISK, 0),
-    ])
+    spill = TransferPlan(
+        [
+            *(BlockMove("a", i, TIER_GPU, i, TIER_CPU, i - 1) for i in range(1, 5)),  # one run of 4
+            BlockMove("b", 1, TIER_GPU, 11, TIER_DISK, 0),
+        ]
+    )
     step2 = ScheduledBatch(
-        [], [CachedRequestData("a", [], 24), CachedRequestData("b", [], 13)], {"a": 16, "b": 1}, 17, set(),
+        [],
+        [CachedRequestData("a", [], 24), CachedRequestData("b", [], 13)],
+        {"a": 16, "b": 1},
+        17,
+        set(),
         transfers=spill,
     )
-    shuffle = TransferPlan([
-        BlockMove("a", 5, TIER_GPU, 5, TIER_CPU, 4),
-        BlockMove("a", 5, TIER_CPU, 4, TIER_DISK, 1),  # chained on to disk
-        BlockMove("b", 2, TIER_GPU, 12, TIER_CPU, 4),  # into the cpu id just freed
-        BlockMove("a", 1, TIER_CPU, 0, TIER_GPU, 5),  # back to the gpu id freed above
-    ])
+    shuffle = TransferPlan(
+        [
+            BlockMove("a", 5, TIER_GPU, 5, TIER_CPU, 4),
+            BlockMove("a", 5, TIER_CPU, 4, TIER_DISK, 1),  # chained on to disk
+            BlockMove("b", 2, TIER_GPU, 12, TIER_CPU, 4),  # into the cpu id just freed
+            BlockMove("a", 1, TIER_CPU, 0, TIER_GPU, 5),  # back to the gpu id freed above
+        ]
+    )
     step3 = ScheduledBatch(
-        [], [CachedRequestData("a", [14], 40), CachedRequestData("b", [], 14)], {"a": 1, "b": 1}, 2, set(),
+        [],
+        [CachedRequestData("a", [14], 40), CachedRequestData("b", [], 14)],
+        {"a": 1, "b": 1},
+        2,
+        set(),
         transfers=shuffle,
     )
     steps = [step1, step2, step3]
     for k in range(3):  # plain decodes; b needs block 4 at position 16
         b_new = [15] if k == 1 else []
-        steps.append(ScheduledBatch(
-            [], [CachedRequestData("a", [], 41 + k), CachedRequestData("b", b_new, 15 + k)],
-            {"a": 1, "b": 1}, 2, set(),
-        ))
+        steps.append(
+            ScheduledBatch(
+                [],
+                [CachedRequestData("a", [], 41 + k), CachedRequestData("b", b_new, 15 + k)],
+                {"a": 1, "b": 1},
+                2,
+                set(),
+            )
+        )
     return steps
 
 
 def _strip_moves(batch: ScheduledBatch) -> ScheduledBatch:
     return ScheduledBatch(
-        batch.new_reqs, batch.cached_reqs, batch.num_scheduled_tokens, batch.total_num_scheduled_tokens,
+        batch.new_reqs,
+        batch.cached_reqs,
+        batch.num_scheduled_tokens,
+        batch.total_num_scheduled_tokens,
         batch.finished_req_ids,
     )
 
@@ -99,13 +119,17 @@ def test_runner_with_moves_gives_the_same_logits(tiny_llama_dir, tmp_path, path)
     prompt_b = torch.randint(5, 256, (13,), generator=g).tolist()
     batches = _batches(prompt_a, prompt_b)
 
-    plain = ModelRunner(loaded.model, KVStorage(layout, 24, device), head_dim=loaded.head_dim, eos_token_ids=frozenset())
+    plain = ModelRunner(
+        loaded.model, KVStorage(layout, 24, device), head_dim=loaded.head_dim, eos_token_ids=frozenset()
+    )
     want_logits, want_tokens = _run(plain, [_strip_moves(b) for b in batches])
 
     storage = TieredKVStorage(layout, 24, device, num_cpu_blocks=8, num_disk_blocks=4, disk_dir=tmp_path)
     storage.kv_cache.fill_(float("nan"))  # never-written gpu blocks must never be read
     config = ColdAttentionConfig(path=path, cpu_fraction=0.5, stream_chunk_blocks=2)
-    tiered = ModelRunner(loaded.model, storage, head_dim=loaded.head_dim, eos_token_ids=frozenset(), cold_config=config)
+    tiered = ModelRunner(
+        loaded.model, storage, head_dim=loaded.head_dim, eos_token_ids=frozenset(), cold_config=config
+    )
     got_logits, got_tokens = _run(tiered, batches)
 
     assert got_tokens == want_tokens
@@ -132,10 +156,16 @@ def test_attention_cpu_mode_keeps_kv_on_the_host(tiny_llama_dir):
     loaded = load_model(resolve_model(str(tiny_llama_dir)), device, torch.float32)
     layout = KVLayout(loaded.num_layers, BS, loaded.num_kv_heads, loaded.head_dim, torch.float32)
     g = torch.Generator().manual_seed(1)
-    batches = [_strip_moves(b) for b in _batches(
-        torch.randint(5, 256, (40,), generator=g).tolist(), torch.randint(5, 256, (13,), generator=g).tolist()
-    )]
-    on_gpu = ModelRunner(loaded.model, KVStorage(layout, 24, device), head_dim=loaded.head_dim, eos_token_ids=frozenset())
+    batches = [
+        _strip_moves(b)
+        for b in _batches(
+            torch.randint(5, 256, (40,), generator=g).tolist(),
+            torch.randint(5, 256, (13,), generator=g).tolist(),
+        )
+    ]
+    on_gpu = ModelRunner(
+        loaded.model, KVStorage(layout, 24, device), head_dim=loaded.head_dim, eos_token_ids=frozenset()
+    )
     want_logits, want_tokens = _run(on_gpu, batches)
     host_pool = KVStorage(layout, 24, torch.device("cpu"))
     on_host = ModelRunner(
@@ -158,16 +188,24 @@ def test_cuda_graphs_replay_only_steps_without_cold_blocks(tiny_llama_dir, tmp_p
     loaded = load_model(resolve_model(str(tiny_llama_dir)), device, torch.float32)
     layout = KVLayout(loaded.num_layers, BS, loaded.num_kv_heads, loaded.head_dim, torch.float32)
     g = torch.Generator().manual_seed(2)
-    batches = _batches(torch.randint(5, 256, (40,), generator=g).tolist(), torch.randint(5, 256, (13,), generator=g).tolist())
-    eager = ModelRunner(loaded.model, KVStorage(layout, 24, device), head_dim=loaded.head_dim, eos_token_ids=frozenset())
+    batches = _batches(
+        torch.randint(5, 256, (40,), generator=g).tolist(), torch.randint(5, 256, (13,), generator=g).tolist()
+    )
+    eager = ModelRunner(
+        loaded.model, KVStorage(layout, 24, device), head_dim=loaded.head_dim, eos_token_ids=frozenset()
+    )
     want_logits, want_tokens = _run(eager, [_strip_moves(b) for b in batches])
     storage = TieredKVStorage(layout, 24, device, num_cpu_blocks=8, num_disk_blocks=4, disk_dir=tmp_path)
-    graphs = DecodeGraphs(loaded.model, storage, scale=loaded.head_dim**-0.5, max_num_seqs=4, max_blocks_per_seq=16)
+    graphs = DecodeGraphs(
+        loaded.model, storage, scale=loaded.head_dim**-0.5, max_num_seqs=4, max_blocks_per_seq=16
+    )
     graphs.capture()
     replays = []
     original_run = graphs.run
     graphs.run = lambda inputs, feed=None: replays.append(len(inputs.req_ids)) or original_run(inputs, feed)  # type: ignore[method-assign]
-    runner = ModelRunner(loaded.model, storage, head_dim=loaded.head_dim, eos_token_ids=frozenset(), graphs=graphs)
+    runner = ModelRunner(
+        loaded.model, storage, head_dim=loaded.head_dim, eos_token_ids=frozenset(), graphs=graphs
+    )
     got_logits, got_tokens = _run(runner, batches if with_moves else [_strip_moves(b) for b in batches])
     assert got_tokens == want_tokens
     for got, want in zip(got_logits, want_logits, strict=True):

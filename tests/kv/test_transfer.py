@@ -51,14 +51,16 @@ def test_direct_gpu_disk_moves_and_reuse_of_freed_ids_in_one_plan(tmp_path):
     storage = _storage(tmp_path)
     engine = KVTransferEngine(storage)
     original = storage.kv_cache.clone()
-    plan = TransferPlan([
-        BlockMove("a", 1, TIER_GPU, 5, TIER_CPU, 0),   # frees gpu 5 ...
-        BlockMove("a", 1, TIER_CPU, 0, TIER_DISK, 3),  # ... chained on to disk, freeing cpu 0 ...
-        BlockMove("b", 2, TIER_GPU, 6, TIER_CPU, 0),   # ... which takes another block
-        BlockMove("a", 1, TIER_DISK, 3, TIER_GPU, 9),  # and the first one comes back elsewhere
-        BlockMove("c", 0, TIER_GPU, 7, TIER_DISK, 4),
-        BlockMove("c", 0, TIER_DISK, 4, TIER_GPU, 5),  # into the id freed by the first move
-    ])
+    plan = TransferPlan(
+        [
+            BlockMove("a", 1, TIER_GPU, 5, TIER_CPU, 0),  # frees gpu 5 ...
+            BlockMove("a", 1, TIER_CPU, 0, TIER_DISK, 3),  # ... chained on to disk, freeing cpu 0 ...
+            BlockMove("b", 2, TIER_GPU, 6, TIER_CPU, 0),  # ... which takes another block
+            BlockMove("a", 1, TIER_DISK, 3, TIER_GPU, 9),  # and the first one comes back elsewhere
+            BlockMove("c", 0, TIER_GPU, 7, TIER_DISK, 4),
+            BlockMove("c", 0, TIER_DISK, 4, TIER_GPU, 5),  # into the id freed by the first move
+        ]
+    )
     engine.execute(plan)
     if DEVICE.type == "cuda":
         torch.cuda.synchronize()

@@ -25,14 +25,23 @@ class FakeClock:
 
 
 def fake_host() -> HostReading:
-    return HostReading(ram_total_bytes=64 * GiB, ram_used_bytes=16 * GiB, ram_available_bytes=48 * GiB,
-                       swap_total_bytes=8 * GiB, swap_used_bytes=0, pinned_bytes=GiB, cpu_percent=5.0)
+    return HostReading(
+        ram_total_bytes=64 * GiB,
+        ram_used_bytes=16 * GiB,
+        ram_available_bytes=48 * GiB,
+        swap_total_bytes=8 * GiB,
+        swap_used_bytes=0,
+        pinned_bytes=GiB,
+        cpu_percent=5.0,
+    )
 
 
-def fake_session(percents: list[float], logger: SnapshotLogger | None = None,
-                 server: ServerProbe | None = None) -> MonitorSession:
-    sampler = Sampler(FakeGpuSource(percents, total_bytes=80 * GiB), server=server, clock=FakeClock(),
-                      host=fake_host)
+def fake_session(
+    percents: list[float], logger: SnapshotLogger | None = None, server: ServerProbe | None = None
+) -> MonitorSession:
+    sampler = Sampler(
+        FakeGpuSource(percents, total_bytes=80 * GiB), server=server, clock=FakeClock(), host=fake_host
+    )
     return MonitorSession(sampler, logger=logger)
 
 

@@ -48,8 +48,12 @@ def test_levels_must_rise():
 def test_session_on_a_fake_gpu_gives_the_same_alerts(make_session):
     session = make_session(WALK)
     alerts = [a for _ in WALK for a in session.step()[1]]
-    assert [(a.level_percent, a.timestamp) for a in alerts] == [(85.0, 1001.0), (90.0, 1003.0), (95.0, 1004.0),
-                                                                 (85.0, 1006.0)]
+    assert [(a.level_percent, a.timestamp) for a in alerts] == [
+        (85.0, 1001.0),
+        (90.0, 1003.0),
+        (95.0, 1004.0),
+        (85.0, 1006.0),
+    ]
     report = session.report(*session.step())
     assert report["session"]["num_alerts"] == 4
     assert report["session"]["gpus"]["0"]["peak_percent"] == pytest.approx(96, abs=0.01)

@@ -42,7 +42,9 @@ def test_once_json_without_gpu_gives_host_figures(app):
 
 def test_json_lines_with_count_and_log(app, tmp_path):
     log = tmp_path / "m.csv"
-    result = CliRunner().invoke(app, ["monitor", "--json", "--count", "3", "--interval", "0.05", "--log", str(log)])
+    result = CliRunner().invoke(
+        app, ["monitor", "--json", "--count", "3", "--interval", "0.05", "--log", str(log)]
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert [json.loads(line)["session"]["num_refreshes"] for line in lines] == [1, 2, 3]
@@ -67,7 +69,9 @@ def test_live_view_runs_count_refreshes(app):
 
 
 def test_bad_log_format_exits_2(app, tmp_path):
-    result = CliRunner().invoke(app, ["monitor", "--once", "--log", str(tmp_path / "x"), "--log-format", "xml"])
+    result = CliRunner().invoke(
+        app, ["monitor", "--once", "--log", str(tmp_path / "x"), "--log-format", "xml"]
+    )
     assert result.exit_code == 2
 
 

@@ -18,9 +18,21 @@ def test_csv_has_one_row_per_refresh(tmp_path, make_session):
     session.close()
     rows = list(csv.DictReader(path.open()))
     assert len(rows) == 3
-    for column in ("timestamp", "time", "host_ram_used_bytes", "host_swap_used_bytes", "host_pinned_bytes",
-                   "gpu_available", "gpu0_used_bytes", "gpu0_total_bytes", "gpu0_used_percent",
-                   "gpu0_temperature_c", "gpu0_power_w", "gpu0_pcie_rx_bytes_per_s", "num_alerts"):
+    for column in (
+        "timestamp",
+        "time",
+        "host_ram_used_bytes",
+        "host_swap_used_bytes",
+        "host_pinned_bytes",
+        "gpu_available",
+        "gpu0_used_bytes",
+        "gpu0_total_bytes",
+        "gpu0_used_percent",
+        "gpu0_temperature_c",
+        "gpu0_power_w",
+        "gpu0_pcie_rx_bytes_per_s",
+        "num_alerts",
+    ):
         assert column in rows[0], column
     assert [float(r["gpu0_used_percent"]) for r in rows] == pytest.approx([80, 86, 91], abs=0.01)
     assert [r["num_alerts"] for r in rows] == ["0", "1", "1"]

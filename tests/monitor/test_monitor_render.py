@@ -18,8 +18,10 @@ def _ansi(renderable) -> str:
     return console.export_text(styles=True)
 
 
-@pytest.mark.parametrize(("percent", "colour"), [(10, "green"), (84.9, "green"), (85, "yellow"),
-                                                 (89.9, "yellow"), (90, "red"), (99, "red")])
+@pytest.mark.parametrize(
+    ("percent", "colour"),
+    [(10, "green"), (84.9, "green"), (85, "yellow"), (89.9, "yellow"), (90, "red"), (99, "red")],
+)
 def test_bar_colour_by_level(percent, colour):
     assert bar_style(percent) == colour
     text = _ansi(usage_bar(percent))
@@ -51,8 +53,12 @@ def test_alerts_and_peak_are_listed(make_session):
 def test_no_gpu_and_server_error_are_said(make_session):
     session = make_session([50])
     snapshot, _ = session.step()
-    snapshot = Snapshot(snapshot.timestamp, GpuStatus(False, "NVML unavailable: test"), snapshot.host,
-                        ServerReading("http://x:1", ok=False, error="/v1/kv unreachable: refused"))
+    snapshot = Snapshot(
+        snapshot.timestamp,
+        GpuStatus(False, "NVML unavailable: test"),
+        snapshot.host,
+        ServerReading("http://x:1", ok=False, error="/v1/kv unreachable: refused"),
+    )
     console = Console(record=True, width=140)
     console.print(render(snapshot, AlertTracker()))
     text = console.export_text()
@@ -66,8 +72,12 @@ def test_host_panel_adds_the_servers_pinned_cpu_tier(make_session):
 
     session = make_session([50])
     snapshot, _ = session.step()
-    server = ServerReading("http://x:1", ok=True, tiers={"cpu": TierReading(10, 2, 40 * 2**30, 8 * 2**30)},
-                           bytes_moved_total=3 * 2**30)
+    server = ServerReading(
+        "http://x:1",
+        ok=True,
+        tiers={"cpu": TierReading(10, 2, 40 * 2**30, 8 * 2**30)},
+        bytes_moved_total=3 * 2**30,
+    )
     console = Console(record=True, width=140)
     console.print(render(Snapshot(snapshot.timestamp, snapshot.gpu, snapshot.host, server), AlertTracker()))
     text = console.export_text()

@@ -15,12 +15,16 @@ MiB = 2**20
 
 
 def _kv(moves: int, moved: int) -> dict:
-    return {"tiers": {"gpu": {"blocks": 8, "used_blocks": 6, "bytes": 8 * MiB, "used_bytes": 6 * MiB},
-                      "cpu": {"blocks": 16, "used_blocks": 2, "bytes": 16 * MiB, "used_bytes": 2 * MiB},
-                      "disk": {"blocks": 0, "used_blocks": 0, "bytes": 0, "used_bytes": 0}},
-            "bytes_moved": {"gpu_to_cpu": moved, "cpu_to_gpu": 0},
-            "requests": {"a": {}, "b": {}},
-            "scheduler": {"num_running": 2, "num_waiting": 3, "kv_block_moves": {"gpu_to_cpu": moves}}}
+    return {
+        "tiers": {
+            "gpu": {"blocks": 8, "used_blocks": 6, "bytes": 8 * MiB, "used_bytes": 6 * MiB},
+            "cpu": {"blocks": 16, "used_blocks": 2, "bytes": 16 * MiB, "used_bytes": 2 * MiB},
+            "disk": {"blocks": 0, "used_blocks": 0, "bytes": 0, "used_bytes": 0},
+        },
+        "bytes_moved": {"gpu_to_cpu": moved, "cpu_to_gpu": 0},
+        "requests": {"a": {}, "b": {}},
+        "scheduler": {"num_running": 2, "num_waiting": 3, "kv_block_moves": {"gpu_to_cpu": moves}},
+    }
 
 
 def _free_port() -> int:
@@ -86,6 +90,8 @@ def test_session_keeps_going_without_the_server(make_session):
 
 
 def test_queue_from_prometheus_text():
-    text = ("# HELP kvspill_num_requests_running x\nkvspill_num_requests_running 4\n"
-            'kvspill_num_requests_waiting{model="m"} 7.0\nother_metric 1\n')
+    text = (
+        "# HELP kvspill_num_requests_running x\nkvspill_num_requests_running 4\n"
+        'kvspill_num_requests_waiting{model="m"} 7.0\nother_metric 1\n'
+    )
     assert _prometheus_queue(text) == (4, 7)

@@ -27,9 +27,18 @@ def test_cpu_measurement_is_positive_and_quick(tmp_path: Path) -> None:
 
 
 def test_save_load_round_trip(tmp_path: Path) -> None:
-    bw = Bandwidths(hbm_gbs=3000.0, h2d_gbs=55.0, d2h_gbs=54.0, cpu_attn_gbs=35.0, disk_read_gbs=2.5,
-                    gpu_tflops=400.0, cpu_tflops=1.2, gpu_name="NVIDIA H100 80GB HBM3",
-                    gpu_total_bytes=85_520_809_984, measured_at="2026-11-26T01:02:03+00:00")
+    bw = Bandwidths(
+        hbm_gbs=3000.0,
+        h2d_gbs=55.0,
+        d2h_gbs=54.0,
+        cpu_attn_gbs=35.0,
+        disk_read_gbs=2.5,
+        gpu_tflops=400.0,
+        cpu_tflops=1.2,
+        gpu_name="NVIDIA H100 80GB HBM3",
+        gpu_total_bytes=85_520_809_984,
+        measured_at="2026-11-26T01:02:03+00:00",
+    )
     path = save_calibration(bw, tmp_path / "sub" / "calibration.json")
     loaded = load_calibration(path)
     assert loaded == replace(bw, source=f"calibration {path} 2026-11-26T01:02:03+00:00")

@@ -71,9 +71,16 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
                 = 16,060,522,496 / 900e9 + 42,592 * 131,072 / 900e9 + 88,480 * 131,072 / (25e9 + 20e9)
                 = 0.0178450 + 0.0062029 + 0.2577167 = 0.2817646 s -> 3.549 tok/s, 25/45 streamed
     """
-    request = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072,
-                          ram_budget_bytes=16 * GiB, gpu_memory_utilization=0.9, max_num_seqs=1,
-                          enforce_eager=True, cold_attention="split")
+    request = PlanRequest(
+        spec=LLAMA_8B,
+        vram_budget_bytes=24 * GiB,
+        context_len=131072,
+        ram_budget_bytes=16 * GiB,
+        gpu_memory_utilization=0.9,
+        max_num_seqs=1,
+        enforce_eager=True,
+        cold_attention="split",
+    )
     plan = make_plan(request, replace(DEFAULT_BANDWIDTHS, stream_gbs=25.0))
     assert plan.usable_vram_bytes == 23_192_823_398
     assert plan.weight_bytes == 16_060_522_496 and plan.kv_bytes_per_token == 131_072
@@ -99,7 +106,9 @@ def test_prefill_one_chunk_by_hand() -> None:
     attention: 4 x 32 layers x 32 heads x 128 = 524,288 FLOPs per (query, key) pair, 2048*2049/2 pairs
     lm_head: 2 x 4096 x 128256 for the last row; all over 100 TFLOP/s (weights read 17.8 ms is less).
     """
-    plan = make_plan(PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=2048), DEFAULT_BANDWIDTHS)
+    plan = make_plan(
+        PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=2048), DEFAULT_BANDWIDTHS
+    )
     flops = 13_958_643_712 * 2048 + 524_288 * (2048 * 2049 // 2) + 2 * 4096 * 128256
     assert plan.ttft_s == pytest.approx(flops / 100e12)
     assert plan.placed_gpu_tokens == 2048 and plan.decode.cold_kv_s == 0
@@ -110,7 +119,9 @@ def test_cold_split_is_the_optimum() -> None:
     h2d, cpu = DEFAULT_BANDWIDTHS.h2d_gbs, DEFAULT_BANDWIDTHS.cpu_attn_gbs
     assert h2d is not None and cpu is not None
     stream = STREAM_EFFICIENCY * h2d  # no calibrated stream rate in the defaults
-    brute = min(max(f / 1000 * 10**10 / (stream * 1e9), (1 - f / 1000) * 10**10 / (cpu * 1e9)) for f in range(1001))
+    brute = min(
+        max(f / 1000 * 10**10 / (stream * 1e9), (1 - f / 1000) * 10**10 / (cpu * 1e9)) for f in range(1001)
+    )
     assert floor.cold_kv_s == pytest.approx(brute, rel=1e-3)
     assert floor.streamed_bytes + floor.cpu_attn_bytes == 10**10
 
@@ -124,9 +135,15 @@ def test_cold_path_follows_the_engine() -> None:
 
 
 def test_does_not_fit_gives_numbers() -> None:
-    request = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=1 << 20,
-                          ram_budget_bytes=16 * GiB, gpu_memory_utilization=0.9, max_num_seqs=1,
-                          enforce_eager=True)
+    request = PlanRequest(
+        spec=LLAMA_8B,
+        vram_budget_bytes=24 * GiB,
+        context_len=1 << 20,
+        ram_budget_bytes=16 * GiB,
+        gpu_memory_utilization=0.9,
+        max_num_seqs=1,
+        enforce_eager=True,
+    )
     plan = make_plan(request, DEFAULT_BANDWIDTHS)
     assert not plan.fits and plan.unplaced_tokens == (1 << 20) - 173_664
     text = "\n".join(plan.advice)
@@ -141,7 +158,9 @@ def test_does_not_fit_gives_numbers() -> None:
 
 
 def test_weights_too_big_for_the_card() -> None:
-    plan = make_plan(PlanRequest(spec=LLAMA_8B, vram_budget_bytes=8 * GiB, context_len=8192), DEFAULT_BANDWIDTHS)
+    plan = make_plan(
+        PlanRequest(spec=LLAMA_8B, vram_budget_bytes=8 * GiB, context_len=8192), DEFAULT_BANDWIDTHS
+    )
     assert not plan.fits
     text = "\n".join(plan.advice)
     assert "weights alone (15.0 GiB) exceed the VRAM budget (8.0 GiB)" in text
@@ -150,22 +169,34 @@ def test_weights_too_big_for_the_card() -> None:
 
 def test_gpu_advice_numbers_make_it_fit() -> None:
     # 18 GiB at 0.75: 13.5 GiB usable cannot hold 15 GiB of weights; the suggested flags can.
-    request = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=18 * GiB, context_len=131072, ram_budget_bytes=32 * GiB)
+    request = PlanRequest(
+        spec=LLAMA_8B, vram_budget_bytes=18 * GiB, context_len=131072, ram_budget_bytes=32 * GiB
+    )
     plan = make_plan(request, DEFAULT_BANDWIDTHS)
     assert not plan.fits
     text = "\n".join(plan.advice)
     budget = re.search(r"--vram-budget (\S+)", text)
     utilization = re.search(r"--gpu-memory-utilization (\S+)", text)
     assert budget and utilization, text
-    assert make_plan(replace(request, vram_budget_bytes=parse_bytes(budget.group(1))), DEFAULT_BANDWIDTHS).fits
-    assert make_plan(replace(request, gpu_memory_utilization=float(utilization.group(1))), DEFAULT_BANDWIDTHS).fits
+    assert make_plan(
+        replace(request, vram_budget_bytes=parse_bytes(budget.group(1))), DEFAULT_BANDWIDTHS
+    ).fits
+    assert make_plan(
+        replace(request, gpu_memory_utilization=float(utilization.group(1))), DEFAULT_BANDWIDTHS
+    ).fits
 
 
 def test_activations_too_big_suggest_smaller_chunks() -> None:
     # 1B model on a tight card: a 64K-token chunk's activations leave no room for the hot set.
     spec = KNOWN_SHAPES["llama-1b"]
-    request = PlanRequest(spec=spec, vram_budget_bytes=5 * GiB, context_len=131072, ram_budget_bytes=8 * GiB,
-                          max_num_batched_tokens=65536, gpu_memory_utilization=0.9)
+    request = PlanRequest(
+        spec=spec,
+        vram_budget_bytes=5 * GiB,
+        context_len=131072,
+        ram_budget_bytes=8 * GiB,
+        max_num_batched_tokens=65536,
+        gpu_memory_utilization=0.9,
+    )
     plan = make_plan(request, DEFAULT_BANDWIDTHS)
     assert not plan.fits
     chunk_lines = [a for a in plan.advice if a.startswith("--max-num-batched-tokens")]
@@ -191,7 +222,9 @@ def test_presets() -> None:
     host_ram, disk_free = 128 * GiB, 1000 * GiB
     default = preset_request("default", base, host_ram, disk_free)
     assert default.gpu_memory_utilization == 0.75 and default.disk_budget_bytes == 0
-    need = (131072 - make_plan(replace(default, ram_budget_bytes=0), DEFAULT_BANDWIDTHS).gpu_kv_tokens) * 131072
+    need = (
+        131072 - make_plan(replace(default, ram_budget_bytes=0), DEFAULT_BANDWIDTHS).gpu_kv_tokens
+    ) * 131072
     assert default.ram_budget_bytes == need  # more than 2 GiB: what the context needs
     small = preset_request("default", replace(base, context_len=4096), host_ram, disk_free)
     assert small.ram_budget_bytes == 2 * GiB
@@ -231,7 +264,16 @@ def test_table_and_json() -> None:
     base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072)
     plans = plan_presets(base, DEFAULT_BANDWIDTHS, 64 * GiB, 500 * GiB)
     table = format_plan_table(plans)
-    for word in ("default", "extended", "extreme", "yours", "KV per token", "128 KiB", "decode @ 128K", "fits"):
+    for word in (
+        "default",
+        "extended",
+        "extreme",
+        "yours",
+        "KV per token",
+        "128 KiB",
+        "decode @ 128K",
+        "fits",
+    ):
         assert word in table
     data = json.loads(json.dumps(plan_to_json(plans["default"])))
     assert data["kv_bytes_per_token"] == 131072 and data["request"]["spec"]["num_params"] == 8_030_261_248
@@ -260,9 +302,17 @@ def test_cli_table(cli: typer.Typer) -> None:
 
 
 def test_cli_json_uses_calibration(cli: typer.Typer) -> None:
-    calibration = Bandwidths(hbm_gbs=1000.0, h2d_gbs=20.0, d2h_gbs=20.0, cpu_attn_gbs=10.0, disk_read_gbs=2.0,
-                             gpu_tflops=50.0, gpu_name="Test Card", gpu_total_bytes=12 * GiB,
-                             measured_at="2026-11-26T00:00:00+00:00")
+    calibration = Bandwidths(
+        hbm_gbs=1000.0,
+        h2d_gbs=20.0,
+        d2h_gbs=20.0,
+        cpu_attn_gbs=10.0,
+        disk_read_gbs=2.0,
+        gpu_tflops=50.0,
+        gpu_name="Test Card",
+        gpu_total_bytes=12 * GiB,
+        measured_at="2026-11-26T00:00:00+00:00",
+    )
     save_calibration(calibration, env_settings().calibration_path)
     result = CliRunner().invoke(cli, ["plan", "llama-1b", "--context", "8192", "--json"])
     assert result.exit_code == 0, result.output
@@ -277,7 +327,11 @@ def test_cli_does_not_fit_exits_1_with_advice(cli: typer.Typer) -> None:
     args = ["plan", "llama-8b", "--vram-budget", "24GiB", "--context", "1M", "--ram-budget", "16GiB"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1, result.output
-    assert "do not fit" in result.output and "--ram-budget" in result.output and "--kv-dtype fp8" in result.output
+    assert (
+        "do not fit" in result.output
+        and "--ram-budget" in result.output
+        and "--kv-dtype fp8" in result.output
+    )
     result = CliRunner().invoke(cli, [*args, "--json"])
     assert result.exit_code == 1
     data = json.loads(result.output)
@@ -296,9 +350,20 @@ def test_the_engines_plan_uses_the_whole_vram_budget_as_the_engine_does():
     from kvspill.startup_plan import startup_plan
 
     gib = 2**30
-    budget = startup_plan(EngineConfig(model="random:llama-8b", vram_budget_bytes=24 * gib, max_model_len=32768,
-                                       gpu_memory_utilization=0.5), 141 * gib, "NVIDIA H200")
+    budget = startup_plan(
+        EngineConfig(
+            model="random:llama-8b",
+            vram_budget_bytes=24 * gib,
+            max_model_len=32768,
+            gpu_memory_utilization=0.5,
+        ),
+        141 * gib,
+        "NVIDIA H200",
+    )
     assert budget is not None and budget.plan.usable_vram_bytes == 24 * gib
-    card = startup_plan(EngineConfig(model="random:llama-8b", max_model_len=32768, gpu_memory_utilization=0.5),
-                        141 * gib, "NVIDIA H200")
+    card = startup_plan(
+        EngineConfig(model="random:llama-8b", max_model_len=32768, gpu_memory_utilization=0.5),
+        141 * gib,
+        "NVIDIA H200",
+    )
     assert card is not None and card.plan.usable_vram_bytes == int(141 * gib * 0.5)

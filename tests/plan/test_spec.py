@@ -14,13 +14,27 @@ from kvspill.spec import KNOWN_SHAPES, ModelSpec, embedded_gguf_path
 HF_PEER = Path("/work/shared/bench/hf_peer.py")
 
 LLAMA_8B_CONFIG = {  # Llama-3.1-8B config.json as transformers 4.x writes it
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
-    "max_position_embeddings": 131072, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
-    "attention_bias": False, "mlp_bias": False,
-    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 131072,
+    "rope_theta": 500000.0,
+    "torch_dtype": "bfloat16",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
 }
 
 
@@ -45,7 +59,9 @@ def test_hf_config_4x_keys_match_known_shape() -> None:
 
 
 def test_hf_config_5x_keys() -> None:
-    config = {k: v for k, v in LLAMA_8B_CONFIG.items() if k not in ("torch_dtype", "rope_scaling", "rope_theta")}
+    config = {
+        k: v for k, v in LLAMA_8B_CONFIG.items() if k not in ("torch_dtype", "rope_scaling", "rope_theta")
+    }
     config.update(dtype="float32", head_dim=128, rope_parameters={"rope_type": "llama3", "rope_theta": 5e5})
     spec = ModelSpec.from_hf_config(config)
     assert spec.weight_dtype_bytes == 4 and spec.num_params == 8_030_261_248
@@ -79,8 +95,14 @@ def test_param_counts_equal_transformers_models() -> None:
         Qwen3ForCausalLM,
     )
 
-    small = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=3, num_attention_heads=8,
-                 num_key_value_heads=2, vocab_size=1000)
+    small = dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=3,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=1000,
+    )
     cases = [
         (LlamaConfig(**small, tie_word_embeddings=True), LlamaForCausalLM),
         (LlamaConfig(**small, attention_bias=True, mlp_bias=True), LlamaForCausalLM),
@@ -91,10 +113,16 @@ def test_param_counts_equal_transformers_models() -> None:
         spec = ModelSpec.from_hf_config(config.to_dict())
         assert spec.num_params == _meta_param_count(config, model_cls), config.model_type
     for name, spec in KNOWN_SHAPES.items():
-        shape = dict(hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-                     num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
-                     num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-                     vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_word_embeddings)
+        shape = dict(
+            hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size,
+            num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_heads,
+            num_key_value_heads=spec.num_kv_heads,
+            head_dim=spec.head_dim,
+            vocab_size=spec.vocab_size,
+            tie_word_embeddings=spec.tie_word_embeddings,
+        )
         assert spec.num_params == _meta_param_count(LlamaConfig(**shape), LlamaForCausalLM), name
 
 

@@ -13,15 +13,23 @@ EOS = 2
 
 
 def _scheduler(num_blocks: int = 16, **overrides: object) -> Scheduler:
-    config = dict(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64, block_size=BLOCK_SIZE,
-                  num_blocks=num_blocks, async_scheduling=True)
+    config = dict(
+        max_num_seqs=4,
+        max_num_batched_tokens=32,
+        max_model_len=64,
+        block_size=BLOCK_SIZE,
+        num_blocks=num_blocks,
+        async_scheduling=True,
+    )
     config.update(overrides)
     return Scheduler(SchedulerConfig(**config))  # type: ignore[arg-type]
 
 
 def _request(req_id: str, prompt_len: int, **params: object) -> Request:
     params.setdefault("max_tokens", 16)
-    return Request(req_id, list(range(10, 10 + prompt_len)), SamplingParams(**params), frozenset({EOS}), 0.0, 64)
+    return Request(
+        req_id, list(range(10, 10 + prompt_len)), SamplingParams(**params), frozenset({EOS}), 0.0, 64
+    )
 
 
 def test_the_next_step_computes_the_placeholder_before_its_value_is_known():
@@ -80,7 +88,10 @@ def test_a_request_preempted_with_its_token_in_flight_keeps_the_token():
     assert first.num_scheduled_tokens == {"a": 8, "b": 7}
     second = scheduler.schedule()
     assert b.status == RequestStatus.PREEMPTED and "b" not in second.num_scheduled_tokens
-    updates = {u.req_id: u for u in scheduler.update_from_output(first, StepOutput(sampled_token_ids={"a": [40], "b": [41]}))}
+    updates = {
+        u.req_id: u
+        for u in scheduler.update_from_output(first, StepOutput(sampled_token_ids={"a": [40], "b": [41]}))
+    }
     assert updates["b"].new_token_ids == [41] and not updates["b"].finished
     assert (b.output_token_ids, b.num_pending_tokens, b.num_computed_tokens) == ([41], 0, 0)
     scheduler.update_from_output(second, StepOutput(sampled_token_ids={"a": [42]}))

@@ -30,7 +30,17 @@ def _free_port() -> int:
 
 def start_server(model_dir: Path, *flags: str, log: Path, env: dict[str, str] | None = None) -> Server:
     port = _free_port()
-    cmd = [sys.executable, "-m", "kvspill.server", str(model_dir), "--device", "cpu", "--port", str(port), *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvspill.server",
+        str(model_dir),
+        "--device",
+        "cpu",
+        "--port",
+        str(port),
+        *flags,
+    ]
     env = dict(os.environ, KVSPILL_HOST="127.0.0.1", **(env or {}))
     # One OpenMP thread: on a 2-core machine shared with the test process (and whatever else runs),
     # two torch threads stall each other for a scheduler tick per op and a 1 ms step becomes 100 ms.

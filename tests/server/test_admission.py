@@ -21,8 +21,9 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 @pytest.fixture(scope="module")
 def busy_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("busy") / "server.log"
-    s = start_server(tiny_llama_dir, "--max-num-seqs", "1", "--max-waiting-requests", "1",
-                     "--api-key", KEY, log=log)
+    s = start_server(
+        tiny_llama_dir, "--max-num-seqs", "1", "--max-waiting-requests", "1", "--api-key", KEY, log=log
+    )
     yield s
     stop_server(s)
 
@@ -31,7 +32,9 @@ def test_auth(busy_server):
     assert httpx.get(busy_server.url + "/health").status_code == 200
     r = httpx.get(busy_server.url + "/v1/models")
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
-    r = httpx.post(busy_server.url + "/v1/completions", json={"prompt": "hi"}, headers={"Authorization": "Bearer x"})
+    r = httpx.post(
+        busy_server.url + "/v1/completions", json={"prompt": "hi"}, headers={"Authorization": "Bearer x"}
+    )
     assert r.status_code == 401
     bad = openai.OpenAI(base_url=busy_server.url + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
@@ -45,8 +48,12 @@ def test_queue_full_is_503(busy_server):
     lock = threading.Lock()
 
     def one() -> None:
-        r = httpx.post(busy_server.url + "/v1/completions", headers=AUTH, timeout=60,
-                       json={"prompt": "hello", "max_tokens": 100, "ignore_eos": True})
+        r = httpx.post(
+            busy_server.url + "/v1/completions",
+            headers=AUTH,
+            timeout=60,
+            json={"prompt": "hello", "max_tokens": 100, "ignore_eos": True},
+        )
         with lock:
             responses.append(r)
 
@@ -68,8 +75,17 @@ def test_queue_full_is_503(busy_server):
 def token_bound_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("queued") / "server.log"
     # A cpu KV tier so that the KV admission rule leaves room for several 1000-token requests.
-    s = start_server(tiny_llama_dir, "--max-num-seqs", "1", "--max-waiting-requests", "8", "--cpu-kv-budget",
-                     "16MiB", log=log, env={"KVSPILL_MAX_QUEUED_TOKENS": "40"})  # the env var, as deployed
+    s = start_server(
+        tiny_llama_dir,
+        "--max-num-seqs",
+        "1",
+        "--max-waiting-requests",
+        "8",
+        "--cpu-kv-budget",
+        "16MiB",
+        log=log,
+        env={"KVSPILL_MAX_QUEUED_TOKENS": "40"},
+    )  # the env var, as deployed
     yield s
     stop_server(s)
 
@@ -86,8 +102,11 @@ def test_queued_prompt_tokens_bound(token_bound_server):
     done: list[httpx.Response] = []
 
     def post(prompt: str) -> threading.Thread:
-        t = threading.Thread(target=lambda: done.append(httpx.post(
-            url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=60)))
+        t = threading.Thread(
+            target=lambda: done.append(
+                httpx.post(url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=60)
+            )
+        )
         t.start()
         return t
 

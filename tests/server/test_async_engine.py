@@ -57,8 +57,17 @@ class FakeEngine:
         for req_id in [r for r in self.live if r not in self.held]:
             self.live[req_id] -= 1
             done = self.live[req_id] == 0
-            outs.append(RequestOutput(req_id, None, [1], delta_text="x", delta_token_ids=[5], finished=done,
-                                      finish_reason="length" if done else None))
+            outs.append(
+                RequestOutput(
+                    req_id,
+                    None,
+                    [1],
+                    delta_text="x",
+                    delta_token_ids=[5],
+                    finished=done,
+                    finish_reason="length" if done else None,
+                )
+            )
             if done:
                 del self.live[req_id]
         return outs
@@ -104,7 +113,9 @@ def test_group_is_all_or_nothing():
         ae = await _started(fake)
         with pytest.raises(InvalidParameterError):
             await ae.submit_many([("p", SamplingParams()), ("bad", SamplingParams())])
-        ids, aq = await ae.submit_many([("p", SamplingParams(max_tokens=2)), ([1, 2], SamplingParams(max_tokens=3))])
+        ids, aq = await ae.submit_many(
+            [("p", SamplingParams(max_tokens=2)), ([1, 2], SamplingParams(max_tokens=3))]
+        )
         finished = set()
         while len(finished) < 2:
             item = await asyncio.wait_for(aq.get(), 5)

@@ -57,8 +57,14 @@ def test_fuzz_finds_no_server_error(fuzz_server: Server):
         modes = [GenerationMode.POSITIVE, GenerationMode.NEGATIVE] if has_input else [GenerationMode.POSITIVE]
         for mode in modes:
 
-            @settings(max_examples=EXAMPLES_PER_MODE, deadline=None, derandomize=True, database=None,
-                      suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+            @settings(
+                max_examples=EXAMPLES_PER_MODE,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+                phases=[Phase.explicit, Phase.generate],
+            )
             @given(case=operation.as_strategy(generation_mode=mode))
             def run_case(case) -> None:
                 label = case.operation.label
@@ -67,7 +73,9 @@ def test_fuzz_finds_no_server_error(fuzz_server: Server):
                 try:
                     case.validate_response(response, checks=[not_a_server_error])
                 except Exception as e:  # noqa: BLE001 - collect them all, report at the end
-                    failures.append(f"{label} {case.body!r} -> {response.status_code} {response.text[:300]}: {e}")
+                    failures.append(
+                        f"{label} {case.body!r} -> {response.status_code} {response.text[:300]}: {e}"
+                    )
                 if (event := _stream_failure(response)) is not None:
                     failures.append(f"{label} {case.body!r} -> stream event {event[:300]}")
 
@@ -77,8 +85,14 @@ def test_fuzz_finds_no_server_error(fuzz_server: Server):
     print(f"fuzz: {total} cases in {elapsed:.1f} s: {dict(counts)}")
     assert not failures, "\n".join(failures[:20])
     assert total >= MIN_CASES, dict(counts)
-    assert {"POST /v1/completions", "POST /v1/chat/completions", "POST /tokenize", "POST /detokenize",
-            "GET /v1/models", "GET /health"} <= set(counts)
+    assert {
+        "POST /v1/completions",
+        "POST /v1/chat/completions",
+        "POST /tokenize",
+        "POST /detokenize",
+        "GET /v1/models",
+        "GET /health",
+    } <= set(counts)
     assert fuzz_server.proc.poll() is None, "the server process died"
     assert httpx.get(fuzz_server.url + "/health", timeout=5).status_code == 200
     r = httpx.post(fuzz_server.url + "/v1/completions", json={"prompt": "hello", "max_tokens": 3}, timeout=30)

@@ -50,8 +50,19 @@ class SlowEngine:
         for req_id in list(self.live):
             self.live[req_id] -= 1
             done = self.live[req_id] == 0
-            outs.append(RequestOutput(req_id, None, [1], text="x", delta_text="x", delta_token_ids=[5],
-                                      token_ids=[5], finished=done, finish_reason="length" if done else None))
+            outs.append(
+                RequestOutput(
+                    req_id,
+                    None,
+                    [1],
+                    text="x",
+                    delta_text="x",
+                    delta_token_ids=[5],
+                    token_ids=[5],
+                    finished=done,
+                    finish_reason="length" if done else None,
+                )
+            )
             if done:
                 del self.live[req_id]
         return outs

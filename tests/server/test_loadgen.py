@@ -24,6 +24,7 @@ def _refused_url() -> str:
 @pytest.fixture
 def run_bench(bench_app) -> Callable[..., tuple[int, dict[str, Any], str]]:
     """Run `bench serve ARGS...`; returns (exit code, the summary JSON line, stdout)."""
+
     def invoke(*args: str) -> tuple[int, dict[str, Any], str]:
         app = bench_app()
         bench_cmd.register(app)  # idempotent
@@ -44,8 +45,20 @@ def _ordered(stats: dict[str, float | None]) -> None:
 
 def test_bench_serve_reports_latencies(server: Any, tmp_path: Path, run_bench) -> None:
     out = tmp_path / "bench.jsonl"
-    code, summary, text = run_bench("--url", server.url, "--concurrency", "4", "--num-requests", "8",
-                                    "--prompt-len", "16", "--max-tokens", "8", "--out", str(out))
+    code, summary, text = run_bench(
+        "--url",
+        server.url,
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "8",
+        "--prompt-len",
+        "16",
+        "--max-tokens",
+        "8",
+        "--out",
+        str(out),
+    )
     assert code == 0, text
     assert summary["requests"] == 8 and summary["successes"] == 8 and summary["errors"] == 0
     assert summary["error_kinds"] == {}
@@ -61,7 +74,9 @@ def test_bench_serve_reports_latencies(server: Any, tmp_path: Path, run_bench) -
 
 def test_bench_serve_refused_port_reports_errors(run_bench) -> None:
     url = _refused_url()
-    code, summary, text = run_bench("--url", url, "--concurrency", "2", "--prompt-len", "4", "--max-tokens", "2")
+    code, summary, text = run_bench(
+        "--url", url, "--concurrency", "2", "--prompt-len", "4", "--max-tokens", "2"
+    )
     assert code == 1, text
     assert summary["requests"] == 8 and summary["successes"] == 0 and summary["errors"] == 8
     assert summary["error_kinds"] == {"connect": 8}

@@ -45,8 +45,16 @@ def test_completion_token_id_prompt(server, client):
 
 def test_completion_streaming_matches_non_streaming(server, client):
     full = _greedy_text(client, server)
-    chunks = list(client.completions.create(model=server.model, prompt="a b c d", max_tokens=30, temperature=0,
-                                            stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model=server.model,
+            prompt="a b c d",
+            max_tokens=30,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
     content = [c for c in chunks if c.choices]
     assert "".join(c.choices[0].text for c in content) == full
@@ -56,17 +64,23 @@ def test_completion_streaming_matches_non_streaming(server, client):
 
 def test_chat_non_streaming_both_max_fields(server, client):
     for field in ("max_tokens", "max_completion_tokens"):
-        out = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}],
-                                             temperature=0, **{field: 4})
+        out = client.chat.completions.create(
+            model=server.model, messages=[{"role": "user", "content": "hi"}], temperature=0, **{field: 4}
+        )
         assert out.object == "chat.completion"
         assert out.choices[0].message.role == "assistant"
         assert out.usage.completion_tokens <= 4
 
 
 def test_chat_streaming_with_usage(server, client):
-    stream = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hello"}],
-                                            max_tokens=6, temperature=0, stream=True,
-                                            stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model=server.model,
+        messages=[{"role": "user", "content": "hello"}],
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert len({c.id for c in chunks}) == 1
@@ -91,15 +105,23 @@ def test_stop_string(server, client):
     words = full.split()
     assert len(words) >= 2, full
     stop = words[1]
-    out = client.completions.create(model=server.model, prompt="a b c d", max_tokens=30, temperature=0, stop=[stop])
+    out = client.completions.create(
+        model=server.model, prompt="a b c d", max_tokens=30, temperature=0, stop=[stop]
+    )
     assert out.choices[0].finish_reason == "stop"
     assert out.choices[0].text == full[: full.index(stop)]
     assert stop not in out.choices[0].text
 
 
 def test_seed_reproducible(server, client):
-    kw = dict(model=server.model, prompt="the cat", max_tokens=20, temperature=1.0, top_p=0.9,
-              extra_body={"top_k": 50, "min_p": 0.01})
+    kw = dict(
+        model=server.model,
+        prompt="the cat",
+        max_tokens=20,
+        temperature=1.0,
+        top_p=0.9,
+        extra_body={"top_k": 50, "min_p": 0.01},
+    )
     a = client.completions.create(seed=7, **kw).choices[0].text
     b = client.completions.create(seed=7, **kw).choices[0].text
     assert a == b
@@ -110,14 +132,21 @@ def test_logprobs(server, client):
     lp = out.choices[0].logprobs
     assert len(lp.token_logprobs) == out.usage.completion_tokens
     assert all(len(t) <= 2 for t in lp.top_logprobs)
-    chat = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}],
-                                          max_tokens=3, temperature=0, logprobs=True, top_logprobs=2)
+    chat = client.chat.completions.create(
+        model=server.model,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=3,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
     assert len(chat.choices[0].logprobs.content) == chat.usage.completion_tokens
 
 
 def test_fim_suffix(server, client):
-    out = client.completions.create(model=server.model, prompt="the cat", suffix="the mat", max_tokens=3,
-                                    temperature=0)
+    out = client.completions.create(
+        model=server.model, prompt="the cat", suffix="the mat", max_tokens=3, temperature=0
+    )
     assert out.usage.prompt_tokens == 7  # prefix, 2 tokens, suffix, 2 tokens, middle
 
 
@@ -126,19 +155,32 @@ def test_context_length_exceeded(server, client):
         client.completions.create(model=server.model, prompt="hello " * 1100, max_tokens=1)
     assert e.value.status_code == 400
     assert e.value.body["code"] == "context_length_exceeded"
-    assert e.value.body["message"].startswith("This model's maximum context length is 1024 tokens. However, "
-                                              "your request has 1100 input tokens")
+    assert e.value.body["message"].startswith(
+        "This model's maximum context length is 1024 tokens. However, your request has 1100 input tokens"
+    )
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=server.model, prompt="hello", max_tokens=5000)
     assert e.value.body["code"] == "context_length_exceeded"
 
 
-@pytest.mark.parametrize("content", [b'{"prompt": "hi", ', b"not json", b'{"prompt": "hi", "max_tokens": "x"}',
-                                     b'{"prompt": 5}', b'{"prompt": "hi", "temperature": -1}',
-                                     b'{"prompt": "hi", "n": 0}', b'{"prompt": "hi", "n": 1000}',
-                                     b'{"prompt": "hi", "echo": true}', b'{"prompt": ["a", "b"], "n": 64}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"prompt": "hi", ',
+        b"not json",
+        b'{"prompt": "hi", "max_tokens": "x"}',
+        b'{"prompt": 5}',
+        b'{"prompt": "hi", "temperature": -1}',
+        b'{"prompt": "hi", "n": 0}',
+        b'{"prompt": "hi", "n": 1000}',
+        b'{"prompt": "hi", "echo": true}',
+        b'{"prompt": ["a", "b"], "n": 64}',
+    ],
+)
 def test_bad_requests_are_400(server, content):
-    r = httpx.post(server.url + "/v1/completions", content=content, headers={"content-type": "application/json"})
+    r = httpx.post(
+        server.url + "/v1/completions", content=content, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"}
@@ -169,16 +211,26 @@ def test_tokenize_round_trip(server):
 def test_metrics(server, client):
     client.completions.create(model=server.model, prompt="hi", max_tokens=2)
     text = httpx.get(server.url + "/metrics").text
-    for name in ("kvspill:num_requests_running", "kvspill:num_requests_waiting", "kvspill:generation_tokens_total",
-                 'kvspill:kv_blocks{tier="gpu"}', "kvspill:time_to_first_token_seconds_bucket",
-                 "kvspill:request_success_total"):
+    for name in (
+        "kvspill:num_requests_running",
+        "kvspill:num_requests_waiting",
+        "kvspill:generation_tokens_total",
+        'kvspill:kv_blocks{tier="gpu"}',
+        "kvspill:time_to_first_token_seconds_bucket",
+        "kvspill:request_success_total",
+    ):
         assert name in text, name
 
 
 def _generated(server) -> float:
     text = httpx.get(server.url + "/metrics").text
-    return float(next(line.split()[-1] for line in text.splitlines()
-                      if line.startswith("kvspill:generation_tokens_total")))
+    return float(
+        next(
+            line.split()[-1]
+            for line in text.splitlines()
+            if line.startswith("kvspill:generation_tokens_total")
+        )
+    )
 
 
 def _wait_no_requests(server, within: float) -> dict:
@@ -195,8 +247,9 @@ LONG = {"prompt": "hello " * 20, "max_tokens": 1000, "ignore_eos": True, "temper
 
 def test_streaming_disconnect_aborts(server):
     before = _generated(server)
-    with httpx.stream("POST", server.url + "/v1/completions", json={**LONG, "stream": True, "logprobs": 0},
-                      timeout=30) as r:
+    with httpx.stream(
+        "POST", server.url + "/v1/completions", json={**LONG, "stream": True, "logprobs": 0}, timeout=30
+    ) as r:
         lines = r.iter_lines()  # kept alive: a discarded iterator closes the response
         assert next(line for line in lines if line.startswith("data: "))
         assert httpx.get(server.url + "/v1/kv").json()["requests"], "the request should be running"
@@ -225,11 +278,13 @@ def test_concurrent_async_clients(server):
 
         async def one(i: int) -> str:
             if i % 2:
-                out = await aclient.completions.create(model=server.model, prompt="a b c d", max_tokens=30,
-                                                       temperature=0)
+                out = await aclient.completions.create(
+                    model=server.model, prompt="a b c d", max_tokens=30, temperature=0
+                )
                 return out.choices[0].text
-            stream = await aclient.completions.create(model=server.model, prompt="a b c d", max_tokens=30,
-                                                      temperature=0, stream=True)
+            stream = await aclient.completions.create(
+                model=server.model, prompt="a b c d", max_tokens=30, temperature=0, stream=True
+            )
             return "".join([c.choices[0].text async for c in stream if c.choices])
 
         return await asyncio.gather(*(one(i) for i in range(8)))
@@ -243,21 +298,33 @@ def test_concurrent_async_clients(server):
 
 def test_completion_batch_of_prompts(server, client):
     prompts = ["the cat sat", "a b c d", "hello world"]
-    singles = [client.completions.create(model=server.model, prompt=p, max_tokens=6, temperature=0) for p in prompts]
+    singles = [
+        client.completions.create(model=server.model, prompt=p, max_tokens=6, temperature=0) for p in prompts
+    ]
     out = client.completions.create(model=server.model, prompt=prompts, max_tokens=6, temperature=0)
     assert [c.index for c in out.choices] == [0, 1, 2]
     assert [c.text for c in out.choices] == [s.choices[0].text for s in singles]
     assert out.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in singles) == 9
     assert out.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
-    ids = client.completions.create(model=server.model, prompt=[[8, 9, 10], [11, 12]], max_tokens=2, temperature=0)
+    ids = client.completions.create(
+        model=server.model, prompt=[[8, 9, 10], [11, 12]], max_tokens=2, temperature=0
+    )
     assert [c.index for c in ids.choices] == [0, 1] and ids.usage.prompt_tokens == 5
 
 
 def test_completion_batch_streaming(server, client):
     prompts = ["the cat sat", "a b c d"]
     full = client.completions.create(model=server.model, prompt=prompts, max_tokens=12, temperature=0)
-    chunks = list(client.completions.create(model=server.model, prompt=prompts, max_tokens=12, temperature=0,
-                                            stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model=server.model,
+            prompt=prompts,
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert len({c.id for c in chunks}) == 1
     texts: dict[int, str] = {}
     finished: dict[int, int] = {}
@@ -276,17 +343,28 @@ def test_n_samples(server, client):
     a = client.completions.create(**kw)
     assert [c.index for c in a.choices] == [0, 1, 2]
     assert len({c.text for c in a.choices}) > 1  # seed + j per sample: the samples differ...
-    assert [c.text for c in client.completions.create(**kw).choices] == [c.text for c in a.choices]  # ...and replay
+    assert [c.text for c in client.completions.create(**kw).choices] == [
+        c.text for c in a.choices
+    ]  # ...and replay
     assert a.usage.prompt_tokens == 2  # the prompt counts once, not once per sample
-    greedy = client.completions.create(model=server.model, prompt=["the cat", "a b c d"], n=2, max_tokens=5,
-                                       temperature=0)
+    greedy = client.completions.create(
+        model=server.model, prompt=["the cat", "a b c d"], n=2, max_tokens=5, temperature=0
+    )
     by_prompt = [_greedy_text(client, server, p, 5) for p in ("the cat", "a b c d")]
     assert [c.text for c in greedy.choices] == [by_prompt[0], by_prompt[0], by_prompt[1], by_prompt[1]]
 
 
 def test_chat_n_streaming(server, client):
-    chunks = list(client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}],
-                                                 n=2, max_tokens=4, temperature=0, stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model=server.model,
+            messages=[{"role": "user", "content": "hi"}],
+            n=2,
+            max_tokens=4,
+            temperature=0,
+            stream=True,
+        )
+    )
     assert [c.index for c in chunks[0].choices] == [0, 1]
     assert all(c.delta.role == "assistant" for c in chunks[0].choices)
     ends = [c.choices[0].index for c in chunks[1:] if c.choices[0].finish_reason is not None]
@@ -307,8 +385,10 @@ def test_fuzz_findings_are_400_or_finite(server):
     r = httpx.post(server.url + "/tokenize", json={"messages": []})  # the chat template raised ValueError
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     # A vanishing penalty gives -inf logprobs, which JSON cannot carry; they are sent as -9999.0.
-    r = httpx.post(server.url + "/v1/completions", json={"prompt": "hello", "logprobs": 1, "seed": 1,
-                                                         "repetition_penalty": 5e-324, "max_tokens": 4})
+    r = httpx.post(
+        server.url + "/v1/completions",
+        json={"prompt": "hello", "logprobs": 1, "seed": 1, "repetition_penalty": 5e-324, "max_tokens": 4},
+    )
     assert r.status_code == 200, r.text
     assert -9999.0 in r.json()["choices"][0]["logprobs"]["token_logprobs"]
 
@@ -325,16 +405,27 @@ def test_async_scheduling_server_answers_like_the_default(server, client, tiny_l
         out = []
         for kw in requests:
             r = c.completions.create(model=server.model, **kw)
-            out.append([(ch.index, ch.text, ch.finish_reason, ch.logprobs and ch.logprobs.token_logprobs)
-                        for ch in r.choices])
-        stream = c.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}],
-                                           max_tokens=10, temperature=0, stream=True)
+            out.append(
+                [
+                    (ch.index, ch.text, ch.finish_reason, ch.logprobs and ch.logprobs.token_logprobs)
+                    for ch in r.choices
+                ]
+            )
+        stream = c.chat.completions.create(
+            model=server.model,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=10,
+            temperature=0,
+            stream=True,
+        )
         out.append("".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices))
         return out
 
     async_server = start_server(tiny_llama_dir, "--async-scheduling", log=tmp_path / "server.log")
     try:
-        async_client = openai.OpenAI(base_url=async_server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        async_client = openai.OpenAI(
+            base_url=async_server.url + "/v1", api_key="unused", max_retries=0, timeout=60
+        )
         got = answers(async_client)
     finally:
         stop_server(async_server)

@@ -13,13 +13,20 @@ from kvspill.server.responses import Job, chunk, full_body
 
 
 def _out(delta: list[int], all_ids: list[int], finished: bool = False) -> RequestOutput:
-    return RequestOutput(req_id="r", prompt=None, prompt_token_ids=[5, 6, 7], token_ids=all_ids,
-                         delta_token_ids=delta, finished=finished, finish_reason="length" if finished else None)
+    return RequestOutput(
+        req_id="r",
+        prompt=None,
+        prompt_token_ids=[5, 6, 7],
+        token_ids=all_ids,
+        delta_token_ids=delta,
+        finished=finished,
+        finish_reason="length" if finished else None,
+    )
 
 
 def _event(sse: str) -> dict:
     assert sse.startswith("data: ")
-    return json.loads(sse[len("data: "):])
+    return json.loads(sse[len("data: ") :])
 
 
 def test_streamed_chunks_carry_the_token_ids_when_there_is_no_tokenizer():

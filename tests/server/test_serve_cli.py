@@ -32,8 +32,17 @@ def test_serve_flags_and_env_vars():
     group = typer.main.get_command(_app())
     serve = group.commands["serve"]  # type: ignore[attr-defined]
     opts = {o for p in serve.params for o in p.opts}
-    for flag in ("--host", "--port", "--api-key", "--max-waiting-requests", "--max-queued-tokens",
-                 "--shutdown-timeout", "--device", "--max-model-len", "--cpu-kv-budget"):
+    for flag in (
+        "--host",
+        "--port",
+        "--api-key",
+        "--max-waiting-requests",
+        "--max-queued-tokens",
+        "--shutdown-timeout",
+        "--device",
+        "--max-model-len",
+        "--cpu-kv-budget",
+    ):
         assert flag in opts, flag
     assert all(p.envvar and str(p.envvar).startswith("KVSPILL_") for p in serve.params)
 
@@ -51,8 +60,13 @@ def test_sigterm_lets_in_flight_request_finish(tiny_llama_dir: Path, tmp_path: P
     result: list[httpx.Response] = []
 
     def request() -> None:
-        result.append(httpx.post(server.url + "/v1/completions", timeout=60,
-                                 json={"prompt": "hello", "max_tokens": 400, "ignore_eos": True}))
+        result.append(
+            httpx.post(
+                server.url + "/v1/completions",
+                timeout=60,
+                json={"prompt": "hello", "max_tokens": 400, "ignore_eos": True},
+            )
+        )
 
     t = threading.Thread(target=request)
     t.start()
@@ -91,14 +105,24 @@ def test_sigterm_aborts_requests_past_shutdown_timeout(tiny_llama_dir: Path, tmp
     """--shutdown-timeout 1 with far more than 1 s of work in flight (one running, three waiting;
     max_num_seqs 1): SIGTERM ends every request with a well-formed answer (the stream's error event
     and [DONE], or a 503) after about 1 s, and the process exits soon after."""
-    server = start_server(tiny_llama_dir, "--shutdown-timeout", "1", "--max-num-seqs", "1", "--cpu-kv-budget",
-                          "16MiB", log=tmp_path / "server.log")
+    server = start_server(
+        tiny_llama_dir,
+        "--shutdown-timeout",
+        "1",
+        "--max-num-seqs",
+        "1",
+        "--cpu-kv-budget",
+        "16MiB",
+        log=tmp_path / "server.log",
+    )
     body = {"prompt": "hello", "max_tokens": 1000, "ignore_eos": True}
     streams: list[str] = []
     plain: list[httpx.Response] = []
 
     def stream() -> None:
-        with httpx.stream("POST", server.url + "/v1/completions", json={**body, "stream": True}, timeout=30) as r:
+        with httpx.stream(
+            "POST", server.url + "/v1/completions", json={**body, "stream": True}, timeout=30
+        ) as r:
             streams.append("".join(r.iter_text()))
 
     def post() -> None:

@@ -29,20 +29,33 @@ TargetFactory = Callable[[], Target]
 @dataclass
 class CompareResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
-    infos: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> target.info() or the build error
+    infos: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # label -> target.info() or the build error
 
 
 def _failed_row(label: str, ctx: int, err: str, base_row: dict[str, Any]) -> dict[str, Any]:
     return {**base_row, "config": label, "ctx": ctx, "new_tokens": 0, "ok": False, "err": err}
 
 
-def _run_one(label: str, target: Target, contexts: list[int], new_tokens: int, seed: int, warmup: bool,
-             base_row: dict[str, Any], advance: Callable[[float], None] | None) -> list[dict[str, Any]]:
+def _run_one(
+    label: str,
+    target: Target,
+    contexts: list[int],
+    new_tokens: int,
+    seed: int,
+    warmup: bool,
+    base_row: dict[str, Any],
+    advance: Callable[[float], None] | None,
+) -> list[dict[str, Any]]:
     """The progressive sweep on this configuration, plus a `not run` row per context it skipped."""
-    sweep = run_progressive(target, contexts, new_tokens, seed, warmup, advance, {**base_row, "config": label})
-    skipped = contexts[len(sweep.rows):]
-    return sweep.rows + [_failed_row(label, ctx, f"not run: context {sweep.failed_ctx} failed", base_row)
-                         for ctx in skipped]
+    sweep = run_progressive(
+        target, contexts, new_tokens, seed, warmup, advance, {**base_row, "config": label}
+    )
+    skipped = contexts[len(sweep.rows) :]
+    return sweep.rows + [
+        _failed_row(label, ctx, f"not run: context {sweep.failed_ctx} failed", base_row) for ctx in skipped
+    ]
 
 
 @dataclass(frozen=True)
@@ -54,16 +67,24 @@ class IsolatedEngine:
     config: Any  # EngineConfig (picklable)
 
 
-def _error_result(label: str, contexts: list[int], what: str, e: Exception,
-                  base_row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _error_result(
+    label: str, contexts: list[int], what: str, e: Exception, base_row: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     # The whole message (one line): a plan error's first line only says "does not fit".
     err = f"{what}: {type(e).__name__}: {' '.join(str(e).split())}"
     return {"error": err}, [_failed_row(label, ctx, err, base_row) for ctx in contexts]
 
 
-def _run_config(label: str, factory: TargetFactory, contexts: list[int], new_tokens: int, seed: int, warmup: bool,
-                base_row: dict[str, Any], advance: Callable[[float], None] | None,
-                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _run_config(
+    label: str,
+    factory: TargetFactory,
+    contexts: list[int],
+    new_tokens: int,
+    seed: int,
+    warmup: bool,
+    base_row: dict[str, Any],
+    advance: Callable[[float], None] | None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(info or the build error, rows) of one configuration; its target is closed before returning."""
     try:
         target = factory()
@@ -78,23 +99,46 @@ def _run_config(label: str, factory: TargetFactory, contexts: list[int], new_tok
         target.close()
 
 
-def _run_isolated_child(label: str, config: Any, contexts: list[int], new_tokens: int, seed: int, warmup: bool,
-                        base_row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _run_isolated_child(
+    label: str,
+    config: Any,
+    contexts: list[int],
+    new_tokens: int,
+    seed: int,
+    warmup: bool,
+    base_row: dict[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from kvspill.bench.suites.targets import EngineTarget
 
-    return _run_config(label, lambda: EngineTarget.build(config, label=label), contexts, new_tokens, seed, warmup,
-                       base_row, None)
+    return _run_config(
+        label,
+        lambda: EngineTarget.build(config, label=label),
+        contexts,
+        new_tokens,
+        seed,
+        warmup,
+        base_row,
+        None,
+    )
 
 
-def _run_isolated(label: str, spec: IsolatedEngine, contexts: list[int], new_tokens: int, seed: int, warmup: bool,
-                  base_row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _run_isolated(
+    label: str,
+    spec: IsolatedEngine,
+    contexts: list[int],
+    new_tokens: int,
+    seed: int,
+    warmup: bool,
+    base_row: dict[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         try:
-            return pool.submit(_run_isolated_child, label, spec.config, contexts, new_tokens, seed, warmup,
-                               base_row).result()
+            return pool.submit(
+                _run_isolated_child, label, spec.config, contexts, new_tokens, seed, warmup, base_row
+            ).result()
         except Exception as e:  # noqa: BLE001 - a child that dies (killed, crashed) is this configuration's result
             return _error_result(label, contexts, "child process failed", e, base_row)
 
@@ -132,11 +176,27 @@ def pivot(rows: list[dict[str, Any]], metric: str) -> tuple[list[int], dict[str,
     return contexts, table
 
 
-ROW_KEYS = ("config", "ctx", "ok", "ttft_s", "decode_tok_s", "peak_gpu_gib", "host_rss_gib", "bytes_moved", "err")
+ROW_KEYS = (
+    "config",
+    "ctx",
+    "ok",
+    "ttft_s",
+    "decode_tok_s",
+    "peak_gpu_gib",
+    "host_rss_gib",
+    "bytes_moved",
+    "err",
+)
 
 
-def write_results(out_dir: Path, result: CompareResult, header: dict[str, Any], descriptions: dict[str, str],
-                  notes: list[str], command: str | None = None) -> list[Path]:
+def write_results(
+    out_dir: Path,
+    result: CompareResult,
+    header: dict[str, Any],
+    descriptions: dict[str, str],
+    notes: list[str],
+    command: str | None = None,
+) -> list[Path]:
     """results.jsonl, results.csv, compare.png (one line per configuration) and report.md."""
     from kvspill.bench.suites import plots, report
 
@@ -144,7 +204,9 @@ def write_results(out_dir: Path, result: CompareResult, header: dict[str, Any], 
     paths.append(plots.plot_by_context(out_dir / "compare.png", result.rows, "compare", series_key="config"))
     contexts, decode = pivot(result.rows, "decode_tok_s")
     _, ttft = pivot(result.rows, "ttft_s")
-    configs = [f"- {label}: {descriptions.get(label, '')} {info}".rstrip() for label, info in result.infos.items()]
+    configs = [
+        f"- {label}: {descriptions.get(label, '')} {info}".rstrip() for label, info in result.infos.items()
+    ]
     sections = [
         ("Decode tok/s (configuration x context)", report.grid_table("config", contexts, decode)),
         ("TTFT s (configuration x context)", report.grid_table("config", contexts, ttft)),

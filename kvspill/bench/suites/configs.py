@@ -23,8 +23,10 @@ from kvspill.errors import InvalidParameterError
 from kvspill.units import parse_tokens
 
 DEFAULT_START_CONTEXT = 4096
-NO_WEIGHT_OFFLOAD = ("cpu-offloaded weights are not available in the engine yet: there is no such "
-                     "configuration to compare (the weights always live on the device)")
+NO_WEIGHT_OFFLOAD = (
+    "cpu-offloaded weights are not available in the engine yet: there is no such "
+    "configuration to compare (the weights always live on the device)"
+)
 
 CONFIGS: dict[str, str] = {
     "default": "the planner's default preset (75% of VRAM; CPU tier 2 GiB or what the context needs)",
@@ -56,11 +58,16 @@ def parse_contexts(text: str, param: str = "--contexts") -> list[int]:
 def doubling_contexts(start: int, largest: int) -> list[int]:
     """start, 2*start, 4*start ... up to `largest`, and `largest` itself last (the limit is the point)."""
     if largest < 1:
-        raise InvalidParameterError("max_context", f"no context fits: the largest is {largest} tokens; "
-                                    "lower --new-tokens or raise --max-model-len")
+        raise InvalidParameterError(
+            "max_context",
+            f"no context fits: the largest is {largest} tokens; lower --new-tokens or raise --max-model-len",
+        )
     if start > largest:
-        raise InvalidParameterError("start_context", f"--start-context {start} is past the largest context "
-                                    f"that fits ({largest}): give --start-context {largest} or less")
+        raise InvalidParameterError(
+            "start_context",
+            f"--start-context {start} is past the largest context "
+            f"that fits ({largest}): give --start-context {largest} or less",
+        )
     values = []
     ctx = start
     while ctx <= largest:
@@ -80,9 +87,11 @@ def check_contexts(contexts: list[int], new_tokens: int, max_model_len: int | No
     too_long = [c for c in contexts if c + new_tokens > max_model_len]
     if too_long:
         raise InvalidParameterError(
-            "contexts", f"context {too_long[0]} + {new_tokens} new tokens passes the model length "
+            "contexts",
+            f"context {too_long[0]} + {new_tokens} new tokens passes the model length "
             f"{max_model_len}: keep contexts at or below {max_model_len - new_tokens} (--contexts/--max-context), "
-            "lower --new-tokens, or raise --max-model-len")
+            "lower --new-tokens, or raise --max-model-len",
+        )
 
 
 def parse_config_names(text: str | None) -> list[str]:
@@ -96,7 +105,9 @@ def parse_config_names(text: str | None) -> list[str]:
         if name in _WEIGHT_OFFLOAD_NAMES:
             raise InvalidParameterError("configs", NO_WEIGHT_OFFLOAD)
         if name not in CONFIGS:
-            raise InvalidParameterError("configs", f"unknown configuration {name!r}: choose from {', '.join(CONFIGS)}")
+            raise InvalidParameterError(
+                "configs", f"unknown configuration {name!r}: choose from {', '.join(CONFIGS)}"
+            )
     if len(set(names)) != len(names):
         raise InvalidParameterError("configs", f"--configs names a configuration twice: {text!r}")
     return names
@@ -173,8 +184,11 @@ def _preset_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes:
     spec = model_spec_for(config.model)
     base = request_from_engine_config(replace(config, max_model_len=sizing.max_tokens), spec, vram_bytes)
     req = preset_request(name, base, sizing.host_ram_bytes, sizing.disk_free_bytes)
-    return {"gpu_memory_utilization": req.gpu_memory_utilization, "cpu_kv_budget_bytes": req.ram_budget_bytes,
-            "disk_kv_budget_bytes": req.disk_budget_bytes}
+    return {
+        "gpu_memory_utilization": req.gpu_memory_utilization,
+        "cpu_kv_budget_bytes": req.ram_budget_bytes,
+        "disk_kv_budget_bytes": req.disk_budget_bytes,
+    }
 
 
 def config_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: int) -> dict[str, Any]:
@@ -193,10 +207,14 @@ def config_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: 
     elif name == "cpu-attention":
         options = {"attention": "cpu"}
     elif name in ("stream", "cold-cpu"):
-        options = {"cpu_kv_budget_bytes": _cold_tier_bytes(config, sizing),
-                   "cold_attention": "stream" if name == "stream" else "cpu"}
+        options = {
+            "cpu_kv_budget_bytes": _cold_tier_bytes(config, sizing),
+            "cold_attention": "stream" if name == "stream" else "cpu",
+        }
     else:
-        raise InvalidParameterError("configs", f"unknown configuration {name!r}: choose from {', '.join(CONFIGS)}")
+        raise InvalidParameterError(
+            "configs", f"unknown configuration {name!r}: choose from {', '.join(CONFIGS)}"
+        )
     if sizing.tier_cap_bytes is not None:
         for key in ("cpu_kv_budget_bytes", "disk_kv_budget_bytes"):
             if key in options:
@@ -233,8 +251,14 @@ def plan_max_context(config: EngineConfig) -> int | None:
     return None if startup is None else int(startup.plan.max_context)
 
 
-def contexts_for(contexts: list[int] | None, start: int, max_context: int | None, new_tokens: int,
-                 max_model_len: int | None, plan_max: int | None) -> list[int]:
+def contexts_for(
+    contexts: list[int] | None,
+    start: int,
+    max_context: int | None,
+    new_tokens: int,
+    max_model_len: int | None,
+    plan_max: int | None,
+) -> list[int]:
     """The contexts to run: `contexts` (parsed --contexts) as given, else doubling from `start` up to
     the largest that fits (the smallest of --max-context, the plan's maximum and the model length,
     less new tokens)."""
@@ -245,8 +269,9 @@ def contexts_for(contexts: list[int] | None, start: int, max_context: int | None
         if max_context is not None:
             limits.append(max_context)
         if not limits:
-            raise InvalidParameterError("max_context", "the target does not say its model length: give "
-                                        "--contexts or --max-context")
+            raise InvalidParameterError(
+                "max_context", "the target does not say its model length: give --contexts or --max-context"
+            )
         values = doubling_contexts(start, min(limits))
     check_contexts(values, new_tokens, max_model_len)
     return values

@@ -39,8 +39,13 @@ def _series(rows: Sequence[dict[str, Any]], series_key: str | None) -> dict[str,
     return groups
 
 
-def plot_by_context(path: Path, rows: Sequence[dict[str, Any]], title: str, series_key: str | None = None,
-                    panels: Sequence[tuple[str, str]] = CONTEXT_PANELS) -> Path:
+def plot_by_context(
+    path: Path,
+    rows: Sequence[dict[str, Any]],
+    title: str,
+    series_key: str | None = None,
+    panels: Sequence[tuple[str, str]] = CONTEXT_PANELS,
+) -> Path:
     """One panel per metric against the context (log2 axis); one line per `series_key` value."""
     plt = _pyplot()
     fig, axes = plt.subplots(2, (len(panels) + 1) // 2, figsize=(14, 7), squeeze=False)
@@ -59,7 +64,7 @@ def plot_by_context(path: Path, rows: Sequence[dict[str, Any]], title: str, seri
         ax.grid(True, alpha=0.3)
         if drawn and series_key:
             ax.legend(fontsize=8)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(title)
     fig.tight_layout()
@@ -72,7 +77,11 @@ def plot_stability(path: Path, samples: Sequence[dict[str, Any]], title: str) ->
     """Host RSS, GPU memory and wave tok/s against time; waves with errors marked in red."""
     plt = _pyplot()
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
-    panels = (("host_rss_gib", "host RSS (GiB)"), ("gpu_gib", "VRAM allocated (GiB)"), ("tok_s", "output tok/s"))
+    panels = (
+        ("host_rss_gib", "host RSS (GiB)"),
+        ("gpu_gib", "VRAM allocated (GiB)"),
+        ("tok_s", "output tok/s"),
+    )
     for ax, (key, label) in zip(axes, panels, strict=True):
         points = [(s["t_s"], s[key]) for s in samples if s.get(key) is not None]
         if points:

@@ -75,15 +75,32 @@ def summary_lines(result: ProgressiveResult, contexts: list[int]) -> list[str]:
     return lines
 
 
-ROW_KEYS = ("ctx", "ok", "ttft_s", "decode_tok_s", "new_tokens", "peak_gpu_gib", "host_rss_gib", "bytes_moved", "err")
+ROW_KEYS = (
+    "ctx",
+    "ok",
+    "ttft_s",
+    "decode_tok_s",
+    "new_tokens",
+    "peak_gpu_gib",
+    "host_rss_gib",
+    "bytes_moved",
+    "err",
+)
 
 
-def write_results(out_dir: Path, result: ProgressiveResult, contexts: list[int], info: dict[str, Any],
-                  command: str | None = None) -> list[Path]:
+def write_results(
+    out_dir: Path,
+    result: ProgressiveResult,
+    contexts: list[int],
+    info: dict[str, Any],
+    command: str | None = None,
+) -> list[Path]:
     """results.jsonl, results.csv, progressive.png and report.md under `out_dir`."""
     from kvspill.bench.suites import plots, report
 
-    header = {k: v for k, v in (result.rows[0] if result.rows else {}).items() if k in ("system", "date", "host")}
+    header = {
+        k: v for k, v in (result.rows[0] if result.rows else {}).items() if k in ("system", "date", "host")
+    }
     paths = report.write_rows(out_dir, "results", result.rows)
     title = f"progressive: {info.get('model') or info.get('url')}"
     paths.append(plots.plot_by_context(out_dir / "progressive.png", result.rows, title))
@@ -92,13 +109,16 @@ def write_results(out_dir: Path, result: ProgressiveResult, contexts: list[int],
         ("Results", report.markdown_table(result.rows, ROW_KEYS)),
         ("Plot", ["![progressive](progressive.png)"]),
         ("Setup", report.setup_lines(header, {"target": info}, command)),
-        ("Method", [
-            "One request alone per context, ascending; the sweep stops at the first failure.",
-            "TTFT from adding the request to its first token; decode tok/s = tokens after the first over "
-            "the first-to-last-token time; peak VRAM = torch's peak allocation (in process; a URL's is "
-            "the largest value polled from /metrics); host RSS after the request; bytes moved = KV bytes "
-            "between tiers during the request.",
-        ]),
+        (
+            "Method",
+            [
+                "One request alone per context, ascending; the sweep stops at the first failure.",
+                "TTFT from adding the request to its first token; decode tok/s = tokens after the first over "
+                "the first-to-last-token time; peak VRAM = torch's peak allocation (in process; a URL's is "
+                "the largest value polled from /metrics); host RSS after the request; bytes moved = KV bytes "
+                "between tiers during the request.",
+            ],
+        ),
     ]
     paths.append(report.write_report(out_dir, "kvspill bench progressive", sections))
     return paths

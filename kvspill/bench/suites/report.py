@@ -22,8 +22,12 @@ from typing import Any
 def run_header(suite: str) -> dict[str, Any]:
     from kvspill import __version__
 
-    return {"suite": suite, "system": f"kvspill-{__version__}", "date": datetime.date.today().isoformat(),
-            "host": platform.node()}
+    return {
+        "suite": suite,
+        "system": f"kvspill-{__version__}",
+        "date": datetime.date.today().isoformat(),
+        "host": platform.node(),
+    }
 
 
 def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -78,7 +82,10 @@ def markdown_table(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[
 
 def grid_table(row_label: str, contexts: Sequence[int], table: dict[str, dict[int, Any]]) -> list[str]:
     """Rows = configurations, columns = contexts (for `compare`)."""
-    lines = ["| " + " | ".join([row_label, *(str(c) for c in contexts)]) + " |", "|" + "---|" * (len(contexts) + 1)]
+    lines = [
+        "| " + " | ".join([row_label, *(str(c) for c in contexts)]) + " |",
+        "|" + "---|" * (len(contexts) + 1),
+    ]
     for name, values in table.items():
         lines.append("| " + " | ".join([name, *(fmt(values.get(c)) for c in contexts)]) + " |")
     return lines

@@ -54,12 +54,18 @@ class StabilityConfig:
         if self.duration_s <= 0:
             raise InvalidParameterError("duration", f"--duration must be positive, got {self.duration_s}")
         if self.concurrency < 1:
-            raise InvalidParameterError("concurrency", f"--concurrency must be at least 1, got {self.concurrency}")
+            raise InvalidParameterError(
+                "concurrency", f"--concurrency must be at least 1, got {self.concurrency}"
+            )
         if not 1 <= self.min_ctx <= self.max_ctx:
-            raise InvalidParameterError("context_range", f"the context range must be MIN:MAX with 1 <= MIN <= MAX, "
-                                        f"got {self.min_ctx}:{self.max_ctx}")
+            raise InvalidParameterError(
+                "context_range",
+                f"the context range must be MIN:MAX with 1 <= MIN <= MAX, got {self.min_ctx}:{self.max_ctx}",
+            )
         if self.new_tokens < 1:
-            raise InvalidParameterError("new_tokens", f"--new-tokens must be at least 1, got {self.new_tokens}")
+            raise InvalidParameterError(
+                "new_tokens", f"--new-tokens must be at least 1, got {self.new_tokens}"
+            )
 
 
 @dataclass
@@ -103,7 +109,7 @@ def memory_trend(samples: list[dict[str, Any]], key: str, limit_bytes: int, min_
     points = [(s["t_s"], s[key]) for s in samples if s.get(key) is not None]
     if len(points) < max(min_samples, 2):
         return Trend(key, None, limit_gib, False)
-    half = points[len(points) // 2:]
+    half = points[len(points) // 2 :]
     g = growth([t for t, _ in half], [v for _, v in half])
     return Trend(key, round(g, 4), limit_gib, g > limit_gib)
 
@@ -117,27 +123,55 @@ def _drift(samples: list[dict[str, Any]]) -> float | None:
     return round(last / first, 3) if first > 0 else None
 
 
-def _wave(target: Target, cfg: StabilityConfig, rng: random.Random, wave: int, t0: float,
-          result: StabilityResult, clock: Callable[[], float]) -> bool:
+def _wave(
+    target: Target,
+    cfg: StabilityConfig,
+    rng: random.Random,
+    wave: int,
+    t0: float,
+    result: StabilityResult,
+    clock: Callable[[], float],
+) -> bool:
     """One wave: its request rows and its sample. True when every request of the wave failed."""
-    specs = [RequestSpec(rng.randint(cfg.min_ctx, cfg.max_ctx), cfg.new_tokens, seed=rng.randrange(2**31))
-             for _ in range(cfg.concurrency)]
+    specs = [
+        RequestSpec(rng.randint(cfg.min_ctx, cfg.max_ctx), cfg.new_tokens, seed=rng.randrange(2**31))
+        for _ in range(cfg.concurrency)
+    ]
     start = clock()
     outcomes = target.run(specs)
     wall = max(clock() - start, 1e-9)
     reading = target.read()
     errors = 0
     for spec, r in zip(specs, outcomes, strict=True):
-        result.rows.append({"wave": wave, "t_s": round(start - t0, 3), "ctx": spec.prompt_len,
-                            "new_tokens": r.new_tokens, "ok": r.ok, "err": r.err, "ttft_s": round_or_none(r.ttft_s),
-                            "decode_tok_s": round_or_none(r.decode_tok_s, 2), "e2e_s": round_or_none(r.e2e_s)})
+        result.rows.append(
+            {
+                "wave": wave,
+                "t_s": round(start - t0, 3),
+                "ctx": spec.prompt_len,
+                "new_tokens": r.new_tokens,
+                "ok": r.ok,
+                "err": r.err,
+                "ttft_s": round_or_none(r.ttft_s),
+                "decode_tok_s": round_or_none(r.decode_tok_s, 2),
+                "e2e_s": round_or_none(r.e2e_s),
+            }
+        )
         if not r.ok:
             errors += 1
             result.ooms += bool(_OOM.search(r.err or ""))
     result.errors += errors
-    result.samples.append({"wave": wave, "t_s": round(clock() - t0, 3), "host_rss_gib": reading.host_rss_gib,
-                           "gpu_gib": reading.gpu_gib, "tok_s": round(sum(r.new_tokens for r in outcomes) / wall, 2),
-                           "requests": len(specs), "errors": errors, "bytes_moved": sum(reading.bytes_moved.values())})
+    result.samples.append(
+        {
+            "wave": wave,
+            "t_s": round(clock() - t0, 3),
+            "host_rss_gib": reading.host_rss_gib,
+            "gpu_gib": reading.gpu_gib,
+            "tok_s": round(sum(r.new_tokens for r in outcomes) / wall, 2),
+            "requests": len(specs),
+            "errors": errors,
+            "bytes_moved": sum(reading.bytes_moved.values()),
+        }
+    )
     return errors == len(specs)
 
 
@@ -170,26 +204,34 @@ def run_stability(
             break
     if advance is not None:
         advance(max(0.0, t0 + cfg.duration_s - last))
-    result.trends = [memory_trend(result.samples, "host_rss_gib", cfg.max_rss_growth_bytes, cfg.min_samples),
-                     memory_trend(result.samples, "gpu_gib", cfg.max_gpu_growth_bytes, cfg.min_samples)]
+    result.trends = [
+        memory_trend(result.samples, "host_rss_gib", cfg.max_rss_growth_bytes, cfg.min_samples),
+        memory_trend(result.samples, "gpu_gib", cfg.max_gpu_growth_bytes, cfg.min_samples),
+    ]
     result.tok_s_drift = _drift(result.samples)
     if len(result.samples) < cfg.min_samples and result.stopped_early is None:
-        result.inconclusive = (f"{len(result.samples)} samples, the trend test needs {cfg.min_samples}: "
-                               "raise --duration or lower --concurrency/--new-tokens")
+        result.inconclusive = (
+            f"{len(result.samples)} samples, the trend test needs {cfg.min_samples}: "
+            "raise --duration or lower --concurrency/--new-tokens"
+        )
     return result
 
 
 def summary_lines(result: StabilityResult) -> list[str]:
     verdict = "PASS" if result.passed else "FAIL"
-    lines = [f"{verdict}: {len(result.rows)} requests, {result.errors} errors ({result.ooms} out of memory), "
-             f"{len(result.samples)} samples"]
+    lines = [
+        f"{verdict}: {len(result.rows)} requests, {result.errors} errors ({result.ooms} out of memory), "
+        f"{len(result.samples)} samples"
+    ]
     for t in result.trends:
         if t.growth_gib is None:
             lines.append(f"{t.metric}: not measured")
         else:
             word = "UPWARD" if t.upward else "flat"
-            lines.append(f"{t.metric}: {word}, {t.growth_gib:+.4f} GiB over the second half "
-                         f"(limit {t.limit_gib:.4f} GiB)")
+            lines.append(
+                f"{t.metric}: {word}, {t.growth_gib:+.4f} GiB over the second half "
+                f"(limit {t.limit_gib:.4f} GiB)"
+            )
     if result.tok_s_drift is not None:
         lines.append(f"tok/s drift (last quarter / first quarter): {result.tok_s_drift:.3f}")
     for note in (result.stopped_early, result.inconclusive):
@@ -211,8 +253,14 @@ def _thin(samples: list[dict[str, Any]], most: int) -> list[dict[str, Any]]:
     return [samples[round(i * step)] for i in range(most)]
 
 
-def write_results(out_dir: Path, result: StabilityResult, cfg: StabilityConfig, header: dict[str, Any],
-                  info: dict[str, Any], command: str | None = None) -> list[Path]:
+def write_results(
+    out_dir: Path,
+    result: StabilityResult,
+    cfg: StabilityConfig,
+    header: dict[str, Any],
+    info: dict[str, Any],
+    command: str | None = None,
+) -> list[Path]:
     """results.{jsonl,csv} (requests), samples.{jsonl,csv} (waves), stability.png and report.md."""
     from kvspill.bench.suites import plots, report
 
@@ -223,22 +271,36 @@ def write_results(out_dir: Path, result: StabilityResult, cfg: StabilityConfig, 
     failed = [r for r in result.rows if not r["ok"]]
     sections = [
         ("Verdict", summary_lines(result)),
-        ("Load", [f"- duration {cfg.duration_s:g} s, concurrency {cfg.concurrency}, contexts "
-                  f"{cfg.min_ctx}..{cfg.max_ctx} tokens, {cfg.new_tokens} new tokens per request"]),
-        ("Samples (one per wave; at most 20 shown, evenly spaced: samples.csv has all)", report.markdown_table(
-            _thin(result.samples, 20),
-            ("wave", "t_s", "host_rss_gib", "gpu_gib", "tok_s", "requests", "errors", "bytes_moved"))),
-        ("Errors (the first 20: results.csv has all)",
-         report.markdown_table(failed[:20], ("wave", "t_s", "ctx", "err")) if failed else ["none"]),
+        (
+            "Load",
+            [
+                f"- duration {cfg.duration_s:g} s, concurrency {cfg.concurrency}, contexts "
+                f"{cfg.min_ctx}..{cfg.max_ctx} tokens, {cfg.new_tokens} new tokens per request"
+            ],
+        ),
+        (
+            "Samples (one per wave; at most 20 shown, evenly spaced: samples.csv has all)",
+            report.markdown_table(
+                _thin(result.samples, 20),
+                ("wave", "t_s", "host_rss_gib", "gpu_gib", "tok_s", "requests", "errors", "bytes_moved"),
+            ),
+        ),
+        (
+            "Errors (the first 20: results.csv has all)",
+            report.markdown_table(failed[:20], ("wave", "t_s", "ctx", "err")) if failed else ["none"],
+        ),
         ("Plot", ["![stability](stability.png)"]),
         ("Setup", report.setup_lines(header, {"target": info}, command)),
-        ("Pass rule", [
-            "Pass = zero failed requests, at least "
-            f"{cfg.min_samples} samples, and no upward memory trend: over the second half of the samples, "
-            "the least-squares slope of memory against time times the time that half spans must stay "
-            f"below {cfg.max_rss_growth_bytes / GIB:.4f} GiB for host RSS and "
-            f"{cfg.max_gpu_growth_bytes / GIB:.4f} GiB for GPU memory (when reported).",
-        ]),
+        (
+            "Pass rule",
+            [
+                "Pass = zero failed requests, at least "
+                f"{cfg.min_samples} samples, and no upward memory trend: over the second half of the samples, "
+                "the least-squares slope of memory against time times the time that half spans must stay "
+                f"below {cfg.max_rss_growth_bytes / GIB:.4f} GiB for host RSS and "
+                f"{cfg.max_gpu_growth_bytes / GIB:.4f} GiB for GPU memory (when reported).",
+            ],
+        ),
     ]
     paths.append(report.write_report(out_dir, "kvspill bench stability", sections))
     return paths

@@ -77,7 +77,9 @@ def prompt_ids(spec: RequestSpec, max_token_id: int) -> list[int]:
     """The prompt `kvspill.loadgen` would send for this spec (same seed, same ids)."""
     from kvspill.loadgen import LoadConfig, make_prompts
 
-    cfg = LoadConfig(url="", num_requests=1, prompt_len=spec.prompt_len, seed=spec.seed, max_token_id=max_token_id)
+    cfg = LoadConfig(
+        url="", num_requests=1, prompt_len=spec.prompt_len, seed=spec.seed, max_token_id=max_token_id
+    )
     return make_prompts(cfg)[0]
 
 
@@ -119,7 +121,9 @@ class EngineTarget:
         self._cuda = engine.bundle.device.type == "cuda"
 
     @classmethod
-    def build(cls, config: Any, label: str = "engine", max_token_id: int = DEFAULT_MAX_TOKEN_ID) -> EngineTarget:
+    def build(
+        cls, config: Any, label: str = "engine", max_token_id: int = DEFAULT_MAX_TOKEN_ID
+    ) -> EngineTarget:
         from kvspill.engine import LLMEngine
 
         return cls(LLMEngine(config), label, max_token_id)
@@ -130,15 +134,29 @@ class EngineTarget:
         device = self.engine.bundle.device
         card = torch.cuda.get_device_name(device) if self._cuda else "cpu"
         storage = self.engine.bundle.storage
-        return {"target": "in-process", "model": self.engine.config.model or "embedded SmolLM2-135M-Instruct",
-                "device": str(device), "card": card, "max_model_len": self.max_model_len,
-                "kv_blocks": {"gpu": storage.num_blocks, "cpu": storage.num_cpu_blocks, "disk": storage.num_disk_blocks}}
+        return {
+            "target": "in-process",
+            "model": self.engine.config.model or "embedded SmolLM2-135M-Instruct",
+            "device": str(device),
+            "card": card,
+            "max_model_len": self.max_model_len,
+            "kv_blocks": {
+                "gpu": storage.num_blocks,
+                "cpu": storage.num_cpu_blocks,
+                "disk": storage.num_disk_blocks,
+            },
+        }
 
     def _add(self, spec: RequestSpec) -> str:
         from kvspill.sampling_params import SamplingParams
 
-        params = SamplingParams(temperature=0.0, max_tokens=spec.new_tokens, min_tokens=spec.new_tokens,
-                                ignore_eos=True, detokenize=False)
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=spec.new_tokens,
+            min_tokens=spec.new_tokens,
+            ignore_eos=True,
+            detokenize=False,
+        )
         try:
             # The server's rule for a request that can never fit the tiers (a clear error) ...
             self.engine.check_admission(spec.prompt_len, params)
@@ -217,11 +235,19 @@ def _finished(p: _Pending, out: Any, spec: RequestSpec, now: float) -> RunResult
     ttft = p.token_times[0] - p.start if n else None
     span = p.token_times[-1] - p.token_times[0] if n else 0.0
     if out.error or out.finish_reason in ("error", "abort"):
-        return RunResult(ok=False, err=out.error or f"finish_reason={out.finish_reason}", ttft_s=ttft, new_tokens=n)
+        return RunResult(
+            ok=False, err=out.error or f"finish_reason={out.finish_reason}", ttft_s=ttft, new_tokens=n
+        )
     if n < spec.new_tokens:
-        return RunResult(ok=False, err=f"{n} of {spec.new_tokens} tokens (finish_reason={out.finish_reason})",
-                         ttft_s=ttft, new_tokens=n)
-    return RunResult(ok=True, ttft_s=ttft, decode_tok_s=decode_rate(n, span), new_tokens=n, e2e_s=now - p.start)
+        return RunResult(
+            ok=False,
+            err=f"{n} of {spec.new_tokens} tokens (finish_reason={out.finish_reason})",
+            ttft_s=ttft,
+            new_tokens=n,
+        )
+    return RunResult(
+        ok=True, ttft_s=ttft, decode_tok_s=decode_rate(n, span), new_tokens=n, e2e_s=now - p.start
+    )
 
 
 WARMUP_SPEC = RequestSpec(prompt_len=16, new_tokens=2, seed=-1)
@@ -245,9 +271,15 @@ def measure(target: Target, spec: RequestSpec) -> dict[str, Any]:
     after = target.read()
     moved = {k: v - before.bytes_moved.get(k, 0) for k, v in after.bytes_moved.items()}
     row: dict[str, Any] = {
-        "ctx": spec.prompt_len, "new_tokens": result.new_tokens, "ok": result.ok, "err": result.err,
-        "ttft_s": round_or_none(result.ttft_s), "decode_tok_s": round_or_none(result.decode_tok_s, 2),
-        "e2e_s": round_or_none(result.e2e_s), "peak_gpu_gib": after.peak_gpu_gib, "host_rss_gib": after.host_rss_gib,
+        "ctx": spec.prompt_len,
+        "new_tokens": result.new_tokens,
+        "ok": result.ok,
+        "err": result.err,
+        "ttft_s": round_or_none(result.ttft_s),
+        "decode_tok_s": round_or_none(result.decode_tok_s, 2),
+        "e2e_s": round_or_none(result.e2e_s),
+        "peak_gpu_gib": after.peak_gpu_gib,
+        "host_rss_gib": after.host_rss_gib,
         "bytes_moved": sum(moved.values()),
     }
     row.update({f"bytes_{k}": v for k, v in sorted(moved.items())})

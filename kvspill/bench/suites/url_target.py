@@ -48,8 +48,16 @@ def parse_metrics(text: str) -> dict[str, float]:
 class UrlTarget:
     """A server at `url`. `close()` does nothing: the server is not ours to stop."""
 
-    def __init__(self, url: str, label: str = "server", model: str | None = None, api_key: str | None = None,
-                 timeout_s: float = 600.0, max_token_id: int = DEFAULT_MAX_TOKEN_ID, poll_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        url: str,
+        label: str = "server",
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        max_token_id: int = DEFAULT_MAX_TOKEN_ID,
+        poll_s: float = 0.25,
+    ) -> None:
         self.url = url.rstrip("/")
         self.label = label
         self.model = model
@@ -77,8 +85,13 @@ class UrlTarget:
             return None
 
     def info(self) -> dict[str, Any]:
-        return {"target": "url", "url": self.url, "model": self.model, "max_model_len": self.max_model_len,
-                "card": "server"}
+        return {
+            "target": "url",
+            "url": self.url,
+            "model": self.model,
+            "max_model_len": self.max_model_len,
+            "card": "server",
+        }
 
     def _memory(self) -> tuple[float | None, float | None]:
         """(host RSS GiB, GPU GiB now) from /metrics; None where the server does not say."""
@@ -123,9 +136,16 @@ class UrlTarget:
             poller = asyncio.create_task(self._poll(done))
             jobs = []
             for spec in specs:
-                cfg = LoadConfig(url=self.url, prompt_len=spec.prompt_len, max_tokens=spec.new_tokens,
-                                 model=self.model, api_key=self.api_key, seed=spec.seed,
-                                 max_token_id=self.max_token_id, timeout_s=self.timeout_s)
+                cfg = LoadConfig(
+                    url=self.url,
+                    prompt_len=spec.prompt_len,
+                    max_tokens=spec.new_tokens,
+                    model=self.model,
+                    api_key=self.api_key,
+                    seed=spec.seed,
+                    max_token_id=self.max_token_id,
+                    timeout_s=self.timeout_s,
+                )
                 body = request_body(cfg, self.model, prompt_ids(spec, self.max_token_id))
                 jobs.append(send_one(client, cfg, body))
             try:
@@ -154,8 +174,13 @@ def _to_result(res: Any, spec: RequestSpec) -> RunResult:
     if not res.ok:
         return RunResult(ok=False, err=res.error, ttft_s=ttft, new_tokens=res.output_tokens, e2e_s=e2e)
     if res.output_tokens < spec.new_tokens:
-        return RunResult(ok=False, err=f"{res.output_tokens} of {spec.new_tokens} tokens", ttft_s=ttft,
-                         new_tokens=res.output_tokens, e2e_s=e2e)
+        return RunResult(
+            ok=False,
+            err=f"{res.output_tokens} of {spec.new_tokens} tokens",
+            ttft_s=ttft,
+            new_tokens=res.output_tokens,
+            e2e_s=e2e,
+        )
     # Chunks may carry several tokens: tokens after the first over the first-to-last-chunk time.
     rate = decode_rate(res.output_tokens, sum(res.itl_ms) / 1e3)
     return RunResult(ok=True, ttft_s=ttft, decode_tok_s=rate, new_tokens=res.output_tokens, e2e_s=e2e)
