@@ -17,7 +17,7 @@ Invariants:
 - The floor is the placement's: one read of the weights and the hot KV over HBM per step, the
   cold KV (what the gpu tier cannot hold) over pinned H2D; N tokens per step.
 - TTFT, ITL and end-to-end latency are per request, from the moment all requests were added;
-  percentiles as in `kvspill.loadgen` (milliseconds).
+  percentiles as in `kvspill.bench.loadgen` (milliseconds).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 
 from kvspill.bench.engine_bench import GIB, setup_engine
 from kvspill.engine import LLMEngine
-from kvspill.loadgen import latency_stats
+from kvspill.bench.loadgen import latency_stats
 from kvspill.sampling_params import SamplingParams
 
 

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM
 
     from kvspill.llm import LLM
-    from kvspill.spec import embedded_gguf_path
+    from kvspill.plan.spec import embedded_gguf_path
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new-tokens", type=int, default=128)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvspill.calibrate import measure_copy_gbs
+from kvspill.plan.calibrate import measure_copy_gbs
 from kvspill.config import EngineConfig
 from kvspill.engine import LLMEngine
 from kvspill.sampling_params import SamplingParams
@@ -195,7 +195,7 @@ def _floor_and_plan(
     path's bound) and the plan's predicted decode speed, both beside the measured figure."""
     from dataclasses import replace
 
-    from kvspill.startup_plan import startup_plan
+    from kvspill.plan.startup import startup_plan
 
     # The scheduler spills only when the gpu tier is full: what does not fit there is cold.
     hot_tokens = min(ctx, gpu_kv_tokens)
@@ -203,7 +203,7 @@ def _floor_and_plan(
     floor_s = (weight_bytes + kv_per_token * hot_tokens) / (hbm_gbs * 1e9) + kv_per_token * cold_tokens / (
         h2d_gbs * 1e9
     )
-    from kvspill.calibrate import load_calibration
+    from kvspill.plan.calibrate import load_calibration
 
     planned = startup_plan(
         replace(config, max_model_len=ctx),

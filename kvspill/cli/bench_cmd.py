@@ -6,7 +6,7 @@ ms, request and output-token throughput, errors by kind) and then the same summa
 object; `--out FILE` also appends that object as one line. Exits 1 when any request failed.
 
 Invariants:
-- `bench serve` never imports torch or the engine: only `kvspill.loadgen` (and, lazily, httpx).
+- `bench serve` never imports torch or the engine: only `kvspill.bench.loadgen` (and, lazily, httpx).
 - Failed requests are reported, never raised: a refused port gives a report and exit 1.
 """
 
@@ -46,7 +46,7 @@ def serve(
     out: Annotated[Path | None, typer.Option(help="Append the JSON summary to this file (one line).")] = None,
 ) -> None:
     """Send streaming completions at a fixed concurrency; report TTFT, ITL, E2E, tokens/s and errors."""
-    from kvspill.loadgen import LoadConfig, format_table, run_load
+    from kvspill.bench.loadgen import LoadConfig, format_table, run_load
 
     cfg = LoadConfig(
         url=url,

@@ -158,7 +158,7 @@ def progressive(
     from kvspill.bench.suites import configs
     from kvspill.bench.suites import progressive as suite
     from kvspill.bench.suites.report import run_header
-    from kvspill.units import parse_tokens
+    from kvspill.plan.units import parse_tokens
 
     options = dict(locals())
     command = _command_line("progressive", progressive, options)
@@ -194,7 +194,7 @@ def progressive(
 
 def _context_range(text: str) -> tuple[int, int]:
     from kvspill.errors import InvalidParameterError
-    from kvspill.units import parse_tokens
+    from kvspill.plan.units import parse_tokens
 
     lo, sep, hi = text.partition(":")
     if not sep:
@@ -245,7 +245,7 @@ def stability(
     from kvspill.bench.suites import configs
     from kvspill.bench.suites import stability as suite
     from kvspill.bench.suites.report import run_header
-    from kvspill.units import parse_bytes
+    from kvspill.plan.units import parse_bytes
 
     options = dict(locals())
     command = _command_line("stability", stability, options)
@@ -289,8 +289,8 @@ def _engine_factories(
     from kvspill.bench.suites import configs
     from kvspill.bench.suites.compare import IsolatedEngine
     from kvspill.bench.suites.targets import EngineTarget
-    from kvspill.startup_plan import model_spec_for
-    from kvspill.units import format_bytes, parse_bytes
+    from kvspill.plan.startup import model_spec_for
+    from kvspill.plan.units import format_bytes, parse_bytes
 
     config = _engine_config(options)
     length = config.max_model_len

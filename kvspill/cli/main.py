@@ -76,7 +76,7 @@ class MemoryFlags:
     cpu_attention_threads: int | None = None
 
     def engine_options(self) -> dict[str, Any]:
-        from kvspill.units import parse_bytes
+        from kvspill.plan.units import parse_bytes
 
         return dict(
             vram_budget_bytes=parse_bytes(self.vram_budget, "vram_budget") if self.vram_budget else None,
@@ -269,12 +269,12 @@ def doctor(
     quick: Annotated[bool, typer.Option(help="Smaller calibration sizes (seconds, less precise).")] = False,
 ) -> None:
     """Check what makes KV offloading work or hurt on this host; --calibrate measures and saves bandwidths."""
-    from kvspill.preflight import format_checks, run_checks
+    from kvspill.plan.preflight import format_checks, run_checks
 
     checks = run_checks(kv_disk_dir)
     typer.echo(format_checks(checks))
     if calibrate:
-        from kvspill.calibrate import run_calibration
+        from kvspill.plan.calibrate import run_calibration
 
         try:
             bw = run_calibration(disk_dir=kv_disk_dir, quick=quick)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kvspill.units import format_bytes
+from kvspill.plan.units import format_bytes
 
 
 def _get_json(url: str, timeout: float, api_key: str | None) -> tuple[int, Any]:
@@ -97,8 +97,8 @@ def register(app: typer.Typer) -> None:
         """Doctor, then the memory plan, then a short generation on the embedded model, then what to try next."""
         from kvspill.cli.plan_cmd import _bandwidths
         from kvspill.plan import PlanRequest, format_plan_table, make_plan
-        from kvspill.preflight import format_checks, run_checks
-        from kvspill.spec import ModelSpec
+        from kvspill.plan.preflight import format_checks, run_checks
+        from kvspill.plan.spec import ModelSpec
 
         typer.echo("== 1. doctor: what helps or hurts offloading here\n" + format_checks(run_checks()))
         spec = ModelSpec.from_model_arg(None)

@@ -33,15 +33,15 @@ from kvspill.plan import (
     plan_to_json,
     preset_request,
 )
-from kvspill.spec import KNOWN_SHAPES, ModelSpec
-from kvspill.units import GiB, format_bytes, parse_bytes, parse_tokens
+from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
+from kvspill.plan.units import GiB, format_bytes, parse_bytes, parse_tokens
 
 ASSUMED_VRAM_BYTES = 24 * GiB  # no flag and no calibrated card: plan for the W3 class (24 GB)
 
 
 def _bandwidths(gpu: str | None) -> tuple[Bandwidths, Bandwidths | None]:
     """(rates to plan with, the saved calibration if any). `--gpu NAME` wins over the calibration."""
-    from kvspill.calibrate import load_calibration
+    from kvspill.plan.calibrate import load_calibration
 
     calibration = load_calibration()
     if gpu is not None:

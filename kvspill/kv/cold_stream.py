@@ -30,7 +30,7 @@ from kvspill.kernels.decode_attention import paged_decode_attention, paged_decod
 from kvspill.kv.cold_math import fold_queries, merge_rows_into, unfold_outputs
 from kvspill.kv.storage import TieredKVStorage, allocate_host_pool
 from kvspill.kv.transfer import EventTimer
-from kvspill.kv.uva_gather import gather_blocks
+from kvspill.kernels.uva_gather import gather_blocks
 from kvspill.types import TIER_CPU, TIER_DISK
 
 

@@ -1,7 +1,7 @@
 """Random-weight models with real shapes, for benchmarks (`--model random:llama-8b`).
 
 Decode and prefill speed do not depend on weight values, so the benchmark workloads (the
-shapes in `kvspill.spec.KNOWN_SHAPES`, the same as the peer baseline's) run without any
+shapes in `kvspill.plan.spec.KNOWN_SHAPES`, the same as the peer baseline's) run without any
 checkpoint. Weights are drawn on the target device (no host copy); there is no tokenizer, so
 requests must be token ids with `detokenize=False`.
 """
@@ -14,7 +14,7 @@ from transformers import LlamaConfig
 from kvspill.errors import ModelNotFoundError
 from kvspill.model.llama import LlamaForCausalLM
 from kvspill.model.loader import LoadedModel
-from kvspill.spec import KNOWN_SHAPES
+from kvspill.plan.spec import KNOWN_SHAPES
 
 PREFIX = "random:"
 # RoPE of the real models these shapes stand for (Llama 3.2: factor 32; Llama 3.1: factor 8).

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from kvspill.monitor.alerts import DEFAULT_LEVELS, Alert, AlertTracker
 from kvspill.monitor.snapshot import GpuReading, GpuStatus, HostReading, ServerReading, Snapshot
-from kvspill.units import format_bytes
+from kvspill.plan.units import format_bytes
 
 BAR_WIDTH = 30
 

@@ -13,20 +13,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvspill.calibrate import load_calibration
+from kvspill.plan.calibrate import load_calibration
 from kvspill.config import EngineConfig
 from kvspill.kv.cold_attention import ColdAttentionConfig
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import resolve_model
-from kvspill.plan_math import COLD_STAGE_TOKENS
-from kvspill.preflight import run_checks
+from kvspill.plan.arithmetic import COLD_STAGE_TOKENS
+from kvspill.plan.preflight import run_checks
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.memory import pick_device, pick_dtype, size_kv_pool
 from kvspill.runner.model_runner import ModelRunner
-from kvspill.startup_plan import enforce, startup_plan
+from kvspill.plan.startup import enforce, startup_plan
 from kvspill.tokenizer import TokenizerBundle, load_tokenizer
 
 logger = logging.getLogger(__name__)

@@ -140,7 +140,7 @@ def test_presets_sized_for_the_engine_length_pass_its_start_up_plan(preset):
     `default` sized for the contexts alone, 992 tokens short of --max-model-len)."""
     from dataclasses import replace
 
-    from kvspill.startup_plan import startup_plan
+    from kvspill.plan.startup import startup_plan
 
     gib = 2**30
     config = EngineConfig(

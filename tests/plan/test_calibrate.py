@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvspill.calibrate import load_calibration, measure_bandwidths, run_calibration, save_calibration
+from kvspill.plan.calibrate import load_calibration, measure_bandwidths, run_calibration, save_calibration
 from kvspill.env import DEFAULT_CALIBRATION_PATH, env_settings, read_env_settings
 from kvspill.errors import InvalidParameterError
 from kvspill.plan import Bandwidths

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from kvspill.calibrate import save_calibration
+from kvspill.plan.calibrate import save_calibration
 from kvspill.cli.plan_cmd import register
 from kvspill.config import EngineConfig
 from kvspill.env import env_settings
@@ -30,8 +30,8 @@ from kvspill.plan import (
     preset_request,
     request_from_engine_config,
 )
-from kvspill.plan_math import STREAM_EFFICIENCY, decode_floor
-from kvspill.spec import KNOWN_SHAPES
+from kvspill.plan.arithmetic import STREAM_EFFICIENCY, decode_floor
+from kvspill.plan.spec import KNOWN_SHAPES
 
 GiB, MiB = 1 << 30, 1 << 20
 LLAMA_8B = KNOWN_SHAPES["llama-8b"]
@@ -347,7 +347,7 @@ def test_the_engines_plan_uses_the_whole_vram_budget_as_the_engine_does():
     """With --vram-budget the engine sizes its pool from the budget itself (runner/memory.py);
     --gpu-memory-utilization applies to the card only without one. The start-up plan agrees."""
     from kvspill.config import EngineConfig
-    from kvspill.startup_plan import startup_plan
+    from kvspill.plan.startup import startup_plan
 
     gib = 2**30
     budget = startup_plan(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
-from kvspill.spec import KNOWN_SHAPES, ModelSpec, embedded_gguf_path
+from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec, embedded_gguf_path
 
 HF_PEER = Path("/work/shared/bench/hf_peer.py")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
-from kvspill.units import parse_tokens
+from kvspill.plan.units import parse_tokens
 
 DEFAULT_START_CONTEXT = 4096
 NO_WEIGHT_OFFLOAD = (
@@ -170,7 +170,7 @@ def _cold_tier_bytes(config: EngineConfig, sizing: Sizing) -> int:
     """The user's --cpu-kv-budget, else enough for one sequence of the largest context."""
     if config.cpu_kv_budget_bytes:
         return config.cpu_kv_budget_bytes
-    from kvspill.startup_plan import model_spec_for
+    from kvspill.plan.startup import model_spec_for
 
     spec = model_spec_for(config.model)
     blocks = -(-sizing.max_tokens // config.block_size)
@@ -179,7 +179,7 @@ def _cold_tier_bytes(config: EngineConfig, sizing: Sizing) -> int:
 
 def _preset_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: int) -> dict[str, Any]:
     from kvspill.plan import preset_request, request_from_engine_config
-    from kvspill.startup_plan import model_spec_for
+    from kvspill.plan.startup import model_spec_for
 
     spec = model_spec_for(config.model)
     base = request_from_engine_config(replace(config, max_model_len=sizing.max_tokens), spec, vram_bytes)
@@ -240,8 +240,8 @@ def plan_max_context(config: EngineConfig) -> int | None:
     """The memory plan's largest sequence (all tiers) for this config on its CUDA card; None on the CPU."""
     import torch
 
-    from kvspill.calibrate import load_calibration
-    from kvspill.startup_plan import startup_plan
+    from kvspill.plan.calibrate import load_calibration
+    from kvspill.plan.startup import startup_plan
 
     vram, on_cuda = device_plan_bytes(config)
     if not on_cuda:

@@ -1,7 +1,7 @@
 """What a suite drives: a `Target` that runs requests and reports memory, and the in-process one.
 
 A request is `RequestSpec(prompt_len, new_tokens, seed)`: a prompt of exactly `prompt_len`
-random token ids (the same ids `kvspill.loadgen` sends for that seed) and exactly `new_tokens`
+random token ids (the same ids `kvspill.bench.loadgen` sends for that seed) and exactly `new_tokens`
 output tokens (EOS ignored). `Target.run(specs)` puts all of them in flight at once and returns
 one `RunResult` each; `Target.read()` returns memory now and the cumulative KV bytes moved.
 
@@ -74,8 +74,8 @@ class Target(Protocol):
 
 
 def prompt_ids(spec: RequestSpec, max_token_id: int) -> list[int]:
-    """The prompt `kvspill.loadgen` would send for this spec (same seed, same ids)."""
-    from kvspill.loadgen import LoadConfig, make_prompts
+    """The prompt `kvspill.bench.loadgen` would send for this spec (same seed, same ids)."""
+    from kvspill.bench.loadgen import LoadConfig, make_prompts
 
     cfg = LoadConfig(
         url="", num_requests=1, prompt_len=spec.prompt_len, seed=spec.seed, max_token_id=max_token_id

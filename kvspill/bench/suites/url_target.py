@@ -1,4 +1,4 @@
-"""A running kvspill server as a suite `Target`: requests through `kvspill.loadgen`, memory from
+"""A running kvspill server as a suite `Target`: requests through `kvspill.bench.loadgen`, memory from
 `/metrics`, KV bytes moved from `/v1/kv`.
 
 Invariants:
@@ -128,7 +128,7 @@ class UrlTarget:
     async def _run(self, specs: list[RequestSpec]) -> list[RunResult]:
         import httpx
 
-        from kvspill.loadgen import LoadConfig, request_body, send_one
+        from kvspill.bench.loadgen import LoadConfig, request_body, send_one
 
         limits = httpx.Limits(max_connections=len(specs) + 1)
         async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as client:

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from kvspill.errors import InvalidParameterError
-from kvspill.spec import DTYPE_BYTES, ModelSpec
-from kvspill.units import GiB, MiB
+from kvspill.plan.spec import DTYPE_BYTES, ModelSpec
+from kvspill.plan.units import GiB, MiB
 
 GB = 1e9  # bandwidths are in GB/s: 10**9 bytes per second
 RATE_FIELDS = ("hbm_gbs", "h2d_gbs", "d2h_gbs", "cpu_attn_gbs", "disk_read_gbs", "gpu_tflops", "stream_gbs")

@@ -1,7 +1,7 @@
 """The memory plan: what fits where, and how fast it will run, before anything is loaded.
 
 The public face of the planner, shared by `kvspill plan` and engine start-up: `make_plan` (the
-arithmetic of `plan_math.py` plus advice from `plan_report.py`), the named presets
+arithmetic of `plan/arithmetic.py` plus advice from `plan/report.py`), the named presets
 (`default`, `extended`, `extreme`) sized for a context on this host, and figures for known cards.
 
 Invariants:
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
-from kvspill.plan_math import (
+from kvspill.plan.arithmetic import (
     DEFAULT_BANDWIDTHS,
     RATE_FIELDS,
     Bandwidths,
@@ -26,9 +26,9 @@ from kvspill.plan_math import (
     PlanRequest,
     compute_plan,
 )
-from kvspill.plan_report import advise, format_plan_table, notes_for, plan_to_json
-from kvspill.spec import ModelSpec
-from kvspill.units import GiB, format_bytes, format_tokens, parse_bytes
+from kvspill.plan.report import advise, format_plan_table, notes_for, plan_to_json
+from kvspill.plan.spec import ModelSpec
+from kvspill.plan.units import GiB, format_bytes, format_tokens, parse_bytes
 
 __all__ = [
     "DEFAULT_BANDWIDTHS",

@@ -22,7 +22,7 @@ from kvspill.plan import (
     make_plan,
     request_from_engine_config,
 )
-from kvspill.spec import KNOWN_SHAPES, ModelSpec
+from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
 
 logger = logging.getLogger(__name__)
 

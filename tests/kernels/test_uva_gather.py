@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspill.kv.uva_gather import gather_blocks, gather_blocks_ref
+from kvspill.kernels.uva_gather import gather_blocks, gather_blocks_ref
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvspill.cli import bench_cmd
-from kvspill.loadgen import LoadConfig, make_prompts, percentile
+from kvspill.bench.loadgen import LoadConfig, make_prompts, percentile
 
 
 def _refused_url() -> str:

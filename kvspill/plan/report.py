@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from kvspill.plan_math import Bandwidths, MemoryPlan, PlanRequest, compute_plan
-from kvspill.units import GiB, format_bytes, format_tokens
+from kvspill.plan.arithmetic import Bandwidths, MemoryPlan, PlanRequest, compute_plan
+from kvspill.plan.units import GiB, format_bytes, format_tokens
 
 
 def _gib_up(num_bytes: float) -> str:

@@ -1,0 +1,215 @@
+"""GGUF quantized-weight block layouts, the `QuantizedWeight` record, and torch reference dequantizers.
+
+A quantized weight stays in GGUF's own bytes on the device: `data` is uint8
+[out_features, bytes_per_row], each row `in_features // block_size` blocks of `type_size` bytes
+laid end to end (ggml's row-major order: a GGUF tensor of ggml shape [in, out] is `out` rows).
+
+Block layouts (byte offsets; fp16 fields little-endian; q = the integer quant of element j):
+    Q4_0 (32 w, 18 B):  d@0 f16 | qs[16]@2          w = d * (q - 8); q: low nibbles j<16, high j>=16
+    Q4_1 (32 w, 20 B):  d@0 | m@2 | qs[16]@4         w = d * q + m
+    Q5_0 (32 w, 22 B):  d@0 | qh u32@2 | qs[16]@6     w = d * ((q | qh_bit_j << 4) - 16)
+    Q5_1 (32 w, 24 B):  d@0 | m@2 | qh@4 | qs[16]@8   w = d * (q | qh_bit_j << 4) + m
+    Q8_0 (32 w, 34 B):  d@0 | qs int8[32]@2           w = q * d
+    Q4_K (256 w, 144 B): d@0 | dmin@2 | scales[12]@4 | qs[128]@16
+        8 sub-blocks of 32: w = (d * sc) * q - dmin * m, 6-bit sc/m packed in the 12 scale bytes;
+        sub-block s takes the (s % 2) nibble of qs[(s // 2) * 32 : +32]
+    Q5_K (256 w, 176 B): d@0 | dmin@2 | scales[12]@4 | qh[32]@16 | qs[128]@48
+        as Q4_K, q |= bit s of qh[l] << 4 for element l of sub-block s
+    Q6_K (256 w, 210 B): ql[128]@0 | qh[64]@128 | scales int8[16]@192 | d@208
+        16 sub-blocks of 16: w = (d * sc) * (q - 32), q = 4 bits of ql | 2 bits of qh << 4
+
+Invariants:
+- Sizes come from `gguf.constants.GGML_QUANT_SIZES`; the offsets above are ggml's structs.
+- `dequantize_ref` equals `gguf.quants.dequantize` bit for bit in float32: it does gguf's fp32
+  operations in gguf's order (e.g. (d * sc) * q - dmin * m, never a fused multiply-add); other
+  dtypes are that float32 result rounded once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from kvspill.errors import UnsupportedModelError
+
+SUPPORTED_TYPES: tuple[str, ...] = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """One GGUF quant type: `block_size` weights stored in `type_size` bytes."""
+
+    name: str
+    ggml_type: int
+    block_size: int
+    type_size: int
+
+
+def _format(name: str) -> QuantFormat:
+    ggml_type = GGMLQuantizationType[name]
+    block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+    return QuantFormat(name, int(ggml_type), block_size, type_size)
+
+
+FORMATS: dict[str, QuantFormat] = {name: _format(name) for name in SUPPORTED_TYPES}
+
+
+def check_supported(qtype: str | int | GGMLQuantizationType) -> QuantFormat:
+    """The format of `qtype` (a name such as "Q4_K", or a ggml type id); raises
+    UnsupportedModelError naming the type and the supported list if kvspill cannot run it."""
+    if isinstance(qtype, str):
+        name = qtype.upper()
+    else:
+        try:
+            name = GGMLQuantizationType(int(qtype)).name
+        except ValueError:
+            name = f"ggml type id {int(qtype)}"
+    if name not in FORMATS:
+        raise UnsupportedModelError(
+            f"GGUF tensor type {name} is not supported on the quantized-weight path; "
+            f"supported types: {', '.join(SUPPORTED_TYPES)}. Use a GGUF file quantized to one of "
+            "these (or F16/BF16/F32 weights)."
+        )
+    return FORMATS[name]
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A linear layer's weight kept in GGUF bytes: data uint8 [out_features, bytes_per_row]."""
+
+    data: torch.Tensor
+    qtype: str
+    out_features: int
+    in_features: int
+
+    def __post_init__(self) -> None:
+        fmt = check_supported(self.qtype)
+        object.__setattr__(self, "qtype", fmt.name)
+        assert self.in_features % fmt.block_size == 0, (
+            f"{fmt.name}: in_features {self.in_features} is not a multiple of the block {fmt.block_size}"
+        )
+        expected = (self.out_features, self.bytes_per_row)
+        assert self.data.dtype == torch.uint8 and tuple(self.data.shape) == expected, (
+            f"{fmt.name} data must be uint8 {expected}, got {self.data.dtype} {tuple(self.data.shape)}"
+        )
+        assert self.data.stride(1) == 1, "rows of a quantized weight must be contiguous"
+
+    @property
+    def format(self) -> QuantFormat:
+        return FORMATS[self.qtype]
+
+    @property
+    def bytes_per_row(self) -> int:
+        return self.in_features // self.format.block_size * self.format.type_size
+
+    @property
+    def nbytes(self) -> int:
+        return self.out_features * self.bytes_per_row
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    def to(self, device: torch.device | str) -> QuantizedWeight:
+        return QuantizedWeight(self.data.to(device), self.qtype, self.out_features, self.in_features)
+
+    @classmethod
+    def from_raw(cls, raw: np.ndarray | torch.Tensor, qtype: str | int) -> QuantizedWeight:
+        """From GGUF bytes [out_features, bytes_per_row] (e.g. a GGUFReader tensor's `.data`)."""
+        fmt = check_supported(qtype)
+        data = torch.as_tensor(np.ascontiguousarray(raw)) if isinstance(raw, np.ndarray) else raw
+        data = data.view(torch.uint8).reshape(data.shape[0], -1)
+        in_features = data.shape[1] // fmt.type_size * fmt.block_size
+        return cls(data, fmt.name, data.shape[0], in_features)
+
+
+# ---- torch references: fields of blocks [rows, num_blocks, type_size] uint8 ----
+
+
+def _f16(blocks: torch.Tensor, offset: int) -> torch.Tensor:
+    """The fp16 field at `offset` of each block as float32 [rows, num_blocks, 1] (exact)."""
+    return blocks[..., offset : offset + 2].contiguous().view(torch.float16).float()
+
+
+def _fields(x: torch.Tensor, width: int, count: int) -> torch.Tensor:
+    """[..., n] bytes -> [..., count, n]: the `width`-bit field i of byte l at [..., i, l]."""
+    shifts = torch.arange(0, width * count, width, dtype=torch.uint8, device=x.device)
+    return (x.unsqueeze(-2) >> shifts[:, None]) & ((1 << width) - 1)
+
+
+def _nibbles(qs: torch.Tensor) -> torch.Tensor:
+    """[..., n] bytes -> [..., 2 * n] nibbles: the n low ones, then the n high ones (ggml order)."""
+    return _fields(qs, 4, 2).flatten(-2)
+
+
+def _legacy(blocks: torch.Tensor, qtype: str) -> torch.Tensor:
+    """Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 -> float32 [rows, num_blocks, 32]."""
+    d = _f16(blocks, 0)
+    if qtype == "Q8_0":
+        return blocks[..., 2:34].view(torch.int8).float() * d
+    qs_at = {"Q4_0": 2, "Q4_1": 4, "Q5_0": 6, "Q5_1": 8}[qtype]
+    q = _nibbles(blocks[..., qs_at : qs_at + 16]).to(torch.int16)
+    if qtype in ("Q5_0", "Q5_1"):
+        qh_at = qs_at - 4
+        # Bit j of the little-endian u32 is bit j % 8 of its byte j // 8.
+        qh = _fields(blocks[..., qh_at : qh_at + 4], 1, 8).transpose(-1, -2).reshape(q.shape)
+        q = q | (qh.to(torch.int16) << 4)
+    if qtype == "Q4_0":
+        return d * (q - 8).float()
+    if qtype == "Q5_0":
+        return d * (q - 16).float()
+    return d * q.float() + _f16(blocks, 2)  # Q4_1, Q5_1: d * q + m
+
+
+def _k_scale_min(scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 8 6-bit (scale, min) pairs of Q4_K/Q5_K from their 12 packed bytes -> 2 x [..., 8]."""
+    d, m, m_d = scales[..., 0:4], scales[..., 4:8], scales[..., 8:12]
+    sc = torch.cat((d & 0x3F, (m_d & 0x0F) | ((d >> 2) & 0x30)), dim=-1)
+    mins = torch.cat((m & 0x3F, (m_d >> 4) | ((m >> 2) & 0x30)), dim=-1)
+    return sc, mins
+
+
+def _k_quants(blocks: torch.Tensor, qtype: str) -> torch.Tensor:
+    """Q4_K, Q5_K, Q6_K -> float32 [rows, num_blocks, 256]."""
+    rows, nb = blocks.shape[:2]
+    if qtype == "Q6_K":
+        d = _f16(blocks, 208)
+        scale = (d * blocks[..., 192:208].view(torch.int8).float()).unsqueeze(-1)  # [rows, nb, 16, 1]
+        ql = _nibbles(blocks[..., 0:128].reshape(rows, nb, 2, 64))  # [rows, nb, 2, 128]
+        qh = _fields(blocks[..., 128:192].reshape(rows, nb, 2, 32), 2, 4)  # [rows, nb, 2, 4, 32]
+        q = (ql.reshape(rows, nb, 2, 4, 32) | (qh << 4)).to(torch.int16) - 32
+        return (scale * q.reshape(rows, nb, 16, 16).float()).reshape(rows, nb, 256)
+    d, dmin = _f16(blocks, 0), _f16(blocks, 2)
+    sc, mins = _k_scale_min(blocks[..., 4:16])
+    scale = (d * sc.float()).unsqueeze(-1)  # [rows, nb, 8, 1]
+    offset = (dmin * mins.float()).unsqueeze(-1)
+    qs_at = 16 if qtype == "Q4_K" else 48
+    q = _nibbles(blocks[..., qs_at : qs_at + 128].reshape(rows, nb, 4, 32)).reshape(rows, nb, 8, 32)
+    if qtype == "Q5_K":
+        q = q | (_fields(blocks[..., 16:48], 1, 8) << 4)
+    return (scale * q.float() - offset).reshape(rows, nb, 256)
+
+
+def dequantize_ref(
+    data: torch.Tensor,  # uint8 [rows, bytes_per_row]
+    qtype: str,
+    in_features: int,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Torch reference dequantizer -> [rows, in_features] of `dtype` (float32 math, then one cast)."""
+    fmt = check_supported(qtype)
+    rows = data.shape[0]
+    num_blocks = in_features // fmt.block_size
+    assert data.dtype == torch.uint8 and data.shape == (rows, num_blocks * fmt.type_size), (
+        f"{fmt.name} data for {in_features} features must be uint8 [rows, {num_blocks * fmt.type_size}], "
+        f"got {data.dtype} {tuple(data.shape)}"
+    )
+    blocks = data.reshape(rows, num_blocks, fmt.type_size)
+    if fmt.block_size == 32:
+        out = _legacy(blocks, fmt.name)
+    else:
+        out = _k_quants(blocks, fmt.name)
+    return out.reshape(rows, in_features).to(dtype)
