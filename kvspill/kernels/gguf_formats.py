@@ -46,12 +46,16 @@ class QuantFormat:
     ggml_type: int
     block_size: int
     type_size: int
+    f16_offsets: tuple[int, ...]  # byte offsets of the block's fp16 scale fields (d, m / dmin)
+
+
+_F16_OFFSETS = {"Q6_K": (208,), "Q4_0": (0,), "Q5_0": (0,), "Q8_0": (0,)}  # the others: d@0, m/dmin@2
 
 
 def _format(name: str) -> QuantFormat:
     ggml_type = GGMLQuantizationType[name]
     block_size, type_size = GGML_QUANT_SIZES[ggml_type]
-    return QuantFormat(name, int(ggml_type), block_size, type_size)
+    return QuantFormat(name, int(ggml_type), block_size, type_size, _F16_OFFSETS.get(name, (0, 2)))
 
 
 FORMATS: dict[str, QuantFormat] = {name: _format(name) for name in SUPPORTED_TYPES}
@@ -120,10 +124,31 @@ class QuantizedWeight:
     def from_raw(cls, raw: np.ndarray | torch.Tensor, qtype: str | int) -> QuantizedWeight:
         """From GGUF bytes [out_features, bytes_per_row] (e.g. a GGUFReader tensor's `.data`)."""
         fmt = check_supported(qtype)
-        data = torch.as_tensor(np.ascontiguousarray(raw)) if isinstance(raw, np.ndarray) else raw
+        if isinstance(raw, np.ndarray):  # a read-only memmap slice is copied (torch wants writable)
+            raw = torch.from_numpy(np.require(raw, requirements=("C", "W")))
+        data = raw
         data = data.view(torch.uint8).reshape(data.shape[0], -1)
         in_features = data.shape[1] // fmt.type_size * fmt.block_size
         return cls(data, fmt.name, data.shape[0], in_features)
+
+
+def random_quantized(
+    qtype: str,
+    out_features: int,
+    in_features: int,
+    generator: torch.Generator | None = None,
+    scale: float = 0.01,
+) -> QuantizedWeight:
+    """Random but valid blocks (tests, benchmarks): random quant bytes, fp16 scale fields
+    normal(0, scale) so no NaN or inf. On the CPU; `.to(device)` it."""
+    fmt = check_supported(qtype)
+    num_blocks = in_features // fmt.block_size
+    shape = (out_features, num_blocks, fmt.type_size)
+    blocks = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
+    for offset in fmt.f16_offsets:
+        d = torch.randn((out_features, num_blocks, 1), generator=generator) * scale
+        blocks[..., offset : offset + 2] = d.half().view(torch.uint8)
+    return QuantizedWeight(blocks.reshape(out_features, -1), fmt.name, out_features, in_features)
 
 
 # ---- torch references: fields of blocks [rows, num_blocks, type_size] uint8 ----
