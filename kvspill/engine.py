@@ -19,24 +19,23 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from kvspill.config import EngineConfig
 from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
+from kvspill.engine_setup import EngineParts, build_engine_parts
 from kvspill.errors import (
     ContextLengthExceededError,
     InvalidParameterError,
     KVCacheBusyError,
     OutOfKVMemoryError,
 )
-from kvspill.outputs import RequestOutput
 from kvspill.runner.async_output import PendingStepOutput
-from kvspill.runner.setup import RunnerBundle, build_runner
 from kvspill.sampling_params import SamplingParams
-from kvspill.scheduler.contracts import SchedulerConfig
+from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.scheduler.scheduler import Scheduler
-from kvspill.types import ScheduledBatch
+from kvspill.stats import KVStats, KVTiers
+from kvspill.types import RequestOutput, ScheduledBatch
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +52,9 @@ class _TextState:
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, **engine_options: object) -> None:
         self.config = config if config is not None else EngineConfig(**engine_options)  # type: ignore[arg-type]
-        bundle: RunnerBundle = build_runner(self.config)
+        bundle: EngineParts = build_engine_parts(self.config)
         self.bundle = bundle
+        self.memory_plan = bundle.memory_plan  # the plan that sized the KV tiers (engine_setup.py)
         self.tokenizer = bundle.tokenizer
         self.runner = bundle.runner
         self.max_model_len = bundle.max_model_len
@@ -121,7 +121,7 @@ class LLMEngine:
                 raise InvalidParameterError(
                     "detokenize", "this model has no tokenizer: send token ids with detokenize=False"
                 )
-            detok = IncrementalDetokenizer(self.tokenizer.hf, token_ids, params.skip_special_tokens)
+            detok = IncrementalDetokenizer(self.tokenizer, token_ids, params.skip_special_tokens)
         elif params.stop:
             raise InvalidParameterError("stop", "stop strings need detokenize=True")
         self._texts[req_id] = _TextState(
@@ -249,41 +249,20 @@ class LLMEngine:
                 self._texts.pop(upd.req_id, None)
         return results
 
-    def kv_stats(self) -> dict[str, Any]:
+    def kv_stats(self) -> KVStats:
         """Blocks and bytes per tier, per-request hot/cold split, bytes moved per direction and
         time in cold attention per path: what the server, monitor and benchmarks read."""
-        storage = self.bundle.storage
-        block_bytes = storage.layout.block_bytes
+        block_bytes = self.bundle.storage.layout.block_bytes
         sched = self.scheduler.stats()
         runner = self.runner.kv_stats()
-        tiers = {
-            "gpu": (sched["num_gpu_blocks"], sched["num_used_gpu_blocks"]),
-            "cpu": (sched["num_cpu_blocks"], sched["num_used_cpu_blocks"]),
-            "disk": (sched["num_disk_blocks"], sched["num_used_disk_blocks"]),
-        }
-        return {
-            "block_size": self.config.block_size,
-            "block_bytes": block_bytes,
-            "tiers": {
-                name: {
-                    "blocks": total,
-                    "used_blocks": used,
-                    "bytes": total * block_bytes,
-                    "used_bytes": used * block_bytes,
-                }
-                for name, (total, used) in tiers.items()
-            },
-            "requests": self.scheduler.tier_stats(),
-            "bytes_moved": {
-                key.removeprefix("transfer_bytes_"): value
-                for key, value in runner.items()
-                if key.startswith("transfer_bytes_")
-            },
-            "cold_attention_seconds": {
-                "cpu": runner.get("cold_cpu_seconds", 0.0),
-                "stream": runner.get("cold_stream_seconds", 0.0),
-            },
-            "max_cold_fraction": self._max_cold_fraction,
-            "scheduler": sched,
-            "runner": runner,
-        }
+        return KVStats(
+            block_size=self.config.block_size,
+            block_bytes=block_bytes,
+            tiers=KVTiers.of(sched.kv_tiers, block_bytes),
+            requests=self.scheduler.tier_stats(),
+            bytes_moved=dict(runner.bytes_moved),
+            cold_attention_seconds=runner.cold_attention_seconds,
+            max_cold_fraction=self._max_cold_fraction,
+            scheduler=sched,
+            runner=runner,
+        )

@@ -6,7 +6,8 @@
     print(out[0].text, out[0].finish_reason)
 
 All prompts are queued at once and run through the continuous-batching loop together; outputs
-come back in the order of the prompts.
+come back in the order of the prompts. A model without a tokenizer (`random:` shapes) takes
+token-id prompts only, with `SamplingParams(detokenize=False)`; what needs text raises.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from transformers import PreTrainedTokenizerBase
+
 from kvspill.config import EngineConfig
 from kvspill.engine import LLMEngine
-from kvspill.outputs import RequestOutput
+from kvspill.errors import UnsupportedModelError
 from kvspill.sampling_params import SamplingParams
+from kvspill.tokenizer import TokenizerBundle
+from kvspill.types import RequestOutput
 
 Message = dict[str, Any]
 
@@ -27,8 +32,16 @@ class LLM:
         self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
 
     @property
-    def tokenizer(self) -> Any:
-        return self.engine.tokenizer.hf
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return self._tokenizer_bundle().hf
+
+    def _tokenizer_bundle(self) -> TokenizerBundle:
+        if self.engine.tokenizer is None:
+            raise UnsupportedModelError(
+                f"The model {self.engine.config.model!r} has no tokenizer: it takes token-id prompts "
+                "only (lists of ints, with SamplingParams(detokenize=False)), not text or chat messages."
+            )
+        return self.engine.tokenizer
 
     def generate(
         self,
@@ -39,8 +52,8 @@ class LLM:
         if isinstance(prompts, str) or (
             prompts and isinstance(prompts, list) and isinstance(prompts[0], int)
         ):
-            prompts = [prompts]  # type: ignore[list-item]
-        prompt_list = list(prompts)  # type: ignore[arg-type]
+            prompts = [prompts]
+        prompt_list = list(prompts)
         if params is None or isinstance(params, SamplingParams):
             params_list = [params or SamplingParams()] * len(prompt_list)
         else:
@@ -78,7 +91,7 @@ class LLM:
             self.engine.abort_request(req_id)
 
     def chat_prompt(self, messages: list[Message]) -> list[int]:
-        return self.engine.tokenizer.apply_chat_template(messages)
+        return self._tokenizer_bundle().apply_chat_template(messages)
 
     def chat(
         self,

@@ -1,8 +1,15 @@
-"""Contracts between the scheduler (pure Python) and the model runner (torch).
+"""The contracts between layers: the only things that cross from one layer to the next.
 
-These dataclasses are the only things that cross that line: ints, lists and frozen params,
-never tensors. The scheduler emits a `ScheduledBatch` per step; the runner executes it and
-returns a `StepOutput`. vLLM v1's SchedulerOutput/ModelRunnerOutput split, kept small.
+Request path, one step: the scheduler emits a `ScheduledBatch` (with its `TransferPlan` of
+`BlockMove`s), the runner executes it and returns a `StepOutput`, the scheduler turns that into
+one `RequestUpdate` per request it changed, and the engine hands callers `RequestOutput`s.
+vLLM v1's SchedulerOutput/ModelRunnerOutput split, kept small. Scheduler-side contracts carry
+ints, lists and frozen params, never tensors; this module imports no torch.
+
+Elsewhere, by the same rule: the statistics each layer reports (`kvspill/stats.py`, what
+`/v1/kv` serves) and what the server needs of an engine (`kvspill/engine_client.py`).
+Configuration is not a contract: `config.py` (the engine's), `scheduler/config.py` (the
+scheduler's limits), `sampling_params.py` (a request's).
 
 Invariants:
 - A request appears in the runner's state from the step it is in `new_reqs` until its id is
@@ -11,6 +18,9 @@ Invariants:
   computed this step; the runner samples a token for a request only when the step reaches
   the end of its known tokens (prompt plus outputs so far).
 - Block ids index the KV cache's block dimension; the runner never allocates or frees blocks.
+- `RequestOutput.text`/`token_ids` are cumulative; `delta_text`/`delta_token_ids` are what this
+  step added (what a stream sends). Stop strings are already applied: `text` never contains a
+  stop string unless `include_stop_str_in_output`.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvspill.sampling_params import SamplingParams
+
+# ---- scheduler -> runner -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,9 @@ class ScheduledBatch:
         return self.total_num_scheduled_tokens == 0
 
 
+# ---- runner -> scheduler -----------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class TokenLogprobs:
     """Logprob of the sampled token and the top-k alternatives (token_id, logprob), best first."""
@@ -124,3 +139,49 @@ class StepOutput:
     logprobs: dict[str, list[TokenLogprobs]] = field(default_factory=dict)
     # Requests whose step failed (e.g. out of memory): req_id -> message. The engine ends them.
     failed: dict[str, str] = field(default_factory=dict)
+
+
+# ---- scheduler -> engine -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestUpdate:
+    """What one step did to one request, for the engine to turn into outputs."""
+
+    req_id: str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None  # "stop", "length", "abort", "error" once finished
+    stop_reason: int | None  # the stop token id that ended the request (not eos), if any
+    error: str | None = None  # the message, with finish_reason "error"
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at the first schedule
+
+
+# ---- engine -> callers (LLM, server) -----------------------------------------------------------
+
+
+@dataclass
+class RequestOutput:
+    """One request as of the latest step that changed it (the engine hands out snapshots)."""
+
+    req_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    delta_text: str = ""
+    delta_token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    stop_reason: int | str | None = None  # the stop token id or stop string that ended it
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    error: str | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids)

@@ -32,8 +32,8 @@ import time
 import torch
 
 from kvspill.bench.engine_bench import GIB, setup_engine
-from kvspill.engine import LLMEngine
 from kvspill.bench.loadgen import latency_stats
+from kvspill.engine import LLMEngine
 from kvspill.sampling_params import SamplingParams
 
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         for ctx in args.ctx:
             for n in args.concurrency:
                 rec = dict(base, ctx=ctx)
-                before = engine.kv_stats()["runner"]
+                before = engine.kv_stats().total_bytes_moved
                 try:
                     rec.update(
                         run_concurrent(engine, ctx, n, args.new_tokens, args.warmup_tokens, seed=ctx + n)
@@ -148,14 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                         cold_tokens=cold,
                         floor_ratio=round((rec["decode_tok_s"] or 0) * floor_s / n, 3),
                     )
-                    after = engine.kv_stats()["runner"]
-                    rec["bytes_moved"] = int(
-                        sum(
-                            after.get(k, 0) - before.get(k, 0)
-                            for k in after
-                            if k.startswith("transfer_bytes_")
-                        )
-                    )
+                    rec["bytes_moved"] = engine.kv_stats().total_bytes_moved - before
                     rec["host_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
                 except torch.OutOfMemoryError as e:
                     rec.update(ok=False, concurrency=n, err=f"OOM: {str(e)[:200]}")

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from kvspill.plan.calibrate import measure_copy_gbs
 from kvspill.config import EngineConfig
 from kvspill.engine import LLMEngine
+from kvspill.model.quant import model_weight_bytes
+from kvspill.plan.calibrate import measure_copy_gbs
 from kvspill.sampling_params import SamplingParams
 
 GIB = 2**30
@@ -70,6 +71,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
     ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream or split")
     ap.add_argument(
+        "--cpu-offload-gb", type=float, default=0.0, help="--cpu-offload-gb (weights in pinned RAM)"
+    )
+    ap.add_argument(
         "--no-async-scheduling",
         dest="async_scheduling",
         action="store_false",
@@ -109,9 +113,13 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         hot_window_tokens=args.hot_window,
         cold_attention=args.cold_attention,
         async_scheduling=getattr(args, "async_scheduling", True),
+        cpu_offload_gb=getattr(args, "cpu_offload_gb", 0.0),
     )
     engine = LLMEngine(config)
-    weight_bytes = sum(p.numel() * p.element_size() for p in engine.bundle.loaded.model.parameters())
+    offloader = engine.bundle.loaded.offloader
+    offloaded_bytes = offloader.host_bytes if offloader is not None else 0
+    # What HBM reads each step: the resident weights (offloaded ones cross PCIe: see the floor).
+    weight_bytes = model_weight_bytes(engine.bundle.loaded.model) - offloaded_bytes
     mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
     base = dict(
         system="kvspill-0.1.0",
@@ -123,6 +131,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         hbm_copy_gbs=round(hbm_gbs, 1),
         h2d_gbs=round(h2d_gbs, 1),
         weight_gib=round(weight_bytes / GIB, 3),
+        offloaded_weight_gib=round(offloaded_bytes / GIB, 3),
         gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
         cpu_kv_gib=args.cpu_kv_gib,
         chunk=args.chunk,
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "a") as f:
         for ctx in args.ctx:
             rec = dict(base, ctx=ctx)
-            before = engine.kv_stats()["runner"]
+            before = engine.kv_stats().total_bytes_moved
             try:
                 rec.update(run_context(engine, ctx, args.new_tokens, args.warmup_tokens, seed=ctx))
                 rec.update(
@@ -165,12 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                         rec["decode_tok_s"],
                     )
                 )
-                after = engine.kv_stats()["runner"]
-                moved = sum(
-                    after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("transfer_bytes_")
-                )
                 rec.update(
-                    bytes_moved=int(moved),
+                    bytes_moved=engine.kv_stats().total_bytes_moved - before,
                     host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
                 )
             except torch.OutOfMemoryError as e:
@@ -190,7 +195,7 @@ def _floor_and_plan(
     hbm_gbs: float,
     h2d_gbs: float,
     measured: float,
-) -> dict:
+) -> dict[str, float | list[int]]:
     """The floor of this run's placement (hot KV over HBM, cold KV over pinned H2D: the stream
     path's bound) and the plan's predicted decode speed, both beside the measured figure."""
     from dataclasses import replace
@@ -200,9 +205,11 @@ def _floor_and_plan(
     # The scheduler spills only when the gpu tier is full: what does not fit there is cold.
     hot_tokens = min(ctx, gpu_kv_tokens)
     cold_tokens = ctx - hot_tokens
-    floor_s = (weight_bytes + kv_per_token * hot_tokens) / (hbm_gbs * 1e9) + kv_per_token * cold_tokens / (
-        h2d_gbs * 1e9
-    )
+    offloader = engine.bundle.loaded.offloader
+    offloaded = offloader.host_bytes if offloader is not None else 0  # crosses PCIe every step
+    floor_s = (weight_bytes + kv_per_token * hot_tokens) / (hbm_gbs * 1e9) + (
+        kv_per_token * cold_tokens + offloaded
+    ) / (h2d_gbs * 1e9)
     from kvspill.plan.calibrate import load_calibration
 
     planned = startup_plan(
@@ -211,7 +218,7 @@ def _floor_and_plan(
         torch.cuda.get_device_name(0),
         load_calibration(),
     )
-    out = dict(
+    out: dict[str, float | list[int]] = dict(
         floor_tok_s=round(1 / floor_s, 2),
         floor_ratio=round(measured * floor_s, 3),
         hot_tokens=hot_tokens,

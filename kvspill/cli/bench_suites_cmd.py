@@ -21,25 +21,9 @@ from typing import Annotated, Any
 
 import typer
 
-from kvspill.cli.main import (
-    AttnOpt,
-    BlockOpt,
-    BudgetOpt,
-    CpuKvOpt,
-    CpuThreadsOpt,
-    DeviceOpt,
-    DiskDirOpt,
-    DiskKvOpt,
-    DtypeOpt,
-    EagerOpt,
-    EngineFlags,
-    MaxLenOpt,
-    ModelOpt,
-    RopeOpt,
-    SeqsOpt,
-    UtilOpt,
-    VramOpt,
-)
+from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine_options
+from kvspill.cli.main import ModelOpt
+from kvspill.config import EngineConfig
 from kvspill.errors import KvspillError
 
 OutOpt = Annotated[
@@ -50,18 +34,7 @@ ApiKeyOpt = Annotated[str | None, typer.Option(envvar="KVSPILL_API_KEY", help="B
 NewTokOpt = Annotated[int, typer.Option(min=1, help="Output tokens per request (EOS ignored).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the random prompts.")]
 WarmupOpt = Annotated[bool, typer.Option(help="One short request before the first measured one.")]
-ColdOpt = Annotated[str, typer.Option(help="Cold-tier attention: auto, cpu, stream or split.")]
-HotOpt = Annotated[int, typer.Option(help="Most recent tokens per sequence kept in the device tier.")]
 _SECRET = {"api_key"}
-
-
-def _engine_config(options: dict[str, Any]) -> Any:
-    from kvspill.config import EngineConfig
-
-    opts = EngineFlags.from_options(options).engine_options()
-    return EngineConfig(
-        **opts, cold_attention=options["cold_attention"], hot_window_tokens=options["hot_window_tokens"]
-    )
 
 
 def _fail(e: Exception) -> None:
@@ -100,15 +73,15 @@ def _progress(description: str, total: float) -> Iterator[Callable[[float], None
         yield lambda amount: bar.advance(task, amount)
 
 
-def _target(url: str | None, api_key: str | None, options: dict[str, Any]) -> Any:
-    """A server at `url`, else an engine from the flags; its label is the rows' `mode`."""
+def _target(url: str | None, api_key: str | None, model: str | None, engine: EngineOptions) -> Any:
+    """A server at `url`, else an engine of `model` with the flags; its label is the rows' `mode`."""
     from kvspill.bench.suites.configs import mode_of
     from kvspill.bench.suites.targets import EngineTarget
     from kvspill.bench.suites.url_target import UrlTarget
 
     if url is not None:
         return UrlTarget(url, label="url", api_key=api_key)
-    config = _engine_config(options)
+    config = engine_config(engine, model)
     return EngineTarget.build(config, label=mode_of(config))
 
 
@@ -118,6 +91,7 @@ def _finish(paths: list[Path], lines: list[str], out: Path) -> None:
     typer.echo(f"results in {out}: " + ", ".join(p.name for p in paths))
 
 
+@with_engine_options
 def progressive(
     out: OutOpt = Path("bench-progressive"),
     url: UrlOpt = None,
@@ -136,23 +110,8 @@ def progressive(
     seed: SeedOpt = 0,
     warmup: WarmupOpt = True,
     model: ModelOpt = None,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    block_size: BlockOpt = 16,
-    max_num_batched_tokens: BudgetOpt = 2048,
-    max_num_seqs: SeqsOpt = 64,
-    rope_scaling: RopeOpt = None,
-    enforce_eager: EagerOpt = False,
-    vram_budget: VramOpt = None,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    cpu_kv_budget: CpuKvOpt = None,
-    disk_kv_budget: DiskKvOpt = None,
-    kv_disk_dir: DiskDirOpt = None,
-    attention: AttnOpt = "auto",
-    cpu_attention_threads: CpuThreadsOpt = None,
-    cold_attention: ColdOpt = "auto",
-    hot_window_tokens: HotOpt = 1024,
+    *,
+    engine: EngineOptions,
 ) -> None:
     """Raise the context on one model and configuration until it fails; report the largest stable one."""
     from kvspill.bench.suites import configs
@@ -160,16 +119,15 @@ def progressive(
     from kvspill.bench.suites.report import run_header
     from kvspill.plan.units import parse_tokens
 
-    options = dict(locals())
-    command = _command_line("progressive", progressive, options)
+    command = _command_line("progressive", progressive, {**locals(), **engine.given()})
     try:
         given = configs.parse_contexts(contexts) if contexts is not None else None
         start = parse_tokens(start_context, "--start-context")
         largest = parse_tokens(max_context, "--max-context") if max_context is not None else None
         plan_max = None
         if url is None and given is None:
-            plan_max = configs.plan_max_context(_engine_config(options))
-        target = _target(url, api_key, options)
+            plan_max = configs.plan_max_context(engine_config(engine, model))
+        target = _target(url, api_key, model, engine)
     except KvspillError as e:
         _fail(e)
         return
@@ -207,6 +165,7 @@ def _context_range(text: str) -> tuple[int, int]:
         ) from None
 
 
+@with_engine_options
 def stability(
     out: OutOpt = Path("bench-stability"),
     url: UrlOpt = None,
@@ -223,23 +182,8 @@ def stability(
     new_tokens: NewTokOpt = 32,
     seed: SeedOpt = 0,
     model: ModelOpt = None,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    block_size: BlockOpt = 16,
-    max_num_batched_tokens: BudgetOpt = 2048,
-    max_num_seqs: SeqsOpt = 64,
-    rope_scaling: RopeOpt = None,
-    enforce_eager: EagerOpt = False,
-    vram_budget: VramOpt = None,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    cpu_kv_budget: CpuKvOpt = None,
-    disk_kv_budget: DiskKvOpt = None,
-    kv_disk_dir: DiskDirOpt = None,
-    attention: AttnOpt = "auto",
-    cpu_attention_threads: CpuThreadsOpt = None,
-    cold_attention: ColdOpt = "auto",
-    hot_window_tokens: HotOpt = 1024,
+    *,
+    engine: EngineOptions,
 ) -> None:
     """A mixed load for a duration; pass only with zero errors and no upward memory trend."""
     from kvspill.bench.suites import configs
@@ -247,8 +191,7 @@ def stability(
     from kvspill.bench.suites.report import run_header
     from kvspill.plan.units import parse_bytes
 
-    options = dict(locals())
-    command = _command_line("stability", stability, options)
+    command = _command_line("stability", stability, {**locals(), **engine.given()})
     try:
         lo, hi = _context_range(context_range)
         cfg = suite.StabilityConfig(
@@ -261,7 +204,7 @@ def stability(
             max_rss_growth_bytes=parse_bytes(max_rss_growth, "--max-rss-growth"),
             max_gpu_growth_bytes=parse_bytes(max_gpu_growth, "--max-gpu-growth"),
         )
-        target = _target(url, api_key, options)
+        target = _target(url, api_key, model, engine)
     except KvspillError as e:
         _fail(e)
         return
@@ -283,7 +226,7 @@ def stability(
 
 
 def _engine_factories(
-    options: dict[str, Any], names: list[str], ctx_list: list[int], new_tokens: int, tier_cap: str | None
+    config: EngineConfig, names: list[str], ctx_list: list[int], new_tokens: int, tier_cap: str | None
 ) -> tuple[list[tuple[str, Any]], dict[str, str]]:
     """(label, factory) per named configuration, and a description of each with its options."""
     from kvspill.bench.suites import configs
@@ -292,7 +235,6 @@ def _engine_factories(
     from kvspill.plan.startup import model_spec_for
     from kvspill.plan.units import format_bytes, parse_bytes
 
-    config = _engine_config(options)
     length = config.max_model_len
     if length is None and config.rope_scaling is None:
         length = model_spec_for(config.model).max_position_embeddings
@@ -300,24 +242,28 @@ def _engine_factories(
     cap = parse_bytes(tier_cap, "--tier-cap") if tier_cap is not None else None
     # The engine's start-up plan checks its whole --max-model-len: size the presets for that
     # length (or, when none was given, cap the engines at what the run needs and size for it).
-    if config.max_model_len is None:
+    max_model_len = config.max_model_len
+    if max_model_len is None:
         needed = ctx_list[-1] + new_tokens
-        config = replace(config, max_model_len=-(-needed // config.block_size) * config.block_size)
-    sizing = configs.host_sizing(config.max_model_len, cap, config.kv_disk_dir)
+        max_model_len = -(-needed // config.block_size) * config.block_size
+        config = replace(config, max_model_len=max_model_len)
+    sizing = configs.host_sizing(max_model_len, cap, config.kv_disk_dir)
     vram, on_cuda = configs.device_plan_bytes(config)
-    factories, descriptions = [], {}
+    factories: list[tuple[str, Any]] = []
+    descriptions: dict[str, str] = {}
     for name in names:
         changes = configs.config_options(name, config, sizing, vram)
         shown = {k: format_bytes(v) if k.endswith("_bytes") else v for k, v in changes.items()}
         descriptions[name] = f"{configs.CONFIGS[name]}; options {shown}"
-        engine_config = replace(config, **changes)
+        preset_config = replace(config, **changes)
         if on_cuda:
-            factories.append((name, IsolatedEngine(engine_config)))
+            factories.append((name, IsolatedEngine(preset_config)))
         else:
-            factories.append((name, lambda c=engine_config, n=name: EngineTarget.build(c, label=n)))
+            factories.append((name, lambda c=preset_config, n=name: EngineTarget.build(c, label=n)))
     return factories, descriptions
 
 
+@with_engine_options
 def compare(
     out: OutOpt = Path("bench-compare"),
     configs_: Annotated[
@@ -349,23 +295,8 @@ def compare(
     seed: SeedOpt = 0,
     warmup: WarmupOpt = True,
     model: ModelOpt = None,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    block_size: BlockOpt = 16,
-    max_num_batched_tokens: BudgetOpt = 2048,
-    max_num_seqs: SeqsOpt = 64,
-    rope_scaling: RopeOpt = None,
-    enforce_eager: EagerOpt = False,
-    vram_budget: VramOpt = None,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    cpu_kv_budget: CpuKvOpt = None,
-    disk_kv_budget: DiskKvOpt = None,
-    kv_disk_dir: DiskDirOpt = None,
-    attention: AttnOpt = "auto",
-    cpu_attention_threads: CpuThreadsOpt = None,
-    cold_attention: ColdOpt = "auto",
-    hot_window_tokens: HotOpt = 1024,
+    *,
+    engine: EngineOptions,
 ) -> None:
     """The same workload under several configurations (or servers), side by side."""
     from kvspill.bench.suites import compare as suite
@@ -374,8 +305,7 @@ def compare(
     from kvspill.bench.suites.url_target import UrlTarget
     from kvspill.errors import InvalidParameterError
 
-    options = dict(locals())
-    command = _command_line("compare", compare, options)
+    command = _command_line("compare", compare, {**locals(), **engine.given()})
     try:
         ctx_list = configs.parse_contexts(contexts)
         if url:
@@ -394,7 +324,8 @@ def compare(
             descriptions = {s.label: s.url for s in servers}
         else:
             names = configs.parse_config_names(configs_)
-            factories, descriptions = _engine_factories(options, names, ctx_list, new_tokens, tier_cap)
+            config = engine_config(engine, model)
+            factories, descriptions = _engine_factories(config, names, ctx_list, new_tokens, tier_cap)
     except KvspillError as e:
         _fail(e)
         return
@@ -403,7 +334,7 @@ def compare(
         result = suite.run_compare(
             factories, ctx_list, new_tokens, seed=seed, warmup=warmup, advance=advance, base_row=header
         )
-    paths = suite.write_results(out, result, header, descriptions, [configs.NO_WEIGHT_OFFLOAD], command)
+    paths = suite.write_results(out, result, header, descriptions, [], command)
     _, decode = suite.pivot(result.rows, "decode_tok_s")
     lines = [
         f"{label}: decode tok/s "

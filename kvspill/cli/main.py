@@ -1,18 +1,18 @@
 """The `kvspill` command line: generate, chat, plan.
 
 Every user error (a KvspillError) prints one line saying what to change and exits 2; no
-traceback from deep inside. Engine options are the same flags everywhere.
+traceback from deep inside. Engine options are the same flags everywhere (`cli/engine_options.py`).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
 import typer
 
+from kvspill.cli.engine_options import EngineOptions, engine_kwargs, with_engine_options
 from kvspill.errors import KvspillError
 
 app = typer.Typer(
@@ -24,73 +24,6 @@ app = typer.Typer(
 )
 
 
-@dataclass
-class EngineFlags:
-    model: str | None
-    device: str
-    dtype: str
-    max_model_len: int | None
-    block_size: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    rope_scaling: str | None
-    enforce_eager: bool
-    memory: MemoryFlags
-    async_scheduling: bool | None = None  # None: on with CUDA
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any]) -> EngineFlags:
-        """From a command's keyword options (its `locals()`): the engine and memory flags only."""
-        return cls(**_pick(cls, options), memory=MemoryFlags(**_pick(MemoryFlags, options)))
-
-    def engine_options(self) -> dict[str, Any]:
-        from kvspill.config import parse_rope_scaling
-
-        return dict(
-            model=self.model,
-            device=self.device,
-            dtype=self.dtype,
-            max_model_len=self.max_model_len,
-            block_size=self.block_size,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_num_seqs=self.max_num_seqs,
-            enforce_eager=self.enforce_eager,
-            async_scheduling=self.async_scheduling,
-            rope_scaling=parse_rope_scaling(self.rope_scaling) if self.rope_scaling else None,
-            **self.memory.engine_options(),
-        )
-
-
-def _pick(cls: type, options: dict[str, Any]) -> dict[str, Any]:
-    return {f.name: options[f.name] for f in fields(cls) if f.name in options}
-
-
-@dataclass
-class MemoryFlags:
-    vram_budget: str | None = None
-    gpu_memory_utilization: float = 0.9
-    cpu_kv_budget: str | None = None
-    disk_kv_budget: str | None = None
-    kv_disk_dir: str | None = None
-    attention: str = "auto"
-    cpu_attention_threads: int | None = None
-
-    def engine_options(self) -> dict[str, Any]:
-        from kvspill.plan.units import parse_bytes
-
-        return dict(
-            vram_budget_bytes=parse_bytes(self.vram_budget, "vram_budget") if self.vram_budget else None,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            cpu_kv_budget_bytes=parse_bytes(self.cpu_kv_budget, "cpu_kv_budget") if self.cpu_kv_budget else 0,
-            disk_kv_budget_bytes=parse_bytes(self.disk_kv_budget, "disk_kv_budget")
-            if self.disk_kv_budget
-            else 0,
-            kv_disk_dir=self.kv_disk_dir,
-            attention=self.attention,
-            cpu_attention_threads=self.cpu_attention_threads,
-        )
-
-
 ModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -99,25 +32,7 @@ ModelOpt = Annotated[
         help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).",
     ),
 ]
-DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
-DtypeOpt = Annotated[str, typer.Option(help="auto, float32, float16 or bfloat16.")]
-MaxLenOpt = Annotated[int | None, typer.Option(help="Context length (default: the model's).")]
-BlockOpt = Annotated[int, typer.Option(help="Tokens per KV block.")]
-BudgetOpt = Annotated[int, typer.Option(help="Token budget per step (prefill chunk size).")]
-SeqsOpt = Annotated[int, typer.Option(help="Most sequences running at once.")]
-RopeOpt = Annotated[
-    str | None, typer.Option(help="RoPE scaling override: TYPE:FACTOR (e.g. yarn:4) or JSON.")
-]
-EagerOpt = Annotated[bool, typer.Option(help="Disable CUDA graphs.")]
-VramOpt = Annotated[str | None, typer.Option(help="Hard ceiling for GPU memory, e.g. 16GiB.")]
-UtilOpt = Annotated[float, typer.Option(help="Fraction of the card to use when no --vram-budget.")]
-CpuKvOpt = Annotated[str | None, typer.Option(help="Pinned RAM for cold KV, e.g. 32GiB.")]
-DiskKvOpt = Annotated[str | None, typer.Option(help="Disk space for colder KV, e.g. 200GiB.")]
 DiskDirOpt = Annotated[str | None, typer.Option(help="Directory of the disk KV tier.")]
-AttnOpt = Annotated[str, typer.Option(help="auto, or cpu: all KV in RAM, decode attention on the CPU.")]
-CpuThreadsOpt = Annotated[
-    int | None, typer.Option(help="Threads (pinned to their own cores) for CPU attention.")
-]
 
 
 def _fail(e: Exception) -> None:
@@ -125,11 +40,10 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
-def _make_llm(flags: EngineFlags) -> Any:
+def _make_llm(model: str | None, engine: EngineOptions) -> Any:
     from kvspill.llm import LLM
 
-    opts = flags.engine_options()
-    return LLM(opts.pop("model"), **opts)
+    return LLM(model, **engine_kwargs(engine))
 
 
 def _sampling(
@@ -148,24 +62,10 @@ def _sampling(
 
 
 @app.command()
+@with_engine_options
 def generate(
     prompt: Annotated[str, typer.Argument(help="The prompt text.")],
     model: ModelOpt = None,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    block_size: BlockOpt = 16,
-    max_num_batched_tokens: BudgetOpt = 2048,
-    max_num_seqs: SeqsOpt = 64,
-    rope_scaling: RopeOpt = None,
-    enforce_eager: EagerOpt = False,
-    vram_budget: VramOpt = None,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    cpu_kv_budget: CpuKvOpt = None,
-    disk_kv_budget: DiskKvOpt = None,
-    kv_disk_dir: DiskDirOpt = None,
-    attention: AttnOpt = "auto",
-    cpu_attention_threads: CpuThreadsOpt = None,
     max_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 64,
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
     top_p: float = 1.0,
@@ -174,12 +74,13 @@ def generate(
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt in the model's chat template.")] = False,
     stream: Annotated[bool, typer.Option(help="Print tokens as they come.")] = True,
+    *,
+    engine: EngineOptions,
 ) -> None:
     """Generate a completion for PROMPT (on the embedded model unless --model is given)."""
-    flags = EngineFlags.from_options(locals())
     try:
         params = _sampling(max_tokens, temperature, top_p, top_k, seed, stop)
-        llm = _make_llm(flags)
+        llm = _make_llm(model, engine)
         ids: Any = llm.chat_prompt([{"role": "user", "content": prompt}]) if chat else prompt
         final = None
         if stream:
@@ -198,35 +99,22 @@ def generate(
 
 
 @app.command("chat")
+@with_engine_options
 def chat_cmd(
     model: ModelOpt = None,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    block_size: BlockOpt = 16,
-    max_num_batched_tokens: BudgetOpt = 2048,
-    max_num_seqs: SeqsOpt = 64,
-    rope_scaling: RopeOpt = None,
-    enforce_eager: EagerOpt = False,
-    vram_budget: VramOpt = None,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    cpu_kv_budget: CpuKvOpt = None,
-    disk_kv_budget: DiskKvOpt = None,
-    kv_disk_dir: DiskDirOpt = None,
-    attention: AttnOpt = "auto",
-    cpu_attention_threads: CpuThreadsOpt = None,
     max_tokens: int = 512,
     temperature: float = 0.7,
     top_p: float = 0.95,
     top_k: int = 0,
     seed: int | None = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
+    *,
+    engine: EngineOptions,
 ) -> None:
     """Interactive chat with streaming output. Empty line or /exit quits; /reset clears history."""
-    flags = EngineFlags.from_options(locals())
     try:
         params = _sampling(max_tokens, temperature, top_p, top_k, seed, None)
-        llm = _make_llm(flags)
+        llm = _make_llm(model, engine)
     except KvspillError as e:
         _fail(e)
         return

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from kvspill.plan.units import format_bytes
+from kvspill.stats import KVStats
 
 
 def _get_json(url: str, timeout: float, api_key: str | None) -> tuple[int, Any]:
@@ -41,29 +42,32 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     for model in status["models"]:
         lines.append(f"  model {model.get('id')} (max_model_len {model.get('max_model_len')})")
-    kv = status["kv"] or {}
-    for tier, figures in (kv.get("tiers") or {}).items():
-        if figures.get("blocks"):
+    if status["kv"] is None:  # no /v1/kv (an error status, or not a kvspill server)
+        return "\n".join(lines)
+    kv = KVStats.from_json(status["kv"])
+    for tier, usage in kv.tiers.items():
+        if usage.blocks:
             lines.append(
-                f"  {tier:<5} {figures['used_blocks']}/{figures['blocks']} blocks, "
-                f"{format_bytes(figures['used_bytes'])} of {format_bytes(figures['bytes'])}"
+                f"  {tier:<5} {usage.used_blocks}/{usage.blocks} blocks, "
+                f"{format_bytes(usage.used_bytes)} of {format_bytes(usage.total_bytes)}"
             )
-    sched = kv.get("scheduler") or {}
-    if sched:
+    if kv.scheduler is not None:
+        sched = kv.scheduler
         lines.append(
-            f"  requests running {sched.get('num_running', 0)}, waiting {sched.get('num_waiting', 0)}, "
-            f"preemptions {sched.get('num_preemptions', 0)}"
+            f"  requests running {sched.num_running}, waiting {sched.num_waiting}, "
+            f"preemptions {sched.num_preemptions}"
         )
-    for req_id, split in (kv.get("requests") or {}).items():
+    for req_id, split in kv.requests.items():
         lines.append(
-            f"  {req_id}: gpu {split.get('num_gpu_blocks')} / cpu {split.get('num_cpu_blocks')} / "
-            f"disk {split.get('num_disk_blocks')} blocks ({split.get('status')})"
+            f"  {req_id}: gpu {split.num_gpu_blocks} / cpu {split.num_cpu_blocks} / "
+            f"disk {split.num_disk_blocks} blocks ({split.status})"
         )
-    moved = kv.get("bytes_moved") or {}
-    if any(moved.values()):
+    if kv.total_bytes_moved:
         lines.append(
             "  moved "
-            + ", ".join(f"{k.replace('_to_', '->')} {format_bytes(v)}" for k, v in moved.items() if v)
+            + ", ".join(
+                f"{k.replace('_to_', '->')} {format_bytes(v)}" for k, v in kv.bytes_moved.items() if v
+            )
         )
     return "\n".join(lines)
 

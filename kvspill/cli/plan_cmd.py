@@ -4,6 +4,11 @@ Prints one column per preset (`default`, `extended`, `extreme`) and one for the 
 flags (`yours`: the default preset with every flag given on the command line applied), or the
 same as JSON. Exits 1 with advice when `yours` does not fit, 2 on invalid input.
 
+Takes every engine flag (`cli/engine_options.py`), as `generate` and `serve` do: those that shape
+a plan set every column, except the memory knobs, which only set `yours`; the rest are checked
+and named in a "not planned" line. `--ram-budget` and `--context` are plan's older names for
+`--cpu-kv-budget` and `--max-model-len` and keep working.
+
 Invariants:
 - Never imports torch and never needs a GPU or model weights: shapes come from a config.json, a
   GGUF header or a known shape name; bandwidths from the saved calibration or documented defaults.
@@ -15,12 +20,19 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from kvspill.cli.engine_options import (
+    EngineOptions,
+    config_field,
+    engine_kwargs,
+    flag_name,
+    with_engine_options,
+)
 from kvspill.config import EngineConfig
-from kvspill.errors import KvspillError
+from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.plan import (
     DEFAULT_BANDWIDTHS,
     PRESETS,
@@ -61,19 +73,87 @@ def _host_sizes() -> tuple[int | None, int | None]:
         return None, None
 
 
-def _given(value: int | None, default: int) -> int:
-    return default if value is None else value
-
-
-def _resolve_vram(vram_budget: str | None, calibration: Bandwidths | None) -> tuple[int, list[str]]:
+def _resolve_vram(vram_budget_bytes: int | None, calibration: Bandwidths | None) -> tuple[int, list[str]]:
     """(VRAM budget in bytes, header lines saying where it came from when not from the flag)."""
-    if vram_budget is not None:
-        return parse_bytes(vram_budget, "--vram-budget"), []
+    if vram_budget_bytes is not None:
+        return vram_budget_bytes, []
     if calibration is not None and calibration.gpu_total_bytes:
         vram = calibration.gpu_total_bytes
         return vram, [f"VRAM budget: {format_bytes(vram)} (the calibrated {calibration.gpu_name})"]
     vram = ASSUMED_VRAM_BYTES
     return vram, [f"VRAM budget: {format_bytes(vram)} assumed (no --vram-budget, no calibrated GPU)"]
+
+
+# EngineConfig field -> PlanRequest field: engine flags that every column takes, and memory
+# knobs that only `yours` takes (the presets set their own).
+_ENGINE_KNOBS = {
+    "enforce_eager": "enforce_eager",
+    "cold_attention": "cold_attention",
+    "num_sink_blocks": "sink_blocks",
+    "hot_window_tokens": "recent_window_tokens",
+}
+_MEMORY_KNOBS = {
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "cpu_kv_budget_bytes": "ram_budget_bytes",
+    "disk_kv_budget_bytes": "disk_budget_bytes",
+    "kv_cache_memory_bytes": "gpu_kv_budget_bytes",
+}
+_PLANNED = {
+    *_ENGINE_KNOBS,
+    *_MEMORY_KNOBS,
+    "vram_budget_bytes",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "dtype",
+    "quantization",
+}
+
+
+def _plan_flags(engine: EngineOptions, ram_budget: str | None, context: str | None) -> dict[str, Any]:
+    """The engine flags given, parsed and checked, by EngineConfig field; `--ram-budget` is the
+    CPU tier (`cpu_kv_budget_bytes`) under plan's older name."""
+    given = engine_kwargs(engine)
+    # The planner checks these two its own way: --dtype also takes bf16/fp16/fp32, and a VRAM
+    # budget under the engine's 256 MiB floor is planned (and said not to fit), as before.
+    # --quantization also takes what-if GGUF types (q4_k_m, q8_0, ...): PlanRequest checks it.
+    skip = ("dtype", "vram_budget_bytes", "quantization")
+    EngineConfig(**{k: v for k, v in given.items() if k not in skip})
+    if ram_budget is not None:
+        if "cpu_kv_budget_bytes" in given:
+            raise InvalidParameterError("ram_budget", "--ram-budget is --cpu-kv-budget: give one of them")
+        given["cpu_kv_budget_bytes"] = parse_bytes(ram_budget, "--ram-budget")
+    if context is not None and "max_model_len" in given:
+        raise InvalidParameterError("context", "--context is --max-model-len: give one of them")
+    return given
+
+
+def _base_request(
+    spec: ModelSpec, vram: int, flags: dict[str, Any], context: str | None, kv_dtype: str
+) -> PlanRequest:
+    """What every column shares: the model, the VRAM budget, the context and the engine flags."""
+    return PlanRequest(
+        spec=spec,
+        vram_budget_bytes=vram,
+        context_len=parse_tokens(context, "--context")
+        if context is not None
+        else flags.get("max_model_len", spec.max_position_embeddings),
+        max_num_seqs=flags.get("max_num_seqs", EngineConfig.max_num_seqs),
+        max_num_batched_tokens=flags.get("max_num_batched_tokens", EngineConfig.max_num_batched_tokens),
+        block_size=flags.get("block_size", EngineConfig.block_size),
+        kv_dtype=kv_dtype,
+        weight_dtype=flags.get("dtype", "auto"),
+        # Unset: the file's own format, as the engine holds it on CUDA (a GGUF stays quantized).
+        quantization=flags.get("quantization") or "gguf",
+        **{_ENGINE_KNOBS[k]: v for k, v in flags.items() if k in _ENGINE_KNOBS},
+    )
+
+
+def _not_planned(engine: EngineOptions) -> list[str]:
+    """Header lines naming the engine flags given that the plan does not model."""
+    names = [flag_name(n) for n in engine.given() if config_field(n) not in _PLANNED]
+    return [f"not planned (checked, then ignored): {', '.join(names)}"] if names else []
 
 
 def _text_report(plans: dict[str, MemoryPlan], header: list[str]) -> str:
@@ -88,6 +168,7 @@ def _text_report(plans: dict[str, MemoryPlan], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+@with_engine_options
 def plan_command(
     model: Annotated[
         str | None,
@@ -96,61 +177,36 @@ def plan_command(
             "default: the embedded SmolLM2-135M"
         ),
     ] = None,
-    vram_budget: Annotated[
-        str | None, typer.Option(help="GPU memory the process may use, e.g. 24GiB")
-    ] = None,
-    gpu_memory_utilization: Annotated[
-        float | None, typer.Option(help="fraction of the VRAM budget to plan")
-    ] = None,
     ram_budget: Annotated[
-        str | None,
-        typer.Option("--ram-budget", "--cpu-kv-budget", help="CPU KV tier (pinned RAM), e.g. 32GiB"),
+        str | None, typer.Option(help="CPU KV tier (pinned RAM), e.g. 32GiB: --cpu-kv-budget by another name")
     ] = None,
-    disk_kv_budget: Annotated[str | None, typer.Option(help="disk KV tier, e.g. 200GiB")] = None,
-    context: Annotated[str | None, typer.Option(help="tokens per sequence, e.g. 131072 or 128K")] = None,
-    max_num_seqs: Annotated[int | None, typer.Option(help="sequences per step")] = None,
-    max_num_batched_tokens: Annotated[
-        int | None, typer.Option(help="tokens per step (prefill chunk)")
+    context: Annotated[
+        str | None, typer.Option(help="tokens per sequence, e.g. 131072 or 128K (as --max-model-len)")
     ] = None,
-    block_size: Annotated[int | None, typer.Option(help="tokens per KV block")] = None,
     kv_dtype: Annotated[str, typer.Option(help="auto, bfloat16, float16, float32, fp8")] = "auto",
-    dtype: Annotated[str, typer.Option(help="weight dtype: auto, bfloat16, float16, float32")] = "auto",
     gpu: Annotated[
         str | None, typer.Option(help="plan with a known card's figures: h100, h200, rtx4090")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    *,
+    engine: EngineOptions,
 ) -> None:
-    """Show what fits where (GPU, CPU, disk KV tiers) and how fast it will run, before loading."""
+    """Show what fits where (GPU, CPU, disk KV tiers) and how fast it will run, before loading.
+
+    The engine flags set every column; the memory ones (--gpu-memory-utilization, --cpu-kv-budget,
+    --disk-kv-budget, --kv-cache-memory) only `yours`, where those left out take the default
+    preset's values. Flags the plan does not model (e.g. --device) are checked, then ignored.
+    """
     try:
         spec = ModelSpec.from_model_arg(model)
+        flags = _plan_flags(engine, ram_budget, context)
         bandwidths, calibration = _bandwidths(gpu)
-        vram, header = _resolve_vram(vram_budget, calibration)
-        base = PlanRequest(
-            spec=spec,
-            vram_budget_bytes=vram,
-            context_len=parse_tokens(context, "--context")
-            if context is not None
-            else spec.max_position_embeddings,
-            max_num_seqs=_given(max_num_seqs, EngineConfig.max_num_seqs),
-            max_num_batched_tokens=_given(max_num_batched_tokens, EngineConfig.max_num_batched_tokens),
-            block_size=_given(block_size, EngineConfig.block_size),
-            kv_dtype=kv_dtype,
-            weight_dtype=dtype,
-        )
+        vram, header = _resolve_vram(flags.get("vram_budget_bytes"), calibration)
+        base = _base_request(spec, vram, flags, context, kv_dtype)
         host = _host_sizes()
         user = preset_request("default", base, *host)  # yours: the default preset, then the flags given
         user = replace(
-            user,
-            preset="yours",
-            gpu_memory_utilization=user.gpu_memory_utilization
-            if gpu_memory_utilization is None
-            else gpu_memory_utilization,
-            ram_budget_bytes=user.ram_budget_bytes
-            if ram_budget is None
-            else parse_bytes(ram_budget, "--ram-budget"),
-            disk_budget_bytes=user.disk_budget_bytes
-            if disk_kv_budget is None
-            else parse_bytes(disk_kv_budget, "--disk-kv-budget"),
+            user, preset="yours", **{_MEMORY_KNOBS[k]: v for k, v in flags.items() if k in _MEMORY_KNOBS}
         )
         plans = plan_presets(base, bandwidths, *host, user=user)
     except KvspillError as e:
@@ -167,7 +223,7 @@ def plan_command(
         }
         typer.echo(json.dumps(payload, indent=2))
     else:
-        typer.echo(_text_report(plans, header))
+        typer.echo(_text_report(plans, header + _not_planned(engine)))
     if not plans["yours"].fits:
         raise typer.Exit(1)
 

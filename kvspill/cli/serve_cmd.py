@@ -1,7 +1,8 @@
 """`kvspill serve [MODEL]`: the OpenAI-compatible server (uvicorn over `kvspill.server`).
 
 Invariants:
-- Every flag can also come from a `KVSPILL_<FLAG>` environment variable.
+- Every flag can also come from a `KVSPILL_<FLAG>` environment variable; the engine flags are
+  the same as every engine command's (`cli/engine_options.py`).
 - Flags are validated (EngineConfig) before anything listens: a bad value exits 2 with one line.
 - The engine loads on its own thread (logging the memory plan first) while `/health` answers 503;
   a load failure stops the server.
@@ -20,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine_options
 from kvspill.errors import KvspillError
 
 logger = logging.getLogger("kvspill.serve")
@@ -30,6 +32,7 @@ def _opt(help_: str, env: str, *names: str) -> Any:
     return typer.Option(*names, help=help_, envvar=f"KVSPILL_{env}")
 
 
+@with_engine_options
 def serve_command(
     model: Annotated[
         str | None,
@@ -57,64 +60,10 @@ def serve_command(
     served_model_name: Annotated[
         str | None, _opt("Model name clients send (default: MODEL).", "SERVED_MODEL_NAME")
     ] = None,
-    device: Annotated[str, _opt("auto, cpu, cuda or cuda:N.", "DEVICE")] = "auto",
-    dtype: Annotated[str, _opt("auto, float32, float16 or bfloat16.", "DTYPE")] = "auto",
-    max_model_len: Annotated[
-        int | None, _opt("Context length (default: the model's).", "MAX_MODEL_LEN")
-    ] = None,
-    block_size: Annotated[int, _opt("Tokens per KV block.", "BLOCK_SIZE")] = 16,
-    max_num_batched_tokens: Annotated[int, _opt("Token budget per step.", "MAX_NUM_BATCHED_TOKENS")] = 2048,
-    max_num_seqs: Annotated[int, _opt("Most sequences running at once.", "MAX_NUM_SEQS")] = 64,
-    rope_scaling: Annotated[str | None, _opt("RoPE scaling: TYPE:FACTOR or JSON.", "ROPE_SCALING")] = None,
-    enforce_eager: Annotated[bool, _opt("Disable CUDA graphs.", "ENFORCE_EAGER")] = False,
-    async_scheduling: Annotated[
-        bool | None,
-        typer.Option(
-            "--async-scheduling/--no-async-scheduling",
-            envvar="KVSPILL_ASYNC_SCHEDULING",
-            help="Schedule the next step while the GPU runs this one (default: on with CUDA).",
-        ),
-    ] = None,
-    vram_budget: Annotated[
-        str | None, _opt("Hard ceiling for GPU memory, e.g. 16GiB.", "VRAM_BUDGET")
-    ] = None,
-    gpu_memory_utilization: Annotated[
-        float, _opt("Fraction of the card when no --vram-budget.", "GPU_MEMORY_UTILIZATION")
-    ] = 0.9,
-    cpu_kv_budget: Annotated[str | None, _opt("Pinned RAM for cold KV, e.g. 32GiB.", "CPU_KV_BUDGET")] = None,
-    disk_kv_budget: Annotated[str | None, _opt("Disk space for colder KV.", "DISK_KV_BUDGET")] = None,
-    kv_disk_dir: Annotated[str | None, _opt("Directory of the disk KV tier.", "KV_DISK_DIR")] = None,
-    attention: Annotated[str, _opt("auto, or cpu.", "ATTENTION")] = "auto",
-    cpu_attention_threads: Annotated[
-        int | None, _opt("Threads for CPU attention.", "CPU_ATTENTION_THREADS")
-    ] = None,
+    *,
+    engine: EngineOptions,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, ...)."""
-    from kvspill.cli.main import EngineFlags, MemoryFlags
-    from kvspill.config import EngineConfig
-
-    memory = MemoryFlags(
-        vram_budget,
-        gpu_memory_utilization,
-        cpu_kv_budget,
-        disk_kv_budget,
-        kv_disk_dir,
-        attention,
-        cpu_attention_threads,
-    )
-    flags = EngineFlags(
-        model,
-        device,
-        dtype,
-        max_model_len,
-        block_size,
-        max_num_batched_tokens,
-        max_num_seqs,
-        rope_scaling,
-        enforce_eager,
-        memory,
-        async_scheduling,
-    )
     try:
         if max_waiting_requests < 1:
             raise KvspillError("--max-waiting-requests must be at least 1")
@@ -122,7 +71,7 @@ def serve_command(
             raise KvspillError("--max-queued-tokens must be at least 1 (leave it out for 8 x max model len)")
         if shutdown_timeout < 0:
             raise KvspillError("--shutdown-timeout must be 0 or more seconds")
-        config = EngineConfig(**flags.engine_options())
+        config = engine_config(engine, model)
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e

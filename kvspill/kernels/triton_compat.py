@@ -49,7 +49,8 @@ except ImportError:  # CPU-only install
         def __getattr__(self, name: str) -> Any:
             return object  # only ever used in annotations such as `tl.constexpr`
 
-    triton = _TritonStandIn()  # type: ignore[assignment]
-    tl = _LanguageStandIn()  # type: ignore[assignment]
+    # mypy sees triton as Any (no type information: see [tool.mypy] in pyproject.toml).
+    triton = _TritonStandIn()
+    tl = _LanguageStandIn()
 
 __all__ = ["HAS_TRITON", "tl", "triton"]

@@ -39,6 +39,7 @@ from kvspill.kernels.merge_states import merge_attention_states_ref
 from kvspill.kv.cold_math import attend_unmasked_cpu, merge_partials
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
 from kvspill.kv.storage import TieredKVStorage
+from kvspill.stats import ColdAttentionCounters
 from kvspill.types import TIER_CPU, TIER_DISK
 
 COLD_PATHS = ("auto", "cpu", "stream", "split")
@@ -103,7 +104,8 @@ class ColdSeq:
 
 @dataclass
 class ColdStats:
-    """Totals since start; bytes are KV bytes attended (per layer, summed over layers)."""
+    """The running totals behind `ColdAttentionCounters` (kvspill/stats.py); bytes are KV bytes
+    attended (per layer, summed over layers)."""
 
     num_steps: int = 0
     cpu_bytes: int = 0
@@ -151,20 +153,21 @@ class ColdAttentionBackend:
         self.stats.num_steps += 1
         return ColdStep(self, seqs, scale)
 
-    def stats_dict(self) -> dict[str, float | int]:
+    def counters(self) -> ColdAttentionCounters:
+        """Totals since start (resolves the stream copy timings that have completed; never syncs)."""
         s = self.stats
         if self._stager is not None:
             s.stream_bytes = self._stager.bytes_loaded
             s.stream_copy_seconds = self._stager.copy_timer.resolve()
-        return {
-            "cold_steps": s.num_steps,
-            "cold_cpu_fraction": self.cpu_fraction,
-            "cold_cpu_bytes": s.cpu_bytes,
-            "cold_cpu_seconds": s.cpu_seconds,
-            "cold_stream_bytes": s.stream_bytes,
-            "cold_stream_seconds": s.stream_seconds,
-            "cold_stream_copy_seconds": s.stream_copy_seconds,
-        }
+        return ColdAttentionCounters(
+            num_steps=s.num_steps,
+            cpu_fraction=self.cpu_fraction,
+            cpu_bytes=s.cpu_bytes,
+            cpu_seconds=s.cpu_seconds,
+            stream_bytes=s.stream_bytes,
+            stream_seconds=s.stream_seconds,
+            stream_copy_seconds=s.stream_copy_seconds,
+        )
 
     def close(self) -> None:
         if self.executor is not None:
@@ -201,7 +204,7 @@ class LayerWork:
     q_cold: torch.Tensor  # [num_cold_rows, num_heads, head_dim] on the KV device
     cpu_futures: list[Future[None]]
     cpu_out: tuple[torch.Tensor, torch.Tensor] | None  # host (o, lse) the CPU parts fill
-    run_cpu_inline: Callable[[], object] | None = None  # without a worker pool: run in `finish`
+    run_cpu_inline: Callable[[], None] | None = None  # without a worker pool: run in `finish`
 
 
 class ColdStep:
@@ -262,9 +265,12 @@ class ColdStep:
                 executor.submit(self._cpu_part, layer_idx, q_host, p, ev, o, lse) for p, ev in tasks
             ]
         else:
-            work.run_cpu_inline = lambda: [
-                self._cpu_part(layer_idx, q_host, p, ev, o, lse) for p, ev in tasks
-            ]
+
+            def run_inline() -> None:
+                for p, ev in tasks:
+                    self._cpu_part(layer_idx, q_host, p, ev, o, lse)
+
+            work.run_cpu_inline = run_inline
         return work
 
     def finish(self, work: LayerWork) -> tuple[torch.Tensor, torch.Tensor]:

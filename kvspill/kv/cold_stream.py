@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+from kvspill.kernels.uva_gather import gather_blocks
 from kvspill.kv.cold_math import fold_queries, merge_rows_into, unfold_outputs
 from kvspill.kv.storage import TieredKVStorage, allocate_host_pool
 from kvspill.kv.transfer import EventTimer
-from kvspill.kernels.uva_gather import gather_blocks
 from kvspill.types import TIER_CPU, TIER_DISK
 
 

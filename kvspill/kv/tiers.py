@@ -45,12 +45,13 @@ from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
-from typing import Protocol, TypedDict
+from typing import Protocol
 
 from kvspill.kv.block_pool import ColdBlockPool, KVBlock, KVCacheManager, KVRequest, cdiv
+from kvspill.stats import RequestTierStats, TierCounters
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
 
-# Every direction a block moves in, as named in `TierStats.kv_block_moves`.
+# Every direction a block moves in, as named in `TierCounters.kv_block_moves` (kvspill/stats.py).
 _DIRECTIONS = (
     (TIER_GPU, TIER_CPU),
     (TIER_CPU, TIER_DISK),
@@ -59,29 +60,6 @@ _DIRECTIONS = (
     (TIER_DISK, TIER_GPU),
 )
 MOVE_NAMES = {(src, dst): f"{TIER_NAMES[src]}->{TIER_NAMES[dst]}" for src, dst in _DIRECTIONS}
-
-
-class TierStats(TypedDict):
-    """Tier usage and moves since start (part of `Scheduler.stats()`)."""
-
-    num_gpu_blocks: int  # per tier: blocks in all, and blocks held by requests
-    num_used_gpu_blocks: int
-    num_cpu_blocks: int
-    num_used_cpu_blocks: int
-    num_disk_blocks: int
-    num_used_disk_blocks: int
-    kv_block_moves: dict[str, int]  # MOVE_NAMES value ("gpu->cpu", ...) -> blocks moved
-    num_spilled_preemptions: int  # preemptions that parked the KV instead of recomputing it
-    num_dropped_spills: int  # parked requests whose KV was dropped for room (recomputed instead)
-
-
-class RequestTierStats(TypedDict):
-    """Blocks one request holds in each tier (`Scheduler.tier_stats()`)."""
-
-    status: str  # "running", or "preempted": its KV is parked in the cold tiers
-    num_gpu_blocks: int
-    num_cpu_blocks: int
-    num_disk_blocks: int
 
 
 class TierConfig(Protocol):
@@ -155,9 +133,9 @@ class KVTierManager:
             self.disk.num_used_blocks,
         )
 
-    def stats(self) -> TierStats:
+    def stats(self) -> TierCounters:
         kv = self.kv
-        return TierStats(
+        return TierCounters(
             num_gpu_blocks=kv.num_blocks,
             num_used_gpu_blocks=kv.num_blocks - kv.num_free_blocks,
             num_cpu_blocks=self.cpu.num_blocks,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kvspill.kv.storage import TieredKVStorage
+from kvspill.stats import TransferCounters
 from kvspill.types import TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
 
 
@@ -76,8 +77,9 @@ def direction_name(src_tier: int, dst_tier: int) -> str:
 
 @dataclass
 class TransferStats:
-    """Totals since start. `seconds`: host wall time inside `execute` (on CUDA the async copies
-    of gpu<->cpu runs finish later; `copy_seconds` is their measured stream time, read lazily)."""
+    """The running totals behind `TransferCounters` (kvspill/stats.py). `seconds`: host wall time
+    inside `execute` (on CUDA the async copies of gpu<->cpu runs finish later; `copy_seconds` is
+    their measured stream time, read lazily)."""
 
     bytes_by_direction: dict[str, int] = field(default_factory=dict)
     num_moves: int = 0
@@ -86,18 +88,15 @@ class TransferStats:
     seconds: float = 0.0
     copy_seconds: float = 0.0
 
-    def as_dict(self) -> dict[str, float | int]:
-        out: dict[str, float | int] = {
-            f"transfer_bytes_{k}": v for k, v in sorted(self.bytes_by_direction.items())
-        }
-        out.update(
-            transfer_num_moves=self.num_moves,
-            transfer_num_copies=self.num_copies,
-            transfer_num_plans=self.num_plans,
-            transfer_seconds=self.seconds,
-            transfer_copy_seconds=self.copy_seconds,
+    def freeze(self) -> TransferCounters:
+        return TransferCounters(
+            bytes_by_direction=dict(self.bytes_by_direction),
+            num_moves=self.num_moves,
+            num_copies=self.num_copies,
+            num_plans=self.num_plans,
+            seconds=self.seconds,
+            copy_seconds=self.copy_seconds,
         )
-        return out
 
 
 class EventTimer:
@@ -167,9 +166,10 @@ class KVTransferEngine:
             self._pending.synchronize()
             self._pending = None
 
-    def stats_dict(self) -> dict[str, float | int]:
+    def counters(self) -> TransferCounters:
+        """Totals since start (resolves the copy timings that have completed; never syncs)."""
         self.stats.copy_seconds = self._timer.resolve()
-        return self.stats.as_dict()
+        return self.stats.freeze()
 
     def _copy(self, run: CopyRun, stream: torch.cuda.Stream | None) -> None:
         src = self.storage.pool(run.src_tier)

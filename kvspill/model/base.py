@@ -47,7 +47,11 @@ class AttentionFn(Protocol):
 
 @runtime_checkable
 class CausalLM(Protocol):
-    """What the runner needs from a model class (e.g. `LlamaForCausalLM`)."""
+    """What the runner needs from a model class (e.g. `LlamaForCausalLM`, an `nn.Module`)."""
+
+    def __call__(self, input_ids: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
+        """`forward` through `nn.Module.__call__`, which is how the runner calls it."""
+        ...
 
     def forward(self, input_ids: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
         """input_ids, positions: [num_tokens] int64 -> hidden: [num_tokens, hidden_size]."""

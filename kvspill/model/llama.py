@@ -134,7 +134,8 @@ class LlamaModel(nn.Module):
         self, config: PretrainedConfig, spec: AttentionSpec, max_positions: int, dtype: torch.dtype | None
     ) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+        # nn.Embedding, or model/quant.py's QuantEmbedding when a GGUF stays quantized
+        self.embed_tokens: nn.Module = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, i, spec, dtype) for i in range(config.num_hidden_layers)
         )
@@ -177,7 +178,7 @@ class LlamaForCausalLM(nn.Module):
         self.model = LlamaModel(config, self.attention_spec(config), max_positions, dtype)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if self.tie_word_embeddings:
-            self.lm_head: nn.Embedding | nn.Linear = self.model.embed_tokens  # one tensor, one name
+            self.lm_head: nn.Module = self.model.embed_tokens  # one tensor, one name
         else:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=dtype)
 
@@ -213,7 +214,12 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: Tensor) -> Tensor:
         """hidden: [num_tokens, hidden_size] -> [num_tokens, vocab_size] float32."""
-        return torch.matmul(hidden, self.lm_head.weight.t()).float()
+        project = getattr(self.lm_head, "project", None)  # quantized lm_head (model/quant.py)
+        if project is not None:
+            return project(hidden).float()
+        weight = self.lm_head.weight
+        assert isinstance(weight, Tensor)
+        return torch.matmul(hidden, weight.t()).float()
 
     def init_buffers(self) -> None:
         self.model.rotary_emb.init_buffers()

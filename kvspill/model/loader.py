@@ -3,8 +3,9 @@
 Invariants:
 - The model is built on the `meta` device, given storage on the target device
   (`to_empty`), then filled one tensor at a time: a safetensors tensor is read lazily
-  (`safe_open`), a GGUF tensor is dequantized alone; each is cast and copied into its
-  parameter before the next is read. No second full copy of the weights ever exists.
+  (`safe_open`), a GGUF tensor is dequantized alone (or kept in its quantized blocks:
+  model/gguf_weights.py); each is cast and copied into its parameter before the next is read.
+  No second full copy of the weights ever exists.
 - Every parameter must be loaded: a missing tensor is an error, never uninitialized memory.
 - `--rope-scaling` replaces the config's RoPE scaling and raises max_position_embeddings by
   its factor (unless the override sets it); the trained length is kept as
@@ -24,28 +25,13 @@ from transformers import AutoConfig, PretrainedConfig
 
 from kvspill.config import ROPE_TYPES
 from kvspill.errors import InvalidParameterError, ModelNotFoundError, UnsupportedModelError
+from kvspill.model import gguf_weights
 from kvspill.model.layers import rope_parameters
 from kvspill.model.llama import LlamaForCausalLM, head_dim_of
+from kvspill.model.offload import LayerOffloader, offload_layers, place_with_offload
 from kvspill.model.registry import architecture_of, get_model_class
 from kvspill.model.resolve import ResolvedModel, safetensors_files
 
-# GGUF tensor name (after `blk.N.`) -> HF name (after `model.layers.N.`): llama.cpp's names.
-_GGUF_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_GGUF_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-# Precomputed RoPE factors (Llama 3.1 GGUFs); like transformers, RoPE comes from the config.
-_GGUF_SKIPPED = {"rope_freqs"}
 # Defaults for `--rope-scaling llama3:F`: the values Meta ships with Llama 3.1.
 _LLAMA3_DEFAULTS = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
 
@@ -65,6 +51,7 @@ class LoadedModel:
     vocab_size: int
     max_model_len: int  # positions the model (and its RoPE table) supports
     dtype: torch.dtype
+    offloader: LayerOffloader | None = None  # --cpu-offload-gb: layers in pinned RAM
 
 
 def load_model(
@@ -73,22 +60,32 @@ def load_model(
     dtype: torch.dtype,
     rope_scaling: dict[str, Any] | None = None,
     max_model_len: int | None = None,
+    keep_quantized: bool = False,
+    cpu_offload_bytes: int = 0,
 ) -> LoadedModel:
-    """Load `resolved` onto `device` in `dtype`, applying the RoPE override and max length."""
+    """Load `resolved` onto `device` in `dtype`, applying the RoPE override and max length.
+
+    `keep_quantized` (a GGUF file): the quantized tensors stay in their blocks (gguf_weights.py)."""
     config = load_hf_config(resolved)
     if rope_scaling is not None:
         apply_rope_override(config, rope_scaling)
     max_len = _max_model_len(config, max_model_len)
     arch = architecture_of(config)
     cls = get_model_class(arch)
+    reader = gguf_weights.open_gguf(resolved.path) if resolved.kind == "gguf" else None
     with torch.device("meta"):
         model = cls(config, max_model_len=max_len, dtype=dtype)
-    model.to_empty(device=device)
+        if keep_quantized and reader is not None:
+            gguf_weights.install_quant_modules(model, reader, dtype)
+    offloaded = place_with_offload(model, device, cpu_offload_bytes)
     model.init_buffers()
-    weights = (
-        _iter_gguf(resolved.path, config) if resolved.kind == "gguf" else _iter_safetensors(resolved.path)
-    )
-    loaded = model.load_weights(weights)
+    if reader is None:
+        loaded = model.load_weights(_iter_safetensors(resolved.path))
+    elif keep_quantized:
+        loaded = gguf_weights.load_quantized(model, reader, config, device)
+        gguf_weights.check_quantized_complete(model, resolved.path)
+    else:
+        loaded = model.load_weights(gguf_weights.iter_dequantized(reader, config))
     missing = model.expected_weight_names() - loaded
     if missing:
         raise ModelNotFoundError(
@@ -96,6 +93,7 @@ def load_model(
             f"e.g. {sorted(missing)[:3]}. The download is incomplete or does not match config.json."
         )
     model.eval().requires_grad_(False)
+    offloader = offload_layers(model, offloaded, device) if offloaded else None
     return LoadedModel(
         model=model,
         hf_config=config,
@@ -108,6 +106,7 @@ def load_model(
         vocab_size=config.vocab_size,
         max_model_len=max_len,
         dtype=dtype,
+        offloader=offloader,
     )
 
 
@@ -202,52 +201,3 @@ def _iter_safetensors(path: Path) -> Iterator[tuple[str, Tensor]]:
             raise ModelNotFoundError(
                 f"Cannot read weights file {str(shard)!r}: {e}. Download the model again."
             ) from e
-
-
-def _iter_gguf(path: Path, config: PretrainedConfig) -> Iterator[tuple[str, Tensor]]:
-    """(HF name, float32 CPU tensor) per GGUF tensor, dequantized one at a time.
-
-    llama.cpp permutes the rows of Q and K for the "llama" architecture (interleaved RoPE);
-    they are permuted back here so that HF's neox-style RoPE applies.
-    """
-    import numpy as np
-    from gguf import GGUFReader, dequantize
-
-    try:
-        reader = GGUFReader(str(path))
-    except Exception as e:  # gguf raises ValueError / struct errors / OSError on bad files
-        raise ModelNotFoundError(f"Cannot read GGUF file {str(path)!r}: {e}. Download it again.") from e
-    field = reader.fields.get("general.architecture")
-    gguf_arch = field.contents() if field is not None else ""
-    for tensor in reader.tensors:
-        hf_name = _gguf_to_hf_name(tensor.name)
-        if hf_name is None:
-            continue
-        data = dequantize(tensor.data, tensor.tensor_type)
-        weights = torch.from_numpy(np.require(data, dtype=np.float32, requirements=["C", "W"]))
-        if gguf_arch == "llama" and tensor.name.endswith(("attn_q.weight", "attn_q.bias")):
-            weights = _unpermute(weights, config.num_attention_heads)
-        elif gguf_arch == "llama" and tensor.name.endswith(("attn_k.weight", "attn_k.bias")):
-            weights = _unpermute(weights, config.num_key_value_heads)
-        yield hf_name, weights
-
-
-def _gguf_to_hf_name(name: str) -> str | None:
-    base, _, suffix = name.rpartition(".")  # suffix: weight | bias
-    if base in _GGUF_SKIPPED:
-        return None
-    if base in _GGUF_TOP_NAMES:
-        return f"{_GGUF_TOP_NAMES[base]}.{suffix}"
-    parts = base.split(".")
-    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _GGUF_LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_GGUF_LAYER_NAMES[parts[2]]}.{suffix}"
-    raise UnsupportedModelError(
-        f"GGUF tensor {name!r} has no kvspill equivalent; this GGUF is not supported."
-    )
-
-
-def _unpermute(w: Tensor, num_heads: int) -> Tensor:
-    """Undo llama.cpp's Q/K row permutation. w: [num_heads * head_dim, ...] -> same shape."""
-    # llama.cpp stores each head's rows as (pair, 2) interleaved; HF keeps (2, half) halves.
-    half = w.shape[0] // num_heads // 2
-    return w.reshape(num_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)

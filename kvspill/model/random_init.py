@@ -1,5 +1,9 @@
 """Random-weight models with real shapes, for benchmarks (`--model random:llama-8b`).
 
+`random:SHAPE:QTYPE` (e.g. `random:llama-8b:q4_k`) keeps every linear layer and the embedding in
+that GGUF type (kernels/gguf_formats.py) with random but valid blocks: the quantized decode path
+at a real 7-8B shape without a multi-GB file.
+
 Decode and prefill speed do not depend on weight values, so the benchmark workloads (the
 shapes in `kvspill.plan.spec.KNOWN_SHAPES`, the same as the peer baseline's) run without any
 checkpoint. Weights are drawn on the target device (no host copy); there is no tokenizer, so
@@ -9,11 +13,15 @@ requests must be token ids with `detokenize=False`.
 from __future__ import annotations
 
 import torch
+from torch import nn
 from transformers import LlamaConfig
 
 from kvspill.errors import ModelNotFoundError
+from kvspill.kernels.gguf_formats import QuantizedWeight, check_supported
 from kvspill.model.llama import LlamaForCausalLM
-from kvspill.model.loader import LoadedModel
+from kvspill.model.loader import LoadedModel, apply_rope_override
+from kvspill.model.offload import offload_layers, place_with_offload
+from kvspill.model.quant import QuantEmbedding, QuantLinear
 from kvspill.plan.spec import KNOWN_SHAPES
 
 PREFIX = "random:"
@@ -25,10 +33,64 @@ def is_random_model(model: str | None) -> bool:
     return model is not None and model.startswith(PREFIX)
 
 
+def split_random_name(model: str) -> tuple[str, str | None]:
+    """`random:llama-8b:q4_k` -> ("llama-8b", "Q4_K"); the type is None for dense weights."""
+    name, _, qtype = model[len(PREFIX) :].partition(":")
+    return name, (qtype.upper() or None)
+
+
+def _random_blocks(qtype: str, out_features: int, in_features: int, gen: torch.Generator) -> QuantizedWeight:
+    """Random quant bytes with small finite fp16 scales, drawn on the generator's device (no host copy)."""
+    fmt = check_supported(qtype)
+    shape = (out_features, in_features // fmt.block_size, fmt.type_size)
+    device = gen.device
+    blocks = torch.randint(0, 256, shape, dtype=torch.uint8, device=device, generator=gen)
+    for offset in fmt.f16_offsets:
+        scale = torch.randn((*shape[:2], 1), device=device, generator=gen) * 0.002
+        blocks[..., offset : offset + 2] = scale.half().view(torch.uint8)
+    return QuantizedWeight(blocks.reshape(out_features, -1), fmt.name, out_features, in_features)
+
+
+def _quantize_randomly(net: LlamaForCausalLM, qtype: str, dtype: torch.dtype) -> None:
+    """Swap every linear layer and the embedding for quantized ones (on `meta`, before `to_empty`)."""
+    for layer in net.model.layers:
+        for parent in (layer.get_submodule("self_attn"), layer.get_submodule("mlp")):
+            for attr, dense in list(parent.named_children()):
+                if isinstance(dense, nn.Linear):
+                    sizes = {"qkv_proj": net.qkv_sizes, "gate_up_proj": net.gate_up_sizes}.get(attr)
+                    out_sizes = sizes or [dense.out_features]
+                    setattr(
+                        parent, attr, QuantLinear(dense.in_features, out_sizes, dense.bias is not None, dtype)
+                    )
+    embed = net.model.embed_tokens
+    assert isinstance(embed, nn.Embedding)
+    net.model.embed_tokens = QuantEmbedding(embed.num_embeddings, embed.embedding_dim, dtype)
+    if net.tie_word_embeddings:
+        net.lm_head = net.model.embed_tokens
+    else:
+        head = net.lm_head
+        assert isinstance(head, nn.Linear)
+        net.lm_head = QuantLinear(head.in_features, [head.out_features], False, dtype)
+
+
+def _fill_quantized(net: LlamaForCausalLM, qtype: str, gen: torch.Generator) -> None:
+    for module in net.modules():
+        if isinstance(module, QuantLinear):
+            module.set_weight([_random_blocks(qtype, n, module.in_features, gen) for n in module.out_sizes])
+        elif isinstance(module, QuantEmbedding):
+            module.set_weight(_random_blocks(qtype, module.num_embeddings, module.embedding_dim, gen))
+
+
 def build_random_model(
-    model: str, device: torch.device, dtype: torch.dtype, max_model_len: int | None
+    model: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    max_model_len: int | None,
+    cpu_offload_bytes: int = 0,
 ) -> LoadedModel:
-    name = model[len(PREFIX) :]
+    name, qtype = split_random_name(model)
+    if qtype is not None:
+        check_supported(qtype)
     if name not in KNOWN_SHAPES:
         raise ModelNotFoundError(
             f"unknown random shape {name!r}: use one of {', '.join(sorted(KNOWN_SHAPES))}"
@@ -44,28 +106,39 @@ def build_random_model(
         head_dim=spec.head_dim,
         vocab_size=spec.vocab_size,
         tie_word_embeddings=spec.tie_word_embeddings,
-        max_position_embeddings=max(max_len, 1 << 17),
-        rope_theta=500000.0,
-        rope_scaling=dict(
-            rope_type="llama3",
-            factor=_LLAMA3_ROPE_FACTOR.get(name, 8.0),
-            low_freq_factor=1.0,
-            high_freq_factor=4.0,
-            original_max_position_embeddings=8192,
-        ),
+    )
+    # transformers 4.x and 5 keep RoPE under different names; the loader's override handles both.
+    apply_rope_override(
+        config,
+        {
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": _LLAMA3_ROPE_FACTOR.get(name, 8.0),
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "max_position_embeddings": max(max_len, 1 << 17),
+        },
     )
     with torch.device("meta"):
         net = LlamaForCausalLM(config, max_model_len=max_len, dtype=dtype)
-    net.to_empty(device=device)
+        if qtype is not None:
+            _quantize_randomly(net, qtype, dtype)
+    offloaded = place_with_offload(net, device, cpu_offload_bytes)
     net.init_buffers()
     gen = torch.Generator(device=device).manual_seed(0)
+    if qtype is not None:
+        _fill_quantized(net, qtype, gen)
     with torch.no_grad():
         for param in net.parameters():
             if param.dim() == 1:
                 param.fill_(1.0)  # norms
-            else:
+            elif param.device == device:
                 param.normal_(0.0, 0.02, generator=gen)
+            else:  # an offloaded layer: drawn on the device, then parked in RAM
+                param.copy_(torch.empty_like(param, device=device).normal_(0.0, 0.02, generator=gen))
     net.eval().requires_grad_(False)
+    offloader = offload_layers(net, offloaded, device) if offloaded else None
     return LoadedModel(
         model=net,
         hf_config=config,
@@ -78,4 +151,5 @@ def build_random_model(
         vocab_size=spec.vocab_size,
         max_model_len=max_len,
         dtype=dtype,
+        offloader=offloader,
     )

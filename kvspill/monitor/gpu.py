@@ -1,4 +1,4 @@
-"""Where GPU readings come from: NVML on a real host, a scripted fake in tests.
+"""Where GPU readings come from: NVML on a real host, any other `GpuSource` (tests script one).
 
 Invariants:
 - `open_gpu_source()` never raises: without nvidia-ml-py, a driver or a device it returns
@@ -10,7 +10,8 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from kvspill.monitor.snapshot import GpuProcess, GpuReading
@@ -56,7 +57,7 @@ class NvmlSource:
         nv = self._nvml
         found: dict[int, int | None] = {}
         for getter in (nv.nvmlDeviceGetComputeRunningProcesses, nv.nvmlDeviceGetGraphicsRunningProcesses):
-            for proc in _try(lambda g=getter: g(handle)) or []:
+            for proc in _try(partial(getter, handle)) or []:
                 used = proc.usedGpuMemory if isinstance(proc.usedGpuMemory, int) else None
                 found[proc.pid] = used if used is not None else found.get(proc.pid)
         return tuple(GpuProcess(pid, _process_name(pid), used) for pid, used in sorted(found.items()))
@@ -90,44 +91,6 @@ class NvmlSource:
 
     def close(self) -> None:
         _try(self._nvml.nvmlShutdown)
-
-
-class FakeGpuSource:
-    """Scripted readings: one GPU of `total_bytes` walking through `used_percents`, one per read.
-
-    After the script ends the last value repeats. For tests and demos without a GPU.
-    """
-
-    def __init__(
-        self, used_percents: Sequence[float], total_bytes: int = 80 * 2**30, name: str = "Fake GPU"
-    ) -> None:
-        if not used_percents:
-            raise ValueError("FakeGpuSource needs at least one reading")
-        self._percents = list(used_percents)
-        self._total_bytes = total_bytes
-        self._name = name
-        self._next = 0
-
-    def read(self) -> list[GpuReading]:
-        percent = self._percents[min(self._next, len(self._percents) - 1)]
-        self._next += 1
-        return [
-            GpuReading(
-                index=0,
-                name=self._name,
-                total_bytes=self._total_bytes,
-                used_bytes=int(self._total_bytes * percent / 100.0),
-                temperature_c=50.0,
-                power_w=100.0,
-                power_limit_w=300.0,
-                utilization_percent=percent,
-                pcie_rx_bytes_per_s=0.0,
-                pcie_tx_bytes_per_s=0.0,
-            )
-        ]
-
-    def close(self) -> None:
-        pass
 
 
 def open_gpu_source() -> tuple[GpuSource | None, str | None]:

@@ -1,8 +1,7 @@
 """The kvspill server's KV tiers and queue, read over HTTP: `GET {url}/v1/kv`, then `/metrics`.
 
-`/v1/kv` returns `engine.kv_stats()` as JSON: `tiers: {gpu|cpu|disk: {blocks, used_blocks,
-bytes, used_bytes}}`, `bytes_moved: {direction: bytes}`, `requests: {req_id: ...}` and
-`scheduler: {num_running, num_waiting, kv_block_moves: {name: count}, ...}`.
+`/v1/kv` returns `engine.kv_stats()` as JSON (`KVStats.to_json()`, kvspill/stats.py); the probe
+reads it back with `KVStats.from_json`, which takes a partial payload (missing keys read as zero).
 
 Invariants:
 - `ServerProbe.read()` never raises: a refused connection, a timeout, a 404 or bad JSON come
@@ -19,9 +18,9 @@ import json
 import re
 import urllib.error
 import urllib.request
-from typing import Any
 
 from kvspill.monitor.snapshot import ServerReading, TierReading
+from kvspill.stats import KVStats, KVTiers
 
 _METRIC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$")
 
@@ -53,16 +52,9 @@ def _prometheus_queue(text: str) -> tuple[int | None, int | None]:
     return found.get("running"), found.get("waiting")
 
 
-def _tiers(raw: dict[str, Any]) -> dict[str, TierReading]:
+def _tiers(tiers: KVTiers) -> dict[str, TierReading]:
     return {
-        name: TierReading(
-            blocks=int(t.get("blocks", 0)),
-            used_blocks=int(t.get("used_blocks", 0)),
-            total_bytes=int(t.get("bytes", 0)),
-            used_bytes=int(t.get("used_bytes", 0)),
-        )
-        for name, t in (raw or {}).items()
-        if isinstance(t, dict)
+        name: TierReading(t.blocks, t.used_blocks, t.total_bytes, t.used_bytes) for name, t in tiers.items()
     }
 
 
@@ -89,27 +81,26 @@ class ServerProbe:
 
     def read(self, now: float) -> ServerReading:
         try:
-            kv = json.loads(_get(self.url + "/v1/kv", self.timeout_s))
-            if not isinstance(kv, dict):
-                raise ValueError("/v1/kv did not return a JSON object")
+            kv = KVStats.from_json(json.loads(_get(self.url + "/v1/kv", self.timeout_s)))
         except Exception as e:  # every failure is reported in the view, none is fatal
             self._last = None
             return ServerReading(url=self.url, ok=False, error=f"/v1/kv {_describe(e)}")
-        sched = kv.get("scheduler") or {}
-        running, waiting = sched.get("num_running"), sched.get("num_waiting")
-        if running is None or waiting is None:
-            running, waiting = self._queue_from_metrics()
-        moves = sum(int(v) for v in (sched.get("kv_block_moves") or {}).values())
-        moved = sum(int(v) for v in (kv.get("bytes_moved") or {}).values())
+        running: int | None
+        waiting: int | None
+        if kv.scheduler is not None:
+            running, waiting = kv.scheduler.num_running, kv.scheduler.num_waiting
+            moves = sum(kv.scheduler.kv_tiers.kv_block_moves.values())
+        else:  # a server whose /v1/kv has no queue figures: /metrics may have them
+            (running, waiting), moves = self._queue_from_metrics(), 0
+        moved = kv.total_bytes_moved
         moves_per_s, bytes_per_s = self._rates(now, moves, moved)
-        requests = kv.get("requests")
         return ServerReading(
             url=self.url,
             ok=True,
-            tiers=_tiers(kv.get("tiers") or {}),
-            num_running=None if running is None else int(running),
-            num_waiting=None if waiting is None else int(waiting),
-            num_requests=len(requests) if isinstance(requests, dict | list) else None,
+            tiers=_tiers(kv.tiers),
+            num_running=running,
+            num_waiting=waiting,
+            num_requests=len(kv.requests),
             block_moves_per_s=moves_per_s,
             bytes_moved_per_s=bytes_per_s,
             bytes_moved_total=moved,

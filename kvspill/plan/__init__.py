@@ -56,20 +56,20 @@ __all__ = [
 # CPU decode attention 35 GB/s bf16. TFLOP/s: llama.cpp prompt processing of the W3 shape on H200,
 # 25,097 tok/s x 2 x 8.03e9 FLOP = 403 TFLOP/s reached (same tensor cores as H100 SXM).
 # stream_gbs: the engine's stream path over 2 MiB blocks on the H200 host (38-42 GB/s, docs/performance.md).
-_BENCH_HOST = dict(
+_BENCH_HOST = Bandwidths(
     h2d_gbs=55.0, d2h_gbs=55.0, cpu_attn_gbs=35.0, disk_read_gbs=3.0, gpu_tflops=400.0, stream_gbs=40.0
 )
 KNOWN_GPU_BANDWIDTHS: dict[str, Bandwidths] = {
-    "h100": Bandwidths(
+    "h100": replace(
+        _BENCH_HOST,
         hbm_gbs=3000.0,
-        **_BENCH_HOST,
-        gpu_name="H100",  # type: ignore[arg-type]
+        gpu_name="H100",
         source="H100 bench-host figures (bench/README.md, 2026-11-26)",
     ),
-    "h200": Bandwidths(
+    "h200": replace(
+        _BENCH_HOST,
         hbm_gbs=4300.0,
-        **_BENCH_HOST,
-        gpu_name="H200",  # type: ignore[arg-type]
+        gpu_name="H200",
         source="H200 bench-host figures (bench/README.md, 2026-11-26)",
     ),
     "rtx4090": replace(DEFAULT_BANDWIDTHS, gpu_name="RTX 4090", source="RTX 4090 class defaults (assumed)"),
@@ -118,7 +118,8 @@ def request_from_engine_config(
         kv_dtype=kv_dtype,
         weight_dtype=config.dtype,
         gpu_kv_budget_bytes=config.kv_cache_memory_bytes,
-        enforce_eager=config.enforce_eager,
+        enforce_eager=config.enforce_eager or config.cpu_offload_gb > 0,  # offload runs without graphs
+        cpu_offload_bytes=int(config.cpu_offload_gb * GiB),
         cold_attention=config.cold_attention,
         sink_blocks=config.num_sink_blocks,
         recent_window_tokens=config.hot_window_tokens,

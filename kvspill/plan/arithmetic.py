@@ -47,7 +47,23 @@ RUNTIME_RESERVE_BYTES = 512 * MiB  # CUDA context + cuBLAS workspaces: outside t
 CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models
 ALLOCATOR_SLACK_FRACTION = 0.03  # caching-allocator fragmentation, of the usable VRAM
 ALLOCATOR_SLACK_MIN_BYTES = 128 * MiB
-MAX_GRAPH_BATCH = 512  # largest decode batch captured in a CUDA graph
+MAX_GRAPH_BATCH = 256  # largest decode batch captured in a CUDA graph (runner/cuda_graphs.py)
+# Bits per weight of llama.cpp's GGUF file types as its quantize tool reports them for Llama-3-8B
+# (Q4_K_M and Q5_K_M mix types per tensor): what a quantized file of a model would take.
+# The single types are exact (block bytes x 8 / block weights).
+GGUF_BITS_PER_WEIGHT = {
+    "q4_0": 4.5, "q4_1": 5.0, "q5_0": 5.5, "q5_1": 6.0, "q8_0": 8.5, "q4_k": 4.5, "q5_k": 5.5, "q6_k": 6.5625,
+    "q4_k_m": 4.89, "q5_k_m": 5.70,
+}  # fmt: skip
+# Share of HBM copy bandwidth at which decode reads GGUF-quantized weights: the dequantize-GEMV
+# (kernels/gguf_gemv.py) is bound by its instructions, not its bytes. Fitted on one H200
+# (2026-11-26): random llama-8b Q4_K, 16 GiB, decode 222.5 / 214.1 / 194.3 tok/s at 8K/16K/32K =
+# weights at 1.49 TB/s of 4.19 (0.35); llama-8b Q8_0 at 8K, 216.9 tok/s = 2.72 TB/s of 4.14 (0.65)
+# (bench/results/2026-11-26-h200-quant).
+QUANT_GEMV_HBM_FRACTION = {"q8_0": 0.65}
+QUANT_GEMV_HBM_FRACTION_DEFAULT = 0.35
+# "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
+WEIGHT_QUANTIZATIONS = ("none", "gguf", *GGUF_BITS_PER_WEIGHT)
 KV_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
 WEIGHT_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32")
 
@@ -125,6 +141,21 @@ class PlanRequest:
     enforce_eager: bool = False  # True: no CUDA graphs, no graph reserve
     preset: str = "yours"
     cold_attention: str = "auto"  # the engine's cold path: auto/stream, cpu or split (--cold-attention)
+    quantization: str = "none"  # how the weights are held: WEIGHT_QUANTIZATIONS
+    cpu_offload_bytes: int = (
+        0  # --cpu-offload-gb: at least this many weight bytes in pinned RAM (whole layers)
+    )
+    # Where the "gpu" tier lives: "cuda", or "cpu" (the CPU engine: the device pool is host RAM,
+    # and there is no CUDA context, graph pool or allocator slack to reserve).
+    device: str = "cuda"
+    # What the engine measured after loading (engine_setup.py); None: the plan's estimate.
+    measured_weight_bytes: int | None = None  # tensors the loaded model holds on the device
+    measured_activation_bytes: int | None = None  # peak of one profiled prefill chunk
+    measured_runtime_bytes: int | None = None  # device memory in use outside torch's tensors
+    # Exact tier sizes in blocks (EngineConfig.num_kv_blocks / num_cpu_kv_blocks / num_disk_kv_blocks)
+    gpu_kv_blocks: int | None = None
+    cpu_kv_blocks: int | None = None
+    disk_kv_blocks: int | None = None
 
     def __post_init__(self) -> None:
         def check(ok: bool, param: str, message: str) -> None:
@@ -170,6 +201,12 @@ class PlanRequest:
             f"--dtype must be one of {WEIGHT_DTYPES}, got {self.weight_dtype!r}",
         )
         check(
+            self.quantization in WEIGHT_QUANTIZATIONS,
+            "quantization",
+            f"--quantization must be one of {', '.join(WEIGHT_QUANTIZATIONS)}, got {self.quantization!r}",
+        )
+        check(self.device in ("cuda", "cpu"), "device", f"device must be cuda or cpu, got {self.device!r}")
+        check(
             self.sink_blocks >= 0 and self.recent_window_tokens >= 0,
             "recent_window_tokens",
             "sink blocks and the recent window must not be negative",
@@ -178,6 +215,59 @@ class PlanRequest:
     @property
     def weight_dtype_bytes(self) -> int:
         return dtype_bytes(self.weight_dtype, "dtype")
+
+    @property
+    def layer_weight_bytes(self) -> int:
+        """One decoder layer's weights, dense at weight_dtype (the unit of --cpu-offload-gb)."""
+        return self.spec.layer_params * self.weight_dtype_bytes
+
+    @property
+    def offloaded_layers(self) -> int:
+        """Leading layers kept in pinned RAM (model/offload.py: whole layers, rounded up)."""
+        if self.cpu_offload_bytes <= 0:
+            return 0
+        return min(self.spec.num_layers, -(-self.cpu_offload_bytes // self.layer_weight_bytes))
+
+    @property
+    def offloaded_weight_bytes(self) -> int:
+        return self.offloaded_layers * self.layer_weight_bytes
+
+    @property
+    def weight_bytes(self) -> int:
+        """The weights the GPU holds (measured when the engine gave them): with offload, the
+        resident layers plus two staging slots of one layer each."""
+        if self.measured_weight_bytes is not None:
+            return self.measured_weight_bytes
+        slots = 2 * self.layer_weight_bytes if self.offloaded_layers else 0
+        return self.stored_weight_bytes - self.offloaded_weight_bytes + slots
+
+    @property
+    def stored_weight_bytes(self) -> int:
+        """All weights as held (on the GPU or, offloaded, in RAM), estimated from the shapes."""
+        spec = self.spec
+        if (
+            self.quantization == "gguf"
+            and spec.stored_weight_bytes is not None
+            and spec.weight_dtype_bytes is None
+        ):
+            return spec.stored_weight_bytes  # a quantized GGUF file, kept in its blocks
+        if self.quantization in GGUF_BITS_PER_WEIGHT:
+            return -(-spec.num_params * round(GGUF_BITS_PER_WEIGHT[self.quantization] * 100) // 800)
+        return spec.weight_bytes(self.weight_dtype_bytes)
+
+    @property
+    def weight_read_fraction(self) -> float:
+        """Share of HBM bandwidth decode reads the weights at (1.0 dense; GGUF types: measured)."""
+        spec = self.spec
+        if (
+            self.quantization == "gguf"
+            and spec.stored_weight_bytes is not None
+            and spec.weight_dtype_bytes is None
+        ):
+            return QUANT_GEMV_HBM_FRACTION_DEFAULT  # the file's own mix of types
+        if self.quantization in GGUF_BITS_PER_WEIGHT:
+            return QUANT_GEMV_HBM_FRACTION.get(self.quantization, QUANT_GEMV_HBM_FRACTION_DEFAULT)
+        return 1.0
 
     @property
     def kv_dtype_bytes(self) -> int:
@@ -198,10 +288,18 @@ class DecodeFloor:
     cpu_attn_bytes: int
     disk_bytes: int
     overhead_s: float = 0.0  # kernel launches and host work per step (STEP_OVERHEAD_PER_LAYER_S)
+    offload_s: float = 0.0  # offloaded weights copied over PCIe every step (--cpu-offload-gb)
 
     @property
     def total_s(self) -> float:
-        return self.weights_s + self.gpu_kv_s + self.cold_kv_s + self.disk_read_s + self.overhead_s
+        return (
+            self.weights_s
+            + self.gpu_kv_s
+            + self.cold_kv_s
+            + self.disk_read_s
+            + self.overhead_s
+            + self.offload_s
+        )
 
 
 @dataclass(frozen=True)
@@ -212,7 +310,7 @@ class MemoryPlan:
     request: PlanRequest
     bandwidths: Bandwidths  # complete: missing figures filled from defaults (said in `source`)
     usable_vram_bytes: int  # vram_budget_bytes * gpu_memory_utilization
-    weight_bytes: int
+    weight_bytes: int  # on the GPU
     kv_bytes_per_token: int
     block_bytes: int  # one block of all layers' K and V
     activation_peak_bytes: int  # one chunk of max_num_batched_tokens (activation_peak_bytes)
@@ -239,6 +337,7 @@ class MemoryPlan:
     fits: bool
     advice: list[str] = field(default_factory=list)  # what to change, with numbers (when not fits)
     notes: list[str] = field(default_factory=list)  # worth knowing, not fatal
+    offloaded_weight_bytes: int = 0  # weights in pinned RAM, copied in every step (--cpu-offload-gb)
 
 
 def activation_peak_bytes(
@@ -278,6 +377,8 @@ def decode_floor(
     bw: Bandwidths,
     cold_path: str = "auto",
     num_layers: int = 0,
+    offloaded_bytes: int = 0,
+    weight_read_fraction: float = 1.0,
 ) -> DecodeFloor:
     """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
     ("auto"/"stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared
@@ -288,7 +389,7 @@ def decode_floor(
     fraction = {"cpu": 0.0, "split": stream / (stream + cpu)}.get(cold_path, 1.0)
     rate = {"cpu": cpu, "split": stream + cpu}.get(cold_path, stream)
     return DecodeFloor(
-        weights_s=weight_bytes / (hbm * GB),
+        weights_s=weight_bytes / (hbm * weight_read_fraction * GB),
         gpu_kv_s=gpu_kv_bytes / (hbm * GB),
         cold_kv_s=cold / (rate * GB),
         disk_read_s=disk_kv_bytes / ((bw.disk_read_gbs or 1.0) * GB),
@@ -297,6 +398,9 @@ def decode_floor(
         cpu_attn_bytes=cold - round(cold * fraction),
         disk_bytes=disk_kv_bytes,
         overhead_s=num_layers * STEP_OVERHEAD_PER_LAYER_S,
+        # The copy stream runs beside compute, but offloaded layers wait for their copy: the
+        # layer copies add up (PCIe-bound, as vLLM's cpu_offload_gb).
+        offload_s=offloaded_bytes / (h2d * GB),
     )
 
 
@@ -341,26 +445,46 @@ def _blocks_tokens(num_bytes: int, block_bytes: int, block_size: int) -> int:
     return max(0, num_bytes) // block_bytes * block_size
 
 
+def _tier_tokens(exact_blocks: int | None, num_bytes: int, block_bytes: int, block_size: int) -> int:
+    """A tier's tokens: the exact block count when one was set, else the whole blocks that fit."""
+    if exact_blocks is not None:
+        return exact_blocks * block_size
+    return _blocks_tokens(num_bytes, block_bytes, block_size)
+
+
 def _round_up(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size) * block_size
 
 
 def _gpu_budget(request: PlanRequest, weight_bytes: int) -> tuple[int, int, int, int, int, int]:
-    """(usable, activation, graph, slack, runtime, kv bytes left) on the GPU."""
+    """(usable, activation, graph, slack, runtime, kv bytes left) on the device that holds the pool.
+
+    Measured figures (weights, activation peak, runtime) replace the estimates when the engine
+    gives them: the engine sizes its pools with this very function after loading."""
     spec, kv_bytes = request.spec, request.kv_dtype_bytes
     usable = int(request.vram_budget_bytes * request.gpu_memory_utilization)
     act_bytes = request.weight_dtype_bytes
     num_sampled = min(request.max_num_seqs, request.max_num_batched_tokens)
-    activation = activation_peak_bytes(spec, request.max_num_batched_tokens, num_sampled, act_bytes, kv_bytes)
-    graph = 0
-    if not request.enforce_eager:
-        batch = min(request.max_num_seqs, MAX_GRAPH_BATCH)
-        graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
-    slack = max(ALLOCATOR_SLACK_MIN_BYTES, int(usable * ALLOCATOR_SLACK_FRACTION))
-    left = usable - weight_bytes - activation - graph - slack - RUNTIME_RESERVE_BYTES
+    activation = request.measured_activation_bytes
+    if activation is None:
+        activation = activation_peak_bytes(
+            spec, request.max_num_batched_tokens, num_sampled, act_bytes, kv_bytes
+        )
+    graph = slack = runtime = 0
+    if request.device == "cuda":
+        if not request.enforce_eager:
+            batch = min(request.max_num_seqs, MAX_GRAPH_BATCH)
+            graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
+        slack = max(ALLOCATOR_SLACK_MIN_BYTES, int(usable * ALLOCATOR_SLACK_FRACTION))
+        runtime = (
+            RUNTIME_RESERVE_BYTES
+            if request.measured_runtime_bytes is None
+            else request.measured_runtime_bytes
+        )
+    left = usable - weight_bytes - activation - graph - slack - runtime
     if request.gpu_kv_budget_bytes is not None:  # a fixed KV size, never more than what is left
         left = min(left, request.gpu_kv_budget_bytes)
-    return usable, activation, graph, slack, RUNTIME_RESERVE_BYTES, left
+    return usable, activation, graph, slack, runtime, left
 
 
 def _concurrency(context_len: int, gpu: int, total: int, hot: int, chunk: int, block_size: int) -> int:
@@ -377,13 +501,13 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     """The plan's figures without advice (see `make_plan`)."""
     bw = bandwidths.complete(DEFAULT_BANDWIDTHS)
     spec, bs = request.spec, request.block_size
-    weight_bytes = spec.weight_bytes(request.weight_dtype_bytes)
+    weight_bytes = request.weight_bytes
     kvpt = spec.kv_bytes_per_token(request.kv_dtype_bytes)
     block_bytes = kvpt * bs
     usable, activation, graph, slack, runtime, gpu_left = _gpu_budget(request, weight_bytes)
-    gpu_tokens = _blocks_tokens(gpu_left, block_bytes, bs)
-    cpu_tokens = _blocks_tokens(request.ram_budget_bytes, block_bytes, bs)
-    disk_tokens = _blocks_tokens(request.disk_budget_bytes, block_bytes, bs)
+    gpu_tokens = _tier_tokens(request.gpu_kv_blocks, gpu_left, block_bytes, bs)
+    cpu_tokens = _tier_tokens(request.cpu_kv_blocks, request.ram_budget_bytes, block_bytes, bs)
+    disk_tokens = _tier_tokens(request.disk_kv_blocks, request.disk_budget_bytes, block_bytes, bs)
     chunk = request.max_num_batched_tokens
     hot = request.sink_blocks * bs + request.recent_window_tokens
     min_gpu = _round_up(hot + chunk, bs)
@@ -403,6 +527,8 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         bw,
         request.cold_attention,
         spec.num_layers,
+        request.offloaded_weight_bytes,
+        request.weight_read_fraction,
     )
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)
     fits = gpu_left >= 0 and gpu_tokens > 0 and unplaced == 0 and seqs >= 1
@@ -412,6 +538,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         bandwidths=bw,
         usable_vram_bytes=usable,
         weight_bytes=weight_bytes,
+        offloaded_weight_bytes=request.offloaded_weight_bytes,
         kv_bytes_per_token=kvpt,
         block_bytes=block_bytes,
         activation_peak_bytes=activation,

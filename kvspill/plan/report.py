@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from kvspill.plan.arithmetic import Bandwidths, MemoryPlan, PlanRequest, compute_plan
+from kvspill.plan.arithmetic import GGUF_BITS_PER_WEIGHT, Bandwidths, MemoryPlan, PlanRequest, compute_plan
 from kvspill.plan.units import GiB, format_bytes, format_tokens
 
 
@@ -67,7 +67,7 @@ def _gpu_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
         f"{need_tokens} tokens of hot KV ({format_bytes(need_tokens * plan.kv_bytes_per_token)}); "
         f"{format_bytes(plan.usable_vram_bytes)} is usable: --vram-budget {budget_gib:g}GiB"
     ]
-    utilization = math.ceil(need / r.vram_budget_bytes * 100) / 100
+    utilization = max(0.05, math.ceil(need / r.vram_budget_bytes * 100) / 100)
     while utilization <= 1.0 and not _gpu_ok(_replan(plan, bandwidths, gpu_memory_utilization=utilization)):
         utilization = round(utilization + 0.01, 2)
     if utilization <= 1.0:
@@ -75,8 +75,10 @@ def _gpu_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
     if plan.weight_bytes > r.vram_budget_bytes:
         lines.append(
             f"the weights alone ({format_bytes(plan.weight_bytes)}) exceed the VRAM budget "
-            f"({format_bytes(r.vram_budget_bytes)}); weight offload is not available yet: use a smaller model"
+            f"({format_bytes(r.vram_budget_bytes)})"
         )
+    lines += _quantization_advice(plan, bandwidths)
+    lines += _offload_advice(plan, bandwidths)
     if r.weight_dtype_bytes > 2:
         half = _replan(plan, bandwidths, weight_dtype="bfloat16")
         lines.append(
@@ -129,6 +131,21 @@ def _tier_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
     return lines
 
 
+def _quantization_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
+    """The widest GGUF file type whose weights let the plan fit (kvspill keeps it quantized on CUDA)."""
+    r = plan.request
+    if r.measured_weight_bytes is not None or r.quantization in GGUF_BITS_PER_WEIGHT:
+        return []
+    for qtype in ("q8_0", "q6_k", "q5_k_m", "q4_k_m"):
+        smaller = _replan(plan, bandwidths, quantization=qtype)
+        if smaller.weight_bytes < plan.weight_bytes and _gpu_ok(smaller):
+            return [
+                f"a {qtype.upper()} GGUF file of this model: weights {format_bytes(plan.weight_bytes)} -> "
+                f"{format_bytes(smaller.weight_bytes)}" + (" and fits" if smaller.fits else "")
+            ]
+    return []
+
+
 def advise(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
     """Lines that say what to change, with numbers; empty when the plan fits."""
     if plan.fits:
@@ -141,6 +158,12 @@ def advise(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
     ]
     if plan.max_context > 0:
         lines.append(f"max context that fits now: {plan.max_context} tokens (--context {plan.max_context})")
+    if r.gpu_kv_blocks is not None or r.cpu_kv_blocks is not None or r.disk_kv_blocks is not None:
+        # Exact block counts override the budgets: no budget change would move them.
+        lines.append(
+            "the tier sizes were set in blocks (--num-kv-blocks, --num-cpu-kv-blocks, ...): raise those"
+        )
+        return lines
     gpu_ok = _gpu_ok(plan)
     lines += _tier_advice(plan, bandwidths) if gpu_ok else _gpu_advice(plan, bandwidths)
     fp8 = _replan(plan, bandwidths, kv_dtype="fp8") if r.kv_dtype_bytes > 1 else plan
@@ -173,6 +196,32 @@ def notes_for(plan: MemoryPlan) -> list[str]:
     return notes
 
 
+def _weights_cell(plan: MemoryPlan) -> str:
+    r = plan.request
+    kind = r.quantization if r.quantization != "none" else r.weight_dtype
+    cell = f"{format_bytes(plan.weight_bytes)} {kind}"
+    if plan.offloaded_weight_bytes:
+        cell += f" + {format_bytes(plan.offloaded_weight_bytes)}"
+    return cell
+
+
+def _offload_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
+    """The fewest whole layers in pinned RAM (--cpu-offload-gb) that let the GPU hold the rest."""
+    r = plan.request
+    if r.measured_weight_bytes is not None or r.quantization != "none":
+        return []
+    for layers in range(r.offloaded_layers + 1, r.spec.num_layers + 1):
+        gib = math.ceil(layers * r.layer_weight_bytes / GiB * 10) / 10
+        offloaded = _replan(plan, bandwidths, cpu_offload_bytes=int(gib * GiB))
+        if _gpu_ok(offloaded):
+            return [
+                f"--cpu-offload-gb {gib:g}: {offloaded.request.offloaded_layers} layers "
+                f"({format_bytes(offloaded.offloaded_weight_bytes)}) in pinned RAM, copied in every step: "
+                f"decode {offloaded.decode_tok_s:.3g} tok/s" + (" and fits" if offloaded.fits else "")
+            ]
+    return []
+
+
 def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
     ctx = format_tokens(plan.context_len)
     r = plan.request
@@ -184,7 +233,7 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
             "VRAM planned / budget",
             f"{format_bytes(plan.usable_vram_bytes)} / {format_bytes(r.vram_budget_bytes)}",
         ),
-        ("weights", format_bytes(plan.weight_bytes)),
+        ("weights on GPU (+ offloaded to RAM)", _weights_cell(plan)),
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)} {kv_name}"),
         (f"activations (chunk {r.max_num_batched_tokens})", format_bytes(plan.activation_peak_bytes)),
         ("graphs+slack+runtime", format_bytes(reserves)),

@@ -1,9 +1,19 @@
-"""The memory plan the engine prints before it loads anything (the same arithmetic as `kvspill plan`).
+"""The engine's memory plan: printed before loading, and the one that sizes the KV pools after.
 
-The plan is computed from the model's shapes (config.json, GGUF header or a benchmark shape),
-the engine's frozen config and the card's size, with bandwidths from the saved calibration (or
-the card's known figures, or documented defaults). On CUDA a plan that cannot hold one sequence
-of `max_model_len` stops start-up with the planner's advice; on the CPU it is informational.
+One function, `startup_plan`, is the source of both: before loading it plans from the model's
+shapes (config.json, GGUF header or a benchmark shape) like `kvspill plan`; after loading the
+engine passes what it measured (weights on the device, the profiled activation peak, memory in
+use outside torch) as `Measured`, and the same arithmetic (`plan.arithmetic.compute_plan`) gives
+the gpu/cpu/disk tiers the engine allocates, block for block. Bandwidths come from the saved
+calibration, the card's known figures, or documented defaults. On CUDA a plan that cannot hold
+one sequence of `max_model_len` stops start-up with the planner's advice; on the CPU it informs.
+
+Budgets by device (what the engine's pools may use):
+- cuda: `--vram-budget` is the ceiling itself; without one, `--gpu-memory-utilization` of the card.
+- cpu: the "gpu" tier is host RAM. `--vram-budget` bounds it the same way; without one the pool
+  holds up to 8 sequences of `max_model_len` within a quarter of the available RAM.
+- `--attention cpu`: one pool in host RAM (`--cpu-kv-budget`, else as on the cpu device), no
+  cold tiers; the weights stay on the GPU and are not charged to it.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from kvspill.plan import (
     DEFAULT_BANDWIDTHS,
     Bandwidths,
     MemoryPlan,
+    PlanRequest,
     bandwidths_for_gpu,
     format_plan_table,
     make_plan,
@@ -25,6 +36,18 @@ from kvspill.plan import (
 from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
 
 logger = logging.getLogger(__name__)
+
+CPU_POOL_RAM_FRACTION = 4  # without a budget the CPU pool takes at most 1/4 of available RAM
+CPU_POOL_MAX_SEQS = 8  # ... and no more than this many sequences of max_model_len
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the engine measured after loading, on the device that holds the KV pool (bytes)."""
+
+    weight_bytes: int  # the loaded model's tensors on that device
+    activation_bytes: int | None = None  # peak of one profiled prefill chunk (CUDA); None: estimate
+    runtime_bytes: int | None = None  # in use outside torch's tensors: CUDA context, other processes
 
 
 @dataclass(frozen=True)
@@ -36,8 +59,56 @@ class StartupPlan:
 
 def model_spec_for(model: str | None) -> ModelSpec:
     if model is not None and model.startswith("random:"):
-        return KNOWN_SHAPES[model.removeprefix("random:")]
+        return KNOWN_SHAPES[model.removeprefix("random:").partition(":")[0]]
     return ModelSpec.from_model_arg(model)
+
+
+def _weight_format(config: EngineConfig, device: str) -> str:
+    """PlanRequest.quantization for this engine: a random model's GGUF type, the file's own, or dense."""
+    model = config.model or ""
+    if model.startswith("random:"):
+        qtype = model.removeprefix("random:").partition(":")[2].lower()
+        return qtype or "none"
+    return "gguf" if keeps_gguf_quantized(config, device) else "none"
+
+
+def keeps_gguf_quantized(config: EngineConfig, device: str) -> bool:
+    """Whether a GGUF model's quantized tensors stay in their blocks (EngineConfig.quantization)."""
+    return config.quantization == "gguf" or (config.quantization is None and device == "cuda")
+
+
+def _device_budget(
+    config: EngineConfig,
+    request: PlanRequest,
+    device: str,
+    device_total_bytes: int | None,
+    host_available_bytes: int | None,
+) -> PlanRequest | None:
+    """`request` with the device pool's budget for `device` (module docstring); None: no budget known."""
+    if device == "cuda" and config.attention != "cpu":
+        if config.vram_budget_bytes is not None:
+            return replace(request, vram_budget_bytes=config.vram_budget_bytes, gpu_memory_utilization=1.0)
+        if device_total_bytes is None:
+            return None
+        return replace(request, vram_budget_bytes=device_total_bytes)
+    request = replace(request, device="cpu", gpu_memory_utilization=1.0)
+    fixed = config.kv_cache_memory_bytes
+    if config.attention == "cpu":
+        request = replace(
+            request, ram_budget_bytes=0, disk_budget_bytes=0, cpu_kv_blocks=None, disk_kv_blocks=None,
+            measured_weight_bytes=0, measured_activation_bytes=0,
+        )  # fmt: skip
+        fixed = config.cpu_kv_budget_bytes or fixed
+    elif config.vram_budget_bytes is not None:
+        return replace(request, vram_budget_bytes=config.vram_budget_bytes)
+    if host_available_bytes is None:
+        return None
+    if fixed is None:
+        block_bytes = request.spec.kv_bytes_per_token(request.kv_dtype_bytes) * request.block_size
+        blocks_per_seq = -(-request.context_len // request.block_size)
+        want = blocks_per_seq * min(request.max_num_seqs, CPU_POOL_MAX_SEQS) * block_bytes
+        fixed = min(want, host_available_bytes // CPU_POOL_RAM_FRACTION)
+    return replace(request, vram_budget_bytes=max(1, host_available_bytes), gpu_kv_budget_bytes=fixed)
 
 
 def startup_plan(
@@ -45,36 +116,54 @@ def startup_plan(
     device_total_bytes: int | None,
     gpu_name: str | None,
     calibration: Bandwidths | None = None,
+    *,
+    device: str = "cuda",
+    host_available_bytes: int | None = None,
+    measured: Measured | None = None,
+    spec: ModelSpec | None = None,
+    context_len: int | None = None,
 ) -> StartupPlan | None:
-    """The plan for this engine, or None when the model's shapes cannot be read ahead of loading."""
-    try:
-        spec = model_spec_for(config.model)
-    except Exception as e:  # the loader will report the real problem with its own message
-        logger.debug("no plan before loading: %s", e)
-        return None
-    # As the engine sizes its pool (runner/memory.py): a --vram-budget is the ceiling itself;
-    # --gpu-memory-utilization applies to the card only when there is no budget.
-    if config.vram_budget_bytes is not None:
-        vram, utilization = config.vram_budget_bytes, 1.0
-    elif device_total_bytes is not None:
-        vram, utilization = device_total_bytes, config.gpu_memory_utilization
-    else:
-        return None  # CPU device: no VRAM to plan; the KV pool is sized from RAM (runner/memory.py)
-    request = replace(
-        request_from_engine_config(
-            config,
-            spec,
-            vram_budget_bytes=vram,
-            ram_budget_bytes=config.cpu_kv_budget_bytes,
-            disk_budget_bytes=config.disk_kv_budget_bytes,
-        ),
-        gpu_memory_utilization=utilization,
+    """The plan for this engine, or None when its shapes or its device budget are not known.
+
+    `device_total_bytes`/`gpu_name` describe the CUDA card (None on the CPU); `host_available_bytes`
+    sizes a pool in host RAM; `measured` and `spec`/`context_len` (the loaded model's) are the
+    engine's after loading."""
+    if spec is None:
+        try:
+            spec = model_spec_for(config.model)
+        except Exception as e:  # the loader will report the real problem with its own message
+            logger.debug("no plan before loading: %s", e)
+            return None
+    request = request_from_engine_config(
+        config,
+        spec,
+        vram_budget_bytes=1,  # set by _device_budget
+        ram_budget_bytes=config.cpu_kv_budget_bytes,
+        disk_budget_bytes=config.disk_kv_budget_bytes,
     )
+    request = replace(
+        request,
+        context_len=context_len or request.context_len,
+        quantization=_weight_format(config, device),
+        gpu_kv_blocks=config.num_kv_blocks,
+        cpu_kv_blocks=config.num_cpu_kv_blocks,
+        disk_kv_blocks=config.num_disk_kv_blocks,
+    )
+    if measured is not None:
+        request = replace(
+            request,
+            measured_weight_bytes=measured.weight_bytes,
+            measured_activation_bytes=measured.activation_bytes,
+            measured_runtime_bytes=measured.runtime_bytes,
+        )
+    budgeted = _device_budget(config, request, device, device_total_bytes, host_available_bytes)
+    if budgeted is None:
+        return None
     if calibration is not None:
         bandwidths = calibration.complete(bandwidths_for_gpu(calibration.gpu_name or gpu_name))
     else:
         bandwidths = bandwidths_for_gpu(gpu_name) if gpu_name else DEFAULT_BANDWIDTHS
-    plan = make_plan(request, bandwidths)
+    plan = make_plan(budgeted, bandwidths)
     return StartupPlan(plan=plan, bandwidths=bandwidths, table=format_plan_table({"this engine": plan}))
 
 

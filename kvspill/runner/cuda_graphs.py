@@ -21,6 +21,7 @@ import logging
 import torch
 
 from kvspill.kv.storage import KVStorage
+from kvspill.model.base import CausalLM
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.inputs import StepInputs
@@ -43,7 +44,7 @@ def batch_buckets(max_num_seqs: int) -> list[int]:
 class DecodeGraphs:
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CausalLM,
         storage: KVStorage,
         *,
         scale: float,
@@ -75,7 +76,6 @@ class DecodeGraphs:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         self.greedy_ids: dict[int, torch.Tensor] = {}
-        self.pool = None
 
     def _run_model(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         empty = torch.zeros(0, dtype=torch.int32, device=self.storage.device)
@@ -100,16 +100,15 @@ class DecodeGraphs:
         self.slot_mapping.fill_(-1)
         for host_i64, _ in self.host_sets:
             host_i64[2].fill_(-1)
+        pool = torch.cuda.graph_pool_handle()  # one memory pool shared by every bucket's graph
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for b in reversed(self.buckets):  # largest first so smaller ones reuse its pool
                 self._run_model(b)  # warm-up: Triton compilation, allocator
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                with torch.cuda.graph(graph, pool=pool, stream=stream):
                     self.logits[b], self.greedy_ids[b] = self._run_model(b)
-                if self.pool is None:
-                    self.pool = graph.pool()
                 self.graphs[b] = graph
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()

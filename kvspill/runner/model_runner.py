@@ -26,11 +26,13 @@ import torch
 from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig
 from kvspill.kv.storage import KVStorage, TieredKVStorage
 from kvspill.kv.transfer import KVTransferEngine
+from kvspill.model.base import CausalLM
 from kvspill.runner.async_output import PLACEHOLDER, DeviceFeed, PendingStepOutput, SampledTokens, plan_feed
 from kvspill.runner.attention import PagedAttention, build_attention_metadata, to_device
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
 from kvspill.sampling.sampler import Sampler, SamplingState
+from kvspill.stats import RunnerKVStats
 from kvspill.types import ScheduledBatch, StepOutput
 
 logger = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ logger = logging.getLogger(__name__)
 class ModelRunner:
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CausalLM,
         storage: KVStorage,
         *,
         head_dim: int,
@@ -107,14 +109,12 @@ class ModelRunner:
             )
         self.transfers.execute(batch.transfers)
 
-    def kv_stats(self) -> dict[str, float | int]:
+    def kv_stats(self) -> RunnerKVStats:
         """Bytes moved per direction, copies, cold-attention bytes and seconds per path (totals)."""
-        stats: dict[str, float | int] = {}
-        if self.transfers is not None:
-            stats.update(self.transfers.stats_dict())
-        if self.cold is not None:
-            stats.update(self.cold.stats_dict())
-        return stats
+        return RunnerKVStats(
+            transfer=self.transfers.counters() if self.transfers is not None else None,
+            cold=self.cold.counters() if self.cold is not None else None,
+        )
 
     # ---- execution ------------------------------------------------------------------------
 

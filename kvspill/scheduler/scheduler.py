@@ -42,11 +42,12 @@ from collections import deque
 from collections.abc import Iterable
 
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
-from kvspill.kv.block_pool import KVCacheManager
-from kvspill.kv.tiers import KVTierManager, RequestTierStats
-from kvspill.scheduler.contracts import RequestUpdate, SchedulerConfig, SchedulerStats
+from kvspill.kv.block_pool import KVBlock, KVCacheManager
+from kvspill.kv.tiers import KVTierManager
+from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
-from kvspill.types import CachedRequestData, NewRequestData, ScheduledBatch, StepOutput
+from kvspill.stats import RequestTierStats, SchedulerStats
+from kvspill.types import CachedRequestData, NewRequestData, RequestUpdate, ScheduledBatch, StepOutput
 
 
 class Scheduler:
@@ -189,6 +190,7 @@ class Scheduler:
         """Admit waiting requests first come first served; the first that does not fit stops it."""
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
+            computed_blocks: list[KVBlock]
             if self.kv_tiers.is_parked(request):  # resume from its parked KV
                 computed_blocks, num_computed_tokens = [], request.num_computed_tokens
             else:  # fresh, or recompute (a parked request's KV may have been dropped for room)
@@ -347,7 +349,7 @@ class Scheduler:
             prefix_cache_queries=kv.prefix_cache_queries,
             prefix_cache_hits=kv.prefix_cache_hits,
             prefix_cache_hit_rate=kv.prefix_hit_rate,
-            **self.kv_tiers.stats(),
+            kv_tiers=self.kv_tiers.stats(),
         )
 
     def tier_stats(self) -> dict[str, RequestTierStats]:

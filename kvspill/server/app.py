@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from kvspill.engine_client import EngineClient, TokenizerClient
 from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError
 from kvspill.server.errors import error_response, exception_response, invalid
@@ -81,14 +82,14 @@ class _Context:
                 "(--max-waiting-requests): send fewer prompts or a smaller n",
             )
 
-    def engine_or_503(self) -> Any:
+    def engine_or_503(self) -> EngineClient:
         if not self.ae.ready or self.ae.engine is None:
             raise EngineUnavailableError(self.ae.load_error or "the engine is still loading")
         return self.ae.engine
 
 
-def create_app(factory: Callable[[], Any], settings: ServerSettings) -> FastAPI:
-    """`factory()` builds the LLMEngine (on the engine thread)."""
+def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) -> FastAPI:
+    """`factory()` builds the engine, an `LLMEngine` or any `EngineClient` (on the engine thread)."""
     metrics = ServerMetrics()
     ae = AsyncEngine(
         factory,
@@ -240,7 +241,8 @@ def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> Response:
         try:
-            tok = ctx.engine_or_503().tokenizer
+            engine = ctx.engine_or_503()
+            tok = engine.tokenizer
             if tok is None:
                 return invalid("this model has no tokenizer", "prompt")
             if body.messages is not None:
@@ -251,7 +253,7 @@ def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
                 return invalid("give `prompt` or `messages`", "prompt")
         except (KvspillError, EngineUnavailableError) as e:
             return exception_response(e)
-        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": ctx.ae.engine.max_model_len})
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": engine.max_model_len})
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest) -> Response:
@@ -298,7 +300,7 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
     @app.get("/v1/kv")
     async def kv() -> Response:
         try:
-            return JSONResponse(await ae.kv_stats())  # fresh, or a snapshot during a long step
+            return JSONResponse((await ae.kv_stats()).to_json())  # fresh, or a snapshot during a long step
         except EngineUnavailableError as e:
             return exception_response(e)
 
@@ -335,7 +337,7 @@ class _AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def _chat_ids(tok: Any, messages: list[ChatMessage]) -> list[int]:
+def _chat_ids(tok: TokenizerClient, messages: list[ChatMessage]) -> list[int]:
     """Token ids of `messages` through the model's chat template; a template that rejects them
     (jinja's raise_exception, e.g. roles that do not alternate) is the client's error."""
     from jinja2 import TemplateError
@@ -349,17 +351,17 @@ def _chat_ids(tok: Any, messages: list[ChatMessage]) -> list[int]:
         ) from e
 
 
-def _fim_prompt(engine: Any, prompt: str | list[int], suffix: str, model_name: str) -> list[int]:
+def _fim_prompt(engine: EngineClient, prompt: str | list[int], suffix: str, model_name: str) -> list[int]:
     """Prefix-suffix-middle token ids for a fill-in-the-middle request."""
-    fim = engine.tokenizer.fim_tokens if engine.tokenizer is not None else None
-    if fim is None:
+    tok = engine.tokenizer
+    fim = tok.fim_tokens if tok is not None else None
+    if tok is None or fim is None:
         raise InvalidParameterError(
             "suffix",
             f"The model `{model_name}` has no fill-in-the-middle tokens, so `suffix` is not supported.",
         )
     if not isinstance(prompt, str):
         raise InvalidParameterError("prompt", "`suffix` needs a text prompt")
-    tok = engine.tokenizer
     return [
         fim.prefix_id,
         *tok.encode(prompt, add_special_tokens=False),

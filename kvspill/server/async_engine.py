@@ -1,4 +1,4 @@
-"""An asyncio front over ONE `LLMEngine` driven by its own thread.
+"""An asyncio front over ONE engine (`EngineClient`, e.g. `LLMEngine`) driven by its own thread.
 
 Invariants:
 - Only the loop thread touches the engine (add/abort/step/kv_stats). Handlers talk to it through
@@ -31,14 +31,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
+from kvspill.engine_client import EngineClient
 from kvspill.errors import OutOfKVMemoryError
-from kvspill.outputs import RequestOutput
 from kvspill.sampling_params import SamplingParams
+from kvspill.stats import KVStats
+from kvspill.types import RequestOutput
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ADDED = object()  # the sentinel put first on a request's queue once the engine accepted it
 QUEUED_TOKENS_PER_MODEL_LEN = 8  # default max_queued_tokens = this many full contexts
@@ -81,7 +84,7 @@ class AsyncEngine:
 
     def __init__(
         self,
-        factory: Callable[[], Any],
+        factory: Callable[[], EngineClient],
         max_waiting: int = 64,
         on_output: Callable[[RequestOutput, RequestTimes], None] | None = None,
         max_queued_tokens: int | None = None,
@@ -90,7 +93,7 @@ class AsyncEngine:
         self.max_waiting = max_waiting
         self.max_queued_tokens = max_queued_tokens
         self._on_output = on_output
-        self.engine: Any = None
+        self.engine: EngineClient | None = None  # set on the loop thread once `factory()` returns
         self.load_error: str | None = None
         self._commands: queue.Queue = queue.Queue()
         self._tracked: dict[str, _Tracked] = {}  # loop thread only
@@ -100,7 +103,7 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         # (monotonic time, kv_stats()) replaced whole by the loop thread: readers need no lock.
-        self._kv_snapshot: tuple[float, dict[str, Any]] | None = None
+        self._kv_snapshot: tuple[float, KVStats] | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -160,15 +163,15 @@ class AsyncEngine:
     def abort(self, *req_ids: str) -> None:
         self._commands.put(("abort", req_ids))
 
-    async def call(self, fn: Callable[[Any], Any]) -> Any:
+    async def call(self, fn: Callable[[EngineClient], T]) -> T:
         """Run `fn(engine)` on the loop thread between steps; returns its result."""
         if self.engine is None:
             raise EngineUnavailableError(self.load_error or "the engine is loading")
-        fut: Future = Future()
+        fut: Future[T] = Future()
         self._commands.put(("call", fn, fut))
         return await asyncio.wrap_future(fut)
 
-    async def kv_stats(self, wait_s: float = KV_FRESH_WAIT_S) -> dict[str, Any]:
+    async def kv_stats(self, wait_s: float = KV_FRESH_WAIT_S) -> KVStats:
         """`engine.kv_stats()` now when the loop answers within `wait_s` (it is between steps),
         else the latest snapshot (a long step is running). Raises EngineUnavailableError."""
         try:
@@ -179,46 +182,52 @@ class AsyncEngine:
                 raise EngineUnavailableError("the engine is busy and has published no KV stats yet") from None
             return snapshot
 
-    def kv_snapshot(self) -> dict[str, Any] | None:
+    def kv_snapshot(self) -> KVStats | None:
         """The latest published `kv_stats()` with its age in `snapshot_age_s`; None before the first."""
         snapshot = self._kv_snapshot
         if snapshot is None:
             return None
         published, stats = snapshot
-        return {**stats, "snapshot_age_s": round(time.monotonic() - published, 3)}
+        return replace(stats, snapshot_age_s=round(time.monotonic() - published, 3))
 
     # ---- the loop thread -----------------------------------------------------------------------
+
+    @property
+    def _engine(self) -> EngineClient:
+        """The engine, for the loop thread (which built it before it runs anything else)."""
+        assert self.engine is not None, "the engine is used before the loop thread built it"
+        return self.engine
 
     def _publish_kv(self) -> None:
         now = time.monotonic()
         if self._kv_snapshot is not None and now - self._kv_snapshot[0] < KV_SNAPSHOT_INTERVAL_S:
             return
         try:
-            self._kv_snapshot = (now, self.engine.kv_stats())
+            self._kv_snapshot = (now, self._engine.kv_stats())
         except Exception:  # noqa: BLE001 - stats must not break serving
             logger.exception("kv_stats failed")
 
     def _run(self) -> None:
         try:
-            self.engine = self._factory()
+            engine = self.engine = self._factory()
         except Exception as e:  # noqa: BLE001 - reported on /health and every request
             logger.exception("loading the engine failed")
             self.load_error = f"the engine failed to load: {e}"
             self._ready.set()
             return
         if self.max_queued_tokens is None:
-            self.max_queued_tokens = QUEUED_TOKENS_PER_MODEL_LEN * self.engine.max_model_len
+            self.max_queued_tokens = QUEUED_TOKENS_PER_MODEL_LEN * engine.max_model_len
         self._ready.set()
         logger.info(
             "engine ready (max_model_len=%d, max_queued_tokens=%d)",
-            self.engine.max_model_len,
+            engine.max_model_len,
             self.max_queued_tokens,
         )
         while True:
-            busy = self.engine.has_unfinished_requests()
+            busy = engine.has_unfinished_requests()
             if not self._drain_commands(block=not busy):
                 break
-            if self.engine.has_unfinished_requests():
+            if engine.has_unfinished_requests():
                 self._step()
             self._publish_kv()
         self._abort_all(StepFailedError("the server is shutting down"))
@@ -245,7 +254,7 @@ class AsyncEngine:
         elif kind == "abort":
             for req_id in cmd[1]:
                 self._tracked.pop(req_id, None)
-                self.engine.abort_request(req_id)
+                self._engine.abort_request(req_id)
         elif kind == "abort_all":
             self._abort_all(EngineUnavailableError(cmd[1]))
         elif kind == "call":
@@ -253,7 +262,7 @@ class AsyncEngine:
             if not fut.set_running_or_notify_cancel():
                 return  # the caller stopped waiting (kv_stats' timeout)
             try:
-                result = fn(self.engine)
+                result = fn(self._engine)
             except Exception as e:  # noqa: BLE001 - handed to the caller
                 fut.set_exception(e)
                 return
@@ -265,17 +274,18 @@ class AsyncEngine:
         added: list[str] = []
         try:
             ids = [
-                prompt if isinstance(prompt, list) else self.engine.encode(prompt) for _, (prompt, _) in group
+                prompt if isinstance(prompt, list) else self._engine.encode(prompt)
+                for _, (prompt, _) in group
             ]
             if len(group) > 1:
                 self._check_group_fits(ids, [params for _, (_, params) in group])
             self._check_room(len(group), sum(len(x) for x in ids))
             for (req_id, (_, params)), token_ids in zip(group, ids, strict=True):
-                self.engine.add_request(token_ids, params, req_id, admission=True)
+                self._engine.add_request(token_ids, params, req_id, admission=True)
                 added.append(req_id)
         except Exception as e:  # noqa: BLE001 - handed to the request's handler
             for req_id in added:
-                self.engine.abort_request(req_id)
+                self._engine.abort_request(req_id)
             self._push(aq, e)
             return
         for (req_id, _), token_ids in zip(group, ids, strict=True):
@@ -285,8 +295,8 @@ class AsyncEngine:
     def _check_group_fits(self, ids: list[list[int]], params: list[SamplingParams]) -> None:
         """A group whose KV together exceeds the tiers could never run: a client error (400), not a
         503 that would be retried forever. (Each request alone is checked by `add_request`.)"""
-        need = sum(self.engine.kv_tokens_needed(len(x), p) for x, p in zip(ids, params, strict=True))
-        capacity = self.engine.kv_capacity_tokens()
+        need = sum(self._engine.kv_tokens_needed(len(x), p) for x, p in zip(ids, params, strict=True))
+        capacity = self._engine.kv_capacity_tokens()
         if need > capacity:
             raise OutOfKVMemoryError(
                 f"these {len(ids)} completions (prompts x n) need KV for {need} tokens together, but the KV "
@@ -311,7 +321,7 @@ class AsyncEngine:
 
     def _step(self) -> None:
         try:
-            outputs = self.engine.step()
+            outputs = self._engine.step()
         except Exception as e:  # noqa: BLE001 - a failing step must not kill the loop
             logger.exception("engine step failed; ending the requests in flight")
             self._abort_all(StepFailedError(f"the engine step failed: {type(e).__name__}: {e}"))
@@ -336,7 +346,7 @@ class AsyncEngine:
     def _abort_all(self, error: Exception) -> None:
         for req_id, tracked in list(self._tracked.items()):
             try:
-                self.engine.abort_request(req_id)
+                self._engine.abort_request(req_id)
             except Exception:  # noqa: BLE001 - keep ending the others
                 logger.exception("aborting %s failed", req_id)
             self._push(tracked.aqueue, error)

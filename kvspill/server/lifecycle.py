@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
 from typing import Any
 
@@ -24,7 +25,7 @@ from kvspill.server.async_engine import AsyncEngine
 
 logger = logging.getLogger(__name__)
 
-BACKSTOP_S = 2.0  # uvicorn cancels handler tasks this long after our aborts, if any still run
+BACKSTOP_S = 2  # uvicorn (whole seconds) cancels handler tasks this long after our aborts, if any still run
 
 
 class _DrainingServer(uvicorn.Server):
@@ -58,7 +59,7 @@ def serve(app: FastAPI, host: str, port: int, shutdown_timeout: float, **uvicorn
         host=host,
         port=port,
         log_level="info",
-        timeout_graceful_shutdown=shutdown_timeout + BACKSTOP_S,
+        timeout_graceful_shutdown=math.ceil(shutdown_timeout) + BACKSTOP_S,
         **uvicorn_options,
     )
     _DrainingServer(config, app.state.engine, shutdown_timeout).run()

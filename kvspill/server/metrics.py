@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from kvspill.outputs import RequestOutput
 from kvspill.server.async_engine import RequestTimes
+from kvspill.stats import KVStats
+from kvspill.types import RequestOutput
 
 P = "kvspill:"
 _LAT = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -72,20 +72,20 @@ class ServerMetrics:
     def rejected(self, reason: str) -> None:
         self.rejected_c.labels(reason).inc()
 
-    def refresh(self, kv: dict[str, Any] | None) -> None:
+    def refresh(self, kv: KVStats | None) -> None:
         if kv is not None:
-            sched = kv.get("scheduler", {})
-            self.running.set(sched.get("num_running", 0))
-            self.waiting.set(sched.get("num_waiting", 0))
-            self.preemptions.set(sched.get("num_preemptions", 0))
-            for tier, t in kv.get("tiers", {}).items():
-                self.blocks.labels(tier).set(t["used_blocks"])
-                self.usage.labels(tier).set(t["used_blocks"] / t["blocks"] if t["blocks"] else 0.0)
-            for key, value in kv.get("bytes_moved", {}).items():
-                src, _, dst = key.partition("_to_")
+            if kv.scheduler is not None:
+                self.running.set(kv.scheduler.num_running)
+                self.waiting.set(kv.scheduler.num_waiting)
+                self.preemptions.set(kv.scheduler.num_preemptions)
+            for tier, usage in kv.tiers.items():
+                self.blocks.labels(tier).set(usage.used_blocks)
+                self.usage.labels(tier).set(usage.usage)
+            for direction, value in kv.bytes_moved.items():
+                src, _, dst = direction.partition("_to_")
                 self.moved.labels(src, dst).set(value)
-            for path, value in kv.get("cold_attention_seconds", {}).items():
-                self.cold.labels(path).set(value)
+            for path, seconds in kv.cold_attention_seconds.to_json().items():
+                self.cold.labels(path).set(seconds)
         try:
             import psutil
 

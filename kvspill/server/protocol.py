@@ -90,8 +90,8 @@ class CompletionRequest(_Sampling):
         """The prompts of the request: a string or a token-id list is one; a list of them is a batch."""
         p = self.prompt
         if isinstance(p, list) and p and isinstance(p[0], (str, list)):
-            return list(p)  # type: ignore[arg-type]
-        return [p]  # type: ignore[list-item]
+            return list(p)
+        return [p]  # type: ignore[list-item]  # a str or one token-id list (mypy cannot narrow by p[0])
 
     def sampling_params(self) -> SamplingParams:
         if self.echo:

@@ -18,8 +18,8 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvspill.outputs import RequestOutput
 from kvspill.sampling_params import SamplingParams
+from kvspill.types import RequestOutput
 
 
 @dataclass

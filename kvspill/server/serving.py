@@ -121,8 +121,8 @@ async def _stream(
             if item.finished:
                 choice.final = item
                 open_ids.discard(item.req_id)
-            if (event := chunk(job, choice, item)) is not None:
-                yield event
+            if (text := chunk(job, choice, item)) is not None:
+                yield text
         else:
             if job.include_usage:
                 yield usage_chunk(job)

@@ -143,7 +143,7 @@ def test_stability_fails_when_requests_error(bench, tmp_path):
 
 def test_progressive_exits_1_when_the_first_context_fails(bench, scripted, monkeypatch, tmp_path):
     target = scripted(fail=lambda spec, n: "OutOfKVMemoryError: no room")
-    monkeypatch.setattr(bench_suites_cmd, "_target", lambda url, api_key, options: target)
+    monkeypatch.setattr(bench_suites_cmd, "_target", lambda url, api_key, model, engine: target)
     result = bench("progressive", "--contexts", "64,128", "--new-tokens", "4", "--out", str(tmp_path))
     assert result.exit_code == 1, result.output
     assert [r["ctx"] for r in _rows(tmp_path)] == [64] and target.closed
@@ -156,7 +156,6 @@ def test_progressive_exits_1_when_the_first_context_fails(bench, scripted, monke
         (("compare", "--contexts", "600"), "--max-model-len"),
         (("compare", "--configs", "default,turbo"), "unknown configuration 'turbo'"),
         (("compare", "--configs", ""), "--configs is empty"),
-        (("compare", "--configs", "weights-offload"), "not available in the engine"),
         (("progressive", "--contexts", "128,64"), "ascending"),
         (("stability", "--context-range", "64:16"), "1 <= MIN <= MAX"),
     ],

@@ -3,6 +3,7 @@ fails, compare's row grid, and the input checks that say what to change."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -108,8 +109,10 @@ def test_context_and_config_input_say_what_to_change():
         configs.parse_config_names("default,fastest")
     with pytest.raises(InvalidParameterError, match="is empty"):
         configs.parse_config_names(" , ")
-    with pytest.raises(InvalidParameterError, match="not available in the engine"):
-        configs.parse_config_names("weights-offload")
+    assert configs.parse_config_names("weights-resident,weights-offload") == [
+        "weights-resident",
+        "weights-offload",
+    ]
     assert configs.parse_url_labels(["a=http://h:1", "b=http://h:2"]) == [
         ("a", "http://h:1"),
         ("b", "http://h:2"),
@@ -131,6 +134,18 @@ def test_named_configurations_set_memory_knobs_within_the_cap(tiny_llama_dir):
     assert configs.config_options("offload-off", base, sizing, 2**30)["cpu_kv_budget_bytes"] == 0
     assert configs.config_options("stream", base, sizing, 2**30)["cold_attention"] == "stream"
     assert configs.config_options("cpu-attention", base, sizing, 2**30) == {"attention": "cpu"}
+    assert configs.config_options("weights-resident", base, sizing, 2**30) == {"cpu_offload_gb": 0.0}
+    # a quarter of the weights unless --cpu-offload-gb was given
+    quarter = configs.config_options("weights-offload", base, sizing, 2**30)["cpu_offload_gb"]
+    assert quarter == round(sum(p.numel() for p in _tiny_params(tiny_llama_dir)) * 4 / 4 / 2**30, 2)
+    given = dataclasses.replace(base, cpu_offload_gb=3.0)
+    assert configs.config_options("weights-offload", given, sizing, 2**30) == {"cpu_offload_gb": 3.0}
+
+
+def _tiny_params(model_dir):
+    from safetensors.torch import load_file
+
+    return [t for path in model_dir.glob("*.safetensors") for t in load_file(str(path)).values()]
 
 
 @pytest.mark.parametrize("preset", ["default", "extended", "extreme"])

@@ -104,7 +104,7 @@ def test_preemption_recomputes_to_the_same_tokens(tiny_llama_dir):
     tight = _engine(tiny_llama_dir, num_kv_blocks=12, enable_prefix_caching=False)
     got = [o.token_ids for o in tight.generate(prompts, params)]
     assert got == want
-    assert tight.engine.scheduler.stats()["num_preemptions"] > 0
+    assert tight.engine.scheduler.stats().num_preemptions > 0
 
 
 def test_seeded_sampling_is_reproducible(tiny_qwen3_dir):

@@ -116,11 +116,11 @@ def test_tiered_attention_matches_all_gpu(tmp_path, name):
     assert inputs.num_decodes == 3 and len(inputs.cold_seqs) >= 5
     for layer in range(LAYOUT.num_layers):
         torch.testing.assert_close(got[layer], want[layer], rtol=1e-5, atol=1e-5)
-    stats = backend.stats_dict()
-    assert stats["cold_steps"] == 1
+    stats = backend.counters()
+    assert stats.num_steps == 1
     path = backend.path
-    assert (stats["cold_cpu_bytes"] > 0) == (path in ("cpu", "split"))
-    assert (stats["cold_stream_bytes"] > 0) == (path in ("stream", "split"))
+    assert (stats.cpu_bytes > 0) == (path in ("cpu", "split"))
+    assert (stats.stream_bytes > 0) == (path in ("stream", "split"))
     if name == "split-bandwidths":
         assert backend.cpu_fraction == pytest.approx(30 / 80)
     backend.close()

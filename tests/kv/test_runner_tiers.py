@@ -141,11 +141,13 @@ def test_runner_with_moves_gives_the_same_logits(tiny_llama_dir, tmp_path, path)
     assert a.block_ids[:6] == [0, 5, 1, 2, 3, 1] and a.num_cold_blocks == 4
     assert tiered.states["b"].block_tiers[:3] == [TIER_GPU, TIER_DISK, TIER_CPU]
     stats = tiered.kv_stats()
+    assert stats.transfer is not None and stats.cold is not None
     block = layout.block_bytes
-    assert stats["transfer_bytes_gpu_to_cpu"] == 6 * block and stats["transfer_bytes_cpu_to_gpu"] == block
-    assert stats["transfer_bytes_gpu_to_disk"] == block and stats["transfer_bytes_cpu_to_disk"] == block
-    assert stats["transfer_num_moves"] == 9 and stats["transfer_num_copies"] == 6
-    assert stats["cold_steps"] == 5
+    moved = stats.bytes_moved
+    assert moved["gpu_to_cpu"] == 6 * block and moved["cpu_to_gpu"] == block
+    assert moved["gpu_to_disk"] == block and moved["cpu_to_disk"] == block
+    assert stats.transfer.num_moves == 9 and stats.transfer.num_copies == 6
+    assert stats.cold.num_steps == 5
 
 
 @pytest.mark.gpu

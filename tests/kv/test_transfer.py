@@ -41,10 +41,10 @@ def test_random_blocks_round_trip_through_every_tier(tmp_path):
         torch.cuda.synchronize()
     assert torch.equal(storage.kv_cache[back_ids].cpu(), original[gpu_ids].cpu())
     block = LAYOUT.block_bytes
-    stats = engine.stats_dict()
-    assert stats["transfer_bytes_gpu_to_cpu"] == stats["transfer_bytes_cpu_to_disk"] == 7 * block
-    assert stats["transfer_bytes_disk_to_gpu"] == 7 * block
-    assert stats["transfer_num_moves"] == 21 and stats["transfer_num_plans"] == 3
+    stats = engine.counters()
+    moved = stats.bytes_by_direction
+    assert moved["gpu_to_cpu"] == moved["cpu_to_disk"] == moved["disk_to_gpu"] == 7 * block
+    assert stats.num_moves == 21 and stats.num_plans == 3
 
 
 def test_direct_gpu_disk_moves_and_reuse_of_freed_ids_in_one_plan(tmp_path):

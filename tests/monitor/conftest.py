@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from kvspill.monitor.gpu import FakeGpuSource
 from kvspill.monitor.log import SnapshotLogger
 from kvspill.monitor.sampler import Sampler
 from kvspill.monitor.server import ServerProbe
 from kvspill.monitor.session import MonitorSession
 from kvspill.monitor.snapshot import HostReading
+
+from .fakes import FakeGpuSource
 
 GiB = 2**30
 WALK = [80, 86, 87, 91, 96, 84, 86]

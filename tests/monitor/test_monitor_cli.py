@@ -11,6 +11,9 @@ import typer
 from typer.testing import CliRunner
 
 from kvspill.cli import monitor_cmd
+from kvspill.monitor.gpu import GpuSource
+
+from .fakes import FakeGpuSource
 
 
 @pytest.fixture
@@ -83,7 +86,7 @@ def test_live_view_prints_alert_lines_and_rings(app, monkeypatch, flags, num_bel
 
     bells: list[int] = []
     monkeypatch.setattr(Console, "bell", lambda self: bells.append(1))  # rich drops BEL off a terminal
-    monkeypatch.setattr(gpu, "open_gpu_source", lambda: (gpu.FakeGpuSource([80, 86, 86, 91]), None))
+    monkeypatch.setattr(gpu, "open_gpu_source", lambda: (FakeGpuSource([80, 86, 86, 91]), None))
     result = CliRunner().invoke(app, ["monitor", "--count", "4", "--interval", "0.05", *flags])
     assert result.exit_code == 0, result.output
     assert result.output.count("ALERT") >= 2  # the lines above the view (and the session panel)
@@ -91,3 +94,8 @@ def test_live_view_prints_alert_lines_and_rings(app, monkeypatch, flags, num_bel
     assert len(bells) == num_bells  # once per refresh that raised alerts
     assert "session: 4 refreshes, 2 alerts" in result.output
     assert "peak 91.0%" in result.output
+
+
+def test_the_fake_gpu_source_is_a_gpu_source() -> None:
+    source: GpuSource = FakeGpuSource([50.0])  # mypy checks the fake against the product's protocol
+    assert source.read()[0].used_bytes == 40 * 2**30

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kvspill.plan.calibrate import load_calibration, measure_bandwidths, run_calibration, save_calibration
 from kvspill.env import DEFAULT_CALIBRATION_PATH, env_settings, read_env_settings
 from kvspill.errors import InvalidParameterError
 from kvspill.plan import Bandwidths
+from kvspill.plan.calibrate import load_calibration, measure_bandwidths, run_calibration, save_calibration
 
 
 def test_cpu_measurement_is_positive_and_quick(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from kvspill.plan.calibrate import save_calibration
 from kvspill.cli.plan_cmd import register
 from kvspill.config import EngineConfig
 from kvspill.env import env_settings
@@ -31,6 +30,7 @@ from kvspill.plan import (
     request_from_engine_config,
 )
 from kvspill.plan.arithmetic import STREAM_EFFICIENCY, decode_floor
+from kvspill.plan.calibrate import save_calibration
 from kvspill.plan.spec import KNOWN_SHAPES
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -344,7 +344,7 @@ def test_cli_bad_input_exits_2(cli: typer.Typer) -> None:
 
 
 def test_the_engines_plan_uses_the_whole_vram_budget_as_the_engine_does():
-    """With --vram-budget the engine sizes its pool from the budget itself (runner/memory.py);
+    """With --vram-budget the engine sizes its pool from the budget itself (plan/startup.py);
     --gpu-memory-utilization applies to the card only without one. The start-up plan agrees."""
     from kvspill.config import EngineConfig
     from kvspill.plan.startup import startup_plan

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvspill.sampling_params import SamplingParams
-from kvspill.scheduler.contracts import SchedulerConfig
+from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.scheduler.scheduler import Scheduler
 from kvspill.types import StepOutput

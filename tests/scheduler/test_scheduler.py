@@ -9,10 +9,10 @@ import pytest
 
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.sampling_params import SamplingParams
-from kvspill.scheduler.contracts import RequestUpdate, SchedulerConfig
+from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.scheduler.scheduler import Scheduler
-from kvspill.types import ScheduledBatch, StepOutput
+from kvspill.types import RequestUpdate, ScheduledBatch, StepOutput
 
 BLOCK_SIZE = 4
 TOKEN = 7  # what the fake runner samples unless told otherwise
@@ -209,10 +209,10 @@ def test_prefix_hit_across_requests_and_stats() -> None:
     assert batch.num_scheduled_tokens == {"a": 1, "b": 1}
     assert updates["b"].num_cached_tokens == 8 and updates["a"].num_cached_tokens == 0
     stats = scheduler.stats()
-    assert (stats["prefix_cache_queries"], stats["prefix_cache_hits"]) == (10 + 9, 8)
-    assert (stats["num_running"], stats["num_waiting"]) == (2, 0)
-    assert stats["kv_cache_usage"] == pytest.approx(4 / 8)
-    assert stats["prefix_cache_hit_rate"] == pytest.approx(8 / 19)
+    assert (stats.prefix_cache_queries, stats.prefix_cache_hits) == (10 + 9, 8)
+    assert (stats.num_running, stats.num_waiting) == (2, 0)
+    assert stats.kv_cache_usage == pytest.approx(4 / 8)
+    assert stats.prefix_cache_hit_rate == pytest.approx(8 / 19)
 
 
 # ---- preemption --------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_preemption_frees_the_latest_request_and_resumes_it_first() -> None:
     b = scheduler.get_request("b")
     assert b is not None and b.status == RequestStatus.PREEMPTED and b.num_computed_tokens == 0
     assert [r.req_id for r in scheduler.waiting] == ["b", "c"]
-    assert scheduler.stats()["num_preemptions"] == 1 and b.num_preemptions == 1
+    assert scheduler.stats().num_preemptions == 1 and b.num_preemptions == 1
     assert scheduler.get_request("a") is None  # finished: 3 tokens
 
     batch, _ = step(scheduler, runner)

@@ -16,10 +16,11 @@ import pytest
 
 from kvspill.errors import InvalidParameterError
 from kvspill.sampling_params import SamplingParams
-from kvspill.scheduler.contracts import RequestUpdate, SchedulerConfig
+from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.scheduler.scheduler import Scheduler
-from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, ScheduledBatch, StepOutput
+from kvspill.stats import RequestTierStats
+from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, RequestUpdate, ScheduledBatch, StepOutput
 
 BLOCK_SIZE = 4
 GPU, CPU, DISK = TIER_GPU, TIER_CPU, TIER_DISK
@@ -151,8 +152,8 @@ def assert_all_free(scheduler: Scheduler) -> None:
     assert tiers.cpu.free_block_ids() == list(range(tiers.cpu.num_blocks))
     assert tiers.disk.free_block_ids() == list(range(tiers.disk.num_blocks))
     assert not tiers._cold and not tiers._requests and not tiers._parked
-    used = {k: v for k, v in scheduler.stats().items() if k.startswith("num_used_")}
-    assert used == {"num_used_gpu_blocks": 0, "num_used_cpu_blocks": 0, "num_used_disk_blocks": 0}
+    tier = scheduler.stats().kv_tiers
+    assert (tier.num_used_gpu_blocks, tier.num_used_cpu_blocks, tier.num_used_disk_blocks) == (0, 0, 0)
 
 
 # ---- config ------------------------------------------------------------------------------
@@ -224,9 +225,9 @@ def test_two_requests_spill_by_block_index_then_arrival() -> None:
     (new_c,) = batch.new_reqs
     assert new_c.block_ids == [1, 4, 2] and new_c.block_tiers == []  # all gpu
     assert scheduler.tier_stats() == {
-        "a": {"status": "running", "num_gpu_blocks": 2, "num_cpu_blocks": 2, "num_disk_blocks": 0},
-        "b": {"status": "running", "num_gpu_blocks": 3, "num_cpu_blocks": 1, "num_disk_blocks": 0},
-        "c": {"status": "running", "num_gpu_blocks": 3, "num_cpu_blocks": 0, "num_disk_blocks": 0},
+        "a": RequestTierStats("running", num_gpu_blocks=2, num_cpu_blocks=2, num_disk_blocks=0),
+        "b": RequestTierStats("running", num_gpu_blocks=3, num_cpu_blocks=1, num_disk_blocks=0),
+        "c": RequestTierStats("running", num_gpu_blocks=3, num_cpu_blocks=0, num_disk_blocks=0),
     }
 
 
@@ -239,12 +240,12 @@ def test_a_full_cpu_tier_pushes_its_oldest_block_to_disk() -> None:
     assert moves[6] == [move("a", 2, (GPU, 2), (CPU, 1))]  # token 36: the cpu tier is now full
     assert moves[10] == [move("a", 1, (CPU, 0), (DISK, 0)), move("a", 3, (GPU, 3), (CPU, 0))]
     assert sum(map(len, moves)) == 4
-    stats = scheduler.stats()
+    stats = scheduler.stats().kv_tiers
     moved = {"gpu->cpu": 3, "cpu->disk": 1, "gpu->disk": 0, "cpu->gpu": 0, "disk->gpu": 0}
-    assert stats["kv_block_moves"] == moved
-    used = (stats["num_used_gpu_blocks"], stats["num_used_cpu_blocks"], stats["num_used_disk_blocks"])
+    assert stats.kv_block_moves == moved
+    used = (stats.num_used_gpu_blocks, stats.num_used_cpu_blocks, stats.num_used_disk_blocks)
     assert used == (8, 2, 1)
-    assert (stats["num_gpu_blocks"], stats["num_cpu_blocks"], stats["num_disk_blocks"]) == (8, 2, 8)
+    assert (stats.num_gpu_blocks, stats.num_cpu_blocks, stats.num_disk_blocks) == (8, 2, 8)
 
 
 def test_without_a_cpu_tier_blocks_spill_to_disk() -> None:
@@ -302,9 +303,9 @@ def test_preemption_parks_the_kv_in_the_cold_tiers_when_there_is_room() -> None:
         move(None, 2, (GPU, 6), (CPU, 2)),
     ]
     assert batch.cached_reqs[0].new_block_ids == [7, 4, 5, 6]  # b's partial block, then the spilled ones
-    assert scheduler.tier_stats()["b"] == {
-        "status": "preempted", "num_gpu_blocks": 0, "num_cpu_blocks": 3, "num_disk_blocks": 0
-    }  # fmt: skip
+    assert scheduler.tier_stats()["b"] == RequestTierStats(
+        "preempted", num_gpu_blocks=0, num_cpu_blocks=3, num_disk_blocks=0
+    )
 
     batch, _ = step(scheduler, runner)  # a's last 4 tokens spill a1; b resumes and spills a2..a4
     (new_b,) = batch.new_reqs
@@ -318,8 +319,8 @@ def test_preemption_parks_the_kv_in_the_cold_tiers_when_there_is_room() -> None:
     assert spilled == [("a", 1), ("a", 2), ("a", 3), ("a", 4)]
     assert batch.num_scheduled_tokens == {"a": 4, "b": 2}
     stats = scheduler.stats()
-    assert (stats["num_preemptions"], stats["num_spilled_preemptions"]) == (1, 1)
-    assert stats["kv_block_moves"]["cpu->gpu"] == 2
+    assert (stats.num_preemptions, stats.kv_tiers.num_spilled_preemptions) == (1, 1)
+    assert stats.kv_tiers.kv_block_moves["cpu->gpu"] == 2
     while scheduler.has_unfinished_requests():
         step(scheduler, runner)
     assert_all_free(scheduler)
@@ -329,7 +330,7 @@ def test_preemption_recomputes_when_the_cold_tiers_have_no_room() -> None:
     scheduler, runner, batch = _preemption_scenario(num_cpu_blocks=2)  # b has 3 full blocks
     b = scheduler.get_request("b")
     assert b is not None and b.status == RequestStatus.PREEMPTED and b.num_computed_tokens == 0
-    assert batch.transfers.empty and scheduler.stats()["num_spilled_preemptions"] == 0
+    assert batch.transfers.empty and scheduler.stats().kv_tiers.num_spilled_preemptions == 0
     new_reqs = []
     while scheduler.has_unfinished_requests():
         new_reqs += step(scheduler, runner)[0].new_reqs
@@ -357,7 +358,7 @@ def test_parked_kv_is_dropped_when_an_earlier_request_needs_the_room() -> None:
     moves = [step(scheduler, runner)[0].transfers.moves for _ in range(16)]
     assert moves[11] == [move("a", 0, (GPU, 0), (CPU, 3))]  # the last free cpu block
     assert moves[15] == [move("a", 1, (GPU, 1), (CPU, 0))]  # b's KV was dropped for it
-    assert not scheduler.kv_tiers.is_parked(b) and scheduler.stats()["num_dropped_spills"] == 1
+    assert not scheduler.kv_tiers.is_parked(b) and scheduler.stats().kv_tiers.num_dropped_spills == 1
     while scheduler.has_unfinished_requests():
         batch, _ = step(scheduler, runner)
         if batch.new_reqs:
@@ -377,9 +378,9 @@ def test_a_request_larger_than_the_gpu_tier_runs_and_frees_every_tier() -> None:
     while scheduler.has_unfinished_requests():
         step(scheduler, runner)
         if scheduler.get_request("a") is not None:
-            used = scheduler.stats()
+            used = scheduler.stats().kv_tiers
     assert request.finish_reason == "length" and request.num_tokens == 68
-    assert (used["num_used_cpu_blocks"], used["num_used_disk_blocks"]) == (2, 7)
+    assert (used.num_used_cpu_blocks, used.num_used_disk_blocks) == (2, 7)
     assert_all_free(scheduler)
 
 
@@ -400,9 +401,9 @@ def test_requests_that_can_never_fit_fail_with_advice() -> None:
 
 def test_abort_of_a_parked_request_frees_its_cold_blocks() -> None:
     scheduler, runner, _ = _preemption_scenario(num_cpu_blocks=8)
-    assert scheduler.stats()["num_used_cpu_blocks"] == 3
+    assert scheduler.stats().kv_tiers.num_used_cpu_blocks == 3
     scheduler.abort_requests("b")
-    assert scheduler.stats()["num_used_cpu_blocks"] == 0
+    assert scheduler.stats().kv_tiers.num_used_cpu_blocks == 0
     while scheduler.has_unfinished_requests():
         step(scheduler, runner)
     assert_all_free(scheduler)
@@ -451,7 +452,7 @@ def test_random_schedules_keep_the_invariants(seed: int) -> None:
     assert not runner.state
     assert_all_free(scheduler)
     if not scheduler.kv_tiers.enabled:
-        assert sum(scheduler.stats()["kv_block_moves"].values()) == 0
+        assert sum(scheduler.stats().kv_tiers.kv_block_moves.values()) == 0
 
 
 def _check_books(scheduler: Scheduler) -> None:
@@ -459,18 +460,18 @@ def _check_books(scheduler: Scheduler) -> None:
     tiers = scheduler.kv_tiers
     per_request = scheduler.tier_stats()
     assert set(per_request) == set(tiers._requests)
-    stats = scheduler.stats()
-    assert stats["num_used_cpu_blocks"] == sum(s["num_cpu_blocks"] for s in per_request.values())
-    assert stats["num_used_disk_blocks"] == sum(s["num_disk_blocks"] for s in per_request.values())
+    stats = scheduler.stats().kv_tiers
+    assert stats.num_used_cpu_blocks == sum(s.num_cpu_blocks for s in per_request.values())
+    assert stats.num_used_disk_blocks == sum(s.num_disk_blocks for s in per_request.values())
     # gpu blocks may be shared (prefix hits): count distinct ids
     gpu_ids = {b.block_id for r in tiers._requests for b in scheduler.kv_cache_manager.get_blocks(r) if b}
-    assert stats["num_used_gpu_blocks"] == len(gpu_ids)
+    assert stats.num_used_gpu_blocks == len(gpu_ids)
     for req_id, s in per_request.items():
         request = scheduler.get_request(req_id)
         assert request is not None
-        assert s["status"] == ("running" if request.status == RequestStatus.RUNNING else "preempted")
-        if s["status"] == "preempted":
-            assert s["num_gpu_blocks"] == 0 and request.num_computed_tokens % BLOCK_SIZE == 0
+        assert s.status == ("running" if request.status == RequestStatus.RUNNING else "preempted")
+        if s.status == "preempted":
+            assert s.num_gpu_blocks == 0 and request.num_computed_tokens % BLOCK_SIZE == 0
             continue
         _check_placement(scheduler, request)
 

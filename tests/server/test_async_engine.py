@@ -8,16 +8,22 @@ import asyncio
 
 import pytest
 
+from kvspill.engine_client import EngineClient
 from kvspill.errors import InvalidParameterError
-from kvspill.outputs import RequestOutput
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError, StepFailedError
+from kvspill.stats import KVStats
+from kvspill.types import RequestOutput
 
 HOLD = 7  # a prompt holding this token id gets no output (it keeps waiting) until released
 
 
 class FakeEngine:
+    """An `EngineClient`: each step gives every live request one token, until its max_tokens."""
+
     max_model_len = 64
+    vocab_size = 100
+    tokenizer = None
 
     def __init__(self) -> None:
         self.live: dict[str, int] = {}
@@ -25,31 +31,42 @@ class FakeEngine:
         self.fail_next = False
         self.aborted: list[str] = []
 
-    def kv_tokens_needed(self, num_prompt_tokens, params):
-        return num_prompt_tokens + params.max_tokens
+    def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int:
+        return num_prompt_tokens + (params.max_tokens or 0)
 
-    def kv_capacity_tokens(self):
+    def kv_capacity_tokens(self) -> int:
         return 1000
 
     def encode(self, prompt: str) -> list[int]:
         return [len(w) for w in prompt.split()]
 
-    def add_request(self, prompt, params, req_id, admission=False):
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        req_id: str | None = None,
+        admission: bool = False,
+    ) -> str:
+        assert params is not None and params.max_tokens is not None and req_id is not None
         if prompt == [3]:  # "bad"
             raise InvalidParameterError("prompt", "bad prompt")
         self.live[req_id] = params.max_tokens
         if HOLD in prompt:
             self.held.add(req_id)
+        return req_id
 
-    def abort_request(self, req_id):
+    def abort_request(self, req_id: str) -> None:
         self.aborted.append(req_id)
         self.live.pop(req_id, None)
         self.held.discard(req_id)
 
-    def has_unfinished_requests(self):
+    def has_unfinished_requests(self) -> bool:
         return bool(self.live)
 
-    def step(self):
+    def kv_stats(self) -> KVStats:
+        return KVStats()
+
+    def step(self) -> list[RequestOutput]:
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("boom")
@@ -71,6 +88,11 @@ class FakeEngine:
             if done:
                 del self.live[req_id]
         return outs
+
+
+def test_the_fake_is_an_engine_client() -> None:
+    engine: EngineClient = FakeEngine()  # mypy checks the fake against the server's interface
+    assert isinstance(engine, EngineClient)
 
 
 async def _drain(aq: asyncio.Queue) -> object:
@@ -176,9 +198,9 @@ class SlowStepEngine(FakeEngine):
         super().__init__()
         self.kv_calls = 0
 
-    def kv_stats(self):
+    def kv_stats(self) -> KVStats:
         self.kv_calls += 1
-        return {"tiers": {}, "calls": self.kv_calls}
+        return KVStats(block_size=self.kv_calls)  # the call count rides in a field nothing else reads
 
     def step(self):
         import time
@@ -202,16 +224,18 @@ def test_kv_snapshot_answers_at_once_during_a_long_step():
             start = loop.time()
             snapshot = await ae.kv_stats()  # the loop is inside the step: the snapshot answers
             assert loop.time() - start < 0.5
-            assert snapshot["snapshot_age_s"] >= 0.25
+            assert snapshot.snapshot_age_s is not None and snapshot.snapshot_age_s >= 0.25
             assert (await _drain(aq)).finished
             for _ in range(50):  # republished between steps, no older than the interval then
                 snapshot = ae.kv_snapshot()
-                if snapshot["calls"] > 1:
+                assert snapshot is not None
+                if snapshot.block_size > 1:
                     break
                 await asyncio.sleep(0.05)
-            assert snapshot["calls"] > 1
+            assert snapshot.block_size > 1
             fresh = await ae.kv_stats()  # idle loop: answered fresh, not from the snapshot
-            assert "snapshot_age_s" not in fresh and fresh["calls"] > snapshot["calls"]
+            assert fresh.snapshot_age_s is None and fresh.block_size > snapshot.block_size
+            assert "snapshot_age_s" in snapshot.to_json() and "snapshot_age_s" not in fresh.to_json()
         finally:
             await asyncio.to_thread(ae.shutdown)
 

@@ -12,12 +12,15 @@ import httpx
 import pytest
 import uvicorn
 
-from kvspill.outputs import RequestOutput
+from kvspill.engine_client import EngineClient
+from kvspill.sampling_params import SamplingParams
 from kvspill.server import ServerSettings, create_app, serving
+from kvspill.stats import KVStats, RequestTierStats
+from kvspill.types import RequestOutput
 
 
 class SlowEngine:
-    """Each step sleeps `delay`; the step number `fail_at` raises."""
+    """An `EngineClient` whose steps sleep `delay`; the step number `fail_at` raises."""
 
     max_model_len = 64
     vocab_size = 100
@@ -29,19 +32,36 @@ class SlowEngine:
         self.fail_at: int | None = None
         self.steps = 0
 
-    def add_request(self, prompt, params, req_id, admission=False):
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        req_id: str | None = None,
+        admission: bool = False,
+    ) -> str:
+        assert params is not None and params.max_tokens is not None and req_id is not None
         self.live[req_id] = params.max_tokens
+        return req_id
 
-    def abort_request(self, req_id):
+    def abort_request(self, req_id: str) -> None:
         self.live.pop(req_id, None)
 
-    def has_unfinished_requests(self):
+    def has_unfinished_requests(self) -> bool:
         return bool(self.live)
 
-    def kv_stats(self):
-        return {"requests": {r: {} for r in self.live}}
+    def kv_stats(self) -> KVStats:
+        return KVStats(requests={r: RequestTierStats("running") for r in self.live})
 
-    def step(self):
+    def encode(self, prompt: str) -> list[int]:
+        return [1] * len(prompt.split())
+
+    def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int:
+        return num_prompt_tokens + (params.max_tokens or 0)
+
+    def kv_capacity_tokens(self) -> int:
+        return 1000
+
+    def step(self) -> list[RequestOutput]:
         time.sleep(self.delay)
         self.steps += 1
         if self.fail_at is not None and self.steps == self.fail_at:
@@ -66,6 +86,11 @@ class SlowEngine:
             if done:
                 del self.live[req_id]
         return outs
+
+
+def test_the_fake_is_an_engine_client() -> None:
+    engine: EngineClient = SlowEngine()  # mypy checks the fake against the server's interface
+    assert isinstance(engine, EngineClient)
 
 
 @pytest.fixture

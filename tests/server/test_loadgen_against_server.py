@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from kvspill.cli import bench_cmd
 from kvspill.bench.loadgen import LoadConfig, make_prompts, percentile
+from kvspill.cli import bench_cmd
 
 
 def _refused_url() -> str:

@@ -9,6 +9,8 @@ import httpx
 import openai
 import pytest
 
+from kvspill.stats import KVStats
+
 from .conftest import start_server, stop_server
 
 
@@ -220,6 +222,42 @@ def test_metrics(server, client):
         "kvspill:request_success_total",
     ):
         assert name in text, name
+
+
+# The keys of `/v1/kv` as served before the typed records (kvspill/stats.py), from an idle server
+# without cold tiers. `requests` (request ids) and `bytes_moved` (directions that moved) have
+# data-dependent keys; every other object has exactly these, in this order.
+V1_KV_KEYS = {
+    "": ["block_size", "block_bytes", "tiers", "requests", "bytes_moved", "cold_attention_seconds",
+         "max_cold_fraction", "scheduler", "runner"],
+    "tiers": ["gpu", "cpu", "disk"],
+    "tiers.gpu": ["blocks", "used_blocks", "bytes", "used_bytes"],
+    "cold_attention_seconds": ["cpu", "stream"],
+    "scheduler": ["num_running", "num_waiting", "num_preemptions", "kv_cache_usage", "prefix_cache_queries",
+                  "prefix_cache_hits", "prefix_cache_hit_rate", "num_gpu_blocks", "num_used_gpu_blocks",
+                  "num_cpu_blocks", "num_used_cpu_blocks", "num_disk_blocks", "num_used_disk_blocks",
+                  "kv_block_moves", "num_spilled_preemptions", "num_dropped_spills"],
+    "scheduler.kv_block_moves": ["gpu->cpu", "cpu->disk", "gpu->disk", "cpu->gpu", "disk->gpu"],
+    "runner": ["transfer_num_moves", "transfer_num_copies", "transfer_num_plans", "transfer_seconds",
+               "transfer_copy_seconds", "cold_steps", "cold_cpu_fraction", "cold_cpu_bytes", "cold_cpu_seconds",
+               "cold_stream_bytes", "cold_stream_seconds", "cold_stream_copy_seconds"],
+}  # fmt: skip
+
+
+def test_v1_kv_keys_are_unchanged(server):
+    kv = _wait_no_requests(server, 5.0)
+    kv.pop("snapshot_age_s", None)  # only in an answer from the snapshot (a step was running)
+    for path, keys in V1_KV_KEYS.items():
+        obj = kv
+        for part in filter(None, path.split(".")):
+            obj = obj[part]
+        # transfer_bytes_<direction> come first, one per direction that moved (none here today)
+        assert [k for k in obj if not k.startswith("transfer_bytes_")] == keys, path
+    for tier in ("cpu", "disk"):
+        assert list(kv["tiers"][tier]) == V1_KV_KEYS["tiers.gpu"]
+    assert kv["requests"] == {}
+    assert all(isinstance(v, int) for v in kv["bytes_moved"].values())
+    assert KVStats.from_json(kv).to_json() == kv  # what clients parse is what the server sent
 
 
 def _generated(server) -> float:

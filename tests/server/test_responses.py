@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 
-from kvspill.outputs import RequestOutput
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.responses import Job, chunk, full_body
+from kvspill.types import RequestOutput
 
 
 def _out(delta: list[int], all_ids: list[int], finished: bool = False) -> RequestOutput:

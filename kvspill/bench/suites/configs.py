@@ -10,7 +10,8 @@ Invariants:
   an unknown or empty configuration list.
 - `tier_cap_bytes` bounds the cpu and disk tiers of every configuration (a preset on a big host
   asks for half its RAM, pinned and zeroed at start-up: too much for a test or a shared host).
-- There is no CPU-offloaded-weights mode in the engine: asking for it says so, it is never faked.
+- `weights-offload` is the engine's own `--cpu-offload-gb` (CUDA only): the user's amount, else a
+  quarter of the weights; `weights-resident` is the same engine with every weight on the GPU.
 """
 
 from __future__ import annotations
@@ -23,10 +24,6 @@ from kvspill.errors import InvalidParameterError
 from kvspill.plan.units import parse_tokens
 
 DEFAULT_START_CONTEXT = 4096
-NO_WEIGHT_OFFLOAD = (
-    "cpu-offloaded weights are not available in the engine yet: there is no such "
-    "configuration to compare (the weights always live on the device)"
-)
 
 CONFIGS: dict[str, str] = {
     "default": "the planner's default preset (75% of VRAM; CPU tier 2 GiB or what the context needs)",
@@ -37,9 +34,10 @@ CONFIGS: dict[str, str] = {
     "cpu-attention": "--attention cpu: the whole KV pool in RAM, attention on the CPU",
     "stream": "CPU tier + --cold-attention stream: cold blocks streamed to the device",
     "cold-cpu": "CPU tier + --cold-attention cpu: cold blocks attended in RAM",
+    "weights-resident": "every weight on the GPU (--cpu-offload-gb 0)",
+    "weights-offload": "--cpu-offload-gb as given, else a quarter of the weights, in pinned RAM (CUDA)",
 }
 DEFAULT_CONFIGS = ("default", "extended", "extreme")
-_WEIGHT_OFFLOAD_NAMES = {"weights-offload", "cpu-weights", "offload-weights", "weight-offload"}
 
 
 def parse_contexts(text: str, param: str = "--contexts") -> list[int]:
@@ -102,8 +100,6 @@ def parse_config_names(text: str | None) -> list[str]:
     if not names:
         raise InvalidParameterError("configs", f"--configs is empty: choose from {', '.join(CONFIGS)}")
     for name in names:
-        if name in _WEIGHT_OFFLOAD_NAMES:
-            raise InvalidParameterError("configs", NO_WEIGHT_OFFLOAD)
         if name not in CONFIGS:
             raise InvalidParameterError(
                 "configs", f"unknown configuration {name!r}: choose from {', '.join(CONFIGS)}"
@@ -191,6 +187,14 @@ def _preset_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes:
     }
 
 
+def _quarter_of_weights_gib(config: EngineConfig) -> float:
+    from kvspill.plan import request_from_engine_config
+    from kvspill.plan.startup import model_spec_for
+
+    request = request_from_engine_config(config, model_spec_for(config.model), vram_budget_bytes=1)
+    return round(request.stored_weight_bytes / 4 / 2**30, 2)
+
+
 def config_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: int) -> dict[str, Any]:
     """The EngineConfig fields configuration `name` sets over the user's `config`.
 
@@ -206,6 +210,10 @@ def config_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: 
         options = {"cpu_kv_budget_bytes": _cold_tier_bytes(config, sizing)}
     elif name == "cpu-attention":
         options = {"attention": "cpu"}
+    elif name == "weights-resident":
+        options = {"cpu_offload_gb": 0.0}
+    elif name == "weights-offload":
+        options = {"cpu_offload_gb": config.cpu_offload_gb or _quarter_of_weights_gib(config)}
     elif name in ("stream", "cold-cpu"):
         options = {
             "cpu_kv_budget_bytes": _cold_tier_bytes(config, sizing),

@@ -58,7 +58,11 @@ class Reading:
 
 class Target(Protocol):
     label: str
-    max_model_len: int | None  # None: unknown (a server that does not say)
+
+    @property
+    def max_model_len(self) -> int | None:
+        """None: unknown (a server that does not say). Read-only: an engine's is always known."""
+        ...
 
     def info(self) -> dict[str, Any]:
         """What the report says about the target: model, device or URL, card."""
@@ -207,7 +211,7 @@ class EngineTarget:
             device = self.engine.bundle.device
             gpu = _gib(torch.cuda.memory_allocated(device))
             peak = _gib(torch.cuda.max_memory_allocated(device))
-        moved = {k: int(v) for k, v in self.engine.kv_stats()["bytes_moved"].items()}
+        moved = dict(self.engine.kv_stats().bytes_moved)
         return Reading(host_rss_gib=process_rss_gib(), gpu_gib=gpu, peak_gpu_gib=peak, bytes_moved=moved)
 
     def reset_peak(self) -> None:

@@ -29,6 +29,7 @@ from kvspill.bench.suites.targets import (
     decode_rate,
     prompt_ids,
 )
+from kvspill.stats import KVStats
 
 _METRIC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$")
 RSS_METRIC = "kvspill:host_rss_bytes"
@@ -108,8 +109,7 @@ class UrlTarget:
             self._peak_gpu = max(self._peak_gpu or 0.0, gpu)
         moved: dict[str, int] = {}
         try:
-            kv = json.loads(self._get("/v1/kv"))
-            moved = {k: int(v) for k, v in (kv.get("bytes_moved") or {}).items()}
+            moved = dict(KVStats.from_json(json.loads(self._get("/v1/kv"))).bytes_moved)
         except Exception:  # noqa: BLE001 - a server without /v1/kv moves no bytes we can count
             pass
         return Reading(host_rss_gib=rss, gpu_gib=gpu, peak_gpu_gib=self._peak_gpu, bytes_moved=moved)

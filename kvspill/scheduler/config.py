@@ -1,13 +1,12 @@
-"""What the scheduler is given and what it reports: its limits (`SchedulerConfig`), what one step
-did to one request (`RequestUpdate`, for the engine) and its counters (`SchedulerStats`).
-Pure Python, like the scheduler."""
+"""The scheduler's limits (`SchedulerConfig`): block counts from the memory plan, the rest from the
+user. Pure Python, like the scheduler. What the scheduler hands on (`RequestUpdate`,
+`SchedulerStats`) are contracts: `kvspill/types.py`, `kvspill/stats.py`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from kvspill.errors import InvalidParameterError
-from kvspill.kv.tiers import TierStats
 
 
 @dataclass(frozen=True)
@@ -48,28 +47,3 @@ class SchedulerConfig:
         for name in ("num_cpu_blocks", "num_disk_blocks", "num_sink_blocks", "hot_window_tokens"):
             if getattr(self, name) < 0:
                 raise InvalidParameterError(name, f"{name} must not be negative, got {getattr(self, name)}")
-
-
-@dataclass(frozen=True)
-class RequestUpdate:
-    """What one step did to one request, for the engine to turn into outputs."""
-
-    req_id: str
-    new_token_ids: list[int]
-    finished: bool
-    finish_reason: str | None  # "stop", "length", "abort", "error" once finished
-    stop_reason: int | None  # the stop token id that ended the request (not eos), if any
-    error: str | None = None  # the message, with finish_reason "error"
-    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at the first schedule
-
-
-class SchedulerStats(TierStats):
-    """A plain dict at run time (ready for JSON and metrics), typed for readers. Tier keys: `TierStats`."""
-
-    num_running: int
-    num_waiting: int
-    num_preemptions: int  # since start
-    kv_cache_usage: float  # fraction of gpu blocks held by requests
-    prefix_cache_queries: int  # tokens looked up at admission
-    prefix_cache_hits: int  # tokens found in the prefix cache
-    prefix_cache_hit_rate: float

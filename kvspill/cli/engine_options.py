@@ -1,0 +1,232 @@
+"""The engine's flags, declared once: `EngineOptions`, given to a command by `@with_engine_options`.
+
+Every command that builds (or plans) an engine takes the same flags: `generate`, `chat`, `serve`,
+`plan` and `bench progressive | stability | compare`. A command declares its own options as usual
+and one keyword-only parameter `engine: EngineOptions`; the decorator shows typer the engine flags
+in its place (in their own "Engine options" help panel) and packs them back into that object.
+
+Invariants:
+- One flag per `EngineConfig` field, named after it (`--block-size` sets `block_size`), except:
+  `model` (each command keeps its own `--model` option or MODEL argument) and `trust_remote_code`
+  (no flag: its only valid value is its default, False, since kvspill never runs code from a model
+  repository; EngineConfig refuses True). Sizes drop `_bytes` (`--vram-budget 24GiB` sets
+  `vram_budget_bytes`) and `seed` is `--engine-seed` (`--seed` is already the per-request sampling
+  seed in `generate`/`chat` and the prompt seed in the bench suites).
+  tests/cli/test_engine_options.py walks EngineConfig to keep it so.
+- A flag left out is None here and `EngineConfig`'s own default applies: defaults live in
+  config.py alone, and each help text quotes its default from there.
+- Every flag also reads `KVSPILL_<FLAG>` (`KVSPILL_VRAM_BUDGET=24GiB`); the command line wins.
+- `engine_kwargs` is a plain function of the object: sizes go through `plan.units.parse_bytes`,
+  `--rope-scaling` through `config.parse_rope_scaling`, and `EngineConfig` validates the rest, so
+  a bad value is one `error:` line and exit 2 in every command.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Annotated, Any, TypeVar, get_args, get_type_hints
+
+import typer
+
+from kvspill.config import EngineConfig, parse_rope_scaling
+from kvspill.plan.units import parse_bytes
+
+PANEL = "Engine options"
+_R = TypeVar("_R")
+
+
+def _rope(text: str, flag: str) -> dict[str, Any]:
+    return parse_rope_scaling(text)
+
+
+def _flag(
+    what: str,
+    config: str | None = None,
+    *,
+    default: str | None = None,
+    parse: Callable[[str, str], Any] | None = None,
+) -> Any:
+    """One engine flag: `what` it does, the EngineConfig field it sets (default: its own name),
+    its default in words (default: EngineConfig's value) and a parser of its text."""
+    return field(default=None, metadata={"what": what, "config": config, "default": default, "parse": parse})
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine flags as given on the command line or in `KVSPILL_*`; None: not given."""
+
+    device: str | None = _flag(
+        "Where to run: auto, cpu, cuda or cuda:N.", default="auto, cuda when available"
+    )
+    dtype: str | None = _flag(
+        "Weight and activation dtype: auto, float32, float16 or bfloat16.",
+        default="auto, bfloat16 on cuda and float16 on cpu",
+    )
+    max_model_len: int | None = _flag(
+        "Longest sequence (prompt + output) in tokens.", default="the model's, after --rope-scaling"
+    )
+    block_size: int | None = _flag("Tokens per KV block: 8, 16, 32, 64 or 128.")
+    max_num_batched_tokens: int | None = _flag("Token budget per step (the prefill chunk size).")
+    max_num_seqs: int | None = _flag("Most sequences running at once.")
+    rope_scaling: str | None = _flag(
+        "RoPE scaling override: TYPE:FACTOR (e.g. yarn:4) or a JSON object.",
+        default="the model's",
+        parse=_rope,
+    )
+    enforce_eager: bool | None = _flag("Disable CUDA graphs.", default="off")
+    async_scheduling: bool | None = _flag(
+        "Launch step N+1 before reading step N's tokens (outputs reach clients a step later).",
+        default="on with cuda, off on cpu",
+    )
+    enable_prefix_caching: bool | None = _flag("Reuse the KV blocks of shared prompt prefixes.", default="on")
+    quantization: str | None = _flag(
+        "Weight format: gguf (keep a GGUF quantized on any device) or none (dequantize to --dtype); "
+        "`plan` also takes a GGUF type to see what a file of it would take (q4_k_m, q8_0, ...).",
+        default="the file's own; a GGUF is dequantized on cpu",
+    )
+    engine_seed: int | None = _flag("Seed of the sampler for requests that bring none.", "seed")
+    vram_budget: str | None = _flag(
+        "Hard ceiling for everything on the GPU, e.g. 16GiB (at least 256MiB).",
+        "vram_budget_bytes",
+        default="none, --gpu-memory-utilization of the card",
+        parse=parse_bytes,
+    )
+    gpu_memory_utilization: float | None = _flag("Fraction of the card to use when no --vram-budget.")
+    cpu_offload_gb: float | None = _flag(
+        "GiB of weights kept in pinned RAM as whole layers, copied to the GPU one layer ahead "
+        "(vLLM's option; CUDA, dense weights).",
+        default="0",
+    )
+    kv_cache_memory: str | None = _flag(
+        "Fixed GPU-tier KV cache size, e.g. 8GiB, instead of sizing it from memory.",
+        "kv_cache_memory_bytes",
+        default="sized from memory",
+        parse=parse_bytes,
+    )
+    num_kv_blocks: int | None = _flag(
+        "Exact GPU-tier KV blocks; overrides --kv-cache-memory (for tests).", default="sized from memory"
+    )
+    cpu_kv_budget: str | None = _flag(
+        "Pinned host RAM for cold KV, e.g. 32GiB.",
+        "cpu_kv_budget_bytes",
+        default="0, no cpu tier",
+        parse=parse_bytes,
+    )
+    disk_kv_budget: str | None = _flag(
+        "Disk space for colder KV (memory-mapped files), e.g. 200GiB.",
+        "disk_kv_budget_bytes",
+        default="0, no disk tier",
+        parse=parse_bytes,
+    )
+    kv_disk_dir: str | None = _flag("Directory of the disk KV tier.", default="a temporary directory")
+    num_cpu_kv_blocks: int | None = _flag(
+        "Exact cpu-tier KV blocks; overrides --cpu-kv-budget (for tests).", default="from --cpu-kv-budget"
+    )
+    num_disk_kv_blocks: int | None = _flag(
+        "Exact disk-tier KV blocks; overrides --disk-kv-budget (for tests).", default="from --disk-kv-budget"
+    )
+    num_sink_blocks: int | None = _flag("First KV blocks of each sequence that never leave the GPU tier.")
+    hot_window_tokens: int | None = _flag("Most recent tokens of each sequence kept on the GPU tier.")
+    attention: str | None = _flag(
+        "auto: GPU tier plus cold tiers; cpu: all KV in RAM, decode attention on the CPU."
+    )
+    cold_attention: str | None = _flag(
+        "Attention over cold blocks: cpu (in RAM), stream (to the GPU), split (both) or auto."
+    )
+    cpu_attention_threads: int | None = _flag(
+        "Threads (each pinned to its own core where allowed) for CPU attention.", default="torch's default"
+    )
+
+    def given(self) -> dict[str, Any]:
+        """The flags given, by flag field name, as typed (sizes still text)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+_FIELDS = {f.name: f for f in fields(EngineOptions)}
+
+
+def _meta(name: str) -> Any:
+    return _FIELDS[name].metadata
+
+
+def config_field(name: str) -> str:
+    """The EngineConfig field that flag field `name` sets."""
+    return _meta(name)["config"] or name
+
+
+def flag_name(name: str) -> str:
+    """`vram_budget` -> `--vram-budget`."""
+    return "--" + name.replace("_", "-")
+
+
+def engine_kwargs(options: EngineOptions) -> dict[str, Any]:
+    """EngineConfig keyword arguments for the flags given (parsed, not yet validated)."""
+    out = {}
+    for name, value in options.given().items():
+        parse = _meta(name)["parse"]
+        out[config_field(name)] = parse(value, flag_name(name)) if parse else value
+    return out
+
+
+def engine_config(options: EngineOptions, model: str | None = None) -> EngineConfig:
+    """The frozen, validated engine config of `model` with these flags (raises InvalidParameterError)."""
+    return EngineConfig(model=model, **engine_kwargs(options))
+
+
+def _default_text(name: str) -> str:
+    given = _meta(name)["default"]
+    if given is not None:
+        return str(given)
+    default = EngineConfig.__dataclass_fields__[config_field(name)].default
+    if default is MISSING or default is None:
+        raise TypeError(f"engine flag {name}: say its default in words (_flag(default=...))")
+    return str(default)
+
+
+def _parameter(name: str, annotation: Any) -> inspect.Parameter:
+    """The typer parameter of flag field `name`: help with its default, `KVSPILL_<FLAG>`, the panel."""
+    flag = flag_name(name)
+    decls = (f"{flag}/--no-{flag[2:]}",) if bool in get_args(annotation) else ()
+    option = typer.Option(
+        *decls,
+        help=f"{_meta(name)['what']} (default: {_default_text(name)})",
+        envvar=f"KVSPILL_{name.upper()}",
+        show_default=False,
+        rich_help_panel=PANEL,
+    )
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[annotation, option]
+    )
+
+
+def engine_parameters() -> list[inspect.Parameter]:
+    """Every engine flag as a typer-annotated keyword-only parameter (all default None)."""
+    hints = get_type_hints(EngineOptions)
+    return [_parameter(f.name, hints[f.name]) for f in fields(EngineOptions)]
+
+
+def with_engine_options(fn: Callable[..., _R]) -> Callable[..., _R]:
+    """Give command `fn` every engine flag. `fn` declares `*, engine: EngineOptions`; typer sees
+    `fn`'s other parameters followed by the engine flags, and `fn` gets them packed as `engine`."""
+    signature = inspect.signature(fn, eval_str=True)
+    if "engine" not in signature.parameters:
+        raise TypeError(f"{fn.__name__} needs a keyword-only parameter `engine: EngineOptions`")
+    own = [p for p in signature.parameters.values() if p.name != "engine"]
+    added = engine_parameters()
+    clash = {p.name for p in own} & {p.name for p in added}
+    if clash:
+        raise TypeError(f"{fn.__name__}: {sorted(clash)} are engine flags already")
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> _R:
+        engine = EngineOptions(**{name: kwargs.pop(name, None) for name in _FIELDS})
+        return fn(*args, engine=engine, **kwargs)
+
+    params = [*own, *added]
+    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__annotations__["return"] = signature.return_annotation
+    return command

@@ -1,0 +1,90 @@
+"""What the server needs of an engine: `EngineClient`, the Protocol `LLMEngine` satisfies.
+
+The server (`server/async_engine.py`, `server/app.py`) holds its engine through this interface
+only, so tests can serve a fake engine and mypy checks the real one and the fakes against one
+written contract (tests/server/test_engine_client.py).
+
+Invariants:
+- Torch-free: importing it loads no model code (the server's imports stay light; import-linter).
+- Every member is one the server uses, and nothing else: add a member here before the server
+  calls it, and the fakes under tests/server follow.
+- Only the server's engine thread calls these (`AsyncEngine`): implementations need no locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from kvspill.sampling_params import SamplingParams
+from kvspill.stats import KVStats
+from kvspill.types import RequestOutput
+
+
+class FimTokenIds(Protocol):
+    """Fill-in-the-middle token ids (`tokenizer.FimTokens` fits)."""
+
+    @property
+    def prefix_id(self) -> int: ...
+
+    @property
+    def suffix_id(self) -> int: ...
+
+    @property
+    def middle_id(self) -> int: ...
+
+
+class TokenizerClient(Protocol):
+    """The tokenizer calls the server makes (`tokenizer.TokenizerBundle` fits)."""
+
+    @property
+    def fim_tokens(self) -> FimTokenIds | None: ...  # None: the vocabulary has no FIM tokens
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], **template_kwargs: Any
+    ) -> list[int]: ...  # with the generation prompt; raises for messages the template rejects
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    """The engine as the server drives it: requests in, `RequestOutput`s out, one `step()` at a time.
+
+    Errors: `add_request` raises a `KvspillError` subclass for a request it refuses (bad input; with
+    `admission`, KV that can never fit or has no room now); `step()` may raise anything, and the
+    server then fails the requests in flight.
+    """
+
+    @property
+    def max_model_len(self) -> int: ...  # tokens of one sequence: prompt + output
+
+    @property
+    def vocab_size(self) -> int: ...  # token ids are in [0, vocab_size)
+
+    @property
+    def tokenizer(self) -> TokenizerClient | None: ...  # None: token ids in, token ids out
+
+    def encode(self, prompt: str) -> list[int]: ...
+
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        req_id: str | None = None,
+        admission: bool = False,
+    ) -> str: ...  # the request's id
+
+    def abort_request(self, req_id: str) -> None: ...  # unknown or finished ids are ignored
+
+    def has_unfinished_requests(self) -> bool: ...
+
+    def step(self) -> list[RequestOutput]: ...  # one output per request the step changed
+
+    def kv_stats(self) -> KVStats: ...
+
+    def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int: ...
+
+    def kv_capacity_tokens(self) -> int: ...  # tokens of KV all tiers hold together

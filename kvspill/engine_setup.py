@@ -1,0 +1,333 @@
+"""Engine construction: device and dtype, pre-flight, the memory plan, the model, the KV pools.
+
+The runner only runs steps; everything that decides what to build lives here, in order:
+1. pick the device and dtype; pre-flight checks (warnings with fixes);
+2. the memory plan from the model's shapes (`plan.startup.startup_plan`), printed before loading;
+   on CUDA one that cannot fit stops start-up with advice, and the budget caps the allocator;
+3. load the weights (or build a random-weight benchmark model) and the tokenizer;
+4. measure (weights on the device; on CUDA the peak of one profiled prefill chunk and memory in
+   use outside torch) and plan again with those measurements: that plan, and no other formula,
+   gives the gpu/cpu/disk tier sizes in blocks, so `kvspill plan` and `kv_stats()` agree;
+5. allocate the tiers, capture CUDA graphs, build the runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import psutil
+import torch
+
+from kvspill.config import EngineConfig
+from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
+from kvspill.kv.cold_attention import ColdAttentionConfig
+from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
+from kvspill.model.loader import LoadedModel, load_model
+from kvspill.model.quant import model_weight_bytes
+from kvspill.model.random_init import build_random_model, is_random_model
+from kvspill.model.resolve import resolve_model
+from kvspill.plan import MemoryPlan
+from kvspill.plan.arithmetic import COLD_STAGE_TOKENS, MAX_GRAPH_BATCH
+from kvspill.plan.calibrate import load_calibration
+from kvspill.plan.preflight import run_checks
+from kvspill.plan.spec import ModelSpec
+from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quantized, startup_plan
+from kvspill.runner.cuda_graphs import DecodeGraphs
+from kvspill.runner.model_runner import ModelRunner
+from kvspill.runner.profile import profile_prefill_peak
+from kvspill.tokenizer import TokenizerBundle, load_tokenizer
+
+logger = logging.getLogger(__name__)
+GIB = 2**30
+
+
+@dataclass
+class EngineParts:
+    """What start-up built; the engine owns it. `memory_plan` sized the tiers (block for block)."""
+
+    runner: ModelRunner
+    storage: TieredKVStorage
+    tokenizer: TokenizerBundle | None  # None for random-weight benchmark models
+    eos_token_ids: frozenset[int]
+    loaded: LoadedModel
+    memory_plan: MemoryPlan
+    num_blocks: int
+    max_model_len: int
+    vocab_size: int
+    device: torch.device
+    dtype: torch.dtype
+
+
+def pick_device(config: EngineConfig) -> torch.device:
+    if config.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidParameterError(
+            "device", f"--device {config.device} asked for CUDA but no CUDA GPU is visible; use --device cpu"
+        )
+    return torch.device(config.device)
+
+
+def pick_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
+    if config.dtype != "auto":
+        return getattr(torch, config.dtype)
+    if device.type == "cuda":
+        return torch.bfloat16
+    # On x86 CPUs oneDNN's fp16 GEMV beat bf16 (6.2 vs 10.7 ms per SmolLM2 token, 2 threads) and
+    # fp16 keeps 3 more mantissa bits: greedy output matched fp32 for 64 tokens where bf16
+    # drifted (docs/performance.md). The runner stops with advice if fp16 ever overflows.
+    return torch.float16
+
+
+def _card(device: torch.device) -> tuple[int | None, str | None]:
+    if device.type != "cuda":
+        return None, None
+    return torch.cuda.get_device_properties(device).total_memory, torch.cuda.get_device_name(device)
+
+
+def _plan(config: EngineConfig, device: torch.device, **after_loading: object) -> StartupPlan | None:
+    total, name = _card(device)
+    return startup_plan(
+        config,
+        total,
+        name,
+        load_calibration(),
+        device=device.type,
+        host_available_bytes=int(psutil.virtual_memory().available),
+        **after_loading,  # type: ignore[arg-type]
+    )
+
+
+def _plan_and_cap(config: EngineConfig, device: torch.device) -> None:
+    """Print the memory plan before loading; on CUDA stop if it cannot fit, and cap the allocator."""
+    startup = _plan(config, device)
+    if startup is not None:
+        logger.info("memory plan (bandwidths: %s):\n%s", startup.bandwidths.source, startup.table)
+        enforce(startup, config, on_gpu=device.type == "cuda")
+    total, _ = _card(device)
+    if total is not None:
+        ceiling = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
+        # A hard ceiling for the caching allocator (weights, KV, activations, graph pools); the
+        # CUDA context itself is outside it, and the plan charges it as measured runtime memory.
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.set_per_process_memory_fraction(min(1.0, ceiling / total), index)
+
+
+def _measure(
+    config: EngineConfig, loaded: LoadedModel, layout: KVLayout, device: torch.device, allocated_before: int
+) -> Measured:
+    """The plan's measured inputs. On the CPU the weights are the parameters' bytes (so a plan made
+    from the model's shapes, as `kvspill plan` makes it, lands on the same blocks). On CUDA the
+    weights are what loading allocated; everything else in use on the card (CUDA context, other
+    processes, other engines of this process) is runtime memory the pool cannot have."""
+    if device.type != "cuda":
+        return Measured(weight_bytes=model_weight_bytes(loaded.model))
+    chunk = min(config.max_num_batched_tokens, loaded.max_model_len)
+    activation = profile_prefill_peak(loaded.model, layout, chunk, device)
+    # Cached-but-free allocator blocks (temporaries of weight loading: dtype casts, random init)
+    # count as used in mem_get_info: hand them back first, so the pool gets that room.
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    weights = torch.cuda.memory_allocated(device) - allocated_before
+    return Measured(weight_bytes=weights, activation_bytes=activation, runtime_bytes=total - free - weights)
+
+
+def _size_tiers(
+    config: EngineConfig, loaded: LoadedModel, layout: KVLayout, device: torch.device, allocated_before: int
+) -> MemoryPlan:
+    """The plan, with what was measured, that the tiers are allocated from."""
+    measured = _measure(config, loaded, layout, device, allocated_before)
+    spec = ModelSpec.from_hf_config(loaded.hf_config.to_dict())
+    startup = _plan(config, device, measured=measured, spec=spec, context_len=loaded.max_model_len)
+    assert startup is not None, "a plan with a device budget always exists after loading"
+    plan = startup.plan
+    logger.info(
+        "KV pool: budget %.2f GiB - weights %.2f GiB - activations %.2f GiB - reserves %.2f GiB = %.2f GiB",
+        plan.usable_vram_bytes / GIB,
+        plan.weight_bytes / GIB,
+        plan.activation_peak_bytes / GIB,
+        (plan.cuda_graph_reserve_bytes + plan.allocator_slack_bytes + plan.runtime_reserve_bytes) / GIB,
+        plan.gpu_kv_bytes / GIB,
+    )
+    num_blocks = plan.gpu_kv_tokens // config.block_size
+    if num_blocks < 2:
+        raise OutOfKVMemoryError(
+            f"No memory is left for the KV cache: one block needs {layout.block_bytes} bytes.\n"
+            + startup.table
+            + "\nLower --max-num-batched-tokens, raise --vram-budget or --gpu-memory-utilization, "
+            "or use a smaller model."
+        )
+    blocks_per_seq = -(-loaded.max_model_len // config.block_size)
+    if (
+        num_blocks + plan.cpu_kv_tokens // config.block_size + plan.disk_kv_tokens // config.block_size
+        < blocks_per_seq
+    ):
+        logger.warning(
+            "the KV tiers hold %d tokens, fewer than --max-model-len %d: long requests will be "
+            "preempted or refused; lower --max-model-len or give the cache more memory",
+            plan.gpu_kv_tokens + plan.cpu_kv_tokens + plan.disk_kv_tokens,
+            loaded.max_model_len,
+        )
+    return plan
+
+
+def _capture_graphs(config: EngineConfig, loaded: LoadedModel, storage: KVStorage) -> DecodeGraphs:
+    graphs = DecodeGraphs(
+        loaded.model,
+        storage,
+        scale=loaded.head_dim**-0.5,
+        max_num_seqs=min(config.max_num_seqs, MAX_GRAPH_BATCH),
+        max_blocks_per_seq=-(-loaded.max_model_len // config.block_size),
+    )
+    graphs.capture()
+    return graphs
+
+
+def _cold_config(config: EngineConfig) -> ColdAttentionConfig:
+    """Cold-attention path; the stream/CPU split follows the saved calibration when there is one."""
+    calibration = load_calibration()
+    return ColdAttentionConfig(
+        path=config.cold_attention,
+        cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
+        h2d_gbs=calibration.h2d_gbs if calibration else None,
+        # The plan reserves two staging buffers of COLD_STAGE_TOKENS per layer: use all of it.
+        # Fewer, larger chunks keep the host ahead of the H2D gathers (W2 3 x 32K on an H200:
+        # 256-block chunks left the copy stream idle 45% of a step waiting for launches).
+        stream_chunk_blocks=max(1, COLD_STAGE_TOKENS // config.block_size),
+    )
+
+
+def _preflight(config: EngineConfig) -> None:
+    """Report what will hurt offloading (with the fix) and give CPU attention its threads and cores."""
+    offloading = bool(
+        config.cpu_kv_budget_bytes
+        or config.disk_kv_budget_bytes
+        or config.num_cpu_kv_blocks
+        or config.num_disk_kv_blocks
+        or config.attention == "cpu"
+    )
+    for check in run_checks(config.kv_disk_dir):
+        if check.status in ("warn", "fail"):
+            # What hurts offloading is a warning only when this engine offloads.
+            level = logging.WARNING if offloading or check.status == "fail" else logging.INFO
+            logger.log(level, "pre-flight: %s: %s -> %s", check.name, check.value, check.fix)
+        else:
+            logger.debug("pre-flight: %s: %s", check.name, check.value)
+    threads = config.cpu_attention_threads
+    if threads is None:
+        return
+    torch.set_num_threads(threads)
+    if hasattr(os, "sched_getaffinity"):
+        allowed = sorted(os.sched_getaffinity(0))
+        if len(allowed) > threads:
+            # The engine thread plus `threads` dedicated cores (the last ones: core 0 takes interrupts).
+            try:
+                os.sched_setaffinity(0, allowed[-(threads + 1) :])
+            except OSError as e:
+                logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
+
+
+def _load(
+    config: EngineConfig, device: torch.device, dtype: torch.dtype
+) -> tuple[LoadedModel, TokenizerBundle | None]:
+    if config.cpu_offload_gb and device.type != "cuda":
+        raise InvalidParameterError(
+            "cpu_offload_gb",
+            "--cpu-offload-gb moves weights off a CUDA GPU; on the CPU they are in RAM already",
+        )
+    if is_random_model(config.model):
+        assert config.model is not None
+        offload = int(config.cpu_offload_gb * GIB)
+        return build_random_model(config.model, device, dtype, config.max_model_len, offload), None
+    resolved = resolve_model(config.model)
+    keep_quantized = keeps_gguf_quantized(config, device.type)
+    if config.quantization == "gguf" and resolved.kind != "gguf":
+        raise InvalidParameterError(
+            "quantization",
+            f"--quantization gguf needs a .gguf model file; {resolved.display_name} is not one",
+        )
+    loaded = load_model(
+        resolved,
+        device,
+        dtype,
+        config.rope_scaling,
+        config.max_model_len,
+        keep_quantized=keep_quantized,
+        cpu_offload_bytes=int(config.cpu_offload_gb * GIB),
+    )
+    return loaded, load_tokenizer(resolved, loaded.hf_config)
+
+
+def build_engine_parts(config: EngineConfig) -> EngineParts:
+    device = pick_device(config)
+    dtype = pick_dtype(config, device)
+    _preflight(config)
+    _plan_and_cap(config, device)
+    allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    loaded, tokenizer = _load(config, device, dtype)
+    eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else frozenset[int]()
+    layout = KVLayout(
+        num_layers=loaded.num_layers,
+        block_size=config.block_size,
+        num_kv_heads=loaded.num_kv_heads,
+        head_dim=loaded.head_dim,
+        dtype=dtype,
+    )
+    plan = _size_tiers(config, loaded, layout, device, allocated_before)
+    bs = config.block_size
+    # --attention cpu: the whole pool in host RAM (the "gpu" tier), attention on the CPU, no cold tiers.
+    pool_device = torch.device("cpu") if config.attention == "cpu" else device
+    storage = TieredKVStorage(
+        layout,
+        plan.gpu_kv_tokens // bs,
+        pool_device,
+        num_cpu_blocks=plan.cpu_kv_tokens // bs,
+        num_disk_blocks=plan.disk_kv_tokens // bs,
+        disk_dir=config.kv_disk_dir,
+    )
+    graphs = None
+    # Offload swaps layer weights host-side before each layer: no CUDA graphs (model/offload.py).
+    if (
+        device.type == "cuda"
+        and config.attention != "cpu"
+        and not config.enforce_eager
+        and not loaded.offloader
+    ):
+        graphs = _capture_graphs(config, loaded, storage)
+    logger.info(
+        "KV tiers: gpu %d blocks (%.2f GiB, %s), cpu %d blocks (%.2f GiB%s), disk %d blocks (%.2f GiB) of %d tokens",
+        storage.num_blocks,
+        storage.nbytes / GIB,
+        storage.device,
+        storage.num_cpu_blocks,
+        storage.host_nbytes / GIB,
+        ", pinned" if storage.cpu_pinned else "",
+        storage.num_disk_blocks,
+        storage.disk_nbytes / GIB,
+        bs,
+    )
+    runner = ModelRunner(
+        loaded.model,
+        storage,
+        head_dim=loaded.head_dim,
+        eos_token_ids=eos_token_ids,
+        seed=config.seed,
+        graphs=graphs,
+        device=device,
+        cold_config=_cold_config(config),
+    )
+    return EngineParts(
+        runner=runner,
+        storage=storage,
+        tokenizer=tokenizer,
+        eos_token_ids=eos_token_ids,
+        loaded=loaded,
+        memory_plan=plan,
+        num_blocks=storage.num_blocks,
+        max_model_len=loaded.max_model_len,
+        vocab_size=loaded.vocab_size,
+        device=device,
+        dtype=dtype,
+    )

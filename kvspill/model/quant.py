@@ -1,0 +1,107 @@
+"""Layers whose weights stay in GGUF's quantized bytes: `QuantLinear` and `QuantEmbedding`.
+
+A GGUF file's quantized tensors (Q4_0 ... Q6_K, `kernels/gguf_formats.py`) go to the device as
+they are. `QuantLinear` stands in for `nn.Linear` (a fused qkv_proj or gate_up_proj included):
+its weight is one `QuantizedWeight`, or, when the fused shards have different types (Q4_K_M
+files keep some attn_v / ffn_down in Q6_K), one per shard, computed one after the other and
+concatenated. `QuantEmbedding` gathers the quantized rows of the ids and dequantizes only
+those; with tied embeddings it is also the lm_head (`project`).
+
+Invariants:
+- The raw bytes are registered buffers (`qweight_0`, ...), so the model's memory and
+  `state_dict` see them; nothing is dequantized ahead of a call except into the kernels' scratch.
+- On the CPU the torch reference runs (dequantize, then a dense matmul): the result equals the
+  dequantized-at-load model's (same rounding of the weight to the activation dtype).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from kvspill.kernels.gguf_dequant import dequantize
+from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
+from kvspill.kernels.quant_linear import quant_linear
+
+
+class QuantLinear(nn.Module):
+    """y = x @ W.T (+ bias) with W in GGUF blocks; `out_sizes` are the rows of each fused shard."""
+
+    def __init__(self, in_features: int, out_sizes: list[int], bias: bool, dtype: torch.dtype | None) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_sizes = list(out_sizes)
+        self.out_features = sum(out_sizes)
+        self.parts: list[QuantizedWeight] = []  # filled by `set_weight` after the model is on its device
+        self.bias = nn.Parameter(torch.empty(self.out_features, dtype=dtype)) if bias else None
+
+    def set_weight(self, shards: list[QuantizedWeight]) -> None:
+        """The shards in row order; merged into one weight when they share a type."""
+        assert [s.out_features for s in shards] == self.out_sizes, "shards must match the fused row sizes"
+        assert all(s.in_features == self.in_features for s in shards)
+        if len({s.qtype for s in shards}) == 1 and len(shards) > 1:
+            data = torch.cat([s.data for s in shards])
+            shards = [QuantizedWeight(data, shards[0].qtype, self.out_features, self.in_features)]
+        self.parts = shards
+        for i, part in enumerate(shards):
+            self.register_buffer(f"qweight_{i}", part.data, persistent=False)
+
+    @property
+    def weight_nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def forward(self, x: Tensor) -> Tensor:
+        # x: [num_tokens, in_features] -> [num_tokens, out_features]
+        if len(self.parts) == 1:
+            return quant_linear(x, self.parts[0], self.bias)
+        out = torch.cat([quant_linear(x, part) for part in self.parts], dim=-1)
+        return out if self.bias is None else out + self.bias
+
+    project = forward  # as the lm_head
+
+    def extra_repr(self) -> str:
+        types = ",".join(p.qtype for p in self.parts) or "empty"
+        return f"in_features={self.in_features}, out_features={self.out_features}, qtype={types}"
+
+
+class QuantEmbedding(nn.Module):
+    """Token embedding with quantized rows: [vocab_size, hidden_size] in GGUF blocks."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        self.dtype = dtype  # of the activations it returns
+        self.qweight: QuantizedWeight | None = None
+
+    def set_weight(self, weight: QuantizedWeight) -> None:
+        assert (weight.out_features, weight.in_features) == (self.num_embeddings, self.embedding_dim)
+        self.qweight = weight
+        self.register_buffer("qweight_0", weight.data, persistent=False)
+
+    @property
+    def weight_nbytes(self) -> int:
+        return 0 if self.qweight is None else self.qweight.nbytes
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        # input_ids: [num_tokens] -> [num_tokens, embedding_dim]
+        assert self.qweight is not None, "QuantEmbedding used before set_weight"
+        w = self.qweight
+        rows = w.data.index_select(0, input_ids)  # [num_tokens, bytes_per_row]
+        if rows.device.type == "cpu":
+            return dequantize_ref(rows, w.qtype, w.in_features, self.dtype)
+        gathered = QuantizedWeight(rows, w.qtype, rows.shape[0], w.in_features)
+        return dequantize(gathered, self.dtype)
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """The tied lm_head: hidden [num_tokens, embedding_dim] -> [num_tokens, num_embeddings]."""
+        assert self.qweight is not None, "QuantEmbedding used before set_weight"
+        return quant_linear(hidden, self.qweight)
+
+
+def model_weight_bytes(model: nn.Module) -> int:
+    """Bytes of a model's weights as held: dense parameters plus quantized blocks (RoPE tables
+    and other buffers excluded)."""
+    dense = sum(p.numel() * p.element_size() for p in model.parameters())
+    quantized = sum(m.weight_nbytes for m in model.modules() if isinstance(m, (QuantLinear, QuantEmbedding)))
+    return dense + quantized

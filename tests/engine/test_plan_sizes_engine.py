@@ -1,0 +1,87 @@
+"""The memory plan sizes the engine: the plan's gpu/cpu/disk tokens are the engine's tiers, to the block.
+
+The engine builds its tiers from `plan.startup.startup_plan` with what it measured after loading
+(engine_setup.py); `kvspill plan` makes the same plan from the model's shapes before loading. On
+the CPU the measured weights are the parameters' bytes, which the shapes give exactly, so both
+plans and `kv_stats()` agree block for block.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvspill.config import EngineConfig
+from kvspill.engine import LLMEngine
+from kvspill.plan.startup import startup_plan
+
+MiB = 2**20
+
+
+def _tier_tokens(engine: LLMEngine) -> dict[str, int]:
+    stats = engine.kv_stats()
+    data = stats.to_json() if hasattr(stats, "to_json") else stats
+    return {name: tier["blocks"] * data["block_size"] for name, tier in data["tiers"].items()}
+
+
+def _plan_tokens(plan) -> dict[str, int]:
+    return {"gpu": plan.gpu_kv_tokens, "cpu": plan.cpu_kv_tokens, "disk": plan.disk_kv_tokens}
+
+
+CASES = {
+    "gpu tier from a 256 MiB budget": ("tiny_llama_dir", dict(vram_budget_bytes=256 * MiB)),
+    "budget, fixed kv size, cpu tier": (
+        "tiny_qwen2_dir",
+        dict(vram_budget_bytes=256 * MiB, kv_cache_memory_bytes=MiB, cpu_kv_budget_bytes=3 * MiB),
+    ),
+    "cpu and disk tiers, fp32": (
+        "tiny_qwen3_dir",
+        dict(
+            kv_cache_memory_bytes=MiB,
+            cpu_kv_budget_bytes=2 * MiB,
+            disk_kv_budget_bytes=5 * MiB,
+            dtype="float32",
+        ),
+    ),
+    "block size 32, small chunk, exact cpu blocks": (
+        "tiny_llama_dir",
+        dict(vram_budget_bytes=300 * MiB, block_size=32, max_num_batched_tokens=64, num_cpu_kv_blocks=7),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_plan_tokens_equal_the_engines_tiers(
+    case: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    fixture, options = CASES[case]
+    model_dir = request.getfixturevalue(fixture)
+    config = EngineConfig(
+        model=str(model_dir), device="cpu", max_model_len=256, kv_disk_dir=str(tmp_path), **options
+    )
+    engine = LLMEngine(config)
+    engine_tiers = _tier_tokens(engine)
+    assert _plan_tokens(engine.memory_plan) == engine_tiers
+    assert engine_tiers["gpu"] > 0
+    if options.get("cpu_kv_budget_bytes") or options.get("num_cpu_kv_blocks"):
+        assert engine_tiers["cpu"] > 0
+    if options.get("disk_kv_budget_bytes"):
+        assert engine_tiers["disk"] > 0
+    # The plan `kvspill plan` makes from the shapes alone, before anything is loaded.
+    before = startup_plan(config, None, None, device="cpu", host_available_bytes=64 * 2**30)
+    assert before is not None
+    assert _plan_tokens(before.plan) == engine_tiers
+    assert before.plan.weight_bytes == engine.memory_plan.weight_bytes
+
+
+def test_fixed_kv_size_is_never_more_than_the_budget_leaves(tiny_llama_dir: Path) -> None:
+    """A --kv-cache-memory larger than what the budget leaves gets what is left (the plan's rule)."""
+    config = EngineConfig(
+        model=str(tiny_llama_dir), device="cpu", max_model_len=256,
+        vram_budget_bytes=256 * MiB, kv_cache_memory_bytes=2**40,
+    )  # fmt: skip
+    engine = LLMEngine(config)
+    plan = engine.memory_plan
+    assert plan.gpu_kv_bytes <= 256 * MiB - plan.weight_bytes - plan.activation_peak_bytes
+    assert _tier_tokens(engine)["gpu"] == plan.gpu_kv_tokens

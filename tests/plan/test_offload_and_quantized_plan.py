@@ -1,0 +1,57 @@
+"""The planner's weight placement: GGUF types kept quantized, and whole layers offloaded to RAM."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvspill.errors import InvalidParameterError
+from kvspill.model.offload import choose_layers
+from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, make_plan
+from kvspill.plan.spec import KNOWN_SHAPES
+
+GiB = 2**30
+SPEC = KNOWN_SHAPES["llama-8b"]
+
+
+def _plan(**changes):
+    base = dict(spec=SPEC, vram_budget_bytes=12 * GiB, context_len=8192, gpu_memory_utilization=1.0)
+    return make_plan(PlanRequest(**{**base, **changes}), DEFAULT_BANDWIDTHS)
+
+
+def test_offload_takes_whole_layers_like_the_loader():
+    layer = SPEC.layer_params * 2
+    assert choose_layers([layer] * 32, 0) == 0
+    assert choose_layers([layer] * 32, 1) == 1
+    assert choose_layers([layer] * 32, 3 * layer) == 3
+    assert choose_layers([layer] * 32, 3 * layer + 1) == 4
+    assert choose_layers([layer] * 4, 100 * layer) == 4
+    plan = _plan(cpu_offload_bytes=3 * layer + 1)
+    assert plan.request.offloaded_layers == 4
+    assert plan.offloaded_weight_bytes == 4 * layer
+    # resident layers plus two staging slots of one layer
+    assert plan.weight_bytes == SPEC.weight_bytes(2) - 4 * layer + 2 * layer
+
+
+def test_offloaded_weights_cost_pcie_time_every_step():
+    resident = _plan(vram_budget_bytes=40 * GiB)
+    offloaded = _plan(vram_budget_bytes=40 * GiB, cpu_offload_bytes=6 * GiB)
+    moved = offloaded.offloaded_weight_bytes
+    assert offloaded.decode.offload_s == pytest.approx(moved / (DEFAULT_BANDWIDTHS.h2d_gbs * 1e9))
+    assert offloaded.decode_tok_s < resident.decode_tok_s
+
+
+def test_advice_names_the_offload_and_the_quantized_file_that_fit():
+    plan = _plan()  # 15 GiB of bf16 weights in 12 GiB
+    assert not plan.fits
+    advice = "\n".join(plan.advice)
+    assert "--cpu-offload-gb" in advice and "GGUF file" in advice
+    gib = float(advice.split("--cpu-offload-gb ")[1].split(":")[0])
+    assert _plan(cpu_offload_bytes=int(gib * GiB)).fits
+
+
+def test_gguf_types_give_their_bits_per_weight():
+    assert _plan(quantization="q4_k").weight_bytes == pytest.approx(SPEC.num_params * 4.5 / 8, abs=1)
+    assert _plan(quantization="q8_0").weight_bytes == pytest.approx(SPEC.num_params * 8.5 / 8, abs=1)
+    assert _plan(quantization="q4_k_m").fits
+    with pytest.raises(InvalidParameterError, match="--quantization must be one of"):
+        _plan(quantization="int3")
