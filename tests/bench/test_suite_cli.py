@@ -92,7 +92,6 @@ def test_compare_writes_a_row_per_config_and_context(bench, tiny_llama_dir, tmp_
     report = (out / "report.md").read_text()
     assert all(f"| {c} |" in report for c in configs)
     assert "1.0 MiB" in report  # the default preset's 2 GiB CPU tier, capped
-    assert "cpu-offloaded weights are not available" in report
 
 
 def test_stability_passes_in_process(bench, tiny_llama_dir, tmp_path):
@@ -103,7 +102,7 @@ def test_stability_passes_in_process(bench, tiny_llama_dir, tmp_path):
         str(tiny_llama_dir),
         *ENGINE,
         "--duration",
-        "3",
+        "8",  # the trend test needs 4 waves: 3 s gave 1-2 on a loaded 2-core machine
         "--concurrency",
         "3",
         "--context-range",
