@@ -14,7 +14,7 @@ from kvspill.errors import InvalidParameterError
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
-QUANTIZATIONS = (None, "none", "gguf")
+QUANTIZATIONS = (None, "none", "gguf", "fp8")
 # Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 
@@ -56,7 +56,8 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     # Weight format (vLLM's --quantization): None = the file's own (a GGUF stays in its quantized
     # blocks on CUDA; on the CPU it is dequantized: kvspill has no fast CPU quantized matmul yet);
-    # "gguf" = keep a GGUF quantized on any device; "none" = dequantize to --dtype at load.
+    # "gguf" = keep a GGUF quantized on any device; "none" = dequantize to --dtype at load;
+    # "fp8" = the decoder layers' projections in float8_e4m3 with per-row scales (model/fp8.py).
     quantization: str | None = None
     # GiB of weights kept in pinned RAM as whole layers, copied to the GPU one layer ahead
     # (vLLM's --cpu-offload-gb; model/offload.py). CUDA only; dense weights only.
@@ -138,6 +139,10 @@ class EngineConfig:
                 "quantization",
                 f"--quantization must be one of {', '.join(str(q) for q in QUANTIZATIONS[1:])} "
                 f"(or unset: the model file's own format), got {self.quantization!r}",
+            )
+        if self.quantization == "fp8" and self.cpu_offload_gb:
+            raise bad(
+                "cpu_offload_gb", "--cpu-offload-gb moves dense weights: drop it with --quantization fp8"
             )
         if self.cpu_offload_gb < 0:
             raise bad("cpu_offload_gb", f"--cpu-offload-gb must not be negative, got {self.cpu_offload_gb}")

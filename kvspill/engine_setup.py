@@ -243,6 +243,11 @@ def _load(
         return build_random_model(config.model, device, dtype, config.max_model_len, offload), None
     resolved = resolve_model(config.model)
     keep_quantized = keeps_gguf_quantized(config, device.type)
+    if config.quantization == "fp8" and resolved.kind == "gguf":
+        raise InvalidParameterError(
+            "quantization",
+            "--quantization fp8 converts a bf16/fp16 checkpoint: a GGUF file stays in its own format (--quantization gguf)",
+        )
     if config.quantization == "gguf" and resolved.kind != "gguf":
         raise InvalidParameterError(
             "quantization",
@@ -256,6 +261,7 @@ def _load(
         config.max_model_len,
         keep_quantized=keep_quantized,
         cpu_offload_bytes=int(config.cpu_offload_gb * GIB),
+        fp8=config.quantization == "fp8",
     )
     return loaded, load_tokenizer(resolved, loaded.hf_config)
 

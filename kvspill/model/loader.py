@@ -25,6 +25,8 @@ from transformers import AutoConfig, PretrainedConfig
 
 from kvspill.config import ROPE_TYPES
 from kvspill.errors import InvalidParameterError, ModelNotFoundError, UnsupportedModelError
+from kvspill.kernels.fp8_linear import check_fp8_supported
+from kvspill.model import fp8 as fp8_weights
 from kvspill.model import gguf_weights
 from kvspill.model.layers import rope_parameters
 from kvspill.model.llama import LlamaForCausalLM, head_dim_of
@@ -62,6 +64,7 @@ def load_model(
     max_model_len: int | None = None,
     keep_quantized: bool = False,
     cpu_offload_bytes: int = 0,
+    fp8: bool = False,
 ) -> LoadedModel:
     """Load `resolved` onto `device` in `dtype`, applying the RoPE override and max length.
 
@@ -72,21 +75,34 @@ def load_model(
     max_len = _max_model_len(config, max_model_len)
     arch = architecture_of(config)
     cls = get_model_class(arch)
+    if fp8:
+        check_fp8_supported(device)
     reader = gguf_weights.open_gguf(resolved.path) if resolved.kind == "gguf" else None
     with torch.device("meta"):
         model = cls(config, max_model_len=max_len, dtype=dtype)
         if keep_quantized and reader is not None:
             gguf_weights.install_quant_modules(model, reader, dtype)
+        elif fp8:
+            fp8_weights.install_fp8_modules(model, dtype)
     offloaded = place_with_offload(model, device, cpu_offload_bytes)
     model.init_buffers()
-    if reader is None:
+    expected = model.expected_weight_names()
+    if fp8:
+        source = (
+            _iter_safetensors(resolved.path)
+            if reader is None
+            else gguf_weights.iter_dequantized(reader, config)
+        )
+        loaded = fp8_weights.load_weights_fp8(model, source)
+        expected = fp8_weights.expected_weight_names_fp8(model)
+    elif reader is None:
         loaded = model.load_weights(_iter_safetensors(resolved.path))
     elif keep_quantized:
         loaded = gguf_weights.load_quantized(model, reader, config, device)
         gguf_weights.check_quantized_complete(model, resolved.path)
     else:
         loaded = model.load_weights(gguf_weights.iter_dequantized(reader, config))
-    missing = model.expected_weight_names() - loaded
+    missing = expected - loaded
     if missing:
         raise ModelNotFoundError(
             f"The checkpoint at {str(resolved.path)!r} lacks {len(missing)} weights the model needs, "

@@ -120,9 +120,10 @@ def place_with_offload(model: nn.Module, device: torch.device, cpu_offload_bytes
 def offload_layers(model: nn.Module, layers: list[nn.Module], device: torch.device) -> LayerOffloader:
     """Pin `layers`' (already loaded, on the CPU) weights and run them through two GPU slots."""
     from kvspill.errors import InvalidParameterError
+    from kvspill.model.fp8 import Fp8Linear
     from kvspill.model.quant import QuantEmbedding, QuantLinear
 
-    if any(isinstance(m, (QuantLinear, QuantEmbedding)) for m in model.modules()):
+    if any(isinstance(m, (QuantLinear, QuantEmbedding, Fp8Linear)) for m in model.modules()):
         raise InvalidParameterError(
             "cpu_offload_gb",
             "--cpu-offload-gb works on dense weights; a quantized model is small enough to stay on the "

@@ -102,6 +102,9 @@ class QuantEmbedding(nn.Module):
 def model_weight_bytes(model: nn.Module) -> int:
     """Bytes of a model's weights as held: dense parameters plus quantized blocks (RoPE tables
     and other buffers excluded)."""
+    from kvspill.model.fp8 import Fp8Linear
+
     dense = sum(p.numel() * p.element_size() for p in model.parameters())
-    quantized = sum(m.weight_nbytes for m in model.modules() if isinstance(m, (QuantLinear, QuantEmbedding)))
+    kinds = (QuantLinear, QuantEmbedding, Fp8Linear)
+    quantized = sum(m.weight_nbytes for m in model.modules() if isinstance(m, kinds))
     return dense + quantized

@@ -2,7 +2,8 @@
 
 `random:SHAPE:QTYPE` (e.g. `random:llama-8b:q4_k`) keeps every linear layer and the embedding in
 that GGUF type (kernels/gguf_formats.py) with random but valid blocks: the quantized decode path
-at a real 7-8B shape without a multi-GB file.
+at a real 7-8B shape without a multi-GB file. `random:SHAPE:fp8` holds the decoder layers'
+projections in fp8 (model/fp8.py), as `--quantization fp8` does with a checkpoint.
 
 Decode and prefill speed do not depend on weight values, so the benchmark workloads (the
 shapes in `kvspill.plan.spec.KNOWN_SHAPES`, the same as the peer baseline's) run without any
@@ -17,7 +18,9 @@ from torch import nn
 from transformers import LlamaConfig
 
 from kvspill.errors import ModelNotFoundError
+from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.kernels.gguf_formats import QuantizedWeight, check_supported
+from kvspill.model.fp8 import fill_fp8_randomly, install_fp8_modules
 from kvspill.model.llama import LlamaForCausalLM
 from kvspill.model.loader import LoadedModel, apply_rope_override
 from kvspill.model.offload import offload_layers, place_with_offload
@@ -89,7 +92,9 @@ def build_random_model(
     cpu_offload_bytes: int = 0,
 ) -> LoadedModel:
     name, qtype = split_random_name(model)
-    if qtype is not None:
+    if qtype == "FP8":
+        check_fp8_supported(device)
+    elif qtype is not None:
         check_supported(qtype)
     if name not in KNOWN_SHAPES:
         raise ModelNotFoundError(
@@ -122,12 +127,16 @@ def build_random_model(
     )
     with torch.device("meta"):
         net = LlamaForCausalLM(config, max_model_len=max_len, dtype=dtype)
-        if qtype is not None:
+        if qtype == "FP8":
+            install_fp8_modules(net, dtype)
+        elif qtype is not None:
             _quantize_randomly(net, qtype, dtype)
     offloaded = place_with_offload(net, device, cpu_offload_bytes)
     net.init_buffers()
     gen = torch.Generator(device=device).manual_seed(0)
-    if qtype is not None:
+    if qtype == "FP8":
+        fill_fp8_randomly(net, gen)
+    elif qtype is not None:
         _fill_quantized(net, qtype, gen)
     with torch.no_grad():
         for param in net.parameters():

@@ -63,7 +63,7 @@ GGUF_BITS_PER_WEIGHT = {
 QUANT_GEMV_HBM_FRACTION = {"q8_0": 0.65}
 QUANT_GEMV_HBM_FRACTION_DEFAULT = 0.35
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
-WEIGHT_QUANTIZATIONS = ("none", "gguf", *GGUF_BITS_PER_WEIGHT)
+WEIGHT_QUANTIZATIONS = ("none", "gguf", "fp8", *GGUF_BITS_PER_WEIGHT)
 KV_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
 WEIGHT_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32")
 
@@ -253,6 +253,13 @@ class PlanRequest:
             return spec.stored_weight_bytes  # a quantized GGUF file, kept in its blocks
         if self.quantization in GGUF_BITS_PER_WEIGHT:
             return -(-spec.num_params * round(GGUF_BITS_PER_WEIGHT[self.quantization] * 100) // 800)
+        if self.quantization == "fp8":  # the layers' projections: 1 byte a weight + 4 per row (model/fp8.py)
+            linear = spec.num_layers * spec.layer_linear_params
+            # rows of qkv, o, gate_up and down
+            rows = spec.num_heads * spec.head_dim + 2 * spec.kv_heads_dim + 2 * spec.hidden_size
+            rows = spec.num_layers * (rows + 2 * spec.intermediate_size)
+            dense = spec.num_params - linear
+            return linear + 4 * rows + dense * self.weight_dtype_bytes
         return spec.weight_bytes(self.weight_dtype_bytes)
 
     @property

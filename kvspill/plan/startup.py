@@ -69,6 +69,8 @@ def _weight_format(config: EngineConfig, device: str) -> str:
     if model.startswith("random:"):
         qtype = model.removeprefix("random:").partition(":")[2].lower()
         return qtype or "none"
+    if config.quantization == "fp8":
+        return "fp8"
     return "gguf" if keeps_gguf_quantized(config, device) else "none"
 
 

@@ -58,7 +58,7 @@ def test_logits_match_the_dequantized_model(smollm2_both: dict[str, LLM]) -> Non
 
 
 def test_quantization_values_are_checked(tiny_llama_dir: Path) -> None:
-    with pytest.raises(InvalidParameterError, match="--quantization must be one of none, gguf"):
+    with pytest.raises(InvalidParameterError, match="--quantization must be one of none, gguf, fp8"):
         EngineConfig(quantization="q4")
     with pytest.raises(InvalidParameterError, match="needs a .gguf model"):
         LLM(str(tiny_llama_dir), device="cpu", quantization="gguf")
