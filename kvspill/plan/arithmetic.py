@@ -59,8 +59,9 @@ GGUF_BITS_PER_WEIGHT = {
 # (kernels/gguf_gemv.py) is bound by its instructions, not its bytes. Fitted on one H200
 # (2026-11-26): random llama-8b Q4_K, 16 GiB, decode 222.5 / 214.1 / 194.3 tok/s at 8K/16K/32K =
 # weights at 1.49 TB/s of 4.19 (0.35); llama-8b Q8_0 at 8K, 216.9 tok/s = 2.72 TB/s of 4.14 (0.65)
-# (bench/results/2026-11-26-h200-quant).
-QUANT_GEMV_HBM_FRACTION = {"q8_0": 0.65}
+# (bench/results/2026-11-26-h200-quant). fp8 (per-token fp8 activations + torch._scaled_mm): llama-8b
+# at 8K on an H100, 165.4 tok/s = 2.02 TB/s of 2.99 (0.68; bench/results/2026-11-26-h100-fp8).
+QUANT_GEMV_HBM_FRACTION = {"q8_0": 0.65, "fp8": 0.68}
 QUANT_GEMV_HBM_FRACTION_DEFAULT = 0.35
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
 WEIGHT_QUANTIZATIONS = ("none", "gguf", "fp8", *GGUF_BITS_PER_WEIGHT)
@@ -274,6 +275,8 @@ class PlanRequest:
             return QUANT_GEMV_HBM_FRACTION_DEFAULT  # the file's own mix of types
         if self.quantization in GGUF_BITS_PER_WEIGHT:
             return QUANT_GEMV_HBM_FRACTION.get(self.quantization, QUANT_GEMV_HBM_FRACTION_DEFAULT)
+        if self.quantization == "fp8":
+            return QUANT_GEMV_HBM_FRACTION["fp8"]
         return 1.0
 
     @property

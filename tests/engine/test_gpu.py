@@ -96,11 +96,13 @@ def test_quantized_weights_on_cuda_match_the_torch_reference(monkeypatch):
 
     prompts = _prompts([7, 64, 300])
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, detokenize=False)
-    eager = LLM("random:llama-1b:q4_k", device="cuda", max_model_len=1024, enforce_eager=True)
+    # A 1 GiB KV pool: the reference path below dequantizes the 128K x 2048 lm_head beside the engine.
+    small = dict(device="cuda", max_model_len=1024, gpu_memory_utilization=0.5, kv_cache_memory_bytes=2**30)
+    eager = LLM("random:llama-1b:q4_k", enforce_eager=True, **small)
     eager_tokens = [o.token_ids for o in eager.generate(prompts, params)]
     del eager
     _release()
-    llm = LLM("random:llama-1b:q4_k", device="cuda", max_model_len=1024)
+    llm = LLM("random:llama-1b:q4_k", **small)
     fast = [o.token_ids for o in llm.generate(prompts, params)]
     assert fast == eager_tokens  # the GEMV replays in CUDA graphs exactly as launched eagerly
     model = llm.engine.bundle.loaded.model
@@ -124,11 +126,13 @@ def test_quantized_weights_on_cuda_match_the_torch_reference(monkeypatch):
 def test_cpu_offload_gives_the_resident_models_tokens(tiny_llama_dir, offload_gb):
     prompts = _prompts([5, 17, 33, 64])
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
-    resident = LLM(str(tiny_llama_dir), device="cuda", enforce_eager=True)
+    resident = LLM(str(tiny_llama_dir), device="cuda", enforce_eager=True, kv_cache_memory_bytes=256 * 2**20)
     expect = [o.token_ids for o in resident.generate(prompts, params)]
     del resident
     _release()
-    offloaded = LLM(str(tiny_llama_dir), device="cuda", cpu_offload_gb=offload_gb)
+    offloaded = LLM(
+        str(tiny_llama_dir), device="cuda", cpu_offload_gb=offload_gb, kv_cache_memory_bytes=256 * 2**20
+    )
     loaded = offloaded.engine.bundle.loaded
     assert loaded.offloader is not None and loaded.offloader.host_bytes > 0
     assert all(h.is_pinned() for h in loaded.offloader.host)
