@@ -18,14 +18,12 @@ from dataclasses import dataclass, replace
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
 from kvspill.plan.arithmetic import (
-    DEFAULT_BANDWIDTHS,
-    RATE_FIELDS,
-    Bandwidths,
-    DecodeFloor,
     MemoryPlan,
     PlanRequest,
     compute_plan,
 )
+from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, RATE_FIELDS, Bandwidths
+from kvspill.plan.costs import DecodeFloor
 from kvspill.plan.report import advise, format_plan_table, notes_for, plan_to_json
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.units import GiB, format_bytes, format_tokens, parse_bytes

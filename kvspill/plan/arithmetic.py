@@ -1,115 +1,42 @@
-"""The arithmetic of the memory plan: rates, request, plan, and the cost model behind them.
+"""The arithmetic of the memory plan: the request, the plan, and the tiers between them.
 
-`compute_plan` turns a `PlanRequest` (model shapes, budgets, engine flags) and `Bandwidths` into
-a `MemoryPlan`: weight bytes, KV bytes per token, the activation peak of one prefill chunk,
-fixed reserves, the GPU/CPU/disk KV tiers in tokens, the longest context and the number of
-concurrent sequences that fit, and the predicted TTFT and decode speed.
-
-The cost model (DESIGN.md, "The physics"), for one sequence in exact mode:
-    t_token = W / B_hbm + KV_gpu / B_hbm + (KV_cpu + KV_disk) / (B_h2d + B_cpu_attn) + KV_disk / B_disk
-The cold term is min over splits f of max(f*C / B_h2d, (1-f)*C / B_cpu_attn), reached at
-f = B_h2d / (B_h2d + B_cpu_attn): streaming and CPU attention run at once and add up (measured
-so on the bench hosts; a desktop may not, which is why the planner prefers a calibration).
-Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per chunk.
-Every time is a floor (bytes over the rate they move at, FLOPs over the rate they run at):
-launch overheads and imperfect overlap are not modelled.
+`compute_plan` turns a `PlanRequest` (model shapes, budgets, engine flags, weight format,
+measured inputs from the engine) and `Bandwidths` into a `MemoryPlan`: weight bytes, KV bytes per
+token, the activation peak of one prefill chunk, fixed reserves, the GPU/CPU/disk KV tiers in
+tokens, the longest context and the number of concurrent sequences that fit, and the predicted
+TTFT and decode speed (the cost model: plan/costs.py; weight formats: plan/weights.py).
 
 Invariants:
-- No torch, no I/O. GB/s = 10**9 B/s, TFLOP/s = 10**12 FLOP/s; a `None` rate is "not measured"
-  and is filled from `DEFAULT_BANDWIDTHS` (the plan's `bandwidths.source` says which).
+- No torch, no I/O.
 - Tier sizes are whole blocks; a request fits when one sequence of `context_len` tokens has a
   place in the tiers and the GPU keeps its hot set (sink blocks, recent window, one chunk).
+- The engine sizes its pools with this arithmetic (plan/startup.py): measured figures replace
+  the estimates, no second formula.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kvspill.errors import InvalidParameterError
+from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, Bandwidths
+from kvspill.plan.costs import (
+    DecodeFloor,
+    activation_peak_bytes,
+    decode_floor,
+    prefill_seconds,
+)
 from kvspill.plan.spec import DTYPE_BYTES, ModelSpec
 from kvspill.plan.units import GiB, MiB
+from kvspill.plan.weights import WEIGHT_QUANTIZATIONS, stored_weight_bytes, weight_read_fraction
 
-GB = 1e9  # bandwidths are in GB/s: 10**9 bytes per second
-RATE_FIELDS = ("hbm_gbs", "h2d_gbs", "d2h_gbs", "cpu_attn_gbs", "disk_read_gbs", "gpu_tflops", "stream_gbs")
-# Share of pinned H2D that the engine's stream path attends cold KV at, when not calibrated:
-# 40 of 55 GB/s on the H200 host with 2 MiB blocks (docs/performance.md, 2026-11-26).
-STREAM_EFFICIENCY = 0.73
-# Per decode step and layer, what the kernels cost beyond their bytes (about ten graph-replayed
-# launches of a few microseconds each and the GEMVs' shortfall from the copy bandwidth). With
-# async scheduling (the CUDA default) the host's work runs under the GPU's and adds nothing:
-# measured on 2026-11-26 as (step time - HBM floor) / layers, 37 us for W1 8K on both an H100 and
-# an H200, 38-40 us for W2 8K/32K (H200), 33 us for W3 32K (H100); the plan lands within 2% of
-# those (docs/performance.md). The serial engine (--no-async-scheduling) adds 0.2-0.3 ms of host
-# work per step on top (47 us per layer was the fit before async scheduling).
-STEP_OVERHEAD_PER_LAYER_S = 38e-6
-COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (two: double-buffered)
 RUNTIME_RESERVE_BYTES = 512 * MiB  # CUDA context + cuBLAS workspaces: outside the torch allocator
 CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models
 ALLOCATOR_SLACK_FRACTION = 0.03  # caching-allocator fragmentation, of the usable VRAM
 ALLOCATOR_SLACK_MIN_BYTES = 128 * MiB
 MAX_GRAPH_BATCH = 256  # largest decode batch captured in a CUDA graph (runner/cuda_graphs.py)
-# Bits per weight of llama.cpp's GGUF file types as its quantize tool reports them for Llama-3-8B
-# (Q4_K_M and Q5_K_M mix types per tensor): what a quantized file of a model would take.
-# The single types are exact (block bytes x 8 / block weights).
-GGUF_BITS_PER_WEIGHT = {
-    "q4_0": 4.5, "q4_1": 5.0, "q5_0": 5.5, "q5_1": 6.0, "q8_0": 8.5, "q4_k": 4.5, "q5_k": 5.5, "q6_k": 6.5625,
-    "q4_k_m": 4.89, "q5_k_m": 5.70,
-}  # fmt: skip
-# Share of HBM copy bandwidth at which decode reads GGUF-quantized weights: the dequantize-GEMV
-# (kernels/gguf_gemv.py) is bound by its instructions, not its bytes. Fitted on one H200
-# (2026-11-26): random llama-8b Q4_K, 16 GiB, decode 222.5 / 214.1 / 194.3 tok/s at 8K/16K/32K =
-# weights at 1.49 TB/s of 4.19 (0.35); llama-8b Q8_0 at 8K, 216.9 tok/s = 2.72 TB/s of 4.14 (0.65)
-# (bench/results/2026-11-26-h200-quant). fp8 (per-token fp8 activations + torch._scaled_mm): llama-8b
-# at 8K on an H100, 165.4 tok/s = 2.02 TB/s of 2.99 (0.68; bench/results/2026-11-26-h100-fp8).
-QUANT_GEMV_HBM_FRACTION = {"q8_0": 0.65, "fp8": 0.68}
-QUANT_GEMV_HBM_FRACTION_DEFAULT = 0.35
-# "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
-WEIGHT_QUANTIZATIONS = ("none", "gguf", "fp8", *GGUF_BITS_PER_WEIGHT)
 KV_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
 WEIGHT_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32")
-
-
-@dataclass(frozen=True)
-class Bandwidths:
-    """Rates the cost model divides by. GB/s = 10**9 B/s; None: not measured (filled from defaults)."""
-
-    hbm_gbs: float | None = None  # GPU device-to-device copy, read + write counted
-    h2d_gbs: float | None = None  # pinned host -> device, large copies
-    d2h_gbs: float | None = None  # device -> pinned host, large copies
-    cpu_attn_gbs: float | None = None  # CPU decode attention, KV bytes read per second
-    disk_read_gbs: float | None = None  # sequential read of a file not in the page cache
-    gpu_tflops: float | None = None  # dense bf16 matmul, 10**12 FLOP/s
-    source: str = "defaults"  # "calibration <path> <date>" or "defaults ..."
-    cpu_tflops: float | None = None  # fp32 matmul on the CPU (informative)
-    gpu_name: str | None = None
-    gpu_total_bytes: int | None = None
-    measured_at: str | None = None  # ISO date-time of the calibration
-    # Cold KV attended per second by the engine's stream path (gather to the GPU + attend): what
-    # exact decode over cold blocks reaches; None: STREAM_EFFICIENCY x h2d_gbs.
-    stream_gbs: float | None = None
-
-    def complete(self, fallback: Bandwidths) -> Bandwidths:
-        """Self with every missing rate taken from `fallback`; `source` says which ones."""
-        missing = [name for name in RATE_FIELDS if getattr(self, name) is None]
-        if not missing:
-            return self
-        filled: dict[str, float | None] = {name: getattr(fallback, name) for name in missing}
-        source = f"{self.source}; {', '.join(missing)} from {fallback.source}"
-        return replace(self, source=source, **filled)  # type: ignore[arg-type]
-
-
-# Unknown card: a desktop-class default is the honest guess (the project targets 8-24 GB cards).
-DEFAULT_BANDWIDTHS = Bandwidths(
-    hbm_gbs=900.0,  # RTX 4090 class: 1008 GB/s GDDR6X spec, about 90% reached by a device copy
-    h2d_gbs=25.0,  # DESIGN.md, the physics: "a desktop (PCIe 4 about 25 GB/s ...)"
-    d2h_gbs=25.0,  # same link, pinned memory
-    # dual-channel DDR5 reads 35-60 GB/s (DESIGN.md); bf16 SDPA on the bench host reached 35 of its
-    # 109 GB/s (bench/README.md): about a third of ~60
-    cpu_attn_gbs=20.0,
-    disk_read_gbs=3.0,  # assumed: sustained read of a PCIe 4 NVMe (no measurement in the repo yet)
-    gpu_tflops=100.0,  # assumed: about 60% of the RTX 4090's 165 dense bf16 TFLOP/s
-    source="defaults (desktop class: RTX 4090, PCIe 4, dual-channel DDR5): run `kvspill doctor --calibrate`",
-)
 
 
 def dtype_bytes(name: str, param: str) -> int:
@@ -245,71 +172,17 @@ class PlanRequest:
     @property
     def stored_weight_bytes(self) -> int:
         """All weights as held (on the GPU or, offloaded, in RAM), estimated from the shapes."""
-        spec = self.spec
-        if (
-            self.quantization == "gguf"
-            and spec.stored_weight_bytes is not None
-            and spec.weight_dtype_bytes is None
-        ):
-            return spec.stored_weight_bytes  # a quantized GGUF file, kept in its blocks
-        if self.quantization in GGUF_BITS_PER_WEIGHT:
-            return -(-spec.num_params * round(GGUF_BITS_PER_WEIGHT[self.quantization] * 100) // 800)
-        if self.quantization == "fp8":  # the layers' projections: 1 byte a weight + 4 per row (model/fp8.py)
-            linear = spec.num_layers * spec.layer_linear_params
-            # rows of qkv, o, gate_up and down
-            rows = spec.num_heads * spec.head_dim + 2 * spec.kv_heads_dim + 2 * spec.hidden_size
-            rows = spec.num_layers * (rows + 2 * spec.intermediate_size)
-            dense = spec.num_params - linear
-            return linear + 4 * rows + dense * self.weight_dtype_bytes
-        return spec.weight_bytes(self.weight_dtype_bytes)
+        return stored_weight_bytes(self.spec, self.quantization, self.weight_dtype_bytes)
 
     @property
     def weight_read_fraction(self) -> float:
-        """Share of HBM bandwidth decode reads the weights at (1.0 dense; GGUF types: measured)."""
-        spec = self.spec
-        if (
-            self.quantization == "gguf"
-            and spec.stored_weight_bytes is not None
-            and spec.weight_dtype_bytes is None
-        ):
-            return QUANT_GEMV_HBM_FRACTION_DEFAULT  # the file's own mix of types
-        if self.quantization in GGUF_BITS_PER_WEIGHT:
-            return QUANT_GEMV_HBM_FRACTION.get(self.quantization, QUANT_GEMV_HBM_FRACTION_DEFAULT)
-        if self.quantization == "fp8":
-            return QUANT_GEMV_HBM_FRACTION["fp8"]
-        return 1.0
+        """Share of HBM bandwidth decode reads the weights at (1.0 dense; quantized: measured)."""
+        return weight_read_fraction(self.spec, self.quantization)
 
     @property
     def kv_dtype_bytes(self) -> int:
         """`auto`: the weights' compute dtype."""
         return self.weight_dtype_bytes if self.kv_dtype == "auto" else dtype_bytes(self.kv_dtype, "kv_dtype")
-
-
-@dataclass(frozen=True)
-class DecodeFloor:
-    """One decode step of one sequence, in seconds per component (exact attention)."""
-
-    weights_s: float  # all weights read once from HBM
-    gpu_kv_s: float  # gpu-tier KV read from HBM
-    cold_kv_s: float  # cpu+disk KV over the cold path (stream, CPU attention, or both)
-    disk_read_s: float  # disk-tier KV read from disk every step
-    stream_fraction: float  # of cold KV bytes streamed to the GPU; the rest attended on the CPU
-    streamed_bytes: int
-    cpu_attn_bytes: int
-    disk_bytes: int
-    overhead_s: float = 0.0  # kernel launches and host work per step (STEP_OVERHEAD_PER_LAYER_S)
-    offload_s: float = 0.0  # offloaded weights copied over PCIe every step (--cpu-offload-gb)
-
-    @property
-    def total_s(self) -> float:
-        return (
-            self.weights_s
-            + self.gpu_kv_s
-            + self.cold_kv_s
-            + self.disk_read_s
-            + self.overhead_s
-            + self.offload_s
-        )
 
 
 @dataclass(frozen=True)
@@ -348,107 +221,6 @@ class MemoryPlan:
     advice: list[str] = field(default_factory=list)  # what to change, with numbers (when not fits)
     notes: list[str] = field(default_factory=list)  # worth knowing, not fatal
     offloaded_weight_bytes: int = 0  # weights in pinned RAM, copied in every step (--cpu-offload-gb)
-
-
-def activation_peak_bytes(
-    spec: ModelSpec,
-    num_tokens: int,
-    num_sampled: int,
-    act_bytes: int,
-    kv_bytes: int,
-    cold_stage_tokens: int = COLD_STAGE_TOKENS,
-) -> int:
-    """Peak live activations of one step of `num_tokens` (flash-style attention, no [T, ctx] scores).
-
-    The largest of three phases, each counting what is alive at once; t = num_tokens, h = hidden,
-    a = activation bytes, I = intermediate, q = num_heads*head_dim, kv = num_kv_heads*head_dim.
-    """
-    t, h, d = num_tokens, spec.hidden_size, spec.head_dim
-    q_width, kv_width = spec.num_heads * d, spec.kv_heads_dim
-    residual = 3 * t * h * act_bytes  # residual stream, its normed copy, the block's output
-    # attention: fused qkv [t, q+2kv], q and k after rope [t, q+kv], output [t, q]; fp32 partials
-    # (o, lse) of the gpu part and the cold part before the log-sum-exp merge; double-buffered
-    # staging of one layer's cold K and V streamed in (cold_stage_tokens each)
-    attn = t * (q_width + 2 * kv_width + q_width + kv_width + q_width) * act_bytes
-    attn += 2 * t * spec.num_heads * (d + 1) * 4
-    attn += 2 * cold_stage_tokens * 2 * kv_width * kv_bytes
-    # mlp: fused gate_up [t, 2I], silu(gate) [t, I], silu(gate) * up [t, I]
-    mlp = 4 * t * spec.intermediate_size * act_bytes
-    # logits only for the rows sampled (one per sequence): the rows, fp32 logits and probabilities
-    logits = num_sampled * h * act_bytes + 2 * num_sampled * spec.vocab_size * 4
-    return residual + max(attn, mlp, logits)
-
-
-def decode_floor(
-    weight_bytes: int,
-    gpu_kv_bytes: int,
-    cpu_kv_bytes: int,
-    disk_kv_bytes: int,
-    bw: Bandwidths,
-    cold_path: str = "auto",
-    num_layers: int = 0,
-    offloaded_bytes: int = 0,
-    weight_read_fraction: float = 1.0,
-) -> DecodeFloor:
-    """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
-    ("auto"/"stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared
-    in the ratio of their rates), disk KV over disk, plus the per-layer step overhead."""
-    hbm, h2d, cpu = bw.hbm_gbs or 1.0, bw.h2d_gbs or 1.0, bw.cpu_attn_gbs or 1.0
-    stream = bw.stream_gbs or STREAM_EFFICIENCY * h2d
-    cold = cpu_kv_bytes + disk_kv_bytes  # disk blocks pass through RAM, then take either path
-    fraction = {"cpu": 0.0, "split": stream / (stream + cpu)}.get(cold_path, 1.0)
-    rate = {"cpu": cpu, "split": stream + cpu}.get(cold_path, stream)
-    return DecodeFloor(
-        weights_s=weight_bytes / (hbm * weight_read_fraction * GB),
-        gpu_kv_s=gpu_kv_bytes / (hbm * GB),
-        cold_kv_s=cold / (rate * GB),
-        disk_read_s=disk_kv_bytes / ((bw.disk_read_gbs or 1.0) * GB),
-        stream_fraction=fraction if cold else 0.0,
-        streamed_bytes=round(cold * fraction),
-        cpu_attn_bytes=cold - round(cold * fraction),
-        disk_bytes=disk_kv_bytes,
-        overhead_s=num_layers * STEP_OVERHEAD_PER_LAYER_S,
-        # The copy stream runs beside compute, but offloaded layers wait for their copy: the
-        # layer copies add up (PCIe-bound, as vLLM's cpu_offload_gb).
-        offload_s=offloaded_bytes / (h2d * GB),
-    )
-
-
-def prefill_seconds(
-    spec: ModelSpec,
-    context_len: int,
-    chunk: int,
-    gpu_tokens: int,
-    cpu_tokens: int,
-    weight_bytes: int,
-    kvpt: int,
-    bw: Bandwidths,
-) -> float:
-    """Time to the first token: per chunk, compute overlapped with streaming its cold KV once.
-
-    FLOPs per chunk of n tokens after s earlier ones: 2 * linear params * n (every matmul is a
-    multiply-add per weight) plus 4 * layers * num_heads * head_dim per (query, key) pair (QK^T
-    and PV, 2 FLOPs each), with n*s + n(n+1)/2 causal pairs. lm_head runs for the last row only.
-    """
-    flop_rate = (bw.gpu_tflops or 1.0) * 1e12
-    hbm, h2d, d2h = (bw.hbm_gbs or 1.0) * GB, (bw.h2d_gbs or 1.0) * GB, (bw.d2h_gbs or 1.0) * GB
-    disk = (bw.disk_read_gbs or 1.0) * GB
-    linear_flops = 2 * spec.num_layers * spec.layer_linear_params
-    pair_flops = 4 * spec.num_layers * spec.num_heads * spec.head_dim
-    resident_cap = max(0, gpu_tokens - chunk)  # earlier tokens that stay on the GPU during a chunk
-    total = 2 * spec.hidden_size * spec.vocab_size / flop_rate
-    for start in range(0, context_len, chunk):
-        n = min(chunk, context_len - start)
-        flops = linear_flops * n + pair_flops * (n * start + n * (n + 1) // 2)
-        resident = min(start, resident_cap)
-        cold = start - resident
-        compute = max(flops / flop_rate, (weight_bytes + resident * kvpt) / hbm)
-        newly_cold = max(0, start + n - resident_cap) - max(0, start - resident_cap)
-        disk_bytes = max(0, cold - cpu_tokens) * kvpt  # the disk part, read back every chunk
-        disk_bytes += (max(0, cold + newly_cold - cpu_tokens) - max(0, cold - cpu_tokens)) * kvpt  # spilled
-        transfer = max(cold * kvpt / h2d, newly_cold * kvpt / d2h) + disk_bytes / disk
-        total += max(compute, transfer)
-    return total
 
 
 def _blocks_tokens(num_bytes: int, block_bytes: int, block_size: int) -> int:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvspill.env import env_settings
 from kvspill.errors import InvalidParameterError
-from kvspill.plan.arithmetic import RATE_FIELDS, Bandwidths
+from kvspill.plan.bandwidths import RATE_FIELDS, Bandwidths
 
 if TYPE_CHECKING:  # torch is imported inside the measuring functions: loading a calibration stays light
     import torch

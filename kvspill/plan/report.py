@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from kvspill.plan.arithmetic import GGUF_BITS_PER_WEIGHT, Bandwidths, MemoryPlan, PlanRequest, compute_plan
+from kvspill.plan.arithmetic import MemoryPlan, PlanRequest, compute_plan
+from kvspill.plan.bandwidths import Bandwidths
 from kvspill.plan.units import GiB, format_bytes, format_tokens
+from kvspill.plan.weights import GGUF_BITS_PER_WEIGHT
 
 
 def _gib_up(num_bytes: float) -> str:

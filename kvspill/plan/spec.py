@@ -67,6 +67,7 @@ class ModelSpec:
     qk_norm: bool = False  # Qwen3: an RMSNorm of head_dim on q and on k in every layer
     weight_dtype_bytes: int | None = None  # width of the weights as published, when known
     stored_weight_bytes: int | None = None  # bytes of tensor data in the file (GGUF: quantized)
+    quant_method: str | None = None  # config.json's quantization_config.quant_method (awq, gptq, ...)
     name: str = ""  # where the spec came from (path, HF id or known-shape name)
 
     def __post_init__(self) -> None:
@@ -169,6 +170,7 @@ class ModelSpec:
                 mlp_bias=arch == "llama" and bool(config.get("mlp_bias")),
                 qk_norm=arch == "qwen3",
                 weight_dtype_bytes=DTYPE_BYTES.get(str(dtype_name)) if dtype_name else None,
+                quant_method=_quant_method(config),
                 name=name,
             )
         except KeyError as e:
@@ -256,6 +258,12 @@ def _from_hf_cache(model_id: str) -> ModelSpec:
         raise ModelNotFoundError(f"{hint}; download it first (e.g. `hf download {model_id} config.json`)")
     spec = ModelSpec.from_config_file(found)
     return replace(spec, name=model_id)
+
+
+def _quant_method(config: dict[str, Any]) -> str | None:
+    quant = config.get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
+    return str(method).lower() if method else None
 
 
 def _gguf_value(reader: Any, key: str) -> Any:

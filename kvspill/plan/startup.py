@@ -34,6 +34,7 @@ from kvspill.plan import (
     request_from_engine_config,
 )
 from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
+from kvspill.plan.weights import INT4_CHECKPOINT_METHODS
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def model_spec_for(model: str | None) -> ModelSpec:
     return ModelSpec.from_model_arg(model)
 
 
-def _weight_format(config: EngineConfig, device: str) -> str:
+def _weight_format(config: EngineConfig, device: str, spec: ModelSpec) -> str:
     """PlanRequest.quantization for this engine: a random model's GGUF type, the file's own, or dense."""
     model = config.model or ""
     if model.startswith("random:"):
@@ -71,6 +72,8 @@ def _weight_format(config: EngineConfig, device: str) -> str:
         return qtype or "none"
     if config.quantization == "fp8":
         return "fp8"
+    if spec.quant_method in INT4_CHECKPOINT_METHODS and config.quantization in (None, spec.quant_method):
+        return spec.quant_method
     return "gguf" if keeps_gguf_quantized(config, device) else "none"
 
 
@@ -146,7 +149,7 @@ def startup_plan(
     request = replace(
         request,
         context_len=context_len or request.context_len,
-        quantization=_weight_format(config, device),
+        quantization=_weight_format(config, device, spec),
         gpu_kv_blocks=config.num_kv_blocks,
         cpu_kv_blocks=config.num_cpu_kv_blocks,
         disk_kv_blocks=config.num_disk_kv_blocks,

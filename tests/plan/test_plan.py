@@ -29,8 +29,8 @@ from kvspill.plan import (
     preset_request,
     request_from_engine_config,
 )
-from kvspill.plan.arithmetic import STREAM_EFFICIENCY, decode_floor
 from kvspill.plan.calibrate import save_calibration
+from kvspill.plan.costs import STREAM_EFFICIENCY, decode_floor
 from kvspill.plan.spec import KNOWN_SHAPES
 
 GiB, MiB = 1 << 30, 1 << 20

@@ -1,0 +1,160 @@
+"""The cost model of the plan: the activation peak of a step, and the time of a decode step and
+of a prefill, each a floor (bytes over the rate they move at, FLOPs over the rate they run at).
+
+For one sequence in exact mode (DESIGN.md, "The physics"):
+    t_token = W / (B_hbm * f_w) + KV_gpu / B_hbm + cold KV over the cold path + KV_disk / B_disk
+            + offloaded weights / B_h2d + per-layer step overhead
+with f_w the share of HBM bandwidth the weights' format is read at (plan/weights.py). The cold
+term over "split" is min over f of max(f*C / B_stream, (1-f)*C / B_cpu_attn), reached at
+f = B_stream / (B_stream + B_cpu_attn): streaming and CPU attention add up (measured so on the
+bench hosts). Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per
+chunk. No torch, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvspill.plan.bandwidths import GB, Bandwidths
+from kvspill.plan.spec import ModelSpec
+
+# Share of pinned H2D that the engine's stream path attends cold KV at, when not calibrated:
+# 40 of 55 GB/s on the H200 host with 2 MiB blocks (docs/performance.md, 2026-11-26).
+STREAM_EFFICIENCY = 0.73
+# Per decode step and layer, what the kernels cost beyond their bytes (about ten graph-replayed
+# launches of a few microseconds each and the GEMVs' shortfall from the copy bandwidth). With
+# async scheduling (the CUDA default) the host's work runs under the GPU's and adds nothing:
+# measured on 2026-11-26 as (step time - HBM floor) / layers, 37 us for W1 8K on both an H100 and
+# an H200, 38-40 us for W2 8K/32K (H200), 33 us for W3 32K (H100); the plan lands within 2% of
+# those (docs/performance.md). The serial engine (--no-async-scheduling) adds 0.2-0.3 ms of host
+# work per step on top (47 us per layer was the fit before async scheduling).
+STEP_OVERHEAD_PER_LAYER_S = 38e-6
+COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (two: double-buffered)
+
+
+@dataclass(frozen=True)
+class DecodeFloor:
+    """One decode step of one sequence, in seconds per component (exact attention)."""
+
+    weights_s: float  # all weights read once from HBM
+    gpu_kv_s: float  # gpu-tier KV read from HBM
+    cold_kv_s: float  # cpu+disk KV over the cold path (stream, CPU attention, or both)
+    disk_read_s: float  # disk-tier KV read from disk every step
+    stream_fraction: float  # of cold KV bytes streamed to the GPU; the rest attended on the CPU
+    streamed_bytes: int
+    cpu_attn_bytes: int
+    disk_bytes: int
+    overhead_s: float = 0.0  # kernel launches and host work per step (STEP_OVERHEAD_PER_LAYER_S)
+    offload_s: float = 0.0  # offloaded weights copied over PCIe every step (--cpu-offload-gb)
+
+    @property
+    def total_s(self) -> float:
+        return (
+            self.weights_s
+            + self.gpu_kv_s
+            + self.cold_kv_s
+            + self.disk_read_s
+            + self.overhead_s
+            + self.offload_s
+        )
+
+
+def activation_peak_bytes(
+    spec: ModelSpec,
+    num_tokens: int,
+    num_sampled: int,
+    act_bytes: int,
+    kv_bytes: int,
+    cold_stage_tokens: int = COLD_STAGE_TOKENS,
+) -> int:
+    """Peak live activations of one step of `num_tokens` (flash-style attention, no [T, ctx] scores).
+
+    The largest of three phases, each counting what is alive at once; t = num_tokens, h = hidden,
+    a = activation bytes, I = intermediate, q = num_heads*head_dim, kv = num_kv_heads*head_dim.
+    """
+    t, h, d = num_tokens, spec.hidden_size, spec.head_dim
+    q_width, kv_width = spec.num_heads * d, spec.kv_heads_dim
+    residual = 3 * t * h * act_bytes  # residual stream, its normed copy, the block's output
+    # attention: fused qkv [t, q+2kv], q and k after rope [t, q+kv], output [t, q]; fp32 partials
+    # (o, lse) of the gpu part and the cold part before the log-sum-exp merge; double-buffered
+    # staging of one layer's cold K and V streamed in (cold_stage_tokens each)
+    attn = t * (q_width + 2 * kv_width + q_width + kv_width + q_width) * act_bytes
+    attn += 2 * t * spec.num_heads * (d + 1) * 4
+    attn += 2 * cold_stage_tokens * 2 * kv_width * kv_bytes
+    # mlp: fused gate_up [t, 2I], silu(gate) [t, I], silu(gate) * up [t, I]
+    mlp = 4 * t * spec.intermediate_size * act_bytes
+    # logits only for the rows sampled (one per sequence): the rows, fp32 logits and probabilities
+    logits = num_sampled * h * act_bytes + 2 * num_sampled * spec.vocab_size * 4
+    return residual + max(attn, mlp, logits)
+
+
+def decode_floor(
+    weight_bytes: int,
+    gpu_kv_bytes: int,
+    cpu_kv_bytes: int,
+    disk_kv_bytes: int,
+    bw: Bandwidths,
+    cold_path: str = "auto",
+    num_layers: int = 0,
+    offloaded_bytes: int = 0,
+    weight_read_fraction: float = 1.0,
+) -> DecodeFloor:
+    """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
+    ("auto"/"stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared
+    in the ratio of their rates), disk KV over disk, plus the per-layer step overhead."""
+    hbm, h2d, cpu = bw.hbm_gbs or 1.0, bw.h2d_gbs or 1.0, bw.cpu_attn_gbs or 1.0
+    stream = bw.stream_gbs or STREAM_EFFICIENCY * h2d
+    cold = cpu_kv_bytes + disk_kv_bytes  # disk blocks pass through RAM, then take either path
+    fraction = {"cpu": 0.0, "split": stream / (stream + cpu)}.get(cold_path, 1.0)
+    rate = {"cpu": cpu, "split": stream + cpu}.get(cold_path, stream)
+    return DecodeFloor(
+        weights_s=weight_bytes / (hbm * weight_read_fraction * GB),
+        gpu_kv_s=gpu_kv_bytes / (hbm * GB),
+        cold_kv_s=cold / (rate * GB),
+        disk_read_s=disk_kv_bytes / ((bw.disk_read_gbs or 1.0) * GB),
+        stream_fraction=fraction if cold else 0.0,
+        streamed_bytes=round(cold * fraction),
+        cpu_attn_bytes=cold - round(cold * fraction),
+        disk_bytes=disk_kv_bytes,
+        overhead_s=num_layers * STEP_OVERHEAD_PER_LAYER_S,
+        # The copy stream runs beside compute, but offloaded layers wait for their copy: the
+        # layer copies add up (PCIe-bound, as vLLM's cpu_offload_gb).
+        offload_s=offloaded_bytes / (h2d * GB),
+    )
+
+
+def prefill_seconds(
+    spec: ModelSpec,
+    context_len: int,
+    chunk: int,
+    gpu_tokens: int,
+    cpu_tokens: int,
+    weight_bytes: int,
+    kvpt: int,
+    bw: Bandwidths,
+) -> float:
+    """Time to the first token: per chunk, compute overlapped with streaming its cold KV once.
+
+    FLOPs per chunk of n tokens after s earlier ones: 2 * linear params * n (every matmul is a
+    multiply-add per weight) plus 4 * layers * num_heads * head_dim per (query, key) pair (QK^T
+    and PV, 2 FLOPs each), with n*s + n(n+1)/2 causal pairs. lm_head runs for the last row only.
+    """
+    flop_rate = (bw.gpu_tflops or 1.0) * 1e12
+    hbm, h2d, d2h = (bw.hbm_gbs or 1.0) * GB, (bw.h2d_gbs or 1.0) * GB, (bw.d2h_gbs or 1.0) * GB
+    disk = (bw.disk_read_gbs or 1.0) * GB
+    linear_flops = 2 * spec.num_layers * spec.layer_linear_params
+    pair_flops = 4 * spec.num_layers * spec.num_heads * spec.head_dim
+    resident_cap = max(0, gpu_tokens - chunk)  # earlier tokens that stay on the GPU during a chunk
+    total = 2 * spec.hidden_size * spec.vocab_size / flop_rate
+    for start in range(0, context_len, chunk):
+        n = min(chunk, context_len - start)
+        flops = linear_flops * n + pair_flops * (n * start + n * (n + 1) // 2)
+        resident = min(start, resident_cap)
+        cold = start - resident
+        compute = max(flops / flop_rate, (weight_bytes + resident * kvpt) / hbm)
+        newly_cold = max(0, start + n - resident_cap) - max(0, start - resident_cap)
+        disk_bytes = max(0, cold - cpu_tokens) * kvpt  # the disk part, read back every chunk
+        disk_bytes += (max(0, cold + newly_cold - cpu_tokens) - max(0, cold - cpu_tokens)) * kvpt  # spilled
+        transfer = max(cold * kvpt / h2d, newly_cold * kvpt / d2h) + disk_bytes / disk
+        total += max(compute, transfer)
+    return total
