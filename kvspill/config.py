@@ -14,7 +14,7 @@ from kvspill.errors import InvalidParameterError
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
-QUANTIZATIONS = (None, "none", "gguf", "fp8")
+QUANTIZATIONS = (None, "none", "gguf", "fp8", "awq", "gptq")
 # Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 
@@ -57,7 +57,9 @@ class EngineConfig:
     # Weight format (vLLM's --quantization): None = the file's own (a GGUF stays in its quantized
     # blocks on CUDA; on the CPU it is dequantized: kvspill has no fast CPU quantized matmul yet);
     # "gguf" = keep a GGUF quantized on any device; "none" = dequantize to --dtype at load;
-    # "fp8" = the decoder layers' projections in float8_e4m3 with per-row scales (model/fp8.py).
+    # "fp8" = the decoder layers' projections in float8_e4m3 with per-row scales (model/fp8.py);
+    # "awq" / "gptq" = an int4 checkpoint of that format (its own format is read anyway; naming it
+    # checks it), run as Q4_1 blocks through the GGUF kernels (model/int4_checkpoints.py).
     quantization: str | None = None
     # GiB of weights kept in pinned RAM as whole layers, copied to the GPU one layer ahead
     # (vLLM's --cpu-offload-gb; model/offload.py). CUDA only; dense weights only.

@@ -230,6 +230,22 @@ def _preflight(config: EngineConfig) -> None:
                 logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
 
 
+def _check_int4_format(config: EngineConfig, kind: str) -> None:
+    """--quantization awq|gptq names the checkpoint's own format; `none` cannot undo an int4 one."""
+    method = ModelSpec.from_model_arg(config.model).quant_method if kind == "dir" else None
+    if config.quantization in ("awq", "gptq") and method != config.quantization:
+        raise InvalidParameterError(
+            "quantization",
+            f"--quantization {config.quantization}: the checkpoint is {method or 'not quantized'}; "
+            "drop --quantization to use the file's own format",
+        )
+    if config.quantization == "none" and method in ("awq", "gptq"):
+        raise InvalidParameterError(
+            "quantization",
+            f"--quantization none: a {method} int4 checkpoint runs in its int4 blocks (as Q4_1); drop --quantization",
+        )
+
+
 def _load(
     config: EngineConfig, device: torch.device, dtype: torch.dtype
 ) -> tuple[LoadedModel, TokenizerBundle | None]:
@@ -249,6 +265,7 @@ def _load(
             "quantization",
             "--quantization fp8 converts a bf16/fp16 checkpoint: a GGUF file stays in its own format (--quantization gguf)",
         )
+    _check_int4_format(config, resolved.kind)
     if config.quantization == "gguf" and resolved.kind != "gguf":
         raise InvalidParameterError(
             "quantization",

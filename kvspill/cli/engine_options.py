@@ -84,7 +84,8 @@ class EngineOptions:
     enable_prefix_caching: bool | None = _flag("Reuse the KV blocks of shared prompt prefixes.", default="on")
     quantization: str | None = _flag(
         "Weight format: gguf (keep a GGUF quantized on any device), fp8 (a bf16/fp16 checkpoint's "
-        "layers in float8 with per-row scales; CUDA sm_89+) or none (dequantize to --dtype); "
+        "layers in float8 with per-row scales; CUDA sm_89+), awq / gptq (an int4 checkpoint's own "
+        "format, read anyway) or none (dequantize a GGUF to --dtype); "
         "`plan` also takes a GGUF type to see what a file of it would take (q4_k_m, q8_0, ...).",
         default="the file's own; a GGUF is dequantized on cpu",
     )

@@ -27,7 +27,7 @@ from kvspill.config import ROPE_TYPES
 from kvspill.errors import InvalidParameterError, ModelNotFoundError, UnsupportedModelError
 from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.model import fp8 as fp8_weights
-from kvspill.model import gguf_weights
+from kvspill.model import gguf_weights, int4_checkpoints
 from kvspill.model.layers import rope_parameters
 from kvspill.model.llama import LlamaForCausalLM, head_dim_of
 from kvspill.model.offload import LayerOffloader, offload_layers, place_with_offload
@@ -75,6 +75,11 @@ def load_model(
     max_len = _max_model_len(config, max_model_len)
     arch = architecture_of(config)
     cls = get_model_class(arch)
+    int4 = int4_checkpoints.parse_int4_config(config) if resolved.kind == "dir" else None
+    if int4 is not None and fp8:
+        raise InvalidParameterError(
+            "quantization", f"this checkpoint is already {int4.method} int4: drop --quantization fp8"
+        )
     if fp8:
         check_fp8_supported(device)
     reader = gguf_weights.open_gguf(resolved.path) if resolved.kind == "gguf" else None
@@ -82,12 +87,17 @@ def load_model(
         model = cls(config, max_model_len=max_len, dtype=dtype)
         if keep_quantized and reader is not None:
             gguf_weights.install_quant_modules(model, reader, dtype)
+        elif int4 is not None:
+            int4_checkpoints.install_int4_modules(model, dtype, int4)
         elif fp8:
             fp8_weights.install_fp8_modules(model, dtype)
     offloaded = place_with_offload(model, device, cpu_offload_bytes)
     model.init_buffers()
     expected = model.expected_weight_names()
-    if fp8:
+    if int4 is not None:
+        loaded = int4_checkpoints.load_weights_int4(model, _iter_safetensors(resolved.path), int4, device)
+        expected = int4_checkpoints.expected_weight_names_int4(model)
+    elif fp8:
         source = (
             _iter_safetensors(resolved.path)
             if reader is None
