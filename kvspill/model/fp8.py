@@ -31,15 +31,7 @@ from torch import Tensor, nn
 
 from kvspill.errors import ModelNotFoundError
 from kvspill.kernels.fp8_linear import FP8_DTYPE, dequantize_fp8, fp8_linear, quantize_weight_fp8
-from kvspill.model.llama import LlamaForCausalLM
-
-# Fused module (under `model.layers.N.`) -> its HF shards in row order (model/llama.py's fusing).
-_SHARDS = {
-    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "self_attn.o_proj": ("self_attn.o_proj",),
-    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
-    "mlp.down_proj": ("mlp.down_proj",),
-}
+from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
 
 
 class Fp8Linear(nn.Module):
@@ -102,19 +94,12 @@ class Fp8Linear(nn.Module):
 def install_fp8_modules(model: LlamaForCausalLM, dtype: torch.dtype) -> int:
     """Replace every decoder layer's dense q/k/v/o and gate/up/down with `Fp8Linear` (on `meta`,
     before `to_empty`). Returns how many modules were replaced."""
-    count = 0
-    for layer in model.model.layers:
-        for fused in _SHARDS:
-            parent_name, _, attr = fused.rpartition(".")
-            parent = layer.get_submodule(parent_name)
-            dense = getattr(parent, attr)
-            if not isinstance(dense, nn.Linear):
-                continue  # already replaced (e.g. kept in GGUF blocks)
-            sizes = {"qkv_proj": model.qkv_sizes, "gate_up_proj": model.gate_up_sizes}.get(attr)
-            out_sizes = list(sizes) if sizes is not None else [dense.out_features]
-            setattr(parent, attr, Fp8Linear(dense.in_features, out_sizes, dense.bias is not None, dtype))
-            count += 1
-    return count
+    return replace_projections(
+        model,
+        lambda _i, _name, dense, out_sizes: Fp8Linear(
+            dense.in_features, out_sizes, dense.bias is not None, dtype
+        ),
+    )
 
 
 def _routes(model: LlamaForCausalLM) -> dict[str, tuple[Fp8Linear, int]]:
@@ -123,7 +108,7 @@ def _routes(model: LlamaForCausalLM) -> dict[str, tuple[Fp8Linear, int]]:
     for module_name, module in model.named_modules():
         if not isinstance(module, Fp8Linear):
             continue
-        for fused, shards in _SHARDS.items():
+        for fused, shards in PROJECTION_SHARDS.items():
             if module_name.endswith("." + fused):
                 base = module_name[: -len(fused)]
                 for index, shard in enumerate(shards):

@@ -29,7 +29,7 @@ from transformers import PretrainedConfig
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
 from kvspill.kernels.gguf_formats import FORMATS, QuantizedWeight
-from kvspill.model.llama import LlamaForCausalLM
+from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
 from kvspill.model.quant import QuantEmbedding, QuantLinear
 
 logger = logging.getLogger(__name__)
@@ -51,13 +51,6 @@ _LAYER_NAMES = {
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 # Precomputed RoPE factors (Llama 3.1 GGUFs); like transformers, RoPE comes from the config.
 _SKIPPED = {"rope_freqs"}
-# Fused module -> its HF shards in row order (model/llama.py fuses q/k/v and gate/up).
-_FUSED = {
-    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
-    "self_attn.o_proj": ("self_attn.o_proj",),
-    "mlp.down_proj": ("mlp.down_proj",),
-}
 
 
 def open_gguf(path: Path) -> Any:
@@ -141,17 +134,13 @@ def install_quant_modules(model: LlamaForCausalLM, reader: Any, dtype: torch.dty
     """Swap in quantized modules wherever every shard's tensor is kept quantized (on `meta`, before
     `to_empty`, so the dense weights are never allocated)."""
     kept = _quantized_types(reader)
-    for i, layer in enumerate(model.model.layers):
-        for fused, shards in _FUSED.items():
-            names = [f"model.layers.{i}.{shard}.weight" for shard in shards]
-            if not all(n in kept for n in names):
-                continue
-            parent_name, _, attr = fused.rpartition(".")
-            parent = layer.get_submodule(parent_name)
-            dense: nn.Linear = getattr(parent, attr)
-            sizes = model.qkv_sizes if "qkv" in fused else model.gate_up_sizes if "gate_up" in fused else None
-            out_sizes = sizes if sizes is not None else [dense.out_features]
-            setattr(parent, attr, QuantLinear(dense.in_features, out_sizes, dense.bias is not None, dtype))
+
+    def make(i: int, name: str, dense: nn.Linear, out_sizes: list[int]) -> nn.Module | None:
+        if not all(f"model.layers.{i}.{shard}.weight" in kept for shard in PROJECTION_SHARDS[name]):
+            return None  # a shard in a float or unsupported type: the whole projection loads dense
+        return QuantLinear(dense.in_features, out_sizes, dense.bias is not None, dtype)
+
+    replace_projections(model, make)
     embed = model.model.embed_tokens
     assert isinstance(embed, nn.Embedding)
     if "model.embed_tokens.weight" in kept:
@@ -167,7 +156,7 @@ def install_quant_modules(model: LlamaForCausalLM, reader: Any, dtype: torch.dty
 def _quant_target(model: LlamaForCausalLM, name: str) -> tuple[nn.Module, int] | None:
     """The quantized module that takes HF weight `name`, and the shard index in it."""
     module_name = name.removesuffix(".weight")
-    for fused, shards in _FUSED.items():
+    for fused, shards in PROJECTION_SHARDS.items():
         for index, shard in enumerate(shards):
             if module_name.endswith("." + shard):
                 module_name = module_name[: -len(shard)] + fused

@@ -65,7 +65,7 @@ from torch import Tensor, nn
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
 from kvspill.kernels.gguf_formats import QuantizedWeight
-from kvspill.model.llama import LlamaForCausalLM
+from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
 from kvspill.model.quant import QuantLinear
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble k of an AWQ word holds column AWQ_ORDER[k] of its 8
@@ -76,13 +76,6 @@ _SUPPORTED = (
     "gptq or gptq_v2), with group_size a multiple of 32 (e.g. 128)"
 )
 _PACKED = ("qweight", "qzeros", "scales")  # a linear converts once all three are in
-# Fused module (under `model.layers.N.`) -> its HF shards in row order (model/llama.py's fusing).
-_SHARDS = {
-    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "self_attn.o_proj": ("self_attn.o_proj",),
-    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
-    "mlp.down_proj": ("mlp.down_proj",),
-}
 
 
 @dataclass(frozen=True)
@@ -271,28 +264,20 @@ def install_int4_modules(model: LlamaForCausalLM, dtype: torch.dtype, spec: Int4
     """Replace every decoder layer's dense q/k/v/o and gate/up/down with `QuantLinear` (on `meta`,
     before `to_empty`), except modules matching `spec.modules_to_not_convert`. Returns how many."""
     skip = spec.modules_to_not_convert if spec is not None else ()
-    count = 0
-    for i, layer in enumerate(model.model.layers):
-        for fused, shards in _SHARDS.items():
-            names = [f"model.layers.{i}.{shard}" for shard in shards]
-            if any(pattern in name for pattern in skip for name in names):
-                continue
-            parent_name, _, attr = fused.rpartition(".")
-            parent = layer.get_submodule(parent_name)
-            dense = getattr(parent, attr)
-            if not isinstance(dense, nn.Linear):
-                continue
-            if spec is not None and (
-                dense.in_features % 32 or dense.in_features % spec.group_for(dense.in_features)
-            ):
-                raise _unsupported(
-                    f"group_size={spec.group_size} for {names[0]} with {dense.in_features} input features"
-                )
-            sizes = {"qkv_proj": model.qkv_sizes, "gate_up_proj": model.gate_up_sizes}.get(attr)
-            out_sizes = list(sizes) if sizes is not None else [dense.out_features]
-            setattr(parent, attr, QuantLinear(dense.in_features, out_sizes, dense.bias is not None, dtype))
-            count += 1
-    return count
+
+    def make(i: int, name: str, dense: nn.Linear, out_sizes: list[int]) -> nn.Module | None:
+        names = [f"model.layers.{i}.{shard}" for shard in PROJECTION_SHARDS[name]]
+        if any(pattern in n for pattern in skip for n in names):
+            return None
+        if spec is not None and (
+            dense.in_features % 32 or dense.in_features % spec.group_for(dense.in_features)
+        ):
+            raise _unsupported(
+                f"group_size={spec.group_size} for {names[0]} with {dense.in_features} input features"
+            )
+        return QuantLinear(dense.in_features, out_sizes, dense.bias is not None, dtype)
+
+    return replace_projections(model, make)
 
 
 def _routes(model: LlamaForCausalLM) -> dict[str, tuple[QuantLinear, int]]:
@@ -301,7 +286,7 @@ def _routes(model: LlamaForCausalLM) -> dict[str, tuple[QuantLinear, int]]:
     for module_name, module in model.model.layers.named_modules(prefix="model.layers"):
         if not isinstance(module, QuantLinear):
             continue
-        for fused, shards in _SHARDS.items():
+        for fused, shards in PROJECTION_SHARDS.items():
             if module_name.endswith("." + fused):
                 base = module_name[: -len(fused)]
                 for index, shard in enumerate(shards):

@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +31,14 @@ _STACKED = {
     ".v_proj.": (".qkv_proj.", 2),
     ".gate_proj.": (".gate_up_proj.", 0),
     ".up_proj.": (".gate_up_proj.", 1),
+}
+# Each decoder layer's projection (under `model.layers.N.`) -> its HF shards in row order: what a
+# quantized format replaces (model/quant.py, model/fp8.py, model/int4_checkpoints.py).
+PROJECTION_SHARDS = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attn.o_proj": ("self_attn.o_proj",),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+    "mlp.down_proj": ("mlp.down_proj",),
 }
 
 
@@ -265,3 +273,27 @@ class LlamaForCausalLM(nn.Module):
             for piece in pieces:
                 names.add(name.replace(_STACKED[piece][0], piece))
         return names
+
+
+# (layer index, projection name, its dense module, row sizes of its shards) -> the module to put
+# in its place, or None to keep the dense one.
+ProjectionFactory = Callable[[int, str, nn.Linear, list[int]], "nn.Module | None"]
+
+
+def replace_projections(model: LlamaForCausalLM, make: ProjectionFactory) -> int:
+    """Swap each decoder layer's dense projections (PROJECTION_SHARDS) for what `make` returns; on
+    `meta`, before `to_empty`, so the dense weights are never allocated. Returns how many."""
+    count = 0
+    for i, layer in enumerate(model.model.layers):
+        for name in PROJECTION_SHARDS:
+            parent_name, _, attr = name.rpartition(".")
+            parent = layer.get_submodule(parent_name)
+            dense = getattr(parent, attr)
+            if not isinstance(dense, nn.Linear):
+                continue  # already replaced by another format
+            sizes = {"qkv_proj": model.qkv_sizes, "gate_up_proj": model.gate_up_sizes}.get(attr)
+            replacement = make(i, name, dense, list(sizes) if sizes is not None else [dense.out_features])
+            if replacement is not None:
+                setattr(parent, attr, replacement)
+                count += 1
+    return count

@@ -21,7 +21,7 @@ from kvspill.errors import ModelNotFoundError
 from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.kernels.gguf_formats import QuantizedWeight, check_supported
 from kvspill.model.fp8 import fill_fp8_randomly, install_fp8_modules
-from kvspill.model.llama import LlamaForCausalLM
+from kvspill.model.llama import LlamaForCausalLM, replace_projections
 from kvspill.model.loader import LoadedModel, apply_rope_override
 from kvspill.model.offload import offload_layers, place_with_offload
 from kvspill.model.quant import QuantEmbedding, QuantLinear
@@ -56,15 +56,12 @@ def _random_blocks(qtype: str, out_features: int, in_features: int, gen: torch.G
 
 def _quantize_randomly(net: LlamaForCausalLM, qtype: str, dtype: torch.dtype) -> None:
     """Swap every linear layer and the embedding for quantized ones (on `meta`, before `to_empty`)."""
-    for layer in net.model.layers:
-        for parent in (layer.get_submodule("self_attn"), layer.get_submodule("mlp")):
-            for attr, dense in list(parent.named_children()):
-                if isinstance(dense, nn.Linear):
-                    sizes = {"qkv_proj": net.qkv_sizes, "gate_up_proj": net.gate_up_sizes}.get(attr)
-                    out_sizes = sizes or [dense.out_features]
-                    setattr(
-                        parent, attr, QuantLinear(dense.in_features, out_sizes, dense.bias is not None, dtype)
-                    )
+    replace_projections(
+        net,
+        lambda _i, _name, dense, out_sizes: QuantLinear(
+            dense.in_features, out_sizes, dense.bias is not None, dtype
+        ),
+    )
     embed = net.model.embed_tokens
     assert isinstance(embed, nn.Embedding)
     net.model.embed_tokens = QuantEmbedding(embed.num_embeddings, embed.embedding_dim, dtype)
