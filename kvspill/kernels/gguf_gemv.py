@@ -5,29 +5,44 @@ Shapes:
                        QuantizedWeight [out_features, in_features], bias [out_features] or None
                        -> [num_tokens, out_features] in x's dtype
 
-Scheme (after llama.cpp's mmvq): one program per BLOCK_N output rows walks K in chunks of whole
-quant blocks; each chunk's raw bytes are read once, as contiguous byte runs per row, dequantized
-in registers (gguf_dequant's per-type helpers) and multiplied with x, accumulating in fp32.
-- One token (`_gemv_fma_kernel`, the common decode step): CUDA-core FMAs. The sub-block scale
-  multiplies the sum of q * x over its sub-block, not each weight,
-      sum_j (s * q_j + m) * x_j = s * sum_j q_j * x_j + m * sum_j x_j,
-  and partial sums stay per sub-block until the one cross-thread reduction after the K loop.
-- 2..16 tokens (`_gemv_dot_kernel`): the dequantized [BLOCK_N, CHUNK] tile (in x's dtype) meets
-  x's [16, CHUNK] tile on the tensor cores, so the cost barely grows with the token count.
+Kernels (`quant_matmul_gemv` picks one):
+- Lane kernels, Q4_K and Q6_K (`LANE_KERNELS`), 1 token and, per `LANE_MULTI_CONFIG`, 2 (Q4_K)
+  or 2..4 (Q6_K) tokens: one warp a program; each lane owns one piece of the K chunk (a 32-byte
+  group of a Q4_K super-block; 4 columns of a Q6_K half-block) for all BLOCK_N rows and all
+  tokens of the program in registers, so x is loaded and converted once per lane for all rows,
+  each weight once for all tokens, and nothing crosses lanes until after the K loop. Weights
+  become floats in inline PTX without int-to-float converts: a nibble is masked in place and
+  OR-ed with the exponent that makes its float 2**E + nibble, then 2**E is subtracted (~3
+  instructions a Q4_K weight with the FMA); Q6_K assembles 4 six-bit quants in a word, then one
+  PRMT + one subtract a weight. One token multiplies the sub-block scale into the sum of q * x,
+      sum_j (s * q_j - m) * x_j = s * sum_j q_j * x_j - m * sum_j x_j;
+  several tokens dequantize each weight once (s * q - m) and then take one FMA a token.
+  Loads are 2-D tiles [rows * lanes, run] reshaped to 4-D, so the lane mapping does not depend
+  on how a Triton version orders the dimensions of a >2-D tile (3.6 and 3.9 differ).
+- Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
+  rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
+  ~9-14 instructions a weight (ALU-bound).
+- Dot kernel (`_gemv_dot_kernel`, the rest up to 16 tokens): the dequantized [BLOCK_N, CHUNK]
+  tile (in x's dtype) meets x's [16, CHUNK] tile on the tensor cores; bound by the tile's trip
+  through shared memory into the dot layout, flat in the token count.
 
-Tile constants (`FMA_CONFIG`, `DOT_CONFIG`) were picked by a sweep on an H200 (bench_gguf.py),
-Llama-3-8B shapes. One token, GB/s of weight bytes: Q4_0 ~1000-1240, Q4_K ~1070-1320,
-Q5_K ~950-1025, Q6_K ~890-965, Q8_0 ~2070-2280 (a bf16 torch GEMV: ~3500-3900). The kernel is
-ALU-bound near 2e12 weights/s: decoding costs ~10 instructions a weight. What would lift it:
-llama.cpp's int8 dot products (x quantized to q8_1, dp4a via inline asm) and packed f16x2 math.
-2..16 tokens: ~350-540 GB/s for the 4/5/6-bit types, 670-1150 for Q8_0, flat in the token
-count (about a dequantize-to-buffer plus a dense matmul); bound by the tile's trip through
-shared memory into the dot layout, not by the tensor cores.
+Measured (bench_gguf.py, weights streamed from HBM, bf16 x; NVIDIA H100 80GB HBM3, Triton 3.6,
+2026-11-26; D2D copy 3.0 TB/s), GB/s of weight bytes for qkv / o / gate_up / down / lm_head of
+Llama-3.1-8B:
+  Q4_K 1 token 1442 / 1216 / 2061 / 1709 / 2326 (generic kernel: 908 / 940 / 1357 / 1085 / 1516);
+       2 tokens 1145 / 979 / 1484 / 1308 / 1673 (dot: 409 / 342 / 531 / 369 / 577);
+  Q6_K 1 token 1277 / 1389 / 1762 / 1635 / 1898 (generic: 826 / 826 / 1026 / 913 / 1090);
+       2 tokens ~1250-1840, 4 tokens 873-1324 (dot: 362-781);
+  Q8_0 1 token (generic) 1718 / 1582 / 2217 / 1974 / 2308; 4 and 16 tokens (dot) 640-1400.
+The small shapes (o: 9 MB of Q4_K, ~8 us) pay the launch and the tail of the grid.
 
 Invariants:
 - The result equals dequantize_ref(weight) @ x.T up to fp32 reduction order; the dot kernel
   rounds the dequantized weight to x's dtype first (as a dense bf16 layer would hold it).
 - Weight bytes are read once per launch: programs split the rows, never K.
+- Inline PTX runs only on the GPU (Triton's interpreter takes the plain-Triton twin of each
+  helper). Every packed PTX helper is elementwise per packed position, so its result does not
+  depend on the register layout Triton picks; misaligned words are loaded one word per element.
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ import torch
 
 from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
+from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.triton_compat import tl, triton
 
 MAX_GEMV_TOKENS = 16
@@ -143,12 +159,29 @@ def _gemv_dot_kernel(
     tl.store(out_ptr + tok * stride_o + n_out, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
-# (CHUNK weights a row per loop step, BLOCK_N rows a program, warps). Few rows and one or two
-# warps a program: many programs per SM keep loads in flight; long chunks amortize the loop.
 _FMA_LEGACY = (1024, 4, 1)
-FMA_CONFIG = {"Q4_0": _FMA_LEGACY, "Q4_1": _FMA_LEGACY, "Q5_0": _FMA_LEGACY, "Q5_1": _FMA_LEGACY}
-FMA_CONFIG.update({"Q8_0": (2048, 2, 2), "Q4_K": (2048, 2, 1), "Q5_K": (1024, 4, 1), "Q6_K": (1024, 4, 2)})
+FMA_CONFIG = {
+    "Q4_0": _FMA_LEGACY,
+    "Q4_1": _FMA_LEGACY,
+    "Q5_0": _FMA_LEGACY,
+    "Q5_1": _FMA_LEGACY,
+    "Q5_K": (1024, 4, 1),
+}
+FMA_CONFIG.update({"Q8_0": (2048, 2, 2), "Q4_K": (2048, 4, 1), "Q6_K": (2048, 2, 1)})
+# The generic kernel's configs for the lane kernels' types (a benchmark baseline).
+GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
+# Types with a lane kernel (GGUF data 4-byte aligned); removing one makes it take the generic
+# kernels (a benchmark baseline).
+LANE_KERNELS = {"Q4_K", "Q6_K"}
+# Several tokens on the lane kernels: (CHUNK, BLOCK_N, warps) per token count padded to a power
+# of two; other counts take the dot kernel. Q4_K with 3-4 tokens was no faster than the dot
+# kernel on an H100 (335-521 GB/s vs 340-577), Q6_K with 3-4 tokens 1.7-2.8x faster.
+LANE_MULTI_CONFIG: dict[str, dict[int, tuple[int, int, int]]] = {
+    "Q4_K": {2: (2048, 4, 1)},
+    "Q6_K": {2: (1024, 2, 1), 4: (1024, 2, 1)},
+}
+X_ASM = True  # bf16 x to fp32 in inline PTX (one instruction an element)
 
 
 def check_gemv_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None) -> None:
@@ -167,6 +200,45 @@ def check_gemv_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor
         assert bias.device == x.device, f"bias on {bias.device}, x on {x.device}"
 
 
+def _lane_kernel_config(x: torch.Tensor, weight: QuantizedWeight) -> tuple[int, int, int] | None:
+    """(CHUNK, BLOCK_N, warps) if `quant_matmul_gemv(x, weight)` takes a lane kernel, else None."""
+    qtype, num_tokens = weight.qtype, x.shape[0]
+    if qtype not in LANE_KERNELS or weight.data.data_ptr() % 4 != 0:
+        return None
+    if num_tokens == 1:
+        return FMA_CONFIG[qtype]
+    return LANE_MULTI_CONFIG[qtype].get(triton.next_power_of_2(num_tokens))
+
+
+def _launch_lane_kernel(x, weight, bias, out, config) -> None:
+    chunk, block_n, num_warps = config
+    num_tokens, rows = x.shape[0], weight.out_features
+    args = (
+        x,
+        weight.data,
+        bias if bias is not None else x,
+        out,
+        rows,
+        weight.in_features // weight.format.block_size,
+    )
+    meta = dict(
+        NUM_TOKENS=num_tokens,
+        T_PAD=triton.next_power_of_2(num_tokens),
+        HAS_LINEAR_BIAS=bias is not None,
+        BLOCK_N=block_n,
+        USE_ASM=not _INTERPRETER,
+        X_ASM=X_ASM and not _INTERPRETER,
+        DEQUANT=num_tokens > 1,
+        num_warps=num_warps,
+    )
+    strides = (x.stride(0), weight.data.stride(0), out.stride(0))
+    grid = (triton.cdiv(rows, block_n),)
+    if weight.qtype == "Q4_K":
+        q4k_gemv_kernel[grid](*args, *strides, SB=max(1, chunk // 256), **meta)
+    else:  # Q6_K
+        q6k_gemv_kernel[grid](*args, *strides, NSUB=max(1, chunk // 512), **meta)
+
+
 def quant_matmul_gemv(
     x: torch.Tensor,  # [num_tokens <= 16, in_features]
     weight: QuantizedWeight,
@@ -180,7 +252,10 @@ def quant_matmul_gemv(
     if num_tokens == 0 or rows == 0:
         return out
     bias_arg = bias if bias is not None else x
-    if num_tokens == 1:
+    lane_config = _lane_kernel_config(x, weight)
+    if lane_config is not None:
+        _launch_lane_kernel(x, weight, bias, out, lane_config)
+    elif num_tokens == 1:
         chunk, block_n, num_warps = FMA_CONFIG[weight.qtype]
         _gemv_fma_kernel[(triton.cdiv(rows, block_n),)](
             x,

@@ -28,7 +28,7 @@ from kvspill.plan.costs import (
 )
 from kvspill.plan.spec import DTYPE_BYTES, ModelSpec
 from kvspill.plan.units import GiB, MiB
-from kvspill.plan.weights import WEIGHT_QUANTIZATIONS, stored_weight_bytes, weight_read_fraction
+from kvspill.plan.weights import WEIGHT_QUANTIZATIONS, stored_weight_bytes, weight_read_gbs
 
 RUNTIME_RESERVE_BYTES = 512 * MiB  # CUDA context + cuBLAS workspaces: outside the torch allocator
 CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models
@@ -175,9 +175,9 @@ class PlanRequest:
         return stored_weight_bytes(self.spec, self.quantization, self.weight_dtype_bytes)
 
     @property
-    def weight_read_fraction(self) -> float:
-        """Share of HBM bandwidth decode reads the weights at (1.0 dense; quantized: measured)."""
-        return weight_read_fraction(self.spec, self.quantization)
+    def weight_read_gbs(self) -> float | None:
+        """GB/s decode reads the weights at where a kernel bounds it (quantized); None: HBM's."""
+        return weight_read_gbs(self.spec, self.quantization)
 
     @property
     def kv_dtype_bytes(self) -> int:
@@ -310,7 +310,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         request.cold_attention,
         spec.num_layers,
         request.offloaded_weight_bytes,
-        request.weight_read_fraction,
+        request.weight_read_gbs,
     )
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)
     fits = gpu_left >= 0 and gpu_tokens > 0 and unplaced == 0 and seqs >= 1

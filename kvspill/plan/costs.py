@@ -2,9 +2,9 @@
 of a prefill, each a floor (bytes over the rate they move at, FLOPs over the rate they run at).
 
 For one sequence in exact mode (DESIGN.md, "The physics"):
-    t_token = W / (B_hbm * f_w) + KV_gpu / B_hbm + cold KV over the cold path + KV_disk / B_disk
+    t_token = W / min(B_hbm, B_w) + KV_gpu / B_hbm + cold KV over the cold path + KV_disk / B_disk
             + offloaded weights / B_h2d + per-layer step overhead
-with f_w the share of HBM bandwidth the weights' format is read at (plan/weights.py). The cold
+with B_w the rate the weights' format is read at where a kernel bounds it (plan/weights.py). The cold
 term over "split" is min over f of max(f*C / B_stream, (1-f)*C / B_cpu_attn), reached at
 f = B_stream / (B_stream + B_cpu_attn): streaming and CPU attention add up (measured so on the
 bench hosts). Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per
@@ -97,7 +97,7 @@ def decode_floor(
     cold_path: str = "auto",
     num_layers: int = 0,
     offloaded_bytes: int = 0,
-    weight_read_fraction: float = 1.0,
+    weight_read_gbs: float | None = None,
 ) -> DecodeFloor:
     """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
     ("auto"/"stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared
@@ -108,7 +108,7 @@ def decode_floor(
     fraction = {"cpu": 0.0, "split": stream / (stream + cpu)}.get(cold_path, 1.0)
     rate = {"cpu": cpu, "split": stream + cpu}.get(cold_path, stream)
     return DecodeFloor(
-        weights_s=weight_bytes / (hbm * weight_read_fraction * GB),
+        weights_s=weight_bytes / (min(hbm, weight_read_gbs or hbm) * GB),
         gpu_kv_s=gpu_kv_bytes / (hbm * GB),
         cold_kv_s=cold / (rate * GB),
         disk_read_s=disk_kv_bytes / ((bw.disk_read_gbs or 1.0) * GB),

@@ -68,6 +68,7 @@ class ModelSpec:
     weight_dtype_bytes: int | None = None  # width of the weights as published, when known
     stored_weight_bytes: int | None = None  # bytes of tensor data in the file (GGUF: quantized)
     quant_method: str | None = None  # config.json's quantization_config.quant_method (awq, gptq, ...)
+    gguf_main_type: str | None = None  # a GGUF file's quantized type holding the most bytes (e.g. Q4_K)
     name: str = ""  # where the spec came from (path, HF id or known-shape name)
 
     def __post_init__(self) -> None:
@@ -260,6 +261,15 @@ def _from_hf_cache(model_id: str) -> ModelSpec:
     return replace(spec, name=model_id)
 
 
+def _main_type(tensors: Any) -> str | None:
+    by_type: dict[str, int] = {}
+    for t in tensors:
+        name = t.tensor_type.name
+        if name not in _GGUF_FLOAT_TYPES:
+            by_type[name] = by_type.get(name, 0) + int(t.n_bytes)
+    return max(by_type, key=lambda n: by_type[n]) if by_type else None
+
+
 def _quant_method(config: dict[str, Any]) -> str | None:
     quant = config.get("quantization_config")
     method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
@@ -317,6 +327,7 @@ def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
         if len(float_widths) == 1 and None not in float_widths
         else None,
         stored_weight_bytes=sum(int(t.n_bytes) for t in reader.tensors),
+        gguf_main_type=_main_type(reader.tensors),
         name=path,
     )
 

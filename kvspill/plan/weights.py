@@ -1,8 +1,8 @@
 """What the weights take and how fast decode reads them, by format: dense, GGUF, fp8, int4 checkpoints.
 
 `stored_weight_bytes` estimates every weight as the engine will hold it from the model's shapes
-(or, for a GGUF kept quantized, the file's own tensor bytes); `weight_read_fraction` is the share
-of HBM bandwidth decode reads them at, measured per format (the kernels, not the bytes, bound
+(or, for a GGUF kept quantized, the file's own tensor bytes); `weight_read_gbs` is the rate decode
+reads them at where a kernel bounds it, measured per format (the kernels, not the bytes, bound
 the quantized ones today). No torch, no I/O.
 """
 
@@ -17,14 +17,21 @@ GGUF_BITS_PER_WEIGHT = {
     "q4_0": 4.5, "q4_1": 5.0, "q5_0": 5.5, "q5_1": 6.0, "q8_0": 8.5, "q4_k": 4.5, "q5_k": 5.5, "q6_k": 6.5625,
     "q4_k_m": 4.89, "q5_k_m": 5.70,
 }  # fmt: skip
-# Share of HBM copy bandwidth at which decode reads GGUF-quantized weights: the dequantize-GEMV
-# (kernels/gguf_gemv.py) is bound by its instructions, not its bytes. Fitted on one H200
-# (2026-11-26): random llama-8b Q4_K, 16 GiB, decode 222.5 / 214.1 / 194.3 tok/s at 8K/16K/32K =
-# weights at 1.49 TB/s of 4.19 (0.35); llama-8b Q8_0 at 8K, 216.9 tok/s = 2.72 TB/s of 4.14 (0.65)
-# (bench/results/2026-11-26-h200-quant). fp8 (per-token fp8 activations + torch._scaled_mm): llama-8b
-# at 8K on an H100, 165.4 tok/s = 2.02 TB/s of 2.99 (0.68; bench/results/2026-11-26-h100-fp8).
-QUANT_GEMV_HBM_FRACTION = {"q8_0": 0.65, "fp8": 0.68}
-QUANT_GEMV_HBM_FRACTION_DEFAULT = 0.35
+# Weight bytes a second that decode reads quantized weights at: the dequantize-GEMV kernels are
+# bound by their instructions, not by HBM, so this is a rate of its own (capped at HBM's):
+# - Q4_K (the lane kernel, kernels/gguf_gemv_lane.py): random llama-8b Q4_K in 16 GiB at 8K on an
+#   H100, 286.7 tok/s = weights at 2.37 TB/s once KV and the per-layer overhead are taken out
+#   (bench/results/2026-11-26-h100-gemv);
+# - Q6_K (lane kernel): 0.8 of Q4_K's rate in the kernel sweep (same run): an estimate;
+# - Q8_0: llama-8b Q8_0 at 8K on an H200, 216.9 tok/s = 2.72 TB/s (bench/results/2026-11-26-h200-quant);
+# - the other GGUF types (generic kernel; AWQ/GPTQ run as Q4_1): the generic kernel's Q4_K rate,
+#   215.7 tok/s on the H100 = 1.48 TB/s (same H100 run, --generic);
+# - fp8 (per-token fp8 activations + torch._scaled_mm): llama-8b at 8K on an H100, 165.4 tok/s =
+#   2.02 TB/s (bench/results/2026-11-26-h100-fp8).
+QUANT_READ_GBS = {"q4_k": 2370.0, "q4_k_m": 2250.0, "q6_k": 1900.0, "q8_0": 2720.0, "fp8": 2020.0}
+QUANT_READ_GBS_GENERIC = 1480.0
+# A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
+_GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0"}
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
 # int4 checkpoints (AWQ, GPTQ) run as Q4_1 blocks (model/int4_checkpoints.py): 5 bits a weight.
 INT4_CHECKPOINT_METHODS = ("awq", "gptq")
@@ -53,10 +60,13 @@ def stored_weight_bytes(spec: ModelSpec, quantization: str, dtype_bytes: int) ->
     return spec.weight_bytes(dtype_bytes)
 
 
-def weight_read_fraction(spec: ModelSpec, quantization: str) -> float:
-    """Share of HBM bandwidth decode reads the weights at (1.0 dense; quantized: measured)."""
-    if _file_is_quantized_gguf(spec, quantization) or quantization in INT4_CHECKPOINT_METHODS:
-        return QUANT_GEMV_HBM_FRACTION_DEFAULT  # a GGUF file's mix of types; int4 as Q4_1
+def weight_read_gbs(spec: ModelSpec, quantization: str) -> float | None:
+    """GB/s decode reads the weights at when a kernel, not HBM, bounds it; None: HBM bandwidth."""
+    if _file_is_quantized_gguf(spec, quantization):
+        key = _GGUF_TYPE_RATE.get(spec.gguf_main_type or "")
+        return QUANT_READ_GBS[key] if key else QUANT_READ_GBS_GENERIC
+    if quantization in INT4_CHECKPOINT_METHODS:
+        return QUANT_READ_GBS_GENERIC  # as Q4_1 blocks
     if quantization in GGUF_BITS_PER_WEIGHT or quantization == "fp8":
-        return QUANT_GEMV_HBM_FRACTION.get(quantization, QUANT_GEMV_HBM_FRACTION_DEFAULT)
-    return 1.0
+        return QUANT_READ_GBS.get(quantization, QUANT_READ_GBS_GENERIC)
+    return None

@@ -1,0 +1,382 @@
+"""The lane GEMV kernels for Q4_K and Q6_K (kernels/gguf_gemv.py dispatches to them).
+
+One warp a program; each lane owns one piece of the K chunk for all BLOCK_N rows and all tokens
+of the program, in registers: x is loaded and converted once per lane for all rows, each weight
+once for all tokens, nothing crosses lanes until after the K loop. Weights become floats in
+inline PTX without int-to-float converts (`USE_ASM`); under Triton's interpreter each PTX helper
+has a plain-Triton twin. Every packed PTX helper is elementwise per packed position, so results
+do not depend on the register layout Triton picks; misaligned words load one word per element.
+gguf_gemv.py's docstring has the design and the measured GB/s.
+"""
+
+from __future__ import annotations
+
+from kvspill.kernels.triton_compat import tl, triton
+
+
+@triton.jit
+def _magic_f32(v, bit: tl.constexpr):
+    """float(field) for the integer field of `v` at bits [bit, 23) (all other bits zero): OR-ing
+    in the exponent of 2**(23 - bit) makes the float 2**(23 - bit) + field exactly, so one
+    subtract finishes the conversion (no int-to-float convert, which runs at a quarter rate)."""
+    return (v | ((150 - bit) << 23)).to(tl.float32, bitcast=True) - (2.0 ** (23 - bit))
+
+
+@triton.jit
+def _f16_bits(v):
+    """The fp16 number in the low 16 bits of int32 `v` (higher bits zero) as float32."""
+    return v.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _nibbles(b, USE_ASM: tl.constexpr):
+    """uint8 tensor -> (low nibbles, high nibbles) as exact float32. On the GPU one PTX block
+    turns 4 packed bytes into 8 floats with 9 integer and 8 float instructions: each nibble is
+    masked in place and OR-ed with the exponent that makes its float 2**E + nibble (bits
+    [p, p + 4) with E = 23 - p, p <= 16; the top three nibbles come from the word shifted right
+    by 12), then 2**E is subtracted. Output i reads only byte i: any register layout works."""
+    if USE_ASM:
+        lo, hi = tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t;
+            shr.b32 t, $8, 12;
+            lop3.b32 $0, $8, 0x0000000F, 0x4B000000, 0xEA;
+            lop3.b32 $1, $8, 0x00000F00, 0x47000000, 0xEA;
+            lop3.b32 $2, $8, 0x000F0000, 0x43000000, 0xEA;
+            lop3.b32 $3, t, 0x0000F000, 0x45000000, 0xEA;
+            lop3.b32 $4, $8, 0x000000F0, 0x49000000, 0xEA;
+            lop3.b32 $5, $8, 0x0000F000, 0x45000000, 0xEA;
+            lop3.b32 $6, t, 0x00000F00, 0x47000000, 0xEA;
+            lop3.b32 $7, t, 0x000F0000, 0x43000000, 0xEA;
+            sub.f32 $0, $0, 0f4B000000;
+            sub.f32 $1, $1, 0f47000000;
+            sub.f32 $2, $2, 0f43000000;
+            sub.f32 $3, $3, 0f45000000;
+            sub.f32 $4, $4, 0f49000000;
+            sub.f32 $5, $5, 0f45000000;
+            sub.f32 $6, $6, 0f47000000;
+            sub.f32 $7, $7, 0f43000000;
+            }""",
+            constraints="=r,=r,=r,=r,=r,=r,=r,=r,r",
+            args=[b],
+            dtype=(tl.int32, tl.int32),
+            is_pure=True,
+            pack=4,
+        )
+        return lo.to(tl.float32, bitcast=True), hi.to(tl.float32, bitcast=True)
+    else:
+        v = b.to(tl.int32)
+        return _magic_f32(v & 0xF, 0), _magic_f32(v >> 4, 0)
+
+
+@triton.jit
+def _to_f32(v, USE_ASM: tl.constexpr):
+    """x values as float32; on the GPU bf16 pairs take one shift or one AND each (the
+    compiler's conversion spends two on the high half). Elementwise per packed position."""
+    if USE_ASM and v.dtype == tl.bfloat16:
+        f = tl.inline_asm_elementwise(
+            asm="{ shl.b32 $0, $2, 16; and.b32 $1, $2, 0xFFFF0000; }",
+            constraints="=r,=r,r",
+            args=[v],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=2,
+        )
+        return f.to(tl.float32, bitcast=True)
+    else:
+        return v.to(tl.float32)
+
+
+@triton.jit
+def q4k_gemv_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    rows,
+    num_blocks,
+    stride_x,
+    stride_w,
+    stride_o,
+    NUM_TOKENS: tl.constexpr,
+    T_PAD: tl.constexpr,
+    HAS_LINEAR_BIAS: tl.constexpr,
+    SB: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    X_ASM: tl.constexpr,
+    DEQUANT: tl.constexpr,
+):
+    # Q4_K, 1..T_PAD tokens, CUDA-core FMAs. Grid: (cdiv(rows, BLOCK_N),). Work items
+    # kl = (super-block sb, 32-byte group g) of the K chunk, KL = 4 * SB of them: with one warp
+    # and KL = 32 each lane owns one, for all BLOCK_N rows and T_PAD tokens in registers, so x is
+    # loaded and converted once per lane for all its rows and each weight once for all tokens.
+    # Group g of a super-block is qs[32 g : 32 g + 32]: its low nibbles are sub-block 2 g
+    # (x[64 g + l]), its high nibbles sub-block 2 g + 1 (x[64 g + 32 + l]); the l1 loop takes 8
+    # bytes at a time. Loads are 2-D tiles [rows * KL, 8] (row-major, one lane dimension), then
+    # reshaped to [T, BLOCK_N, KL, 8]: the lane mapping does not depend on how a Triton version
+    # orders the dimensions of a >2-D tile.
+    # Per sub-block: sum_l (sc * q_l - m) * x_l = sc * sum_l q_l x_l - m * sum_l x_l.
+    KL: tl.constexpr = 4 * SB
+    pid = tl.program_id(0)
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
+    i_x = tl.arange(0, T_PAD * KL)[:, None]  # t * KL + kl
+    l0 = tl.arange(0, 8)[None, :]
+    n = pid * BLOCK_N + i_w // KL
+    row = w_ptr + n.to(tl.int64) * stride_w  # [BLOCK_N * KL, 1]
+    sb_w = (i_w % KL) // 4
+    b_off = sb_w * 144 + 16 + ((i_w % KL) % 4) * 32 + l0  # [BLOCK_N * KL, 8]
+    h_off = sb_w * 144  # [BLOCK_N * KL, 1]
+    sb_x = (i_x % KL) // 4
+    x_off = (i_x // KL) * stride_x + sb_x * 256 + ((i_x % KL) % 4) * 64 + l0  # [T_PAD * KL, 8]
+    row_ok = n < rows
+    tok_ok = (i_x // KL) < NUM_TOKENS
+    # The 6-bit (scale, min) of sub-blocks 2 g, 2 g + 1 are bytes 2 g % 4, + 1 of the packed
+    # words: g < 2 reads sc from scales[0:4] and m from [4:8]; g >= 2 combines 4 bits of
+    # scales[8:12] (sc low, m high nibble) with the top 2 bits of scales[0:4] / [4:8].
+    g_w = (i_w % KL) % 4
+    sh = 16 * (g_w % 2)
+    low = g_w < 2
+    acc = tl.zeros((T_PAD, BLOCK_N, KL, 1), dtype=tl.float32)
+    acc8 = tl.zeros((T_PAD, BLOCK_N, KL, 8), dtype=tl.float32)
+    for k in range(0, num_blocks, SB):
+        w_ok = row_ok & ((k + sb_w) < num_blocks)  # [BLOCK_N * KL, 1]
+        x_ok = tok_ok & ((k + sb_x) < num_blocks)
+        wk = row + k * 144
+        hdr = (wk + h_off).to(tl.pointer_type(tl.int32))
+        h0 = tl.load(hdr, mask=w_ok, other=0)  # d | dmin << 16
+        h1 = tl.load(hdr + 1, mask=w_ok, other=0) >> sh  # scales[0:4]
+        h2 = tl.load(hdr + 2, mask=w_ok, other=0) >> sh  # scales[4:8]
+        h3 = tl.load(hdr + 3, mask=w_ok, other=0) >> sh  # scales[8:12]
+        sc = tl.where(low, h1 & 0x3F3F, (h3 & 0x0F0F) | ((h1 >> 2) & 0x3030))
+        mn = tl.where(low, h2 & 0x3F3F, ((h3 >> 4) & 0x0F0F) | ((h2 >> 2) & 0x3030))
+        d = _f16_bits(h0 & 0xFFFF)
+        dmin = _f16_bits((h0 >> 16) & 0xFFFF)
+        sc_lo = tl.reshape(d * _magic_f32(sc & 0xFF, 0), (1, BLOCK_N, KL, 1))
+        sc_hi = tl.reshape(d * _magic_f32(sc & 0xFF00, 8), (1, BLOCK_N, KL, 1))
+        mn_lo = tl.reshape(dmin * _magic_f32(mn & 0xFF, 0), (1, BLOCK_N, KL, 1))
+        mn_hi = tl.reshape(dmin * _magic_f32(mn & 0xFF00, 8), (1, BLOCK_N, KL, 1))
+        xk = x_ptr + k * 256 + x_off
+        if DEQUANT:
+            # Several tokens: dequantize each weight once (sc * q - m), then one FMA per token.
+            for l1 in tl.static_range(4):
+                q_lo, q_hi = _nibbles(tl.load(wk + b_off + 8 * l1, mask=w_ok, other=0), USE_ASM)
+                x_lo = _to_f32(tl.load(xk + 8 * l1, mask=x_ok, other=0.0), X_ASM)
+                x_hi = _to_f32(tl.load(xk + 32 + 8 * l1, mask=x_ok, other=0.0), X_ASM)
+                q_lo = tl.reshape(q_lo, (1, BLOCK_N, KL, 8))
+                q_hi = tl.reshape(q_hi, (1, BLOCK_N, KL, 8))
+                acc8 += (sc_lo * q_lo - mn_lo) * tl.reshape(x_lo, (T_PAD, 1, KL, 8))
+                acc8 += (sc_hi * q_hi - mn_hi) * tl.reshape(x_hi, (T_PAD, 1, KL, 8))
+        else:
+            # Elementwise partial sums over the 4 steps (chains of FMAs), reduced over l0 once;
+            # the scales multiply the per-sub-block sums.
+            s_lo = tl.zeros((T_PAD, BLOCK_N, KL, 8), dtype=tl.float32)
+            s_hi = tl.zeros((T_PAD, BLOCK_N, KL, 8), dtype=tl.float32)
+            x_lo_sum = tl.zeros((T_PAD, 1, KL, 8), dtype=tl.float32)
+            x_hi_sum = tl.zeros((T_PAD, 1, KL, 8), dtype=tl.float32)
+            for l1 in tl.static_range(4):
+                q_lo, q_hi = _nibbles(tl.load(wk + b_off + 8 * l1, mask=w_ok, other=0), USE_ASM)
+                x_lo = _to_f32(tl.load(xk + 8 * l1, mask=x_ok, other=0.0), X_ASM)
+                x_hi = _to_f32(tl.load(xk + 32 + 8 * l1, mask=x_ok, other=0.0), X_ASM)
+                x_lo = tl.reshape(x_lo, (T_PAD, 1, KL, 8))
+                x_hi = tl.reshape(x_hi, (T_PAD, 1, KL, 8))
+                s_lo += tl.reshape(q_lo, (1, BLOCK_N, KL, 8)) * x_lo
+                s_hi += tl.reshape(q_hi, (1, BLOCK_N, KL, 8)) * x_hi
+                x_lo_sum += x_lo
+                x_hi_sum += x_hi
+            acc += sc_lo * tl.sum(s_lo, axis=3, keep_dims=True) + sc_hi * tl.sum(s_hi, axis=3, keep_dims=True)
+            acc -= mn_lo * tl.sum(x_lo_sum, axis=3, keep_dims=True) + mn_hi * tl.sum(
+                x_hi_sum, axis=3, keep_dims=True
+            )
+    if DEQUANT:
+        acc += tl.sum(acc8, axis=3, keep_dims=True)
+    out = tl.sum(tl.sum(acc, axis=3), axis=2)  # [T_PAD, BLOCK_N]
+    t_out = tl.arange(0, T_PAD)[:, None]
+    n_out = pid * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if HAS_LINEAR_BIAS:
+        out += tl.load(bias_ptr + n_out, mask=n_out < rows, other=0.0).to(tl.float32)
+    out_mask = (t_out < NUM_TOKENS) & (n_out < rows)
+    tl.store(out_ptr + t_out * stride_o + n_out, out.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _load_word_2b(ptr, USE_ASM: tl.constexpr):
+    """The little-endian 32-bit word at byte pointer `ptr` (2-byte aligned; any tensor shape) as
+    int32: Triton vectorizes a load only as far as it can prove alignment (here 2 bytes). On the
+    GPU one 4-byte load (address = 0 mod 4) or two 2-byte loads and a PRMT (= 2 mod 4), one word
+    per element, so the result does not depend on the register layout. No mask: callers pass
+    in-bounds pointers."""
+    if USE_ASM:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t0, t1, lo;
+            .reg .pred odd;
+            cvt.u32.u64 lo, $1;
+            and.b32 lo, lo, 2;
+            setp.ne.u32 odd, lo, 0;
+            @!odd ld.global.b32 $0, [$1];
+            @odd ld.global.u16 t0, [$1];
+            @odd ld.global.u16 t1, [$1+2];
+            @odd prmt.b32 $0, t0, t1, 0x5410;
+            }""",
+            constraints="=r,l",
+            args=[ptr],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+    else:
+        w = tl.load(ptr).to(tl.int32) | (tl.load(ptr + 1).to(tl.int32) << 8)
+        return w | (tl.load(ptr + 2).to(tl.int32) << 16) | (tl.load(ptr + 3).to(tl.int32) << 24)
+
+
+@triton.jit
+def _bytes_minus_32(u, USE_ASM: tl.constexpr):
+    """int32 word of 4 bytes (each < 128) -> the 4 values byte_i - 32 as exact float32 (4
+    tensors of u's shape). On the GPU one PRMT builds the float 2**23 + byte, one subtract."""
+    if USE_ASM:
+        b0, b1, b2, b3 = tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 m;
+            mov.b32 m, 0x4B000000;
+            prmt.b32 $0, $4, m, 0x7650;
+            prmt.b32 $1, $4, m, 0x7651;
+            prmt.b32 $2, $4, m, 0x7652;
+            prmt.b32 $3, $4, m, 0x7653;
+            sub.f32 $0, $0, 0f4B000020;
+            sub.f32 $1, $1, 0f4B000020;
+            sub.f32 $2, $2, 0f4B000020;
+            sub.f32 $3, $3, 0f4B000020;
+            }""",
+            constraints="=r,=r,=r,=r,r",
+            args=[u],
+            dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+            is_pure=True,
+            pack=1,
+        )
+        b0 = b0.to(tl.float32, bitcast=True)
+        b1 = b1.to(tl.float32, bitcast=True)
+        b2 = b2.to(tl.float32, bitcast=True)
+        b3 = b3.to(tl.float32, bitcast=True)
+    else:
+        b0 = _magic_f32(u & 0xFF, 0) - 32.0
+        b1 = _magic_f32((u >> 8) & 0xFF, 0) - 32.0
+        b2 = _magic_f32((u >> 16) & 0xFF, 0) - 32.0
+        b3 = _magic_f32((u >> 24) & 0xFF, 0) - 32.0
+    return b0, b1, b2, b3
+
+
+@triton.jit
+def _split4(v):
+    """[N, 4] -> its 4 columns, each [N, 1] (register moves when, as loaded, a thread holds all 4)."""
+    a, b = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))  # columns (0, 2), (1, 3)
+    c0, c2 = tl.split(a)
+    c1, c3 = tl.split(b)
+    return c0[:, None], c1[:, None], c2[:, None], c3[:, None]
+
+
+@triton.jit
+def q6k_gemv_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    rows,
+    num_blocks,
+    stride_x,
+    stride_w,
+    stride_o,
+    NUM_TOKENS: tl.constexpr,
+    T_PAD: tl.constexpr,
+    HAS_LINEAR_BIAS: tl.constexpr,
+    NSUB: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    X_ASM: tl.constexpr,
+    DEQUANT: tl.constexpr,
+):
+    # Q6_K, 1..T_PAD tokens, as q4k_gemv_kernel: 32 work items kl = (block sb of 2, half h,
+    # 4-element column group lam of 8), one per lane, for BLOCK_N rows. Item (sb, h, lam) takes
+    # l = 4 lam .. 4 lam + 3 of half h: the words ql[64 h + l], ql[64 h + 32 + l] and qh[32 h + l]
+    # (blocks are 210 bytes, so 2-byte aligned: _load_word_2b), giving elements
+    # 128 h + 32 Q + l (Q = 0..3) with scales sc[8 h + 2 Q + l // 16]. A warp's loads of one kind
+    # cover 32 contiguous bytes of each (block, half). NSUB pairs of blocks a loop step.
+    KL: tl.constexpr = 32
+    pid = tl.program_id(0)
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
+    i_x = tl.arange(0, T_PAD * KL)[:, None]  # t * KL + kl
+    n = pid * BLOCK_N + i_w // KL
+    row_ok = n < rows
+    # Rows past the end read row 0 (their sums are not stored), so the loads need no mask.
+    row_off = tl.where(row_ok, n, 0).to(tl.int64) * stride_w  # [BLOCK_N * KL, 1]
+    kl_w = i_w % KL
+    sb_w = kl_w // 16
+    ql_off = ((kl_w // 8) % 2) * 64 + (kl_w % 8) * 4  # within the block
+    qh_off = 128 + ((kl_w // 8) % 2) * 32 + (kl_w % 8) * 4
+    sc_off = 192 + ((kl_w // 8) % 2) * 8 + (kl_w % 8) // 4  # + 2 Q
+    kl_x = i_x % KL
+    sb_x = kl_x // 16
+    x_off = (
+        (i_x // KL) * stride_x
+        + sb_x * 256
+        + ((kl_x // 8) % 2) * 128
+        + (kl_x % 8) * 4
+        + tl.arange(0, 4)[None, :]
+    )
+    tok_ok = (i_x // KL) < NUM_TOKENS
+    acc = tl.zeros((T_PAD, BLOCK_N, KL, 1), dtype=tl.float32)
+    for k in range(0, num_blocks, 2 * NSUB):
+        for j in tl.static_range(NSUB):
+            kj = k + 2 * j
+            # Blocks past the end read block 0 of the row and meet x = 0.
+            kb_ok = (kj + sb_w) < num_blocks
+            x_ok = tok_ok & ((kj + sb_x) < num_blocks)
+            blk = w_ptr + row_off + tl.where(kb_ok, (kj + sb_w) * 210, 0)  # [BLOCK_N * KL, 1]
+            ql_a = _load_word_2b(blk + ql_off, USE_ASM)
+            ql_b = _load_word_2b(blk + ql_off + 32, USE_ASM)
+            qh = _load_word_2b(blk + qh_off, USE_ASM)
+            d = (
+                tl.load((blk + 208).to(tl.pointer_type(tl.uint16)))
+                .to(tl.float16, bitcast=True)
+                .to(tl.float32)
+            )
+            xk = x_ptr + kj * 256 + x_off
+            for Q in tl.static_range(4):
+                # 6-bit quants of quarter Q, 4 bytes at a time: 4 bits of ql (low nibbles for
+                # Q < 2), 2 bits of qh (bits 2 Q, 2 Q + 1 of each byte) on top.
+                lo = ql_a if Q % 2 == 0 else ql_b
+                if Q >= 2:
+                    lo = lo >> 4
+                if Q == 3:
+                    hi = qh >> 2
+                else:
+                    hi = qh << (4 - 2 * Q)
+                u = (lo & 0x0F0F0F0F) | (hi & 0x30303030)
+                q0, q1, q2, q3 = _bytes_minus_32(u, USE_ASM)
+                sc = d * tl.load((blk + sc_off + 2 * Q).to(tl.pointer_type(tl.int8))).to(tl.float32)
+                x0, x1, x2, x3 = _split4(_to_f32(tl.load(xk + 32 * Q, mask=x_ok, other=0.0), X_ASM))
+                sc = tl.reshape(sc, (1, BLOCK_N, KL, 1))
+                if DEQUANT:
+                    acc += (sc * tl.reshape(q0, (1, BLOCK_N, KL, 1))) * tl.reshape(x0, (T_PAD, 1, KL, 1))
+                    acc += (sc * tl.reshape(q1, (1, BLOCK_N, KL, 1))) * tl.reshape(x1, (T_PAD, 1, KL, 1))
+                    acc += (sc * tl.reshape(q2, (1, BLOCK_N, KL, 1))) * tl.reshape(x2, (T_PAD, 1, KL, 1))
+                    acc += (sc * tl.reshape(q3, (1, BLOCK_N, KL, 1))) * tl.reshape(x3, (T_PAD, 1, KL, 1))
+                else:
+                    s = tl.reshape(q0, (1, BLOCK_N, KL, 1)) * tl.reshape(x0, (T_PAD, 1, KL, 1))
+                    s += tl.reshape(q1, (1, BLOCK_N, KL, 1)) * tl.reshape(x1, (T_PAD, 1, KL, 1))
+                    s += tl.reshape(q2, (1, BLOCK_N, KL, 1)) * tl.reshape(x2, (T_PAD, 1, KL, 1))
+                    s += tl.reshape(q3, (1, BLOCK_N, KL, 1)) * tl.reshape(x3, (T_PAD, 1, KL, 1))
+                    acc += sc * s
+    out = tl.sum(tl.sum(acc, axis=3), axis=2)  # [T_PAD, BLOCK_N]
+    t_out = tl.arange(0, T_PAD)[:, None]
+    n_out = pid * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if HAS_LINEAR_BIAS:
+        out += tl.load(bias_ptr + n_out, mask=n_out < rows, other=0.0).to(tl.float32)
+    out_mask = (t_out < NUM_TOKENS) & (n_out < rows)
+    tl.store(out_ptr + t_out * stride_o + n_out, out.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+# (CHUNK weights a row per loop step, BLOCK_N rows a program, warps), one token. Generic kernel
+# (dequant_tile): few rows and one or two warps a program keep loads in flight; long chunks
+# amortize the loop. Lane kernels (LANE_KERNELS): one warp, BLOCK_N rows in each lane's registers;
+# swept on an H100: Q4_K 4 rows beat 2 (1.0-1.3x), Q6_K 2 rows beat 4 (4 spill registers).
