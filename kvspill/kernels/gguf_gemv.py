@@ -47,8 +47,6 @@ Invariants:
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
@@ -57,9 +55,12 @@ from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.triton_compat import tl, triton
 
 MAX_GEMV_TOKENS = 16
-# Triton's interpreter multiplies a bf16 tile made in the kernel wrongly in tl.dot (seen with
-# triton 3.9), so there the dot runs in fp32.
-_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _interpreted(x: torch.Tensor) -> bool:
+    """Triton on CPU tensors is its interpreter: no inline PTX there, and its tl.dot multiplies a
+    bf16 tile made in the kernel wrongly (seen with triton 3.9), so there the dot runs in fp32."""
+    return x.device.type == "cpu"
 
 
 @triton.jit
@@ -226,8 +227,8 @@ def _launch_lane_kernel(x, weight, bias, out, config) -> None:
         T_PAD=triton.next_power_of_2(num_tokens),
         HAS_LINEAR_BIAS=bias is not None,
         BLOCK_N=block_n,
-        USE_ASM=not _INTERPRETER,
-        X_ASM=X_ASM and not _INTERPRETER,
+        USE_ASM=not _interpreted(x),
+        X_ASM=X_ASM and not _interpreted(x),
         DEQUANT=num_tokens > 1,
         num_warps=num_warps,
     )
@@ -286,7 +287,7 @@ def quant_matmul_gemv(
             NUM_TOKENS=num_tokens,
             T_PAD=max(16, triton.next_power_of_2(num_tokens)),
             HAS_LINEAR_BIAS=bias is not None,
-            DOT_F32=x.dtype == torch.float32 or _INTERPRETER,
+            DOT_F32=x.dtype == torch.float32 or _interpreted(x),
             BLOCK_N=block_n,
             num_warps=num_warps,
         )
