@@ -140,13 +140,14 @@ def random_quantized(
     scale: float = 0.01,
 ) -> QuantizedWeight:
     """Random but valid blocks (tests, benchmarks): random quant bytes, fp16 scale fields
-    normal(0, scale) so no NaN or inf. On the CPU; `.to(device)` it."""
+    normal(0, scale) so no NaN or inf. Drawn on the generator's device (the CPU without one)."""
     fmt = check_supported(qtype)
     num_blocks = in_features // fmt.block_size
     shape = (out_features, num_blocks, fmt.type_size)
-    blocks = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
+    device = generator.device if generator is not None else torch.device("cpu")
+    blocks = torch.randint(0, 256, shape, dtype=torch.uint8, device=device, generator=generator)
     for offset in fmt.f16_offsets:
-        d = torch.randn((out_features, num_blocks, 1), generator=generator) * scale
+        d = torch.randn((out_features, num_blocks, 1), device=device, generator=generator) * scale
         blocks[..., offset : offset + 2] = d.half().view(torch.uint8)
     return QuantizedWeight(blocks.reshape(out_features, -1), fmt.name, out_features, in_features)
 

@@ -19,7 +19,7 @@ from transformers import LlamaConfig
 
 from kvspill.errors import ModelNotFoundError
 from kvspill.kernels.fp8_linear import check_fp8_supported
-from kvspill.kernels.gguf_formats import QuantizedWeight, check_supported
+from kvspill.kernels.gguf_formats import check_supported, random_quantized
 from kvspill.model.fp8 import fill_fp8_randomly, install_fp8_modules
 from kvspill.model.llama import LlamaForCausalLM, replace_projections
 from kvspill.model.loader import LoadedModel, apply_rope_override
@@ -28,6 +28,8 @@ from kvspill.model.quant import QuantEmbedding, QuantLinear
 from kvspill.plan.spec import KNOWN_SHAPES
 
 PREFIX = "random:"
+# fp16 scales of random quantized blocks: weights of roughly the dense init's 0.02 spread.
+_QUANT_SCALE = 0.002
 # RoPE of the real models these shapes stand for (Llama 3.2: factor 32; Llama 3.1: factor 8).
 _LLAMA3_ROPE_FACTOR = {"llama-1b": 32.0, "llama-3b": 32.0, "llama-8b": 8.0}
 
@@ -40,18 +42,6 @@ def split_random_name(model: str) -> tuple[str, str | None]:
     """`random:llama-8b:q4_k` -> ("llama-8b", "Q4_K"); the type is None for dense weights."""
     name, _, qtype = model[len(PREFIX) :].partition(":")
     return name, (qtype.upper() or None)
-
-
-def _random_blocks(qtype: str, out_features: int, in_features: int, gen: torch.Generator) -> QuantizedWeight:
-    """Random quant bytes with small finite fp16 scales, drawn on the generator's device (no host copy)."""
-    fmt = check_supported(qtype)
-    shape = (out_features, in_features // fmt.block_size, fmt.type_size)
-    device = gen.device
-    blocks = torch.randint(0, 256, shape, dtype=torch.uint8, device=device, generator=gen)
-    for offset in fmt.f16_offsets:
-        scale = torch.randn((*shape[:2], 1), device=device, generator=gen) * 0.002
-        blocks[..., offset : offset + 2] = scale.half().view(torch.uint8)
-    return QuantizedWeight(blocks.reshape(out_features, -1), fmt.name, out_features, in_features)
 
 
 def _quantize_randomly(net: LlamaForCausalLM, qtype: str, dtype: torch.dtype) -> None:
@@ -76,9 +66,13 @@ def _quantize_randomly(net: LlamaForCausalLM, qtype: str, dtype: torch.dtype) ->
 def _fill_quantized(net: LlamaForCausalLM, qtype: str, gen: torch.Generator) -> None:
     for module in net.modules():
         if isinstance(module, QuantLinear):
-            module.set_weight([_random_blocks(qtype, n, module.in_features, gen) for n in module.out_sizes])
+            module.set_weight(
+                [random_quantized(qtype, n, module.in_features, gen, _QUANT_SCALE) for n in module.out_sizes]
+            )
         elif isinstance(module, QuantEmbedding):
-            module.set_weight(_random_blocks(qtype, module.num_embeddings, module.embedding_dim, gen))
+            module.set_weight(
+                random_quantized(qtype, module.num_embeddings, module.embedding_dim, gen, _QUANT_SCALE)
+            )
 
 
 def build_random_model(
