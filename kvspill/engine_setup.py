@@ -28,7 +28,7 @@ from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.quant import model_weight_bytes
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import resolve_model
-from kvspill.plan import MemoryPlan
+from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.arithmetic import MAX_GRAPH_BATCH
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.costs import COLD_STAGE_TOKENS
@@ -88,22 +88,30 @@ def _card(device: torch.device) -> tuple[int | None, str | None]:
     return torch.cuda.get_device_properties(device).total_memory, torch.cuda.get_device_name(device)
 
 
-def _plan(config: EngineConfig, device: torch.device, **after_loading: object) -> StartupPlan | None:
+def _plan(
+    config: EngineConfig,
+    device: torch.device,
+    calibration: Bandwidths | None,
+    after_loading: tuple[Measured, ModelSpec, int] | None = None,  # measured, spec, context
+) -> StartupPlan | None:
     total, name = _card(device)
+    measured, spec, context_len = after_loading if after_loading is not None else (None, None, None)
     return startup_plan(
         config,
         total,
         name,
-        load_calibration(),
+        calibration,
         device=device.type,
         host_available_bytes=int(psutil.virtual_memory().available),
-        **after_loading,  # type: ignore[arg-type]
+        measured=measured,
+        spec=spec,
+        context_len=context_len,
     )
 
 
-def _plan_and_cap(config: EngineConfig, device: torch.device) -> None:
+def _plan_and_cap(config: EngineConfig, device: torch.device, calibration: Bandwidths | None) -> None:
     """Print the memory plan before loading; on CUDA stop if it cannot fit, and cap the allocator."""
-    startup = _plan(config, device)
+    startup = _plan(config, device, calibration)
     if startup is not None:
         logger.info("memory plan (bandwidths: %s):\n%s", startup.bandwidths.source, startup.table)
         enforce(startup, config, on_gpu=device.type == "cuda")
@@ -136,12 +144,17 @@ def _measure(
 
 
 def _size_tiers(
-    config: EngineConfig, loaded: LoadedModel, layout: KVLayout, device: torch.device, allocated_before: int
+    config: EngineConfig,
+    loaded: LoadedModel,
+    layout: KVLayout,
+    device: torch.device,
+    allocated_before: int,
+    calibration: Bandwidths | None,
 ) -> MemoryPlan:
     """The plan, with what was measured, that the tiers are allocated from."""
     measured = _measure(config, loaded, layout, device, allocated_before)
     spec = ModelSpec.from_hf_config(loaded.hf_config.to_dict())
-    startup = _plan(config, device, measured=measured, spec=spec, context_len=loaded.max_model_len)
+    startup = _plan(config, device, calibration, (measured, spec, loaded.max_model_len))
     assert startup is not None, "a plan with a device budget always exists after loading"
     plan = startup.plan
     logger.info(
@@ -186,9 +199,8 @@ def _capture_graphs(config: EngineConfig, loaded: LoadedModel, storage: KVStorag
     return graphs
 
 
-def _cold_config(config: EngineConfig) -> ColdAttentionConfig:
+def _cold_config(config: EngineConfig, calibration: Bandwidths | None) -> ColdAttentionConfig:
     """Cold-attention path; the stream/CPU split follows the saved calibration when there is one."""
-    calibration = load_calibration()
     return ColdAttentionConfig(
         path=config.cold_attention,
         cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
@@ -232,6 +244,8 @@ def _preflight(config: EngineConfig) -> None:
 
 def _check_int4_format(config: EngineConfig, kind: str) -> None:
     """--quantization awq|gptq names the checkpoint's own format; `none` cannot undo an int4 one."""
+    if config.quantization not in ("awq", "gptq", "none"):
+        return
     method = ModelSpec.from_model_arg(config.model).quant_method if kind == "dir" else None
     if config.quantization in ("awq", "gptq") and method != config.quantization:
         raise InvalidParameterError(
@@ -288,7 +302,8 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     device = pick_device(config)
     dtype = pick_dtype(config, device)
     _preflight(config)
-    _plan_and_cap(config, device)
+    calibration = load_calibration()  # read once: the plans and the cold path use it
+    _plan_and_cap(config, device, calibration)
     allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     loaded, tokenizer = _load(config, device, dtype)
     eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else frozenset[int]()
@@ -299,7 +314,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         head_dim=loaded.head_dim,
         dtype=dtype,
     )
-    plan = _size_tiers(config, loaded, layout, device, allocated_before)
+    plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)
     bs = config.block_size
     # --attention cpu: the whole pool in host RAM (the "gpu" tier), attention on the CPU, no cold tiers.
     pool_device = torch.device("cpu") if config.attention == "cpu" else device
@@ -340,7 +355,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         seed=config.seed,
         graphs=graphs,
         device=device,
-        cold_config=_cold_config(config),
+        cold_config=_cold_config(config, calibration),
     )
     return EngineParts(
         runner=runner,
