@@ -21,6 +21,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from kvspill.errors import InvalidParameterError
+from kvspill.model.fp8 import Fp8Linear
+from kvspill.model.quant import QuantEmbedding, QuantLinear
+
 
 def choose_layers(layer_bytes: list[int], offload_bytes: int) -> int:
     """How many leading layers to offload so that at least `offload_bytes` leave the GPU."""
@@ -119,10 +123,6 @@ def place_with_offload(model: nn.Module, device: torch.device, cpu_offload_bytes
 
 def offload_layers(model: nn.Module, layers: list[nn.Module], device: torch.device) -> LayerOffloader:
     """Pin `layers`' (already loaded, on the CPU) weights and run them through two GPU slots."""
-    from kvspill.errors import InvalidParameterError
-    from kvspill.model.fp8 import Fp8Linear
-    from kvspill.model.quant import QuantEmbedding, QuantLinear
-
     if any(isinstance(m, (QuantLinear, QuantEmbedding, Fp8Linear)) for m in model.modules()):
         raise InvalidParameterError(
             "cpu_offload_gb",

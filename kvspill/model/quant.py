@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
 from kvspill.kernels.quant_linear import quant_linear
+from kvspill.model.fp8 import Fp8Linear
 
 
 class QuantLinear(nn.Module):
@@ -102,8 +103,6 @@ class QuantEmbedding(nn.Module):
 def model_weight_bytes(model: nn.Module) -> int:
     """Bytes of a model's weights as held: dense parameters plus quantized blocks (RoPE tables
     and other buffers excluded)."""
-    from kvspill.model.fp8 import Fp8Linear
-
     dense = sum(p.numel() * p.element_size() for p in model.parameters())
     kinds = (QuantLinear, QuantEmbedding, Fp8Linear)
     quantized = sum(m.weight_nbytes for m in model.modules() if isinstance(m, kinds))
