@@ -8,6 +8,8 @@ q * s is within 2^-4 relative of w (e4m3 keeps 3 mantissa bits) and a row's absm
 EPS keeps a zero row's scale positive: its q is all zero and nothing divides by zero.
 
 Paths (`fp8_linear_path` says which one a call takes):
+- "gemv" (CUDA, bf16 / fp16 x, 1-16 tokens: decode): kernels/fp8_gemv.py, weight-only (x is not
+  quantized), each weight byte read once;
 - "scaled_mm" (CUDA, compute capability 8.9+, in/out features multiples of 16, torch's
   requirement): x is quantized per token (row) to e4m3 with float32 scales by `quantize_rows_fp8`
   (one Triton kernel), then one `torch._scaled_mm`. bf16 takes the row-wise scaled GEMM with the
@@ -31,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from kvspill.errors import InvalidParameterError
+from kvspill.kernels.fp8_gemv import MAX_GEMV_TOKENS, fp8_gemv
 from kvspill.kernels.triton_compat import HAS_TRITON, tl, triton
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -38,7 +41,7 @@ FP8_MAX = 448.0  # largest finite float8_e4m3fn
 EPS = 1e-12  # floor of a row's absmax: the scale of an all-zero row stays positive
 MIN_CAPABILITY = (8, 9)  # fp8 tensor cores: Ada (8.9) and Hopper (9.0) on
 
-Fp8LinearPath = Literal["scaled_mm", "reference"]
+Fp8LinearPath = Literal["gemv", "scaled_mm", "reference"]
 
 
 def check_fp8_supported(device: torch.device) -> None:
@@ -181,7 +184,12 @@ def quantize_rows_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def fp8_linear_path(x: torch.Tensor, w_fp8: torch.Tensor) -> Fp8LinearPath:
     """The path `fp8_linear(x, ...)` takes."""
     out_features, in_features = w_fp8.shape
-    if x.device.type == "cuda" and in_features % 16 == 0 and out_features % 16 == 0:
+    if x.device.type != "cuda":
+        return "reference"
+    num_tokens = x.numel() // max(in_features, 1)
+    if x.dtype in (torch.bfloat16, torch.float16) and 1 <= num_tokens <= MAX_GEMV_TOKENS:
+        return "gemv"
+    if in_features % 16 == 0 and out_features % 16 == 0:
         return "scaled_mm"
     return "reference"
 
@@ -191,7 +199,7 @@ def fp8_linear(
     w_fp8: torch.Tensor,  # [out_features, in_features] float8_e4m3fn, rows contiguous
     w_scale: torch.Tensor,  # [out_features] float32, contiguous
     bias: torch.Tensor | None = None,  # [out_features] in x's dtype
-    path: Fp8LinearPath | None = None,  # force a path: tests run "scaled_mm" on the CPU (torch 2.13 has it)
+    path: Fp8LinearPath | None = None,  # force a path: tests run "scaled_mm" / "gemv" on the CPU
 ) -> torch.Tensor:
     """x @ dequant(W).T (+ bias) -> [..., out_features] in x's dtype; see the module docstring."""
     out_features, in_features = w_fp8.shape
@@ -199,12 +207,15 @@ def fp8_linear(
     assert w_fp8.dtype == FP8_DTYPE and w_fp8.stride(1) == 1, f"w_fp8 must be row-major {FP8_DTYPE}"
     assert w_scale.shape == (out_features,) and w_scale.dtype == torch.float32 and w_scale.is_contiguous()
     assert bias is None or (bias.shape == (out_features,) and bias.dtype == x.dtype)
-    if (path or fp8_linear_path(x, w_fp8)) == "reference":
+    path = path or fp8_linear_path(x, w_fp8)
+    if path == "reference":
         return fp8_linear_ref(x, w_fp8, w_scale, bias)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, in_features)
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
+    if path == "gemv":
+        return fp8_gemv(x2, w_fp8, w_scale, bias).reshape(*lead, out_features)
     x_fp8, x_scale = quantize_rows_fp8(x2) if HAS_TRITON else quantize_rows_fp8_ref(x2)
     w_t = w_fp8.t()  # [K, N] column-major, as _scaled_mm wants its second operand
     if x.dtype == torch.bfloat16:

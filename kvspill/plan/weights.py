@@ -26,9 +26,9 @@ GGUF_BITS_PER_WEIGHT = {
 # - Q8_0: llama-8b Q8_0 at 8K on an H200, 216.9 tok/s = 2.72 TB/s (bench/results/2026-11-26-h200-quant);
 # - the other GGUF types (generic kernel; AWQ/GPTQ run as Q4_1): the generic kernel's Q4_K rate,
 #   215.7 tok/s on the H100 = 1.48 TB/s (same H100 run, --generic);
-# - fp8 (per-token fp8 activations + torch._scaled_mm): llama-8b at 8K on an H100, 165.4 tok/s =
-#   2.02 TB/s (bench/results/2026-11-26-h100-fp8).
-QUANT_READ_GBS = {"q4_k": 2370.0, "q4_k_m": 2250.0, "q6_k": 1900.0, "q8_0": 2720.0, "fp8": 2020.0}
+# fp8 has no entry: its decode GEMV (kernels/fp8_gemv.py) reads at HBM speed like a dense matmul
+# (llama-8b at 8K on an H200: 306 tok/s, 0.75 of the HBM floor, bf16 0.83; 2026-11-26-h200-fp8).
+QUANT_READ_GBS = {"q4_k": 2370.0, "q4_k_m": 2250.0, "q6_k": 1900.0, "q8_0": 2720.0}
 QUANT_READ_GBS_GENERIC = 1480.0
 # A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
 _GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0"}
@@ -67,6 +67,6 @@ def weight_read_gbs(spec: ModelSpec, quantization: str) -> float | None:
         return QUANT_READ_GBS[key] if key else QUANT_READ_GBS_GENERIC
     if quantization in INT4_CHECKPOINT_METHODS:
         return QUANT_READ_GBS_GENERIC  # as Q4_1 blocks
-    if quantization in GGUF_BITS_PER_WEIGHT or quantization == "fp8":
+    if quantization in GGUF_BITS_PER_WEIGHT:
         return QUANT_READ_GBS.get(quantization, QUANT_READ_GBS_GENERIC)
-    return None
+    return None  # dense and fp8: HBM-bound

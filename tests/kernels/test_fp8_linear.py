@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from kvspill.errors import InvalidParameterError
+from kvspill.kernels.fp8_gemv import MAX_GEMV_TOKENS, fp8_gemv_ref
 from kvspill.kernels.fp8_linear import (
     FP8_DTYPE,
     FP8_MAX,
@@ -184,9 +185,13 @@ def test_cuda_path_matches_the_references(dtype, num_tokens, with_bias):
     w_fp8, w_scale = quantize_weight_fp8(_randn(n, k, device="cuda", seed=1) * 0.02)
     x = _randn(num_tokens, k, dtype=dtype, device="cuda", seed=2)
     bias = _randn(n, dtype=dtype, device="cuda", seed=3) if with_bias else None
-    assert fp8_linear_path(x, w_fp8) == "scaled_mm"
+    gemv = num_tokens <= MAX_GEMV_TOKENS
+    assert fp8_linear_path(x, w_fp8) == ("gemv" if gemv else "scaled_mm")
     out = fp8_linear(x, w_fp8, w_scale, bias)
     assert out.dtype == dtype and out.shape == (num_tokens, n)
+    if gemv:  # weight-only: fp32 summation order and output rounding only
+        torch.testing.assert_close(out, fp8_gemv_ref(x, w_fp8, w_scale, bias), rtol=1e-2, atol=1e-2)
+        return
     # Against the same quantized operands: fp32 summation order and output rounding only.
     emulated = fp8_scaled_mm_ref(*quantize_rows_fp8(x), w_fp8, w_scale, bias, torch.float32)
     torch.testing.assert_close(out.float(), emulated, rtol=2e-2, atol=2e-2)
@@ -198,14 +203,15 @@ def test_cuda_path_matches_the_references(dtype, num_tokens, with_bias):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _fp8_cuda_available(), reason="needs a CUDA GPU of compute capability 8.9+")
-def test_cuda_path_is_graph_capturable():
+@pytest.mark.parametrize("num_tokens", [1, 8, 64])  # both GEMV variants and the GEMM
+def test_cuda_path_is_graph_capturable(num_tokens):
     w_fp8, w_scale = quantize_weight_fp8(_randn(512, 256, device="cuda") * 0.02)
-    x = _randn(8, 256, dtype=torch.bfloat16, device="cuda", seed=1)
+    x = _randn(num_tokens, 256, dtype=torch.bfloat16, device="cuda", seed=1)
     fp8_linear(x, w_fp8, w_scale)  # warm up (Triton compile, cuBLAS handles) outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = fp8_linear(x, w_fp8, w_scale)
-    x.copy_(_randn(8, 256, dtype=torch.bfloat16, device="cuda", seed=2))
+    x.copy_(_randn(num_tokens, 256, dtype=torch.bfloat16, device="cuda", seed=2))
     graph.replay()
     torch.testing.assert_close(out, fp8_linear(x, w_fp8, w_scale), rtol=0, atol=0)

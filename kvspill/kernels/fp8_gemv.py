@@ -1,0 +1,169 @@
+"""fp8 weight-only GEMV for decode: y = x @ (W_fp8 * scale).T (+ bias), 1-16 tokens.
+
+Shapes: x [num_tokens, K] bf16 / fp16 (rows contiguous); w_fp8 [N, K] float8_e4m3fn row-major;
+w_scale [N] float32; bias [N] in x's dtype or None -> [num_tokens, N] in x's dtype.
+
+Why a kernel of our own: at decode a linear layer is bound by reading its weight once. The
+`torch._scaled_mm` path (kernels/fp8_linear.py) first quantizes the activations in a kernel of its
+own, then runs a GEMM tiled for large M: at one token it read the 8B model's fp8 weights at about
+half the bf16 GEMV's GB/s (decode 1.10x bf16 with half the bytes, H100, 2026-11-26). Here each
+weight byte is read once, converted to bf16 in registers (every e4m3 value is exact in bf16 and
+fp16) and multiplied by x as it is: activations are not quantized, so this path is more accurate
+than `_scaled_mm`'s (the row scale is applied once to each fp32 dot product).
+
+Two variants, one kernel (constexpr USE_DOT):
+- one token: each program owns BLOCK_N rows; elementwise fp32 products [BLOCK_N, BLOCK_K]
+  accumulated over K and reduced once after the loop (no cross-lane work inside the loop);
+- 2-16 tokens: x padded to 16 rows, `tl.dot` of x [16, BLOCK_K] with the converted weight tile
+  [BLOCK_K, BLOCK_N] (tensor cores; the padding costs FLOPs, which decode has to spare, not bytes).
+Configurations come from `gemv_config`: measured on an H100 by `python -m kvspill.kernels.bench_fp8`.
+
+Invariant: equals `fp8_gemv_ref` (fp32 products of exact weights, scaled per row, rounded once)
+up to fp32 summation order.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from kvspill.kernels.triton_compat import tl, triton
+
+MAX_GEMV_TOKENS = 16  # more tokens: the GEMM (`torch._scaled_mm`) path
+DOT_ROWS = 16  # tl.dot's smallest M: 2-16 tokens pad to it
+
+
+class GemvConfig(NamedTuple):
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+def gemv_config(num_tokens: int, n: int, k: int) -> GemvConfig:
+    """Tile sizes by token count and shape, from `bench_fp8 --sweep` on an H200 (2026-11-26).
+    One token: 8-row blocks so even N = 4096 gives 512 programs to cover the SMs; 1024-wide K
+    chunks where N is small (o, down: +1-6%), 512 for qkv (1024: -10%) and the wide gate_up. Several tokens: tl.dot
+    needs BLOCK_N >= 16; 32 x 256 was best or within 1% for every 8B shape."""
+    if num_tokens == 1:
+        block_k = 1024 if n <= 4096 and k % 1024 == 0 else 512
+        return GemvConfig(block_n=8, block_k=block_k, num_warps=4, num_stages=3)
+    return GemvConfig(block_n=32, block_k=256, num_warps=4, num_stages=3)
+
+
+def fp8_gemv_ref(
+    x: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """What the kernel computes: (x @ W_fp8.T in fp32) * scale (+ bias), rounded to x's dtype."""
+    out = (x.float() @ w_fp8.float().t()) * w_scale[None, :]
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)
+
+
+@triton.jit
+def _fp8_gemv_kernel(
+    x_ptr,
+    w_ptr,
+    scale_ptr,
+    bias_ptr,
+    out_ptr,
+    N,
+    K,
+    stride_x,
+    stride_w,
+    stride_o,
+    NUM_TOKENS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    INTERPRETER: tl.constexpr,
+):
+    # Grid: (cdiv(N, BLOCK_N),). Rows past N are masked (N need not divide BLOCK_N); K chunks are
+    # masked unless EVEN_K.
+    pid = tl.program_id(0)
+    n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = n < N
+    kk = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + n.to(tl.int64)[:, None] * stride_w  # [BLOCK_N, 1]
+    if USE_DOT:
+        t = tl.arange(0, 16)
+        t_ok = t < NUM_TOKENS
+        acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+        for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+            k = k0 + kk
+            x_ptrs = x_ptr + t[:, None] * stride_x + k[None, :]
+            if EVEN_K:
+                w = tl.load(w_rows + k[None, :], mask=n_ok[:, None], other=0.0)
+                x = tl.load(x_ptrs, mask=t_ok[:, None], other=0.0)
+            else:
+                k_ok = (k < K)[None, :]
+                w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & k_ok, other=0.0)
+                x = tl.load(x_ptrs, mask=t_ok[:, None] & k_ok, other=0.0)
+            if INTERPRETER:  # its bf16 tl.dot of converted fp8 gives garbage (triton 3.x): fp32 is exact
+                acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
+            else:
+                acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+        out = acc  # [16, BLOCK_N]
+    else:
+        t = tl.arange(0, 1)
+        t_ok = t < 1
+        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+            k = k0 + kk
+            if EVEN_K:
+                w = tl.load(w_rows + k[None, :], mask=n_ok[:, None], other=0.0)
+                x = tl.load(x_ptr + k)
+            else:
+                w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & (k < K)[None, :], other=0.0)
+                x = tl.load(x_ptr + k, mask=k < K, other=0.0)
+            acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
+        out = tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
+    out = out * tl.load(scale_ptr + n, mask=n_ok, other=0.0)[None, :]
+    if HAS_BIAS:
+        out += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    out_ptrs = out_ptr + t[:, None] * stride_o + n[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=t_ok[:, None] & n_ok[None, :])
+
+
+def fp8_gemv(
+    x: torch.Tensor,  # [num_tokens, K], 1 <= num_tokens <= MAX_GEMV_TOKENS
+    w_fp8: torch.Tensor,  # [N, K] float8_e4m3fn, rows contiguous
+    w_scale: torch.Tensor,  # [N] float32
+    bias: torch.Tensor | None = None,  # [N] in x's dtype
+    config: GemvConfig | None = None,  # benchmarks sweep it; None = gemv_config's choice
+) -> torch.Tensor:
+    """Triton wrapper; same contract as `fp8_gemv_ref`."""
+    num_tokens, k = x.shape
+    n = w_fp8.shape[0]
+    assert 1 <= num_tokens <= MAX_GEMV_TOKENS, f"{num_tokens} tokens: the GEMV takes 1..{MAX_GEMV_TOKENS}"
+    assert x.dtype in (torch.bfloat16, torch.float16) and x.stride(1) == 1, f"x {x.dtype} {x.stride()}"
+    assert w_fp8.shape[1] == k and w_fp8.stride(1) == 1
+    cfg = config or gemv_config(num_tokens, n, k)
+    out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
+    _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
+        x,
+        w_fp8,
+        w_scale,
+        bias if bias is not None else w_scale,  # never read without HAS_BIAS
+        out,
+        n,
+        k,
+        x.stride(0),
+        w_fp8.stride(0),
+        out.stride(0),
+        NUM_TOKENS=num_tokens,
+        HAS_BIAS=bias is not None,
+        USE_DOT=num_tokens > 1,
+        EVEN_K=k % cfg.block_k == 0,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        NUM_STAGES=cfg.num_stages,
+        INTERPRETER=x.device.type == "cpu",  # Triton on CPU tensors is the interpreter
+        num_warps=cfg.num_warps,
+    )
+    return out
