@@ -54,6 +54,8 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.90  # fraction of the card for everything (when no budget)
     kv_cache_memory_bytes: int | None = None  # fixed KV cache size instead of sizing from memory
     enable_prefix_caching: bool = True
+    # vLLM's skip_tokenizer_init: load no tokenizer (requests send token ids; eos from config.json)
+    skip_tokenizer_init: bool = False
     # Weight format (vLLM's --quantization): None = the file's own (a GGUF stays in its quantized
     # blocks on CUDA; on the CPU it is dequantized: kvspill has no fast CPU quantized matmul yet);
     # "gguf" = keep a GGUF quantized on any device; "none" = dequantize to --dtype at load;

@@ -260,6 +260,12 @@ def _check_int4_format(config: EngineConfig, kind: str) -> None:
         )
 
 
+def _config_eos(hf_config: object) -> frozenset[int]:
+    """End-of-sequence ids from the model config alone (no tokenizer loaded)."""
+    eos = getattr(hf_config, "eos_token_id", None)
+    return frozenset([eos] if isinstance(eos, int) else eos or [])
+
+
 def _load(
     config: EngineConfig, device: torch.device, dtype: torch.dtype
 ) -> tuple[LoadedModel, TokenizerBundle | None]:
@@ -295,7 +301,7 @@ def _load(
         cpu_offload_bytes=int(config.cpu_offload_gb * GIB),
         fp8=config.quantization == "fp8",
     )
-    return loaded, load_tokenizer(resolved, loaded.hf_config)
+    return loaded, None if config.skip_tokenizer_init else load_tokenizer(resolved, loaded.hf_config)
 
 
 def build_engine_parts(config: EngineConfig) -> EngineParts:
@@ -306,7 +312,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     _plan_and_cap(config, device, calibration)
     allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     loaded, tokenizer = _load(config, device, dtype)
-    eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else frozenset[int]()
+    eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
     layout = KVLayout(
         num_layers=loaded.num_layers,
         block_size=config.block_size,

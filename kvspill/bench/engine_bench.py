@@ -60,6 +60,7 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-1b")
+    ap.add_argument("--model", default=None, help="a model (GGUF file, dir) instead of random:SHAPE")
     ap.add_argument(
         "--cap-gib", type=float, required=True, help="VRAM budget for this process (--vram-budget)"
     )
@@ -103,12 +104,13 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     device = torch.device("cuda")
     h2d_gbs, _, hbm_gbs = measure_copy_gbs(device, 2 * GIB)
     config = EngineConfig(
-        model=f"random:{args.shape}",
+        model=getattr(args, "model", None) or f"random:{args.shape}",
         max_model_len=-(-max_len // 1024) * 1024,
         max_num_batched_tokens=args.chunk,
         max_num_seqs=max_num_seqs,
         vram_budget_bytes=int(args.cap_gib * GIB),
         enable_prefix_caching=False,
+        skip_tokenizer_init=True,  # token ids in, token ids out
         cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
         hot_window_tokens=args.hot_window,
         cold_attention=args.cold_attention,
@@ -123,7 +125,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
     base = dict(
         system="kvspill-0.1.0",
-        shape=args.shape,
+        shape=os.path.basename(args.model) if getattr(args, "model", None) else args.shape,
         cap_gib=args.cap_gib,
         card=torch.cuda.get_device_name(device),
         date=datetime.date.today().isoformat(),

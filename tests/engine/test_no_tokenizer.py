@@ -46,3 +46,14 @@ def test_text_needs_a_tokenizer(llm: LLM) -> None:
         llm.chat([{"role": "user", "content": "hi"}])
     with pytest.raises(KvspillError, match="no tokenizer"):
         llm.generate("hi", SamplingParams(detokenize=False))
+
+
+def test_skip_tokenizer_init_loads_a_real_model_without_its_tokenizer(tiny_llama_dir) -> None:
+    """vLLM's skip_tokenizer_init: token ids in and out; eos still comes from config.json."""
+    llm = LLM(str(tiny_llama_dir), device="cpu", dtype="float32", max_model_len=64, skip_tokenizer_init=True)
+    assert llm.engine.tokenizer is None
+    assert llm.engine.bundle.eos_token_ids  # from config.json's eos_token_id
+    [out] = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2, detokenize=False))
+    assert 1 <= len(out.token_ids) <= 2
+    with pytest.raises(KvspillError, match="no tokenizer"):
+        llm.generate("hi", SamplingParams(detokenize=False))
