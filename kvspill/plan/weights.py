@@ -27,7 +27,7 @@ GGUF_BITS_PER_WEIGHT = {
 # - the other GGUF types (generic kernel; AWQ/GPTQ run as Q4_1): the generic kernel's Q4_K rate,
 #   215.7 tok/s on the H100 = 1.48 TB/s (same H100 run, --generic);
 # fp8 has no entry: its decode GEMV (kernels/fp8_gemv.py) reads at HBM speed like a dense matmul
-# (llama-8b at 8K on an H200: 306 tok/s, 0.75 of the HBM floor, bf16 0.83; 2026-11-26-h200-fp8).
+# (llama-8b at 8K on an H200: 306 tok/s, 0.75 of the HBM floor, bf16 0.82-0.85; bench/results/2026-11-26-h200-fp8-gemv).
 QUANT_READ_GBS = {"q4_k": 2370.0, "q4_k_m": 2250.0, "q6_k": 1900.0, "q8_0": 2720.0}
 QUANT_READ_GBS_GENERIC = 1480.0
 # A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
