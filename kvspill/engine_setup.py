@@ -22,6 +22,7 @@ import torch
 
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
+from kvspill.gguf_reader import shared_readers
 from kvspill.kv.cold_attention import ColdAttentionConfig
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
@@ -309,9 +310,10 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     dtype = pick_dtype(config, device)
     _preflight(config)
     calibration = load_calibration()  # read once: the plans and the cold path use it
-    _plan_and_cap(config, device, calibration)
-    allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-    loaded, tokenizer = _load(config, device, dtype)
+    with shared_readers():  # a .gguf file is parsed once for the plan, config, tokenizer and weights
+        _plan_and_cap(config, device, calibration)
+        allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        loaded, tokenizer = _load(config, device, dtype)
     eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
     layout = KVLayout(
         num_layers=loaded.num_layers,

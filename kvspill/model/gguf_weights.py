@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from transformers import PretrainedConfig
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
+from kvspill.gguf_reader import read_gguf
 from kvspill.kernels.gguf_formats import FORMATS, QuantizedWeight
 from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
 from kvspill.model.quant import QuantEmbedding, QuantLinear
@@ -54,10 +55,8 @@ _SKIPPED = {"rope_freqs"}
 
 
 def open_gguf(path: Path) -> Any:
-    from gguf import GGUFReader
-
     try:
-        return GGUFReader(str(path))
+        return read_gguf(path)
     except Exception as e:  # gguf raises ValueError / struct errors / OSError on bad files
         raise ModelNotFoundError(f"Cannot read GGUF file {str(path)!r}: {e}. Download it again.") from e
 

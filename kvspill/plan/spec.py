@@ -284,10 +284,10 @@ def _gguf_value(reader: Any, key: str) -> Any:
 @functools.lru_cache(maxsize=8)
 def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
     """Parse one GGUF header; cached per (path, mtime, size) since parsing takes about a second."""
-    from gguf import GGUFReader
+    from kvspill.gguf_reader import read_gguf
 
     try:
-        reader = GGUFReader(path, "r")
+        reader = read_gguf(path)
     except (OSError, ValueError) as e:
         raise UnsupportedModelError(f"{path} is not a readable GGUF file: {e}") from e
     arch = str(_gguf_value(reader, "general.architecture") or "")
