@@ -45,7 +45,7 @@ def parse_rope_scaling(text: str) -> dict[str, Any]:
 class EngineConfig:
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
     device: str = "auto"  # auto: cuda when available, else cpu
-    dtype: str = "auto"  # auto: bfloat16 on cuda, float16 on cpu (engine_setup.pick_dtype says why)
+    dtype: str = "auto"  # auto: bfloat16 on cuda; on the cpu float16 or float32, measured (plan/cpu_dtype.py)
     max_model_len: int | None = None  # None: the model's max_position_embeddings (after rope scaling)
     block_size: int = 16
     max_num_batched_tokens: int = 2048  # per-step token budget (prefill chunk size)

@@ -33,6 +33,7 @@ from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.arithmetic import MAX_GRAPH_BATCH
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.costs import COLD_STAGE_TOKENS
+from kvspill.plan.cpu_dtype import pick_cpu_dtype
 from kvspill.plan.preflight import run_checks
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quantized, startup_plan
@@ -77,10 +78,10 @@ def pick_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
         return getattr(torch, config.dtype)
     if device.type == "cuda":
         return torch.bfloat16
-    # On x86 CPUs oneDNN's fp16 GEMV beat bf16 (6.2 vs 10.7 ms per SmolLM2 token, 2 threads) and
-    # fp16 keeps 3 more mantissa bits: greedy output matched fp32 for 64 tokens where bf16
-    # drifted (docs/performance.md). The runner stops with advice if fp16 ever overflows.
-    return torch.float16
+    # fp16 where this CPU runs it as fast as fp32, else fp32: measured once per host and cached
+    # (plan/cpu_dtype.py says why). The runner stops with advice if fp16 ever overflows.
+    dtype: torch.dtype = getattr(torch, pick_cpu_dtype())
+    return dtype
 
 
 def _card(device: torch.device) -> tuple[int | None, str | None]:
