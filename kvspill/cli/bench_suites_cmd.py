@@ -340,7 +340,7 @@ def compare(
         f"{label}: decode tok/s "
         + ", ".join(f"{c}: {v if v is not None else 'failed'}" for c, v in row.items())
         for label, row in decode.items()
-    ]
+    ] + suite.unexercised_warnings(result.rows)
     _finish(paths, lines, out)
 
 

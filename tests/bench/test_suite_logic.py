@@ -192,3 +192,29 @@ def test_an_isolated_configuration_runs_in_a_child_process_and_reports_its_rows(
     ]
     assert result.infos["child"]["target"] == "in-process"
     assert "did not start" in result.rows[2]["err"]
+
+
+def test_a_cold_tier_arm_that_moved_nothing_is_called_out():
+    from kvspill.bench.suites.compare import unexercised_warnings
+
+    rows = [
+        {"config": "offload-off", "ctx": 4096, "ok": True, "bytes_moved": 0},
+        {"config": "offload-on", "ctx": 4096, "ok": True, "bytes_moved": 0},
+        {"config": "offload-on", "ctx": 65536, "ok": True, "bytes_moved": 1 << 30},
+        {"config": "stream", "ctx": 65536, "ok": True, "bytes_moved": 1 << 30},
+        {"config": "cold-cpu", "ctx": 4096, "ok": False, "bytes_moved": None},
+    ]
+    [warning] = unexercised_warnings(rows)
+    assert warning.startswith("WARNING: offload-on moved 0 KV bytes") and "context 4096:" in warning
+
+
+def test_plots_of_a_cpu_run_say_what_was_not_measured(tmp_path):
+    from kvspill.bench.suites import plots
+
+    rows = [
+        {"ctx": c, "ok": True, "ttft_s": 0.1, "decode_tok_s": 50.0, "peak_gpu_gib": None, "host_rss_gib": 0.6 + c * 1e-7,
+         "bytes_moved": 0, "device": "cpu"}
+        for c in (32, 64, 128)
+    ]  # fmt: skip
+    path = plots.plot_by_context(tmp_path / "p.png", rows, "cpu run")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

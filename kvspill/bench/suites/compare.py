@@ -189,6 +189,28 @@ ROW_KEYS = (
 )
 
 
+# Configurations whose point is KV in a cold tier: a row of theirs that moved no KV bytes
+# between tiers measured the same thing as `offload-off`.
+COLD_TIER_CONFIGS = ("offload-on", "stream", "cold-cpu")
+
+
+def unexercised_warnings(rows: list[dict[str, Any]]) -> list[str]:
+    """One warning per cold-tier configuration with contexts where it moved 0 KV bytes."""
+    warnings = []
+    for label in COLD_TIER_CONFIGS:
+        idle = [
+            r["ctx"] for r in rows if r.get("config") == label and r.get("ok") and r.get("bytes_moved") == 0
+        ]
+        if idle:
+            contexts = ", ".join(str(c) for c in idle)
+            warnings.append(
+                f"WARNING: {label} moved 0 KV bytes between tiers at context {contexts}: the KV fit the "
+                "device pool, so this arm did not exercise its cold tier there (raise --contexts or "
+                "lower --vram-budget)"
+            )
+    return warnings
+
+
 def write_results(
     out_dir: Path,
     result: CompareResult,
@@ -200,6 +222,7 @@ def write_results(
     """results.jsonl, results.csv, compare.png (one line per configuration) and report.md."""
     from kvspill.bench.suites import plots, report
 
+    notes = notes + unexercised_warnings(result.rows)
     paths = report.write_rows(out_dir, "results", result.rows)
     paths.append(plots.plot_by_context(out_dir / "compare.png", result.rows, "compare", series_key="config"))
     contexts, decode = pivot(result.rows, "decode_tok_s")

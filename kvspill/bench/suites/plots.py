@@ -32,6 +32,30 @@ def _pyplot() -> Any:
     return plt
 
 
+def _plain_axis(ax: Any) -> None:
+    """Values as they are: no offset notation (+1.234e3 over ticks made 0.6 MiB of RSS look steep)
+    and, for a flat series, a y range that shows it is flat."""
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+    low, high = ax.get_ylim()
+    if high - low < 1e-3 * max(abs(high), 1e-9):
+        ax.set_ylim(low - abs(low) * 0.05 - 1e-9, high + abs(high) * 0.05 + 1e-9)
+
+
+def _not_measured(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
+    """An empty panel says why it is empty, in its middle."""
+    on_cpu = any(str(r.get("device", "")).startswith("cpu") or r.get("card") == "cpu" for r in rows)
+    ax.text(
+        0.5,
+        0.5,
+        "not measured on the CPU" if on_cpu else "not measured",
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        color="gray",
+    )
+    ax.set_yticks([])
+
+
 def _series(rows: Sequence[dict[str, Any]], series_key: str | None) -> dict[str, list[dict[str, Any]]]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
@@ -61,6 +85,10 @@ def plot_by_context(
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context (tokens)")
         ax.set_title(label if drawn else f"{label}: not measured")
+        if drawn:
+            _plain_axis(ax)
+        else:
+            _not_measured(ax, rows)
         ax.grid(True, alpha=0.3)
         if drawn and series_key:
             ax.legend(fontsize=8)
@@ -94,6 +122,10 @@ def plot_stability(path: Path, samples: Sequence[dict[str, Any]], title: str) ->
                 ax.legend(fontsize=8)
         ax.set_ylabel(label)
         ax.set_title(label if points else f"{label}: not measured", fontsize=9)
+        if points:
+            _plain_axis(ax)
+        else:
+            _not_measured(ax, samples)
         ax.grid(True, alpha=0.3)
     axes[-1].set_xlabel("time (s)")
     fig.suptitle(title)
