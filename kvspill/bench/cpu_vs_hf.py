@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--out", default=None, help="append one JSON line here")
     args = ap.parse_args(argv)
+    try:
+        import accelerate  # noqa: F401  (transformers' GGUF model loader needs it; kvspill does not)
+    except ImportError:
+        print(
+            "cpu_vs_hf runs transformers beside kvspill; its GGUF loader needs accelerate: pip install accelerate"
+        )
+        return 2
     torch.set_num_threads(args.threads)
 
     gguf = embedded_gguf_path()
