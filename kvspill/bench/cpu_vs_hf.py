@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import platform
 import sys
@@ -63,9 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--out", default=None, help="append one JSON line here")
     args = ap.parse_args(argv)
-    try:
-        import accelerate  # noqa: F401  (transformers' GGUF model loader needs it; kvspill does not)
-    except ImportError:
+    if importlib.util.find_spec("accelerate") is None:  # transformers' GGUF loader needs it; kvspill does not
         print(
             "cpu_vs_hf runs transformers beside kvspill; its GGUF loader needs accelerate: pip install accelerate"
         )

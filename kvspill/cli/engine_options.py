@@ -82,6 +82,9 @@ class EngineOptions:
         default="on with cuda, off on cpu",
     )
     enable_prefix_caching: bool | None = _flag("Reuse the KV blocks of shared prompt prefixes.", default="on")
+    skip_tokenizer_init: bool | None = _flag(
+        "Load no tokenizer: requests send and receive token ids (vLLM's option).", default="off"
+    )
     quantization: str | None = _flag(
         "Weight format: gguf (keep a GGUF quantized on any device), fp8 (a bf16/fp16 checkpoint's "
         "layers in float8 with per-row scales; CUDA sm_89+), awq / gptq (an int4 checkpoint's own "

@@ -111,38 +111,21 @@ def chat_cmd(
     *,
     engine: EngineOptions,
 ) -> None:
-    """Interactive chat with streaming output. Empty line or /exit quits; /reset clears history."""
+    """Interactive chat with streaming output and line editing; Ctrl-C stops a reply, /reset clears history."""
     try:
         params = _sampling(max_tokens, temperature, top_p, top_k, seed, None)
         llm = _make_llm(model, engine)
     except KvspillError as e:
         _fail(e)
         return
-    history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
-    typer.echo("kvspill chat: type a message; /reset clears history; an empty line or /exit quits.")
-    while True:
-        try:
-            line = input(">>> ")
-        except EOFError:
-            break
-        if not line.strip() or line.strip() == "/exit":
-            break
-        if line.strip() == "/reset":
-            history = history[:1] if system else []
-            continue
-        history.append({"role": "user", "content": line})
-        reply = ""
-        try:
-            for out in llm.stream(llm.chat_prompt(history), params):
-                sys.stdout.write(out.delta_text)
-                sys.stdout.flush()
-                reply += out.delta_text
-        except KvspillError as e:
-            typer.echo(f"\nerror: {e}", err=True)
-            history.pop()
-            continue
-        sys.stdout.write("\n")
-        history.append({"role": "assistant", "content": reply})
+    from kvspill.cli.chat_session import ChatSession, enable_line_editing
+
+    enable_line_editing()
+    typer.echo(
+        "kvspill chat: type a message; Ctrl-C stops a reply; /reset clears history; "
+        "Ctrl-D, an empty line or /exit quits."
+    )
+    ChatSession(llm, params, system).run(input, lambda e: typer.echo(f"\nerror: {e}", err=True))
 
 
 @app.command()
