@@ -50,7 +50,8 @@ def create_rag_app(service: RagService, api_key: str | None = None) -> FastAPI:
         first = errors[0] if errors else {}
         if first.get("type") == "json_invalid":
             return invalid(f"malformed JSON body: {first.get('ctx', {}).get('error', 'parse error')}")
-        param = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
+        # the field, not the union member pydantic tried last ("input", not "input.str")
+        param = next((str(p) for p in first.get("loc", ()) if p != "body"), None)
         return invalid(f"invalid request: {param or 'body'}: {first.get('msg')}", param)
 
     @app.exception_handler(Exception)
