@@ -177,11 +177,15 @@ def index_cmd(
         chunking = ChunkingConfig(chunk_lines, overlap_lines)
     except ValueError as e:
         _fail(e)
-    root = rag_root or directory  # on the command line, the directory itself bounds what is read
+    # On the command line DIRECTORY is relative to the current directory, and bounds what is read
+    # unless --rag-root says otherwise.
+    path = str(Path(directory).expanduser().absolute())
     try:
-        service = build_rag_service(RagOptions(True, embedding_model, rag_db, root, embedding_threads))
+        service = build_rag_service(
+            RagOptions(True, embedding_model, rag_db, rag_root or path, embedding_threads)
+        )
         report = service.precache_repo(
-            directory, FileFilter(tuple(include or ()), tuple(exclude or ()), gitignore), chunking
+            path, FileFilter(tuple(include or ()), tuple(exclude or ()), gitignore), chunking
         )
     except KvspillError as e:
         _fail(e)

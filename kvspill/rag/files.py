@@ -12,7 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,26 +96,21 @@ def walk_files(root: Path, file_filter: FileFilter) -> Iterator[str]:
                 yield rel
 
 
-def read_sources(
-    root: Path, rel_paths: list[str], max_bytes: int
-) -> tuple[list[SourceFile], list[SkippedFile]]:
-    """The bytes of each file that can be indexed, and the others with their reasons."""
-    sources: list[SourceFile] = []
-    skipped: list[SkippedFile] = []
+def iter_sources(root: Path, rel_paths: Iterable[str], max_bytes: int) -> Iterator[SourceFile | SkippedFile]:
+    """Each file's bytes (one file in memory at a time), or why it cannot be read."""
     resolved_root = root.resolve()
     for rel in rel_paths:
         path = root / rel
         if path.is_symlink() and not path.resolve().is_relative_to(resolved_root):
-            skipped.append(SkippedFile(rel, "a symlink that leads outside the indexed directory"))
+            yield SkippedFile(rel, "a symlink that leads outside the indexed directory")
             continue
         try:
             size = path.stat().st_size
             if size > max_bytes:
-                skipped.append(SkippedFile(rel, f"larger than the {max_bytes} byte limit ({size} bytes)"))
+                yield SkippedFile(rel, f"larger than the {max_bytes} byte limit ({size} bytes)")
                 continue
             data = path.read_bytes()
         except OSError as e:
-            skipped.append(SkippedFile(rel, f"unreadable: {e.strerror or e}"))
+            yield SkippedFile(rel, f"unreadable: {e.strerror or e}")
             continue
-        sources.append(SourceFile(rel, data))
-    return sources, skipped
+        yield SourceFile(rel, data)

@@ -21,7 +21,7 @@ import numpy as np
 
 from kvspill.errors import InvalidParameterError
 from kvspill.rag.chunker import chunk_embedding_text, chunk_lines
-from kvspill.rag.files import FileFilter, read_sources, read_text, walk_files
+from kvspill.rag.files import FileFilter, iter_sources, read_text, walk_files
 from kvspill.rag.index import DEFAULT_ANN_THRESHOLD, IndexCache
 from kvspill.rag.store import EmbeddingStore, FileUpdate, content_hash, text_hash
 from kvspill.rag.types import (
@@ -191,13 +191,15 @@ class RagService:
                     "path",
                     f"{root} has more than {self.limits.max_files} files to index: narrow it with `include`/`exclude`",
                 )
-        sources, report.skipped = read_sources(root, rel_paths, self.limits.max_file_bytes)
         # Vectors of another model are not comparable: a repo indexed with one is indexed anew.
         same_model = self.store.repo_model(repo) in (None, self.model_name)
         before = self.store.file_hashes(repo) if same_model else {}
         kept: set[str] = set()
         updates: list[FileUpdate] = []
-        for source in sources:
+        for source in iter_sources(root, rel_paths, self.limits.max_file_bytes):
+            if isinstance(source, SkippedFile):
+                report.skipped.append(source)
+                continue
             digest = content_hash(source.data)
             if before.get(source.path) == digest:
                 kept.add(source.path)

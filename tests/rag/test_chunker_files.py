@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvspill.rag.chunker import chunk_lines
-from kvspill.rag.files import FileFilter, read_sources, read_text, walk_files
+from kvspill.rag.files import FileFilter, SourceFile, iter_sources, read_text, walk_files
 from kvspill.rag.types import ChunkingConfig
 
 from .conftest import write_repo
@@ -81,7 +81,7 @@ def test_unreadable_files_get_reasons(tmp_path: Path) -> None:
     outside.write_text("secret")
     root = write_repo(tmp_path / "repo", {"big.txt": "x" * 200, "ok.txt": "fine"})
     (root / "link.txt").symlink_to(outside)
-    sources, skipped = read_sources(root, ["big.txt", "ok.txt", "link.txt"], max_bytes=100)
-    assert [s.path for s in sources] == ["ok.txt"]
-    reasons = {s.path: s.reason for s in skipped}
+    read = list(iter_sources(root, ["big.txt", "ok.txt", "link.txt"], max_bytes=100))
+    assert [s.path for s in read if isinstance(s, SourceFile)] == ["ok.txt"]
+    reasons = {s.path: s.reason for s in read if not isinstance(s, SourceFile)}
     assert "limit" in reasons["big.txt"] and "outside" in reasons["link.txt"]

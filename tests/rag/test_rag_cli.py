@@ -28,7 +28,8 @@ def cli(embedder: Any, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     return CliRunner()
 
 
-def test_index_search_stats(cli: CliRunner, tmp_path: Path) -> None:
+def test_index_search_stats(cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     repo = write_repo(
         tmp_path / "repo",
         {"k.py": "def kiwi_juice():\n    pass\n", "bad.txt": b"\xff\xfe\n", "l.py": "x = 1\n"},
@@ -39,7 +40,7 @@ def test_index_search_stats(cli: CliRunner, tmp_path: Path) -> None:
     assert "skipped bad.txt: not UTF-8" in first.output
     report = json.loads(first.stdout.strip().splitlines()[-1])
     assert report["num_chunks_embedded"] == 2 and report["num_skipped"] == 1
-    again = json.loads(cli.invoke(_app(), ["rag", "index", str(repo), *db]).stdout.strip().splitlines()[-1])
+    again = json.loads(cli.invoke(_app(), ["rag", "index", "repo", *db]).stdout.strip().splitlines()[-1])
     assert again["num_chunks_embedded"] == 0 and again["num_files_unchanged"] == 2
     found = cli.invoke(_app(), ["rag", "search", "kiwi juice", "-k", "1", "--json", *db])
     assert json.loads(found.stdout)["path"] == "k.py"
