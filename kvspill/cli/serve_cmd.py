@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine_options
+from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
 from kvspill.errors import KvspillError
 
 logger = logging.getLogger("kvspill.serve")
@@ -33,6 +34,7 @@ def _opt(help_: str, env: str, *names: str) -> Any:
 
 
 @with_engine_options
+@with_rag_options
 def serve_command(
     model: Annotated[
         str | None,
@@ -62,6 +64,7 @@ def serve_command(
     ] = None,
     *,
     engine: EngineOptions,
+    rag: RagOptions,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, ...)."""
     try:
@@ -72,6 +75,7 @@ def serve_command(
         if shutdown_timeout < 0:
             raise KvspillError("--shutdown-timeout must be 0 or more seconds")
         config = engine_config(engine, model)
+        rag_service = build_rag_service(rag) if rag.enabled else None
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
@@ -88,6 +92,7 @@ def serve_command(
         shutdown_timeout,
         served_model_name or _default_name(model),
         max_queued_tokens,
+        rag_service,
     )
 
 
@@ -106,6 +111,7 @@ def run_server(
     shutdown_timeout: float,
     model_name: str,
     max_queued_tokens: int | None = None,
+    rag_service: Any = None,
 ) -> None:
     from kvspill.server import ServerSettings, create_app
     from kvspill.server.lifecycle import serve
@@ -122,7 +128,12 @@ def run_server(
 
     aliases = {Path(model_name).name} if model_name else set()
     settings = ServerSettings(model_name, api_key, max_waiting_requests, aliases, max_queued_tokens)
-    serve(create_app(factory, settings), host, port, shutdown_timeout)
+    app = create_app(factory, settings)
+    if rag_service is not None:
+        from kvspill.server.rag_routes import rag_router
+
+        app.include_router(rag_router(rag_service))
+    serve(app, host, port, shutdown_timeout)
 
 
 def register(app: typer.Typer) -> None:

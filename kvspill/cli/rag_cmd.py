@@ -1,0 +1,271 @@
+"""`kvspill rag index DIR | search QUERY | stats`, `kvspill embed-serve`, and the RAG flags of
+`kvspill serve` (`RagOptions`, `build_rag_service`).
+
+Invariants:
+- The CLI and the servers share one store (`--rag-db`, default ~/.cache/kvspill/rag.sqlite3):
+  what `kvspill rag index` embedded, a server finds cached, and the reverse.
+- `--rag-root` bounds the directories /precache/repo may read (default: the current directory).
+- Every flag also reads `KVSPILL_<FLAG>`. A user error prints one `error:` line and exits 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from kvspill.errors import KvspillError
+
+logger = logging.getLogger("kvspill.rag")
+DEFAULT_DB = "~/.cache/kvspill/rag.sqlite3"
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+_R = TypeVar("_R")
+
+
+def _opt(help_: str, env: str, *names: str, panel: str | None = None) -> Any:
+    return typer.Option(*names, help=help_, envvar=f"KVSPILL_{env}", rich_help_panel=panel)
+
+
+def _model_opt(panel: str | None = None) -> Any:
+    return _opt(
+        "Embedding model: a local sentence-transformers directory (default: the packaged all-MiniLM-L6-v2).",
+        "EMBEDDING_MODEL",
+        "--embedding-model",
+        panel=panel,
+    )
+
+
+def _db_opt(panel: str | None = None) -> Any:
+    return _opt("SQLite file of the embedding cache and the search index.", "RAG_DB", "--rag-db", panel=panel)
+
+
+def _root_opt(panel: str | None = None) -> Any:
+    return _opt(
+        "Directories /precache/repo may index lie under this one (default: the current directory).",
+        "RAG_ROOT",
+        "--rag-root",
+        panel=panel,
+    )
+
+
+def _threads_opt(panel: str | None = None) -> Any:
+    return _opt(
+        "CPU threads for the embedding model (default: torch's, one per core).",
+        "EMBEDDING_THREADS",
+        "--embedding-threads",
+        panel=panel,
+    )
+
+
+EmbeddingModelOpt = Annotated[str | None, _model_opt()]
+RagDbOpt = Annotated[str, _db_opt()]
+RagRootOpt = Annotated[str | None, _root_opt()]
+ThreadsOpt = Annotated[int | None, _threads_opt()]
+
+
+@dataclass(frozen=True)
+class RagOptions:
+    """The RAG service's flags; `enabled` is `kvspill serve --rag` (or an --embedding-model)."""
+
+    enabled: bool = False
+    embedding_model: str | None = None
+    rag_db: str = DEFAULT_DB
+    rag_root: str | None = None
+    embedding_threads: int | None = None
+
+
+_RAG_PANEL = "RAG embedding cache"
+
+
+def _serve_flags() -> dict[str, tuple[Any, Any]]:
+    """name -> (typer annotation, default) of `kvspill serve`'s RAG flags."""
+    enable = _opt(
+        "Also serve the RAG routes: /v1/embeddings, /embed, /precache/repo, /search, /stats.",
+        "RAG",
+        "--rag/--no-rag",
+        panel=_RAG_PANEL,
+    )
+    return {
+        "rag_enabled": (Annotated[bool, enable], False),
+        "embedding_model": (Annotated[str | None, _model_opt(_RAG_PANEL)], None),
+        "rag_db": (Annotated[str, _db_opt(_RAG_PANEL)], DEFAULT_DB),
+        "rag_root": (Annotated[str | None, _root_opt(_RAG_PANEL)], None),
+        "embedding_threads": (Annotated[int | None, _threads_opt(_RAG_PANEL)], None),
+    }
+
+
+def with_rag_options(fn: Callable[..., _R]) -> Callable[..., _R]:
+    """Give command `fn` the RAG flags (`kvspill serve --rag ...`): `fn` declares a keyword-only
+    `rag: RagOptions`; typer sees the flags in its place. --embedding-model implies --rag."""
+    signature = inspect.signature(fn, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "rag"]
+    flags = _serve_flags()
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        for name, (annotation, default) in flags.items()
+    ]
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> _R:
+        values = {name: kwargs.pop(name, default) for name, (_, default) in flags.items()}
+        enabled = bool(values.pop("rag_enabled")) or values["embedding_model"] is not None
+        return fn(*args, rag=RagOptions(enabled, **values), **kwargs)
+
+    params = [*own, *added]
+    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__annotations__["return"] = signature.return_annotation
+    return command
+
+
+def build_rag_service(options: RagOptions) -> Any:
+    """A `RagService` over the model and store the options name (loads the model: seconds)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only: never the hub
+    from kvspill.rag.model import load_embedder
+    from kvspill.rag.service import RagService
+    from kvspill.rag.store import EmbeddingStore
+
+    if options.embedding_threads is not None and options.embedding_threads < 1:
+        raise KvspillError("--embedding-threads must be at least 1")
+    root = Path(options.rag_root or os.getcwd()).expanduser()
+    if not root.is_dir():
+        raise KvspillError(f"--rag-root {root} is not a directory")
+    embedder = load_embedder(options.embedding_model, options.embedding_threads)
+    store = EmbeddingStore(Path(options.rag_db).expanduser())
+    logger.info("RAG service: %s (%d dims), cache %s, root %s", embedder.name, embedder.dim, store.path, root)
+    return RagService(embedder, store, root)
+
+
+def _fail(e: Exception) -> None:
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(2)
+
+
+rag_app = typer.Typer(
+    help="Embed a directory once, then search it (the RAG cache, without a server).", no_args_is_help=True
+)
+
+
+@rag_app.command("index")
+def index_cmd(
+    directory: Annotated[str, typer.Argument(help="Directory to index (under --rag-root).")],
+    include: Annotated[list[str] | None, typer.Option(help="Glob of files to index (repeatable).")] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option(help="Glob of files to leave out (repeatable).")
+    ] = None,
+    gitignore: Annotated[bool, typer.Option(help="Leave out what .gitignore files ignore.")] = True,
+    chunk_lines: Annotated[int, typer.Option(help="Lines per chunk.")] = 20,
+    overlap_lines: Annotated[int, typer.Option(help="Lines each chunk shares with the one before.")] = 5,
+    embedding_model: EmbeddingModelOpt = None,
+    rag_db: RagDbOpt = DEFAULT_DB,
+    rag_root: RagRootOpt = None,
+    embedding_threads: ThreadsOpt = None,
+) -> None:
+    """Embed DIRECTORY's changed files into the cache (unchanged ones cost a hash)."""
+    from kvspill.rag.files import FileFilter
+    from kvspill.rag.types import ChunkingConfig
+
+    try:
+        chunking = ChunkingConfig(chunk_lines, overlap_lines)
+    except ValueError as e:
+        _fail(e)
+    # On the command line DIRECTORY is relative to the current directory, and bounds what is read
+    # unless --rag-root says otherwise.
+    path = str(Path(directory).expanduser().absolute())
+    try:
+        service = build_rag_service(
+            RagOptions(True, embedding_model, rag_db, rag_root or path, embedding_threads)
+        )
+        report = service.precache_repo(
+            path, FileFilter(tuple(include or ()), tuple(exclude or ()), gitignore), chunking
+        )
+    except KvspillError as e:
+        _fail(e)
+    for skipped in report.skipped:
+        typer.echo(f"skipped {skipped.path}: {skipped.reason}", err=True)
+    typer.echo(
+        json.dumps(
+            {k: v for k, v in asdict(report).items() if k != "skipped"} | {"num_skipped": len(report.skipped)}
+        )
+    )
+
+
+@rag_app.command("search")
+def search_cmd(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Chunks to show.")] = 5,
+    repo: Annotated[
+        str | None, typer.Option(help="Search this indexed directory only (default: all).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a hit.")] = False,
+    embedding_model: EmbeddingModelOpt = None,
+    rag_db: RagDbOpt = DEFAULT_DB,
+    embedding_threads: ThreadsOpt = None,
+) -> None:
+    """Print the chunks of indexed directories nearest to QUERY."""
+    try:
+        service = build_rag_service(RagOptions(True, embedding_model, rag_db, "/", embedding_threads))
+        hits = service.search(query, top_k, repo)
+    except KvspillError as e:
+        _fail(e)
+    for hit in hits:
+        if as_json:
+            typer.echo(json.dumps(asdict(hit)))
+        else:
+            typer.echo(f"{hit.score:.3f}  {hit.repo}/{hit.path}:{hit.start_line}-{hit.end_line}")
+
+
+@rag_app.command("stats")
+def stats_cmd(
+    embedding_model: EmbeddingModelOpt = None,
+    rag_db: RagDbOpt = DEFAULT_DB,
+) -> None:
+    """Print what the cache holds (JSON)."""
+    try:
+        service = build_rag_service(RagOptions(True, embedding_model, rag_db, "/"))
+    except KvspillError as e:
+        _fail(e)
+    typer.echo(json.dumps(service.stats(), indent=1))
+
+
+def embed_serve(
+    host: Annotated[str, _opt("Address to bind.", "HOST")] = "127.0.0.1",
+    port: Annotated[int, _opt("Port to bind.", "PORT")] = 8000,
+    api_key: Annotated[str | None, _opt("Require Authorization: Bearer <key>.", "API_KEY")] = None,
+    embedding_model: EmbeddingModelOpt = None,
+    rag_db: RagDbOpt = DEFAULT_DB,
+    rag_root: RagRootOpt = None,
+    embedding_threads: ThreadsOpt = None,
+) -> None:
+    """Serve the embedding cache alone: /v1/embeddings, /embed, /precache/repo, /search, /stats."""
+    import uvicorn
+
+    from kvspill.server.rag_app import create_rag_app
+
+    try:
+        service = build_rag_service(RagOptions(True, embedding_model, rag_db, rag_root, embedding_threads))
+    except KvspillError as e:
+        _fail(e)
+    if host not in _LOOPBACK and not api_key:
+        logger.warning(
+            "binding to %s without --api-key: anyone who can reach this port can read files under %s",
+            host,
+            service.allowed_root,
+        )
+    uvicorn.run(create_rag_app(service, api_key), host=host, port=port, log_level="info")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `rag` and `embed-serve` to `app` (idempotent)."""
+    if not any(g.name == "rag" for g in app.registered_groups):
+        app.add_typer(rag_app, name="rag")
+    if not any(c.name == "embed-serve" for c in app.registered_commands):
+        app.command("embed-serve")(embed_serve)

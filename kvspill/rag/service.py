@@ -1,0 +1,303 @@
+"""`RagService`: cache-aware embedding, repository indexing and search, for the HTTP routes and
+the `kvspill rag` CLI alike.
+
+Invariants:
+- Every text is embedded at most once per model: the store maps sha256(text) -> vector, and a
+  request's duplicates are embedded once.
+- `precache_repo` chunks only files whose content hash changed, embeds only chunks whose text
+  is not cached, and drops the chunks of files that are gone (or can no longer be read).
+- A path must resolve inside `allowed_root` (symlinks resolved first); anything else is an
+  `InvalidParameterError` naming `path`, like every other bad input (HTTP 400).
+- Torch-free: the model is an `Embedder`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kvspill.errors import InvalidParameterError
+from kvspill.rag.chunker import chunk_embedding_text, chunk_lines
+from kvspill.rag.files import FileFilter, iter_sources, read_text, walk_files
+from kvspill.rag.index import DEFAULT_ANN_THRESHOLD, IndexCache
+from kvspill.rag.store import EmbeddingStore, FileUpdate, content_hash, text_hash
+from kvspill.rag.types import (
+    ChunkingConfig,
+    Embedder,
+    EmbedResult,
+    IndexReport,
+    RagLimits,
+    SearchHit,
+    SkippedFile,
+)
+
+EMBED_BATCH = 256  # chunks embedded (and written) at a time while indexing
+
+
+class _Counters:
+    """Cache hits and misses and model throughput since start (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.num_embedded = 0
+        self.embed_seconds = 0.0
+
+    def count(self, hits: int, misses: int) -> None:
+        with self._lock:
+            self.hits += hits
+            self.misses += misses
+
+    def embedded(self, num: int, seconds: float) -> None:
+        with self._lock:
+            self.num_embedded += num
+            self.embed_seconds += seconds
+
+
+class RagService:
+    def __init__(
+        self,
+        embedder: Embedder,
+        store: EmbeddingStore,
+        allowed_root: Path,
+        limits: RagLimits | None = None,
+        ann_threshold: int = DEFAULT_ANN_THRESHOLD,
+    ) -> None:
+        self.embedder = embedder
+        self.store = store
+        self.allowed_root = allowed_root.resolve()
+        self.limits = limits or RagLimits()
+        self.counters = _Counters()
+        self.indexes = IndexCache(self._load_vectors, store.generation, ann_threshold)
+        self._repo_locks: dict[str, threading.Lock] = {}
+        self._repo_locks_lock = threading.Lock()
+
+    @property
+    def model_name(self) -> str:
+        return self.embedder.name
+
+    # embedding
+
+    def check_texts(self, texts: list[str], param: str) -> None:
+        if not texts:
+            raise InvalidParameterError(param, f"`{param}` is empty: give at least one text")
+        if len(texts) > self.limits.max_inputs:
+            raise InvalidParameterError(
+                param, f"{len(texts)} inputs in one request; send at most {self.limits.max_inputs}"
+            )
+        for i, text in enumerate(texts):
+            if not text.strip():
+                raise InvalidParameterError(param, f"input {i} is empty or only whitespace")
+            if len(text) > self.limits.max_input_chars:
+                raise InvalidParameterError(
+                    param,
+                    f"input {i} has {len(text)} characters; at most {self.limits.max_input_chars} are "
+                    f"taken (the model reads its first {self.embedder.max_seq_length} tokens anyway)",
+                )
+
+    def embed(self, texts: list[str], use_cache: bool = True, param: str = "input") -> EmbedResult:
+        """Unit vectors of `texts`, from the cache where it has them."""
+        self.check_texts(texts, param)
+        keys = [text_hash(t) for t in texts]
+        found = self.store.get_vectors(self.model_name, keys) if use_cache else {}
+        missing = list(dict.fromkeys(k for k in keys if k not in found))
+        fresh_keys = set(missing)
+        if missing:
+            first_text = {k: t for k, t in zip(keys, texts, strict=True)}
+            fresh = self._encode([first_text[k] for k in missing])
+            pairs = list(zip(missing, fresh, strict=True))
+            self.store.put_vectors(self.model_name, pairs, time.time())
+            found.update(pairs)
+        cached = [use_cache and k not in fresh_keys for k in keys]
+        self.counters.count(sum(cached), len(texts) - sum(cached))
+        vectors = np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
+        return EmbedResult(vectors, cached)
+
+    def embed_token_ids(self, token_ids: list[list[int]], param: str = "input") -> np.ndarray:
+        """Vectors of inputs given as token ids (not cached: ids are rare and cheap to hash wrongly)."""
+        if not token_ids or any(not ids for ids in token_ids):
+            raise InvalidParameterError(param, "token id inputs must be non-empty lists of token ids")
+        if len(token_ids) > self.limits.max_inputs:
+            raise InvalidParameterError(
+                param, f"{len(token_ids)} inputs in one request; send at most {self.limits.max_inputs}"
+            )
+        vocab = self.embedder.vocab_size
+        for i, ids in enumerate(token_ids):
+            bad = next((t for t in ids if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise InvalidParameterError(
+                    param, f"input {i}: token id {bad} is outside the vocabulary [0, {vocab})"
+                )
+        start = time.perf_counter()
+        vectors = self.embedder.encode_ids(token_ids)
+        self.counters.embedded(len(token_ids), time.perf_counter() - start)
+        self.counters.count(0, len(token_ids))
+        return vectors
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        start = time.perf_counter()
+        vectors = self.embedder.encode(texts)
+        self.counters.embedded(len(texts), time.perf_counter() - start)
+        return vectors
+
+    # paths
+
+    def resolve_path(self, path: str, param: str = "path") -> Path:
+        """`path` (absolute, or relative to the allowed root) as an absolute directory inside the root."""
+        if not path.strip():
+            raise InvalidParameterError(param, "`path` is empty: give a directory under the allowed root")
+        candidate = Path(path).expanduser()
+        resolved = (candidate if candidate.is_absolute() else self.allowed_root / candidate).resolve()
+        if not resolved.is_relative_to(self.allowed_root):
+            raise InvalidParameterError(
+                param,
+                f"{path} is outside the allowed root {self.allowed_root}: give a directory under it "
+                "(the server's --rag-root)",
+            )
+        if not resolved.is_dir():
+            what = "a file" if resolved.exists() else "missing"
+            raise InvalidParameterError(
+                param, f"{path} is {what}: give a directory under {self.allowed_root}"
+            )
+        return resolved
+
+    def _repo_lock(self, repo: str) -> threading.Lock:
+        with self._repo_locks_lock:
+            return self._repo_locks.setdefault(repo, threading.Lock())
+
+    # indexing
+
+    def precache_repo(
+        self, path: str, file_filter: FileFilter | None = None, chunking: ChunkingConfig | None = None
+    ) -> IndexReport:
+        """Index the directory `path`: embed what changed since the last time, drop what is gone."""
+        root = self.resolve_path(path)
+        repo = str(root)
+        with self._repo_lock(repo):
+            return self._index(root, repo, file_filter or FileFilter(), chunking or ChunkingConfig())
+
+    def _index(self, root: Path, repo: str, file_filter: FileFilter, chunking: ChunkingConfig) -> IndexReport:
+        start = time.perf_counter()
+        report = IndexReport(repo)
+        rel_paths = []
+        for rel in walk_files(root, file_filter):
+            rel_paths.append(rel)
+            if len(rel_paths) > self.limits.max_files:
+                raise InvalidParameterError(
+                    "path",
+                    f"{root} has more than {self.limits.max_files} files to index: narrow it with `include`/`exclude`",
+                )
+        # Vectors of another model are not comparable: a repo indexed with one is indexed anew.
+        same_model = self.store.repo_model(repo) in (None, self.model_name)
+        before = self.store.file_hashes(repo) if same_model else {}
+        kept: set[str] = set()
+        updates: list[FileUpdate] = []
+        for source in iter_sources(root, rel_paths, self.limits.max_file_bytes):
+            if isinstance(source, SkippedFile):
+                report.skipped.append(source)
+                continue
+            digest = content_hash(source.data)
+            if before.get(source.path) == digest:
+                kept.add(source.path)
+                continue
+            text, why_not = read_text(source.data, self.limits.max_file_bytes)
+            if text is None:
+                report.skipped.append(SkippedFile(source.path, why_not or "unreadable"))
+                continue
+            chunks = chunk_lines(text, chunking)
+            hashes = [text_hash(chunk_embedding_text(source.path, c)) for c in chunks]
+            updates.append(FileUpdate(source.path, digest, chunks, hashes))
+            kept.add(source.path)
+        if not kept and not before:
+            reasons = (
+                "; ".join(f"{s.path}: {s.reason}" for s in report.skipped[:5])
+                or "no file matched the filters"
+            )
+            raise InvalidParameterError("path", f"nothing to index under {root}: {reasons}")
+        removed = sorted(set(before) - kept)
+        report.num_chunks_embedded, report.num_chunks_cached = self._embed_chunks(updates)
+        self.store.replace_files(repo, self.model_name, updates, removed)
+        report.num_files = len(kept)
+        report.num_files_changed = len(updates)
+        report.num_files_unchanged = len(kept) - len(updates)
+        report.num_files_removed = len(removed)
+        report.num_chunks = self.store.num_chunks(repo)
+        report.seconds = time.perf_counter() - start
+        return report
+
+    def _embed_chunks(self, updates: list[FileUpdate]) -> tuple[int, int]:
+        """(embedded, cached) chunk counts; embeds and stores each missing text once."""
+        texts: dict[bytes, str] = {}
+        for u in updates:
+            for chunk, key in zip(u.chunks, u.text_hashes, strict=True):
+                texts.setdefault(key, chunk_embedding_text(u.path, chunk))
+        cached = self.store.get_vectors(self.model_name, list(texts))
+        missing = [k for k in texts if k not in cached]
+        for start in range(0, len(missing), EMBED_BATCH):
+            keys = missing[start : start + EMBED_BATCH]
+            vectors = self._encode([texts[k] for k in keys])
+            self.store.put_vectors(self.model_name, list(zip(keys, vectors, strict=True)), time.time())
+        num_chunks = sum(len(u.chunks) for u in updates)
+        self.counters.count(num_chunks - len(missing), len(missing))
+        return len(missing), num_chunks - len(missing)
+
+    # search
+
+    def _load_vectors(self, repo: str) -> tuple[np.ndarray, np.ndarray]:
+        return self.store.repo_vectors(repo, self.model_name, self.embedder.dim)
+
+    def search(self, query: str, top_k: int = 5, repo: str | None = None) -> list[SearchHit]:
+        """The `top_k` chunks nearest to `query`, best first, over one indexed repo or all of them."""
+        if not 1 <= top_k <= self.limits.max_top_k:
+            raise InvalidParameterError(
+                "top_k", f"top_k must be from 1 to {self.limits.max_top_k} (got {top_k})"
+            )
+        repos = self.store.repos(self.model_name)
+        if repo is not None:
+            wanted = str(self.resolve_path(repo, "repo"))
+            if wanted not in repos:
+                raise InvalidParameterError(
+                    "repo", f"{wanted} is not indexed: POST /precache/repo (or `kvspill rag index`) first"
+                )
+            repos = [wanted]
+        query_vector = self.embed([query], param="query").vectors[0]
+        scored: list[tuple[float, str, int]] = []
+        for name in repos:
+            for chunk_id, score in self.indexes.get(name).search(query_vector, top_k):
+                scored.append((score, name, chunk_id))
+        scored.sort(key=lambda s: -s[0])
+        best = scored[:top_k]
+        chunks = self.store.chunks_by_id([c for _, _, c in best])
+        return [
+            SearchHit(name, chunks[c].path, chunks[c].start_line, chunks[c].end_line, score, chunks[c].text)
+            for score, name, c in best
+            if c in chunks  # a concurrent re-index may have replaced it since the index was built
+        ]
+
+    # stats
+
+    def stats(self) -> dict[str, object]:
+        counts = self.store.counts()
+        c = self.counters
+        lookups = c.hits + c.misses
+        return {
+            "model": self.model_name,
+            "dim": self.embedder.dim,
+            "db_path": str(self.store.path),
+            "entries": counts["entries"],
+            "bytes": counts["file_bytes"],
+            "vector_bytes": counts["vector_bytes"],
+            "repos": counts["repos"],
+            "files": counts["files"],
+            "chunks": counts["chunks"],
+            "hits": c.hits,
+            "misses": c.misses,
+            "hit_rate": c.hits / lookups if lookups else None,
+            "embedded": c.num_embedded,
+            "embeddings_per_s": c.num_embedded / c.embed_seconds if c.embed_seconds > 0 else None,
+            "indexes": self.indexes.kinds(),
+        }

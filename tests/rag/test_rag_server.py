@@ -1,0 +1,177 @@
+"""The RAG routes over HTTP: the openai client against /v1/embeddings, /embed, /precache/repo,
+/search, /stats in process (kvspill embed-serve's app), and `kvspill serve --rag` as a real
+process beside the LLM routes."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from kvspill.rag.service import RagService
+from kvspill.server.rag_app import create_rag_app
+
+from .conftest import numbered_lines, write_repo
+
+
+@pytest.fixture
+def client(real_service: RagService) -> Iterator[TestClient]:
+    with TestClient(create_rag_app(real_service, api_key="k"), headers={"Authorization": "Bearer k"}) as c:
+        yield c
+
+
+def test_openai_client_embeddings(client: TestClient, real_service: RagService) -> None:
+    openai = pytest.importorskip("openai")
+    oa = openai.OpenAI(base_url="http://testserver/v1", api_key="k", http_client=client, max_retries=0)
+    texts = ["hello world", "def foo(): return 1"]
+    want = real_service.embedder.encode(texts)
+    num_tokens = sum(len(ids) for ids in real_service.embedder.tokenizer(texts)["input_ids"])
+    for encoding_format in ("float", "base64"):
+        out = oa.embeddings.create(model="all-MiniLM-L6-v2", input=texts, encoding_format=encoding_format)
+        if encoding_format == "base64":  # asked for explicitly, the client hands the text back
+            got = np.stack([np.frombuffer(base64.b64decode(d.embedding), dtype="<f4") for d in out.data])
+        else:
+            got = np.array([d.embedding for d in out.data], dtype=np.float32)
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert out.usage.prompt_tokens == out.usage.total_tokens == num_tokens
+    # the client's default asks for base64 and decodes it itself
+    default = oa.embeddings.create(model="sentence-transformers/all-MiniLM-L6-v2", input="hello world")
+    np.testing.assert_allclose(default.data[0].embedding, want[0], atol=1e-6)
+    ids = real_service.embedder.tokenizer(texts, add_special_tokens=False)["input_ids"]
+    by_ids = oa.embeddings.create(model="all-MiniLM-L6-v2", input=ids, encoding_format="float")
+    np.testing.assert_allclose(np.array([d.embedding for d in by_ids.data]), want, atol=1e-5)
+    one = oa.embeddings.create(model="all-MiniLM-L6-v2", input=ids[0], encoding_format="float")
+    np.testing.assert_allclose(one.data[0].embedding, want[0], atol=1e-5)
+    with pytest.raises(openai.BadRequestError, match="not trained to be shortened"):
+        oa.embeddings.create(model="all-MiniLM-L6-v2", input="x", dimensions=128)
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        oa.embeddings.create(model="text-embedding-3-small", input="x")
+
+
+def test_embed_precache_search_stats(client: TestClient, real_service: RagService) -> None:
+    root = real_service.allowed_root
+    write_repo(
+        root / "repo", {"a.py": numbered_lines("apple", 12), "b.py": "def banana_split():\n    return 1\n"}
+    )
+    first = client.post("/embed", json={"texts": ["hello", "hello", "bye"]}).json()
+    assert first["cached"] == [False, False, False] and first["dim"] == 384
+    assert client.post("/embed", json={"texts": "hello"}).json()["cached"] == [True]
+    report = client.post("/precache/repo", json={"path": "repo", "include": ["*.py"]}).json()
+    assert report["num_files"] == 2 and report["num_chunks_embedded"] == report["num_chunks"] == 2
+    hits = client.post("/search", json={"query": "banana_split function", "top_k": 2}).json()["results"]
+    assert hits[0]["path"] == "b.py" and (hits[0]["start_line"], hits[0]["end_line"]) == (1, 2)
+    assert hits[0]["score"] > hits[1]["score"]
+    stats = client.get("/stats").json()
+    assert stats["entries"] == 2 + 2 + 1  # two texts, two chunks, one query
+    # hits: the second /embed; misses: three texts (a duplicate is embedded once, counted twice),
+    # two chunks, one query
+    assert stats["hits"] == 1 and stats["misses"] == 6 and stats["bytes"] > 0
+    assert stats["chunks"] == 2 and stats["embeddings_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "status", "param", "message"),
+    [
+        ("/v1/embeddings", {"input": []}, 400, "input", "empty"),
+        ("/v1/embeddings", {"input": ["ok", ""]}, 400, "input", "input 1 is empty"),
+        ("/v1/embeddings", {"input": "x" * 200_001}, 400, "input", "200001 characters"),
+        ("/v1/embeddings", {"input": [[1, 99999]]}, 400, "input", "outside the vocabulary"),
+        ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, 400, "encoding_format", ""),
+        ("/v1/embeddings", {"input": 3}, 400, "input", ""),
+        ("/embed", {"texts": []}, 400, "texts", "empty"),
+        ("/precache/repo", {"path": "/etc"}, 400, "path", "outside the allowed root"),
+        ("/precache/repo", {"path": "../"}, 400, "path", "outside the allowed root"),
+        ("/precache/repo", {"path": "latin1"}, 400, "path", "not UTF-8"),
+        ("/precache/repo", {"path": "big"}, 400, "path", "byte limit"),
+        ("/precache/repo", {"path": "empty"}, 400, "path", "empty"),
+        ("/precache/repo", {"path": ".", "chunk_lines": 5, "overlap_lines": 5}, 400, "overlap_lines", ""),
+        ("/search", {"query": ""}, 400, "query", "empty"),
+        ("/search", {"query": "x", "top_k": 0}, 400, "top_k", ""),
+    ],
+)
+def test_bad_inputs_are_clear_400s(
+    client: TestClient,
+    real_service: RagService,
+    route: str,
+    body: dict,
+    status: int,
+    param: str,
+    message: str,
+) -> None:
+    root = real_service.allowed_root
+    write_repo(root, {"latin1/a.txt": b"caf\xe9\n", "big/a.txt": "x\n" * 1_500_000, "empty/a.txt": ""})
+    response = client.post(route, json=body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert message in error["message"]
+
+
+def test_auth_and_malformed_json(client: TestClient) -> None:
+    assert client.get("/health", headers={"Authorization": ""}).status_code == 200
+    assert client.get("/stats", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    bad = client.post("/embed", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert bad.status_code == 400 and "malformed JSON" in bad.json()["error"]["message"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_kvspill_serve_mounts_the_rag_routes(tiny_llama_dir: Path, embedder: object, tmp_path: Path) -> None:
+    write_repo(tmp_path / "root" / "repo", {"m.py": "def mango():\n    return 'fruit'\n"})
+    port = _free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvspill",
+        "serve",
+        str(tiny_llama_dir),
+        "--device",
+        "cpu",
+        "--port",
+        str(port),
+    ]
+    cmd += ["--rag", "--rag-db", str(tmp_path / "rag.sqlite3"), "--rag-root", str(tmp_path / "root")]
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    log = tmp_path / "server.log"
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        else:
+            pytest.fail(f"server did not become healthy:\n{log.read_text()}")
+        embedded = httpx.post(
+            url + "/v1/embeddings", json={"input": "mango", "model": "all-MiniLM-L6-v2"}, timeout=60
+        )
+        assert len(embedded.json()["data"][0]["embedding"]) == 384
+        report = httpx.post(url + "/precache/repo", json={"path": "repo"}, timeout=60).json()
+        assert report["num_chunks"] == 1
+        hits = httpx.post(url + "/search", json={"query": "mango"}, timeout=60).json()["results"]
+        assert hits[0]["path"] == "m.py"
+        completion = httpx.post(
+            url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2}, timeout=60
+        )
+        assert completion.status_code == 200, completion.text
+    finally:
+        proc.terminate()
+        proc.wait(30)
