@@ -102,7 +102,7 @@ def _kvspill_command() -> tuple[str, ...]:
 def _resolved_shutdown_timeout(command: tuple[str, ...], serve_args: list[str]) -> float:
     """Run `kvspill serve ARGS --print-config` as the service would: exit as it does on a bad
     argument; else its --shutdown-timeout."""
-    shell_only = sorted(k for k in os.environ if k.startswith("KVSPILL_"))
+    shell_only = sorted(k for k, v in os.environ.items() if k.startswith("KVSPILL_") and v)
     if shell_only:
         typer.echo(
             f"warning: {', '.join(shell_only)} set in this shell will not reach the service: pass them "
