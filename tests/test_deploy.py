@@ -143,7 +143,10 @@ def test_compose_reserves_the_gpu_and_mounts_the_model_and_kv_volumes():
             "/var/lib/kvspill/persist",
             "/etc/kvspill/serve.toml",
         } <= set(targets)
-        assert service["environment"]["KVSPILL_CONFIG"] == "/etc/kvspill/serve.toml"
+        assert service["environment"] == {
+            "KVSPILL_CONFIG": "/etc/kvspill/serve.toml",
+            "KVSPILL_API_KEY": None,
+        }
         assert service["ulimits"]["memlock"] == -1
     assert set(_compose()["volumes"]) == {"kv", "persist"}
 
