@@ -244,7 +244,7 @@ def uninstall(user: UserOpt = False, name: NameOpt = DEFAULT_NAME, unit_dir: Uni
     bare = _name(name)
     path = unit_path(_unit_dir(user, unit_dir), bare)
     if not path.exists():
-        raise _fail(f"no unit file at {path} (was it installed with{'out' * (not user)} --user?)")
+        raise _fail(f"no unit file at {path} (was it installed with{'out' * user} --user?)")
     if unit_dir is None:
         _run_systemctl(user, "disable", "--now", f"{bare}.service")
     path.unlink()

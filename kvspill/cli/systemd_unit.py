@@ -26,7 +26,7 @@ from pathlib import Path
 # thread's stop (the pinned pool and GPU memory freed). A margin, not a measurement.
 STOP_MARGIN_S = 15
 NOFILE_LIMIT = 65536  # the disk KV tier's memory-mapped files, the HTTP connections
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,200}")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,200}")  # no @: that makes a template
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:=,+@-]+")
 
 
@@ -50,7 +50,7 @@ def check_name(name: str) -> str:
     bare = name.removesuffix(".service")
     if not NAME_PATTERN.fullmatch(bare):
         raise ValueError(
-            f"--name {name!r}: a unit name is letters, digits and _ . @ : - (starting with a letter or digit)"
+            f"--name {name!r}: a unit name is letters, digits and _ . : - (starting with a letter or digit)"
         )
     return bare
 

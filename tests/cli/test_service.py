@@ -93,7 +93,7 @@ def test_a_line_break_or_a_bad_name_is_refused():
     with pytest.raises(ValueError, match="line break"):
         quote_word("a\nb")
     assert check_name("llm.service") == "llm"
-    for bad in ("", "a b", "../x", "-x"):
+    for bad in ("", "a b", "../x", "-x", "llm@1"):
         with pytest.raises(ValueError, match="a unit name is"):
             check_name(bad)
 
@@ -242,7 +242,10 @@ def test_uninstall_disables_removes_and_reloads(fake_systemd, tmp_path):
         "systemctl --user daemon-reload",
     ]
     missing = _kvspill("service", "uninstall", "--user")
-    assert missing.exit_code == 1 and f"no unit file at {path}" in missing.output
+    assert (
+        missing.exit_code == 1
+        and f"no unit file at {path} (was it installed without --user?)" in missing.output
+    )
 
 
 def test_without_systemctl_on_path_one_line_says_so(fake_systemd, tmp_path, monkeypatch):
