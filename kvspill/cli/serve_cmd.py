@@ -2,7 +2,8 @@
 
 Invariants:
 - Every flag can also come from a `KVSPILL_<FLAG>` environment variable; the engine flags are
-  the same as every engine command's (`cli/engine_options.py`).
+  the same as every engine command's (`cli/engine_options.py`). Any flag can also come from a TOML
+  `--config` file (`KVSPILL_CONFIG`); precedence flag > env > file > default (`cli/config_file.py`).
 - Flags are validated (EngineConfig) before anything listens: a bad value exits 2 with one line.
 - The engine loads on its own thread (logging the memory plan first) while `/health` answers 503;
   a load failure stops the server.
@@ -21,6 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kvspill.cli.config_file import config_option, format_effective_config, print_config_option
 from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine_options
 from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
 from kvspill.errors import KvspillError
@@ -36,6 +38,7 @@ def _opt(help_: str, env: str, *names: str) -> Any:
 @with_engine_options
 @with_rag_options
 def serve_command(
+    ctx: typer.Context,
     model: Annotated[
         str | None,
         typer.Argument(
@@ -62,11 +65,15 @@ def serve_command(
     served_model_name: Annotated[
         str | None, _opt("Model name clients send (default: MODEL).", "SERVED_MODEL_NAME")
     ] = None,
+    config_file: Annotated[Path | None, config_option()] = None,
+    print_config: Annotated[bool, print_config_option()] = False,
     *,
     engine: EngineOptions,
     rag: RagOptions,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, ...)."""
+    if print_config:
+        typer.echo(format_effective_config(ctx))
     try:
         if max_waiting_requests < 1:
             raise KvspillError("--max-waiting-requests must be at least 1")
@@ -79,6 +86,8 @@ def serve_command(
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
+    if print_config:
+        return
     if host not in _LOOPBACK and not api_key:
         logger.warning(
             "binding to %s without --api-key: anyone who can reach this port can use the model", host
