@@ -54,7 +54,7 @@ hot-window-tokens = 64
 def test_the_file_sets_serve_and_engine_flags(tmp_path, served):
     result = _serve("--config", str(_write(tmp_path, SAMPLE)))
     assert result.exit_code == 0, result.output
-    config, host, port, _key, _waiting, shutdown_timeout, name, _queued = served[0]
+    config, host, port, _key, _waiting, shutdown_timeout, name = served[0][:7]
     assert (config.model, host, port, shutdown_timeout, name) == (
         "from-file",
         "0.0.0.0",
