@@ -56,3 +56,7 @@ class OutOfKVMemoryError(KvspillError):
 
 class KVCacheBusyError(KvspillError):
     """The KV tiers have no room for this request now (others hold it); retry later (HTTP 503)."""
+
+
+class DiskTierError(KvspillError):
+    """The disk KV tier cannot be created at its budget (no space, no such directory, no rights)."""
