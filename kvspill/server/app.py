@@ -29,6 +29,8 @@ from kvspill.engine_client import EngineClient, TokenizerClient
 from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError
 from kvspill.server.errors import error_response, exception_response, invalid
+from kvspill.server.hosts import HostCheckMiddleware
+from kvspill.server.limits import BodyLimitMiddleware, add_http_error_handlers, default_max_request_bytes
 from kvspill.server.metrics import ServerMetrics
 from kvspill.server.protocol import (
     ChatCompletionRequest,
@@ -49,6 +51,8 @@ class ServerSettings:
     max_waiting_requests: int = 64
     aliases: set[str] = field(default_factory=set)  # other names accepted for `model`
     max_queued_tokens: int | None = None  # None: QUEUED_TOKENS_PER_MODEL_LEN x max_model_len
+    max_request_bytes: int | None = None  # None: sized from max_model_len (limits.py)
+    allowed_hosts: set[str] | None = None  # Host names answered (None: any; hosts.py)
 
 
 @dataclass
@@ -112,8 +116,12 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
     app.state.metrics = metrics
     ctx = _Context(ae, settings, metrics, int(time.time()))
     _add_error_handlers(app)
+    add_http_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=lambda: _max_request_bytes(ctx))
     if settings.api_key:
         app.add_middleware(_AuthMiddleware, api_key=settings.api_key)
+    if settings.allowed_hosts is not None:  # outermost: a refused Host learns nothing else
+        app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     _add_generation_routes(app, ctx)
     _add_token_routes(app, ctx)
     _add_info_routes(app, ctx)
@@ -135,6 +143,13 @@ _OPENAI_ERROR_SCHEMA = {
         }
     },
 }
+
+
+def _max_request_bytes(ctx: _Context) -> int:
+    if ctx.settings.max_request_bytes is not None:
+        return ctx.settings.max_request_bytes
+    engine = ctx.ae.engine
+    return default_max_request_bytes(engine.max_model_len if engine is not None else None)
 
 
 def _document_400s(app: FastAPI) -> None:
@@ -273,7 +288,7 @@ def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
 def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
     ae = ctx.ae
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> Response:
         if ae.ready:
             return Response(status_code=200)
