@@ -28,6 +28,7 @@ from kvspill.errors import (
     InvalidParameterError,
     KVCacheBusyError,
     OutOfKVMemoryError,
+    StepError,
 )
 from kvspill.runner.async_output import PendingStepOutput
 from kvspill.sampling_params import SamplingParams
@@ -190,16 +191,24 @@ class LLMEngine:
     # ---- the loop -----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        """One step. A failure while computing raises `StepError` naming the requests it ran (the
+        ones in flight with async scheduling too), so a server fails those and no others."""
         batch = self.scheduler.schedule()
-        if not self.async_scheduling:
-            return self._complete(batch, self.runner.execute_async(batch))
-        pending = self.runner.execute_async(batch)  # launched: the GPU works while we go on
-        previous, self._in_flight = self._in_flight, (batch, pending)
-        results = self._complete(*previous) if previous is not None else []
-        if batch.empty:  # nothing launched (it may report failures found while scheduling)
+        previous = self._in_flight
+        try:
+            if not self.async_scheduling:
+                return self._complete(batch, self.runner.execute_async(batch))
+            pending = self.runner.execute_async(batch)  # launched: the GPU works while we go on
+            self._in_flight = (batch, pending)
+            results = self._complete(*previous) if previous is not None else []
+            if batch.empty:  # nothing launched (it may report failures found while scheduling)
+                self._in_flight = None
+                results += self._complete(batch, pending)
+            return results
+        except Exception as e:
             self._in_flight = None
-            results += self._complete(batch, pending)
-        return results
+            ran = {*batch.num_scheduled_tokens, *(previous[0].num_scheduled_tokens if previous else ())}
+            raise StepError(sorted(ran), e) from e
 
     def _complete(self, batch: ScheduledBatch, pending: PendingStepOutput) -> list[RequestOutput]:
         output = pending.result()
