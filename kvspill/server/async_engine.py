@@ -53,7 +53,8 @@ T = TypeVar("T")
 ADDED = object()  # the sentinel put first on a request's queue once the engine accepted it
 QUEUED_TOKENS_PER_MODEL_LEN = 8  # default max_queued_tokens = this many full contexts
 KV_SNAPSHOT_INTERVAL_S = 0.25  # how often the loop thread republishes kv_stats() (a few hundred us each)
-KV_FRESH_WAIT_S = 0.1  # how long /v1/kv waits for fresh stats before it answers with the snapshot
+KV_FRESH_WAIT_S = 0.1
+STEP_TARGET_S = 0.5  # steps are sized to about this long, so an abort waits at most about this  # how long /v1/kv waits for fresh stats before it answers with the snapshot
 
 
 class EngineUnavailableError(Exception):
@@ -231,6 +232,9 @@ class AsyncEngine:
             self.load_error = f"the engine failed to load: {e}"
             self._ready.set()
             return
+        limit_step_time = getattr(engine, "limit_step_time", None)
+        if limit_step_time is not None:  # LLMEngine: aborts take effect within about a step
+            limit_step_time(STEP_TARGET_S)
         if self.max_queued_tokens is None:
             self.max_queued_tokens = QUEUED_TOKENS_PER_MODEL_LEN * engine.max_model_len
         self._desk.max_queued_tokens = self.max_queued_tokens

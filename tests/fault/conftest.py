@@ -23,6 +23,7 @@ class AppServer:
     url: str
     app: Any
     server: uvicorn.Server
+    thread: threading.Thread
 
 
 def serve_in_thread(
@@ -34,19 +35,18 @@ def serve_in_thread(
         port = s.getsockname()[1]
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **uvicorn_options)
     server = uvicorn.Server(config)
-    threading.Thread(target=server.run, daemon=True).start()
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
     deadline = time.monotonic() + 60
     while not (server.started and app.state.engine.wait_ready(0.05)):
         assert time.monotonic() < deadline, "the in-process server did not start"
         time.sleep(0.02)
-    return AppServer(f"http://127.0.0.1:{port}", app, server)
+    return AppServer(f"http://127.0.0.1:{port}", app, server, thread)
 
 
 def stop_in_thread(s: AppServer) -> None:
     s.server.should_exit = True
-    deadline = time.monotonic() + 10
-    while s.server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
+    s.thread.join(10)
 
 
 def tiny_engine_factory(model_dir: Path, **options: Any) -> Callable[[], Any]:
