@@ -137,3 +137,16 @@ def test_foreign_host_headers_are_refused(tiny_app, host: str) -> None:
 def test_loopback_host_headers_are_answered(tiny_app, host: str) -> None:
     r = httpx.post(tiny_app.url + "/tokenize", json={"prompt": "a"}, headers={"host": host})
     assert r.status_code == 200
+
+
+def test_every_kind_of_the_stability_abuse_mix_is_answered_as_expected(tiny_app) -> None:
+    from kvspill.bench.suites.abuse import AbuseMix
+
+    mix = AbuseMix(tiny_app.url, oversize_bytes=128 * 1024)  # past the fixture's 64 KiB limit
+    try:
+        outcomes = mix.send(10)  # one of each kind
+    finally:
+        mix.close()
+    assert len({o.kind for o in outcomes}) == 10
+    assert [o.err for o in outcomes if not o.ok] == []
+    assert {o.kind: o.status for o in outcomes}["oversized"] == 413
