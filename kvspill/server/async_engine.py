@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from kvspill.engine_client import EngineClient
-from kvspill.errors import OutOfKVMemoryError, StepError
+from kvspill.errors import KvspillError, OutOfKVMemoryError, StepError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.admission import FrontDesk, prompt_size
 from kvspill.server.admission import ServerBusyError as ServerBusyError  # re-exported: its home before
@@ -227,6 +227,11 @@ class AsyncEngine:
     def _run(self) -> None:
         try:
             engine = self.engine = self._factory()
+        except KvspillError as e:  # the user's to fix: the message says how, no traceback
+            logger.error("loading the engine failed: %s", e)
+            self.load_error = f"the engine failed to load: {e}"
+            self._ready.set()
+            return
         except Exception as e:  # noqa: BLE001 - reported on /health and every request
             logger.exception("loading the engine failed")
             self.load_error = f"the engine failed to load: {e}"

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -136,3 +137,30 @@ def test_sigterm_ends_streams_and_exits_0(tiny_llama_dir: Path, tmp_path: Path) 
     assert events[-1] == "data: [DONE]"
     error = json.loads(events[-2].removeprefix("data: "))
     assert error["error"]["type"] == "unavailable" and "shutting down" in error["error"]["message"]
+
+
+@pytest.mark.slow
+def test_an_engine_that_fails_to_load_is_one_line_and_exit_1(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "broken"
+    shutil.copytree(tiny_llama_dir, model)
+    tensors = load_file(model / "model.safetensors")
+    dropped = next(name for name in tensors if "layers.0." in name)
+    save_file({k: v for k, v in tensors.items() if k != dropped}, model / "model.safetensors")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "kvspill.server", str(model), "--device", "cpu", "--port", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("error: the engine failed to load")
+    assert "Traceback" not in done.stderr  # a user's error: what to change, not where it was raised
