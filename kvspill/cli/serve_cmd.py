@@ -106,11 +106,6 @@ def serve_command(
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
-    try:
-        check_before_binding(config, host, port)
-    except KvspillError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from e
     from kvspill.server.hosts import LOOPBACK_BINDS, loopback_only_hosts
 
     if host not in LOOPBACK_BINDS and not api_key:
@@ -179,6 +174,11 @@ def run_server(
     from kvspill.server.lifecycle import serve
     from kvspill.server.slow_clients import with_header_timeout
 
+    try:
+        check_before_binding(config, host, port)
+    except KvspillError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
     limits = connection or ConnectionLimits()
 
     def factory() -> Any:
