@@ -288,7 +288,8 @@ def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
 def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
     ae = ctx.ae
 
-    @app.api_route("/health", methods=["GET", "HEAD"])
+    @app.get("/health")
+    @app.head("/health", include_in_schema=False)  # load balancers probe with HEAD
     async def health() -> Response:
         if ae.ready:
             return Response(status_code=200)
