@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from kvspill.stop_strings import StopAutomaton
+
 _REPLACEMENT = "\ufffd"
 # Prompt tokens decoded with the first output tokens, as vLLM's
 # INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET: enough for the leading-space rules we know of.
@@ -112,64 +114,45 @@ class StopChecker:
 
     `add(delta)` returns `(text_to_emit, matched_stop)`; once `matched_stop` is not None the
     request is finished and later calls return `("", None)`. `flush()` returns the held tail
-    when the request ends for another reason (eos, max_tokens).
+    when the request ends for another reason (eos, max_tokens). Linear in the text: the
+    automaton (`stop_strings.py`) carries the matching state from one delta to the next.
     """
 
     def __init__(self, stop: tuple[str, ...], include_stop_str_in_output: bool) -> None:
         assert all(stop), "stop strings must be non-empty"
         self.stop = stop
         self.include_stop_str_in_output = include_stop_str_in_output
-        self.held = ""  # text received but not emitted
+        self.held = ""  # text received but not emitted: the longest tail a stop string may start in
         self.matched: str | None = None
-        # The last emitted characters that a stop string could still start in (only when
-        # emitting without holding back, i.e. include_stop_str_in_output).
-        self._emitted_tail = ""
-        self._max_tail = max((len(s) for s in stop), default=1) - 1
+        self._automaton = StopAutomaton(stop) if stop else None
+        self._node = 0
 
     def add(self, delta: str) -> tuple[str, str | None]:
         if self.matched is not None:
             return "", None
-        if not self.stop:
+        if self._automaton is None:
             return delta, None
-        base = len(self._emitted_tail)
-        window = self._emitted_tail + self.held + delta
-        match = _first_match(window, self.stop)
-        if match is not None:
-            start, stop_str = match
-            end = start + len(stop_str) if self.include_stop_str_in_output else start
-            self.held = self._emitted_tail = ""
-            self.matched = stop_str
-            return window[base : max(end, base)], stop_str
-        keep = 0
-        if not self.include_stop_str_in_output:
-            keep = min(_partial_stop_len(window, self.stop), len(window) - base)
-        split = len(window) - keep
-        self.held = window[split:]
+        automaton, node = self._automaton, self._node
+        for i, ch in enumerate(delta):
+            node = automaton.next(node, ch)
+            if stop_str := automaton.match(node):
+                return self._stop(delta[: i + 1], stop_str)
+        self._node = node
         if self.include_stop_str_in_output:
-            self._emitted_tail = window[max(split - self._max_tail, 0) : split]
-        return window[base:split], None
+            return delta, None  # nothing to hold back: a stop string is emitted anyway
+        pending = self.held + delta
+        split = len(pending) - automaton.depth(node)
+        self.held = pending[split:]
+        return pending[:split], None
+
+    def _stop(self, text: str, stop_str: str) -> tuple[str, str]:
+        """`stop_str` ends `held + text`."""
+        pending, self.held, self.matched = self.held + text, "", stop_str
+        if self.include_stop_str_in_output:
+            return text, stop_str  # nothing was held: earlier parts of it went out already
+        # Without it in the output, all of the stop string was held back or is new.
+        return pending[: len(pending) - len(stop_str)], stop_str
 
     def flush(self) -> str:
         held, self.held = self.held, ""
         return held
-
-
-def _first_match(text: str, stop: tuple[str, ...]) -> tuple[int, str] | None:
-    """(start, stop string) of the occurrence ending first in `text` (ties: starting first)."""
-    best: tuple[int, int, str] | None = None  # (end, start, stop string)
-    for s in stop:
-        start = text.find(s)
-        if start >= 0 and (best is None or (start + len(s), start) < best[:2]):
-            best = (start + len(s), start, s)
-    return None if best is None else (best[1], best[2])
-
-
-def _partial_stop_len(text: str, stop: tuple[str, ...]) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
-    longest = 0
-    for s in stop:
-        for n in range(min(len(s) - 1, len(text)), longest, -1):
-            if text.endswith(s[:n]):
-                longest = n
-                break
-    return longest

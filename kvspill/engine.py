@@ -28,6 +28,7 @@ from kvspill.errors import (
     InvalidParameterError,
     KVCacheBusyError,
     OutOfKVMemoryError,
+    StepError,
 )
 from kvspill.runner.async_output import PendingStepOutput
 from kvspill.sampling_params import SamplingParams
@@ -35,6 +36,7 @@ from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.scheduler.scheduler import Scheduler
 from kvspill.stats import KVStats, KVTiers
+from kvspill.step_budget import StepBudget
 from kvspill.types import RequestOutput, ScheduledBatch
 
 logger = logging.getLogger(__name__)
@@ -81,6 +83,7 @@ class LLMEngine:
         self._max_cold_fraction = 0.0
         self._texts: dict[str, _TextState] = {}
         self._ids = itertools.count()
+        self._step_budget: StepBudget | None = None  # limit_step_time
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -190,16 +193,43 @@ class LLMEngine:
     # ---- the loop -----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        """One step. A failure while computing raises `StepError` naming the requests it ran (the
+        ones in flight with async scheduling too), so a server fails those and no others."""
         batch = self.scheduler.schedule()
-        if not self.async_scheduling:
-            return self._complete(batch, self.runner.execute_async(batch))
-        pending = self.runner.execute_async(batch)  # launched: the GPU works while we go on
-        previous, self._in_flight = self._in_flight, (batch, pending)
-        results = self._complete(*previous) if previous is not None else []
-        if batch.empty:  # nothing launched (it may report failures found while scheduling)
+        previous = self._in_flight
+        started = time.perf_counter()
+        try:
+            if not self.async_scheduling:
+                results = self._complete(batch, self.runner.execute_async(batch))
+                self._note_step_time(batch.total_num_scheduled_tokens, time.perf_counter() - started)
+                return results
+            pending = self.runner.execute_async(batch)  # launched: the GPU works while we go on
+            self._in_flight = (batch, pending)
+            results = self._complete(*previous) if previous is not None else []
+            if batch.empty:  # nothing launched (it may report failures found while scheduling)
+                self._in_flight = None
+                results += self._complete(batch, pending)
+            return results
+        except Exception as e:
             self._in_flight = None
-            results += self._complete(batch, pending)
-        return results
+            ran = {*batch.num_scheduled_tokens, *(previous[0].num_scheduled_tokens if previous else ())}
+            raise StepError(sorted(ran), e) from e
+
+    def limit_step_time(self, target_s: float | None) -> None:
+        """Size each step's tokens so that a step takes about `target_s` (None: the configured
+        --max-num-batched-tokens): a server checks aborts between steps (`step_budget.py`). Only
+        without async scheduling, where a step's time is measured whole."""
+        if target_s is None or self.async_scheduling:
+            self._step_budget = None
+            self.scheduler.step_token_budget = None
+            return
+        floor = max(4 * self.config.block_size, self.config.max_num_seqs)
+        self._step_budget = StepBudget(target_s, floor, self.config.max_num_batched_tokens)
+        self.scheduler.step_token_budget = self._step_budget.tokens
+
+    def _note_step_time(self, num_tokens: int, seconds: float) -> None:
+        if self._step_budget is not None:
+            self.scheduler.step_token_budget = self._step_budget.observe(num_tokens, seconds)
 
     def _complete(self, batch: ScheduledBatch, pending: PendingStepOutput) -> list[RequestOutput]:
         output = pending.result()

@@ -56,3 +56,16 @@ class OutOfKVMemoryError(KvspillError):
 
 class KVCacheBusyError(KvspillError):
     """The KV tiers have no room for this request now (others hold it); retry later (HTTP 503)."""
+
+
+class DiskTierError(KvspillError):
+    """The disk KV tier cannot be created at its budget (no space, no such directory, no rights)."""
+
+
+class StepError(RuntimeError):
+    """An engine step failed (not a user error): `req_ids` are the requests it ran, the ones a
+    server must fail; requests that were only waiting are untouched."""
+
+    def __init__(self, req_ids: list[str], cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.req_ids = req_ids

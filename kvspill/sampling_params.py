@@ -1,7 +1,7 @@
 """Per-request sampling parameters (pure Python, validated at construction).
 
 Defaults follow vLLM/OpenAI: temperature 1.0, top_p 1.0, top_k 0 (off), min_p 0.0,
-max_tokens 16. `temperature == 0` means greedy. Invalid values raise
+max_tokens 16. `temperature` below GREEDY_TEMPERATURE_EPS (0 included) means greedy. Invalid values raise
 `InvalidParameterError` naming the field and the valid range.
 """
 
@@ -10,6 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvspill.errors import InvalidParameterError
+
+# Below this a temperature is greedy, as in vLLM (_SAMPLING_EPS): dividing logits by 1e-40 gives
+# infinities, and softmax over them NaNs that sample token 0 forever.
+GREEDY_TEMPERATURE_EPS = 1e-5
+# Stop strings a request may give and their length (OpenAI takes 4; vLLM clients send more).
+MAX_STOP_STRINGS = 64
+MAX_STOP_STRING_CHARS = 1024
 
 
 @dataclass(frozen=True)
@@ -70,12 +77,19 @@ class SamplingParams:
             raise bad("seed", "must fit in 64 bits")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise bad("stop", "must be non-empty strings")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise bad("stop", f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
+        if any(len(s) > MAX_STOP_STRING_CHARS for s in self.stop):
+            longest = max(len(s) for s in self.stop)
+            raise bad(
+                "stop", f"each stop string may have at most {MAX_STOP_STRING_CHARS} characters, got {longest}"
+            )
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise bad("stop_token_ids", "must be non-negative token ids")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_TEMPERATURE_EPS
 
     @property
     def needs_penalties(self) -> bool:

@@ -182,12 +182,19 @@ def stability(
     new_tokens: NewTokOpt = 32,
     seed: SeedOpt = 0,
     model: ModelOpt = None,
+    abuse: Annotated[
+        int,
+        typer.Option(
+            help="Abusive requests per wave (aborted, oversized, malformed), beside the load; needs --url."
+        ),
+    ] = 0,
     *,
     engine: EngineOptions,
 ) -> None:
     """A mixed load for a duration; pass only with zero errors and no upward memory trend."""
     from kvspill.bench.suites import configs
     from kvspill.bench.suites import stability as suite
+    from kvspill.bench.suites.abuse import AbuseMix
     from kvspill.bench.suites.report import run_header
     from kvspill.plan.units import parse_bytes
 
@@ -204,20 +211,25 @@ def stability(
             max_rss_growth_bytes=parse_bytes(max_rss_growth, "--max-rss-growth"),
             max_gpu_growth_bytes=parse_bytes(max_gpu_growth, "--max-gpu-growth"),
         )
+        if abuse < 0 or (abuse and url is None):
+            raise KvspillError("--abuse needs --url (a server to abuse) and a count of 0 or more")
         target = _target(url, api_key, model, engine)
     except KvspillError as e:
         _fail(e)
         return
+    mix = AbuseMix(url, api_key) if abuse and url is not None else None
     try:
         configs.check_contexts([lo, hi], new_tokens, target.max_model_len)
         info = target.info()
         with _progress("stability", duration) as advance:
-            result = suite.run_stability(target, cfg, advance=advance)
+            result = suite.run_stability(target, cfg, advance=advance, abuse=mix, abuse_per_wave=abuse)
     except KvspillError as e:
         _fail(e)
         return
     finally:
         target.close()
+        if mix is not None:
+            mix.close()
     header = {**run_header("stability"), "mode": target.label}
     paths = suite.write_results(out, result, cfg, header, info, command)
     _finish(paths, suite.summary_lines(result), out)

@@ -5,8 +5,13 @@ Invariants:
   the same as every engine command's (`cli/engine_options.py`). Any flag can also come from a TOML
   `--config` file (`KVSPILL_CONFIG`); precedence flag > env > file > default (`cli/config_file.py`).
 - Flags are validated (EngineConfig) before anything listens: a bad value exits 2 with one line.
+  Then the port, the model and the disk tier are checked (`serve_checks.py`): a failure exits 1
+  with one line, before the port is bound.
 - The engine loads on its own thread (logging the memory plan first) while `/health` answers 503;
-  a load failure stops the server.
+  a load failure stops the server with one line and exit code 1. SIGTERM after draining: 0.
+- With no API key on a loopback bind only loopback Host headers are answered (`--allowed-hosts`
+  adds names); slow request heads, idle keep-alives and connections past `--limit-concurrency`
+  are cut (`server/slow_clients.py`, uvicorn).
 - SIGTERM: stop admitting, let in-flight requests finish within `--shutdown-timeout`, then abort
   them (clients get an error event or a 503) and stop the engine thread (`server/lifecycle.py`).
 - Binding beyond loopback without `--api-key` logs a warning.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,10 +31,10 @@ import typer
 from kvspill.cli.config_file import config_option, format_effective_config, print_config_option
 from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine_options
 from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
+from kvspill.cli.serve_checks import check_before_binding
 from kvspill.errors import KvspillError
 
 logger = logging.getLogger("kvspill.serve")
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def _opt(help_: str, env: str, *names: str) -> Any:
@@ -67,6 +73,30 @@ def serve_command(
     ] = None,
     config_file: Annotated[Path | None, config_option()] = None,
     print_config: Annotated[bool, print_config_option()] = False,
+    allowed_hosts: Annotated[
+        str | None,
+        _opt(
+            "Comma-separated Host names answered besides loopback ones ('*': any). Without --api-key "
+            "on a loopback bind only loopback names are answered (DNS rebinding).",
+            "ALLOWED_HOSTS",
+        ),
+    ] = None,
+    max_request_bytes: Annotated[
+        int | None,
+        _opt(
+            "Largest request body; more is a 413 (default: 64 bytes x max model len, >= 1 MiB).",
+            "MAX_REQUEST_BYTES",
+        ),
+    ] = None,
+    limit_concurrency: Annotated[
+        int, _opt("Open connections and requests at most; more get 503.", "LIMIT_CONCURRENCY")
+    ] = 1024,
+    timeout_keep_alive: Annotated[
+        int, _opt("Seconds an idle keep-alive connection is kept.", "TIMEOUT_KEEP_ALIVE")
+    ] = 5,
+    header_timeout: Annotated[
+        float, _opt("Seconds a connection has to send a request's headers.", "HEADER_TIMEOUT")
+    ] = 10.0,
     *,
     engine: EngineOptions,
     rag: RagOptions,
@@ -81,6 +111,7 @@ def serve_command(
             raise KvspillError("--max-queued-tokens must be at least 1 (leave it out for 8 x max model len)")
         if shutdown_timeout < 0:
             raise KvspillError("--shutdown-timeout must be 0 or more seconds")
+        _check_connection_flags(max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout)
         config = engine_config(engine, model)
         rag_service = build_rag_service(rag) if rag.enabled else None
     except KvspillError as e:
@@ -88,7 +119,9 @@ def serve_command(
         raise typer.Exit(2) from e
     if print_config:
         return
-    if host not in _LOOPBACK and not api_key:
+    from kvspill.server.hosts import LOOPBACK_BINDS, loopback_only_hosts
+
+    if host not in LOOPBACK_BINDS and not api_key:
         logger.warning(
             "binding to %s without --api-key: anyone who can reach this port can use the model", host
         )
@@ -101,8 +134,37 @@ def serve_command(
         shutdown_timeout,
         served_model_name or _default_name(model),
         max_queued_tokens,
-        rag_service,
+        ConnectionLimits(
+            loopback_only_hosts(host, api_key, (allowed_hosts or "").split(",")),
+            max_request_bytes,
+            limit_concurrency,
+            timeout_keep_alive,
+            header_timeout,
+        ),
+        rag_service=rag_service,
     )
+
+
+@dataclass
+class ConnectionLimits:
+    allowed_hosts: set[str] | None = None  # None: any Host
+    max_request_bytes: int | None = None
+    limit_concurrency: int | None = None
+    timeout_keep_alive: int = 5
+    header_timeout: float = 10.0
+
+
+def _check_connection_flags(
+    max_request_bytes: int | None, limit_concurrency: int, timeout_keep_alive: int, header_timeout: float
+) -> None:
+    if max_request_bytes is not None and max_request_bytes < 1024:
+        raise KvspillError(
+            "--max-request-bytes must be at least 1024 (leave it out to size it from the model)"
+        )
+    if limit_concurrency < 1:
+        raise KvspillError("--limit-concurrency must be at least 1")
+    if timeout_keep_alive < 1 or header_timeout <= 0:
+        raise KvspillError("--timeout-keep-alive and --header-timeout must be positive seconds")
 
 
 def _default_name(model: str | None) -> str:
@@ -120,10 +182,19 @@ def run_server(
     shutdown_timeout: float,
     model_name: str,
     max_queued_tokens: int | None = None,
+    connection: ConnectionLimits | None = None,
     rag_service: Any = None,
 ) -> None:
     from kvspill.server import ServerSettings, create_app
     from kvspill.server.lifecycle import serve
+    from kvspill.server.slow_clients import with_header_timeout
+
+    try:
+        check_before_binding(config, host, port)
+    except KvspillError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    limits = connection or ConnectionLimits()
 
     def factory() -> Any:
         from kvspill.engine import LLMEngine
@@ -136,13 +207,32 @@ def run_server(
             raise
 
     aliases = {Path(model_name).name} if model_name else set()
-    settings = ServerSettings(model_name, api_key, max_waiting_requests, aliases, max_queued_tokens)
+    settings = ServerSettings(
+        model_name,
+        api_key,
+        max_waiting_requests,
+        aliases,
+        max_queued_tokens,
+        max_request_bytes=limits.max_request_bytes,
+        allowed_hosts=limits.allowed_hosts,
+    )
     app = create_app(factory, settings)
     if rag_service is not None:
         from kvspill.server.rag_routes import rag_router
 
         app.include_router(rag_router(rag_service))
-    serve(app, host, port, shutdown_timeout)
+    serve(
+        app,
+        host,
+        port,
+        shutdown_timeout,
+        http=with_header_timeout(limits.header_timeout),
+        limit_concurrency=limits.limit_concurrency,
+        timeout_keep_alive=limits.timeout_keep_alive,
+    )
+    if app.state.engine.load_error:
+        typer.echo(f"error: {app.state.engine.load_error}", err=True)
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kvspill.errors import DiskTierError
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 logger = logging.getLogger(__name__)
+MiB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -93,22 +96,33 @@ def allocate_host_pool(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) ->
 class DiskPool:
     """`num_blocks` blocks of a layout in one memory-mapped file under `directory`.
 
-    The file is created sparse and unlinked at once (the mapping keeps it alive until the pool
-    goes away), so a crashed engine leaves no stale spill files. numpy has no bfloat16: the file
-    is mapped as bytes and viewed as `layout.dtype` through torch.
+    The file's space is reserved at creation (`posix_fallocate`): a write through a mapping of
+    sparse space that the filesystem cannot back is a SIGBUS that kills the process on its first
+    spill, so a disk too small for the budget must fail here, as a `DiskTierError` naming the
+    numbers. The file is unlinked at once (the mapping keeps it alive until the pool goes away),
+    so a crashed engine leaves no stale spill files. numpy has no bfloat16: the file is mapped as
+    bytes and viewed as `layout.dtype` through torch.
     """
 
     def __init__(self, layout: KVLayout, num_blocks: int, directory: str | os.PathLike[str] | None) -> None:
         self.directory = Path(directory) if directory is not None else Path(tempfile.gettempdir())
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix="kvspill-kv-", suffix=".bin", dir=self.directory)
-        os.close(fd)
+        num_bytes = max(num_blocks, 1) * layout.block_bytes  # a zero-block pool still maps one block
         try:
-            # memmap: [num_blocks, block_bytes] uint8; a zero-block pool still maps one byte
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix="kvspill-kv-", suffix=".bin", dir=self.directory)
+        except OSError as e:
+            raise DiskTierError(
+                f"cannot create the disk KV tier in {self.directory}: {e.strerror or e}: "
+                "give a writable --kv-disk-dir"
+            ) from e
+        try:
+            _reserve(fd, num_bytes, self.directory)
+            # memmap: [num_blocks, block_bytes] uint8
             self._memmap = np.memmap(
-                name, dtype=np.uint8, mode="w+", shape=(max(num_blocks, 1), layout.block_bytes)
+                name, dtype=np.uint8, mode="r+", shape=(max(num_blocks, 1), layout.block_bytes)
             )
         finally:
+            os.close(fd)
             os.unlink(name)
         raw = torch.from_numpy(self._memmap)[:num_blocks]
         # cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim] over the file
@@ -116,6 +130,19 @@ class DiskPool:
 
     def flush(self) -> None:
         self._memmap.flush()
+
+
+def _reserve(fd: int, num_bytes: int, directory: Path) -> None:
+    """Give the file `num_bytes` of real disk space, or raise DiskTierError with the numbers."""
+    try:
+        os.posix_fallocate(fd, 0, num_bytes)
+    except OSError as e:
+        free = shutil.disk_usage(directory).free
+        raise DiskTierError(
+            f"the disk KV tier needs {num_bytes / MiB:.1f} MiB in {directory} but could not reserve it "
+            f"({e.strerror or e}; {free / MiB:.1f} MiB free there): lower --disk-kv-budget or give a "
+            "--kv-disk-dir with more space"
+        ) from e
 
 
 def _block_shape(layout: KVLayout) -> tuple[int, ...]:

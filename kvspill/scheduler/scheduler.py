@@ -62,6 +62,9 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+        # A step's token budget below max_num_batched_tokens when set (the engine sizes it by
+        # measured step time: step_budget.py); None: max_num_batched_tokens.
+        self.step_token_budget: int | None = None
         # Finished, aborted or preempted since the last schedule(): the runner drops them.
         self.finished_req_ids: set[str] = set()
         self._arrival_seq: dict[str, int] = {}
@@ -149,7 +152,7 @@ class Scheduler:
         self, num_scheduled_tokens: dict[str, int], cached_reqs: list[CachedRequestData]
     ) -> int:
         """Grant tokens to running requests in order, preempting from the back. Returns the budget left."""
-        budget = self.config.max_num_batched_tokens
+        budget = self.step_token_budget or self.config.max_num_batched_tokens
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]

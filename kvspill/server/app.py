@@ -27,8 +27,10 @@ from fastapi.responses import JSONResponse, Response
 
 from kvspill.engine_client import EngineClient, TokenizerClient
 from kvspill.errors import InvalidParameterError, KvspillError
-from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError
+from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError
 from kvspill.server.errors import error_response, exception_response, invalid
+from kvspill.server.hosts import HostCheckMiddleware
+from kvspill.server.limits import BodyLimitMiddleware, add_http_error_handlers, default_max_request_bytes
 from kvspill.server.metrics import ServerMetrics
 from kvspill.server.protocol import (
     ChatCompletionRequest,
@@ -38,6 +40,7 @@ from kvspill.server.protocol import (
     TokenizeRequest,
 )
 from kvspill.server.serving import Job, run_job
+from kvspill.server.workers import TextWorkers
 
 _OPEN_PATHS = {"/health", "/metrics"}
 
@@ -49,6 +52,8 @@ class ServerSettings:
     max_waiting_requests: int = 64
     aliases: set[str] = field(default_factory=set)  # other names accepted for `model`
     max_queued_tokens: int | None = None  # None: QUEUED_TOKENS_PER_MODEL_LEN x max_model_len
+    max_request_bytes: int | None = None  # None: sized from max_model_len (limits.py)
+    allowed_hosts: set[str] | None = None  # Host names answered (None: any; hosts.py)
 
 
 @dataclass
@@ -59,6 +64,7 @@ class _Context:
     settings: ServerSettings
     metrics: ServerMetrics
     created: int
+    workers: TextWorkers  # tokenization and templating, off the event loop and the engine thread
 
     def check_model(self, model: str | None) -> JSONResponse | None:
         if model is None or model in {self.settings.model_name, *self.settings.aliases}:
@@ -96,6 +102,7 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
         settings.max_waiting_requests,
         on_output=metrics.observe_output,
         max_queued_tokens=settings.max_queued_tokens,
+        on_end=metrics.forget,
     )
 
     @contextlib.asynccontextmanager
@@ -106,14 +113,19 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
         finally:
             ae.stop_admitting()
             await asyncio.to_thread(ae.shutdown)
+            ctx.workers.shutdown()
 
     app = FastAPI(title="kvspill", lifespan=lifespan)
     app.state.engine = ae
     app.state.metrics = metrics
-    ctx = _Context(ae, settings, metrics, int(time.time()))
+    ctx = _Context(ae, settings, metrics, int(time.time()), TextWorkers())
     _add_error_handlers(app)
+    add_http_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=lambda: _max_request_bytes(ctx))
     if settings.api_key:
         app.add_middleware(_AuthMiddleware, api_key=settings.api_key)
+    if settings.allowed_hosts is not None:  # outermost: a refused Host learns nothing else
+        app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     _add_generation_routes(app, ctx)
     _add_token_routes(app, ctx)
     _add_info_routes(app, ctx)
@@ -135,6 +147,13 @@ _OPENAI_ERROR_SCHEMA = {
         }
     },
 }
+
+
+def _max_request_bytes(ctx: _Context) -> int:
+    if ctx.settings.max_request_bytes is not None:
+        return ctx.settings.max_request_bytes
+    engine = ctx.ae.engine
+    return default_max_request_bytes(engine.max_model_len if engine is not None else None)
 
 
 def _document_400s(app: FastAPI) -> None:
@@ -190,8 +209,7 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
             engine = ctx.engine_or_503()
             prompts = body.prompts()
             ctx.check_num_choices(len(prompts), body.num_samples)
-            if body.suffix:
-                prompts = [_fim_prompt(engine, p, body.suffix, model_name) for p in prompts]
+            prompts = await ctx.workers.run(_prompt_ids, engine, prompts, body.suffix, model_name)
             params = body.sampling_params()
             if engine.tokenizer is None:
                 # A model without a tokenizer (random-weight benchmark shapes) takes token ids and
@@ -207,7 +225,7 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
                 engine.tokenizer,
                 n=body.num_samples,
             )
-        except (KvspillError, EngineUnavailableError) as e:
+        except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
             return exception_response(e)
         return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
 
@@ -221,7 +239,7 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
             ctx.check_num_choices(1, body.num_samples)
             if engine.tokenizer is None:
                 return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
-            ids = _chat_ids(engine.tokenizer, body.messages)
+            ids = await ctx.workers.run(_chat_ids, engine.tokenizer, body.messages)
             job = Job(
                 True,
                 model_name,
@@ -232,7 +250,7 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
                 engine.tokenizer,
                 n=body.num_samples,
             )
-        except (KvspillError, EngineUnavailableError) as e:
+        except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
             return exception_response(e)
         return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
 
@@ -245,13 +263,10 @@ def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
             tok = engine.tokenizer
             if tok is None:
                 return invalid("this model has no tokenizer", "prompt")
-            if body.messages is not None:
-                ids = _chat_ids(tok, body.messages)
-            elif body.prompt is not None:
-                ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
-            else:
+            if body.messages is None and body.prompt is None:
                 return invalid("give `prompt` or `messages`", "prompt")
-        except (KvspillError, EngineUnavailableError) as e:
+            ids = await ctx.workers.run(_tokenize, tok, body)
+        except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
             return exception_response(e)
         return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": engine.max_model_len})
 
@@ -264,8 +279,8 @@ def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
             bad = next((t for t in body.tokens if not 0 <= t < engine.vocab_size), None)
             if bad is not None:
                 return invalid(f"token id {bad} is outside the vocabulary [0, {engine.vocab_size})", "tokens")
-            text = engine.tokenizer.decode(body.tokens, skip_special_tokens=False)
-        except EngineUnavailableError as e:
+            text = await ctx.workers.run(_detokenize, engine.tokenizer, body.tokens)
+        except (EngineUnavailableError, ServerBusyError) as e:
             return exception_response(e)
         return JSONResponse({"prompt": text})
 
@@ -274,6 +289,7 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
     ae = ctx.ae
 
     @app.get("/health")
+    @app.head("/health", include_in_schema=False)  # load balancers probe with HEAD
     async def health() -> Response:
         if ae.ready:
             return Response(status_code=200)
@@ -349,6 +365,26 @@ def _chat_ids(tok: TokenizerClient, messages: list[ChatMessage]) -> list[int]:
         raise InvalidParameterError(
             "messages", f"the model's chat template rejected these messages: {e}"
         ) from e
+
+
+def _tokenize(tok: TokenizerClient, body: TokenizeRequest) -> list[int]:
+    if body.messages is not None:
+        return _chat_ids(tok, body.messages)
+    assert body.prompt is not None
+    return tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+
+
+def _detokenize(tok: TokenizerClient, tokens: list[int]) -> str:
+    return tok.decode(tokens, skip_special_tokens=False)
+
+
+def _prompt_ids(
+    engine: EngineClient, prompts: list[str | list[int]], suffix: str | None, model_name: str
+) -> list[str | list[int]]:
+    """Token ids of every prompt (fill-in-the-middle with `suffix`), on a text worker."""
+    if suffix:
+        return [_fim_prompt(engine, p, suffix, model_name) for p in prompts]
+    return [engine.encode(p) if isinstance(p, str) else p for p in prompts]
 
 
 def _fim_prompt(engine: EngineClient, prompt: str | list[int], suffix: str, model_name: str) -> list[int]:

@@ -8,13 +8,18 @@ Invariants:
   one queue; they are admitted together or not at all. The queue first receives `ADDED` or one
   exception (the group was refused), then `RequestOutput`s (tell them apart by `req_id`); each
   request's last one has `finished=True`, or an exception ends it.
-- A failing `step()` never kills the loop: every request in flight gets a `StepFailedError` and is
-  aborted in the engine; the loop goes on.
-- Admission is bounded on the loop thread, where the token counts are known: a request waits
-  from admission to its first output; a new group is refused (`ServerBusyError`, HTTP 503 +
-  Retry-After) when, counted with what already waits, it would pass `max_waiting` requests or
-  `max_queued_tokens` prompt tokens. A group is always admitted when nothing waits, so one large
-  request is never refused forever.
+- A failing `step()` never kills the loop. When the engine says which requests the failed step
+  ran (`StepError.req_ids`), only those get a `StepFailedError` and are aborted; requests that
+  were only waiting go on. Any other exception ends every request in flight.
+- Admission is bounded on the event-loop thread (`admission.FrontDesk`), so a full queue is a
+  503 + Retry-After at once, not after the current step: a request waits from admission to its
+  first output; a new group is refused (`ServerBusyError`) when, counted with what already
+  waits, it would pass `max_waiting` requests or `max_queued_tokens` prompt tokens. A group is
+  always admitted when nothing waits, so one large request is never refused forever.
+- `abort_all` (shutdown) ends every open request's queue at once from the event loop, even
+  while a long step runs; the engine aborts them when the step returns.
+- Every way a request ends (finished, aborted, failed) calls `on_end(req_id)` on the engine
+  thread, so per-request state outside the engine (metrics) is freed.
 - `kv_stats()` answers within KV_FRESH_WAIT_S whatever the loop is doing: fresh when the loop is
   between steps, else the snapshot the loop thread publishes at most every KV_SNAPSHOT_INTERVAL_S
   (at most that interval plus one step old; it says its age in `snapshot_age_s`). A long prefill
@@ -35,8 +40,10 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from kvspill.engine_client import EngineClient
-from kvspill.errors import OutOfKVMemoryError
+from kvspill.errors import KvspillError, OutOfKVMemoryError, StepError
 from kvspill.sampling_params import SamplingParams
+from kvspill.server.admission import FrontDesk, prompt_size
+from kvspill.server.admission import ServerBusyError as ServerBusyError  # re-exported: its home before
 from kvspill.stats import KVStats
 from kvspill.types import RequestOutput
 
@@ -46,11 +53,8 @@ T = TypeVar("T")
 ADDED = object()  # the sentinel put first on a request's queue once the engine accepted it
 QUEUED_TOKENS_PER_MODEL_LEN = 8  # default max_queued_tokens = this many full contexts
 KV_SNAPSHOT_INTERVAL_S = 0.25  # how often the loop thread republishes kv_stats() (a few hundred us each)
-KV_FRESH_WAIT_S = 0.1  # how long /v1/kv waits for fresh stats before it answers with the snapshot
-
-
-class ServerBusyError(Exception):
-    """The waiting queue is full (requests or prompt tokens); retry later."""
+KV_FRESH_WAIT_S = 0.1
+STEP_TARGET_S = 0.5  # steps are sized to about this long, so an abort waits at most about this  # how long /v1/kv waits for fresh stats before it answers with the snapshot
 
 
 class EngineUnavailableError(Exception):
@@ -64,7 +68,6 @@ class StepFailedError(Exception):
 @dataclass
 class _Tracked:
     aqueue: asyncio.Queue
-    num_queued_tokens: int  # prompt tokens while waiting for the first output, then 0
     arrival: float = field(default_factory=time.monotonic)
     first_output: float | None = None
 
@@ -88,11 +91,14 @@ class AsyncEngine:
         max_waiting: int = 64,
         on_output: Callable[[RequestOutput, RequestTimes], None] | None = None,
         max_queued_tokens: int | None = None,
+        on_end: Callable[[str], None] | None = None,
     ) -> None:
         self._factory = factory
         self.max_waiting = max_waiting
         self.max_queued_tokens = max_queued_tokens
         self._on_output = on_output
+        self._on_end = on_end
+        self._desk = FrontDesk(max_waiting)  # event-loop thread only
         self.engine: EngineClient | None = None  # set on the loop thread once `factory()` returns
         self.load_error: str | None = None
         self._commands: queue.Queue = queue.Queue()
@@ -123,8 +129,15 @@ class AsyncEngine:
         self._stopping = True
 
     def abort_all(self, message: str) -> None:
-        """End every request in flight with `EngineUnavailableError(message)` (shutdown timeout)."""
+        """End every request in flight with `EngineUnavailableError(message)` (shutdown timeout):
+        their handlers hear it now (event-loop thread), the engine aborts them between steps."""
+        self._desk.fail_all(EngineUnavailableError(message))
         self._commands.put(("abort_all", message))
+
+    @property
+    def num_open_requests(self) -> int:
+        """Requests admitted and not ended yet (event-loop thread)."""
+        return self._desk.num_open
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Abort whatever is still in flight and stop the thread."""
@@ -150,6 +163,7 @@ class AsyncEngine:
             raise EngineUnavailableError(self.load_error or "the engine is loading or shutting down")
         req_ids = [f"srv-{next(self._ids)}" for _ in items]
         aq: asyncio.Queue = asyncio.Queue()
+        self._desk.admit(req_ids, [prompt_size(prompt) for prompt, _ in items], aq)  # or ServerBusyError
         self._commands.put(("add", list(zip(req_ids, items, strict=True)), aq))
         try:
             first = await aq.get()
@@ -157,10 +171,13 @@ class AsyncEngine:
             self.abort(*req_ids)
             raise
         if first is not ADDED:
+            self._desk.ended(req_ids)
             raise first
         return req_ids, aq
 
     def abort(self, *req_ids: str) -> None:
+        """End these requests (event-loop thread)."""
+        self._desk.ended(req_ids)
         self._commands.put(("abort", req_ids))
 
     async def call(self, fn: Callable[[EngineClient], T]) -> T:
@@ -210,13 +227,22 @@ class AsyncEngine:
     def _run(self) -> None:
         try:
             engine = self.engine = self._factory()
+        except KvspillError as e:  # the user's to fix: the message says how, no traceback
+            logger.error("loading the engine failed: %s", e)
+            self.load_error = f"the engine failed to load: {e}"
+            self._ready.set()
+            return
         except Exception as e:  # noqa: BLE001 - reported on /health and every request
             logger.exception("loading the engine failed")
             self.load_error = f"the engine failed to load: {e}"
             self._ready.set()
             return
+        limit_step_time = getattr(engine, "limit_step_time", None)
+        if limit_step_time is not None:  # LLMEngine: aborts take effect within about a step
+            limit_step_time(STEP_TARGET_S)
         if self.max_queued_tokens is None:
             self.max_queued_tokens = QUEUED_TOKENS_PER_MODEL_LEN * engine.max_model_len
+        self._desk.max_queued_tokens = self.max_queued_tokens
         self._ready.set()
         logger.info(
             "engine ready (max_model_len=%d, max_queued_tokens=%d)",
@@ -253,7 +279,8 @@ class AsyncEngine:
             self._add_group(cmd[1], cmd[2])
         elif kind == "abort":
             for req_id in cmd[1]:
-                self._tracked.pop(req_id, None)
+                if self._tracked.pop(req_id, None) is not None:
+                    self._ended(req_id)
                 self._engine.abort_request(req_id)
         elif kind == "abort_all":
             self._abort_all(EngineUnavailableError(cmd[1]))
@@ -279,7 +306,6 @@ class AsyncEngine:
             ]
             if len(group) > 1:
                 self._check_group_fits(ids, [params for _, (_, params) in group])
-            self._check_room(len(group), sum(len(x) for x in ids))
             for (req_id, (_, params)), token_ids in zip(group, ids, strict=True):
                 self._engine.add_request(token_ids, params, req_id, admission=True)
                 added.append(req_id)
@@ -288,8 +314,8 @@ class AsyncEngine:
                 self._engine.abort_request(req_id)
             self._push(aq, e)
             return
-        for (req_id, _), token_ids in zip(group, ids, strict=True):
-            self._tracked[req_id] = _Tracked(aq, len(token_ids))
+        for req_id, _ in group:
+            self._tracked[req_id] = _Tracked(aq)
         self._push(aq, ADDED)
 
     def _check_group_fits(self, ids: list[list[int]], params: list[SamplingParams]) -> None:
@@ -303,25 +329,13 @@ class AsyncEngine:
                 f"tiers hold {capacity} tokens in all: send fewer prompts, a smaller n or a lower max_tokens"
             )
 
-    def _check_room(self, num_requests: int, num_tokens: int) -> None:
-        waiting = [t.num_queued_tokens for t in self._tracked.values() if t.first_output is None]
-        if not waiting:
-            return
-        if len(waiting) + num_requests > self.max_waiting:
-            raise ServerBusyError(
-                f"{len(waiting)} requests are already waiting (at most {self.max_waiting}); retry later"
-            )
-        queued = sum(waiting)
-        assert self.max_queued_tokens is not None
-        if queued + num_tokens > self.max_queued_tokens:
-            raise ServerBusyError(
-                f"{queued} prompt tokens are already waiting and this request brings "
-                f"{num_tokens} (at most {self.max_queued_tokens} may wait); retry later"
-            )
-
     def _step(self) -> None:
         try:
             outputs = self._engine.step()
+        except StepError as e:
+            logger.exception("engine step failed; ending the %d requests it ran", len(e.req_ids))
+            self._fail(e.req_ids, StepFailedError(f"the engine step failed: {e}"))
+            return
         except Exception as e:  # noqa: BLE001 - a failing step must not kill the loop
             logger.exception("engine step failed; ending the requests in flight")
             self._abort_all(StepFailedError(f"the engine step failed: {type(e).__name__}: {e}"))
@@ -333,7 +347,7 @@ class AsyncEngine:
                 continue
             if tracked.first_output is None:
                 tracked.first_output = now
-                tracked.num_queued_tokens = 0
+                self._call_front(self._desk.started, out.req_id)
             if self._on_output is not None:
                 try:
                     self._on_output(out, RequestTimes(tracked.arrival, tracked.first_output))
@@ -342,15 +356,38 @@ class AsyncEngine:
             self._push(tracked.aqueue, out)
             if out.finished:
                 self._tracked.pop(out.req_id, None)
+                self._ended(out.req_id)
 
     def _abort_all(self, error: Exception) -> None:
-        for req_id, tracked in list(self._tracked.items()):
+        self._fail(list(self._tracked), error)
+
+    def _fail(self, req_ids: Sequence[str], error: Exception) -> None:
+        """Abort these requests in the engine and hand their handlers `error`."""
+        for req_id in req_ids:
+            tracked = self._tracked.pop(req_id, None)
             try:
                 self._engine.abort_request(req_id)
             except Exception:  # noqa: BLE001 - keep ending the others
                 logger.exception("aborting %s failed", req_id)
-            self._push(tracked.aqueue, error)
-        self._tracked.clear()
+            if tracked is not None:
+                self._push(tracked.aqueue, error)
+                self._ended(req_id)
+
+    def _ended(self, req_id: str) -> None:
+        """A request left the engine (engine thread): free what is kept for it outside."""
+        self._call_front(self._desk.ended, (req_id,))
+        if self._on_end is not None:
+            try:
+                self._on_end(req_id)
+            except Exception:  # noqa: BLE001 - metrics must not break serving
+                logger.exception("on_end callback failed")
+
+    def _call_front(self, fn: Callable, *args: object) -> None:
+        assert self._aloop is not None
+        try:
+            self._aloop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the event loop is closed (shutdown)
+            pass
 
     def _push(self, aq: asyncio.Queue, item: object) -> None:
         assert self._aloop is not None

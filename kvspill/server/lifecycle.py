@@ -5,7 +5,8 @@ Invariants:
   uvicorn stops accepting connections, and in-flight requests get `shutdown_timeout` seconds to
   finish. Then every request still in flight is aborted in the engine: a stream ends with an
   error event and `data: [DONE]`, a non-streaming request gets 503 `unavailable`. Only then does
-  the app's lifespan stop the engine thread.
+  the app's lifespan stop the engine thread. The aborts reach the handlers at once, even while
+  a long step runs (`AsyncEngine.abort_all`), and the process exits 0 after draining.
 - uvicorn's own graceful timeout is a backstop set a little past ours: the aborts end the
   handlers first, so clients get a well-formed answer rather than a cut connection.
 """
@@ -46,6 +47,12 @@ class _DrainingServer(uvicorn.Server):
             await super().shutdown(sockets)
         finally:
             handle.cancel()
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises a captured signal once it has shut down (exit 143 for SIGTERM); a
+        # drained shutdown is a clean exit, so forget it and let the process exit 0.
+        self._captured_signals.clear()
 
     def _abort_in_flight(self, message: str) -> None:
         logger.warning("shutdown timeout reached: aborting the requests still in flight")

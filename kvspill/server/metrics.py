@@ -69,6 +69,14 @@ class ServerMetrics:
             self.success.labels(out.finish_reason or "unknown").inc()
             self.e2e.observe(now - times.arrival)
 
+    def forget(self, req_id: str) -> None:
+        """A request ended without a finished output (aborted, failed): drop its entry."""
+        self._last.pop(req_id, None)
+
+    @property
+    def num_tracked(self) -> int:
+        return len(self._last)
+
     def rejected(self, reason: str) -> None:
         self.rejected_c.labels(reason).inc()
 

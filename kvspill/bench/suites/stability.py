@@ -17,20 +17,25 @@ Invariants:
 - pass = zero errors, enough samples, no upward trend in RSS or GPU memory.
 - After `max_failed_waves` consecutive waves in which every request failed, the run stops early:
   the target is down, and more waves would only repeat the same error.
+- With an abuse mix (`--abuse N`, `abuse.py`), each wave also sends N abusive requests beside
+  its normal ones; one answered wrongly (a 5xx, an unexpected status, no answer) is an error.
 - `tok_s_drift` = mean wave tok/s over the last quarter of samples / over the first quarter
   (after the first sample); reported, not judged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvspill.bench.suites.abuse import AbuseMix
 from kvspill.bench.suites.targets import GIB, RequestSpec, Target, round_or_none, warm_up
 from kvspill.errors import InvalidParameterError
 
@@ -79,6 +84,7 @@ class Trend:
 @dataclass
 class StabilityResult:
     rows: list[dict[str, Any]] = field(default_factory=list)  # one per request
+    abuse_rows: list[dict[str, Any]] = field(default_factory=list)  # one per abusive request
     samples: list[dict[str, Any]] = field(default_factory=list)  # one per wave
     errors: int = 0
     ooms: int = 0
@@ -131,6 +137,8 @@ def _wave(
     t0: float,
     result: StabilityResult,
     clock: Callable[[], float],
+    abuse: AbuseMix | None = None,
+    abuse_per_wave: int = 0,
 ) -> bool:
     """One wave: its request rows and its sample. True when every request of the wave failed."""
     specs = [
@@ -138,8 +146,16 @@ def _wave(
         for _ in range(cfg.concurrency)
     ]
     start = clock()
-    outcomes = target.run(specs)
+    with ThreadPoolExecutor(1) as side:
+        abused = side.submit(abuse.send, abuse_per_wave) if abuse is not None and abuse_per_wave else None
+        outcomes = target.run(specs)
+        abuse_outcomes = abused.result() if abused is not None else []
     wall = max(clock() - start, 1e-9)
+    for a in abuse_outcomes:
+        result.abuse_rows.append(
+            {"wave": wave, "t_s": round(start - t0, 3), "ok": a.ok, **dataclasses.asdict(a)}
+        )
+    result.errors += sum(not a.ok for a in abuse_outcomes)
     reading = target.read()
     errors = 0
     for spec, r in zip(specs, outcomes, strict=True):
@@ -181,6 +197,8 @@ def run_stability(
     advance: Callable[[float], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     warmup: bool = True,
+    abuse: AbuseMix | None = None,
+    abuse_per_wave: int = 0,
 ) -> StabilityResult:
     """Run waves for `cfg.duration_s` (after one warm-up request, outside the clock);
     `advance(seconds)` as time passes."""
@@ -192,7 +210,7 @@ def run_stability(
     failed_waves = 0
     wave = 0
     while clock() - t0 < cfg.duration_s:
-        all_failed = _wave(target, cfg, rng, wave, t0, result, clock)
+        all_failed = _wave(target, cfg, rng, wave, t0, result, clock, abuse, abuse_per_wave)
         wave += 1
         now = clock()
         if advance is not None:
@@ -238,7 +256,16 @@ def summary_lines(result: StabilityResult) -> list[str]:
         if note:
             lines.append(note)
     errs: dict[str, int] = {}
-    for row in result.rows:
+    if result.abuse_rows:
+        kinds: dict[str, int] = {}
+        for row in result.abuse_rows:
+            kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
+        bad = sum(not row["ok"] for row in result.abuse_rows)
+        lines.append(
+            f"abuse: {len(result.abuse_rows)} requests ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}), "
+            f"{bad} answered wrongly"
+        )
+    for row in [*result.rows, *result.abuse_rows]:
         if not row["ok"]:
             errs[str(row["err"])] = errs.get(str(row["err"]), 0) + 1
     lines += [f"error x{n}: {err}" for err, n in sorted(errs.items(), key=lambda kv: -kv[1])[:10]]
@@ -266,6 +293,8 @@ def write_results(
 
     paths = report.write_rows(out_dir, "results", [{**header, **r} for r in result.rows])
     paths += report.write_rows(out_dir, "samples", [{**header, **s} for s in result.samples])
+    if result.abuse_rows:
+        paths += report.write_rows(out_dir, "abuse", [{**header, **r} for r in result.abuse_rows])
     title = f"stability: {info.get('model') or info.get('url')}, concurrency {cfg.concurrency}"
     paths.append(plots.plot_stability(out_dir / "stability.png", result.samples, title))
     failed = [r for r in result.rows if not r["ok"]]

@@ -1,0 +1,82 @@
+"""What `kvspill serve` checks before it binds its port, so a server that cannot work never
+listens: the port, the model (found, an architecture kvspill runs) and the disk KV tier (a
+writable directory with room for the budget).
+
+Invariant: every failure is a KvspillError whose one-line message says what to change; the CLI
+prints it and exits 1. Checks are cheap (headers and config.json, no weights).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+from kvspill.config import EngineConfig
+from kvspill.errors import DiskTierError, KvspillError, UnsupportedModelError
+
+MiB = 1 << 20
+
+
+def check_before_binding(config: EngineConfig, host: str, port: int) -> None:
+    check_port(host, port)
+    check_model(config.model)
+    check_disk_tier(config.kv_disk_dir, config.disk_kv_budget_bytes)
+
+
+def check_port(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            hint = (
+                "another process listens there: stop it or pick another --port"
+                if e.errno == errno.EADDRINUSE
+                else "check --host and --port"
+            )
+            raise KvspillError(f"cannot listen on {host}:{port}: {e.strerror or e}: {hint}") from e
+
+
+def check_model(model: str | None) -> None:
+    """Found (ModelNotFoundError) and, for a Hugging Face directory, an architecture kvspill runs."""
+    if model is not None and model.startswith("random:"):
+        return
+    from kvspill.model.resolve import resolve_model
+
+    resolved = resolve_model(model)
+    if resolved.kind != "dir":
+        return  # a GGUF file's architecture is read with its header by the loader
+    config = json.loads((resolved.path / "config.json").read_text(encoding="utf-8"))
+    from kvspill.model.registry import supported_architectures
+
+    archs = config.get("architectures") or []
+    if archs and archs[0] not in supported_architectures():
+        raise UnsupportedModelError(
+            f"{resolved.display_name} is a {archs[0]} (model_type {config.get('model_type')!r}), an "
+            f"architecture kvspill does not run; it runs: {', '.join(supported_architectures())}"
+        )
+
+
+def check_disk_tier(directory: str | None, budget_bytes: int) -> None:
+    if not budget_bytes:
+        return
+    where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as e:
+        raise DiskTierError(
+            f"cannot write the disk KV tier in {where}: {e.strerror or e}: give a writable --kv-disk-dir"
+        ) from e
+    free = shutil.disk_usage(where).free
+    if budget_bytes > free:
+        raise DiskTierError(
+            f"--disk-kv-budget is {budget_bytes / MiB:.0f} MiB but {where} has {free / MiB:.0f} MiB free: "
+            "lower the budget or give a --kv-disk-dir with more space"
+        )
