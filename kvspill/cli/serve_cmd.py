@@ -141,7 +141,7 @@ def serve_command(
             timeout_keep_alive,
             header_timeout,
         ),
-        rag_service=rag_service,
+        rag_service,
     )
 
 
