@@ -22,6 +22,7 @@ import torch
 
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
+from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kv.cold_attention import ColdAttentionConfig
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
@@ -353,6 +354,9 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         head_dim=loaded.head_dim,
         eos_token_ids=eos_token_ids,
         seed=config.seed,
+        guided=GuidedCompiler(tokenizer.hf, loaded.vocab_size, eos_token_ids)
+        if tokenizer is not None
+        else None,
         graphs=graphs,
         device=device,
         cold_config=_cold_config(config, calibration),

@@ -1,0 +1,91 @@
+"""Compile a `GuidedSpec` into an xgrammar grammar for the served tokenizer, and make matchers.
+
+Why xgrammar: it installs from PyPI as a wheel (no Rust toolchain), reads a Hugging Face
+tokenizer directly (byte-level BPE such as Llama 3 / Qwen / SmolLM2, including the tokenizer
+transformers builds from a GGUF file, and SentencePiece byte-fallback vocabularies), compiles a
+JSON schema in milliseconds (about 50 ms for a small one on SmolLM2's 49K vocabulary, cached
+afterwards) and fills a 128K-token bitmask in tens of microseconds per sequence, and it is what
+vLLM and SGLang use by default.
+
+Invariants:
+- Compiled grammars are cached by (kind, value): the engine compiles at `add_request` (errors
+  become 400s there) and the runner's matcher creation is then a cache hit.
+- Every failure to compile is an `InvalidParameterError` naming the request field.
+- The grammar's vocabulary is the model's logits width; ids past the tokenizer are never allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+import xgrammar as xgr
+
+from kvspill.errors import InvalidParameterError
+from kvspill.guided.schema_check import check_schema
+from kvspill.guided.spec import GuidedSpec
+
+CACHE_SIZE = 256
+
+
+def _gbnf_literal(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return '"' + escaped.replace("\t", "\\t") + '"'
+
+
+def choice_grammar(options: list[str]) -> str:
+    """GBNF whose language is exactly `options`."""
+    return "root ::= " + " | ".join(_gbnf_literal(o) for o in options)
+
+
+class GuidedCompiler:
+    """One per engine: the tokenizer's xgrammar info, a compiler and an LRU of compiled grammars."""
+
+    def __init__(self, hf_tokenizer: Any, vocab_size: int, stop_token_ids: Iterable[int]) -> None:
+        self.vocab_size = vocab_size
+        self.stop_token_ids = sorted(stop_token_ids)
+        self.info = xgr.TokenizerInfo.from_huggingface(
+            hf_tokenizer, vocab_size=vocab_size, stop_token_ids=self.stop_token_ids
+        )
+        self._compiler = xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)
+        self._cache: OrderedDict[tuple[str, str], xgr.CompiledGrammar] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def compile(self, spec: GuidedSpec) -> xgr.CompiledGrammar:
+        with self._lock:
+            hit = self._cache.get(spec.cache_key)
+            if hit is not None:
+                self._cache.move_to_end(spec.cache_key)
+                return hit
+        compiled = self._compile_uncached(spec)
+        with self._lock:
+            self._cache[spec.cache_key] = compiled
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return compiled
+
+    def matcher(self, spec: GuidedSpec) -> xgr.GrammarMatcher:
+        return xgr.GrammarMatcher(self.compile(spec))
+
+    def _compile_uncached(self, spec: GuidedSpec) -> xgr.CompiledGrammar:
+        try:
+            if spec.kind == "json_schema":
+                check_schema(json.loads(spec.value), spec.param)
+                return self._compiler.compile_json_schema(spec.value, any_whitespace=False, strict_mode=True)
+            if spec.kind == "json_object":
+                return self._compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
+            if spec.kind == "regex":
+                return self._compiler.compile_regex(spec.value)
+            if spec.kind == "choice":
+                return self._compiler.compile_grammar(choice_grammar(json.loads(spec.value)))
+            return self._compiler.compile_grammar(spec.value)
+        except InvalidParameterError:
+            raise
+        except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError with its parser's message
+            detail = str(e).split(": ", 1)[-1].strip() if "] /" in str(e) else str(e)
+            raise InvalidParameterError(
+                spec.param, f"{spec.param}: cannot compile this {spec.kind}: {detail}"
+            ) from e
