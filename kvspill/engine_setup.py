@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import psutil
 import torch
@@ -299,6 +300,13 @@ def _load(
     return loaded, load_tokenizer(resolved, loaded.hf_config)
 
 
+def _read_chat_template(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InvalidParameterError("chat_template", f"cannot read --chat-template {path!r}: {e}") from e
+
+
 def build_engine_parts(config: EngineConfig) -> EngineParts:
     device = pick_device(config)
     dtype = pick_dtype(config, device)
@@ -307,6 +315,8 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     _plan_and_cap(config, device, calibration)
     allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     loaded, tokenizer = _load(config, device, dtype)
+    if tokenizer is not None and config.chat_template is not None:
+        tokenizer = replace(tokenizer, chat_template=_read_chat_template(config.chat_template))
     eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else frozenset[int]()
     layout = KVLayout(
         num_layers=loaded.num_layers,
