@@ -32,6 +32,7 @@ _BITS = torch.arange(32, dtype=torch.int32)
 @dataclass
 class GuideState:
     matcher: xgr.GrammarMatcher
+    allowed_words: torch.Tensor | None = None  # a static mask ANDed in (JSON: no control bytes)
     num_accepted: int = 0
 
     def advance(self, output_token_ids: list[int]) -> None:
@@ -54,6 +55,8 @@ def fill_bitmask(states: list[SamplingState], rows: list[int], vocab: int) -> to
         guide.advance(states[i].output_token_ids)
         if not guide.matcher.is_terminated():
             guide.matcher.fill_next_token_bitmask(bitmask, j)
+            if guide.allowed_words is not None:
+                bitmask[j] &= guide.allowed_words
     return bitmask
 
 

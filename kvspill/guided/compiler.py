@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+import torch
 import xgrammar as xgr
 
 from kvspill.errors import InvalidParameterError
@@ -41,6 +42,20 @@ def choice_grammar(options: list[str]) -> str:
     return "root ::= " + " | ".join(_gbnf_literal(o) for o in options)
 
 
+def _json_allowed_words(info: xgr.TokenizerInfo, vocab_size: int) -> torch.Tensor:
+    """[ceil(vocab/32)] int32: every token but those holding a raw control byte (< 0x20).
+
+    xgrammar's JSON strings admit raw control characters, which JSON forbids (json.loads refuses
+    them); compact JSON (any_whitespace=False) needs no raw control byte anywhere, so JSON rows
+    AND their bitmask with this. Special tokens (stop tokens) stay allowed."""
+    words = torch.full(((vocab_size + 31) // 32,), -1, dtype=torch.int32)
+    special = set(info.special_token_ids)
+    for token, raw in enumerate(info.decoded_vocab[:vocab_size]):
+        if token not in special and any(b < 0x20 for b in raw):
+            words[token // 32] &= ~(1 << (token % 32)) if token % 32 != 31 else 0x7FFFFFFF
+    return words
+
+
 class GuidedCompiler:
     """One per engine: the tokenizer's xgrammar info, a compiler and an LRU of compiled grammars."""
 
@@ -50,6 +65,7 @@ class GuidedCompiler:
         self.info = xgr.TokenizerInfo.from_huggingface(
             hf_tokenizer, vocab_size=vocab_size, stop_token_ids=self.stop_token_ids
         )
+        self.json_allowed_words = _json_allowed_words(self.info, vocab_size)
         self._compiler = xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)
         self._cache: OrderedDict[tuple[str, str], xgr.CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()

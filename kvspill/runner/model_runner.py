@@ -112,7 +112,10 @@ class ModelRunner:
             return None
         if self.guided is None:
             raise RuntimeError("a guided request reached a runner without a grammar compiler")
-        return GuideState(self.guided.matcher(params.guided))
+        is_json = params.guided.kind in ("json_schema", "json_object")
+        return GuideState(
+            self.guided.matcher(params.guided), self.guided.json_allowed_words if is_json else None
+        )
 
     def _run_transfers(self, batch: ScheduledBatch) -> None:
         if batch.transfers.empty:

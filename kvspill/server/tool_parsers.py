@@ -172,8 +172,12 @@ def _tool_start(text: str, fmt: str) -> int | None:
 
 def _held_back(text: str, fmt: str) -> int:
     """How many trailing characters could still begin a marker (kept back from the content)."""
-    if fmt == "llama3_json" or (fmt == "mistral" and not text.strip()):
-        return len(text) if not text.strip() else 0  # the format is decided by the first character
+    if fmt != "hermes" and (
+        not text.strip() or (fmt == "llama3_json" and _PYTHON_TAG.startswith(text.lstrip()))
+    ):
+        return len(text)  # the JSON formats are decided by the answer's first characters
+    if fmt == "llama3_json":
+        return 0
     marker = _HERMES_OPEN if fmt == "hermes" else _MISTRAL_MARK
     for k in range(min(len(marker) - 1, len(text)), 0, -1):
         if marker.startswith(text[-k:]):
