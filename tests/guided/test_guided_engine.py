@@ -16,7 +16,7 @@ from kvspill.sampling_params import SamplingParams
 SCHEMA = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "minLength": 1, "maxLength": 8},
+        "name": {"type": "string", "minLength": 1, "maxLength": 5},
         "age": {"type": "integer", "minimum": 0, "maximum": 120},
         "pet": {"enum": ["cat", "dog", "fish"]},
     },
@@ -49,17 +49,21 @@ def test_json_schema_50_seeded_samples_at_temperature_1_all_validate(llm):
 def test_async_scheduling_advances_the_matchers_from_resolved_tokens(tiny_smol_vocab_dir):
     """With async scheduling the runner resolves the previous step's placeholders before masking."""
     llm = LLM(str(tiny_smol_vocab_dir), device="cpu", dtype="float32", async_scheduling=True)
-    for out in _generate(llm, GuidedSpec.json_schema(SCHEMA), 6, temperature=1.0):
+    for out in _generate(llm, GuidedSpec.json_schema(SCHEMA), 3, temperature=1.0):
         assert out.finish_reason == "stop", out.text
         jsonschema.validate(json.loads(out.text), SCHEMA)
 
 
 @pytest.mark.parametrize("opts", [{"temperature": 0.0}, {"temperature": 0.8, "top_p": 0.9, "top_k": 50}])
-def test_json_object_in_every_sampling_mode(llm, opts):
-    for out in _generate(llm, GuidedSpec("json_object"), 2, **opts):
-        assert out.finish_reason in ("stop", "length")
-        if out.finish_reason == "stop":
-            assert isinstance(json.loads(out.text), dict)
+def test_json_schema_in_every_sampling_mode(llm, opts):
+    for out in _generate(llm, GuidedSpec.json_schema(SCHEMA), 1, **opts):
+        assert out.finish_reason == "stop", out.text
+        jsonschema.validate(json.loads(out.text), SCHEMA)
+
+
+def test_json_object(llm):
+    (out,) = _generate(llm, GuidedSpec("json_object"), 1, temperature=1.0)
+    assert out.finish_reason == "length" or isinstance(json.loads(out.text), dict)
 
 
 def test_regex_and_choice_hold(llm):
@@ -71,9 +75,9 @@ def test_regex_and_choice_hold(llm):
 
 
 def test_gbnf_grammar_holds(llm):
-    grammar = 'root ::= "(" digit ("," digit)* ")"\ndigit ::= [0-9]'
+    grammar = 'root ::= "(" digit ("," digit)? ("," digit)? ")"\ndigit ::= [0-9]'
     for out in _generate(llm, GuidedSpec("grammar", grammar), 5, temperature=1.0):
-        assert out.finish_reason == "length" or re.fullmatch(r"\(\d(,\d)*\)", out.text), out.text
+        assert re.fullmatch(r"\(\d(,\d){0,2}\)", out.text), out.text
 
 
 def test_logit_bias_bans_and_forces(llm):
