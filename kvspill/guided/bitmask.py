@@ -26,7 +26,16 @@ if TYPE_CHECKING:
     from kvspill.sampling.sampler import SamplingState
 
 _ALL_ALLOWED = -1  # int32 with every bit set
-_BITS = torch.arange(32, dtype=torch.int32)
+_BITS: dict[torch.device, torch.Tensor] = {}  # arange(32) per device, made once
+
+
+def to_device(values: torch.Tensor | list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host values on `device` without a stream sync: a pageable copy (torch.tensor(..., device=cuda))
+    waits for every kernel queued before it, here the step's forward; a pinned one does not."""
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 @dataclass
@@ -64,16 +73,15 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) 
     """A copy of logits [num_seqs, vocab] with the forbidden tokens of `rows` at -inf."""
     vocab = logits.shape[1]
     device = logits.device
-    if device.type == "cuda":
-        bitmask = bitmask.pin_memory().to(device, non_blocking=True)
-    else:
-        bitmask = bitmask.to(device)
-    bits = _BITS.to(device)
+    bitmask = to_device(bitmask, torch.int32, device)
+    bits = _BITS.get(device)
+    if bits is None:
+        bits = _BITS[device] = torch.arange(32, dtype=torch.int32, device=device)
     allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().view(len(rows), -1)[:, :vocab]
     out = logits.clone()
     if len(rows) == logits.shape[0]:
         return out.masked_fill_(~allowed, float("-inf"))
-    idx = torch.tensor(rows, dtype=torch.long, device=device)
+    idx = to_device(rows, torch.long, device)
     out.index_copy_(0, idx, out.index_select(0, idx).masked_fill_(~allowed, float("-inf")))
     return out
 

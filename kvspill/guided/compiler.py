@@ -60,15 +60,30 @@ class GuidedCompiler:
     """One per engine: the tokenizer's xgrammar info, a compiler and an LRU of compiled grammars."""
 
     def __init__(self, hf_tokenizer: Any, vocab_size: int, stop_token_ids: Iterable[int]) -> None:
+        """Cheap: the tokenizer is read into xgrammar at the first guided request (`_ready`)."""
         self.vocab_size = vocab_size
         self.stop_token_ids = sorted(stop_token_ids)
-        self.info = xgr.TokenizerInfo.from_huggingface(
-            hf_tokenizer, vocab_size=vocab_size, stop_token_ids=self.stop_token_ids
-        )
-        self.json_allowed_words = _json_allowed_words(self.info, vocab_size)
-        self._compiler = xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)
+        self._hf_tokenizer = hf_tokenizer
+        self._compiler: xgr.GrammarCompiler | None = None
+        self._json_allowed_words: torch.Tensor | None = None
         self._cache: OrderedDict[tuple[str, str], xgr.CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _ready(self) -> xgr.GrammarCompiler:
+        with self._lock:
+            if self._compiler is None:
+                info = xgr.TokenizerInfo.from_huggingface(
+                    self._hf_tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
+                )
+                self._json_allowed_words = _json_allowed_words(info, self.vocab_size)
+                self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+            return self._compiler
+
+    @property
+    def json_allowed_words(self) -> torch.Tensor:
+        self._ready()
+        assert self._json_allowed_words is not None
+        return self._json_allowed_words
 
     def compile(self, spec: GuidedSpec) -> xgr.CompiledGrammar:
         with self._lock:
@@ -87,17 +102,18 @@ class GuidedCompiler:
         return xgr.GrammarMatcher(self.compile(spec))
 
     def _compile_uncached(self, spec: GuidedSpec) -> xgr.CompiledGrammar:
+        compiler = self._ready()
         try:
             if spec.kind == "json_schema":
                 check_schema(json.loads(spec.value), spec.param)
-                return self._compiler.compile_json_schema(spec.value, any_whitespace=False, strict_mode=True)
+                return compiler.compile_json_schema(spec.value, any_whitespace=False, strict_mode=True)
             if spec.kind == "json_object":
-                return self._compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
+                return compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
             if spec.kind == "regex":
-                return self._compiler.compile_regex(spec.value)
+                return compiler.compile_regex(spec.value)
             if spec.kind == "choice":
-                return self._compiler.compile_grammar(choice_grammar(json.loads(spec.value)))
-            return self._compiler.compile_grammar(spec.value)
+                return compiler.compile_grammar(choice_grammar(json.loads(spec.value)))
+            return compiler.compile_grammar(spec.value)
         except InvalidParameterError:
             raise
         except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError with its parser's message

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvspill.guided.bitmask import GuideState, guided_mask_logits
+from kvspill.guided.bitmask import GuideState, guided_mask_logits, to_device
 from kvspill.sampling_params import SamplingParams
 from kvspill.types import TokenLogprobs
 
@@ -163,11 +163,8 @@ def apply_logit_bias(logits: torch.Tensor, states: list[SamplingState]) -> torch
     if not rows:
         return logits
     device = logits.device
-    idx = (
-        torch.tensor(rows, dtype=torch.long, device=device),
-        torch.tensor(toks, dtype=torch.long, device=device),
-    )
-    return logits.index_put(idx, torch.tensor(biases, dtype=logits.dtype, device=device), accumulate=True)
+    idx = (to_device(rows, torch.long, device), to_device(toks, torch.long, device))
+    return logits.index_put(idx, to_device(biases, logits.dtype, device), accumulate=True)
 
 
 def apply_min_tokens(logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
