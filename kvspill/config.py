@@ -71,6 +71,7 @@ class EngineConfig:
     # Launch step N+1 before reading step N's tokens (engine.py); None: on with CUDA, off on the CPU.
     async_scheduling: bool | None = None
     seed: int = 0
+    chat_template: str | None = None  # a Jinja chat template file used instead of the model's
     trust_remote_code: bool = False  # never executes model code; kept False (documented)
     # ---- KV tiers (docs/architecture.md, "KV tiers") ----
     vram_budget_bytes: int | None = None  # hard ceiling for everything on the GPU (--vram-budget)

@@ -108,6 +108,7 @@ class LLMEngine:
         prompt_text = prompt if isinstance(prompt, str) else None
         token_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._validate_prompt(token_ids, params)
+        self._validate_logits_processing(params)
         if admission:
             self.check_admission(len(token_ids), params)
         request = Request(
@@ -134,6 +135,21 @@ class LLMEngine:
         )
         self.scheduler.add_request(request)
         return req_id
+
+    def _validate_logits_processing(self, params: SamplingParams) -> None:
+        """logit_bias ids inside the vocabulary; a guided request's grammar compiles (cached for
+        the runner, which makes its matcher from it)."""
+        bad = next((t for t, _ in params.logit_bias if t >= self.vocab_size), None)
+        if bad is not None:
+            raise InvalidParameterError(
+                "logit_bias", f"token id {bad} is outside the model's vocabulary [0, {self.vocab_size})"
+            )
+        if params.guided is not None:
+            if self.runner.guided is None:
+                raise InvalidParameterError(
+                    params.guided.param, "guided decoding needs a model with a tokenizer"
+                )
+            self.runner.guided.compile(params.guided)
 
     def _validate_prompt(self, token_ids: list[int], params: SamplingParams) -> None:
         if not token_ids:

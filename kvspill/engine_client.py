@@ -40,6 +40,9 @@ class TokenizerClient(Protocol):
     @property
     def fim_tokens(self) -> FimTokenIds | None: ...  # None: the vocabulary has no FIM tokens
 
+    @property
+    def chat_template(self) -> str | None: ...  # None: a base model (no chat)
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import psutil
 import torch
@@ -23,6 +24,7 @@ import torch
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf_reader import shared_readers
+from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kv.cold_attention import ColdAttentionConfig
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
@@ -306,6 +308,13 @@ def _load(
     return loaded, None if config.skip_tokenizer_init else load_tokenizer(resolved, loaded.hf_config)
 
 
+def _read_chat_template(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InvalidParameterError("chat_template", f"cannot read --chat-template {path!r}: {e}") from e
+
+
 def build_engine_parts(config: EngineConfig) -> EngineParts:
     device = pick_device(config)
     dtype = pick_dtype(config, device)
@@ -315,6 +324,8 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         _plan_and_cap(config, device, calibration)
         allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         loaded, tokenizer = _load(config, device, dtype)
+    if tokenizer is not None and config.chat_template is not None:
+        tokenizer = replace(tokenizer, chat_template=_read_chat_template(config.chat_template))
     eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
     layout = KVLayout(
         num_layers=loaded.num_layers,
@@ -362,6 +373,9 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         head_dim=loaded.head_dim,
         eos_token_ids=eos_token_ids,
         seed=config.seed,
+        guided=GuidedCompiler(tokenizer.hf, loaded.vocab_size, eos_token_ids)
+        if tokenizer is not None
+        else None,
         graphs=graphs,
         device=device,
         cold_config=_cold_config(config, calibration),

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvspill.errors import InvalidParameterError
+from kvspill.guided.spec import GuidedSpec
+
+LOGIT_BIAS_LIMIT = 100.0  # OpenAI's range: -100 bans a token, +100 all but forces it
 
 # Below this a temperature is greedy, as in vLLM (_SAMPLING_EPS): dividing logits by 1e-40 gives
 # infinities, and softmax over them NaNs that sample token 0 forever.
@@ -38,6 +41,8 @@ class SamplingParams:
     logprobs: int | None = None  # number of top logprobs per token (0: only the sampled token's)
     skip_special_tokens: bool = True
     detokenize: bool = True  # False: token ids only (benchmarks, token-id clients)
+    guided: GuidedSpec | None = None  # the grammar the output must match (kvspill/guided)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
 
     def __post_init__(self) -> None:
         # Accept a single string or any iterable for the tuple fields.
@@ -47,6 +52,8 @@ class SamplingParams:
             object.__setattr__(self, "stop", tuple(self.stop or ()))
         if not isinstance(self.stop_token_ids, tuple):
             object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
+        if isinstance(self.logit_bias, dict):
+            object.__setattr__(self, "logit_bias", tuple(sorted(self.logit_bias.items())))
         self._validate()
 
     def _validate(self) -> None:
@@ -86,10 +93,25 @@ class SamplingParams:
             )
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise bad("stop_token_ids", "must be non-negative token ids")
+        for token, bias in self.logit_bias:
+            if not isinstance(token, int) or token < 0:
+                raise bad("logit_bias", f"keys must be non-negative token ids, got {token!r}")
+            if not (-LOGIT_BIAS_LIMIT <= bias <= LOGIT_BIAS_LIMIT):
+                raise bad("logit_bias", f"values must be in [-100, 100], got {bias} for token {token}")
+        if self.guided is not None and (self.ignore_eos or self.min_tokens):
+            # The grammar ends on a stop token: forbidding it would leave no token to sample.
+            raise bad(
+                "ignore_eos" if self.ignore_eos else "min_tokens", "cannot be combined with guided decoding"
+            )
 
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_TEMPERATURE_EPS
+
+    @property
+    def needs_logits_processing(self) -> bool:
+        """Anything that edits the logits before the draw (penalties, bias, grammar)."""
+        return self.needs_penalties or bool(self.logit_bias) or self.guided is not None
 
     @property
     def needs_penalties(self) -> bool:

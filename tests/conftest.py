@@ -4,7 +4,8 @@ Each tiny model is built with transformers (fixed seed, fork_rng so the global R
 alone), saved as safetensors with a tiny offline tokenizer beside it, once per session:
 - tiny_llama_dir: Llama with llama3 rope scaling, untied lm_head, eos in generation_config;
 - tiny_qwen2_dir: Qwen2 (q/k/v bias), tied embeddings;
-- tiny_qwen3_dir: Qwen3 (q/k norm), saved in several shards with an index.
+- tiny_qwen3_dir: Qwen3 (q/k norm), saved in several shards with an index;
+- tiny_smol_vocab_dir: Llama with SmolLM2's real 49K byte-level tokenizer (guided decoding).
 Norm weights and biases get random values so that loading them wrongly shows in the logits.
 """
 
@@ -137,6 +138,33 @@ def smollm2_gguf_path() -> Path:
         return resolve_model(None).path
     except ModelNotFoundError as e:
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def tiny_smol_vocab_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf_path: Path) -> Path:
+    """A tiny random Llama with SmolLM2's tokenizer: real vocabulary, millisecond steps."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    path = tmp_path_factory.mktemp("tiny_smol_vocab")
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_gguf_path.parent), gguf_file=smollm2_gguf_path.name)
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path
 
 
 @pytest.fixture(scope="session")

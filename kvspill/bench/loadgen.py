@@ -39,6 +39,7 @@ class LoadConfig:
     seed: int = 0
     max_token_id: int = 255
     timeout_s: float = 300.0
+    json_schema: dict[str, Any] | None = None  # sent as guided_json: every token under a grammar
 
     @property
     def total_requests(self) -> int:
@@ -104,6 +105,11 @@ def request_body(cfg: LoadConfig, model: str | None, prompt: list[int]) -> dict[
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if cfg.json_schema is not None:
+        # Guided decoding ends on the grammar's stop token, so it refuses min_tokens and ignore_eos:
+        # give a schema whose shortest answer is longer than max_tokens to keep lengths equal.
+        del body["min_tokens"], body["ignore_eos"]
+        body["guided_json"] = cfg.json_schema
     if model:
         body["model"] = model
     return body

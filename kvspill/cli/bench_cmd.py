@@ -44,6 +44,10 @@ def serve(
     max_token_id: Annotated[int, typer.Option(min=5, help="Largest random prompt token id.")] = 255,
     timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 300.0,
     out: Annotated[Path | None, typer.Option(help="Append the JSON summary to this file (one line).")] = None,
+    json_schema: Annotated[
+        Path | None,
+        typer.Option(help="A JSON schema file every request's output must match (guided decoding)."),
+    ] = None,
 ) -> None:
     """Send streaming completions at a fixed concurrency; report TTFT, ITL, E2E, tokens/s and errors."""
     from kvspill.bench.loadgen import LoadConfig, format_table, run_load
@@ -59,6 +63,7 @@ def serve(
         seed=seed,
         max_token_id=max_token_id,
         timeout_s=timeout,
+        json_schema=json.loads(json_schema.read_text(encoding="utf-8")) if json_schema is not None else None,
     )
     summary = asyncio.run(run_load(cfg))
     typer.echo(format_table(summary))

@@ -92,6 +92,10 @@ class EngineOptions:
         "`plan` also takes a GGUF type to see what a file of it would take (q4_k_m, q8_0, ...).",
         default="the file's own; a GGUF is dequantized on cpu",
     )
+    chat_template: str | None = _flag(
+        "A Jinja chat template file to use instead of the model's (e.g. one that takes `tools`).",
+        default="the model's",
+    )
     engine_seed: int | None = _flag("Seed of the sampler for requests that bring none.", "seed")
     vram_budget: str | None = _flag(
         "Hard ceiling for everything on the GPU, e.g. 16GiB (at least 256MiB).",

@@ -23,6 +23,8 @@ import logging
 
 import torch
 
+from kvspill.guided.bitmask import GuideState
+from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig
 from kvspill.kv.storage import KVStorage, TieredKVStorage
 from kvspill.kv.transfer import KVTransferEngine
@@ -32,6 +34,7 @@ from kvspill.runner.attention import PagedAttention, build_attention_metadata, t
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
 from kvspill.sampling.sampler import Sampler, SamplingState
+from kvspill.sampling_params import SamplingParams
 from kvspill.stats import RunnerKVStats
 from kvspill.types import ScheduledBatch, StepOutput
 
@@ -47,6 +50,7 @@ class ModelRunner:
         head_dim: int,
         eos_token_ids: frozenset[int],
         seed: int = 0,
+        guided: GuidedCompiler | None = None,
         graphs: DecodeGraphs | None = None,
         device: torch.device | None = None,
         cold_config: ColdAttentionConfig | None = None,
@@ -65,6 +69,7 @@ class ModelRunner:
         self.block_size = storage.layout.block_size
         self.scale = head_dim**-0.5
         self.eos_token_ids = eos_token_ids
+        self.guided = guided  # makes the grammar matchers of guided requests (None: no tokenizer)
         self.states: dict[str, RunnerRequestState] = {}
         self.sampler = Sampler()
         self.generator = torch.Generator(device=self.device)
@@ -91,6 +96,7 @@ class ModelRunner:
                     output_token_ids=list(new.output_token_ids),
                     generator=None,  # seeded: the sampler seeds one from params.seed on first draw
                     eos_token_ids=self.eos_token_ids,
+                    guide=self._new_guide(params),
                 ),
             )
         for cached in batch.cached_reqs:
@@ -99,6 +105,17 @@ class ModelRunner:
             st.num_computed_tokens = cached.num_computed_tokens
         if not batch.transfers.empty:
             apply_block_moves(self.states, batch.transfers.moves)
+
+    def _new_guide(self, params: SamplingParams) -> GuideState | None:
+        """A fresh matcher; a resumed request's outputs are replayed into it at its next sample."""
+        if params.guided is None:
+            return None
+        if self.guided is None:
+            raise RuntimeError("a guided request reached a runner without a grammar compiler")
+        is_json = params.guided.kind in ("json_schema", "json_object")
+        return GuideState(
+            self.guided.matcher(params.guided), self.guided.json_allowed_words if is_json else None
+        )
 
     def _run_transfers(self, batch: ScheduledBatch) -> None:
         if batch.transfers.empty:
@@ -189,9 +206,14 @@ class ModelRunner:
         states = [self.states[r] for r in sample_req_ids]
         sampling = [st.sampling for st in states]
         if self._last_sampled is not None and any(
-            s.params.needs_penalties and PLACEHOLDER in s.output_token_ids[-1:] for s in sampling
+            (s.params.needs_penalties or s.guide is not None) and PLACEHOLDER in s.output_token_ids[-1:]
+            for s in sampling
         ):
-            self._last_sampled.resolve()  # penalties count the values of earlier outputs
+            # Penalties count the values of earlier outputs; a grammar matcher must accept them. This
+            # runs after this step's forward was launched: the GPU computes it while the host waits
+            # for the previous step's tokens (already computed before it, in stream order) and then
+            # builds the grammar bitmask (guided/bitmask.py).
+            self._last_sampled.resolve()
         token_ids, lps = self.sampler.sample_tensor(logits, sampling, self.generator, greedy_ids)
         logprobs = {r: [lp] for r, lp in zip(sample_req_ids, lps, strict=True) if lp is not None}
         self._last_sampled = SampledTokens(sample_req_ids, token_ids, states)

@@ -4,6 +4,9 @@ The model runner calls `Sampler.sample(logits, states, generator)` once per step
 of logits per sequence that reached the end of its known tokens; `generator` (the engine-level
 one, on the logits' device) draws for unseeded rows. The pipeline (vLLM's order):
 
+0. logit_bias (OpenAI: added to the raw logits), then the grammar mask of guided rows
+   (`kvspill/guided/bitmask.py`: forbidden tokens -inf), so every later step, greedy or random,
+   only ever sees allowed tokens;
 1. penalties: repetition (multiplicative, HF semantics, over prompt + output tokens), then
    frequency and presence (OpenAI additive semantics, over output tokens only);
 2. min_tokens: eos (unless `ignore_eos`) and `stop_token_ids` set to -inf while
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvspill.guided.bitmask import GuideState, guided_mask_logits, to_device
 from kvspill.sampling_params import SamplingParams
 from kvspill.types import TokenLogprobs
 
@@ -58,6 +62,7 @@ class SamplingState:
     output_token_ids: list[int] = field(default_factory=list)
     eos_token_ids: Collection[int] = ()
     generator: torch.Generator | None = None
+    guide: GuideState | None = None  # the grammar matcher of a guided request (params.guided)
     # Noise vectors drawn from `generator` so far (see the module invariants).
     num_draws: int = field(init=False, default=0)
     # The prompt ids as a tensor on the logits' device, built once for repetition penalty.
@@ -71,7 +76,9 @@ class SamplingState:
     def plain_greedy(self) -> bool:
         """Greedy with nothing else to do: eligible for the batch-argmax fast path."""
         p = self.params
-        return p.greedy and not p.needs_penalties and p.logprobs is None and not self.min_tokens_active
+        return (
+            p.greedy and not p.needs_logits_processing and p.logprobs is None and not self.min_tokens_active
+        )
 
     def prompt_ids_tensor(self, device: torch.device) -> torch.Tensor:
         t = self._prompt_ids_tensor
@@ -142,6 +149,22 @@ def apply_penalties(logits: torch.Tensor, states: list[SamplingState]) -> torch.
     out = logits.clone()
     out.index_copy_(0, row_idx, x)
     return out
+
+
+def apply_logit_bias(logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+    """Add each row's logit_bias to its logits (OpenAI semantics). Returns a new tensor, or
+    `logits` when no row has a bias. Ids >= vocab are refused at add_request."""
+    rows, toks, biases = [], [], []
+    for i, s in enumerate(states):
+        for token, bias in s.params.logit_bias:
+            rows.append(i)
+            toks.append(token)
+            biases.append(bias)
+    if not rows:
+        return logits
+    device = logits.device
+    idx = (to_device(rows, torch.long, device), to_device(toks, torch.long, device))
+    return logits.index_put(idx, to_device(biases, logits.dtype, device), accumulate=True)
 
 
 def apply_min_tokens(logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
@@ -241,6 +264,7 @@ class Sampler:
             return (greedy_ids if greedy_ids is not None else greedy_argmax(logits)), [None] * len(states)
         generator = generator if generator is not None else self.generator
 
+        logits = guided_mask_logits(apply_logit_bias(logits, states), states)
         logits = apply_min_tokens(apply_penalties(logits, states), states)
         lp_rows = [i for i, s in enumerate(states) if s.params.logprobs is not None]
         logprobs_all = None

@@ -40,6 +40,7 @@ from kvspill.server.protocol import (
     TokenizeRequest,
 )
 from kvspill.server.serving import Job, run_job
+from kvspill.server.tools import ToolPlan, plan_tools
 from kvspill.server.workers import TextWorkers
 
 _OPEN_PATHS = {"/health", "/metrics"}
@@ -239,7 +240,16 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
             ctx.check_num_choices(1, body.num_samples)
             if engine.tokenizer is None:
                 return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
-            ids = await ctx.workers.run(_chat_ids, engine.tokenizer, body.messages)
+            tools = plan_tools(
+                body.tools, body.tool_choice, body.parallel_tool_calls, engine.tokenizer.chat_template
+            )
+            if tools is not None and tools.guided is not None:
+                if params.guided is not None:
+                    raise InvalidParameterError(
+                        params.guided.param, "cannot be combined with tool_choice required or named"
+                    )
+                params = replace(params, guided=tools.guided)
+            ids = await ctx.workers.run(_chat_ids, engine.tokenizer, body.messages, tools)
             job = Job(
                 True,
                 model_name,
@@ -249,6 +259,7 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
                 body.include_usage,
                 engine.tokenizer,
                 n=body.num_samples,
+                tools=tools,
             )
         except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
             return exception_response(e)
@@ -301,17 +312,24 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
             headers={"Retry-After": "1"},
         )
 
-    @app.get("/v1/models")
-    async def models() -> dict:
-        max_len = ae.engine.max_model_len if ae.engine is not None else None
-        card = {
+    def model_card() -> dict[str, Any]:
+        return {
             "id": ctx.settings.model_name,
             "object": "model",
             "created": ctx.created,
             "owned_by": "kvspill",
-            "max_model_len": max_len,
+            "max_model_len": ae.engine.max_model_len if ae.engine is not None else None,
         }
-        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> Response:
+        if (bad := ctx.check_model(model_id)) is not None:
+            return bad
+        return JSONResponse(model_card())
 
     @app.get("/v1/kv")
     async def kv() -> Response:
@@ -353,14 +371,15 @@ class _AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def _chat_ids(tok: TokenizerClient, messages: list[ChatMessage]) -> list[int]:
-    """Token ids of `messages` through the model's chat template; a template that rejects them
-    (jinja's raise_exception, e.g. roles that do not alternate) is the client's error."""
+def _chat_ids(tok: TokenizerClient, messages: list[ChatMessage], tools: ToolPlan | None = None) -> list[int]:
+    """Token ids of `messages` (and `tools`) through the model's chat template; a template that
+    rejects them (jinja's raise_exception, e.g. roles that do not alternate) is the client's error."""
     from jinja2 import TemplateError
 
     dicts = [m.as_template_dict() for m in messages]
+    kwargs = {"tools": tools.template_tools} if tools is not None else {}
     try:
-        return list(tok.apply_chat_template(dicts))
+        return list(tok.apply_chat_template(dicts, **kwargs))
     except (TemplateError, ValueError) as e:
         raise InvalidParameterError(
             "messages", f"the model's chat template rejected these messages: {e}"

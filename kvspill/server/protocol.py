@@ -2,8 +2,10 @@
 
 Invariants:
 - Wrong types fail pydantic validation (the app turns that into a 400 invalid_request_error).
-- Unknown fields are ignored; a known field with an unsupported value (echo, best_of>1) is an
-  `InvalidParameterError` naming the param, never silently ignored.
+- An unknown field is an `InvalidParameterError` naming it (`structured.py`), and so is a known
+  field with an unsupported value (echo, best_of>1): never silently ignored.
+- Output constraints (`response_format`, the `guided_*` extras, `grammar`), `logit_bias` and
+  tools come from `structured.py` and `tools.py`.
 - The fields carry the ranges `SamplingParams` accepts, so the OpenAPI document (and a schema
   fuzzer) knows them and an out-of-range value is a pydantic 400 naming the field; `SamplingParams`
   validates again (and its `InvalidParameterError` names the param too).
@@ -19,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvspill.errors import InvalidParameterError
 from kvspill.sampling_params import SamplingParams
+from kvspill.server.structured import StructuredFields
+from kvspill.server.tools import Tool, ToolChoice
 
 MAX_N = 128  # OpenAI's own bound on `n`
 
@@ -27,8 +31,8 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _Sampling(StructuredFields):
+    model_config = ConfigDict(extra="allow")  # kept to be refused by name (reject_unknown_fields)
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
@@ -75,7 +79,7 @@ class _Sampling(BaseModel):
                 opts[name] = value
         if self.stop is not None:
             opts["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        return SamplingParams(**opts)
+        return SamplingParams(**opts, **self.constraint_options())
 
 
 class CompletionRequest(_Sampling):
@@ -113,6 +117,9 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's earlier calls (OpenAI shape)
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    name: str | None = None
 
     def as_template_dict(self) -> dict[str, Any]:
         content = self.content
@@ -120,7 +127,28 @@ class ChatMessage(BaseModel):
             if any(part.type != "text" for part in content):
                 raise InvalidParameterError("messages", "only text content parts are supported")
             content = "".join(part.text or "" for part in content)
-        return {"role": self.role, "content": content or ""}
+        out: dict[str, Any] = {"role": self.role, "content": content or ""}
+        if self.tool_calls:
+            out["tool_calls"] = [_template_tool_call(c) for c in self.tool_calls]
+        for key in ("tool_call_id", "name"):
+            if (value := getattr(self, key)) is not None:
+                out[key] = value
+        return out
+
+
+def _template_tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI tool call as chat templates read it: arguments as an object (HF convention)."""
+    import json
+
+    function = call.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise InvalidParameterError("messages", "a tool call needs function.name")
+    args = function.get("arguments", "{}")
+    try:
+        args = json.loads(args) if isinstance(args, str) else args
+    except json.JSONDecodeError as e:
+        raise InvalidParameterError("messages", f"tool call arguments are not JSON: {e}") from e
+    return {**call, "type": "function", "function": {"name": function["name"], "arguments": args}}
 
 
 class ChatCompletionRequest(_Sampling):
@@ -128,6 +156,9 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
     def sampling_params(self) -> SamplingParams:
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvspill.sampling_params import SamplingParams
+from kvspill.server.tools import ToolDeltaStream, ToolPlan, answer_message
+from kvspill.server.tools import finish_reason as finish_reason_with_tools
 from kvspill.types import RequestOutput
 
 
@@ -32,6 +34,7 @@ class Choice:
     final: RequestOutput | None = None
     sent_logprobs: int = 0
     text_offset: int = 0
+    tool_stream: ToolDeltaStream | None = None  # a streamed chat choice with tools
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Job:
     include_usage: bool
     tokenizer: Any  # TokenizerBundle or None
     n: int = 1
+    tools: ToolPlan | None = None  # a chat request with tools (tools.py)
     choices: list[Choice] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -56,6 +60,9 @@ class Job:
             for i in range(len(self.prompts))
             for j in range(self.n)
         ]
+        if self.tools is not None:
+            for c in self.choices:
+                c.tool_stream = ToolDeltaStream(self.tools)
 
     def usage(self) -> dict[str, int]:
         prompt_tokens = {
@@ -115,11 +122,18 @@ def chunk(job: Job, choice: Choice, out: RequestOutput) -> str | None:
         return None
     finish_reason = out.finish_reason if out.finished else None
     if job.chat:
+        delta: dict[str, Any] = {"content": out.delta_text}
+        if choice.tool_stream is not None:
+            content, calls = choice.tool_stream.feed(out.delta_text, out.finished)
+            delta = {"content": content or None, "tool_calls": calls} if calls else {"content": content}
+            finish_reason = finish_reason_with_tools(finish_reason, choice.tool_stream.num_calls > 0)
+            if not (content or calls or out.finished or logprobs is not None):
+                return None
         body = _base(job, "chat.completion.chunk")
         body["choices"] = [
             {
                 "index": choice.index,
-                "delta": {"content": out.delta_text},
+                "delta": delta,
                 "logprobs": logprobs,
                 "finish_reason": finish_reason,
             }
@@ -154,13 +168,18 @@ def full_body(job: Job) -> dict[str, Any]:
         assert c.final is not None
         logprobs = _logprobs(job, c, c.final)
         if job.chat:
-            choices.append(
-                {
-                    "index": c.index,
-                    "message": {"role": "assistant", "content": c.final.text},
-                    "logprobs": logprobs,
-                    "finish_reason": c.final.finish_reason,
+            message: dict[str, Any] = {"role": "assistant", "content": c.final.text}
+            reason = c.final.finish_reason
+            if job.tools is not None:
+                content, calls = answer_message(job.tools, c.final.text)
+                message = {
+                    "role": "assistant",
+                    "content": content,
+                    "tool_calls": [t.as_openai() for t in calls],
                 }
+                reason = finish_reason_with_tools(reason, bool(calls))
+            choices.append(
+                {"index": c.index, "message": message, "logprobs": logprobs, "finish_reason": reason}
             )
         else:
             choices.append(

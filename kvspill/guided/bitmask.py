@@ -1,0 +1,95 @@
+"""Per-sequence grammar matchers and the batch's token bitmask, applied to the logits.
+
+The runner gives each guided request a `GuideState` (its matcher). Before a step samples,
+`guided_mask_logits` advances each guided row's matcher with the tokens sampled since the last
+step (so the runner must have resolved them: `async_output`), fills one bitmask row per guided
+sequence on the CPU, copies the [rows, ceil(vocab/32)] int32 words to the logits' device and
+unpacks them there into -inf for every forbidden token.
+
+Invariants:
+- A matcher has accepted exactly `num_accepted` of the request's output tokens; a resumed
+  request (preempted, re-created by the scheduler) replays its outputs into a fresh matcher.
+- A token the matcher refuses is a broken invariant (it was sampled under the mask): raises.
+- A terminated matcher (it accepted a stop token) allows every token: the request finishes on
+  that stop token and an async step already in flight for it is discarded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
+
+    from kvspill.sampling.sampler import SamplingState
+
+_ALL_ALLOWED = -1  # int32 with every bit set
+_BITS: dict[torch.device, torch.Tensor] = {}  # arange(32) per device, made once
+
+
+def to_device(values: torch.Tensor | list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host values on `device` without a stream sync: a pageable copy (torch.tensor(..., device=cuda))
+    waits for every kernel queued before it, here the step's forward; a pinned one does not."""
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+@dataclass
+class GuideState:
+    matcher: xgr.GrammarMatcher
+    allowed_words: torch.Tensor | None = None  # a static mask ANDed in (JSON: no control bytes)
+    num_accepted: int = 0
+
+    def advance(self, output_token_ids: list[int]) -> None:
+        for token in output_token_ids[self.num_accepted :]:
+            if self.matcher.is_terminated():
+                break  # tokens after the stop token belong to a discarded async step
+            if not self.matcher.accept_token(token):
+                raise RuntimeError(f"guided decoding: token {token} was sampled outside the grammar")
+            self.num_accepted += 1
+        self.num_accepted = len(output_token_ids)
+
+
+def fill_bitmask(states: list[SamplingState], rows: list[int], vocab: int) -> torch.Tensor:
+    """[len(rows), ceil(vocab/32)] int32 on the CPU: bit t of row j allows token t of states[rows[j]]."""
+    words = (vocab + 31) // 32
+    bitmask = torch.full((len(rows), words), _ALL_ALLOWED, dtype=torch.int32)
+    for j, i in enumerate(rows):
+        guide = states[i].guide
+        assert guide is not None
+        guide.advance(states[i].output_token_ids)
+        if not guide.matcher.is_terminated():
+            guide.matcher.fill_next_token_bitmask(bitmask, j)
+            if guide.allowed_words is not None:
+                bitmask[j] &= guide.allowed_words
+    return bitmask
+
+
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """A copy of logits [num_seqs, vocab] with the forbidden tokens of `rows` at -inf."""
+    vocab = logits.shape[1]
+    device = logits.device
+    bitmask = to_device(bitmask, torch.int32, device)
+    bits = _BITS.get(device)
+    if bits is None:
+        bits = _BITS[device] = torch.arange(32, dtype=torch.int32, device=device)
+    allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().view(len(rows), -1)[:, :vocab]
+    out = logits.clone()
+    if len(rows) == logits.shape[0]:
+        return out.masked_fill_(~allowed, float("-inf"))
+    idx = to_device(rows, torch.long, device)
+    out.index_copy_(0, idx, out.index_select(0, idx).masked_fill_(~allowed, float("-inf")))
+    return out
+
+
+def guided_mask_logits(logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+    """`logits` with every guided row masked to its grammar (itself when no row is guided)."""
+    rows = [i for i, s in enumerate(states) if s.guide is not None]
+    if not rows:
+        return logits
+    return apply_bitmask(logits, fill_bitmask(states, rows, logits.shape[1]), rows)

@@ -1,0 +1,117 @@
+"""Request fields that constrain the output: OpenAI `response_format` and `logit_bias`, vLLM's
+`guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`, llama-server's `grammar` and
+`json_schema`; and the refusal of any field the server does not implement.
+
+Invariants:
+- At most one constraint per request; two are a 400 naming the second.
+- `logit_bias` keys are token ids written as strings (OpenAI); a key that is not one is a 400.
+- A field the request models do not declare is a 400 naming it (`reject_unknown_fields`), never
+  silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvspill.errors import InvalidParameterError
+from kvspill.guided.spec import GuidedSpec
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = "response"
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredFields(BaseModel):
+    """Mixed into the completion and chat requests."""
+
+    response_format: ResponseFormat | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    grammar: str | None = None  # llama-server: GBNF
+    json_schema: dict[str, Any] | None = None  # llama-server
+    logit_bias: dict[str, float] | None = None
+
+    def guided_spec(self) -> GuidedSpec | None:
+        specs = [s for s in self._specs() if s is not None]
+        if len(specs) > 1:
+            raise InvalidParameterError(
+                specs[1].param, f"give one output constraint, not both {specs[0].param} and {specs[1].param}"
+            )
+        return specs[0] if specs else None
+
+    def _specs(self) -> list[GuidedSpec | None]:
+        rf = self.response_format
+        from_rf = None
+        if rf is not None and rf.type == "json_object":
+            from_rf = GuidedSpec("json_object", param="response_format")
+        elif rf is not None and rf.type == "json_schema":
+            if rf.json_schema is None or rf.json_schema.json_schema is None:
+                raise InvalidParameterError(
+                    "response_format", "response_format json_schema needs json_schema.schema"
+                )
+            from_rf = GuidedSpec.json_schema(rf.json_schema.json_schema, "response_format")
+        guided_json = self.guided_json
+        if isinstance(guided_json, str):
+            import json
+
+            try:
+                guided_json = json.loads(guided_json)
+            except json.JSONDecodeError as e:
+                raise InvalidParameterError("guided_json", f"guided_json is not valid JSON: {e}") from e
+        return [
+            from_rf,
+            GuidedSpec.json_schema(guided_json, "guided_json") if guided_json is not None else None,
+            GuidedSpec.json_schema(self.json_schema, "json_schema") if self.json_schema is not None else None,
+            GuidedSpec("regex", self.guided_regex, "guided_regex") if self.guided_regex is not None else None,
+            GuidedSpec.choice(self.guided_choice) if self.guided_choice is not None else None,
+            GuidedSpec("grammar", self.guided_grammar, "guided_grammar")
+            if self.guided_grammar is not None
+            else None,
+            GuidedSpec("grammar", self.grammar, "grammar") if self.grammar is not None else None,
+        ]
+
+    def logit_bias_pairs(self) -> tuple[tuple[int, float], ...]:
+        pairs = []
+        for key, bias in (self.logit_bias or {}).items():
+            try:
+                token = int(key)
+            except ValueError:
+                raise InvalidParameterError(
+                    "logit_bias", f"logit_bias keys are token ids, got {key!r}"
+                ) from None
+            pairs.append((token, float(bias)))
+        return tuple(sorted(pairs))
+
+    def constraint_options(self) -> dict[str, Any]:
+        """SamplingParams keyword arguments of these fields."""
+        self.reject_unknown_fields()
+        opts: dict[str, Any] = {}
+        if (spec := self.guided_spec()) is not None:
+            opts["guided"] = spec
+        if self.logit_bias:
+            opts["logit_bias"] = self.logit_bias_pairs()
+        return opts
+
+    def reject_unknown_fields(self) -> None:
+        extra = sorted(self.model_extra or {})
+        if extra:
+            raise InvalidParameterError(
+                extra[0],
+                f"the field `{extra[0]}` is not supported by this server; remove it from the request",
+            )
