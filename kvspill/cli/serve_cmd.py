@@ -60,6 +60,9 @@ def serve_command(
     served_model_name: Annotated[
         str | None, _opt("Model name clients send (default: MODEL).", "SERVED_MODEL_NAME")
     ] = None,
+    profile: Annotated[
+        str | None, _opt("Saved registry profile: its model and engine flags (flags given win).", "PROFILE")
+    ] = None,
     *,
     engine: EngineOptions,
 ) -> None:
@@ -71,6 +74,8 @@ def serve_command(
             raise KvspillError("--max-queued-tokens must be at least 1 (leave it out for 8 x max model len)")
         if shutdown_timeout < 0:
             raise KvspillError("--shutdown-timeout must be 0 or more seconds")
+        if profile is not None:  # the registry's model and flags; those given on the command line win
+            model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
         config = engine_config(engine, model)
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
@@ -89,6 +94,13 @@ def serve_command(
         served_model_name or _default_name(model),
         max_queued_tokens,
     )
+
+
+def _profile(name: str, model: str | None, engine: EngineOptions, served: str | None) -> Any:
+    from kvspill.registry.profiles import resolve_serve_profile
+
+    source, options, profile_model = resolve_serve_profile(name, model, engine)
+    return source, options, served or profile_model
 
 
 def _default_name(model: str | None) -> str:
