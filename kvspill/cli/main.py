@@ -193,7 +193,7 @@ def version() -> None:
 
 
 def _register_commands() -> None:
-    from kvspill.cli import bench_cmd, monitor_cmd, ops_cmd, plan_cmd, serve_cmd
+    from kvspill.cli import bench_cmd, manager_cmd, models_cmd, monitor_cmd, ops_cmd, plan_cmd, serve_cmd
 
     if not any(c.name == "plan" for c in app.registered_commands):
         plan_cmd.register(app)
@@ -202,6 +202,8 @@ def _register_commands() -> None:
         serve_cmd.register(app)
     ops_cmd.register(app)  # idempotent
     bench_cmd.register(app)  # idempotent
+    models_cmd.register(app)  # idempotent
+    manager_cmd.register(app)  # idempotent
 
 
 def main() -> None:
