@@ -4,11 +4,12 @@ Invariants:
 - At most one child at a time; `start`/`stop`/`switch` hold one lock, so two clicks never
   leave two servers on the port.
 - The child's stdout and stderr go to a rotating log file (`logging.handlers.RotatingFileHandler`)
-  and the last lines stay in memory for `/api/logs`.
+  and the last lines stay in memory for `/api/logs`; uvicorn's access lines of GET /health (the
+  manager's own probes) are left out.
 - A child that exits while it should run is restarted after a backoff that doubles from
   `backoff_s` up to `max_backoff_s`; the backoff resets once a child has been healthy for
   `stable_s`. `stop` ends supervision first, so a stopped child is never restarted.
-- `state` is one of stopped | starting | running | backoff (health from GET /health).
+- `state` is one of stopped | starting | running | stopping | backoff (health from GET /health).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+_HEALTH_PROBE = '"GET /health HTTP/1.1"'
 
 
 @dataclass
@@ -133,6 +136,7 @@ class Supervisor:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
+        self.status.state = "stopping"  # from here the child's routes are not forwarded
         self._note(f"stopping pid {proc.pid}")
         proc.terminate()  # SIGTERM: the server drains in-flight requests first
         try:
@@ -164,6 +168,8 @@ class Supervisor:
         assert proc.stdout is not None
         for raw in proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
+            if _HEALTH_PROBE in line:  # the manager's own probes, several a second while loading
+                continue
             self.recent.append(line)
             self._log.info(line)
 

@@ -102,7 +102,7 @@
         gpu = system.gpu.available ? system.gpu.devices[0] : null;
         $("gpu-note").textContent = gpu ? gpu.name : "no GPU: " + system.gpu.reason;
       }
-      if (state === "running") {
+      if (state === "running" && !busy) {
         kv = await getJson(src.kv);
         metrics = prom(await call(src.metrics));
         if (!manager) { $("state").textContent = "running"; $("state").className = "badge running"; }
@@ -156,8 +156,11 @@
     }
   }
 
+  let busy = false; // a start/stop/switch in flight: the child is going away, do not ask it
   async function control(action, profile) {
+    busy = true;
     try { await post(`${src.api}/serve/${action}`, profile ? { profile } : {}); showError(""); } catch (e) { showError(e.message); }
+    busy = false;
     tick();
   }
 
@@ -211,7 +214,12 @@
     $("restart").addEventListener("click", () => control("restart"));
     setInterval(async () => {
       if (!keyInput.value) return;
-      try { $("logs").textContent = (await getJson(src.api + "/logs?lines=200")).lines.join("\n"); } catch (e) { /* shown by tick */ }
+      try {
+        const logs = $("logs");
+        const atEnd = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
+        logs.textContent = (await getJson(src.api + "/logs?lines=200")).lines.join("\n");
+        if (atEnd) logs.scrollTop = logs.scrollHeight; // follow the tail unless the user scrolled up
+      } catch (e) { /* shown by tick */ }
     }, 2000);
   }
 
