@@ -176,7 +176,17 @@ def version() -> None:
 
 
 def _register_commands() -> None:
-    from kvspill.cli import bench_cmd, monitor_cmd, ops_cmd, plan_cmd, rag_cmd, serve_cmd, service_cmd
+    from kvspill.cli import (
+        bench_cmd,
+        manager_cmd,
+        models_cmd,
+        monitor_cmd,
+        ops_cmd,
+        plan_cmd,
+        rag_cmd,
+        serve_cmd,
+        service_cmd,
+    )
 
     if not any(c.name == "plan" for c in app.registered_commands):
         plan_cmd.register(app)
@@ -187,6 +197,8 @@ def _register_commands() -> None:
     bench_cmd.register(app)  # idempotent
     rag_cmd.register(app)  # idempotent
     service_cmd.register(app)  # idempotent
+    models_cmd.register(app)  # idempotent
+    manager_cmd.register(app)  # idempotent
 
 
 def main() -> None:

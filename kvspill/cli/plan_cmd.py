@@ -168,6 +168,38 @@ def _text_report(plans: dict[str, MemoryPlan], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+def plan_json(
+    model: str | None,
+    engine: EngineOptions,
+    ram_budget: str | None = None,
+    context: str | None = None,
+    kv_dtype: str = "auto",
+    gpu: str | None = None,
+) -> tuple[dict[str, Any], dict[str, MemoryPlan], list[str]]:
+    """(the `--json` payload, the plans by column, header lines) of `kvspill plan`; raises
+    KvspillError on bad input. The manager's `/api/plan` answers with the same payload."""
+    spec = ModelSpec.from_model_arg(model)
+    flags = _plan_flags(engine, ram_budget, context)
+    bandwidths, calibration = _bandwidths(gpu)
+    vram, header = _resolve_vram(flags.get("vram_budget_bytes"), calibration)
+    base = _base_request(spec, vram, flags, context, kv_dtype)
+    host = _host_sizes()
+    user = preset_request("default", base, *host)  # yours: the default preset, then the flags given
+    user = replace(
+        user, preset="yours", **{_MEMORY_KNOBS[k]: v for k, v in flags.items() if k in _MEMORY_KNOBS}
+    )
+    plans = plan_presets(base, bandwidths, *host, user=user)
+    payload = {
+        "model": spec.name,
+        "context_len": base.context_len,
+        "vram_budget_bytes": vram,
+        "bandwidths_source": bandwidths.source,
+        "fits": plans["yours"].fits,
+        "plans": {name: plan_to_json(p) for name, p in plans.items()},
+    }
+    return payload, plans, header
+
+
 @with_engine_options
 def plan_command(
     model: Annotated[
@@ -198,29 +230,11 @@ def plan_command(
     preset's values. Flags the plan does not model (e.g. --device) are checked, then ignored.
     """
     try:
-        spec = ModelSpec.from_model_arg(model)
-        flags = _plan_flags(engine, ram_budget, context)
-        bandwidths, calibration = _bandwidths(gpu)
-        vram, header = _resolve_vram(flags.get("vram_budget_bytes"), calibration)
-        base = _base_request(spec, vram, flags, context, kv_dtype)
-        host = _host_sizes()
-        user = preset_request("default", base, *host)  # yours: the default preset, then the flags given
-        user = replace(
-            user, preset="yours", **{_MEMORY_KNOBS[k]: v for k, v in flags.items() if k in _MEMORY_KNOBS}
-        )
-        plans = plan_presets(base, bandwidths, *host, user=user)
+        payload, plans, header = plan_json(model, engine, ram_budget, context, kv_dtype, gpu)
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
     if as_json:
-        payload = {
-            "model": spec.name,
-            "context_len": base.context_len,
-            "vram_budget_bytes": vram,
-            "bandwidths_source": bandwidths.source,
-            "fits": plans["yours"].fits,
-            "plans": {name: plan_to_json(p) for name, p in plans.items()},
-        }
         typer.echo(json.dumps(payload, indent=2))
     else:
         typer.echo(_text_report(plans, header + _not_planned(engine)))

@@ -97,6 +97,9 @@ def serve_command(
     header_timeout: Annotated[
         float, _opt("Seconds a connection has to send a request's headers.", "HEADER_TIMEOUT")
     ] = 10.0,
+    profile: Annotated[
+        str | None, _opt("Saved registry profile: its model and engine flags (flags given win).", "PROFILE")
+    ] = None,
     *,
     engine: EngineOptions,
     rag: RagOptions,
@@ -112,6 +115,8 @@ def serve_command(
         if shutdown_timeout < 0:
             raise KvspillError("--shutdown-timeout must be 0 or more seconds")
         _check_connection_flags(max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout)
+        if profile is not None:  # the registry's model and flags; those given on the command line win
+            model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
         config = engine_config(engine, model)
         rag_service = build_rag_service(rag) if rag.enabled else None
     except KvspillError as e:
@@ -165,6 +170,13 @@ def _check_connection_flags(
         raise KvspillError("--limit-concurrency must be at least 1")
     if timeout_keep_alive < 1 or header_timeout <= 0:
         raise KvspillError("--timeout-keep-alive and --header-timeout must be positive seconds")
+
+
+def _profile(name: str, model: str | None, engine: EngineOptions, served: str | None) -> Any:
+    from kvspill.registry.profiles import resolve_serve_profile
+
+    source, options, profile_model = resolve_serve_profile(name, model, engine)
+    return source, options, served or profile_model
 
 
 def _default_name(model: str | None) -> str:

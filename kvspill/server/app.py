@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 
 from kvspill.engine_client import EngineClient, TokenizerClient
 from kvspill.errors import InvalidParameterError, KvspillError
+from kvspill.manager.pages import UI_OPEN_PATHS, dashboard_router
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError
 from kvspill.server.errors import error_response, exception_response, invalid
 from kvspill.server.hosts import HostCheckMiddleware
@@ -43,7 +44,7 @@ from kvspill.server.serving import Job, run_job
 from kvspill.server.tools import ToolPlan, plan_tools
 from kvspill.server.workers import TextWorkers
 
-_OPEN_PATHS = {"/health", "/metrics"}
+_OPEN_PATHS = {"/health", "/metrics", *UI_OPEN_PATHS}  # the /ui page holds no data
 
 
 @dataclass
@@ -130,6 +131,7 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
     _add_generation_routes(app, ctx)
     _add_token_routes(app, ctx)
     _add_info_routes(app, ctx)
+    app.include_router(dashboard_router("serve"))  # read-only dashboard at /ui
     _document_400s(app)
     return app
 

@@ -1,0 +1,204 @@
+"""`kvspill models add|ls|rm|show|scan|profile|profile-rm`: the model registry from the shell.
+
+Invariants:
+- Every command takes `--data-dir` (or `KVSPILL_DATA_DIR`); default: the user's data dir.
+- A user error (unknown name, duplicate, bad flag) is one `error:` line and exit 2.
+- `--json` prints the rows as the manager's `/api/models` does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kvspill.errors import KvspillError
+from kvspill.plan.units import format_bytes
+
+models_app = typer.Typer(help="The model registry: models and saved serving profiles.", no_args_is_help=True)
+
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir", envvar="KVSPILL_DATA_DIR", help="Registry folder (default: the user data dir)."
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _open(data_dir: Path | None) -> Any:
+    from kvspill.registry import open_registry
+
+    return open_registry(data_dir)
+
+
+def _fail(e: Exception) -> None:
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(2)
+
+
+def _row(m: Any) -> str:
+    size = format_bytes(m.size_bytes) if m.size_bytes else "-"
+    return f"{m.name:<32} {m.kind:<9} {m.quantization or '-':<10} {size:>10}  {m.source}"
+
+
+@models_app.command("add")
+def add(
+    source: Annotated[str, typer.Argument(help="A .gguf file, a model dir, or an HF id in the local cache.")],
+    name: Annotated[str | None, typer.Option(help="Registry name (default: from the source).")] = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Register a model."""
+    from kvspill.registry.sources import inspect_source
+
+    try:
+        entry = _open(data_dir).add_model(inspect_source(source, name))
+    except KvspillError as e:
+        _fail(e)
+        return
+    typer.echo(_row(entry))
+
+
+@models_app.command("ls")
+def ls(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """List the registered models and their profiles."""
+    try:
+        registry = _open(data_dir)
+    except KvspillError as e:
+        _fail(e)
+        return
+    models, profiles = registry.models(), registry.profiles()
+    if as_json:
+        payload = {"models": [m.to_json() for m in models], "profiles": [p.to_json() for p in profiles]}
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    if not models:
+        typer.echo("no models registered: `kvspill models add SOURCE` or `kvspill models scan DIR`")
+    for m in models:
+        typer.echo(_row(m))
+    for p in profiles:
+        typer.echo(f"profile {p.name} -> {p.model_name}: {_flags_text(p.flags)}")
+
+
+def _flags_text(flags: dict[str, Any]) -> str:
+    from kvspill.registry.profiles import serve_args
+
+    return " ".join(serve_args(flags)) or "(engine defaults)"
+
+
+@models_app.command("show")
+def show(name: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """One model and its profiles."""
+    try:
+        registry = _open(data_dir)
+        model = registry.model(name)
+    except KvspillError as e:
+        _fail(e)
+        return
+    profiles = registry.profiles(name)
+    if as_json:
+        typer.echo(json.dumps({**model.to_json(), "profiles": [p.to_json() for p in profiles]}, indent=2))
+        return
+    for key, value in model.to_json().items():
+        typer.echo(f"{key:<13} {value}")
+    for p in profiles:
+        typer.echo(f"profile      {p.name}: {_flags_text(p.flags)}")
+
+
+@models_app.command("rm")
+def rm(name: str, data_dir: DataDirOpt = None) -> None:
+    """Remove a model from the registry (and its profiles; files stay on disk)."""
+    try:
+        _open(data_dir).remove_model(name)
+    except KvspillError as e:
+        _fail(e)
+    typer.echo(f"removed {name}")
+
+
+@models_app.command("scan")
+def scan(
+    directory: Annotated[
+        Path | None, typer.Argument(help="Folder to search for .gguf files and model dirs.")
+    ] = None,
+    hf_cache: Annotated[bool, typer.Option(help="Also list the models in the Hugging Face cache.")] = True,
+    hf_cache_dir: Annotated[
+        Path | None, typer.Option(help="The HF hub cache (default: huggingface_hub's).")
+    ] = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Find models and register the ones not registered yet (by source)."""
+    from kvspill.registry.scan import ScanResult, scan_directory, scan_hf_cache
+
+    try:
+        registry = _open(data_dir)
+        result = scan_directory(directory) if directory is not None else ScanResult()
+        if hf_cache:
+            scan_hf_cache(hf_cache_dir, result)
+    except KvspillError as e:
+        _fail(e)
+        return
+    known = {m.source for m in registry.models()}
+    names = {m.name for m in registry.models()}
+    for entry in result.found:
+        if entry.source in known:
+            continue
+        if entry.name in names:
+            typer.echo(
+                f"skipped {entry.source}: the name {entry.name} is taken (`kvspill models add --name`)"
+            )
+            continue
+        registry.add_model(entry)
+        names.add(entry.name)
+        typer.echo("added " + _row(entry))
+    for line in result.skipped:
+        typer.echo(f"skipped {line}", err=True)
+
+
+@models_app.command("profile")
+def profile(
+    name: str,
+    model: Annotated[str, typer.Option("--model", "-m", help="Registered model name.")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Engine flag as FIELD=VALUE, e.g. max_model_len=8192 (repeatable)."),
+    ] = None,
+    replace: Annotated[bool, typer.Option(help="Overwrite a profile of this name.")] = False,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Save a serving profile: the `kvspill serve` engine flags for a model (`serve --profile NAME`)."""
+    from kvspill.registry.profiles import validate_flags
+
+    try:
+        flags = dict(_pair(item) for item in set_ or [])
+        saved = _open(data_dir).save_profile(name, model, validate_flags(flags), replace=replace)
+    except KvspillError as e:
+        _fail(e)
+        return
+    typer.echo(f"profile {saved.name} -> {saved.model_name}: {_flags_text(saved.flags)}")
+
+
+def _pair(item: str) -> tuple[str, str]:
+    from kvspill.registry.store import RegistryError
+
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise RegistryError(f"--set {item!r}: write FIELD=VALUE, e.g. max_model_len=8192")
+    return key.strip().replace("-", "_"), value.strip()
+
+
+@models_app.command("profile-rm")
+def profile_rm(name: str, data_dir: DataDirOpt = None) -> None:
+    """Remove a saved profile."""
+    try:
+        _open(data_dir).remove_profile(name)
+    except KvspillError as e:
+        _fail(e)
+    typer.echo(f"removed profile {name}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `models` group to `app` (idempotent)."""
+    if not any(g.name == "models" for g in app.registered_groups):
+        app.add_typer(models_app, name="models")

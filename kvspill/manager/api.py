@@ -1,0 +1,242 @@
+"""The manager's control API: registry, plan, start/stop/switch of the child, logs, monitoring.
+
+Invariants:
+- Every `/api/*` route needs `Authorization: Bearer <key>` (compared in constant time); the
+  dashboard page and its static files are open (they hold no data).
+- Errors are `{"error": {"message", "type"}}` with 400 (bad input), 401, 404 (unknown name),
+  409 (nothing started) or 502 (the child did not answer); a failing request never stops the
+  manager or the child.
+- `/api/child/...` forwards a fixed set of the child's routes (its KV, metrics, models and chat
+  completions) with the child's key, so the browser needs neither the child's port nor its key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from kvspill.cli.engine_options import EngineOptions
+from kvspill.cli.plan_cmd import plan_json
+from kvspill.errors import KvspillError
+from kvspill.manager.pages import dashboard_router
+from kvspill.manager.supervisor import ChildSpec, Supervisor
+from kvspill.monitor.gpu import open_gpu_source
+from kvspill.monitor.sampler import Sampler
+from kvspill.plan.units import parse_bytes
+from kvspill.registry.profiles import validate_flags
+from kvspill.registry.sources import inspect_source
+from kvspill.registry.store import Registry, RegistryError
+
+CHILD_ROUTES = {"v1/kv": "GET", "metrics": "GET", "v1/models": "GET", "v1/chat/completions": "POST"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+class AddModel(BaseModel):
+    source: str
+    name: str | None = None
+
+
+class SaveProfile(BaseModel):
+    name: str
+    model: str
+    flags: dict[str, Any] = Field(default_factory=dict)
+    replace: bool = False
+
+
+class PlanQuery(BaseModel):
+    profile: str | None = None
+    model: str | None = None  # a registered model name (with `flags`), when no profile
+    flags: dict[str, Any] = Field(default_factory=dict)
+
+
+class ServeRequest(BaseModel):
+    profile: str
+
+
+def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+
+
+def create_manager_app(registry: Registry, supervisor: Supervisor, api_key: str, serve_port: int) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        # Here, not after uvicorn.run: uvicorn re-raises SIGTERM once it has shut down, so code
+        # after it never runs and the child would outlive the manager.
+        await asyncio.to_thread(supervisor.stop)
+
+    app = FastAPI(title="kvspill manager", lifespan=lifespan)
+    key = api_key.encode()
+    sampler = Sampler(*open_gpu_source())
+
+    def auth(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        token = header[7:] if header[:7].lower() == "bearer " else ""
+        if not hmac.compare_digest(token.encode(), key):
+            raise ApiError(
+                401, "missing or wrong API key: send Authorization: Bearer <key>", "authentication_error"
+            )
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError) -> JSONResponse:
+        return _error(e.status, e.message, e.kind)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_body(request: Request, e: RequestValidationError) -> JSONResponse:
+        where = ".".join(str(p) for p in e.errors()[0].get("loc", ()) if p != "body") or "body"
+        return _error(
+            400, f"{where}: {e.errors()[0].get('msg')} (send a JSON object)", "invalid_request_error"
+        )
+
+    @app.exception_handler(KvspillError)
+    async def user_error(request: Request, e: KvspillError) -> JSONResponse:
+        not_found = isinstance(e, RegistryError) and str(e).startswith("no ")
+        return _error(
+            404 if not_found else 400, str(e), "not_found_error" if not_found else "invalid_request_error"
+        )
+
+    app.include_router(dashboard_router("manager"))
+    _add_registry_routes(app, registry, auth)
+    _add_serve_routes(app, registry, supervisor, auth, api_key, serve_port)
+    _add_monitor_routes(app, registry, supervisor, sampler, auth, api_key)
+    return app
+
+
+def _add_registry_routes(app: FastAPI, registry: Registry, auth: Any) -> None:
+    guard = [Depends(auth)]
+
+    @app.get("/api/models", dependencies=guard)
+    def models() -> dict[str, Any]:
+        return {
+            "models": [m.to_json() for m in registry.models()],
+            "profiles": [p.to_json() for p in registry.profiles()],
+        }
+
+    @app.post("/api/models", dependencies=guard)
+    def add_model(body: AddModel) -> dict[str, Any]:
+        return registry.add_model(inspect_source(body.source, body.name)).to_json()
+
+    @app.delete("/api/models/{name:path}", dependencies=guard)
+    def remove_model(name: str) -> dict[str, Any]:
+        registry.remove_model(name)
+        return {"removed": name}
+
+    @app.post("/api/profiles", dependencies=guard)
+    def save_profile(body: SaveProfile) -> dict[str, Any]:
+        flags = validate_flags(body.flags)
+        return registry.save_profile(body.name, body.model, flags, replace=body.replace).to_json()
+
+    @app.post("/api/plan", dependencies=guard)
+    def plan(body: PlanQuery) -> dict[str, Any]:
+        if body.profile is not None:
+            profile = registry.profile(body.profile)
+            model_name, flags = profile.model_name, {**profile.flags, **body.flags}
+        elif body.model is not None:
+            model_name, flags = body.model, body.flags
+        else:
+            raise ApiError(400, "give `profile`, or `model` (a registered name) with `flags`")
+        source = registry.model(model_name).source
+        payload, _, header = plan_json(source, EngineOptions(**validate_flags(flags)))
+        return {**payload, "notes": header}
+
+
+def _add_serve_routes(
+    app: FastAPI, registry: Registry, supervisor: Supervisor, auth: Any, api_key: str, serve_port: int
+) -> None:
+    guard = [Depends(auth)]
+
+    @app.post("/api/serve/start", dependencies=guard)
+    def start(body: ServeRequest) -> dict[str, Any]:
+        validate_flags(registry.profile(body.profile).flags)  # a bad profile fails here, not in the child
+        supervisor.start(ChildSpec(body.profile, serve_port, api_key=api_key))
+        return supervisor.snapshot()
+
+    @app.post("/api/serve/switch", dependencies=guard)
+    def switch(body: ServeRequest) -> dict[str, Any]:
+        validate_flags(registry.profile(body.profile).flags)
+        if supervisor.spec is None:
+            raise ApiError(409, "nothing was started yet: POST /api/serve/start first", "conflict_error")
+        supervisor.switch(body.profile)
+        return supervisor.snapshot()
+
+    @app.post("/api/serve/restart", dependencies=guard)
+    def restart() -> dict[str, Any]:
+        if supervisor.spec is None:
+            raise ApiError(409, "nothing was started yet: POST /api/serve/start first", "conflict_error")
+        supervisor.restart()
+        return supervisor.snapshot()
+
+    @app.post("/api/serve/stop", dependencies=guard)
+    def stop() -> dict[str, Any]:
+        supervisor.stop()
+        return supervisor.snapshot()
+
+
+def _vram_budget(registry: Registry, profile: str | None) -> int | None:
+    if profile is None:
+        return None
+    try:
+        budget = registry.profile(profile).flags.get("vram_budget")
+    except RegistryError:
+        return None
+    return parse_bytes(budget, "--vram-budget") if budget else None
+
+
+def _add_monitor_routes(
+    app: FastAPI, registry: Registry, supervisor: Supervisor, sampler: Sampler, auth: Any, api_key: str
+) -> None:
+    guard = [Depends(auth)]
+
+    @app.get("/api/status", dependencies=guard)
+    def status() -> dict[str, Any]:
+        snap = supervisor.snapshot()
+        return {**snap, "vram_budget_bytes": _vram_budget(registry, snap["profile"])}
+
+    @app.get("/api/logs", dependencies=guard)
+    def logs(lines: int = 200) -> dict[str, Any]:
+        if not 1 <= lines <= 2000:
+            raise ApiError(400, "lines must be between 1 and 2000")
+        return {"lines": list(supervisor.recent)[-lines:], "path": str(supervisor.log_path)}
+
+    @app.get("/api/system", dependencies=guard)
+    def system() -> dict[str, Any]:
+        return sampler.sample().to_dict()
+
+    @app.api_route("/api/child/{route:path}", methods=["GET", "POST"], dependencies=guard)
+    async def child(route: str, request: Request) -> Response:
+        if CHILD_ROUTES.get(route) != request.method:
+            names = ", ".join(sorted(CHILD_ROUTES))
+            raise ApiError(404, f"the manager forwards only {names} to the server", "not_found_error")
+        if supervisor.spec is None or supervisor.status.state != "running":
+            raise ApiError(409, f"no server is running (state: {supervisor.status.state})", "conflict_error")
+        body = await request.body() if request.method == "POST" else None
+        return await asyncio.to_thread(_forward, supervisor.spec.url + "/" + route, body, api_key)
+
+
+def _forward(url: str, body: bytes | None, api_key: str) -> Response:
+    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+    req = urllib.request.Request(
+        url, data=body, headers=headers, method="POST" if body is not None else "GET"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return Response(r.read(), status_code=r.status, media_type=r.headers.get("content-type"))
+    except urllib.error.HTTPError as e:  # the child's own error (OpenAI shape): pass it on
+        return Response(e.read(), status_code=e.code, media_type=e.headers.get("content-type"))
+    except OSError as e:
+        return _error(502, f"the server did not answer: {e}", "bad_gateway")

@@ -1,0 +1,228 @@
+"""SQLite store of models and serving profiles, with versioned schema migrations.
+
+Invariants:
+- `PRAGMA user_version` is the schema version; `MIGRATIONS[i]` takes version i to i + 1, each in
+  one transaction, so a database opened by an older kvspill is upgraded in place, rows kept.
+- A database newer than this kvspill knows is refused (an error saying to upgrade), never written.
+- Names are unique; removing a model removes its profiles (ON DELETE CASCADE).
+- Every user error is a `RegistryError` (a KvspillError) saying what to change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvspill.errors import KvspillError
+
+DB_FILE = "registry.sqlite3"
+
+MIGRATIONS: tuple[str, ...] = (
+    # 0 -> 1: the models
+    """
+    CREATE TABLE models (
+        name TEXT PRIMARY KEY,
+        source TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        format TEXT,
+        quantization TEXT,
+        size_bytes INTEGER,
+        added_at REAL NOT NULL
+    );
+    """,
+    # 1 -> 2: saved serving profiles, the engine flags of `kvspill serve` as JSON
+    """
+    CREATE TABLE profiles (
+        name TEXT PRIMARY KEY,
+        model_name TEXT NOT NULL REFERENCES models(name) ON DELETE CASCADE,
+        flags_json TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX profiles_by_model ON profiles(model_name);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class RegistryError(KvspillError):
+    """A registry request that cannot be done as asked (unknown name, duplicate, bad flags)."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    source: str  # a local dir, a .gguf path, or an HF id found in the local cache
+    kind: str  # gguf | hf_dir | hf_cache
+    format: str | None  # gguf | safetensors
+    quantization: str | None  # e.g. Q4_1, awq, bfloat16
+    size_bytes: int | None
+    added_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    model_name: str
+    flags: dict[str, Any]  # EngineOptions field -> value as the flag takes it ("16GiB", 4096, True)
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def default_data_dir() -> Path:
+    """`KVSPILL_DATA_DIR`, else the platform's user data dir (XDG_DATA_HOME/kvspill on Linux)."""
+    env = os.environ.get("KVSPILL_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("kvspill", appauthor=False))
+
+
+class Registry:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # check_same_thread off: the manager's request handlers share one registry; every
+        # statement runs under SQLite's own lock and each write is its own transaction.
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA foreign_keys = ON")
+
+    @property
+    def version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def migrate(self, target: int = SCHEMA_VERSION) -> None:
+        """Apply the migrations from the current version up to `target`."""
+        current = self.version
+        if current > SCHEMA_VERSION:
+            raise RegistryError(
+                f"{self.path} has schema version {current}, newer than this kvspill's "
+                f"{SCHEMA_VERSION}: upgrade kvspill or pass another --data-dir"
+            )
+        for version in range(current, target):
+            with self._transaction():
+                for statement in MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version = {version + 1}")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # models
+
+    def add_model(self, entry: ModelEntry, *, replace: bool = False) -> ModelEntry:
+        verb = "INSERT OR REPLACE" if replace else "INSERT"
+        try:
+            self.db.execute(
+                f"{verb} INTO models VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    entry.name,
+                    entry.source,
+                    entry.kind,
+                    entry.format,
+                    entry.quantization,
+                    entry.size_bytes,
+                    entry.added_at,
+                ),
+            )
+        except sqlite3.IntegrityError as e:
+            raise RegistryError(
+                f"a model named {entry.name!r} is already registered: pick another --name or remove it first"
+            ) from e
+        return entry
+
+    def models(self) -> list[ModelEntry]:
+        return [ModelEntry(**dict(r)) for r in self.db.execute("SELECT * FROM models ORDER BY name")]
+
+    def find_model(self, name: str) -> ModelEntry | None:
+        row = self.db.execute("SELECT * FROM models WHERE name = ?", (name,)).fetchone()
+        return None if row is None else ModelEntry(**dict(row))
+
+    def model(self, name: str) -> ModelEntry:
+        found = self.find_model(name)
+        if found is None:
+            known = ", ".join(m.name for m in self.models()) or "none yet: `kvspill models add` or `scan`"
+            raise RegistryError(f"no model named {name!r} in the registry (registered: {known})")
+        return found
+
+    def remove_model(self, name: str) -> None:
+        self.model(name)
+        self.db.execute("DELETE FROM models WHERE name = ?", (name,))
+
+    # profiles
+
+    def save_profile(
+        self, name: str, model_name: str, flags: dict[str, Any], *, replace: bool = False
+    ) -> Profile:
+        self.model(model_name)
+        profile = Profile(name, model_name, dict(flags), time.time())
+        verb = "INSERT OR REPLACE" if replace else "INSERT"
+        try:
+            self.db.execute(
+                f"{verb} INTO profiles VALUES (?, ?, ?, ?)",
+                (name, model_name, json.dumps(profile.flags, sort_keys=True), profile.created_at),
+            )
+        except sqlite3.IntegrityError as e:
+            raise RegistryError(
+                f"a profile named {name!r} exists already: pick another name or --replace"
+            ) from e
+        return profile
+
+    def profiles(self, model_name: str | None = None) -> list[Profile]:
+        if model_name is None:
+            rows = self.db.execute("SELECT * FROM profiles ORDER BY name")
+        else:
+            rows = self.db.execute("SELECT * FROM profiles WHERE model_name = ? ORDER BY name", (model_name,))
+        return [_profile(r) for r in rows]
+
+    def profile(self, name: str) -> Profile:
+        row = self.db.execute("SELECT * FROM profiles WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            known = ", ".join(p.name for p in self.profiles()) or "none yet: `kvspill models profile`"
+            raise RegistryError(f"no profile named {name!r} in the registry (saved: {known})")
+        return _profile(row)
+
+    def remove_profile(self, name: str) -> None:
+        self.profile(name)
+        self.db.execute("DELETE FROM profiles WHERE name = ?", (name,))
+
+
+def _profile(row: sqlite3.Row) -> Profile:
+    return Profile(row["name"], row["model_name"], json.loads(row["flags_json"]), row["created_at"])
+
+
+def open_registry(data_dir: str | Path | None = None) -> Registry:
+    """The registry in `data_dir` (default: `default_data_dir()`), created and migrated."""
+    root = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RegistryError(
+            f"cannot create the data dir {root}: {e.strerror or e}; pass another --data-dir"
+        ) from e
+    registry = Registry(root / DB_FILE)
+    registry.migrate()
+    return registry
