@@ -22,6 +22,7 @@ import torch
 
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
+from kvspill.kernels.kv_quant import kv_storage_dtype
 from kvspill.kv.cold_attention import ColdAttentionConfig
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
@@ -312,7 +313,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         block_size=config.block_size,
         num_kv_heads=loaded.num_kv_heads,
         head_dim=loaded.head_dim,
-        dtype=dtype,
+        dtype=kv_storage_dtype(config.kv_cache_dtype, dtype),
     )
     plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)
     bs = config.block_size

@@ -10,18 +10,24 @@ Shapes:
            log); the parts' rows are written, other rows are left alone
 
 `cpu_paged_attention` runs the C++/OpenMP kernel (`cpu_attention.cpp`): each byte of K and V is
-read once from the pool, converted to fp32 in cache, never gathered; the blocks are cut into
+read once from the pool, converted to fp32 in registers, never gathered; the blocks are cut into
 tasks over `num_threads` threads and the task partials merge by LSE. The kernel is built on
-first use with the host's g++ (-O3 -march=native -fopenmp; about a second) into a per-user
-cache and loaded with ctypes; with no compiler the same call falls back to a gather and torch's
-CPU flash kernel (`cpu_paged_attention_torch`), saying once why it is slower. Measured on a
-2-core EPYC host (bench/results/2026-11-26-cpu-attention): see `kvspill/kernels/bench_cpu_attention.py`.
+first use with the host's g++ (-O3 -march=native -fopenmp; a few seconds, once per source and
+CPU) into a per-user cache (KVSPILL_EXT_CACHE) and loaded with ctypes; it links the OpenMP
+runtime torch already loaded. `load_kernel()` returns None, with one warning that says why and
+what to install, where it cannot be built; callers then gather blocks and run torch's kernel
+(kv/cold_attention.py). Why C++ and not torch ops over a blocked view: torch has no attention
+over a block table, so each layer's blocks must first be gathered (a copy of every byte) and
+its CPU flash kernel then reads them again; measured in `kvspill/bench/cpu_attention_bench.py`
+(bench/results/2026-11-26-cpu-attention/).
 
-Quantized KV (`KVQuant`): fp8 pools hold one scale per layer for K and one for V; int8 pools hold
-one scale per token and kv head (`scales` pool [num_blocks, num_layers, 2, block_size,
-num_kv_heads] float32). The kernel multiplies while converting, so quantized bytes are read once.
+Quantized pools (`KVScales`): fp8 pools may carry one scale per layer for K and one for V
+(`--kv-cache-dtype fp8` stores with scale 1, kernels/kv_quant.py); int8 pools need one per token
+and kv head (`token_scales` [num_blocks, num_layers, 2, block_size, num_kv_heads] float32). The
+kernel multiplies while converting, so quantized bytes are read once. (The engine does not store
+int8 KV yet; the kernel and its test are ready for it.)
 
-`cpu_paged_attention_ref` (gather + `attend_unmasked_ref` in fp32) is the oracle of the tests.
+`cpu_paged_attention_ref` (gather, dequantize, softmax in fp32) is the oracle of the tests.
 """
 
 from __future__ import annotations

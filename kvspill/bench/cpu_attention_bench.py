@@ -1,4 +1,4 @@
-"""CPU decode attention over blocked KV: `python -m kvspill.kernels.bench_cpu_attention`.
+"""CPU decode attention over blocked KV: `python -m kvspill.bench.cpu_attention_bench`.
 
 Prints, per KV dtype and context length, GB/s of KV read (one layer's K and V of every block,
 best of `--repeats` wall times) for:
