@@ -201,11 +201,16 @@ def _capture_graphs(config: EngineConfig, loaded: LoadedModel, storage: KVStorag
 
 
 def _cold_config(config: EngineConfig, calibration: Bandwidths | None) -> ColdAttentionConfig:
-    """Cold-attention path; the stream/CPU split follows the saved calibration when there is one."""
+    """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
+    the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
+    H2D rate), so that both shares finish together."""
     return ColdAttentionConfig(
         path=config.cold_attention,
         cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
-        h2d_gbs=calibration.h2d_gbs if calibration else None,
+        h2d_gbs=(calibration.stream_gbs or calibration.h2d_gbs) if calibration else None,
+        # split: the CPU share starts on a worker thread when the layer's q is down (`begin`) and
+        # runs while this thread launches the stream share; inline it would wait for the launches.
+        cpu_workers=1 if config.cold_attention == "split" else 0,
         # The plan reserves two staging buffers of COLD_STAGE_TOKENS per layer: use all of it.
         # Fewer, larger chunks keep the host ahead of the H2D gathers (W2 3 x 32K on an H200:
         # 256-block chunks left the copy stream idle 45% of a step waiting for launches).

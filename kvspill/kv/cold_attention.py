@@ -51,7 +51,9 @@ class ColdAttentionConfig:
     path: str = "auto"
     cpu_fraction: float | None = None  # split: share of cold blocks on the CPU; None: from bandwidths
     cpu_attn_gbs: float | None = None  # measured CPU attention rate (calibration), GB/s of KV
-    h2d_gbs: float | None = None  # measured pinned H2D rate, GB/s
+    h2d_gbs: float | None = (
+        None  # measured rate of the stream path (calibration stream_gbs, else pinned H2D), GB/s
+    )
     cpu_chunk_blocks: int = 256  # blocks gathered per CPU step: bounds host temporaries
     # Blocks per device staging buffer (two of them). Each chunk costs ~20 host launches per
     # layer, so small chunks leave the copy stream waiting for the host: on an H200 host, 64
