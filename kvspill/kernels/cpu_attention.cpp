@@ -226,11 +226,43 @@ inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 // head h * group + i % group), `rows[i]` its row * num_heads + head. K and V are converted 16
 // values at a time straight from the pool, once per kRowTile rows; V is accumulated in
 // registers across the block's tokens. s: [nr, BS] scratch.
-template <int DT>
-void block_head_avx512(const Geometry& g, const float* q, int64_t r0, int64_t nr, int64_t base, int64_t sbase, int h,
-                       float scale, const int64_t* rows, float* s, float* acc, float* m, float* l) {
-  const int D = g.head_dim, H = g.num_heads, KV = g.num_kv_heads, BS = g.block_size, C = D / 16;
+#if defined(__AVX512BF16__)
+// bf16 pools: q . k with the bf16 dot instruction, 32 products a step, no conversion of K.
+// q is rounded to bf16 once (qb, same indexing as q from row r0): the GPU kernels' precision.
+void scores_bf16(const Geometry& g, const uint16_t* qb, int64_t nr, int64_t base, int h, float scale,
+                 const int64_t* rows, float* s) {
+  const int D = g.head_dim, KV = g.num_kv_heads, BS = g.block_size, C = D / 32;
+  const uint16_t* pool = static_cast<const uint16_t*>(g.pool);
   for (int64_t i0 = 0; i0 < nr; i0 += kRowTile) {
+    const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
+    const uint16_t* qr[kRowTile];
+    for (int j = 0; j < kRowTile; ++j) qr[j] = qb + rows[i0 + (j < nt ? j : 0)] * D;
+    for (int t = 0; t < BS; ++t) {
+      const uint16_t* src = pool + base + g.k_off + (static_cast<int64_t>(t) * KV + h) * D;
+      __m512 a[kRowTile];
+      for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_setzero_ps();
+      for (int c = 0; c < C; ++c) {
+        const __m512bh kc = (__m512bh)_mm512_loadu_si512(src + c * 32);
+        for (int j = 0; j < kRowTile; ++j)
+          a[j] = _mm512_dpbf16_ps(a[j], (__m512bh)_mm512_loadu_si512(qr[j] + c * 32), kc);
+      }
+      alignas(16) float dots[4];
+      _mm_store_ps(dots, _mm_mul_ps(reduce4(a[0], a[1], a[2], a[3]), _mm_set1_ps(scale)));
+      for (int j = 0; j < nt; ++j) s[(i0 + j) * BS + t] = dots[j];
+    }
+  }
+}
+#endif
+
+template <int DT>
+void block_head_avx512(const Geometry& g, const float* q, const uint16_t* qb, int64_t r0, int64_t nr, int64_t base,
+                       int64_t sbase, int h, float scale, const int64_t* rows, float* s, float* acc, float* m,
+                       float* l) {
+  const int D = g.head_dim, H = g.num_heads, KV = g.num_kv_heads, BS = g.block_size, C = D / 16;
+#if defined(__AVX512BF16__)
+  if (DT == BF16 && qb != nullptr) scores_bf16(g, qb, nr, base, h, scale, rows, s);
+#endif
+  for (int64_t i0 = 0; i0 < nr && qb == nullptr; i0 += kRowTile) {
     const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
     const float* qr[kRowTile];
     for (int j = 0; j < kRowTile; ++j) qr[j] = q + (r0 * H + rows[i0 + (j < nt ? j : 0)]) * D;
@@ -297,6 +329,17 @@ void task_avx512(const Geometry& g, const float* q, int64_t r0, int64_t r1, cons
   const int64_t elem = DT == F32 ? 4 : (DT == BF16 || DT == F16) ? 2 : 1;
   const int64_t slab_bytes = static_cast<int64_t>(g.block_size) * g.num_kv_heads * g.head_dim * elem;
   const char* pool = static_cast<const char*>(g.pool);
+  std::vector<uint16_t> qb;  // bf16 pools: q rows r0..r1 rounded to bf16 for the dot instruction
+#if defined(__AVX512BF16__)
+  if (DT == BF16 && g.head_dim % 32 == 0) {
+    const int64_t count = (r1 - r0) * g.num_heads * g.head_dim;  // a multiple of 32
+    qb.resize(static_cast<size_t>(count));
+    const float* q0 = q + r0 * g.num_heads * g.head_dim;
+    for (int64_t i = 0; i < count; i += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(&qb[i]), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(q0 + i)));
+  }
+#endif
+  const uint16_t* qb_ptr = qb.empty() ? nullptr : qb.data();
   for (int64_t b = 0; b < n; ++b) {
     const int64_t base = ids[b] * g.block_stride;
     const int64_t sbase = DT == INT8 ? ids[b] * g.scale_block_stride : 0;
@@ -308,7 +351,7 @@ void task_avx512(const Geometry& g, const float* q, int64_t r0, int64_t r1, cons
       }
     }
     for (int h = 0; h < g.num_kv_heads; ++h)
-      block_head_avx512<DT>(g, q, r0, nr, base, sbase, h, scale, rows.data() + h * nr, s.data(), acc, m, l);
+      block_head_avx512<DT>(g, q, qb_ptr, r0, nr, base, sbase, h, scale, rows.data() + h * nr, s.data(), acc, m, l);
   }
 }
 
