@@ -35,15 +35,25 @@ STDLIB_FILES = ("argparse.py", "textwrap.py", "heapq.py", "bisect.py")  # read i
 TOP1_GATE, KL_GATE = 0.99, 0.01
 
 
+def int8_token_head(x: torch.Tensor) -> torch.Tensor:
+    """int8 with one scale per token and kv head (absmax / 127), back to fp32: a simulation of the
+    format the CPU kernel reads (`KVScales.token_scales`); the engine does not store it yet."""
+    scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 127.0  # x: [num_tokens, num_kv_heads, head_dim]
+    return (x / scale).round().clamp(-127, 127) * scale
+
+
 class StoredKVAttention:
-    """Causal GQA attention over K/V converted to `kv_dtype` and back (None: untouched)."""
+    """Causal GQA attention over K/V converted to `kv_dtype` and back (None: untouched; int8:
+    the simulation `int8_token_head`)."""
 
     def __init__(self, kv_dtype: torch.dtype | None, quantized_layers: set[int]) -> None:
         self.kv_dtype = kv_dtype
         self.quantized_layers = quantized_layers
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.kv_dtype is not None and layer_idx in self.quantized_layers:
+        if self.kv_dtype == torch.int8 and layer_idx in self.quantized_layers:
+            k, v = int8_token_head(k), int8_token_head(v)
+        elif self.kv_dtype is not None and layer_idx in self.quantized_layers:
             k = quantize_kv(k, self.kv_dtype).float()
             v = quantize_kv(v, self.kv_dtype).float()
         o = F.scaled_dot_product_attention(
@@ -90,7 +100,7 @@ def greedy_tokens(kv_cache_dtype: str, prompt: str, max_tokens: int) -> tuple[li
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kv-cache-dtype", default="fp8")
+    ap.add_argument("--kv-cache-dtype", default="fp8", help="an engine format, or int8-sim (simulated only)")
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--skip-layers", default="", help="comma-separated layer indices kept unquantized")
     ap.add_argument("--per-layer", type=int, default=0, help="tokens for the one-layer-at-a-time KL (0: off)")
@@ -101,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     resolved = resolve_model(None)
     loaded = load_model(resolved, torch.device("cpu"), torch.float32)
     ids = load_tokenizer(resolved).encode(stdlib_text())[: args.tokens]
-    kv_dtype = kv_storage_dtype(args.kv_cache_dtype, torch.float32)
+    simulated = args.kv_cache_dtype == "int8-sim"
+    kv_dtype = torch.int8 if simulated else kv_storage_dtype(args.kv_cache_dtype, torch.float32)
     skip = {int(x) for x in args.skip_layers.split(",") if x}
     layers = set(range(loaded.num_layers))
     ref = teacher_forced(loaded.model, ids, StoredKVAttention(None, layers))
@@ -125,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
             for layer in sorted(layers)
         }
         print(json.dumps({"per_layer_mean_kl": result["per_layer_mean_kl"]}))
-    if args.greedy_tokens:
+    if args.greedy_tokens and not simulated:  # the engine has no int8 KV to run
         for name in ("auto", args.kv_cache_dtype):
             tokens, text = greedy_tokens(name, args.prompt, args.greedy_tokens)
             result[f"greedy_{name}"] = {"token_ids": tokens, "text": text}
