@@ -248,6 +248,19 @@ def _preflight(config: EngineConfig) -> None:
                 logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
 
 
+def _check_kv_cache_dtype(config: EngineConfig, device: torch.device) -> None:
+    """fp8 KV: Triton loads and stores fp8 only on compute capability 8.9+ (Ada, Hopper)."""
+    if config.kv_cache_dtype == "auto" or device.type != "cuda" or config.attention == "cpu":
+        return
+    if torch.cuda.get_device_capability(device) < (8, 9):
+        raise InvalidParameterError(
+            "kv_cache_dtype",
+            f"--kv-cache-dtype {config.kv_cache_dtype} needs a GPU of compute capability 8.9 or newer "
+            f"(Ada, Hopper); {torch.cuda.get_device_name(device)} is "
+            f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}: use --kv-cache-dtype auto",
+        )
+
+
 def _check_int4_format(config: EngineConfig, kind: str) -> None:
     """--quantization awq|gptq names the checkpoint's own format; `none` cannot undo an int4 one."""
     if config.quantization not in ("awq", "gptq", "none"):
@@ -307,6 +320,7 @@ def _load(
 def build_engine_parts(config: EngineConfig) -> EngineParts:
     device = pick_device(config)
     dtype = pick_dtype(config, device)
+    _check_kv_cache_dtype(config, device)  # before loading anything
     _preflight(config)
     calibration = load_calibration()  # read once: the plans and the cold path use it
     _plan_and_cap(config, device, calibration)
