@@ -13,6 +13,7 @@ from typing import Any
 from kvspill.errors import InvalidParameterError
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # kernels/kv_quant.py (config stays torch-free)
 DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = (None, "none", "gguf", "fp8", "awq", "gptq")
 # Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".
@@ -87,6 +88,9 @@ class EngineConfig:
     cpu_attention_threads: int | None = (
         None  # threads (and cores, where affinity is allowed) for CPU attention
     )
+    # KV pool format (vLLM's --kv-cache-dtype): "auto" = the model dtype; "fp8"/"fp8_e4m3"/"fp8_e5m2"
+    # store K and V in 8 bits (kernels/kv_quant.py), half the bytes of every tier.
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         def bad(param: str, msg: str) -> InvalidParameterError:
@@ -137,6 +141,11 @@ class EngineConfig:
             )
         if self.cpu_attention_threads is not None and self.cpu_attention_threads < 1:
             raise bad("cpu_attention_threads", "--cpu-attention-threads must be at least 1")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise bad(
+                "kv_cache_dtype",
+                f"--kv-cache-dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}",
+            )
         if self.attention not in ("auto", "cpu"):
             raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")
         if self.quantization not in QUANTIZATIONS:

@@ -25,6 +25,7 @@ from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf_reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
+from kvspill.kernels.kv_quant import kv_storage_dtype
 from kvspill.kv.cold_attention import ColdAttentionConfig
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
@@ -204,11 +205,16 @@ def _capture_graphs(config: EngineConfig, loaded: LoadedModel, storage: KVStorag
 
 
 def _cold_config(config: EngineConfig, calibration: Bandwidths | None) -> ColdAttentionConfig:
-    """Cold-attention path; the stream/CPU split follows the saved calibration when there is one."""
+    """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
+    the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
+    H2D rate), so that both shares finish together."""
     return ColdAttentionConfig(
         path=config.cold_attention,
         cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
-        h2d_gbs=calibration.h2d_gbs if calibration else None,
+        h2d_gbs=(calibration.stream_gbs or calibration.h2d_gbs) if calibration else None,
+        # split: the CPU share starts on a worker thread when the layer's q is down (`begin`) and
+        # runs while this thread launches the stream share; inline it would wait for the launches.
+        cpu_workers=1 if config.cold_attention == "split" else 0,
         # The plan reserves two staging buffers of COLD_STAGE_TOKENS per layer: use all of it.
         # Fewer, larger chunks keep the host ahead of the H2D gathers (W2 3 x 32K on an H200:
         # 256-block chunks left the copy stream idle 45% of a step waiting for launches).
@@ -244,6 +250,19 @@ def _preflight(config: EngineConfig) -> None:
                 os.sched_setaffinity(0, allowed[-(threads + 1) :])
             except OSError as e:
                 logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
+
+
+def _check_kv_cache_dtype(config: EngineConfig, device: torch.device) -> None:
+    """fp8 KV: Triton loads and stores fp8 only on compute capability 8.9+ (Ada, Hopper)."""
+    if config.kv_cache_dtype == "auto" or device.type != "cuda" or config.attention == "cpu":
+        return
+    if torch.cuda.get_device_capability(device) < (8, 9):
+        raise InvalidParameterError(
+            "kv_cache_dtype",
+            f"--kv-cache-dtype {config.kv_cache_dtype} needs a GPU of compute capability 8.9 or newer "
+            f"(Ada, Hopper); {torch.cuda.get_device_name(device)} is "
+            f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}: use --kv-cache-dtype auto",
+        )
 
 
 def _check_int4_format(config: EngineConfig, kind: str) -> None:
@@ -318,6 +337,7 @@ def _read_chat_template(path: str) -> str:
 def build_engine_parts(config: EngineConfig) -> EngineParts:
     device = pick_device(config)
     dtype = pick_dtype(config, device)
+    _check_kv_cache_dtype(config, device)  # before loading anything
     _preflight(config)
     calibration = load_calibration()  # read once: the plans and the cold path use it
     with shared_readers():  # a .gguf file is parsed once for the plan, config, tokenizer and weights
@@ -332,7 +352,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         block_size=config.block_size,
         num_kv_heads=loaded.num_kv_heads,
         head_dim=loaded.head_dim,
-        dtype=dtype,
+        dtype=kv_storage_dtype(config.kv_cache_dtype, dtype),
     )
     plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)
     bs = config.block_size

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_CALIBRATION_PATH = "~/.cache/kvspill/calibration.json"
+DEFAULT_EXT_CACHE = "~/.cache/kvspill/ext"
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,18 @@ class EnvSettings:
     # KVSPILL_CALIBRATION: where `kvspill doctor --calibrate` saves measured bandwidths and
     # where `kvspill plan` and the engine read them.
     calibration_path: Path
+    # KVSPILL_EXT_CACHE: where C++ kernels built at run time are kept (one file per source,
+    # flags and CPU; default ~/.cache/kvspill/ext).
+    ext_cache_dir: Path = Path(DEFAULT_EXT_CACHE).expanduser()
 
 
 def read_env_settings(environ: Mapping[str, str]) -> EnvSettings:
     """Settings from `environ` (uncached)."""
     calibration = environ.get("KVSPILL_CALIBRATION") or DEFAULT_CALIBRATION_PATH
-    return EnvSettings(calibration_path=Path(calibration).expanduser())
+    ext_cache = environ.get("KVSPILL_EXT_CACHE") or DEFAULT_EXT_CACHE
+    return EnvSettings(
+        calibration_path=Path(calibration).expanduser(), ext_cache_dir=Path(ext_cache).expanduser()
+    )
 
 
 @functools.cache

@@ -71,6 +71,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
     ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
     ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream or split")
+    ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8 or fp8_e5m2 (--kv-cache-dtype)")
+    ap.add_argument("--attention", default="auto", help="auto, or cpu: all KV in RAM, attention on the CPU")
     ap.add_argument(
         "--cpu-offload-gb", type=float, default=0.0, help="--cpu-offload-gb (weights in pinned RAM)"
     )
@@ -114,6 +116,8 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
         hot_window_tokens=args.hot_window,
         cold_attention=args.cold_attention,
+        kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"),
+        attention=getattr(args, "attention", "auto"),
         async_scheduling=getattr(args, "async_scheduling", True),
         cpu_offload_gb=getattr(args, "cpu_offload_gb", 0.0),
     )
@@ -123,6 +127,10 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     # What HBM reads each step: the resident weights (offloaded ones cross PCIe: see the floor).
     weight_bytes = model_weight_bytes(engine.bundle.loaded.model) - offloaded_bytes
     mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
+    if getattr(args, "kv_cache_dtype", "auto") != "auto":
+        mode += f"-kv-{args.kv_cache_dtype}"
+    if getattr(args, "attention", "auto") == "cpu":
+        mode += "-attention-cpu"
     base = dict(
         system="kvspill-0.1.0",
         shape=os.path.basename(args.model) if getattr(args, "model", None) else args.shape,

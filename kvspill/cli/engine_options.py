@@ -148,6 +148,9 @@ class EngineOptions:
     cpu_attention_threads: int | None = _flag(
         "Threads (each pinned to its own core where allowed) for CPU attention.", default="torch's default"
     )
+    kv_cache_dtype: str | None = _flag(
+        "KV cache format: auto (the model's dtype), fp8 (= fp8_e4m3) or fp8_e5m2: half the bytes of bf16 KV."
+    )
 
     def given(self) -> dict[str, Any]:
         """The flags given, by flag field name, as typed (sizes still text)."""

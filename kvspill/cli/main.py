@@ -158,6 +158,7 @@ def doctor(
             "d2h_gbs",
             "stream_gbs",
             "cpu_attn_gbs",
+            "host_read_gbs",
             "disk_read_gbs",
             "gpu_tflops",
         ):

@@ -142,7 +142,8 @@ def _base_request(
         max_num_seqs=flags.get("max_num_seqs", EngineConfig.max_num_seqs),
         max_num_batched_tokens=flags.get("max_num_batched_tokens", EngineConfig.max_num_batched_tokens),
         block_size=flags.get("block_size", EngineConfig.block_size),
-        kv_dtype=kv_dtype,
+        # --kv-dtype (this command's own) or the engine's --kv-cache-dtype: the same choice
+        kv_dtype=kv_dtype if kv_dtype != "auto" else flags.get("kv_cache_dtype", "auto"),
         weight_dtype=flags.get("dtype", "auto"),
         # Unset: the file's own format, as the engine holds it on CUDA (a GGUF stays quantized).
         quantization=flags.get("quantization") or "gguf",

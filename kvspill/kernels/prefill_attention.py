@@ -29,6 +29,7 @@ import math
 
 import torch
 
+from kvspill.kernels.kv_quant import FP8_DTYPES
 from kvspill.kernels.triton_compat import tl, triton
 
 # Bounds the fp32 score matrix of the reference (heads x query rows x keys) to about 256 MiB.
@@ -182,6 +183,7 @@ def attend_tile(
         k = tl.load(kv_ptrs, mask=key_ok[:, None], other=0.0)
     else:
         k = tl.load(kv_ptrs)
+    k = k.to(q.dtype)  # fp8 KV (--kv-cache-dtype, scale 1): widened in registers; otherwise a no-op
     qk = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_IN_F32) * scale_log2  # [BLOCK_M, BLOCK_N]
     if MASKED:
         qk = tl.where(keys[None, :] <= q_pos[:, None], qk, float("-inf"))
@@ -193,6 +195,7 @@ def attend_tile(
         v = tl.load(kv_ptrs + stride_ckv, mask=key_ok[:, None], other=0.0)
     else:
         v = tl.load(kv_ptrs + stride_ckv)
+    v = v.to(q.dtype)
     acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, DOT_IN_F32)
     return acc, m_new, l_i
 
@@ -415,7 +418,7 @@ def check_kv_layer(kv_layer: torch.Tensor, q: torch.Tensor) -> torch.Size:
     assert kv_layer.dim() == 5 and kv_layer.shape[1] == 2, f"kv_layer shape {tuple(kv_layer.shape)}"
     head_dim = q.shape[-1]
     assert kv_layer.shape[4] == head_dim, f"kv_layer head_dim {kv_layer.shape[4]} != q's {head_dim}"
-    assert kv_layer.dtype == q.dtype, f"kv_layer {kv_layer.dtype} != q {q.dtype}"
+    assert kv_layer.dtype in (q.dtype, *FP8_DTYPES), f"kv_layer {kv_layer.dtype} != q {q.dtype} (nor fp8)"
     assert kv_layer.device == q.device, f"kv_layer on {kv_layer.device}, q on {q.device}"
     assert kv_layer.stride(4) == 1 and q.stride(-1) == 1, "head_dim must be the contiguous dimension"
     assert head_dim >= 16 and head_dim & (head_dim - 1) == 0, f"head_dim {head_dim}: power of two >= 16"

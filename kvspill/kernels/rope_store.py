@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from kvspill.kernels.fused_ops import _rope_cos_sin, _rope_rotate, apply_rope_ref, check_rope_args
-from kvspill.kernels.store_kv import check_store_args, store_kv_ref
+from kvspill.kernels.kv_quant import fp8_max
+from kvspill.kernels.store_kv import check_store_args, saturate_round_fp8, store_kv_ref
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -29,6 +30,13 @@ def rope_and_store_kv_ref(
     """Torch reference: `apply_rope_ref`, then `store_kv_ref`."""
     apply_rope_ref(q, k, positions, cos_sin_cache)
     store_kv_ref(k, v, kv_layer, slot_mapping)
+
+
+@triton.jit
+def _to_cache(x, cache_ptr, FP8_MAX: tl.constexpr):
+    if FP8_MAX > 0:
+        x = saturate_round_fp8(x.to(tl.float32), FP8_MAX)
+    return x.to(cache_ptr.dtype.element_ty)
 
 
 @triton.jit
@@ -57,6 +65,7 @@ def _rope_store_kernel(
     HALF: tl.constexpr,
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
+    FP8_MAX: tl.constexpr = 0.0,  # > 0: the cache is fp8 (--kv-cache-dtype), values saturate
 ):
     # One program per token: its q heads, then its k heads (rotated once, written twice) and v.
     token = tl.program_id(0).to(tl.int64)
@@ -73,11 +82,14 @@ def _rope_store_kernel(
         dst = (
             cache_ptr + block_id * stride_cb + offset * stride_cs + heads[:, None] * stride_ch + dims[None, :]
         )
-        tl.store(dst, k1, mask=ok)
-        tl.store(dst + HALF, k2, mask=ok)
+        tl.store(dst, _to_cache(k1, cache_ptr, FP8_MAX), mask=ok)
+        tl.store(dst + HALF, _to_cache(k2, cache_ptr, FP8_MAX), mask=ok)
         v_ptrs = v_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :]
-        tl.store(dst + stride_ckv, tl.load(v_ptrs, mask=ok), mask=ok)
-        tl.store(dst + stride_ckv + HALF, tl.load(v_ptrs + HALF, mask=ok), mask=ok)
+        v1 = _to_cache(tl.load(v_ptrs, mask=ok), cache_ptr, FP8_MAX)
+        tl.store(dst + stride_ckv, v1, mask=ok)
+        tl.store(
+            dst + stride_ckv + HALF, _to_cache(tl.load(v_ptrs + HALF, mask=ok), cache_ptr, FP8_MAX), mask=ok
+        )
 
 
 def rope_and_store_kv(
@@ -122,4 +134,5 @@ def rope_and_store_kv(
         HALF=head_dim // 2,
         BLOCK_HQ=triton.next_power_of_2(num_heads),
         BLOCK_HK=triton.next_power_of_2(num_kv_heads),
+        FP8_MAX=fp8_max(kv_layer.dtype),
     )

@@ -9,13 +9,15 @@ whose block stride is num_layers times larger than a contiguous tensor's: every 
 Invariants:
 - slot = block_id * block_size + offset; a negative slot is padding and writes nothing.
 - Writes are in place; no two tokens of one call may share a slot (the winner is unspecified).
-- k, v and the cache share one dtype; no conversion happens here.
+- The cache holds the model dtype or an fp8 format (`kv_quant.py`): fp8 values saturate at the
+  format's range when stored (a plain cast would store NaN).
 """
 
 from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.kv_quant import FP8_DTYPES, fp8_max, quantize_kv
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -32,8 +34,20 @@ def store_kv_ref(
     block_ids = torch.div(slots, block_size, rounding_mode="floor")
     offsets = slots - block_ids * block_size
     # Advanced indexing on a view writes through to the multi-layer cache.
-    kv_layer[block_ids, 0, offsets] = k[keep]
-    kv_layer[block_ids, 1, offsets] = v[keep]
+    kv_layer[block_ids, 0, offsets] = quantize_kv(k[keep], kv_layer.dtype)
+    kv_layer[block_ids, 1, offsets] = quantize_kv(v[keep], kv_layer.dtype)
+
+
+@triton.jit
+def saturate_round_fp8(x, FP8_MAX: tl.constexpr):
+    """x (fp32) clamped to +-FP8_MAX and rounded to nearest even at the fp8 format's mantissa width
+    (3 bits for e4m3, max 448; 2 for e5m2), so the cast that follows is exact for fp8 normals
+    whatever rounding the backend's cast uses (Triton's interpreter truncates)."""
+    x = tl.minimum(tl.maximum(x, -FP8_MAX), FP8_MAX)
+    drop: tl.constexpr = 20 if FP8_MAX < 1000.0 else 21  # 23 - mantissa bits
+    bits = x.to(tl.int32, bitcast=True)  # the sign bit never changes: magnitudes stay below 2^31
+    bits = (bits + ((1 << (drop - 1)) - 1) + ((bits >> drop) & 1)) & (-(1 << drop))
+    return tl.minimum(tl.maximum(bits.to(tl.float32, bitcast=True), -FP8_MAX), FP8_MAX)
 
 
 @triton.jit
@@ -54,6 +68,7 @@ def _store_kv_kernel(
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    FP8_MAX: tl.constexpr = 0.0,  # > 0: the cache is fp8, values saturate at +-FP8_MAX
 ):
     # One program per token: all its heads, K and V.
     token = tl.program_id(0)
@@ -68,8 +83,13 @@ def _store_kv_kernel(
     src_k = k_ptr + token.to(tl.int64) * stride_kt + heads[:, None] * stride_kh + dims[None, :]
     src_v = v_ptr + token.to(tl.int64) * stride_vt + heads[:, None] * stride_vh + dims[None, :]
     dst = cache_ptr + block_id * stride_cb + offset * stride_cs + heads[:, None] * stride_ch + dims[None, :]
-    tl.store(dst, tl.load(src_k, mask=mask), mask=mask)
-    tl.store(dst + stride_ckv, tl.load(src_v, mask=mask), mask=mask)
+    k = tl.load(src_k, mask=mask)
+    v = tl.load(src_v, mask=mask)
+    if FP8_MAX > 0:
+        k = saturate_round_fp8(k.to(tl.float32), FP8_MAX)
+        v = saturate_round_fp8(v.to(tl.float32), FP8_MAX)
+    tl.store(dst, k.to(cache_ptr.dtype.element_ty), mask=mask)
+    tl.store(dst + stride_ckv, v.to(cache_ptr.dtype.element_ty), mask=mask)
 
 
 def check_store_args(
@@ -85,7 +105,9 @@ def check_store_args(
     assert slot_mapping.shape == (num_tokens,) and slot_mapping.dtype == torch.int64, (
         f"slot_mapping must be int64 [{num_tokens}], got {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
     )
-    assert k.dtype == v.dtype == kv_layer.dtype, f"dtypes k {k.dtype} v {v.dtype} cache {kv_layer.dtype}"
+    assert k.dtype == v.dtype and kv_layer.dtype in (k.dtype, *FP8_DTYPES), (
+        f"dtypes k {k.dtype} v {v.dtype} cache {kv_layer.dtype}"
+    )
     assert k.stride(2) == 1 and v.stride(2) == 1 and kv_layer.stride(4) == 1, "head_dim must be contiguous"
     assert k.device == v.device == kv_layer.device == slot_mapping.device, "all tensors on one device"
     assert head_dim & (head_dim - 1) == 0, f"head_dim {head_dim} must be a power of two"
@@ -119,5 +141,6 @@ def store_kv(
         kv_layer.shape[2],
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
+        FP8_MAX=fp8_max(kv_layer.dtype),
         BLOCK_H=triton.next_power_of_2(num_kv_heads),
     )

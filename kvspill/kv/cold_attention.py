@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from kvspill.errors import InvalidParameterError
+from kvspill.kernels.cpu_attention import CpuParts, cpu_paged_attention, load_kernel
 from kvspill.kernels.merge_states import merge_attention_states_ref
 from kvspill.kv.cold_math import attend_unmasked_cpu, merge_partials
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
@@ -50,13 +51,19 @@ class ColdAttentionConfig:
     path: str = "auto"
     cpu_fraction: float | None = None  # split: share of cold blocks on the CPU; None: from bandwidths
     cpu_attn_gbs: float | None = None  # measured CPU attention rate (calibration), GB/s of KV
-    h2d_gbs: float | None = None  # measured pinned H2D rate, GB/s
+    h2d_gbs: float | None = (
+        None  # measured rate of the stream path (calibration stream_gbs, else pinned H2D), GB/s
+    )
     cpu_chunk_blocks: int = 256  # blocks gathered per CPU step: bounds host temporaries
     # Blocks per device staging buffer (two of them). Each chunk costs ~20 host launches per
     # layer, so small chunks leave the copy stream waiting for the host: on an H200 host, 64
     # streamed 10-12 GB/s, 256 38-42; the engine passes the plan's COLD_STAGE_TOKENS (1024 blocks).
     stream_chunk_blocks: int = 1024
     cpu_workers: int = 0  # threads running CPU partials; 0: the calling thread, after the GPU kernels
+    # Threads of the CPU kernel; None: torch's count when the backend is built (the engine's
+    # pre-flight sets it from --cpu-attention-threads). Read once: a worker thread's own OpenMP
+    # default would be every core.
+    cpu_threads: int | None = None
     max_rows_per_query: int = 64  # stream: query rows (tokens x GQA group) folded into one kernel query
 
     def __post_init__(self) -> None:
@@ -67,6 +74,10 @@ class ColdAttentionConfig:
         if self.cpu_fraction is not None and not 0.0 <= self.cpu_fraction <= 1.0:
             raise InvalidParameterError(
                 "cold_path", f"cpu_fraction must be in [0, 1], got {self.cpu_fraction}"
+            )
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise InvalidParameterError(
+                "cold_path", f"cpu_threads must be at least 1, got {self.cpu_threads}"
             )
         for name in ("cpu_chunk_blocks", "stream_chunk_blocks", "max_rows_per_query"):
             if getattr(self, name) < 1:
@@ -140,6 +151,9 @@ class ColdAttentionBackend:
         self.stats = ColdStats()
         self._stager: StreamStager | None = None
         self.executor = ThreadPoolExecutor(self.config.cpu_workers) if self.config.cpu_workers else None
+        self.cpu_threads = self.config.cpu_threads or torch.get_num_threads()
+        # The C++ kernel reads blocks in place; None (logged once): gather + torch's kernel.
+        self.cpu_kernel = load_kernel() if self.path in ("cpu", "split") else None
 
     def stager(self) -> StreamStager:
         if self._stager is None:
@@ -239,6 +253,7 @@ class ColdStep:
         self._chunks: list[StreamChunk] | None = None
         self._loaded: dict[int, int] = {}  # staging buffer -> item loaded into it this step
         self._host_checked = False
+        self._cpu_tier_parts: list[tuple[int, CpuParts]] | None = None
 
     # ---- per layer -------------------------------------------------------------------------
 
@@ -258,17 +273,19 @@ class ColdStep:
         o = torch.zeros(q_cold.shape, dtype=torch.float32)
         lse = torch.full(q_cold.shape[:2], float("-inf"), dtype=torch.float32)
         work.cpu_out = (o, lse)
-        tasks = [(part, event) for part in self.cpu_parts]
+        # One kernel call covers every part (it spreads them over its threads); the fallback
+        # runs part by part.
+        parts: list[ColdPart | None] = [None] if self.backend.cpu_kernel is not None else list(self.cpu_parts)
         executor = self.backend.executor
         if executor is not None:
             work.cpu_futures = [
-                executor.submit(self._cpu_part, layer_idx, q_host, p, ev, o, lse) for p, ev in tasks
+                executor.submit(self._cpu_work, layer_idx, q_host, p, event, o, lse) for p in parts
             ]
         else:
 
             def run_inline() -> None:
-                for p, ev in tasks:
-                    self._cpu_part(layer_idx, q_host, p, ev, o, lse)
+                for p in parts:
+                    self._cpu_work(layer_idx, q_host, p, event, o, lse)
 
             work.run_cpu_inline = run_inline
         return work
@@ -300,40 +317,97 @@ class ColdStep:
             self.backend.wait_host()
             self._host_checked = True
 
-    def _cpu_part(
+    def _cpu_work(
         self,
         layer_idx: int,
         q_host: torch.Tensor,
-        part: ColdPart,
+        part: ColdPart | None,
         event: torch.cuda.Event | None,
         o: torch.Tensor,
         lse: torch.Tensor,
     ) -> None:
-        """Attend `part`'s blocks on the CPU and write its rows of (o, lse) (rows are disjoint)."""
+        """Attend on the CPU and write the rows of (o, lse): all parts with the kernel (part None),
+        else `part` alone (rows of parts are disjoint)."""
         t0 = time.perf_counter()
         with torch.inference_mode():
             if event is not None:
                 event.synchronize()
             self._ensure_host_ready()
-            layout = self.storage.layout
-            q = q_host[part.row_start : part.row_end]
-            o_acc, lse_acc = o[part.row_start : part.row_end], lse[part.row_start : part.row_end]
-            blocks = [(TIER_CPU, b) for b in part.cpu_block_ids] + [
-                (TIER_DISK, b) for b in part.disk_block_ids
-            ]
-            step = self.backend.config.cpu_chunk_blocks
-            for c0 in range(0, len(blocks), step):
-                chunk = blocks[c0 : c0 + step]
-                k, v = (self._gather_host(layer_idx, kv, chunk) for kv in (0, 1))  # [n * block_size, kv, dim]
-                o_p, lse_p = attend_unmasked_cpu(
-                    q, k, v, self.scale, _key_splits(len(chunk), layout.num_kv_heads)
-                )
-                merged_o, merged_lse = merge_attention_states_ref(o_acc, lse_acc, o_p, lse_p)
-                o_acc.copy_(merged_o)
-                lse_acc.copy_(merged_lse)
+            if part is None:
+                num_blocks = self._cpu_kernel_layer(layer_idx, q_host, o, lse)
+            else:
+                num_blocks = self._cpu_part_torch(layer_idx, q_host, part, o, lse)
+        layout = self.storage.layout
         self.backend.stats.add_cpu(
-            len(blocks) * layout.block_bytes // layout.num_layers, time.perf_counter() - t0
+            num_blocks * layout.block_bytes // layout.num_layers, time.perf_counter() - t0
         )
+
+    def _cpu_kernel_layer(
+        self, layer_idx: int, q_host: torch.Tensor, o: torch.Tensor, lse: torch.Tensor
+    ) -> int:
+        """Every CPU part through the C++ kernel, reading the blocks in place: one call per tier
+        holding any of them; a second tier's partial merges by LSE into the rows it shares."""
+        tiers = self._tier_parts()
+        for i, (tier, parts) in enumerate(tiers):
+            pool = self.storage.pool(tier)
+            if i == 0:
+                cpu_paged_attention(
+                    q_host, pool, layer_idx, parts, self.scale, (o, lse), self.backend.cpu_threads
+                )
+                continue
+            o_t, lse_t = torch.zeros_like(o), torch.full_like(lse, float("-inf"))
+            cpu_paged_attention(
+                q_host, pool, layer_idx, parts, self.scale, (o_t, lse_t), self.backend.cpu_threads
+            )
+            merged_o, merged_lse = merge_attention_states_ref(o, lse, o_t, lse_t)
+            o.copy_(merged_o)
+            lse.copy_(merged_lse)
+        return sum(len(parts.block_ids) for _, parts in tiers)
+
+    def _tier_parts(self) -> list[tuple[int, CpuParts]]:
+        """(tier, the CPU parts' blocks in it), for the tiers that hold any; built once a step."""
+        if self._cpu_tier_parts is None:
+            self._cpu_tier_parts = []
+            for tier in (TIER_CPU, TIER_DISK):
+                picked = [
+                    (p, p.cpu_block_ids if tier == TIER_CPU else p.disk_block_ids) for p in self.cpu_parts
+                ]
+                picked = [(p, ids) for p, ids in picked if len(ids)]
+                if not picked:
+                    continue
+                counts = np.array([0] + [len(ids) for _, ids in picked], dtype=np.int64)
+                self._cpu_tier_parts.append(
+                    (
+                        tier,
+                        CpuParts(
+                            block_ids=np.concatenate([ids for _, ids in picked]).astype(np.int64),
+                            block_start=np.cumsum(counts),
+                            row_start=np.array([p.row_start for p, _ in picked], dtype=np.int64),
+                            row_end=np.array([p.row_end for p, _ in picked], dtype=np.int64),
+                        ),
+                    )
+                )
+        return self._cpu_tier_parts
+
+    def _cpu_part_torch(
+        self, layer_idx: int, q_host: torch.Tensor, part: ColdPart, o: torch.Tensor, lse: torch.Tensor
+    ) -> int:
+        """Without the kernel: gather chunks of `cpu_chunk_blocks` blocks, torch's CPU flash kernel."""
+        layout = self.storage.layout
+        q = q_host[part.row_start : part.row_end]
+        o_acc, lse_acc = o[part.row_start : part.row_end], lse[part.row_start : part.row_end]
+        blocks = [(TIER_CPU, b) for b in part.cpu_block_ids] + [(TIER_DISK, b) for b in part.disk_block_ids]
+        step = self.backend.config.cpu_chunk_blocks
+        for c0 in range(0, len(blocks), step):
+            chunk = blocks[c0 : c0 + step]
+            k, v = (self._gather_host(layer_idx, kv, chunk) for kv in (0, 1))  # [n * block_size, kv, dim]
+            o_p, lse_p = attend_unmasked_cpu(
+                q, k, v, self.scale, _key_splits(len(chunk), layout.num_kv_heads)
+            )
+            merged_o, merged_lse = merge_attention_states_ref(o_acc, lse_acc, o_p, lse_p)
+            o_acc.copy_(merged_o)
+            lse_acc.copy_(merged_lse)
+        return len(blocks)
 
     def _gather_host(self, layer_idx: int, kv: int, blocks: list[tuple[int, int]]) -> torch.Tensor:
         """K (kv=0) or V (kv=1) of `blocks` of one layer, contiguous: [n * block_size, num_kv_heads, head_dim]."""

@@ -100,7 +100,7 @@ def request_from_engine_config(
     vram_budget_bytes: int,
     ram_budget_bytes: int = 2 * GiB,
     disk_budget_bytes: int = 0,
-    kv_dtype: str = "auto",
+    kv_dtype: str | None = None,
 ) -> PlanRequest:
     """The plan request the engine makes at start-up from its frozen config and the budgets."""
     return PlanRequest(
@@ -113,7 +113,7 @@ def request_from_engine_config(
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
         block_size=config.block_size,
-        kv_dtype=kv_dtype,
+        kv_dtype=kv_dtype or config.kv_cache_dtype,  # bytes per token follow --kv-cache-dtype
         weight_dtype=config.dtype,
         gpu_kv_budget_bytes=config.kv_cache_memory_bytes,
         enforce_eager=config.enforce_eager or config.cpu_offload_gb > 0,  # offload runs without graphs

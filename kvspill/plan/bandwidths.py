@@ -30,6 +30,9 @@ class Bandwidths:
     # Cold KV attended per second by the engine's stream path (gather to the GPU + attend): what
     # exact decode over cold blocks reaches; None: STREAM_EFFICIENCY x h2d_gbs.
     stream_gbs: float | None = None
+    # Host RAM read rate (a torch sum over a large fp32 buffer with torch's threads): the ceiling
+    # of CPU attention over the cpu tier (informative: cpu_attn_gbs is what the plan divides by).
+    host_read_gbs: float | None = None
 
     def complete(self, fallback: Bandwidths) -> Bandwidths:
         """Self with every missing rate taken from `fallback`; `source` says which ones."""

@@ -2,7 +2,8 @@
 
 `measure_bandwidths` times, on this host: pinned H2D and D2H copies of large buffers, a
 device-to-device copy (read + write counted), a bf16 matmul on the GPU, CPU decode attention
-(torch SDPA over a GQA KV shape, with torch's configured threads), a read of a temp file with
+(the engine's cold path over a GQA KV shape, with torch's configured threads), the host's RAM
+read rate (the ceiling of that), a read of a temp file with
 its pages dropped from the page cache, and an fp32 matmul on the CPU. Without a GPU the GPU
 figures stay `None` ("not measured") and the plan fills them from its defaults, saying so.
 
@@ -65,6 +66,14 @@ def measure_cpu_attention_gbs(
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
     return (k.nbytes + v.nbytes) / _best_seconds(attend, repeats) / 1e9
+
+
+def measure_host_read_gbs(num_bytes: int = 256 * MiB, repeats: int = 5) -> float:
+    """Host RAM read rate: a sum over a float32 buffer larger than the caches, torch's threads."""
+    import torch
+
+    buffer = torch.ones(num_bytes // 4, dtype=torch.float32)
+    return buffer.nbytes / _best_seconds(buffer.sum, repeats) / 1e9
 
 
 def measure_matmul_tflops(device: torch.device, n: int, dtype: torch.dtype, repeats: int = 3) -> float:
@@ -210,6 +219,7 @@ def measure_bandwidths(
         figures["stream_gbs"] = measure_cold_path_gbs(device, "stream", 256 if quick else 1024)
     # The engine's CPU cold path (what --cold-attention cpu/split run), not bare SDPA.
     figures["cpu_attn_gbs"] = measure_cold_path_gbs(device, "cpu", 256 if quick else 1024)
+    figures["host_read_gbs"] = measure_host_read_gbs((64 if quick else 256) * MiB)
     figures["cpu_tflops"] = measure_matmul_tflops(torch.device("cpu"), 512 if quick else 1024, torch.float32)
     figures["disk_read_gbs"] = measure_disk_read_gbs(disk_dir, (32 if quick else 128) * MiB)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

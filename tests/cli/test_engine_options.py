@@ -150,6 +150,7 @@ def test_every_flag_maps_to_its_engine_config_field():
         attention="cpu",
         cold_attention="split",
         cpu_attention_threads=3,
+        kv_cache_dtype="fp8",
     )
     assert all(getattr(options, f.name) is not None for f in fields(EngineOptions)), "set every flag"
     config = engine_config(options, "some/model")
@@ -184,6 +185,7 @@ def test_every_flag_maps_to_its_engine_config_field():
         attention="cpu",
         cold_attention="split",
         cpu_attention_threads=3,
+        kv_cache_dtype="fp8",
     )
 
 

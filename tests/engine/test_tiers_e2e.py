@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvspill.kv.storage import KVLayout
 from kvspill.llm import LLM
 from kvspill.sampling_params import SamplingParams
 
@@ -94,3 +95,32 @@ def test_attention_cpu_mode_gives_the_same_tokens(tiny_llama_dir, reference):
     assert llm.engine.bundle.storage.device.type == "cpu"
     out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))[0]
     assert out.token_ids == want_tokens
+
+
+def test_fp8_kv_cache_in_cold_tiers_equals_fp8_all_on_one_tier(tiny_llama_dir, tmp_path, record_logits):
+    """--kv-cache-dtype fp8: the pools of every tier hold fp8 (a quarter of fp32's bytes); the cold
+    path (the CPU kernel reading fp8 blocks in place) gives the logits of the all-on-one-tier run."""
+    prompt = torch.randint(3, 256, (120,), generator=torch.Generator().manual_seed(5)).tolist()
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    whole = _llm(tiny_llama_dir, kv_cache_dtype="fp8", max_num_batched_tokens=16)
+    want_logits = record_logits(whole)
+    want = whole.generate([prompt], params)[0].token_ids
+    tiered = _llm(
+        tiny_llama_dir,
+        tmp_path,
+        kv_cache_dtype="fp8",
+        num_kv_blocks=5,
+        max_num_batched_tokens=16,
+        hot_window_tokens=8,
+        num_cpu_kv_blocks=30,
+    )
+    storage = tiered.engine.bundle.storage
+    assert storage.layout.dtype == storage.cpu_cache.dtype == torch.float8_e4m3fn
+    fp32_layout = KVLayout(**{**vars(storage.layout), "dtype": torch.float32})
+    assert storage.layout.bytes_per_token * 4 == fp32_layout.bytes_per_token
+    logits = record_logits(tiered)
+    assert tiered.generate([prompt], params)[0].token_ids == want
+    # fp32 rounding that differs with the step's shapes can move a value across an fp8 rounding
+    # boundary (one fp8 step, 6%): logits agree to 1e-3 here, not to fp32's 1e-4
+    assert max((a - b).abs().max().item() for a, b in zip(logits, want_logits, strict=True)) < 5e-3
+    assert _cold_fraction_seen(tiered) >= 0.7

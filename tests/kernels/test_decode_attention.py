@@ -144,3 +144,15 @@ def test_cuda_graph_replay_with_new_seq_lens(make_paged_kv, tol):
     o_ref, lse_ref = paged_decode_attention_ref(q, *args)
     torch.testing.assert_close(o.float(), o_ref.float(), **tol[torch.bfloat16])
     torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_kernel_reads_fp8_cache(make_paged_kv, tol, fp8, device):
+    """--kv-cache-dtype fp8: the kernel widens the stored values as the reference does (.float())."""
+    paged, q = _make_batch(make_paged_kv, SEQ_LENS, 8, 2, 32, 16, torch.bfloat16, device)
+    kv_fp8 = paged.kv_layer.float().clamp(-448, 448).to(fp8)
+    args = (kv_fp8, paged.block_tables, paged.seq_lens, 0.2)
+    o_ref, lse_ref = paged_decode_attention_ref(q, *args)
+    o, lse = paged_decode_attention(q, *args, num_splits=2, out=_poisoned_out(q), min_split_tokens=16)
+    torch.testing.assert_close(o.float(), o_ref.float(), **tol[torch.bfloat16])
+    torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-4)

@@ -148,3 +148,15 @@ def test_kernel_real_tiles_on_gpu(make_paged_kv, tol, num_heads, num_kv_heads, h
     o, lse = paged_prefill_attention(q, *args, out=_poisoned_out(q))
     torch.testing.assert_close(o.float(), o_ref.float(), **tol[torch.bfloat16])
     torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_kernel_reads_fp8_cache(make_paged_kv, tol, fp8, device):
+    """--kv-cache-dtype fp8: the kernel widens the stored values as the reference does (.float())."""
+    paged, q, qsl = _make_batch(make_paged_kv, SEQS, 4, 2, 32, 16, torch.bfloat16, device)
+    kv_fp8 = paged.kv_layer.float().clamp(-448, 448).to(fp8)
+    args = (kv_fp8, paged.block_tables, qsl, paged.seq_lens, 0.2)
+    o_ref, lse_ref = paged_prefill_attention_ref(q, *args)
+    o, lse = paged_prefill_attention(q, *args, out=_poisoned_out(q))
+    torch.testing.assert_close(o.float(), o_ref.float(), **tol[torch.bfloat16])
+    torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-4)

@@ -9,14 +9,22 @@ from kvspill.kernels.rope_store import rope_and_store_kv, rope_and_store_kv_ref
 
 
 @pytest.mark.parametrize(
-    "dtype, num_heads, num_kv_heads, head_dim, block_size",
-    [(torch.float32, 4, 2, 16, 8), (torch.bfloat16, 6, 3, 32, 16), (torch.bfloat16, 32, 8, 64, 16)],
+    "dtype, num_heads, num_kv_heads, head_dim, block_size, cache_dtype",
+    [
+        (torch.float32, 4, 2, 16, 8, None),
+        (torch.bfloat16, 6, 3, 32, 16, None),
+        (torch.bfloat16, 32, 8, 64, 16, None),
+        (torch.float32, 4, 2, 16, 8, torch.float8_e4m3fn),  # --kv-cache-dtype fp8
+        (torch.bfloat16, 6, 3, 32, 16, torch.float8_e5m2),
+    ],
 )
-def test_rope_and_store_matches_reference(dtype, num_heads, num_kv_heads, head_dim, block_size, device):
+def test_rope_and_store_matches_reference(
+    dtype, num_heads, num_kv_heads, head_dim, block_size, cache_dtype, device
+):
     gen = torch.Generator().manual_seed(0)
     num_blocks, num_layers, layer, num_tokens, max_pos = 6, 3, 1, 11, 300
     cache = torch.randn((num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim), generator=gen)
-    cache = cache.to(dtype).to(device)
+    cache = cache.to(cache_dtype or dtype).to(device)
     # q, k and v as strided slices of one fused qkv output, as the model produces them.
     qkv = (
         torch.randn((num_tokens, num_heads + 2 * num_kv_heads, head_dim), generator=gen).to(dtype).to(device)
@@ -41,6 +49,9 @@ def test_rope_and_store_matches_reference(dtype, num_heads, num_kv_heads, head_d
     (x_ref, c_ref), (x_kernel, c_kernel) = results
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(x_kernel, x_ref, **tol)  # q and k rotated in place, v untouched
+    if cache_dtype is not None:  # k rotated in fp32 either way; a value may round to the next fp8
+        tol = dict(rtol=2.0 ** -(3 if cache_dtype == torch.float8_e4m3fn else 2), atol=0.02)
+        c_kernel, c_ref, cache = c_kernel.float(), c_ref.float(), cache.float()
     torch.testing.assert_close(c_kernel, c_ref, **tol)  # other layers and padding slots untouched
     assert not torch.equal(c_ref, cache)
 

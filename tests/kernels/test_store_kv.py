@@ -64,3 +64,31 @@ def test_store_kv_rejects_mismatches(device):
         store_kv(k, k, cache[:, 0], torch.zeros(3, dtype=torch.int32, device=device))
     with pytest.raises(AssertionError, match="dtypes"):
         store_kv(k.half(), k.half(), cache[:, 0], torch.zeros(3, dtype=torch.int64, device=device))
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_store_kv_into_fp8_cache_rounds_and_saturates(fp8, device):
+    """--kv-cache-dtype fp8: the kernel and the reference store the same fp8 values, within
+    the format's rounding of the input, and values past its range saturate (no NaN)."""
+    gen = torch.Generator().manual_seed(1)
+    cache = torch.zeros((4, 2, 2, 8, 2, 32), dtype=fp8, device=device)
+    k = (torch.randn((9, 2, 32), generator=gen) * 4).to(torch.bfloat16).to(device)
+    v = (torch.randn((9, 2, 32), generator=gen) * 4).to(torch.bfloat16).to(device)
+    k[0, 0, :4] = torch.tensor([1e6, -1e6, 0.0, 1e-3])  # beyond e4m3's 448 (and e5m2's 57344)
+    slots = torch.randperm(32, generator=gen)[:9].to(device)
+    by_ref, by_kernel = cache.clone(), cache.clone()
+    store_kv_ref(k, v, by_ref[:, 1], slots)
+    store_kv(k, v, by_kernel[:, 1], slots)
+    normal = k.float().abs() >= torch.finfo(fp8).smallest_normal  # k: K of each stored token
+    got_ref = by_ref[:, 1, 0].reshape(-1, 2, 32)[slots].float()  # [9, 2, 32] K as stored
+    got_kernel = by_kernel[:, 1, 0].reshape(-1, 2, 32)[slots].float()
+    # fp8 normals: the same value (round to nearest even); subnormals: within one step
+    assert torch.equal(got_ref[normal], got_kernel[normal])
+    assert ((got_ref - got_kernel).abs()[~normal] <= 2.0 * torch.finfo(fp8).smallest_normal / 8).all()
+    assert torch.isfinite(by_kernel.float()).all() and torch.isfinite(by_ref.float()).all()
+    limit = torch.finfo(fp8).max
+    assert got_kernel[0, 0, 0] == limit and got_kernel[0, 0, 1] == -limit
+    mantissa_bits = {torch.float8_e4m3fn: 3, torch.float8_e5m2: 2}[fp8]
+    inside = normal & (k.float().abs() <= limit)
+    err = (got_ref - k.float()).abs()[inside]
+    assert (err <= k.float().abs()[inside] * 2.0 ** -(mantissa_bits + 1)).all()  # half an ulp

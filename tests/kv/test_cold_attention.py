@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kvspill.kernels.prefill_attention import dense_attention_ref
+from kvspill.kv import cold_attention
 from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig
 from kvspill.kv.cold_math import attend_unmasked_ref, fold_queries, merge_partials, unfold_outputs
 from kvspill.kv.storage import KVLayout, TieredKVStorage
@@ -76,9 +77,13 @@ def _run_step(storage, states, batch, qkv, backend=None):
 CONFIGS = {
     "cpu": ColdAttentionConfig(path="cpu"),
     "cpu-workers-small-chunks": ColdAttentionConfig(path="cpu", cpu_workers=2, cpu_chunk_blocks=3),
+    "cpu-no-compiler": ColdAttentionConfig(path="cpu", cpu_chunk_blocks=3),  # gather + torch's kernel
+    "cpu-one-thread": ColdAttentionConfig(path="cpu", cpu_threads=1),
     "stream": ColdAttentionConfig(path="stream"),
     "stream-small-chunks": ColdAttentionConfig(path="stream", stream_chunk_blocks=5, max_rows_per_query=4),
     "split": ColdAttentionConfig(path="split", cpu_fraction=0.4, stream_chunk_blocks=4),
+    "split-mostly-cpu": ColdAttentionConfig(path="split", cpu_fraction=0.9, stream_chunk_blocks=4),
+    "split-mostly-stream": ColdAttentionConfig(path="split", cpu_fraction=0.1, cpu_workers=1),
     "split-bandwidths": ColdAttentionConfig(
         path="split", cpu_attn_gbs=30.0, h2d_gbs=50.0, stream_chunk_blocks=7
     ),
@@ -86,7 +91,9 @@ CONFIGS = {
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_tiered_attention_matches_all_gpu(tmp_path, name):
+def test_tiered_attention_matches_all_gpu(tmp_path, monkeypatch, name):
+    if name == "cpu-no-compiler":
+        monkeypatch.setattr(cold_attention, "load_kernel", lambda: None)
     g = torch.Generator().manual_seed(7)
     storage = TieredKVStorage(
         LAYOUT, NUM_GPU_BLOCKS, DEVICE, num_cpu_blocks=100, num_disk_blocks=100, disk_dir=tmp_path

@@ -22,6 +22,7 @@ def test_cpu_measurement_is_positive_and_quick(tmp_path: Path) -> None:
     assert bw.cpu_attn_gbs is not None and bw.cpu_attn_gbs > 0
     assert bw.disk_read_gbs is not None and bw.disk_read_gbs > 0
     assert bw.cpu_tflops is not None and bw.cpu_tflops > 0
+    assert bw.host_read_gbs is not None and bw.host_read_gbs > 0
     assert (bw.hbm_gbs, bw.h2d_gbs, bw.d2h_gbs, bw.gpu_tflops, bw.gpu_name) == (None,) * 5
     assert bw.measured_at and list(tmp_path.iterdir()) == []  # the temp file is gone
 

@@ -1,0 +1,267 @@
+"""Attention on the CPU over KV blocks in a host pool, read in place through a block table.
+
+Shapes:
+    q:     [num_rows, num_heads, head_dim] (any float dtype; the kernel reads it as fp32)
+    pool:  [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim], contiguous, on the host
+    parts: `CpuParts`: part p owns q rows [row_start[p], row_end[p]) and block ids
+           block_ids[block_start[p] : block_start[p + 1]]; every row of a part sees every key of
+           its blocks (cold blocks precede every query: no mask, see kv/cold_math.py)
+    out:   o [num_rows, num_heads, head_dim] float32, lse [num_rows, num_heads] float32 (natural
+           log); the parts' rows are written, other rows are left alone
+
+`cpu_paged_attention` runs the C++/OpenMP kernel (`cpu_attention.cpp`): each byte of K and V is
+read once from the pool, converted to fp32 in registers, never gathered; the blocks are cut into
+tasks over `num_threads` threads and the task partials merge by LSE. The kernel is built on
+first use with the host's g++ (-O3 -march=native -fopenmp; a few seconds, once per source and
+CPU) into a per-user cache (KVSPILL_EXT_CACHE) and loaded with ctypes; it links the OpenMP
+runtime torch already loaded. `load_kernel()` returns None, with one warning that says why and
+what to install, where it cannot be built; callers then gather blocks and run torch's kernel
+(kv/cold_attention.py). Why C++ and not torch ops over a blocked view: torch has no attention
+over a block table, so each layer's blocks must first be gathered (a copy of every byte) and
+its CPU flash kernel then reads them again; measured in `kvspill/bench/cpu_attention_bench.py`
+(bench/results/2026-11-26-cpu-attention/).
+
+Quantized pools (`KVScales`): fp8 pools may carry one scale per layer for K and one for V
+(`--kv-cache-dtype fp8` stores with scale 1, kernels/kv_quant.py); int8 pools need one per token
+and kv head (`token_scales` [num_blocks, num_layers, 2, block_size, num_kv_heads] float32). The
+kernel multiplies while converting, so quantized bytes are read once. (The engine does not store
+int8 KV yet; the kernel and its test are ready for it.)
+
+`cpu_paged_attention_ref` (gather, dequantize, softmax in fp32) is the oracle of the tests.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kvspill.env import env_settings
+
+logger = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_name("cpu_attention.cpp")
+_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+_DTYPE_CODES = {
+    torch.float32: 0,
+    torch.bfloat16: 1,
+    torch.float16: 2,
+    torch.float8_e4m3fn: 3,
+    torch.float8_e5m2: 4,
+    torch.int8: 5,
+}
+# Tasks per thread: a few more tasks than threads evens out parts of unequal length.
+_TASKS_PER_THREAD = 4
+_MIN_TASK_BLOCKS = 4  # below this a task's scratch setup costs more than its reads
+
+
+@dataclass(frozen=True)
+class CpuParts:
+    """Which q rows attend which blocks (see the module docstring); int64 arrays."""
+
+    block_ids: np.ndarray  # [num_blocks_total]
+    block_start: np.ndarray  # [num_parts + 1]
+    row_start: np.ndarray  # [num_parts]
+    row_end: np.ndarray  # [num_parts]
+
+    @staticmethod
+    def single(block_ids: np.ndarray | list[int], row_start: int, row_end: int) -> CpuParts:
+        ids = np.asarray(block_ids, dtype=np.int64)
+        return CpuParts(
+            ids,
+            np.array([0, len(ids)], dtype=np.int64),
+            np.array([row_start], dtype=np.int64),
+            np.array([row_end], dtype=np.int64),
+        )
+
+    @property
+    def num_parts(self) -> int:
+        return len(self.row_start)
+
+
+def _cpu_signature() -> str:
+    """-march=native code runs only where it was built: the cache key carries the CPU's flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return platform.machine() + flags
+
+
+def _build(compiler: str) -> Path:
+    source = _SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join(_FLAGS).encode() + _cpu_signature().encode()).hexdigest()[:16]
+    target = env_settings().ext_cache_dir / f"cpu_attention-{key}.so"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="cpu_attention-", suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        subprocess.run(
+            [compiler, *_FLAGS, str(_SOURCE), "-o", tmp], check=True, capture_output=True, text=True
+        )
+        os.replace(tmp, target)  # atomic: a concurrent builder never loads half a library
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+@functools.cache
+def load_kernel() -> ctypes.CDLL | None:
+    """The compiled kernel, or None (logged once) when it cannot be built here."""
+    compiler = shutil.which("g++")
+    if compiler is None:
+        why = "no C++ compiler: install g++ (e.g. apt-get install g++) to build it"
+    else:
+        try:
+            lib = ctypes.CDLL(str(_build(compiler)))
+        except (OSError, subprocess.CalledProcessError) as e:
+            detail = (getattr(e, "stderr", "") or str(e)).strip().splitlines()[-3:]
+            why = f"building it with {compiler} failed: {' / '.join(detail)}"
+        else:
+            lib.kvspill_cpu_attend.restype = ctypes.c_int
+            return lib
+    logger.warning(
+        "CPU attention kernel unavailable (%s); CPU attention over cold KV gathers its blocks and "
+        "runs torch's kernel instead, several times slower",
+        why,
+    )
+    return None
+
+
+def _ptr(t: torch.Tensor | np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr() if isinstance(t, torch.Tensor) else t.ctypes.data)
+
+
+def _split_blocks(num_blocks: int, num_threads: int) -> int:
+    return max(_MIN_TASK_BLOCKS, -(-num_blocks // (_TASKS_PER_THREAD * num_threads)))
+
+
+@dataclass(frozen=True)
+class KVScales:
+    """How a quantized pool's bytes become values: x = stored * scale.
+
+    fp8 formats: one scale per layer for K and for V (`layer_scales` [num_layers, 2]).
+    int8: one per token and kv head (`token_scales` [num_blocks, num_layers, 2, block_size,
+    num_kv_heads] float32, the pool's own block ids)."""
+
+    layer_scales: torch.Tensor | None = None
+    token_scales: torch.Tensor | None = None
+
+
+def cpu_paged_attention(
+    q: torch.Tensor,
+    pool: torch.Tensor,
+    layer_idx: int,
+    parts: CpuParts,
+    scale: float,
+    out: tuple[torch.Tensor, torch.Tensor],
+    num_threads: int | None = None,
+    scales: KVScales | None = None,
+) -> None:
+    """Write the parts' rows of out = (o, lse) with the C++ kernel (`load_kernel()` must not be None)."""
+    lib = load_kernel()
+    assert lib is not None, "no CPU attention kernel: callers check load_kernel() first"
+    o, lse = out
+    num_blocks, num_layers, two, block_size, num_kv_heads, head_dim = pool.shape
+    assert two == 2 and pool.is_contiguous() and pool.device.type == "cpu", "pool: contiguous host tensor"
+    assert o.dtype == lse.dtype == torch.float32 and o.is_contiguous() and lse.is_contiguous()
+    assert q.shape == o.shape and q.shape[2] == head_dim and q.shape[1] % num_kv_heads == 0
+    assert pool.dtype in _DTYPE_CODES, f"no CPU attention for KV dtype {pool.dtype}"
+    ids = np.ascontiguousarray(parts.block_ids, dtype=np.int64)
+    if len(ids):
+        assert 0 <= int(ids.min()) and int(ids.max()) < num_blocks, "block id outside the pool"
+    q32 = q.to(torch.float32).contiguous()
+    slab = block_size * num_kv_heads * head_dim  # one layer's K (or V) of one block
+    k_off = layer_idx * 2 * slab
+    token_scales, k_scale, v_scale = _scale_args(pool.dtype, scales, layer_idx)
+    scale_slab = block_size * num_kv_heads
+    threads = num_threads or torch.get_num_threads()
+    starts = [
+        np.ascontiguousarray(a, dtype=np.int64) for a in (parts.block_start, parts.row_start, parts.row_end)
+    ]
+    i64, f32 = ctypes.c_int64, ctypes.c_float
+    status = lib.kvspill_cpu_attend(
+        _ptr(q32), i64(q.shape[1]), _ptr(pool), ctypes.c_int(_DTYPE_CODES[pool.dtype]),
+        i64(num_layers * 2 * slab), i64(k_off), i64(k_off + slab),
+        i64(block_size), i64(num_kv_heads), i64(head_dim),
+        None if token_scales is None else _ptr(token_scales),
+        i64(0 if token_scales is None else num_layers * 2 * scale_slab),
+        i64(layer_idx * 2 * scale_slab), i64(layer_idx * 2 * scale_slab + scale_slab),
+        f32(k_scale), f32(v_scale),
+        _ptr(ids), *(_ptr(a) for a in starts), i64(parts.num_parts), f32(scale),
+        i64(_split_blocks(len(ids), threads)), ctypes.c_int(threads), _ptr(o), _ptr(lse),
+    )  # fmt: skip
+    if status != 0:
+        raise ValueError(
+            f"cpu_paged_attention: num_heads must be a multiple of num_kv_heads (status {status})"
+        )
+
+
+def _scale_args(
+    dtype: torch.dtype, scales: KVScales | None, layer_idx: int
+) -> tuple[torch.Tensor | None, float, float]:
+    """(per-token scales pool or None, K scale, V scale) for the kernel."""
+    if dtype == torch.int8:
+        assert scales is not None and scales.token_scales is not None, "int8 KV needs its token scales"
+        assert scales.token_scales.dtype == torch.float32 and scales.token_scales.is_contiguous()
+        return scales.token_scales, 1.0, 1.0
+    if scales is None or scales.layer_scales is None:
+        return None, 1.0, 1.0
+    k_scale, v_scale = (float(x) for x in scales.layer_scales[layer_idx])
+    return None, k_scale, v_scale
+
+
+def dequantize_blocks(
+    kv: torch.Tensor, layer_idx: int, block_ids: torch.Tensor, scales: KVScales | None
+) -> torch.Tensor:
+    """kv [n, 2, block_size, num_kv_heads, head_dim] of blocks `block_ids` of one layer -> float32 values."""
+    x = kv.float()
+    if kv.dtype == torch.int8:
+        assert scales is not None and scales.token_scales is not None
+        return x * scales.token_scales[block_ids, layer_idx].unsqueeze(-1)
+    if scales is not None and scales.layer_scales is not None:
+        return x * scales.layer_scales[layer_idx].view(1, 2, 1, 1, 1)
+    return x
+
+
+def cpu_paged_attention_ref(
+    q: torch.Tensor,
+    pool: torch.Tensor,
+    layer_idx: int,
+    parts: CpuParts,
+    scale: float,
+    out: tuple[torch.Tensor, torch.Tensor],
+    scales: KVScales | None = None,
+) -> None:
+    """The oracle: gather each part's blocks, dequantize, plain softmax attention in fp32."""
+    o, lse = out
+    num_kv_heads, head_dim = pool.shape[-2:]
+    for p in range(parts.num_parts):
+        r0, r1 = int(parts.row_start[p]), int(parts.row_end[p])
+        index = torch.from_numpy(
+            np.ascontiguousarray(parts.block_ids[parts.block_start[p] : parts.block_start[p + 1]])
+        )
+        kv = dequantize_blocks(pool[:, layer_idx].index_select(0, index), layer_idx, index, scales)
+        k = kv[:, 0].reshape(-1, num_kv_heads, head_dim)  # [num_keys, kv, dim]
+        v = kv[:, 1].reshape(-1, num_kv_heads, head_dim)
+        qg = q[r0:r1].float().unflatten(1, (num_kv_heads, -1))  # [rows, kv, group, dim]
+        s = torch.einsum("rkgd,nkd->rkgn", qg, k) * scale
+        lse_p = torch.logsumexp(s, -1)  # -inf with no keys
+        o_p = torch.einsum("rkgn,nkd->rkgd", torch.softmax(s, -1), v) if len(k) else torch.zeros_like(qg)
+        o[r0:r1] = o_p.flatten(1, 2)
+        lse[r0:r1] = lse_p.flatten(1, 2)
