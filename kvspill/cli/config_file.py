@@ -62,6 +62,8 @@ def _type_error(value: Any, param: Any) -> str | None:
         return None if isinstance(value, int) else "an integer"
     if kind is float:
         return None if isinstance(value, int | float) else "a number"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None  # a token count flag (`max-model-len = 32768`) reads an integer as its text
     return None if isinstance(value, str) else 'a string (in quotes, e.g. "24GiB")'
 
 

@@ -16,7 +16,8 @@ Invariants:
 - A flag left out is None here and `EngineConfig`'s own default applies: defaults live in
   config.py alone, and each help text quotes its default from there.
 - Every flag also reads `KVSPILL_<FLAG>` (`KVSPILL_VRAM_BUDGET=24GiB`); the command line wins.
-- `engine_kwargs` is a plain function of the object: sizes go through `plan.units.parse_bytes`,
+- `engine_kwargs` is a plain function of the object: sizes go through `plan.units.parse_size` (a
+  unit is required), token counts through `parse_tokens` (128K);
   `--rope-scaling` through `config.parse_rope_scaling`, and `EngineConfig` validates the rest, so
   a bad value is one `error:` line and exit 2 in every command.
 """
@@ -32,7 +33,7 @@ from typing import Annotated, Any, TypeVar, get_args, get_type_hints
 import typer
 
 from kvspill.config import EngineConfig, parse_rope_scaling
-from kvspill.plan.units import parse_bytes
+from kvspill.plan.units import parse_size, parse_tokens
 
 PANEL = "Engine options"
 _R = TypeVar("_R")
@@ -63,13 +64,17 @@ class EngineOptions:
     )
     dtype: str | None = _flag(
         "Weight and activation dtype: auto, float32, float16 or bfloat16.",
-        default="auto, bfloat16 on cuda and float16 on cpu",
+        default="auto: bfloat16 on cuda; on cpu float16 or float32, whichever this CPU runs faster",
     )
-    max_model_len: int | None = _flag(
-        "Longest sequence (prompt + output) in tokens.", default="the model's, after --rope-scaling"
+    max_model_len: str | None = _flag(
+        "Longest sequence (prompt + output) in tokens, e.g. 32768 or 128K.",
+        default="the model's, after --rope-scaling",
+        parse=parse_tokens,
     )
     block_size: int | None = _flag("Tokens per KV block: 8, 16, 32, 64 or 128.")
-    max_num_batched_tokens: int | None = _flag("Token budget per step (the prefill chunk size).")
+    max_num_batched_tokens: str | None = _flag(
+        "Token budget per step (the prefill chunk size), e.g. 2048 or 4K.", parse=parse_tokens
+    )
     max_num_seqs: int | None = _flag("Most sequences running at once.")
     rope_scaling: str | None = _flag(
         "RoPE scaling override: TYPE:FACTOR (e.g. yarn:4) or a JSON object.",
@@ -101,7 +106,7 @@ class EngineOptions:
         "Hard ceiling for everything on the GPU, e.g. 16GiB (at least 256MiB).",
         "vram_budget_bytes",
         default="none, --gpu-memory-utilization of the card",
-        parse=parse_bytes,
+        parse=parse_size,
     )
     gpu_memory_utilization: float | None = _flag("Fraction of the card to use when no --vram-budget.")
     cpu_offload_gb: float | None = _flag(
@@ -113,7 +118,7 @@ class EngineOptions:
         "Fixed GPU-tier KV cache size, e.g. 8GiB, instead of sizing it from memory.",
         "kv_cache_memory_bytes",
         default="sized from memory",
-        parse=parse_bytes,
+        parse=parse_size,
     )
     num_kv_blocks: int | None = _flag(
         "Exact GPU-tier KV blocks; overrides --kv-cache-memory (for tests).", default="sized from memory"
@@ -122,13 +127,13 @@ class EngineOptions:
         "Pinned host RAM for cold KV, e.g. 32GiB.",
         "cpu_kv_budget_bytes",
         default="0, no cpu tier",
-        parse=parse_bytes,
+        parse=parse_size,
     )
     disk_kv_budget: str | None = _flag(
         "Disk space for colder KV (memory-mapped files), e.g. 200GiB.",
         "disk_kv_budget_bytes",
         default="0, no disk tier",
-        parse=parse_bytes,
+        parse=parse_size,
     )
     kv_disk_dir: str | None = _flag("Directory of the disk KV tier.", default="a temporary directory")
     num_cpu_kv_blocks: int | None = _flag(
@@ -138,7 +143,9 @@ class EngineOptions:
         "Exact disk-tier KV blocks; overrides --disk-kv-budget (for tests).", default="from --disk-kv-budget"
     )
     num_sink_blocks: int | None = _flag("First KV blocks of each sequence that never leave the GPU tier.")
-    hot_window_tokens: int | None = _flag("Most recent tokens of each sequence kept on the GPU tier.")
+    hot_window_tokens: str | None = _flag(
+        "Most recent tokens of each sequence kept on the GPU tier, e.g. 1024 or 1K.", parse=parse_tokens
+    )
     attention: str | None = _flag(
         "auto: GPU tier plus cold tiers; cpu: all KV in RAM, decode attention on the CPU."
     )

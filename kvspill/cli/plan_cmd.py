@@ -35,12 +35,14 @@ from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.plan import (
     DEFAULT_BANDWIDTHS,
+    KNOWN_GPU_BANDWIDTHS,
     PRESETS,
     Bandwidths,
     MemoryPlan,
     PlanRequest,
     bandwidths_for_gpu,
     format_plan_table,
+    known_gpu,
     plan_presets,
     plan_to_json,
     preset_request,
@@ -57,6 +59,14 @@ def _bandwidths(gpu: str | None) -> tuple[Bandwidths, Bandwidths | None]:
 
     calibration = load_calibration()
     if gpu is not None:
+        known = known_gpu(gpu)
+        if known is None:
+            raise InvalidParameterError(
+                "gpu",
+                f"--gpu {gpu!r} is not a card the planner knows: use one of "
+                f"{', '.join(sorted(KNOWN_GPU_BANDWIDTHS))}, or leave it out and run "
+                "`kvspill doctor --calibrate` on the machine to plan with its measured figures",
+            )
         return bandwidths_for_gpu(gpu), calibration
     if calibration is None:
         return DEFAULT_BANDWIDTHS, None
@@ -210,13 +220,15 @@ def plan_command(
             "default: the embedded SmolLM2-135M"
         ),
     ] = None,
+    # plan's older names, kept for scripts but hidden: the engine's own flags say the same
+    # (--cpu-kv-budget, --max-model-len, --kv-cache-dtype), one name per concept.
     ram_budget: Annotated[
-        str | None, typer.Option(help="CPU KV tier (pinned RAM), e.g. 32GiB: --cpu-kv-budget by another name")
+        str | None, typer.Option(hidden=True, help="--cpu-kv-budget by its older name")
     ] = None,
     context: Annotated[
-        str | None, typer.Option(help="tokens per sequence, e.g. 131072 or 128K (as --max-model-len)")
+        str | None, typer.Option(hidden=True, help="--max-model-len by its older name")
     ] = None,
-    kv_dtype: Annotated[str, typer.Option(help="auto, bfloat16, float16, float32, fp8")] = "auto",
+    kv_dtype: Annotated[str, typer.Option(hidden=True, help="--kv-cache-dtype by its older name")] = "auto",
     gpu: Annotated[
         str | None, typer.Option(help="plan with a known card's figures: h100, h200, rtx4090")
     ] = None,

@@ -52,6 +52,15 @@ def serve_command(
             envvar="KVSPILL_MODEL",
         ),
     ] = None,
+    model_option: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="The model, as the other commands take it (or give MODEL).",
+            envvar="KVSPILL_MODEL",
+        ),
+    ] = None,
     host: Annotated[str, _opt("Address to bind.", "HOST")] = "127.0.0.1",
     port: Annotated[int, _opt("Port to bind.", "PORT")] = 8000,
     api_key: Annotated[str | None, _opt("Require Authorization: Bearer <key>.", "API_KEY")] = None,
@@ -108,6 +117,12 @@ def serve_command(
     if print_config:
         typer.echo(format_effective_config(ctx))
     try:
+        if model_option is not None:
+            if model is not None and model != model_option:
+                raise KvspillError(
+                    f"two models given: MODEL {model!r} and --model {model_option!r}; give one"
+                )
+            model = model_option
         if max_waiting_requests < 1:
             raise KvspillError("--max-waiting-requests must be at least 1")
         if max_queued_tokens is not None and max_queued_tokens < 1:

@@ -39,6 +39,7 @@ __all__ = [
     "PlanRequest",
     "Preset",
     "bandwidths_for_gpu",
+    "known_gpu",
     "compute_plan",
     "describe_fit",
     "format_plan_table",
@@ -74,13 +75,16 @@ KNOWN_GPU_BANDWIDTHS: dict[str, Bandwidths] = {
 }
 
 
+def known_gpu(name: str | None) -> str | None:
+    """The KNOWN_GPU_BANDWIDTHS key a card named like `NVIDIA H100 80GB HBM3` matches, or None."""
+    key = (name or "").lower().replace(" ", "").replace("-", "")
+    return next((known for known in KNOWN_GPU_BANDWIDTHS if known in key), None)
+
+
 def bandwidths_for_gpu(name: str | None) -> Bandwidths:
     """Figures for a card named like `NVIDIA H100 80GB HBM3`; the desktop defaults otherwise."""
-    key = (name or "").lower().replace(" ", "").replace("-", "")
-    for known, bandwidths in KNOWN_GPU_BANDWIDTHS.items():
-        if known in key:
-            return bandwidths
-    return DEFAULT_BANDWIDTHS
+    known = known_gpu(name)
+    return KNOWN_GPU_BANDWIDTHS[known] if known is not None else DEFAULT_BANDWIDTHS
 
 
 def _round_up(num_tokens: int, block_size: int) -> int:

@@ -119,7 +119,7 @@ def _tier_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
     ram_need = max(0, ctx - plan.gpu_kv_tokens - plan.disk_kv_tokens) * kvpt
     with_ram = _replan(plan, bandwidths, ram_budget_bytes=ram_need)
     lines.append(
-        f"--ram-budget {_gib_up(ram_need)} (now {format_bytes(r.ram_budget_bytes)}) holds the "
+        f"--cpu-kv-budget {_gib_up(ram_need)} (now {format_bytes(r.ram_budget_bytes)}) holds the "
         f"{ctx - plan.gpu_kv_tokens - plan.disk_kv_tokens} cold tokens in pinned RAM: "
         f"about {with_ram.decode_tok_s:.2f} tok/s decode"
     )
@@ -159,7 +159,9 @@ def advise(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
         f"(gpu {plan.gpu_kv_tokens}, cpu {plan.cpu_kv_tokens}, disk {plan.disk_kv_tokens})"
     ]
     if plan.max_context > 0:
-        lines.append(f"max context that fits now: {plan.max_context} tokens (--context {plan.max_context})")
+        lines.append(
+            f"max context that fits now: {plan.max_context} tokens (--max-model-len {plan.max_context})"
+        )
     if r.gpu_kv_blocks is not None or r.cpu_kv_blocks is not None or r.disk_kv_blocks is not None:
         # Exact block counts override the budgets: no budget change would move them.
         lines.append(
@@ -171,7 +173,7 @@ def advise(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
     fp8 = _replan(plan, bandwidths, kv_dtype="fp8") if r.kv_dtype_bytes > 1 else plan
     if fp8.max_context > plan.max_context:
         lines.append(
-            f"--kv-dtype fp8: KV {format_bytes(kvpt)} -> {format_bytes(fp8.kv_bytes_per_token)} per token, "
+            f"--kv-cache-dtype fp8: KV {format_bytes(kvpt)} -> {format_bytes(fp8.kv_bytes_per_token)} per token, "
             f"max context {fp8.max_context} tokens" + (" (fits)" if fp8.fits else "")
         )
     return lines

@@ -59,6 +59,21 @@ def parse_bytes(text: str | int, param: str = "bytes") -> int:
     return int(round(value))
 
 
+def parse_size(text: str | int, param: str = "bytes") -> int:
+    """`parse_bytes` for flags people type: a number without a unit is refused with the choices
+    (`--vram-budget 16` meant 16 bytes, which nobody means). An int from code is bytes."""
+    if isinstance(text, str):
+        match = _PATTERN.match(text)
+        if match is not None and match.group(2) == "":
+            number = match.group(1)
+            raise InvalidParameterError(
+                param,
+                f"{param}: {text!r} has no unit: write {number}GiB (binary: 2**30 bytes), "
+                f"{number}GB (10**9 bytes) or {number}MiB; {number}B for bytes",
+            )
+    return parse_bytes(text, param)
+
+
 def format_bytes(num_bytes: int | float) -> str:
     """Human form with binary units: `16.0 GiB`, `512 MiB`, `23 KiB`."""
     value = float(num_bytes)

@@ -99,7 +99,7 @@ def test_a_flag_names_the_file_over_kvspill_config(tmp_path, served):
         ("port = 9.5", "'port' must be an integer, got 9.5"),
         ("port = true", "'port' must be a number, got True"),
         ("enforce-eager = 'yes'", "'enforce-eager' must be true or false, got 'yes'"),
-        ("vram-budget = 24", "'vram-budget' must be a string (in quotes"),
+        ("port = 'x'", "'port' must be an integer"),
         ("[serve]\nport = 1", "unknown key 'serve'"),
         ("port = 1\nport = 2", "is not valid TOML"),
         ("port = 1\n[port]", "is not valid TOML"),
@@ -154,3 +154,10 @@ def test_print_config_of_a_bad_value_prints_then_fails(tmp_path, served):
     assert result.exit_code == 2
     assert "block-size = 7  # command line" in result.output
     assert "error: --block-size must be 8, 16, 32, 64 or 128, got 7" in result.output
+
+
+def test_a_size_without_a_unit_says_which_units(tmp_path, served):
+    """`vram-budget = 24` (or --vram-budget 24) meant 24 bytes before: now one line naming the units."""
+    result = _serve("--config", str(_write(tmp_path, "vram-budget = 24\n")))
+    assert result.exit_code == 2
+    assert "--vram-budget: '24' has no unit: write 24GiB" in result.output and not served

@@ -149,10 +149,10 @@ def test_does_not_fit_gives_numbers() -> None:
     text = "\n".join(plan.advice)
     assert "max context that fits now: 173664 tokens" in text
     # RAM for every token beyond the GPU's 42,592: 1,005,984 tokens / 8192 per GiB = 122.80 GiB, up to 122.9
-    assert "--ram-budget 122.9GiB" in text
+    assert "--cpu-kv-budget 122.9GiB" in text
     # disk for what GPU and RAM cannot hold: 874,912 tokens / 8192 per GiB = 106.80 GiB, up to 106.9
     assert "--disk-kv-budget 106.9GiB" in text
-    assert "--kv-dtype fp8" in text and "64.0 KiB per token" in text
+    assert "--kv-cache-dtype fp8" in text and "64.0 KiB per token" in text
     for flag, field in (("122.9GiB", "ram_budget_bytes"), ("106.9GiB", "disk_budget_bytes")):
         assert make_plan(replace(request, **{field: parse_bytes(flag)}), DEFAULT_BANDWIDTHS).fits
 
@@ -329,8 +329,8 @@ def test_cli_does_not_fit_exits_1_with_advice(cli: typer.Typer) -> None:
     assert result.exit_code == 1, result.output
     assert (
         "do not fit" in result.output
-        and "--ram-budget" in result.output
-        and "--kv-dtype fp8" in result.output
+        and "--cpu-kv-budget" in result.output
+        and "--kv-cache-dtype fp8" in result.output
     )
     result = CliRunner().invoke(cli, [*args, "--json"])
     assert result.exit_code == 1

@@ -97,14 +97,16 @@ def test_profile_flags_are_the_engine_flags():
     flags = validate_flags(
         {"max_model_len": "2048", "vram_budget": "16GiB", "enforce_eager": "yes", "dtype": ""}
     )
-    assert flags == {"max_model_len": 2048, "vram_budget": "16GiB", "enforce_eager": True}
+    assert flags == {"max_model_len": "2048", "vram_budget": "16GiB", "enforce_eager": True}
     assert serve_args(flags) == ["--enforce-eager", "--max-model-len", "2048", "--vram-budget", "16GiB"]
     with pytest.raises(RegistryError, match="--block-size must be"):
         validate_flags({"block_size": 7})
     with pytest.raises(RegistryError, match="not engine flags: kv_dtype"):
         validate_flags({"kv_dtype": "fp8"})
-    with pytest.raises(RegistryError, match="--max-model-len takes a int"):
+    with pytest.raises(RegistryError, match="--max-model-len: cannot read .lots. as a token count"):
         validate_flags({"max_model_len": "lots"})
+    with pytest.raises(RegistryError, match="has no unit"):
+        validate_flags({"vram_budget": "16"})
 
 
 def test_command_line_flags_win_over_the_profile(tmp_path: Path):
@@ -127,7 +129,7 @@ def test_models_cli(tmp_path: Path, smollm2_gguf_path: Path):
     assert out.exit_code == 2 and "--block-size" in out.output
     listing = json.loads(run(models_app, ["ls", "--json", *data]).output)
     assert [m["name"] for m in listing["models"]] == ["smol"]
-    assert listing["profiles"][0]["flags"] == {"max_model_len": 512}
+    assert listing["profiles"][0]["flags"] == {"max_model_len": "512"}
     assert "fast" in run(models_app, ["show", "smol", *data]).output
     out = run(models_app, ["rm", "nope", *data])
     assert out.exit_code == 2 and "no model named 'nope'" in out.output
