@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -29,6 +28,7 @@ from kvspill.engine_client import EngineClient, TokenizerClient
 from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.manager.pages import UI_OPEN_PATHS, dashboard_router
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError
+from kvspill.server.auth import ApiKeyMiddleware
 from kvspill.server.errors import error_response, exception_response, invalid
 from kvspill.server.hosts import HostCheckMiddleware
 from kvspill.server.limits import BodyLimitMiddleware, add_http_error_handlers, default_max_request_bytes
@@ -125,7 +125,7 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
     add_http_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=lambda: _max_request_bytes(ctx))
     if settings.api_key:
-        app.add_middleware(_AuthMiddleware, api_key=settings.api_key)
+        app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key, open_paths=_OPEN_PATHS)
     if settings.allowed_hosts is not None:  # outermost: a refused Host learns nothing else
         app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     _add_generation_routes(app, ctx)
@@ -348,29 +348,6 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
                 stats = await ae.kv_stats()
         ctx.metrics.refresh(stats)
         return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-
-class _AuthMiddleware:
-    """Pure ASGI (not BaseHTTPMiddleware, which hides client disconnects from handlers)."""
-
-    def __init__(self, app: Any, api_key: str) -> None:
-        self.app = app
-        self.key = api_key.encode()
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http" and scope["path"] not in _OPEN_PATHS:
-            header = dict(scope.get("headers", [])).get(b"authorization", b"")
-            token = header[7:] if header[:7].lower() == b"bearer " else b""
-            if not hmac.compare_digest(token, self.key):
-                response = error_response(
-                    401,
-                    "missing or wrong API key: send Authorization: Bearer <key>",
-                    "authentication_error",
-                    "invalid_api_key",
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def _chat_ids(tok: TokenizerClient, messages: list[ChatMessage], tools: ToolPlan | None = None) -> list[int]:
