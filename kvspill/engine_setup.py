@@ -14,7 +14,6 @@ The runner only runs steps; everything that decides what to build lives here, in
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import psutil
 import torch
 
 from kvspill.config import EngineConfig
+from kvspill.engine_checks import check_int4_format, check_kv_cache_dtype, preflight
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf_reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
@@ -37,7 +37,6 @@ from kvspill.plan.arithmetic import MAX_GRAPH_BATCH
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.costs import COLD_STAGE_TOKENS
 from kvspill.plan.cpu_dtype import pick_cpu_dtype
-from kvspill.plan.preflight import run_checks
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quantized, startup_plan
 from kvspill.runner.cuda_graphs import DecodeGraphs
@@ -222,67 +221,6 @@ def _cold_config(config: EngineConfig, calibration: Bandwidths | None) -> ColdAt
     )
 
 
-def _preflight(config: EngineConfig) -> None:
-    """Report what will hurt offloading (with the fix) and give CPU attention its threads and cores."""
-    offloading = bool(
-        config.cpu_kv_budget_bytes
-        or config.disk_kv_budget_bytes
-        or config.num_cpu_kv_blocks
-        or config.num_disk_kv_blocks
-        or config.attention == "cpu"
-    )
-    for check in run_checks(config.kv_disk_dir):
-        if check.status in ("warn", "fail"):
-            # What hurts offloading is a warning only when this engine offloads.
-            level = logging.WARNING if offloading or check.status == "fail" else logging.INFO
-            logger.log(level, "pre-flight: %s: %s -> %s", check.name, check.value, check.fix)
-        else:
-            logger.debug("pre-flight: %s: %s", check.name, check.value)
-    threads = config.cpu_attention_threads
-    if threads is None:
-        return
-    torch.set_num_threads(threads)
-    if hasattr(os, "sched_getaffinity"):
-        allowed = sorted(os.sched_getaffinity(0))
-        if len(allowed) > threads:
-            # The engine thread plus `threads` dedicated cores (the last ones: core 0 takes interrupts).
-            try:
-                os.sched_setaffinity(0, allowed[-(threads + 1) :])
-            except OSError as e:
-                logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
-
-
-def _check_kv_cache_dtype(config: EngineConfig, device: torch.device) -> None:
-    """fp8 KV: Triton loads and stores fp8 only on compute capability 8.9+ (Ada, Hopper)."""
-    if config.kv_cache_dtype == "auto" or device.type != "cuda" or config.attention == "cpu":
-        return
-    if torch.cuda.get_device_capability(device) < (8, 9):
-        raise InvalidParameterError(
-            "kv_cache_dtype",
-            f"--kv-cache-dtype {config.kv_cache_dtype} needs a GPU of compute capability 8.9 or newer "
-            f"(Ada, Hopper); {torch.cuda.get_device_name(device)} is "
-            f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}: use --kv-cache-dtype auto",
-        )
-
-
-def _check_int4_format(config: EngineConfig, kind: str) -> None:
-    """--quantization awq|gptq names the checkpoint's own format; `none` cannot undo an int4 one."""
-    if config.quantization not in ("awq", "gptq", "none"):
-        return
-    method = ModelSpec.from_model_arg(config.model).quant_method if kind == "dir" else None
-    if config.quantization in ("awq", "gptq") and method != config.quantization:
-        raise InvalidParameterError(
-            "quantization",
-            f"--quantization {config.quantization}: the checkpoint is {method or 'not quantized'}; "
-            "drop --quantization to use the file's own format",
-        )
-    if config.quantization == "none" and method in ("awq", "gptq"):
-        raise InvalidParameterError(
-            "quantization",
-            f"--quantization none: a {method} int4 checkpoint runs in its int4 blocks (as Q4_1); drop --quantization",
-        )
-
-
 def _config_eos(hf_config: object) -> frozenset[int]:
     """End-of-sequence ids from the model config alone (no tokenizer loaded)."""
     eos = getattr(hf_config, "eos_token_id", None)
@@ -308,7 +246,7 @@ def _load(
             "quantization",
             "--quantization fp8 converts a bf16/fp16 checkpoint: a GGUF file stays in its own format (--quantization gguf)",
         )
-    _check_int4_format(config, resolved.kind)
+    check_int4_format(config, resolved.kind)
     if config.quantization == "gguf" and resolved.kind != "gguf":
         raise InvalidParameterError(
             "quantization",
@@ -337,8 +275,8 @@ def _read_chat_template(path: str) -> str:
 def build_engine_parts(config: EngineConfig) -> EngineParts:
     device = pick_device(config)
     dtype = pick_dtype(config, device)
-    _check_kv_cache_dtype(config, device)  # before loading anything
-    _preflight(config)
+    check_kv_cache_dtype(config, device)  # before loading anything
+    preflight(config)
     calibration = load_calibration()  # read once: the plans and the cold path use it
     with shared_readers():  # a .gguf file is parsed once for the plan, config, tokenizer and weights
         _plan_and_cap(config, device, calibration)

@@ -1,0 +1,77 @@
+"""What engine start-up checks before loading anything: the host's pre-flight (with CPU attention's
+threads and cores), fp8 KV on the card, and an int4 checkpoint against --quantization."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from kvspill.config import EngineConfig
+from kvspill.errors import InvalidParameterError
+from kvspill.plan.preflight import run_checks
+from kvspill.plan.spec import ModelSpec
+
+logger = logging.getLogger("kvspill.engine_setup")  # the name these lines had before the split
+
+
+def preflight(config: EngineConfig) -> None:
+    """Report what will hurt offloading (with the fix) and give CPU attention its threads and cores."""
+    offloading = bool(
+        config.cpu_kv_budget_bytes
+        or config.disk_kv_budget_bytes
+        or config.num_cpu_kv_blocks
+        or config.num_disk_kv_blocks
+        or config.attention == "cpu"
+    )
+    for check in run_checks(config.kv_disk_dir):
+        if check.status in ("warn", "fail"):
+            # What hurts offloading is a warning only when this engine offloads.
+            level = logging.WARNING if offloading or check.status == "fail" else logging.INFO
+            logger.log(level, "pre-flight: %s: %s -> %s", check.name, check.value, check.fix)
+        else:
+            logger.debug("pre-flight: %s: %s", check.name, check.value)
+    threads = config.cpu_attention_threads
+    if threads is None:
+        return
+    torch.set_num_threads(threads)
+    if hasattr(os, "sched_getaffinity"):
+        allowed = sorted(os.sched_getaffinity(0))
+        if len(allowed) > threads:
+            # The engine thread plus `threads` dedicated cores (the last ones: core 0 takes interrupts).
+            try:
+                os.sched_setaffinity(0, allowed[-(threads + 1) :])
+            except OSError as e:
+                logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
+
+
+def check_kv_cache_dtype(config: EngineConfig, device: torch.device) -> None:
+    """fp8 KV: Triton loads and stores fp8 only on compute capability 8.9+ (Ada, Hopper)."""
+    if config.kv_cache_dtype == "auto" or device.type != "cuda" or config.attention == "cpu":
+        return
+    if torch.cuda.get_device_capability(device) < (8, 9):
+        raise InvalidParameterError(
+            "kv_cache_dtype",
+            f"--kv-cache-dtype {config.kv_cache_dtype} needs a GPU of compute capability 8.9 or newer "
+            f"(Ada, Hopper); {torch.cuda.get_device_name(device)} is "
+            f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}: use --kv-cache-dtype auto",
+        )
+
+
+def check_int4_format(config: EngineConfig, kind: str) -> None:
+    """--quantization awq|gptq names the checkpoint's own format; `none` cannot undo an int4 one."""
+    if config.quantization not in ("awq", "gptq", "none"):
+        return
+    method = ModelSpec.from_model_arg(config.model).quant_method if kind == "dir" else None
+    if config.quantization in ("awq", "gptq") and method != config.quantization:
+        raise InvalidParameterError(
+            "quantization",
+            f"--quantization {config.quantization}: the checkpoint is {method or 'not quantized'}; "
+            "drop --quantization to use the file's own format",
+        )
+    if config.quantization == "none" and method in ("awq", "gptq"):
+        raise InvalidParameterError(
+            "quantization",
+            f"--quantization none: a {method} int4 checkpoint runs in its int4 blocks (as Q4_1); drop --quantization",
+        )
