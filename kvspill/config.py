@@ -71,6 +71,9 @@ class EngineConfig:
     enforce_eager: bool = False  # True: no CUDA graphs
     # Launch step N+1 before reading step N's tokens (engine.py); None: on with CUDA, off on the CPU.
     async_scheduling: bool | None = None
+    # Run a few throwaway requests before the engine is ready, so the first user request does not
+    # pay for kernel compiles (engine_warmup.py); None: on with CUDA, off on the CPU.
+    kernel_warmup: bool | None = None
     seed: int = 0
     chat_template: str | None = None  # a Jinja chat template file used instead of the model's
     trust_remote_code: bool = False  # never executes model code; kept False (documented)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from kvspill.config import EngineConfig
 from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
 from kvspill.engine_setup import EngineParts, build_engine_parts
+from kvspill.engine_warmup import warm_up
 from kvspill.errors import (
     ContextLengthExceededError,
     InvalidParameterError,
@@ -35,6 +36,7 @@ from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.scheduler.scheduler import Scheduler
+from kvspill.startup_phases import StartupPhases
 from kvspill.stats import KVStats, KVTiers
 from kvspill.step_budget import StepBudget
 from kvspill.types import RequestOutput, ScheduledBatch
@@ -54,7 +56,8 @@ class _TextState:
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, **engine_options: object) -> None:
         self.config = config if config is not None else EngineConfig(**engine_options)  # type: ignore[arg-type]
-        bundle: EngineParts = build_engine_parts(self.config)
+        self.startup_phases = StartupPhases()
+        bundle: EngineParts = build_engine_parts(self.config, self.startup_phases)
         self.bundle = bundle
         self.memory_plan = bundle.memory_plan  # the plan that sized the KV tiers (engine_setup.py)
         self.tokenizer = bundle.tokenizer
@@ -84,6 +87,15 @@ class LLMEngine:
         self._texts: dict[str, _TextState] = {}
         self._ids = itertools.count()
         self._step_budget: StepBudget | None = None  # limit_step_time
+        warmup = (
+            self.config.kernel_warmup
+            if self.config.kernel_warmup is not None
+            else bundle.device.type == "cuda"
+        )
+        if warmup:
+            with self.startup_phases.phase("warm-up"):
+                warm_up(self)
+        logger.info("%s", self.startup_phases.summary())
 
     # ---- requests ---------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quan
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.model_runner import ModelRunner
 from kvspill.runner.profile import profile_prefill_peak
+from kvspill.startup_phases import StartupPhases
 from kvspill.tokenizer import TokenizerBundle, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -272,16 +273,22 @@ def _read_chat_template(path: str) -> str:
         raise InvalidParameterError("chat_template", f"cannot read --chat-template {path!r}: {e}") from e
 
 
-def build_engine_parts(config: EngineConfig) -> EngineParts:
-    device = pick_device(config)
-    dtype = pick_dtype(config, device)
-    check_kv_cache_dtype(config, device)  # before loading anything
-    preflight(config)
-    calibration = load_calibration()  # read once: the plans and the cold path use it
+def build_engine_parts(config: EngineConfig, phases: StartupPhases | None = None) -> EngineParts:
+    phases = phases or StartupPhases()
+    with phases.phase("device and pre-flight"):
+        device = pick_device(config)
+        dtype = pick_dtype(config, device)
+        # The plans count bytes at the dtype the engine runs (on the CPU "auto" may mean fp32).
+        config = replace(config, dtype=str(dtype).removeprefix("torch."))
+        check_kv_cache_dtype(config, device)  # before loading anything
+        preflight(config)
+        calibration = load_calibration()  # read once: the plans and the cold path use it
     with shared_readers():  # a .gguf file is parsed once for the plan, config, tokenizer and weights
-        _plan_and_cap(config, device, calibration)
+        with phases.phase("memory plan"):
+            _plan_and_cap(config, device, calibration)
         allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        loaded, tokenizer = _load(config, device, dtype)
+        with phases.phase("load weights and tokenizer"):
+            loaded, tokenizer = _load(config, device, dtype)
     if tokenizer is not None and config.chat_template is not None:
         tokenizer = replace(tokenizer, chat_template=_read_chat_template(config.chat_template))
     eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
@@ -292,18 +299,20 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         head_dim=loaded.head_dim,
         dtype=kv_storage_dtype(config.kv_cache_dtype, dtype),
     )
-    plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)
+    with phases.phase("measure and size the KV tiers"):
+        plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)
     bs = config.block_size
     # --attention cpu: the whole pool in host RAM (the "gpu" tier), attention on the CPU, no cold tiers.
     pool_device = torch.device("cpu") if config.attention == "cpu" else device
-    storage = TieredKVStorage(
-        layout,
-        plan.gpu_kv_tokens // bs,
-        pool_device,
-        num_cpu_blocks=plan.cpu_kv_tokens // bs,
-        num_disk_blocks=plan.disk_kv_tokens // bs,
-        disk_dir=config.kv_disk_dir,
-    )
+    with phases.phase("allocate the KV tiers"):
+        storage = TieredKVStorage(
+            layout,
+            plan.gpu_kv_tokens // bs,
+            pool_device,
+            num_cpu_blocks=plan.cpu_kv_tokens // bs,
+            num_disk_blocks=plan.disk_kv_tokens // bs,
+            disk_dir=config.kv_disk_dir,
+        )
     graphs = None
     # Offload swaps layer weights host-side before each layer: no CUDA graphs (model/offload.py).
     if (
@@ -312,7 +321,8 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         and not config.enforce_eager
         and not loaded.offloader
     ):
-        graphs = _capture_graphs(config, loaded, storage)
+        with phases.phase("capture CUDA graphs"):
+            graphs = _capture_graphs(config, loaded, storage)
     logger.info(
         "KV tiers: gpu %d blocks (%.2f GiB, %s), cpu %d blocks (%.2f GiB%s), disk %d blocks (%.2f GiB) of %d tokens",
         storage.num_blocks,

@@ -86,6 +86,10 @@ class EngineOptions:
         "Launch step N+1 before reading step N's tokens (outputs reach clients a step later).",
         default="on with cuda, off on cpu",
     )
+    kernel_warmup: bool | None = _flag(
+        "Run throwaway requests at start so the first request pays no kernel compiles.",
+        default="on with cuda, off on cpu",
+    )
     enable_prefix_caching: bool | None = _flag("Reuse the KV blocks of shared prompt prefixes.", default="on")
     skip_tokenizer_init: bool | None = _flag(
         "Load no tokenizer: requests send and receive token ids (vLLM's option).", default="off"

@@ -41,9 +41,11 @@ def _fail(e: Exception) -> None:
 
 
 def _make_llm(model: str | None, engine: EngineOptions) -> Any:
+    from kvspill.cli.startup_display import startup_display
     from kvspill.llm import LLM
 
-    return LLM(model, **engine_kwargs(engine))
+    with startup_display():
+        return LLM(model, **engine_kwargs(engine))
 
 
 def _sampling(

@@ -224,10 +224,12 @@ def run_server(
     limits = connection or ConnectionLimits()
 
     def factory() -> Any:
+        from kvspill.cli.startup_display import startup_display
         from kvspill.engine import LLMEngine
 
         try:
-            return LLMEngine(config)
+            with startup_display():
+                return LLMEngine(config)
         except Exception:
             logger.error("the engine failed to load; stopping the server")
             os.kill(os.getpid(), signal.SIGTERM)

@@ -16,6 +16,7 @@ never decides which block holds what.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -58,11 +59,11 @@ class KVStorage:
         self.num_blocks = num_blocks
         self.device = device
         # kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]
-        self.kv_cache = torch.zeros(
-            (num_blocks, layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.head_dim),
-            dtype=layout.dtype,
-            device=device,
-        )
+        shape = (num_blocks, layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+        if device.type == "cpu":
+            self.kv_cache = zeroed_host_tensor(shape, layout.dtype)
+        else:
+            self.kv_cache = torch.zeros(shape, dtype=layout.dtype, device=device)
 
     def layer(self, layer_idx: int) -> torch.Tensor:
         """[num_blocks, 2, block_size, num_kv_heads, head_dim], strided (not contiguous in dim 0)."""
@@ -90,7 +91,19 @@ def allocate_host_pool(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) ->
             logger.warning(
                 "could not pin the cpu KV tier (%s); using pageable memory: copies will be slower", e
             )
-    return torch.zeros(shape, dtype=dtype), False
+    return zeroed_host_tensor(shape, dtype), False
+
+
+def zeroed_host_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zeroed tensor in pageable host memory, zeroed lazily: numpy's zeros is calloc, which
+    takes fresh pages (zero by the kernel) for a large pool instead of writing every byte, so a
+    GiB-sized pool costs nothing until used (torch.zeros wrote 2.8 GiB in 3-7 s on a 2-core host).
+    The unused tail of a block must read as zeros, not garbage: masked positions still enter
+    the weighted sum of V as 0 * value, and 0 * NaN is NaN."""
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if nbytes == 0:
+        return torch.zeros(shape, dtype=dtype)
+    return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
 
 
 class DiskPool:

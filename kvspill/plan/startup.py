@@ -33,7 +33,6 @@ from kvspill.plan import (
     make_plan,
     request_from_engine_config,
 )
-from kvspill.plan.cpu_dtype import pick_cpu_dtype
 from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
 from kvspill.plan.weights import INT4_CHECKPOINT_METHODS
 
@@ -140,8 +139,6 @@ def startup_plan(
         except Exception as e:  # the loader will report the real problem with its own message
             logger.debug("no plan before loading: %s", e)
             return None
-    if config.dtype == "auto" and device == "cpu":  # the dtype the engine will run here
-        config = replace(config, dtype=pick_cpu_dtype())
     request = request_from_engine_config(
         config,
         spec,

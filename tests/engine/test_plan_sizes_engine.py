@@ -8,6 +8,7 @@ plans and `kv_stats()` agree block for block.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ def test_plan_tokens_equal_the_engines_tiers(
     if options.get("disk_kv_budget_bytes"):
         assert engine_tiers["disk"] > 0
     # The plan `kvspill plan` makes from the shapes alone, before anything is loaded.
-    before = startup_plan(config, None, None, device="cpu", host_available_bytes=64 * 2**30)
+    # (at the dtype the engine picked: on the CPU "auto" is measured, fp16 or fp32)
+    resolved = replace(config, dtype=str(engine.bundle.dtype).removeprefix("torch."))
+    before = startup_plan(resolved, None, None, device="cpu", host_available_bytes=64 * 2**30)
     assert before is not None
     assert _plan_tokens(before.plan) == engine_tiers
     assert before.plan.weight_bytes == engine.memory_plan.weight_bytes

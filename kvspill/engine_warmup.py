@@ -1,0 +1,73 @@
+"""Warm-up: throwaway requests before an engine is ready, so the first user request runs as fast
+as the rest.
+
+Triton compiles a kernel the first time it meets a new specialization (integer arguments are
+specialized by divisibility by 16 and by being 1), and torch's kernels and allocator have their
+own first-call costs: on an H200 the first 512-token requests of a fresh `kvspill serve` took
+1.6-3.2 s of TTFT against tens of ms steady (issue 20). So start-up runs, once, prompts that
+cover what a request meets: a prompt longer than one prefill chunk (the second chunk attends
+over the first through the prefix path), lengths off and on a multiple of 16, batched decode of
+several sequences, greedy and seeded random sampling. CUDA graphs were already replayed once
+when captured. Cold-tier paths are not warmed: they run only once blocks spill.
+
+Invariant: a warm-up leaves nothing behind: its requests finish, and the prefix cache is reset
+(its random tokens would never be hit, but they would show in the hit-rate statistics).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kvspill.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from kvspill.engine import LLMEngine
+
+logger = logging.getLogger(__name__)
+
+WARMUP_NEW_TOKENS = 3
+_OFF_16 = 37  # a length off every power-of-two multiple: the unaligned specializations
+
+
+def warmup_prompt_lengths(chunk_tokens: int, max_model_len: int, kv_capacity_tokens: int) -> list[int]:
+    """Prompt lengths to run: over one chunk (two chunks), a 16-multiple, an unaligned one and a
+    short one; each must fit the context with its new tokens, and all of them the KV tiers."""
+    room = max_model_len - WARMUP_NEW_TOKENS - 1
+    wanted = [chunk_tokens + _OFF_16, 64, 100, 7]
+    lengths: list[int] = []
+    for n in wanted:
+        n = min(n, room)
+        if n > 0 and n not in lengths:
+            lengths.append(n)
+    # Keep only what fits together (with a block of slack each), longest first dropped first.
+    while lengths and sum(lengths) + len(lengths) * (WARMUP_NEW_TOKENS + 16) > kv_capacity_tokens:
+        lengths.pop(0)
+    return lengths
+
+
+def warm_up(engine: LLMEngine) -> int:
+    """Run the warm-up requests to completion; returns the number of tokens computed."""
+    lengths = warmup_prompt_lengths(
+        engine.config.max_num_batched_tokens, engine.max_model_len, engine.kv_capacity_tokens()
+    )
+    vocab = engine.vocab_size
+    for i, n in enumerate(lengths):
+        # Deterministic ids spread over the vocabulary (no tokenizer needed); no special meaning.
+        ids = [(7919 * (i + 1) * (j + 1)) % vocab for j in range(n)]
+        sampled = i % 2 == 1  # greedy and seeded random sampling both compile what they use
+        params = SamplingParams(
+            max_tokens=WARMUP_NEW_TOKENS,
+            ignore_eos=True,
+            detokenize=False,
+            temperature=0.8 if sampled else 0.0,
+            top_p=0.9 if sampled else 1.0,
+            seed=0 if sampled else None,
+        )
+        engine.add_request(ids, params, req_id=f"warmup-{i}")
+    while engine.has_unfinished_requests():
+        engine.step()
+    engine.scheduler.kv_cache_manager.reset_prefix_cache()
+    tokens = sum(lengths) + WARMUP_NEW_TOKENS * len(lengths)
+    logger.debug("warm-up ran %d requests (prompt lengths %s)", len(lengths), lengths)
+    return tokens
