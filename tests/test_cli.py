@@ -85,3 +85,27 @@ def test_status_reads_a_server(tiny_llama_dir):
     text = format_status(status)
     assert "ready" in text and "model m (max_model_len 256)" in text and "2/8 blocks" in text
     assert "r1: gpu 2 / cpu 0 / disk 0" in text and "gpu->cpu 4.0 KiB" in text
+
+
+def test_user_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch, capsys):
+    import sys
+
+    import pytest
+
+    from kvspill.cli import main as cli_main
+
+    import logging
+
+    monkeypatch.delenv("KVSPILL_DEBUG", raising=False)
+    logger = logging.getLogger("kvspill")
+    monkeypatch.setattr(logger, "level", logger.level)  # main() sets it: restored afterwards
+    monkeypatch.setattr(sys, "argv", ["kvspill", "generate", "-m", "/nonexistent/model", "hi"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main.main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "does not exist" in err and "Traceback" not in err
+    monkeypatch.setattr(sys, "argv", ["kvspill", "--debug", "generate", "-m", "/nonexistent/model", "hi"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main.main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" in err and "does not exist" in err

@@ -23,6 +23,7 @@ import typer
 
 from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine_options
 from kvspill.cli.main import ModelOpt
+from kvspill.cli.user_errors import fail as _fail
 from kvspill.config import EngineConfig
 from kvspill.errors import KvspillError
 
@@ -35,11 +36,6 @@ NewTokOpt = Annotated[int, typer.Option(min=1, help="Output tokens per request (
 SeedOpt = Annotated[int, typer.Option(help="Seed of the random prompts.")]
 WarmupOpt = Annotated[bool, typer.Option(help="One short request before the first measured one.")]
 _SECRET = {"api_key"}
-
-
-def _fail(e: Exception) -> None:
-    typer.echo(f"error: {e}", err=True)
-    raise typer.Exit(2)
 
 
 def _command_line(name: str, fn: Callable[..., None], options: dict[str, Any]) -> str:

@@ -7,12 +7,15 @@ traceback from deep inside. Engine options are the same flags everywhere (`cli/e
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Annotated, Any
 
 import typer
 
 from kvspill.cli.engine_options import EngineOptions, engine_kwargs, with_engine_options
+from kvspill.cli.user_errors import DEBUG_ENV, debug_enabled
+from kvspill.cli.user_errors import fail as _fail
 from kvspill.errors import KvspillError
 
 app = typer.Typer(
@@ -33,11 +36,6 @@ ModelOpt = Annotated[
     ),
 ]
 DiskDirOpt = Annotated[str | None, typer.Option(help="Directory of the disk KV tier.")]
-
-
-def _fail(e: Exception) -> None:
-    typer.echo(f"error: {e}", err=True)
-    raise typer.Exit(2)
 
 
 def _make_llm(model: str | None, engine: EngineOptions) -> Any:
@@ -207,8 +205,16 @@ def _register_commands() -> None:
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("kvspill").setLevel(logging.INFO)  # the memory plan and pool sizes, before loading
+    if "--debug" in sys.argv[1:]:  # anywhere on the line: tracebacks with errors, debug logs
+        sys.argv = [a for a in sys.argv if a != "--debug"]
+        os.environ[DEBUG_ENV] = "1"
+    if debug_enabled():
+        logging.getLogger("kvspill").setLevel(logging.DEBUG)
     _register_commands()
-    app()
+    try:
+        app()
+    except KvspillError as e:  # one a command did not catch itself: still one line
+        _fail(e)
 
 
 if __name__ == "__main__":

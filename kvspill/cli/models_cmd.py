@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kvspill.cli.user_errors import fail as _fail
 from kvspill.errors import KvspillError
 from kvspill.plan.units import format_bytes
 
@@ -32,11 +33,6 @@ def _open(data_dir: Path | None) -> Any:
     from kvspill.registry import open_registry
 
     return open_registry(data_dir)
-
-
-def _fail(e: Exception) -> None:
-    typer.echo(f"error: {e}", err=True)
-    raise typer.Exit(2)
 
 
 def _row(m: Any) -> str:

@@ -31,9 +31,28 @@ def server_status(url: str, timeout: float = 2.0, api_key: str | None = None) ->
     """Health, models and KV tiers of the server at `url`; raises OSError when it is unreachable."""
     base = url.rstrip("/")
     health, _ = _get_json(f"{base}/health", timeout, api_key)
-    _, models = _get_json(f"{base}/v1/models", timeout, api_key)
+    models_status, models = _get_json(f"{base}/v1/models", timeout, api_key)
     _, kv = _get_json(f"{base}/v1/kv", timeout, api_key)
-    return {"url": base, "health": health, "models": (models or {}).get("data", []), "kv": kv}
+    return {
+        "url": base,
+        "health": health,
+        "models_status": models_status,  # 401/403: the API key is missing or refused
+        "api_key_sent": api_key is not None,
+        "models": (models or {}).get("data", []),
+        "kv": kv,
+    }
+
+
+def status_problem(status: dict[str, Any]) -> str | None:
+    """Why `kvspill status` should fail, in one line; None when the server is ready and answers."""
+    code = status.get("models_status")
+    if code in (401, 403):
+        if status.get("api_key_sent"):
+            return f"the server refused the API key (HTTP {code}): check --api-key / KVSPILL_API_KEY"
+        return f"the server needs an API key (HTTP {code}): pass --api-key KEY or set KVSPILL_API_KEY"
+    if status["health"] != 200:
+        return f"the server is not ready (health {status['health']})"
+    return None
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -89,7 +108,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: no kvspill server at {url} ({e}); start one with `kvspill serve`", err=True)
             raise typer.Exit(1) from e
         typer.echo(json.dumps(result, indent=2) if as_json else format_status(result))
-        if result["health"] != 200:
+        problem = status_problem(result)
+        if problem is not None:
+            typer.echo(f"error: {problem}", err=True)
             raise typer.Exit(1)
 
     @app.command()

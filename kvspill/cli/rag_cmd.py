@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from kvspill.cli.user_errors import fail as _fail
 from kvspill.errors import KvspillError
 
 logger = logging.getLogger("kvspill.rag")
@@ -142,11 +143,6 @@ def build_rag_service(options: RagOptions) -> Any:
     store = EmbeddingStore(Path(options.rag_db).expanduser())
     logger.info("RAG service: %s (%d dims), cache %s, root %s", embedder.name, embedder.dim, store.path, root)
     return RagService(embedder, store, root)
-
-
-def _fail(e: Exception) -> None:
-    typer.echo(f"error: {e}", err=True)
-    raise typer.Exit(2)
 
 
 rag_app = typer.Typer(

@@ -82,9 +82,12 @@ def pick_cpu_dtype(cache: Path | None = None) -> str:
     """ "float16" or "float32" for this host: cached, else measured (and cached)."""
     path = cache or _cache_path()
     key = _host_key()
+    records: dict[str, dict] = {}  # one record per host key (thread counts differ between runs)
     try:
-        saved = json.loads(path.read_text())
-        if saved.get("host") == key and saved.get("dtype") in ("float16", "float32"):
+        loaded = json.loads(path.read_text())
+        records = {k: v for k, v in loaded.items() if isinstance(v, dict)}
+        saved = records.get(key, {})
+        if saved.get("dtype") in ("float16", "float32"):
             return str(saved["dtype"])
     except (OSError, ValueError, AttributeError):
         pass  # no cache yet, or an unreadable one: measure
@@ -96,8 +99,8 @@ def pick_cpu_dtype(cache: Path | None = None) -> str:
     )  # fmt: skip
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"host": key, "dtype": dtype, "fp16_s": fp16, "fp32_s": fp32}
-        path.write_text(json.dumps(record, indent=1))
+        records[key] = {"dtype": dtype, "fp16_s": fp16, "fp32_s": fp32}
+        path.write_text(json.dumps(records, indent=1))
     except OSError as e:  # a read-only home: measure again next start
         log.warning("Cannot cache the CPU dtype choice in %s: %s", path, e)
     return dtype

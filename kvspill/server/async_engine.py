@@ -228,7 +228,7 @@ class AsyncEngine:
         try:
             engine = self.engine = self._factory()
         except KvspillError as e:  # the user's to fix: the message says how, no traceback
-            logger.error("loading the engine failed: %s", e)
+            logger.error("loading the engine failed: %s", e, exc_info=logger.isEnabledFor(logging.DEBUG))
             self.load_error = f"the engine failed to load: {e}"
             self._ready.set()
             return

@@ -32,10 +32,15 @@ def test_measured_once_then_read_from_the_cache(tmp_path, monkeypatch: pytest.Mo
     assert cpu_dtype.pick_cpu_dtype(cache) == "float32"
     assert calls == ["float16", "float32"]  # the second start read the cache
     saved = json.loads(cache.read_text())
-    assert saved["dtype"] == "float32" and saved["host"] == cpu_dtype._host_key()
-    # Another host (or torch, or thread count) measures again.
-    cache.write_text(json.dumps(dict(saved, host="another host")))
+    assert saved[cpu_dtype._host_key()]["dtype"] == "float32"
+    # Another host (or torch, or thread count) measures again, and keeps the first host's record.
+    cache.write_text(json.dumps({"another host": saved[cpu_dtype._host_key()]}))
     assert cpu_dtype.pick_cpu_dtype(cache) == "float32" and len(calls) == 4
+    assert set(json.loads(cache.read_text())) == {"another host", cpu_dtype._host_key()}
+    assert cpu_dtype.pick_cpu_dtype(cache) == "float32" and len(calls) == 4
+    # An unreadable cache (the one-record format of earlier versions too) measures again.
+    cache.write_text(json.dumps({"host": "x", "dtype": "float16"}))
+    assert cpu_dtype.pick_cpu_dtype(cache) == "float32" and len(calls) == 6
 
 
 def test_the_real_measurement_returns_positive_times() -> None:

@@ -43,6 +43,21 @@ def test_auth(busy_server):
     assert good.completions.create(model=busy_server.model, prompt="hi", max_tokens=2).usage.completion_tokens
 
 
+def test_status_reports_a_missing_or_wrong_key(busy_server):
+    from typer.testing import CliRunner
+
+    from kvspill.cli.main import _register_commands, app
+
+    _register_commands()
+    runner = CliRunner()
+    missing = runner.invoke(app, ["status", "--url", busy_server.url])
+    assert missing.exit_code == 1 and "needs an API key (HTTP 401)" in missing.output
+    wrong = runner.invoke(app, ["status", "--url", busy_server.url, "--api-key", "nope"])
+    assert wrong.exit_code == 1 and "refused the API key (HTTP 401)" in wrong.output
+    good = runner.invoke(app, ["status", "--url", busy_server.url, "--api-key", KEY])
+    assert good.exit_code == 0 and "ready" in good.output and busy_server.model in good.output
+
+
 def test_queue_full_is_503(busy_server):
     responses: list[httpx.Response] = []
     lock = threading.Lock()
