@@ -88,13 +88,12 @@ def test_status_reads_a_server(tiny_llama_dir):
 
 
 def test_user_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch, capsys):
+    import logging
     import sys
 
     import pytest
 
     from kvspill.cli import main as cli_main
-
-    import logging
 
     monkeypatch.delenv("KVSPILL_DEBUG", raising=False)
     logger = logging.getLogger("kvspill")
