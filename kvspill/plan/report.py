@@ -202,7 +202,9 @@ def notes_for(plan: MemoryPlan) -> list[str]:
 
 def _weights_cell(plan: MemoryPlan) -> str:
     r = plan.request
-    kind = r.quantization if r.quantization != "none" else r.weight_dtype
+    kind = r.quantization
+    if kind == "none" or (kind == "gguf" and r.spec.stored_weight_bytes is None):  # dense: its dtype
+        kind = {1: "fp8", 2: "bf16/fp16", 4: "fp32"}.get(r.weight_dtype_bytes, r.weight_dtype)
     cell = f"{format_bytes(plan.weight_bytes)} {kind}"
     if plan.offloaded_weight_bytes:
         cell += f" + {format_bytes(plan.offloaded_weight_bytes)}"
@@ -293,6 +295,8 @@ def format_plan_table(
         cells = [col[row][1].rjust(w) for col, w in zip(columns, widths, strict=True)]
         lines.append(" ".join([label.ljust(label_width)] + cells))
     lines.append(f"bandwidths: {items[0].bandwidths.source}")
+    # Budgets on the command line take either unit (16GB = 16e9 bytes, 16GiB = 16 x 2^30).
+    lines.append("sizes: binary units, 1 GiB = 2^30 bytes = 1.074 GB (so 16GB = 14.9 GiB)")
     if with_advice:
         for plan in items:
             lines += [f"note ({plan.preset}): {n}" for n in plan.notes]
