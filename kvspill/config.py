@@ -74,6 +74,9 @@ class EngineConfig:
     # Run a few throwaway requests before the engine is ready, so the first user request does not
     # pay for kernel compiles (engine_warmup.py); None: on with CUDA, off on the CPU.
     kernel_warmup: bool | None = None
+    # While requests decode, cap each step's prefill tokens so the step stays near this many ms
+    # (itl_budget.py). None: on with CUDA with an automatic target, off on the CPU; 0: off.
+    target_itl_ms: float | None = None
     seed: int = 0
     chat_template: str | None = None  # a Jinja chat template file used instead of the model's
     trust_remote_code: bool = False  # never executes model code; kept False (documented)
@@ -111,6 +114,10 @@ class EngineConfig:
             raise bad(
                 "max_num_batched_tokens",
                 f"--max-num-batched-tokens must be at least 1, got {self.max_num_batched_tokens}",
+            )
+        if self.target_itl_ms is not None and not (self.target_itl_ms >= 0):
+            raise bad(
+                "target_itl_ms", f"--target-itl-ms must be 0 (off) or positive, got {self.target_itl_ms}"
             )
         if self.max_num_seqs < 1:
             raise bad("max_num_seqs", f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")

@@ -31,6 +31,7 @@ from kvspill.errors import (
     OutOfKVMemoryError,
     StepError,
 )
+from kvspill.itl_budget import itl_budget_for
 from kvspill.runner.async_output import PendingStepOutput
 from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.config import SchedulerConfig
@@ -66,7 +67,9 @@ class LLMEngine:
         self.vocab_size = bundle.vocab_size
         async_scheduling = self.config.async_scheduling
         self.async_scheduling = bundle.device.type == "cuda" if async_scheduling is None else async_scheduling
-        self._in_flight: tuple[ScheduledBatch, PendingStepOutput] | None = None
+        # (batch, its pending output, when it was launched) of the step the GPU is computing
+        self._in_flight: tuple[ScheduledBatch, PendingStepOutput, float] | None = None
+        self._last_done = 0.0  # when the last step's tokens were read (async step timing)
         self.scheduler = Scheduler(
             SchedulerConfig(
                 max_num_seqs=self.config.max_num_seqs,
@@ -87,6 +90,9 @@ class LLMEngine:
         self._texts: dict[str, _TextState] = {}
         self._ids = itertools.count()
         self._step_budget: StepBudget | None = None  # limit_step_time
+        self._itl_budget = itl_budget_for(self.config, bundle.device.type, self.memory_plan)
+        if self._itl_budget is not None:
+            self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap
         warmup = (
             self.config.kernel_warmup
             if self.config.kernel_warmup is not None
@@ -229,11 +235,17 @@ class LLMEngine:
         try:
             if not self.async_scheduling:
                 results = self._complete(batch, self.runner.execute_async(batch))
-                self._note_step_time(batch.total_num_scheduled_tokens, time.perf_counter() - started)
+                self._note_step_time(batch, time.perf_counter() - started)
                 return results
             pending = self.runner.execute_async(batch)  # launched: the GPU works while we go on
-            self._in_flight = (batch, pending)
-            results = self._complete(*previous) if previous is not None else []
+            self._in_flight = (batch, pending, started)
+            results = []
+            if previous is not None:
+                results = self._complete(previous[0], previous[1])
+                # The GPU ran it from its launch or the end of the step before, whichever was later.
+                done = time.perf_counter()
+                self._note_step_time(previous[0], done - max(previous[2], self._last_done))
+                self._last_done = done
             if batch.empty:  # nothing launched (it may report failures found while scheduling)
                 self._in_flight = None
                 results += self._complete(batch, pending)
@@ -255,9 +267,16 @@ class LLMEngine:
         self._step_budget = StepBudget(target_s, floor, self.config.max_num_batched_tokens)
         self.scheduler.step_token_budget = self._step_budget.tokens
 
-    def _note_step_time(self, num_tokens: int, seconds: float) -> None:
+    def _note_step_time(self, batch: ScheduledBatch, seconds: float) -> None:
         if self._step_budget is not None:
-            self.scheduler.step_token_budget = self._step_budget.observe(num_tokens, seconds)
+            self.scheduler.step_token_budget = self._step_budget.observe(
+                batch.total_num_scheduled_tokens, seconds
+            )
+        if self._itl_budget is not None and not batch.empty:
+            # A decoding request schedules one token; more is a prefill chunk.
+            prefill = sum(n for n in batch.num_scheduled_tokens.values() if n > 1)
+            self._itl_budget.observe(prefill, seconds)
+            self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap
 
     def _complete(self, batch: ScheduledBatch, pending: PendingStepOutput) -> list[RequestOutput]:
         output = pending.result()

@@ -86,6 +86,10 @@ class EngineOptions:
         "Launch step N+1 before reading step N's tokens (outputs reach clients a step later).",
         default="on with cuda, off on cpu",
     )
+    target_itl_ms: float | None = _flag(
+        "While requests decode, size prefill chunks so each step takes about this long (ms); 0: off.",
+        default="4x a decode step (at least 25 ms) with cuda, off on cpu",
+    )
     kernel_warmup: bool | None = _flag(
         "Run throwaway requests at start so the first request pays no kernel compiles.",
         default="on with cuda, off on cpu",

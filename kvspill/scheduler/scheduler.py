@@ -65,6 +65,10 @@ class Scheduler:
         # A step's token budget below max_num_batched_tokens when set (the engine sizes it by
         # measured step time: step_budget.py); None: max_num_batched_tokens.
         self.step_token_budget: int | None = None
+        # While any running request decodes, at most this many prefill tokens per step (the
+        # engine sizes it for an ITL target: itl_budget.py); None: no cap.
+        self.prefill_token_cap: int | None = None
+        self._prefill_left: int | None = None  # this step's prefill tokens still allowed
         # Finished, aborted or preempted since the last schedule(): the runner drops them.
         self.finished_req_ids: set[str] = set()
         self._arrival_seq: dict[str, int] = {}
@@ -122,6 +126,8 @@ class Scheduler:
         cached_reqs: list[CachedRequestData] = []
         num_preemptions_before = self.num_preemptions
 
+        decoding = any(r.num_computed_tokens >= r.num_prompt_tokens for r in self.running)
+        self._prefill_left = self.prefill_token_cap if decoding else None
         budget = self._schedule_running(num_scheduled_tokens, cached_reqs)
         if self.num_preemptions == num_preemptions_before:
             self._schedule_waiting(num_scheduled_tokens, admitted, budget)
@@ -169,6 +175,7 @@ class Scheduler:
                 break
             cached_reqs.append(CachedRequestData(request.req_id, new_block_ids, request.num_computed_tokens))
             num_scheduled_tokens[request.req_id] = num_new_tokens
+            self._charge_prefill(request, request.num_computed_tokens, num_new_tokens)
             budget -= num_new_tokens
             i += 1
         return budget
@@ -191,7 +198,12 @@ class Scheduler:
         self, num_scheduled_tokens: dict[str, int], admitted: list[Request], budget: int
     ) -> None:
         """Admit waiting requests first come first served; the first that does not fit stops it."""
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while (
+            self.waiting
+            and budget > 0
+            and len(self.running) < self.config.max_num_seqs
+            and self._prefill_left != 0
+        ):
             request = self.waiting[0]
             computed_blocks: list[KVBlock]
             if self.kv_tiers.is_parked(request):  # resume from its parked KV
@@ -214,6 +226,7 @@ class Scheduler:
             bisect.insort(self.running, request, key=lambda r: self._arrival_seq[r.req_id])
             admitted.append(request)
             num_scheduled_tokens[request.req_id] = num_new_tokens
+            self._charge_prefill(request, num_computed_tokens, num_new_tokens)
             budget -= num_new_tokens
 
     def _new_request_data(self, request: Request) -> NewRequestData:
@@ -234,8 +247,14 @@ class Scheduler:
         num_new_tokens = request.num_tokens_with_pending - num_computed_tokens
         if self.config.long_prefill_token_threshold > 0:
             num_new_tokens = min(num_new_tokens, self.config.long_prefill_token_threshold)
+        if self._prefill_left is not None and num_computed_tokens < request.num_prompt_tokens:
+            num_new_tokens = min(num_new_tokens, self._prefill_left)
         # With cold tiers: no more than the request's hot blocks can hold on the whole gpu tier.
         return min(num_new_tokens, budget, self.kv_tiers.max_num_new_tokens(request, num_computed_tokens))
+
+    def _charge_prefill(self, request: Request, num_computed_tokens: int, num_new_tokens: int) -> None:
+        if self._prefill_left is not None and num_computed_tokens < request.num_prompt_tokens:
+            self._prefill_left = max(0, self._prefill_left - num_new_tokens)
 
     # ---- after the step ----------------------------------------------------------------
 
