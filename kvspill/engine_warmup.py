@@ -6,8 +6,8 @@ specialized by divisibility by 16 and by being 1), and torch's kernels and alloc
 own first-call costs: on an H200 the first 512-token requests of a fresh `kvspill serve` took
 1.6-3.2 s of TTFT against tens of ms steady (issue 20). So start-up runs, once, prompts that
 cover what a request meets: a prompt longer than one prefill chunk (the second chunk attends
-over the first through the prefix path), lengths off and on a multiple of 16, batched decode of
-several sequences, greedy and seeded random sampling. CUDA graphs were already replayed once
+over the first through the prefix path), lengths off and on a multiple of 16, one sequence
+alone and several batched, greedy and seeded random sampling. CUDA graphs were already replayed once
 when captured. Cold-tier paths are not warmed: they run only once blocks spill.
 
 Invariant: a warm-up leaves nothing behind: its requests finish, and the prefix cache is reset
@@ -51,6 +51,20 @@ def warm_up(engine: LLMEngine) -> int:
     lengths = warmup_prompt_lengths(
         engine.config.max_num_batched_tokens, engine.max_model_len, engine.kv_capacity_tokens()
     )
+    # Requests alone first: a step of a single sequence is its own specialization (Triton
+    # specializes integer arguments equal to 1), and it is what an idle server's first request is.
+    singles = lengths[1:3] or lengths[:1]
+    for n in singles:
+        _run(engine, [n])
+    _run(engine, lengths)
+    engine.scheduler.kv_cache_manager.reset_prefix_cache()
+    logger.debug("warm-up ran prompts of %s tokens alone, then %s together", singles, lengths)
+    runs = [*singles, *lengths]
+    return sum(runs) + WARMUP_NEW_TOKENS * len(runs)
+
+
+def _run(engine: LLMEngine, lengths: list[int]) -> None:
+    """Requests of these prompt lengths, together, to completion."""
     vocab = engine.vocab_size
     for i, n in enumerate(lengths):
         # Deterministic ids spread over the vocabulary (no tokenizer needed); no special meaning.
@@ -64,10 +78,6 @@ def warm_up(engine: LLMEngine) -> int:
             top_p=0.9 if sampled else 1.0,
             seed=0 if sampled else None,
         )
-        engine.add_request(ids, params, req_id=f"warmup-{i}")
+        engine.add_request(ids, params, req_id=f"warmup-{len(lengths)}-{i}")
     while engine.has_unfinished_requests():
         engine.step()
-    engine.scheduler.kv_cache_manager.reset_prefix_cache()
-    tokens = sum(lengths) + WARMUP_NEW_TOKENS * len(lengths)
-    logger.debug("warm-up ran %d requests (prompt lengths %s)", len(lengths), lengths)
-    return tokens
