@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from kvspill.errors import DiskTierError
+from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, pinned_zeros
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,14 @@ def allocate_host_pool(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) ->
     pageable memory, which works but copies at a fraction of the pinned rate (the physics in
     DESIGN.md: 10-13 against 55 GB/s), so the fallback says so once.
     """
+    if pin and math.prod(shape) * torch.empty((), dtype=dtype).element_size() >= FAST_PIN_MIN_BYTES:
+        try:
+            tensor, owner = pinned_zeros(shape, dtype)
+            # The pool tensor owns its registration: dropping the pool unregisters it.
+            tensor._kvspill_host_buffer = owner  # type: ignore[attr-defined]
+            return tensor, True
+        except (RuntimeError, OSError) as e:  # e.g. a locked-memory limit; torch's allocator next
+            logger.info("fast pinning of the host pool failed (%s); using torch's pinned allocator", e)
     if pin:
         try:
             return torch.zeros(shape, dtype=dtype, pin_memory=True), True

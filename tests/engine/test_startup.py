@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvspill.engine import LLMEngine
-from kvspill.engine_warmup import WARMUP_NEW_TOKENS, warmup_prompt_lengths
+from kvspill.engine_warmup import WARMUP_NEW_TOKENS, warmup_prompt_lengths, warmup_single_lengths
 from kvspill.sampling_params import SamplingParams
 from kvspill.startup_phases import StartupPhases, set_listener
 
@@ -23,6 +23,9 @@ def test_warmup_lengths_cover_two_chunks_and_fit_the_context_and_the_kv() -> Non
     small_kv = warmup_prompt_lengths(chunk_tokens=512, max_model_len=4096, kv_capacity_tokens=300)
     assert small_kv and sum(small_kv) < 300 and all(n <= 100 for n in small_kv)
     assert warmup_prompt_lengths(chunk_tokens=512, max_model_len=4096, kv_capacity_tokens=10) == []
+    assert warmup_single_lengths(512, 4096, 10_000) == [16, 32, 64, 128, 256, 512, 100]
+    assert warmup_single_lengths(2048, 300, 10_000) == [16, 32, 64, 128, 256, 100]
+    assert warmup_single_lengths(2048, 4096, 90) == [16, 32, 64]
 
 
 def test_phases_are_timed_in_order_and_reported() -> None:
