@@ -92,7 +92,7 @@ class LLMEngine:
         self._step_budget: StepBudget | None = None  # limit_step_time
         self._itl_budget = itl_budget_for(self.config, bundle.device.type, self.memory_plan)
         if self._itl_budget is not None:
-            self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap
+            self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap()
         warmup = (
             self.config.kernel_warmup
             if self.config.kernel_warmup is not None
@@ -273,10 +273,21 @@ class LLMEngine:
                 batch.total_num_scheduled_tokens, seconds
             )
         if self._itl_budget is not None and not batch.empty:
-            # A decoding request schedules one token; more is a prefill chunk.
-            prefill = sum(n for n in batch.num_scheduled_tokens.values() if n > 1)
-            self._itl_budget.observe(prefill, seconds)
-            self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap
+            # A decoding request schedules one token; more is a prefill chunk, which attends over
+            # the tokens its request computed before it (its context).
+            contexts = {r.req_id: r.num_computed_tokens for r in batch.new_reqs}
+            contexts.update((r.req_id, r.num_computed_tokens) for r in batch.cached_reqs)
+            chunks = [(n, contexts.get(rid, 0)) for rid, n in batch.num_scheduled_tokens.items() if n > 1]
+            prefill = sum(n for n, _ in chunks)
+            context = sum(n * c for n, c in chunks) / prefill if prefill else 0.0
+            self._itl_budget.observe(prefill, seconds, context)
+            # The next chunk of the furthest prompt attends over the most: size the step for it.
+            upcoming = [
+                r.num_computed_tokens
+                for r in self.scheduler.running
+                if r.num_computed_tokens < r.num_prompt_tokens
+            ]
+            self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap(max(upcoming, default=0))
 
     def _complete(self, batch: ScheduledBatch, pending: PendingStepOutput) -> list[RequestOutput]:
         output = pending.result()

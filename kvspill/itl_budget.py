@@ -6,11 +6,14 @@ Why: a step computes the decodes and a prefill chunk together; with `--max-num-b
 against a p50 of 3.4 ms: every step that carried a 4K-token chunk was a 100 ms gap in their
 streams. vLLM users tune the chunk size by hand; here the engine sizes it each step.
 
-The model of a step: `seconds = base + prefill_tokens * seconds_per_prefill_token`, where `base`
-is a decode-only step (weights read once, the decodes' attention) and the slope is what each
-prefill token adds. Both start from the memory plan's step-time model (`plan.decode.total_s`,
-TTFT / context) and follow measurement (exponential averages). The cap is
-`(target - base) / slope`, clamped to [floor, ceiling]: the floor keeps prompts progressing when
+The model of a step: `seconds = base + n * (per_token + per_token_context * context)` for n
+prefill tokens `context` tokens into their prompt, where `base` is a decode-only step (weights
+read once, the decodes' attention) and the rest is what each prefill token adds: its matmuls and
+its attention over the context (why a 32K prompt's last chunks cost several times its first).
+They start from the memory plan's step-time model (`plan.decode.total_s`, TTFT / context) and
+follow measurement (an exponential average; least squares with forgetting for the two slopes).
+The cap is `(target - base) / slope(context)` for the furthest prompt's next chunk, clamped to
+[floor, ceiling]: the floor keeps prompts progressing when
 the target cannot be met (TTFT would otherwise be unbounded), the ceiling is
 --max-num-batched-tokens. Steps with no decoding request are not capped (nobody waits on them).
 
@@ -50,7 +53,12 @@ class ItlBudget:
         self.floor = max(1, min(floor, ceiling))
         self.ceiling = ceiling
         self.base_s = base_s
-        self.seconds_per_token = seconds_per_token
+        # A prefill token costs `per_token + per_token_context * context`: its matmuls, and its
+        # attention over the `context` tokens before it (the second term is why a 32K prompt's
+        # last chunks cost several times its first). Fitted by least squares with forgetting.
+        self.per_token = seconds_per_token
+        self.per_token_context = 0.0
+        self._sums = [0.0] * 5  # S(x1 x1), S(x1 x2), S(x2 x2), S(x1 y), S(x2 y)
 
     @property
     def target_s(self) -> float | None:
@@ -60,24 +68,42 @@ class ItlBudget:
             return None
         return max(AUTO_FACTOR * self.base_s, AUTO_MIN_S)
 
-    @property
-    def prefill_cap(self) -> int:
-        """Prefill tokens a step may carry while requests decode."""
-        target = self.target_s
-        if target is None or self.seconds_per_token is None or self.seconds_per_token <= 0:
+    def seconds_per_token(self, context: int) -> float | None:
+        if self.per_token is None:
+            return None
+        return self.per_token + self.per_token_context * context
+
+    def prefill_cap(self, context: int = 0) -> int:
+        """Prefill tokens a step may carry while requests decode, for a prompt `context` tokens in."""
+        target, slope = self.target_s, self.seconds_per_token(context)
+        if target is None or slope is None or slope <= 0:
             return self.floor  # nothing known yet: a small chunk, which measures the slope
         room = target - (self.base_s or 0.0)
-        return max(self.floor, min(self.ceiling, int(room / self.seconds_per_token)))
+        return max(self.floor, min(self.ceiling, int(room / slope)))
 
-    def observe(self, prefill_tokens: int, seconds: float) -> None:
-        """One finished step: how many prefill tokens it carried and how long it took."""
+    def observe(self, prefill_tokens: int, seconds: float, context: float = 0.0) -> None:
+        """One finished step: its prefill tokens, their mean context, and how long it took."""
         if seconds <= 0:
             return
         if prefill_tokens == 0:
             self.base_s = _average(self.base_s, seconds)
-        elif prefill_tokens >= self.floor and self.base_s is not None:
-            slope = max(seconds - self.base_s, 0.0) / prefill_tokens
-            self.seconds_per_token = _average(self.seconds_per_token, slope)
+            return
+        if prefill_tokens < self.floor or self.base_s is None:
+            return
+        extra = max(seconds - self.base_s, 0.0)
+        x1, x2 = float(prefill_tokens), prefill_tokens * context
+        keep = 1.0 - SMOOTHING
+        for i, v in enumerate((x1 * x1, x1 * x2, x2 * x2, x1 * extra, x2 * extra)):
+            self._sums[i] = keep * self._sums[i] + v
+        s11, s12, s22, s1y, s2y = self._sums
+        det = s11 * s22 - s12 * s12
+        if det > 1e-9 * s11 * s22 and s22 > 0:  # contexts varied enough to tell the terms apart
+            a, b = (s22 * s1y - s12 * s2y) / det, (s11 * s2y - s12 * s1y) / det
+            if a >= 0 and b >= 0:
+                self.per_token, self.per_token_context = a, b
+                return
+        # One slope at the mean context seen (the fit is ill-posed or negative).
+        self.per_token, self.per_token_context = s1y / s11, 0.0
 
 
 def _average(old: float | None, new: float) -> float:
