@@ -342,12 +342,7 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
 
     @app.get("/metrics")
     async def prom() -> Response:
-        stats = None
-        if ae.ready:
-            with contextlib.suppress(Exception):
-                stats = await ae.kv_stats()
-        ctx.metrics.refresh(stats)
-        return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(await ctx.metrics.scrape(ae), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def _chat_ids(tok: TokenizerClient, messages: list[ChatMessage], tools: ToolPlan | None = None) -> list[int]:

@@ -9,14 +9,17 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from kvspill.server.async_engine import RequestTimes
+from kvspill.server.async_engine import AsyncEngine, RequestTimes
 from kvspill.stats import KVStats
 from kvspill.types import RequestOutput
+
+logger = logging.getLogger(__name__)
 
 P = "kvspill:"
 _LAT = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -50,6 +53,9 @@ class ServerMetrics:
         self.queue = Histogram(
             P + "request_queue_time_seconds", "Time before the first step", buckets=_LAT, registry=r
         )
+        self.stats_errors = Counter(
+            P + "stats_errors", "Scrapes whose engine statistics could not be read", registry=r
+        )
         self._last: dict[str, float] = {}  # req_id -> time of its previous output (engine thread)
 
     def observe_output(self, out: RequestOutput, times: RequestTimes) -> None:
@@ -79,6 +85,19 @@ class ServerMetrics:
 
     def rejected(self, reason: str) -> None:
         self.rejected_c.labels(reason).inc()
+
+    async def scrape(self, ae: AsyncEngine) -> bytes:
+        """The exposition text, gauges refreshed from the engine (if it is up). Statistics that
+        cannot be read leave the gauges as they were; the error is logged and counted."""
+        stats = None
+        if ae.ready:
+            try:
+                stats = await ae.kv_stats()
+            except Exception:  # noqa: BLE001 - the scrape still answers
+                logger.exception("/metrics could not read the engine's statistics")
+                self.stats_errors.inc()
+        self.refresh(stats)
+        return self.render()
 
     def refresh(self, kv: KVStats | None) -> None:
         if kv is not None:
