@@ -53,12 +53,15 @@ class ItlBudget:
         self.floor = max(1, min(floor, ceiling))
         self.ceiling = ceiling
         self.base_s = base_s
-        # A prefill token costs `per_token + per_token_context * context`: its matmuls, and its
-        # attention over the `context` tokens before it (the second term is why a 32K prompt's
-        # last chunks cost several times its first). Fitted by least squares with forgetting.
+        # A step with a prefill chunk costs, beyond a decode-only step, `mixed_overhead` (it runs
+        # eagerly, without the decode CUDA graphs) plus per token `per_token` (its matmuls) and
+        # `per_token_context * context` (its attention over the tokens before it: why a 32K
+        # prompt's last chunks cost several times its first). Least squares with forgetting.
+        self.mixed_overhead = 0.0
         self.per_token = seconds_per_token
         self.per_token_context = 0.0
-        self._sums = [0.0] * 5  # S(x1 x1), S(x1 x2), S(x2 x2), S(x1 y), S(x2 y)
+        self._xtx = [[0.0] * 3 for _ in range(3)]
+        self._xty = [0.0] * 3
 
     @property
     def target_s(self) -> float | None:
@@ -78,7 +81,7 @@ class ItlBudget:
         target, slope = self.target_s, self.seconds_per_token(context)
         if target is None or slope is None or slope <= 0:
             return self.floor  # nothing known yet: a small chunk, which measures the slope
-        room = target - (self.base_s or 0.0)
+        room = target - (self.base_s or 0.0) - self.mixed_overhead
         return max(self.floor, min(self.ceiling, int(room / slope)))
 
     def observe(self, prefill_tokens: int, seconds: float, context: float = 0.0) -> None:
@@ -88,22 +91,44 @@ class ItlBudget:
         if prefill_tokens == 0:
             self.base_s = _average(self.base_s, seconds)
             return
-        if prefill_tokens < self.floor or self.base_s is None:
+        if self.base_s is None:
             return
-        extra = max(seconds - self.base_s, 0.0)
-        x1, x2 = float(prefill_tokens), prefill_tokens * context
+        extra = seconds - self.base_s
+        x = (1.0, float(prefill_tokens), prefill_tokens * context)
         keep = 1.0 - SMOOTHING
-        for i, v in enumerate((x1 * x1, x1 * x2, x2 * x2, x1 * extra, x2 * extra)):
-            self._sums[i] = keep * self._sums[i] + v
-        s11, s12, s22, s1y, s2y = self._sums
-        det = s11 * s22 - s12 * s12
-        if det > 1e-9 * s11 * s22 and s22 > 0:  # contexts varied enough to tell the terms apart
-            a, b = (s22 * s1y - s12 * s2y) / det, (s11 * s2y - s12 * s1y) / det
-            if a >= 0 and b >= 0:
-                self.per_token, self.per_token_context = a, b
+        for i in range(3):
+            self._xty[i] = keep * self._xty[i] + x[i] * extra
+            for j in range(3):
+                self._xtx[i][j] = keep * self._xtx[i][j] + x[i] * x[j]
+        self._fit()
+
+    def _fit(self) -> None:
+        """The three terms where the steps seen determine them (all >= 0), else fewer terms."""
+        for terms in ((0, 1, 2), (0, 1), (1,)):
+            coef = _solve([[self._xtx[i][j] for j in terms] for i in terms], [self._xty[i] for i in terms])
+            if coef is not None and all(c >= 0 for c in coef):
+                values = dict(zip(terms, coef, strict=True))
+                self.mixed_overhead = values.get(0, 0.0)
+                self.per_token = values.get(1, self.per_token)
+                self.per_token_context = values.get(2, 0.0)
                 return
-        # One slope at the mean context seen (the fit is ill-posed or negative).
-        self.per_token, self.per_token_context = s1y / s11, 0.0
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """x with a x = b (Gaussian elimination, partial pivoting); None when a is near singular."""
+    n = len(b)
+    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
+    scale = max((abs(v) for row in a for v in row), default=0.0)
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) <= 1e-12 * scale:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [v - f * w for v, w in zip(m[r], m[col], strict=True)]
+    return [m[i][n] / m[i][i] for i in range(n)]
 
 
 def _average(old: float | None, new: float) -> float:
