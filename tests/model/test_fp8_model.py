@@ -152,6 +152,8 @@ def test_random_fill_gives_finite_logits(tiny_llama_dir: Path, logits_of) -> Non
 def test_the_engine_loads_fp8_and_plans_its_bytes(tiny_llama_dir):
     """`--quantization fp8` through the engine: the layers' projections are Fp8Linear, and the
     plan made from the shapes alone counts their bytes exactly (1 a weight + 4 a row)."""
+    from dataclasses import replace
+
     from kvspill.config import EngineConfig
     from kvspill.engine import LLMEngine
     from kvspill.errors import InvalidParameterError
@@ -163,7 +165,9 @@ def test_the_engine_loads_fp8_and_plans_its_bytes(tiny_llama_dir):
     model = engine.bundle.loaded.model
     assert sum(isinstance(m, Fp8Linear) for m in model.modules()) == 4 * len(model.model.layers)
     assert engine.memory_plan.weight_bytes == model_weight_bytes(model)
-    before = startup_plan(config, None, None, device="cpu", host_available_bytes=64 * 2**30)
+    # (at the dtype the engine picked for the dense parts: on the CPU "auto" is measured)
+    resolved = replace(config, dtype=str(engine.bundle.dtype).removeprefix("torch."))
+    before = startup_plan(resolved, None, None, device="cpu", host_available_bytes=64 * 2**30)
     assert before is not None and before.plan.weight_bytes == model_weight_bytes(model)
     with pytest.raises(InvalidParameterError, match="--cpu-offload-gb moves dense weights"):
         EngineConfig(quantization="fp8", cpu_offload_gb=1)
