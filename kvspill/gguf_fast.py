@@ -25,7 +25,10 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from gguf import GGUFReader, GGUFValueType, ReaderField
+from gguf.constants import GGUFValueType
+
+# From the submodule: `gguf.GGUFReader` is replaced by a function inside gguf_reader.shared_readers().
+from gguf.gguf_reader import GGUFReader, ReaderField
 
 if TYPE_CHECKING:
     import numpy.typing as npt
