@@ -16,6 +16,7 @@ from pathlib import Path
 
 DEFAULT_CALIBRATION_PATH = "~/.cache/kvspill/calibration.json"
 DEFAULT_EXT_CACHE = "~/.cache/kvspill/ext"
+DEFAULT_GGUF_CACHE = "~/.cache/kvspill/gguf"
 
 
 @dataclass(frozen=True)
@@ -28,14 +29,20 @@ class EnvSettings:
     # KVSPILL_EXT_CACHE: where C++ kernels built at run time are kept (one file per source,
     # flags and CPU; default ~/.cache/kvspill/ext).
     ext_cache_dir: Path = Path(DEFAULT_EXT_CACHE).expanduser()
+    # KVSPILL_GGUF_CACHE: where the HF config and tokenizer derived from a .gguf file are kept
+    # (one entry per file, size and mtime; default ~/.cache/kvspill/gguf); "off": no cache.
+    gguf_cache_dir: Path | None = Path(DEFAULT_GGUF_CACHE).expanduser()
 
 
 def read_env_settings(environ: Mapping[str, str]) -> EnvSettings:
     """Settings from `environ` (uncached)."""
     calibration = environ.get("KVSPILL_CALIBRATION") or DEFAULT_CALIBRATION_PATH
     ext_cache = environ.get("KVSPILL_EXT_CACHE") or DEFAULT_EXT_CACHE
+    gguf_cache = environ.get("KVSPILL_GGUF_CACHE") or DEFAULT_GGUF_CACHE
     return EnvSettings(
-        calibration_path=Path(calibration).expanduser(), ext_cache_dir=Path(ext_cache).expanduser()
+        calibration_path=Path(calibration).expanduser(),
+        ext_cache_dir=Path(ext_cache).expanduser(),
+        gguf_cache_dir=None if gguf_cache.lower() == "off" else Path(gguf_cache).expanduser(),
     )
 
 

@@ -1,9 +1,10 @@
-"""One parse of a GGUF file per engine start.
+"""One parse of a GGUF file per engine start, by the fast reader.
 
 gguf's `GGUFReader` parses every metadata field eagerly: the embedded SmolLM2's 49K-token
-vocabulary takes 1.5-6 s on a 2-core CPU. Starting an engine on a .gguf file needed the file four
-times (the plan's shapes, transformers' config, transformers' tokenizer, the weights), so four
-parses. Inside `shared_readers()`, `read_gguf(path)` and every `gguf.GGUFReader(path)` that
+vocabulary takes 1.5-8 s on a 2-core CPU, so `read_gguf` returns a `gguf_fast.FastGGUFReader`
+(the same API and values; array elements are made on access: 0.1 s). Starting an engine on a
+.gguf file needed the file four times (the plan's shapes, transformers' config, transformers'
+tokenizer, the weights), so four parses. Inside `shared_readers()`, `read_gguf(path)` and every `gguf.GGUFReader(path)` that
 transformers makes (it imports the name from the `gguf` module when called) return one reader per
 file; the block's end drops them, so nothing is held after start-up.
 
@@ -25,17 +26,10 @@ _depth = 0  # nesting of shared_readers() blocks
 _reader_class: Any = None  # gguf's own GGUFReader, kept while the module name is patched
 
 
-def _original_class() -> Any:
-    if _reader_class is not None:
-        return _reader_class
-    import gguf
-
-    return gguf.GGUFReader
-
-
 def read_gguf(path: str | os.PathLike[str]) -> Any:
-    """A read-only GGUFReader of `path`: shared inside `shared_readers()`, fresh outside it."""
-    reader_class = _original_class()
+    """A read-only FastGGUFReader of `path`: shared inside `shared_readers()`, fresh outside it."""
+    from kvspill.gguf_fast import FastGGUFReader as reader_class
+
     if _depth == 0:
         return reader_class(os.fspath(path), "r")
     st = os.stat(path)

@@ -22,6 +22,7 @@ from typing import Any
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
+from kvspill.gguf_cache import gguf_tokenizer
 from kvspill.model.resolve import ResolvedModel
 
 # (prefix, suffix, middle) spellings seen in released vocabularies, most common first.
@@ -111,7 +112,7 @@ def _load_hf_tokenizer(resolved: ResolvedModel) -> PreTrainedTokenizerBase:
     path = resolved.path
     try:
         if resolved.kind == "gguf":
-            return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            return gguf_tokenizer(path)  # cached per file: converting the vocabulary takes seconds
         return AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError, KeyError, TypeError) as e:
         where = path if resolved.kind == "gguf" else path / "tokenizer.json"

@@ -87,6 +87,9 @@ def _unpermute(w: Tensor, num_heads: int) -> Tensor:
     return w.reshape(num_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
+_PERMUTED = ("q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias")  # HF names _fix_rows may change
+
+
 def _fix_rows(w: Tensor, gguf_name: str, arch: str, config: PretrainedConfig) -> Tensor:
     if arch == "llama" and gguf_name.endswith(("attn_q.weight", "attn_q.bias")):
         return _unpermute(w, config.num_attention_heads)
@@ -104,9 +107,13 @@ def iter_dequantized(reader: Any, config: PretrainedConfig) -> Iterator[tuple[st
         name = hf_name(tensor.name)
         if name is None:
             continue
-        data = dequantize(tensor.data, tensor.tensor_type)
-        weights = torch.from_numpy(np.require(data, dtype=np.float32, requirements=["C", "W"]))
-        yield name, _fix_rows(weights, tensor.name, arch, config)
+        # A plain ndarray, not gguf's memmap subclass (whose per-view hook costs ~0.5 s per load).
+        stored = np.asarray(tensor.data)
+        if name.endswith(_PERMUTED):  # whole rows move: permute the stored rows, 4-8x smaller than fp32
+            rows = torch.from_numpy(np.array(stored))
+            stored = _fix_rows(rows, tensor.name, arch, config).numpy()
+        data = dequantize(stored, tensor.tensor_type)
+        yield name, torch.from_numpy(np.require(data, dtype=np.float32, requirements=["C", "W"]))
 
 
 def _quantized_types(reader: Any) -> dict[str, str]:

@@ -20,7 +20,7 @@ RoPE invariants:
 from __future__ import annotations
 
 import copy
-from typing import Any, cast, overload
+from typing import Any, overload
 
 import torch
 from torch import Tensor, nn
@@ -110,10 +110,12 @@ def compute_inv_freq(config: PretrainedConfig, max_positions: int) -> tuple[Tens
     # The init functions may standardize (mutate) the config they get: give them a copy.
     cfg = copy.deepcopy(config)
     if rope_type == "default" and "default" not in ROPE_INIT_FUNCTIONS:
-        # transformers 5 moved the default into each model class; all our families share Llama's.
-        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
-        inv_freq, scaling = LlamaRotaryEmbedding.compute_default_rope_parameters(cast(Any, cfg))
+        # transformers 5 moved the default into each model class (all our families share Llama's
+        # LlamaRotaryEmbedding.compute_default_rope_parameters); its formula, written here because
+        # importing modeling_llama pulls in generation utils and torch._dynamo (2-4 s of a CPU start).
+        dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        base = params["rope_theta"]
+        inv_freq, scaling = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
     elif rope_type in ROPE_INIT_FUNCTIONS:
         fn = ROPE_INIT_FUNCTIONS[rope_type]
         if rope_type == "dynamic":

@@ -143,7 +143,10 @@ class LlamaModel(nn.Module):
     ) -> None:
         super().__init__()
         # nn.Embedding, or model/quant.py's QuantEmbedding when a GGUF stays quantized
-        self.embed_tokens: nn.Module = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+        # Given storage, nn.Embedding skips its normal_() init: loading overwrites it, and on the
+        # meta device normal_ imports torch._dynamo (2-4 s of a CPU start).
+        weight = torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)
+        self.embed_tokens: nn.Module = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight)
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, i, spec, dtype) for i in range(config.num_hidden_layers)
         )

@@ -25,6 +25,7 @@ from transformers import AutoConfig, PretrainedConfig
 
 from kvspill.config import ROPE_TYPES
 from kvspill.errors import InvalidParameterError, ModelNotFoundError, UnsupportedModelError
+from kvspill.gguf_cache import gguf_hf_config
 from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.model import fp8 as fp8_weights
 from kvspill.model import gguf_weights, int4_checkpoints
@@ -141,7 +142,7 @@ def load_hf_config(resolved: ResolvedModel) -> PretrainedConfig:
     path = resolved.path
     try:
         if resolved.kind == "gguf":
-            return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+            return gguf_hf_config(path)  # cached per file: transformers' conversion takes seconds
         return AutoConfig.from_pretrained(str(path))
     except (ValueError, KeyError) as e:
         # Unknown model_type / GGUF architecture: transformers cannot describe it, nor can we.
