@@ -22,8 +22,9 @@ from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.kernels.gguf_formats import check_supported, random_quantized
 from kvspill.model.fp8 import fill_fp8_randomly, install_fp8_modules
 from kvspill.model.llama import LlamaForCausalLM, replace_projections
-from kvspill.model.loader import LoadedModel, apply_rope_override
+from kvspill.model.loader import LoadedModel, apply_rope_override, check_splittable_format
 from kvspill.model.offload import offload_layers, place_with_offload
+from kvspill.model.parallel import SINGLE, TensorParallel
 from kvspill.model.quant import QuantEmbedding, QuantLinear
 from kvspill.plan.spec import KNOWN_SHAPES
 
@@ -81,8 +82,12 @@ def build_random_model(
     dtype: torch.dtype,
     max_model_len: int | None,
     cpu_offload_bytes: int = 0,
+    tp: TensorParallel = SINGLE,
 ) -> LoadedModel:
+    """`tp`: this rank's shard, drawn alone (ranks' values differ from a one-rank model's)."""
     name, qtype = split_random_name(model)
+    if tp.size > 1 and qtype is not None:
+        check_splittable_format(qtype != "FP8", None, qtype == "FP8", tp.size)
     if qtype == "FP8":
         check_fp8_supported(device)
     elif qtype is not None:
@@ -117,7 +122,7 @@ def build_random_model(
         },
     )
     with torch.device("meta"):
-        net = LlamaForCausalLM(config, max_model_len=max_len, dtype=dtype)
+        net = LlamaForCausalLM(config, max_model_len=max_len, dtype=dtype, tp=tp)
         if qtype == "FP8":
             install_fp8_modules(net, dtype)
         elif qtype is not None:
