@@ -129,6 +129,12 @@ class TensorParallelGroup:
                 "this process already runs a tensor-parallel engine: close it first (one per process)",
             )
         check_splits_before_start(config)
+        if _backend(config) == "nccl" and torch.cuda.device_count() < config.tensor_parallel_size:
+            raise InvalidParameterError(
+                "tensor_parallel_size",
+                f"--tensor-parallel-size {config.tensor_parallel_size} needs as many GPUs; "
+                f"{torch.cuda.device_count()} are visible (or pass --device cpu for gloo processes)",
+            )
         port = _free_port()
         os.environ["NCCL_NVLS_ENABLE"] = "0"  # the workers inherit it too
         self._threads = torch.get_num_threads()

@@ -43,12 +43,11 @@ _VOCAB = ("embed_tokens.weight", "lm_head.weight")
 class CollectiveTimer:
     """Time spent in the model's collectives, by CUDA events around each call (no profiler).
 
-    Off by default: a benchmark turns it on, and `seconds()` (which waits for the device) adds up
+    Off by default: a benchmark turns it on, and `take()` (which waits for the device) adds up
     what was recorded since the last call."""
 
     enabled: bool = False
     _events: list[tuple[Any, Any]] = field(default_factory=list)
-    num_calls: int = 0
 
     def start(self, x: Tensor) -> Any:
         if not (self.enabled and x.is_cuda):
@@ -63,16 +62,16 @@ class CollectiveTimer:
         end = torch.cuda.Event(enable_timing=True)
         end.record()
         self._events.append((begin, end))
-        self.num_calls += 1
 
-    def seconds(self) -> float:
-        """Seconds inside collectives since the last call (0 without CUDA or when off)."""
+    def take(self) -> tuple[float, int]:
+        """(seconds inside collectives, collectives timed) since the last call (0 when off)."""
         if not self._events:
-            return 0.0
+            return 0.0, 0
         self._events[-1][1].synchronize()
         total = sum(b.elapsed_time(e) for b, e in self._events) / 1e3
+        count = len(self._events)
         self._events.clear()
-        return total
+        return total, count
 
 
 @dataclass
