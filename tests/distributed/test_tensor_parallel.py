@@ -8,6 +8,8 @@ the greedy tokens. The single-rank reference keeps all KV in its device tier.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -52,6 +54,24 @@ def test_two_ranks_with_cpu_spills_equal_one_rank(fixture, request):
     assert stats.bytes_moved.get("gpu_to_cpu", 0) > 0
     # each rank's tiers hold its half of the KV heads: half the bytes per block
     assert stats.block_bytes * 2 == one.engine.kv_stats().block_bytes
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("KVSPILL_TEST_TP_SMOLLM2"),
+    reason="3 ranks of SmolLM2 on 2 cores take minutes: set KVSPILL_TEST_TP_SMOLLM2=1 to run it",
+)
+def test_smollm2_on_three_ranks_equals_one_rank(smollm2_gguf_path):
+    # 9 heads and 3 KV heads split over 3 ranks only (not 2); its 49152-token vocabulary too.
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    prompts = ["The capital of France is", "def fib(n):"]
+    base = dict(device="cpu", dtype="float32", max_model_len=256)
+    want = [o.token_ids for o in LLM(None, **base).generate(prompts, params)]
+    three = LLM(None, **base, tensor_parallel_size=3)
+    try:
+        assert [o.token_ids for o in three.generate(prompts, params)] == want
+    finally:
+        three.close()
 
 
 def test_a_size_that_does_not_split_the_heads_is_refused_before_any_process_starts(smollm2_gguf_path):
