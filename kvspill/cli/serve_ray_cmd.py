@@ -78,7 +78,7 @@ def _replica_class(serve: Any, config: EngineConfig, model_name: str, max_waitin
 
 def _router_class(serve: Any, prefix_chars: int, api_key: str | None) -> Any:
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.responses import StreamingResponse
 
     @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
     class PrefixRouter:
@@ -91,10 +91,17 @@ def _router_class(serve: Any, prefix_chars: int, api_key: str | None) -> Any:
             from kvspill.server.prefix_routing import pick_replica
 
             if api_key and request.url.path != "/health":
-                if request.headers.get("authorization") != f"Bearer {api_key}":
-                    return JSONResponse(
-                        {"error": {"message": "a valid API key is needed", "type": "authentication_error"}},
-                        status_code=401,
+                import hmac
+
+                from kvspill.server.errors import error_response
+
+                given = request.headers.get("authorization", "")
+                if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                    return error_response(
+                        401,
+                        "missing or wrong API key: send Authorization: Bearer <key>",
+                        "authentication_error",
+                        "invalid_api_key",
                     )
             body = await request.body()
             index = pick_replica(body, len(self.replicas), prefix_chars)

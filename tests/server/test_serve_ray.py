@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 
+import httpx
 import pytest
 
 from kvspill.server.prefix_routing import pick_replica, prompt_prefix
@@ -14,6 +15,7 @@ pytest.importorskip("ray.serve")
 openai = pytest.importorskip("openai")
 
 PREFIX_CHARS = 40
+KEY = "sk-test"
 CONTEXT = "the cat sat on the mat hello world the cat sat on a mat "  # the shared "repository"
 
 
@@ -32,7 +34,8 @@ def router_url(tiny_llama_dir):
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         config = EngineConfig(model=str(tiny_llama_dir), device="cpu", dtype="float32", max_model_len=512)
-        serve.run(build_ray_app(config, "tiny", 2, PREFIX_CHARS), name="kvspill", route_prefix="/")
+        app = build_ray_app(config, "tiny", 2, PREFIX_CHARS, api_key=KEY)
+        serve.run(app, name="kvspill", route_prefix="/")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         serve.shutdown()
@@ -48,7 +51,7 @@ def _complete(client, prompt: str):
 
 @pytest.mark.slow
 def test_two_replicas_behind_the_prefix_router(router_url):
-    client = openai.OpenAI(base_url=router_url, api_key="none", max_retries=0, timeout=120)
+    client = openai.OpenAI(base_url=router_url, api_key=KEY, max_retries=0, timeout=120)
     questions = ["hello", "world", "cat", "mat"]
     served = {_complete(client, CONTEXT + q)[0] for q in questions}
     assert served == {pick_replica(f'{{"prompt": "{CONTEXT}"}}'.encode(), 2, PREFIX_CHARS)}
@@ -66,6 +69,8 @@ def test_two_replicas_behind_the_prefix_router(router_url):
     )
     assert len(list(stream)) >= 2
     assert [m.id for m in client.models.list().data] == ["tiny"]
+    refused = httpx.get(f"{router_url}/models", headers={"Authorization": "Bearer wrong"})
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
 
 
 def test_the_routing_key_is_the_prompt_start():
