@@ -263,10 +263,11 @@ class LlamaForCausalLM(nn.Module):
         """hidden: [num_tokens, hidden_size] -> [num_tokens, vocab_size] float32."""
         project = getattr(self.lm_head, "project", None)  # quantized lm_head (model/quant.py)
         if project is not None:
-            return project(hidden).float()
-        weight = self.lm_head.weight
-        assert isinstance(weight, Tensor)
-        logits = torch.matmul(hidden, weight.t()).float()
+            logits = project(hidden).float()
+        else:
+            weight = self.lm_head.weight
+            assert isinstance(weight, Tensor)
+            logits = torch.matmul(hidden, weight.t()).float()
         if self.tp.size == 1:
             return logits
         # [num_tokens, vocab_shard] per rank -> [num_tokens, vocab_size] on every rank

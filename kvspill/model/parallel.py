@@ -150,8 +150,13 @@ def check_splits(config: Any, size: int) -> None:
     )
 
 
-def shard_weight(name: str, tensor: Tensor, tp: TensorParallel) -> Tensor:
-    """This rank's slice of the HF-named full tensor `tensor` (module docstring)."""
+def shard_weight(
+    name: str, tensor: Tensor, tp: TensorParallel, block: tuple[str, int] | None = None
+) -> Tensor:
+    """This rank's slice of the HF-named full tensor `tensor` (module docstring).
+
+    `block`: the tensor is GGUF blocks [rows, bytes_per_row] of that (type, bytes per block): rows
+    split as rows do, a row-parallel weight's columns on block boundaries (or an error)."""
     if tp.size == 1:
         return tensor
     r, n = tp.rank, tp.size
@@ -160,7 +165,16 @@ def shard_weight(name: str, tensor: Tensor, tp: TensorParallel) -> Tensor:
     if any(piece in name for piece in _ROW):
         if name.endswith(".bias"):
             return tensor if r == 0 else torch.zeros_like(tensor)
-        return tensor.chunk(n, dim=1)[r]
+        if block is not None:
+            qtype, type_size = block
+            num_blocks = tensor.shape[1] // type_size
+            if num_blocks % n:
+                raise InvalidParameterError(
+                    "tensor_parallel_size",
+                    f"{name} holds {num_blocks} {qtype} blocks per row, which do not split over {n} ranks: "
+                    "run another --tensor-parallel-size, or --quantization none to dequantize at load",
+                )
+        return tensor.chunk(n, dim=1)[r].contiguous()
     if name.endswith(_VOCAB):
         shard = tp.vocab_shard(tensor.shape[0])
         rows = tensor[r * shard : (r + 1) * shard]

@@ -61,11 +61,12 @@ def test_two_ranks_with_cpu_spills_equal_one_rank(fixture, request):
     not os.environ.get("KVSPILL_TEST_TP_SMOLLM2"),
     reason="3 ranks of SmolLM2 on 2 cores take minutes: set KVSPILL_TEST_TP_SMOLLM2=1 to run it",
 )
-def test_smollm2_on_three_ranks_equals_one_rank(smollm2_gguf_path):
+@pytest.mark.parametrize("quantization", ["none", "gguf"])  # dequantized at load, or its Q4_1 blocks split
+def test_smollm2_on_three_ranks_equals_one_rank(smollm2_gguf_path, quantization):
     # 9 heads and 3 KV heads split over 3 ranks only (not 2); its 49152-token vocabulary too.
     params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
     prompts = ["The capital of France is", "def fib(n):"]
-    base = dict(device="cpu", dtype="float32", max_model_len=256)
+    base = dict(device="cpu", dtype="float32", max_model_len=256, quantization=quantization)
     want = [o.token_ids for o in LLM(None, **base).generate(prompts, params)]
     three = LLM(None, **base, tensor_parallel_size=3)
     try:
@@ -98,12 +99,30 @@ def test_combinations_tensor_parallelism_does_not_run_are_refused(options, flag)
 
 
 def test_quantized_weights_that_cannot_be_split_yet_are_named():
-    from kvspill.model.parallel import TensorParallel
-    from kvspill.model.random_init import build_random_model
+    from kvspill.model.loader import check_splittable_format
 
-    tp = TensorParallel(rank=0, size=2)
-    with pytest.raises(InvalidParameterError, match="GGUF kept in its quantized blocks"):
-        build_random_model("random:llama-1b:q4_k", torch.device("cpu"), torch.float32, 64, tp=tp)
+    with pytest.raises(InvalidParameterError, match=r"fp8 \(--quantization fp8\) are not split"):
+        check_splittable_format(None, True, 2)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q4_K", "Q8_0"])
+def test_gguf_blocks_split_on_block_boundaries(qtype):
+    """A rank's shard of quantized blocks dequantizes to its slice of the whole weight."""
+    from kvspill.kernels.gguf_formats import check_supported, dequantize_ref, random_quantized
+    from kvspill.model.parallel import TensorParallel, shard_weight
+
+    fmt = check_supported(qtype)
+    full = random_quantized(qtype, 8, 2 * 256, torch.Generator().manual_seed(0))
+    want = dequantize_ref(full.data, qtype, full.in_features, torch.float32)  # [8, 512]
+    block = (qtype, fmt.type_size)
+    for r in range(2):
+        tp = TensorParallel(rank=r, size=2)
+        rows = shard_weight("model.layers.0.mlp.gate_proj.weight", full.data, tp, block)
+        cols = shard_weight("model.layers.0.mlp.down_proj.weight", full.data, tp, block)
+        assert torch.equal(dequantize_ref(rows, qtype, 512, torch.float32), want[4 * r : 4 * r + 4])
+        assert torch.equal(dequantize_ref(cols, qtype, 256, torch.float32), want[:, 256 * r : 256 * r + 256])
+    with pytest.raises(InvalidParameterError, match=f"{qtype} blocks per row, which do not split over 3"):
+        shard_weight("model.layers.0.self_attn.o_proj.weight", full.data, TensorParallel(0, 3), block)
 
 
 def test_the_flag_sets_the_config_and_plan_shows_one_rank():
