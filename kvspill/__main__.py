@@ -2,4 +2,5 @@
 
 from kvspill.cli.main import main
 
-main()
+if __name__ == "__main__":  # tensor-parallel workers are spawned: they re-import this module
+    main()

@@ -97,6 +97,10 @@ class EngineConfig:
     # KV pool format (vLLM's --kv-cache-dtype): "auto" = the model dtype; "fp8"/"fp8_e4m3"/"fp8_e5m2"
     # store K and V in 8 bits (kernels/kv_quant.py), half the bytes of every tier.
     kv_cache_dtype: str = "auto"
+    # ---- past one GPU (docs/distributed.md) ----
+    # vLLM's --tensor-parallel-size: one process per GPU (gloo processes on the CPU), Megatron
+    # splits of every layer, KV heads (and so every KV tier) split across the ranks.
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         def bad(param: str, msg: str) -> InvalidParameterError:
@@ -170,5 +174,33 @@ class EngineConfig:
             )
         if self.cpu_offload_gb < 0:
             raise bad("cpu_offload_gb", f"--cpu-offload-gb must not be negative, got {self.cpu_offload_gb}")
+        self._check_tensor_parallel()
         if self.trust_remote_code:
             raise bad("trust_remote_code", "kvspill never runs model code from a repository")
+
+    def _check_tensor_parallel(self) -> None:
+        """Combinations tensor parallelism does not run (yet), refused with what to change."""
+        n = self.tensor_parallel_size
+        if not isinstance(n, int) or not 1 <= n <= 64:
+            raise InvalidParameterError(
+                "tensor_parallel_size", f"--tensor-parallel-size must be an int from 1 to 64, got {n!r}"
+            )
+        if n == 1:
+            return
+        if self.device.startswith("cuda:"):
+            raise InvalidParameterError(
+                "tensor_parallel_size",
+                f"--device {self.device} names one GPU; with --tensor-parallel-size {n} rank r runs on "
+                "cuda:r: pick the GPUs with CUDA_VISIBLE_DEVICES and pass --device cuda",
+            )
+        refused = {
+            "attention": self.attention == "cpu",
+            "cpu_offload_gb": self.cpu_offload_gb > 0,
+        }
+        for param, bad in refused.items():
+            if bad:
+                raise InvalidParameterError(
+                    param,
+                    f"--{param.replace('_', '-')} does not run with --tensor-parallel-size {n} yet: "
+                    "drop one of them",
+                )

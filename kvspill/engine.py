@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from kvspill.config import EngineConfig
 from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
-from kvspill.engine_setup import EngineParts, build_engine_parts
+from kvspill.engine_parallel import TensorParallelGroup
+from kvspill.engine_setup import EngineParts, build_engine_parts, uses_async_scheduling
 from kvspill.engine_warmup import warm_up
 from kvspill.errors import (
     ContextLengthExceededError,
@@ -58,15 +59,24 @@ class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, **engine_options: object) -> None:
         self.config = config if config is not None else EngineConfig(**engine_options)  # type: ignore[arg-type]
         self.startup_phases = StartupPhases()
-        bundle: EngineParts = build_engine_parts(self.config, self.startup_phases)
+        # --tensor-parallel-size N: this process is rank 0 of N (engine_parallel.py).
+        self.parallel = TensorParallelGroup(self.config) if self.config.tensor_parallel_size > 1 else None
+        try:
+            bundle: EngineParts = (
+                build_engine_parts(self.config, self.startup_phases, self.parallel.tp)
+                if self.parallel is not None
+                else build_engine_parts(self.config, self.startup_phases)
+            )
+        except BaseException:
+            self.close()
+            raise
         self.bundle = bundle
         self.memory_plan = bundle.memory_plan  # the plan that sized the KV tiers (engine_setup.py)
         self.tokenizer = bundle.tokenizer
         self.runner = bundle.runner
         self.max_model_len = bundle.max_model_len
         self.vocab_size = bundle.vocab_size
-        async_scheduling = self.config.async_scheduling
-        self.async_scheduling = bundle.device.type == "cuda" if async_scheduling is None else async_scheduling
+        self.async_scheduling = uses_async_scheduling(self.config, bundle.device)
         # (batch, its pending output, when it was launched) of the step the GPU is computing
         self._in_flight: tuple[ScheduledBatch, PendingStepOutput, float] | None = None
         self._last_done = 0.0  # when the last step's tokens were read (async step timing)
@@ -224,6 +234,16 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
 
+    def close(self) -> None:
+        """Stop the tensor-parallel workers (nothing to do with one rank); idempotent."""
+        if self.parallel is not None:
+            self.parallel.close()
+
+    def _launch(self, batch: ScheduledBatch) -> PendingStepOutput:
+        if self.parallel is not None:
+            self.parallel.send(batch)  # every worker runs the same step (engine_parallel.py)
+        return self.runner.execute_async(batch)
+
     # ---- the loop -----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
@@ -234,10 +254,10 @@ class LLMEngine:
         started = time.perf_counter()
         try:
             if not self.async_scheduling:
-                results = self._complete(batch, self.runner.execute_async(batch))
+                results = self._complete(batch, self._launch(batch))
                 self._note_step_time(batch, time.perf_counter() - started)
                 return results
-            pending = self.runner.execute_async(batch)  # launched: the GPU works while we go on
+            pending = self._launch(batch)  # launched: the GPU works while we go on
             self._in_flight = (batch, pending, started)
             results = []
             if previous is not None:

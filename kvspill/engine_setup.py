@@ -29,6 +29,7 @@ from kvspill.kernels.kv_quant import kv_storage_dtype
 from kvspill.kv.cold_attention import ColdAttentionConfig
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
+from kvspill.model.parallel import SINGLE, TensorParallel
 from kvspill.model.quant import model_weight_bytes
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import resolve_model
@@ -66,7 +67,16 @@ class EngineParts:
     dtype: torch.dtype
 
 
-def pick_device(config: EngineConfig) -> torch.device:
+def pick_device(config: EngineConfig, tp: TensorParallel = SINGLE) -> torch.device:
+    """The engine's device; with tensor parallelism rank r takes cuda:r (and makes it current)."""
+    if tp.size > 1 and config.device != "cpu" and torch.cuda.is_available():
+        if torch.cuda.device_count() < tp.size:
+            raise InvalidParameterError(
+                "tensor_parallel_size",
+                f"--tensor-parallel-size {tp.size} needs {tp.size} GPUs; {torch.cuda.device_count()} are visible",
+            )
+        torch.cuda.set_device(tp.rank)
+        return torch.device("cuda", tp.rank)
     if config.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
@@ -228,8 +238,13 @@ def _config_eos(hf_config: object) -> frozenset[int]:
     return frozenset([eos] if isinstance(eos, int) else eos or [])
 
 
+def uses_async_scheduling(config: EngineConfig, device: torch.device) -> bool:
+    """Whether the engine launches step N+1 before reading step N (every rank decides alike)."""
+    return device.type == "cuda" if config.async_scheduling is None else config.async_scheduling
+
+
 def _load(
-    config: EngineConfig, device: torch.device, dtype: torch.dtype
+    config: EngineConfig, device: torch.device, dtype: torch.dtype, tp: TensorParallel
 ) -> tuple[LoadedModel, TokenizerBundle | None]:
     if config.cpu_offload_gb and device.type != "cuda":
         raise InvalidParameterError(
@@ -239,7 +254,7 @@ def _load(
     if is_random_model(config.model):
         assert config.model is not None
         offload = int(config.cpu_offload_gb * GIB)
-        return build_random_model(config.model, device, dtype, config.max_model_len, offload), None
+        return build_random_model(config.model, device, dtype, config.max_model_len, offload, tp), None
     resolved = resolve_model(config.model)
     keep_quantized = keeps_gguf_quantized(config, device.type)
     if config.quantization == "fp8" and resolved.kind == "gguf":
@@ -262,6 +277,7 @@ def _load(
         keep_quantized=keep_quantized,
         cpu_offload_bytes=int(config.cpu_offload_gb * GIB),
         fp8=config.quantization == "fp8",
+        tp=tp,
     )
     return loaded, None if config.skip_tokenizer_init else load_tokenizer(resolved, loaded.hf_config)
 
@@ -273,10 +289,14 @@ def _read_chat_template(path: str) -> str:
         raise InvalidParameterError("chat_template", f"cannot read --chat-template {path!r}: {e}") from e
 
 
-def build_engine_parts(config: EngineConfig, phases: StartupPhases | None = None) -> EngineParts:
+def build_engine_parts(
+    config: EngineConfig, phases: StartupPhases | None = None, tp: TensorParallel = SINGLE
+) -> EngineParts:
+    """Everything one rank runs (the whole engine's with one rank): every rank of a tensor-parallel
+    group calls this alike, so their collectives (profiling, agreeing on tier sizes) match."""
     phases = phases or StartupPhases()
     with phases.phase("device and pre-flight"):
-        device = pick_device(config)
+        device = pick_device(config, tp)
         dtype = pick_dtype(config, device)
         # The plans count bytes at the dtype the engine runs (on the CPU "auto" may mean fp32).
         config = replace(config, dtype=str(dtype).removeprefix("torch."))
@@ -288,35 +308,42 @@ def build_engine_parts(config: EngineConfig, phases: StartupPhases | None = None
             _plan_and_cap(config, device, calibration)
         allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         with phases.phase("load weights and tokenizer"):
-            loaded, tokenizer = _load(config, device, dtype)
+            loaded, tokenizer = _load(config, device, dtype, tp)
     if tokenizer is not None and config.chat_template is not None:
         tokenizer = replace(tokenizer, chat_template=_read_chat_template(config.chat_template))
     eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
     layout = KVLayout(
         num_layers=loaded.num_layers,
         block_size=config.block_size,
-        num_kv_heads=loaded.num_kv_heads,
+        num_kv_heads=loaded.num_kv_heads // tp.size,  # this rank's heads' KV, in every tier
         head_dim=loaded.head_dim,
         dtype=kv_storage_dtype(config.kv_cache_dtype, dtype),
     )
     with phases.phase("measure and size the KV tiers"):
         plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)
     bs = config.block_size
+    # The scheduler is shared: every rank holds the same block ids, so the tiers are the smallest
+    # any rank's plan allows.
+    num_gpu, num_cpu, num_disk = tp.min_over_ranks(
+        [plan.gpu_kv_tokens // bs, plan.cpu_kv_tokens // bs, plan.disk_kv_tokens // bs]
+    )
     # --attention cpu: the whole pool in host RAM (the "gpu" tier), attention on the CPU, no cold tiers.
     pool_device = torch.device("cpu") if config.attention == "cpu" else device
     with phases.phase("allocate the KV tiers"):
         storage = TieredKVStorage(
             layout,
-            plan.gpu_kv_tokens // bs,
+            num_gpu,
             pool_device,
-            num_cpu_blocks=plan.cpu_kv_tokens // bs,
-            num_disk_blocks=plan.disk_kv_tokens // bs,
+            num_cpu_blocks=num_cpu,
+            num_disk_blocks=num_disk,
             disk_dir=config.kv_disk_dir,
         )
     graphs = None
     # Offload swaps layer weights host-side before each layer: no CUDA graphs (model/offload.py).
+    # Tensor parallelism runs eagerly: its collectives are not captured in graphs (yet).
     if (
         device.type == "cuda"
+        and tp.size == 1
         and config.attention != "cpu"
         and not config.enforce_eager
         and not loaded.offloader

@@ -31,6 +31,10 @@ class LLM:
     def __init__(self, model: str | None = None, **engine_options: Any) -> None:
         self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
 
+    def close(self) -> None:
+        """Stop the engine's tensor-parallel workers, if any (engine_parallel.py)."""
+        self.engine.close()
+
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
         return self._tokenizer_bundle().hf

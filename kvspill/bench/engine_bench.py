@@ -1,6 +1,12 @@
 """Engine benchmark on a GPU: TTFT and decode tok/s per context, beside their HBM floor.
 
     python -m kvspill.bench --shape llama-1b --cap-gib 16 --ctx 8192 32768 131072 --out $OUT/kvspill.jsonl
+    python -m kvspill.bench --shape llama-8b --cap-gib 70 --ctx 32768 131072 --tensor-parallel-size 2
+
+With `--tensor-parallel-size N` (N GPUs, one process each, `--cap-gib` per GPU) each line also
+has the time rank 0 spent in collectives per decode step (CUDA events around each all-reduce and
+the logits all-gather: 2 all-reduces per layer, one for the embedding, one all-gather) and
+`max_gpu_only_context`, the longest sequence the GPU tiers hold with no KV spilled.
 
 Random weights with the real shapes (speed does not depend on values), the same workloads and
 JSON fields as `shared/bench/hf_peer.py` plus kvspill's own: the floor (weights + KV bytes
@@ -22,6 +28,7 @@ import torch
 
 from kvspill.config import EngineConfig
 from kvspill.engine import LLMEngine
+from kvspill.model.parallel import CollectiveTimer
 from kvspill.model.quant import model_weight_bytes
 from kvspill.plan.calibrate import measure_copy_gbs
 from kvspill.sampling_params import SamplingParams
@@ -35,6 +42,7 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
     params = SamplingParams(
         temperature=0.0, max_tokens=1 + warmup_tokens + new_tokens, ignore_eos=True, detokenize=False
     )
+    timer = engine.parallel.tp.timer if engine.parallel is not None else None
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -44,6 +52,8 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
         for out in engine.step():
             for _ in out.delta_token_ids:
                 token_times.append(time.perf_counter())
+                if timer is not None and len(token_times) == max(1, warmup_tokens):
+                    timer.take()  # drop prefill's and warm-up's collectives (one sync, before the span)
     ttft = token_times[0] - t0
     decode_span = token_times[-1] - token_times[warmup_tokens]
     n = len(token_times) - 1 - warmup_tokens
@@ -54,6 +64,20 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
         new_tokens=n,
         peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
         peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3),
+        **(_collectives(engine, timer) if timer is not None else {}),
+    )
+
+
+def _collectives(engine: LLMEngine, timer: CollectiveTimer) -> dict:
+    """Rank 0's time in collectives per one-token decode step (model/parallel.py): each such step
+    runs 2 all-reduces per layer, one for the embedding and one all-gather of the logits."""
+    seconds, calls = timer.take()
+    per_step = 2 * engine.bundle.loaded.num_layers + 2
+    steps = calls / per_step
+    return dict(
+        collective_ms_per_step=round(seconds / steps * 1e3, 3) if steps else None,
+        collective_calls_per_step=per_step,
+        collective_steps_timed=round(steps, 1),
     )
 
 
@@ -81,6 +105,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         dest="async_scheduling",
         action="store_false",
         help="read each step's tokens before scheduling the next (the A/B of async scheduling)",
+    )
+    ap.add_argument(
+        "--tensor-parallel-size", type=int, default=1, help="GPUs to split the model over (one process each)"
     )
     ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill.jsonl"))
@@ -120,8 +147,11 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         attention=getattr(args, "attention", "auto"),
         async_scheduling=getattr(args, "async_scheduling", True),
         cpu_offload_gb=getattr(args, "cpu_offload_gb", 0.0),
+        tensor_parallel_size=getattr(args, "tensor_parallel_size", 1),
     )
     engine = LLMEngine(config)
+    if engine.parallel is not None:
+        engine.parallel.tp.timer.enabled = True
     offloader = engine.bundle.loaded.offloader
     offloaded_bytes = offloader.host_bytes if offloader is not None else 0
     # What HBM reads each step: the resident weights (offloaded ones cross PCIe: see the floor).
@@ -131,6 +161,10 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         mode += f"-kv-{args.kv_cache_dtype}"
     if getattr(args, "attention", "auto") == "cpu":
         mode += "-attention-cpu"
+    ranks = config.tensor_parallel_size
+    if ranks > 1:
+        mode += f"-tp{ranks}"
+    gpu_kv_tokens = engine.bundle.num_blocks * config.block_size
     base = dict(
         system="kvspill-0.1.0",
         shape=os.path.basename(args.model) if getattr(args, "model", None) else args.shape,
@@ -146,6 +180,9 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         cpu_kv_gib=args.cpu_kv_gib,
         chunk=args.chunk,
         async_scheduling=engine.async_scheduling,
+        # per rank with tensor parallelism: weight_gib, gpu_kv_gib and cap_gib are one GPU's
+        tensor_parallel_size=ranks,
+        max_gpu_only_context=gpu_kv_tokens,
     )
     return BenchSetup(
         engine,
@@ -154,7 +191,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         h2d_gbs,
         weight_bytes,
         engine.bundle.storage.layout.bytes_per_token,
-        engine.bundle.num_blocks * config.block_size,
+        gpu_kv_tokens,
     )
 
 
@@ -192,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 rec.update(ok=False, err=f"OOM: {str(e)[:200]}")
             print(json.dumps(rec), flush=True)
             f.write(json.dumps(rec) + "\n")
+    engine.close()
     return 0
 
 

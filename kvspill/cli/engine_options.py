@@ -166,6 +166,11 @@ class EngineOptions:
     kv_cache_dtype: str | None = _flag(
         "KV cache format: auto (the model's dtype), fp8 (= fp8_e4m3) or fp8_e5m2: half the bytes of bf16 KV."
     )
+    tensor_parallel_size: int | None = _flag(
+        "GPUs to split the model over (one process each; gloo processes on cpu): attention heads, "
+        "KV heads and every KV tier are split across them.",
+        default="1",
+    )
 
     def given(self) -> dict[str, Any]:
         """The flags given, by flag field name, as typed (sizes still text)."""

@@ -186,6 +186,7 @@ def _register_commands() -> None:
         plan_cmd,
         rag_cmd,
         serve_cmd,
+        serve_ray_cmd,
         service_cmd,
     )
 
@@ -194,6 +195,8 @@ def _register_commands() -> None:
     monitor_cmd.register(app)  # idempotent
     if not any(c.name == "serve" for c in app.registered_commands):
         serve_cmd.register(app)
+    if not any(c.name == "serve-ray" for c in app.registered_commands):
+        serve_ray_cmd.register(app)
     ops_cmd.register(app)  # idempotent
     bench_cmd.register(app)  # idempotent
     rag_cmd.register(app)  # idempotent

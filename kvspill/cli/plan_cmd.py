@@ -118,6 +118,7 @@ _PLANNED = {
     "block_size",
     "dtype",
     "quantization",
+    "tensor_parallel_size",
 }
 
 
@@ -193,6 +194,14 @@ def plan_json(
     flags = _plan_flags(engine, ram_budget, context)
     bandwidths, calibration = _bandwidths(gpu)
     vram, header = _resolve_vram(flags.get("vram_budget_bytes"), calibration)
+    ranks = flags.get("tensor_parallel_size", 1)
+    if ranks > 1:  # every figure below is one rank's: its GPU, its shard, its heads' KV
+        spec = spec.per_rank(ranks)
+        header.append(
+            f"per rank of --tensor-parallel-size {ranks}: each GPU holds 1/{ranks} of the weights and of "
+            "every token's KV (its KV heads); the budgets are per GPU, the token counts the model's; "
+            "all-reduce time is not modeled"
+        )
     base = _base_request(spec, vram, flags, context, kv_dtype)
     host = _host_sizes()
     user = preset_request("default", base, *host)  # yours: the default preset, then the flags given
@@ -204,6 +213,7 @@ def plan_json(
         "model": spec.name,
         "context_len": base.context_len,
         "vram_budget_bytes": vram,
+        "tensor_parallel_size": ranks,
         "bandwidths_source": bandwidths.source,
         "fits": plans["yours"].fits,
         "plans": {name: plan_to_json(p) for name, p in plans.items()},

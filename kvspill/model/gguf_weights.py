@@ -29,8 +29,9 @@ from transformers import PretrainedConfig
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
 from kvspill.gguf_reader import read_gguf
-from kvspill.kernels.gguf_formats import FORMATS, QuantizedWeight
+from kvspill.kernels.gguf_formats import FORMATS, QuantizedWeight, check_supported
 from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
+from kvspill.model.parallel import VocabParallelEmbedding, shard_weight
 from kvspill.model.quant import QuantEmbedding, QuantLinear
 
 logger = logging.getLogger(__name__)
@@ -148,9 +149,9 @@ def install_quant_modules(model: LlamaForCausalLM, reader: Any, dtype: torch.dty
 
     replace_projections(model, make)
     embed = model.model.embed_tokens
-    assert isinstance(embed, nn.Embedding)
+    assert isinstance(embed, (nn.Embedding, VocabParallelEmbedding))
     if "model.embed_tokens.weight" in kept:
-        model.model.embed_tokens = QuantEmbedding(embed.num_embeddings, embed.embedding_dim, dtype)
+        model.model.embed_tokens = QuantEmbedding(embed.num_embeddings, embed.embedding_dim, dtype, model.tp)
         if model.tie_word_embeddings:
             model.lm_head = model.model.embed_tokens
     if not model.tie_word_embeddings and "lm_head.weight" in kept:
@@ -194,6 +195,8 @@ def load_quantized(
             continue
         raw = torch.from_numpy(np.array(tensor.data, dtype=np.uint8, copy=True))
         raw = _fix_rows(raw.reshape(raw.shape[0], -1), tensor.name, arch, config)
+        qtype = tensor.tensor_type.name
+        raw = shard_weight(name, raw, model.tp, (qtype, check_supported(qtype).type_size))  # this rank's
         module, index = target
         shards.setdefault(module, {})[index] = QuantizedWeight.from_raw(
             raw.to(device), tensor.tensor_type.name

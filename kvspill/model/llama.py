@@ -9,6 +9,9 @@ Invariants:
 - Tokens are flattened across sequences: no batch dim, no padding, no mask; the injected
   `AttentionFn` owns causality and the KV cache.
 - With tied embeddings `lm_head` is `embed_tokens` (one tensor); a checkpoint's lm_head is skipped.
+- Tensor parallelism (`tp`, model/parallel.py): each rank builds its own shard's shapes and
+  `load_weights` slices every full HF tensor as it arrives; the all-reduces after o_proj and
+  down_proj and the vocab-parallel embedding/lm_head are the only cross-rank steps.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from transformers import PretrainedConfig
 from kvspill.errors import UnsupportedModelError
 from kvspill.model.base import AttentionFn, copy_param
 from kvspill.model.layers import RMSNorm, RotaryEmbedding, SiluAndMul, rope_parameters
+from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding, check_splits, shard_weight
 
 # HF name piece -> (fused parameter, shard index). Shard order = row order in the fused weight.
 _STACKED = {
@@ -56,13 +60,22 @@ def head_dim_of(config: PretrainedConfig) -> int:
 
 
 class LlamaAttention(nn.Module):
+    """Attention over this rank's heads (all of them with one rank); o_proj's partial sums meet in
+    one all-reduce."""
+
     def __init__(
-        self, config: PretrainedConfig, layer_idx: int, spec: AttentionSpec, dtype: torch.dtype | None
+        self,
+        config: PretrainedConfig,
+        layer_idx: int,
+        spec: AttentionSpec,
+        dtype: torch.dtype | None,
+        tp: TensorParallel = SINGLE,
     ) -> None:
         super().__init__()
         self.layer_idx = layer_idx
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
+        self.tp = tp
+        self.num_heads = tp.split(config.num_attention_heads, "attention heads")
+        self.num_kv_heads = tp.split(config.num_key_value_heads, "KV heads")
         self.head_dim = head_dim_of(config)
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
@@ -91,30 +104,38 @@ class LlamaAttention(nn.Module):
         else:
             q, k = rotary(positions, q, k)
             out = attention(self.layer_idx, q, k, v)  # [num_tokens, num_heads, head_dim]
-        return self.o_proj(out.reshape(n, self.q_size))
+        return self.tp.all_reduce(self.o_proj(out.reshape(n, self.q_size)))
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, config: PretrainedConfig, dtype: torch.dtype | None) -> None:
+    def __init__(
+        self, config: PretrainedConfig, dtype: torch.dtype | None, tp: TensorParallel = SINGLE
+    ) -> None:
         super().__init__()
         bias = bool(getattr(config, "mlp_bias", False))
-        inter = config.intermediate_size
+        self.tp = tp
+        inter = tp.split(config.intermediate_size, "the MLP's intermediate size")
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * inter, bias=bias, dtype=dtype)
         self.down_proj = nn.Linear(inter, config.hidden_size, bias=bias, dtype=dtype)
         self.act_fn = SiluAndMul()
 
     def forward(self, x: Tensor) -> Tensor:
         # x: [num_tokens, hidden_size] -> [num_tokens, 2 * intermediate] -> [num_tokens, hidden_size]
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+        return self.tp.all_reduce(self.down_proj(self.act_fn(self.gate_up_proj(x))))
 
 
 class LlamaDecoderLayer(nn.Module):
     def __init__(
-        self, config: PretrainedConfig, layer_idx: int, spec: AttentionSpec, dtype: torch.dtype | None
+        self,
+        config: PretrainedConfig,
+        layer_idx: int,
+        spec: AttentionSpec,
+        dtype: torch.dtype | None,
+        tp: TensorParallel = SINGLE,
     ) -> None:
         super().__init__()
-        self.self_attn = LlamaAttention(config, layer_idx, spec, dtype)
-        self.mlp = LlamaMLP(config, dtype)
+        self.self_attn = LlamaAttention(config, layer_idx, spec, dtype, tp)
+        self.mlp = LlamaMLP(config, dtype, tp)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype=dtype)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype=dtype)
 
@@ -139,16 +160,29 @@ class LlamaDecoderLayer(nn.Module):
 
 class LlamaModel(nn.Module):
     def __init__(
-        self, config: PretrainedConfig, spec: AttentionSpec, max_positions: int, dtype: torch.dtype | None
+        self,
+        config: PretrainedConfig,
+        spec: AttentionSpec,
+        max_positions: int,
+        dtype: torch.dtype | None,
+        tp: TensorParallel = SINGLE,
     ) -> None:
         super().__init__()
-        # nn.Embedding, or model/quant.py's QuantEmbedding when a GGUF stays quantized
-        # Given storage, nn.Embedding skips its normal_() init: loading overwrites it, and on the
-        # meta device normal_ imports torch._dynamo (2-4 s of a CPU start).
-        weight = torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)
-        self.embed_tokens: nn.Module = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight)
+        # nn.Embedding, model/quant.py's QuantEmbedding when a GGUF stays quantized, or split
+        # over the ranks (model/parallel.py). Given storage, nn.Embedding skips its normal_() init:
+        # loading overwrites it, and on the meta device normal_ imports torch._dynamo (2-4 s of a
+        # CPU start).
+        self.embed_tokens: nn.Module = (
+            nn.Embedding(
+                config.vocab_size,
+                config.hidden_size,
+                _weight=torch.empty(config.vocab_size, config.hidden_size, dtype=dtype),
+            )
+            if tp.size == 1
+            else VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp, dtype)
+        )
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, i, spec, dtype) for i in range(config.num_hidden_layers)
+            LlamaDecoderLayer(config, i, spec, dtype, tp) for i in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype=dtype)
         self.rotary_emb = RotaryEmbedding(config, head_dim_of(config), max_positions)
@@ -177,21 +211,29 @@ class LlamaForCausalLM(nn.Module):
         *,
         max_model_len: int | None = None,
         dtype: torch.dtype | None = None,
+        tp: TensorParallel = SINGLE,
     ) -> None:
         super().__init__()
         self.check_supported(config, max_model_len)
+        check_splits(config, tp.size)
         self.config = config
+        self.tp = tp
         head_dim = head_dim_of(config)
-        # Row sizes of the fused weights, in shard order: qkv_proj [q | k | v], gate_up_proj [gate | up].
-        self.qkv_sizes = [config.num_attention_heads * head_dim] + [config.num_key_value_heads * head_dim] * 2
-        self.gate_up_sizes = [config.intermediate_size] * 2
+        # Row sizes of the fused weights (this rank's), in shard order: qkv_proj [q | k | v],
+        # gate_up_proj [gate | up].
+        n = tp.size
+        self.qkv_sizes = [config.num_attention_heads // n * head_dim] + [
+            config.num_key_value_heads // n * head_dim
+        ] * 2
+        self.gate_up_sizes = [config.intermediate_size // n] * 2
         max_positions = max_model_len or config.max_position_embeddings
-        self.model = LlamaModel(config, self.attention_spec(config), max_positions, dtype)
+        self.model = LlamaModel(config, self.attention_spec(config), max_positions, dtype, tp)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if self.tie_word_embeddings:
             self.lm_head: nn.Module = self.model.embed_tokens  # one tensor, one name
         else:
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=dtype)
+            rows = tp.vocab_shard(config.vocab_size) if n > 1 else config.vocab_size
+            self.lm_head = nn.Linear(config.hidden_size, rows, bias=False, dtype=dtype)
 
     @classmethod
     def attention_spec(cls, config: PretrainedConfig) -> AttentionSpec:
@@ -227,10 +269,15 @@ class LlamaForCausalLM(nn.Module):
         """hidden: [num_tokens, hidden_size] -> [num_tokens, vocab_size] float32."""
         project = getattr(self.lm_head, "project", None)  # quantized lm_head (model/quant.py)
         if project is not None:
-            return project(hidden).float()
-        weight = self.lm_head.weight
-        assert isinstance(weight, Tensor)
-        return torch.matmul(hidden, weight.t()).float()
+            logits = project(hidden).float()
+        else:
+            weight = self.lm_head.weight
+            assert isinstance(weight, Tensor)
+            logits = torch.matmul(hidden, weight.t()).float()
+        if self.tp.size == 1:
+            return logits
+        # [num_tokens, vocab_shard] per rank -> [num_tokens, vocab_size] on every rank
+        return self.tp.all_gather_last(logits)[:, : self.config.vocab_size]
 
     def init_buffers(self) -> None:
         self.model.rotary_emb.init_buffers()
@@ -252,6 +299,7 @@ class LlamaForCausalLM(nn.Module):
                 if piece in name:
                     target, shard = name.replace(piece, fused), index
                     break
+            tensor = shard_weight(name, tensor, self.tp)  # the whole tensor with one rank
             param = params.get(target)
             if param is None:
                 raise UnsupportedModelError(

@@ -23,6 +23,7 @@ from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
 from kvspill.kernels.quant_linear import quant_linear
 from kvspill.model.fp8 import Fp8Linear
+from kvspill.model.parallel import SINGLE, TensorParallel
 
 
 class QuantLinear(nn.Module):
@@ -66,17 +67,25 @@ class QuantLinear(nn.Module):
 
 
 class QuantEmbedding(nn.Module):
-    """Token embedding with quantized rows: [vocab_size, hidden_size] in GGUF blocks."""
+    """Token embedding with quantized rows: [vocab_size, hidden_size] in GGUF blocks.
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype) -> None:
+    Split over tensor-parallel ranks (`tp`), a rank holds rows [start, start + shard_rows) and
+    the lookup sums the ranks' parts, as `VocabParallelEmbedding` does (model/parallel.py)."""
+
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype, tp: TensorParallel = SINGLE
+    ) -> None:
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.dtype = dtype  # of the activations it returns
+        self.tp = tp
+        self.shard_rows = tp.vocab_shard(num_embeddings) if tp.size > 1 else num_embeddings
+        self.start = tp.rank * self.shard_rows
         self.qweight: QuantizedWeight | None = None
 
     def set_weight(self, weight: QuantizedWeight) -> None:
-        assert (weight.out_features, weight.in_features) == (self.num_embeddings, self.embedding_dim)
+        assert (weight.out_features, weight.in_features) == (self.shard_rows, self.embedding_dim)
         self.qweight = weight
         self.register_buffer("qweight_0", weight.data, persistent=False)
 
@@ -88,14 +97,23 @@ class QuantEmbedding(nn.Module):
         # input_ids: [num_tokens] -> [num_tokens, embedding_dim]
         assert self.qweight is not None, "QuantEmbedding used before set_weight"
         w = self.qweight
-        rows = w.data.index_select(0, input_ids)  # [num_tokens, bytes_per_row]
+        if self.tp.size == 1:
+            return self._rows(w, input_ids)
+        local = input_ids - self.start
+        outside = (local < 0) | (local >= self.shard_rows)
+        x = self._rows(w, local.masked_fill(outside, 0))
+        return self.tp.all_reduce(x.masked_fill(outside.unsqueeze(-1), 0))
+
+    def _rows(self, w: QuantizedWeight, ids: Tensor) -> Tensor:
+        rows = w.data.index_select(0, ids)  # [num_tokens, bytes_per_row]
         if rows.device.type == "cpu":
             return dequantize_ref(rows, w.qtype, w.in_features, self.dtype)
         gathered = QuantizedWeight(rows, w.qtype, rows.shape[0], w.in_features)
         return dequantize(gathered, self.dtype)
 
     def project(self, hidden: Tensor) -> Tensor:
-        """The tied lm_head: hidden [num_tokens, embedding_dim] -> [num_tokens, num_embeddings]."""
+        """The tied lm_head: hidden [num_tokens, embedding_dim] -> [num_tokens, shard_rows] (all of
+        num_embeddings with one rank; the model gathers the ranks' logits)."""
         assert self.qweight is not None, "QuantEmbedding used before set_weight"
         return quant_linear(hidden, self.qweight)
 

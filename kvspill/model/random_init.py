@@ -22,8 +22,9 @@ from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.kernels.gguf_formats import check_supported, random_quantized
 from kvspill.model.fp8 import fill_fp8_randomly, install_fp8_modules
 from kvspill.model.llama import LlamaForCausalLM, replace_projections
-from kvspill.model.loader import LoadedModel, apply_rope_override
+from kvspill.model.loader import LoadedModel, apply_rope_override, check_splittable_format
 from kvspill.model.offload import offload_layers, place_with_offload
+from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding
 from kvspill.model.quant import QuantEmbedding, QuantLinear
 from kvspill.plan.spec import KNOWN_SHAPES
 
@@ -53,8 +54,8 @@ def _quantize_randomly(net: LlamaForCausalLM, qtype: str, dtype: torch.dtype) ->
         ),
     )
     embed = net.model.embed_tokens
-    assert isinstance(embed, nn.Embedding)
-    net.model.embed_tokens = QuantEmbedding(embed.num_embeddings, embed.embedding_dim, dtype)
+    assert isinstance(embed, (nn.Embedding, VocabParallelEmbedding))
+    net.model.embed_tokens = QuantEmbedding(embed.num_embeddings, embed.embedding_dim, dtype, net.tp)
     if net.tie_word_embeddings:
         net.lm_head = net.model.embed_tokens
     else:
@@ -71,7 +72,7 @@ def _fill_quantized(net: LlamaForCausalLM, qtype: str, gen: torch.Generator) -> 
             )
         elif isinstance(module, QuantEmbedding):
             module.set_weight(
-                random_quantized(qtype, module.num_embeddings, module.embedding_dim, gen, _QUANT_SCALE)
+                random_quantized(qtype, module.shard_rows, module.embedding_dim, gen, _QUANT_SCALE)
             )
 
 
@@ -81,8 +82,12 @@ def build_random_model(
     dtype: torch.dtype,
     max_model_len: int | None,
     cpu_offload_bytes: int = 0,
+    tp: TensorParallel = SINGLE,
 ) -> LoadedModel:
+    """`tp`: this rank's shard, drawn alone (ranks' values differ from a one-rank model's)."""
     name, qtype = split_random_name(model)
+    if tp.size > 1:
+        check_splittable_format(None, qtype == "FP8", tp.size)
     if qtype == "FP8":
         check_fp8_supported(device)
     elif qtype is not None:
@@ -117,7 +122,7 @@ def build_random_model(
         },
     )
     with torch.device("meta"):
-        net = LlamaForCausalLM(config, max_model_len=max_len, dtype=dtype)
+        net = LlamaForCausalLM(config, max_model_len=max_len, dtype=dtype, tp=tp)
         if qtype == "FP8":
             install_fp8_modules(net, dtype)
         elif qtype is not None:

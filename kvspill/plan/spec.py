@@ -93,6 +93,33 @@ class ModelSpec:
                 f"{self.num_kv_heads} KV heads"
             )
 
+    def per_rank(self, tensor_parallel_size: int) -> ModelSpec:
+        """What one rank of `tensor_parallel_size` holds (Megatron splits, model/parallel.py):
+        heads, KV heads and the MLP divided, the vocabulary rounded up per rank, norms whole.
+        Its `num_params`, weight and KV bytes are then per rank."""
+        n = tensor_parallel_size
+        if n == 1:
+            return self
+        if self.num_heads % n or self.num_kv_heads % n or self.intermediate_size % n:
+            works = [
+                k
+                for k in range(1, 9)
+                if not (self.num_heads % k or self.num_kv_heads % k or self.intermediate_size % k)
+            ]
+            raise UnsupportedModelError(
+                f"model {self.name!r}: {self.num_heads} heads, {self.num_kv_heads} KV heads and an MLP of "
+                f"{self.intermediate_size} do not split over {n} ranks (tensor-parallel sizes that work: {works})"
+            )
+        stored = self.stored_weight_bytes
+        return replace(
+            self,
+            num_heads=self.num_heads // n,
+            num_kv_heads=self.num_kv_heads // n,
+            intermediate_size=self.intermediate_size // n,
+            vocab_size=-(-self.vocab_size // n),
+            stored_weight_bytes=None if stored is None else -(-stored // n),
+        )
+
     # -- parameter counts -------------------------------------------------------------------
 
     @property

@@ -139,6 +139,8 @@ def startup_plan(
         except Exception as e:  # the loader will report the real problem with its own message
             logger.debug("no plan before loading: %s", e)
             return None
+    # One rank's share (the whole model with one rank): each rank plans its own card.
+    spec = spec.per_rank(config.tensor_parallel_size)
     request = request_from_engine_config(
         config,
         spec,

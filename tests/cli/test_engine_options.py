@@ -153,6 +153,7 @@ def test_every_flag_maps_to_its_engine_config_field():
         cold_attention="split",
         cpu_attention_threads=3,
         kv_cache_dtype="fp8",
+        tensor_parallel_size=1,  # more ranks refuse --attention cpu and --cpu-offload-gb
     )
     assert all(getattr(options, f.name) is not None for f in fields(EngineOptions)), "set every flag"
     config = engine_config(options, "some/model")
