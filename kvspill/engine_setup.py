@@ -14,6 +14,7 @@ The runner only runs steps; everything that decides what to build lives here, in
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -340,10 +341,11 @@ def build_engine_parts(
         )
     graphs = None
     # Offload swaps layer weights host-side before each layer: no CUDA graphs (model/offload.py).
-    # Tensor parallelism runs eagerly: its collectives are not captured in graphs (yet).
+    # Tensor parallelism: graphs capture the NCCL collectives too, every rank in the same order
+    # (each rank builds its parts alike); KVSPILL_TP_CUDA_GRAPHS=0 runs its steps eagerly.
     if (
         device.type == "cuda"
-        and tp.size == 1
+        and (tp.size == 1 or os.environ.get("KVSPILL_TP_CUDA_GRAPHS", "1") != "0")
         and config.attention != "cpu"
         and not config.enforce_eager
         and not loaded.offloader
