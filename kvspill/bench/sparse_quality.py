@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kvspill.bench.kv_quality import STDLIB_FILES, compare, stdlib_text, teacher_forced
+from kvspill.bench.kv_quality import STDLIB_FILES, compare, stdlib_text
 from kvspill.kv.block_summary import summarize_keys
 from kvspill.kv.sparse_select import quest_scores, select_blocks
 from kvspill.model.loader import load_model
@@ -81,6 +81,13 @@ class SparseDecodeAttention:
                 qh, kh, vh, attn_mask=self.mask(q, k)[None, None], enable_gqa=True
             )
         return o[0].transpose(0, 1)  # [num_tokens, num_heads, head_dim]
+
+
+def teacher_forced(model: Any, ids: list[int], attention: SparseDecodeAttention) -> torch.Tensor:
+    """Logits [num_tokens, vocab] of one causal pass over `ids`."""
+    with torch.inference_mode():
+        hidden = model(torch.tensor(ids), torch.arange(len(ids)), attention)
+        return model.compute_logits(hidden).float()
 
 
 def main(argv: list[str] | None = None) -> None:

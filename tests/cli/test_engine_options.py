@@ -274,7 +274,11 @@ def test_flags_reach_generate_and_the_bench_suites(monkeypatch, tmp_path):
             {},
             "--cold-attention must be auto, cpu, stream, split or sparse, got 'bogus'",
         ),
-        ([], {"KVSPILL_COLD_ATTENTION": "bogus"}, "--cold-attention must be auto, cpu, stream, split or sparse"),
+        (
+            [],
+            {"KVSPILL_COLD_ATTENTION": "bogus"},
+            "--cold-attention must be auto, cpu, stream, split or sparse",
+        ),
         (["--vram-budget", "lots"], {}, "--vram-budget: cannot read 'lots' as a size"),
         (["--cpu-kv-budget", "much"], {}, "--cpu-kv-budget: cannot read 'much' as a size"),
         (["--rope-scaling", "yarn:x"], {}, "--rope-scaling expects TYPE:FACTOR"),
