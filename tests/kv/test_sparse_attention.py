@@ -35,12 +35,16 @@ from .test_cold_attention import (
 )
 
 CPU = torch.device("cpu")
+ON_CUDA = pytest.param(
+    torch.device("cuda"),
+    marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+)
 
 
-def _tiered_step(tmp_path, config: ColdAttentionConfig, g: torch.Generator):
+def _tiered_step(tmp_path, config: ColdAttentionConfig, g: torch.Generator, device: torch.device = CPU):
     """Reference (all gpu) and tiered outputs of one mixed step, with summaries kept at spill time."""
     storage = TieredKVStorage(
-        LAYOUT, NUM_GPU_BLOCKS, CPU, num_cpu_blocks=100, num_disk_blocks=100, disk_dir=tmp_path
+        LAYOUT, NUM_GPU_BLOCKS, device, num_cpu_blocks=100, num_disk_blocks=100, disk_dir=tmp_path
     )
     storage.kv_cache.copy_(torch.randn(storage.kv_cache.shape, generator=g))
     states = _states(g)
@@ -48,7 +52,7 @@ def _tiered_step(tmp_path, config: ColdAttentionConfig, g: torch.Generator):
     batch = ScheduledBatch([], [], counts, sum(counts.values()), set())
     num_tokens = sum(counts.values())
     qkv = [
-        tuple(torch.randn(num_tokens, h, 16, generator=g) for h in (NUM_HEADS, 2, 2))
+        tuple(torch.randn(num_tokens, h, 16, generator=g).to(device) for h in (NUM_HEADS, 2, 2))
         for _ in range(LAYOUT.num_layers)
     ]
     want, ref_inputs = _run_step(storage, states, batch, qkv)
@@ -64,10 +68,12 @@ def _tiered_step(tmp_path, config: ColdAttentionConfig, g: torch.Generator):
     return want, got, inputs, backend, storage
 
 
-def test_a_budget_above_every_cold_length_equals_exact_attention(tmp_path):
+@pytest.mark.parametrize("device", [CPU, ON_CUDA])
+def test_a_budget_above_every_cold_length_equals_exact_attention(tmp_path, device):
+    """On CUDA the pinned cpu-tier blocks go through the zero-copy gather, disk ones the host."""
     g = torch.Generator().manual_seed(7)
     config = ColdAttentionConfig(path="sparse", sparse_budget_tokens=4096)
-    want, got, inputs, backend, _ = _tiered_step(tmp_path, config, g)
+    want, got, inputs, backend, _ = _tiered_step(tmp_path, config, g, device)
     assert inputs.num_decodes == 3 and len(inputs.cold_seqs) >= 5
     for layer in range(LAYOUT.num_layers):
         torch.testing.assert_close(got[layer], want[layer], rtol=1e-5, atol=1e-5)
@@ -75,7 +81,7 @@ def test_a_budget_above_every_cold_length_equals_exact_attention(tmp_path):
     num_decode_cold = sum(len(s.block_ids) for s in inputs.cold_seqs if s.num_tokens == 1)
     assert stats.sparse_cold_blocks == stats.sparse_selected_blocks == num_decode_cold * LAYOUT.num_layers
     assert stats.sparse_bytes == stats.sparse_selected_blocks * LAYOUT.block_bytes // LAYOUT.num_layers
-    assert stats.cpu_bytes > 0  # prefill rows took the exact (cpu) path
+    assert (stats.cpu_bytes > 0) == (device.type == "cpu")  # prefill rows: the exact path of "auto"
     assert backend.summaries is not None and backend.summaries.num_late == 0
     assert stats.summary_bytes == 200 * bytes_per_block(LAYOUT)
 
