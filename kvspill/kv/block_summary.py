@@ -26,9 +26,11 @@ import torch
 from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
-# Blocks summarized per reduction: bounds the fp32 temporaries (64 x 32 layers x 16 x 8 x 128 x 4 B
-# = 128 MiB for Llama-3.1-8B) whatever the length of a run of moves.
-_CHUNK_BLOCKS = 64
+# Blocks summarized per reduction: bounds the temporaries (an fp8 pool's keys widened to fp32:
+# 16 x 32 layers x 16 x 8 x 128 x 4 B = 32 MiB for Llama-3.1-8B) whatever the length of a run of
+# moves; they are not in the plan's activation reserve.
+_CHUNK_BLOCKS = 16
+_REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def bytes_per_block(layout: KVLayout) -> int:
@@ -40,7 +42,9 @@ def bytes_per_block(layout: KVLayout) -> int:
 def summarize_keys(blocks: torch.Tensor) -> torch.Tensor:
     """[n, num_layers, 2, block_size, num_kv_heads, head_dim] KV blocks ->
     [n, num_layers, 2, num_kv_heads, head_dim] (dim 2: 0 = min, 1 = max of K over the block's tokens)."""
-    keys = blocks[:, :, 0].float()  # [n, num_layers, block_size, num_kv_heads, head_dim]
+    keys = blocks[:, :, 0]  # [n, num_layers, block_size, num_kv_heads, head_dim]
+    if keys.dtype not in _REDUCE_DTYPES:  # fp8: min/max after widening
+        keys = keys.float()
     lo, hi = keys.amin(dim=2), keys.amax(dim=2)
     # min and max of values of the pool's dtype are values of that dtype: the cast back is exact.
     return torch.stack([lo, hi], dim=2).to(blocks.dtype)

@@ -192,3 +192,13 @@ def test_a_prefill_row_is_never_sparse(tmp_path):
     seq = ColdSeq(0, 3, np.full(4, TIER_CPU), np.arange(4))
     step = backend.for_step([seq], SCALE)
     assert step is not None and step.sparse is None and len(step.cpu_parts) == 1
+
+
+def test_summaries_of_an_fp8_pool_are_exact_fp8_values():
+    blocks = torch.randn(3, 2, 2, 4, 2, 16).to(torch.float8_e4m3fn)  # [n, layers, k/v, block_size, kv, dim]
+    summary = summarize_keys(blocks)
+    assert summary.dtype == torch.float8_e4m3fn
+    keys = blocks[:, :, 0].float()
+    assert torch.equal(summary[:, :, 0].float(), keys.amin(2)) and torch.equal(
+        summary[:, :, 1].float(), keys.amax(2)
+    )
