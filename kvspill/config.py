@@ -90,7 +90,10 @@ class EngineConfig:
     num_sink_blocks: int = 1  # first blocks of each sequence that never leave the gpu tier
     hot_window_tokens: int = 1024  # most recent tokens of each sequence that stay on the gpu tier
     attention: str = "auto"  # "auto": gpu tier + cold tiers; "cpu": all KV in RAM, attention on CPU
-    cold_attention: str = "auto"  # cold blocks: "cpu" (attend in RAM), "stream" (to the GPU), "split", "auto"
+    # cold blocks: "cpu" (attend in RAM), "stream" (to the GPU), "split", "auto" (exact), or "sparse":
+    # decode rows attend only the cold blocks their queries select (kv/cold_sparse.py)
+    cold_attention: str = "auto"
+    sparse_budget_tokens: int = 4096  # sparse: cold tokens a decode row attends per layer
     cpu_attention_threads: int | None = (
         None  # threads (and cores, where affinity is allowed) for CPU attention
     )
@@ -148,10 +151,16 @@ class EngineConfig:
             )
         if self.num_sink_blocks < 0 or self.hot_window_tokens < 0:
             raise bad("num_sink_blocks", "--num-sink-blocks and --hot-window-tokens must not be negative")
-        if self.cold_attention not in ("auto", "cpu", "stream", "split"):
+        if self.cold_attention not in ("auto", "cpu", "stream", "split", "sparse"):
             raise bad(
                 "cold_attention",
-                f"--cold-attention must be auto, cpu, stream or split, got {self.cold_attention!r}",
+                f"--cold-attention must be auto, cpu, stream, split or sparse, got {self.cold_attention!r}",
+            )
+        if self.sparse_budget_tokens < self.block_size:
+            raise bad(
+                "sparse_budget_tokens",
+                f"--sparse-budget-tokens must be at least one block ({self.block_size} tokens), "
+                f"got {self.sparse_budget_tokens}",
             )
         if self.cpu_attention_threads is not None and self.cpu_attention_threads < 1:
             raise bad("cpu_attention_threads", "--cpu-attention-threads must be at least 1")

@@ -230,6 +230,7 @@ def _cold_config(config: EngineConfig, calibration: Bandwidths | None) -> ColdAt
         # Fewer, larger chunks keep the host ahead of the H2D gathers (W2 3 x 32K on an H200:
         # 256-block chunks left the copy stream idle 45% of a step waiting for launches).
         stream_chunk_blocks=max(1, COLD_STAGE_TOKENS // config.block_size),
+        sparse_budget_tokens=config.sparse_budget_tokens,
     )
 
 

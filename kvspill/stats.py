@@ -170,6 +170,13 @@ class ColdAttentionCounters:
     stream_bytes: int = 0  # bytes staged and copied to the device
     stream_seconds: float = 0.0  # host wall time of the stream path (all of it off CUDA)
     stream_copy_seconds: float = 0.0  # CUDA: measured H2D time of the staged chunks
+    # --cold-attention sparse, summed over layers and decode rows: blocks attended out of the
+    # cold blocks those rows had (the budget at work), their KV bytes, host wall time
+    sparse_selected_blocks: int = 0
+    sparse_cold_blocks: int = 0
+    sparse_bytes: int = 0
+    sparse_seconds: float = 0.0
+    summary_bytes: int = 0  # device memory of the cold blocks' key summaries
 
     _RENAMED = {"num_steps": "cold_steps"}
 

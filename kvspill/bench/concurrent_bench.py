@@ -105,7 +105,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warmup-tokens", type=int, default=4)
     ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
     ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
-    ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream or split")
+    ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream, split or sparse")
+    ap.add_argument(
+        "--sparse-budget-tokens", type=int, default=4096, help="with sparse: cold tokens a decode row attends"
+    )
     ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
     ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill_concurrent.jsonl"))

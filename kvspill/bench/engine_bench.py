@@ -8,6 +8,10 @@ has the time rank 0 spent in collectives per decode step (CUDA events around eac
 the logits all-gather: 2 all-reduces per layer, one for the embedding, one all-gather) and
 `max_gpu_only_context`, the longest sequence the GPU tiers hold with no KV spilled.
 
+Sparse cold attention (W5): `--cpu-kv-gib 40 --cold-attention sparse --sparse-budget-tokens 4096`;
+its lines add the blocks the decode rows selected out of those they had (`sparse_selected_blocks`,
+`sparse_cold_blocks`) and a floor that moves only the budget's bytes plus the summaries' scan.
+
 Random weights with the real shapes (speed does not depend on values), the same workloads and
 JSON fields as `shared/bench/hf_peer.py` plus kvspill's own: the floor (weights + KV bytes
 over the HBM copy bandwidth measured in this run) and measured/floor. One line per context.
@@ -94,7 +98,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
     ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
     ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
-    ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream or split")
+    ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream, split or sparse")
+    ap.add_argument(
+        "--sparse-budget-tokens", type=int, default=4096, help="with sparse: cold tokens a decode row attends"
+    )
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8 or fp8_e5m2 (--kv-cache-dtype)")
     ap.add_argument("--attention", default="auto", help="auto, or cpu: all KV in RAM, attention on the CPU")
     ap.add_argument(
@@ -143,6 +150,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
         hot_window_tokens=args.hot_window,
         cold_attention=args.cold_attention,
+        sparse_budget_tokens=getattr(args, "sparse_budget_tokens", 4096),
         kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"),
         attention=getattr(args, "attention", "auto"),
         async_scheduling=getattr(args, "async_scheduling", True),
@@ -157,6 +165,8 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     # What HBM reads each step: the resident weights (offloaded ones cross PCIe: see the floor).
     weight_bytes = model_weight_bytes(engine.bundle.loaded.model) - offloaded_bytes
     mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
+    if args.cold_attention == "sparse" and not args.mode:
+        mode += f"-{config.sparse_budget_tokens}"
     if getattr(args, "kv_cache_dtype", "auto") != "auto":
         mode += f"-kv-{args.kv_cache_dtype}"
     if getattr(args, "attention", "auto") == "cpu":
@@ -206,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         for ctx in args.ctx:
             rec = dict(base, ctx=ctx)
             before = engine.kv_stats().total_bytes_moved
+            cold_before = engine.kv_stats().runner.cold
             try:
                 rec.update(run_context(engine, ctx, args.new_tokens, args.warmup_tokens, seed=ctx))
                 rec.update(
@@ -221,6 +232,14 @@ def main(argv: list[str] | None = None) -> int:
                         rec["decode_tok_s"],
                     )
                 )
+                cold = engine.kv_stats().runner.cold
+                if config.cold_attention == "sparse" and cold is not None and cold_before is not None:
+                    rec.update(
+                        sparse_selected_blocks=cold.sparse_selected_blocks
+                        - cold_before.sparse_selected_blocks,
+                        sparse_cold_blocks=cold.sparse_cold_blocks - cold_before.sparse_cold_blocks,
+                        summary_gib=round(cold.summary_bytes / GIB, 3),
+                    )
                 rec.update(
                     bytes_moved=engine.kv_stats().total_bytes_moved - before,
                     host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
@@ -253,11 +272,15 @@ def _floor_and_plan(
     # The scheduler spills only when the gpu tier is full: what does not fit there is cold.
     hot_tokens = min(ctx, gpu_kv_tokens)
     cold_tokens = ctx - hot_tokens
+    moved_cold, hbm_tokens = cold_tokens * kv_per_token, hot_tokens
+    if config.cold_attention == "sparse":  # the budget's blocks, plus every summary read on the GPU
+        moved_cold = min(cold_tokens, config.sparse_budget_tokens) * kv_per_token
+        hbm_tokens += cold_tokens // config.block_size  # a block's summary: one token's KV bytes
     offloader = engine.bundle.loaded.offloader
     offloaded = offloader.host_bytes if offloader is not None else 0  # crosses PCIe every step
-    floor_s = (weight_bytes + kv_per_token * hot_tokens) / (hbm_gbs * 1e9) + (
-        kv_per_token * cold_tokens + offloaded
-    ) / (h2d_gbs * 1e9)
+    floor_s = (weight_bytes + kv_per_token * hbm_tokens) / (hbm_gbs * 1e9) + (moved_cold + offloaded) / (
+        h2d_gbs * 1e9
+    )
     from kvspill.plan.calibrate import load_calibration
 
     planned = startup_plan(

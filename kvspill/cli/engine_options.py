@@ -158,7 +158,12 @@ class EngineOptions:
         "auto: GPU tier plus cold tiers; cpu: all KV in RAM, decode attention on the CPU."
     )
     cold_attention: str | None = _flag(
-        "Attention over cold blocks: cpu (in RAM), stream (to the GPU), split (both) or auto."
+        "Attention over cold blocks: cpu (in RAM), stream (to the GPU), split (both) or auto, all exact; "
+        "sparse: decode rows attend only the cold blocks their queries select (--sparse-budget-tokens)."
+    )
+    sparse_budget_tokens: str | None = _flag(
+        "With --cold-attention sparse: cold tokens each decode step attends per layer, e.g. 4096 or 4K.",
+        parse=parse_tokens,
     )
     cpu_attention_threads: int | None = _flag(
         "Threads (each pinned to its own core where allowed) for CPU attention.", default="torch's default"

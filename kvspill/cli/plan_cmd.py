@@ -99,6 +99,7 @@ def _resolve_vram(vram_budget_bytes: int | None, calibration: Bandwidths | None)
 _ENGINE_KNOBS = {
     "enforce_eager": "enforce_eager",
     "cold_attention": "cold_attention",
+    "sparse_budget_tokens": "sparse_budget_tokens",
     "num_sink_blocks": "sink_blocks",
     "hot_window_tokens": "recent_window_tokens",
 }

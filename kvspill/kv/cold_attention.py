@@ -16,8 +16,11 @@ Paths (`ColdAttentionConfig.path`):
 - "split": each sequence's cold blocks are split between (a) and (b) in the ratio
   `cpu_fraction` (default: measured CPU attention vs H2D bandwidth, else 1/2); disk blocks go
   to the CPU first (it reads the memory map in place), pinned cpu blocks to the stream.
+- "sparse": decode rows (one query row of a sequence) attend only the cold blocks their
+  queries select within `sparse_budget_tokens` (`cold_sparse`, block summaries kept by
+  `BlockSummaries`); prefill rows take the exact path "auto" picks. Not exact by design.
 "auto" is "stream" on CUDA and "cpu" elsewhere. Off CUDA every path runs the same code with the
-"gpu" tier on the CPU device, so tests exercise all three.
+"gpu" tier on the CPU device, so tests exercise all of them. The CPU path's work is in `cold_cpu`.
 
 Invariants: a step without cold blocks never builds a `ColdStep` (no cost, CUDA graphs stay);
 the cold rows of a step are fixed for all layers; nothing here decides where a block lives.
@@ -35,15 +38,17 @@ import numpy as np
 import torch
 
 from kvspill.errors import InvalidParameterError
-from kvspill.kernels.cpu_attention import CpuParts, cpu_paged_attention, load_kernel
-from kvspill.kernels.merge_states import merge_attention_states_ref
-from kvspill.kv.cold_math import attend_unmasked_cpu, merge_partials
+from kvspill.kernels.cpu_attention import load_kernel
+from kvspill.kv.block_summary import BlockSummaries
+from kvspill.kv.cold_cpu import ColdCpuPath
+from kvspill.kv.cold_math import merge_partials
+from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.stats import ColdAttentionCounters
 from kvspill.types import TIER_CPU, TIER_DISK
 
-COLD_PATHS = ("auto", "cpu", "stream", "split")
+COLD_PATHS = ("auto", "cpu", "stream", "split", "sparse")
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,9 @@ class ColdAttentionConfig:
     # default would be every core.
     cpu_threads: int | None = None
     max_rows_per_query: int = 64  # stream: query rows (tokens x GQA group) folded into one kernel query
+    # sparse: cold tokens each decode row attends per layer (whole blocks, at least one); the
+    # gpu-resident sink blocks and hot window come on top, exact.
+    sparse_budget_tokens: int = 4096
 
     def __post_init__(self) -> None:
         if self.path not in COLD_PATHS:
@@ -79,7 +87,7 @@ class ColdAttentionConfig:
             raise InvalidParameterError(
                 "cold_path", f"cpu_threads must be at least 1, got {self.cpu_threads}"
             )
-        for name in ("cpu_chunk_blocks", "stream_chunk_blocks", "max_rows_per_query"):
+        for name in ("cpu_chunk_blocks", "stream_chunk_blocks", "max_rows_per_query", "sparse_budget_tokens"):
             if getattr(self, name) < 1:
                 raise InvalidParameterError(
                     "cold_path", f"{name} must be at least 1, got {getattr(self, name)}"
@@ -90,7 +98,8 @@ class ColdAttentionConfig:
             )
 
     def resolved_path(self, device: torch.device) -> str:
-        if self.path != "auto":
+        """The exact path; "sparse" runs its prefill rows on the one "auto" picks."""
+        if self.path not in ("auto", "sparse"):
             return self.path
         return "stream" if device.type == "cuda" else "cpu"
 
@@ -124,6 +133,8 @@ class ColdStats:
     stream_bytes: int = 0  # bytes staged and copied to the device
     stream_seconds: float = 0.0  # host wall time of the stream path (gathers, launches; all of it off CUDA)
     stream_copy_seconds: float = 0.0  # CUDA: measured H2D time of the staged chunks
+    sparse: SparseCounts = field(default_factory=SparseCounts)
+    sparse_seconds: float = 0.0  # host wall time of the sparse path (scoring, gathers, launches)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_cpu(self, nbytes: int, seconds: float) -> None:
@@ -154,6 +165,10 @@ class ColdAttentionBackend:
         self.cpu_threads = self.config.cpu_threads or torch.get_num_threads()
         # The C++ kernel reads blocks in place; None (logged once): gather + torch's kernel.
         self.cpu_kernel = load_kernel() if self.path in ("cpu", "split") else None
+        # sparse: the decode rows attend the cold blocks their queries select (`cold_sparse`);
+        # the transfer engine keeps these summaries of every cold block (`on_copy`).
+        self.summaries = BlockSummaries(storage) if self.config.path == "sparse" else None
+        self.sparse_budget_blocks = max(1, self.config.sparse_budget_tokens // storage.layout.block_size)
 
     def stager(self) -> StreamStager:
         if self._stager is None:
@@ -181,17 +196,16 @@ class ColdAttentionBackend:
             stream_bytes=s.stream_bytes,
             stream_seconds=s.stream_seconds,
             stream_copy_seconds=s.stream_copy_seconds,
+            sparse_selected_blocks=s.sparse.selected_blocks,
+            sparse_cold_blocks=s.sparse.cold_blocks,
+            sparse_bytes=s.sparse.bytes,
+            sparse_seconds=s.sparse_seconds,
+            summary_bytes=self.summaries.nbytes if self.summaries is not None else 0,
         )
 
     def close(self) -> None:
         if self.executor is not None:
             self.executor.shutdown(wait=True)
-
-
-def _key_splits(num_blocks: int, num_kv_heads: int) -> int:
-    """Key splits for the CPU kernel: enough (kv heads x splits) tasks for the threads, dividing the blocks."""
-    want = max(1, -(-torch.get_num_threads() // num_kv_heads))
-    return next(s for s in range(min(want, num_blocks), 0, -1) if num_blocks % s == 0)
 
 
 def split_seq(seq: ColdSeq, row_start: int, cpu_fraction: float) -> tuple[ColdPart | None, ColdPart | None]:
@@ -237,7 +251,12 @@ class ColdStep:
         rows: list[int] = []
         self.cpu_parts: list[ColdPart] = []
         self.stream_parts: list[ColdPart] = []
+        sparse_seqs: list[tuple[int, np.ndarray, np.ndarray]] = []
         for seq in seqs:
+            if backend.summaries is not None and seq.num_tokens == 1:  # a decode row: sparse
+                sparse_seqs.append((len(rows), seq.block_tiers, seq.block_ids))
+                rows.append(seq.token_start)
+                continue
             # A prefill chunk over cold KV is compute-bound (thousands of queries per key): it
             # belongs on the GPU, so "split" streams it all; only decode rows share with the CPU.
             fraction = backend.cpu_fraction
@@ -253,7 +272,27 @@ class ColdStep:
         self._chunks: list[StreamChunk] | None = None
         self._loaded: dict[int, int] = {}  # staging buffer -> item loaded into it this step
         self._host_checked = False
-        self._cpu_tier_parts: list[tuple[int, CpuParts]] | None = None
+        self.cpu = ColdCpuPath(
+            self.storage,
+            self.cpu_parts,
+            scale=scale,
+            has_kernel=backend.cpu_kernel is not None,
+            cpu_threads=backend.cpu_threads,
+            chunk_blocks=backend.config.cpu_chunk_blocks,
+            ensure_host_ready=self._ensure_host_ready,
+            add_stats=backend.stats.add_cpu,
+        )
+        self.sparse = None
+        if sparse_seqs:
+            assert backend.summaries is not None
+            self.sparse = SparseColdStep(
+                self.storage,
+                backend.summaries,
+                sparse_seqs,
+                backend.sparse_budget_blocks,
+                backend.stats.sparse,
+                self._ensure_host_ready,
+            )
 
     # ---- per layer -------------------------------------------------------------------------
 
@@ -273,19 +312,17 @@ class ColdStep:
         o = torch.zeros(q_cold.shape, dtype=torch.float32)
         lse = torch.full(q_cold.shape[:2], float("-inf"), dtype=torch.float32)
         work.cpu_out = (o, lse)
-        # One kernel call covers every part (it spreads them over its threads); the fallback
-        # runs part by part.
-        parts: list[ColdPart | None] = [None] if self.backend.cpu_kernel is not None else list(self.cpu_parts)
+        parts = self.cpu.work_items()
         executor = self.backend.executor
         if executor is not None:
             work.cpu_futures = [
-                executor.submit(self._cpu_work, layer_idx, q_host, p, event, o, lse) for p in parts
+                executor.submit(self.cpu.work, layer_idx, q_host, p, event, o, lse) for p in parts
             ]
         else:
 
             def run_inline() -> None:
                 for p in parts:
-                    self._cpu_work(layer_idx, q_host, p, event, o, lse)
+                    self.cpu.work(layer_idx, q_host, p, event, o, lse)
 
             work.run_cpu_inline = run_inline
         return work
@@ -299,6 +336,10 @@ class ColdStep:
             t0 = time.perf_counter()
             self._stream_layer(work.layer_idx, q_cold, acc_o, acc_lse)
             self.backend.stats.stream_seconds += time.perf_counter() - t0
+        if self.sparse is not None:
+            t0 = time.perf_counter()
+            self.sparse.attend(work.layer_idx, q_cold, self.scale, acc_o, acc_lse)
+            self.backend.stats.sparse_seconds += time.perf_counter() - t0
         if work.cpu_out is None:
             return acc_o, acc_lse
         if work.run_cpu_inline is not None:
@@ -306,122 +347,14 @@ class ColdStep:
         for future in work.cpu_futures:
             future.result()
         o_cpu, lse_cpu = (t.to(q_cold.device) for t in work.cpu_out)
-        if not self.stream_parts:
+        if not self.stream_parts and self.sparse is None:
             return o_cpu, lse_cpu
         return merge_partials(acc_o, acc_lse, o_cpu, lse_cpu)
-
-    # ---- path (a): the CPU -----------------------------------------------------------------
 
     def _ensure_host_ready(self) -> None:
         if not self._host_checked:
             self.backend.wait_host()
             self._host_checked = True
-
-    def _cpu_work(
-        self,
-        layer_idx: int,
-        q_host: torch.Tensor,
-        part: ColdPart | None,
-        event: torch.cuda.Event | None,
-        o: torch.Tensor,
-        lse: torch.Tensor,
-    ) -> None:
-        """Attend on the CPU and write the rows of (o, lse): all parts with the kernel (part None),
-        else `part` alone (rows of parts are disjoint)."""
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            if event is not None:
-                event.synchronize()
-            self._ensure_host_ready()
-            if part is None:
-                num_blocks = self._cpu_kernel_layer(layer_idx, q_host, o, lse)
-            else:
-                num_blocks = self._cpu_part_torch(layer_idx, q_host, part, o, lse)
-        layout = self.storage.layout
-        self.backend.stats.add_cpu(
-            num_blocks * layout.block_bytes // layout.num_layers, time.perf_counter() - t0
-        )
-
-    def _cpu_kernel_layer(
-        self, layer_idx: int, q_host: torch.Tensor, o: torch.Tensor, lse: torch.Tensor
-    ) -> int:
-        """Every CPU part through the C++ kernel, reading the blocks in place: one call per tier
-        holding any of them; a second tier's partial merges by LSE into the rows it shares."""
-        tiers = self._tier_parts()
-        for i, (tier, parts) in enumerate(tiers):
-            pool = self.storage.pool(tier)
-            if i == 0:
-                cpu_paged_attention(
-                    q_host, pool, layer_idx, parts, self.scale, (o, lse), self.backend.cpu_threads
-                )
-                continue
-            o_t, lse_t = torch.zeros_like(o), torch.full_like(lse, float("-inf"))
-            cpu_paged_attention(
-                q_host, pool, layer_idx, parts, self.scale, (o_t, lse_t), self.backend.cpu_threads
-            )
-            merged_o, merged_lse = merge_attention_states_ref(o, lse, o_t, lse_t)
-            o.copy_(merged_o)
-            lse.copy_(merged_lse)
-        return sum(len(parts.block_ids) for _, parts in tiers)
-
-    def _tier_parts(self) -> list[tuple[int, CpuParts]]:
-        """(tier, the CPU parts' blocks in it), for the tiers that hold any; built once a step."""
-        if self._cpu_tier_parts is None:
-            self._cpu_tier_parts = []
-            for tier in (TIER_CPU, TIER_DISK):
-                picked = [
-                    (p, p.cpu_block_ids if tier == TIER_CPU else p.disk_block_ids) for p in self.cpu_parts
-                ]
-                picked = [(p, ids) for p, ids in picked if len(ids)]
-                if not picked:
-                    continue
-                counts = np.array([0] + [len(ids) for _, ids in picked], dtype=np.int64)
-                self._cpu_tier_parts.append(
-                    (
-                        tier,
-                        CpuParts(
-                            block_ids=np.concatenate([ids for _, ids in picked]).astype(np.int64),
-                            block_start=np.cumsum(counts),
-                            row_start=np.array([p.row_start for p, _ in picked], dtype=np.int64),
-                            row_end=np.array([p.row_end for p, _ in picked], dtype=np.int64),
-                        ),
-                    )
-                )
-        return self._cpu_tier_parts
-
-    def _cpu_part_torch(
-        self, layer_idx: int, q_host: torch.Tensor, part: ColdPart, o: torch.Tensor, lse: torch.Tensor
-    ) -> int:
-        """Without the kernel: gather chunks of `cpu_chunk_blocks` blocks, torch's CPU flash kernel."""
-        layout = self.storage.layout
-        q = q_host[part.row_start : part.row_end]
-        o_acc, lse_acc = o[part.row_start : part.row_end], lse[part.row_start : part.row_end]
-        blocks = [(TIER_CPU, b) for b in part.cpu_block_ids] + [(TIER_DISK, b) for b in part.disk_block_ids]
-        step = self.backend.config.cpu_chunk_blocks
-        for c0 in range(0, len(blocks), step):
-            chunk = blocks[c0 : c0 + step]
-            k, v = (self._gather_host(layer_idx, kv, chunk) for kv in (0, 1))  # [n * block_size, kv, dim]
-            o_p, lse_p = attend_unmasked_cpu(
-                q, k, v, self.scale, _key_splits(len(chunk), layout.num_kv_heads)
-            )
-            merged_o, merged_lse = merge_attention_states_ref(o_acc, lse_acc, o_p, lse_p)
-            o_acc.copy_(merged_o)
-            lse_acc.copy_(merged_lse)
-        return len(blocks)
-
-    def _gather_host(self, layer_idx: int, kv: int, blocks: list[tuple[int, int]]) -> torch.Tensor:
-        """K (kv=0) or V (kv=1) of `blocks` of one layer, contiguous: [n * block_size, num_kv_heads, head_dim]."""
-        layout = self.storage.layout
-        parts = []
-        for tier in (TIER_CPU, TIER_DISK):
-            ids = [b for t, b in blocks if t == tier]
-            if ids:
-                pool = self.storage.tier_layer(tier, layer_idx)[
-                    :, kv
-                ]  # [num_tier_blocks, block_size, kv, dim]
-                parts.append(pool.index_select(0, torch.tensor(ids, dtype=torch.int64)))
-        out = parts[0] if len(parts) == 1 else torch.cat(parts)
-        return out.view(-1, layout.num_kv_heads, layout.head_dim)
 
     # ---- path (b): streaming ---------------------------------------------------------------
 

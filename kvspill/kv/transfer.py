@@ -21,6 +21,10 @@ On CUDA:
   stream path's zero-copy kernels read pinned blocks in place on it.
 Off CUDA every copy is a synchronous `copy_`: the same code path, so tests exercise it.
 
+With sparse cold attention, `summaries` (kv/block_summary.py) follow every run: a block going
+cold gets its key summary computed from its gpu copy, on the same stream and before its bytes
+leave, so the summary is ready whenever the block is.
+
 Invariant: moves run in plan order (a plan may free a block and reuse its id in a later move);
 grouping only merges neighbours in that order. Every move of a plan has finished, for every
 later reader in stream order, once `execute` returns.
@@ -33,6 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.stats import TransferCounters
 from kvspill.types import TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
@@ -123,8 +128,9 @@ class EventTimer:
 class KVTransferEngine:
     """Moves blocks between the tiers of one `TieredKVStorage`; counts bytes, copies and time."""
 
-    def __init__(self, storage: TieredKVStorage) -> None:
+    def __init__(self, storage: TieredKVStorage, summaries: BlockSummaries | None = None) -> None:
         self.storage = storage
+        self.summaries = summaries
         self.is_cuda = storage.device.type == "cuda"
         self.stats = TransferStats()
         self._pending: torch.cuda.Event | None = None  # last async copy on the copy stream
@@ -143,6 +149,7 @@ class KVTransferEngine:
             start_event = torch.cuda.Event(enable_timing=True)
             start_event.record(stream)
         for run in runs:
+            self._summarize(run, stream)
             self._copy(run, stream)
             direction = direction_name(run.src_tier, run.dst_tier)
             nbytes = run.num_blocks * self.storage.layout.block_bytes
@@ -170,6 +177,16 @@ class KVTransferEngine:
         """Totals since start (resolves the copy timings that have completed; never syncs)."""
         self.stats.copy_seconds = self._timer.resolve()
         return self.stats.freeze()
+
+    def _summarize(self, run: CopyRun, stream: torch.cuda.Stream | None) -> None:
+        if self.summaries is None:
+            return
+        args = (run.src_tier, run.src_start, run.dst_tier, run.dst_start, run.num_blocks)
+        if stream is None:
+            self.summaries.on_copy(*args)
+            return
+        with torch.cuda.stream(stream):
+            self.summaries.on_copy(*args)
 
     def _copy(self, run: CopyRun, stream: torch.cuda.Stream | None) -> None:
         src = self.storage.pool(run.src_tier)

@@ -123,6 +123,7 @@ def request_from_engine_config(
         enforce_eager=config.enforce_eager or config.cpu_offload_gb > 0,  # offload runs without graphs
         cpu_offload_bytes=int(config.cpu_offload_gb * GiB),
         cold_attention=config.cold_attention,
+        sparse_budget_tokens=config.sparse_budget_tokens,
         sink_blocks=config.num_sink_blocks,
         recent_window_tokens=config.hot_window_tokens,
     )

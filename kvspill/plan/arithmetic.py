@@ -22,6 +22,7 @@ from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, Bandwidths
 from kvspill.plan.costs import (
     DecodeFloor,
+    SparseCold,
     activation_peak_bytes,
     decode_floor,
     prefill_seconds,
@@ -68,7 +69,10 @@ class PlanRequest:
     gpu_kv_budget_bytes: int | None = None  # a fixed GPU KV size (EngineConfig.kv_cache_memory_bytes)
     enforce_eager: bool = False  # True: no CUDA graphs, no graph reserve
     preset: str = "yours"
-    cold_attention: str = "auto"  # the engine's cold path: auto/stream, cpu or split (--cold-attention)
+    cold_attention: str = (
+        "auto"  # the engine's cold path: auto/stream, cpu, split or sparse (--cold-attention)
+    )
+    sparse_budget_tokens: int = 4096  # sparse: cold tokens a decode row attends (--sparse-budget-tokens)
     quantization: str = "none"  # how the weights are held: WEIGHT_QUANTIZATIONS
     cpu_offload_bytes: int = (
         0  # --cpu-offload-gb: at least this many weight bytes in pinned RAM (whole layers)
@@ -215,12 +219,13 @@ class MemoryPlan:
     placed_disk_tokens: int
     unplaced_tokens: int
     ttft_s: float  # prefill of context_len tokens, one sequence
-    decode_tok_s: float  # one sequence at context_len, exact attention
+    decode_tok_s: float  # one sequence at context_len (sparse rows with --cold-attention sparse)
     decode: DecodeFloor  # the breakdown of one decode step
     fits: bool
     advice: list[str] = field(default_factory=list)  # what to change, with numbers (when not fits)
     notes: list[str] = field(default_factory=list)  # worth knowing, not fatal
     offloaded_weight_bytes: int = 0  # weights in pinned RAM, copied in every step (--cpu-offload-gb)
+    summary_bytes: int = 0  # --cold-attention sparse: key summaries of the cold-tier blocks, on the GPU
 
 
 def _blocks_tokens(num_bytes: int, block_bytes: int, block_size: int) -> int:
@@ -287,9 +292,13 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     kvpt = spec.kv_bytes_per_token(request.kv_dtype_bytes)
     block_bytes = kvpt * bs
     usable, activation, graph, slack, runtime, gpu_left = _gpu_budget(request, weight_bytes)
-    gpu_tokens = _tier_tokens(request.gpu_kv_blocks, gpu_left, block_bytes, bs)
     cpu_tokens = _tier_tokens(request.cpu_kv_blocks, request.ram_budget_bytes, block_bytes, bs)
     disk_tokens = _tier_tokens(request.disk_kv_blocks, request.disk_budget_bytes, block_bytes, bs)
+    # sparse: a key summary per cold-tier block on the GPU (kv/block_summary.py): 2 x head_dim
+    # values per layer and kv head, which is the KV bytes of one token
+    summary_bytes = (cpu_tokens + disk_tokens) // bs * kvpt if request.cold_attention == "sparse" else 0
+    gpu_left -= summary_bytes
+    gpu_tokens = _tier_tokens(request.gpu_kv_blocks, gpu_left, block_bytes, bs)
     chunk = request.max_num_batched_tokens
     hot = request.sink_blocks * bs + request.recent_window_tokens
     min_gpu = _round_up(hot + chunk, bs)
@@ -311,6 +320,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         spec.num_layers,
         request.offloaded_weight_bytes,
         request.weight_read_gbs,
+        SparseCold(min(1.0, request.sparse_budget_tokens / max(1, on_cpu + on_disk)), summary_bytes),
     )
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)
     fits = gpu_left >= 0 and gpu_tokens > 0 and unplaced == 0 and seqs >= 1
@@ -321,6 +331,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         usable_vram_bytes=usable,
         weight_bytes=weight_bytes,
         offloaded_weight_bytes=request.offloaded_weight_bytes,
+        summary_bytes=summary_bytes,
         kv_bytes_per_token=kvpt,
         block_bytes=block_bytes,
         activation_peak_bytes=activation,

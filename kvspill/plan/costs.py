@@ -13,7 +13,7 @@ chunk. No torch, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvspill.plan.bandwidths import GB, Bandwidths
 from kvspill.plan.spec import ModelSpec
@@ -30,6 +30,13 @@ STREAM_EFFICIENCY = 0.73
 # work per step on top (47 us per layer was the fit before async scheduling).
 STEP_OVERHEAD_PER_LAYER_S = 38e-6
 COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (two: double-buffered)
+# --cold-attention sparse: the selected blocks are read in place from pinned memory by a gather
+# kernel, 50.6-50.9 GB/s for 4-32 KiB pieces against 55 GB/s of pinned H2D on the bench hosts
+# (DESIGN.md, "The physics").
+SPARSE_GATHER_EFFICIENCY = 0.92
+# Scoring and top-k of one decode row per layer (two matmuls, two sorts, a gather and the
+# launches): an estimate until the W5 benchmark measures it (shared/bench/README.md).
+SPARSE_OVERHEAD_PER_LAYER_S = 40e-6
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class DecodeFloor:
     disk_bytes: int
     overhead_s: float = 0.0  # kernel launches and host work per step (STEP_OVERHEAD_PER_LAYER_S)
     offload_s: float = 0.0  # offloaded weights copied over PCIe every step (--cpu-offload-gb)
+    summary_s: float = 0.0  # sparse: every cold block's key summary read from HBM for scoring
 
     @property
     def total_s(self) -> float:
@@ -56,7 +64,16 @@ class DecodeFloor:
             + self.disk_read_s
             + self.overhead_s
             + self.offload_s
+            + self.summary_s
         )
+
+
+@dataclass(frozen=True)
+class SparseCold:
+    """What a sparse decode step reads of the cold KV (`--cold-attention sparse`)."""
+
+    selected_fraction: float  # of the cold blocks attended: min(1, budget / cold tokens)
+    summary_bytes: int  # the cold blocks' key summaries, on the GPU
 
 
 def activation_peak_bytes(
@@ -98,10 +115,17 @@ def decode_floor(
     num_layers: int = 0,
     offloaded_bytes: int = 0,
     weight_read_gbs: float | None = None,
+    sparse: SparseCold | None = None,
 ) -> DecodeFloor:
     """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
     ("auto"/"stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared
-    in the ratio of their rates), disk KV over disk, plus the per-layer step overhead."""
+    in the ratio of their rates; "sparse": see `_sparse`), disk KV over disk, plus the per-layer
+    step overhead."""
+    if cold_path == "sparse" and sparse is not None:
+        exact = decode_floor(
+            weight_bytes, gpu_kv_bytes, 0, 0, bw, "stream", num_layers, offloaded_bytes, weight_read_gbs
+        )
+        return _sparse(exact, cpu_kv_bytes, disk_kv_bytes, bw, num_layers, sparse)
     hbm, h2d, cpu = bw.hbm_gbs or 1.0, bw.h2d_gbs or 1.0, bw.cpu_attn_gbs or 1.0
     stream = bw.stream_gbs or STREAM_EFFICIENCY * h2d
     cold = cpu_kv_bytes + disk_kv_bytes  # disk blocks pass through RAM, then take either path
@@ -120,6 +144,31 @@ def decode_floor(
         # The copy stream runs beside compute, but offloaded layers wait for their copy: the
         # layer copies add up (PCIe-bound, as vLLM's cpu_offload_gb).
         offload_s=offloaded_bytes / (h2d * GB),
+    )
+
+
+def _sparse(
+    exact_hot: DecodeFloor,
+    cpu_kv_bytes: int,
+    disk_kv_bytes: int,
+    bw: Bandwidths,
+    num_layers: int,
+    sparse: SparseCold,
+) -> DecodeFloor:
+    """A decode row of `--cold-attention sparse`: the exact floor of the gpu part, plus the
+    selected share of the cold KV gathered to the GPU, the scan of the summaries and the scoring."""
+    h2d, hbm = bw.h2d_gbs or 1.0, bw.hbm_gbs or 1.0
+    selected = round((cpu_kv_bytes + disk_kv_bytes) * sparse.selected_fraction)
+    disk_selected = round(disk_kv_bytes * sparse.selected_fraction)
+    return replace(
+        exact_hot,
+        cold_kv_s=selected / (SPARSE_GATHER_EFFICIENCY * h2d * GB),
+        disk_read_s=disk_selected / ((bw.disk_read_gbs or 1.0) * GB),
+        stream_fraction=1.0 if selected else 0.0,
+        streamed_bytes=selected,
+        disk_bytes=disk_selected,
+        overhead_s=exact_hot.overhead_s + num_layers * SPARSE_OVERHEAD_PER_LAYER_S,
+        summary_s=sparse.summary_bytes / (hbm * GB),
     )
 
 

@@ -197,6 +197,13 @@ def notes_for(plan: MemoryPlan) -> list[str]:
             f"a fixed GPU KV of {format_bytes(r.gpu_kv_budget_bytes)} was asked; "
             f"{format_bytes(plan.gpu_kv_bytes)} is left after weights and reserves"
         )
+    if r.cold_attention == "sparse":
+        cold = plan.placed_cpu_tokens + plan.placed_disk_tokens
+        notes.append(
+            f"--cold-attention sparse: decode reads {format_tokens(min(cold, r.sparse_budget_tokens))} of "
+            f"{format_tokens(cold)} cold tokens per step; the cold blocks' key summaries take "
+            f"{format_bytes(plan.summary_bytes)} of the GPU ({plan.decode.summary_s * 1e3:.2g} ms a step to scan)"
+        )
     return notes
 
 

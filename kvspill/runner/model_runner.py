@@ -64,8 +64,8 @@ class ModelRunner:
         self.transfers: KVTransferEngine | None = None
         self.cold: ColdAttentionBackend | None = None
         if isinstance(storage, TieredKVStorage):
-            self.transfers = KVTransferEngine(storage)
-            self.cold = ColdAttentionBackend(storage, cold_config, wait_host=self.transfers.wait_host)
+            self.cold = ColdAttentionBackend(storage, cold_config, wait_host=self._wait_host)
+            self.transfers = KVTransferEngine(storage, summaries=self.cold.summaries)
         self.block_size = storage.layout.block_size
         self.scale = head_dim**-0.5
         self.eos_token_ids = eos_token_ids
@@ -116,6 +116,10 @@ class ModelRunner:
         return GuideState(
             self.guided.matcher(params.guided), self.guided.json_allowed_words if is_json else None
         )
+
+    def _wait_host(self) -> None:
+        if self.transfers is not None:
+            self.transfers.wait_host()
 
     def _run_transfers(self, batch: ScheduledBatch) -> None:
         if batch.transfers.empty:

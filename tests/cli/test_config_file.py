@@ -122,7 +122,10 @@ def test_a_missing_file_is_named(tmp_path, served):
 
 def test_a_bad_value_in_the_file_is_refused_like_a_flag(tmp_path, served):
     result = _serve("--config", str(_write(tmp_path, 'cold-attention = "bogus"')))
-    assert result.exit_code == 2 and "--cold-attention must be auto, cpu, stream or split" in result.output
+    assert (
+        result.exit_code == 2
+        and "--cold-attention must be auto, cpu, stream, split or sparse" in result.output
+    )
     assert not served
 
 

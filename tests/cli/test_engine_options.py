@@ -151,6 +151,7 @@ def test_every_flag_maps_to_its_engine_config_field():
         hot_window_tokens=256,
         attention="cpu",
         cold_attention="split",
+        sparse_budget_tokens="2K",
         cpu_attention_threads=3,
         kv_cache_dtype="fp8",
         tensor_parallel_size=1,  # more ranks refuse --attention cpu and --cpu-offload-gb
@@ -189,6 +190,7 @@ def test_every_flag_maps_to_its_engine_config_field():
         hot_window_tokens=256,
         attention="cpu",
         cold_attention="split",
+        sparse_budget_tokens=2048,
         cpu_attention_threads=3,
         kv_cache_dtype="fp8",
     )
@@ -271,9 +273,13 @@ def test_flags_reach_generate_and_the_bench_suites(monkeypatch, tmp_path):
         (
             ["--cold-attention", "bogus"],
             {},
-            "--cold-attention must be auto, cpu, stream or split, got 'bogus'",
+            "--cold-attention must be auto, cpu, stream, split or sparse, got 'bogus'",
         ),
-        ([], {"KVSPILL_COLD_ATTENTION": "bogus"}, "--cold-attention must be auto, cpu, stream or split"),
+        (
+            [],
+            {"KVSPILL_COLD_ATTENTION": "bogus"},
+            "--cold-attention must be auto, cpu, stream, split or sparse",
+        ),
         (["--vram-budget", "lots"], {}, "--vram-budget: cannot read 'lots' as a size"),
         (["--cpu-kv-budget", "much"], {}, "--cpu-kv-budget: cannot read 'much' as a size"),
         (["--rope-scaling", "yarn:x"], {}, "--rope-scaling expects TYPE:FACTOR"),
@@ -295,7 +301,7 @@ def test_a_bad_value_is_refused_by_every_command(group, path, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)  # the bench suites write their folder only after checking
     result = CliRunner().invoke(cli_main.app, [*path, "--cold-attention", "bogus"])
     assert result.exit_code == 2, result.output
-    assert "--cold-attention must be auto, cpu, stream or split" in result.output
+    assert "--cold-attention must be auto, cpu, stream, split or sparse" in result.output
 
 
 def test_a_value_of_the_wrong_type_is_refused_by_click():

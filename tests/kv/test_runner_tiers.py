@@ -109,7 +109,7 @@ def _run(runner: ModelRunner, batches: list[ScheduledBatch]) -> tuple[list[torch
     return recorded, outputs
 
 
-@pytest.mark.parametrize("path", ["cpu", "stream", "split"])
+@pytest.mark.parametrize("path", ["cpu", "stream", "split", "sparse"])
 def test_runner_with_moves_gives_the_same_logits(tiny_llama_dir, tmp_path, path):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loaded = load_model(resolve_model(str(tiny_llama_dir)), device, torch.float32)
@@ -148,6 +148,10 @@ def test_runner_with_moves_gives_the_same_logits(tiny_llama_dir, tmp_path, path)
     assert moved["gpu_to_disk"] == block and moved["cpu_to_disk"] == block
     assert stats.transfer.num_moves == 9 and stats.transfer.num_copies == 6
     assert stats.cold.num_steps == 5
+    if path == "sparse":  # a budget above every cold length: all blocks, summaries made at spill time
+        assert tiered.cold is not None and tiered.cold.summaries is not None
+        assert stats.cold.sparse_selected_blocks == stats.cold.sparse_cold_blocks > 0
+        assert tiered.cold.summaries.num_late == 0 and tiered.cold.summaries.num_spilled == 7
 
 
 @pytest.mark.gpu

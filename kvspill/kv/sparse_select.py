@@ -1,0 +1,73 @@
+"""Query-aware selection of cold blocks (Quest): score block summaries, keep a token budget.
+
+Score of a block for one query row q and kv head h (an upper bound of q . k over the block's
+keys, from the per-channel key min/max of `kv/block_summary.py`):
+
+    bound(q, block) = sum_d max(q_d * kmin_d, q_d * kmax_d)
+                    = kmax . relu(q) + kmin . min(q, 0)          (two matmuls)
+
+A kv head's score of a block is the maximum bound over its GQA query group and the step's query
+rows of the sequence. The gather moves whole blocks (all kv heads), so one block list serves
+every head of a sequence: each head ranks the blocks by its score (ties: lower block index
+first), a block's priority is its best rank over the heads, and the `budget_blocks` blocks of
+best priority are kept (ties again by block index). So each head's top blocks come in
+round-robin and no head's scale drowns the others. Deterministic given the inputs: stable sorts
+only, no randomness; the result is in ascending block order.
+
+Shapes: q [num_rows, num_heads, head_dim]; summary [num_blocks, 2, num_kv_heads, head_dim]
+(dim 1: 0 = min, 1 = max); scores [num_kv_heads, num_blocks] float32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Matmul dtypes; fp8 summaries are widened first (torch has no fp8 matmul on every device).
+_MATMUL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def quest_scores_ref(q: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
+    """Torch reference, straight from the definition (fp32): [num_kv_heads, num_blocks]."""
+    num_rows, num_heads, head_dim = q.shape
+    num_kv_heads = summary.shape[2]
+    qg = q.float().view(num_rows, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    kmin = summary[:, 0].float()[:, None, :, None, :]  # [blocks, 1, kv, 1, dim]
+    kmax = summary[:, 1].float()[:, None, :, None, :]
+    bound = torch.maximum(qg * kmin, qg * kmax).sum(-1)  # [blocks, rows, kv, group]
+    return bound.amax(dim=(1, 3)).transpose(0, 1).contiguous()
+
+
+def quest_scores(q: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
+    """[num_kv_heads, num_blocks] float32, two batched matmuls per call (see the module docstring)."""
+    num_rows, num_heads, head_dim = q.shape
+    num_kv_heads = summary.shape[2]
+    dtype = summary.dtype if summary.dtype in _MATMUL_DTYPES else torch.float32
+    # [kv, rows * group, dim]: every query row of a head's group
+    qh = (
+        q.to(dtype)
+        .view(num_rows, num_kv_heads, -1, head_dim)
+        .transpose(0, 1)
+        .reshape(num_kv_heads, -1, head_dim)
+    )
+    pos = qh.clamp(min=0)
+    neg = qh - pos
+    kmin = summary[:, 0].to(dtype).transpose(0, 1)  # [kv, blocks, dim]
+    kmax = summary[:, 1].to(dtype).transpose(0, 1)
+    bound = torch.baddbmm(
+        torch.bmm(kmax, pos.transpose(1, 2)), kmin, neg.transpose(1, 2)
+    )  # [kv, blocks, rows*group]
+    return bound.amax(dim=2).float()
+
+
+def select_blocks(scores: torch.Tensor, budget_blocks: int) -> torch.Tensor:
+    """Indices (int64, ascending) of the `min(budget_blocks, num_blocks)` blocks to attend."""
+    num_kv_heads, num_blocks = scores.shape
+    if budget_blocks >= num_blocks:
+        return torch.arange(num_blocks, device=scores.device)
+    order = torch.argsort(scores, dim=1, descending=True, stable=True)  # stable: ties by block index
+    ranks = torch.empty_like(order)
+    positions = torch.arange(num_blocks, device=scores.device).expand(num_kv_heads, num_blocks)
+    ranks.scatter_(1, order, positions)
+    best = ranks.amin(dim=0)  # [num_blocks]: the block's best rank over the heads
+    chosen = torch.argsort(best, stable=True)[:budget_blocks]
+    return chosen.sort().values
