@@ -84,13 +84,22 @@ class TierCounters:
     kv_block_moves: Mapping[str, int] = field(default_factory=dict)
     num_spilled_preemptions: int = 0  # preemptions that parked the KV instead of recomputing it
     num_dropped_spills: int = 0  # parked requests whose KV was dropped for room (recomputed instead)
+    # Prefix cache per tier ("gpu", "cpu", "disk"): tokens found there at admission since start,
+    # and blocks findable by prefix hash now (in use or cached-free).
+    prefix_hit_tokens: Mapping[str, int] = field(default_factory=dict)
+    prefix_cached_blocks: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> Json:
         return asdict(self)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> TierCounters:
-        return cls(**_scalars_from_json(cls, raw), kv_block_moves=_counts(_obj(raw, "kv_block_moves")))
+        return cls(
+            **_scalars_from_json(cls, raw),
+            kv_block_moves=_counts(_obj(raw, "kv_block_moves")),
+            prefix_hit_tokens=_counts(_obj(raw, "prefix_hit_tokens")),
+            prefix_cached_blocks=_counts(_obj(raw, "prefix_cached_blocks")),
+        )
 
 
 @dataclass(frozen=True)
