@@ -156,6 +156,7 @@ class KVTierManager:
             prefix_hit_tokens={
                 TIER_NAMES[t]: self.prefix.hit_tokens[t] for t in (TIER_GPU, TIER_CPU, TIER_DISK)
             },
+            prefix_query_tokens=kv.prefix_cache_queries,
             prefix_cached_blocks={
                 TIER_NAMES[TIER_GPU]: kv.block_pool.num_cached_blocks,
                 TIER_NAMES[TIER_CPU]: self.cpu.num_cached_blocks,

@@ -47,8 +47,15 @@ def test_precache_then_a_question_reports_the_cached_tokens(client):
     )  # the last block may tokenize across the seam
     again = client.post("/v1/precache", json={"files": FILES, "prompt_template": TEMPLATE}).json()
     assert again["cached_tokens"] == (again["prompt_tokens"] - 1) // 8 * 8  # all but the last token's block
-    kv = client.get("/v1/kv").json()["scheduler"]
-    assert kv["prefix_hit_tokens"]["cpu"] > 0 and kv["prefix_cached_blocks"]["cpu"] > 0
+    kv = client.get("/v1/kv").json()
+    assert kv["scheduler"]["prefix_hit_tokens"]["cpu"] > 0
+    cpu = kv["tiers"]["cpu"]
+    assert (
+        cpu["prefix_bytes"] == cpu["prefix_blocks"] * kv["block_bytes"] > 0 and 0 < cpu["prefix_hit_rate"] < 1
+    )
+    metrics = client.get("/metrics").text
+    assert f'kvspill:prefix_cache_bytes{{tier="cpu"}} {float(cpu["prefix_bytes"])}' in metrics
+    assert 'kvspill:prefix_cache_hit_rate{tier="cpu"}' in metrics
 
 
 @pytest.mark.parametrize(
