@@ -12,10 +12,11 @@ import torch
 
 from kvspill.llm import LLM
 from kvspill.sampling_params import SamplingParams
+from kvspill.scheduler.request import Request
 
 BS = 8
-PREFIX_LEN = 200  # 25 full blocks
-PARAMS = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+PREFIX_LEN = 120  # 15 full blocks
+PARAMS = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 
 
 def _llm(model_dir, tmp_path: Path, **opts) -> LLM:
@@ -81,12 +82,13 @@ def test_a_prefix_persisted_before_a_restart_gives_the_cold_runs_tokens(
     second.engine.close()
 
 
-def _persist_first(tiny_llama_dir, tmp_path, prompts) -> Path:
+def _persist_first(tiny_llama_dir, tmp_path, prompts) -> tuple[Path, int]:
+    """Run the first prompt with a persist dir; returns it and the engine's prefix hash seed."""
     persist = tmp_path / "persist"
     first = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist))
     first.generate([prompts[0]], PARAMS)
     first.engine.close()
-    return persist
+    return persist, first.engine.scheduler.config.prefix_hash_seed
 
 
 def _block_file(llm_prompt_hashes: list[int], persist: Path, index: int) -> Path:
@@ -96,11 +98,9 @@ def _block_file(llm_prompt_hashes: list[int], persist: Path, index: int) -> Path
 def test_corrupt_and_torn_files_are_skipped_with_a_warning(
     tiny_llama_dir, tmp_path, prompts, cold_run, caplog
 ):
-    persist = _persist_first(tiny_llama_dir, tmp_path, prompts)
-    second = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(tmp_path / "probe"))
-    hashes = _hashes(second, prompts[1])
-    second.engine.close()
-    corrupt, torn = _block_file(hashes, persist, 10), _block_file(hashes, persist, 20)
+    persist, seed = _persist_first(tiny_llama_dir, tmp_path, prompts)
+    hashes = Request("probe", prompts[1], PARAMS, frozenset(), 0.0, 512, BS, hash_seed=seed).block_hashes
+    corrupt, torn = _block_file(hashes, persist, 6), _block_file(hashes, persist, 12)
     data = bytearray(corrupt.read_bytes())
     data[-5] ^= 0xFF  # one payload byte: only the checksum tells
     corrupt.write_bytes(bytes(data))
@@ -111,12 +111,12 @@ def test_corrupt_and_torn_files_are_skipped_with_a_warning(
         out = third.generate([prompts[1]], PARAMS)[0]
     assert any("checksum mismatch" in r.message for r in caplog.records)
     assert out.token_ids == cold_run
-    assert out.num_cached_tokens == 10 * BS  # blocks 0..9 loaded; block 10 refused: the rest computed
+    assert out.num_cached_tokens == 6 * BS  # blocks 0..5 loaded; block 6 refused: the rest computed
     third.engine.close()
 
 
 def test_files_of_another_kv_configuration_are_skipped(tiny_llama_dir, tmp_path, prompts, caplog):
-    persist = _persist_first(tiny_llama_dir, tmp_path, prompts)
+    persist, _ = _persist_first(tiny_llama_dir, tmp_path, prompts)
     with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
         other = _llm(
             tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist), kv_cache_dtype="fp8"
@@ -126,19 +126,3 @@ def test_files_of_another_kv_configuration_are_skipped(tiny_llama_dir, tmp_path,
     out = other.generate([prompts[1]], PARAMS)[0]
     assert out.num_cached_tokens == 0
     other.engine.close()
-
-
-def _hashes(llm: LLM, prompt: list[int]) -> list[int]:
-    from kvspill.scheduler.request import Request
-
-    request = Request(
-        "probe",
-        prompt,
-        PARAMS,
-        frozenset(),
-        0.0,
-        llm.engine.max_model_len,
-        BS,
-        hash_seed=llm.engine.scheduler.config.prefix_hash_seed,
-    )
-    return request.block_hashes
