@@ -195,7 +195,8 @@ class KVTierManager:
             limit = max((num_computed_tokens - self.hot_window_tokens) // self.block_size, 0)
             num_off_gpu = max(limit - self.num_sink_blocks, 0)
             cold = self._cold.get(req_id, {})
-            if cold:  # cold prefix hits outside the eligible range [sinks, limit)
+            # cold prefix hits outside the eligible range [sinks, limit) (a parked request's come back)
+            if cold and req_id not in self._parked:
                 outside = chain(
                     range(min(self.num_sink_blocks, limit)), range(limit, len(self.kv.get_blocks(req_id)))
                 )
@@ -361,7 +362,12 @@ class KVTierManager:
     def _demote_oldest_cpu_block(self) -> None:
         while self._cpu_order:
             logical_idx, _, req_id, cpu_id = heapq.heappop(self._cpu_order)
-            if self._cold.get(req_id, {}).get(logical_idx) == (TIER_CPU, cpu_id):
+            # Only a block this request holds alone: a stale entry can match a re-admitted request's
+            # prefix hit at the same index, maybe shared (moving it would not free its cpu block).
+            if (
+                self._cold.get(req_id, {}).get(logical_idx) == (TIER_CPU, cpu_id)
+                and self.cpu.ref_cnt(cpu_id) == 1
+            ):
                 # A copy: a shared or cached block stays valid in the cpu tier for the others.
                 self.cpu.free(cpu_id)
                 self._place_cold(req_id, logical_idx, self.disk, TIER_CPU, cpu_id)
@@ -391,17 +397,24 @@ class KVTierManager:
     def _reclaim_cold_room(self, num_blocks: int, keep: str) -> bool:
         """Drop parked requests' KV, latest arrival first, until `num_blocks` cold blocks are free.
 
-        All or nothing: drops none and returns False when even dropping all would not do.
+        Drops none and returns False when even dropping all would not do. Only blocks a parked
+        request holds alone count (a prefix hit shared with others stays in use).
         """
         parked = sorted(self._parked - {keep}, key=self._arrival_seq.__getitem__, reverse=True)
-        if self.num_free_cold_blocks + sum(len(self._cold.get(r, ())) for r in parked) < num_blocks:
+        exclusive = sum(
+            self._pool(tier).ref_cnt(block_id) == 1
+            for r in parked
+            for tier, block_id in self._cold.get(r, {}).values()
+        )
+        if self.num_free_cold_blocks + exclusive < num_blocks:
             return False
         for req_id in parked:
             if self.num_free_cold_blocks >= num_blocks:
                 break
             self.free(self._requests[req_id])
             self.num_parked_dropped += 1
-        return True
+        # Short only when freed blocks stay pinned for the persist writer (kv/persist.py).
+        return self.num_free_cold_blocks >= num_blocks
 
     def _record(
         self, req_id: str, logical_idx: int, src_tier: int, src_id: int, dst_tier: int, dst_id: int

@@ -7,6 +7,7 @@ every computed token is where the block table says; in-use cold blocks are never
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,19 @@ from kvspill.kv.cold_pool import ColdBlockPool
 from kvspill.scheduler.scheduler import Scheduler
 from kvspill.types import TIER_CPU
 
-from .test_tiers import CONFIG, CPU, DISK, GPU, TierRunner, make_request, step, table
+from .test_tiers import (
+    CONFIG,
+    CPU,
+    DISK,
+    GPU,
+    TierRunner,
+    _check_books,
+    _random_config,
+    assert_all_free,
+    make_request,
+    step,
+    table,
+)
 
 PREFIX = list(range(100, 124))  # 6 full blocks
 SMALL = replace(
@@ -123,3 +136,47 @@ def test_cold_pool_lru_evicts_cached_free_blocks_only_after_free_ones():
     assert pool.cached_free_block_ids() == [0]
     with pytest.raises(ValueError, match="freed more often"):
         pool.free(0)
+
+
+# 71: once room reclaimed from a parked request stayed pinned for the writer (a crash)
+@pytest.mark.parametrize("seed", [*range(30), 71])
+def test_random_schedules_with_long_shared_prefixes_and_persist_pins(seed: int) -> None:
+    """`test_tiers.py`'s random schedule with long shared prefixes (many cold hits) and, in half of
+    the seeds, the persist writer's pins on newly cached cold blocks, released at random later."""
+    rng = random.Random(seed)
+    config = replace(
+        _random_config(rng),
+        enable_prefix_caching=True,
+        num_cpu_blocks=rng.choice([2, 4, 8, 12]),
+        num_disk_blocks=rng.choice([0, 4, 8]),
+    )
+    scheduler, runner = Scheduler(config), TierRunner()
+    pinning = seed % 2 == 1
+    if pinning:
+        scheduler.kv_tiers.prefix.newly_cached = []
+    pins: list[tuple[int, int]] = []
+    prefixes = [list(range(100, 124)), list(range(200, 220))]
+    num_requests = 14
+    for i in range(600):
+        if i < 250 and rng.random() < 0.15 and num_requests > 0:
+            num_requests -= 1
+            prompt = rng.choice(prefixes)[: rng.randint(8, 24)] + [
+                rng.randint(1, 9) for _ in range(rng.randint(1, 20))
+            ]
+            scheduler.add_request(make_request(f"r{i}", prompt, max_tokens=rng.randint(1, 16)))
+        if rng.random() < 0.02 and scheduler.requests:
+            scheduler.abort_requests(rng.choice(sorted(scheduler.requests)))
+        step(scheduler, runner)  # the fake runner checks every computed token's bytes
+        if pinning:
+            pins += [(tier, b) for tier, b, _ in scheduler.kv_tiers.prefix.take_newly_cached() if tier != GPU]
+            while pins and rng.random() < 0.5:
+                scheduler.kv_tiers.prefix.release_pin(*pins.pop(0))
+        else:
+            _check_books(scheduler)
+        if num_requests == 0 and not scheduler.has_unfinished_requests():
+            break
+    assert not scheduler.has_unfinished_requests(), f"stuck: {scheduler.requests}"
+    for pin in pins:
+        scheduler.kv_tiers.prefix.release_pin(*pin)
+    step(scheduler, runner)
+    assert_all_free(scheduler)
