@@ -54,7 +54,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--question-tokens", type=int, default=64)
     ap.add_argument("--questions", type=int, default=16)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--new-tokens", type=int, default=8)
+    ap.add_argument(
+        "--new-tokens", type=int, default=1, help="per question (1: the bytes read are the prefill's alone)"
+    )
     ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
     ap.add_argument("--hot-window", type=int, default=1024)
     ap.add_argument("--block-size", type=int, default=16)
@@ -173,9 +175,8 @@ def _cold_prefill(engine: LLMEngine, prefix: list[int], question: list[int], new
     return dict(cold_ttft_s=result["ttft_s"], cold_tokens=result["token_ids"])
 
 
-def _drop(engine: LLMEngine) -> None:
-    engine.close()
-    del engine
+def _free_memory() -> None:
+    """Give a dropped engine's memory back (its objects hold cycles) before the next one starts."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -201,14 +202,15 @@ def run_phase(args: argparse.Namespace, phase: str) -> dict:
         t0 = time.perf_counter()
         engine.close()  # every block written and fsynced
         record["persist_write_s"] = round(time.perf_counter() - t0, 3)
-        _drop(engine)
+        del engine
+        _free_memory()
         engine = _engine(args, phase, persist=True)  # the restart
     record.update(_questions_record(engine, args, prefix, questions))
     record["gpu_kv_gib"] = round(engine.bundle.storage.nbytes / GIB, 3)
     record["cpu_kv_gib"] = round(engine.bundle.storage.host_nbytes / GIB, 3)
     record["disk_kv_gib"] = round(engine.bundle.storage.disk_nbytes / GIB, 3)
-    _drop(engine)
-    return record
+    engine.close()
+    return record  # the engine goes with this frame: main frees its memory
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "a") as f:
         for phase in args.phases:
             record = dict(base, **run_phase(args, phase))
+            _free_memory()
             print(json.dumps(record), flush=True)
             f.write(json.dumps(record) + "\n")
     return 0
