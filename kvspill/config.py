@@ -85,6 +85,8 @@ class EngineConfig:
     cpu_kv_budget_bytes: int = 0  # pinned host pool for cold KV (--cpu-kv-budget); 0 = no cpu tier
     disk_kv_budget_bytes: int = 0  # memory-mapped files for colder KV (--disk-kv-budget)
     kv_disk_dir: str | None = None  # where the disk tier lives (default: a temp dir)
+    kv_persist_dir: str | None = None  # prefix KV blocks kept in files across restarts (kv/persist.py)
+    kv_persist_budget_bytes: int = 64 * 2**30  # most bytes of block files there (LRU beyond)
     num_cpu_kv_blocks: int | None = None  # exact cpu-tier size in blocks (tests); overrides the budget
     num_disk_kv_blocks: int | None = None  # exact disk-tier size in blocks (tests); overrides the budget
     num_sink_blocks: int = 1  # first blocks of each sequence that never leave the gpu tier
@@ -142,7 +144,7 @@ class EngineConfig:
             factor = self.rope_scaling.get("factor", 1.0)
             if not isinstance(factor, (int, float)) or factor < 1.0:
                 raise bad("rope_scaling", f"rope scaling factor must be >= 1, got {factor!r}")
-        for name in ("cpu_kv_budget_bytes", "disk_kv_budget_bytes"):
+        for name in ("cpu_kv_budget_bytes", "disk_kv_budget_bytes", "kv_persist_budget_bytes"):
             if getattr(self, name) < 0:
                 raise bad(name, f"--{name.removesuffix('_bytes').replace('_', '-')} must not be negative")
         if self.vram_budget_bytes is not None and self.vram_budget_bytes < 2**28:
@@ -205,6 +207,8 @@ class EngineConfig:
         refused = {
             "attention": self.attention == "cpu",
             "cpu_offload_gb": self.cpu_offload_gb > 0,
+            # the persister writes rank 0's blocks only (the other ranks hold other KV heads)
+            "kv_persist_dir": self.kv_persist_dir is not None,
         }
         for param, bad in refused.items():
             if bad:

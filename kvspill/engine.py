@@ -33,6 +33,8 @@ from kvspill.errors import (
     StepError,
 )
 from kvspill.itl_budget import itl_budget_for
+from kvspill.kv.persist import PersistStore
+from kvspill.prefix_persist import PrefixPersister
 from kvspill.runner.async_output import PendingStepOutput
 from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.config import SchedulerConfig
@@ -93,8 +95,18 @@ class LLMEngine:
                 num_sink_blocks=self.config.num_sink_blocks,
                 hot_window_tokens=self.config.hot_window_tokens,
                 async_scheduling=self.async_scheduling,
+                prefix_hash_seed=bundle.kv_fingerprint,
             )
         )
+        self.persister: PrefixPersister | None = None
+        if self.config.kv_persist_dir is not None and self.config.enable_prefix_caching:
+            store = PersistStore(
+                self.config.kv_persist_dir,
+                self.config.kv_persist_budget_bytes,
+                bundle.kv_fingerprint,
+                bundle.storage.layout,
+            )
+            self.persister = PrefixPersister(store, self.scheduler.kv_tiers, bundle.storage)
         self._has_cold_tiers = bool(bundle.storage.num_cpu_blocks or bundle.storage.num_disk_blocks)
         self._max_cold_fraction = 0.0
         self._texts: dict[str, _TextState] = {}
@@ -235,7 +247,13 @@ class LLMEngine:
         return self.scheduler.has_unfinished_requests()
 
     def close(self) -> None:
-        """Stop the tensor-parallel workers (nothing to do with one rank); idempotent."""
+        """Finish writing prefix blocks to --kv-persist-dir (a no-op without it) and stop the
+        tensor-parallel workers (nothing to do with one rank); idempotent."""
+        if getattr(self, "persister", None) is not None:  # (close() may run from a failed __init__)
+            assert self.persister is not None
+            self.persister.after_step()
+            self.persister.close()
+            self.persister = None
         if self.parallel is not None:
             self.parallel.close()
 
@@ -249,6 +267,8 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """One step. A failure while computing raises `StepError` naming the requests it ran (the
         ones in flight with async scheduling too), so a server fails those and no others."""
+        if self.persister is not None:
+            self.persister.before_schedule(self.scheduler.waiting)
         batch = self.scheduler.schedule()
         previous = self._in_flight
         started = time.perf_counter()
@@ -312,6 +332,8 @@ class LLMEngine:
     def _complete(self, batch: ScheduledBatch, pending: PendingStepOutput) -> list[RequestOutput]:
         output = pending.result()
         updates = self.scheduler.update_from_output(batch, output)
+        if self.persister is not None:
+            self.persister.after_step()
         if self._has_cold_tiers:
             self._note_cold_fraction()
         return self._process_updates(updates, output.logprobs)

@@ -28,6 +28,7 @@ from kvspill.gguf_reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kernels.kv_quant import kv_storage_dtype
 from kvspill.kv.cold_attention import ColdAttentionConfig
+from kvspill.kv.persist import kv_fingerprint, model_identity
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.parallel import SINGLE, TensorParallel
@@ -66,6 +67,7 @@ class EngineParts:
     vocab_size: int
     device: torch.device
     dtype: torch.dtype
+    kv_fingerprint: int  # seeds the prefix hashes; checks persisted blocks (kv/persist.py)
 
 
 def pick_device(config: EngineConfig, tp: TensorParallel = SINGLE) -> torch.device:
@@ -378,6 +380,19 @@ def build_engine_parts(
         device=device,
         cold_config=_cold_config(config, calibration),
     )
+    fingerprint = kv_fingerprint(
+        {
+            **model_identity(config.model),
+            "hf_config": loaded.hf_config.to_dict(),
+            "quantization": config.quantization,
+            "dtype": str(dtype),
+            "kv_dtype": str(layout.dtype),
+            "kv_cache_dtype": config.kv_cache_dtype,
+            "rope_scaling": config.rope_scaling,
+            "layout": [layout.num_layers, layout.block_size, layout.num_kv_heads, layout.head_dim],
+            "tensor_parallel": [tp.rank, tp.size],  # a rank holds its own KV heads
+        }
+    )
     return EngineParts(
         runner=runner,
         storage=storage,
@@ -390,4 +405,5 @@ def build_engine_parts(
         vocab_size=loaded.vocab_size,
         device=device,
         dtype=dtype,
+        kv_fingerprint=fingerprint,
     )

@@ -25,7 +25,7 @@ they always were: "gpu->cpu" for block counts (scheduler), "gpu_to_cpu" for byte
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from kvspill.types import TIER_NAMES
@@ -84,13 +84,23 @@ class TierCounters:
     kv_block_moves: Mapping[str, int] = field(default_factory=dict)
     num_spilled_preemptions: int = 0  # preemptions that parked the KV instead of recomputing it
     num_dropped_spills: int = 0  # parked requests whose KV was dropped for room (recomputed instead)
+    # Prefix cache per tier ("gpu", "cpu", "disk"): tokens found there at admission since start,
+    # and blocks findable by prefix hash now (in use or cached-free).
+    prefix_hit_tokens: Mapping[str, int] = field(default_factory=dict)
+    prefix_cached_blocks: Mapping[str, int] = field(default_factory=dict)
+    prefix_query_tokens: int = 0  # tokens looked up at admission since start (hit rate's denominator)
 
     def to_json(self) -> Json:
         return asdict(self)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> TierCounters:
-        return cls(**_scalars_from_json(cls, raw), kv_block_moves=_counts(_obj(raw, "kv_block_moves")))
+        return cls(
+            **_scalars_from_json(cls, raw),
+            kv_block_moves=_counts(_obj(raw, "kv_block_moves")),
+            prefix_hit_tokens=_counts(_obj(raw, "prefix_hit_tokens")),
+            prefix_cached_blocks=_counts(_obj(raw, "prefix_cached_blocks")),
+        )
 
 
 @dataclass(frozen=True)
@@ -254,6 +264,12 @@ class TierUsage:
     used_blocks: int = 0  # blocks held by requests (running or parked)
     total_bytes: int = 0  # blocks x block_bytes (JSON `bytes`)
     used_bytes: int = 0
+    # Prefix cache: blocks findable by prefix hash now (and their bytes), prompt tokens found in
+    # this tier at admission since start, and that over all tokens looked up.
+    prefix_blocks: int = 0
+    prefix_bytes: int = 0
+    prefix_hit_tokens: int = 0
+    prefix_hit_rate: float = 0.0
 
     @property
     def usage(self) -> float:
@@ -263,6 +279,13 @@ class TierUsage:
     @classmethod
     def of(cls, blocks: int, used_blocks: int, block_bytes: int) -> TierUsage:
         return cls(blocks, used_blocks, blocks * block_bytes, used_blocks * block_bytes)
+
+    def with_prefix(self, name: str, counters: TierCounters, block_bytes: int) -> TierUsage:
+        """This usage plus tier `name`'s prefix-cache figures from the tiers' counters."""
+        cached, hits = counters.prefix_cached_blocks.get(name, 0), counters.prefix_hit_tokens.get(name, 0)
+        rate = hits / counters.prefix_query_tokens if counters.prefix_query_tokens else 0.0
+        return replace(self, prefix_blocks=cached, prefix_bytes=cached * block_bytes, prefix_hit_tokens=hits,
+                       prefix_hit_rate=round(rate, 4))  # fmt: skip
 
     def to_json(self) -> Json:
         return _scalars_to_json(self, renamed={"total_bytes": "bytes"})
@@ -288,9 +311,15 @@ class KVTiers:
     def of(cls, counters: TierCounters, block_bytes: int) -> KVTiers:
         c = counters
         return cls(
-            gpu=TierUsage.of(c.num_gpu_blocks, c.num_used_gpu_blocks, block_bytes),
-            cpu=TierUsage.of(c.num_cpu_blocks, c.num_used_cpu_blocks, block_bytes),
-            disk=TierUsage.of(c.num_disk_blocks, c.num_used_disk_blocks, block_bytes),
+            gpu=TierUsage.of(c.num_gpu_blocks, c.num_used_gpu_blocks, block_bytes).with_prefix(
+                "gpu", c, block_bytes
+            ),
+            cpu=TierUsage.of(c.num_cpu_blocks, c.num_used_cpu_blocks, block_bytes).with_prefix(
+                "cpu", c, block_bytes
+            ),
+            disk=TierUsage.of(c.num_disk_blocks, c.num_used_disk_blocks, block_bytes).with_prefix(
+                "disk", c, block_bytes
+            ),
         )
 
     def to_json(self) -> Json:

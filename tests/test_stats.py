@@ -13,6 +13,7 @@ import pytest
 from kvspill.stats import (
     ColdAttentionCounters,
     KVStats,
+    KVTiers,
     RequestTierStats,
     RunnerKVStats,
     SchedulerStats,
@@ -21,6 +22,17 @@ from kvspill.stats import (
     TransferCounters,
 )
 
+
+def _prefix(blocks: int, hit_tokens: int) -> dict[str, Any]:
+    """A tier's prefix-cache keys (issue 14): 6144-byte blocks, 40 tokens looked up."""
+    return {
+        "prefix_blocks": blocks,
+        "prefix_bytes": blocks * 6144,
+        "prefix_hit_tokens": hit_tokens,
+        "prefix_hit_rate": hit_tokens / 40,
+    }
+
+
 # `engine.kv_stats()` of the release before the records (dicts built in engine.py), captured from
 # the tiny Llama on the CPU: 12 gpu + 16 cpu + 32 disk blocks of 8 tokens, three requests
 # mid-generation (timings rounded). The contract clients (monitor, status, bench --url) read.
@@ -28,9 +40,9 @@ TODAY: dict[str, Any] = {
     "block_size": 8,
     "block_bytes": 6144,
     "tiers": {
-        "gpu": {"blocks": 12, "used_blocks": 12, "bytes": 73728, "used_bytes": 73728},
-        "cpu": {"blocks": 16, "used_blocks": 16, "bytes": 98304, "used_bytes": 98304},
-        "disk": {"blocks": 32, "used_blocks": 2, "bytes": 196608, "used_bytes": 12288},
+        "gpu": {"blocks": 12, "used_blocks": 12, "bytes": 73728, "used_bytes": 73728, **_prefix(3, 16)},
+        "cpu": {"blocks": 16, "used_blocks": 16, "bytes": 98304, "used_bytes": 98304, **_prefix(1, 8)},
+        "disk": {"blocks": 32, "used_blocks": 2, "bytes": 196608, "used_bytes": 12288, **_prefix(0, 0)},
     },
     "requests": {
         "req-0": {"status": "running", "num_gpu_blocks": 3, "num_cpu_blocks": 6, "num_disk_blocks": 1},
@@ -57,6 +69,9 @@ TODAY: dict[str, Any] = {
         "kv_block_moves": {"gpu->cpu": 18, "cpu->disk": 2, "gpu->disk": 0, "cpu->gpu": 0, "disk->gpu": 0},
         "num_spilled_preemptions": 0,
         "num_dropped_spills": 0,
+        "prefix_hit_tokens": {"gpu": 16, "cpu": 8, "disk": 0},
+        "prefix_cached_blocks": {"gpu": 3, "cpu": 1, "disk": 0},
+        "prefix_query_tokens": 40,
     },
     "runner": {
         "transfer_bytes_cpu_to_disk": 12288,
@@ -116,6 +131,8 @@ def test_records_built_by_the_layers_serialize_as_today():
     assert runner.to_json() == TODAY["runner"] and list(runner.to_json()) == list(TODAY["runner"])
     assert sched.to_json() == TODAY["scheduler"] and list(sched.to_json()) == list(TODAY["scheduler"])
     assert isinstance(sched.kv_tiers, TierCounters) and sched.kv_tiers.num_used_disk_blocks == 2
+    # the tiers' usage, prefix-cache bytes and hit rates per tier included, from the counters alone
+    assert KVTiers.of(sched.kv_tiers, TODAY["block_bytes"]).to_json() == TODAY["tiers"]
 
 
 def test_snapshot_age_is_only_in_snapshots():

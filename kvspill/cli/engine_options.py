@@ -144,6 +144,16 @@ class EngineOptions:
         parse=parse_size,
     )
     kv_disk_dir: str | None = _flag("Directory of the disk KV tier.", default="a temporary directory")
+    kv_persist_dir: str | None = _flag(
+        "Keep prefix KV blocks in files here, found again after a restart (docs/prefix_cache.md).",
+        default="none, nothing persisted",
+    )
+    kv_persist_budget: str | None = _flag(
+        "Most disk space of --kv-persist-dir, e.g. 100GiB (least recently used files go first).",
+        "kv_persist_budget_bytes",
+        default="64GiB",
+        parse=parse_size,
+    )
     num_cpu_kv_blocks: int | None = _flag(
         "Exact cpu-tier KV blocks; overrides --cpu-kv-budget (for tests).", default="from --cpu-kv-budget"
     )

@@ -179,6 +179,7 @@ def version() -> None:
 def _register_commands() -> None:
     from kvspill.cli import (
         bench_cmd,
+        cache_cmd,
         manager_cmd,
         models_cmd,
         monitor_cmd,
@@ -202,6 +203,7 @@ def _register_commands() -> None:
     rag_cmd.register(app)  # idempotent
     service_cmd.register(app)  # idempotent
     models_cmd.register(app)  # idempotent
+    cache_cmd.register(app)  # idempotent
     manager_cmd.register(app)  # idempotent
 
 

@@ -21,18 +21,16 @@ Invariants:
 - `allocate_slots` is all or nothing: on failure nothing changes.
 - A request's block table holds one entry per logical block: its `KVBlock`, or None while that
   block lives in a cold tier (`kv/tiers.py` knows where). A block leaves the gpu tier only with
-  `ref_cnt == 1` and drops its hash when it does: prefix caching is gpu-only.
+  `ref_cnt == 1` and drops its hash here when it does; the cold tiers have their own prefix
+  caches (`kv/cold_pool.py`), and a prefix hit there is a None entry in `new_computed_blocks`.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
-
-from kvspill.types import TIER_NAMES
 
 
 @dataclass(eq=False)
@@ -89,6 +87,10 @@ class BlockPool:
         """Fraction of blocks held by requests (cached but free blocks count as free)."""
         return 1.0 - self.num_free_blocks / self.num_blocks
 
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self._cached_block_hash_to_block)
+
     def free_block_ids(self) -> list[int]:
         """The free queue, head (next to be allocated) first. For tests and debugging."""
         return list(self._free_queue)
@@ -98,9 +100,11 @@ class BlockPool:
             return None
         return self._cached_block_hash_to_block.get(block_hash)
 
-    def touch(self, blocks: Iterable[KVBlock]) -> None:
+    def touch(self, blocks: Iterable[KVBlock | None]) -> None:
         """Take a reference on prefix-cache hits, pulling free ones out of the free queue."""
         for block in blocks:
+            if block is None:  # a hit in a cold tier: kv/tiers.py holds it
+                continue
             if block.ref_cnt == 0:
                 del self._free_queue[block.block_id]
             block.ref_cnt += 1
@@ -201,7 +205,7 @@ class KVCacheManager:
 
     # ---- per request -------------------------------------------------------------------
 
-    def get_computed_blocks(self, request: KVRequest) -> tuple[list[KVBlock], int]:
+    def get_computed_blocks(self, request: KVRequest) -> tuple[list[KVBlock | None], int]:
         """Longest chain of cached full blocks at the start of the request's tokens.
 
         Never the whole sequence: the last token must be computed so that its logits exist,
@@ -211,7 +215,7 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return [], 0
         max_num_blocks = (request.num_tokens - 1) // self.block_size
-        computed: list[KVBlock] = []
+        computed: list[KVBlock | None] = []
         for block_hash in request.block_hashes[:max_num_blocks]:
             block = self.block_pool.get_cached_block(block_hash)
             if block is None:
@@ -220,22 +224,24 @@ class KVCacheManager:
         return computed, len(computed) * self.block_size
 
     def num_blocks_to_allocate(
-        self, request: KVRequest, num_new_tokens: int, new_computed_blocks: Sequence[KVBlock] = ()
+        self, request: KVRequest, num_new_tokens: int, new_computed_blocks: Sequence[KVBlock | None] = ()
     ) -> int:
         """Free blocks that `allocate_slots` would consume, prefix hits taken from the free queue included."""
         num_computed = request.num_computed_tokens + len(new_computed_blocks) * self.block_size
         num_required = cdiv(num_computed + num_new_tokens, self.block_size)
         num_held = len(self._req_to_blocks.get(request.req_id, ())) + len(new_computed_blocks)
-        num_evictable_hits = sum(1 for block in new_computed_blocks if block.ref_cnt == 0)
+        num_evictable_hits = sum(
+            1 for block in new_computed_blocks if block is not None and block.ref_cnt == 0
+        )
         return max(num_required - num_held, 0) + num_evictable_hits
 
     def allocate_slots(
-        self, request: KVRequest, num_new_tokens: int, new_computed_blocks: Sequence[KVBlock] = ()
+        self, request: KVRequest, num_new_tokens: int, new_computed_blocks: Sequence[KVBlock | None] = ()
     ) -> list[int] | None:
         """Make room for `num_new_tokens` more tokens after the computed ones.
 
         `new_computed_blocks` are prefix hits from `get_computed_blocks` (first allocation
-        only); they are counted as computed on top of `request.num_computed_tokens`. Returns
+        only; None: a hit in a cold tier, which `kv/tiers.py` holds); they are counted as computed on top of `request.num_computed_tokens`. Returns
         the ids of blocks appended to the request's block table (hits first), or None when the
         pool cannot cover them, in which case nothing has changed.
         """
@@ -256,7 +262,8 @@ class KVCacheManager:
         num_new_blocks = cdiv(num_computed + num_new_tokens, self.block_size) - len(blocks)
         new_blocks = self.block_pool.allocate(max(num_new_blocks, 0))
         blocks.extend(new_blocks)
-        return [block.block_id for block in new_computed_blocks] + [block.block_id for block in new_blocks]
+        hit_ids = [block.block_id for block in new_computed_blocks if block is not None]
+        return hit_ids + [block.block_id for block in new_blocks]
 
     def cache_blocks(self, request: KVRequest, num_computed_tokens: int) -> None:
         """Cache the request's blocks that `num_computed_tokens` computed tokens have filled."""
@@ -323,33 +330,3 @@ class KVCacheManager:
 
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()
-
-
-class ColdBlockPool:
-    """Block ids of one cold tier (cpu or disk). `num_blocks == 0` means the tier is absent."""
-
-    def __init__(self, tier: int, num_blocks: int) -> None:
-        if num_blocks < 0:
-            raise ValueError(f"num_blocks must not be negative, got {num_blocks}")
-        self.tier = tier
-        self.num_blocks = num_blocks
-        self._free = list(range(num_blocks))  # a heap: lowest id first, deterministic for tests
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
-
-    def allocate(self) -> int:
-        if not self._free:
-            raise ValueError(f"the {TIER_NAMES[self.tier]} tier has no free block")
-        return heapq.heappop(self._free)
-
-    def free(self, block_id: int) -> None:
-        heapq.heappush(self._free, block_id)
-
-    def free_block_ids(self) -> list[int]:
-        return sorted(self._free)

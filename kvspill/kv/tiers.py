@@ -3,9 +3,16 @@
 The scheduler side of the tiers (vLLM's offloading "connector scheduler" in spirit): it decides and
 emits a `TransferPlan`; the runner's `kv/storage.py` moves the bytes before the step's forward.
 
-Tiers: **gpu** is the `KVCacheManager`'s `BlockPool` (prefix caching lives there only); **cpu** and
-**disk** are `ColdBlockPool`s, free lists handing out the lowest free id first. A request's
-logical block i is in exactly one tier: a `KVBlock` in the gpu table, or `(tier, block_id)` here.
+Tiers: **gpu** is the `KVCacheManager`'s `BlockPool`; **cpu** and **disk** are `ColdBlockPool`s
+(`kv/cold_pool.py`), free lists handing out the lowest free id first. A request's logical block i
+is in exactly one tier: a `KVBlock` in the gpu table, or `(tier, block_id)` here.
+
+Prefix cache in every tier: each tier keeps full blocks findable by their prefix hash. A request's
+cold blocks enter their tier's cache when it frees them (finished, or preempted without parking);
+a prefix lookup walks the request's block hashes and takes, per block, the gpu copy, else the cpu
+one, else the disk one. Cold hits are attended in place (the runner's cold paths take any full
+cold block before the step's tokens): the request's table references the cold block, ref-counted,
+and nothing is copied. A cold block in use is never evicted; cached-free ones go LRU per tier.
 
 Placement, per request, with c = `num_computed_tokens` before the step, W = `hot_window_tokens`:
 - hot (gpu): blocks `i < num_sink_blocks`, blocks holding any of the last W computed tokens
@@ -44,10 +51,12 @@ import heapq
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
-from itertools import islice
+from itertools import chain, islice
 from typing import Protocol
 
-from kvspill.kv.block_pool import ColdBlockPool, KVBlock, KVCacheManager, KVRequest, cdiv
+from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest, cdiv
+from kvspill.kv.cold_pool import ColdBlockPool
+from kvspill.kv.tier_prefix import ColdPrefixCache
 from kvspill.stats import RequestTierStats, TierCounters
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
 
@@ -93,6 +102,7 @@ class KVTierManager:
         self._arrival_seq = arrival_seq  # the scheduler's, live: req_id -> order of arrival
         self._requests: dict[str, KVRequest] = {}  # every request holding a block in any tier
         self._cold: dict[str, dict[int, tuple[int, int]]] = {}  # req_id -> logical idx -> (tier, id)
+        self.prefix = ColdPrefixCache(self.cpu, self.disk, self.block_size)  # the cold tiers' caches
         self._parked: set[str] = set()
         self._spill_cursor: dict[str, int] = {}  # entries in [num_sink_blocks, cursor) are all cold
         self._cpu_order: list[tuple[int, int, str, int]] = []  # heap (idx, seq, req_id, cpu id), lazy
@@ -143,6 +153,15 @@ class KVTierManager:
             num_disk_blocks=self.disk.num_blocks,
             num_used_disk_blocks=self.disk.num_used_blocks,
             kv_block_moves={name: self.num_moves[key] for key, name in MOVE_NAMES.items()},
+            prefix_hit_tokens={
+                TIER_NAMES[t]: self.prefix.hit_tokens[t] for t in (TIER_GPU, TIER_CPU, TIER_DISK)
+            },
+            prefix_query_tokens=kv.prefix_cache_queries,
+            prefix_cached_blocks={
+                TIER_NAMES[TIER_GPU]: kv.block_pool.num_cached_blocks,
+                TIER_NAMES[TIER_CPU]: self.cpu.num_cached_blocks,
+                TIER_NAMES[TIER_DISK]: self.disk.num_cached_blocks,
+            },
             num_spilled_preemptions=self.num_parked,
             num_dropped_spills=self.num_parked_dropped,
         )
@@ -156,28 +175,33 @@ class KVTierManager:
             num_disk_blocks=tiers[TIER_DISK],
         )
 
-    def get_computed_blocks(self, request: KVRequest) -> tuple[list[KVBlock], int]:
-        """`KVCacheManager.get_computed_blocks`, leaving at least one gpu block for new tokens.
-
-        Prefix hits cannot spill in the step that takes them, so with cold tiers a long hit
-        could fill the whole gpu tier; without cold tiers this never cuts anything.
-        """
-        hits, _ = self.kv.get_computed_blocks(request)
-        hits = hits[: self.kv.num_blocks - 1]
+    def get_computed_blocks(self, request: KVRequest) -> tuple[list[KVBlock | None], int]:
+        """Longest chain of cached full blocks at the start of the request, over all tiers
+        (`ColdPrefixCache.find`: None entries are cold hits, waiting for `allocate_slots`)."""
+        hits = self.prefix.find(self.kv, request)
         return hits, len(hits) * self.block_size
 
     def max_num_new_tokens(self, request: KVRequest, num_computed_tokens: int) -> int:
         """Most tokens one step may write so that the request's hot blocks fit the whole gpu tier.
 
         Its eligible blocks count as room only once they can leave: for a request that holds
-        blocks here (running or parked), not for one being admitted with prefix hits. With no
-        cold tier nothing can spill: the bound is the pool itself. Below 1: never fits.
+        blocks here (running or parked), not for one being admitted with prefix hits. Cold blocks
+        (cold prefix hits too, also among the sinks or in the hot window) need no gpu room. With
+        no cold tier nothing can spill: the bound is the pool itself. Below 1: never fits.
         """
-        num_eligible = 0
-        if self.enabled and request.req_id in self._requests:
-            num_eligible = max((num_computed_tokens - self.hot_window_tokens) // self.block_size, 0)
-            num_eligible = max(num_eligible - self.num_sink_blocks, 0)
-        return (self.kv.num_blocks + num_eligible) * self.block_size - num_computed_tokens
+        req_id = request.req_id
+        num_off_gpu = len(self.prefix.pending_hits.get(req_id, ()))  # admission: its cold hits
+        if self.enabled and req_id in self._requests:
+            limit = max((num_computed_tokens - self.hot_window_tokens) // self.block_size, 0)
+            num_off_gpu = max(limit - self.num_sink_blocks, 0)
+            cold = self._cold.get(req_id, {})
+            # cold prefix hits outside the eligible range [sinks, limit) (a parked request's come back)
+            if cold and req_id not in self._parked:
+                outside = chain(
+                    range(min(self.num_sink_blocks, limit)), range(limit, len(self.kv.get_blocks(req_id)))
+                )
+                num_off_gpu += sum(1 for i in outside if i in cold)
+        return (self.kv.num_blocks + num_off_gpu) * self.block_size - num_computed_tokens
 
     def never_fits_message(self, request: KVRequest, num_computed_tokens: int) -> str | None:
         """Why the request can never be scheduled (with what to change), or None when it can."""
@@ -214,7 +238,7 @@ class KVTierManager:
         self,
         request: KVRequest,
         num_new_tokens: int,
-        new_computed_blocks: Sequence[KVBlock] = (),
+        new_computed_blocks: Sequence[KVBlock | None] = (),
         reclaim: bool = False,
     ) -> list[int] | None:
         """`KVCacheManager.allocate_slots`, spilling eligible gpu blocks first when the pool is short.
@@ -228,21 +252,29 @@ class KVTierManager:
         if req_id in self._parked:
             c = request.num_computed_tokens
             bring_back = sorted(i for i in self._cold[req_id] if not self._is_eligible(c, i))
+        cold_hits = self.prefix.pending_hits.pop(req_id, {}) if None in new_computed_blocks else {}
         num_needed = self.kv.num_blocks_to_allocate(request, num_new_tokens, new_computed_blocks)
         num_deficit = num_needed + len(bring_back) - self.kv.num_free_blocks
         if num_deficit > 0:
             if not self.enabled:
                 return None
-            exclude = {block.block_id for block in new_computed_blocks}
+            exclude = {block.block_id for block in new_computed_blocks if block is not None}
             picks = list(islice(self._spill_candidates(exclude), num_deficit))
             if len(picks) < num_deficit:
                 return None
-            if self.num_free_cold_blocks < num_deficit and not (
-                reclaim and self._reclaim_cold_room(num_deficit, keep=req_id)
+            # The cold hits are taken before the spills: their cached-free blocks are no room.
+            num_hits_free = self.prefix.num_cached_free(cold_hits)
+            if self.num_free_cold_blocks - num_hits_free < num_deficit and not (
+                reclaim and self._reclaim_cold_room(num_deficit + num_hits_free, keep=req_id)
             ):
+                if cold_hits:
+                    self.prefix.pending_hits[req_id] = cold_hits  # still valid: nothing changed
                 return None
+            self._cold.setdefault(req_id, {}).update(self.prefix.take(cold_hits))
             for i, _, owner in picks:
                 self._spill_block(owner, i)
+        if cold_hits:
+            self._cold.setdefault(req_id, {}).update(self.prefix.take(cold_hits))
         self._requests[req_id] = request
         if req_id in self._parked:  # resumed: its table fills again from the hot blocks
             self._parked.discard(req_id)
@@ -254,6 +286,9 @@ class KVTierManager:
             self._record(req_id, i, tier, block_id, TIER_GPU, gpu_id)
         new_block_ids = self.kv.allocate_slots(request, num_new_tokens, new_computed_blocks)
         assert new_block_ids is not None, "the deficit was spilled"
+        if new_computed_blocks:
+            num_gpu_hits = sum(block is not None for block in new_computed_blocks)
+            self.prefix.hit_tokens[TIER_GPU] += num_gpu_hits * self.block_size
         return new_block_ids
 
     def preempt(self, request: KVRequest) -> int:
@@ -279,9 +314,10 @@ class KVTierManager:
     def free(self, request: KVRequest) -> None:
         """Release the request's blocks in every tier."""
         req_id = request.req_id
+        hashes = request.block_hashes if self.kv.enable_prefix_caching else []
+        self.prefix.free_request(self._cold.pop(req_id, {}), hashes, self.kv.get_blocks(req_id))
         self.kv.free(request)
-        for tier, block_id in self._cold.pop(req_id, {}).values():
-            self._pool(tier).free(block_id)
+        self.prefix.pending_hits.pop(req_id, None)
         self._requests.pop(req_id, None)
         self._parked.discard(req_id)
         self._spill_cursor.pop(req_id, None)
@@ -318,18 +354,25 @@ class KVTierManager:
     def _spill_block(self, req_id: str, logical_idx: int) -> None:
         """gpu -> cpu (pushing the oldest cpu block to disk first when the cpu tier is full), or gpu -> disk."""
         if self.cpu.num_blocks and not self.cpu.num_free_blocks:
-            self._demote_oldest_cpu_block()
+            self._demote_oldest_cpu_block()  # may find none: the cpu tier holds only prefix hits
         pool = self.cpu if self.cpu.num_free_blocks else self.disk
         gpu_id = self.kv.evict_block(req_id, logical_idx)
         self._place_cold(req_id, logical_idx, pool, TIER_GPU, gpu_id)
 
     def _demote_oldest_cpu_block(self) -> None:
-        while True:
+        while self._cpu_order:
             logical_idx, _, req_id, cpu_id = heapq.heappop(self._cpu_order)
-            if self._cold.get(req_id, {}).get(logical_idx) == (TIER_CPU, cpu_id):
-                break  # else a stale entry: that block was freed or brought back
-        self.cpu.free(cpu_id)
-        self._place_cold(req_id, logical_idx, self.disk, TIER_CPU, cpu_id)
+            # Only a block this request holds alone: a stale entry can match a re-admitted request's
+            # prefix hit at the same index, maybe shared (moving it would not free its cpu block).
+            if (
+                self._cold.get(req_id, {}).get(logical_idx) == (TIER_CPU, cpu_id)
+                and self.cpu.ref_cnt(cpu_id) == 1
+            ):
+                # A copy: a shared or cached block stays valid in the cpu tier for the others.
+                self.cpu.free(cpu_id)
+                self._place_cold(req_id, logical_idx, self.disk, TIER_CPU, cpu_id)
+                return
+            # else a stale entry: that block was freed or brought back
 
     def _place_cold(
         self, req_id: str, logical_idx: int, pool: ColdBlockPool, src_tier: int, src_id: int
@@ -354,17 +397,24 @@ class KVTierManager:
     def _reclaim_cold_room(self, num_blocks: int, keep: str) -> bool:
         """Drop parked requests' KV, latest arrival first, until `num_blocks` cold blocks are free.
 
-        All or nothing: drops none and returns False when even dropping all would not do.
+        Drops none and returns False when even dropping all would not do. Only blocks a parked
+        request holds alone count (a prefix hit shared with others stays in use).
         """
         parked = sorted(self._parked - {keep}, key=self._arrival_seq.__getitem__, reverse=True)
-        if self.num_free_cold_blocks + sum(len(self._cold.get(r, ())) for r in parked) < num_blocks:
+        exclusive = sum(
+            self._pool(tier).ref_cnt(block_id) == 1
+            for r in parked
+            for tier, block_id in self._cold.get(r, {}).values()
+        )
+        if self.num_free_cold_blocks + exclusive < num_blocks:
             return False
         for req_id in parked:
             if self.num_free_cold_blocks >= num_blocks:
                 break
             self.free(self._requests[req_id])
             self.num_parked_dropped += 1
-        return True
+        # Short only when freed blocks stay pinned for the persist writer (kv/persist.py).
+        return self.num_free_cold_blocks >= num_blocks
 
     def _record(
         self, req_id: str, logical_idx: int, src_tier: int, src_id: int, dst_tier: int, dst_id: int

@@ -106,13 +106,15 @@ def server_panel(s: ServerReading) -> RenderableType:
     if not s.ok:
         return Panel(Text(f"{s.url}: {s.error}", style="bold red"), title="server")
     table = Table(box=None)
-    for column in ("tier", "blocks used / total", "bytes used / total"):
+    for column in ("tier", "blocks used / total", "bytes used / total", "prefix cache", "prefix hits"):
         table.add_column(column)
     for name, t in s.tiers.items():
         table.add_row(
             name,
             f"{t.used_blocks} / {t.blocks}",
             f"{format_bytes(t.used_bytes)} / {format_bytes(t.total_bytes)}",
+            format_bytes(t.prefix_bytes),
+            f"{100 * t.prefix_hit_rate:.0f}%",
         )
     queue = Text(
         f"running {_opt(s.num_running, '{:d}')}  waiting {_opt(s.num_waiting, '{:d}')}  "

@@ -54,7 +54,10 @@ def _prometheus_queue(text: str) -> tuple[int | None, int | None]:
 
 def _tiers(tiers: KVTiers) -> dict[str, TierReading]:
     return {
-        name: TierReading(t.blocks, t.used_blocks, t.total_bytes, t.used_bytes) for name, t in tiers.items()
+        name: TierReading(
+            t.blocks, t.used_blocks, t.total_bytes, t.used_bytes, t.prefix_bytes, t.prefix_hit_rate
+        )
+        for name, t in tiers.items()
     }
 
 

@@ -67,6 +67,8 @@ class TierReading:
     used_blocks: int
     total_bytes: int
     used_bytes: int
+    prefix_bytes: int = 0  # blocks findable by prefix hash (in use or cached-free)
+    prefix_hit_rate: float = 0.0  # prompt tokens found in this tier / tokens looked up, since start
 
 
 @dataclass(frozen=True)
@@ -144,4 +146,6 @@ class Snapshot:
                 row[f"kv_{name}_used_blocks"] = None if tier is None else tier.used_blocks
                 row[f"kv_{name}_blocks"] = None if tier is None else tier.blocks
                 row[f"kv_{name}_used_bytes"] = None if tier is None else tier.used_bytes
+                row[f"kv_{name}_prefix_bytes"] = None if tier is None else tier.prefix_bytes
+                row[f"kv_{name}_prefix_hit_rate"] = None if tier is None else tier.prefix_hit_rate
         return row

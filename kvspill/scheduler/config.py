@@ -24,6 +24,8 @@ class SchedulerConfig:
     num_disk_blocks: int = 0  # KV blocks of the disk tier (0: no disk tier)
     num_sink_blocks: int = 1  # first blocks of each sequence that stay on the gpu tier
     hot_window_tokens: int = 1024  # most recent computed tokens of each sequence that stay on the gpu tier
+    # The parent hash of every request's first block: the engine's KV fingerprint (request.py).
+    prefix_hash_seed: int = 0
     async_scheduling: bool = (
         False  # schedule step N+1 before step N's tokens are known (scheduler.py's module doc)
     )

@@ -10,10 +10,12 @@ Invariants:
   still need their KV computed. There is no prefill/decode flag: a decode is the case
   `num_tokens - num_computed_tokens == 1`.
 - `block_hashes[i]` is the chained hash of full block `i` of `all_token_ids`:
-  `hash((block_hashes[i - 1] or None, tuple(tokens of block i)))`. Once `block_size` is known
-  (given here, or bound by `Scheduler.add_request`) it is kept up to date as tokens are
-  appended, so `len(block_hashes) == num_tokens // block_size`. Python's `hash` of
-  ints and tuples is deterministic within a process, which is all the prefix cache needs.
+  `hash_block_tokens(block_hashes[i - 1] or hash_seed, tokens of block i)`. Once `block_size` is
+  known (given here, or bound by `Scheduler.add_request`) it is kept up to date as tokens are
+  appended, so `len(block_hashes) == num_tokens // block_size`. The hash is BLAKE2b (64 bits),
+  the same in every process: prefix blocks persisted to files (`kv/persist.py`) are found again
+  after a restart. `hash_seed` is the engine's KV fingerprint (model, dtypes, RoPE scaling,
+  block size: `engine_setup.kv_fingerprint`), so a different model never hits.
 - `num_cached_tokens` is the prefix-cache hit of the first schedule; a resume after a
   preemption does not change it.
 - `num_pending_tokens` (async scheduling only): tokens a step in flight is sampling on the
@@ -24,6 +26,8 @@ Invariants:
 from __future__ import annotations
 
 import enum
+import hashlib
+from array import array
 from collections.abc import Iterable, Sequence
 
 from kvspill.sampling_params import SamplingParams
@@ -60,8 +64,15 @@ def get_finish_reason(status: RequestStatus) -> str | None:
 
 
 def hash_block_tokens(parent_block_hash: int | None, block_token_ids: Sequence[int]) -> int:
-    """Chained hash of one full block: equal hashes mean equal whole prefixes (up to collisions)."""
-    return hash((parent_block_hash, tuple(block_token_ids)))
+    """Chained hash of one full block: equal hashes mean equal whole prefixes (up to collisions).
+
+    A 63-bit int from BLAKE2b of the parent hash (0 for None) and the token ids: stable across
+    processes and Python versions (Python's `hash(None)` is not), fast enough per full block.
+    """
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update((parent_block_hash or 0).to_bytes(8, "little", signed=True))
+    digest.update(array("q", block_token_ids).tobytes())
+    return int.from_bytes(digest.digest(), "little") >> 1
 
 
 class Request:
@@ -82,6 +93,7 @@ class Request:
         arrival_time: float,
         max_model_len: int,
         block_size: int | None = None,
+        hash_seed: int = 0,
     ) -> None:
         self.req_id = req_id
         self.prompt_token_ids: list[int] = list(prompt_token_ids)
@@ -90,6 +102,7 @@ class Request:
         self.arrival_time = arrival_time
         self.max_model_len = max_model_len
         self.block_size: int | None = None
+        self.hash_seed = hash_seed  # the parent hash of block 0 (the scheduler binds its own)
 
         self.output_token_ids: list[int] = []
         self._all_token_ids: list[int] = list(self.prompt_token_ids)
@@ -165,8 +178,12 @@ class Request:
             self._all_token_ids.append(token_id)
         self._update_block_hashes()
 
-    def bind_block_size(self, block_size: int) -> None:
-        """Fix the block size used for `block_hashes` (once; the same value again is a no-op)."""
+    def bind_block_size(self, block_size: int, hash_seed: int | None = None) -> None:
+        """Fix the block size (and seed) used for `block_hashes` (once; the same values again: no-op)."""
+        if hash_seed is not None and hash_seed != self.hash_seed:
+            if self.block_hashes:
+                raise ValueError(f"request {self.req_id!r} was hashed with another hash seed")
+            self.hash_seed = hash_seed
         if block_size < 1:
             raise ValueError(f"block_size must be positive, got {block_size}")
         if self.block_size is not None and self.block_size != block_size:
@@ -182,7 +199,7 @@ class Request:
             return
         while (len(self.block_hashes) + 1) * size <= len(self._all_token_ids):
             start = len(self.block_hashes) * size
-            parent = self.block_hashes[-1] if self.block_hashes else None
+            parent = self.block_hashes[-1] if self.block_hashes else self.hash_seed
             self.block_hashes.append(hash_block_tokens(parent, self._all_token_ids[start : start + size]))
 
     def __repr__(self) -> str:

@@ -98,7 +98,7 @@ class Scheduler:
             raise InvalidParameterError("prompt", "the prompt must contain at least one token")
         if request.num_prompt_tokens > self.config.max_model_len:
             raise ContextLengthExceededError(self.config.max_model_len, request.num_prompt_tokens)
-        request.bind_block_size(self.config.block_size)
+        request.bind_block_size(self.config.block_size, self.config.prefix_hash_seed)
         self.requests[request.req_id] = request
         self._arrival_seq[request.req_id] = self._next_arrival_seq
         self._next_arrival_seq += 1
@@ -205,7 +205,7 @@ class Scheduler:
             and self._prefill_left != 0
         ):
             request = self.waiting[0]
-            computed_blocks: list[KVBlock]
+            computed_blocks: list[KVBlock | None]
             if self.kv_tiers.is_parked(request):  # resume from its parked KV
                 computed_blocks, num_computed_tokens = [], request.num_computed_tokens
             else:  # fresh, or recompute (a parked request's KV may have been dropped for room)

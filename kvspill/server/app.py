@@ -33,6 +33,7 @@ from kvspill.server.errors import error_response, exception_response, invalid
 from kvspill.server.hosts import HostCheckMiddleware
 from kvspill.server.limits import BodyLimitMiddleware, add_http_error_handlers, default_max_request_bytes
 from kvspill.server.metrics import ServerMetrics
+from kvspill.server.precache_routes import precache_router
 from kvspill.server.protocol import (
     ChatCompletionRequest,
     ChatMessage,
@@ -131,6 +132,7 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
     _add_generation_routes(app, ctx)
     _add_token_routes(app, ctx)
     _add_info_routes(app, ctx)
+    app.include_router(precache_router(ae))  # POST /v1/precache
     app.include_router(dashboard_router("serve"))  # read-only dashboard at /ui
     _document_400s(app)
     return app

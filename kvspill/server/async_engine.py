@@ -257,6 +257,9 @@ class AsyncEngine:
                 self._step()
             self._publish_kv()
         self._abort_all(StepFailedError("the server is shutting down"))
+        close = getattr(engine, "close", None)
+        if close is not None:  # LLMEngine: finish writing --kv-persist-dir (a crash mid-write is safe)
+            close()
 
     def _drain_commands(self, block: bool) -> bool:
         """Apply queued commands; False when asked to stop."""

@@ -36,6 +36,15 @@ class ServerMetrics:
             P + "kv_moved_bytes_total", "KV bytes moved between tiers", ["src", "dst"], registry=r
         )
         self.cold = Gauge(P + "kv_cold_attention_seconds", "Seconds in cold attention", ["path"], registry=r)
+        self.prefix_bytes = Gauge(
+            P + "prefix_cache_bytes", "KV bytes findable by prefix hash per tier", ["tier"], registry=r
+        )
+        self.prefix_hit_rate = Gauge(
+            P + "prefix_cache_hit_rate",
+            "Prompt tokens found in the tier's prefix cache over tokens looked up, since start",
+            ["tier"],
+            registry=r,
+        )
         self.preemptions = Gauge(P + "num_preemptions_total", "Preemptions since start", registry=r)
         self.rss = Gauge(P + "host_rss_bytes", "Resident memory of the server process", registry=r)
         self.gpu_mem = Gauge(P + "gpu_memory_used_bytes", "CUDA memory allocated by torch", registry=r)
@@ -108,6 +117,8 @@ class ServerMetrics:
             for tier, usage in kv.tiers.items():
                 self.blocks.labels(tier).set(usage.used_blocks)
                 self.usage.labels(tier).set(usage.usage)
+                self.prefix_bytes.labels(tier).set(usage.prefix_bytes)
+                self.prefix_hit_rate.labels(tier).set(usage.prefix_hit_rate)
             for direction, value in kv.bytes_moved.items():
                 src, _, dst = direction.partition("_to_")
                 self.moved.labels(src, dst).set(value)

@@ -64,16 +64,19 @@ class Job:
             for c in self.choices:
                 c.tool_stream = ToolDeltaStream(self.tools)
 
-    def usage(self) -> dict[str, int]:
-        prompt_tokens = {
-            c.prompt_index: c.final.num_prompt_tokens for c in self.choices if c.final is not None
-        }
-        completion = sum(c.final.num_output_tokens for c in self.choices if c.final is not None)
+    def usage(self) -> dict[str, Any]:
+        """OpenAI's usage; `prompt_tokens_details.cached_tokens`: prompt tokens found in the prefix
+        cache (any tier or the persist dir), once per prompt as prompt_tokens counts them."""
+        finals = [(c.prompt_index, c.final) for c in self.choices if c.final is not None]
+        prompt_tokens = {i: final.num_prompt_tokens for i, final in finals}
+        cached_tokens = {i: final.num_cached_tokens for i, final in finals}
+        completion = sum(final.num_output_tokens for _, final in finals)
         total_prompt = sum(prompt_tokens.values())
         return {
             "prompt_tokens": total_prompt,
             "completion_tokens": completion,
             "total_tokens": total_prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(cached_tokens.values())},
         }
 
 

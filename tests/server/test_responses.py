@@ -41,7 +41,12 @@ def test_streamed_chunks_carry_the_token_ids_when_there_is_no_tokenizer():
     choice.final = _out([], [42, 43], finished=True)
     full = full_body(job)
     assert full["choices"][0]["token_ids"] == [42, 43]
-    assert full["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    assert full["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 2,
+        "total_tokens": 5,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
 
 
 def test_no_token_ids_field_when_the_model_has_a_tokenizer():

@@ -1,0 +1,73 @@
+"""The engine's glue between the tiers' prefix caches and the persist dir (`--kv-persist-dir`).
+
+After each step, blocks freed into a prefix cache are queued for the writer thread of
+`kv/persist.py` (cold blocks are read in place, pinned until written; gpu blocks are copied to
+host first, before the next `schedule()` can reuse them). Before each step, every request that
+arrived since is looked up once: after its hits in the gpu/cpu/disk tiers, the blocks of its
+prefix found in the persist dir are read into free cpu (then disk) blocks and cached there, so
+the scheduler's prefix lookup takes them as cold hits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+from kvspill.kv.persist import PersistStore
+from kvspill.kv.storage import TieredKVStorage
+from kvspill.kv.tiers import KVTierManager
+from kvspill.scheduler.request import Request
+from kvspill.types import TIER_GPU
+
+logger = logging.getLogger(__name__)
+
+
+class PrefixPersister:
+    def __init__(self, store: PersistStore, tiers: KVTierManager, storage: TieredKVStorage) -> None:
+        self.store = store
+        self.tiers = tiers
+        self.storage = storage
+        tiers.prefix.newly_cached = []  # from now on the tiers report (and pin) what enters their caches
+        self._looked_up: set[str] = set()
+
+    def after_step(self) -> None:
+        """Unpin what the writer has read; queue what entered a prefix cache in this step."""
+        for token in self.store.take_written():
+            if token is not None:
+                self.tiers.prefix.release_pin(*token)  # type: ignore[misc]
+        for tier, block_id, block_hash in self.tiers.prefix.take_newly_cached():
+            if tier == TIER_GPU:
+                block = self.tiers.kv.block_pool.blocks[block_id]
+                if block.block_hash != block_hash or self.store.contains(block_hash):
+                    continue  # handed out again already (its hash went with it), or stored
+                self.store.submit(block_hash, self.storage.kv_cache[block_id].to("cpu", copy=True))
+            elif not self.store.submit(block_hash, self.storage.pool(tier)[block_id], (tier, block_id)):
+                self.tiers.prefix.release_pin(tier, block_id)
+
+    def before_schedule(self, waiting: Collection[Request]) -> None:
+        """Read the persisted prefix blocks of requests that arrived since the last step."""
+        for request in waiting:
+            if request.req_id not in self._looked_up and not request.num_computed_tokens:
+                self._looked_up.add(request.req_id)
+                self._load_prefix(request)
+        if len(self._looked_up) > 4 * len(waiting) + 64:
+            self._looked_up.intersection_update(r.req_id for r in waiting)
+
+    def _load_prefix(self, request: Request) -> None:
+        hits, _ = self.tiers.get_computed_blocks(request)
+        max_num_blocks = (request.num_tokens - 1) // self.tiers.block_size
+        for block_hash in request.block_hashes[len(hits) : max_num_blocks]:
+            if not self.store.contains(block_hash):
+                break
+            slot = self.tiers.prefix.allocate_for_load()
+            if slot is None:
+                break  # no free cold room: the rest is computed
+            tier, block_id = slot
+            ok = self.store.load_into(block_hash, self.storage.pool(tier)[block_id])
+            self.tiers.prefix.finish_load(tier, block_id, block_hash if ok else None)
+            if not ok:
+                break
+
+    def close(self) -> None:
+        self.store.flush()
+        self.store.close()

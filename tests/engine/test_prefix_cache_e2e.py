@@ -1,0 +1,128 @@
+"""Prefix cache across tiers and restarts, end to end on the tiny Llama (fp32, CPU): a request whose
+prefix is found in the cpu tier, the disk tier or the persist dir after a restart gives exactly the
+greedy tokens of a cold run, and `num_cached_tokens` is the hit; bad persisted files are skipped."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvspill.llm import LLM
+from kvspill.sampling_params import SamplingParams
+from kvspill.scheduler.request import Request
+
+BS = 8
+PREFIX_LEN = 120  # 15 full blocks
+PARAMS = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+
+
+def _llm(model_dir, tmp_path: Path, **opts) -> LLM:
+    base = dict(
+        device="cpu", dtype="float32", block_size=BS, max_model_len=512, max_num_batched_tokens=32,
+        num_kv_blocks=6, num_sink_blocks=1, hot_window_tokens=8, kv_disk_dir=str(tmp_path / "disk"),
+    )  # fmt: skip
+    base.update(opts)
+    return LLM(str(model_dir), **base)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    g = torch.Generator().manual_seed(3)
+    prefix = torch.randint(3, 256, (PREFIX_LEN,), generator=g).tolist()
+    return [prefix + torch.randint(3, 256, (11,), generator=g).tolist() for _ in range(2)]
+
+
+@pytest.fixture(scope="module")
+def cold_run(tiny_llama_dir, tmp_path_factory, prompts):
+    """The second prompt's greedy tokens with nothing cached (prefix caching off)."""
+    llm = _llm(
+        tiny_llama_dir, tmp_path_factory.mktemp("cold"), enable_prefix_caching=False, num_cpu_kv_blocks=40
+    )
+    return llm.generate([prompts[1]], PARAMS)[0].token_ids
+
+
+def _second(llm: LLM, prompts):
+    llm.generate([prompts[0]], PARAMS)
+    return llm.generate([prompts[1]], PARAMS)[0]
+
+
+@pytest.mark.parametrize(
+    ("tiers", "tier"),
+    [(dict(num_cpu_kv_blocks=40), "cpu"), (dict(num_cpu_kv_blocks=2, num_disk_kv_blocks=40), "disk")],
+    ids=["cpu", "disk"],
+)
+def test_a_prefix_hit_in_a_cold_tier_gives_the_cold_runs_tokens(
+    tiny_llama_dir, tmp_path, prompts, cold_run, tiers, tier
+):
+    llm = _llm(tiny_llama_dir, tmp_path, **tiers)
+    out = _second(llm, prompts)
+    assert out.token_ids == cold_run
+    assert out.num_cached_tokens == PREFIX_LEN
+    hits = llm.engine.kv_stats().scheduler.kv_tiers.prefix_hit_tokens
+    assert hits[tier] >= PREFIX_LEN // 2 and sum(hits.values()) == PREFIX_LEN
+
+
+def test_a_prefix_persisted_before_a_restart_gives_the_cold_runs_tokens(
+    tiny_llama_dir, tmp_path, prompts, cold_run
+):
+    persist = tmp_path / "persist"
+    first = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist))
+    first.generate([prompts[0]], PARAMS)
+    first.engine.close()
+    assert len(list(persist.glob("*.kvb"))) >= PREFIX_LEN // BS
+    second = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist))
+    out = second.generate([prompts[1]], PARAMS)[0]
+    assert out.token_ids == cold_run
+    assert out.num_cached_tokens == PREFIX_LEN
+    store = second.engine.persister.store
+    assert store.num_loaded == PREFIX_LEN // BS and store.bytes_loaded > 0
+    second.engine.close()
+
+
+def _persist_first(tiny_llama_dir, tmp_path, prompts) -> tuple[Path, int]:
+    """Run the first prompt with a persist dir; returns it and the engine's prefix hash seed."""
+    persist = tmp_path / "persist"
+    first = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist))
+    first.generate([prompts[0]], PARAMS)
+    first.engine.close()
+    return persist, first.engine.scheduler.config.prefix_hash_seed
+
+
+def _block_file(llm_prompt_hashes: list[int], persist: Path, index: int) -> Path:
+    return persist / f"{llm_prompt_hashes[index]:016x}.kvb"
+
+
+def test_corrupt_and_torn_files_are_skipped_with_a_warning(
+    tiny_llama_dir, tmp_path, prompts, cold_run, caplog
+):
+    persist, seed = _persist_first(tiny_llama_dir, tmp_path, prompts)
+    hashes = Request("probe", prompts[1], PARAMS, frozenset(), 0.0, 512, BS, hash_seed=seed).block_hashes
+    corrupt, torn = _block_file(hashes, persist, 6), _block_file(hashes, persist, 12)
+    data = bytearray(corrupt.read_bytes())
+    data[-5] ^= 0xFF  # one payload byte: only the checksum tells
+    corrupt.write_bytes(bytes(data))
+    torn.write_bytes(torn.read_bytes()[:-100])
+    with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
+        third = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist))
+        assert any("torn" in r.message for r in caplog.records)
+        out = third.generate([prompts[1]], PARAMS)[0]
+    assert any("checksum mismatch" in r.message for r in caplog.records)
+    assert out.token_ids == cold_run
+    assert out.num_cached_tokens == 6 * BS  # blocks 0..5 loaded; block 6 refused: the rest computed
+    third.engine.close()
+
+
+def test_files_of_another_kv_configuration_are_skipped(tiny_llama_dir, tmp_path, prompts, caplog):
+    persist, _ = _persist_first(tiny_llama_dir, tmp_path, prompts)
+    with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
+        other = _llm(
+            tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist), kv_cache_dtype="fp8"
+        )
+    assert any("fingerprint differs" in r.message for r in caplog.records)
+    assert other.engine.persister.store.num_blocks == 0
+    out = other.generate([prompts[1]], PARAMS)[0]
+    assert out.num_cached_tokens == 0
+    other.engine.close()

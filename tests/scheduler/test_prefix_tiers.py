@@ -1,0 +1,182 @@
+"""Prefix cache in the cold tiers, scheduler side: exact block ids (4 gpu blocks of 4 tokens).
+
+A finished request's cold blocks stay findable by prefix hash; a later request with the same
+prefix references them in place (ref-counted), the fake runner of `test_tiers.py` checking that
+every computed token is where the block table says; in-use cold blocks are never evicted.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from kvspill.kv.cold_pool import ColdBlockPool
+from kvspill.scheduler.scheduler import Scheduler
+from kvspill.types import TIER_CPU
+
+from .test_tiers import (
+    CONFIG,
+    CPU,
+    DISK,
+    GPU,
+    TierRunner,
+    _check_books,
+    _random_config,
+    assert_all_free,
+    make_request,
+    step,
+    table,
+)
+
+PREFIX = list(range(100, 124))  # 6 full blocks
+SMALL = replace(
+    CONFIG, num_blocks=4, max_num_batched_tokens=4, hot_window_tokens=4, num_cpu_blocks=4, num_disk_blocks=4
+)
+
+
+def _run_all(scheduler: Scheduler, runner: TierRunner) -> None:
+    while scheduler.has_unfinished_requests():
+        step(scheduler, runner)
+
+
+def _finish_prefix_request(config=SMALL) -> tuple[Scheduler, TierRunner]:
+    scheduler, runner = Scheduler(config), TierRunner()
+    scheduler.add_request(make_request("a", PREFIX + [7], max_tokens=1))
+    _run_all(scheduler, runner)
+    return scheduler, runner
+
+
+def test_a_finished_requests_cold_blocks_stay_findable_lru_prefix_start_last():
+    scheduler, _ = _finish_prefix_request()
+    tiers = scheduler.kv_tiers
+    # logical blocks 1, 2, 3 spilled to cpu 0, 1, 2; freed last block first: block 3 (cpu 2) is
+    # the least recently used, the prefix start (cpu 0) the last to go.
+    assert tiers.cpu.cached_free_block_ids() == [2, 1, 0]
+    assert tiers.cpu.free_block_ids() == [3, 2, 1, 0]
+    assert tiers.cpu.num_used_blocks == 0 and tiers.cpu.num_cached_blocks == 3
+    assert scheduler.stats().kv_tiers.prefix_cached_blocks == {"gpu": 3, "cpu": 3, "disk": 0}
+
+
+def test_a_cpu_prefix_hit_is_attended_in_place_with_gpu_hits_around_it():
+    scheduler, runner = _finish_prefix_request()
+    scheduler.add_request(make_request("b", PREFIX + [8, 9], max_tokens=2))
+    batch, updates = step(scheduler, runner)  # the fake runner checks every computed token's bytes
+    (new_b,) = batch.new_reqs
+    assert new_b.num_computed_tokens == 24 and batch.num_scheduled_tokens == {"b": 2}
+    assert list(zip(new_b.block_tiers, new_b.block_ids, strict=True)) == [
+        (GPU, 0), (CPU, 0), (CPU, 1), (CPU, 2), (GPU, 1), (GPU, 2), (GPU, 3)
+    ]  # fmt: skip
+    assert batch.transfers.moves == []  # nothing copied
+    assert updates["b"].num_cached_tokens == 24
+    tiers = scheduler.kv_tiers
+    assert [tiers.cpu.ref_cnt(i) for i in range(4)] == [1, 1, 1, 0]
+    stats = scheduler.stats()
+    assert stats.kv_tiers.prefix_hit_tokens == {"gpu": 12, "cpu": 12, "disk": 0}
+    assert stats.prefix_cache_hits == 24
+    _run_all(scheduler, runner)
+    assert tiers.cpu.num_used_blocks == 0 and tiers.cpu.cached_free_block_ids() == [2, 1, 0]
+
+
+def test_a_disk_prefix_hit_when_there_is_no_cpu_tier():
+    scheduler, runner = _finish_prefix_request(replace(SMALL, num_cpu_blocks=0))
+    assert scheduler.kv_tiers.disk.cached_free_block_ids() == [2, 1, 0]
+    scheduler.add_request(make_request("b", PREFIX + [8], max_tokens=1))
+    batch, updates = step(scheduler, runner)
+    assert list(zip(batch.new_reqs[0].block_tiers, batch.new_reqs[0].block_ids, strict=True))[:4] == [
+        (GPU, 0), (DISK, 0), (DISK, 1), (DISK, 2)
+    ]  # fmt: skip
+    assert updates["b"].num_cached_tokens == 24
+
+
+def test_cold_hits_in_use_are_never_evicted_by_other_requests_spills():
+    scheduler, runner = _finish_prefix_request()
+    tiers = scheduler.kv_tiers
+    scheduler.add_request(make_request("b", PREFIX + [8], max_tokens=30))
+    step(scheduler, runner)
+    held = table(scheduler, "b")[1:4]
+    assert held == [(CPU, 0), (CPU, 1), (CPU, 2)]
+    # c spills 1 + 2 + ... blocks while b holds its hits: cpu 3 first, then on to disk.
+    scheduler.add_request(make_request("c", list(range(300, 340)), max_tokens=1))
+    for _ in range(12):
+        step(scheduler, runner)
+    assert table(scheduler, "b")[1:4] == held
+    assert [tiers.cpu.ref_cnt(i) for i in range(3)] == [1, 1, 1]
+    assert all(tiers.cpu.lookup(h) == i for i, h in enumerate(scheduler.requests["b"].block_hashes[1:4]))
+    assert tiers.disk.num_used_blocks > 0  # c's cold blocks went past the full cpu tier
+    _run_all(scheduler, runner)
+
+
+def test_prefix_caching_off_caches_nothing_cold():
+    scheduler, runner = _finish_prefix_request(replace(SMALL, enable_prefix_caching=False))
+    assert scheduler.kv_tiers.cpu.num_cached_blocks == 0
+    scheduler.add_request(make_request("b", PREFIX + [8], max_tokens=1))
+    batch, _ = step(scheduler, runner)
+    assert batch.new_reqs[0].num_computed_tokens == 0
+    assert scheduler.requests["b"].num_cached_tokens == 0
+
+
+def test_cold_pool_lru_evicts_cached_free_blocks_only_after_free_ones():
+    pool = ColdBlockPool(TIER_CPU, 3)
+    assert [pool.allocate() for _ in range(3)] == [0, 1, 2]
+    assert pool.cache(0, 10) and pool.cache(1, 11)
+    assert not pool.cache(2, 10)  # one block per hash
+    pool.free(2)
+    pool.free(1)
+    pool.free(0)
+    assert pool.free_block_ids() == [2, 1, 0] and pool.num_free_blocks == 3
+    pool.touch(0)  # a hit: in use again, not evictable
+    assert pool.allocate() == 2  # a free block before any cached one
+    assert pool.allocate() == 1 and pool.lookup(11) is None and pool.num_evicted == 1
+    with pytest.raises(ValueError, match="no free block"):
+        pool.allocate()  # block 0 is in use: never evicted
+    assert pool.lookup(10) == 0
+    pool.free(0)
+    assert pool.cached_free_block_ids() == [0]
+    with pytest.raises(ValueError, match="freed more often"):
+        pool.free(0)
+
+
+# 71: once room reclaimed from a parked request stayed pinned for the writer (a crash)
+@pytest.mark.parametrize("seed", [*range(30), 71])
+def test_random_schedules_with_long_shared_prefixes_and_persist_pins(seed: int) -> None:
+    """`test_tiers.py`'s random schedule with long shared prefixes (many cold hits) and, in half of
+    the seeds, the persist writer's pins on newly cached cold blocks, released at random later."""
+    rng = random.Random(seed)
+    config = replace(
+        _random_config(rng),
+        enable_prefix_caching=True,
+        num_cpu_blocks=rng.choice([2, 4, 8, 12]),
+        num_disk_blocks=rng.choice([0, 4, 8]),
+    )
+    scheduler, runner = Scheduler(config), TierRunner()
+    pinning = seed % 2 == 1
+    if pinning:
+        scheduler.kv_tiers.prefix.newly_cached = []
+    pins: list[tuple[int, int]] = []
+    prefixes = [list(range(100, 124)), list(range(200, 220))]
+    num_requests = 14
+    for i in range(600):
+        if i < 250 and rng.random() < 0.15 and num_requests > 0:
+            num_requests -= 1
+            prompt = rng.choice(prefixes)[: rng.randint(8, 24)] + [
+                rng.randint(1, 9) for _ in range(rng.randint(1, 20))
+            ]
+            scheduler.add_request(make_request(f"r{i}", prompt, max_tokens=rng.randint(1, 16)))
+        if rng.random() < 0.02 and scheduler.requests:
+            scheduler.abort_requests(rng.choice(sorted(scheduler.requests)))
+        step(scheduler, runner)  # the fake runner checks every computed token's bytes
+        if pinning:
+            pins += [(tier, b) for tier, b, _ in scheduler.kv_tiers.prefix.take_newly_cached() if tier != GPU]
+            while pins and rng.random() < 0.5:
+                scheduler.kv_tiers.prefix.release_pin(*pins.pop(0))
+        else:
+            _check_books(scheduler)
+        if num_requests == 0 and not scheduler.has_unfinished_requests():
+            break
+    assert not scheduler.has_unfinished_requests(), f"stuck: {scheduler.requests}"
+    for pin in pins:
+        scheduler.kv_tiers.prefix.release_pin(*pin)
+    step(scheduler, runner)
+    assert_all_free(scheduler)
