@@ -196,6 +196,9 @@ class Scheduler:
             computed_blocks: list[KVBlock]
             if self.kv_tiers.is_parked(request):  # resume from its parked KV
                 computed_blocks, num_computed_tokens = [], request.num_computed_tokens
+            elif request.sampling_params.prompt_logprobs is not None:  # every prompt token is scored
+                request.num_computed_tokens = 0
+                computed_blocks, num_computed_tokens = [], 0
             else:  # fresh, or recompute (a parked request's KV may have been dropped for room)
                 request.num_computed_tokens = 0
                 computed_blocks, num_computed_tokens = self.kv_tiers.get_computed_blocks(request)
