@@ -179,6 +179,7 @@ def version() -> None:
 def _register_commands() -> None:
     from kvspill.cli import (
         bench_cmd,
+        eval_cmd,
         manager_cmd,
         models_cmd,
         monitor_cmd,
@@ -200,6 +201,7 @@ def _register_commands() -> None:
     service_cmd.register(app)  # idempotent
     models_cmd.register(app)  # idempotent
     manager_cmd.register(app)  # idempotent
+    eval_cmd.register(app)  # idempotent
 
 
 def main() -> None:
