@@ -176,7 +176,9 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
             sent = body.prompts()
             ctx.check_num_choices(len(sent), body.num_samples)
             prompts = await ctx.workers.run(_prompt_ids, engine, sent, body.suffix, model_name)
-            echo = await ctx.workers.run(make_echo, body.echo, body.max_tokens, sent, engine.tokenizer)
+            echo = await ctx.workers.run(
+                make_echo, body.echo, body.max_tokens, sent, engine.tokenizer, engine.vocab_size
+            )
             params = body.sampling_params()
             if engine.tokenizer is None:
                 # A model without a tokenizer (random-weight benchmark shapes) takes token ids and

@@ -61,13 +61,23 @@ def echo_sampling_params(
 
 
 def make_echo(
-    echo: bool, max_tokens: int | None, prompts: Sequence[str | list[int]], tokenizer: TokenizerClient | None
+    echo: bool,
+    max_tokens: int | None,
+    prompts: Sequence[str | list[int]],
+    tokenizer: TokenizerClient | None,
+    vocab_size: int,
 ) -> Echo | None:
     """The job's echo (None without echo=true): each prompt as sent, token ids decoded to text."""
     if not echo:
         return None
     if tokenizer is None:
         raise InvalidParameterError("echo", "this model has no tokenizer, so it cannot echo text")
+    for p in prompts:  # checked before decoding (the engine would refuse them after)
+        bad = next((t for t in p if not 0 <= t < vocab_size), None) if not isinstance(p, str) else None
+        if bad is not None:
+            raise InvalidParameterError(
+                "prompt", f"token id {bad} is outside the vocabulary [0, {vocab_size})"
+            )
     texts = [p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
     return Echo(texts, score_only=max_tokens == 0)
 

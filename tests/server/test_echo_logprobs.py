@@ -73,3 +73,14 @@ def test_echo_with_generation_and_token_prompts(server, client, engine_prompt_lo
         model=server.model, prompt=PROMPT, echo=True, max_tokens=2, temperature=0
     )
     assert plain.choices[0].text.startswith(PROMPT) and plain.choices[0].logprobs is None
+
+
+def test_echo_refuses_what_it_cannot_answer(server, client):
+    for kwargs, param in (
+        (dict(prompt=[1, 10**9], echo=True), "prompt"),
+        (dict(prompt="a b", echo=True, stream=True), "stream"),
+        (dict(prompt="a b", max_tokens=0), "max_tokens"),
+    ):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(model=server.model, **kwargs)
+        assert e.value.body["param"] == param
