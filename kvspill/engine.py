@@ -301,8 +301,8 @@ class LLMEngine:
             out.delta_text = emit
             out.text += emit
             # A snapshot: the caller may hold it while later steps update the request.
-            # prompt_logprobs is shared: complete before the first output, only rewritten with equal
-            # values afterwards (a prompt recomputed after preemption).
+            # prompt_logprobs is shared: complete before the first output, only rewritten afterwards
+            # by a prompt recomputed after preemption (the same values up to rounding).
             results.append(dataclasses.replace(out, token_ids=list(out.token_ids)))
             if out.finished:
                 self._texts.pop(upd.req_id, None)

@@ -12,6 +12,9 @@ With `--attention cpu` the KV pool lives on the host (`device` is the model's, `
 the pool's) and attention runs there. An out-of-memory error inside a step fails the requests of that step (reported in
 `StepOutput.failed`) instead of killing the engine.
 
+Prompt logprobs (`SamplingParams.prompt_logprobs`): a prefill chunk of such a request scores its
+prompt tokens from the step's hidden states (`prompt_logprobs.py`); those steps run eagerly.
+
 Async scheduling: `execute_async` returns as soon as the step is launched; its sampled tokens stay
 on the device (`async_output.py`) until the engine asks for the result, after launching the next
 step. `execute` is the synchronous form.
