@@ -80,6 +80,7 @@ class ModelRunner:
         self.generator.manual_seed(seed)
         self.graphs = graphs
         self._last_sampled: SampledTokens | None = None  # the latest step's tokens (feeds the next step)
+        self._prompt_lps: dict[str, PromptLogprobs] = {}  # the step being launched (set by _forward)
 
     # ---- state updates -------------------------------------------------------------------
 
@@ -153,8 +154,9 @@ class ModelRunner:
         inputs = build_step_inputs(batch, self.states, self.block_size)
         try:
             feed = plan_feed(inputs, self._last_sampled)
-            logits, greedy_ids, prompt_lps = self._forward(inputs, feed)
-            result = self._sample(inputs, logits, greedy_ids, prompt_lps)
+            self._prompt_lps = {}
+            logits, greedy_ids = self._forward(inputs, feed)
+            result = self._sample(inputs, logits, greedy_ids, self._prompt_lps)
         except torch.OutOfMemoryError as e:
             logger.error("out of memory in a step of %d requests: %s", len(inputs.req_ids), e)
             if self.device.type == "cuda":
@@ -169,15 +171,16 @@ class ModelRunner:
 
     def _forward(
         self, inputs: StepInputs, feed: DeviceFeed | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, PromptLogprobs]]:
-        """Returns logits [num_sampled, vocab] float32 for the rows that sample, their argmax
-        when a CUDA graph computed it, and the prompt logprobs the step's chunks score."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Returns logits [num_sampled, vocab] float32 for the rows that sample, and their argmax
+        when a CUDA graph computed it. Sets `_prompt_lps` to the prompt logprobs the step's chunks
+        score (kept out of the return value: tests wrap this method and see two values)."""
         spans = prompt_logprob_spans(inputs, self.states)
         graphable = inputs.num_decodes == len(inputs.req_ids) and not inputs.cold_seqs and not spans
         if self.graphs is not None and graphable:
             graph_out = self.graphs.run(inputs, feed)
             if graph_out is not None:
-                return graph_out[0], graph_out[1], {}
+                return graph_out
         cold = None
         if inputs.cold_seqs:
             if self.cold is None:
@@ -189,11 +192,11 @@ class ModelRunner:
         if feed is not None:
             feed.apply(input_ids)
         hidden = self.model(input_ids, to_device(inputs.positions, self.device), attention)
-        prompt_lps = compute_prompt_logprobs(hidden, spans, self.states, self.model.compute_logits)
+        self._prompt_lps = compute_prompt_logprobs(hidden, spans, self.states, self.model.compute_logits)
         if not inputs.sample_rows:  # a step of prefill chunks that all stop short of their end
-            return hidden.new_empty((0, 0), dtype=torch.float32), None, prompt_lps
+            return hidden.new_empty((0, 0), dtype=torch.float32), None
         rows = to_device(inputs.logits_indices, self.device)
-        return self.model.compute_logits(hidden[rows]), None, prompt_lps
+        return self.model.compute_logits(hidden[rows]), None
 
     def _sample(
         self,
