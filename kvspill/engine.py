@@ -43,7 +43,7 @@ from kvspill.scheduler.scheduler import Scheduler
 from kvspill.startup_phases import StartupPhases
 from kvspill.stats import KVStats, KVTiers
 from kvspill.step_budget import StepBudget
-from kvspill.types import RequestOutput, ScheduledBatch
+from kvspill.types import PromptLogprobs, RequestOutput, ScheduledBatch
 
 logger = logging.getLogger(__name__)
 
@@ -168,8 +168,11 @@ class LLMEngine:
             detok = IncrementalDetokenizer(self.tokenizer, token_ids, params.skip_special_tokens)
         elif params.stop:
             raise InvalidParameterError("stop", "stop strings need detokenize=True")
+        output = RequestOutput(req_id=req_id, prompt=prompt_text, prompt_token_ids=token_ids)
+        if params.prompt_logprobs is not None:
+            output.prompt_logprobs = [None] * len(token_ids)  # filled by prefill steps
         self._texts[req_id] = _TextState(
-            output=RequestOutput(req_id=req_id, prompt=prompt_text, prompt_token_ids=token_ids),
+            output=output,
             detokenizer=detok,
             stop_checker=StopChecker(params.stop, params.include_stop_str_in_output),
         )
@@ -332,11 +335,19 @@ class LLMEngine:
     def _complete(self, batch: ScheduledBatch, pending: PendingStepOutput) -> list[RequestOutput]:
         output = pending.result()
         updates = self.scheduler.update_from_output(batch, output)
+        self._note_prompt_logprobs(output.prompt_logprobs)
         if self.persister is not None:
             self.persister.after_step()
         if self._has_cold_tiers:
             self._note_cold_fraction()
         return self._process_updates(updates, output.logprobs)
+
+    def _note_prompt_logprobs(self, chunks: dict[str, PromptLogprobs]) -> None:
+        """Write each scored chunk at its prompt positions (a recomputed prompt writes them again)."""
+        for req_id, chunk in chunks.items():
+            state = self._texts.get(req_id)
+            if state is not None and state.output.prompt_logprobs is not None:
+                state.output.prompt_logprobs[chunk.start : chunk.start + len(chunk.entries)] = chunk.entries
 
     def _note_cold_fraction(self) -> None:
         gpu, cpu, disk = self.scheduler.kv_tiers.used_blocks()
@@ -374,6 +385,8 @@ class LLMEngine:
             out.delta_text = emit
             out.text += emit
             # A snapshot: the caller may hold it while later steps update the request.
+            # prompt_logprobs is shared: complete before the first output, only rewritten afterwards
+            # by a prompt recomputed after preemption (the same values up to rounding).
             results.append(dataclasses.replace(out, token_ids=list(out.token_ids)))
             if out.finished:
                 self._texts.pop(upd.req_id, None)

@@ -39,6 +39,10 @@ class SamplingParams:
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # number of top logprobs per token (0: only the sampled token's)
+    # vLLM's prompt_logprobs: the logprob of each prompt token given its prefix, plus the top-k
+    # (0: only the prompt token's); raw model logprobs, no penalties. Such a request skips the
+    # prefix cache, whose hits would leave positions unscored.
+    prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     detokenize: bool = True  # False: token ids only (benchmarks, token-id clients)
     guided: GuidedSpec | None = None  # the grammar the output must match (kvspill/guided)
@@ -80,6 +84,8 @@ class SamplingParams:
             raise bad("min_tokens", f"must be in [0, max_tokens], got {self.min_tokens}")
         if self.logprobs is not None and not (0 <= self.logprobs <= 20):
             raise bad("logprobs", f"must be in [0, 20], got {self.logprobs}")
+        if self.prompt_logprobs is not None and not (0 <= self.prompt_logprobs <= 20):
+            raise bad("prompt_logprobs", f"must be in [0, 20], got {self.prompt_logprobs}")
         if self.seed is not None and not (-(2**63) <= self.seed < 2**64):
             raise bad("seed", "must fit in 64 bits")
         if any(not isinstance(s, str) or not s for s in self.stop):

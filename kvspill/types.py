@@ -128,6 +128,18 @@ class TokenLogprobs:
 
 
 @dataclass(frozen=True)
+class PromptLogprobs:
+    """Prompt-token logprobs one step computed for one request (`SamplingParams.prompt_logprobs`).
+
+    `entries[i]` scores prompt token `start + i` given the tokens before it (`token_id` is that
+    prompt token); `start >= 1`: the first prompt token has no prefix and no logprob.
+    """
+
+    start: int
+    entries: list[TokenLogprobs]
+
+
+@dataclass(frozen=True)
 class StepOutput:
     """What the runner returns for one step.
 
@@ -139,6 +151,8 @@ class StepOutput:
     logprobs: dict[str, list[TokenLogprobs]] = field(default_factory=dict)
     # Requests whose step failed (e.g. out of memory): req_id -> message. The engine ends them.
     failed: dict[str, str] = field(default_factory=dict)
+    # Prompt tokens this step scored, for requests with `prompt_logprobs` (prefill chunks).
+    prompt_logprobs: dict[str, PromptLogprobs] = field(default_factory=dict)
 
 
 # ---- scheduler -> engine -----------------------------------------------------------------------
@@ -172,6 +186,9 @@ class RequestOutput:
     delta_text: str = ""
     delta_token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprobs] = field(default_factory=list)
+    # With `prompt_logprobs`: one entry per prompt token, None for the first (vLLM's shape);
+    # complete once the prompt is computed (the first output with a token). None: not asked.
+    prompt_logprobs: list[TokenLogprobs | None] | None = None
     finished: bool = False
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it

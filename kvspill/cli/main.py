@@ -180,6 +180,7 @@ def _register_commands() -> None:
     from kvspill.cli import (
         bench_cmd,
         cache_cmd,
+        eval_cmd,
         manager_cmd,
         models_cmd,
         monitor_cmd,
@@ -205,6 +206,7 @@ def _register_commands() -> None:
     models_cmd.register(app)  # idempotent
     cache_cmd.register(app)  # idempotent
     manager_cmd.register(app)  # idempotent
+    eval_cmd.register(app)  # idempotent
 
 
 def main() -> None:

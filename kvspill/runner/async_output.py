@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from kvspill.runner.inputs import RunnerRequestState, StepInputs
-from kvspill.types import StepOutput, TokenLogprobs
+from kvspill.types import PromptLogprobs, StepOutput, TokenLogprobs
 
 PLACEHOLDER = -1  # a sampled token whose value is still on the device
 
@@ -85,12 +85,14 @@ class PendingStepOutput:
         req_ids: list[str] | None = None,
         sampled: SampledTokens | None = None,
         logprobs: dict[str, list[TokenLogprobs]] | None = None,
+        prompt_logprobs: dict[str, PromptLogprobs] | None = None,
     ) -> None:
         assert (output is None) != (sampled is None), "give either a finished output or sampled tokens"
         self._output = output
         self._req_ids = req_ids or []
         self._sampled = sampled
         self._logprobs = logprobs or {}
+        self._prompt_logprobs = prompt_logprobs or {}
 
     def result(self) -> StepOutput:
         if self._output is None:
@@ -99,7 +101,9 @@ class PendingStepOutput:
             sampled: dict[str, list[int]] = {r: [] for r in self._req_ids}
             for req_id, value in zip(self._sampled.req_ids, values, strict=True):
                 sampled[req_id] = [value]
-            self._output = StepOutput(sampled_token_ids=sampled, logprobs=self._logprobs)
+            self._output = StepOutput(
+                sampled_token_ids=sampled, logprobs=self._logprobs, prompt_logprobs=self._prompt_logprobs
+            )
         return self._output
 
 

@@ -12,6 +12,9 @@ With `--attention cpu` the KV pool lives on the host (`device` is the model's, `
 the pool's) and attention runs there. An out-of-memory error inside a step fails the requests of that step (reported in
 `StepOutput.failed`) instead of killing the engine.
 
+Prompt logprobs (`SamplingParams.prompt_logprobs`): a prefill chunk of such a request scores its
+prompt tokens from the step's hidden states (`prompt_logprobs.py`); those steps run eagerly.
+
 Async scheduling: `execute_async` returns as soon as the step is launched; its sampled tokens stay
 on the device (`async_output.py`) until the engine asks for the result, after launching the next
 step. `execute` is the synchronous form.
@@ -33,10 +36,11 @@ from kvspill.runner.async_output import PLACEHOLDER, DeviceFeed, PendingStepOutp
 from kvspill.runner.attention import PagedAttention, build_attention_metadata, to_device
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
+from kvspill.runner.prompt_logprobs import compute_prompt_logprobs, prompt_logprob_spans
 from kvspill.sampling.sampler import Sampler, SamplingState
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import RunnerKVStats
-from kvspill.types import ScheduledBatch, StepOutput
+from kvspill.types import PromptLogprobs, ScheduledBatch, StepOutput
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +80,7 @@ class ModelRunner:
         self.generator.manual_seed(seed)
         self.graphs = graphs
         self._last_sampled: SampledTokens | None = None  # the latest step's tokens (feeds the next step)
+        self._prompt_lps: dict[str, PromptLogprobs] = {}  # the step being launched (set by _forward)
 
     # ---- state updates -------------------------------------------------------------------
 
@@ -153,8 +158,9 @@ class ModelRunner:
         inputs = build_step_inputs(batch, self.states, self.block_size)
         try:
             feed = plan_feed(inputs, self._last_sampled)
+            self._prompt_lps = {}
             logits, greedy_ids = self._forward(inputs, feed)
-            result = self._sample(inputs, logits, greedy_ids)
+            result = self._sample(inputs, logits, greedy_ids, self._prompt_lps)
         except torch.OutOfMemoryError as e:
             logger.error("out of memory in a step of %d requests: %s", len(inputs.req_ids), e)
             if self.device.type == "cuda":
@@ -171,8 +177,11 @@ class ModelRunner:
         self, inputs: StepInputs, feed: DeviceFeed | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns logits [num_sampled, vocab] float32 for the rows that sample, and their argmax
-        when a CUDA graph computed it."""
-        if self.graphs is not None and inputs.num_decodes == len(inputs.req_ids) and not inputs.cold_seqs:
+        when a CUDA graph computed it. Sets `_prompt_lps` to the prompt logprobs the step's chunks
+        score (kept out of the return value: tests wrap this method and see two values)."""
+        spans = prompt_logprob_spans(inputs, self.states)
+        graphable = inputs.num_decodes == len(inputs.req_ids) and not inputs.cold_seqs and not spans
+        if self.graphs is not None and graphable:
             graph_out = self.graphs.run(inputs, feed)
             if graph_out is not None:
                 return graph_out
@@ -187,16 +196,23 @@ class ModelRunner:
         if feed is not None:
             feed.apply(input_ids)
         hidden = self.model(input_ids, to_device(inputs.positions, self.device), attention)
+        self._prompt_lps = compute_prompt_logprobs(hidden, spans, self.states, self.model.compute_logits)
         if not inputs.sample_rows:  # a step of prefill chunks that all stop short of their end
             return hidden.new_empty((0, 0), dtype=torch.float32), None
         rows = to_device(inputs.logits_indices, self.device)
         return self.model.compute_logits(hidden[rows]), None
 
     def _sample(
-        self, inputs: StepInputs, logits: torch.Tensor, greedy_ids: torch.Tensor | None
+        self,
+        inputs: StepInputs,
+        logits: torch.Tensor,
+        greedy_ids: torch.Tensor | None,
+        prompt_lps: dict[str, PromptLogprobs],
     ) -> PendingStepOutput:
         if not inputs.sample_rows:
-            return PendingStepOutput(StepOutput(sampled_token_ids={r: [] for r in inputs.req_ids}))
+            return PendingStepOutput(
+                StepOutput(sampled_token_ids={r: [] for r in inputs.req_ids}, prompt_logprobs=prompt_lps)
+            )
         # Checked on the CPU only (on CUDA it would cost a sync per step): fp16 is the CPU default.
         if self.device.type == "cpu" and not torch.isfinite(logits).all():
             message = (
@@ -221,4 +237,6 @@ class ModelRunner:
         token_ids, lps = self.sampler.sample_tensor(logits, sampling, self.generator, greedy_ids)
         logprobs = {r: [lp] for r, lp in zip(sample_req_ids, lps, strict=True) if lp is not None}
         self._last_sampled = SampledTokens(sample_req_ids, token_ids, states)
-        return PendingStepOutput(req_ids=inputs.req_ids, sampled=self._last_sampled, logprobs=logprobs)
+        return PendingStepOutput(
+            req_ids=inputs.req_ids, sampled=self._last_sampled, logprobs=logprobs, prompt_logprobs=prompt_lps
+        )

@@ -29,6 +29,8 @@ Invariants:
   spill to the cold tiers before anything is preempted; a preempted request parks its KV there
   when there is room (keeping its full blocks), else it is recomputed, helped by the prefix cache.
   The step's moves go out as `ScheduledBatch.transfers`; `new_reqs` show the tables after them.
+- A request with `prompt_logprobs` never takes prefix-cache hits (each prompt token must be
+  computed to be scored); its full blocks still enter the cache for others.
 - Admission is FCFS: the head of `waiting` that does not fit stops admission. A request that
   could never fit (more blocks than the whole pool) fails with FINISHED_ERROR instead.
 - A request id lives in `requests` from `add_request` until it finishes; finished requests
@@ -208,6 +210,9 @@ class Scheduler:
             computed_blocks: list[KVBlock | None]
             if self.kv_tiers.is_parked(request):  # resume from its parked KV
                 computed_blocks, num_computed_tokens = [], request.num_computed_tokens
+            elif request.sampling_params.prompt_logprobs is not None:  # every prompt token is scored
+                request.num_computed_tokens = 0
+                computed_blocks, num_computed_tokens = [], 0
             else:  # fresh, or recompute (a parked request's KV may have been dropped for room)
                 request.num_computed_tokens = 0
                 computed_blocks, num_computed_tokens = self.kv_tiers.get_computed_blocks(request)

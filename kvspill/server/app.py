@@ -29,7 +29,8 @@ from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.manager.pages import UI_OPEN_PATHS, dashboard_router
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError
 from kvspill.server.auth import ApiKeyMiddleware
-from kvspill.server.errors import error_response, exception_response, invalid
+from kvspill.server.echo import make_echo
+from kvspill.server.errors import document_400s, error_response, exception_response, invalid
 from kvspill.server.hosts import HostCheckMiddleware
 from kvspill.server.limits import BodyLimitMiddleware, add_http_error_handlers, default_max_request_bytes
 from kvspill.server.metrics import ServerMetrics
@@ -134,24 +135,8 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
     _add_info_routes(app, ctx)
     app.include_router(precache_router(ae))  # POST /v1/precache
     app.include_router(dashboard_router("serve"))  # read-only dashboard at /ui
-    _document_400s(app)
+    document_400s(app)
     return app
-
-
-_OPENAI_ERROR_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "error": {
-            "type": "object",
-            "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "param": {"type": ["string", "null"]},
-                "code": {"type": ["string", "null"]},
-            },
-        }
-    },
-}
 
 
 def _max_request_bytes(ctx: _Context) -> int:
@@ -159,28 +144,6 @@ def _max_request_bytes(ctx: _Context) -> int:
         return ctx.settings.max_request_bytes
     engine = ctx.ae.engine
     return default_max_request_bytes(engine.max_model_len if engine is not None else None)
-
-
-def _document_400s(app: FastAPI) -> None:
-    """The OpenAPI document says what the server does: invalid requests are 400s in the OpenAI
-    error shape (the validation handler above), not FastAPI's default 422."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = build()
-            for path in schema.get("paths", {}).values():
-                for op in path.values():
-                    responses = op.get("responses", {})
-                    if responses.pop("422", None) is not None:
-                        responses["400"] = {
-                            "description": "Invalid request (OpenAI error shape)",
-                            "content": {"application/json": {"schema": _OPENAI_ERROR_SCHEMA}},
-                        }
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -212,9 +175,12 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
             return bad
         try:
             engine = ctx.engine_or_503()
-            prompts = body.prompts()
-            ctx.check_num_choices(len(prompts), body.num_samples)
-            prompts = await ctx.workers.run(_prompt_ids, engine, prompts, body.suffix, model_name)
+            sent = body.prompts()
+            ctx.check_num_choices(len(sent), body.num_samples)
+            prompts = await ctx.workers.run(_prompt_ids, engine, sent, body.suffix, model_name)
+            echo = await ctx.workers.run(
+                make_echo, body.echo, body.max_tokens, sent, engine.tokenizer, engine.vocab_size
+            )
             params = body.sampling_params()
             if engine.tokenizer is None:
                 # A model without a tokenizer (random-weight benchmark shapes) takes token ids and
@@ -229,6 +195,7 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
                 body.include_usage,
                 engine.tokenizer,
                 n=body.num_samples,
+                echo=echo,
             )
         except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
             return exception_response(e)

@@ -8,6 +8,9 @@ Invariants:
 
 from __future__ import annotations
 
+from typing import Any
+
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError, KVCacheBusyError, KvspillError
@@ -59,3 +62,41 @@ def exception_status(e: BaseException) -> tuple[int, dict, dict[str, str] | None
 def exception_response(e: BaseException) -> JSONResponse:
     status, body, headers = exception_status(e)
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+_OPENAI_ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+
+
+def document_400s(app: FastAPI) -> None:
+    """The OpenAPI document says what the server does: invalid requests are 400s in the OpenAI
+    error shape (app.py's validation handler), not FastAPI's default 422."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for path in schema.get("paths", {}).values():
+                for op in path.values():
+                    responses = op.get("responses", {})
+                    if responses.pop("422", None) is not None:
+                        responses["400"] = {
+                            "description": "Invalid request (OpenAI error shape)",
+                            "content": {"application/json": {"schema": _OPENAI_ERROR_SCHEMA}},
+                        }
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -3,7 +3,8 @@
 Invariants:
 - Wrong types fail pydantic validation (the app turns that into a 400 invalid_request_error).
 - An unknown field is an `InvalidParameterError` naming it (`structured.py`), and so is a known
-  field with an unsupported value (echo, best_of>1): never silently ignored.
+  field with an unsupported value (best_of>1, echo with stream): never silently ignored.
+- `echo` (with `logprobs`: the prompt's token logprobs) and `max_tokens=0` with echo: `echo.py`.
 - Output constraints (`response_format`, the `guided_*` extras, `grammar`), `logit_bias` and
   tools come from `structured.py` and `tools.py`.
 - The fields carry the ranges `SamplingParams` accepts, so the OpenAPI document (and a schema
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvspill.errors import InvalidParameterError
 from kvspill.sampling_params import SamplingParams
+from kvspill.server.echo import echo_sampling_params
 from kvspill.server.structured import StructuredFields
 from kvspill.server.tools import Tool, ToolChoice
 
@@ -85,7 +87,7 @@ class _Sampling(StructuredFields):
 class CompletionRequest(_Sampling):
     prompt: str | list[int] | list[str] | list[list[int]]
     suffix: str | None = None
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(16, ge=0)  # 0: only with echo (score the prompt)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     best_of: int | None = None
@@ -98,11 +100,17 @@ class CompletionRequest(_Sampling):
         return [p]  # type: ignore[list-item]  # a str or one token-id list (mypy cannot narrow by p[0])
 
     def sampling_params(self) -> SamplingParams:
-        if self.echo:
-            raise InvalidParameterError("echo", "echo=true is not supported")
         if self.best_of not in (None, 1):
             raise InvalidParameterError("best_of", f"best_of={self.best_of} is not supported")
-        return self._params(self.max_tokens, self.logprobs)
+        # max_tokens=0 (echo only) runs one token that the answer leaves out (echo.py)
+        max_tokens = 1 if self.max_tokens == 0 else self.max_tokens
+        return echo_sampling_params(
+            self._params(max_tokens, self.logprobs),
+            echo=self.echo,
+            max_tokens=self.max_tokens,
+            stream=self.stream,
+            suffix=self.suffix,
+        )
 
 
 class ContentPart(BaseModel):

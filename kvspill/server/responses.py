@@ -12,13 +12,14 @@ Invariants:
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvspill.sampling_params import SamplingParams
+from kvspill.server.echo import Echo, join_legacy, legacy_prompt_logprobs
+from kvspill.server.echo import finite as _finite
 from kvspill.server.tools import ToolDeltaStream, ToolPlan, answer_message
 from kvspill.server.tools import finish_reason as finish_reason_with_tools
 from kvspill.types import RequestOutput
@@ -50,6 +51,7 @@ class Job:
     tokenizer: Any  # TokenizerBundle or None
     n: int = 1
     tools: ToolPlan | None = None  # a chat request with tools (tools.py)
+    echo: Echo | None = None  # a completions request with echo=true (echo.py)
     choices: list[Choice] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +73,8 @@ class Job:
         prompt_tokens = {i: final.num_prompt_tokens for i, final in finals}
         cached_tokens = {i: final.num_cached_tokens for i, final in finals}
         completion = sum(final.num_output_tokens for _, final in finals)
+        if self.echo is not None and self.echo.score_only:
+            completion = 0  # the one token the engine ran is not part of the answer
         total_prompt = sum(prompt_tokens.values())
         return {
             "prompt_tokens": total_prompt,
@@ -85,13 +89,6 @@ def _sample_params(params: SamplingParams, j: int, n: int) -> SamplingParams:
     if n == 1 or params.seed is None:
         return params
     return replace(params, seed=(params.seed + j) % 2**64)
-
-
-MIN_LOGPROB = -9999.0  # what vLLM sends for a token of probability 0
-
-
-def _finite(logprob: float) -> float:
-    return logprob if math.isfinite(logprob) else MIN_LOGPROB
 
 
 def sse(obj: dict) -> str:
@@ -185,19 +182,40 @@ def full_body(job: Job) -> dict[str, Any]:
                 {"index": c.index, "message": message, "logprobs": logprobs, "finish_reason": reason}
             )
         else:
+            text = c.final.text
+            if job.echo is not None:
+                text, logprobs = _echoed(job, job.echo, c, logprobs)
             choices.append(
-                {
-                    "index": c.index,
-                    "text": c.final.text,
-                    "logprobs": logprobs,
-                    "finish_reason": c.final.finish_reason,
-                }
+                {"index": c.index, "text": text, "logprobs": logprobs, "finish_reason": c.final.finish_reason}
             )
             if job.tokenizer is None:
                 choices[-1]["token_ids"] = list(c.final.token_ids)
     body["choices"] = choices
     body["usage"] = job.usage()
     return body
+
+
+def _echoed(
+    job: Job, echo: Echo, choice: Choice, generated: dict[str, Any] | None
+) -> tuple[str, dict[str, Any] | None]:
+    """A completion choice's text and logprobs with its prompt in front (echo.py)."""
+    out = choice.final
+    assert out is not None
+    prompt_text = echo.texts[choice.prompt_index]
+    text = prompt_text if echo.score_only else prompt_text + out.text
+    if job.params.logprobs is None:
+        return text, None
+    assert out.prompt_logprobs is not None, (
+        "an echo request with logprobs asks the engine for prompt_logprobs"
+    )
+    prompt_part = legacy_prompt_logprobs(
+        out.prompt_logprobs, out.prompt_token_ids, job.params.logprobs, lambda t: _tok(job, t)
+    )
+    if echo.score_only or generated is None:
+        return text, prompt_part
+    shift = len(prompt_text)  # generated offsets count from the end of the echoed prompt
+    generated = {**generated, "text_offset": [o + shift for o in generated["text_offset"]]}
+    return text, join_legacy(prompt_part, generated)
 
 
 def _tok(job: Job, token_id: int) -> str:

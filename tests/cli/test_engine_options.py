@@ -39,6 +39,7 @@ ENGINE_COMMANDS = [
     ("bench", "progressive"),
     ("bench", "stability"),
     ("bench", "compare"),
+    ("eval",),
 ]
 # Every flag these commands took before the engine flags were declared once (users' scripts).
 OLD_ENGINE_FLAGS = (
@@ -52,6 +53,8 @@ OLD_OWN_FLAGS = {
     ("generate",): "--model -m --max-tokens --temperature --top-p --top-k --seed --stop --chat --stream",
     ("chat",): "--model -m --max-tokens --temperature --top-p --top-k --seed --system",
     ("plan",): "--ram-budget --context --kv-dtype --gpu --json",
+    ("eval",): "--model -m --lengths --tasks --samples --seed --out --label --engine-arg --hot-kv-tokens "
+    "--teacher-forced --no-teacher-forced --combine",
     ("bench", "progressive"): "--model --out --url --api-key --contexts --start-context --max-context "
     "--new-tokens --seed --warmup --cold-attention --hot-window-tokens",
     ("bench", "stability"): "--model --out --url --duration --concurrency --context-range --max-rss-growth "

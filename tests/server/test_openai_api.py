@@ -175,7 +175,8 @@ def test_context_length_exceeded(server, client):
         b'{"prompt": "hi", "temperature": -1}',
         b'{"prompt": "hi", "n": 0}',
         b'{"prompt": "hi", "n": 1000}',
-        b'{"prompt": "hi", "echo": true}',
+        b'{"prompt": "hi", "echo": true, "stream": true}',
+        b'{"prompt": "hi", "max_tokens": 0}',
         b'{"prompt": ["a", "b"], "n": 64}',
     ],
 )
