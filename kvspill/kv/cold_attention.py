@@ -258,9 +258,10 @@ class ColdStep:
                 rows.append(seq.token_start)
                 continue
             # A prefill chunk over cold KV is compute-bound (thousands of queries per key): it
-            # belongs on the GPU, so "split" streams it all; only decode rows share with the CPU.
+            # belongs on the GPU, so "split" and "cpu" stream it all; only decode rows go to the
+            # CPU (with "cpu" a 32K prefill over cold KV never finished in 10 min, H200).
             fraction = backend.cpu_fraction
-            if seq.num_tokens > 1 and backend.config.path == "split" and device.type == "cuda":
+            if seq.num_tokens > 1 and backend.config.path in ("split", "cpu") and device.type == "cuda":
                 fraction = 0.0
             cpu_part, stream_part = split_seq(seq, len(rows), fraction)
             rows.extend(range(seq.token_start, seq.token_start + seq.num_tokens))
