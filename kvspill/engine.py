@@ -43,6 +43,7 @@ from kvspill.scheduler.scheduler import Scheduler
 from kvspill.startup_phases import StartupPhases
 from kvspill.stats import KVStats, KVTiers
 from kvspill.step_budget import StepBudget
+from kvspill.step_retry import OomBackoff, is_out_of_memory
 from kvspill.types import PromptLogprobs, RequestOutput, ScheduledBatch
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class LLMEngine:
         self._texts: dict[str, _TextState] = {}
         self._ids = itertools.count()
         self._step_budget: StepBudget | None = None  # limit_step_time
+        self._oom = OomBackoff(floor=4 * self.config.block_size, ceiling=self.config.max_num_batched_tokens)
         self._itl_budget = itl_budget_for(self.config, bundle.device.type, self.memory_plan)
         if self._itl_budget is not None:
             self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap()
@@ -296,7 +298,21 @@ class LLMEngine:
         except Exception as e:
             self._in_flight = None
             ran = {*batch.num_scheduled_tokens, *(previous[0].num_scheduled_tokens if previous else ())}
-            raise StepError(sorted(ran), e) from e
+            self._retry_failed_step(sorted(ran), batch.total_num_scheduled_tokens, e)
+            return []
+
+    def _retry_failed_step(self, ran: list[str], step_tokens: int, error: Exception) -> None:
+        """Requeue a failed step's requests to run alone (step_retry.py); raise StepError for
+        those that must fail: a request that failed alone, or one retried too often."""
+        oom = is_out_of_memory(error)
+        if oom:
+            self.scheduler.oom_token_cap = self._oom.failed(step_tokens)
+        retried = self.scheduler.requeue_failed(ran) if len(ran) > 1 or oom else []
+        failed = [r for r in ran if r not in retried]
+        logger.warning("a step failed (%s: %s): %d requests retried one at a time, %d failed",
+                       type(error).__name__, error, len(retried), len(failed))  # fmt: skip
+        if failed or not ran:
+            raise StepError(failed, error) from error
 
     def limit_step_time(self, target_s: float | None) -> None:
         """Size each step's tokens so that a step takes about `target_s` (None: the configured
@@ -334,6 +350,7 @@ class LLMEngine:
 
     def _complete(self, batch: ScheduledBatch, pending: PendingStepOutput) -> list[RequestOutput]:
         output = pending.result()
+        self.scheduler.oom_token_cap = self._oom.succeeded()
         updates = self.scheduler.update_from_output(batch, output)
         self._note_prompt_logprobs(output.prompt_logprobs)
         if self.persister is not None:

@@ -277,6 +277,12 @@ class KVCacheManager:
         self.block_pool.cache_full_blocks(request, blocks, num_full_blocks, num_cached_blocks)
         self._num_cached_blocks[request.req_id] = num_full_blocks
 
+    def forget_hashes(self, req_id: str) -> None:
+        """Take the request's gpu blocks out of the prefix cache (their contents are not trusted)."""
+        for block in self._req_to_blocks.get(req_id, ()):
+            if block is not None:
+                self.block_pool._evict_hash(block)
+
     def free(self, request: KVRequest) -> None:
         """Release the request's blocks, tail first (so its tail is evicted before its prefix)."""
         blocks = self._req_to_blocks.pop(request.req_id, [])

@@ -322,6 +322,12 @@ class KVTierManager:
         self._parked.discard(req_id)
         self._spill_cursor.pop(req_id, None)
 
+    def drop_for_retry(self, request: KVRequest) -> None:
+        """Free a failed step's request for a retry from scratch: its gpu blocks leave the prefix
+        cache first (the failed step may have written them), then everything is freed."""
+        self.kv.forget_hashes(request.req_id)
+        self.free(request)
+
     def take_transfer_plan(self, held_req_ids: Collection[str]) -> TransferPlan:
         """This step's moves; `req_id` kept only for requests the runner holds across the step."""
         moves, self._moves = self._moves, []

@@ -47,6 +47,7 @@ from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.kv.block_pool import KVBlock, KVCacheManager
 from kvspill.kv.tiers import KVTierManager
 from kvspill.scheduler.config import SchedulerConfig
+from kvspill.scheduler.isolation import StepIsolation
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.stats import RequestTierStats, SchedulerStats
 from kvspill.types import CachedRequestData, NewRequestData, RequestUpdate, ScheduledBatch, StepOutput
@@ -71,6 +72,10 @@ class Scheduler:
         # engine sizes it for an ITL target: itl_budget.py); None: no cap.
         self.prefill_token_cap: int | None = None
         self._prefill_left: int | None = None  # this step's prefill tokens still allowed
+        # After a failed step its requests run one at a time (isolation.py); after an
+        # out-of-memory failure steps also carry at most `oom_token_cap` tokens (the engine's).
+        self.isolation = StepIsolation()
+        self.oom_token_cap: int | None = None
         # Finished, aborted or preempted since the last schedule(): the runner drops them.
         self.finished_req_ids: set[str] = set()
         self._arrival_seq: dict[str, int] = {}
@@ -120,6 +125,26 @@ class Scheduler:
     def abort_requests(self, req_ids: str | Iterable[str]) -> None:
         self.finish_requests(req_ids, RequestStatus.FINISHED_ABORTED)
 
+    def requeue_failed(self, req_ids: Iterable[str]) -> list[str]:
+        """A failed step's requests (isolation.py): their KV dropped and uncached, back to the
+        front of `waiting` in arrival order, to run alone. Returns those requeued; the others
+        (retried too often already, or ended) are the caller's to fail."""
+        requests = [self.requests[r] for r in req_ids if r in self.requests]
+        retry = sorted(
+            (r for r in requests if self.isolation.may_retry(r.req_id)),
+            key=lambda r: self._arrival_seq[r.req_id],
+        )
+        for request in reversed(retry):
+            (self.running if request.status == RequestStatus.RUNNING else self.waiting).remove(request)
+            self.kv_tiers.drop_for_retry(request)
+            request.num_computed_tokens = 0
+            request.num_pending_tokens = 0
+            request.status = RequestStatus.PREEMPTED
+            self.waiting.appendleft(request)
+            self.finished_req_ids.add(request.req_id)  # the runner drops its copy
+        self.isolation.add(r.req_id for r in retry)
+        return [r.req_id for r in retry]
+
     # ---- one step ----------------------------------------------------------------------
 
     def schedule(self) -> ScheduledBatch:
@@ -160,10 +185,16 @@ class Scheduler:
         self, num_scheduled_tokens: dict[str, int], cached_reqs: list[CachedRequestData]
     ) -> int:
         """Grant tokens to running requests in order, preempting from the back. Returns the budget left."""
-        budget = self.step_token_budget or self.config.max_num_batched_tokens
+        budget = min(
+            self.step_token_budget or self.config.max_num_batched_tokens,
+            self.oom_token_cap or self.config.max_num_batched_tokens,
+        )
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
+            if self.isolation.holds_back(request.req_id):
+                i += 1
+                continue
             message = self.kv_tiers.never_fits_message(request, request.num_computed_tokens)
             if message is not None:
                 self._fail(request, message)
@@ -207,6 +238,8 @@ class Scheduler:
             and self._prefill_left != 0
         ):
             request = self.waiting[0]
+            if self.isolation.holds_back(request.req_id):
+                break
             computed_blocks: list[KVBlock | None]
             if self.kv_tiers.is_parked(request):  # resume from its parked KV
                 computed_blocks, num_computed_tokens = [], request.num_computed_tokens
@@ -270,6 +303,7 @@ class Scheduler:
         requests failed inside the preceding `schedule()`).
         """
         updates, self._pending_updates = self._pending_updates, []
+        self.isolation.step_succeeded(r for r in batch.num_scheduled_tokens if r not in output.failed)
         for req_id, message in output.failed.items():
             request = self.requests.get(req_id)
             if request is not None:
@@ -338,6 +372,7 @@ class Scheduler:
         if error_message is not None:
             request.error_message = error_message
         self.finished_req_ids.add(request.req_id)
+        self.isolation.forget(request.req_id)
         del self.requests[request.req_id]
         del self._arrival_seq[request.req_id]
 

@@ -1,0 +1,54 @@
+"""What the engine does when a step raises: retry its requests one at a time (the scheduler's
+isolation.py) so only the offender fails, and after an out-of-memory error also carry fewer
+tokens per step for a while (issue 21). Pure policy; `LLMEngine.step` applies it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+RESTORE_AFTER_STEPS = 32  # good steps before an out-of-memory cap doubles back
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """CUDA's or the host's out-of-memory error, anywhere in the cause chain."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (torch.OutOfMemoryError, MemoryError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@dataclass
+class OomBackoff:
+    """Steps' token cap after out-of-memory errors: halved at each, doubled back after
+    RESTORE_AFTER_STEPS good steps, None again once it reaches the configured ceiling."""
+
+    floor: int
+    ceiling: int
+    cap: int | None = None
+    _good_steps: int = 0
+
+    def failed(self, step_tokens: int) -> int:
+        base = min(self.cap or self.ceiling, max(step_tokens, self.floor))
+        self.cap = max(self.floor, base // 2)
+        self._good_steps = 0
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # hand the failed step's temporaries back before the retry
+        logger.warning("out of memory in a step: steps now carry at most %d tokens", self.cap)
+        return self.cap
+
+    def succeeded(self) -> int | None:
+        if self.cap is None:
+            return None
+        self._good_steps += 1
+        if self._good_steps >= RESTORE_AFTER_STEPS:
+            self._good_steps = 0
+            self.cap = None if self.cap * 2 >= self.ceiling else self.cap * 2
+        return self.cap
