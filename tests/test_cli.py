@@ -108,3 +108,17 @@ def test_user_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch, cap
         cli_main.main()
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" in err and "does not exist" in err
+
+
+def test_models_prepare_caches_the_embedded_gguf(smollm2_gguf_path):
+    from kvspill.gguf_cache import cache_entry
+
+    result = _invoke(["models", "prepare"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "prepared SmolLM2-135M-Instruct" in result.output
+        and "GGUF config and tokenizer cached" in result.output
+    )
+    assert cache_entry(smollm2_gguf_path) is not None
+    missing = _invoke(["models", "prepare", "/nonexistent/model.gguf"])
+    assert missing.exit_code == 2 and "does not exist" in missing.output

@@ -194,6 +194,35 @@ def profile_rm(name: str, data_dir: DataDirOpt = None) -> None:
     typer.echo(f"removed profile {name}")
 
 
+@models_app.command("prepare")
+def prepare(
+    model: Annotated[
+        str | None, typer.Argument(help="Local dir or .gguf file (default: the embedded model).")
+    ] = None,
+) -> None:
+    """Do once what a first start would: convert a GGUF's config and tokenizer into the cache and
+    measure the CPU's fast dtype, so the next `kvspill serve` starts in seconds."""
+    import time
+
+    from kvspill.gguf_cache import gguf_hf_config, gguf_tokenizer
+    from kvspill.model.resolve import resolve_model
+    from kvspill.plan.cpu_dtype import pick_cpu_dtype
+
+    start = time.perf_counter()
+    try:
+        resolved = resolve_model(model)
+    except KvspillError as e:
+        _fail(e)
+    if resolved.kind == "gguf":
+        gguf_hf_config(resolved.path)
+        gguf_tokenizer(resolved.path)
+    dtype = pick_cpu_dtype()
+    typer.echo(
+        f"prepared {resolved.display_name} in {time.perf_counter() - start:.1f} s "
+        f"(CPU dtype {dtype}{', GGUF config and tokenizer cached' if resolved.kind == 'gguf' else ''})"
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add the `models` group to `app` (idempotent)."""
     if not any(g.name == "models" for g in app.registered_groups):
