@@ -30,7 +30,6 @@ from kvspill.errors import (
     InvalidParameterError,
     KVCacheBusyError,
     OutOfKVMemoryError,
-    StepError,
 )
 from kvspill.itl_budget import itl_budget_for
 from kvspill.kv.persist import PersistStore
@@ -43,7 +42,7 @@ from kvspill.scheduler.scheduler import Scheduler
 from kvspill.startup_phases import StartupPhases
 from kvspill.stats import KVStats, KVTiers
 from kvspill.step_budget import StepBudget
-from kvspill.step_retry import OomBackoff, is_out_of_memory
+from kvspill.step_retry import OomBackoff, retry_failed_step
 from kvspill.types import PromptLogprobs, RequestOutput, ScheduledBatch
 
 logger = logging.getLogger(__name__)
@@ -298,21 +297,8 @@ class LLMEngine:
         except Exception as e:
             self._in_flight = None
             ran = {*batch.num_scheduled_tokens, *(previous[0].num_scheduled_tokens if previous else ())}
-            self._retry_failed_step(sorted(ran), batch.total_num_scheduled_tokens, e)
+            retry_failed_step(self.scheduler, self._oom, sorted(ran), batch.total_num_scheduled_tokens, e)
             return []
-
-    def _retry_failed_step(self, ran: list[str], step_tokens: int, error: Exception) -> None:
-        """Requeue a failed step's requests to run alone (step_retry.py); raise StepError for
-        those that must fail: a request that failed alone, or one retried too often."""
-        oom = is_out_of_memory(error)
-        if oom:
-            self.scheduler.oom_token_cap = self._oom.failed(step_tokens)
-        retried = self.scheduler.requeue_failed(ran) if len(ran) > 1 or oom else []
-        failed = [r for r in ran if r not in retried]
-        logger.warning("a step failed (%s: %s): %d requests retried one at a time, %d failed",
-                       type(error).__name__, error, len(retried), len(failed))  # fmt: skip
-        if failed or not ran:
-            raise StepError(failed, error) from error
 
     def limit_step_time(self, target_s: float | None) -> None:
         """Size each step's tokens so that a step takes about `target_s` (None: the configured
@@ -332,21 +318,8 @@ class LLMEngine:
                 batch.total_num_scheduled_tokens, seconds
             )
         if self._itl_budget is not None and not batch.empty:
-            # A decoding request schedules one token; more is a prefill chunk, which attends over
-            # the tokens its request computed before it (its context).
-            contexts = {r.req_id: r.num_computed_tokens for r in batch.new_reqs}
-            contexts.update((r.req_id, r.num_computed_tokens) for r in batch.cached_reqs)
-            chunks = [(n, contexts.get(rid, 0)) for rid, n in batch.num_scheduled_tokens.items() if n > 1]
-            prefill = sum(n for n, _ in chunks)
-            context = sum(n * c for n, c in chunks) / prefill if prefill else 0.0
-            self._itl_budget.observe(prefill, seconds, context)
-            # The next chunk of the furthest prompt attends over the most: size the step for it.
-            upcoming = [
-                r.num_computed_tokens
-                for r in self.scheduler.running
-                if r.num_computed_tokens < r.num_prompt_tokens
-            ]
-            self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap(max(upcoming, default=0))
+            cap = self._itl_budget.observe_step(batch, seconds, self.scheduler.running)
+            self.scheduler.prefill_token_cap = cap
 
     def _complete(self, batch: ScheduledBatch, pending: PendingStepOutput) -> list[RequestOutput]:
         output = pending.result()

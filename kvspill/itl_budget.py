@@ -26,8 +26,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from kvspill.config import EngineConfig
     from kvspill.plan import MemoryPlan
+    from kvspill.scheduler.request import Request
+    from kvspill.types import ScheduledBatch
 
 SMOOTHING = 0.3  # weight of the newest measurement
 AUTO_FACTOR = 4.0
@@ -83,6 +87,19 @@ class ItlBudget:
             return self.floor  # nothing known yet: a small chunk, which measures the slope
         room = target - (self.base_s or 0.0) - self.mixed_overhead
         return max(self.floor, min(self.ceiling, int(room / slope)))
+
+    def observe_step(self, batch: ScheduledBatch, seconds: float, running: Iterable[Request]) -> int:
+        """Learn from one finished step and return the next step's prefill cap, sized for the
+        furthest prompt among `running` (its next chunk attends over the most)."""
+        # A decoding request schedules one token; more is a prefill chunk, which attends over
+        # the tokens its request computed before it (its context).
+        contexts = {r.req_id: r.num_computed_tokens for r in batch.new_reqs}
+        contexts.update((r.req_id, r.num_computed_tokens) for r in batch.cached_reqs)
+        chunks = [(n, contexts.get(rid, 0)) for rid, n in batch.num_scheduled_tokens.items() if n > 1]
+        prefill = sum(n for n, _ in chunks)
+        self.observe(prefill, seconds, sum(n * c for n, c in chunks) / prefill if prefill else 0.0)
+        upcoming = [r.num_computed_tokens for r in running if r.num_computed_tokens < r.num_prompt_tokens]
+        return self.prefill_cap(max(upcoming, default=0))
 
     def observe(self, prefill_tokens: int, seconds: float, context: float = 0.0) -> None:
         """One finished step: its prefill tokens, their mean context, and how long it took."""

@@ -1,14 +1,20 @@
 """What the engine does when a step raises: retry its requests one at a time (the scheduler's
 isolation.py) so only the offender fails, and after an out-of-memory error also carry fewer
-tokens per step for a while (issue 21). Pure policy; `LLMEngine.step` applies it.
+tokens per step for a while (issue 21). `LLMEngine.step` calls `retry_failed_step`.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+from kvspill.errors import StepError
+
+if TYPE_CHECKING:
+    from kvspill.scheduler.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -52,3 +58,19 @@ class OomBackoff:
             self._good_steps = 0
             self.cap = None if self.cap * 2 >= self.ceiling else self.cap * 2
         return self.cap
+
+
+def retry_failed_step(
+    scheduler: Scheduler, oom: OomBackoff, ran: list[str], step_tokens: int, error: Exception
+) -> None:
+    """Requeue a failed step's requests to run alone; raise StepError for those that must fail:
+    a request that failed alone, or one retried too often."""
+    out_of_memory = is_out_of_memory(error)
+    if out_of_memory:
+        scheduler.oom_token_cap = oom.failed(step_tokens)
+    retried = scheduler.requeue_failed(ran) if len(ran) > 1 or out_of_memory else []
+    failed = [r for r in ran if r not in retried]
+    logger.warning("a step failed (%s: %s): %d requests retried one at a time, %d failed",
+                   type(error).__name__, error, len(retried), len(failed))  # fmt: skip
+    if failed or not ran:
+        raise StepError(failed, error) from error

@@ -17,6 +17,7 @@ kernels and non_blocking copies use it as they use `pin_memory=True` tensors); t
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import os
 import threading
@@ -74,8 +75,11 @@ def touch_in_parallel(buffer: mmap.mmap, threads: int) -> None:
         w.join()
 
 
+def nbytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
 def pinned_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, RegisteredHostBuffer]:
     """A zeroed pinned tensor and the buffer that owns its registration (keep it alive)."""
-    nbytes = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
-    owner = RegisteredHostBuffer(nbytes)
+    owner = RegisteredHostBuffer(nbytes_of(shape, dtype))
     return owner.tensor(shape, dtype), owner

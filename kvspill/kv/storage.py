@@ -16,7 +16,6 @@ never decides which block holds what.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -27,7 +26,7 @@ import numpy as np
 import torch
 
 from kvspill.errors import DiskTierError
-from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, pinned_zeros
+from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, nbytes_of, pinned_zeros
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 logger = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ def allocate_host_pool(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) ->
     pageable memory, which works but copies at a fraction of the pinned rate (the physics in
     DESIGN.md: 10-13 against 55 GB/s), so the fallback says so once.
     """
-    if pin and math.prod(shape) * torch.empty((), dtype=dtype).element_size() >= FAST_PIN_MIN_BYTES:
+    if pin and nbytes_of(shape, dtype) >= FAST_PIN_MIN_BYTES:
         try:
             tensor, owner = pinned_zeros(shape, dtype)
             # The pool tensor owns its registration: dropping the pool unregisters it.
@@ -109,7 +108,7 @@ def zeroed_host_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tens
     GiB-sized pool costs nothing until used (torch.zeros wrote 2.8 GiB in 3-7 s on a 2-core host).
     The unused tail of a block must read as zeros, not garbage: masked positions still enter
     the weighted sum of V as 0 * value, and 0 * NaN is NaN."""
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    nbytes = nbytes_of(shape, dtype)
     if nbytes == 0:
         return torch.zeros(shape, dtype=dtype)
     return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
