@@ -96,6 +96,9 @@ class EngineConfig:
     # decode rows attend only the cold blocks their queries select (kv/cold_sparse.py)
     cold_attention: str = "auto"
     sparse_budget_tokens: int = 4096  # sparse: cold tokens a decode row attends per layer
+    # sparse: decode requests whose chosen cold blocks stay on the GPU between steps (each costs
+    # the budget's KV bytes there, counted by the plan); 0: every step copies its choice
+    sparse_cache_seqs: int = 1
     cpu_attention_threads: int | None = (
         None  # threads (and cores, where affinity is allowed) for CPU attention
     )
@@ -106,6 +109,10 @@ class EngineConfig:
     # vLLM's --tensor-parallel-size: one process per GPU (gloo processes on the CPU), Megatron
     # splits of every layer, KV heads (and so every KV tier) split across the ranks.
     tensor_parallel_size: int = 1
+
+    def sparse_cache_groups(self) -> int:
+        """Sequences the sparse block cache holds (`kv/sparse_cache.py`): 0 unless sparse."""
+        return min(self.max_num_seqs, self.sparse_cache_seqs) if self.cold_attention == "sparse" else 0
 
     def __post_init__(self) -> None:
         def bad(param: str, msg: str) -> InvalidParameterError:
@@ -163,6 +170,10 @@ class EngineConfig:
                 "sparse_budget_tokens",
                 f"--sparse-budget-tokens must be at least one block ({self.block_size} tokens), "
                 f"got {self.sparse_budget_tokens}",
+            )
+        if self.sparse_cache_seqs < 0:
+            raise bad(
+                "sparse_cache_seqs", f"--sparse-cache-seqs must not be negative, got {self.sparse_cache_seqs}"
             )
         if self.cpu_attention_threads is not None and self.cpu_attention_threads < 1:
             raise bad("cpu_attention_threads", "--cpu-attention-threads must be at least 1")

@@ -217,7 +217,9 @@ def _capture_graphs(config: EngineConfig, loaded: LoadedModel, storage: KVStorag
     return graphs
 
 
-def _cold_config(config: EngineConfig, calibration: Bandwidths | None) -> ColdAttentionConfig:
+def _cold_config(
+    config: EngineConfig, calibration: Bandwidths | None, max_seq_blocks: int
+) -> ColdAttentionConfig:
     """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
     the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
     H2D rate), so that both shares finish together."""
@@ -233,6 +235,8 @@ def _cold_config(config: EngineConfig, calibration: Bandwidths | None) -> ColdAt
         # 256-block chunks left the copy stream idle 45% of a step waiting for launches).
         stream_chunk_blocks=max(1, COLD_STAGE_TOKENS // config.block_size),
         sparse_budget_tokens=config.sparse_budget_tokens,
+        sparse_cache_seqs=config.sparse_cache_groups(),
+        max_seq_blocks=max_seq_blocks + 1,
     )
 
 
@@ -378,7 +382,7 @@ def build_engine_parts(
         else None,
         graphs=graphs,
         device=device,
-        cold_config=_cold_config(config, calibration),
+        cold_config=_cold_config(config, calibration, -(-loaded.max_model_len // config.block_size)),
     )
     fingerprint = kv_fingerprint(
         {

@@ -102,6 +102,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--sparse-budget-tokens", type=int, default=4096, help="with sparse: cold tokens a decode row attends"
     )
+    ap.add_argument(
+        "--sparse-cache-seqs",
+        type=int,
+        default=1,
+        help="with sparse: sequences whose chosen blocks stay cached",
+    )
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8 or fp8_e5m2 (--kv-cache-dtype)")
     ap.add_argument("--attention", default="auto", help="auto, or cpu: all KV in RAM, attention on the CPU")
     ap.add_argument(
@@ -151,6 +157,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         hot_window_tokens=args.hot_window,
         cold_attention=args.cold_attention,
         sparse_budget_tokens=getattr(args, "sparse_budget_tokens", 4096),
+        sparse_cache_seqs=getattr(args, "sparse_cache_seqs", 1),
         kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"),
         attention=getattr(args, "attention", "auto"),
         async_scheduling=getattr(args, "async_scheduling", True),
@@ -166,7 +173,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     weight_bytes = model_weight_bytes(engine.bundle.loaded.model) - offloaded_bytes
     mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
     if args.cold_attention == "sparse" and not args.mode:
-        mode += f"-{config.sparse_budget_tokens}"
+        mode += f"-{config.sparse_budget_tokens}" + ("" if config.sparse_cache_seqs else "-nocache")
     if getattr(args, "kv_cache_dtype", "auto") != "auto":
         mode += f"-kv-{args.kv_cache_dtype}"
     if getattr(args, "attention", "auto") == "cpu":
@@ -238,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                         sparse_selected_blocks=cold.sparse_selected_blocks
                         - cold_before.sparse_selected_blocks,
                         sparse_cold_blocks=cold.sparse_cold_blocks - cold_before.sparse_cold_blocks,
+                        # copied to the GPU: all selected blocks uncached, the misses with the cache
+                        sparse_copied_gib=round((cold.sparse_bytes - cold_before.sparse_bytes) / GIB, 3),
                         summary_gib=round(cold.summary_bytes / GIB, 3),
                     )
                 rec.update(

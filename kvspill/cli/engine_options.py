@@ -175,6 +175,11 @@ class EngineOptions:
         "With --cold-attention sparse: cold tokens each decode step attends per layer, e.g. 4096 or 4K.",
         parse=parse_tokens,
     )
+    sparse_cache_seqs: int | None = _flag(
+        "With --cold-attention sparse: decode requests whose chosen cold blocks stay on the GPU "
+        "between steps (each costs the budget's KV bytes there); 0 copies every step's choice.",
+        default="1",
+    )
     cpu_attention_threads: int | None = _flag(
         "Threads (each pinned to its own core where allowed) for CPU attention.", default="torch's default"
     )

@@ -69,3 +69,53 @@ def gather_blocks(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> No
         CHUNK=_CHUNK,
         num_warps=4,
     )
+
+
+@triton.jit
+def _gather_to_kernel(
+    src_ptr,
+    ids_ptr,
+    slots_ptr,
+    dst_ptr,
+    stride_src,
+    stride_dst,
+    BLOCK_ELEMS: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    # Grid: (n, cdiv(BLOCK_ELEMS, CHUNK)); entries whose slot is negative copy nothing.
+    i = tl.program_id(0)
+    chunk = tl.program_id(1)
+    slot = tl.load(slots_ptr + i)
+    block_id = tl.load(ids_ptr + i).to(tl.int64)
+    offs = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = offs < tl.where(slot >= 0, BLOCK_ELEMS, 0)  # an entry without a slot copies nothing
+    x = tl.load(src_ptr + block_id * stride_src + offs, mask=mask)
+    tl.store(dst_ptr + slot.to(tl.int64) * stride_dst + offs, x, mask=mask)
+
+
+def gather_blocks_to(
+    src: torch.Tensor,
+    ids: torch.Tensor,
+    slots: torch.Tensor,
+    dst: torch.Tensor,
+    use_kernel: bool | None = None,
+) -> None:
+    """dst[slots[i]] = src[ids[i]] for every i with slots[i] >= 0 (`ids`, `slots`: int64, on dst's
+    device; the count of real copies stays on the device: no host sync). The kernel runs on CUDA
+    (`src` pinned, read in place) or when asked (tests: the interpreter); otherwise a torch copy."""
+    assert ids.shape == slots.shape and ids.dtype == slots.dtype == torch.int64
+    assert src.shape[1:] == dst.shape[1:] and src.dtype == dst.dtype and dst.is_contiguous()
+    n = ids.shape[0]
+    if n == 0:
+        return
+    if not (dst.is_cuda if use_kernel is None else use_kernel):
+        keep = slots >= 0
+        dst.index_copy_(0, slots[keep], src.index_select(0, ids[keep].to(src.device)).to(dst.device))
+        return
+    if dst.is_cuda:
+        assert src.is_pinned() or src.is_cuda, "the GPU reads host memory in place only when it is pinned"
+    assert src[0].is_contiguous()
+    block_elems = math.prod(src.shape[1:])
+    _gather_to_kernel[(n, triton.cdiv(block_elems, _CHUNK))](
+        src, ids, slots, dst, src.stride(0), dst.stride(0), BLOCK_ELEMS=block_elems, CHUNK=_CHUNK, num_warps=4
+    )

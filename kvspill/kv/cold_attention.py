@@ -42,8 +42,9 @@ from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_cpu import ColdCpuPath
 from kvspill.kv.cold_math import merge_partials
-from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts
+from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseInput
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
+from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.stats import ColdAttentionCounters
 from kvspill.types import TIER_CPU, TIER_DISK
@@ -73,6 +74,10 @@ class ColdAttentionConfig:
     # sparse: cold tokens each decode row attends per layer (whole blocks, at least one); the
     # gpu-resident sink blocks and hot window come on top, exact.
     sparse_budget_tokens: int = 4096
+    # sparse: decode requests whose chosen blocks stay cached on the device between steps
+    # (`kv/sparse_cache.py`; each costs the budget's KV bytes); 0 turns the cache off.
+    sparse_cache_seqs: int = 0
+    max_seq_blocks: int = 0  # blocks of the longest sequence (the cache's map size); 0: no cache
 
     def __post_init__(self) -> None:
         if self.path not in COLD_PATHS:
@@ -92,6 +97,10 @@ class ColdAttentionConfig:
                 raise InvalidParameterError(
                     "cold_path", f"{name} must be at least 1, got {getattr(self, name)}"
                 )
+        if self.sparse_cache_seqs < 0:
+            raise InvalidParameterError(
+                "cold_path", f"sparse_cache_seqs must not be negative, got {self.sparse_cache_seqs}"
+            )
         if self.cpu_workers < 0:
             raise InvalidParameterError(
                 "cold_path", f"cpu_workers must not be negative, got {self.cpu_workers}"
@@ -120,6 +129,9 @@ class ColdSeq:
     num_tokens: int  # its query rows this step
     block_tiers: np.ndarray  # [num_cold] TIER_CPU or TIER_DISK, in logical order
     block_ids: np.ndarray  # [num_cold] int64, ids within each block's tier
+    # sparse's block cache: the blocks' logical numbers and the request (None: not cached)
+    block_index: np.ndarray | None = None
+    req_id: str | None = None
 
 
 @dataclass
@@ -169,6 +181,16 @@ class ColdAttentionBackend:
         # the transfer engine keeps these summaries of every cold block (`on_copy`).
         self.summaries = BlockSummaries(storage) if self.config.path == "sparse" else None
         self.sparse_budget_blocks = max(1, self.config.sparse_budget_tokens // storage.layout.block_size)
+        # sparse: the chosen blocks of up to `sparse_cache_seqs` decode requests stay on the device
+        self.sparse_cache = None
+        if self.summaries is not None and self.config.sparse_cache_seqs and self.config.max_seq_blocks:
+            self.sparse_cache = SparseBlockCache(
+                storage.layout,
+                storage.device,
+                self.sparse_budget_blocks,
+                self.config.sparse_cache_seqs,
+                self.config.max_seq_blocks,
+            )
 
     def stager(self) -> StreamStager:
         if self._stager is None:
@@ -198,10 +220,19 @@ class ColdAttentionBackend:
             stream_copy_seconds=s.stream_copy_seconds,
             sparse_selected_blocks=s.sparse.selected_blocks,
             sparse_cold_blocks=s.sparse.cold_blocks,
-            sparse_bytes=s.sparse.bytes,
+            sparse_bytes=s.sparse.bytes + self._sparse_cache_copied_bytes(),
             sparse_seconds=s.sparse_seconds,
             summary_bytes=self.summaries.nbytes if self.summaries is not None else 0,
         )
+
+    def _sparse_cache_copied_bytes(self) -> int:
+        """Bytes the sparse cache copied in. Reading the device's count synchronizes once per call
+        (the monitor reads about once a second), never per step."""
+        cache = self.sparse_cache
+        if cache is None:
+            return 0
+        layout = self.storage.layout
+        return int(cache.copied_blocks) * layout.block_size * layout.bytes_per_token // layout.num_layers
 
     def close(self) -> None:
         if self.executor is not None:
@@ -251,10 +282,12 @@ class ColdStep:
         rows: list[int] = []
         self.cpu_parts: list[ColdPart] = []
         self.stream_parts: list[ColdPart] = []
-        sparse_seqs: list[tuple[int, np.ndarray, np.ndarray]] = []
+        sparse_seqs: list[SparseInput] = []
         for seq in seqs:
             if backend.summaries is not None and seq.num_tokens == 1:  # a decode row: sparse
-                sparse_seqs.append((len(rows), seq.block_tiers, seq.block_ids))
+                sparse_seqs.append(
+                    SparseInput(len(rows), seq.block_tiers, seq.block_ids, seq.block_index, seq.req_id)
+                )
                 rows.append(seq.token_start)
                 continue
             # A prefill chunk over cold KV is compute-bound (thousands of queries per key): it
@@ -293,6 +326,7 @@ class ColdStep:
                 backend.sparse_budget_blocks,
                 backend.stats.sparse,
                 self._ensure_host_ready,
+                backend.sparse_cache,
             )
 
     # ---- per layer -------------------------------------------------------------------------

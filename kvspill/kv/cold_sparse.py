@@ -1,22 +1,26 @@
 """Sparse cold attention (`--cold-attention sparse`): the decode rows of a step attend only the
 cold blocks their queries select, within a token budget.
 
-Per layer and sequence with one query row this step: score every cold block's summary against
-the row's queries (`kv/sparse_select.py`, on the compute device), keep the `budget_blocks` best
-(one block list per sequence for all its kv heads: the union of the heads' rankings, see
-there), gather those blocks of that layer into a device staging buffer and run the decode
-kernel over them; the partial (o, lse) merges by LSE into the step's cold accumulator, and the
-gpu-resident part (sink blocks, hot window) stays exact in the attention backend.
+Per layer and sequence with one query row this step: rank every cold block by its summary
+against the row's queries (`kv/sparse_select.py`; on CUDA one Triton kernel reads the summaries
+where they lie, `kernels/sparse_kernels.quest_keys`), keep the `budget_blocks` best (one block
+list per sequence for all its kv heads: the union of the heads' rankings, see there), bring
+those blocks of that layer to the device and run the decode kernel over them; the partial
+(o, lse) merges by LSE into the step's cold accumulator, and the gpu-resident part (sink
+blocks, hot window) stays exact in the attention backend.
 
-Gathers: on CUDA, blocks in the pinned cpu pool are read in place by the zero-copy gather kernel
-(`kernels/uva_gather.py`) on the copy stream, with the block ids chosen on the device (no host
-sync); a sequence with disk blocks (or an unpinned pool) brings its choice to the host first
-and copies through torch. Off CUDA the "device" is the host and everything is an index_select.
+Where the chosen blocks come from:
+- Cached sequences (`kv/sparse_cache.py`, the first `sparse_cache_seqs` decode requests whose
+  cold blocks are all in the cpu tier, pinned on CUDA): the blocks chosen last step stay in
+  device slots; only the newly chosen ones are copied, by the zero-copy gather kernel on the
+  copy stream, with every index on the device (no host sync).
+- Others: a per-step staging buffer, filled by the zero-copy gather (pinned cpu blocks) or
+  through the host (disk blocks or an unpinned pool: the choice comes to the host first).
+Off CUDA the "device" is the host and every copy is an index_select.
 Selection depends on each layer's queries, so nothing is prefetched across layers.
 
 Prefill chunks (several query rows) take the exact paths (`ColdStep`): a chunk is compute-bound
-and its rows would each want other blocks. Not done yet: a GPU cache of recently selected
-blocks across steps, and per-kv-head block lists.
+and its rows would each want other blocks. Not done yet: per-kv-head block lists.
 
 Invariant: the summaries of every selected sequence's blocks are valid before scoring
 (`BlockSummaries.ensure`); a budget of at least the cold length selects every block, so the
@@ -32,24 +36,42 @@ import numpy as np
 import torch
 
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+from kvspill.kernels.sparse_kernels import quest_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_math import merge_rows_into
-from kvspill.kv.sparse_select import quest_scores, select_blocks
+from kvspill.kv.sparse_cache import SparseBlockCache
+from kvspill.kv.sparse_select import quest_scores, select_from_keys
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK
+
+
+@dataclass(frozen=True)
+class SparseInput:
+    """A decode sequence of the step with cold blocks, as `ColdStep` hands it over."""
+
+    row: int  # its query row in the step's cold-row space (`ColdStep.rows`)
+    block_tiers: np.ndarray  # [num_cold] TIER_CPU or TIER_DISK, logical order
+    block_ids: np.ndarray  # [num_cold] ids within each block's tier
+    block_index: np.ndarray | None = None  # [num_cold] logical block numbers (None: not cacheable)
+    req_id: str | None = None
 
 
 @dataclass(frozen=True)
 class SparseSeq:
     """One decode sequence's cold blocks, as the sparse path needs them."""
 
-    row: int  # its query row in the step's cold-row space (`ColdStep.rows`)
+    row: int
     block_tiers: np.ndarray  # [num_cold] TIER_CPU or TIER_DISK, logical order
     block_ids: np.ndarray  # [num_cold] int64 ids within each block's tier
+    tiers: torch.Tensor  # the same two on the device (int64), for the scoring kernel
+    ids: torch.Tensor
     # per tier holding any: (positions in the sequence's cold list, ids in the tier), both on the device
     tier_index: dict[int, tuple[torch.Tensor, torch.Tensor]]
     num_selected: int  # min(budget_blocks, num_cold)
+    logical: torch.Tensor | None  # [num_cold] int64 logical block numbers on the device (cached only)
+    positions: torch.Tensor  # arange(num_cold) on the device (the selection's index space)
+    group: int | None = None  # its group in the sparse cache; None: staged each step
 
     @property
     def num_cold(self) -> int:
@@ -62,7 +84,7 @@ class SparseCounts:
 
     selected_blocks: int = 0
     cold_blocks: int = 0
-    bytes: int = 0
+    bytes: int = 0  # staged (uncached) bytes; the cache counts its own copies
 
 
 class SparseColdStep:
@@ -72,10 +94,11 @@ class SparseColdStep:
         self,
         storage: TieredKVStorage,
         summaries: BlockSummaries,
-        seqs: list[tuple[int, np.ndarray, np.ndarray]],  # (cold row, block tiers, block ids)
+        inputs: list[SparseInput],
         budget_blocks: int,
         counts: SparseCounts,
         ensure_host_ready: Callable[[], None],
+        cache: SparseBlockCache | None = None,
     ) -> None:
         """`ensure_host_ready()` waits for async copies into the cpu pool; called before the host
         reads it (summaries made late, gathers through the host)."""
@@ -83,54 +106,153 @@ class SparseColdStep:
         self.ensure_host_ready = ensure_host_ready
         self.summaries = summaries
         self.counts = counts
+        self.cache = cache
         device = storage.device
-        self.seqs: list[SparseSeq] = []
-        for row, tiers, ids in seqs:
-            index = {}
-            for tier in (TIER_CPU, TIER_DISK):
-                pos = np.flatnonzero(tiers == tier)
-                if len(pos):
-                    tier_ids = ids[pos].astype(np.int64)
-                    if not summaries.valid[tier][tier_ids].all():
-                        ensure_host_ready()
-                        summaries.ensure(tier, tier_ids)
-                    index[tier] = (torch.from_numpy(pos).to(device), torch.from_numpy(tier_ids).to(device))
-            self.seqs.append(SparseSeq(row, tiers, ids.astype(np.int64), index, min(budget_blocks, len(ids))))
-        self.offsets = np.cumsum([0] + [s.num_selected for s in self.seqs])
-        width = max(s.num_selected for s in self.seqs)
-        tables = torch.zeros((len(self.seqs), width), dtype=torch.int32)
-        for i, s in enumerate(self.seqs):
-            tables[i, : s.num_selected] = torch.arange(int(self.offsets[i]), int(self.offsets[i + 1]))
-        block_size = storage.layout.block_size
-        self.block_tables = tables.to(device)  # [num_seqs, width] staging ids
-        self.seq_lens = torch.tensor([s.num_selected * block_size for s in self.seqs], dtype=torch.int32).to(
-            device
-        )
-        self.rows = torch.tensor([s.row for s in self.seqs], dtype=torch.int64).to(device)
         self.uva = device.type == "cuda" and storage.cpu_pinned
+        cacheable = [self._cacheable(x) for x in inputs]
+        groups = (
+            cache.assign([x.req_id if ok else None for x, ok in zip(inputs, cacheable, strict=True)])
+            if cache
+            else [None] * len(inputs)
+        )
+        self.seqs = [self._seq(x, budget_blocks, g) for x, g in zip(inputs, groups, strict=True)]
+        self.cached = [i for i, s in enumerate(self.seqs) if s.group is not None]
+        self.staged = [i for i, s in enumerate(self.seqs) if s.group is None]
+        block_size = storage.layout.block_size
+        self.offsets = np.cumsum([0] + [self.seqs[i].num_selected for i in self.staged])
+
+        def tables(indices: list[int], starts: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            width = max([self.seqs[i].num_selected for i in indices], default=1)
+            t = torch.zeros((len(indices), width), dtype=torch.int32)
+            for j, (i, start) in enumerate(zip(indices, starts, strict=True)):
+                t[j, : self.seqs[i].num_selected] = torch.arange(start, start + self.seqs[i].num_selected)
+            lens = torch.tensor([self.seqs[i].num_selected * block_size for i in indices], dtype=torch.int32)
+            rows = torch.tensor([self.seqs[i].row for i in indices], dtype=torch.int64)
+            return t.to(device), lens.to(device), rows.to(device)
+
+        # staged: fixed tables into the step's staging buffer; cached: rows rewritten per layer
+        self.staged_tables, self.staged_lens, self.staged_rows = tables(
+            self.staged, [int(o) for o in self.offsets[:-1]]
+        )
+        self.cached_tables, self.cached_lens, self.cached_rows = tables(self.cached, [0] * len(self.cached))
+        self.rows = torch.tensor([s.row for s in self.seqs], dtype=torch.int64).to(device)
+        # which of the step's sparse rows (in `rows` order) each part attends
+        self.cached_sel = torch.tensor(self.cached, dtype=torch.int64).to(device)
+        self.staged_sel = torch.tensor(self.staged, dtype=torch.int64).to(device)
+
+    def _cacheable(self, x: SparseInput) -> bool:
+        return (
+            self.cache is not None
+            and x.block_index is not None
+            and x.req_id is not None
+            and bool((x.block_tiers == TIER_CPU).all())
+            and (self.uva or self.storage.device.type != "cuda")
+        )
+
+    def _seq(self, x: SparseInput, budget_blocks: int, group: int | None) -> SparseSeq:
+        device = self.storage.device
+        ids = x.block_ids.astype(np.int64)
+        index = {}
+        for tier in (TIER_CPU, TIER_DISK):
+            pos = np.flatnonzero(x.block_tiers == tier)
+            if len(pos):
+                tier_ids = ids[pos]
+                if not self.summaries.valid[tier][tier_ids].all():
+                    self.ensure_host_ready()
+                    self.summaries.ensure(tier, tier_ids)
+                index[tier] = (torch.from_numpy(pos).to(device), torch.from_numpy(tier_ids).to(device))
+        logical = None
+        if group is not None:
+            assert x.block_index is not None
+            logical = torch.from_numpy(x.block_index.astype(np.int64)).to(device)
+        return SparseSeq(
+            x.row,
+            x.block_tiers,
+            ids,
+            torch.from_numpy(x.block_tiers.astype(np.int64)).to(device),
+            torch.from_numpy(ids).to(device),
+            index,
+            min(budget_blocks, len(ids)),
+            logical,
+            torch.arange(len(ids), device=device),
+            group,
+        )
 
     def attend(
         self, layer_idx: int, q_cold: torch.Tensor, scale: float, acc_o: torch.Tensor, acc_lse: torch.Tensor
     ) -> None:
-        """Select, gather and attend this layer's blocks for every sparse row; merge into acc."""
-        layout = self.storage.layout
+        """Select, fetch and attend this layer's blocks for every sparse row; merge into acc."""
         q = q_cold.index_select(0, self.rows)  # [num_seqs, num_heads, head_dim]
+        chosen = [
+            select_from_keys(self._keys(seq, layer_idx, q[i]), seq.num_selected, seq.positions)
+            for i, seq in enumerate(self.seqs)
+        ]
+        for seq in self.seqs:
+            self.counts.selected_blocks += seq.num_selected
+            self.counts.cold_blocks += seq.num_cold
+        decode = paged_decode_attention if q.is_cuda else paged_decode_attention_ref
+        if self.cached:
+            assert self.cache is not None
+            self._fill_cache(layer_idx, chosen)
+            o, lse = decode(
+                q if not self.staged else q.index_select(0, self.cached_sel),
+                self.cache.layer(layer_idx),
+                self.cached_tables,
+                self.cached_lens,
+                scale,
+            )
+            merge_rows_into(acc_o, acc_lse, self.cached_rows, o.float(), lse)
+        if self.staged:
+            staging = self._stage(layer_idx, chosen)
+            self.counts.bytes += staging.numel() * staging.element_size()
+            o, lse = decode(
+                q if not self.cached else q.index_select(0, self.staged_sel),
+                staging,
+                self.staged_tables,
+                self.staged_lens,
+                scale,
+            )
+            merge_rows_into(acc_o, acc_lse, self.staged_rows, o.float(), lse)
+
+    def _keys(self, seq: SparseSeq, layer_idx: int, q_row: torch.Tensor) -> torch.Tensor:
+        """Ranking keys [num_kv_heads, num_cold] of the row over the sequence's cold blocks."""
+        if q_row.is_cuda:
+            disk = self.summaries.layer(TIER_DISK, layer_idx) if TIER_DISK in seq.tier_index else None
+            return quest_keys(q_row, self.summaries.layer(TIER_CPU, layer_idx), disk, seq.tiers, seq.ids)
+        return ranking_keys(quest_scores(q_row[None], self._summary(seq, layer_idx)))
+
+    def _fill_cache(self, layer_idx: int, chosen: list[torch.Tensor]) -> None:
+        """Bring the cached sequences' chosen blocks of this layer into their cache slots."""
+        assert self.cache is not None
+        fills = []
+        for j, i in enumerate(self.cached):
+            seq = self.seqs[i]
+            table = self.cached_tables[j, : seq.num_selected]
+            assert seq.logical is not None and seq.group is not None
+            copy_dst = self.cache.update(seq.group, layer_idx, seq.logical.index_select(0, chosen[i]), table)
+            fills.append((seq.ids.index_select(0, chosen[i]), copy_dst))
+        src = self.storage.tier_layer(TIER_CPU, layer_idx)
+        with self._on_copy_stream() as stream:
+            for ids, copy_dst in fills:
+                self.cache.fill(layer_idx, src, ids, copy_dst)
+                if stream is not None:
+                    ids.record_stream(stream)
+                    copy_dst.record_stream(stream)
+
+    def _on_copy_stream(self) -> _CopyStream:
+        return _CopyStream(self.storage.copy_stream if self.uva else None, self.storage.device)
+
+    def _stage(self, layer_idx: int, chosen: list[torch.Tensor]) -> torch.Tensor:
+        layout = self.storage.layout
         staging = torch.empty(
             (int(self.offsets[-1]), 2, layout.block_size, layout.num_kv_heads, layout.head_dim),
             dtype=layout.dtype,
             device=self.storage.device,
         )
-        for i, seq in enumerate(self.seqs):
-            chosen = select_blocks(
-                quest_scores(q[i : i + 1], self._summary(seq, layer_idx)), seq.num_selected
-            )
-            self._gather(seq, layer_idx, chosen, staging[int(self.offsets[i]) : int(self.offsets[i + 1])])
-            self.counts.selected_blocks += seq.num_selected
-            self.counts.cold_blocks += seq.num_cold
-        self.counts.bytes += staging.numel() * staging.element_size()
-        decode = paged_decode_attention if q.is_cuda else paged_decode_attention_ref
-        o, lse = decode(q, staging, self.block_tables, self.seq_lens, scale)
-        merge_rows_into(acc_o, acc_lse, self.rows, o.float(), lse)
+        for j, i in enumerate(self.staged):
+            dst = staging[int(self.offsets[j]) : int(self.offsets[j + 1])]
+            self._gather(self.seqs[i], layer_idx, chosen[i], dst)
+        return staging
 
     def _summary(self, seq: SparseSeq, layer_idx: int) -> torch.Tensor:
         """[num_cold, 2, num_kv_heads, head_dim]: the sequence's summaries in logical block order."""
@@ -149,18 +271,13 @@ class SparseColdStep:
 
     def _gather(self, seq: SparseSeq, layer_idx: int, chosen: torch.Tensor, dst: torch.Tensor) -> None:
         """dst[j] = block chosen[j] of the sequence, this layer: [n, 2, block_size, num_kv_heads, head_dim]."""
-        stream = self.storage.copy_stream
-        if self.uva and stream is not None and list(seq.tier_index) == [TIER_CPU]:
+        if self.uva and self.storage.copy_stream is not None and list(seq.tier_index) == [TIER_CPU]:
             ids = seq.tier_index[TIER_CPU][1].index_select(0, chosen)
-            # The copy stream orders these reads of the pinned pool with every host write into it
-            # (kv/transfer.py waits for that stream before one).
-            compute = torch.cuda.current_stream(self.storage.device)
-            stream.wait_stream(compute)
-            with torch.cuda.stream(stream):
+            with self._on_copy_stream() as stream:
                 gather_blocks(self.storage.tier_layer(TIER_CPU, layer_idx), ids, dst)
-            ids.record_stream(stream)
-            dst.record_stream(stream)
-            compute.wait_stream(stream)
+                assert stream is not None
+                ids.record_stream(stream)
+                dst.record_stream(stream)
             return
         picked = chosen.cpu().numpy()  # syncs on CUDA: the disk tier is read by the host
         self.ensure_host_ready()
@@ -170,3 +287,30 @@ class SparseColdStep:
             if len(pos):
                 src = self.storage.tier_layer(tier, layer_idx).index_select(0, torch.from_numpy(ids[pos]))
                 dst.index_copy_(0, torch.from_numpy(pos).to(dst.device), src.to(dst.device))
+
+
+class _CopyStream:
+    """`with` block whose kernels run on the storage's copy stream, ordered after the compute
+    stream's work so far, with the compute stream waiting for them after. The copy stream orders
+    these reads of the pinned pool with every host write into it (kv/transfer.py waits for that
+    stream before one). Without a stream (off CUDA) the block runs in place."""
+
+    def __init__(self, stream: torch.cuda.Stream | None, device: torch.device) -> None:
+        self.stream = stream
+        self.device = device
+        self._ctx: torch.cuda.StreamContext | None = None
+
+    def __enter__(self) -> torch.cuda.Stream | None:
+        if self.stream is None:
+            return None
+        self.compute = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(self.compute)
+        self._ctx = torch.cuda.stream(self.stream)
+        self._ctx.__enter__()
+        return self.stream
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stream is None or self._ctx is None:
+            return
+        self._ctx.__exit__(*exc)
+        self.compute.wait_stream(self.stream)

@@ -124,6 +124,7 @@ def request_from_engine_config(
         cpu_offload_bytes=int(config.cpu_offload_gb * GiB),
         cold_attention=config.cold_attention,
         sparse_budget_tokens=config.sparse_budget_tokens,
+        sparse_cache_seqs=config.sparse_cache_groups(),
         sink_blocks=config.num_sink_blocks,
         recent_window_tokens=config.hot_window_tokens,
     )

@@ -73,6 +73,7 @@ class PlanRequest:
         "auto"  # the engine's cold path: auto/stream, cpu, split or sparse (--cold-attention)
     )
     sparse_budget_tokens: int = 4096  # sparse: cold tokens a decode row attends (--sparse-budget-tokens)
+    sparse_cache_seqs: int = 0  # sparse: sequences whose chosen blocks stay on the GPU (kv/sparse_cache.py)
     quantization: str = "none"  # how the weights are held: WEIGHT_QUANTIZATIONS
     cpu_offload_bytes: int = (
         0  # --cpu-offload-gb: at least this many weight bytes in pinned RAM (whole layers)
@@ -226,6 +227,7 @@ class MemoryPlan:
     notes: list[str] = field(default_factory=list)  # worth knowing, not fatal
     offloaded_weight_bytes: int = 0  # weights in pinned RAM, copied in every step (--cpu-offload-gb)
     summary_bytes: int = 0  # --cold-attention sparse: key summaries of the cold-tier blocks, on the GPU
+    sparse_cache_bytes: int = 0  # --cold-attention sparse: the chosen blocks cached on the GPU
 
 
 def _blocks_tokens(num_bytes: int, block_bytes: int, block_size: int) -> int:
@@ -297,7 +299,11 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     # sparse: a key summary per cold-tier block on the GPU (kv/block_summary.py): 2 x head_dim
     # values per layer and kv head, which is the KV bytes of one token
     summary_bytes = (cpu_tokens + disk_tokens) // bs * kvpt if request.cold_attention == "sparse" else 0
-    gpu_left -= summary_bytes
+    # and the block cache: a budget's whole blocks per cached sequence
+    sparse_cache = 0
+    if request.cold_attention == "sparse":
+        sparse_cache = request.sparse_cache_seqs * max(bs, request.sparse_budget_tokens // bs * bs) * kvpt
+    gpu_left -= summary_bytes + sparse_cache
     gpu_tokens = _tier_tokens(request.gpu_kv_blocks, gpu_left, block_bytes, bs)
     chunk = request.max_num_batched_tokens
     hot = request.sink_blocks * bs + request.recent_window_tokens
@@ -332,6 +338,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         weight_bytes=weight_bytes,
         offloaded_weight_bytes=request.offloaded_weight_bytes,
         summary_bytes=summary_bytes,
+        sparse_cache_bytes=sparse_cache,
         kv_bytes_per_token=kvpt,
         block_bytes=block_bytes,
         activation_peak_bytes=activation,

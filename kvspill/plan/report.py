@@ -203,6 +203,12 @@ def notes_for(plan: MemoryPlan) -> list[str]:
             f"--cold-attention sparse: decode reads {format_tokens(min(cold, r.sparse_budget_tokens))} of "
             f"{format_tokens(cold)} cold tokens per step; the cold blocks' key summaries take "
             f"{format_bytes(plan.summary_bytes)} of the GPU ({plan.decode.summary_s * 1e3:.2g} ms a step to scan)"
+            + (
+                f"; {r.sparse_cache_seqs} sequence(s) keep their chosen blocks cached there "
+                f"({format_bytes(plan.sparse_cache_bytes)}, --sparse-cache-seqs)"
+                if plan.sparse_cache_bytes
+                else ""
+            )
         )
     return notes
 

@@ -146,6 +146,6 @@ class DecodeGraphs:
         self.graphs[bucket].replay()
         logits, greedy_ids = self.logits[bucket][:b_real], self.greedy_ids[bucket][:b_real]
         if len(inputs.sample_rows) != b_real:
-            rows = torch.as_tensor(inputs.sample_rows, device=logits.device)
+            rows = torch.as_tensor(inputs.sample_rows, dtype=torch.long, device=logits.device)  # may be empty
             logits, greedy_ids = logits[rows], greedy_ids[rows]
         return logits, greedy_ids

@@ -108,8 +108,9 @@ def apply_block_moves(states: dict[str, RunnerRequestState], moves: list[BlockMo
 
 def _fill_block_table(
     st: RunnerRequestState, start: int, block_size: int, row: np.ndarray
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """Write the request's gpu blocks (compacted) into `row`; return its cold (tiers, ids) or None."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Write the request's gpu blocks (compacted) into `row`; return its cold (tiers, ids, logical
+    block numbers) or None."""
     if not st.num_cold_blocks:
         row[: len(st.block_ids)] = st.block_ids
         return None
@@ -123,7 +124,7 @@ def _fill_block_table(
             f"request {st.req_id}: block {int(cold_idx[-1])} is in the {TIER_NAMES[int(tiers[cold_idx[-1]])]} "
             f"tier but not before the step's first token {start}: only full blocks before it may be cold"
         )
-    return tiers[~hot], ids[~hot]
+    return tiers[~hot], ids[~hot], cold_idx
 
 
 def build_step_inputs(
@@ -150,7 +151,7 @@ def build_step_inputs(
         cold = _fill_block_table(st, start, block_size, block_tables[i])
         if cold is not None:
             num_cold[i] = len(cold[1])
-            cold_seqs.append(ColdSeq(int(query_start_loc[i]), n, cold[0], cold[1]))
+            cold_seqs.append(ColdSeq(int(query_start_loc[i]), n, cold[0], cold[1], cold[2], r))
         if start + n == len(st.token_ids):
             sample_rows.append(i)
     positions = np.concatenate(position_chunks) if position_chunks else np.zeros(0, np.int64)

@@ -68,3 +68,19 @@ def test_bad_engine_arg_is_one_error_line(tiny_smol_vocab_dir, tmp_path):
         app, ["eval", "-m", str(tiny_smol_vocab_dir), "--engine-arg", "no_such=1", "--out", str(tmp_path)]
     )
     assert result.exit_code == 2 and "no_such" in result.output
+
+
+def test_sparse_teacher_forcing_runs_every_position_as_a_decode_row(tiny_smol_vocab_dir, tmp_path):
+    """Sparse attention approximates decode rows only: its teacher-forced side goes one token per
+    step. With a budget covering every cold block it is exact attention again, so it agrees."""
+    out = tmp_path / "sparse"
+    sparse = (
+        "--label", "sparse-all", "--hot-kv-tokens", "64", "--cold-attention", "sparse",
+        "--sparse-budget-tokens", "512",
+    )  # fmt: skip
+    result = CliRunner().invoke(app, _args(tiny_smol_vocab_dir, out, ("passkey",), ("256",), *sparse))
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "eval.json").read_text())
+    assert "one token per step" in doc["teacher_forced_note"]
+    (row,) = doc["teacher_forced"]
+    assert row["top1_agreement"] > 99.0 and row["mean_kl"] < 1e-4

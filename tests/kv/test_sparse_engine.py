@@ -50,13 +50,22 @@ def test_sparse_with_a_large_budget_gives_the_exact_tokens(tiny_llama_dir, promp
 
 
 def test_sparse_with_a_small_budget_reads_fewer_blocks(tiny_llama_dir, prompt_and_exact):
+    """Uncached, each decode row copies its 2 chosen blocks per layer every step; the block cache
+    (the default) copies only the blocks its choice changed, and the tokens stay the same."""
     prompt, _ = prompt_and_exact
-    llm = _tiered(tiny_llama_dir, cold_attention="sparse", sparse_budget_tokens=16)
-    out = llm.generate([prompt], GREEDY)[0].token_ids
+    uncached = _tiered(tiny_llama_dir, cold_attention="sparse", sparse_budget_tokens=16, sparse_cache_seqs=0)
+    out = uncached.generate([prompt], GREEDY)[0].token_ids
     assert len(out) == NEW_TOKENS
-    cold = llm.engine.kv_stats().runner.cold
+    cold = uncached.engine.kv_stats().runner.cold
     assert cold is not None and cold.cpu_bytes > 0  # the prefill chunks stayed exact (cpu path)
     # every decode row reads 2 of its ~25-30 cold blocks per layer
     assert 0 < cold.sparse_selected_blocks * 10 < cold.sparse_cold_blocks
-    layout = llm.engine.bundle.storage.layout
-    assert cold.sparse_bytes == cold.sparse_selected_blocks * layout.block_bytes // layout.num_layers
+    layout = uncached.engine.bundle.storage.layout
+    block_layer_bytes = layout.block_bytes // layout.num_layers
+    assert cold.sparse_bytes == cold.sparse_selected_blocks * block_layer_bytes
+
+    cached = _tiered(tiny_llama_dir, cold_attention="sparse", sparse_budget_tokens=16)
+    assert cached.generate([prompt], GREEDY)[0].token_ids == out
+    hot = cached.engine.kv_stats().runner.cold
+    assert hot is not None and hot.sparse_selected_blocks == cold.sparse_selected_blocks
+    assert 0 < hot.sparse_bytes < cold.sparse_bytes  # some chosen blocks were already there

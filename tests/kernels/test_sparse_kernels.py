@@ -1,0 +1,99 @@
+"""Sparse attention's selection kernels (kernels/sparse_kernels.py) and the cache's gather against
+their torch references: ranking keys from summaries in two tiers, the few-launch top-k selection
+against the stable-sort definition (ties included), and the cache's slot bookkeeping over a run
+of steps. Triton's interpreter on the CPU, the GPU where there is one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvspill.kernels.sparse_kernels import cache_update, quest_keys, ranking_keys
+from kvspill.kernels.uva_gather import gather_blocks_to
+from kvspill.kv.sparse_cache import cache_update_ref
+from kvspill.kv.sparse_select import quest_scores_ref, select_blocks, select_from_keys
+from kvspill.types import TIER_CPU, TIER_DISK
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def test_quest_keys_rank_like_the_reference_over_two_tiers():
+    g = torch.Generator().manual_seed(0)
+    num_heads, kv_heads, dim, layers = 8, 2, 16, 3
+    cpu = torch.randn(20, layers, 2, kv_heads, dim, generator=g)
+    disk = torch.randn(12, layers, 2, kv_heads, dim, generator=g)
+    cpu[:, :, 1] = cpu[:, :, 0] + cpu[:, :, 1].abs()  # max >= min per channel
+    disk[:, :, 1] = disk[:, :, 0] + disk[:, :, 1].abs()
+    tiers = torch.tensor([TIER_CPU] * 5 + [TIER_DISK] * 4 + [TIER_CPU] * 3)
+    ids = torch.tensor([3, 0, 19, 7, 7, 11, 2, 5, 0, 12, 1, 4])
+    q = torch.randn(num_heads, dim, generator=g)
+    layer = 1
+    summary = torch.stack(
+        [(cpu if t == TIER_CPU else disk)[i, layer] for t, i in zip(tiers, ids, strict=True)]
+    )
+    want = ranking_keys(quest_scores_ref(q[None], summary))
+    dev = lambda t: t.to(DEVICE)  # noqa: E731
+    got = quest_keys(dev(q), dev(cpu)[:, layer], dev(disk)[:, layer], dev(tiers), dev(ids)).cpu()
+    # same order of blocks per head (the scores agree to float rounding; no near-ties here)
+    assert torch.equal(got.argsort(dim=1), want.argsort(dim=1))
+    assert torch.equal(got & 0xFFFFFFFF, want & 0xFFFFFFFF)  # low bits: n - 1 - block index
+
+
+@pytest.mark.parametrize("budget", [1, 3, 7, 40])
+def test_selection_from_keys_equals_the_stable_sort_definition(budget):
+    g = torch.Generator().manual_seed(budget)
+    scores = torch.randn(4, 40, generator=g)
+    scores[1, 5:15] = 0.5  # ties within a head
+    scores[2] = scores[0]  # two heads alike
+    scores[3, 7] = -0.0  # -0.0 ties with +0.0
+    scores[3, 8] = 0.0
+    got = select_from_keys(ranking_keys(scores), budget)
+    assert torch.equal(got.sort().values, select_blocks(scores, budget))
+    assert torch.equal(select_from_keys(ranking_keys(scores), budget), got)  # deterministic order
+
+
+def test_cache_update_kernel_equals_the_reference_over_steps():
+    g = torch.Generator().manual_seed(1)
+    num_slots, max_blocks, base = 6, 30, 12
+    state = {
+        name: (
+            torch.full((max_blocks,), -1, dtype=torch.int32),
+            torch.full((num_slots,), -1, dtype=torch.int64),
+        )
+        for name in ("ref", "kernel")
+    }
+    scratch = torch.zeros((2, num_slots), dtype=torch.int32, device=DEVICE)
+    kernel_state = tuple(t.to(DEVICE) for t in state["kernel"])
+    copied, misses = torch.zeros((), dtype=torch.int64, device=DEVICE), 0
+    for step in range(12):
+        k = int(torch.randint(1, num_slots + 1, (1,), generator=g))
+        pool = 10 if step < 6 else max_blocks  # first steps revisit few blocks: hits
+        chosen = torch.randperm(pool, generator=g)[:k]
+        want_table, want_copy = cache_update_ref(*state["ref"], chosen, base)
+        got_table, got_copy = cache_update(*kernel_state, chosen.to(DEVICE), scratch, base, copied)
+        misses += int((want_copy >= 0).sum())
+        assert int(copied) == misses
+        assert torch.equal(got_table.cpu(), want_table) and torch.equal(got_copy.cpu(), want_copy)
+        assert torch.equal(kernel_state[0].cpu(), state["ref"][0])
+        assert torch.equal(kernel_state[1].cpu(), state["ref"][1])
+        # invariants: each chosen block has its own slot, holding it; copies only for misses
+        slot_of, slot_block = state["ref"]
+        assert len(set(want_table.tolist())) == k
+        assert torch.equal(slot_block[want_table.long() - base], chosen)
+        assert torch.equal(slot_of[chosen].long() + base, want_table.long())
+
+
+@pytest.mark.parametrize("use_kernel", [True, False])
+def test_gather_to_copies_only_entries_with_a_slot(use_kernel):
+    g = torch.Generator().manual_seed(2)
+    pool = torch.randn(9, 3, 2, 4, 2, 8, generator=g)
+    if torch.cuda.is_available():
+        pool = pool.pin_memory()
+    src = pool[:, 2]  # one layer's strided view
+    dst = torch.zeros(5, *src.shape[1:], device=DEVICE)
+    ids = torch.tensor([4, 8, 1, 0], device=DEVICE)
+    slots = torch.tensor([3, -1, 0, -1], device=DEVICE)
+    gather_blocks_to(src, ids, slots, dst, use_kernel=use_kernel)
+    out = dst.cpu()
+    assert torch.equal(out[3], src[4]) and torch.equal(out[0], src[1])
+    assert not out[[1, 2, 4]].any()
