@@ -4,8 +4,8 @@ tokens per step for a while (issue 21). `LLMEngine.step` calls `retry_failed_ste
 
 A disk-tier I/O error (`DiskTierIOError`) first goes to the tiers (`ColdPrefixCache.on_disk_error`):
 the unreadable blocks are retired, or after a failed write the disk tier takes no new block.
-The step's requests are then retried from scratch like any others; one whose KV cannot be read
-again fails alone.
+The step's requests are then retried from scratch, one at a time (a lone one too); one whose
+KV cannot be read again, or that no longer fits the tiers left, fails alone.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def retry_failed_step(
     out_of_memory = is_out_of_memory(error)
     if out_of_memory:
         scheduler.oom_token_cap = oom.failed(step_tokens)
-    retried = scheduler.requeue_failed(ran) if len(ran) > 1 or out_of_memory else []
+    # A lone request is retried too after an out-of-memory or a disk error: not its input's fault.
+    retried = scheduler.requeue_failed(ran) if len(ran) > 1 or out_of_memory or disk_error else []
     failed = [r for r in ran if r not in retried]
     logger.warning("a step failed (%s: %s): %d requests retried one at a time, %d failed",
                    type(error).__name__, error, len(retried), len(failed))  # fmt: skip

@@ -20,7 +20,10 @@ so a crashed engine leaves no stale spill files.
 
 Invariants: reads and writes use explicit offsets (no shared file position), so several threads
 may read at once. A block whose last write failed reads as a `DiskTierIOError` until it is
-written again: a failed spill never hands stale bytes to attention.
+written again: a failed spill never hands stale bytes to attention. After a failed write, or a
+read that found the file shorter than reserved (truncated by someone), the pool is `broken`
+and refuses every write: a write past the end would extend the file with holes, and blocks
+lost to the truncation would then read as zeros instead of as errors.
 """
 
 from __future__ import annotations
@@ -81,8 +84,9 @@ class DiskPool:
                 f"cannot create the disk KV tier in {self.directory}: {e.strerror or e}: "
                 "give a writable --kv-disk-dir"
             ) from e
+        self.reserved_bytes = max(num_blocks, 1) * layout.block_bytes
         try:
-            _reserve(fd, max(num_blocks, 1) * layout.block_bytes, self.directory)
+            _reserve(fd, self.reserved_bytes, self.directory)
         except BaseException:
             os.close(fd)
             raise
@@ -94,6 +98,7 @@ class DiskPool:
         self._unwritten = np.zeros(num_blocks, dtype=bool)  # the last write of the block failed
         self.num_read_errors = 0
         self.num_write_errors = 0
+        self.broken: str | None = None  # why the pool takes no more writes
 
     @property
     def nbytes(self) -> int:
@@ -133,6 +138,12 @@ class DiskPool:
         On an error the blocks not written for sure (the failed chunk and the rest) read as errors
         until written again, and the error is raised."""
         ids = self._checked(block_ids, src.shape[0], reading=False)
+        if len(ids) and self.broken is None:
+            self._check_size()
+        if self.broken is not None and len(ids):
+            self._unwritten[ids] = True
+            detail = f"the tier takes no more writes ({self.broken})"
+            raise self._error("write", int(ids[0]) * self.layer_bytes, ids, detail, errno.EIO)
         for pos, first, n in self._chunks(ids):
             stage = src[pos : pos + n].transpose(0, 1).contiguous()  # layer-major, like the file
             try:
@@ -157,6 +168,17 @@ class DiskPool:
             raise self._error("read", offset, bad, "an earlier write of these blocks failed", errno.EIO)
         return ids
 
+    def _check_size(self) -> None:
+        """A file shorter than reserved was truncated by someone: writing past its end would
+        extend it with holes, where lost blocks would read as zeros, not as errors."""
+        try:
+            size = os.fstat(self.fd).st_size
+        except OSError as e:
+            self.broken = f"the file cannot be examined: {e.strerror or e}"
+            return
+        if size < self.reserved_bytes:
+            self.broken = f"the file was truncated to {size} of {self.reserved_bytes} bytes"
+
     def _chunks(self, ids: np.ndarray) -> list[tuple[int, int, int]]:
         """Runs of consecutive ids, cut to at most `_STAGE_BYTES` of whole blocks each."""
         most = max(1, _STAGE_BYTES // self.layout.block_bytes)
@@ -178,6 +200,7 @@ class DiskPool:
             except OSError as e:
                 raise self._error("read", offset + done, ids, e.strerror or str(e), e.errno) from e
             if got == 0:
+                self.broken = "the file was found truncated"
                 detail = "the file ends before the block (truncated?)"
                 raise self._error("read", offset + done, ids, detail, errno.EIO)
             done += got
@@ -188,8 +211,10 @@ class DiskPool:
             try:
                 put = os.pwritev(self.fd, [view[done:]], offset + done)
             except OSError as e:
+                self.broken = f"a write failed: {e.strerror or e}"
                 raise self._error("write", offset + done, ids, e.strerror or str(e), e.errno) from e
             if put == 0:
+                self.broken = "a write wrote nothing"
                 raise self._error("write", offset + done, ids, "nothing written", errno.EIO)
             done += put
 
@@ -198,7 +223,10 @@ class DiskPool:
             self.num_read_errors += 1
         else:
             self.num_write_errors += 1
-        error = DiskTierIOError(op, self.path, offset, tuple(ids.tolist()), detail, code or errno.EIO)
+        block_ids = tuple(ids.tolist())
+        error = DiskTierIOError(
+            op, self.path, offset, block_ids, detail, code or errno.EIO, self.broken is not None
+        )
         logger.error("%s", error)
         return error
 

@@ -110,12 +110,13 @@ class ColdPrefixCache:
             pool.free(block_id)
 
     def on_disk_error(self, error: DiskTierIOError) -> None:
-        """The disk tier's file failed (`kv/disk_pool.py`). After a failed write it takes no new
-        block: spills go to the cpu tier or wait, as when it is full. After a failed read the
-        blocks named are retired, so no prefix lookup finds them again. Blocks in use stay with
-        their requests (reading them fails those requests' steps); call before those requests
-        are freed, so their blocks leave the tier instead of its prefix cache."""
-        if error.op == "write":
+        """The disk tier's file failed (`kv/disk_pool.py`). Once it is broken (a failed write, a
+        truncated file) it takes no new block: spills go to the cpu tier or wait, as when it is
+        full. After another failed read the blocks named are retired, so no prefix lookup finds
+        them again. Blocks in use stay with their requests (reading them fails those requests'
+        steps); call before those requests are freed, so their blocks leave the tier instead of
+        going to its prefix cache."""
+        if error.broken:
             if self.disk.num_blocks:
                 logger.error("disk KV tier disabled: no more spills to it until restart (%s)", error)
             self.disk.retire_all()
