@@ -12,7 +12,8 @@ File layout, layer-major: `[num_layers, num_blocks, 2, block_size, num_kv_heads,
 The readers that attend cold blocks want one layer of many blocks at a time (`read_layer`):
 a run of consecutive block ids of one layer is one contiguous range, so one syscall per run.
 Whole blocks (`read_blocks`/`write_blocks`: tier moves, summaries, the persist dir) cost one
-syscall per layer and run, through a layer-major host buffer of at most `_STAGE_BYTES`.
+syscall per layer and run, scattered straight into (or gathered from) the block-major host
+tensor with one iovec per block.
 
 Space is reserved at creation (`posix_fallocate`): a disk too small for the budget fails here, as
 a `DiskTierError` naming the numbers. The file is unlinked at once (the open descriptor keeps it),
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 MiB = 1 << 20
-_STAGE_BYTES = 32 * MiB  # bounds the host buffer of a whole-block read or write
+_MAX_IOVECS = 1024  # Linux's IOV_MAX: buffers per preadv/pwritev call
 
 
 def block_runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
@@ -111,32 +112,42 @@ class DiskPool:
 
     def read_layer(self, block_ids: np.ndarray, layer_idx: int, out: torch.Tensor) -> None:
         """out[i] = layer `layer_idx` of block block_ids[i]; out: [n, 2, block_size, num_kv_heads,
-        head_dim] contiguous on the host. One syscall per run of consecutive ids."""
+        head_dim] contiguous on the host. The ids are read in ascending order, one syscall per run
+        of consecutive ids (up to `_MAX_IOVECS` slices of `out`, one per run of its positions)."""
         ids = self._checked(block_ids, out.shape[0])
         assert tuple(out.shape[1:]) == self.layer_shape and out.dtype == self.layout.dtype
         raw = _bytes(out)
         lb = self.layer_bytes
-        for pos, first, n in block_runs(ids):
+        argsort = np.argsort(ids, kind="stable")
+        # None: ascending already (the usual case), so runs of ids are runs of positions too
+        order = None if bool(np.all(np.diff(argsort) == 1)) else argsort
+        sorted_ids = ids if order is None else ids[order]
+        for start, first, n in self._chunks(sorted_ids):
             offset = (layer_idx * self.num_blocks + first) * lb
-            self._pread(raw[pos * lb : (pos + n) * lb], offset, ids[pos : pos + n])
+            if order is None:
+                buffers = [raw[start * lb : (start + n) * lb]]
+            else:
+                positions = order[start : start + n]
+                buffers = [raw[p * lb : (p + k) * lb] for _, p, k in block_runs(positions)]
+            self._pread(buffers, offset, sorted_ids[start : start + n])
 
     def read_blocks(self, block_ids: np.ndarray, out: torch.Tensor) -> None:
         """out[i] = every layer of block block_ids[i]; out: [n, num_layers, 2, block_size,
-        num_kv_heads, head_dim] on the host (contiguous per block)."""
+        num_kv_heads, head_dim] contiguous on the host. One syscall per layer and run (at most
+        `_MAX_IOVECS` blocks), scattering straight into `out`."""
         ids = self._checked(block_ids, out.shape[0])
+        raw = _bytes(out)
         for pos, first, n in self._chunks(ids):
-            stage = self._stage(n)  # [num_layers, n, 2, block_size, num_kv_heads, head_dim]
             for layer in range(self.layout.num_layers):
                 offset = (layer * self.num_blocks + first) * self.layer_bytes
-                self._pread(_bytes(stage[layer]), offset, ids[pos : pos + n])
-            out[pos : pos + n].copy_(stage.transpose(0, 1))
+                self._pread(self._iovecs(raw, pos, n, layer), offset, ids[pos : pos + n])
 
     # ---- writes ----------------------------------------------------------------------------
 
     def write_blocks(self, block_ids: np.ndarray, src: torch.Tensor) -> None:
-        """Block block_ids[i] = src[i] ([n, num_layers, 2, block_size, num_kv_heads, head_dim], host).
-        On an error the blocks not written for sure (the failed chunk and the rest) read as errors
-        until written again, and the error is raised."""
+        """Block block_ids[i] = src[i] ([n, num_layers, 2, block_size, num_kv_heads, head_dim],
+        contiguous on the host). On an error the blocks not written for sure (the failed run and
+        the rest) read as errors until written again, and the error is raised."""
         ids = self._checked(block_ids, src.shape[0], reading=False)
         if len(ids) and self.broken is None:
             self._check_size()
@@ -144,12 +155,12 @@ class DiskPool:
             self._unwritten[ids] = True
             detail = f"the tier takes no more writes ({self.broken})"
             raise self._error("write", int(ids[0]) * self.layer_bytes, ids, detail, errno.EIO)
+        raw = _bytes(src)
         for pos, first, n in self._chunks(ids):
-            stage = src[pos : pos + n].transpose(0, 1).contiguous()  # layer-major, like the file
             try:
                 for layer in range(self.layout.num_layers):
                     offset = (layer * self.num_blocks + first) * self.layer_bytes
-                    self._pwrite(_bytes(stage[layer]), offset, ids[pos : pos + n])
+                    self._pwrite(self._iovecs(raw, pos, n, layer), offset, ids[pos : pos + n])
             except DiskTierIOError:
                 self._unwritten[ids[pos:]] = True
                 raise
@@ -180,23 +191,27 @@ class DiskPool:
             self.broken = f"the file was truncated to {size} of {self.reserved_bytes} bytes"
 
     def _chunks(self, ids: np.ndarray) -> list[tuple[int, int, int]]:
-        """Runs of consecutive ids, cut to at most `_STAGE_BYTES` of whole blocks each."""
-        most = max(1, _STAGE_BYTES // self.layout.block_bytes)
+        """Runs of consecutive ids, cut to at most `_MAX_IOVECS` blocks (one iovec per block)."""
+        most = _MAX_IOVECS
         return [
             (pos + c, first + c, min(most, n - c))
             for pos, first, n in block_runs(ids)
             for c in range(0, n, most)
         ]
 
-    def _stage(self, n: int) -> torch.Tensor:
-        layout = self.layout
-        return torch.empty((layout.num_layers, n, *self.layer_shape), dtype=layout.dtype)
+    def _iovecs(self, raw: memoryview, pos: int, n: int, layer: int) -> list[memoryview]:
+        """Layer `layer` of blocks pos..pos+n-1 of a [n, num_layers, ...] host buffer, one slice each."""
+        lb, block = self.layer_bytes, self.layout.block_bytes
+        start = pos * block + layer * lb
+        return [raw[start + i * block : start + i * block + lb] for i in range(n)]
 
-    def _pread(self, view: memoryview, offset: int, ids: np.ndarray) -> None:
+    def _pread(self, views: list[memoryview], offset: int, ids: np.ndarray) -> None:
+        """Fill `views` from `offset` on; a short read resumes where it stopped, an end of file
+        (the file truncated) or an OSError is a DiskTierIOError."""
         done = 0
-        while done < len(view):
+        while views:
             try:
-                got = os.preadv(self.fd, [view[done:]], offset + done)
+                got = os.preadv(self.fd, views, offset + done)
             except OSError as e:
                 raise self._error("read", offset + done, ids, e.strerror or str(e), e.errno) from e
             if got == 0:
@@ -204,12 +219,13 @@ class DiskPool:
                 detail = "the file ends before the block (truncated?)"
                 raise self._error("read", offset + done, ids, detail, errno.EIO)
             done += got
+            views = _advance(views, got)
 
-    def _pwrite(self, view: memoryview, offset: int, ids: np.ndarray) -> None:
+    def _pwrite(self, buffers: list[memoryview], offset: int, ids: np.ndarray) -> None:
         done = 0
-        while done < len(view):
+        while buffers:
             try:
-                put = os.pwritev(self.fd, [view[done:]], offset + done)
+                put = os.pwritev(self.fd, buffers, offset + done)
             except OSError as e:
                 self.broken = f"a write failed: {e.strerror or e}"
                 raise self._error("write", offset + done, ids, e.strerror or str(e), e.errno) from e
@@ -217,6 +233,7 @@ class DiskPool:
                 self.broken = "a write wrote nothing"
                 raise self._error("write", offset + done, ids, "nothing written", errno.EIO)
             done += put
+            buffers = _advance(buffers, put)
 
     def _error(self, op: str, offset: int, ids: np.ndarray, detail: str, code: int | None) -> DiskTierIOError:
         if op == "read":
@@ -229,6 +246,18 @@ class DiskPool:
         )
         logger.error("%s", error)
         return error
+
+
+def _advance(views: list[memoryview], num_bytes: int) -> list[memoryview]:
+    """The part of `views` after its first `num_bytes` bytes (a short read or write goes on there)."""
+    i = 0
+    while i < len(views) and num_bytes >= len(views[i]):
+        num_bytes -= len(views[i])
+        i += 1
+    rest = views[i:]
+    if rest and num_bytes:
+        rest[0] = rest[0][num_bytes:]
+    return rest
 
 
 def _reserve(fd: int, num_bytes: int, directory: Path) -> None:

@@ -54,6 +54,9 @@ def test_a_layer_of_a_run_is_one_read(tmp_path, monkeypatch) -> None:
     pool.read_layer(np.array([1, 2, 3, 4, 6, 7]), 2, out)
     assert len(calls) == 2 and torch.equal(out, data[[1, 2, 3, 4, 6, 7], 2])
     calls.clear()
+    pool.read_layer(np.array([7, 3, 6, 1, 4, 2]), 0, out)  # any order: read in ascending runs
+    assert len(calls) == 2 and torch.equal(out, data[[7, 3, 6, 1, 4, 2], 0])
+    calls.clear()
     whole = torch.empty(6, *SHAPE, dtype=LAYOUT.dtype)
     pool.read_blocks(np.array([1, 2, 3, 4, 6, 7]), whole)
     assert len(calls) == 2 * 3 and torch.equal(whole, data[[1, 2, 3, 4, 6, 7]])  # runs x layers
