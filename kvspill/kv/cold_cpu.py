@@ -15,6 +15,7 @@ first read of the pools in a step.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -37,18 +38,20 @@ def key_splits(num_blocks: int, num_kv_heads: int) -> int:
 
 class LayerStaging:
     """A host buffer for one layer of up to n disk blocks: [n, 2, block_size, num_kv_heads,
-    head_dim], grown on demand and kept (one per backend: the kernel path runs one layer at a
-    time), so a step's disk reads do not fault in fresh pages."""
+    head_dim], grown on demand and kept (one per backend), so a step's disk reads do not fault in
+    fresh pages. One buffer per thread: a failed step's CPU work may still run on a worker while
+    the retry's starts on another."""
 
     def __init__(self, layout: KVLayout) -> None:
         self.shape = (2, layout.block_size, layout.num_kv_heads, layout.head_dim)
         self.dtype = layout.dtype
-        self._buf: torch.Tensor | None = None
+        self._local = threading.local()
 
     def get(self, num_blocks: int) -> torch.Tensor:
-        if self._buf is None or self._buf.shape[0] < num_blocks:
-            self._buf = torch.empty((num_blocks, *self.shape), dtype=self.dtype)
-        return self._buf[:num_blocks]
+        buf: torch.Tensor | None = getattr(self._local, "buf", None)
+        if buf is None or buf.shape[0] < num_blocks:
+            buf = self._local.buf = torch.empty((num_blocks, *self.shape), dtype=self.dtype)
+        return buf[:num_blocks]
 
 
 def parts_window(parts: CpuParts, start: int, end: int) -> CpuParts:
