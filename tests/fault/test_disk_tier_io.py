@@ -123,6 +123,7 @@ def test_a_write_error_stops_spilling_to_disk_and_requests_finish(
     alone = LLMEngine(model=str(tiny_llama_dir), **BASE, max_num_batched_tokens=256)
     assert tokens["twin"] == _run(alone, {"twin": twin})[0]["twin"]
     assert engine.scheduler.kv_tiers.disk.num_blocks == 0  # no more spills to disk
+    assert engine.kv_capacity_tokens() == (6 + 8) * 8  # admission counts the tiers left
     assert sum("disk KV tier disabled" in r.getMessage() for r in caplog.records) == 1
     assert any(str(tmp_path) in r.getMessage() for r in caplog.records)  # the log names the file
     stats = engine.kv_stats()
