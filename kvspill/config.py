@@ -83,7 +83,7 @@ class EngineConfig:
     # ---- KV tiers (docs/architecture.md, "KV tiers") ----
     vram_budget_bytes: int | None = None  # hard ceiling for everything on the GPU (--vram-budget)
     cpu_kv_budget_bytes: int = 0  # pinned host pool for cold KV (--cpu-kv-budget); 0 = no cpu tier
-    disk_kv_budget_bytes: int = 0  # memory-mapped files for colder KV (--disk-kv-budget)
+    disk_kv_budget_bytes: int = 0  # a file of colder KV, explicit I/O (--disk-kv-budget)
     kv_disk_dir: str | None = None  # where the disk tier lives (default: a temp dir)
     kv_persist_dir: str | None = None  # prefix KV blocks kept in files across restarts (kv/persist.py)
     kv_persist_budget_bytes: int = 64 * 2**30  # most bytes of block files there (LRU beyond)

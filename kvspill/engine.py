@@ -210,10 +210,10 @@ class LLMEngine:
             raise ContextLengthExceededError(self.max_model_len, n, params.max_tokens)
 
     def kv_capacity_tokens(self) -> int:
-        """Tokens of KV all tiers hold together (gpu + cpu + disk pools)."""
-        storage = self.bundle.storage
+        """Tokens of KV all tiers hold together (gpu + cpu + disk; a disk tier out of use counts 0)."""
+        tiers = self.scheduler.kv_tiers
         return (
-            storage.num_blocks + storage.num_cpu_blocks + storage.num_disk_blocks
+            self.bundle.storage.num_blocks + tiers.cpu.num_blocks + tiers.disk.num_blocks
         ) * self.config.block_size
 
     def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int:

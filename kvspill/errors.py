@@ -69,3 +69,36 @@ class StepError(RuntimeError):
     def __init__(self, req_ids: list[str], cause: BaseException) -> None:
         super().__init__(f"{type(cause).__name__}: {cause}")
         self.req_ids = req_ids
+
+
+class DiskTierIOError(OSError):
+    """A read or write of the disk KV tier's file failed after start (a media error, the file
+    truncated, the filesystem gone). It fails the step that needed those blocks, never the
+    process; the engine then retires the blocks, or with `broken` (a failed write, or a file
+    found shorter than reserved) stops spilling to the disk tier: `ColdPrefixCache.on_disk_error`.
+
+    `op`: "read" or "write"; `block_ids`: the disk block ids of the failed call; `offset`: the
+    byte offset in `path`."""
+
+    def __init__(
+        self,
+        op: str,
+        path: str,
+        offset: int,
+        block_ids: tuple[int, ...],
+        detail: str,
+        code: int,
+        broken: bool,
+    ) -> None:
+        first, last = (block_ids[0], block_ids[-1]) if block_ids else (-1, -1)
+        which = f"block {first}" if len(block_ids) == 1 else f"{len(block_ids)} blocks ({first}..{last})"
+        super().__init__(code, f"disk KV tier: {op} of {which} at byte {offset} of {path} failed: {detail}")
+        self.op, self.path, self.offset, self.block_ids = op, path, offset, block_ids
+        self.detail, self.broken = detail, broken
+
+    def __reduce__(self) -> tuple[object, ...]:  # pickles across tensor-parallel ranks
+        args = (self.op, self.path, self.offset, self.block_ids, self.detail, self.errno, self.broken)
+        return (type(self), args)
+
+    def __str__(self) -> str:
+        return str(self.strerror)

@@ -1,8 +1,8 @@
 """The engine's glue between the tiers' prefix caches and the persist dir (`--kv-persist-dir`).
 
 After each step, blocks freed into a prefix cache are queued for the writer thread of
-`kv/persist.py` (cold blocks are read in place, pinned until written; gpu blocks are copied to
-host first, before the next `schedule()` can reuse them). Before each step, every request that
+`kv/persist.py` (cpu blocks are read in place, pinned until written; gpu and disk blocks are
+copied to host first, before the next `schedule()` can reuse them). Before each step, every request that
 arrived since is looked up once: after its hits in the gpu/cpu/disk tiers, the blocks of its
 prefix found in the persist dir are read into free cpu (then disk) blocks and cached there, so
 the scheduler's prefix lookup takes them as cold hits.
@@ -13,11 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
+import torch
+
+from kvspill.errors import DiskTierIOError
 from kvspill.kv.persist import PersistStore
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.kv.tiers import KVTierManager
 from kvspill.scheduler.request import Request
-from kvspill.types import TIER_GPU
+from kvspill.types import TIER_DISK, TIER_GPU
 
 logger = logging.getLogger(__name__)
 
@@ -35,14 +38,34 @@ class PrefixPersister:
         for token in self.store.take_written():
             if token is not None:
                 self.tiers.prefix.release_pin(*token)  # type: ignore[misc]
+        on_disk: list[tuple[int, int]] = []
         for tier, block_id, block_hash in self.tiers.prefix.take_newly_cached():
             if tier == TIER_GPU:
                 block = self.tiers.kv.block_pool.blocks[block_id]
                 if block.block_hash != block_hash or self.store.contains(block_hash):
                     continue  # handed out again already (its hash went with it), or stored
                 self.store.submit(block_hash, self.storage.kv_cache[block_id].to("cpu", copy=True))
+            elif tier == TIER_DISK and not self.store.contains(block_hash):
+                on_disk.append((block_id, block_hash))
+            elif tier == TIER_DISK:
+                self.tiers.prefix.release_pin(tier, block_id)
             elif not self.store.submit(block_hash, self.storage.pool(tier)[block_id], (tier, block_id)):
                 self.tiers.prefix.release_pin(tier, block_id)
+        if on_disk:
+            self._submit_disk_blocks(on_disk)
+
+    def _submit_disk_blocks(self, on_disk: list[tuple[int, int]]) -> None:
+        """The disk tier is a file: one read of all its newly cached blocks (runs coalesce), copies
+        queued for the writer, so their pins end now."""
+        try:
+            blocks = self.storage.read_blocks(TIER_DISK, [block_id for block_id, _ in on_disk])
+        except DiskTierIOError as e:  # logged by the pool; these blocks are not persisted
+            self.tiers.prefix.on_disk_error(e)
+            blocks = None
+        for i, (block_id, block_hash) in enumerate(on_disk):
+            if blocks is not None:
+                self.store.submit(block_hash, blocks[i])
+            self.tiers.prefix.release_pin(TIER_DISK, block_id)
 
     def before_schedule(self, waiting: Collection[Request]) -> None:
         """Read the persisted prefix blocks of requests that arrived since the last step."""
@@ -63,10 +86,25 @@ class PrefixPersister:
             if slot is None:
                 break  # no free cold room: the rest is computed
             tier, block_id = slot
-            ok = self.store.load_into(block_hash, self.storage.pool(tier)[block_id])
+            ok = self._load_block(block_hash, tier, block_id)
             self.tiers.prefix.finish_load(tier, block_id, block_hash if ok else None)
             if not ok:
                 break
+
+    def _load_block(self, block_hash: int, tier: int, block_id: int) -> bool:
+        if tier != TIER_DISK:
+            return self.store.load_into(block_hash, self.storage.pool(tier)[block_id])
+        layout = self.storage.layout
+        block = torch.empty((1, layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.head_dim),
+                            dtype=layout.dtype)  # fmt: skip
+        if not self.store.load_into(block_hash, block[0]):
+            return False
+        try:
+            self.storage.write_blocks(TIER_DISK, [block_id], block)
+        except DiskTierIOError as e:  # logged by the pool; no more spills there
+            self.tiers.prefix.on_disk_error(e)
+            return False
+        return True
 
     def close(self) -> None:
         self.store.flush()

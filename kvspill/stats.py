@@ -220,6 +220,9 @@ class RunnerKVStats:
 
     transfer: TransferCounters | None = None  # None: no transfer engine (storage without cold tiers)
     cold: ColdAttentionCounters | None = None  # None: no cold-attention backend
+    # The disk tier's failed reads and writes since start (kv/disk_pool.py); JSON `disk_<field>`
+    disk_read_errors: int = 0
+    disk_write_errors: int = 0
 
     @property
     def bytes_moved(self) -> Mapping[str, int]:
@@ -242,6 +245,8 @@ class RunnerKVStats:
             out.update(self.transfer.to_json())
         if self.cold is not None:
             out.update(self.cold.to_json())
+        if self.disk_read_errors or self.disk_write_errors:
+            out.update(disk_read_errors=self.disk_read_errors, disk_write_errors=self.disk_write_errors)
         return out
 
     @classmethod
@@ -250,6 +255,8 @@ class RunnerKVStats:
         return cls(
             transfer=TransferCounters.from_json(raw) if has["transfer_"] else None,
             cold=ColdAttentionCounters.from_json(raw) if has["cold_"] else None,
+            disk_read_errors=int(raw.get("disk_read_errors", 0)),
+            disk_write_errors=int(raw.get("disk_write_errors", 0)),
         )
 
 

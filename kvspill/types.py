@@ -60,7 +60,7 @@ class CachedRequestData:
 # KV tiers. A request's logical block i lives in exactly one tier, at a block id of that tier's pool.
 TIER_GPU = 0  # the device pool (on a CPU-only machine this "gpu" tier lives on the CPU device)
 TIER_CPU = 1  # pinned host memory
-TIER_DISK = 2  # memory-mapped files under --kv-disk-dir
+TIER_DISK = 2  # a file under --kv-disk-dir (kv/disk_pool.py)
 TIER_NAMES = ("gpu", "cpu", "disk")
 
 

@@ -99,10 +99,9 @@ class BlockSummaries:
         missing = block_ids[~self.valid[tier][block_ids]]
         if len(missing) == 0:
             return
-        pool = self.storage.pool(tier)
         for c0 in range(0, len(missing), _CHUNK_BLOCKS):
-            ids = torch.from_numpy(np.ascontiguousarray(missing[c0 : c0 + _CHUNK_BLOCKS]))
-            summary = summarize_keys(pool.index_select(0, ids))
+            ids = torch.from_numpy(np.ascontiguousarray(missing[c0 : c0 + _CHUNK_BLOCKS], dtype=np.int64))
+            summary = summarize_keys(self.storage.read_blocks(tier, ids.numpy()))  # disk: file reads
             self.tensors[tier].index_copy_(0, ids.to(self.storage.device), summary.to(self.storage.device))
         self.valid[tier][missing] = True
         self.num_late += len(missing)

@@ -8,14 +8,14 @@ step (TransferPlan invariant): every query sees every cold key, no mask (see `co
 
 Paths (`ColdAttentionConfig.path`):
 - "cpu" (a): q of the cold rows goes down to the host (pinned, one small copy), the CPU attends
-  the blocks where they lie (cpu pool, or the disk memory map) in fp32, chunk by chunk of
+  the blocks where they lie (cpu pool in place, disk file read per chunk) in fp32, chunk by chunk of
   `cpu_chunk_blocks`, and (o, lse) comes back up. The CPU work runs after the GPU kernels of
   the layer are enqueued, so the two overlap; `cpu_workers > 0` runs it on a thread pool.
 - "stream" (b): the blocks are copied to the device in double-buffered chunks, the next chunk
   or the next layer's first chunk prefetched while the current one is attended (`cold_stream`).
 - "split": each sequence's cold blocks are split between (a) and (b) in the ratio
   `cpu_fraction` (default: measured CPU attention vs H2D bandwidth, else 1/2); disk blocks go
-  to the CPU first (it reads the memory map in place), pinned cpu blocks to the stream.
+  to the CPU first (it reads the disk file straight into host memory), pinned cpu blocks to the stream.
 - "sparse": decode rows (one query row of a sequence) attend only the cold blocks their
   queries select within `sparse_budget_tokens` (`cold_sparse`, block summaries kept by
   `BlockSummaries`); prefill rows take the exact path "auto" picks. Not exact by design.
@@ -40,7 +40,7 @@ import torch
 from kvspill.errors import InvalidParameterError
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kv.block_summary import BlockSummaries
-from kvspill.kv.cold_cpu import ColdCpuPath
+from kvspill.kv.cold_cpu import ColdCpuPath, LayerStaging
 from kvspill.kv.cold_math import merge_partials
 from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseInput
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
@@ -177,6 +177,7 @@ class ColdAttentionBackend:
         self.cpu_threads = self.config.cpu_threads or torch.get_num_threads()
         # The C++ kernel reads blocks in place; None (logged once): gather + torch's kernel.
         self.cpu_kernel = load_kernel() if self.path in ("cpu", "split") else None
+        self.disk_staging = LayerStaging(storage.layout)  # the CPU path's disk reads, one layer at a time
         # sparse: the decode rows attend the cold blocks their queries select (`cold_sparse`);
         # the transfer engine keeps these summaries of every cold block (`on_copy`).
         self.summaries = BlockSummaries(storage) if self.config.path == "sparse" else None
@@ -315,6 +316,7 @@ class ColdStep:
             chunk_blocks=backend.config.cpu_chunk_blocks,
             ensure_host_ready=self._ensure_host_ready,
             add_stats=backend.stats.add_cpu,
+            disk_staging=backend.disk_staging,
         )
         self.sparse = None
         if sparse_seqs:

@@ -1,10 +1,13 @@
-"""Cold path (a): attend a step's CPU parts on the host, where the blocks lie (cpu pool or disk map).
+"""Cold path (a): attend a step's CPU parts on the host, where the blocks lie (cpu pool or disk file).
 
 `ColdCpuPath` is built once per step by `ColdStep` (kv/cold_attention.py) with the step's CPU
 parts; per layer, `work` fills rows of a host (o, lse) pair: every part through the C++ kernel
-in one call per tier (`kernels/cpu_attention.py`, reading blocks in place), or, without the
-kernel, part by part with a gather of `cpu_chunk_blocks` blocks and torch's CPU flash kernel.
-fp32 accumulators; rows of different parts are disjoint, so parts may run on several workers.
+(`kernels/cpu_attention.py`): one call over the cpu pool, read in place, and one per
+`cpu_chunk_blocks` disk blocks, read (that layer only) into a reusable host buffer
+(`LayerStaging`); or, without the kernel, part by part with a gather of `cpu_chunk_blocks`
+blocks and torch's CPU flash kernel. Every call after the first merges by LSE into the rows it
+shares. fp32 accumulators; rows of different parts are disjoint, so parts may run on several
+workers. A disk read error (`DiskTierIOError`) propagates: the step fails, never the process.
 
 Invariant: the host waits for async copies into the cpu pool (`ensure_host_ready`) before its
 first read of the pools in a step.
@@ -12,6 +15,7 @@ first read of the pools in a step.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -22,7 +26,7 @@ from kvspill.kernels.cpu_attention import CpuParts, cpu_paged_attention
 from kvspill.kernels.merge_states import merge_attention_states_ref
 from kvspill.kv.cold_math import attend_unmasked_cpu
 from kvspill.kv.cold_stream import ColdPart
-from kvspill.kv.storage import TieredKVStorage
+from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK
 
 
@@ -30,6 +34,39 @@ def key_splits(num_blocks: int, num_kv_heads: int) -> int:
     """Key splits for the CPU kernel: enough (kv heads x splits) tasks for the threads, dividing the blocks."""
     want = max(1, -(-torch.get_num_threads() // num_kv_heads))
     return next(s for s in range(min(want, num_blocks), 0, -1) if num_blocks % s == 0)
+
+
+class LayerStaging:
+    """A host buffer for one layer of up to n disk blocks: [n, 2, block_size, num_kv_heads,
+    head_dim], grown on demand and kept (one per backend), so a step's disk reads do not fault in
+    fresh pages. One buffer per thread: a failed step's CPU work may still run on a worker while
+    the retry's starts on another."""
+
+    def __init__(self, layout: KVLayout) -> None:
+        self.shape = (2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+        self.dtype = layout.dtype
+        self._local = threading.local()
+
+    def get(self, num_blocks: int) -> torch.Tensor:
+        buf: torch.Tensor | None = getattr(self._local, "buf", None)
+        if buf is None or buf.shape[0] < num_blocks:
+            buf = self._local.buf = torch.empty((num_blocks, *self.shape), dtype=self.dtype)
+        return buf[:num_blocks]
+
+
+def parts_window(parts: CpuParts, start: int, end: int) -> CpuParts:
+    """The parts' blocks at positions [start, end) of `parts.block_ids`, renumbered 0..end-start-1
+    (the ids of a staging buffer holding those blocks in that order)."""
+    lo = np.maximum(parts.block_start[:-1], start)
+    hi = np.minimum(parts.block_start[1:], end)
+    keep = hi > lo
+    counts = (hi - lo)[keep]
+    return CpuParts(
+        block_ids=np.arange(end - start, dtype=np.int64),
+        block_start=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+        row_start=parts.row_start[keep],
+        row_end=parts.row_end[keep],
+    )
 
 
 class ColdCpuPath:
@@ -46,8 +83,10 @@ class ColdCpuPath:
         chunk_blocks: int,
         ensure_host_ready: Callable[[], None],
         add_stats: Callable[[int, float], None],
+        disk_staging: LayerStaging | None = None,
     ) -> None:
         self.storage = storage
+        self.disk_staging = disk_staging or LayerStaging(storage.layout)
         self.parts = parts
         self.scale = scale
         self.has_kernel = has_kernel
@@ -86,20 +125,42 @@ class ColdCpuPath:
         self.add_stats(num_blocks * layout.block_bytes // layout.num_layers, time.perf_counter() - t0)
 
     def _kernel_layer(self, layer_idx: int, q_host: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> int:
-        """Every CPU part through the C++ kernel, reading the blocks in place: one call per tier
-        holding any of them; a second tier's partial merges by LSE into the rows it shares."""
-        tiers = self.tier_parts()
-        for i, (tier, parts) in enumerate(tiers):
-            pool = self.storage.pool(tier)
-            if i == 0:
-                cpu_paged_attention(q_host, pool, layer_idx, parts, self.scale, (o, lse), self.cpu_threads)
+        """Every CPU part through the C++ kernel: the cpu pool in place, the disk blocks per chunk
+        of `chunk_blocks` through the staging buffer (see the module docstring)."""
+        num_calls = 0
+        for tier, parts in self.tier_parts():
+            if tier == TIER_CPU:
+                self._kernel_call(q_host, self.storage.cpu_cache, layer_idx, parts, (o, lse), num_calls == 0)
+                num_calls += 1
                 continue
-            o_t, lse_t = torch.zeros_like(o), torch.full_like(lse, float("-inf"))
-            cpu_paged_attention(q_host, pool, layer_idx, parts, self.scale, (o_t, lse_t), self.cpu_threads)
-            merged_o, merged_lse = merge_attention_states_ref(o, lse, o_t, lse_t)
-            o.copy_(merged_o)
-            lse.copy_(merged_lse)
-        return sum(len(parts.block_ids) for _, parts in tiers)
+            for start in range(0, len(parts.block_ids), self.chunk_blocks):
+                ids = parts.block_ids[start : start + self.chunk_blocks]
+                staged = self.disk_staging.get(len(ids))  # [n, 2, block_size, num_kv_heads, head_dim]
+                self.storage.gather_layer(TIER_DISK, layer_idx, ids, staged)
+                window = parts_window(parts, start, start + len(ids))
+                self._kernel_call(q_host, staged.unsqueeze(1), 0, window, (o, lse), num_calls == 0)
+                num_calls += 1
+        return sum(len(parts.block_ids) for _, parts in self.tier_parts())
+
+    def _kernel_call(
+        self,
+        q_host: torch.Tensor,
+        pool: torch.Tensor,
+        layer_idx: int,
+        parts: CpuParts,
+        out: tuple[torch.Tensor, torch.Tensor],
+        first: bool,
+    ) -> None:
+        """One kernel call into `out` (the first call) or into a partial merged into it by LSE."""
+        if first:
+            cpu_paged_attention(q_host, pool, layer_idx, parts, self.scale, out, self.cpu_threads)
+            return
+        o, lse = out
+        o_t, lse_t = torch.zeros_like(o), torch.full_like(lse, float("-inf"))
+        cpu_paged_attention(q_host, pool, layer_idx, parts, self.scale, (o_t, lse_t), self.cpu_threads)
+        merged_o, merged_lse = merge_attention_states_ref(o, lse, o_t, lse_t)
+        o.copy_(merged_o)
+        lse.copy_(merged_lse)
 
     def tier_parts(self) -> list[tuple[int, CpuParts]]:
         """(tier, the CPU parts' blocks in it), for the tiers that hold any; built once a step."""
@@ -134,23 +195,25 @@ class ColdCpuPath:
         blocks = [(TIER_CPU, b) for b in part.cpu_block_ids] + [(TIER_DISK, b) for b in part.disk_block_ids]
         for c0 in range(0, len(blocks), self.chunk_blocks):
             chunk = blocks[c0 : c0 + self.chunk_blocks]
-            k, v = (self._gather_host(layer_idx, kv, chunk) for kv in (0, 1))  # [n * block_size, kv, dim]
+            kv = self._gather_host(layer_idx, chunk)  # [n, 2, block_size, num_kv_heads, head_dim]
+            k, v = (kv[:, i].reshape(-1, layout.num_kv_heads, layout.head_dim) for i in (0, 1))
             o_p, lse_p = attend_unmasked_cpu(q, k, v, self.scale, key_splits(len(chunk), layout.num_kv_heads))
             merged_o, merged_lse = merge_attention_states_ref(o_acc, lse_acc, o_p, lse_p)
             o_acc.copy_(merged_o)
             lse_acc.copy_(merged_lse)
         return len(blocks)
 
-    def _gather_host(self, layer_idx: int, kv: int, blocks: list[tuple[int, int]]) -> torch.Tensor:
-        """K (kv=0) or V (kv=1) of `blocks` of one layer, contiguous: [n * block_size, num_kv_heads, head_dim]."""
+    def _gather_host(self, layer_idx: int, blocks: list[tuple[int, int]]) -> torch.Tensor:
+        """K and V of `blocks` of one layer: [n, 2, block_size, num_kv_heads, head_dim], a fresh
+        tensor (parts may run on several workers at once)."""
         layout = self.storage.layout
-        parts = []
+        out = torch.empty(
+            (len(blocks), 2, layout.block_size, layout.num_kv_heads, layout.head_dim), dtype=layout.dtype
+        )
+        offset = 0
         for tier in (TIER_CPU, TIER_DISK):
-            ids = [b for t, b in blocks if t == tier]
-            if ids:
-                pool = self.storage.tier_layer(tier, layer_idx)[
-                    :, kv
-                ]  # [num_tier_blocks, block_size, kv, dim]
-                parts.append(pool.index_select(0, torch.tensor(ids, dtype=torch.int64)))
-        out = parts[0] if len(parts) == 1 else torch.cat(parts)
-        return out.view(-1, layout.num_kv_heads, layout.head_dim)
+            ids = np.array([b for t, b in blocks if t == tier], dtype=np.int64)
+            if len(ids):  # blocks come cpu first, then disk
+                self.storage.gather_layer(tier, layer_idx, ids, out[offset : offset + len(ids)])
+                offset += len(ids)
+        return out

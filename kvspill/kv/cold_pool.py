@@ -11,12 +11,15 @@ Invariants:
   used cached-free block; a block with `ref_cnt > 0` is never evicted.
 - One block per hash per tier; a hash is only ever given to a full block whose KV is computed
   (the caller's guarantee: cold blocks always are).
+- A retired block (its storage failed, `retire`) has no hash and is never handed out again;
+  `num_blocks` counts the blocks not retired. One still in use stays until its holders free it.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from kvspill.types import TIER_NAMES
 
@@ -34,6 +37,7 @@ class ColdBlockPool:
         self._hash_of: dict[int, int] = {}  # block id -> prefix hash, used or cached-free
         self._by_hash: dict[int, int] = {}  # prefix hash -> block id
         self._lru: OrderedDict[int, None] = OrderedDict()  # cached-free ids, least recently used first
+        self._retired: set[int] = set()  # ids taken out for good (`retire`)
         self.num_hits = 0  # blocks found by prefix lookups since start
         self.num_evicted = 0  # cached blocks whose hash was dropped for room
 
@@ -49,7 +53,7 @@ class ColdBlockPool:
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - self.num_free_blocks
+        return len(self._ref_cnt)  # retired blocks still held count too
 
     @property
     def num_cached_blocks(self) -> int:
@@ -77,6 +81,8 @@ class ColdBlockPool:
             self._ref_cnt[block_id] = count - 1
             return
         del self._ref_cnt[block_id]
+        if block_id in self._retired:
+            return  # out of the tier for good
         if block_id in self._hash_of:
             self._lru[block_id] = None
         else:
@@ -94,7 +100,7 @@ class ColdBlockPool:
 
     def cache(self, block_id: int, block_hash: int) -> bool:
         """Make a used block findable by `block_hash`; False when the tier has that hash already."""
-        if block_hash in self._by_hash or block_id in self._hash_of:
+        if block_hash in self._by_hash or block_id in self._hash_of or block_id in self._retired:
             return False
         if block_id not in self._ref_cnt:
             raise ValueError(
@@ -123,6 +129,29 @@ class ColdBlockPool:
 
     def cached_free_block_ids(self) -> list[int]:
         return list(self._lru)
+
+    def retire(self, block_ids: Iterable[int]) -> int:
+        """Take blocks out of the tier for good (a read or write of them failed): they lose their
+        prefix hash, are never handed out again, and `num_blocks` shrinks by them; a block in use
+        stays with its holders until freed. Returns how many were retired by this call."""
+        new = {
+            b for b in block_ids if b not in self._retired and 0 <= b < len(self._retired) + self.num_blocks
+        }
+        for block_id in new:
+            block_hash = self._hash_of.pop(block_id, None)
+            if block_hash is not None:
+                del self._by_hash[block_hash]
+            self._lru.pop(block_id, None)
+        if new:
+            self._free = [b for b in self._free if b not in new]
+            heapq.heapify(self._free)
+        self._retired |= new
+        self.num_blocks -= len(new)
+        return len(new)
+
+    def retire_all(self) -> int:
+        """Retire every block: the tier takes no new block (its storage cannot be written)."""
+        return self.retire(range(len(self._retired) + self.num_blocks))
 
     def reset(self) -> None:
         """Forget every cached-free block's hash (used blocks keep theirs)."""

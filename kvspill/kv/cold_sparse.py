@@ -285,7 +285,9 @@ class SparseColdStep:
         for tier in (TIER_CPU, TIER_DISK):
             pos = np.flatnonzero(tiers == tier)
             if len(pos):
-                src = self.storage.tier_layer(tier, layer_idx).index_select(0, torch.from_numpy(ids[pos]))
+                pos = pos[np.argsort(ids[pos], kind="stable")]  # ascending ids: disk reads coalesce
+                src = torch.empty((len(pos), *dst.shape[1:]), dtype=dst.dtype)
+                self.storage.gather_layer(tier, layer_idx, ids[pos], src)
                 dst.index_copy_(0, torch.from_numpy(pos).to(dst.device), src.to(dst.device))
 
 

@@ -4,7 +4,8 @@ A step's cold blocks (per sequence, the share this path gets) are packed into ch
 `chunk_blocks` blocks; every layer walks the same chunks. For one (layer, chunk) item:
   1. cpu-tier blocks in pinned memory: a zero-copy gather kernel on the copy stream reads the
      chunk's blocks of that layer in place into the device staging buffer (`uva_gather.py`);
-  2. disk-tier blocks (and cpu-tier ones when the pool is not pinned): a host `index_select`
+  2. disk-tier blocks (and cpu-tier ones when the pool is not pinned): a host gather (for disk
+     blocks, file reads of that layer, one per run of consecutive ids: `DiskPool.read_layer`)
      into a contiguous pinned staging buffer, then one H2D copy of it on the copy stream;
   3. the split-KV decode kernel runs over the staging buffer with folded queries
      (`cold_math.fold_queries`: T tokens of a sequence as one query, no mask), and the partial
@@ -166,18 +167,14 @@ class StreamStager:
         stream = self.storage.copy_stream
         if stream is None:  # off CUDA: gather straight into the (host) device buffer
             for tier, ids, _, offset in chunk.gathers:
-                torch.index_select(
-                    self.storage.tier_layer(tier, layer_idx), 0, ids, out=dev[offset : offset + len(ids)]
-                )
+                self.storage.gather_layer(tier, layer_idx, ids, dev[offset : offset + len(ids)])
             return
         in_place = [g for g in chunk.gathers if self.uva and g[0] == TIER_CPU]
         staged = [g for g in chunk.gathers if not (self.uva and g[0] == TIER_CPU)]
         if staged:
             self.loaded[buf].synchronize()  # the previous H2D out of this host buffer is done
         for tier, ids, _, offset in staged:
-            torch.index_select(
-                self.storage.tier_layer(tier, layer_idx), 0, ids, out=host[offset : offset + len(ids)]
-            )
+            self.storage.gather_layer(tier, layer_idx, ids, host[offset : offset + len(ids)])
         started, loaded = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(stream):
             stream.wait_event(self.free[buf])

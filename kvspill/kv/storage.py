@@ -5,32 +5,29 @@ Layout: one tensor `kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_hea
 as one copy of `block_bytes` (2 MiB for Llama-3.1-8B in bf16 with 16-token blocks: the size
 PCIe copies like). Attention kernels take the strided per-layer view `layer(l)`.
 
-`TieredKVStorage` adds the cold tiers with the same per-block layout: a cpu pool in host memory
-(pinned on CUDA, allocated once) and a disk pool in a memory-mapped file; `kv/transfer.py`
-moves blocks between them and `kv/cold_attention.py` attends to the cold ones.
+`TieredKVStorage` adds the cold tiers: a cpu pool in host memory with the same per-block layout
+(pinned on CUDA, allocated once) and a disk pool in a file read and written with explicit I/O
+(`kv/disk_pool.py`: an I/O error is an exception, never a signal); `kv/transfer.py` moves blocks
+between them and `kv/cold_attention.py` attends to the cold ones.
 
-Invariant: the scheduler's block ids index dim 0 of their tier's tensor directly; this module
-never decides which block holds what.
+Invariant: the scheduler's block ids index dim 0 of their tier's tensor directly (the disk
+pool's `read_*`/`write_blocks` for the disk tier); this module never decides which block holds what.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from kvspill.errors import DiskTierError
+from kvspill.kv.disk_pool import DiskPool
 from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, nbytes_of, pinned_zeros
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 logger = logging.getLogger(__name__)
-MiB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -114,58 +111,6 @@ def zeroed_host_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tens
     return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
 
 
-class DiskPool:
-    """`num_blocks` blocks of a layout in one memory-mapped file under `directory`.
-
-    The file's space is reserved at creation (`posix_fallocate`): a write through a mapping of
-    sparse space that the filesystem cannot back is a SIGBUS that kills the process on its first
-    spill, so a disk too small for the budget must fail here, as a `DiskTierError` naming the
-    numbers. The file is unlinked at once (the mapping keeps it alive until the pool goes away),
-    so a crashed engine leaves no stale spill files. numpy has no bfloat16: the file is mapped as
-    bytes and viewed as `layout.dtype` through torch.
-    """
-
-    def __init__(self, layout: KVLayout, num_blocks: int, directory: str | os.PathLike[str] | None) -> None:
-        self.directory = Path(directory) if directory is not None else Path(tempfile.gettempdir())
-        num_bytes = max(num_blocks, 1) * layout.block_bytes  # a zero-block pool still maps one block
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix="kvspill-kv-", suffix=".bin", dir=self.directory)
-        except OSError as e:
-            raise DiskTierError(
-                f"cannot create the disk KV tier in {self.directory}: {e.strerror or e}: "
-                "give a writable --kv-disk-dir"
-            ) from e
-        try:
-            _reserve(fd, num_bytes, self.directory)
-            # memmap: [num_blocks, block_bytes] uint8
-            self._memmap = np.memmap(
-                name, dtype=np.uint8, mode="r+", shape=(max(num_blocks, 1), layout.block_bytes)
-            )
-        finally:
-            os.close(fd)
-            os.unlink(name)
-        raw = torch.from_numpy(self._memmap)[:num_blocks]
-        # cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim] over the file
-        self.cache = raw.view(layout.dtype).view(num_blocks, *_block_shape(layout))
-
-    def flush(self) -> None:
-        self._memmap.flush()
-
-
-def _reserve(fd: int, num_bytes: int, directory: Path) -> None:
-    """Give the file `num_bytes` of real disk space, or raise DiskTierError with the numbers."""
-    try:
-        os.posix_fallocate(fd, 0, num_bytes)
-    except OSError as e:
-        free = shutil.disk_usage(directory).free
-        raise DiskTierError(
-            f"the disk KV tier needs {num_bytes / MiB:.1f} MiB in {directory} but could not reserve it "
-            f"({e.strerror or e}; {free / MiB:.1f} MiB free there): lower --disk-kv-budget or give a "
-            "--kv-disk-dir with more space"
-        ) from e
-
-
 def _block_shape(layout: KVLayout) -> tuple[int, ...]:
     return (layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.head_dim)
 
@@ -177,10 +122,11 @@ class TieredKVStorage(KVStorage):
       same object; `layer(l)` is still the gpu view.
     - cpu: `num_cpu_blocks` blocks in host memory, allocated once; pinned when the device is
       CUDA (pageable with a warning when pinning is refused, always pageable without CUDA).
-    - disk: `num_disk_blocks` blocks in a memory-mapped file under `disk_dir` (a temp dir
-      when None).
-    Block ids of each tier index dim 0 of that tier's tensor. `copy_stream` is the side stream
-    every tier copy runs on (None off CUDA: copies there are synchronous).
+    - disk: `num_disk_blocks` blocks in a file under `disk_dir` (a temp dir when None), read
+      and written through `DiskPool` (kv/disk_pool.py).
+    Block ids of each tier index dim 0 of that tier's tensor (the disk pool's blocks for disk).
+    `copy_stream` is the side stream every tier copy runs on (None off CUDA: copies there are
+    synchronous).
 
     Invariant: this class holds bytes; it never decides which block lives where.
     """
@@ -204,11 +150,6 @@ class TieredKVStorage(KVStorage):
             (num_cpu_blocks, *_block_shape(layout)), layout.dtype, pin
         )
         self.disk = DiskPool(layout, num_disk_blocks, disk_dir) if num_disk_blocks else None
-        self.disk_cache = (
-            self.disk.cache
-            if self.disk is not None
-            else torch.empty((0, *_block_shape(layout)), dtype=layout.dtype)
-        )
         self.copy_stream = torch.cuda.Stream(device=device) if is_cuda else None
 
     @property
@@ -217,21 +158,59 @@ class TieredKVStorage(KVStorage):
 
     @property
     def num_disk_blocks(self) -> int:
-        return int(self.disk_cache.shape[0])
+        return self.disk.num_blocks if self.disk is not None else 0
 
     def pool(self, tier: int) -> torch.Tensor:
-        """The whole pool of `tier`: [num_tier_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]."""
+        """The whole pool of a tensor tier (gpu, cpu): [num_tier_blocks, num_layers, 2, block_size,
+        num_kv_heads, head_dim]. The disk tier is a file: `read_blocks`/`gather_layer`/`write_blocks`."""
         if tier == TIER_GPU:
             return self.kv_cache
         if tier == TIER_CPU:
             return self.cpu_cache
         if tier == TIER_DISK:
-            return self.disk_cache
+            raise ValueError("the disk tier is a file, not a tensor: read_blocks, gather_layer, write_blocks")
         raise ValueError(f"unknown KV tier {tier}")
 
     def tier_layer(self, tier: int, layer_idx: int) -> torch.Tensor:
-        """[num_tier_blocks, 2, block_size, num_kv_heads, head_dim], strided, of one tier."""
+        """[num_tier_blocks, 2, block_size, num_kv_heads, head_dim], strided, of a tensor tier."""
         return self.pool(tier)[:, layer_idx]
+
+    def num_tier_blocks(self, tier: int) -> int:
+        return self.num_disk_blocks if tier == TIER_DISK else int(self.pool(tier).shape[0])
+
+    def read_blocks(self, tier: int, block_ids: np.ndarray | list[int]) -> torch.Tensor:
+        """A copy of whole blocks of any tier: [n, num_layers, 2, block_size, num_kv_heads, head_dim]
+        (on the host for the disk tier). Raises DiskTierIOError when the disk cannot give them."""
+        ids = np.asarray(block_ids, dtype=np.int64)
+        if tier != TIER_DISK:
+            return self.pool(tier).index_select(0, torch.from_numpy(ids).to(self.pool(tier).device))
+        assert self.disk is not None, "no disk tier"
+        out = torch.empty((len(ids), *_block_shape(self.layout)), dtype=self.layout.dtype)
+        self.disk.read_blocks(ids, out)
+        return out
+
+    def write_blocks(self, tier: int, block_ids: np.ndarray | list[int], src: torch.Tensor) -> None:
+        """Whole blocks of any tier = src ([n, num_layers, 2, ...]). Raises DiskTierIOError when the
+        disk cannot take them."""
+        ids = np.asarray(block_ids, dtype=np.int64)
+        if tier != TIER_DISK:
+            pool = self.pool(tier)
+            pool.index_copy_(0, torch.from_numpy(ids).to(pool.device), src.to(pool.device))
+            return
+        assert self.disk is not None, "no disk tier"
+        self.disk.write_blocks(ids, src.to("cpu").contiguous())
+
+    def gather_layer(
+        self, tier: int, layer_idx: int, block_ids: np.ndarray | torch.Tensor, out: torch.Tensor
+    ) -> None:
+        """out[i] = layer `layer_idx` of block block_ids[i] (host ids) of a cold tier; out: [n, 2,
+        block_size, num_kv_heads, head_dim], contiguous on the host for the disk tier."""
+        if tier == TIER_DISK:
+            assert self.disk is not None, "no disk tier"
+            self.disk.read_layer(np.asarray(block_ids, dtype=np.int64), layer_idx, out)
+            return
+        ids = block_ids if isinstance(block_ids, torch.Tensor) else torch.from_numpy(np.asarray(block_ids))
+        torch.index_select(self.tier_layer(tier, layer_idx), 0, ids, out=out)
 
     @property
     def host_nbytes(self) -> int:
@@ -239,4 +218,4 @@ class TieredKVStorage(KVStorage):
 
     @property
     def disk_nbytes(self) -> int:
-        return self.disk_cache.numel() * self.disk_cache.element_size()
+        return self.disk.nbytes if self.disk is not None else 0

@@ -7,12 +7,16 @@ for one tier's cache.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Sequence
 
+from kvspill.errors import DiskTierIOError
 from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest
 from kvspill.kv.cold_pool import ColdBlockPool
 from kvspill.types import TIER_CPU, TIER_GPU
+
+logger = logging.getLogger(__name__)
 
 ColdHits = dict[int, tuple[int, int]]  # logical idx -> (tier, block id)
 
@@ -104,6 +108,23 @@ class ColdPrefixCache:
                 pool.touch(block_id)  # pinned until the persist writer has read it
                 self.newly_cached.append((tier, block_id, hashes[i]))
             pool.free(block_id)
+
+    def on_disk_error(self, error: DiskTierIOError) -> None:
+        """The disk tier's file failed (`kv/disk_pool.py`). Once it is broken (a failed write, a
+        truncated file) it takes no new block: spills go to the cpu tier or wait, as when it is
+        full. After another failed read the blocks named are retired, so no prefix lookup finds
+        them again. Blocks in use stay with their requests (reading them fails those requests'
+        steps); call before those requests are freed, so their blocks leave the tier instead of
+        going to its prefix cache."""
+        if error.broken:
+            if self.disk.num_blocks:
+                logger.error("disk KV tier disabled: no more spills to it until restart (%s)", error)
+            self.disk.retire_all()
+            return
+        num_retired = self.disk.retire(error.block_ids)
+        if num_retired:
+            logger.warning("disk KV tier: %d blocks retired after a failed read, %d left (%s)",
+                           num_retired, self.disk.num_blocks, error)  # fmt: skip
 
     # ---- the persist dir's side (kv/persist.py, driven by the engine) -------------------
 

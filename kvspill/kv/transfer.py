@@ -11,12 +11,15 @@ On CUDA:
   reads); at the end the compute stream waits for one event recorded after the plan's copies,
   so the forward neither reads a block before it arrives nor overwrites a gpu block (freed by
   a gpu->cpu move and reused in this same step) before it has left. The host never waits.
-- cpu<->disk copies are host memcpys (the disk pool is a memory map). Before one runs, the
-  host waits for the async copies already issued (a cpu block may be the source or target of
-  one), and `wait_host()` does the same for readers of the cpu pool on the host (CPU
-  attention, staging of cold blocks).
-- gpu<->disk copies go through torch's staged pageable copy, which blocks the host (not the
-  compute stream) until done: a rare, direct spill.
+- cpu<->disk copies are file reads and writes straight into or out of the cpu pool
+  (`kv/disk_pool.py`). Before one runs, the host waits for the async copies already issued (a
+  cpu block may be the source or target of one), and `wait_host()` does the same for readers of
+  the cpu pool on the host (CPU attention, staging of cold blocks).
+- gpu<->disk copies go through a host buffer and block the host (not the compute stream) until
+  done: a rare, direct spill.
+- A disk read or write that fails (`DiskTierIOError`) does not stop the plan: the other moves
+  still run (a later move may be another request's, which must not be lost), then the first
+  error is raised and the step fails (step_retry.py).
 - A host write into the cpu pool (disk->cpu) first waits for the whole copy stream: the cold
   stream path's zero-copy kernels read pinned blocks in place on it.
 Off CUDA every copy is a synchronous `copy_`: the same code path, so tests exercise it.
@@ -32,15 +35,18 @@ later reader in stream order, once `execute` returns.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
+from kvspill.errors import DiskTierIOError
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.stats import TransferCounters
-from kvspill.types import TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
+from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
 
 
 @dataclass(frozen=True)
@@ -148,9 +154,13 @@ class KVTransferEngine:
             stream.wait_stream(torch.cuda.current_stream(self.storage.device))
             start_event = torch.cuda.Event(enable_timing=True)
             start_event.record(stream)
+        error: DiskTierIOError | None = None
         for run in runs:
             self._summarize(run, stream)
-            self._copy(run, stream)
+            try:
+                self._copy(run, stream)
+            except DiskTierIOError as e:
+                error = error or e
             direction = direction_name(run.src_tier, run.dst_tier)
             nbytes = run.num_blocks * self.storage.layout.block_bytes
             self.stats.bytes_by_direction[direction] = (
@@ -166,6 +176,8 @@ class KVTransferEngine:
         self.stats.num_copies += len(runs)
         self.stats.num_plans += 1
         self.stats.seconds += time.perf_counter() - t0
+        if error is not None:
+            raise error
 
     def wait_host(self) -> None:
         """Block the host until every async copy issued so far has finished (cpu pool readable)."""
@@ -189,31 +201,61 @@ class KVTransferEngine:
             self.summaries.on_copy(*args)
 
     def _copy(self, run: CopyRun, stream: torch.cuda.Stream | None) -> None:
-        src = self.storage.pool(run.src_tier)
-        dst = self.storage.pool(run.dst_tier)
         n = run.num_blocks
         for tier, start in ((run.src_tier, run.src_start), (run.dst_tier, run.dst_start)):
-            size = self.storage.pool(tier).shape[0]
+            size = self.storage.num_tier_blocks(tier)
             assert 0 <= start and start + n <= size, (
                 f"block ids [{start}, {start + n}) outside the {TIER_NAMES[tier]} tier of {size} blocks"
             )
-        src_view = src[run.src_start : run.src_start + n]
-        dst_view = dst[run.dst_start : run.dst_start + n]
         if run.src_tier == run.dst_tier:
             assert run.src_start != run.dst_start, f"a move onto itself: {run}"
+        if TIER_DISK in (run.src_tier, run.dst_tier):
+            self._copy_disk(run, stream)
+            return
+        src_view = self.storage.pool(run.src_tier)[run.src_start : run.src_start + n]
+        dst_view = self.storage.pool(run.dst_tier)[run.dst_start : run.dst_start + n]
         if stream is None:
             dst_view.copy_(src_view)
             return
-        tiers = {run.src_tier, run.dst_tier}
-        if TIER_GPU not in tiers:  # host memcpy (cpu<->disk, or within one of them)
-            # Everything on the copy stream may touch the cpu pool: async copies, and the cold
-            # stream path's kernels that read pinned blocks in place.
-            stream.synchronize()
-            self._pending = None
+        if TIER_GPU not in (run.src_tier, run.dst_tier):  # host memcpy (within the cpu tier)
+            self._sync_host(stream)
             dst_view.copy_(src_view)
             return
-        with torch.cuda.stream(stream):
-            if TIER_DISK in tiers:  # pageable: torch stages it and the host waits for it
-                dst_view.copy_(src_view)
-            else:  # gpu<->cpu (pinned) or gpu<->gpu: async on the copy stream
-                dst_view.copy_(src_view, non_blocking=True)  # pageable (pin refused): CUDA makes it sync
+        with torch.cuda.stream(stream):  # gpu<->cpu (pinned) or gpu<->gpu: async on the copy stream
+            dst_view.copy_(src_view, non_blocking=True)  # pageable (pin refused): CUDA makes it sync
+
+    def _copy_disk(self, run: CopyRun, stream: torch.cuda.Stream | None) -> None:
+        """A run from or to the disk tier: file I/O on the host, through the cpu pool in place or a
+        host buffer for gpu blocks (the host waits for these copies, as for torch's pageable ones)."""
+        storage, n = self.storage, run.num_blocks
+        src_ids = np.arange(run.src_start, run.src_start + n)
+        dst_ids = np.arange(run.dst_start, run.dst_start + n)
+        if stream is not None:
+            # Everything on the copy stream may touch the cpu pool: async copies, and the cold
+            # stream path's kernels that read pinned blocks in place; gpu sources were written
+            # by the compute stream (the copy stream waits for it in `execute`).
+            self._sync_host(stream)
+        disk = storage.disk
+        assert disk is not None, "a move from or to the disk tier without one"
+        if run.dst_tier == TIER_CPU:  # disk -> cpu: read straight into the pool
+            disk.read_blocks(src_ids, storage.cpu_cache[run.dst_start : run.dst_start + n])
+            return
+        if run.src_tier == TIER_CPU:  # cpu -> disk: write straight from the pool
+            disk.write_blocks(dst_ids, storage.cpu_cache[run.src_start : run.src_start + n])
+            return
+        # gpu <-> disk (or disk -> disk): through a host buffer; gpu work on the copy stream, ordered
+        # with this plan's async copies (a gpu id freed by one may be reused by this move).
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if run.src_tier == TIER_DISK:
+                host = storage.read_blocks(TIER_DISK, src_ids)
+                if run.dst_tier == TIER_DISK:
+                    disk.write_blocks(dst_ids, host)
+                else:
+                    storage.pool(run.dst_tier)[run.dst_start : run.dst_start + n].copy_(host)
+            else:
+                gpu_blocks = storage.pool(run.src_tier)[run.src_start : run.src_start + n]
+                disk.write_blocks(dst_ids, gpu_blocks.to("cpu"))
+
+    def _sync_host(self, stream: torch.cuda.Stream) -> None:
+        stream.synchronize()
+        self._pending = None

@@ -137,9 +137,12 @@ class ModelRunner:
 
     def kv_stats(self) -> RunnerKVStats:
         """Bytes moved per direction, copies, cold-attention bytes and seconds per path (totals)."""
+        disk = self.storage.disk if isinstance(self.storage, TieredKVStorage) else None
         return RunnerKVStats(
             transfer=self.transfers.counters() if self.transfers is not None else None,
             cold=self.cold.counters() if self.cold is not None else None,
+            disk_read_errors=disk.num_read_errors if disk is not None else 0,
+            disk_write_errors=disk.num_write_errors if disk is not None else 0,
         )
 
     # ---- execution ------------------------------------------------------------------------

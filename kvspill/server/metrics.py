@@ -46,6 +46,9 @@ class ServerMetrics:
             registry=r,
         )
         self.preemptions = Gauge(P + "num_preemptions_total", "Preemptions since start", registry=r)
+        self.disk_errors = Gauge(
+            P + "disk_tier_errors_total", "Failed reads and writes of the disk KV tier", ["op"], registry=r
+        )
         self.rss = Gauge(P + "host_rss_bytes", "Resident memory of the server process", registry=r)
         self.gpu_mem = Gauge(P + "gpu_memory_used_bytes", "CUDA memory allocated by torch", registry=r)
         self.prompt_tokens = Counter(P + "prompt_tokens", "Prompt tokens processed", registry=r)
@@ -124,6 +127,8 @@ class ServerMetrics:
                 self.moved.labels(src, dst).set(value)
             for path, seconds in kv.cold_attention_seconds.to_json().items():
                 self.cold.labels(path).set(seconds)
+            self.disk_errors.labels("read").set(kv.runner.disk_read_errors)
+            self.disk_errors.labels("write").set(kv.runner.disk_write_errors)
         try:
             import psutil
 

@@ -65,20 +65,27 @@ def test_a_prefix_hit_in_a_cold_tier_gives_the_cold_runs_tokens(
     assert hits[tier] >= PREFIX_LEN // 2 and sum(hits.values()) == PREFIX_LEN
 
 
+@pytest.mark.parametrize(
+    "tiers",
+    [dict(num_cpu_kv_blocks=40), dict(num_cpu_kv_blocks=2, num_disk_kv_blocks=40)],
+    ids=["cpu", "disk"],
+)
 def test_a_prefix_persisted_before_a_restart_gives_the_cold_runs_tokens(
-    tiny_llama_dir, tmp_path, prompts, cold_run
+    tiny_llama_dir, tmp_path, prompts, cold_run, tiers
 ):
     persist = tmp_path / "persist"
-    first = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist))
+    first = _llm(tiny_llama_dir, tmp_path, **tiers, kv_persist_dir=str(persist))
     first.generate([prompts[0]], PARAMS)
     first.engine.close()
     assert len(list(persist.glob("*.kvb"))) >= PREFIX_LEN // BS
-    second = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist))
+    second = _llm(tiny_llama_dir, tmp_path, **tiers, kv_persist_dir=str(persist))
     out = second.generate([prompts[1]], PARAMS)[0]
     assert out.token_ids == cold_run
     assert out.num_cached_tokens == PREFIX_LEN
     store = second.engine.persister.store
     assert store.num_loaded == PREFIX_LEN // BS and store.bytes_loaded > 0
+    if "num_disk_kv_blocks" in tiers:  # written from and loaded into the disk tier's file
+        assert second.engine.kv_stats().scheduler.kv_tiers.prefix_hit_tokens["disk"] >= PREFIX_LEN // 2
     second.engine.close()
 
 

@@ -10,11 +10,13 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from kvspill.errors import DiskTierError
-from kvspill.kv.storage import DiskPool, KVLayout
+from kvspill.kv.disk_pool import DiskPool
+from kvspill.kv.storage import KVLayout
 
 LAYOUT = KVLayout(num_layers=2, block_size=16, num_kv_heads=2, head_dim=64, dtype=torch.float16)  # 16 KiB
 
@@ -46,10 +48,12 @@ def test_a_disk_too_small_for_the_budget_fails_at_creation(small_tmpfs: Path) ->
 def test_a_pool_that_fits_writes_every_block(small_tmpfs: Path) -> None:
     blocks = (1 << 20) // LAYOUT.block_bytes // 2  # half the filesystem
     pool = DiskPool(LAYOUT, blocks, small_tmpfs)
-    pool.cache.fill_(1.0)  # every page is backed: no SIGBUS
-    pool.flush()
-    assert bool((pool.cache == 1.0).all())
-    del pool  # unmap before the fixture unmounts
+    ones = torch.ones((blocks, LAYOUT.num_layers, 2, 16, 2, 64), dtype=LAYOUT.dtype)
+    pool.write_blocks(np.arange(blocks), ones)  # the space is reserved: no ENOSPC
+    back = torch.zeros_like(ones)
+    pool.read_blocks(np.arange(blocks), back)
+    assert bool((back == 1.0).all())
+    pool.close()  # before the fixture unmounts
 
 
 def test_injected_enospc_is_a_start_up_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -118,7 +118,7 @@ def test_a_small_budget_attends_exactly_the_chosen_blocks(tmp_path):
 
 def _block(storage: TieredKVStorage, tier: int, block_id: int, layer: int) -> torch.Tensor:
     """[2, block_size, num_kv_heads, head_dim] of one cold block and layer."""
-    return storage.tier_layer(int(tier), layer)[int(block_id)]
+    return storage.read_blocks(int(tier), [int(block_id)])[0, layer]
 
 
 def test_summaries_follow_blocks_to_cpu_and_disk(tmp_path):
@@ -136,7 +136,7 @@ def test_summaries_follow_blocks_to_cpu_and_disk(tmp_path):
     ]
     transfers.execute(TransferPlan(moves))
     for tier, block_id in ((TIER_CPU, 0), (TIER_CPU, 1), (TIER_DISK, 3), (TIER_DISK, 2)):
-        keys = storage.pool(tier)[block_id, :, 0]  # [layers, block_size, kv, dim]
+        keys = storage.read_blocks(tier, [block_id])[0, :, 0]  # [layers, block_size, kv, dim]
         want = torch.stack([keys.amin(1), keys.amax(1)], dim=1)
         assert torch.equal(summaries.tensors[tier][block_id], want)
     assert summaries.valid[TIER_CPU].tolist() == [True, True, False, False]
