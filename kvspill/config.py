@@ -13,7 +13,13 @@ from typing import Any
 from kvspill.errors import InvalidParameterError
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")  # kernels/kv_quant.py (config stays torch-free)
+KV_CACHE_DTYPES = (
+    "auto",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "int8",
+)  # kernels/kv_quant.py (config stays torch-free)
 DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = (None, "none", "gguf", "fp8", "awq", "gptq")
 # Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".

@@ -102,7 +102,9 @@ def test_store_kv_into_int8_cache_equals_reference_and_bound(dtype, device):
     differently), every element within half a step of its input, a zero row with scale 0."""
     gen = torch.Generator().manual_seed(2)
     num_kv_heads, head_dim = 3, 32
-    cache = torch.zeros((4, 2, 2, 8, num_kv_heads, head_dim + INT8_SCALE_BYTES), dtype=torch.int8, device=device)
+    cache = torch.zeros(
+        (4, 2, 2, 8, num_kv_heads, head_dim + INT8_SCALE_BYTES), dtype=torch.int8, device=device
+    )
     k = (torch.randn((9, num_kv_heads, head_dim), generator=gen) * 3).to(dtype).to(device)
     v = (torch.randn((9, num_kv_heads, head_dim), generator=gen) * 0.01).to(dtype).to(device)
     k[4, 1] = 0.0
@@ -110,7 +112,9 @@ def test_store_kv_into_int8_cache_equals_reference_and_bound(dtype, device):
     by_ref, by_kernel = cache.clone(), cache.clone()
     store_kv_ref(k, v, by_ref[:, 1], slots)
     store_kv(k, v, by_kernel[:, 1], slots)
-    assert torch.equal(by_ref[:, 0], cache[:, 0]) and torch.equal(by_kernel[:, 0], cache[:, 0])  # layer 0 untouched
+    assert torch.equal(by_ref[:, 0], cache[:, 0]) and torch.equal(
+        by_kernel[:, 0], cache[:, 0]
+    )  # layer 0 untouched
     for kv, x in ((0, k), (1, v)):
         rows_ref = by_ref[:, 1, kv].reshape(-1, num_kv_heads, head_dim + INT8_SCALE_BYTES)[slots]
         rows_kernel = by_kernel[:, 1, kv].reshape(-1, num_kv_heads, head_dim + INT8_SCALE_BYTES)[slots]
