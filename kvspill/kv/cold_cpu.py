@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from kvspill.kernels.cpu_attention import CpuParts, cpu_paged_attention
+from kvspill.kernels.kv_quant import dequantize_kv
 from kvspill.kernels.merge_states import merge_attention_states_ref
 from kvspill.kv.cold_math import attend_unmasked_cpu
 from kvspill.kv.cold_stream import ColdPart
@@ -142,7 +143,8 @@ class ColdCpuPath:
         return len(blocks)
 
     def _gather_host(self, layer_idx: int, kv: int, blocks: list[tuple[int, int]]) -> torch.Tensor:
-        """K (kv=0) or V (kv=1) of `blocks` of one layer, contiguous: [n * block_size, num_kv_heads, head_dim]."""
+        """K (kv=0) or V (kv=1) of `blocks` of one layer, contiguous: [n * block_size, num_kv_heads,
+        head_dim], in the pool's dtype (int8 pools: dequantized to fp32)."""
         layout = self.storage.layout
         parts = []
         for tier in (TIER_CPU, TIER_DISK):
@@ -153,4 +155,6 @@ class ColdCpuPath:
                 ]  # [num_tier_blocks, block_size, kv, dim]
                 parts.append(pool.index_select(0, torch.tensor(ids, dtype=torch.int64)))
         out = parts[0] if len(parts) == 1 else torch.cat(parts)
+        if out.dtype == torch.int8:  # rows end with their scale (kernels/kv_quant.py)
+            out = dequantize_kv(out)
         return out.view(-1, layout.num_kv_heads, layout.head_dim)
