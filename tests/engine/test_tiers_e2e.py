@@ -136,7 +136,7 @@ def int8_whole(tiny_llama_dir, record_logits):
     return prompt, params, whole.generate([prompt], params)[0].token_ids, logits
 
 
-@pytest.mark.parametrize("cold_attention", ["cpu", "stream"])
+@pytest.mark.parametrize("cold_attention", ["cpu", "stream", "sparse"])  # sparse: budget > cold length
 def test_int8_kv_cache_in_cold_tiers_equals_int8_all_on_one_tier(
     tiny_llama_dir, tmp_path, record_logits, int8_whole, cold_attention
 ):
