@@ -4,8 +4,9 @@ The embedded SmolLM2-135M-Instruct at fp32 compute reads Python's own standard-l
 (text no one here wrote; `--tokens` of them, teacher-forced: one causal pass), twice: with K and
 V kept in fp32, and with K and V stored in `--kv-cache-dtype` through the engine's own store
 conversion (`kernels/kv_quant.quantize_kv`, what `store_kv_ref` writes and the Triton store
-kernels match: fp8 values, or int8 rows with their per-token-per-head scale) and read back as
-the attention kernels do (`kv_quant.dequantize_kv`: widened, int8 times its scale). Reported: top-1 agreement
+kernels match: fp8 values, or int8 rows of the Hadamard-basis K/V with their per-token-per-head
+scale) and read back as the attention kernels do (`kv_quant.dequantize_kv`: widened, int8 times
+its scale; `stored_and_read`). Reported: top-1 agreement
 of the next-token argmax, mean and max KL(fp32 KV || quantized KV) per position. `--skip-layers`
 keeps the listed layers unquantized in this evaluation; `--per-layer N` also measures, on the
 first N tokens, the KL of quantizing one layer at a time (which layers a skip list would need).
@@ -27,13 +28,23 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kvspill.kernels.kv_quant import dequantize_kv, kv_storage_dtype, quantize_kv
+from kvspill.kernels.kv_quant import dequantize_kv, hadamard, kv_storage_dtype, quantize_kv, rotate
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
 from kvspill.tokenizer import load_tokenizer
 
 STDLIB_FILES = ("argparse.py", "textwrap.py", "heapq.py", "bisect.py")  # read in this order
 TOP1_GATE, KL_GATE = 0.99, 0.01
+
+
+def stored_and_read(x: torch.Tensor, kv_dtype: torch.dtype) -> torch.Tensor:
+    """x [num_tokens, num_kv_heads, head_dim] as the engine stores it in a `kv_dtype` pool and
+    its attention reads it back: int8 rows are the Hadamard-basis values with one scale each
+    (the backend turns q the same way; turning K back instead gives the same q.k)."""
+    if kv_dtype != torch.int8:
+        return dequantize_kv(quantize_kv(x, kv_dtype))
+    basis = hadamard(x.shape[-1])
+    return rotate(dequantize_kv(quantize_kv(rotate(x, basis), kv_dtype)), basis)
 
 
 class StoredKVAttention:
@@ -45,9 +56,7 @@ class StoredKVAttention:
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.kv_dtype is not None and layer_idx in self.quantized_layers:
-            # k, v: [num_tokens, num_kv_heads, head_dim]; int8 rows get one scale each
-            k = dequantize_kv(quantize_kv(k, self.kv_dtype))
-            v = dequantize_kv(quantize_kv(v, self.kv_dtype))
+            k, v = stored_and_read(k, self.kv_dtype), stored_and_read(v, self.kv_dtype)
         o = F.scaled_dot_product_attention(
             q.transpose(0, 1)[None],
             k.transpose(0, 1)[None],

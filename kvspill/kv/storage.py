@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from kvspill.errors import DiskTierError
-from kvspill.kernels.kv_quant import row_dim
+from kvspill.kernels.kv_quant import hadamard, row_dim
 from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, nbytes_of, pinned_zeros
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
@@ -72,6 +72,8 @@ class KVStorage:
             self.kv_cache = zeroed_host_tensor(shape, layout.dtype)
         else:
             self.kv_cache = torch.zeros(shape, dtype=layout.dtype, device=device)
+        # int8 pools hold K and V in the Hadamard basis (kernels/kv_quant.py): [head_dim, head_dim]
+        self.kv_rotation = hadamard(layout.head_dim).to(device) if layout.dtype == torch.int8 else None
 
     def layer(self, layer_idx: int) -> torch.Tensor:
         """[num_blocks, 2, block_size, num_kv_heads, row_dim], strided (not contiguous in dim 0)."""

@@ -136,6 +136,21 @@ def int8_whole(tiny_llama_dir, record_logits):
     return prompt, params, whole.generate([prompt], params)[0].token_ids, logits
 
 
+def test_int8_kv_cache_stays_close_to_fp32_kv(tiny_llama_dir, record_logits, int8_whole):
+    """The int8 run (Hadamard basis, per-row scales) against fp32 KV: logits within the
+    quantization's error while the greedy tokens agree (a wrong basis change or scale is off by
+    the logits' whole range). The random tiny model has near-ties: the runs may part later."""
+    prompt, params, want, int8_logits = int8_whole
+    exact = _llm(tiny_llama_dir, max_num_batched_tokens=16)
+    logits = record_logits(exact)
+    got = exact.generate([prompt], params)[0].token_ids
+    same = next(i for i, (a, b) in enumerate(zip([*got, -1], [*want, -2], strict=True)) if a != b)
+    assert same >= 3, (got, want)
+    spread = max(b.abs().max().item() for b in logits)
+    for a, b in zip(int8_logits[: same + 1], logits[: same + 1], strict=True):  # + 1: the prefill's
+        assert (a - b).abs().max().item() < 0.02 * spread
+
+
 @pytest.mark.parametrize("cold_attention", ["cpu", "stream", "sparse"])  # sparse: budget > cold length
 def test_int8_kv_cache_in_cold_tiers_equals_int8_all_on_one_tier(
     tiny_llama_dir, tmp_path, record_logits, int8_whole, cold_attention
