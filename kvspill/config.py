@@ -13,7 +13,13 @@ from typing import Any
 from kvspill.errors import InvalidParameterError
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # kernels/kv_quant.py (config stays torch-free)
+KV_CACHE_DTYPES = (
+    "auto",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "int8",
+)  # kernels/kv_quant.py (config stays torch-free)
 DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = (None, "none", "gguf", "fp8", "awq", "gptq")
 # Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".
@@ -103,7 +109,8 @@ class EngineConfig:
         None  # threads (and cores, where affinity is allowed) for CPU attention
     )
     # KV pool format (vLLM's --kv-cache-dtype): "auto" = the model dtype; "fp8"/"fp8_e4m3"/"fp8_e5m2"
-    # store K and V in 8 bits (kernels/kv_quant.py), half the bytes of every tier.
+    # store K and V in 8 bits, "int8" in 8 bits plus a scale per token and kv head
+    # (kernels/kv_quant.py): about half the bytes of every tier against bf16.
     kv_cache_dtype: str = "auto"
     # ---- past one GPU (docs/distributed.md) ----
     # vLLM's --tensor-parallel-size: one process per GPU (gloo processes on the CPU), Megatron

@@ -1,5 +1,5 @@
 """What engine start-up checks before loading anything: the host's pre-flight (with CPU attention's
-threads and cores), fp8 KV on the card, and an int4 checkpoint against --quantization."""
+threads and cores), fp8 KV on the card (int8 needs nothing), and an int4 checkpoint against --quantization."""
 
 from __future__ import annotations
 
@@ -47,8 +47,9 @@ def preflight(config: EngineConfig) -> None:
 
 
 def check_kv_cache_dtype(config: EngineConfig, device: torch.device) -> None:
-    """fp8 KV: Triton loads and stores fp8 only on compute capability 8.9+ (Ada, Hopper)."""
-    if config.kv_cache_dtype == "auto" or device.type != "cuda" or config.attention == "cpu":
+    """fp8 KV: Triton loads and stores fp8 only on compute capability 8.9+ (Ada, Hopper). int8 KV
+    needs no special hardware (int8 loads, fp32 scales): every GPU the engine runs on."""
+    if config.kv_cache_dtype in ("auto", "int8") or device.type != "cuda" or config.attention == "cpu":
         return
     if torch.cuda.get_device_capability(device) < (8, 9):
         raise InvalidParameterError(

@@ -108,7 +108,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="with sparse: sequences whose chosen blocks stay cached",
     )
-    ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8 or fp8_e5m2 (--kv-cache-dtype)")
+    ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, fp8_e5m2 or int8 (--kv-cache-dtype)")
     ap.add_argument("--attention", default="auto", help="auto, or cpu: all KV in RAM, attention on the CPU")
     ap.add_argument(
         "--cpu-offload-gb", type=float, default=0.0, help="--cpu-offload-gb (weights in pinned RAM)"

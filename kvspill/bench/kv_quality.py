@@ -3,8 +3,10 @@
 The embedded SmolLM2-135M-Instruct at fp32 compute reads Python's own standard-library sources
 (text no one here wrote; `--tokens` of them, teacher-forced: one causal pass), twice: with K and
 V kept in fp32, and with K and V stored in `--kv-cache-dtype` through the engine's own store
-conversion (`kernels/kv_quant.quantize_kv`, what `store_kv_ref` and the Triton store kernels
-write) and read back widened to fp32 (what the attention kernels do). Reported: top-1 agreement
+conversion (`kernels/kv_quant.quantize_kv`, what `store_kv_ref` writes and the Triton store
+kernels match: fp8 values, or int8 rows of the Hadamard-basis K/V with their per-token-per-head
+scale) and read back as the attention kernels do (`kv_quant.dequantize_kv`: widened, int8 times
+its scale; `stored_and_read`). Reported: top-1 agreement
 of the next-token argmax, mean and max KL(fp32 KV || quantized KV) per position. `--skip-layers`
 keeps the listed layers unquantized in this evaluation; `--per-layer N` also measures, on the
 first N tokens, the KL of quantizing one layer at a time (which layers a skip list would need).
@@ -26,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kvspill.kernels.kv_quant import kv_storage_dtype, quantize_kv
+from kvspill.kernels.kv_quant import dequantize_kv, hadamard, kv_storage_dtype, quantize_kv, rotate
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
 from kvspill.tokenizer import load_tokenizer
@@ -35,27 +37,26 @@ STDLIB_FILES = ("argparse.py", "textwrap.py", "heapq.py", "bisect.py")  # read i
 TOP1_GATE, KL_GATE = 0.99, 0.01
 
 
-def int8_token_head(x: torch.Tensor) -> torch.Tensor:
-    """int8 with one scale per token and kv head (absmax / 127), back to fp32: a simulation of the
-    format the CPU kernel reads (`KVScales.token_scales`); the engine does not store it yet."""
-    scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 127.0  # x: [num_tokens, num_kv_heads, head_dim]
-    return (x / scale).round().clamp(-127, 127) * scale
+def stored_and_read(x: torch.Tensor, kv_dtype: torch.dtype) -> torch.Tensor:
+    """x [num_tokens, num_kv_heads, head_dim] as the engine stores it in a `kv_dtype` pool and
+    its attention reads it back: int8 rows are the Hadamard-basis values with one scale each
+    (the backend turns q the same way; turning K back instead gives the same q.k)."""
+    if kv_dtype != torch.int8:
+        return dequantize_kv(quantize_kv(x, kv_dtype))
+    basis = hadamard(x.shape[-1])
+    return rotate(dequantize_kv(quantize_kv(rotate(x, basis), kv_dtype)), basis)
 
 
 class StoredKVAttention:
-    """Causal GQA attention over K/V converted to `kv_dtype` and back (None: untouched; int8:
-    the simulation `int8_token_head`)."""
+    """Causal GQA attention over K/V stored as `kv_dtype` and read back (None: untouched)."""
 
     def __init__(self, kv_dtype: torch.dtype | None, quantized_layers: set[int]) -> None:
         self.kv_dtype = kv_dtype
         self.quantized_layers = quantized_layers
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.kv_dtype == torch.int8 and layer_idx in self.quantized_layers:
-            k, v = int8_token_head(k), int8_token_head(v)
-        elif self.kv_dtype is not None and layer_idx in self.quantized_layers:
-            k = quantize_kv(k, self.kv_dtype).float()
-            v = quantize_kv(v, self.kv_dtype).float()
+        if self.kv_dtype is not None and layer_idx in self.quantized_layers:
+            k, v = stored_and_read(k, self.kv_dtype), stored_and_read(v, self.kv_dtype)
         o = F.scaled_dot_product_attention(
             q.transpose(0, 1)[None],
             k.transpose(0, 1)[None],
@@ -100,7 +101,7 @@ def greedy_tokens(kv_cache_dtype: str, prompt: str, max_tokens: int) -> tuple[li
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kv-cache-dtype", default="fp8", help="an engine format, or int8-sim (simulated only)")
+    ap.add_argument("--kv-cache-dtype", default="fp8", help="an engine format: fp8, fp8_e5m2, int8")
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--skip-layers", default="", help="comma-separated layer indices kept unquantized")
     ap.add_argument("--per-layer", type=int, default=0, help="tokens for the one-layer-at-a-time KL (0: off)")
@@ -111,8 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     resolved = resolve_model(None)
     loaded = load_model(resolved, torch.device("cpu"), torch.float32)
     ids = load_tokenizer(resolved).encode(stdlib_text())[: args.tokens]
-    simulated = args.kv_cache_dtype == "int8-sim"
-    kv_dtype = torch.int8 if simulated else kv_storage_dtype(args.kv_cache_dtype, torch.float32)
+    kv_dtype = kv_storage_dtype(args.kv_cache_dtype, torch.float32)
     skip = {int(x) for x in args.skip_layers.split(",") if x}
     layers = set(range(loaded.num_layers))
     ref = teacher_forced(loaded.model, ids, StoredKVAttention(None, layers))
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
             for layer in sorted(layers)
         }
         print(json.dumps({"per_layer_mean_kl": result["per_layer_mean_kl"]}))
-    if args.greedy_tokens and not simulated:  # the engine has no int8 KV to run
+    if args.greedy_tokens:
         for name in ("auto", args.kv_cache_dtype):
             tokens, text = greedy_tokens(name, args.prompt, args.greedy_tokens)
             result[f"greedy_{name}"] = {"token_ids": tokens, "text": text}

@@ -184,7 +184,8 @@ class EngineOptions:
         "Threads (each pinned to its own core where allowed) for CPU attention.", default="torch's default"
     )
     kv_cache_dtype: str | None = _flag(
-        "KV cache format: auto (the model's dtype), fp8 (= fp8_e4m3) or fp8_e5m2: half the bytes of bf16 KV."
+        "KV cache format: auto (the model's dtype), fp8 (= fp8_e4m3), fp8_e5m2, or int8 (a scale per token "
+        "and kv head; passes the quality gate where fp8 does not): about half the bytes of bf16 KV."
     )
     tensor_parallel_size: int | None = _flag(
         "GPUs to split the model over (one process each; gloo processes on cpu): attention heads, "

@@ -3,9 +3,10 @@
 // Built at run time by kvspill/kernels/cpu_attention.py (g++ -O3 -march=native -fopenmp) and
 // called through ctypes; the torch reference is `cold_math.attend_unmasked_ref`.
 //
-// Pool layout (every tier): [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim];
-// the caller passes the element offsets of one layer's K and V inside a block and the block
-// stride. Work: tasks = (part, split of its blocks), each over all kv heads so that a task
+// Pool layout (every tier): [num_blocks, num_layers, 2, block_size, num_kv_heads, row_stride];
+// a row holds head_dim values (row_stride = head_dim, or head_dim + 4 bytes for int8, whose rows
+// end with their fp32 scale: kernels/kv_quant.py); the caller passes the element offsets of one
+// layer's K and V inside a block and the block stride. Work: tasks = (part, split of its blocks), each over all kv heads so that a task
 // streams whole contiguous K and V slabs of a block (block_size * num_kv_heads * head_dim).
 // Split partials merge by log-sum-exp at the end. Output o, lse in fp32 (natural log).
 #include <omp.h>
@@ -88,10 +89,11 @@ struct Geometry {
   int dtype;
   int64_t block_stride, k_off, v_off;  // elements
   int block_size, num_kv_heads, head_dim, num_heads;
-  // int8: per-token-per-head scales, [num_blocks, num_layers, 2, block_size, num_kv_heads] fp32,
-  // with their own block stride and K/V offsets; fp8: one scale each for K and V.
+  int64_t row_stride;  // pool elements from one (token, kv head) row to the next
+  // int8: per-token-per-head fp32 scales (in the pool's own rows: the caller passes the pool as
+  // floats), with their own block stride, K/V offsets and row stride; fp8: one scale for K and V.
   const float* scales;
-  int64_t scale_block_stride, k_scale_off, v_scale_off;
+  int64_t scale_block_stride, k_scale_off, v_scale_off, scale_row_stride;
   float k_scale, v_scale;
 };
 
@@ -111,8 +113,8 @@ void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t 
     for (int h = 0; h < KV; ++h) {
       for (int t = 0; t < BS; ++t) {
         const int64_t th = static_cast<int64_t>(t) * KV + h;
-        float ks = per_token ? g.scales[sbase + g.k_scale_off + th] : g.k_scale;
-        load_row(g.pool, g.dtype, base + g.k_off + th * D, D, ks, &kf[static_cast<size_t>(t) * D]);
+        float ks = per_token ? g.scales[sbase + g.k_scale_off + th * g.scale_row_stride] : g.k_scale;
+        load_row(g.pool, g.dtype, base + g.k_off + th * g.row_stride, D, ks, &kf[static_cast<size_t>(t) * D]);
       }
       // scores: folded row i = (token r, head h*group + j)
       for (int64_t i = 0; i < nr; ++i) {
@@ -128,8 +130,8 @@ void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t 
       }
       for (int t = 0; t < BS; ++t) {
         const int64_t th = static_cast<int64_t>(t) * KV + h;
-        float vs = per_token ? g.scales[sbase + g.v_scale_off + th] : g.v_scale;
-        load_row(g.pool, g.dtype, base + g.v_off + th * D, D, vs, &vf[static_cast<size_t>(t) * D]);
+        float vs = per_token ? g.scales[sbase + g.v_scale_off + th * g.scale_row_stride] : g.v_scale;
+        load_row(g.pool, g.dtype, base + g.v_off + th * g.row_stride, D, vs, &vf[static_cast<size_t>(t) * D]);
       }
       for (int64_t i = 0; i < nr; ++i) {
         const int64_t r = i / group, head = static_cast<int64_t>(h) * group + i % group;
@@ -238,7 +240,7 @@ void scores_bf16(const Geometry& g, const uint16_t* qb, int64_t nr, int64_t base
     const uint16_t* qr[kRowTile];
     for (int j = 0; j < kRowTile; ++j) qr[j] = qb + rows[i0 + (j < nt ? j : 0)] * D;
     for (int t = 0; t < BS; ++t) {
-      const uint16_t* src = pool + base + g.k_off + (static_cast<int64_t>(t) * KV + h) * D;
+      const uint16_t* src = pool + base + g.k_off + (static_cast<int64_t>(t) * KV + h) * g.row_stride;
       __m512 a[kRowTile];
       for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_setzero_ps();
       for (int c = 0; c < C; ++c) {
@@ -268,11 +270,12 @@ void block_head_avx512(const Geometry& g, const float* q, const uint16_t* qb, in
     for (int j = 0; j < kRowTile; ++j) qr[j] = q + (r0 * H + rows[i0 + (j < nt ? j : 0)]) * D;
     for (int t = 0; t < BS; ++t) {
       const int64_t th = static_cast<int64_t>(t) * KV + h;
-      const __m512 ks = _mm512_set1_ps(DT == INT8 ? g.scales[sbase + g.k_scale_off + th] : g.k_scale);
+      const __m512 ks =
+          _mm512_set1_ps(DT == INT8 ? g.scales[sbase + g.k_scale_off + th * g.scale_row_stride] : g.k_scale);
       __m512 a[kRowTile];
       for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_setzero_ps();
       for (int c = 0; c < C; ++c) {
-        const __m512 kc = load16<DT>(g.pool, base + g.k_off + th * D + c * 16, ks);
+        const __m512 kc = load16<DT>(g.pool, base + g.k_off + th * g.row_stride + c * 16, ks);
         for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(qr[j] + c * 16), kc, a[j]);
       }
       alignas(16) float dots[4];
@@ -308,8 +311,9 @@ void block_head_avx512(const Geometry& g, const float* q, const uint16_t* qb, in
       for (int j = 0; j < nt; ++j) a[j] = _mm512_loadu_ps(acc + rows[i0 + j] * D + c * 16);
       for (int t = 0; t < BS; ++t) {
         const int64_t th = static_cast<int64_t>(t) * KV + h;
-        const __m512 vs = _mm512_set1_ps(DT == INT8 ? g.scales[sbase + g.v_scale_off + th] : g.v_scale);
-        const __m512 vc = load16<DT>(g.pool, base + g.v_off + th * D + c * 16, vs);
+        const __m512 vs =
+            _mm512_set1_ps(DT == INT8 ? g.scales[sbase + g.v_scale_off + th * g.scale_row_stride] : g.v_scale);
+        const __m512 vc = load16<DT>(g.pool, base + g.v_off + th * g.row_stride + c * 16, vs);
         for (int j = 0; j < nt; ++j) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(s[(i0 + j) * BS + t]), vc, a[j]);
       }
       for (int j = 0; j < nt; ++j) _mm512_storeu_ps(acc + rows[i0 + j] * D + c * 16, a[j]);
@@ -327,7 +331,7 @@ void task_avx512(const Geometry& g, const float* q, int64_t r0, int64_t r1, cons
   for (int h = 0; h < g.num_kv_heads; ++h)
     for (int64_t i = 0; i < nr; ++i) rows[h * nr + i] = (i / group) * g.num_heads + static_cast<int64_t>(h) * group + i % group;
   const int64_t elem = DT == F32 ? 4 : (DT == BF16 || DT == F16) ? 2 : 1;
-  const int64_t slab_bytes = static_cast<int64_t>(g.block_size) * g.num_kv_heads * g.head_dim * elem;
+  const int64_t slab_bytes = static_cast<int64_t>(g.block_size) * g.num_kv_heads * g.row_stride * elem;
   const char* pool = static_cast<const char*>(g.pool);
   std::vector<uint16_t> qb;  // bf16 pools: q rows r0..r1 rounded to bf16 for the dot instruction
 #if defined(__AVX512BF16__)
@@ -400,7 +404,8 @@ extern "C" {
 // split_blocks: blocks per task (a part of n blocks runs as ceil(n / split_blocks) tasks).
 int kvspill_cpu_attend(const float* q, int64_t num_heads, const void* pool, int dtype, int64_t block_stride,
                        int64_t k_off, int64_t v_off, int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
-                       const float* scales, int64_t scale_block_stride, int64_t k_scale_off, int64_t v_scale_off,
+                       int64_t row_stride, const float* scales, int64_t scale_block_stride, int64_t k_scale_off,
+                       int64_t v_scale_off, int64_t scale_row_stride,
                        float k_scale, float v_scale, const int64_t* ids, const int64_t* block_start,
                        const int64_t* row_start, const int64_t* row_end, int64_t num_parts, float scale,
                        int64_t split_blocks, int num_threads, float* o, float* lse) {
@@ -414,10 +419,12 @@ int kvspill_cpu_attend(const float* q, int64_t num_heads, const void* pool, int 
              static_cast<int>(num_kv_heads),
              static_cast<int>(head_dim),
              static_cast<int>(num_heads),
+             row_stride,
              scales,
              scale_block_stride,
              k_scale_off,
              v_scale_off,
+             scale_row_stride,
              k_scale,
              v_scale};
   // Task list: (part, first block, num blocks); each task's partial has its own scratch.

@@ -2,7 +2,8 @@
 
 Shapes:
     q:     [num_rows, num_heads, head_dim] (any float dtype; the kernel reads it as fp32)
-    pool:  [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim], contiguous, on the host
+    pool:  [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim], contiguous, on the host
+           (row_dim = head_dim, or head_dim + 4 for int8: kernels/kv_quant.py)
     parts: `CpuParts`: part p owns q rows [row_start[p], row_end[p]) and block ids
            block_ids[block_start[p] : block_start[p + 1]]; every row of a part sees every key of
            its blocks (cold blocks precede every query: no mask, see kv/cold_math.py)
@@ -21,11 +22,11 @@ over a block table, so each layer's blocks must first be gathered (a copy of eve
 its CPU flash kernel then reads them again; measured in `kvspill/bench/cpu_attention_bench.py`
 (bench/results/2026-11-26-cpu-attention/).
 
-Quantized pools (`KVScales`): fp8 pools may carry one scale per layer for K and one for V
-(`--kv-cache-dtype fp8` stores with scale 1, kernels/kv_quant.py); int8 pools need one per token
-and kv head (`token_scales` [num_blocks, num_layers, 2, block_size, num_kv_heads] float32). The
-kernel multiplies while converting, so quantized bytes are read once. (The engine does not store
-int8 KV yet; the kernel and its test are ready for it.)
+Quantized pools: fp8 pools may carry one scale per layer for K and one for V (`KVScales`;
+`--kv-cache-dtype fp8` stores with scale 1, kernels/kv_quant.py); int8 pools carry one fp32
+scale per token and kv head at the end of each row, which the kernel reads from the pool itself
+(passed a second time, as floats). The kernel multiplies while converting, so quantized bytes
+are read once.
 
 `cpu_paged_attention_ref` (gather, dequantize, softmax in fp32) is the oracle of the tests.
 """
@@ -48,6 +49,7 @@ import numpy as np
 import torch
 
 from kvspill.env import env_settings
+from kvspill.kernels.kv_quant import dequantize_kv, value_dim
 
 logger = logging.getLogger(__name__)
 
@@ -153,14 +155,10 @@ def _split_blocks(num_blocks: int, num_threads: int) -> int:
 
 @dataclass(frozen=True)
 class KVScales:
-    """How a quantized pool's bytes become values: x = stored * scale.
-
-    fp8 formats: one scale per layer for K and for V (`layer_scales` [num_layers, 2]).
-    int8: one per token and kv head (`token_scales` [num_blocks, num_layers, 2, block_size,
-    num_kv_heads] float32, the pool's own block ids)."""
+    """How an fp8 pool's bytes become values: x = stored * scale, one scale per layer for K and
+    for V (`layer_scales` [num_layers, 2]). int8 pools carry their own per-row scales."""
 
     layer_scales: torch.Tensor | None = None
-    token_scales: torch.Tensor | None = None
 
 
 def cpu_paged_attention(
@@ -177,7 +175,8 @@ def cpu_paged_attention(
     lib = load_kernel()
     assert lib is not None, "no CPU attention kernel: callers check load_kernel() first"
     o, lse = out
-    num_blocks, num_layers, two, block_size, num_kv_heads, head_dim = pool.shape
+    num_blocks, num_layers, two, block_size, num_kv_heads, row = pool.shape
+    head_dim = value_dim(pool)
     assert two == 2 and pool.is_contiguous() and pool.device.type == "cpu", "pool: contiguous host tensor"
     assert o.dtype == lse.dtype == torch.float32 and o.is_contiguous() and lse.is_contiguous()
     assert q.shape == o.shape and q.shape[2] == head_dim and q.shape[1] % num_kv_heads == 0
@@ -186,10 +185,12 @@ def cpu_paged_attention(
     if len(ids):
         assert 0 <= int(ids.min()) and int(ids.max()) < num_blocks, "block id outside the pool"
     q32 = q.to(torch.float32).contiguous()
-    slab = block_size * num_kv_heads * head_dim  # one layer's K (or V) of one block
+    slab = block_size * num_kv_heads * row  # one layer's K (or V) of one block, in pool elements
     k_off = layer_idx * 2 * slab
-    token_scales, k_scale, v_scale = _scale_args(pool.dtype, scales, layer_idx)
-    scale_slab = block_size * num_kv_heads
+    k_scale, v_scale = _layer_scales(pool.dtype, scales, layer_idx)
+    # int8: the row scales are floats of the pool itself: float offsets = byte offsets / 4
+    per_row = pool.dtype == torch.int8
+    row_scales = pool.view(torch.float32) if per_row else None
     threads = num_threads or torch.get_num_threads()
     starts = [
         np.ascontiguousarray(a, dtype=np.int64) for a in (parts.block_start, parts.row_start, parts.row_end)
@@ -198,11 +199,11 @@ def cpu_paged_attention(
     status = lib.kvspill_cpu_attend(
         _ptr(q32), i64(q.shape[1]), _ptr(pool), ctypes.c_int(_DTYPE_CODES[pool.dtype]),
         i64(num_layers * 2 * slab), i64(k_off), i64(k_off + slab),
-        i64(block_size), i64(num_kv_heads), i64(head_dim),
-        None if token_scales is None else _ptr(token_scales),
-        i64(0 if token_scales is None else num_layers * 2 * scale_slab),
-        i64(layer_idx * 2 * scale_slab), i64(layer_idx * 2 * scale_slab + scale_slab),
-        f32(k_scale), f32(v_scale),
+        i64(block_size), i64(num_kv_heads), i64(head_dim), i64(row),
+        None if row_scales is None else _ptr(row_scales),
+        i64(num_layers * 2 * slab // 4 if per_row else 0),
+        i64((k_off + head_dim) // 4 if per_row else 0), i64((k_off + slab + head_dim) // 4 if per_row else 0),
+        i64(row // 4 if per_row else 0), f32(k_scale), f32(v_scale),
         _ptr(ids), *(_ptr(a) for a in starts), i64(parts.num_parts), f32(scale),
         i64(_split_blocks(len(ids), threads)), ctypes.c_int(threads), _ptr(o), _ptr(lse),
     )  # fmt: skip
@@ -212,29 +213,18 @@ def cpu_paged_attention(
         )
 
 
-def _scale_args(
-    dtype: torch.dtype, scales: KVScales | None, layer_idx: int
-) -> tuple[torch.Tensor | None, float, float]:
-    """(per-token scales pool or None, K scale, V scale) for the kernel."""
-    if dtype == torch.int8:
-        assert scales is not None and scales.token_scales is not None, "int8 KV needs its token scales"
-        assert scales.token_scales.dtype == torch.float32 and scales.token_scales.is_contiguous()
-        return scales.token_scales, 1.0, 1.0
-    if scales is None or scales.layer_scales is None:
-        return None, 1.0, 1.0
+def _layer_scales(dtype: torch.dtype, scales: KVScales | None, layer_idx: int) -> tuple[float, float]:
+    """(K scale, V scale) of one layer for the kernel (1.0 without per-layer scales)."""
+    if dtype == torch.int8 or scales is None or scales.layer_scales is None:
+        return 1.0, 1.0
     k_scale, v_scale = (float(x) for x in scales.layer_scales[layer_idx])
-    return None, k_scale, v_scale
+    return k_scale, v_scale
 
 
-def dequantize_blocks(
-    kv: torch.Tensor, layer_idx: int, block_ids: torch.Tensor, scales: KVScales | None
-) -> torch.Tensor:
-    """kv [n, 2, block_size, num_kv_heads, head_dim] of blocks `block_ids` of one layer -> float32 values."""
-    x = kv.float()
-    if kv.dtype == torch.int8:
-        assert scales is not None and scales.token_scales is not None
-        return x * scales.token_scales[block_ids, layer_idx].unsqueeze(-1)
-    if scales is not None and scales.layer_scales is not None:
+def dequantize_blocks(kv: torch.Tensor, layer_idx: int, scales: KVScales | None) -> torch.Tensor:
+    """kv [n, 2, block_size, num_kv_heads, row_dim] of one layer -> float32 values [..., head_dim]."""
+    x = dequantize_kv(kv)  # int8: times each row's own scale
+    if kv.dtype != torch.int8 and scales is not None and scales.layer_scales is not None:
         return x * scales.layer_scales[layer_idx].view(1, 2, 1, 1, 1)
     return x
 
@@ -250,13 +240,13 @@ def cpu_paged_attention_ref(
 ) -> None:
     """The oracle: gather each part's blocks, dequantize, plain softmax attention in fp32."""
     o, lse = out
-    num_kv_heads, head_dim = pool.shape[-2:]
+    num_kv_heads, head_dim = pool.shape[-2], value_dim(pool)
     for p in range(parts.num_parts):
         r0, r1 = int(parts.row_start[p]), int(parts.row_end[p])
         index = torch.from_numpy(
             np.ascontiguousarray(parts.block_ids[parts.block_start[p] : parts.block_start[p + 1]])
         )
-        kv = dequantize_blocks(pool[:, layer_idx].index_select(0, index), layer_idx, index, scales)
+        kv = dequantize_blocks(pool[:, layer_idx].index_select(0, index), layer_idx, scales)
         k = kv[:, 0].reshape(-1, num_kv_heads, head_dim)  # [num_keys, kv, dim]
         v = kv[:, 1].reshape(-1, num_kv_heads, head_dim)
         qg = q[r0:r1].float().unflatten(1, (num_kv_heads, -1))  # [rows, kv, group, dim]

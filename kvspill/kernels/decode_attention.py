@@ -2,7 +2,8 @@
 
 Shapes:
     q:            [num_seqs, num_heads, head_dim]   one query per seq, at position seq_lens[s] - 1
-    kv_layer:     [num_blocks, 2, block_size, num_kv_heads, head_dim]   a view of one layer
+    kv_layer:     [num_blocks, 2, block_size, num_kv_heads, row_dim]   a view of one layer
+                  (row_dim = head_dim, or head_dim + 4 for int8 pools: kernels/kv_quant.py)
     block_tables: [num_seqs, max_blocks_per_seq] int32
     seq_lens:     [num_seqs] int32, keys attended (the query's own key included, already stored)
     o:            [num_seqs, num_heads, head_dim] in q's dtype
@@ -28,13 +29,14 @@ import math
 
 import torch
 
-from kvspill.kernels.prefill_attention import (
+from kvspill.kernels.attention_common import (
     attend_tile,
     check_kv_layer,
     dense_attention_ref,
     gather_seq_kv,
     resolve_out,
 )
+from kvspill.kernels.kv_quant import scale_view
 from kvspill.kernels.triton_compat import tl, triton
 
 # Programs per SM that stage 1 aims for: enough CTAs in flight to keep HBM busy. 4 beat 2 and 8
@@ -86,6 +88,7 @@ def paged_decode_attention_ref(
 def _decode_split_kernel(
     q_ptr,
     kv_ptr,
+    scale_ptr,  # int8 pools: the pool's memory as fp32 (row scales); else unused
     bt_ptr,
     seq_lens_ptr,
     o_ptr,
@@ -112,6 +115,7 @@ def _decode_split_kernel(
     BLOCK_N: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     DOT_IN_F32: tl.constexpr,
+    INT8: tl.constexpr = False,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -147,6 +151,7 @@ def _decode_split_kernel(
             l_i,
             q,
             kv_ptr,
+            scale_ptr,
             bt_row,
             tile_start,
             q_pos,
@@ -162,6 +167,7 @@ def _decode_split_kernel(
             False,
             DOT_PRECISION,
             DOT_IN_F32,
+            INT8,
         )
     for tile_start in range(full_end, end, BLOCK_N):  # at most one partial tile
         acc, m_i, l_i = attend_tile(
@@ -170,6 +176,7 @@ def _decode_split_kernel(
             l_i,
             q,
             kv_ptr,
+            scale_ptr,
             bt_row,
             tile_start,
             q_pos,
@@ -185,6 +192,7 @@ def _decode_split_kernel(
             True,
             DOT_PRECISION,
             DOT_IN_F32,
+            INT8,
         )
 
     has_keys = l_i > 0
@@ -260,7 +268,7 @@ def _launch_config(head_dim: int, is_cuda: bool) -> tuple[int, int, int]:
 
 def paged_decode_attention(
     q: torch.Tensor,  # [num_seqs, num_heads, head_dim]
-    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, row_dim]
     block_tables: torch.Tensor,  # [num_seqs, max_blocks_per_seq] int32
     seq_lens: torch.Tensor,  # [num_seqs] int32
     scale: float,
@@ -312,6 +320,7 @@ def paged_decode_attention(
     _decode_split_kernel[(num_seqs, num_kv_heads, num_splits)](
         q,
         kv_layer,
+        scale_view(kv_layer),
         block_tables,
         seq_lens,
         part_o,
@@ -340,6 +349,7 @@ def paged_decode_attention(
         if q.dtype == torch.float32
         else "tf32",  # tf32x3: fp32-accurate on tensor cores
         DOT_IN_F32=not q.is_cuda,
+        INT8=kv_layer.dtype == torch.int8,
         num_warps=num_warps,
         num_stages=num_stages,
     )

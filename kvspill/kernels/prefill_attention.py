@@ -2,7 +2,8 @@
 
 Shapes:
     q:               [num_tokens, num_heads, head_dim]   tokens of several seqs, concatenated
-    kv_layer:        [num_blocks, 2, block_size, num_kv_heads, head_dim]   a view of one layer
+    kv_layer:        [num_blocks, 2, block_size, num_kv_heads, row_dim]   a view of one layer
+                     (row_dim = head_dim, or head_dim + 4 for int8 pools: kernels/kv_quant.py)
     block_tables:    [num_seqs, max_blocks_per_seq] int32
     query_start_loc: [num_seqs + 1] int32, cumulative query lengths (query_start_loc[0] == 0)
     seq_lens:        [num_seqs] int32, context length INCLUDING this chunk's queries
@@ -29,68 +30,15 @@ import math
 
 import torch
 
-from kvspill.kernels.kv_quant import FP8_DTYPES
+from kvspill.kernels.attention_common import (
+    attend_tile,
+    check_kv_layer,
+    dense_attention_ref,
+    gather_seq_kv,
+    resolve_out,
+)
+from kvspill.kernels.kv_quant import scale_view
 from kvspill.kernels.triton_compat import tl, triton
-
-# Bounds the fp32 score matrix of the reference (heads x query rows x keys) to about 256 MiB.
-_REF_MAX_SCORE_ELEMS = 1 << 26
-
-
-def gather_seq_kv(
-    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
-    block_table: torch.Tensor,  # [max_blocks_per_seq] int
-    seq_len: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dense copies of one seq's keys and values, each [seq_len, num_kv_heads, head_dim]."""
-    _, _, block_size, num_kv_heads, head_dim = kv_layer.shape
-    num_seq_blocks = -(-seq_len // block_size)
-    blocks = kv_layer.index_select(0, block_table[:num_seq_blocks].long())
-    # blocks: [num_seq_blocks, 2, block_size, num_kv_heads, head_dim]
-    k = blocks[:, 0].reshape(num_seq_blocks * block_size, num_kv_heads, head_dim)[:seq_len]
-    v = blocks[:, 1].reshape(num_seq_blocks * block_size, num_kv_heads, head_dim)[:seq_len]
-    return k, v
-
-
-def dense_attention_ref(
-    q: torch.Tensor,  # [q_len, num_heads, head_dim]
-    k: torch.Tensor,  # [seq_len, num_kv_heads, head_dim]
-    v: torch.Tensor,  # [seq_len, num_kv_heads, head_dim]
-    scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bottom-right causal GQA attention of one seq in fp32: query i sits at seq_len - q_len + i.
-
-    Returns o: [q_len, num_heads, head_dim] float32 and lse: [q_len, num_heads] float32; with
-    seq_len == 0 o is 0 and lse is -inf. Query rows are processed in chunks to bound memory.
-    """
-    q_len, num_heads, head_dim = q.shape
-    seq_len, num_kv_heads, _ = k.shape
-    group = num_heads // num_kv_heads
-    o = q.new_zeros((q_len, num_heads, head_dim), dtype=torch.float32)
-    lse = q.new_full((q_len, num_heads), float("-inf"), dtype=torch.float32)
-    if seq_len == 0 or q_len == 0:
-        return o, lse
-    kf = k.float().transpose(0, 1)  # [num_kv_heads, seq_len, head_dim]
-    vf = v.float().transpose(0, 1)
-    key_pos = torch.arange(seq_len, device=q.device)
-    chunk = max(1, _REF_MAX_SCORE_ELEMS // (num_heads * seq_len))
-    for t0 in range(0, q_len, chunk):
-        t1 = min(q_len, t0 + chunk)
-        n = t1 - t0
-        # qg: [num_kv_heads, group * n, head_dim], rows ordered (group, token)
-        qg = q[t0:t1].float().view(n, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
-        qg = qg.reshape(num_kv_heads, group * n, head_dim)
-        scores = torch.bmm(qg, kf.transpose(1, 2)).mul_(scale)  # [num_kv_heads, group * n, seq_len]
-        q_pos = torch.arange(seq_len - q_len + t0, seq_len - q_len + t1, device=q.device)
-        hidden = key_pos[None, :] > q_pos[:, None]  # [n, seq_len]
-        scores.view(num_kv_heads, group, n, seq_len).masked_fill_(hidden, float("-inf"))
-        chunk_lse = torch.logsumexp(scores, dim=-1)  # [num_kv_heads, group * n]
-        probs = scores.sub_(chunk_lse[..., None]).exp_()
-        chunk_o = torch.bmm(probs, vf)  # [num_kv_heads, group * n, head_dim]
-        o[t0:t1] = (
-            chunk_o.view(num_kv_heads, group, n, head_dim).permute(2, 0, 1, 3).reshape(n, num_heads, head_dim)
-        )
-        lse[t0:t1] = chunk_lse.view(num_kv_heads, group, n).permute(2, 0, 1).reshape(n, num_heads)
-    return o, lse
 
 
 def paged_prefill_attention_ref(
@@ -117,93 +65,11 @@ def paged_prefill_attention_ref(
     return o, lse
 
 
-def resolve_out(
-    out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None, q: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, lse) buffers: `out` may give o alone, both, or neither."""
-    o, lse = out if isinstance(out, tuple) else (out, None)
-    if o is None:
-        o = torch.empty_like(q)
-    if lse is None:
-        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-    assert o.shape == q.shape and o.dtype == q.dtype and o.device == q.device, (
-        f"out o must be {q.dtype} {tuple(q.shape)} on {q.device}, got {o.dtype} {tuple(o.shape)}"
-    )
-    assert lse.shape == q.shape[:2] and lse.dtype == torch.float32 and lse.device == q.device, (
-        f"out lse must be float32 {tuple(q.shape[:2])}, got {lse.dtype} {tuple(lse.shape)}"
-    )
-    assert o.stride(-1) == 1, "o's head_dim must be contiguous"
-    return o, lse
-
-
-@triton.jit
-def _dot(a, b, acc, DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr):
-    """a @ b (+ acc) in fp32. DOT_IN_F32 is for the interpreter only: its tl.dot multiplies the
-    uint16 bit patterns of bf16 operands as integers (triton 3.9 create_dot); fp32 operands
-    holding the same bf16 values give the tensor-core result up to summation order."""
-    if DOT_IN_F32:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-
-
-@triton.jit
-def attend_tile(
-    acc,
-    m_i,
-    l_i,
-    q,
-    kv_ptr,
-    bt_row,
-    start,
-    q_pos,
-    last_pos,
-    scale_log2,
-    stride_cb,
-    stride_ckv,
-    stride_cs,
-    head_off,
-    BLOCK_SIZE: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-    DOT_IN_F32: tl.constexpr,
-):
-    """One online-softmax step over keys start..start+BLOCK_N (scores in log2 units)."""
-    keys = start + tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, HEAD_DIM)
-    if MASKED:
-        key_ok = keys <= last_pos
-        block_ids = tl.load(bt_row + keys // BLOCK_SIZE, mask=key_ok, other=0).to(tl.int64)
-    else:
-        block_ids = tl.load(bt_row + keys // BLOCK_SIZE).to(tl.int64)
-    kv_off = block_ids * stride_cb + (keys % BLOCK_SIZE) * stride_cs + head_off
-    kv_ptrs = kv_ptr + kv_off[:, None] + dims[None, :]  # [BLOCK_N, HEAD_DIM]
-    if MASKED:
-        k = tl.load(kv_ptrs, mask=key_ok[:, None], other=0.0)
-    else:
-        k = tl.load(kv_ptrs)
-    k = k.to(q.dtype)  # fp8 KV (--kv-cache-dtype, scale 1): widened in registers; otherwise a no-op
-    qk = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_IN_F32) * scale_log2  # [BLOCK_M, BLOCK_N]
-    if MASKED:
-        qk = tl.where(keys[None, :] <= q_pos[:, None], qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    p = tl.exp2(qk - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if MASKED:
-        v = tl.load(kv_ptrs + stride_ckv, mask=key_ok[:, None], other=0.0)
-    else:
-        v = tl.load(kv_ptrs + stride_ckv)
-    v = v.to(q.dtype)
-    acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, DOT_IN_F32)
-    return acc, m_new, l_i
-
-
 @triton.jit
 def _prefill_kernel(
     q_ptr,
     kv_ptr,
+    scale_ptr,  # int8 pools: the pool's memory as fp32 (row scales); else unused
     o_ptr,
     lse_ptr,
     bt_ptr,
@@ -229,6 +95,7 @@ def _prefill_kernel(
     BLOCK_N: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     DOT_IN_F32: tl.constexpr,
+    INT8: tl.constexpr = False,
 ):
     # Grid: (max query tiles, num_kv_heads, num_seqs); tile order reversed so the longest
     # (last, most keys) tiles of each seq start first.
@@ -269,6 +136,7 @@ def _prefill_kernel(
             l_i,
             q,
             kv_ptr,
+            scale_ptr,
             bt_row,
             start,
             q_pos,
@@ -284,6 +152,7 @@ def _prefill_kernel(
             False,
             DOT_PRECISION,
             DOT_IN_F32,
+            INT8,
         )
     for start in range(full_end, last_pos + 1, BLOCK_N):
         acc, m_i, l_i = attend_tile(
@@ -292,6 +161,7 @@ def _prefill_kernel(
             l_i,
             q,
             kv_ptr,
+            scale_ptr,
             bt_row,
             start,
             q_pos,
@@ -307,6 +177,7 @@ def _prefill_kernel(
             True,
             DOT_PRECISION,
             DOT_IN_F32,
+            INT8,
         )
 
     o = acc / l_i[:, None]
@@ -339,7 +210,7 @@ def _launch_config(head_dim: int, is_cuda: bool, dtype: torch.dtype) -> tuple[in
 
 def paged_prefill_attention(
     q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, row_dim]
     block_tables: torch.Tensor,  # [num_seqs, max_blocks_per_seq] int32
     query_start_loc: torch.Tensor,  # [num_seqs + 1] int32
     seq_lens: torch.Tensor,  # [num_seqs] int32
@@ -380,6 +251,7 @@ def paged_prefill_attention(
     _prefill_kernel[grid](
         q,
         kv_layer,
+        scale_view(kv_layer),
         o,
         lse,
         block_tables,
@@ -407,21 +279,8 @@ def paged_prefill_attention(
         if q.dtype == torch.float32
         else "tf32",  # tf32x3: fp32-accurate on tensor cores
         DOT_IN_F32=not q.is_cuda,
+        INT8=kv_layer.dtype == torch.int8,
         num_warps=num_warps,
         num_stages=num_stages,
     )
     return o, lse
-
-
-def check_kv_layer(kv_layer: torch.Tensor, q: torch.Tensor) -> torch.Size:
-    """Asserts the layer view matches q (dtype, device, head_dim) and returns its shape."""
-    assert kv_layer.dim() == 5 and kv_layer.shape[1] == 2, f"kv_layer shape {tuple(kv_layer.shape)}"
-    head_dim = q.shape[-1]
-    assert kv_layer.shape[4] == head_dim, f"kv_layer head_dim {kv_layer.shape[4]} != q's {head_dim}"
-    assert kv_layer.dtype in (q.dtype, *FP8_DTYPES), f"kv_layer {kv_layer.dtype} != q {q.dtype} (nor fp8)"
-    assert kv_layer.device == q.device, f"kv_layer on {kv_layer.device}, q on {q.device}"
-    assert kv_layer.stride(4) == 1 and q.stride(-1) == 1, "head_dim must be the contiguous dimension"
-    assert head_dim >= 16 and head_dim & (head_dim - 1) == 0, f"head_dim {head_dim}: power of two >= 16"
-    block_size = kv_layer.shape[2]
-    assert block_size & (block_size - 1) == 0, f"block_size {block_size} must be a power of two"
-    return kv_layer.shape

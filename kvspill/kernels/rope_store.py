@@ -5,7 +5,8 @@ One launch per layer instead of two (`fused_ops.apply_rope`, then `store_kv.stor
 fusing the two saves about 1.5 us per layer. Same contracts as the two it replaces:
 - q and k are rotated in place (x * cos + rotate_half(x) * sin in fp32, `apply_rope_ref`);
 - rotated k and v go to slot = block_id * block_size + offset of `kv_layer`; a negative slot
-  is padding and writes nothing (`store_kv_ref`).
+  is padding and writes nothing (`store_kv_ref`); an int8 cache gets each row quantized with its
+  own scale (`kv_quant.py`), as `store_kv` writes it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ from __future__ import annotations
 import torch
 
 from kvspill.kernels.fused_ops import _rope_cos_sin, _rope_rotate, apply_rope_ref, check_rope_args
-from kvspill.kernels.kv_quant import fp8_max
-from kvspill.kernels.store_kv import check_store_args, saturate_round_fp8, store_kv_ref
+from kvspill.kernels.kv_quant import fp8_max, scale_view
+from kvspill.kernels.store_kv import (
+    check_store_args,
+    int8_quantize,
+    int8_row_scale,
+    saturate_round_fp8,
+    store_kv_ref,
+)
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -24,7 +31,7 @@ def rope_and_store_kv_ref(
     v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
     positions: torch.Tensor,  # [num_tokens] int64
     cos_sin_cache: torch.Tensor,  # [max_positions, head_dim] float32
-    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, row_dim]
     slot_mapping: torch.Tensor,  # [num_tokens] int64, negative = skip
 ) -> None:
     """Torch reference: `apply_rope_ref`, then `store_kv_ref`."""
@@ -40,6 +47,16 @@ def _to_cache(x, cache_ptr, FP8_MAX: tl.constexpr):
 
 
 @triton.jit
+def _store_int8_halves(cache_ptr, scale_ptr, row_off, dims, x1, x2, ok, head_ok, HALF: tl.constexpr):
+    """Rows given as two halves [R, HALF] (fp32): one scale over both, as `store_kv` computes it."""
+    scale = int8_row_scale(tl.maximum(tl.max(tl.abs(x1), 1), tl.max(tl.abs(x2), 1)))
+    dst = cache_ptr + row_off[:, None] + dims[None, :]
+    tl.store(dst, int8_quantize(x1, scale), mask=ok)
+    tl.store(dst + HALF, int8_quantize(x2, scale), mask=ok)
+    tl.store(scale_ptr + (row_off + 2 * HALF) // 4, scale, mask=head_ok)
+
+
+@triton.jit
 def _rope_store_kernel(
     q_ptr,
     k_ptr,
@@ -47,6 +64,7 @@ def _rope_store_kernel(
     pos_ptr,
     cos_sin_ptr,
     cache_ptr,
+    scale_ptr,  # int8 caches: the cache's memory as fp32 (its row scales); else unused
     slot_ptr,
     num_heads,
     num_kv_heads,
@@ -66,6 +84,7 @@ def _rope_store_kernel(
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
     FP8_MAX: tl.constexpr = 0.0,  # > 0: the cache is fp8 (--kv-cache-dtype), values saturate
+    INT8: tl.constexpr = False,  # the cache holds int8 rows with their scales (kv_quant.py)
 ):
     # One program per token: its q heads, then its k heads (rotated once, written twice) and v.
     token = tl.program_id(0).to(tl.int64)
@@ -79,17 +98,27 @@ def _rope_store_kernel(
         ok = (heads[:, None] < num_kv_heads) & (dims[None, :] < HALF)
         block_id = slot // block_size
         offset = slot % block_size
-        dst = (
-            cache_ptr + block_id * stride_cb + offset * stride_cs + heads[:, None] * stride_ch + dims[None, :]
-        )
-        tl.store(dst, _to_cache(k1, cache_ptr, FP8_MAX), mask=ok)
-        tl.store(dst + HALF, _to_cache(k2, cache_ptr, FP8_MAX), mask=ok)
+        row_off = block_id * stride_cb + offset * stride_cs + heads * stride_ch
         v_ptrs = v_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :]
-        v1 = _to_cache(tl.load(v_ptrs, mask=ok), cache_ptr, FP8_MAX)
-        tl.store(dst + stride_ckv, v1, mask=ok)
-        tl.store(
-            dst + stride_ckv + HALF, _to_cache(tl.load(v_ptrs + HALF, mask=ok), cache_ptr, FP8_MAX), mask=ok
-        )
+        if INT8:
+            head_ok = heads < num_kv_heads
+            v1 = tl.load(v_ptrs, mask=ok, other=0.0).to(tl.float32)
+            v2 = tl.load(v_ptrs + HALF, mask=ok, other=0.0).to(tl.float32)
+            _store_int8_halves(
+                cache_ptr, scale_ptr, row_off, dims, k1.to(tl.float32), k2.to(tl.float32), ok, head_ok, HALF
+            )
+            _store_int8_halves(cache_ptr, scale_ptr, row_off + stride_ckv, dims, v1, v2, ok, head_ok, HALF)
+        else:
+            dst = cache_ptr + row_off[:, None] + dims[None, :]
+            tl.store(dst, _to_cache(k1, cache_ptr, FP8_MAX), mask=ok)
+            tl.store(dst + HALF, _to_cache(k2, cache_ptr, FP8_MAX), mask=ok)
+            v1 = _to_cache(tl.load(v_ptrs, mask=ok), cache_ptr, FP8_MAX)
+            tl.store(dst + stride_ckv, v1, mask=ok)
+            tl.store(
+                dst + stride_ckv + HALF,
+                _to_cache(tl.load(v_ptrs + HALF, mask=ok), cache_ptr, FP8_MAX),
+                mask=ok,
+            )
 
 
 def rope_and_store_kv(
@@ -116,6 +145,7 @@ def rope_and_store_kv(
         positions,
         cos_sin_cache,
         kv_layer,
+        scale_view(kv_layer),
         slot_mapping,
         num_heads,
         num_kv_heads,
@@ -135,4 +165,5 @@ def rope_and_store_kv(
         BLOCK_HQ=triton.next_power_of_2(num_heads),
         BLOCK_HK=triton.next_power_of_2(num_kv_heads),
         FP8_MAX=fp8_max(kv_layer.dtype),
+        INT8=kv_layer.dtype == torch.int8,
     )

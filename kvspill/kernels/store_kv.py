@@ -11,20 +11,23 @@ Invariants:
 - Writes are in place; no two tokens of one call may share a slot (the winner is unspecified).
 - The cache holds the model dtype or an fp8 format (`kv_quant.py`): fp8 values saturate at the
   format's range when stored (a plain cast would store NaN).
+- int8 caches (`kv_quant.py`) have rows of head_dim + 4 elements: each (token, kv head) row is
+  quantized with its own absmax / 127 scale, written into the row's last 4 bytes through the fp32
+  view of the same memory (`kv_quant.scale_view`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from kvspill.kernels.kv_quant import FP8_DTYPES, fp8_max, quantize_kv
+from kvspill.kernels.kv_quant import FP8_DTYPES, fp8_max, quantize_kv, scale_view, value_dim
 from kvspill.kernels.triton_compat import tl, triton
 
 
 def store_kv_ref(
     k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
     v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, row_dim]
     slot_mapping: torch.Tensor,  # [num_tokens] int64, negative = skip
 ) -> None:
     """Torch reference (also the CPU engine's path): scatter k, v into their slots in place."""
@@ -51,10 +54,41 @@ def saturate_round_fp8(x, FP8_MAX: tl.constexpr):
 
 
 @triton.jit
+def round_half_even(x):
+    """x (fp32, |x| < 2^22) to the nearest integer, ties to even (torch.round): after adding
+    1.5 * 2^23 no fraction bits are left, so the fp32 add itself rounds to nearest even."""
+    return (x + 12582912.0) - 12582912.0
+
+
+@triton.jit
+def int8_row_scale(absmax):
+    """The fp32 scale of rows whose largest magnitude is `absmax` (fp32 [R]): absmax / 127, IEEE
+    division as torch's (`kv_quant.quantize_int8_rows`); 0 for a row of zeros."""
+    return tl.math.div_rn(absmax, tl.full(absmax.shape, 127.0, tl.float32))
+
+
+@triton.jit
+def int8_quantize(x, scale):
+    """x [R, N] fp32 with row scales [R] -> int8 round(x / scale) (0 where the scale is 0)."""
+    safe = tl.where(scale > 0, scale, 1.0)
+    q = round_half_even(tl.math.div_rn(x, safe[:, None] + tl.zeros_like(x)))
+    return tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int8)
+
+
+@triton.jit
+def _store_int8_row(cache_ptr, scale_ptr, row_off, dims, x, mask, row_ok, HEAD_DIM: tl.constexpr):
+    """Quantize x [R, HEAD_DIM] and write it with its scale at int8 element offsets row_off [R]."""
+    scale = int8_row_scale(tl.max(tl.abs(x), 1))
+    tl.store(cache_ptr + row_off[:, None] + dims[None, :], int8_quantize(x, scale), mask=mask)
+    tl.store(scale_ptr + (row_off + HEAD_DIM) // 4, scale, mask=row_ok)
+
+
+@triton.jit
 def _store_kv_kernel(
     k_ptr,
     v_ptr,
     cache_ptr,
+    scale_ptr,  # int8 caches: the cache's memory as fp32 (its row scales); else unused
     slot_ptr,
     stride_kt,
     stride_kh,
@@ -69,6 +103,7 @@ def _store_kv_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr,
     FP8_MAX: tl.constexpr = 0.0,  # > 0: the cache is fp8, values saturate at +-FP8_MAX
+    INT8: tl.constexpr = False,  # the cache holds int8 rows with their scales (kv_quant.py)
 ):
     # One program per token: all its heads, K and V.
     token = tl.program_id(0)
@@ -82,9 +117,17 @@ def _store_kv_kernel(
     mask = (heads[:, None] < NUM_KV_HEADS) & (dims[None, :] < HEAD_DIM)
     src_k = k_ptr + token.to(tl.int64) * stride_kt + heads[:, None] * stride_kh + dims[None, :]
     src_v = v_ptr + token.to(tl.int64) * stride_vt + heads[:, None] * stride_vh + dims[None, :]
-    dst = cache_ptr + block_id * stride_cb + offset * stride_cs + heads[:, None] * stride_ch + dims[None, :]
-    k = tl.load(src_k, mask=mask)
-    v = tl.load(src_v, mask=mask)
+    row_off = block_id * stride_cb + offset * stride_cs + heads * stride_ch
+    dst = cache_ptr + row_off[:, None] + dims[None, :]
+    k = tl.load(src_k, mask=mask, other=0.0)
+    v = tl.load(src_v, mask=mask, other=0.0)
+    if INT8:
+        head_ok = heads < NUM_KV_HEADS
+        _store_int8_row(cache_ptr, scale_ptr, row_off, dims, k.to(tl.float32), mask, head_ok, HEAD_DIM)
+        _store_int8_row(
+            cache_ptr, scale_ptr, row_off + stride_ckv, dims, v.to(tl.float32), mask, head_ok, HEAD_DIM
+        )
+        return
     if FP8_MAX > 0:
         k = saturate_round_fp8(k.to(tl.float32), FP8_MAX)
         v = saturate_round_fp8(v.to(tl.float32), FP8_MAX)
@@ -99,13 +142,13 @@ def check_store_args(
     num_tokens, num_kv_heads, head_dim = k.shape
     assert v.shape == k.shape, f"k {tuple(k.shape)} and v {tuple(v.shape)} differ"
     assert kv_layer.dim() == 5 and kv_layer.shape[1] == 2, f"kv_layer shape {tuple(kv_layer.shape)}"
-    assert kv_layer.shape[3:] == (num_kv_heads, head_dim), (
-        f"kv_layer heads/dim {tuple(kv_layer.shape[3:])} != k's {(num_kv_heads, head_dim)}"
+    assert kv_layer.shape[3] == num_kv_heads and value_dim(kv_layer) == head_dim, (
+        f"kv_layer heads/row {tuple(kv_layer.shape[3:])} do not hold k's {(num_kv_heads, head_dim)}"
     )
     assert slot_mapping.shape == (num_tokens,) and slot_mapping.dtype == torch.int64, (
         f"slot_mapping must be int64 [{num_tokens}], got {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
     )
-    assert k.dtype == v.dtype and kv_layer.dtype in (k.dtype, *FP8_DTYPES), (
+    assert k.dtype == v.dtype and kv_layer.dtype in (k.dtype, *FP8_DTYPES, torch.int8), (
         f"dtypes k {k.dtype} v {v.dtype} cache {kv_layer.dtype}"
     )
     assert k.stride(2) == 1 and v.stride(2) == 1 and kv_layer.stride(4) == 1, "head_dim must be contiguous"
@@ -116,7 +159,7 @@ def check_store_args(
 def store_kv(
     k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
     v: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, row_dim]
     slot_mapping: torch.Tensor,  # [num_tokens] int64, negative = skip
 ) -> None:
     """Triton kernel wrapper: same contract as `store_kv_ref`. k and v may be strided views
@@ -129,6 +172,7 @@ def store_kv(
         k,
         v,
         kv_layer,
+        scale_view(kv_layer),
         slot_mapping,
         k.stride(0),
         k.stride(1),
@@ -142,5 +186,6 @@ def store_kv(
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
         FP8_MAX=fp8_max(kv_layer.dtype),
+        INT8=kv_layer.dtype == torch.int8,
         BLOCK_H=triton.next_power_of_2(num_kv_heads),
     )

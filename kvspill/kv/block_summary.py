@@ -4,8 +4,9 @@ minimum and maximum of the block's keys (Quest, Tang et al. 2024).
 They live on the compute device (the GPU on CUDA) so that scoring every cold block of a
 sequence costs two small matmuls per layer there (`kv/sparse_select.py`); only the blocks that
 score well are then fetched. One summary is 2 x head_dim values per (layer, kv head) in the KV
-dtype: `bytes_per_block(layout)` = 1 / block_size of the block's KV bytes (1/16 with 16-token
-blocks), counted by the planner (`plan/arithmetic.py`).
+dtype (`summary_dtype`: fp16 for int8 pools, whose keys are summarized after dequantizing):
+`bytes_per_block(layout)`, about 1 / block_size of the block's KV bytes (1/16 with 16-token
+blocks; about 2/16 for int8), counted by the planner (`plan/arithmetic.py`).
 
 Indexed like the KV pools: `tensor(tier)[block_id]` for the cpu and disk tiers. Written when a
 block goes cold (`KVTransferEngine.execute` calls `on_copy` for each run of moves): from the gpu
@@ -23,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from kvspill.kernels.kv_quant import dequantize_kv
 from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
@@ -33,21 +35,31 @@ _CHUNK_BLOCKS = 16
 _REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def summary_dtype(kv_dtype: torch.dtype) -> torch.dtype:
+    """The summaries' dtype: the pool's, except fp16 for int8 pools (values = int8 x fp32 scale:
+    fp16 keeps 11 bits of each bound, plenty to rank blocks, at half of fp32's bytes)."""
+    return torch.float16 if kv_dtype == torch.int8 else kv_dtype
+
+
 def bytes_per_block(layout: KVLayout) -> int:
     """Summary bytes of one cold block (all layers): min and max of K per channel and kv head."""
-    elem = torch.empty((), dtype=layout.dtype).element_size()
+    elem = torch.empty((), dtype=summary_dtype(layout.dtype)).element_size()
     return layout.num_layers * 2 * layout.num_kv_heads * layout.head_dim * elem
 
 
 def summarize_keys(blocks: torch.Tensor) -> torch.Tensor:
-    """[n, num_layers, 2, block_size, num_kv_heads, head_dim] KV blocks ->
-    [n, num_layers, 2, num_kv_heads, head_dim] (dim 2: 0 = min, 1 = max of K over the block's tokens)."""
-    keys = blocks[:, :, 0]  # [n, num_layers, block_size, num_kv_heads, head_dim]
-    if keys.dtype not in _REDUCE_DTYPES:  # fp8: min/max after widening
+    """[n, num_layers, 2, block_size, num_kv_heads, row_dim] KV blocks ->
+    [n, num_layers, 2, num_kv_heads, head_dim] (dim 2: 0 = min, 1 = max of K over the block's
+    tokens), in `summary_dtype`; int8 keys are dequantized first (their rows' scales differ)."""
+    keys = blocks[:, :, 0]  # [n, num_layers, block_size, num_kv_heads, row_dim]
+    if keys.dtype == torch.int8:
+        keys = dequantize_kv(keys)
+    elif keys.dtype not in _REDUCE_DTYPES:  # fp8: min/max after widening
         keys = keys.float()
     lo, hi = keys.amin(dim=2), keys.amax(dim=2)
-    # min and max of values of the pool's dtype are values of that dtype: the cast back is exact.
-    return torch.stack([lo, hi], dim=2).to(blocks.dtype)
+    # min and max of values of the pool's dtype are values of that dtype: the cast back is exact
+    # (int8: rounded to fp16, see summary_dtype).
+    return torch.stack([lo, hi], dim=2).to(summary_dtype(blocks.dtype))
 
 
 class BlockSummaries:
@@ -56,10 +68,11 @@ class BlockSummaries:
     def __init__(self, storage: TieredKVStorage) -> None:
         layout = storage.layout
         self.storage = storage
+        self.dtype = summary_dtype(layout.dtype)
         shape = (layout.num_layers, 2, layout.num_kv_heads, layout.head_dim)
         # per tier: [num_tier_blocks, num_layers, 2, num_kv_heads, head_dim] on the compute device
         self.tensors = {
-            tier: torch.zeros((n, *shape), dtype=layout.dtype, device=storage.device)
+            tier: torch.zeros((n, *shape), dtype=self.dtype, device=storage.device)
             for tier, n in ((TIER_CPU, storage.num_cpu_blocks), (TIER_DISK, storage.num_disk_blocks))
         }
         self.valid = {tier: np.zeros(t.shape[0], dtype=bool) for tier, t in self.tensors.items()}

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from kvspill.kernels.cpu_attention import CpuParts, cpu_paged_attention
+from kvspill.kernels.kv_quant import dequantize_kv
 from kvspill.kernels.merge_states import merge_attention_states_ref
 from kvspill.kv.cold_math import attend_unmasked_cpu
 from kvspill.kv.cold_stream import ColdPart
@@ -205,10 +206,11 @@ class ColdCpuPath:
 
     def _gather_host(self, layer_idx: int, blocks: list[tuple[int, int]]) -> torch.Tensor:
         """K and V of `blocks` of one layer: [n, 2, block_size, num_kv_heads, head_dim], a fresh
-        tensor (parts may run on several workers at once)."""
+        tensor (parts may run on several workers at once), in the pool's dtype (int8 pools:
+        dequantized to fp32)."""
         layout = self.storage.layout
         out = torch.empty(
-            (len(blocks), 2, layout.block_size, layout.num_kv_heads, layout.head_dim), dtype=layout.dtype
+            (len(blocks), 2, layout.block_size, layout.num_kv_heads, layout.row_dim), dtype=layout.dtype
         )
         offset = 0
         for tier in (TIER_CPU, TIER_DISK):
@@ -216,4 +218,6 @@ class ColdCpuPath:
             if len(ids):  # blocks come cpu first, then disk
                 self.storage.gather_layer(tier, layer_idx, ids, out[offset : offset + len(ids)])
                 offset += len(ids)
+        if out.dtype == torch.int8:  # rows end with their scale (kernels/kv_quant.py)
+            return dequantize_kv(out)
         return out

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.attention_common import dense_attention_ref
 from kvspill.kernels.merge_states import merge_attention_states, merge_attention_states_ref
-from kvspill.kernels.prefill_attention import dense_attention_ref
 
 # Bounds the fp32 score matrix of one CPU call (kv heads x folded rows x keys) to 64 MiB.
 _MAX_SCORE_ELEMS = 1 << 24

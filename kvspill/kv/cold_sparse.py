@@ -245,7 +245,7 @@ class SparseColdStep:
     def _stage(self, layer_idx: int, chosen: list[torch.Tensor]) -> torch.Tensor:
         layout = self.storage.layout
         staging = torch.empty(
-            (int(self.offsets[-1]), 2, layout.block_size, layout.num_kv_heads, layout.head_dim),
+            (int(self.offsets[-1]), 2, layout.block_size, layout.num_kv_heads, layout.row_dim),
             dtype=layout.dtype,
             device=self.storage.device,
         )
@@ -262,7 +262,7 @@ class SparseColdStep:
         layout = self.storage.layout
         out = torch.empty(
             (seq.num_cold, 2, layout.num_kv_heads, layout.head_dim),
-            dtype=layout.dtype,
+            dtype=self.summaries.dtype,
             device=self.storage.device,
         )
         for tier, (pos, ids) in seq.tier_index.items():

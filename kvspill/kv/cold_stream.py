@@ -139,11 +139,12 @@ class StreamStager:
 
     def __init__(self, storage: TieredKVStorage, chunk_blocks: int) -> None:
         layout = storage.layout
-        shape = (chunk_blocks, 2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+        shape = (chunk_blocks, 2, layout.block_size, layout.num_kv_heads, layout.row_dim)
         self.storage = storage
         self.chunk_blocks = chunk_blocks
         self.is_cuda = storage.device.type == "cuda"
-        # device: 2 x [chunk_blocks, 2, block_size, num_kv_heads, head_dim], a kv_layer each
+        # device: 2 x [chunk_blocks, 2, block_size, num_kv_heads, row_dim], a kv_layer each (int8 rows
+        # carry their scales, so the decode kernel reads staged blocks as it reads the pool)
         self.device_bufs = [torch.empty(shape, dtype=layout.dtype, device=storage.device) for _ in range(2)]
         self.host_bufs = (
             [allocate_host_pool(shape, layout.dtype, pin=True)[0] for _ in range(2)]

@@ -8,7 +8,8 @@ needed the blocks fails; the engine's failed-step machinery (step_retry.py) retr
 one at a time, and the tiers retire the unreadable blocks or stop spilling to the disk tier
 after a failed write (`ColdPrefixCache.on_disk_error`).
 
-File layout, layer-major: `[num_layers, num_blocks, 2, block_size, num_kv_heads, head_dim]`.
+File layout, layer-major: `[num_layers, num_blocks, 2, block_size, num_kv_heads, row_dim]`
+(`KVLayout.row_dim`: head_dim, or head_dim + 4 for int8 rows that end with their scale).
 The readers that attend cold blocks want one layer of many blocks at a time (`read_layer`):
 a run of consecutive block ids of one layer is one contiguous range, so one syscall per run.
 Whole blocks (`read_blocks`/`write_blocks`: tier moves, summaries, the persist dir) cost one
@@ -75,7 +76,7 @@ class DiskPool:
         self.num_blocks = num_blocks
         self.directory = Path(directory) if directory is not None else Path(tempfile.gettempdir())
         # one layer of one block: [2, block_size, num_kv_heads, head_dim]
-        self.layer_shape = (2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+        self.layer_shape = (2, layout.block_size, layout.num_kv_heads, layout.row_dim)
         self.layer_bytes = layout.block_bytes // layout.num_layers
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -112,7 +113,7 @@ class DiskPool:
 
     def read_layer(self, block_ids: np.ndarray, layer_idx: int, out: torch.Tensor) -> None:
         """out[i] = layer `layer_idx` of block block_ids[i]; out: [n, 2, block_size, num_kv_heads,
-        head_dim] contiguous on the host. The ids are read in ascending order, one syscall per run
+        row_dim] contiguous on the host. The ids are read in ascending order, one syscall per run
         of consecutive ids (up to `_MAX_IOVECS` slices of `out`, one per run of its positions)."""
         ids = self._checked(block_ids, out.shape[0])
         assert tuple(out.shape[1:]) == self.layer_shape and out.dtype == self.layout.dtype
@@ -133,7 +134,7 @@ class DiskPool:
 
     def read_blocks(self, block_ids: np.ndarray, out: torch.Tensor) -> None:
         """out[i] = every layer of block block_ids[i]; out: [n, num_layers, 2, block_size,
-        num_kv_heads, head_dim] contiguous on the host. One syscall per layer and run (at most
+        num_kv_heads, row_dim] contiguous on the host. One syscall per layer and run (at most
         `_MAX_IOVECS` blocks), scattering straight into `out`."""
         ids = self._checked(block_ids, out.shape[0])
         raw = _bytes(out)

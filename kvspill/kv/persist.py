@@ -132,7 +132,7 @@ class PersistStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.budget_bytes = budget_bytes
         self.fingerprint = fingerprint
-        self.shape = (layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+        self.shape = (layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.row_dim)
         self.dtype = layout.dtype
         self.block_bytes = layout.block_bytes
         self._lock = threading.Lock()

@@ -70,7 +70,7 @@ class SparseBlockCache:
             2,
             layout.block_size,
             layout.num_kv_heads,
-            layout.head_dim,
+            layout.row_dim,  # int8 pools: values then the row's scale (kernels/kv_quant.py)
         )
         self.data = torch.empty(shape, dtype=layout.dtype, device=device)
         self.slot_block = torch.full(
@@ -125,7 +125,7 @@ class SparseBlockCache:
         return copy_dst
 
     def layer(self, layer_idx: int) -> torch.Tensor:
-        """[num_groups * budget_blocks, 2, block_size, num_kv_heads, head_dim] of one layer."""
+        """[num_groups * budget_blocks, 2, block_size, num_kv_heads, row_dim] of one layer."""
         return self.data[layer_idx]
 
     def fill(self, layer_idx: int, src: torch.Tensor, src_ids: torch.Tensor, copy_dst: torch.Tensor) -> None:

@@ -1,7 +1,8 @@
 """KV cache storage: the tensors that hold K and V for every block (runner side, torch).
 
-Layout: one tensor `kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]`
-(dim 2: 0 = K, 1 = V). All layers of one block are contiguous, so a block moves between tiers
+Layout: one tensor `kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim]`
+(dim 2: 0 = K, 1 = V; row_dim = head_dim, or head_dim + 4 for int8 KV whose rows end with their
+fp32 scale, kernels/kv_quant.py, so scales travel inside every block copy). All layers of one block are contiguous, so a block moves between tiers
 as one copy of `block_bytes` (2 MiB for Llama-3.1-8B in bf16 with 16-token blocks: the size
 PCIe copies like). Attention kernels take the strided per-layer view `layer(l)`.
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvspill.kernels.kv_quant import hadamard, row_dim
 from kvspill.kv.disk_pool import DiskPool
 from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, nbytes_of, pinned_zeros
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
@@ -39,9 +41,15 @@ class KVLayout:
     dtype: torch.dtype
 
     @property
+    def row_dim(self) -> int:
+        """Elements of one stored (token, kv head) row: head_dim, plus its scale for int8
+        (kernels/kv_quant.py): the pools' last dim."""
+        return row_dim(self.head_dim, self.dtype)
+
+    @property
     def bytes_per_token(self) -> int:
         elem = torch.empty((), dtype=self.dtype).element_size()
-        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * elem
+        return self.num_layers * 2 * self.num_kv_heads * self.row_dim * elem
 
     @property
     def block_bytes(self) -> int:
@@ -55,15 +63,17 @@ class KVStorage:
         self.layout = layout
         self.num_blocks = num_blocks
         self.device = device
-        # kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]
-        shape = (num_blocks, layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+        # kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim]
+        shape = (num_blocks, *_block_shape(layout))
         if device.type == "cpu":
             self.kv_cache = zeroed_host_tensor(shape, layout.dtype)
         else:
             self.kv_cache = torch.zeros(shape, dtype=layout.dtype, device=device)
+        # int8 pools hold K and V in the Hadamard basis (kernels/kv_quant.py): [head_dim, head_dim]
+        self.kv_rotation = hadamard(layout.head_dim).to(device) if layout.dtype == torch.int8 else None
 
     def layer(self, layer_idx: int) -> torch.Tensor:
-        """[num_blocks, 2, block_size, num_kv_heads, head_dim], strided (not contiguous in dim 0)."""
+        """[num_blocks, 2, block_size, num_kv_heads, row_dim], strided (not contiguous in dim 0)."""
         return self.kv_cache[:, layer_idx]
 
     @property
@@ -112,7 +122,7 @@ def zeroed_host_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tens
 
 
 def _block_shape(layout: KVLayout) -> tuple[int, ...]:
-    return (layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+    return (layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.row_dim)
 
 
 class TieredKVStorage(KVStorage):
@@ -145,7 +155,7 @@ class TieredKVStorage(KVStorage):
         super().__init__(layout, num_blocks, device)
         is_cuda = device.type == "cuda"
         pin = is_cuda if pin_memory is None else pin_memory
-        # cpu_cache: [num_cpu_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]
+        # cpu_cache: [num_cpu_blocks, num_layers, 2, block_size, num_kv_heads, row_dim]
         self.cpu_cache, self.cpu_pinned = allocate_host_pool(
             (num_cpu_blocks, *_block_shape(layout)), layout.dtype, pin
         )
@@ -162,7 +172,7 @@ class TieredKVStorage(KVStorage):
 
     def pool(self, tier: int) -> torch.Tensor:
         """The whole pool of a tensor tier (gpu, cpu): [num_tier_blocks, num_layers, 2, block_size,
-        num_kv_heads, head_dim]. The disk tier is a file: `read_blocks`/`gather_layer`/`write_blocks`."""
+        num_kv_heads, row_dim]. The disk tier is a file: `read_blocks`/`gather_layer`/`write_blocks`."""
         if tier == TIER_GPU:
             return self.kv_cache
         if tier == TIER_CPU:
@@ -172,7 +182,7 @@ class TieredKVStorage(KVStorage):
         raise ValueError(f"unknown KV tier {tier}")
 
     def tier_layer(self, tier: int, layer_idx: int) -> torch.Tensor:
-        """[num_tier_blocks, 2, block_size, num_kv_heads, head_dim], strided, of a tensor tier."""
+        """[num_tier_blocks, 2, block_size, num_kv_heads, row_dim], strided, of a tensor tier."""
         return self.pool(tier)[:, layer_idx]
 
     def num_tier_blocks(self, tier: int) -> int:

@@ -36,7 +36,11 @@ CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of
 ALLOCATOR_SLACK_FRACTION = 0.03  # caching-allocator fragmentation, of the usable VRAM
 ALLOCATOR_SLACK_MIN_BYTES = 128 * MiB
 MAX_GRAPH_BATCH = 256  # largest decode batch captured in a CUDA graph (runner/cuda_graphs.py)
-KV_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
+KV_DTYPES = (
+    "auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"
+)  # fmt: skip
+# int8 KV rows end with one fp32 scale per token and kv head (kernels/kv_quant.INT8_SCALE_BYTES)
+INT8_KV_SCALE_BYTES = 4
 WEIGHT_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32")
 
 
@@ -186,8 +190,20 @@ class PlanRequest:
 
     @property
     def kv_dtype_bytes(self) -> int:
-        """`auto`: the weights' compute dtype."""
+        """Bytes of one K or V value; `auto`: the weights' compute dtype."""
+        if self.kv_dtype == "int8":
+            return 1
         return self.weight_dtype_bytes if self.kv_dtype == "auto" else dtype_bytes(self.kv_dtype, "kv_dtype")
+
+    @property
+    def kv_scale_bytes(self) -> int:
+        """Bytes stored beside each (token, kv head) row of K or V: int8's scale, else 0."""
+        return INT8_KV_SCALE_BYTES if self.kv_dtype == "int8" else 0
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V for one token over all layers, scales included."""
+        return self.spec.kv_bytes_per_token(self.kv_dtype_bytes, self.kv_scale_bytes)
 
 
 @dataclass(frozen=True)
@@ -291,14 +307,18 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     bw = bandwidths.complete(DEFAULT_BANDWIDTHS)
     spec, bs = request.spec, request.block_size
     weight_bytes = request.weight_bytes
-    kvpt = spec.kv_bytes_per_token(request.kv_dtype_bytes)
+    kvpt = request.kv_bytes_per_token
     block_bytes = kvpt * bs
     usable, activation, graph, slack, runtime, gpu_left = _gpu_budget(request, weight_bytes)
     cpu_tokens = _tier_tokens(request.cpu_kv_blocks, request.ram_budget_bytes, block_bytes, bs)
     disk_tokens = _tier_tokens(request.disk_kv_blocks, request.disk_budget_bytes, block_bytes, bs)
     # sparse: a key summary per cold-tier block on the GPU (kv/block_summary.py): 2 x head_dim
-    # values per layer and kv head, which is the KV bytes of one token
-    summary_bytes = (cpu_tokens + disk_tokens) // bs * kvpt if request.cold_attention == "sparse" else 0
+    # values per layer and kv head, which is the KV bytes of one token (int8: fp16 summaries)
+    summary_elem = 2 if request.kv_dtype == "int8" else request.kv_dtype_bytes
+    summary_block = spec.kv_bytes_per_token(summary_elem)
+    summary_bytes = (
+        (cpu_tokens + disk_tokens) // bs * summary_block if request.cold_attention == "sparse" else 0
+    )
     # and the block cache: a budget's whole blocks per cached sequence
     sparse_cache = 0
     if request.cold_attention == "sparse":

@@ -246,7 +246,9 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
     r = plan.request
     d = plan.decode
     reserves = plan.cuda_graph_reserve_bytes + plan.allocator_slack_bytes + plan.runtime_reserve_bytes
-    kv_name = {1: "fp8", 2: "bf16/fp16", 4: "fp32"}[r.kv_dtype_bytes]
+    kv_name = (
+        "int8 + scales" if r.kv_dtype == "int8" else {1: "fp8", 2: "bf16/fp16", 4: "fp32"}[r.kv_dtype_bytes]
+    )
     return [
         (
             "VRAM planned / budget",

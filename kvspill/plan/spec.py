@@ -155,9 +155,10 @@ class ModelSpec:
         """num_kv_heads * head_dim: the width of one K (or V) row of one layer."""
         return self.num_kv_heads * self.head_dim
 
-    def kv_bytes_per_token(self, kv_dtype_bytes: int) -> int:
-        """Bytes of K and V for one token over all layers."""
-        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * kv_dtype_bytes
+    def kv_bytes_per_token(self, kv_dtype_bytes: int, scale_bytes: int = 0) -> int:
+        """Bytes of K and V for one token over all layers; `scale_bytes` more per (layer, K or V,
+        kv head) row for formats that store a scale beside each row (int8)."""
+        return self.num_layers * 2 * self.num_kv_heads * (self.head_dim * kv_dtype_bytes + scale_bytes)
 
     def weight_bytes(self, dtype_bytes: int) -> int:
         """Bytes of all weights held at `dtype_bytes` per element (GGUF: dequantized size)."""

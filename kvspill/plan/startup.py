@@ -109,7 +109,7 @@ def _device_budget(
     if host_available_bytes is None:
         return None
     if fixed is None:
-        block_bytes = request.spec.kv_bytes_per_token(request.kv_dtype_bytes) * request.block_size
+        block_bytes = request.kv_bytes_per_token * request.block_size
         blocks_per_seq = -(-request.context_len // request.block_size)
         want = blocks_per_seq * min(request.max_num_seqs, CPU_POOL_MAX_SEQS) * block_bytes
         fixed = min(want, host_available_bytes // CPU_POOL_RAM_FRACTION)

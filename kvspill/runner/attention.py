@@ -15,6 +15,10 @@ blocks have `cold = None` and run exactly as before.
 `--attention cpu`: when the pool lives on the host and q on the GPU, the layer's q/k/v go down,
 everything runs on the host, o comes back up.
 
+`--kv-cache-dtype int8`: q, k and v (after RoPE, which then runs on its own) change to the
+Hadamard basis of the storage's `kv_rotation` before the store and every attention path, and o
+changes back (kernels/kv_quant.py): the kernels see an ordinary int8 pool.
+
 Invariant: every metadata tensor lives on the cache's device; nothing in this module reads
 global state, so the same object can be captured in a CUDA graph with static buffers.
 """
@@ -27,6 +31,8 @@ import numpy as np
 import torch
 
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
+from kvspill.kernels.fused_ops import apply_rope
+from kvspill.kernels.kv_quant import rotate
 from kvspill.kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
 from kvspill.kernels.rope_store import rope_and_store_kv
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
@@ -105,6 +111,25 @@ class PagedAttention:
         if q.device != kv_device:  # --attention cpu: the pool and all attention on the host
             assert rope is None, "fuses_rope is off when the pool is on another device"
             return self(layer_idx, q.to(kv_device), k.to(kv_device), v.to(kv_device)).to(q.device)
+        basis = self.storage.kv_rotation
+        if basis is not None:  # int8 KV: attend in the Hadamard basis, o turned back (kv_quant.py)
+            if rope is not None:
+                apply_rope(q, k, rope[0], rope[1])
+            # k, v stay fp32 for the store's quantization; q returns to its dtype for the kernels
+            q_b = rotate(q, basis).to(q.dtype)
+            o = self._attend(layer_idx, q_b, rotate(k, basis), rotate(v, basis), None)
+            return rotate(o, basis).to(q.dtype)
+        return self._attend(layer_idx, q, k, v, rope)
+
+    def _attend(
+        self,
+        layer_idx: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> torch.Tensor:
+        """Store k, v and attend (see `__call__`), all on the KV device."""
         meta = self.metadata
         kv_layer = self.storage.layer(layer_idx)
         if rope is not None:

@@ -124,3 +124,58 @@ def test_fp8_kv_cache_in_cold_tiers_equals_fp8_all_on_one_tier(tiny_llama_dir, t
     # boundary (one fp8 step, 6%): logits agree to 1e-3 here, not to fp32's 1e-4
     assert max((a - b).abs().max().item() for a, b in zip(logits, want_logits, strict=True)) < 5e-3
     assert _cold_fraction_seen(tiered) >= 0.7
+
+
+@pytest.fixture(scope="module")
+def int8_whole(tiny_llama_dir, record_logits):
+    """--kv-cache-dtype int8 with all KV on one tier: the reference of the cold-tier int8 runs."""
+    prompt = torch.randint(3, 256, (120,), generator=torch.Generator().manual_seed(5)).tolist()
+    whole = _llm(tiny_llama_dir, kv_cache_dtype="int8", max_num_batched_tokens=16)
+    logits = record_logits(whole)
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    return prompt, params, whole.generate([prompt], params)[0].token_ids, logits
+
+
+def test_int8_kv_cache_stays_close_to_fp32_kv(tiny_llama_dir, record_logits, int8_whole):
+    """The int8 run (Hadamard basis, per-row scales) against fp32 KV: logits within the
+    quantization's error while the greedy tokens agree (a wrong basis change or scale is off by
+    the logits' whole range). The random tiny model has near-ties: the runs may part later."""
+    prompt, params, want, int8_logits = int8_whole
+    exact = _llm(tiny_llama_dir, max_num_batched_tokens=16)
+    logits = record_logits(exact)
+    got = exact.generate([prompt], params)[0].token_ids
+    same = next(i for i, (a, b) in enumerate(zip([*got, -1], [*want, -2], strict=True)) if a != b)
+    assert same >= 3, (got, want)
+    spread = max(b.abs().max().item() for b in logits)
+    for a, b in zip(int8_logits[: same + 1], logits[: same + 1], strict=True):  # + 1: the prefill's
+        assert (a - b).abs().max().item() < 0.02 * spread
+
+
+@pytest.mark.parametrize("cold_attention", ["cpu", "stream", "sparse"])  # sparse: budget > cold length
+def test_int8_kv_cache_in_cold_tiers_equals_int8_all_on_one_tier(
+    tiny_llama_dir, tmp_path, record_logits, int8_whole, cold_attention
+):
+    """--kv-cache-dtype int8: every tier holds int8 rows with their scales (bytes per token: 1 per
+    value + 4 per row); the cold paths (the CPU kernel reading int8 blocks in place; the stream
+    path staging them for the decode kernel) give the logits of the all-on-one-tier run, whose
+    attention reads the same stored values dequantized."""
+    prompt, params, want, want_logits = int8_whole
+    tiered = _llm(
+        tiny_llama_dir,
+        tmp_path,
+        kv_cache_dtype="int8",
+        num_kv_blocks=5,
+        max_num_batched_tokens=16,
+        hot_window_tokens=8,
+        num_cpu_kv_blocks=30,
+        cold_attention=cold_attention,
+    )
+    storage = tiered.engine.bundle.storage
+    layout = storage.layout
+    assert layout.dtype == storage.cpu_cache.dtype == torch.int8
+    assert storage.cpu_cache.shape[-1] == layout.head_dim + 4
+    assert layout.bytes_per_token == layout.num_layers * 2 * layout.num_kv_heads * (layout.head_dim + 4)
+    logits = record_logits(tiered)
+    assert tiered.generate([prompt], params)[0].token_ids == want
+    assert max((a - b).abs().max().item() for a, b in zip(logits, want_logits, strict=True)) < 1e-3
+    assert _cold_fraction_seen(tiered) >= 0.7

@@ -18,6 +18,7 @@ from kvspill.kernels.cpu_attention import (
     cpu_paged_attention_ref,
     load_kernel,
 )
+from kvspill.kernels.kv_quant import dequantize_kv, quantize_kv
 
 pytestmark = pytest.mark.skipif(load_kernel() is None, reason="no C++ compiler to build the CPU kernel")
 
@@ -76,14 +77,20 @@ def test_fp8_pool_with_layer_scales(dtype):
     assert_close(out, ref)
 
 
-def test_int8_pool_with_token_scales():
+@pytest.mark.parametrize("head_dim", [32, 24])  # 24: the portable path (no AVX-512 multiple of 16)
+def test_int8_pool_reads_the_scales_inside_its_rows(head_dim):
+    """--kv-cache-dtype int8: rows of head_dim int8 values and their fp32 scale (kv_quant.py);
+    the kernel equals the reference on the dequantized values, in the layer asked for."""
     rng = np.random.default_rng(2)
-    pool = torch.randint(-127, 128, (30, 2, 2, 16, 2, 32), dtype=torch.int8)
-    token_scales = torch.rand(30, 2, 2, 16, 2) * 0.05
+    pool = quantize_kv(torch.randn(30, 2, 2, 16, 2, head_dim) * 3, torch.int8)
     parts = random_parts(rng, 30, [5, 12], [2, 1])
-    q = torch.randn(3, 4, 32)
-    out, ref = run_both(q, pool, 0, parts, KVScales(token_scales=token_scales))
-    assert_close(out, ref)
+    q = torch.randn(3, 4, head_dim)
+    for layer in (0, 1):
+        out, ref = run_both(q, pool, layer, parts)
+        assert_close(out, ref)
+    o_want, lse_want = torch.zeros(3, 4, head_dim), torch.full((3, 4), float("-inf"))
+    cpu_paged_attention_ref(q, dequantize_kv(pool), 1, parts, 0.3, (o_want, lse_want))
+    assert_close(out, (o_want, lse_want))
 
 
 def test_no_compiler_falls_back_with_one_clear_warning(monkeypatch, caplog):

@@ -11,6 +11,7 @@ from kvspill.kernels.decode_attention import (
     paged_decode_attention,
     paged_decode_attention_ref,
 )
+from kvspill.kernels.kv_quant import dequantize_kv, quantize_kv
 
 # Empty seq, one token, one short of a block, not a block multiple, several splits' worth.
 SEQ_LENS = [0, 1, 15, 37, 70]
@@ -156,3 +157,22 @@ def test_kernel_reads_fp8_cache(make_paged_kv, tol, fp8, device):
     o, lse = paged_decode_attention(q, *args, num_splits=2, out=_poisoned_out(q), min_split_tokens=16)
     torch.testing.assert_close(o.float(), o_ref.float(), **tol[torch.bfloat16])
     torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype, num_splits", [(torch.float32, 1), (torch.bfloat16, 2)])
+def test_kernel_reads_int8_cache(make_paged_kv, tol, dtype, num_splits, device):
+    """--kv-cache-dtype int8: kernel and reference over an int8 pool (rows ending with their scale)
+    equal the reference over the dequantized K/V; the NaN of unowned slots stays unread."""
+    paged, q = _make_batch(make_paged_kv, SEQ_LENS, 8, 2, 32, 16, dtype, device)
+    kv_int8 = quantize_kv(paged.kv_cache, torch.int8)[:, 1]  # NaN rows quantize to NaN scales
+    dequantized = dequantize_kv(kv_int8)  # fp32: the kernel applies scales in fp32 too
+    tables = (paged.block_tables, paged.seq_lens, 0.2)
+    o_want, lse_want = paged_decode_attention_ref(q, dequantized, *tables)
+    o_ref, lse_ref = paged_decode_attention_ref(q, kv_int8, *tables)
+    o, lse = paged_decode_attention(
+        q, kv_int8, *tables, num_splits=num_splits, out=_poisoned_out(q), min_split_tokens=16
+    )
+    assert not o.isnan().any() and not lse.isnan().any()
+    torch.testing.assert_close(o_ref.float(), o_want.float(), **tol[dtype])
+    torch.testing.assert_close(o.float(), o_want.float(), **tol[dtype])
+    torch.testing.assert_close(lse, lse_want, atol=1e-3, rtol=1e-4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvspill.kernels.kv_quant import INT8_SCALE_BYTES, dequantize_kv, int8_scales
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
 
 
@@ -92,3 +93,36 @@ def test_store_kv_into_fp8_cache_rounds_and_saturates(fp8, device):
     inside = normal & (k.float().abs() <= limit)
     err = (got_ref - k.float()).abs()[inside]
     assert (err <= k.float().abs()[inside] * 2.0 ** -(mantissa_bits + 1)).all()  # half an ulp
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_store_kv_into_int8_cache_equals_reference_and_bound(dtype, device):
+    """--kv-cache-dtype int8: kernel and reference store the same int8 rows and scales (equal
+    under the interpreter; within one quantization step on a GPU, whose division may round
+    differently), every element within half a step of its input, a zero row with scale 0."""
+    gen = torch.Generator().manual_seed(2)
+    num_kv_heads, head_dim = 3, 32
+    cache = torch.zeros(
+        (4, 2, 2, 8, num_kv_heads, head_dim + INT8_SCALE_BYTES), dtype=torch.int8, device=device
+    )
+    k = (torch.randn((9, num_kv_heads, head_dim), generator=gen) * 3).to(dtype).to(device)
+    v = (torch.randn((9, num_kv_heads, head_dim), generator=gen) * 0.01).to(dtype).to(device)
+    k[4, 1] = 0.0
+    slots = torch.randperm(32, generator=gen)[:9].to(device)
+    by_ref, by_kernel = cache.clone(), cache.clone()
+    store_kv_ref(k, v, by_ref[:, 1], slots)
+    store_kv(k, v, by_kernel[:, 1], slots)
+    assert torch.equal(by_ref[:, 0], cache[:, 0]) and torch.equal(
+        by_kernel[:, 0], cache[:, 0]
+    )  # layer 0 untouched
+    for kv, x in ((0, k), (1, v)):
+        rows_ref = by_ref[:, 1, kv].reshape(-1, num_kv_heads, head_dim + INT8_SCALE_BYTES)[slots]
+        rows_kernel = by_kernel[:, 1, kv].reshape(-1, num_kv_heads, head_dim + INT8_SCALE_BYTES)[slots]
+        scale = int8_scales(rows_ref)
+        torch.testing.assert_close(int8_scales(rows_kernel), scale, rtol=1e-6, atol=0)
+        deq_ref, deq_kernel = dequantize_kv(rows_ref), dequantize_kv(rows_kernel)
+        if device == "cpu":
+            assert torch.equal(rows_ref, rows_kernel)
+        assert ((deq_ref - deq_kernel).abs() <= scale[..., None] * 1.001).all()
+        assert ((deq_ref - x.float()).abs() <= scale[..., None] * 0.5 * (1 + 1e-5) + 1e-30).all()
+    assert int8_scales(by_kernel[:, 1, 0].reshape(-1, num_kv_heads, head_dim + 4)[slots[4], 1]) == 0

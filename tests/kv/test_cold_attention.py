@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspill.kernels.prefill_attention import dense_attention_ref
+from kvspill.kernels.attention_common import dense_attention_ref
 from kvspill.kv import cold_attention
 from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig
 from kvspill.kv.cold_math import attend_unmasked_ref, fold_queries, merge_partials, unfold_outputs

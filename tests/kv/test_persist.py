@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 
+from kvspill.kernels.kv_quant import dequantize_kv, int8_scales, quantize_kv
 from kvspill.kv.persist import PersistStore, kv_fingerprint, scan_dir
 from kvspill.kv.storage import KVLayout
 
@@ -101,3 +102,20 @@ def test_a_corrupt_file_is_not_loaded(tmp_path, caplog, offset):
     assert not loaded and not torch.equal(dst, _block(1))
     assert any("skipping" in r.message for r in caplog.records)
     again.close()
+
+
+def test_int8_blocks_round_trip_with_their_scales_and_other_formats_are_skipped(tmp_path):
+    """--kv-cache-dtype int8: a persisted block is its bytes, scales included (rows end with
+    them); an engine with another KV format does not load it."""
+    int8 = KVLayout(num_layers=2, block_size=4, num_kv_heads=2, head_dim=8, dtype=torch.int8)
+    block = quantize_kv(torch.randn((2, 2, 4, 2, 8), generator=torch.Generator().manual_seed(4)), torch.int8)
+    store = _store(tmp_path, layout=int8)
+    assert store.submit(9, block)
+    store.flush()
+    store.close()
+    again = _store(tmp_path, layout=int8)
+    dst = torch.zeros_like(block)
+    assert again.load_into(9, dst) and torch.equal(dst, block)
+    assert torch.equal(dequantize_kv(dst), dequantize_kv(block)) and (int8_scales(dst) > 0).all()
+    again.close()
+    assert not _store(tmp_path).contains(9)  # a bf16 engine skips it

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from kvspill.kernels.kv_quant import dequantize_kv, quantize_kv
 from kvspill.kv.block_summary import BlockSummaries, bytes_per_block, summarize_keys
 from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig, ColdSeq
 from kvspill.kv.cold_math import attend_unmasked_ref
@@ -201,4 +202,16 @@ def test_summaries_of_an_fp8_pool_are_exact_fp8_values():
     keys = blocks[:, :, 0].float()
     assert torch.equal(summary[:, :, 0].float(), keys.amin(2)) and torch.equal(
         summary[:, :, 1].float(), keys.amax(2)
+    )
+
+
+def test_summaries_of_an_int8_pool_bound_the_dequantized_keys():
+    """int8 rows carry their own scales: min/max are taken over the dequantized keys (fp16)."""
+    kv = torch.randn(3, 2, 2, 4, 2, 16) * torch.linspace(0.1, 9.0, 4).view(1, 1, 1, 4, 1, 1)
+    blocks = quantize_kv(kv, torch.int8)  # per-token scales differ by a factor 90 here
+    summary = summarize_keys(blocks)
+    assert summary.dtype == torch.float16 and summary.shape == (3, 2, 2, 2, 16)
+    keys = dequantize_kv(blocks[:, :, 0])
+    assert torch.equal(summary[:, :, 0], keys.amin(2).half()) and torch.equal(
+        summary[:, :, 1], keys.amax(2).half()
     )

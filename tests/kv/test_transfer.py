@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvspill.kernels.kv_quant import dequantize_kv, int8_scales, quantize_kv
 from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.kv.transfer import CopyRun, KVTransferEngine, group_moves
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, TransferPlan
@@ -96,3 +97,27 @@ def test_out_of_range_ids_fail_loudly(tmp_path):
     engine = KVTransferEngine(_storage(tmp_path, n=4))
     with pytest.raises(AssertionError, match="outside the cpu tier"):
         engine.execute(TransferPlan(_moves(TIER_GPU, [0], TIER_CPU, [4])))
+
+
+def test_int8_blocks_keep_values_and_scales_through_every_tier(tmp_path):
+    """--kv-cache-dtype int8: rows end with their fp32 scale (kernels/kv_quant.py), so a block
+    moved gpu -> cpu -> disk -> gpu keeps every value and scale, and reads back the same K/V."""
+    layout = KVLayout(num_layers=2, block_size=4, num_kv_heads=2, head_dim=16, dtype=torch.int8)
+    assert layout.row_dim == 20 and layout.block_bytes == 2 * 2 * 4 * 2 * 20
+    storage = TieredKVStorage(layout, 8, DEVICE, num_cpu_blocks=8, num_disk_blocks=8, disk_dir=tmp_path)
+    kv = torch.randn((8, 2, 2, 4, 2, 16), generator=torch.Generator().manual_seed(3)) * 5
+    storage.kv_cache.copy_(quantize_kv(kv, torch.int8))
+    original = storage.kv_cache.clone()
+    engine = KVTransferEngine(storage)
+    engine.execute(TransferPlan(_moves(TIER_GPU, [1, 2, 6], TIER_CPU, [5, 0, 3])))
+    storage.kv_cache[[1, 2, 6]] = 0
+    engine.execute(TransferPlan(_moves(TIER_CPU, [5, 0, 3], TIER_DISK, [7, 2, 4])))
+    storage.cpu_cache.zero_()
+    engine.execute(TransferPlan(_moves(TIER_DISK, [7, 2, 4], TIER_GPU, [0, 3, 5])))
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    back, want = storage.kv_cache[[0, 3, 5]].cpu(), original[[1, 2, 6]].cpu()
+    assert torch.equal(back, want)
+    assert torch.equal(int8_scales(back), int8_scales(want)) and (int8_scales(back) > 0).all()
+    deq = dequantize_kv(back)
+    assert ((deq - kv[[1, 2, 6]]).abs() <= int8_scales(back)[..., None] * 0.5 * (1 + 1e-5)).all()

@@ -217,6 +217,18 @@ def test_fp8_halves_kv_and_fixed_gpu_kv() -> None:
         replace(base, kv_dtype="int3")
 
 
+def test_int8_kv_counts_its_scales() -> None:
+    """int8 rows hold head_dim values and a 4-byte scale (kernels/kv_quant.py): 132 of bf16's 256
+    bytes per (layer, K or V, kv head) for Llama-3.1-8B, as the engine's KVLayout counts them."""
+    base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=65536)
+    int8 = make_plan(replace(base, kv_dtype="int8"), DEFAULT_BANDWIDTHS)
+    bf16 = make_plan(base, DEFAULT_BANDWIDTHS)
+    assert int8.kv_bytes_per_token * 256 == bf16.kv_bytes_per_token * 132
+    assert int8.kv_bytes_per_token == 32 * 2 * 8 * (128 + 4)
+    assert int8.gpu_kv_tokens >= 1.9 * bf16.gpu_kv_tokens
+    assert "int8 + scales" in format_plan_table([int8])
+
+
 def test_presets() -> None:
     base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072)
     host_ram, disk_free = 128 * GiB, 1000 * GiB
