@@ -27,7 +27,7 @@ from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf_reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kernels.kv_quant import kv_storage_dtype
-from kvspill.kv.cold_attention import ColdAttentionConfig
+from kvspill.kv.cold_config import ColdAttentionConfig
 from kvspill.kv.persist import kv_fingerprint, model_identity
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kvspill.errors import InvalidParameterError
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kv.block_summary import BlockSummaries
+from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
 from kvspill.kv.cold_cpu import ColdCpuPath, LayerStaging
 from kvspill.kv.cold_math import merge_partials
 from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseInput
@@ -48,90 +48,6 @@ from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.stats import ColdAttentionCounters
 from kvspill.types import TIER_CPU, TIER_DISK
-
-COLD_PATHS = ("auto", "cpu", "stream", "split", "sparse")
-
-
-@dataclass(frozen=True)
-class ColdAttentionConfig:
-    path: str = "auto"
-    cpu_fraction: float | None = None  # split: share of cold blocks on the CPU; None: from bandwidths
-    cpu_attn_gbs: float | None = None  # measured CPU attention rate (calibration), GB/s of KV
-    h2d_gbs: float | None = (
-        None  # measured rate of the stream path (calibration stream_gbs, else pinned H2D), GB/s
-    )
-    cpu_chunk_blocks: int = 256  # blocks gathered per CPU step: bounds host temporaries
-    # Blocks per device staging buffer (two of them). Each chunk costs ~20 host launches per
-    # layer, so small chunks leave the copy stream waiting for the host: on an H200 host, 64
-    # streamed 10-12 GB/s, 256 38-42; the engine passes the plan's COLD_STAGE_TOKENS (1024 blocks).
-    stream_chunk_blocks: int = 1024
-    cpu_workers: int = 0  # threads running CPU partials; 0: the calling thread, after the GPU kernels
-    # Threads of the CPU kernel; None: torch's count when the backend is built (the engine's
-    # pre-flight sets it from --cpu-attention-threads). Read once: a worker thread's own OpenMP
-    # default would be every core.
-    cpu_threads: int | None = None
-    max_rows_per_query: int = 64  # stream: query rows (tokens x GQA group) folded into one kernel query
-    # sparse: cold tokens each decode row attends per layer (whole blocks, at least one); the
-    # gpu-resident sink blocks and hot window come on top, exact.
-    sparse_budget_tokens: int = 4096
-    # sparse: decode requests whose chosen blocks stay cached on the device between steps
-    # (`kv/sparse_cache.py`; each costs the budget's KV bytes); 0 turns the cache off.
-    sparse_cache_seqs: int = 0
-    max_seq_blocks: int = 0  # blocks of the longest sequence (the cache's map size); 0: no cache
-
-    def __post_init__(self) -> None:
-        if self.path not in COLD_PATHS:
-            raise InvalidParameterError(
-                "cold_path", f"cold attention path must be one of {COLD_PATHS}, got {self.path!r}"
-            )
-        if self.cpu_fraction is not None and not 0.0 <= self.cpu_fraction <= 1.0:
-            raise InvalidParameterError(
-                "cold_path", f"cpu_fraction must be in [0, 1], got {self.cpu_fraction}"
-            )
-        if self.cpu_threads is not None and self.cpu_threads < 1:
-            raise InvalidParameterError(
-                "cold_path", f"cpu_threads must be at least 1, got {self.cpu_threads}"
-            )
-        for name in ("cpu_chunk_blocks", "stream_chunk_blocks", "max_rows_per_query", "sparse_budget_tokens"):
-            if getattr(self, name) < 1:
-                raise InvalidParameterError(
-                    "cold_path", f"{name} must be at least 1, got {getattr(self, name)}"
-                )
-        if self.sparse_cache_seqs < 0:
-            raise InvalidParameterError(
-                "cold_path", f"sparse_cache_seqs must not be negative, got {self.sparse_cache_seqs}"
-            )
-        if self.cpu_workers < 0:
-            raise InvalidParameterError(
-                "cold_path", f"cpu_workers must not be negative, got {self.cpu_workers}"
-            )
-
-    def resolved_path(self, device: torch.device) -> str:
-        """The exact path; "sparse" runs its prefill rows on the one "auto" picks."""
-        if self.path not in ("auto", "sparse"):
-            return self.path
-        return "stream" if device.type == "cuda" else "cpu"
-
-    def resolved_cpu_fraction(self) -> float:
-        """cost(cold) = max(cpu_bytes / B_cpu, streamed / B_h2d) is least when the shares follow the rates."""
-        if self.cpu_fraction is not None:
-            return self.cpu_fraction
-        if self.cpu_attn_gbs and self.h2d_gbs:
-            return self.cpu_attn_gbs / (self.cpu_attn_gbs + self.h2d_gbs)
-        return 0.5
-
-
-@dataclass(frozen=True)
-class ColdSeq:
-    """A sequence of the step that has cold blocks (built by the runner)."""
-
-    token_start: int  # its first query row in the step's q
-    num_tokens: int  # its query rows this step
-    block_tiers: np.ndarray  # [num_cold] TIER_CPU or TIER_DISK, in logical order
-    block_ids: np.ndarray  # [num_cold] int64, ids within each block's tier
-    # sparse's block cache: the blocks' logical numbers and the request (None: not cached)
-    block_index: np.ndarray | None = None
-    req_id: str | None = None
 
 
 @dataclass

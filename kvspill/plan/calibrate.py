@@ -174,7 +174,8 @@ def measure_cold_path_gbs(
     import numpy as np
     import torch
 
-    from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig, ColdSeq
+    from kvspill.kv.cold_attention import ColdAttentionBackend
+    from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
     from kvspill.kv.storage import KVLayout, TieredKVStorage
     from kvspill.types import TIER_CPU
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvspill.kv.cold_attention import ColdSeq
+from kvspill.kv.cold_config import ColdSeq
 from kvspill.sampling.sampler import SamplingState
 from kvspill.types import TIER_GPU, TIER_NAMES, BlockMove, ScheduledBatch
 

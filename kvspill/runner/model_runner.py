@@ -28,7 +28,8 @@ import torch
 
 from kvspill.guided.bitmask import GuideState
 from kvspill.guided.compiler import GuidedCompiler
-from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig
+from kvspill.kv.cold_attention import ColdAttentionBackend
+from kvspill.kv.cold_config import ColdAttentionConfig
 from kvspill.kv.storage import KVStorage, TieredKVStorage
 from kvspill.kv.transfer import KVTransferEngine
 from kvspill.model.base import CausalLM

@@ -14,7 +14,8 @@ import torch
 
 from kvspill.kernels.attention_common import dense_attention_ref
 from kvspill.kv import cold_attention
-from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig
+from kvspill.kv.cold_attention import ColdAttentionBackend
+from kvspill.kv.cold_config import ColdAttentionConfig
 from kvspill.kv.cold_math import attend_unmasked_ref, fold_queries, merge_partials, unfold_outputs
 from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.kv.transfer import KVTransferEngine

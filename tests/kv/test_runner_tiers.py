@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspill.kv.cold_attention import ColdAttentionConfig
+from kvspill.kv.cold_config import ColdAttentionConfig
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model

@@ -16,7 +16,8 @@ import torch
 
 from kvspill.kernels.kv_quant import dequantize_kv, quantize_kv
 from kvspill.kv.block_summary import BlockSummaries, bytes_per_block, summarize_keys
-from kvspill.kv.cold_attention import ColdAttentionBackend, ColdAttentionConfig, ColdSeq
+from kvspill.kv.cold_attention import ColdAttentionBackend
+from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
 from kvspill.kv.cold_math import attend_unmasked_ref
 from kvspill.kv.sparse_select import quest_scores, quest_scores_ref, select_blocks
 from kvspill.kv.storage import TieredKVStorage

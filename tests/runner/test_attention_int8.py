@@ -5,6 +5,7 @@ torch path, and both stay within int8's error of attention over an fp32 pool."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from kvspill.kernels.fused_ops import apply_rope_ref
@@ -46,6 +47,11 @@ def _fill_context(storage: KVStorage, kv: torch.Tensor) -> None:
         storage.layer(0).copy_(quantize_kv(rotate(kv, storage.kv_rotation), torch.int8))
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="runs the CUDA code path on CPU tensors under Triton's interpreter; on a GPU host the "
+    "kernels compile and the engine benchmarks run this path",
+)
 def test_cuda_path_equals_torch_path_and_fp32_pool():
     g = torch.Generator().manual_seed(0)
     num_tokens = sum(n for _, n in SEQS)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Dev only: SmolLM2 eval table (issue 13): exact vs sparse 1/8 (with teacher forcing), 1/4 at 2K/4K/8K; RoPE rows.
+set -u
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:$PWD
+cat /tmp/smolpart_aa .smolB/smolpart_ab > /tmp/smol.gguf && md5sum /tmp/smol.gguf
+M=/tmp/smol.gguf; D=.devbench/eval_drv.py; mkdir -p /tmp/ev
+nvidia-smi --query-gpu=name --format=csv,noheader; date -u
+ev() { name=$1; lim=$2; shift 2; timeout $lim python3 $D $M /tmp/ev/$name "$@" > /tmp/ev/$name.log 2>&1; echo "== $name rc=$? $(date -u +%T)"; grep -E "@|done|Error|error" /tmp/ev/$name.log | tail -8; (cd /tmp && tar czf $OUT/eval.tgz ev); }
+export EVAL_TASKS=passkey,niah_multikey
+ev exact 110 exact 2048,4096,8192 256 5 0 dtype=float32 cold_attention=stream
+ev sparse8-2k 60 "sparse 1/8" 2048 256 5 1 dtype=float32 cold_attention=sparse sparse_budget_tokens=256
+ev sparse8-4k 80 "sparse 1/8" 4096 256 5 1 dtype=float32 cold_attention=sparse sparse_budget_tokens=512
+ev sparse8-8k 130 "sparse 1/8" 8192 256 5 1 dtype=float32 cold_attention=sparse sparse_budget_tokens=1024
+ev sparse4-2k 35 "sparse 1/4" 2048 256 5 0 dtype=float32 cold_attention=sparse sparse_budget_tokens=512
+ev sparse4-4k 35 "sparse 1/4" 4096 256 5 0 dtype=float32 cold_attention=sparse sparse_budget_tokens=1024
+ev sparse4-8k 45 "sparse 1/4" 8192 256 5 0 dtype=float32 cold_attention=sparse sparse_budget_tokens=2048
+export EVAL_TASKS=passkey
+for r in linear:4 yarn:2; do ev rope-${r/:/} 35 "rope $r" 16384 0 3 0 dtype=float32 rope_scaling=$r; done
+date -u
