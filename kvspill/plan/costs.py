@@ -34,9 +34,11 @@ COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (t
 # kernel, 50.6-50.9 GB/s for 4-32 KiB pieces against 55 GB/s of pinned H2D on the bench hosts
 # (DESIGN.md, "The physics").
 SPARSE_GATHER_EFFICIENCY = 0.92
-# Scoring and top-k of one decode row per layer (two matmuls, two sorts, a gather and the
-# launches): an estimate until the W5 benchmark measures it (shared/bench/README.md).
-SPARSE_OVERHEAD_PER_LAYER_S = 40e-6
+# A sparse decode step per layer beyond its bytes: the cold path runs eagerly (about 45 kernel
+# launches per layer with the model's own), so its host time is not hidden under the GPU's.
+# Measured as (step time - floor) / layers on W3 128K with a 4096-token budget (H100, 2026-11-26,
+# bench/results/2026-11-26-h100-w5-sparse-cache/): 0.85-1.25 ms over three calls.
+SPARSE_OVERHEAD_PER_LAYER_S = 1.0e-3
 
 
 @dataclass(frozen=True)
