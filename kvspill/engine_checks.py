@@ -1,5 +1,6 @@
-"""What engine start-up checks before loading anything: the host's pre-flight (with CPU attention's
-threads and cores), fp8 KV on the card (int8 needs nothing), and an int4 checkpoint against --quantization."""
+"""What engine start-up checks and decides before loading anything: the device and dtype, the
+host's pre-flight (with CPU attention's threads and cores), fp8 KV on the card (int8 needs
+nothing), and an int4 checkpoint against --quantization."""
 
 from __future__ import annotations
 
@@ -10,10 +11,42 @@ import torch
 
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
+from kvspill.model.parallel import SINGLE, TensorParallel
+from kvspill.plan.cpu_dtype import pick_cpu_dtype
 from kvspill.plan.preflight import run_checks
 from kvspill.plan.spec import ModelSpec
 
 logger = logging.getLogger("kvspill.engine_setup")  # the name these lines had before the split
+
+
+def pick_device(config: EngineConfig, tp: TensorParallel = SINGLE) -> torch.device:
+    """The engine's device; with tensor parallelism rank r takes cuda:r (and makes it current)."""
+    if tp.size > 1 and config.device != "cpu" and torch.cuda.is_available():
+        if torch.cuda.device_count() < tp.size:
+            raise InvalidParameterError(
+                "tensor_parallel_size",
+                f"--tensor-parallel-size {tp.size} needs {tp.size} GPUs; {torch.cuda.device_count()} are visible",
+            )
+        torch.cuda.set_device(tp.rank)
+        return torch.device("cuda", tp.rank)
+    if config.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidParameterError(
+            "device", f"--device {config.device} asked for CUDA but no CUDA GPU is visible; use --device cpu"
+        )
+    return torch.device(config.device)
+
+
+def pick_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
+    if config.dtype != "auto":
+        return getattr(torch, config.dtype)
+    if device.type == "cuda":
+        return torch.bfloat16
+    # fp16 where this CPU runs it as fast as fp32, else fp32: measured once per host and cached
+    # (plan/cpu_dtype.py says why). The runner stops with advice if fp16 ever overflows.
+    dtype: torch.dtype = getattr(torch, pick_cpu_dtype())
+    return dtype
 
 
 def preflight(config: EngineConfig) -> None:

@@ -22,7 +22,7 @@ import psutil
 import torch
 
 from kvspill.config import EngineConfig
-from kvspill.engine_checks import check_int4_format, check_kv_cache_dtype, preflight
+from kvspill.engine_checks import check_int4_format, check_kv_cache_dtype, pick_device, pick_dtype, preflight
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf_reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
@@ -39,7 +39,6 @@ from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.arithmetic import MAX_GRAPH_BATCH
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.costs import COLD_STAGE_TOKENS
-from kvspill.plan.cpu_dtype import pick_cpu_dtype
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quantized, startup_plan
 from kvspill.runner.cuda_graphs import DecodeGraphs
@@ -68,36 +67,6 @@ class EngineParts:
     device: torch.device
     dtype: torch.dtype
     kv_fingerprint: int  # seeds the prefix hashes; checks persisted blocks (kv/persist.py)
-
-
-def pick_device(config: EngineConfig, tp: TensorParallel = SINGLE) -> torch.device:
-    """The engine's device; with tensor parallelism rank r takes cuda:r (and makes it current)."""
-    if tp.size > 1 and config.device != "cpu" and torch.cuda.is_available():
-        if torch.cuda.device_count() < tp.size:
-            raise InvalidParameterError(
-                "tensor_parallel_size",
-                f"--tensor-parallel-size {tp.size} needs {tp.size} GPUs; {torch.cuda.device_count()} are visible",
-            )
-        torch.cuda.set_device(tp.rank)
-        return torch.device("cuda", tp.rank)
-    if config.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise InvalidParameterError(
-            "device", f"--device {config.device} asked for CUDA but no CUDA GPU is visible; use --device cpu"
-        )
-    return torch.device(config.device)
-
-
-def pick_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
-    if config.dtype != "auto":
-        return getattr(torch, config.dtype)
-    if device.type == "cuda":
-        return torch.bfloat16
-    # fp16 where this CPU runs it as fast as fp32, else fp32: measured once per host and cached
-    # (plan/cpu_dtype.py says why). The runner stops with advice if fp16 ever overflows.
-    dtype: torch.dtype = getattr(torch, pick_cpu_dtype())
-    return dtype
 
 
 def _card(device: torch.device) -> tuple[int | None, str | None]:

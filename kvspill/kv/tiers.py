@@ -57,18 +57,9 @@ from typing import Protocol
 from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest, cdiv
 from kvspill.kv.cold_pool import ColdBlockPool
 from kvspill.kv.tier_prefix import ColdPrefixCache
+from kvspill.kv.tier_stats import request_tier_stats, tier_counters
 from kvspill.stats import RequestTierStats, TierCounters
-from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
-
-# Every direction a block moves in, as named in `TierCounters.kv_block_moves` (kvspill/stats.py).
-_DIRECTIONS = (
-    (TIER_GPU, TIER_CPU),
-    (TIER_CPU, TIER_DISK),
-    (TIER_GPU, TIER_DISK),
-    (TIER_CPU, TIER_GPU),
-    (TIER_DISK, TIER_GPU),
-)
-MOVE_NAMES = {(src, dst): f"{TIER_NAMES[src]}->{TIER_NAMES[dst]}" for src, dst in _DIRECTIONS}
+from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, TransferPlan
 
 
 class TierConfig(Protocol):
@@ -144,36 +135,11 @@ class KVTierManager:
         )
 
     def stats(self) -> TierCounters:
-        kv = self.kv
-        return TierCounters(
-            num_gpu_blocks=kv.num_blocks,
-            num_used_gpu_blocks=kv.num_blocks - kv.num_free_blocks,
-            num_cpu_blocks=self.cpu.num_blocks,
-            num_used_cpu_blocks=self.cpu.num_used_blocks,
-            num_disk_blocks=self.disk.num_blocks,
-            num_used_disk_blocks=self.disk.num_used_blocks,
-            kv_block_moves={name: self.num_moves[key] for key, name in MOVE_NAMES.items()},
-            prefix_hit_tokens={
-                TIER_NAMES[t]: self.prefix.hit_tokens[t] for t in (TIER_GPU, TIER_CPU, TIER_DISK)
-            },
-            prefix_query_tokens=kv.prefix_cache_queries,
-            prefix_cached_blocks={
-                TIER_NAMES[TIER_GPU]: kv.block_pool.num_cached_blocks,
-                TIER_NAMES[TIER_CPU]: self.cpu.num_cached_blocks,
-                TIER_NAMES[TIER_DISK]: self.disk.num_cached_blocks,
-            },
-            num_spilled_preemptions=self.num_parked,
-            num_dropped_spills=self.num_parked_dropped,
-        )
+        return tier_counters(self)
 
     def request_stats(self, request: KVRequest) -> RequestTierStats:
         tiers = Counter(tier for tier, _ in self._cold.get(request.req_id, {}).values())
-        return RequestTierStats(
-            status="preempted" if request.req_id in self._parked else "running",
-            num_gpu_blocks=sum(block is not None for block in self.kv.get_blocks(request.req_id)),
-            num_cpu_blocks=tiers[TIER_CPU],
-            num_disk_blocks=tiers[TIER_DISK],
-        )
+        return request_tier_stats(self, request, tiers[TIER_CPU], tiers[TIER_DISK])
 
     def get_computed_blocks(self, request: KVRequest) -> tuple[list[KVBlock | None], int]:
         """Longest chain of cached full blocks at the start of the request, over all tiers
