@@ -34,45 +34,6 @@ def gather_blocks_ref(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -
 
 @triton.jit
 def _gather_kernel(
-    src_ptr, ids_ptr, dst_ptr, stride_src, stride_dst, BLOCK_ELEMS: tl.constexpr, CHUNK: tl.constexpr
-):
-    # Grid: (n, cdiv(BLOCK_ELEMS, CHUNK)); one program copies CHUNK elements of one block.
-    i = tl.program_id(0)
-    chunk = tl.program_id(1)
-    block_id = tl.load(ids_ptr + i).to(tl.int64)
-    offs = chunk * CHUNK + tl.arange(0, CHUNK)
-    mask = offs < BLOCK_ELEMS
-    x = tl.load(src_ptr + block_id * stride_src + offs, mask=mask)
-    tl.store(dst_ptr + i.to(tl.int64) * stride_dst + offs, x, mask=mask)
-
-
-def gather_blocks(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> None:
-    """Triton wrapper; on CUDA `src` must be pinned (read in place), `ids` and `dst` on the GPU."""
-    n = ids.shape[0]
-    block_elems = math.prod(src.shape[1:])
-    assert src.shape[1:] == dst.shape[1:] and src.dtype == dst.dtype, (
-        f"src {src.dtype} {tuple(src.shape)} and dst {dst.dtype} {tuple(dst.shape)} blocks differ"
-    )
-    assert src[0].is_contiguous() and dst.is_contiguous(), "each block must be contiguous"
-    assert ids.dtype == torch.int64 and ids.device == dst.device and n <= dst.shape[0]
-    if dst.is_cuda:
-        assert src.is_pinned(), "the GPU reads host memory in place only when it is pinned"
-    if n == 0:
-        return
-    _gather_kernel[(n, triton.cdiv(block_elems, _CHUNK))](
-        src,
-        ids,
-        dst,
-        src.stride(0),
-        dst.stride(0),
-        BLOCK_ELEMS=block_elems,
-        CHUNK=_CHUNK,
-        num_warps=4,
-    )
-
-
-@triton.jit
-def _gather_to_kernel(
     src_ptr,
     ids_ptr,
     slots_ptr,
@@ -81,16 +42,58 @@ def _gather_to_kernel(
     stride_dst,
     BLOCK_ELEMS: tl.constexpr,
     CHUNK: tl.constexpr,
+    HAS_SLOTS: tl.constexpr,
 ):
-    # Grid: (n, cdiv(BLOCK_ELEMS, CHUNK)); entries whose slot is negative copy nothing.
+    # Grid: (n, cdiv(BLOCK_ELEMS, CHUNK)); one program copies CHUNK elements of one block, into
+    # dst[i], or with HAS_SLOTS into dst[slots[i]] (a negative slot copies nothing).
     i = tl.program_id(0)
     chunk = tl.program_id(1)
-    slot = tl.load(slots_ptr + i)
     block_id = tl.load(ids_ptr + i).to(tl.int64)
     offs = chunk * CHUNK + tl.arange(0, CHUNK)
-    mask = offs < tl.where(slot >= 0, BLOCK_ELEMS, 0)  # an entry without a slot copies nothing
+    if HAS_SLOTS:
+        slot = tl.load(slots_ptr + i).to(tl.int64)
+        mask = offs < tl.where(slot >= 0, BLOCK_ELEMS, 0)
+    else:
+        slot = i.to(tl.int64)
+        mask = offs < BLOCK_ELEMS
     x = tl.load(src_ptr + block_id * stride_src + offs, mask=mask)
-    tl.store(dst_ptr + slot.to(tl.int64) * stride_dst + offs, x, mask=mask)
+    tl.store(dst_ptr + slot * stride_dst + offs, x, mask=mask)
+
+
+def _check(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> None:
+    assert src.shape[1:] == dst.shape[1:] and src.dtype == dst.dtype, (
+        f"src {src.dtype} {tuple(src.shape)} and dst {dst.dtype} {tuple(dst.shape)} blocks differ"
+    )
+    assert src[0].is_contiguous() and dst.is_contiguous(), "each block must be contiguous"
+    assert ids.dtype == torch.int64 and ids.device == dst.device
+    if dst.is_cuda:
+        assert src.is_pinned() or src.is_cuda, "the GPU reads host memory in place only when it is pinned"
+
+
+def _launch(src: torch.Tensor, ids: torch.Tensor, slots: torch.Tensor | None, dst: torch.Tensor) -> None:
+    n = ids.shape[0]
+    if n == 0:
+        return
+    block_elems = math.prod(src.shape[1:])
+    _gather_kernel[(n, triton.cdiv(block_elems, _CHUNK))](
+        src,
+        ids,
+        ids if slots is None else slots,  # unread without slots
+        dst,
+        src.stride(0),
+        dst.stride(0),
+        BLOCK_ELEMS=block_elems,
+        CHUNK=_CHUNK,
+        HAS_SLOTS=slots is not None,
+        num_warps=4,
+    )
+
+
+def gather_blocks(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> None:
+    """Triton wrapper; on CUDA `src` must be pinned (read in place), `ids` and `dst` on the GPU."""
+    _check(src, ids, dst)
+    assert ids.shape[0] <= dst.shape[0]
+    _launch(src, ids, None, dst)
 
 
 def gather_blocks_to(
@@ -103,19 +106,10 @@ def gather_blocks_to(
     """dst[slots[i]] = src[ids[i]] for every i with slots[i] >= 0 (`ids`, `slots`: int64, on dst's
     device; the count of real copies stays on the device: no host sync). The kernel runs on CUDA
     (`src` pinned, read in place) or when asked (tests: the interpreter); otherwise a torch copy."""
-    assert ids.shape == slots.shape and ids.dtype == slots.dtype == torch.int64
-    assert src.shape[1:] == dst.shape[1:] and src.dtype == dst.dtype and dst.is_contiguous()
-    n = ids.shape[0]
-    if n == 0:
-        return
+    _check(src, ids, dst)
+    assert ids.shape == slots.shape and slots.dtype == torch.int64
     if not (dst.is_cuda if use_kernel is None else use_kernel):
         keep = slots >= 0
         dst.index_copy_(0, slots[keep], src.index_select(0, ids[keep].to(src.device)).to(dst.device))
         return
-    if dst.is_cuda:
-        assert src.is_pinned() or src.is_cuda, "the GPU reads host memory in place only when it is pinned"
-    assert src[0].is_contiguous()
-    block_elems = math.prod(src.shape[1:])
-    _gather_to_kernel[(n, triton.cdiv(block_elems, _CHUNK))](
-        src, ids, slots, dst, src.stride(0), dst.stride(0), BLOCK_ELEMS=block_elems, CHUNK=_CHUNK, num_warps=4
-    )
+    _launch(src, ids, slots, dst)

@@ -116,6 +116,8 @@ class SparseColdStep:
             else [None] * len(inputs)
         )
         self.seqs = [self._seq(x, budget_blocks, g) for x, g in zip(inputs, groups, strict=True)]
+        self.num_selected = sum(s.num_selected for s in self.seqs)  # per layer
+        self.num_cold = sum(s.num_cold for s in self.seqs)
         self.cached = [i for i, s in enumerate(self.seqs) if s.group is not None]
         self.staged = [i for i, s in enumerate(self.seqs) if s.group is None]
         block_size = storage.layout.block_size
@@ -152,6 +154,8 @@ class SparseColdStep:
     def _seq(self, x: SparseInput, budget_blocks: int, group: int | None) -> SparseSeq:
         device = self.storage.device
         ids = x.block_ids.astype(np.int64)
+        ids_dev = torch.from_numpy(ids).to(device)
+        positions = torch.arange(len(ids), device=device)
         index = {}
         for tier in (TIER_CPU, TIER_DISK):
             pos = np.flatnonzero(x.block_tiers == tier)
@@ -160,7 +164,11 @@ class SparseColdStep:
                 if not self.summaries.valid[tier][tier_ids].all():
                     self.ensure_host_ready()
                     self.summaries.ensure(tier, tier_ids)
-                index[tier] = (torch.from_numpy(pos).to(device), torch.from_numpy(tier_ids).to(device))
+                if len(pos) == len(ids):  # one tier (the usual case): no second copy up
+                    index[tier] = (positions, ids_dev)
+                else:
+                    pos_dev = torch.from_numpy(pos).to(device)
+                    index[tier] = (pos_dev, ids_dev.index_select(0, pos_dev))
         logical = None
         if group is not None:
             assert x.block_index is not None
@@ -170,11 +178,11 @@ class SparseColdStep:
             x.block_tiers,
             ids,
             torch.from_numpy(x.block_tiers.astype(np.int64)).to(device),
-            torch.from_numpy(ids).to(device),
+            ids_dev,
             index,
             min(budget_blocks, len(ids)),
             logical,
-            torch.arange(len(ids), device=device),
+            positions,
             group,
         )
 
@@ -187,9 +195,8 @@ class SparseColdStep:
             select_from_keys(self._keys(seq, layer_idx, q[i]), seq.num_selected, seq.positions)
             for i, seq in enumerate(self.seqs)
         ]
-        for seq in self.seqs:
-            self.counts.selected_blocks += seq.num_selected
-            self.counts.cold_blocks += seq.num_cold
+        self.counts.selected_blocks += self.num_selected
+        self.counts.cold_blocks += self.num_cold
         decode = paged_decode_attention if q.is_cuda else paged_decode_attention_ref
         if self.cached:
             assert self.cache is not None

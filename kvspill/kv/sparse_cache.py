@@ -27,11 +27,6 @@ from kvspill.kernels.uva_gather import gather_blocks_to
 from kvspill.kv.storage import KVLayout
 
 
-def cache_bytes(layout: KVLayout, budget_blocks: int, num_groups: int) -> int:
-    """Device bytes of a cache of `num_groups` sequences (all layers)."""
-    return num_groups * budget_blocks * layout.block_size * layout.bytes_per_token
-
-
 def cache_update_ref(
     slot_of: torch.Tensor, slot_block: torch.Tensor, chosen: torch.Tensor, slot_base: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,10 +79,6 @@ class SparseBlockCache:
         # blocks copied in (misses), summed on the device: read by `counters` (no sync per step)
         self.copied_blocks = torch.zeros((), dtype=torch.int64, device=device)
         self.use_kernel = device.type == "cuda"
-
-    @property
-    def nbytes(self) -> int:
-        return self.data.numel() * self.data.element_size()
 
     def assign(self, req_ids: list[str | None]) -> list[int | None]:
         """The group of each sparse request of this step (None: uncached). Groups of requests not
