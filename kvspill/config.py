@@ -149,6 +149,15 @@ class EngineConfig:
                 "gpu_memory_utilization",
                 f"--gpu-memory-utilization must be in [0.05, 1.0], got {self.gpu_memory_utilization}",
             )
+        self._check_kv()
+        self._check_weights()
+        self._check_tensor_parallel()
+        if self.trust_remote_code:
+            raise bad("trust_remote_code", "kvspill never runs model code from a repository")
+
+    def _check_kv(self) -> None:
+        """The KV tiers, RoPE scaling, cold attention and the KV format."""
+        bad = InvalidParameterError
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise bad("num_kv_blocks", f"num_kv_blocks must be at least 2, got {self.num_kv_blocks}")
         if self.rope_scaling is not None:
@@ -191,6 +200,10 @@ class EngineConfig:
             )
         if self.attention not in ("auto", "cpu"):
             raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")
+
+    def _check_weights(self) -> None:
+        """How the weights are held: --quantization and --cpu-offload-gb."""
+        bad = InvalidParameterError
         if self.quantization not in QUANTIZATIONS:
             raise bad(
                 "quantization",
@@ -203,9 +216,6 @@ class EngineConfig:
             )
         if self.cpu_offload_gb < 0:
             raise bad("cpu_offload_gb", f"--cpu-offload-gb must not be negative, got {self.cpu_offload_gb}")
-        self._check_tensor_parallel()
-        if self.trust_remote_code:
-            raise bad("trust_remote_code", "kvspill never runs model code from a repository")
 
     def _check_tensor_parallel(self) -> None:
         """Combinations tensor parallelism does not run (yet), refused with what to change."""
