@@ -22,8 +22,6 @@ step. `execute` is the synchronous form.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from kvspill.guided.bitmask import GuideState
@@ -42,8 +40,6 @@ from kvspill.sampling.sampler import Sampler, SamplingState
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import RunnerKVStats
 from kvspill.types import PromptLogprobs, ScheduledBatch, StepOutput
-
-logger = logging.getLogger(__name__)
 
 
 class ModelRunner:
@@ -160,19 +156,13 @@ class ModelRunner:
         if batch.empty:
             return PendingStepOutput(StepOutput(sampled_token_ids={}))
         inputs = build_step_inputs(batch, self.states, self.block_size)
-        try:
-            feed = plan_feed(inputs, self._last_sampled)
-            self._prompt_lps = {}
-            logits, greedy_ids = self._forward(inputs, feed)
-            result = self._sample(inputs, logits, greedy_ids, self._prompt_lps)
-        except torch.OutOfMemoryError as e:
-            logger.error("out of memory in a step of %d requests: %s", len(inputs.req_ids), e)
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
-            message = f"out of memory while computing this step ({inputs.num_tokens} tokens)"
-            return PendingStepOutput(
-                StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids})
-            )
+        # An error here (out of memory included) propagates: the engine requeues the step's
+        # requests (step_retry.py), which drops their states here, and after an out-of-memory
+        # error it carries fewer tokens per step.
+        feed = plan_feed(inputs, self._last_sampled)
+        self._prompt_lps = {}
+        logits, greedy_ids = self._forward(inputs, feed)
+        result = self._sample(inputs, logits, greedy_ids, self._prompt_lps)
         for req_id, n in batch.num_scheduled_tokens.items():
             self.states[req_id].num_computed_tokens += n
         return result

@@ -80,3 +80,22 @@ def test_out_of_memory_retries_with_fewer_tokens_per_step(tiny_llama_dir: Path, 
     assert not failures and tokens == clean_tokens
     assert sizes[0] == 97 and engine.scheduler.oom_token_cap == 64  # 97 tokens failed: half, at least 64
     assert max(sizes[1:]) <= 64
+
+
+def test_a_real_out_of_memory_inside_the_forward_is_retried_not_failed(tiny_llama_dir: Path, clean_tokens) -> None:
+    """The allocation fails in the middle of the model's forward, after the runner took the step's
+    states in: the step is retried with fewer tokens and every request finishes as in a clean run."""
+    engine = _engine(tiny_llama_dir)
+    forward = engine.runner._forward
+    sizes: list[int] = []
+
+    def small_memory(inputs, feed):  # type: ignore[no-untyped-def]
+        sizes.append(inputs.num_tokens)
+        if inputs.num_tokens > 70:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+        return forward(inputs, feed)
+
+    engine.runner._forward = small_memory  # type: ignore[method-assign]
+    tokens, failures = _run(engine, {k: v for k, v in PROMPTS.items() if k != "bad"})
+    assert not failures and tokens == clean_tokens
+    assert sizes[0] == 97 and max(sizes[1:]) <= 64
