@@ -8,8 +8,9 @@ and the lm_head stay dense.
 How a model gets fp8 weights (the loader's steps, with two more):
 1. build on `meta`, then `install_fp8_modules(model, dtype)`: the dense weights are never allocated;
 2. `to_empty(device)`, `init_buffers()`;
-3. `load_weights_fp8(model, weights)`: HF's q/k/v/o/gate/up/down `.weight` go to `load_shard`,
-   everything else (embeddings, norms, lm_head, biases) to `model.load_weights`;
+3. `load_weights_fp8(model, weights)`: HF's q/k/v/o/gate/up/down `.weight` go to `load_shard`
+   (with tensor parallelism: this rank's rows, or for o/down whole rows quantized then this rank's
+   columns, so the split holds exactly one rank's fp8 values and scales), everything else (embeddings, norms, lm_head, biases) to `model.load_weights`;
    `expected_weight_names_fp8(model)` is the set a complete checkpoint provides.
 For random-weight benchmarks, step 3 is `fill_fp8_randomly(model, generator)`.
 
@@ -32,6 +33,7 @@ from torch import Tensor, nn
 from kvspill.errors import ModelNotFoundError
 from kvspill.kernels.fp8_linear import FP8_DTYPE, dequantize_fp8, fp8_linear, quantize_weight_fp8
 from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
+from kvspill.model.parallel import is_row_parallel, shard_weight
 
 
 class Fp8Linear(nn.Module):
@@ -69,11 +71,16 @@ class Fp8Linear(nn.Module):
                 f"Weight {name or f'shard {index}'!r} has shape {tuple(weight.shape)} but the model expects "
                 f"{expected}: the checkpoint does not match its config. Re-download the model or fix config.json."
             )
-        start = sum(self.out_sizes[:index])
         with torch.no_grad():
             q, scale = quantize_weight_fp8(weight.to(self.weight_fp8.device))
-            self.weight_fp8[start : start + expected[0]].copy_(q)
-            self.weight_scale[start : start + expected[0]].copy_(scale)
+        self.set_shard(index, q, scale)
+
+    def set_shard(self, index: int, q: Tensor, scale: Tensor) -> None:
+        """Shard `index`'s rows from values already quantized: q [rows, in_features] float8, scale [rows]."""
+        start = sum(self.out_sizes[:index])
+        with torch.no_grad():
+            self.weight_fp8[start : start + q.shape[0]].copy_(q)
+            self.weight_scale[start : start + q.shape[0]].copy_(scale)
         self.loaded_shards.add(index)
 
     def dequantized(self, dtype: torch.dtype) -> Tensor:
@@ -120,6 +127,7 @@ def load_weights_fp8(model: LlamaForCausalLM, weights: Iterable[tuple[str, Tenso
     """Stream HF-named tensors in: Fp8Linear weights are quantized into place, the rest goes to
     `model.load_weights` (same errors for unknown names). Returns the HF names loaded."""
     routes = _routes(model)
+    tp = model.tp
     quantized: set[str] = set()
 
     def dense() -> Iterator[tuple[str, Tensor]]:
@@ -129,7 +137,13 @@ def load_weights_fp8(model: LlamaForCausalLM, weights: Iterable[tuple[str, Tenso
                 yield name, tensor
                 continue
             module, index = route
-            module.load_shard(index, tensor, name)
+            if tp.size > 1 and is_row_parallel(name):
+                # Quantize whole rows, then take this rank's columns: each row's scale is the one a
+                # single rank computes, so the ranks together hold exactly its fp8 weights.
+                q, scale = quantize_weight_fp8(tensor.to(module.weight_fp8.device))
+                module.set_shard(index, shard_weight(name, q, tp), scale)
+            else:  # column-parallel: rows (and their own scales) split as they are
+                module.load_shard(index, shard_weight(name, tensor, tp), name)
             quantized.add(name)
 
     loaded = model.load_weights(dense())

@@ -64,8 +64,9 @@ import torch
 from torch import Tensor, nn
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
-from kvspill.kernels.gguf_formats import QuantizedWeight
+from kvspill.kernels.gguf_formats import QuantizedWeight, check_supported
 from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
+from kvspill.model.parallel import SINGLE, TensorParallel, is_row_parallel, shard_weight
 from kvspill.model.quant import QuantLinear
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble k of an AWQ word holds column AWQ_ORDER[k] of its 8
@@ -269,9 +270,9 @@ def install_int4_modules(model: LlamaForCausalLM, dtype: torch.dtype, spec: Int4
         names = [f"model.layers.{i}.{shard}" for shard in PROJECTION_SHARDS[name]]
         if any(pattern in n for pattern in skip for n in names):
             return None
-        if spec is not None and (
-            dense.in_features % 32 or dense.in_features % spec.group_for(dense.in_features)
-        ):
+        # The checkpoint's groups run over the whole input width; a rank's o/down holds a slice.
+        full_in = dense.in_features * (model.tp.size if is_row_parallel(names[0] + ".") else 1)
+        if spec is not None and (full_in % 32 or full_in % spec.group_for(full_in)):
             raise _unsupported(
                 f"group_size={spec.group_size} for {names[0]} with {dense.in_features} input features"
             )
@@ -301,10 +302,18 @@ def _convert(
     index: int,
     prefix: str,
     device: torch.device,
+    tp: TensorParallel = SINGLE,
 ) -> QuantizedWeight:
-    """One HF linear's packed tensors -> its Q4_1 shard on `device` (unpacked there)."""
+    """One HF linear's packed tensors -> this rank's Q4_1 shard on `device` (unpacked there).
+
+    With tensor parallelism the whole linear is converted, then split like a GGUF's blocks: rows
+    for q/k/v/gate/up, 32-column blocks for o/down. A Q4_1 block carries its own scale and
+    minimum, so any block-aligned split holds exactly the values one rank would."""
     qweight, qzeros, scales = (parts[k].to(device) for k in _PACKED)
-    group = spec.group_for(module.in_features)
+    row_parallel = is_row_parallel(prefix + ".")
+    full_out = module.out_sizes[index] * (1 if row_parallel else tp.size)
+    full_in = module.in_features * (tp.size if row_parallel else 1)
+    group = spec.group_for(full_in)
     try:
         if spec.method == "awq":
             q, z, s = unpack_awq(qweight, qzeros, scales, group)
@@ -312,13 +321,16 @@ def _convert(
             q, z, s = unpack_gptq(qweight, qzeros, scales, group, spec.zero_offset)
     except ModelNotFoundError as e:
         raise ModelNotFoundError(f"{prefix}: {e}") from e
-    expected = (module.out_sizes[index], module.in_features)
-    if tuple(q.shape) != expected:
+    if tuple(q.shape) != (full_out, full_in):
         raise ModelNotFoundError(
-            f"{prefix} unpacks to shape {tuple(q.shape)} but the model expects {expected}: the checkpoint "
-            "does not match its config.json."
+            f"{prefix} unpacks to shape {tuple(q.shape)} but the model expects {(full_out, full_in)}: the "
+            "checkpoint does not match its config.json."
         )
-    return to_q4_1(q, z, s)
+    whole = to_q4_1(q, z, s)
+    if tp.size == 1:
+        return whole
+    data = shard_weight(prefix + ".weight", whole.data, tp, ("Q4_1", check_supported("Q4_1").type_size))
+    return QuantizedWeight(data.contiguous(), "Q4_1", module.out_sizes[index], module.in_features)
 
 
 def load_weights_int4(
@@ -355,7 +367,7 @@ def load_weights_int4(
                     continue
                 del pending[prefix]
                 by_index = shards.setdefault(module, {})
-                by_index[index] = _convert(parts, spec, module, index, prefix, device)
+                by_index[index] = _convert(parts, spec, module, index, prefix, device, model.tp)
                 quantized.add(prefix + ".weight")
                 if len(by_index) == len(module.out_sizes):
                     module.set_weight([by_index[i] for i in range(len(module.out_sizes))])

@@ -86,8 +86,6 @@ def load_model(
         )
     if fp8:
         check_fp8_supported(device)
-    if tp.size > 1:  # a GGUF's blocks split (model/parallel.py); these formats do not yet
-        check_splittable_format(int4, fp8, tp.size)
     reader = gguf_weights.open_gguf(resolved.path) if resolved.kind == "gguf" else None
     with torch.device("meta"):
         model = cls(config, max_model_len=max_len, dtype=dtype, tp=tp)
@@ -139,19 +137,6 @@ def load_model(
         max_model_len=max_len,
         dtype=dtype,
         offloader=offloader,
-    )
-
-
-def check_splittable_format(int4: int4_checkpoints.Int4Config | None, fp8: bool, size: int) -> None:
-    """Weight formats tensor parallelism does not split yet: refused by name, with what runs.
-    (A GGUF's quantized blocks split: model/parallel.py.)"""
-    name = f"{int4.method} int4" if int4 is not None else "fp8 (--quantization fp8)" if fp8 else None
-    if name is None:
-        return
-    raise InvalidParameterError(
-        "tensor_parallel_size",
-        f"--tensor-parallel-size {size}: weights in {name} are not split across ranks yet; "
-        "load dense weights (a bf16/fp16 checkpoint) or a GGUF file, or run one rank",
     )
 
 

@@ -150,6 +150,11 @@ def check_splits(config: Any, size: int) -> None:
     )
 
 
+def is_row_parallel(name: str) -> bool:
+    """Whether the HF-named weight `name` is split by input columns (o_proj, down_proj)."""
+    return any(piece in name for piece in _ROW)
+
+
 def shard_weight(
     name: str, tensor: Tensor, tp: TensorParallel, block: tuple[str, int] | None = None
 ) -> Tensor:
@@ -162,7 +167,7 @@ def shard_weight(
     r, n = tp.rank, tp.size
     if any(piece in name for piece in _COLUMN):
         return tensor.chunk(n, dim=0)[r]
-    if any(piece in name for piece in _ROW):
+    if is_row_parallel(name):
         if name.endswith(".bias"):
             return tensor if r == 0 else torch.zeros_like(tensor)
         if block is not None:
@@ -172,7 +177,8 @@ def shard_weight(
                 raise InvalidParameterError(
                     "tensor_parallel_size",
                     f"{name} holds {num_blocks} {qtype} blocks per row, which do not split over {n} ranks: "
-                    "run another --tensor-parallel-size, or --quantization none to dequantize at load",
+                    "run another --tensor-parallel-size (a GGUF file also runs with --quantization none, "
+                    "dequantized at load)",
                 )
         return tensor.chunk(n, dim=1)[r].contiguous()
     if name.endswith(_VOCAB):

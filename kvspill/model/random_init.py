@@ -22,7 +22,7 @@ from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.kernels.gguf_formats import check_supported, random_quantized
 from kvspill.model.fp8 import fill_fp8_randomly, install_fp8_modules
 from kvspill.model.llama import LlamaForCausalLM, replace_projections
-from kvspill.model.loader import LoadedModel, apply_rope_override, check_splittable_format
+from kvspill.model.loader import LoadedModel, apply_rope_override
 from kvspill.model.offload import offload_layers, place_with_offload
 from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding
 from kvspill.model.quant import QuantEmbedding, QuantLinear
@@ -86,8 +86,6 @@ def build_random_model(
 ) -> LoadedModel:
     """`tp`: this rank's shard, drawn alone (ranks' values differ from a one-rank model's)."""
     name, qtype = split_random_name(model)
-    if tp.size > 1:
-        check_splittable_format(None, qtype == "FP8", tp.size)
     if qtype == "FP8":
         check_fp8_supported(device)
     elif qtype is not None:

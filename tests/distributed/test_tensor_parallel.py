@@ -98,13 +98,6 @@ def test_combinations_tensor_parallelism_does_not_run_are_refused(options, flag)
         EngineConfig(**options)
 
 
-def test_quantized_weights_that_cannot_be_split_yet_are_named():
-    from kvspill.model.loader import check_splittable_format
-
-    with pytest.raises(InvalidParameterError, match=r"fp8 \(--quantization fp8\) are not split"):
-        check_splittable_format(None, True, 2)
-
-
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q4_K", "Q8_0"])
 def test_gguf_blocks_split_on_block_boundaries(qtype):
     """A rank's shard of quantized blocks dequantizes to its slice of the whole weight."""

@@ -7,14 +7,12 @@ saved as safetensors beside a config.json carrying `quantization_config`.
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from int4_writer import pack_awq, pack_gptq, random_int4, write_int4_checkpoint
 from torch import Tensor
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
@@ -38,7 +36,6 @@ from kvspill.model.registry import architecture_of, get_model_class
 from kvspill.model.resolve import resolve_model
 
 CPU = torch.device("cpu")
-PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PROMPTS = [
     [1, 17, 9, 30, 5, 8, 100, 3, 44, 12, 7, 250, 61],
     [1, 200, 33, 4, 90, 91],
@@ -46,97 +43,6 @@ PROMPTS = [
 ]
 # (method, checkpoint_format, group): classic GPTQ (z - 1 stored), gptq_v2, and AWQ.
 CASES = [("awq", None, 32), ("gptq", "gptq", 64), ("gptq", "gptq_v2", 32)]
-
-
-# ---- packers (this file's own; the reverse of what the loader reads) ----
-
-
-def _int32(words: Tensor) -> Tensor:
-    """int64 words in [0, 2**32) -> int32 with the same bits."""
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
-
-
-def _pack_cols(x: Tensor, order: tuple[int, ...]) -> Tensor:
-    """[rows, cols] 4-bit values -> int32 [rows, cols / 8]: nibble k of word c = column 8c + order[k]."""
-    x = x.to(torch.int64)
-    words = torch.zeros(x.shape[0], x.shape[1] // 8, dtype=torch.int64)
-    for k, col in enumerate(order):
-        words |= x[:, col::8] << (4 * k)
-    return _int32(words)
-
-
-def pack_awq(q: Tensor, z: Tensor, s: Tensor) -> dict[str, Tensor]:
-    order = (0, 2, 4, 6, 1, 3, 5, 7)
-    return {
-        "qweight": _pack_cols(q.t(), order),  # [in, out / 8]
-        "qzeros": _pack_cols(z.t(), order),  # [G, out / 8]
-        "scales": s.t().contiguous().half(),  # [G, out]
-    }
-
-
-def pack_gptq(q: Tensor, z: Tensor, s: Tensor, v2: bool) -> dict[str, Tensor]:
-    qt = q.t().to(torch.int64)  # [in, out]
-    words = torch.zeros(qt.shape[0] // 8, qt.shape[1], dtype=torch.int64)
-    for k in range(8):
-        words |= qt[k::8] << (4 * k)
-    stored = z.t() if v2 else (z.t().to(torch.int64) - 1).clamp(min=0)
-    group = q.shape[1] // z.shape[1]
-    return {
-        "qweight": _int32(words),  # [in / 8, out]
-        "qzeros": _pack_cols(stored, tuple(range(8))),  # [G, out / 8]
-        "scales": s.t().contiguous().half(),
-        "g_idx": (torch.arange(q.shape[1]) // group).to(torch.int32),
-    }
-
-
-def quantize_int4(w: Tensor, group: int, min_zero: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-    """Asymmetric min/max int4 per group (AWQ's rule): w [out, in] -> q [out, in], z, s [out, G]."""
-    out, inp = w.shape
-    g = w.float().reshape(out, inp // group, group)
-    lo, hi = g.amin(-1), g.amax(-1)
-    s = ((hi - lo).clamp(min=1e-5) / 15).half()
-    z = (-torch.round(lo / s.float())).clamp(min_zero, 15)
-    q = (torch.round(g / s.float().unsqueeze(-1)) + z.unsqueeze(-1)).clamp(0, 15)
-    return q.reshape(out, inp).to(torch.uint8), z.to(torch.uint8), s
-
-
-def _random_int4(out: int, inp: int, group: int, gen: torch.Generator, zmin: int = 0, zmax: int = 15):
-    q = torch.randint(0, 16, (out, inp), generator=gen, dtype=torch.uint8)
-    z = torch.randint(zmin, zmax + 1, (out, inp // group), generator=gen).to(torch.uint8)
-    s = (torch.rand((out, inp // group), generator=gen) * 0.02 + 1e-3).half()
-    return q, z, s
-
-
-def _write_checkpoint(
-    src: Path, dst: Path, method: str, fmt: str | None, group: int
-) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """An int4 copy of the tiny model at `dst`; returns by HF name the exact int4 weights (q - z) * s
-    in float32, and the same computed in fp16 as AWQ's kernels do."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors*"))
-    tensors: dict[str, Tensor] = {}
-    exact: dict[str, Tensor] = {}
-    fp16: dict[str, Tensor] = {}
-    for name, tensor in _iter_safetensors(src):
-        prefix, _, leaf = name.rpartition(".")
-        if leaf != "weight" or prefix.rpartition(".")[2] not in PROJ:
-            tensors[name] = tensor.contiguous()
-            continue
-        q, z, s = quantize_int4(tensor, group, min_zero=1 if fmt == "gptq" else 0)
-        exact[name] = dequantize_int4(q, z, s)
-        zz, ss = z.half().repeat_interleave(group, 1), s.repeat_interleave(group, 1)
-        fp16[name] = ((q.half() - zz) * ss).float()
-        packed = pack_awq(q, z, s) if method == "awq" else pack_gptq(q, z, s, v2=fmt == "gptq_v2")
-        tensors.update({f"{prefix}.{k}": v for k, v in packed.items()})
-    save_file(tensors, str(dst / "model.safetensors"))
-    config = json.loads((dst / "config.json").read_text())
-    quant: dict[str, object] = {"quant_method": method, "bits": 4, "group_size": group}
-    if method == "awq":
-        quant.update(version="gemm", zero_point=True, modules_to_not_convert=None)
-    else:
-        quant.update(desc_act=False, sym=False, checkpoint_format=fmt)
-    config["quantization_config"] = quant
-    (dst / "config.json").write_text(json.dumps(config))
-    return exact, fp16
 
 
 def _build_int4(path: Path, stream=None) -> tuple[LlamaForCausalLM, set[str]]:
@@ -169,7 +75,7 @@ def _dense_with(src: Path, weights: dict[str, Tensor]) -> LlamaForCausalLM:
 def int4_case(request, tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     method, fmt, group = request.param
     dst = tmp_path_factory.mktemp(f"int4_{method}") / "model"
-    exact, fp16 = _write_checkpoint(tiny_llama_dir, dst, method, fmt, group)
+    exact, fp16 = write_int4_checkpoint(tiny_llama_dir, dst, method, fmt, group)
     return dst, exact, fp16
 
 
@@ -207,7 +113,7 @@ def test_gptq_nibble_order_of_one_word() -> None:
 @pytest.mark.parametrize("group", [32, 128])
 def test_awq_unpack_inverts_pack(group: int) -> None:
     gen = torch.Generator().manual_seed(0)
-    q, z, s = _random_int4(48, 256, group, gen)
+    q, z, s = random_int4(48, 256, group, gen)
     p = pack_awq(q, z, s)
     uq, uz, us = unpack_awq(p["qweight"], p["qzeros"], p["scales"], group)
     assert torch.equal(uq, q) and torch.equal(uz, z) and torch.equal(us, s)
@@ -219,7 +125,7 @@ def test_awq_unpack_inverts_pack(group: int) -> None:
 def test_gptq_unpack_inverts_pack(group: int, v2: bool) -> None:
     gen = torch.Generator().manual_seed(1)
     # classic format: stored z - 1, so z in 1..16 round-trips (16 is stored as 15)
-    q, z, s = _random_int4(48, 256, group, gen, zmin=0 if v2 else 1, zmax=15 if v2 else 16)
+    q, z, s = random_int4(48, 256, group, gen, zmin=0 if v2 else 1, zmax=15 if v2 else 16)
     p = pack_gptq(q, z, s, v2)
     uq, uz, us = unpack_gptq(
         p["qweight"], p["qzeros"], p["scales"], group, zero_offset=0 if v2 else 1, g_idx=p["g_idx"]
@@ -229,7 +135,7 @@ def test_gptq_unpack_inverts_pack(group: int, v2: bool) -> None:
 
 def test_gptq_group_minus_one_is_one_group_per_row() -> None:
     gen = torch.Generator().manual_seed(2)
-    q, z, s = _random_int4(16, 96, 96, gen, zmin=1)
+    q, z, s = random_int4(16, 96, 96, gen, zmin=1)
     p = pack_gptq(q, z, s, v2=False)
     uq, uz, us = unpack_gptq(
         p["qweight"], p["qzeros"], p["scales"], -1, g_idx=torch.zeros(96, dtype=torch.int32)
@@ -251,7 +157,7 @@ def _m_rounding_bound(z: Tensor, s: Tensor, w: Tensor) -> Tensor:
 @pytest.mark.parametrize("group", [32, 64, 128])
 def test_q4_1_blocks_equal_the_int4_weight_up_to_the_rounding_of_m(group: int) -> None:
     gen = torch.Generator().manual_seed(3)
-    q, z, s = _random_int4(40, 256, group, gen, zmax=16)
+    q, z, s = random_int4(40, 256, group, gen, zmax=16)
     qw = to_q4_1(q, z, s)
     assert qw.qtype == "Q4_1" and tuple(qw.data.shape) == (40, 256 // 32 * 20)
     ours = dequantize_ref(qw.data, "Q4_1", 256)
@@ -270,7 +176,7 @@ def test_q4_1_is_as_close_as_awqs_own_fp16_dequant() -> None:
     """AWQ's kernels dequantize in fp16: fp16((q - z) * s). Ours and theirs are both within
     2**-11 * 16 |s| of the exact weight; they differ by less than 2**-11 (|s z| + |w|) + tiny."""
     gen = torch.Generator().manual_seed(4)
-    q, z, s = _random_int4(64, 512, 128, gen)
+    q, z, s = random_int4(64, 512, 128, gen)
     exact = dequantize_int4(q, z, s)
     ours = dequantize_ref(to_q4_1(q, z, s).data, "Q4_1", 512)
     group = 128
@@ -289,7 +195,7 @@ def test_q4_1_through_the_triton_kernels_group_128() -> None:
     """A 256-wide group-128 AWQ layer through quant_linear's gemv and dequant_matmul paths
     (interpreter on the CPU) equals the matmul with its Q4_1 weight (the kernels run it unchanged)."""
     gen = torch.Generator().manual_seed(5)
-    q, z, s = _random_int4(16, 256, 128, gen)
+    q, z, s = random_int4(16, 256, 128, gen)
     p = pack_awq(q[:16], z[:16], s[:16])  # AWQ packs 8 output columns a word
     uq, uz, us = unpack_awq(p["qweight"], p["qzeros"], p["scales"], 128)
     weight = to_q4_1(uq, uz, us)
