@@ -259,6 +259,8 @@ class LLMEngine:
             self.persister.close()
             self.persister = None
         if self.parallel is not None:
+            if getattr(self, "runner", None) is not None:  # (close() may run from a failed __init__)
+                self.runner.release_graphs()  # before NCCL's teardown, which waits for them
             self.parallel.close()
 
     def _launch(self, batch: ScheduledBatch) -> PendingStepOutput:

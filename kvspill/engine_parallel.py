@@ -19,8 +19,8 @@ Invariants:
 - One tensor-parallel engine per process (torch.distributed's default group is process-wide).
 - Workers resolve each step's tokens exactly when rank 0 does (after launching the next step
   with async scheduling, at once without), so their request states never diverge.
-- `close()` sends a stop message and joins the workers; a worker that dies leaves rank 0 in a
-  collective until the group's timeout (`_TIMEOUT`).
+- `close()` sends a stop message, leaves the group as the workers do, then joins them; a worker
+  that dies leaves rank 0 in a collective until the group's timeout (`_TIMEOUT`).
 """
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ def _worker_main(index: int, config: EngineConfig, port: int) -> None:
                 pending.result()
                 previous = None
     finally:
+        runner.release_graphs()  # NCCL's teardown waits for graphs that captured its collectives
         dist.destroy_process_group()
     # Leave without the interpreter's teardown: destructors of torch's C++ threads at exit
     # sometimes abort ("terminate called without an active exception", seen on 2 CPU cores in
@@ -162,19 +163,24 @@ class TensorParallelGroup:
         dist.broadcast_object_list([batch], src=0, group=self.tp.control)
 
     def close(self) -> None:
-        """Stop the workers and leave the group (idempotent)."""
+        """Stop the workers and leave the group (idempotent).
+
+        Rank 0 leaves the group right after the stop message, while the workers leave it: NCCL's
+        communicator teardown waits for every rank, so joining the workers first would wait for
+        them inside it until the join's timeout (60 s with 2 and 4 H200s, 2026-11-26)."""
         if self._closed:
             return
         self._closed = True
         try:
             self.send(_STOP)
+        finally:
+            dist.destroy_process_group()
+            torch.set_num_threads(self._threads)
             try:
                 self._context.join(timeout=60)
             except mp.ProcessExitedException as e:  # it stopped, then crashed on its way out
                 logger.warning("a tensor-parallel worker ended abnormally after it stopped: %s", e)
-        finally:
-            for process in self._context.processes:
-                if process.is_alive():
-                    process.terminate()
-            dist.destroy_process_group()
-            torch.set_num_threads(self._threads)
+            finally:
+                for process in self._context.processes:
+                    if process.is_alive():
+                        process.terminate()

@@ -114,6 +114,17 @@ class DecodeGraphs:
         torch.cuda.synchronize()
         logger.info("captured decode CUDA graphs for batch sizes %s", self.buckets)
 
+    def release(self) -> None:
+        """Destroy the captured graphs. Needed before a tensor-parallel rank leaves its NCCL group:
+        a graph that captured a collective holds a reference on the communicator, and NCCL's
+        teardown waits for it (the ranks hung in `destroy_process_group`, 2 and 4 H200s)."""
+        torch.cuda.synchronize()
+        for graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()
+        self.logits.clear()
+        self.greedy_ids.clear()
+
     def run(
         self, inputs: StepInputs, feed: DeviceFeed | None = None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -144,6 +144,12 @@ class ModelRunner:
 
     # ---- execution ------------------------------------------------------------------------
 
+    def release_graphs(self) -> None:
+        """Destroy the decode CUDA graphs (before leaving a tensor-parallel group); steps run eagerly after."""
+        if self.graphs is not None:
+            self.graphs.release()
+            self.graphs = None
+
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         """Run one step and wait for its tokens."""
         return self.execute_async(batch).result()
