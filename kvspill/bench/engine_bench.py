@@ -40,27 +40,38 @@ from kvspill.sampling_params import SamplingParams
 GIB = 2**30
 
 
+PROFILED_TOKENS = 16  # with tensor parallelism: decode steps after the timed span, under the profiler
+
+
 def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int, seed: int) -> dict:
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, engine.vocab_size, (ctx,), generator=gen).tolist()
-    params = SamplingParams(
-        temperature=0.0, max_tokens=1 + warmup_tokens + new_tokens, ignore_eos=True, detokenize=False
-    )
     timer = engine.parallel.tp.timer if engine.parallel is not None else None
+    profiled = PROFILED_TOKENS if timer is not None else 0
+    params = SamplingParams(
+        temperature=0.0,
+        max_tokens=1 + warmup_tokens + new_tokens + profiled,
+        ignore_eos=True,
+        detokenize=False,
+    )
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     engine.add_request(prompt, params)
     token_times: list[float] = []
+    timed_end = 1 + warmup_tokens + new_tokens
+    profiler = None
     while engine.has_unfinished_requests():
         for out in engine.step():
             for _ in out.delta_token_ids:
                 token_times.append(time.perf_counter())
                 if timer is not None and len(token_times) == max(1, warmup_tokens):
                     timer.take()  # drop prefill's and warm-up's collectives (one sync, before the span)
+                if profiled and len(token_times) == timed_end:
+                    profiler = _start_kernel_profiler()
     ttft = token_times[0] - t0
-    decode_span = token_times[-1] - token_times[warmup_tokens]
-    n = len(token_times) - 1 - warmup_tokens
+    decode_span = token_times[timed_end - 1] - token_times[warmup_tokens]
+    n = timed_end - 1 - warmup_tokens
     return dict(
         ok=True,
         ttft_s=round(ttft, 4),
@@ -69,6 +80,35 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
         peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
         peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3),
         **(_collectives(engine, timer) if timer is not None else {}),
+        **(_graph_collectives(profiler, len(token_times) - timed_end) if profiler is not None else {}),
+    )
+
+
+def _start_kernel_profiler() -> torch.profiler.profile:
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+    profiler.start()
+    return profiler
+
+
+def _graph_collectives(profiler: torch.profiler.profile, steps: int) -> dict:
+    """Rank 0's device time in NCCL kernels per decode step, from the kernel trace of `steps`
+    steps: unlike the CUDA events of `_collectives`, this sees the all-reduces inside replayed
+    CUDA graphs. A kernel's time includes its wait for the other ranks to arrive."""
+    torch.cuda.synchronize()
+    profiler.stop()
+    nccl_us = all_us = 0.0
+    for event in profiler.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        all_us += event.time_range.elapsed_us()
+        if "nccl" in event.name.lower():
+            nccl_us += event.time_range.elapsed_us()
+    if not steps or not all_us:
+        return dict(graph_nccl_ms_per_step=None, graph_steps_profiled=steps)
+    return dict(
+        graph_nccl_ms_per_step=round(nccl_us / steps / 1e3, 3),
+        graph_kernel_ms_per_step=round(all_us / steps / 1e3, 3),
+        graph_steps_profiled=steps,
     )
 
 
