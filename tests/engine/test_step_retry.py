@@ -82,7 +82,9 @@ def test_out_of_memory_retries_with_fewer_tokens_per_step(tiny_llama_dir: Path, 
     assert max(sizes[1:]) <= 64
 
 
-def test_a_real_out_of_memory_inside_the_forward_is_retried_not_failed(tiny_llama_dir: Path, clean_tokens) -> None:
+def test_a_real_out_of_memory_inside_the_forward_is_retried_not_failed(
+    tiny_llama_dir: Path, clean_tokens
+) -> None:
     """The allocation fails in the middle of the model's forward, after the runner took the step's
     states in: the step is retried with fewer tokens and every request finishes as in a clean run."""
     engine = _engine(tiny_llama_dir)
