@@ -28,7 +28,7 @@ Invariants:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -77,6 +77,9 @@ class BlockPool:
         # Insertion order is eviction order; O(1) removal of a cache hit from the middle.
         self._free_queue: OrderedDict[int, KVBlock] = OrderedDict((b.block_id, b) for b in self.blocks)
         self._cached_block_hash_to_block: dict[int, KVBlock] = {}
+        # Called as (block id, hash) when `allocate` is about to reuse a cached block: the last
+        # moment its KV can be copied elsewhere (kv/tiers.py demotes it to the cpu tier's cache).
+        self.on_evict: Callable[[int, int], None] | None = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -116,6 +119,13 @@ class BlockPool:
         allocated = []
         for _ in range(num_blocks):
             _, block = self._free_queue.popitem(last=False)
+            cached = (
+                block.block_hash is not None
+                and self._cached_block_hash_to_block.get(block.block_hash) is block
+            )
+            if cached and self.on_evict is not None:
+                assert block.block_hash is not None
+                self.on_evict(block.block_id, block.block_hash)
             self._evict_hash(block)
             block.ref_cnt = 1
             allocated.append(block)

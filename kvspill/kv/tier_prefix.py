@@ -109,6 +109,18 @@ class ColdPrefixCache:
                 self.newly_cached.append((tier, block_id, hashes[i]))
             pool.free(block_id)
 
+    def demote(self, block_hash: int) -> int | None:
+        """A cpu block, cached under `block_hash` and free (the tier's most recently used), for a
+        copy of a cached gpu block the gpu tier is about to reuse; it takes a free cpu block, else
+        the least recently used cached-free one. None (the block is lost, as before) when a cold
+        tier has that hash already or the cpu tier has no room; never the disk tier (too slow)."""
+        if not self.cpu.num_free_blocks or self.lookup(block_hash) is not None:
+            return None
+        cpu_id = self.cpu.allocate()
+        self.cpu.cache(cpu_id, block_hash)
+        self.cpu.free(cpu_id)
+        return cpu_id
+
     def on_disk_error(self, error: DiskTierIOError) -> None:
         """The disk tier's file failed (`kv/disk_pool.py`). Once it is broken (a failed write, a
         truncated file) it takes no new block: spills go to the cpu tier or wait, as when it is

@@ -13,6 +13,8 @@ a prefix lookup walks the request's block hashes and takes, per block, the gpu c
 one, else the disk one. Cold hits are attended in place (the runner's cold paths take any full
 cold block before the step's tokens): the request's table references the cold block, ref-counted,
 and nothing is copied. A cold block in use is never evicted; cached-free ones go LRU per tier.
+A cached-free gpu block the gpu tier reuses is first copied into the cpu tier's cache (demoted,
+a bytes-only move in the same plan), unless a cold tier has its hash or the cpu tier has no room.
 
 Placement, per request, with c = `num_computed_tokens` before the step, W = `hot_window_tokens`:
 - hot (gpu): blocks `i < num_sink_blocks`, blocks holding any of the last W computed tokens
@@ -54,8 +56,9 @@ from dataclasses import replace
 from itertools import chain, islice
 from typing import Protocol
 
-from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest, cdiv
+from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest
 from kvspill.kv.cold_pool import ColdBlockPool
+from kvspill.kv.tier_advice import never_fits_message
 from kvspill.kv.tier_prefix import ColdPrefixCache
 from kvspill.kv.tier_stats import request_tier_stats, tier_counters
 from kvspill.stats import RequestTierStats, TierCounters
@@ -101,6 +104,9 @@ class KVTierManager:
         self.num_moves: Counter[tuple[int, int]] = Counter()  # (src tier, dst tier) -> blocks, since start
         self.num_parked = 0  # preemptions that spilled instead of recomputing
         self.num_parked_dropped = 0  # parked requests whose KV was dropped for room
+        self.num_demoted = 0  # cached gpu blocks copied to the cpu tier's prefix cache on eviction
+        if self.cpu.num_blocks and kv_cache_manager.enable_prefix_caching:
+            kv_cache_manager.block_pool.on_evict = self._demote_cached_gpu_block
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -171,32 +177,7 @@ class KVTierManager:
 
     def never_fits_message(self, request: KVRequest, num_computed_tokens: int) -> str | None:
         """Why the request can never be scheduled (with what to change), or None when it can."""
-        bs, num_gpu = self.block_size, self.kv.num_blocks
-        num_needed = cdiv(request.num_tokens, bs)
-        if not self.enabled:
-            if num_needed <= num_gpu:
-                return None
-            return (
-                f"request {request.req_id} needs {num_needed} KV blocks for {request.num_tokens} tokens, "
-                f"but the KV cache holds only {num_gpu} blocks ({num_gpu * bs} tokens). Lower "
-                f"--max-model-len to at most {num_gpu * bs} or give the KV cache more memory."
-            )
-        num_total = num_gpu + self.cpu.num_blocks + self.disk.num_blocks
-        if num_needed > num_total:
-            return (
-                f"request {request.req_id} needs {num_needed} KV blocks for {request.num_tokens} tokens, "
-                f"but the gpu, cpu and disk tiers hold {num_gpu} + {self.cpu.num_blocks} + "
-                f"{self.disk.num_blocks} blocks ({num_total * bs} tokens). Lower --max-model-len to at "
-                f"most {num_total * bs} or give the cpu or disk tier more memory."
-            )
-        if self.max_num_new_tokens(request, num_computed_tokens) < 1:
-            return (
-                f"request {request.req_id} must keep its {self.num_sink_blocks} sink blocks and its last "
-                f"{self.hot_window_tokens} tokens on the gpu, more than the {num_gpu} blocks "
-                f"({num_gpu * bs} tokens) of the gpu tier. Lower --hot-window-tokens or "
-                f"--num-sink-blocks, or give the gpu tier more memory."
-            )
-        return None
+        return never_fits_message(self, request, num_computed_tokens)
 
     # ---- allocation, preemption, free --------------------------------------------------
 
@@ -357,6 +338,14 @@ class KVTierManager:
                 self._compact_cpu_order()
         self._record(req_id, logical_idx, src_tier, src_id, pool.tier, block_id)
 
+    def _demote_cached_gpu_block(self, gpu_id: int, block_hash: int) -> None:
+        """`BlockPool.on_evict`: copy a cached gpu block about to be reused into the cpu tier's
+        cache (`ColdPrefixCache.demote`), recorded before the move or write that reuses it."""
+        cpu_id = self.prefix.demote(block_hash)
+        if cpu_id is not None:
+            self._record(None, -1, TIER_GPU, gpu_id, TIER_CPU, cpu_id)  # bytes only: no request holds it
+            self.num_demoted += 1
+
     def _compact_cpu_order(self) -> None:
         self._cpu_order = [
             (i, self._arrival_seq[req_id], req_id, block_id)
@@ -389,7 +378,7 @@ class KVTierManager:
         return self.num_free_cold_blocks >= num_blocks
 
     def _record(
-        self, req_id: str, logical_idx: int, src_tier: int, src_id: int, dst_tier: int, dst_id: int
+        self, req_id: str | None, logical_idx: int, src_tier: int, src_id: int, dst_tier: int, dst_id: int
     ) -> None:
         self._moves.append(BlockMove(req_id, logical_idx, src_tier, src_id, dst_tier, dst_id))
         self.num_moves[(src_tier, dst_tier)] += 1

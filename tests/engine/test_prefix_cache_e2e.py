@@ -65,6 +65,24 @@ def test_a_prefix_hit_in_a_cold_tier_gives_the_cold_runs_tokens(
     assert hits[tier] >= PREFIX_LEN // 2 and sum(hits.values()) == PREFIX_LEN
 
 
+def test_a_prefix_evicted_from_the_gpu_is_demoted_and_hit_in_the_cpu_tier(
+    tiny_llama_dir, tmp_path, prompts, cold_run
+):
+    # 20 gpu blocks: the first request never spills, so its prefix is cached on the gpu only;
+    # an unrelated request then reuses those blocks, each copied to the cpu tier first.
+    llm = _llm(tiny_llama_dir, tmp_path, num_kv_blocks=20, num_cpu_kv_blocks=40)
+    llm.generate([prompts[0]], PARAMS)
+    tiers = llm.engine.kv_stats().scheduler.kv_tiers
+    assert tiers.prefix_cached_blocks["cpu"] == 0 and tiers.kv_block_moves.get("gpu->cpu", 0) == 0
+    other = torch.randint(3, 256, (150,), generator=torch.Generator().manual_seed(9)).tolist()
+    llm.generate([other], PARAMS)
+    out = llm.generate([prompts[1]], PARAMS)[0]
+    assert out.token_ids == cold_run
+    assert out.num_cached_tokens == PREFIX_LEN
+    hits = llm.engine.kv_stats().scheduler.kv_tiers.prefix_hit_tokens
+    assert hits["cpu"] >= PREFIX_LEN // 2 and sum(hits.values()) == PREFIX_LEN
+
+
 @pytest.mark.parametrize(
     "tiers",
     [dict(num_cpu_kv_blocks=40), dict(num_cpu_kv_blocks=2, num_disk_kv_blocks=40)],

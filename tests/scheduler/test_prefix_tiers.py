@@ -180,3 +180,47 @@ def test_random_schedules_with_long_shared_prefixes_and_persist_pins(seed: int) 
         scheduler.kv_tiers.prefix.release_pin(*pin)
     step(scheduler, runner)
     assert_all_free(scheduler)
+
+
+def test_an_evicted_gpu_prefix_block_is_demoted_to_the_cpu_tier_and_hit_there():
+    """Nothing spills: a finished request's 3 full blocks stay cached on the gpu only. Another
+    request reuses one of them, which is first copied into the cpu tier's cache (a bytes-only
+    move before the step's writes); a third request with the prefix then hits it there, and the
+    fake runner checks the bytes of every computed token."""
+    scheduler, runner = Scheduler(SMALL), TierRunner()
+    tiers = scheduler.kv_tiers
+    scheduler.add_request(make_request("a", PREFIX[:12] + [7], max_tokens=1))
+    _run_all(scheduler, runner)
+    assert tiers.cpu.num_cached_blocks == 0 and scheduler.kv_cache_manager.block_pool.num_cached_blocks == 3
+    # free queue [3, 2, 1, 0] (a freed tail first): b's 2 blocks take 3 (uncached), then 2 (a's 3rd)
+    scheduler.add_request(make_request("b", list(range(300, 308)), max_tokens=1))
+    moves = []
+    while scheduler.has_unfinished_requests():
+        moves += step(scheduler, runner)[0].transfers.moves
+    assert [(m.req_id, m.src_tier, m.src_block_id, m.dst_tier, m.dst_block_id) for m in moves] == [
+        (None, GPU, 2, CPU, 0)
+    ]
+    assert tiers.num_demoted == 1 and tiers.cpu.cached_free_block_ids() == [0]
+    scheduler.add_request(make_request("c", PREFIX[:12] + [9], max_tokens=1))
+    batch, updates = step(scheduler, runner)
+    (new_c,) = batch.new_reqs
+    assert list(zip(new_c.block_tiers, new_c.block_ids, strict=True))[:3] == [(GPU, 0), (GPU, 1), (CPU, 0)]
+    assert updates["c"].num_cached_tokens == 12
+    _run_all(scheduler, runner)
+
+
+def test_no_demotion_when_a_cold_tier_has_the_block_or_the_cpu_tier_has_no_room():
+    # a's full blocks: 1-3 in the cpu tier's cache, 0 (a sink), 4 and 5 on the gpu
+    scheduler, runner = _finish_prefix_request()
+    tiers = scheduler.kv_tiers
+    scheduler.add_request(make_request("b", list(range(300, 316)), max_tokens=1))
+    _run_all(scheduler, runner)
+    assert tiers.num_demoted == 3  # blocks 0, 4 and 5, as b's allocations reuse them
+    # now all of a's full blocks are in the cpu tier's cache (4 blocks: LRU kept the newest 4)
+    hashes = make_request("a2", PREFIX + [7], max_tokens=1).block_hashes[:6]
+    assert sum(tiers.cpu.lookup(h) is not None for h in hashes) == 4
+    full = replace(SMALL, num_cpu_blocks=0)  # no cpu tier: nothing is demoted (disk is too slow)
+    scheduler, runner = _finish_prefix_request(full)
+    scheduler.add_request(make_request("b", list(range(300, 316)), max_tokens=1))
+    _run_all(scheduler, runner)
+    assert scheduler.kv_tiers.num_demoted == 0

@@ -330,12 +330,21 @@ def test_preemption_recomputes_when_the_cold_tiers_have_no_room() -> None:
     scheduler, runner, batch = _preemption_scenario(num_cpu_blocks=2)  # b has 3 full blocks
     b = scheduler.get_request("b")
     assert b is not None and b.status == RequestStatus.PREEMPTED and b.num_computed_tokens == 0
-    assert batch.transfers.empty and scheduler.stats().kv_tiers.num_spilled_preemptions == 0
+    assert scheduler.stats().kv_tiers.num_spilled_preemptions == 0
+    # a takes b's freed blocks 6, 5, 4 (b's logical 2, 1, 0): each is first demoted to the cpu
+    # tier's prefix cache; with 2 cpu blocks the third copy reuses the first (LRU): the prefix
+    # start survives.
+    assert batch.transfers.moves == [
+        move(None, -1, (GPU, 6), (CPU, 0)),
+        move(None, -1, (GPU, 5), (CPU, 1)),
+        move(None, -1, (GPU, 4), (CPU, 0)),
+    ]
     new_reqs = []
     while scheduler.has_unfinished_requests():
         new_reqs += step(scheduler, runner)[0].new_reqs
-    (new_b,) = new_reqs  # a took b's blocks (and their hashes): b starts over
-    assert new_b.num_computed_tokens == 0 and new_b.block_tiers == [] and len(new_b.output_token_ids) == 1
+    (new_b,) = new_reqs  # b starts over from its demoted block 0 (a's spills took cpu 1 meanwhile)
+    assert new_b.num_computed_tokens == 4 and new_b.block_tiers[:2] == [CPU, GPU]
+    assert len(new_b.output_token_ids) == 1
     assert_all_free(scheduler)
 
 
