@@ -84,6 +84,7 @@ class TierCounters:
     kv_block_moves: Mapping[str, int] = field(default_factory=dict)
     num_spilled_preemptions: int = 0  # preemptions that parked the KV instead of recomputing it
     num_dropped_spills: int = 0  # parked requests whose KV was dropped for room (recomputed instead)
+    num_demoted_prefix_blocks: int = 0  # cached gpu blocks copied to the cpu tier's cache when reused
     # Prefix cache per tier ("gpu", "cpu", "disk"): tokens found there at admission since start,
     # and blocks findable by prefix hash now (in use or cached-free).
     prefix_hit_tokens: Mapping[str, int] = field(default_factory=dict)

@@ -69,6 +69,7 @@ TODAY: dict[str, Any] = {
         "kv_block_moves": {"gpu->cpu": 18, "cpu->disk": 2, "gpu->disk": 0, "cpu->gpu": 0, "disk->gpu": 0},
         "num_spilled_preemptions": 0,
         "num_dropped_spills": 0,
+        "num_demoted_prefix_blocks": 0,
         "prefix_hit_tokens": {"gpu": 16, "cpu": 8, "disk": 0},
         "prefix_cached_blocks": {"gpu": 3, "cpu": 1, "disk": 0},
         "prefix_query_tokens": 40,

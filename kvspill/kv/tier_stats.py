@@ -44,6 +44,7 @@ def tier_counters(m: KVTierManager) -> TierCounters:
         },
         num_spilled_preemptions=m.num_parked,
         num_dropped_spills=m.num_parked_dropped,
+        num_demoted_prefix_blocks=m.num_demoted,
     )
 
 

@@ -46,6 +46,11 @@ class ServerMetrics:
             registry=r,
         )
         self.preemptions = Gauge(P + "num_preemptions_total", "Preemptions since start", registry=r)
+        self.demoted = Gauge(
+            P + "prefix_cache_demoted_blocks_total",
+            "Cached gpu blocks copied to the cpu tier's prefix cache when the gpu reused them",
+            registry=r,
+        )
         self.disk_errors = Gauge(
             P + "disk_tier_errors_total", "Failed reads and writes of the disk KV tier", ["op"], registry=r
         )
@@ -117,6 +122,8 @@ class ServerMetrics:
                 self.running.set(kv.scheduler.num_running)
                 self.waiting.set(kv.scheduler.num_waiting)
                 self.preemptions.set(kv.scheduler.num_preemptions)
+                if kv.scheduler.kv_tiers is not None:
+                    self.demoted.set(kv.scheduler.kv_tiers.num_demoted_prefix_blocks)
             for tier, usage in kv.tiers.items():
                 self.blocks.labels(tier).set(usage.used_blocks)
                 self.usage.labels(tier).set(usage.usage)

@@ -79,8 +79,12 @@ def test_a_prefix_evicted_from_the_gpu_is_demoted_and_hit_in_the_cpu_tier(
     out = llm.generate([prompts[1]], PARAMS)[0]
     assert out.token_ids == cold_run
     assert out.num_cached_tokens == PREFIX_LEN
-    hits = llm.engine.kv_stats().scheduler.kv_tiers.prefix_hit_tokens
-    assert hits["cpu"] >= PREFIX_LEN // 2 and sum(hits.values()) == PREFIX_LEN
+    tiers = llm.engine.kv_stats().scheduler.kv_tiers
+    assert (
+        tiers.prefix_hit_tokens["cpu"] >= PREFIX_LEN // 2
+        and sum(tiers.prefix_hit_tokens.values()) == PREFIX_LEN
+    )
+    assert tiers.num_demoted_prefix_blocks >= tiers.prefix_hit_tokens["cpu"] // BS
 
 
 @pytest.mark.parametrize(
