@@ -107,6 +107,7 @@ class LLMEngine:
                 bundle.storage.layout,
             )
             self.persister = PrefixPersister(store, self.scheduler.kv_tiers, bundle.storage)
+            self.scheduler.admission_hold = self.persister.holds
         self._has_cold_tiers = bool(bundle.storage.num_cpu_blocks or bundle.storage.num_disk_blocks)
         self._max_cold_fraction = 0.0
         self._texts: dict[str, _TextState] = {}
@@ -274,7 +275,7 @@ class LLMEngine:
         """One step. A failure while computing raises `StepError` naming the requests it ran (the
         ones in flight with async scheduling too), so a server fails those and no others."""
         if self.persister is not None:
-            self.persister.before_schedule(self.scheduler.waiting)
+            self.persister.before_schedule(self.scheduler.waiting, idle=not self.scheduler.running)
         batch = self.scheduler.schedule()
         previous = self._in_flight
         started = time.perf_counter()

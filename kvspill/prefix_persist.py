@@ -6,10 +6,18 @@ copied to host first, before the next `schedule()` can reuse them). Before each 
 arrived since is looked up once: after its hits in the gpu/cpu/disk tiers, the blocks of its
 prefix found in the persist dir are read into free cpu (then disk) blocks and cached there, so
 the scheduler's prefix lookup takes them as cold hits.
+
+Reads into the cpu tier run on `LOAD_THREADS` threads while the engine goes on stepping the
+running requests; the scheduler holds a request back (`holds`) until every block it waits for
+is in (a block another request is loading counts too: it is read once). A block is allocated
+(in use, so nothing evicts it) when its read starts and cached when it ends, on the engine
+thread. Reads into the disk tier (the cpu tier full) stay on the engine thread: the disk tier's
+file and its error handling belong to it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import logging
 from collections.abc import Collection
 
@@ -20,9 +28,12 @@ from kvspill.kv.persist import PersistStore
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.kv.tiers import KVTierManager
 from kvspill.scheduler.request import Request
-from kvspill.types import TIER_DISK, TIER_GPU
+from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 logger = logging.getLogger(__name__)
+
+LOAD_THREADS = 8  # parallel block-file reads: one file per block, each read and checksummed
+IDLE_WAIT_S = 0.05  # with nothing to run but held requests, wait this long for a read per step
 
 
 class PrefixPersister:
@@ -32,6 +43,13 @@ class PrefixPersister:
         self.storage = storage
         tiers.prefix.newly_cached = []  # from now on the tiers report (and pin) what enters their caches
         self._looked_up: set[str] = set()
+        self._readers = cf.ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="kvspill-kv-load")
+        self._reads: dict[int, tuple[int, cf.Future[bool]]] = {}  # block hash -> (cpu block, read)
+        self._waits: dict[str, set[int]] = {}  # req_id -> hashes of the reads it waits for
+
+    def holds(self, req_id: str) -> bool:
+        """Whether the request waits for persisted blocks still being read (not admitted yet)."""
+        return req_id in self._waits
 
     def after_step(self) -> None:
         """Unpin what the writer has read; queue what entered a prefix cache in this step."""
@@ -67,29 +85,66 @@ class PrefixPersister:
                 self.store.submit(block_hash, blocks[i])
             self.tiers.prefix.release_pin(TIER_DISK, block_id)
 
-    def before_schedule(self, waiting: Collection[Request]) -> None:
-        """Read the persisted prefix blocks of requests that arrived since the last step."""
+    def before_schedule(self, waiting: Collection[Request], idle: bool = False) -> None:
+        """Finish the reads that are done; start reading the persisted prefix blocks of requests
+        that arrived since the last step. `idle`: nothing runs, so wait a little for a read."""
+        if idle and self._reads and any(r.req_id in self._waits for r in waiting):
+            cf.wait([future for _, future in self._reads.values()], IDLE_WAIT_S, cf.FIRST_COMPLETED)
+        self._finish_reads()
         for request in waiting:
             if request.req_id not in self._looked_up and not request.num_computed_tokens:
                 self._looked_up.add(request.req_id)
                 self._load_prefix(request)
         if len(self._looked_up) > 4 * len(waiting) + 64:
             self._looked_up.intersection_update(r.req_id for r in waiting)
+        if self._waits:  # an aborted request waits for nothing
+            ids = {r.req_id for r in waiting}
+            self._waits = {req_id: hashes for req_id, hashes in self._waits.items() if req_id in ids}
 
     def _load_prefix(self, request: Request) -> None:
         hits, _ = self.tiers.get_computed_blocks(request)
         max_num_blocks = (request.num_tokens - 1) // self.tiers.block_size
+        waits: set[int] = set()
         for block_hash in request.block_hashes[len(hits) : max_num_blocks]:
+            if block_hash in self._reads:  # another request's read: wait for it too
+                waits.add(block_hash)
+                continue
             if not self.store.contains(block_hash):
                 break
             slot = self.tiers.prefix.allocate_for_load()
             if slot is None:
                 break  # no free cold room: the rest is computed
             tier, block_id = slot
-            ok = self._load_block(block_hash, tier, block_id)
-            self.tiers.prefix.finish_load(tier, block_id, block_hash if ok else None)
-            if not ok:
-                break
+            if tier == TIER_DISK:
+                ok = self._load_block(block_hash, tier, block_id)
+                self.tiers.prefix.finish_load(tier, block_id, block_hash if ok else None)
+                if not ok:
+                    break
+                continue
+            future = self._readers.submit(self.store.load_into, block_hash, self.storage.pool(tier)[block_id])
+            self._reads[block_hash] = (block_id, future)
+            waits.add(block_hash)
+        if waits:
+            self._waits[request.req_id] = waits
+
+    def _finish_reads(self) -> None:
+        """Cache every finished read's cpu block (or free it, after a failed read) and let go of
+        the requests that waited for nothing else."""
+        done = [block_hash for block_hash, (_, future) in self._reads.items() if future.done()]
+        for block_hash in done:
+            block_id, future = self._reads.pop(block_hash)
+            try:
+                ok = future.result()
+            except Exception:  # noqa: BLE001 - a failed read: the block is computed instead
+                logger.exception("kv persist: reading a block failed")
+                ok = False
+            self.tiers.prefix.finish_load(TIER_CPU, block_id, block_hash if ok else None)
+        if done:
+            finished = set(done)
+            for req_id in list(self._waits):
+                self._waits[req_id] -= finished
+                if not self._waits[req_id]:
+                    del self._waits[req_id]
 
     def _load_block(self, block_hash: int, tier: int, block_id: int) -> bool:
         if tier != TIER_DISK:
@@ -107,5 +162,7 @@ class PrefixPersister:
         return True
 
     def close(self) -> None:
+        self._readers.shutdown(wait=True)
+        self._finish_reads()
         self.store.flush()
         self.store.close()

@@ -302,14 +302,15 @@ class PersistStore:
             logger.warning("kv persist: skipping %s: %s", info.path, e)
             with self._lock:
                 self._index.pop(block_hash, None)
-            self.num_skipped += 1
+                self.num_skipped += 1
             return False
         dst.view(torch.uint8).view(-1).copy_(torch.frombuffer(payload, dtype=torch.uint8))
         os.utime(info.path)  # most recently used, across restarts too
-        with self._lock:
-            self._index.move_to_end(block_hash)
-        self.num_loaded += 1
-        self.bytes_loaded += info.file_bytes
+        with self._lock:  # loads run on several threads (prefix_persist.py)
+            if block_hash in self._index:
+                self._index.move_to_end(block_hash)
+            self.num_loaded += 1
+            self.bytes_loaded += info.file_bytes
         return True
 
 

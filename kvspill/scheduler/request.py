@@ -31,6 +31,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 
 from kvspill.sampling_params import SamplingParams
+from kvspill.types import RequestUpdate
 
 
 class RequestStatus(enum.IntEnum):
@@ -201,6 +202,18 @@ class Request:
             start = len(self.block_hashes) * size
             parent = self.block_hashes[-1] if self.block_hashes else self.hash_seed
             self.block_hashes.append(hash_block_tokens(parent, self._all_token_ids[start : start + size]))
+
+    def to_update(self, new_token_ids: list[int]) -> RequestUpdate:
+        """What one step did to this request, for the engine."""
+        return RequestUpdate(
+            req_id=self.req_id,
+            new_token_ids=new_token_ids,
+            finished=self.is_finished,
+            finish_reason=self.finish_reason,
+            stop_reason=self.stop_reason,
+            error=self.error_message,
+            num_cached_tokens=self.num_cached_tokens,
+        )
 
     def __repr__(self) -> str:
         return (

@@ -32,7 +32,8 @@ Invariants:
 - A request with `prompt_logprobs` never takes prefix-cache hits (each prompt token must be
   computed to be scored); its full blocks still enter the cache for others.
 - Admission is FCFS: the head of `waiting` that does not fit stops admission. A request that
-  could never fit (more blocks than the whole pool) fails with FINISHED_ERROR instead.
+  could never fit (more blocks than the whole pool) fails with FINISHED_ERROR instead. A request
+  on `admission_hold` (its persisted prefix being read) is passed over and keeps its place.
 - A request id lives in `requests` from `add_request` until it finishes; finished requests
   are forgotten (the caller keeps its own reference to the `Request`).
 """
@@ -41,13 +42,13 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.kv.block_pool import KVBlock, KVCacheManager
 from kvspill.kv.tiers import KVTierManager
 from kvspill.scheduler.config import SchedulerConfig
-from kvspill.scheduler.isolation import StepIsolation
+from kvspill.scheduler.isolation import StepIsolation, requeue_failed
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.stats import RequestTierStats, SchedulerStats
 from kvspill.types import CachedRequestData, NewRequestData, RequestUpdate, ScheduledBatch, StepOutput
@@ -75,6 +76,8 @@ class Scheduler:
         # After a failed step its requests run one at a time (isolation.py); after an
         # out-of-memory failure steps also carry at most `oom_token_cap` tokens (the engine's).
         self.isolation = StepIsolation()
+        # Waiting requests not to admit yet (their persisted prefix is being read: prefix_persist.py).
+        self.admission_hold: Callable[[str], bool] = lambda _req_id: False
         self.oom_token_cap: int | None = None
         # Finished, aborted or preempted since the last schedule(): the runner drops them.
         self.finished_req_ids: set[str] = set()
@@ -126,24 +129,8 @@ class Scheduler:
         self.finish_requests(req_ids, RequestStatus.FINISHED_ABORTED)
 
     def requeue_failed(self, req_ids: Iterable[str]) -> list[str]:
-        """A failed step's requests (isolation.py): their KV dropped and uncached, back to the
-        front of `waiting` in arrival order, to run alone. Returns those requeued; the others
-        (retried too often already, or ended) are the caller's to fail."""
-        requests = [self.requests[r] for r in req_ids if r in self.requests]
-        retry = sorted(
-            (r for r in requests if self.isolation.may_retry(r.req_id)),
-            key=lambda r: self._arrival_seq[r.req_id],
-        )
-        for request in reversed(retry):
-            (self.running if request.status == RequestStatus.RUNNING else self.waiting).remove(request)
-            self.kv_tiers.drop_for_retry(request)
-            request.num_computed_tokens = 0
-            request.num_pending_tokens = 0
-            request.status = RequestStatus.PREEMPTED
-            self.waiting.appendleft(request)
-            self.finished_req_ids.add(request.req_id)  # the runner drops its copy
-        self.isolation.add(r.req_id for r in retry)
-        return [r.req_id for r in retry]
+        """A failed step's requests back to the front of `waiting`, to run alone (isolation.py)."""
+        return requeue_failed(self, req_ids)
 
     # ---- one step ----------------------------------------------------------------------
 
@@ -230,7 +217,25 @@ class Scheduler:
     def _schedule_waiting(
         self, num_scheduled_tokens: dict[str, int], admitted: list[Request], budget: int
     ) -> None:
-        """Admit waiting requests first come first served; the first that does not fit stops it."""
+        """Admit waiting requests first come first served; the first that does not fit stops it.
+        Requests on `admission_hold` are set aside for this step, keeping their places in line."""
+        held = [r for r in self.waiting if self.admission_hold(r.req_id)]
+        if not held:
+            self._admit_waiting(num_scheduled_tokens, admitted, budget)
+            return
+        place = {r.req_id: i for i, r in enumerate(self.waiting)}
+        for request in held:
+            self.waiting.remove(request)
+        try:
+            self._admit_waiting(num_scheduled_tokens, admitted, budget)
+        finally:
+            in_line = sorted([*self.waiting, *held], key=lambda r: place[r.req_id])
+            self.waiting.clear()
+            self.waiting.extend(in_line)
+
+    def _admit_waiting(
+        self, num_scheduled_tokens: dict[str, int], admitted: list[Request], budget: int
+    ) -> None:
         while (
             self.waiting
             and budget > 0
@@ -308,7 +313,7 @@ class Scheduler:
             request = self.requests.get(req_id)
             if request is not None:
                 self._finish(request, RequestStatus.FINISHED_ERROR, message)
-                updates.append(self._make_update(request, []))
+                updates.append(request.to_update([]))
         for req_id in batch.num_scheduled_tokens:
             request = self.requests.get(req_id)
             if request is None:
@@ -319,13 +324,13 @@ class Scheduler:
                 if sampled_token_ids and request.num_pending_tokens:
                     request.num_pending_tokens -= len(sampled_token_ids)
                     new_token_ids = self._append_and_check_stop(request, sampled_token_ids)
-                    updates.append(self._make_update(request, new_token_ids))
+                    updates.append(request.to_update(new_token_ids))
                 continue
             self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
             if sampled_token_ids:
                 request.num_pending_tokens = max(request.num_pending_tokens - len(sampled_token_ids), 0)
                 new_token_ids = self._append_and_check_stop(request, sampled_token_ids)
-                updates.append(self._make_update(request, new_token_ids))
+                updates.append(request.to_update(new_token_ids))
         return updates
 
     def _append_and_check_stop(self, request: Request, token_ids: list[int]) -> list[int]:
@@ -338,18 +343,6 @@ class Scheduler:
                 self._finish(request, status)
                 break
         return new_token_ids
-
-    @staticmethod
-    def _make_update(request: Request, new_token_ids: list[int]) -> RequestUpdate:
-        return RequestUpdate(
-            req_id=request.req_id,
-            new_token_ids=new_token_ids,
-            finished=request.is_finished,
-            finish_reason=request.finish_reason,
-            stop_reason=request.stop_reason,
-            error=request.error_message,
-            num_cached_tokens=request.num_cached_tokens,
-        )
 
     # ---- state changes -----------------------------------------------------------------
 
@@ -379,7 +372,7 @@ class Scheduler:
     def _fail(self, request: Request, error_message: str) -> None:
         """Fail a request from inside schedule(); reported by the next update_from_output()."""
         self._finish(request, RequestStatus.FINISHED_ERROR, error_message)
-        self._pending_updates.append(self._make_update(request, []))
+        self._pending_updates.append(request.to_update([]))
 
     # ---- queries -----------------------------------------------------------------------
 

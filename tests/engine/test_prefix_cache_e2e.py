@@ -5,6 +5,7 @@ greedy tokens of a cold run, and `num_cached_tokens` is the hit; bad persisted f
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,45 @@ def test_a_prefix_persisted_before_a_restart_gives_the_cold_runs_tokens(
     if "num_disk_kv_blocks" in tiers:  # written from and loaded into the disk tier's file
         assert second.engine.kv_stats().scheduler.kv_tiers.prefix_hit_tokens["disk"] >= PREFIX_LEN // 2
     second.engine.close()
+
+
+def test_persisted_blocks_are_read_while_other_requests_run(tiny_llama_dir, tmp_path, prompts, cold_run):
+    """Reads into the cpu tier run on threads: a request waiting for its persisted prefix is
+    passed over (keeping its place), a later request runs meanwhile, and once the reads end the
+    first is admitted with the whole prefix as a hit and gives the cold run's tokens."""
+    persist, _ = _persist_first(tiny_llama_dir, tmp_path, prompts)
+    llm = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist))
+    engine = llm.engine
+    store = engine.persister.store
+    gate = threading.Event()
+    load_into = store.load_into
+
+    def slow_load(block_hash, dst):  # type: ignore[no-untyped-def]
+        gate.wait(30)
+        return load_into(block_hash, dst)
+
+    store.load_into = slow_load
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, detokenize=False)
+    engine.add_request(prompts[1], params, req_id="persisted")
+    engine.add_request(list(range(3, 40)), params, req_id="other")
+    engine.add_request(prompts[1], params, req_id="twin")  # waits for the same reads
+    done: dict[str, list[int]] = {}
+    for _ in range(20):  # the other request prefills and decodes; the first is held back
+        done.update({o.req_id: o.token_ids for o in engine.step() if o.finished})
+        if "other" in done:
+            break
+    assert "other" in done and "persisted" not in done
+    assert engine.scheduler.get_request("persisted").num_computed_tokens == 0
+    gate.set()
+    cached = 0
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            cached = max(cached, o.num_cached_tokens if o.req_id == "persisted" else 0)
+            if o.finished:
+                done[o.req_id] = o.token_ids
+    assert done["persisted"] == cold_run == done["twin"] and cached == PREFIX_LEN
+    assert store.num_loaded == PREFIX_LEN // BS  # each block read once
+    engine.close()
 
 
 def _persist_first(tiny_llama_dir, tmp_path, prompts) -> tuple[Path, int]:
