@@ -127,6 +127,7 @@ def request_from_engine_config(
         sparse_cache_seqs=config.sparse_cache_groups(),
         sink_blocks=config.num_sink_blocks,
         recent_window_tokens=config.hot_window_tokens,
+        tensor_parallel_size=config.tensor_parallel_size,
     )
 
 

@@ -16,7 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, Bandwidths
@@ -24,6 +24,7 @@ from kvspill.plan.costs import (
     DecodeFloor,
     SparseCold,
     activation_peak_bytes,
+    collectives_s,
     decode_floor,
     prefill_seconds,
 )
@@ -93,6 +94,7 @@ class PlanRequest:
     gpu_kv_blocks: int | None = None
     cpu_kv_blocks: int | None = None
     disk_kv_blocks: int | None = None
+    tensor_parallel_size: int = 1  # `spec` is one rank's share; the step adds the collectives
 
     def __post_init__(self) -> None:
         def check(ok: bool, param: str, message: str) -> None:
@@ -348,6 +350,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         request.weight_read_gbs,
         SparseCold(min(1.0, request.sparse_budget_tokens / max(1, on_cpu + on_disk)), summary_bytes),
     )
+    floor = replace(floor, collective_s=collectives_s(spec.num_layers, request.tensor_parallel_size))
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)
     fits = gpu_left >= 0 and gpu_tokens > 0 and unplaced == 0 and seqs >= 1
     return MemoryPlan(

@@ -13,6 +13,7 @@ chunk. No torch, no I/O.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from kvspill.plan.bandwidths import GB, Bandwidths
@@ -39,6 +40,21 @@ SPARSE_GATHER_EFFICIENCY = 0.92
 # Measured as (step time - floor) / layers on W3 128K with a 4096-token budget (H100, 2026-11-26,
 # bench/results/2026-11-26-h100-w5-sparse-cache/): 0.85-1.25 ms over three calls.
 SPARSE_OVERHEAD_PER_LAYER_S = 1.0e-3
+# Tensor parallelism: a decode step runs 2 all-reduces per layer, one for the embedding and the
+# logits' all-gather; a few KB each, so latency-bound, growing with the ranks. Fit to the step time
+# beyond the plan's other terms on 4 x H200 with NVLink (2026-11-26, bench/results/2026-11-26-h200x4-tp/):
+# 0.57-0.61 ms a step at TP=2 and 0.93-1.04 ms at TP=4 over 66 collectives, 9 and 15 us each
+# (the NCCL kernels alone were 0.40 and 0.59 ms; the rest is the launch gaps around them).
+TP_COLLECTIVE_BASE_S = 3e-6
+TP_COLLECTIVE_PER_DOUBLING_S = 6e-6
+
+
+def collectives_s(num_layers: int, tensor_parallel_size: int) -> float:
+    """Seconds of one decode step's collectives with `tensor_parallel_size` ranks (0 with one)."""
+    if tensor_parallel_size <= 1:
+        return 0.0
+    per_call = TP_COLLECTIVE_BASE_S + TP_COLLECTIVE_PER_DOUBLING_S * math.log2(tensor_parallel_size)
+    return (2 * num_layers + 2) * per_call
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,7 @@ class DecodeFloor:
     overhead_s: float = 0.0  # kernel launches and host work per step (STEP_OVERHEAD_PER_LAYER_S)
     offload_s: float = 0.0  # offloaded weights copied over PCIe every step (--cpu-offload-gb)
     summary_s: float = 0.0  # sparse: every cold block's key summary read from HBM for scoring
+    collective_s: float = 0.0  # tensor parallelism: the step's all-reduces (`collectives_s`)
 
     @property
     def total_s(self) -> float:
@@ -67,6 +84,7 @@ class DecodeFloor:
             + self.overhead_s
             + self.offload_s
             + self.summary_s
+            + self.collective_s
         )
 
 

@@ -279,9 +279,10 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
             else "-",
         ),
         (
-            "step ms w+gpu+cold+disk+launch",
+            "step ms w+gpu+cold+disk+launch",  # launch: with tensor parallelism, the collectives too
             "+".join(
-                f"{s * 1e3:.3g}" for s in (d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s, d.overhead_s)
+                f"{s * 1e3:.3g}"
+                for s in (d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s, d.overhead_s + d.collective_s)
             ),
         ),
         ("fits", "yes" if plan.fits else "NO"),
