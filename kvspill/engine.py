@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 from kvspill.config import EngineConfig
 from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
+from kvspill.engine_checks import check_prompt
 from kvspill.engine_parallel import TensorParallelGroup
 from kvspill.engine_setup import EngineParts, build_engine_parts, uses_async_scheduling
 from kvspill.engine_warmup import warm_up
 from kvspill.errors import (
-    ContextLengthExceededError,
     InvalidParameterError,
     KVCacheBusyError,
     OutOfKVMemoryError,
@@ -149,7 +149,7 @@ class LLMEngine:
             raise InvalidParameterError("request_id", f"request id {req_id!r} is already in use")
         prompt_text = prompt if isinstance(prompt, str) else None
         token_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        self._validate_prompt(token_ids, params)
+        check_prompt(token_ids, params, self.vocab_size, self.max_model_len)
         self._validate_logits_processing(params)
         if admission:
             self.check_admission(len(token_ids), params)
@@ -195,20 +195,6 @@ class LLMEngine:
                     params.guided.param, "guided decoding needs a model with a tokenizer"
                 )
             self.runner.guided.compile(params.guided)
-
-    def _validate_prompt(self, token_ids: list[int], params: SamplingParams) -> None:
-        if not token_ids:
-            raise InvalidParameterError("prompt", "the prompt is empty: give at least one token")
-        bad = next((t for t in token_ids if not (0 <= t < self.vocab_size)), None)
-        if bad is not None:
-            raise InvalidParameterError(
-                "prompt", f"token id {bad} is outside the model's vocabulary [0, {self.vocab_size})"
-            )
-        n = len(token_ids)
-        if n >= self.max_model_len:
-            raise ContextLengthExceededError(self.max_model_len, n)
-        if params.max_tokens is not None and n + params.max_tokens > self.max_model_len:
-            raise ContextLengthExceededError(self.max_model_len, n, params.max_tokens)
 
     def kv_capacity_tokens(self) -> int:
         """Tokens of KV all tiers hold together (gpu + cpu + disk; a disk tier out of use counts 0)."""

@@ -10,11 +10,12 @@ import os
 import torch
 
 from kvspill.config import EngineConfig
-from kvspill.errors import InvalidParameterError
+from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.model.parallel import SINGLE, TensorParallel
 from kvspill.plan.cpu_dtype import pick_cpu_dtype
 from kvspill.plan.preflight import run_checks
 from kvspill.plan.spec import ModelSpec
+from kvspill.sampling_params import SamplingParams
 
 logger = logging.getLogger("kvspill.engine_setup")  # the name these lines had before the split
 
@@ -109,3 +110,20 @@ def check_int4_format(config: EngineConfig, kind: str) -> None:
             "quantization",
             f"--quantization none: a {method} int4 checkpoint runs in its int4 blocks (as Q4_1); drop --quantization",
         )
+
+
+def check_prompt(token_ids: list[int], params: SamplingParams, vocab_size: int, max_model_len: int) -> None:
+    """A request's token ids: not empty, inside the vocabulary, and with `max_tokens` within the
+    model's length."""
+    if not token_ids:
+        raise InvalidParameterError("prompt", "the prompt is empty: give at least one token")
+    bad = next((t for t in token_ids if not (0 <= t < vocab_size)), None)
+    if bad is not None:
+        raise InvalidParameterError(
+            "prompt", f"token id {bad} is outside the model's vocabulary [0, {vocab_size})"
+        )
+    n = len(token_ids)
+    if n >= max_model_len:
+        raise ContextLengthExceededError(max_model_len, n)
+    if params.max_tokens is not None and n + params.max_tokens > max_model_len:
+        raise ContextLengthExceededError(max_model_len, n, params.max_tokens)

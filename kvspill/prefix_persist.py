@@ -92,7 +92,12 @@ class PrefixPersister:
             cf.wait([future for _, future in self._reads.values()], IDLE_WAIT_S, cf.FIRST_COMPLETED)
         self._finish_reads()
         for request in waiting:
-            if request.req_id not in self._looked_up and not request.num_computed_tokens:
+            # (a request scoring its prompt takes no prefix hits: nothing to read for it)
+            if (
+                request.req_id not in self._looked_up
+                and not request.num_computed_tokens
+                and request.sampling_params.prompt_logprobs is None
+            ):
                 self._looked_up.add(request.req_id)
                 self._load_prefix(request)
         if len(self._looked_up) > 4 * len(waiting) + 64:
