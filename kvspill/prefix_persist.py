@@ -121,7 +121,7 @@ class PrefixPersister:
                 break  # no free cold room: the rest is computed
             tier, block_id = slot
             if tier == TIER_DISK:
-                ok = self._load_block(block_hash, tier, block_id)
+                ok = self._load_disk_block(block_hash, block_id)
                 self.tiers.prefix.finish_load(tier, block_id, block_hash if ok else None)
                 if not ok:
                     break
@@ -151,11 +151,10 @@ class PrefixPersister:
                 if not self._waits[req_id]:
                     del self._waits[req_id]
 
-    def _load_block(self, block_hash: int, tier: int, block_id: int) -> bool:
-        if tier != TIER_DISK:
-            return self.store.load_into(block_hash, self.storage.pool(tier)[block_id])
+    def _load_disk_block(self, block_hash: int, block_id: int) -> bool:
+        """Read a persisted block into the disk tier's file (through host memory), on this thread."""
         layout = self.storage.layout
-        block = torch.empty((1, layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.head_dim),
+        block = torch.empty((1, layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.row_dim),
                             dtype=layout.dtype)  # fmt: skip
         if not self.store.load_into(block_hash, block[0]):
             return False

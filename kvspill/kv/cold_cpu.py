@@ -39,12 +39,12 @@ def key_splits(num_blocks: int, num_kv_heads: int) -> int:
 
 class LayerStaging:
     """A host buffer for one layer of up to n disk blocks: [n, 2, block_size, num_kv_heads,
-    head_dim], grown on demand and kept (one per backend), so a step's disk reads do not fault in
+    row_dim] as stored (int8 rows carry their scale), grown on demand and kept (one per backend), so a step's disk reads do not fault in
     fresh pages. One buffer per thread: a failed step's CPU work may still run on a worker while
     the retry's starts on another."""
 
     def __init__(self, layout: KVLayout) -> None:
-        self.shape = (2, layout.block_size, layout.num_kv_heads, layout.head_dim)
+        self.shape = (2, layout.block_size, layout.num_kv_heads, layout.row_dim)
         self.dtype = layout.dtype
         self._local = threading.local()
 
@@ -136,7 +136,7 @@ class ColdCpuPath:
                 continue
             for start in range(0, len(parts.block_ids), self.chunk_blocks):
                 ids = parts.block_ids[start : start + self.chunk_blocks]
-                staged = self.disk_staging.get(len(ids))  # [n, 2, block_size, num_kv_heads, head_dim]
+                staged = self.disk_staging.get(len(ids))  # [n, 2, block_size, num_kv_heads, row_dim]
                 self.storage.gather_layer(TIER_DISK, layer_idx, ids, staged)
                 window = parts_window(parts, start, start + len(ids))
                 self._kernel_call(q_host, staged.unsqueeze(1), 0, window, (o, lse), num_calls == 0)

@@ -151,6 +151,24 @@ def test_persisted_blocks_are_read_while_other_requests_run(tiny_llama_dir, tmp_
     engine.close()
 
 
+def test_int8_kv_blocks_persisted_and_read_back_into_the_disk_tier(tiny_llama_dir, tmp_path, prompts):
+    """int8 KV rows carry their scale (row_dim = head_dim + 4): the CPU path's staging of disk
+    blocks (the cold run) and a block read back from the persist dir into the disk tier's file
+    both have the stored row width. Both used head_dim before and failed the step."""
+    tiers = dict(num_cpu_kv_blocks=2, num_disk_kv_blocks=40, kv_cache_dtype="int8")
+    cold = _llm(tiny_llama_dir, tmp_path / "cold", **tiers, enable_prefix_caching=False)
+    want = cold.generate([prompts[1]], PARAMS)[0].token_ids
+    persist = tmp_path / "persist"
+    first = _llm(tiny_llama_dir, tmp_path, **tiers, kv_persist_dir=str(persist))
+    first.generate([prompts[0]], PARAMS)
+    first.engine.close()
+    second = _llm(tiny_llama_dir, tmp_path, **tiers, kv_persist_dir=str(persist))
+    out = second.generate([prompts[1]], PARAMS)[0]
+    assert out.token_ids == want and out.num_cached_tokens == PREFIX_LEN
+    assert second.engine.kv_stats().scheduler.kv_tiers.prefix_hit_tokens["disk"] >= PREFIX_LEN // 2
+    second.engine.close()
+
+
 def _persist_first(tiny_llama_dir, tmp_path, prompts) -> tuple[Path, int]:
     """Run the first prompt with a persist dir; returns it and the engine's prefix hash seed."""
     persist = tmp_path / "persist"
