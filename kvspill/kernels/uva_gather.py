@@ -89,6 +89,14 @@ def _launch(src: torch.Tensor, ids: torch.Tensor, slots: torch.Tensor | None, ds
     )
 
 
+def index_copy_rows(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
+    """dst.index_copy_(0, index, src) for any KV dtype: one-byte float formats (fp8) go as bytes,
+    since torch's CPU index_copy_ has no float8 kernel (same bits, same result)."""
+    if dst.element_size() == 1 and dst.is_floating_point():
+        dst, src = dst.view(torch.uint8), src.view(torch.uint8)
+    dst.index_copy_(0, index, src)
+
+
 def gather_blocks(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> None:
     """Triton wrapper; on CUDA `src` must be pinned (read in place), `ids` and `dst` on the GPU."""
     _check(src, ids, dst)
@@ -110,6 +118,6 @@ def gather_blocks_to(
     assert ids.shape == slots.shape and slots.dtype == torch.int64
     if not (dst.is_cuda if use_kernel is None else use_kernel):
         keep = slots >= 0
-        dst.index_copy_(0, slots[keep], src.index_select(0, ids[keep].to(src.device)).to(dst.device))
+        index_copy_rows(dst, slots[keep], src.index_select(0, ids[keep].to(src.device)).to(dst.device))
         return
     _launch(src, ids, slots, dst)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from kvspill.kernels.kv_quant import dequantize_kv
+from kvspill.kernels.uva_gather import index_copy_rows
 from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
@@ -115,6 +116,6 @@ class BlockSummaries:
         for c0 in range(0, len(missing), _CHUNK_BLOCKS):
             ids = torch.from_numpy(np.ascontiguousarray(missing[c0 : c0 + _CHUNK_BLOCKS], dtype=np.int64))
             summary = summarize_keys(self.storage.read_blocks(tier, ids.numpy()))  # disk: file reads
-            self.tensors[tier].index_copy_(0, ids.to(self.storage.device), summary.to(self.storage.device))
+            index_copy_rows(self.tensors[tier], ids.to(self.storage.device), summary.to(self.storage.device))
         self.valid[tier][missing] = True
         self.num_late += len(missing)

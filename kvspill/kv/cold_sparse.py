@@ -37,7 +37,7 @@ import torch
 
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.sparse_kernels import quest_keys, ranking_keys
-from kvspill.kernels.uva_gather import gather_blocks
+from kvspill.kernels.uva_gather import gather_blocks, index_copy_rows
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_math import merge_rows_into
 from kvspill.kv.sparse_cache import SparseBlockCache
@@ -273,7 +273,7 @@ class SparseColdStep:
             device=self.storage.device,
         )
         for tier, (pos, ids) in seq.tier_index.items():
-            out.index_copy_(0, pos, self.summaries.layer(tier, layer_idx).index_select(0, ids))
+            index_copy_rows(out, pos, self.summaries.layer(tier, layer_idx).index_select(0, ids))
         return out
 
     def _gather(self, seq: SparseSeq, layer_idx: int, chosen: torch.Tensor, dst: torch.Tensor) -> None:
@@ -295,7 +295,7 @@ class SparseColdStep:
                 pos = pos[np.argsort(ids[pos], kind="stable")]  # ascending ids: disk reads coalesce
                 src = torch.empty((len(pos), *dst.shape[1:]), dtype=dst.dtype)
                 self.storage.gather_layer(tier, layer_idx, ids[pos], src)
-                dst.index_copy_(0, torch.from_numpy(pos).to(dst.device), src.to(dst.device))
+                index_copy_rows(dst, torch.from_numpy(pos).to(dst.device), src.to(dst.device))
 
 
 class _CopyStream:

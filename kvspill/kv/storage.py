@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from kvspill.kernels.kv_quant import hadamard, row_dim
+from kvspill.kernels.uva_gather import index_copy_rows
 from kvspill.kv.disk_pool import DiskPool
 from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, nbytes_of, pinned_zeros
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
@@ -205,7 +206,7 @@ class TieredKVStorage(KVStorage):
         ids = np.asarray(block_ids, dtype=np.int64)
         if tier != TIER_DISK:
             pool = self.pool(tier)
-            pool.index_copy_(0, torch.from_numpy(ids).to(pool.device), src.to(pool.device))
+            index_copy_rows(pool, torch.from_numpy(ids).to(pool.device), src.to(pool.device))
             return
         assert self.disk is not None, "no disk tier"
         self.disk.write_blocks(ids, src.to("cpu").contiguous())
