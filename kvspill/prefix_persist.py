@@ -5,9 +5,10 @@ After each step, blocks freed into a prefix cache are queued for the writer thre
 copied to host first, before the next `schedule()` can reuse them). Before each step, every request that
 arrived since is looked up once: after its hits in the gpu/cpu/disk tiers, the blocks of its
 prefix found in the persist dir are read into free cpu (then disk) blocks and cached there, so
-the scheduler's prefix lookup takes them as cold hits.
+the scheduler's prefix lookup takes them as cold hits; with no cold room (or no cold tier) into
+free gpu blocks that cache nothing (at most half of the free ones), cached there as gpu hits.
 
-Reads into the cpu tier run on `LOAD_THREADS` threads while the engine goes on stepping the
+Reads into the cpu and gpu tiers run on `LOAD_THREADS` threads while the engine goes on stepping the
 running requests; the scheduler holds a request back (`holds`) until every block it waits for
 is in (a block another request is loading counts too: it is read once). A block is allocated
 (in use, so nothing evicts it) when its read starts and cached when it ends, on the engine
@@ -20,10 +21,12 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 from collections.abc import Collection
+from dataclasses import dataclass
 
 import torch
 
 from kvspill.errors import DiskTierIOError
+from kvspill.kv.block_pool import KVBlock
 from kvspill.kv.persist import PersistStore
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.kv.tiers import KVTierManager
@@ -36,6 +39,17 @@ LOAD_THREADS = 8  # parallel block-file reads: one file per block, each read and
 IDLE_WAIT_S = 0.05  # with nothing to run but held requests, wait this long for a read per step
 
 
+@dataclass
+class _Read:
+    """One block file being read: into a cpu-tier block in place, or for a gpu block into `host`
+    first (copied to the device on the engine thread)."""
+
+    future: cf.Future[bool]
+    cpu_block_id: int = -1
+    gpu_block: KVBlock | None = None
+    host: torch.Tensor | None = None
+
+
 class PrefixPersister:
     def __init__(self, store: PersistStore, tiers: KVTierManager, storage: TieredKVStorage) -> None:
         self.store = store
@@ -44,7 +58,7 @@ class PrefixPersister:
         tiers.prefix.newly_cached = []  # from now on the tiers report (and pin) what enters their caches
         self._looked_up: set[str] = set()
         self._readers = cf.ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="kvspill-kv-load")
-        self._reads: dict[int, tuple[int, cf.Future[bool]]] = {}  # block hash -> (cpu block, read)
+        self._reads: dict[int, _Read] = {}  # block hash -> its read in flight
         self._waits: dict[str, set[int]] = {}  # req_id -> hashes of the reads it waits for
 
     def holds(self, req_id: str) -> bool:
@@ -89,7 +103,7 @@ class PrefixPersister:
         """Finish the reads that are done; start reading the persisted prefix blocks of requests
         that arrived since the last step. `idle`: nothing runs, so wait a little for a read."""
         if idle and self._reads and any(r.req_id in self._waits for r in waiting):
-            cf.wait([future for _, future in self._reads.values()], IDLE_WAIT_S, cf.FIRST_COMPLETED)
+            cf.wait([read.future for read in self._reads.values()], IDLE_WAIT_S, cf.FIRST_COMPLETED)
         self._finish_reads()
         for request in waiting:
             # (a request scoring its prompt takes no prefix hits: nothing to read for it)
@@ -109,41 +123,66 @@ class PrefixPersister:
     def _load_prefix(self, request: Request) -> None:
         hits, _ = self.tiers.get_computed_blocks(request)
         max_num_blocks = (request.num_tokens - 1) // self.tiers.block_size
+        hashes = request.block_hashes[len(hits) : max_num_blocks]
         waits: set[int] = set()
-        for block_hash in request.block_hashes[len(hits) : max_num_blocks]:
+        gpu_blocks: list[KVBlock] | None = None  # taken when the cold tiers have no room left
+        for i, block_hash in enumerate(hashes):
             if block_hash in self._reads:  # another request's read: wait for it too
                 waits.add(block_hash)
                 continue
             if not self.store.contains(block_hash):
                 break
             slot = self.tiers.prefix.allocate_for_load()
-            if slot is None:
-                break  # no free cold room: the rest is computed
-            tier, block_id = slot
-            if tier == TIER_DISK:
-                ok = self._load_disk_block(block_hash, block_id)
-                self.tiers.prefix.finish_load(tier, block_id, block_hash if ok else None)
+            if slot is not None and slot[0] == TIER_DISK:
+                ok = self._load_disk_block(block_hash, slot[1])
+                self.tiers.prefix.finish_load(TIER_DISK, slot[1], block_hash if ok else None)
                 if not ok:
                     break
                 continue
-            future = self._readers.submit(self.store.load_into, block_hash, self.storage.pool(tier)[block_id])
-            self._reads[block_hash] = (block_id, future)
+            if slot is not None:
+                read = _Read(
+                    self._readers.submit(
+                        self.store.load_into, block_hash, self.storage.pool(TIER_CPU)[slot[1]]
+                    ),
+                    cpu_block_id=slot[1],
+                )
+            else:  # into the gpu tier (no cold tier, or full): blocks that cache nothing, at most half the free ones
+                if gpu_blocks is None:
+                    pool = self.tiers.kv.block_pool
+                    gpu_blocks = pool.take_uncached(min(len(hashes) - i, pool.num_free_blocks // 2))
+                if not gpu_blocks:
+                    break
+                host = torch.empty(self.store.shape, dtype=self.store.dtype)
+                read = _Read(
+                    self._readers.submit(self.store.load_into, block_hash, host),
+                    gpu_block=gpu_blocks.pop(0),
+                    host=host,
+                )
+            self._reads[block_hash] = read
             waits.add(block_hash)
+        if gpu_blocks:
+            self.tiers.kv.block_pool.free(gpu_blocks)  # taken but not needed
         if waits:
             self._waits[request.req_id] = waits
 
     def _finish_reads(self) -> None:
-        """Cache every finished read's cpu block (or free it, after a failed read) and let go of
-        the requests that waited for nothing else."""
-        done = [block_hash for block_hash, (_, future) in self._reads.items() if future.done()]
+        """Cache every finished read's block (or free it, after a failed read) and let go of the
+        requests that waited for nothing else."""
+        done = [block_hash for block_hash, read in self._reads.items() if read.future.done()]
         for block_hash in done:
-            block_id, future = self._reads.pop(block_hash)
+            read = self._reads.pop(block_hash)
             try:
-                ok = future.result()
+                ok = read.future.result()
             except Exception:  # noqa: BLE001 - a failed read: the block is computed instead
                 logger.exception("kv persist: reading a block failed")
                 ok = False
-            self.tiers.prefix.finish_load(TIER_CPU, block_id, block_hash if ok else None)
+            if read.gpu_block is None:
+                self.tiers.prefix.finish_load(TIER_CPU, read.cpu_block_id, block_hash if ok else None)
+                continue
+            if ok:
+                assert read.host is not None
+                self.storage.kv_cache[read.gpu_block.block_id].copy_(read.host)
+            self.tiers.kv.block_pool.cache_loaded(read.gpu_block, block_hash if ok else None)
         if done:
             finished = set(done)
             for req_id in list(self._waits):

@@ -131,6 +131,36 @@ class BlockPool:
             allocated.append(block)
         return allocated
 
+    def take_uncached(self, max_blocks: int) -> list[KVBlock]:
+        """Up to `max_blocks` free blocks that hold no cached prefix, taken (ref_cnt 1), for KV read
+        from elsewhere (the persist dir): cached blocks are left alone. One pass over the queue."""
+        taken: list[KVBlock] = []
+        for block in list(self._free_queue.values()):
+            if len(taken) == max_blocks:
+                break
+            if (
+                block.block_hash is not None
+                and self._cached_block_hash_to_block.get(block.block_hash) is block
+            ):
+                continue
+            del self._free_queue[block.block_id]
+            self._evict_hash(block)
+            block.ref_cnt = 1
+            taken.append(block)
+        return taken
+
+    def cache_loaded(self, block: KVBlock, block_hash: int | None) -> None:
+        """A `take_uncached` block's KV is in: cache it under `block_hash` (None: the read failed,
+        or caching is off) unless that hash is cached already, then free it (cached-free)."""
+        if (
+            block_hash is not None
+            and self.enable_caching
+            and block_hash not in self._cached_block_hash_to_block
+        ):
+            block.block_hash = block_hash
+            self._cached_block_hash_to_block[block_hash] = block
+        self.free([block])
+
     def free(self, blocks: Iterable[KVBlock]) -> None:
         """Drop one reference per block, in the order given; unreferenced blocks go to the tail."""
         for block in blocks:

@@ -90,8 +90,8 @@ def test_a_prefix_evicted_from_the_gpu_is_demoted_and_hit_in_the_cpu_tier(
 
 @pytest.mark.parametrize(
     "tiers",
-    [dict(num_cpu_kv_blocks=40), dict(num_cpu_kv_blocks=2, num_disk_kv_blocks=40)],
-    ids=["cpu", "disk"],
+    [dict(num_cpu_kv_blocks=40), dict(num_cpu_kv_blocks=2, num_disk_kv_blocks=40), dict(num_kv_blocks=40)],
+    ids=["cpu", "disk", "gpu-only"],
 )
 def test_a_prefix_persisted_before_a_restart_gives_the_cold_runs_tokens(
     tiny_llama_dir, tmp_path, prompts, cold_run, tiers
@@ -107,8 +107,11 @@ def test_a_prefix_persisted_before_a_restart_gives_the_cold_runs_tokens(
     assert out.num_cached_tokens == PREFIX_LEN
     store = second.engine.persister.store
     assert store.num_loaded == PREFIX_LEN // BS and store.bytes_loaded > 0
+    hits = second.engine.kv_stats().scheduler.kv_tiers.prefix_hit_tokens
     if "num_disk_kv_blocks" in tiers:  # written from and loaded into the disk tier's file
-        assert second.engine.kv_stats().scheduler.kv_tiers.prefix_hit_tokens["disk"] >= PREFIX_LEN // 2
+        assert hits["disk"] >= PREFIX_LEN // 2
+    if "num_kv_blocks" in tiers:  # no cold tier: read into gpu blocks, hit there
+        assert hits["gpu"] == PREFIX_LEN
     second.engine.close()
 
 

@@ -78,6 +78,20 @@ def test_allocation_evicts_the_hash_of_a_reused_block() -> None:
     assert pool.get_cached_block(request.block_hashes[0]) is None and block.block_hash is None
 
 
+def test_take_uncached_skips_cached_blocks_and_cache_loaded_makes_one_findable() -> None:
+    pool = BlockPool(4, enable_caching=True)
+    request = make_request("a", list(range(8)))
+    blocks = pool.allocate(2)
+    pool.cache_full_blocks(request, blocks, num_full_blocks=2)
+    pool.free(reversed(blocks))  # free queue [2, 3, 1, 0]: 1 and 0 cached
+    taken = pool.take_uncached(3)
+    assert [b.block_id for b in taken] == [2, 3] and pool.free_block_ids() == [1, 0]
+    pool.cache_loaded(taken[0], block_hash=12345)  # read in: findable, cached-free at the tail
+    pool.cache_loaded(taken[1], block_hash=None)  # the read failed: plain free
+    assert pool.get_cached_block(12345) is taken[0] and pool.free_block_ids() == [1, 0, 2, 3]
+    assert pool.get_cached_block(request.block_hashes[0]) is blocks[0]
+
+
 # ---- KVCacheManager ----------------------------------------------------------------------
 
 
