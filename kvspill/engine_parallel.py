@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
 from datetime import timedelta
@@ -97,6 +98,11 @@ def _free_port() -> int:
 def _worker_main(index: int, config: EngineConfig, port: int) -> None:
     """Rank index + 1: build this rank's parts, then run every step rank 0 sends until told to stop."""
     logging.basicConfig(level=logging.WARNING)
+    # Ctrl+C in a terminal signals the whole process group: a worker leaves when rank 0 tells it,
+    # after rank 0 has ended its requests. (SIGTERM keeps its default: multiprocessing ends daemon
+    # workers with it when rank 0 exits without closing; `systemctl stop` signals every process of
+    # the unit, and rank 0's close() then finds such a worker gone and says so in one line.)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     tp = _join_group(config, index + 1, port)
     parts = build_engine_parts(config, tp=tp)
     runner = parts.runner
@@ -173,6 +179,8 @@ class TensorParallelGroup:
         self._closed = True
         try:
             self.send(_STOP)
+        except RuntimeError as e:  # a worker gone already (killed): the others still leave below
+            logger.warning("a tensor-parallel worker was gone before the stop message: %s", e)
         finally:
             dist.destroy_process_group()
             torch.set_num_threads(self._threads)

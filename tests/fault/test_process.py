@@ -164,3 +164,45 @@ def test_an_engine_that_fails_to_load_is_one_line_and_exit_1(tiny_llama_dir: Pat
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1].startswith("error: the engine failed to load")
     assert "Traceback" not in done.stderr  # a user's error: what to change, not where it was raised
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "systemctl-stop"])
+def test_a_signal_to_a_tensor_parallel_servers_process_group_exits_0_without_a_traceback(
+    tiny_llama_dir: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Ctrl+C in a terminal and `systemctl stop` signal every process of the server, its
+    tensor-parallel workers too: the server still ends cleanly (a worker killed by SIGTERM is one
+    warning line, not a traceback from the engine thread)."""
+    import os
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "kvspill.server", str(tiny_llama_dir), "--device", "cpu", "--port", str(port),
+           "--tensor-parallel-size", "2"]  # fmt: skip
+    env = dict(os.environ, KVSPILL_HOST="127.0.0.1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.3)
+        body = {"prompt": "hello world", "max_tokens": 4}
+        assert httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60).status_code == 200
+        os.killpg(proc.pid, sig)
+        assert proc.wait(60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "Traceback" not in log.read_text()
