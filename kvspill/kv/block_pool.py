@@ -119,11 +119,7 @@ class BlockPool:
         allocated = []
         for _ in range(num_blocks):
             _, block = self._free_queue.popitem(last=False)
-            cached = (
-                block.block_hash is not None
-                and self._cached_block_hash_to_block.get(block.block_hash) is block
-            )
-            if cached and self.on_evict is not None:
+            if self.on_evict is not None and self._is_cached_copy(block):
                 assert block.block_hash is not None
                 self.on_evict(block.block_id, block.block_hash)
             self._evict_hash(block)
@@ -138,10 +134,7 @@ class BlockPool:
         for block in list(self._free_queue.values()):
             if len(taken) == max_blocks:
                 break
-            if (
-                block.block_hash is not None
-                and self._cached_block_hash_to_block.get(block.block_hash) is block
-            ):
+            if self._is_cached_copy(block):
                 continue
             del self._free_queue[block.block_id]
             self._evict_hash(block)
@@ -152,13 +145,8 @@ class BlockPool:
     def cache_loaded(self, block: KVBlock, block_hash: int | None) -> None:
         """A `take_uncached` block's KV is in: cache it under `block_hash` (None: the read failed,
         or caching is off) unless that hash is cached already, then free it (cached-free)."""
-        if (
-            block_hash is not None
-            and self.enable_caching
-            and block_hash not in self._cached_block_hash_to_block
-        ):
-            block.block_hash = block_hash
-            self._cached_block_hash_to_block[block_hash] = block
+        if block_hash is not None and self.enable_caching:
+            self._register(block, block_hash)
         self.free([block])
 
     def free(self, blocks: Iterable[KVBlock]) -> None:
@@ -188,11 +176,7 @@ class BlockPool:
             block = blocks[i]
             if block is None or block.block_hash is not None:  # cold, or a prefix hit: already cached
                 continue
-            block_hash = request.block_hashes[i]
-            if block_hash in self._cached_block_hash_to_block:
-                continue  # computed twice concurrently; keep the first copy
-            block.block_hash = block_hash
-            self._cached_block_hash_to_block[block_hash] = block
+            self._register(block, request.block_hashes[i])
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash. Only when no request holds a block; returns success."""
@@ -203,10 +187,22 @@ class BlockPool:
         self._cached_block_hash_to_block.clear()
         return True
 
+    def _register(self, block: KVBlock, block_hash: int) -> None:
+        """Make `block` findable under `block_hash`, unless another block holds that hash (the same
+        KV computed twice concurrently, or loaded twice): the first copy stays."""
+        if block_hash not in self._cached_block_hash_to_block:
+            block.block_hash = block_hash
+            self._cached_block_hash_to_block[block_hash] = block
+
+    def _is_cached_copy(self, block: KVBlock) -> bool:
+        """Whether `block` is the one the prefix cache finds under its hash."""
+        return (
+            block.block_hash is not None and self._cached_block_hash_to_block.get(block.block_hash) is block
+        )
+
     def _evict_hash(self, block: KVBlock) -> None:
-        if block.block_hash is None:
-            return
-        if self._cached_block_hash_to_block.get(block.block_hash) is block:
+        if self._is_cached_copy(block):
+            assert block.block_hash is not None
             del self._cached_block_hash_to_block[block.block_hash]
         block.block_hash = None
 

@@ -9,8 +9,9 @@ KV tiers: the runner keeps each request's block tiers, applies the batch's `Bloc
 tables, runs the moves' copies (`kv/transfer.py`, before the forward: the compute stream waits
 only on them) and hands the step's cold sequences to the attention (`kv/cold_attention.py`).
 With `--attention cpu` the KV pool lives on the host (`device` is the model's, `storage.device`
-the pool's) and attention runs there. An out-of-memory error inside a step fails the requests of that step (reported in
-`StepOutput.failed`) instead of killing the engine.
+the pool's) and attention runs there. An out-of-memory error inside a step propagates: the engine retries the step's requests
+with fewer tokens per step (`step_retry.py`). Non-finite logits on the CPU fail the step's
+requests (reported in `StepOutput.failed`) instead of killing the engine.
 
 Prompt logprobs (`SamplingParams.prompt_logprobs`): a prefill chunk of such a request scores its
 prompt tokens from the step's hidden states (`prompt_logprobs.py`); those steps run eagerly.

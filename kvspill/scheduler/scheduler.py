@@ -77,7 +77,7 @@ class Scheduler:
         # out-of-memory failure steps also carry at most `oom_token_cap` tokens (the engine's).
         self.isolation = StepIsolation()
         # Waiting requests not to admit yet (their persisted prefix is being read: prefix_persist.py).
-        self.admission_hold: Callable[[str], bool] = lambda _req_id: False
+        self.admission_hold: Callable[[str], bool] | None = None
         self.oom_token_cap: int | None = None
         # Finished, aborted or preempted since the last schedule(): the runner drops them.
         self.finished_req_ids: set[str] = set()
@@ -219,7 +219,8 @@ class Scheduler:
     ) -> None:
         """Admit waiting requests first come first served; the first that does not fit stops it.
         Requests on `admission_hold` are set aside for this step, keeping their places in line."""
-        held = [r for r in self.waiting if self.admission_hold(r.req_id)]
+        hold = self.admission_hold
+        held = [r for r in self.waiting if hold(r.req_id)] if hold is not None else []
         if not held:
             self._admit_waiting(num_scheduled_tokens, admitted, budget)
             return
