@@ -352,6 +352,8 @@ def build_engine_parts(
         graphs=graphs,
         device=device,
         cold_config=_cold_config(config, calibration, -(-loaded.max_model_len // config.block_size)),
+        # every rank would have to capture at the same step; KVSPILL_SPARSE_CUDA_GRAPHS=0: eager
+        sparse_graphs=tp.size == 1 and os.environ.get("KVSPILL_SPARSE_CUDA_GRAPHS", "1") != "0",
     )
     fingerprint = kv_fingerprint(
         {

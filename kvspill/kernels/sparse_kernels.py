@@ -40,6 +40,13 @@ def ranking_keys(scores: torch.Tensor) -> torch.Tensor:
     return (_orderable(scores).to(torch.int64) << 32) | low
 
 
+def pad_keys(keys: torch.Tensor, num_valid: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Reference of `quest_keys`' padding: blocks at `positions` >= `num_valid` get the least high
+    half (int32 min), keeping their low half, so they rank below every real block."""
+    low = keys & 0xFFFFFFFF
+    return torch.where(positions < num_valid, keys, low - 2**63)
+
+
 @triton.jit
 def _quest_keys_kernel(
     q_ptr,  # [num_heads, D] this row's queries
@@ -48,6 +55,7 @@ def _quest_keys_kernel(
     tiers_ptr,  # [n] int64 tier of each cold block
     ids_ptr,  # [n] int64 id within its tier
     out_ptr,  # [KVH, n] int64 keys
+    count_ptr,  # int64 scalar: blocks past it are padding (HAS_COUNT)
     n,
     stride_b,
     KVH: tl.constexpr,
@@ -55,11 +63,15 @@ def _quest_keys_kernel(
     D: tl.constexpr,
     BN: tl.constexpr,
     CPU_TIER: tl.constexpr,
+    HAS_COUNT: tl.constexpr,
 ):
     pid = tl.program_id(0)
     h = tl.program_id(1)
     offs = pid * BN + tl.arange(0, BN)
-    valid = offs < n
+    in_n = offs < n
+    valid = in_n
+    if HAS_COUNT:
+        valid = in_n & (offs < tl.load(count_ptr))
     tier = tl.load(tiers_ptr + offs, mask=valid, other=CPU_TIER)
     bid = tl.load(ids_ptr + offs, mask=valid, other=0).to(tl.int64)
     d = tl.arange(0, D)
@@ -79,8 +91,10 @@ def _quest_keys_kernel(
         best = tl.maximum(best, bound)
     bits = (best + 0.0).to(tl.int32, bitcast=True)
     bits = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    # Padding's high half is the least int32; a real score's is at least -NaN's (0x803FFFFF).
+    bits = tl.where(valid, bits, -2147483648)
     key = (bits.to(tl.int64) << 32) | (n - 1 - offs).to(tl.int64)
-    tl.store(out_ptr + h * n + offs, key, mask=valid)
+    tl.store(out_ptr + h * n + offs, key, mask=in_n)
 
 
 def quest_keys(
@@ -89,9 +103,13 @@ def quest_keys(
     disk_summary: torch.Tensor | None,
     tiers: torch.Tensor,
     ids: torch.Tensor,
+    num_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Ranking keys [num_kv_heads, n] of one query row `q` [num_heads, D] over the n cold blocks
-    (`tiers`, `ids`: int64 on the device) whose summaries are the layer views given."""
+    (`tiers`, `ids`: int64 on the device) whose summaries are the layer views given.
+    `num_valid` (int64 scalar on the device; CUDA graphs, whose shapes are fixed): only the first
+    that many blocks are real; the rest are padding, read nowhere, with keys below every real
+    block's (so a top-k of at most `num_valid` never picks one)."""
     num_heads, head_dim = q.shape
     _, two, num_kv_heads, summary_dim = cpu_summary.shape
     assert two == 2 and summary_dim == head_dim and cpu_summary[0].is_contiguous()
@@ -109,6 +127,7 @@ def quest_keys(
         tiers,
         ids,
         out,
+        num_valid if num_valid is not None else ids,
         n,
         cpu_summary.stride(0),
         KVH=num_kv_heads,
@@ -116,6 +135,7 @@ def quest_keys(
         D=head_dim,
         BN=_BLOCKS_PER_PROGRAM,
         CPU_TIER=TIER_CPU,
+        HAS_COUNT=num_valid is not None,
         num_warps=4,
     )
     return out

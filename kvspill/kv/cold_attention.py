@@ -172,6 +172,20 @@ def split_seq(seq: ColdSeq, row_start: int, cpu_fraction: float) -> tuple[ColdPa
     return part(ordered_tiers[:n_cpu], ordered_ids[:n_cpu]), part(ordered_tiers[n_cpu:], ordered_ids[n_cpu:])
 
 
+class _HostReady:
+    """Waits once per step for the async copies into the cpu pool (`wait`), before the host first
+    reads the pools; shared by a step's paths."""
+
+    def __init__(self, wait: Callable[[], None]) -> None:
+        self.wait = wait
+        self.done = False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.wait()
+            self.done = True
+
+
 @dataclass
 class LayerWork:
     """What `ColdStep.begin` started for one layer."""
@@ -222,7 +236,11 @@ class ColdStep:
         self.rows = torch.tensor(rows, dtype=torch.int64).to(device)
         self._chunks: list[StreamChunk] | None = None
         self._loaded: dict[int, int] = {}  # staging buffer -> item loaded into it this step
-        self._host_checked = False
+        # Its own object, not a bound method of this step: the paths below keep it, and a bound
+        # method would make a cycle (step -> path -> step) that only Python's cyclic GC frees.
+        # Steps then lived on for many steps with their chunk tables: GPU memory grew with the
+        # context until a 512K prefill ran out (H200, 2026-11-27).
+        self._ensure_host_ready = _HostReady(backend.wait_host)
         self.cpu = ColdCpuPath(
             self.storage,
             self.cpu_parts,
@@ -246,6 +264,17 @@ class ColdStep:
                 self._ensure_host_ready,
                 backend.sparse_cache,
             )
+
+    @classmethod
+    def for_graph(
+        cls, backend: ColdAttentionBackend, sparse: SparseColdStep, rows: torch.Tensor, scale: float
+    ) -> ColdStep:
+        """The cold part of a CUDA-graphed step (`runner/sparse_graphs.py`): one sparse decode
+        sequence, whose step row (`rows`, int64 [1]) and sparse step are the graph's static
+        buffers. No CPU or stream parts."""
+        step = cls(backend, [], scale)
+        step.rows, step.sparse = rows, sparse
+        return step
 
     # ---- per layer -------------------------------------------------------------------------
 
@@ -303,11 +332,6 @@ class ColdStep:
         if not self.stream_parts and self.sparse is None:
             return o_cpu, lse_cpu
         return merge_partials(acc_o, acc_lse, o_cpu, lse_cpu)
-
-    def _ensure_host_ready(self) -> None:
-        if not self._host_checked:
-            self.backend.wait_host()
-            self._host_checked = True
 
     # ---- path (b): streaming ---------------------------------------------------------------
 

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
-from kvspill.kernels.sparse_kernels import quest_keys, ranking_keys
+from kvspill.kernels.sparse_kernels import pad_keys, quest_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks, index_copy_rows
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_math import merge_rows_into
@@ -44,6 +45,12 @@ from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.sparse_select import quest_scores, select_from_keys
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK
+
+# Shortest split of the decode kernel over the chosen blocks. A step attends a full budget of
+# keys for one or a few rows: the default (256 keys for head_dim 128) gave 16 splits x 8 kv heads
+# for a 4096-token budget, too few programs to use the GPU's bandwidth (54 us per layer for 16 MB
+# on an H200, 2026-11-27); 64 gives 64 splits at batch 1.
+_MIN_SPLIT_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class SparseSeq:
     logical: torch.Tensor | None  # [num_cold] int64 logical block numbers on the device (cached only)
     positions: torch.Tensor  # arange(num_cold) on the device (the selection's index space)
     group: int | None = None  # its group in the sparse cache; None: staged each step
+    num_valid: torch.Tensor | None = None  # CUDA graphs: int64 scalar, the real blocks (rest padding)
 
     @property
     def num_cold(self) -> int:
@@ -102,25 +110,58 @@ class SparseColdStep:
     ) -> None:
         """`ensure_host_ready()` waits for async copies into the cpu pool; called before the host
         reads it (summaries made late, gathers through the host)."""
-        self.storage = storage
-        self.ensure_host_ready = ensure_host_ready
-        self.summaries = summaries
-        self.counts = counts
-        self.cache = cache
-        device = storage.device
-        self.uva = device.type == "cuda" and storage.cpu_pinned
+        self._setup(storage, summaries, counts, ensure_host_ready, cache)
         cacheable = [self._cacheable(x) for x in inputs]
         groups = (
             cache.assign([x.req_id if ok else None for x, ok in zip(inputs, cacheable, strict=True)])
             if cache
             else [None] * len(inputs)
         )
-        self.seqs = [self._seq(x, budget_blocks, g) for x, g in zip(inputs, groups, strict=True)]
+        self._set_seqs([self._seq(x, budget_blocks, g) for x, g in zip(inputs, groups, strict=True)])
+
+    @classmethod
+    def for_graph(
+        cls,
+        storage: TieredKVStorage,
+        summaries: BlockSummaries,
+        cache: SparseBlockCache,
+        seq: SparseSeq,
+        counts: SparseCounts,
+    ) -> SparseColdStep:
+        """The step of a CUDA graph (`runner/sparse_graphs.py`): one cached sequence whose tensors
+        are the graph's static buffers (padded to a fixed length, `seq.num_valid` real), so every
+        tensor this object builds lives as long as the graph. Its copies run on the capturing
+        stream: the graph runner orders the copy stream after each replay."""
+        step = cls.__new__(cls)
+        step._setup(storage, summaries, counts, lambda: None, cache)
+        step.side_stream = False
+        step._set_seqs([seq])
+        return step
+
+    def _setup(
+        self,
+        storage: TieredKVStorage,
+        summaries: BlockSummaries,
+        counts: SparseCounts,
+        ensure_host_ready: Callable[[], None],
+        cache: SparseBlockCache | None,
+    ) -> None:
+        self.storage = storage
+        self.ensure_host_ready = ensure_host_ready
+        self.summaries = summaries
+        self.counts = counts
+        self.cache = cache
+        self.uva = storage.device.type == "cuda" and storage.cpu_pinned
+        self.side_stream = self.uva  # gathers of pinned blocks run on the storage's copy stream
+
+    def _set_seqs(self, seqs: list[SparseSeq]) -> None:
+        self.seqs = seqs
+        device = self.storage.device
         self.num_selected = sum(s.num_selected for s in self.seqs)  # per layer
         self.num_cold = sum(s.num_cold for s in self.seqs)
         self.cached = [i for i, s in enumerate(self.seqs) if s.group is not None]
         self.staged = [i for i, s in enumerate(self.seqs) if s.group is None]
-        block_size = storage.layout.block_size
+        block_size = self.storage.layout.block_size
         self.offsets = np.cumsum([0] + [self.seqs[i].num_selected for i in self.staged])
 
         def tables(indices: list[int], starts: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -197,7 +238,11 @@ class SparseColdStep:
         ]
         self.counts.selected_blocks += self.num_selected
         self.counts.cold_blocks += self.num_cold
-        decode = paged_decode_attention if q.is_cuda else paged_decode_attention_ref
+        decode = (
+            partial(paged_decode_attention, min_split_tokens=_MIN_SPLIT_TOKENS)
+            if q.is_cuda
+            else paged_decode_attention_ref
+        )
         if self.cached:
             assert self.cache is not None
             self._fill_cache(layer_idx, chosen)
@@ -225,8 +270,10 @@ class SparseColdStep:
         """Ranking keys [num_kv_heads, num_cold] of the row over the sequence's cold blocks."""
         if q_row.is_cuda:
             disk = self.summaries.layer(TIER_DISK, layer_idx) if TIER_DISK in seq.tier_index else None
-            return quest_keys(q_row, self.summaries.layer(TIER_CPU, layer_idx), disk, seq.tiers, seq.ids)
-        return ranking_keys(quest_scores(q_row[None], self._summary(seq, layer_idx)))
+            cpu = self.summaries.layer(TIER_CPU, layer_idx)
+            return quest_keys(q_row, cpu, disk, seq.tiers, seq.ids, seq.num_valid)
+        keys = ranking_keys(quest_scores(q_row[None], self._summary(seq, layer_idx)))
+        return keys if seq.num_valid is None else pad_keys(keys, seq.num_valid, seq.positions)
 
     def _fill_cache(self, layer_idx: int, chosen: list[torch.Tensor]) -> None:
         """Bring the cached sequences' chosen blocks of this layer into their cache slots."""
@@ -247,7 +294,7 @@ class SparseColdStep:
                     copy_dst.record_stream(stream)
 
     def _on_copy_stream(self) -> _CopyStream:
-        return _CopyStream(self.storage.copy_stream if self.uva else None, self.storage.device)
+        return _CopyStream(self.storage.copy_stream if self.side_stream else None, self.storage.device)
 
     def _stage(self, layer_idx: int, chosen: list[torch.Tensor]) -> torch.Tensor:
         layout = self.storage.layout
@@ -278,13 +325,13 @@ class SparseColdStep:
 
     def _gather(self, seq: SparseSeq, layer_idx: int, chosen: torch.Tensor, dst: torch.Tensor) -> None:
         """dst[j] = block chosen[j] of the sequence, this layer: [n, 2, block_size, num_kv_heads, head_dim]."""
-        if self.uva and self.storage.copy_stream is not None and list(seq.tier_index) == [TIER_CPU]:
+        if self.uva and list(seq.tier_index) == [TIER_CPU]:
             ids = seq.tier_index[TIER_CPU][1].index_select(0, chosen)
             with self._on_copy_stream() as stream:
                 gather_blocks(self.storage.tier_layer(TIER_CPU, layer_idx), ids, dst)
-                assert stream is not None
-                ids.record_stream(stream)
-                dst.record_stream(stream)
+                if stream is not None:
+                    ids.record_stream(stream)
+                    dst.record_stream(stream)
             return
         picked = chosen.cpu().numpy()  # syncs on CUDA: the disk tier is read by the host
         self.ensure_host_ready()

@@ -56,7 +56,9 @@ class StreamChunk:
     gathers: list[tuple[int, torch.Tensor, torch.Tensor, int]]  # (tier, host ids, device ids, staging offset)
     num_blocks: int
     tokens_per_query: int  # T: query tokens folded into one kernel query
-    block_tables: torch.Tensor  # [num_queries, max_piece_blocks] int32 staging ids (device)
+    # [num_queries, max_piece_blocks] int32 staging ids (device); one sequence's chunk is one row
+    # expanded (stride 0): a 512K prefill step's tables were 2 MB per chunk, 32 chunks per step
+    block_tables: torch.Tensor
     seq_lens: torch.Tensor  # [num_queries] int32 (device)
     q_rows: torch.Tensor  # [num_queries * T] int64 cold rows; padding repeats a real row (device)
     valid: torch.Tensor  # [num_valid] int64 positions of real rows in q_rows (device)
@@ -114,16 +116,20 @@ def _build_chunk(
             tables.append(table)
             seq_lens.append(len(blocks) * block_size)
     width = max(len(tb) for tb in tables)
-    bt = torch.zeros((len(tables), width), dtype=torch.int32)
-    for i, tb in enumerate(tables):
-        bt[i, : len(tb)] = torch.tensor(tb, dtype=torch.int32)
+    if len(pieces) == 1:  # one sequence (a prefill chunk): every query reads the same row
+        bt = torch.tensor(tables[0], dtype=torch.int32).to(device)[None].expand(len(tables), width)
+    else:
+        rows_bt = torch.zeros((len(tables), width), dtype=torch.int32)
+        for i, tb in enumerate(tables):
+            rows_bt[i, : len(tb)] = torch.tensor(tb, dtype=torch.int32)
+        bt = rows_bt.to(device)
     rows_t = torch.tensor(q_rows, dtype=torch.int64)
     valid_t = torch.tensor(valid, dtype=torch.int64)
     return StreamChunk(
         gathers=gathers,
         num_blocks=offset,
         tokens_per_query=t,
-        block_tables=bt.to(device),
+        block_tables=bt,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(device),
         q_rows=rows_t.to(device),
         valid=valid_t.to(device),

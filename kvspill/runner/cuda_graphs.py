@@ -9,8 +9,12 @@ each sequence's actual length over those splits. The graph also computes the row
 (used when every row samples greedily without penalties: no sampling kernels outside the graph).
 
 With async scheduling the host fills step N+1's inputs while the GPU may still run step N, so the
-pinned host buffers alternate between two sets: a set is rewritten only two steps after its copy
-was queued, when the engine has waited for the step before (`async_output.py`). Input ids still
+pinned host buffers alternate between two sets (`HostSets`), and a set is rewritten only once
+the copies queued from it have run. The engine's wait for each step's sampled tokens usually
+guarantees that already, but steps that sample nothing (one-token prefill chunks, which are
+decode-shaped and replay these graphs) are never waited for: with `--max-num-batched-tokens 1`
+the host ran ahead, rewrote a set whose copy was still queued, and a step read the next step's
+placeholder ids (a device-side assert in the embedding, H100/H200 2026-11-26/27). Input ids still
 on the device (`DeviceFeed`) are written into the static buffer after the upload.
 """
 
@@ -18,8 +22,10 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 
+from kvspill.kv.cold_attention import ColdStep
 from kvspill.kv.storage import KVStorage
 from kvspill.model.base import CausalLM
 from kvspill.runner.async_output import DeviceFeed
@@ -39,6 +45,30 @@ def batch_buckets(max_num_seqs: int) -> list[int]:
     if buckets[-1] != max_num_seqs:
         buckets.append(max_num_seqs)
     return buckets
+
+
+class HostSets:
+    """Two sets of pinned host buffers used in turn for async uploads: `take()` returns the next
+    set once the copies last queued from it have run (an event wait, normally already passed);
+    `queued()` marks the copies just enqueued from it."""
+
+    def __init__(self, sets: list[tuple[torch.Tensor, ...]]) -> None:
+        assert len(sets) == 2
+        self.sets = sets
+        self._events: list[torch.cuda.Event | None] = [None, None]
+        self._next = 0
+
+    def take(self) -> tuple[torch.Tensor, ...]:
+        event = self._events[self._next]
+        if event is not None:
+            event.synchronize()
+        return self.sets[self._next]
+
+    def queued(self) -> None:
+        event = torch.cuda.Event()
+        event.record()
+        self._events[self._next] = event
+        self._next ^= 1
 
 
 class DecodeGraphs:
@@ -62,22 +92,25 @@ class DecodeGraphs:
         # their pinned host twins: a step's inputs go up in three async copies, not five pageable ones.
         self.i64 = torch.zeros((3, n), dtype=torch.int64, device=dev)
         self.i32 = torch.zeros(n * (1 + max_blocks_per_seq), dtype=torch.int32, device=dev)
-        self.host_sets = [
-            (
-                torch.zeros_like(self.i64, device="cpu").pin_memory(),
-                torch.zeros_like(self.i32, device="cpu").pin_memory(),
-            )
-            for _ in range(2)
-        ]
-        self._next_set = 0
+        self.host_sets = HostSets(
+            [
+                (
+                    torch.zeros_like(self.i64, device="cpu").pin_memory(),
+                    torch.zeros_like(self.i32, device="cpu").pin_memory(),
+                )
+                for _ in range(2)
+            ]
+        )
         self.input_ids, self.positions, self.slot_mapping = self.i64[0], self.i64[1], self.i64[2]
         self.seq_lens = self.i32[:n]
         self.block_tables = self.i32[n:].view(n, max_blocks_per_seq)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         self.greedy_ids: dict[int, torch.Tensor] = {}
+        self.pool = torch.cuda.graph_pool_handle()  # one memory pool shared by every graph
 
-    def _run_model(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def run_model(self, b: int, cold: ColdStep | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model over bucket `b`'s static inputs (eager; what a capture records)."""
         empty = torch.zeros(0, dtype=torch.int32, device=self.storage.device)
         meta = AttentionMetadata(
             slot_mapping=self.slot_mapping[:b],
@@ -87,6 +120,7 @@ class DecodeGraphs:
             prefill_block_tables=empty.view(0, 1),
             prefill_query_start_loc=empty,
             prefill_seq_lens=empty,
+            cold=cold,
         )
         attention = PagedAttention(self.storage, meta, self.scale)
         hidden = self.model(self.input_ids[:b], self.positions[:b], attention)
@@ -98,21 +132,27 @@ class DecodeGraphs:
         # Padding rows only: slot -1 writes nothing, seq_len 0 reads nothing.
         self.seq_lens.zero_()
         self.slot_mapping.fill_(-1)
-        for host_i64, _ in self.host_sets:
+        for host_i64, _ in self.host_sets.sets:
             host_i64[2].fill_(-1)
-        pool = torch.cuda.graph_pool_handle()  # one memory pool shared by every bucket's graph
+        for b in reversed(self.buckets):  # largest first so smaller ones reuse its pool
+            self.graphs[b], (self.logits[b], self.greedy_ids[b]) = self.capture_one(b)
+        torch.cuda.synchronize()
+        logger.info("captured decode CUDA graphs for batch sizes %s", self.buckets)
+
+    def capture_one(
+        self, b: int, cold: ColdStep | None = None
+    ) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
+        """Run bucket `b` once eagerly (Triton compilation, allocator warm-up: it really runs on
+        the static inputs as they are), then capture it into the shared memory pool."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for b in reversed(self.buckets):  # largest first so smaller ones reuse its pool
-                self._run_model(b)  # warm-up: Triton compilation, allocator
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, stream=stream):
-                    self.logits[b], self.greedy_ids[b] = self._run_model(b)
-                self.graphs[b] = graph
+            self.run_model(b, cold)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                out = self.run_model(b, cold)
         torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        logger.info("captured decode CUDA graphs for batch sizes %s", self.buckets)
+        return graph, out
 
     def release(self) -> None:
         """Destroy the captured graphs. Needed before a tensor-parallel rank leaves its NCCL group:
@@ -130,12 +170,27 @@ class DecodeGraphs:
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(logits [num_sampled, vocab], their greedy argmax [num_sampled]) of a decode-only
         step, or None when no bucket fits. Both are views of the graph's buffers."""
-        b_real = len(inputs.req_ids)
-        bucket = next((b for b in self.buckets if b >= b_real), None)
+        bucket = self.fill_inputs(inputs, inputs.seq_lens, feed)
+        if bucket is None:
+            return None
+        self.graphs[bucket].replay()
+        return self.sampled_rows(inputs, self.logits[bucket], self.greedy_ids[bucket])
+
+    def bucket_for(self, inputs: StepInputs) -> int | None:
+        """The smallest bucket that holds the step, None when none does."""
+        bucket = next((b for b in self.buckets if b >= len(inputs.req_ids)), None)
         if bucket is None or inputs.block_tables.shape[1] > self.max_blocks_per_seq:
             return None
-        host_i64, host_i32 = self.host_sets[self._next_set]
-        self._next_set ^= 1
+        return bucket
+
+    def fill_inputs(self, inputs: StepInputs, seq_lens: np.ndarray, feed: DeviceFeed | None) -> int | None:
+        """Write the step into the static input buffers (`seq_lens`: what the gpu kernels attend,
+        the gpu-tier part for sequences with cold blocks); returns its bucket (None: no fit)."""
+        bucket = self.bucket_for(inputs)
+        if bucket is None:
+            return None
+        b_real = len(inputs.req_ids)
+        host_i64, host_i32 = self.host_sets.take()
         n, w = self.buckets[-1], inputs.block_tables.shape[1]
         h64, h32 = host_i64.numpy(), host_i32.numpy()
         h64[0, :b_real] = inputs.input_ids
@@ -143,7 +198,7 @@ class DecodeGraphs:
         h64[1, :b_real] = inputs.positions
         h64[2, :b_real] = inputs.slot_mapping
         h64[2, b_real:bucket] = -1  # padding rows store nothing
-        h32[:b_real] = inputs.seq_lens
+        h32[:b_real] = seq_lens
         h32[b_real:bucket] = 0  # and attend to nothing
         tables = h32[n : n + bucket * self.max_blocks_per_seq].reshape(bucket, self.max_blocks_per_seq)
         tables[:b_real, :w] = inputs.block_tables
@@ -152,10 +207,18 @@ class DecodeGraphs:
         self.i32[n : n + bucket * self.max_blocks_per_seq].copy_(
             host_i32[n : n + bucket * self.max_blocks_per_seq], non_blocking=True
         )
+        self.host_sets.queued()
         if feed is not None:
             feed.apply(self.input_ids)
-        self.graphs[bucket].replay()
-        logits, greedy_ids = self.logits[bucket][:b_real], self.greedy_ids[bucket][:b_real]
+        return bucket
+
+    @staticmethod
+    def sampled_rows(
+        inputs: StepInputs, logits: torch.Tensor, greedy_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The graph outputs' rows of the sequences that sample this step."""
+        b_real = len(inputs.req_ids)
+        logits, greedy_ids = logits[:b_real], greedy_ids[:b_real]
         if len(inputs.sample_rows) != b_real:
             rows = torch.as_tensor(inputs.sample_rows, dtype=torch.long, device=logits.device)  # may be empty
             logits, greedy_ids = logits[rows], greedy_ids[rows]

@@ -3,7 +3,8 @@
 Call down, return up: it never touches the scheduler or mutates a scheduler `Request`; it
 keeps its own per-request copy (`RunnerRequestState`) updated from the batch's deltas.
 Decode-only steps on CUDA replay a captured graph (`cuda_graphs.py`) unless a sequence of the
-step has cold KV blocks; everything else runs eagerly.
+step has cold KV blocks; sparse decode steps of one cold sequence replay graphs of their own
+(`sparse_graphs.py`); everything else runs eagerly.
 
 KV tiers: the runner keeps each request's block tiers, applies the batch's `BlockMove`s to its
 tables, runs the moves' copies (`kv/transfer.py`, before the forward: the compute stream waits
@@ -37,6 +38,7 @@ from kvspill.runner.attention import PagedAttention, build_attention_metadata, t
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
 from kvspill.runner.prompt_logprobs import compute_prompt_logprobs, prompt_logprob_spans
+from kvspill.runner.sparse_graphs import SparseDecodeGraphs
 from kvspill.sampling.sampler import Sampler, SamplingState
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import RunnerKVStats
@@ -56,9 +58,12 @@ class ModelRunner:
         graphs: DecodeGraphs | None = None,
         device: torch.device | None = None,
         cold_config: ColdAttentionConfig | None = None,
+        sparse_graphs: bool = True,
     ) -> None:
         """`device`: the model's (default: the pool's; differs with --attention cpu). A
-        `TieredKVStorage` gets a transfer engine and a cold-attention backend (`cold_config`)."""
+        `TieredKVStorage` gets a transfer engine and a cold-attention backend (`cold_config`).
+        `sparse_graphs`: sparse decode steps replay CUDA graphs too (`sparse_graphs.py`), when
+        there are decode graphs and a sparse block cache over a pinned cpu tier."""
         self.model = model
         self.storage = storage
         self.device = device if device is not None else storage.device
@@ -77,6 +82,17 @@ class ModelRunner:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.graphs = graphs
+        self.sparse_graphs: SparseDecodeGraphs | None = None
+        cold = self.cold
+        if (
+            sparse_graphs
+            and graphs is not None
+            and cold is not None
+            and cold.sparse_cache is not None
+            and isinstance(storage, TieredKVStorage)
+            and storage.cpu_pinned
+        ):
+            self.sparse_graphs = SparseDecodeGraphs(graphs, cold, self.scale)
         self._last_sampled: SampledTokens | None = None  # the latest step's tokens (feeds the next step)
         self._prompt_lps: dict[str, PromptLogprobs] = {}  # the step being launched (set by _forward)
 
@@ -147,6 +163,9 @@ class ModelRunner:
 
     def release_graphs(self) -> None:
         """Destroy the decode CUDA graphs (before leaving a tensor-parallel group); steps run eagerly after."""
+        if self.sparse_graphs is not None:
+            self.sparse_graphs.release()
+            self.sparse_graphs = None
         if self.graphs is not None:
             self.graphs.release()
             self.graphs = None
@@ -181,11 +200,14 @@ class ModelRunner:
         when a CUDA graph computed it. Sets `_prompt_lps` to the prompt logprobs the step's chunks
         score (kept out of the return value: tests wrap this method and see two values)."""
         spans = prompt_logprob_spans(inputs, self.states)
-        graphable = inputs.num_decodes == len(inputs.req_ids) and not inputs.cold_seqs and not spans
-        if self.graphs is not None and graphable:
-            graph_out = self.graphs.run(inputs, feed)
-            if graph_out is not None:
-                return graph_out
+        graph_out = None
+        if self.graphs is not None and inputs.num_decodes == len(inputs.req_ids) and not spans:
+            if not inputs.cold_seqs:
+                graph_out = self.graphs.run(inputs, feed)
+            elif self.sparse_graphs is not None:
+                graph_out = self.sparse_graphs.run(inputs, feed)
+        if graph_out is not None:
+            return graph_out
         cold = None
         if inputs.cold_seqs:
             if self.cold is None:

@@ -39,17 +39,41 @@ def test_quest_keys_rank_like_the_reference_over_two_tiers():
     assert torch.equal(got & 0xFFFFFFFF, want & 0xFFFFFFFF)  # low bits: n - 1 - block index
 
 
-@pytest.mark.parametrize("budget", [1, 3, 7, 40])
-def test_selection_from_keys_equals_the_stable_sort_definition(budget):
+def test_quest_keys_padding_past_num_valid_is_never_read_and_ranks_last():
+    """CUDA graphs pass fixed-size block lists: blocks past `num_valid` are padding. Their ids
+    point out of the summaries (a read would fault or show); the real blocks' keys equal the
+    unpadded call's ranking, and a top-k of at most `num_valid` picks real blocks only."""
+    g = torch.Generator().manual_seed(3)
+    num_heads, kv_heads, dim, layers, n_real, n_pad = 4, 2, 16, 2, 9, 7
+    cpu = torch.randn(10, layers, 2, kv_heads, dim, generator=g)
+    cpu[:, :, 1] = cpu[:, :, 0] + cpu[:, :, 1].abs()
+    cpu[4, 1, 1] = float("-inf")  # a real block scoring -inf still outranks padding
+    ids = torch.cat([torch.randperm(10, generator=g)[:n_real], torch.full((n_pad,), 10**9)])
+    tiers = torch.full((n_real + n_pad,), TIER_CPU)
+    q = torch.randn(num_heads, dim, generator=g)
+    dev = lambda t: t.to(DEVICE)  # noqa: E731
+    layer = dev(cpu)[:, 1]
+    count = torch.tensor(n_real, device=DEVICE)
+    got = quest_keys(dev(q), layer, None, dev(tiers), dev(ids), num_valid=count).cpu()
+    alone = quest_keys(dev(q), layer, None, dev(tiers[:n_real]), dev(ids[:n_real])).cpu()
+    assert torch.equal(got[:, :n_real].argsort(dim=1), alone.argsort(dim=1))
+    assert bool((got[:, n_real:].amax(dim=1) < got[:, :n_real].amin(dim=1)).all())
+    for budget in (1, 4, n_real):
+        assert int(select_from_keys(got, budget).max()) < n_real
+
+
+@pytest.mark.parametrize(
+    ("num_blocks", "budget"),
+    [(40, 1), (40, 3), (40, 7), (40, 40), (1200, 300), (1200, 600)],  # 600: ranks by sorting
+)
+def test_selection_from_keys_equals_the_stable_sort_definition(num_blocks, budget):
     g = torch.Generator().manual_seed(budget)
-    scores = torch.randn(4, 40, generator=g)
+    scores = torch.randn(4, num_blocks, generator=g)
     scores[1, 5:15] = 0.5  # ties within a head
     scores[2] = scores[0]  # two heads alike
     scores[3, 7] = -0.0  # -0.0 ties with +0.0
     scores[3, 8] = 0.0
-    got = select_from_keys(ranking_keys(scores), budget)
-    assert torch.equal(got.sort().values, select_blocks(scores, budget))
-    assert torch.equal(select_from_keys(ranking_keys(scores), budget), got)  # deterministic order
+    assert torch.equal(select_from_keys(ranking_keys(scores), budget), select_blocks(scores, budget))
 
 
 def test_cache_update_kernel_equals_the_reference_over_steps():

@@ -9,13 +9,17 @@ tables and the cold partials. fp32 throughout.
 
 from __future__ import annotations
 
+import gc
+import weakref
+
+import numpy as np
 import pytest
 import torch
 
 from kvspill.kernels.attention_common import dense_attention_ref
 from kvspill.kv import cold_attention
 from kvspill.kv.cold_attention import ColdAttentionBackend
-from kvspill.kv.cold_config import ColdAttentionConfig
+from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
 from kvspill.kv.cold_math import attend_unmasked_ref, fold_queries, merge_partials, unfold_outputs
 from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.kv.transfer import KVTransferEngine
@@ -194,3 +198,26 @@ def test_fold_unfold_round_trip():
     assert torch.equal(folded[1, 4 * 1 + 2], q[1, 1, 2])  # kv head 0, token 1, group member 2
     o, lse = unfold_outputs(folded, folded[..., 0], 5, num_kv_heads=2)
     assert torch.equal(o, q.reshape(15, 8, 16)) and torch.equal(lse, q.reshape(15, 8, 16)[..., 0])
+
+
+@pytest.mark.parametrize("path", ["cpu", "stream", "sparse"])
+def test_a_step_is_freed_when_its_last_reference_goes(path):
+    """No reference cycle through a step (a bound method of it kept by its paths was one): its
+    device tensors (chunk tables, rows) go when the attention drops it, not at Python's next
+    cyclic garbage collection, which left a 512K prefill's steps alive until the GPU ran out."""
+    storage = TieredKVStorage(LAYOUT, NUM_GPU_BLOCKS, torch.device("cpu"), num_cpu_blocks=16)
+    backend = ColdAttentionBackend(storage, ColdAttentionConfig(path=path))
+    seqs = [
+        ColdSeq(0, 3, np.full(4, TIER_CPU), np.arange(4)),  # a prefill chunk
+        ColdSeq(3, 1, np.full(2, TIER_CPU), np.arange(4, 6), np.arange(2), "r"),  # a decode row
+    ]
+    gc.disable()
+    try:
+        step = backend.for_step(seqs, SCALE)
+        assert step is not None
+        step.finish(step.begin(0, torch.randn(4, NUM_HEADS, 16)))
+        ref = weakref.ref(step)
+        del step
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -1,0 +1,66 @@
+"""The cold part of a sparse decode CUDA graph (`runner/sparse_graphs.graph_cold_step`) against
+the eager sparse step, on the CPU: the graph's form (a block list padded to a fixed capacity, the
+real count, the step row and the cache group in static buffers, reused step after step while
+the sequence grows) gives the eager step's (o, lse) and leaves the sparse block cache in the
+same state. The padding points at a planted block that outscores every real one: a selection
+that read it would differ. The capture and replay themselves need a GPU (benchmarks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kvspill.kv.cold_attention import ColdAttentionBackend
+from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
+from kvspill.kv.storage import KVLayout, TieredKVStorage
+from kvspill.runner.sparse_graphs import graph_cold_step
+from kvspill.types import TIER_CPU
+
+LAYOUT = KVLayout(num_layers=2, block_size=4, num_kv_heads=2, head_dim=16, dtype=torch.float32)
+NUM_HEADS, SCALE, CAPACITY, BUDGET_BLOCKS = 4, 16**-0.5, 48, 5
+
+
+def _backend(storage: TieredKVStorage) -> ColdAttentionBackend:
+    config = ColdAttentionConfig(
+        path="sparse",
+        sparse_budget_tokens=BUDGET_BLOCKS * LAYOUT.block_size,
+        sparse_cache_seqs=1,
+        max_seq_blocks=64,
+    )
+    return ColdAttentionBackend(storage, config)
+
+
+def test_the_graph_form_of_a_sparse_step_equals_the_eager_step():
+    g = torch.Generator().manual_seed(5)
+    storage = TieredKVStorage(LAYOUT, 8, torch.device("cpu"), num_cpu_blocks=64)
+    storage.cpu_cache.copy_(torch.randn(storage.cpu_cache.shape, generator=g))
+    planted = 63
+    storage.cpu_cache[planted, :, 0] = 50.0  # keys that outscore everything: never in the sequence
+    eager, graph = _backend(storage), _backend(storage)
+    graph.summaries.ensure(TIER_CPU, np.array([planted]))  # its summary is there to be (mis)read
+    all_ids = torch.randperm(63, generator=g).numpy()  # the sequence's cold blocks, in logical order
+
+    i64 = torch.zeros((3, CAPACITY), dtype=torch.int64)
+    i64[0] = planted  # padding: the planted block
+    tiers = torch.full((CAPACITY,), TIER_CPU, dtype=torch.int64)
+    (group,) = graph.sparse_cache.assign(["r"])
+    assert group == 0
+    cold = graph_cold_step(graph, i64, tiers, torch.arange(CAPACITY), CAPACITY, group, SCALE)
+    q_base = torch.randn(3, NUM_HEADS, 16, generator=g)
+    for step, num_cold in enumerate((20, 20, 21, 25)):  # the sequence grows; the buffers stay
+        ids = all_ids[:num_cold].astype(np.int64)
+        graph.summaries.ensure(TIER_CPU, ids)  # what SparseDecodeGraphs.run does before a replay
+        i64[0, :num_cold] = torch.from_numpy(ids)
+        i64[1, :num_cold] = torch.arange(num_cold)
+        i64[2, :2] = torch.tensor([num_cold, 1])
+        seq = ColdSeq(1, 1, np.full(num_cold, TIER_CPU), ids, np.arange(num_cold), "r")
+        eager_step = eager.for_step([seq], SCALE)
+        assert eager_step is not None
+        q = q_base + 0.3 * step * torch.randn(q_base.shape, generator=g)  # queries drift: some misses
+        for layer in range(LAYOUT.num_layers):
+            want = eager_step.finish(eager_step.begin(layer, q))
+            got = cold.finish(cold.begin(layer, q))
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        for name in ("slot_of", "slot_block", "copied_blocks"):
+            assert torch.equal(getattr(graph.sparse_cache, name), getattr(eager.sparse_cache, name)), name
+    assert 0 < int(graph.sparse_cache.copied_blocks) < 4 * LAYOUT.num_layers * BUDGET_BLOCKS  # hits too
