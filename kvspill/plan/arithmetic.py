@@ -348,7 +348,17 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         spec.num_layers,
         request.offloaded_weight_bytes,
         request.weight_read_gbs,
-        SparseCold(min(1.0, request.sparse_budget_tokens / max(1, on_cpu + on_disk)), summary_bytes),
+        SparseCold(
+            min(1.0, request.sparse_budget_tokens / max(1, on_cpu + on_disk)),
+            summary_bytes,
+            cold_blocks=(on_cpu + on_disk) // bs,
+            # the engine's sparse graphs: one GPU, graphs on, a block cache, no disk blocks
+            graphs=request.device == "cuda"
+            and not request.enforce_eager
+            and request.tensor_parallel_size == 1
+            and request.sparse_cache_seqs > 0
+            and on_disk == 0,
+        ),
     )
     floor = replace(floor, collective_s=collectives_s(spec.num_layers, request.tensor_parallel_size))
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)

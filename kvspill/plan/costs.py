@@ -35,11 +35,17 @@ COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (t
 # kernel, 50.6-50.9 GB/s for 4-32 KiB pieces against 55 GB/s of pinned H2D on the bench hosts
 # (DESIGN.md, "The physics").
 SPARSE_GATHER_EFFICIENCY = 0.92
-# A sparse decode step per layer beyond its bytes: the cold path runs eagerly (about 45 kernel
-# launches per layer with the model's own), so its host time is not hidden under the GPU's.
-# Measured as (step time - floor) / layers on W3 128K with a 4096-token budget (H100, 2026-11-26,
-# bench/results/2026-11-26-h100-w5-sparse-cache/): 0.85-1.25 ms over three calls.
-SPARSE_OVERHEAD_PER_LAYER_S = 1.0e-3
+# A sparse decode step per layer beyond its bytes. Replayed as a CUDA graph (runner/sparse_graphs.py:
+# one cold sequence in the cpu tier, the default on one GPU) it is the selection's GPU time,
+# which grows with the cold blocks scored and ranked: fit to (step time - floor) / layers on an
+# H200 (2026-11-27, bench/results/2026-11-27-h200-w5-sparse-graphs/), 0.27 ms at W3 128K (8K cold
+# blocks) and 0.36 ms at W3 512K (32K blocks); W1 1M (64K blocks) then predicts 0.48 ms against
+# 0.43 measured. Eager (several sequences, disk blocks, --enforce-eager, tensor parallelism):
+# about 45 launches per layer whose host time is not hidden, 0.85-1.25 ms per layer on an H100
+# (2026-11-26, bench/results/2026-11-26-h100-w5-sparse-cache/).
+SPARSE_GRAPH_OVERHEAD_PER_LAYER_S = 0.24e-3
+SPARSE_GRAPH_OVERHEAD_PER_BLOCK_S = 3.7e-9  # per cold block and layer
+SPARSE_OVERHEAD_PER_LAYER_S = 1.0e-3  # eager
 # Tensor parallelism: a decode step runs 2 all-reduces per layer, one for the embedding and the
 # logits' all-gather; a few KB each, so latency-bound, growing with the ranks. Fit to the step time
 # beyond the plan's other terms on 4 x H200 with NVLink (2026-11-26, bench/results/2026-11-26-h200x4-tp/):
@@ -94,6 +100,13 @@ class SparseCold:
 
     selected_fraction: float  # of the cold blocks attended: min(1, budget / cold tokens)
     summary_bytes: int  # the cold blocks' key summaries, on the GPU
+    cold_blocks: int = 0  # cold blocks of the sequence (scored and ranked per layer)
+    graphs: bool = False  # its steps replay a CUDA graph (see SPARSE_GRAPH_OVERHEAD_PER_LAYER_S)
+
+    def overhead_per_layer_s(self) -> float:
+        if not self.graphs:
+            return SPARSE_OVERHEAD_PER_LAYER_S
+        return SPARSE_GRAPH_OVERHEAD_PER_LAYER_S + self.cold_blocks * SPARSE_GRAPH_OVERHEAD_PER_BLOCK_S
 
 
 def activation_peak_bytes(
@@ -187,7 +200,7 @@ def _sparse(
         stream_fraction=1.0 if selected else 0.0,
         streamed_bytes=selected,
         disk_bytes=disk_selected,
-        overhead_s=exact_hot.overhead_s + num_layers * SPARSE_OVERHEAD_PER_LAYER_S,
+        overhead_s=exact_hot.overhead_s + num_layers * sparse.overhead_per_layer_s(),
         summary_s=sparse.summary_bytes / (hbm * GB),
     )
 

@@ -11,6 +11,8 @@ from kvspill.config import EngineConfig
 from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, make_plan, request_from_engine_config
 from kvspill.plan.costs import (
     SPARSE_GATHER_EFFICIENCY,
+    SPARSE_GRAPH_OVERHEAD_PER_BLOCK_S,
+    SPARSE_GRAPH_OVERHEAD_PER_LAYER_S,
     SPARSE_OVERHEAD_PER_LAYER_S,
     STEP_OVERHEAD_PER_LAYER_S,
 )
@@ -73,3 +75,21 @@ def test_the_engine_flag_reaches_the_plan() -> None:
     request = request_from_engine_config(config, LLAMA_8B, 24 * GiB)
     assert (request.cold_attention, request.sparse_budget_tokens) == ("sparse", 2048)
     assert replace(request, cold_attention="stream").sparse_budget_tokens == 2048
+
+
+def test_graph_replayed_sparse_steps_cost_the_selection_per_cold_block() -> None:
+    """With CUDA graphs (one GPU, a block cache, every cold block in the cpu tier) a sparse step's
+    overhead is the fit per layer plus a term per cold block; eager steps keep the host's cost."""
+    eager = make_plan(_request("sparse", sparse_cache_seqs=1), DEFAULT_BANDWIDTHS)
+    graphs = make_plan(_request("sparse", sparse_cache_seqs=1, enforce_eager=False), DEFAULT_BANDWIDTHS)
+    cold_blocks = graphs.placed_cpu_tokens // 16
+    assert graphs.decode.overhead_s == pytest.approx(
+        32 * (STEP_OVERHEAD_PER_LAYER_S + SPARSE_GRAPH_OVERHEAD_PER_LAYER_S)
+        + 32 * cold_blocks * SPARSE_GRAPH_OVERHEAD_PER_BLOCK_S
+    )
+    assert eager.decode.overhead_s == pytest.approx(
+        32 * (STEP_OVERHEAD_PER_LAYER_S + SPARSE_OVERHEAD_PER_LAYER_S)
+    )
+    no_cache = make_plan(_request("sparse", sparse_cache_seqs=0, enforce_eager=False), DEFAULT_BANDWIDTHS)
+    assert no_cache.decode.overhead_s == pytest.approx(eager.decode.overhead_s)  # no cache: eager
+    assert graphs.decode_tok_s > eager.decode_tok_s
