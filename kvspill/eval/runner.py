@@ -174,9 +174,11 @@ def teacher_forced_kwargs(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
     attention is on, so that each text position attends as a decode row (see the module doc)."""
     if engine_kwargs.get("cold_attention") != "sparse":
         return engine_kwargs
-    # Eager and without kernel warm-up: with one-token steps on CUDA the warm-up's requests hit
-    # a device-side assert under CUDA graphs (H100, 2026-11-26; not yet diagnosed), and this
-    # side measures agreement, not speed.
+    # Eager and without kernel warm-up: every step here scores prompt logprobs, which runs eagerly
+    # anyway (runner/model_runner.py), so graphs would only cost their capture, and a warm-up at
+    # one token per step costs minutes; this side measures agreement, not speed. (Its one-token
+    # steps once hit a device-side assert under CUDA graphs: the host raced ahead of the GPU,
+    # fixed in runner/cuda_graphs.HostSets, 2026-11-27.)
     return {**engine_kwargs, "max_num_batched_tokens": 1, "enforce_eager": True, "kernel_warmup": False}
 
 
