@@ -49,13 +49,15 @@ def assert_close(out, ref, atol=2e-5):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     "block_size,num_kv_heads,group,head_dim",
-    [(16, 2, 4, 64), (4, 3, 3, 32), (16, 1, 1, 128), (5, 2, 2, 24)],  # head_dim 24: portable path
+    # head_dim 24: the portable path; block size 7: odd
+    [(16, 2, 4, 64), (4, 3, 3, 32), (16, 1, 1, 128), (5, 2, 2, 24), (7, 2, 4, 64)],
 )
 def test_matches_reference_ragged_gqa(dtype, block_size, num_kv_heads, group, head_dim):
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
     num_layers, num_blocks = 3, 60
     pool = torch.randn(num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim).to(dtype)
+    pool[:, 1] = float("nan")  # never attended: a read past layer 0's slabs shows up
     tokens = [1, 3, 2, 1, 5]  # decodes and prefill chunks; rows of a part see all its keys
     parts = random_parts(rng, num_blocks, [7, 1, 0, 23, 11], tokens)
     q = torch.randn(sum(tokens), num_kv_heads * group, head_dim).to(dtype)
