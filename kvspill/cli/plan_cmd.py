@@ -112,6 +112,7 @@ _MEMORY_KNOBS = {
 _PLANNED = {
     *_ENGINE_KNOBS,
     *_MEMORY_KNOBS,
+    "sparse_cache_seqs",
     "vram_budget_bytes",
     "max_model_len",
     "max_num_seqs",
@@ -159,6 +160,13 @@ def _base_request(
         weight_dtype=flags.get("dtype", "auto"),
         # Unset: the file's own format, as the engine holds it on CUDA (a GGUF stays quantized).
         quantization=flags.get("quantization") or "gguf",
+        # the engine's block cache of sparse attention (EngineConfig.sparse_cache_groups)
+        sparse_cache_seqs=min(
+            flags.get("max_num_seqs", EngineConfig.max_num_seqs),
+            flags.get("sparse_cache_seqs", EngineConfig.sparse_cache_seqs),
+        )
+        if flags.get("cold_attention") == "sparse"
+        else 0,
         **{_ENGINE_KNOBS[k]: v for k, v in flags.items() if k in _ENGINE_KNOBS},
     )
 

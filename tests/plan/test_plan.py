@@ -379,3 +379,17 @@ def test_the_engines_plan_uses_the_whole_vram_budget_as_the_engine_does():
         "NVIDIA H200",
     )
     assert card is not None and card.plan.usable_vram_bytes == int(141 * gib * 0.5)
+
+
+def test_plan_cli_counts_the_sparse_block_cache_as_the_engine_does(cli: typer.Typer) -> None:
+    """`kvspill plan --cold-attention sparse` plans the engine's default block cache (one
+    sequence: graphs on) and says when steps would run eagerly (--sparse-cache-seqs 0)."""
+    args = ["plan", "llama-8b", "--vram-budget", "24GiB", "--gpu-memory-utilization", "0.95"]
+    args += ["--cpu-kv-budget", "18GiB", "--context", "128K", "--cold-attention", "sparse"]
+    default = CliRunner().invoke(cli, args)
+    assert default.exit_code == 0, default.output
+    assert "1 sequence(s) keep their chosen blocks cached there (512 MiB" in default.output
+    assert "without CUDA graphs" not in default.output
+    off = CliRunner().invoke(cli, [*args, "--sparse-cache-seqs", "0"])
+    assert off.exit_code == 0, off.output
+    assert "without CUDA graphs (--sparse-cache-seqs 0)" in off.output

@@ -93,3 +93,10 @@ def test_graph_replayed_sparse_steps_cost_the_selection_per_cold_block() -> None
     no_cache = make_plan(_request("sparse", sparse_cache_seqs=0, enforce_eager=False), DEFAULT_BANDWIDTHS)
     assert no_cache.decode.overhead_s == pytest.approx(eager.decode.overhead_s)  # no cache: eager
     assert graphs.decode_tok_s > eager.decode_tok_s
+
+
+def test_the_plan_says_when_sparse_steps_run_without_graphs() -> None:
+    eager = make_plan(_request("sparse", sparse_cache_seqs=1), DEFAULT_BANDWIDTHS)  # enforce_eager
+    graphed = make_plan(_request("sparse", sparse_cache_seqs=1, enforce_eager=False), DEFAULT_BANDWIDTHS)
+    assert any("without CUDA graphs (--enforce-eager)" in n for n in eager.notes)
+    assert not any("without CUDA graphs" in n for n in graphed.notes)
