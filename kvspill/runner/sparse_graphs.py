@@ -139,10 +139,11 @@ class SparseDecodeGraphs:
         self.num_replays = 0
         self.num_captures = 0
         self._logged: set[str] = set()  # eager_reason()s already logged
+        self.off = False  # a capture failed: every step runs eagerly
 
     def run(self, inputs: StepInputs, feed: DeviceFeed | None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(logits, greedy ids) of the sampled rows, like `DecodeGraphs.run`; None: run eagerly."""
-        seq = self._eligible(inputs)
+        seq = None if self.off else self._eligible(inputs)
         if seq is None:
             return None
         (group,) = self.cache.assign([seq.req_id])
@@ -164,7 +165,17 @@ class SparseDecodeGraphs:
         key = (bucket, capacity, group)
         entry = self.entries.get(key)
         if entry is None:
-            entry = self._capture(key)
+            try:
+                entry = self._capture(key)
+            except Exception as e:  # a configuration the capture cannot take must not fail requests
+                logger.warning(
+                    "sparse decode CUDA graphs are off for this engine: a capture failed (%s: %s); "
+                    "sparse decode steps run eagerly",
+                    type(e).__name__,
+                    e,
+                )
+                self.off = True
+                return None  # the runner runs this step eagerly (the warm-up's writes are idempotent)
         else:
             self.entries.move_to_end(key)
             entry.graph.replay()
