@@ -48,6 +48,12 @@ def parse_rope_scaling(text: str) -> dict[str, Any]:
         ) from e
 
 
+def sparse_cache_groups(cold_attention: str, max_num_seqs: int, sparse_cache_seqs: int) -> int:
+    """Sequences the sparse block cache holds (`kv/sparse_cache.py`): 0 unless sparse. The engine
+    and `kvspill plan` (from its flags alone) both size it here."""
+    return min(max_num_seqs, sparse_cache_seqs) if cold_attention == "sparse" else 0
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
@@ -119,7 +125,7 @@ class EngineConfig:
 
     def sparse_cache_groups(self) -> int:
         """Sequences the sparse block cache holds (`kv/sparse_cache.py`): 0 unless sparse."""
-        return min(self.max_num_seqs, self.sparse_cache_seqs) if self.cold_attention == "sparse" else 0
+        return sparse_cache_groups(self.cold_attention, self.max_num_seqs, self.sparse_cache_seqs)
 
     def __post_init__(self) -> None:
         def bad(param: str, msg: str) -> InvalidParameterError:

@@ -31,7 +31,7 @@ from kvspill.cli.engine_options import (
     flag_name,
     with_engine_options,
 )
-from kvspill.config import EngineConfig
+from kvspill.config import EngineConfig, sparse_cache_groups
 from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.plan import (
     DEFAULT_BANDWIDTHS,
@@ -160,13 +160,12 @@ def _base_request(
         weight_dtype=flags.get("dtype", "auto"),
         # Unset: the file's own format, as the engine holds it on CUDA (a GGUF stays quantized).
         quantization=flags.get("quantization") or "gguf",
-        # the engine's block cache of sparse attention (EngineConfig.sparse_cache_groups)
-        sparse_cache_seqs=min(
+        # the engine's block cache of sparse attention
+        sparse_cache_seqs=sparse_cache_groups(
+            flags.get("cold_attention", EngineConfig.cold_attention),
             flags.get("max_num_seqs", EngineConfig.max_num_seqs),
             flags.get("sparse_cache_seqs", EngineConfig.sparse_cache_seqs),
-        )
-        if flags.get("cold_attention") == "sparse"
-        else 0,
+        ),
         **{_ENGINE_KNOBS[k]: v for k, v in flags.items() if k in _ENGINE_KNOBS},
     )
 

@@ -6,7 +6,7 @@ sequence costs two small matmuls per layer there (`kv/sparse_select.py`); only t
 score well are then fetched. One summary is 2 x head_dim values per (layer, kv head) in the KV
 dtype (`summary_dtype`: fp16 for int8 pools, whose keys are summarized after dequantizing):
 `bytes_per_block(layout)`, about 1 / block_size of the block's KV bytes (1/16 with 16-token
-blocks; about 2/16 for int8), counted by the planner (`plan/arithmetic.py`).
+blocks; about 2/16 for int8), counted by the planner (`plan/sparse.py`).
 
 Indexed like the KV pools: `tensor(tier)[block_id]` for the cpu and disk tiers. Written when a
 block goes cold (`KVTransferEngine.execute` calls `on_copy` for each run of moves): from the gpu

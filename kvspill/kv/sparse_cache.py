@@ -15,7 +15,7 @@ right. Groups belong to request ids; a request absent from a step's sparse rows 
 copied. Requests beyond the groups take the uncached path (`cold_sparse`).
 
 Memory: `num_groups * budget_blocks * block bytes` on the device, counted by the planner
-(`plan/arithmetic.py`, `sparse_cache_bytes`).
+(`plan/sparse.py`, `sparse_gpu_bytes`).
 """
 
 from __future__ import annotations

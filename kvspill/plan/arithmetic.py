@@ -22,12 +22,12 @@ from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, Bandwidths
 from kvspill.plan.costs import (
     DecodeFloor,
-    SparseCold,
     activation_peak_bytes,
     collectives_s,
     decode_floor,
     prefill_seconds,
 )
+from kvspill.plan.sparse import sparse_cold, sparse_gpu_bytes
 from kvspill.plan.spec import DTYPE_BYTES, ModelSpec
 from kvspill.plan.units import GiB, MiB
 from kvspill.plan.weights import WEIGHT_QUANTIZATIONS, stored_weight_bytes, weight_read_gbs
@@ -304,20 +304,6 @@ def _concurrency(context_len: int, gpu: int, total: int, hot: int, chunk: int, b
     return max(all_gpu, spilling)
 
 
-def sparse_steps_graphed(request: PlanRequest, disk_tokens: int) -> str | None:
-    """None when a sparse decode step of one sequence replays a CUDA graph
-    (runner/sparse_graphs.py), else why it runs eagerly (about 2-3x slower, H200 W3 128K)."""
-    if request.device != "cuda":
-        return "not on a GPU"
-    reasons = {
-        "--enforce-eager": request.enforce_eager,
-        "tensor parallelism": request.tensor_parallel_size > 1,
-        "--sparse-cache-seqs 0": request.sparse_cache_seqs == 0,
-        "cold blocks in the disk tier": disk_tokens > 0,
-    }
-    return next((why for why, on in reasons.items() if on), None)
-
-
 def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     """The plan's figures without advice (see `make_plan`)."""
     bw = bandwidths.complete(DEFAULT_BANDWIDTHS)
@@ -328,17 +314,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     usable, activation, graph, slack, runtime, gpu_left = _gpu_budget(request, weight_bytes)
     cpu_tokens = _tier_tokens(request.cpu_kv_blocks, request.ram_budget_bytes, block_bytes, bs)
     disk_tokens = _tier_tokens(request.disk_kv_blocks, request.disk_budget_bytes, block_bytes, bs)
-    # sparse: a key summary per cold-tier block on the GPU (kv/block_summary.py): 2 x head_dim
-    # values per layer and kv head, which is the KV bytes of one token (int8: fp16 summaries)
-    summary_elem = 2 if request.kv_dtype == "int8" else request.kv_dtype_bytes
-    summary_block = spec.kv_bytes_per_token(summary_elem)
-    summary_bytes = (
-        (cpu_tokens + disk_tokens) // bs * summary_block if request.cold_attention == "sparse" else 0
-    )
-    # and the block cache: a budget's whole blocks per cached sequence
-    sparse_cache = 0
-    if request.cold_attention == "sparse":
-        sparse_cache = request.sparse_cache_seqs * max(bs, request.sparse_budget_tokens // bs * bs) * kvpt
+    summary_bytes, sparse_cache = sparse_gpu_bytes(request, cpu_tokens + disk_tokens)
     gpu_left -= summary_bytes + sparse_cache
     gpu_tokens = _tier_tokens(request.gpu_kv_blocks, gpu_left, block_bytes, bs)
     chunk = request.max_num_batched_tokens
@@ -362,12 +338,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         spec.num_layers,
         request.offloaded_weight_bytes,
         request.weight_read_gbs,
-        SparseCold(
-            min(1.0, request.sparse_budget_tokens / max(1, on_cpu + on_disk)),
-            summary_bytes,
-            cold_blocks=(on_cpu + on_disk) // bs,
-            graphs=sparse_steps_graphed(request, on_disk) is None,
-        ),
+        sparse_cold(request, on_cpu, on_disk, summary_bytes),
     )
     floor = replace(floor, collective_s=collectives_s(spec.num_layers, request.tensor_parallel_size))
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)

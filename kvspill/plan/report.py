@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from kvspill.plan.arithmetic import MemoryPlan, PlanRequest, compute_plan, sparse_steps_graphed
+from kvspill.plan.arithmetic import MemoryPlan, PlanRequest, compute_plan
 from kvspill.plan.bandwidths import Bandwidths
+from kvspill.plan.sparse import sparse_eager_reason
 from kvspill.plan.units import GiB, format_bytes, format_tokens
 from kvspill.plan.weights import GGUF_BITS_PER_WEIGHT
 
@@ -210,7 +211,7 @@ def notes_for(plan: MemoryPlan) -> list[str]:
                 else ""
             )
         )
-        eager = sparse_steps_graphed(r, plan.placed_disk_tokens)
+        eager = sparse_eager_reason(r, plan.placed_disk_tokens)
         if eager is not None and r.device == "cuda":
             notes.append(
                 f"--cold-attention sparse: decode steps run without CUDA graphs ({eager}), "

@@ -192,7 +192,7 @@ class SparseDecodeGraphs:
         reason = eager_reason(inputs, self.budget_blocks)
         if reason is None:
             return inputs.cold_seqs[0]
-        if reason not in self._logged and inputs.num_decodes == len(inputs.req_ids):
+        if reason not in self._logged:
             self._logged.add(reason)
             logger.info("sparse decode steps run without CUDA graphs while %s", reason)
         return None
