@@ -145,7 +145,10 @@ def quest_keys(
 def _cache_update_kernel(
     slot_of_ptr,  # [max_blocks] int32: slot of each logical block in the cache, -1 if none
     slot_block_ptr,  # [S] int64: logical block held by each slot, -1 if none
-    chosen_ptr,  # [k] int64: logical blocks chosen this step (distinct)
+    pos_ptr,  # [k] int64: positions chosen this step in the sequence's cold list (distinct)
+    logical_ptr,  # [num_cold] int64: each cold block's logical number (the cache's key)
+    ids_ptr,  # [num_cold] int64: each cold block's id in its tier
+    src_ids_ptr,  # [k] int64 out: ids[pos], where `fill` copies the misses from
     kept_ptr,  # [S] int32 scratch
     free_ptr,  # [S] int32 scratch
     table_ptr,  # [k] int32 out: slot (+ slot_base) of each chosen block
@@ -159,7 +162,9 @@ def _cache_update_kernel(
 ):
     i = tl.arange(0, KP)
     in_k = i < k
-    chosen = tl.load(chosen_ptr + i, mask=in_k, other=0)
+    pos = tl.load(pos_ptr + i, mask=in_k, other=0)
+    chosen = tl.load(logical_ptr + pos, mask=in_k, other=0)
+    tl.store(src_ids_ptr + i, tl.load(ids_ptr + pos, mask=in_k, other=0), mask=in_k)
     slot = tl.load(slot_of_ptr + chosen, mask=in_k, other=-1)
     hit = in_k & (slot >= 0)
     miss = in_k & (slot < 0)
@@ -190,15 +195,20 @@ def _cache_update_kernel(
 def cache_update(
     slot_of: torch.Tensor,
     slot_block: torch.Tensor,
-    chosen: torch.Tensor,
+    positions: torch.Tensor,
+    logical: torch.Tensor,
+    ids: torch.Tensor,
     scratch: torch.Tensor,
     slot_base: int,
     copied: torch.Tensor,
     table: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(table int32 [k], copy_dst int64 [k]); updates `slot_of` and `slot_block` in place and adds
-    the number of misses to `copied` (int64 scalar). `scratch`: int32 [2, S] on the device;
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(table int32 [k], copy_dst int64 [k], src_ids int64 [k]) for the chosen blocks
+    `logical[positions]`, whose tier ids are `ids[positions]` (= src_ids: the lookups happen in
+    the kernel, two launches fewer per layer); updates `slot_of` and `slot_block` in place and
+    adds the number of misses to `copied` (int64 scalar). `scratch`: int32 [2, S] on the device;
     `table`: where to write the table (contiguous [k])."""
+    chosen = positions
     k = chosen.shape[0]
     num_slots = slot_block.shape[0]
     assert k <= num_slots and scratch.shape == (2, num_slots)
@@ -206,12 +216,16 @@ def cache_update(
         table = torch.empty(k, dtype=torch.int32, device=chosen.device)
     assert table.shape == (k,) and table.dtype == torch.int32 and table.is_contiguous()
     copy_dst = torch.empty(k, dtype=torch.int64, device=chosen.device)
+    src_ids = torch.empty(k, dtype=torch.int64, device=chosen.device)
     if k == 0:
-        return table, copy_dst
+        return table, copy_dst, src_ids
     _cache_update_kernel[(1,)](
         slot_of,
         slot_block,
-        chosen,
+        positions,
+        logical,
+        ids,
+        src_ids,
         scratch[0],
         scratch[1],
         table,
@@ -224,4 +238,4 @@ def cache_update(
         SP=max(16, triton.next_power_of_2(num_slots)),
         num_warps=4,
     )
-    return table, copy_dst
+    return table, copy_dst, src_ids

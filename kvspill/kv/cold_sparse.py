@@ -283,8 +283,8 @@ class SparseColdStep:
             seq = self.seqs[i]
             table = self.cached_tables[j, : seq.num_selected]
             assert seq.logical is not None and seq.group is not None
-            copy_dst = self.cache.update(seq.group, layer_idx, seq.logical.index_select(0, chosen[i]), table)
-            fills.append((seq.ids.index_select(0, chosen[i]), copy_dst))
+            copy_dst, ids = self.cache.update(seq.group, layer_idx, chosen[i], seq.logical, seq.ids, table)
+            fills.append((ids, copy_dst))
         src = self.storage.tier_layer(TIER_CPU, layer_idx)
         with self._on_copy_stream() as stream:
             for ids, copy_dst in fills:

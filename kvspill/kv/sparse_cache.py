@@ -98,22 +98,29 @@ class SparseBlockCache:
         return groups
 
     def update(
-        self, group: int, layer_idx: int, chosen_blocks: torch.Tensor, table: torch.Tensor
-    ) -> torch.Tensor:
-        """Write into `table` (int32 [k]) the slot in `layer(layer_idx)` of each logical block of
-        `chosen_blocks` (distinct, int64 on the device); return the copy destinations (int64
-        [k], -1 for hits) that `fill` must copy."""
+        self,
+        group: int,
+        layer_idx: int,
+        positions: torch.Tensor,
+        logical: torch.Tensor,
+        ids: torch.Tensor,
+        table: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write into `table` (int32 [k]) the slot in `layer(layer_idx)` of each chosen block: the
+        logical blocks `logical[positions]` (distinct; all int64 on the device). Return the copy
+        destinations (int64 [k], -1 for hits) and the blocks' tier ids `ids[positions]`, which
+        `fill` copies."""
         slot_of, slot_block = self.slot_of[group, layer_idx], self.slot_block[group, layer_idx]
         base = group * self.num_slots
         if self.use_kernel:
-            _, copy_dst = cache_update(
-                slot_of, slot_block, chosen_blocks, self.scratch, base, self.copied_blocks, table
+            _, copy_dst, src_ids = cache_update(
+                slot_of, slot_block, positions, logical, ids, self.scratch, base, self.copied_blocks, table
             )
-        else:
-            slots, copy_dst = cache_update_ref(slot_of, slot_block, chosen_blocks, base)
-            table.copy_(slots)
-            self.copied_blocks += (copy_dst >= 0).sum()
-        return copy_dst
+            return copy_dst, src_ids
+        slots, copy_dst = cache_update_ref(slot_of, slot_block, logical.index_select(0, positions), base)
+        table.copy_(slots)
+        self.copied_blocks += (copy_dst >= 0).sum()
+        return copy_dst, ids.index_select(0, positions)
 
     def layer(self, layer_idx: int) -> torch.Tensor:
         """[num_groups * budget_blocks, 2, block_size, num_kv_heads, row_dim] of one layer."""

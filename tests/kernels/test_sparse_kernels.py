@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspill.kernels.sparse_kernels import cache_update, quest_keys, ranking_keys
+from kvspill.kernels.block_select import select_top_blocks
+from kvspill.kernels.sparse_kernels import cache_update, pad_keys, quest_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks_to
 from kvspill.kv.sparse_cache import cache_update_ref
 from kvspill.kv.sparse_select import quest_scores_ref, select_blocks, select_from_keys
@@ -76,6 +77,45 @@ def test_selection_from_keys_equals_the_stable_sort_definition(num_blocks, budge
     assert torch.equal(select_from_keys(ranking_keys(scores), budget), select_blocks(scores, budget))
 
 
+def _tied_scores(num_heads: int, num_blocks: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(num_heads, num_blocks, generator=g)
+    scores[1, 5:15] = 0.5  # ties within a head
+    scores[2] = scores[0]  # two heads alike
+    scores[3, 7] = -0.0  # -0.0 ties with +0.0
+    scores[3, 8] = 0.0
+    return scores
+
+
+@pytest.mark.parametrize(
+    ("num_blocks", "budget", "register_blocks"),
+    [(40, 1, 8192), (40, 7, 8192), (40, 39, 8192), (1200, 300, 8192), (1200, 600, 8192),
+     (1200, 300, 256), (1200, 17, 128), (1040, 40, 256), (4000, 100, 256), (1200, 250, 256)],
+    # 600: ranks by sorting. register_blocks < num_blocks: chunks' top keys first (the last of
+    # 1040 has 16 blocks: filler; 4000: 1600 candidates, searched in chunks), or the search over
+    # chunks (300, 250: no fewer keys)
+)  # fmt: skip
+def test_selection_kernels_equal_the_stable_sort_definition(num_blocks, budget, register_blocks):
+    scores = _tied_scores(4, num_blocks, budget)
+    got = select_top_blocks(ranking_keys(scores).to(DEVICE), budget, register_blocks).cpu()
+    assert torch.equal(got, select_blocks(scores, budget))
+
+
+@pytest.mark.parametrize("register_blocks", [8192, 128, 64])
+def test_selection_kernels_with_every_score_tied_and_padding(register_blocks):
+    """All real scores equal in every head (the search's ties span whole heads, and the union's
+    ties span every ranked block), then padding past `num_valid` (never chosen)."""
+    num_blocks, n_real, budget = 300, 250, 70
+    positions, count = torch.arange(num_blocks), torch.tensor(n_real)
+    keys = pad_keys(ranking_keys(torch.zeros(4, num_blocks)), count, positions)
+    got = select_top_blocks(keys.to(DEVICE), budget, register_blocks).cpu()
+    assert torch.equal(got, torch.arange(budget))  # every head ranks by index: the first 70
+    scores = torch.cat([_tied_scores(4, n_real, 5), torch.full((4, num_blocks - n_real), 9.0)], 1)
+    keys = pad_keys(ranking_keys(scores), count, positions)  # padding would outscore every block
+    got = select_top_blocks(keys.to(DEVICE), budget, register_blocks).cpu()
+    assert torch.equal(got, select_blocks(scores[:, :n_real], budget))
+
+
 def test_cache_update_kernel_equals_the_reference_over_steps():
     g = torch.Generator().manual_seed(1)
     num_slots, max_blocks, base = 6, 30, 12
@@ -87,17 +127,23 @@ def test_cache_update_kernel_equals_the_reference_over_steps():
         for name in ("ref", "kernel")
     }
     scratch = torch.zeros((2, num_slots), dtype=torch.int32, device=DEVICE)
+    logical = torch.randperm(max_blocks, generator=g)  # a cold list's logical blocks, shuffled
+    ids = torch.randperm(100, generator=g)[:max_blocks]  # and their ids in the tier
     kernel_state = tuple(t.to(DEVICE) for t in state["kernel"])
     copied, misses = torch.zeros((), dtype=torch.int64, device=DEVICE), 0
     for step in range(12):
         k = int(torch.randint(1, num_slots + 1, (1,), generator=g))
         pool = 10 if step < 6 else max_blocks  # first steps revisit few blocks: hits
-        chosen = torch.randperm(pool, generator=g)[:k]
+        positions = torch.randperm(pool, generator=g)[:k]  # into the cold list
+        chosen = logical[positions]
         want_table, want_copy = cache_update_ref(*state["ref"], chosen, base)
-        got_table, got_copy = cache_update(*kernel_state, chosen.to(DEVICE), scratch, base, copied)
+        got_table, got_copy, got_ids = cache_update(
+            *kernel_state, positions.to(DEVICE), logical.to(DEVICE), ids.to(DEVICE), scratch, base, copied
+        )
         misses += int((want_copy >= 0).sum())
         assert int(copied) == misses
         assert torch.equal(got_table.cpu(), want_table) and torch.equal(got_copy.cpu(), want_copy)
+        assert torch.equal(got_ids.cpu(), ids[positions])
         assert torch.equal(kernel_state[0].cpu(), state["ref"][0])
         assert torch.equal(kernel_state[1].cpu(), state["ref"][1])
         # invariants: each chosen block has its own slot, holding it; copies only for misses

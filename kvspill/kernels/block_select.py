@@ -1,0 +1,254 @@
+"""Triton kernels of sparse attention's block selection: `kv/sparse_select.select_from_keys` in two
+launches and one fill, with no sort.
+
+The selection (see `kv/sparse_select.py`): each kv head ranks the cold blocks by its ranking key
+(`kernels/sparse_kernels.quest_keys`: distinct int64, larger first), a block's priority is its
+best rank over the heads, and the `budget` blocks of least (priority, block index) are kept, in
+ascending block order. With torch this took two top-k's, a sort and four small kernels per layer
+and step: 140 us per layer of a 23 ms W3 128K step on an H200 (2026-11-27 profile, 4.5 ms per
+token), most of it in radix passes over 64-bit keys.
+
+1. `_head_top_kernel`, one program per kv head: the head's `budget`-th largest score by a 32-step
+   bitwise search (one count per step: settling more bits a step was compute-bound, 3-4x slower)
+   on the keys' high halves (the score bits; counts of `>=` over the head's
+   blocks, held in registers up to `_REGISTER_BLOCKS` blocks), ties on the score taken by lower
+   block index (the keys' low halves order them so); the chosen keys are compacted in block
+   order, each one's rank in the head is the number of chosen keys above it (pairwise; past
+   `_PAIRWISE_RANK_MAX`, its place after a bitonic sort), and an atomic min writes it into
+   `best[block]` (filled with `budget` before: "in no head's list"). Past `_REGISTER_BLOCKS`
+   blocks `_chunk_top_kernel` first keeps each chunk's top keys (the head's are among them).
+2. `_union_kernel`, one program: the least `r` with `count(best <= r) >= budget` by a bitwise
+   search, the blocks of priority below `r` plus the lowest-index ones at `r`, compacted in
+   block order: the output is ascending by construction.
+
+Deterministic: no float reduction and no order-dependent atomics (min is commutative).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvspill.kernels.triton_compat import tl, triton
+
+# Up to this many blocks per head (8192 = 128K tokens of 16) the search keeps a head's scores in
+# registers; past it each search step reads them again (1M tokens: 65536 blocks).
+_REGISTER_BLOCKS = 8192
+# Up to this many chosen blocks a head's ranks come from pairwise comparisons of its chosen keys;
+# past it, from a bitonic sort of them (on an H200, 8192 blocks and a budget of 1024: 189 us for
+# the whole selection with pairwise ranks, 45 with sorted ones; 46 at a budget of 256, pairwise).
+_PAIRWISE_RANK_MAX = 512
+# (The kernels spell int64's least value, -9223372036854775808, as a literal: a compiled Triton
+# kernel reads no module globals but constexpr ones.)
+
+
+@triton.jit
+def _high(key):
+    """A ranking key's high half (the score's order-preserving bits) as int32."""
+    return (key >> 32).to(tl.int32)
+
+
+@triton.jit
+def _count_ge(row_ptr, n, t, NP: tl.constexpr, SINGLE: tl.constexpr, hi_regs, GT: tl.constexpr):
+    """How many of the row's n keys have a high half >= t (> t with GT; t int32)."""
+    if SINGLE:
+        if GT:
+            return tl.sum((hi_regs > t).to(tl.int32), axis=0)
+        return tl.sum((hi_regs >= t).to(tl.int32), axis=0)
+    count = tl.zeros([], tl.int32)
+    for start in range(0, n, NP):
+        offs = start + tl.arange(0, NP)
+        hi = _high(tl.load(row_ptr + offs, mask=offs < n, other=-9223372036854775808))
+        if GT:
+            count += tl.sum((hi > t).to(tl.int32), axis=0)
+        else:
+            count += tl.sum((hi >= t).to(tl.int32), axis=0)
+    return count
+
+
+@triton.jit
+def _next_bit(t, bit: tl.constexpr):
+    """t + 2**bit in int32: the search sets each bit once from -2**31, so it stays in range."""
+    return (t.to(tl.int64) + (1 << bit)).to(tl.int32)
+
+
+@triton.jit
+def _chunk_top_kernel(
+    keys_ptr,  # [KVH, n] int64 ranking keys
+    cand_ptr,  # [KVH, num_chunks * budget] int64 out: each chunk's top keys in block order
+    n,
+    budget,
+    NP: tl.constexpr,  # blocks per chunk (a power of two)
+    BP: tl.constexpr,  # next power of two >= budget
+):
+    """A head's top `budget` keys are among its chunks' top `budget` keys: this program keeps
+    those of one chunk (all of a short last chunk, then least keys as filler)."""
+    h = tl.program_id(0)
+    c = tl.program_id(1)
+    start = c * NP
+    offs = tl.arange(0, NP)
+    n_here = tl.minimum(n - start, NP)
+    k_here = tl.minimum(n_here, budget)
+    key = tl.load(
+        keys_ptr + h.to(tl.int64) * n + start + offs, mask=offs < n_here, other=-9223372036854775808
+    )
+    hi = _high(key)
+    t = tl.full([], -2147483648, tl.int32)
+    for bit in tl.static_range(31, -1, -1):
+        cand = _next_bit(t, bit)
+        t = tl.where(tl.sum((hi >= cand).to(tl.int32), axis=0) >= k_here, cand, t)
+    need = k_here - tl.sum((hi > t).to(tl.int32), axis=0)
+    tie = ((offs < n_here) & (hi == t)).to(tl.int32)
+    chosen = (offs < n_here) & ((hi > t) | ((tie > 0) & (tl.cumsum(tie, axis=0) <= need)))
+    out = cand_ptr + (h.to(tl.int64) * tl.num_programs(1) + c) * budget
+    tl.store(out + tl.cumsum(chosen.to(tl.int32), axis=0) - 1, key, mask=chosen)
+    fill = tl.arange(0, BP)
+    tl.store(
+        out + fill, tl.full([BP], -9223372036854775808, tl.int64), mask=(fill >= k_here) & (fill < budget)
+    )
+
+
+@triton.jit
+def _head_top_kernel(
+    keys_ptr,  # [KVH, m] int64 ranking keys (all of a head's, or its chunks' top ones)
+    best_ptr,  # [n] int32, `budget` on entry; out: least rank of each block over the heads
+    top_ptr,  # [KVH, BP] int64 scratch: each head's chosen keys in block order
+    n,  # blocks: the keys' low halves are n - 1 - block
+    m,
+    budget,
+    NP: tl.constexpr,  # power of two: a head's blocks (SINGLE) or the chunk of the others
+    BP: tl.constexpr,  # next power of two >= budget
+    RB: tl.constexpr,  # rows per step of the pairwise ranks
+    SINGLE: tl.constexpr,
+    RANK_BY_SORT: tl.constexpr,
+):
+    h = tl.program_id(0)
+    row = keys_ptr + h.to(tl.int64) * m
+    offs0 = tl.arange(0, NP)
+    hi_regs = offs0  # placeholder when not SINGLE (never read)
+    if SINGLE:
+        key0 = tl.load(row + offs0, mask=offs0 < m, other=-9223372036854775808)
+        hi_regs = _high(key0)
+    # the budget-th largest high half: the largest t with count(hi >= t) >= budget, bit by bit
+    t = tl.full([], -2147483648, tl.int32)
+    for bit in tl.static_range(31, -1, -1):
+        cand = _next_bit(t, bit)
+        count = _count_ge(row, m, cand, NP, SINGLE, hi_regs, False)
+        t = tl.where(count >= budget, cand, t)
+    need = budget - _count_ge(row, m, t, NP, SINGLE, hi_regs, True)  # how many ties at t
+    # compact the chosen keys in block order: all above t, and the first `need` ties at t
+    ties_seen = tl.zeros([], tl.int32)
+    chosen_seen = tl.zeros([], tl.int32)
+    for start in range(0, m, NP):
+        offs = start + offs0
+        in_n = offs < m
+        key = tl.load(row + offs, mask=in_n, other=-9223372036854775808)
+        hi = _high(key)
+        tie = (in_n & (hi == t)).to(tl.int32)
+        tie_rank = ties_seen + tl.cumsum(tie, axis=0)
+        chosen = in_n & ((hi > t) | ((tie > 0) & (tie_rank <= need)))
+        slot = chosen_seen + tl.cumsum(chosen.to(tl.int32), axis=0) - 1
+        tl.store(top_ptr + h * BP + slot, key, mask=chosen)
+        ties_seen += tl.sum(tie, axis=0)
+        chosen_seen += tl.sum(chosen.to(tl.int32), axis=0)
+    tl.debug_barrier()  # the compacted keys, written by every thread, are read by every thread
+    cols = tl.arange(0, BP)
+    all_top = tl.load(top_ptr + h * BP + cols, mask=cols < budget, other=-9223372036854775808)
+    if RANK_BY_SORT:  # place after a descending sort = rank in the head (keys are distinct)
+        ranked = tl.sort(all_top, descending=True)
+        block = n - 1 - (ranked - ((ranked >> 32) << 32))  # low half: n - 1 - block
+        tl.atomic_min(best_ptr + block, cols, mask=cols < budget)
+    else:  # rank = how many chosen keys are greater
+        for r0 in range(0, budget, RB):
+            rows = r0 + tl.arange(0, RB)
+            in_b = rows < budget
+            mine = tl.load(top_ptr + h * BP + rows, mask=in_b, other=-9223372036854775808)
+            rank = tl.sum((all_top[None, :] > mine[:, None]).to(tl.int32), axis=1)
+            block = n - 1 - (mine - ((mine >> 32) << 32))
+            tl.atomic_min(best_ptr + block, rank, mask=in_b)
+
+
+@triton.jit
+def _count_le(best_ptr, n, r, NP: tl.constexpr, SINGLE: tl.constexpr, best_regs):
+    if SINGLE:
+        return tl.sum((best_regs <= r).to(tl.int32), axis=0)
+    count = tl.zeros([], tl.int32)
+    for start in range(0, n, NP):
+        offs = start + tl.arange(0, NP)
+        best = tl.load(best_ptr + offs, mask=offs < n, other=2147483647)
+        count += tl.sum((best <= r).to(tl.int32), axis=0)
+    return count
+
+
+@triton.jit
+def _union_kernel(
+    best_ptr,  # [n] int32 least rank of each block over the heads (`budget`: in no head's list)
+    out_ptr,  # [budget] int64: the chosen blocks, ascending
+    n,
+    budget,
+    NP: tl.constexpr,
+    LOG_BP: tl.constexpr,  # 2 ** (LOG_BP + 1) > budget
+    SINGLE: tl.constexpr,
+):
+    offs0 = tl.arange(0, NP)
+    best_regs = offs0
+    if SINGLE:
+        best_regs = tl.load(best_ptr + offs0, mask=offs0 < n, other=2147483647)
+    # the least r with count(best <= r) >= budget: r_below is the largest r with fewer
+    r_below = tl.full([], -1, tl.int32)
+    for bit in tl.static_range(LOG_BP, -1, -1):
+        cand = r_below + (1 << bit)
+        count = _count_le(best_ptr, n, cand, NP, SINGLE, best_regs)
+        r_below = tl.where(count < budget, cand, r_below)
+    r = r_below + 1
+    need = budget - _count_le(best_ptr, n, r_below, NP, SINGLE, best_regs)
+    ties_seen = tl.zeros([], tl.int32)
+    chosen_seen = tl.zeros([], tl.int32)
+    for start in range(0, n, NP):
+        offs = start + offs0
+        in_n = offs < n
+        best = tl.load(best_ptr + offs, mask=in_n, other=2147483647)
+        tie = (in_n & (best == r)).to(tl.int32)
+        tie_rank = ties_seen + tl.cumsum(tie, axis=0)
+        chosen = in_n & ((best < r) | ((tie > 0) & (tie_rank <= need)))
+        slot = chosen_seen + tl.cumsum(chosen.to(tl.int32), axis=0) - 1
+        tl.store(out_ptr + slot, offs.to(tl.int64), mask=chosen)
+        ties_seen += tl.sum(tie, axis=0)
+        chosen_seen += tl.sum(chosen.to(tl.int32), axis=0)
+
+
+def select_top_blocks(
+    keys: torch.Tensor, budget_blocks: int, register_blocks: int = _REGISTER_BLOCKS
+) -> torch.Tensor:
+    """The `budget_blocks` chosen blocks (int64, ascending) of ranking keys [num_kv_heads, n]:
+    `select_from_keys`' result, for 1 <= budget_blocks < n. `register_blocks` (a power of two):
+    the most blocks a program keeps in registers (tests lower it to run the other paths)."""
+    num_kv_heads, n = keys.shape
+    assert 1 <= budget_blocks < n < 2**31 and keys.dtype == torch.int64 and keys.is_contiguous()
+    bp = triton.next_power_of_2(budget_blocks)
+    rows = keys
+    num_chunks = triton.cdiv(n, register_blocks)
+    if num_chunks > 1 and num_chunks * budget_blocks < n:  # first each chunk's top keys
+        rows = torch.empty((num_kv_heads, num_chunks * budget_blocks), dtype=torch.int64, device=keys.device)
+        _chunk_top_kernel[(num_kv_heads, num_chunks)](
+            keys, rows, n, budget_blocks, NP=register_blocks, BP=bp, num_warps=_warps(register_blocks)
+        )
+    m = rows.shape[1]
+    single = m <= register_blocks
+    np_ = triton.next_power_of_2(m) if single else register_blocks
+    best = torch.full((n,), budget_blocks, dtype=torch.int32, device=keys.device)
+    top = torch.empty((num_kv_heads, bp), dtype=torch.int64, device=keys.device)
+    out = torch.empty(budget_blocks, dtype=torch.int64, device=keys.device)
+    _head_top_kernel[(num_kv_heads,)](
+        rows, best, top, n, m, budget_blocks, NP=np_, BP=bp, RB=max(1, min(32, 8192 // bp)),
+        SINGLE=single, RANK_BY_SORT=budget_blocks > _PAIRWISE_RANK_MAX, num_warps=_warps(max(np_, bp)),
+    )  # fmt: skip
+    np_ = triton.next_power_of_2(n) if n <= register_blocks else register_blocks
+    _union_kernel[(1,)](
+        best, out, n, budget_blocks, NP=np_, LOG_BP=bp.bit_length() - 1, SINGLE=n <= register_blocks,
+        num_warps=_warps(np_),
+    )  # fmt: skip
+    return out
+
+
+def _warps(np_: int) -> int:
+    return 8 if np_ >= 4096 else 4
