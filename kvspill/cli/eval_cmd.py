@@ -113,11 +113,11 @@ def eval_command(
             return
         from kvspill.eval.runner import EvalSpec, run_eval
 
-        token_lengths = _lengths([*(lengths or []), *ctx.args])
+        token_lengths, task_names = lengths_and_tasks(lengths or [], tasks or [], ctx.args)
         if samples < 1:
             raise typer.BadParameter("--samples must be at least 1")
         kwargs = _configuration(engine, engine_arg or [], hot_kv_tokens, token_lengths)
-        spec = EvalSpec(tuple(tasks or DEFAULT_TASKS), tuple(token_lengths), samples, seed, teacher_forced)
+        spec = EvalSpec(task_names, tuple(token_lengths), samples, seed, teacher_forced)
         doc = run_eval(model, kwargs, spec, log=lambda line: typer.echo(line, err=True))
         doc["label"] = label
         json_path, md_path = write_report(doc, out)
@@ -128,10 +128,25 @@ def eval_command(
     typer.echo(f"wrote {json_path} and {md_path}", err=True)
 
 
-def _lengths(items: list[str]) -> list[int]:
-    """`--lengths 2K 4K 8K` (typer gives the first; the rest arrive as extra arguments), or
-    `--lengths 2K,4K` / repeated; default 2K 4K 8K."""
-    texts = [t for item in items for t in item.replace(",", " ").split()] or ["2K", "4K", "8K"]
+def lengths_and_tasks(
+    lengths: list[str], tasks: list[str], extras: list[str]
+) -> tuple[list[int], tuple[str, ...]]:
+    """`--lengths 2K 4K 8K --tasks passkey code`: typer gives each option its first value and the
+    rest arrive as extra arguments, which are task names or else lengths. Also `--lengths 2K,4K`
+    and repeated options. Defaults: 2K 4K 8K, every task."""
+    split = lambda items: [t for item in items for t in item.replace(",", " ").split()]  # noqa: E731
+    extra_tasks = [t for t in split(extras) if t in DEFAULT_TASKS]
+    extra_lengths = [t for t in split(extras) if t not in DEFAULT_TASKS]
+    for text in extra_lengths:
+        if not text[:1].isdigit():
+            raise ValueError(
+                f"{text!r} is neither a length (e.g. 8K) nor a task ({', '.join(DEFAULT_TASKS)})"
+            )
+    return _lengths([*split(lengths), *extra_lengths]), tuple(split(tasks) + extra_tasks) or DEFAULT_TASKS
+
+
+def _lengths(texts: list[str]) -> list[int]:
+    texts = texts or ["2K", "4K", "8K"]
     lengths = [parse_tokens(t, "--lengths") for t in texts]
     if min(lengths) < 1:
         raise ValueError("--lengths must be positive token counts")

@@ -84,3 +84,15 @@ def test_sparse_teacher_forcing_runs_every_position_as_a_decode_row(tiny_smol_vo
     assert "one token per step" in doc["teacher_forced_note"]
     (row,) = doc["teacher_forced"]
     assert row["top1_agreement"] > 99.0 and row["mean_kl"] < 1e-4
+
+
+def test_lengths_and_tasks_take_space_separated_values_after_either_option():
+    """typer gives `--tasks a b` only `a`; `b` arrives as an extra argument, as later lengths do."""
+    assert eval_cmd.lengths_and_tasks(["2K"], ["passkey"], ["niah_multikey", "4K"]) == (
+        [2048, 4096],
+        ("passkey", "niah_multikey"),
+    )
+    assert eval_cmd.lengths_and_tasks(["8K,2K"], ["code,passkey"], []) == ([2048, 8192], ("code", "passkey"))
+    assert eval_cmd.lengths_and_tasks([], [], []) == ([2048, 4096, 8192], eval_cmd.DEFAULT_TASKS)
+    with pytest.raises(ValueError, match="neither a length .* nor a task .*passkey"):
+        eval_cmd.lengths_and_tasks(["2K"], ["passkey"], ["niah"])
