@@ -144,13 +144,19 @@ def _size_tiers(
     startup = _plan(config, device, calibration, (measured, spec, loaded.max_model_len))
     assert startup is not None, "a plan with a device budget always exists after loading"
     plan = startup.plan
+    reserves = plan.cuda_graph_reserve_bytes + plan.allocator_slack_bytes + plan.runtime_reserve_bytes
+    left = plan.usable_vram_bytes - plan.weight_bytes - plan.activation_peak_bytes - reserves
     logger.info(
-        "KV pool: budget %.2f GiB - weights %.2f GiB - activations %.2f GiB - reserves %.2f GiB = %.2f GiB",
+        "KV pool: budget %.2f GiB - weights %.2f GiB - activations %.2f GiB - reserves %.2f GiB = %.2f GiB%s",
         plan.usable_vram_bytes / GIB,
         plan.weight_bytes / GIB,
         plan.activation_peak_bytes / GIB,
-        (plan.cuda_graph_reserve_bytes + plan.allocator_slack_bytes + plan.runtime_reserve_bytes) / GIB,
-        plan.gpu_kv_bytes / GIB,
+        reserves / GIB,
+        left / GIB,
+        # a fixed size (--num-kv-blocks, --kv-cache-memory, --hot-kv-tokens) takes less than that
+        ""
+        if plan.gpu_kv_bytes + plan.block_bytes > left
+        else f"; the pool's fixed size: {plan.gpu_kv_bytes / GIB:.2f} GiB",
     )
     num_blocks = plan.gpu_kv_tokens // config.block_size
     if num_blocks < 2:

@@ -193,7 +193,11 @@ def notes_for(plan: MemoryPlan) -> list[str]:
             f"sequences of {plan.context_len} tokens that fit at once: {plan.max_concurrent_seqs} "
             f"(of --max-num-seqs {r.max_num_seqs}); the others wait"
         )
-    if r.gpu_kv_budget_bytes is not None and plan.gpu_kv_bytes + plan.block_bytes <= r.gpu_kv_budget_bytes:
+    if (  # a fixed block count sets the size itself: then nothing was "left"
+        r.gpu_kv_blocks is None
+        and r.gpu_kv_budget_bytes is not None
+        and plan.gpu_kv_bytes + plan.block_bytes <= r.gpu_kv_budget_bytes
+    ):
         notes.append(
             f"a fixed GPU KV of {format_bytes(r.gpu_kv_budget_bytes)} was asked; "
             f"{format_bytes(plan.gpu_kv_bytes)} is left after weights and reserves"
