@@ -48,6 +48,12 @@ def _high(key):
 
 
 @triton.jit
+def _block_of(key, n):
+    """The block a ranking key names: its low half is n - 1 - block."""
+    return n - 1 - (key - ((key >> 32) << 32))
+
+
+@triton.jit
 def _count_ge(row_ptr, n, t, NP: tl.constexpr, SINGLE: tl.constexpr, hi_regs, GT: tl.constexpr):
     """How many of the row's n keys have a high half >= t (> t with GT; t int32)."""
     if SINGLE:
@@ -72,6 +78,37 @@ def _next_bit(t, bit: tl.constexpr):
 
 
 @triton.jit
+def _search_high(row_ptr, m, k, NP: tl.constexpr, SINGLE: tl.constexpr, hi_regs):
+    """The k-th largest high half of the row's m keys: the largest t with count(hi >= t) >= k,
+    set bit by bit from -2**31."""
+    t = tl.full([], -2147483648, tl.int32)
+    for bit in tl.static_range(31, -1, -1):
+        cand = _next_bit(t, bit)
+        count = _count_ge(row_ptr, m, cand, NP, SINGLE, hi_regs, False)
+        t = tl.where(count >= k, cand, t)
+    return t
+
+
+@triton.jit
+def _compact_top(row_ptr, dst_ptr, m, k, t, NP: tl.constexpr, SINGLE: tl.constexpr, hi_regs):
+    """Store at dst, in block order, the row's k keys of greatest high half (t from
+    `_search_high`): all above t, and the first ties at t."""
+    need = k - _count_ge(row_ptr, m, t, NP, SINGLE, hi_regs, True)
+    ties_seen = tl.zeros([], tl.int32)
+    kept = tl.zeros([], tl.int32)
+    for start in range(0, m, NP):
+        offs = start + tl.arange(0, NP)
+        in_m = offs < m
+        key = tl.load(row_ptr + offs, mask=in_m, other=-9223372036854775808)
+        hi = _high(key)
+        tie = (in_m & (hi == t)).to(tl.int32)
+        keep = in_m & ((hi > t) | ((tie > 0) & (ties_seen + tl.cumsum(tie, axis=0) <= need)))
+        tl.store(dst_ptr + kept + tl.cumsum(keep.to(tl.int32), axis=0) - 1, key, mask=keep)
+        ties_seen += tl.sum(tie, axis=0)
+        kept += tl.sum(keep.to(tl.int32), axis=0)
+
+
+@triton.jit
 def _chunk_top_kernel(
     keys_ptr,  # [KVH, n] int64 ranking keys
     cand_ptr,  # [KVH, num_chunks * budget] int64 out: each chunk's top keys in block order
@@ -88,19 +125,11 @@ def _chunk_top_kernel(
     offs = tl.arange(0, NP)
     n_here = tl.minimum(n - start, NP)
     k_here = tl.minimum(n_here, budget)
-    key = tl.load(
-        keys_ptr + h.to(tl.int64) * n + start + offs, mask=offs < n_here, other=-9223372036854775808
-    )
-    hi = _high(key)
-    t = tl.full([], -2147483648, tl.int32)
-    for bit in tl.static_range(31, -1, -1):
-        cand = _next_bit(t, bit)
-        t = tl.where(tl.sum((hi >= cand).to(tl.int32), axis=0) >= k_here, cand, t)
-    need = k_here - tl.sum((hi > t).to(tl.int32), axis=0)
-    tie = ((offs < n_here) & (hi == t)).to(tl.int32)
-    chosen = (offs < n_here) & ((hi > t) | ((tie > 0) & (tl.cumsum(tie, axis=0) <= need)))
+    row = keys_ptr + h.to(tl.int64) * n + start
+    hi = _high(tl.load(row + offs, mask=offs < n_here, other=-9223372036854775808))
+    t = _search_high(row, n_here, k_here, NP, True, hi)
     out = cand_ptr + (h.to(tl.int64) * tl.num_programs(1) + c) * budget
-    tl.store(out + tl.cumsum(chosen.to(tl.int32), axis=0) - 1, key, mask=chosen)
+    _compact_top(row, out, n_here, k_here, t, NP, True, hi)
     fill = tl.arange(0, BP)
     tl.store(
         out + fill, tl.full([BP], -9223372036854775808, tl.int64), mask=(fill >= k_here) & (fill < budget)
@@ -128,43 +157,21 @@ def _head_top_kernel(
     if SINGLE:
         key0 = tl.load(row + offs0, mask=offs0 < m, other=-9223372036854775808)
         hi_regs = _high(key0)
-    # the budget-th largest high half: the largest t with count(hi >= t) >= budget, bit by bit
-    t = tl.full([], -2147483648, tl.int32)
-    for bit in tl.static_range(31, -1, -1):
-        cand = _next_bit(t, bit)
-        count = _count_ge(row, m, cand, NP, SINGLE, hi_regs, False)
-        t = tl.where(count >= budget, cand, t)
-    need = budget - _count_ge(row, m, t, NP, SINGLE, hi_regs, True)  # how many ties at t
-    # compact the chosen keys in block order: all above t, and the first `need` ties at t
-    ties_seen = tl.zeros([], tl.int32)
-    chosen_seen = tl.zeros([], tl.int32)
-    for start in range(0, m, NP):
-        offs = start + offs0
-        in_n = offs < m
-        key = tl.load(row + offs, mask=in_n, other=-9223372036854775808)
-        hi = _high(key)
-        tie = (in_n & (hi == t)).to(tl.int32)
-        tie_rank = ties_seen + tl.cumsum(tie, axis=0)
-        chosen = in_n & ((hi > t) | ((tie > 0) & (tie_rank <= need)))
-        slot = chosen_seen + tl.cumsum(chosen.to(tl.int32), axis=0) - 1
-        tl.store(top_ptr + h * BP + slot, key, mask=chosen)
-        ties_seen += tl.sum(tie, axis=0)
-        chosen_seen += tl.sum(chosen.to(tl.int32), axis=0)
+    t = _search_high(row, m, budget, NP, SINGLE, hi_regs)
+    _compact_top(row, top_ptr + h * BP, m, budget, t, NP, SINGLE, hi_regs)
     tl.debug_barrier()  # the compacted keys, written by every thread, are read by every thread
     cols = tl.arange(0, BP)
     all_top = tl.load(top_ptr + h * BP + cols, mask=cols < budget, other=-9223372036854775808)
     if RANK_BY_SORT:  # place after a descending sort = rank in the head (keys are distinct)
         ranked = tl.sort(all_top, descending=True)
-        block = n - 1 - (ranked - ((ranked >> 32) << 32))  # low half: n - 1 - block
-        tl.atomic_min(best_ptr + block, cols, mask=cols < budget)
+        tl.atomic_min(best_ptr + _block_of(ranked, n), cols, mask=cols < budget)
     else:  # rank = how many chosen keys are greater
         for r0 in range(0, budget, RB):
             rows = r0 + tl.arange(0, RB)
             in_b = rows < budget
             mine = tl.load(top_ptr + h * BP + rows, mask=in_b, other=-9223372036854775808)
             rank = tl.sum((all_top[None, :] > mine[:, None]).to(tl.int32), axis=1)
-            block = n - 1 - (mine - ((mine >> 32) << 32))
-            tl.atomic_min(best_ptr + block, rank, mask=in_b)
+            tl.atomic_min(best_ptr + _block_of(mine, n), rank, mask=in_b)
 
 
 @triton.jit

@@ -208,15 +208,14 @@ def cache_update(
     the kernel, two launches fewer per layer); updates `slot_of` and `slot_block` in place and
     adds the number of misses to `copied` (int64 scalar). `scratch`: int32 [2, S] on the device;
     `table`: where to write the table (contiguous [k])."""
-    chosen = positions
-    k = chosen.shape[0]
+    k = positions.shape[0]
     num_slots = slot_block.shape[0]
     assert k <= num_slots and scratch.shape == (2, num_slots)
     if table is None:
-        table = torch.empty(k, dtype=torch.int32, device=chosen.device)
+        table = torch.empty(k, dtype=torch.int32, device=positions.device)
     assert table.shape == (k,) and table.dtype == torch.int32 and table.is_contiguous()
-    copy_dst = torch.empty(k, dtype=torch.int64, device=chosen.device)
-    src_ids = torch.empty(k, dtype=torch.int64, device=chosen.device)
+    copy_dst = torch.empty(k, dtype=torch.int64, device=positions.device)
+    src_ids = torch.empty_like(copy_dst)
     if k == 0:
         return table, copy_dst, src_ids
     _cache_update_kernel[(1,)](
