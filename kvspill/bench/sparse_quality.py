@@ -27,17 +27,29 @@ import torch.nn.functional as F
 
 from kvspill.bench.kv_quality import STDLIB_FILES, compare, stdlib_text
 from kvspill.kv.block_summary import summarize_keys
-from kvspill.kv.sparse_select import quest_scores, select_blocks
+from kvspill.kv.sparse_select import block_scores, quest_bounds, select_blocks
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
 from kvspill.tokenizer import load_tokenizer
+
+# "estimate": the engine's block score; "quest": Quest's upper bound (kv/sparse_select.py says why
+# the engine left it), for the comparison.
+SCORES = {"estimate": block_scores, "quest": quest_bounds}
 
 
 class SparseDecodeAttention:
     """Causal GQA attention where each row keeps only the cold blocks it would select
     (`budget_tokens` of them, whole blocks); `None` budget: exact causal attention."""
 
-    def __init__(self, budget_tokens: int | None, block_size: int, sink_blocks: int, hot_window: int) -> None:
+    def __init__(
+        self,
+        budget_tokens: int | None,
+        block_size: int,
+        sink_blocks: int,
+        hot_window: int,
+        score: str = "estimate",
+    ) -> None:
+        self.score_fn = SCORES[score]
         self.budget_blocks = None if budget_tokens is None else max(1, budget_tokens // block_size)
         self.block_size = block_size
         self.sink_blocks = sink_blocks
@@ -62,7 +74,7 @@ class SparseDecodeAttention:
             end = self.cold_end(t)
             if end - self.sink_blocks <= self.budget_blocks:
                 continue
-            scores = quest_scores(q[t : t + 1], summary[self.sink_blocks : end])
+            scores = self.score_fn(q[t : t + 1], summary[self.sink_blocks : end])
             keep = select_blocks(scores, self.budget_blocks) + self.sink_blocks
             block_allowed = torch.zeros(end, dtype=torch.bool)
             block_allowed[: self.sink_blocks] = True
@@ -97,6 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--sink-blocks", type=int, default=1, help="--num-sink-blocks")
     ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
+    ap.add_argument(
+        "--score", choices=tuple(SCORES), default="estimate", help="block score (estimate: the engine's)"
+    )
     ap.add_argument("--out", help="append the figures here as JSON lines")
     args = ap.parse_args(argv)
     resolved = resolve_model(None)
@@ -104,7 +119,9 @@ def main(argv: list[str] | None = None) -> None:
     ids = load_tokenizer(resolved).encode(stdlib_text())[: args.tokens]
     ref = teacher_forced(loaded.model, ids, SparseDecodeAttention(None, args.block_size, 0, 0))
     for budget in (int(b) for b in args.budgets.split(",")):
-        attention = SparseDecodeAttention(budget, args.block_size, args.sink_blocks, args.hot_window)
+        attention = SparseDecodeAttention(
+            budget, args.block_size, args.sink_blocks, args.hot_window, args.score
+        )
         logits = teacher_forced(loaded.model, ids, attention)
         rows = attention.dropping_rows
         assert rows is not None
@@ -116,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
             "block_size": args.block_size,
             "sink_blocks": args.sink_blocks,
             "hot_window": args.hot_window,
+            "score": args.score,
             "all_positions": compare(ref, logits),
             "num_sparse_positions": int(rows.sum()),
             "sparse_positions": compare(ref[rows], logits[rows]) if rows.any() else None,

@@ -1,11 +1,13 @@
 """Triton kernels of sparse cold attention's per-layer selection (`kv/cold_sparse.py`).
 
-1. `quest_keys`: Quest's bound of every cold block of one sequence for each kv head, read from
-   the summaries where they lie (cpu- and disk-tier summary tensors, no gather copy), written as
-   int64 *ranking keys*: the score's bits made order-preserving in the high 32 bits, and
-   `n - 1 - block` in the low 32. Sorting keys descending is sorting by score, ties by lower block
-   index first: exactly the order `kv/sparse_select.select_blocks` defines, so `torch.topk` on
-   keys (all distinct) is deterministic and equals the stable argsort of the reference.
+1. `block_keys`: the score of every cold block of one sequence for each kv head
+   (`kv/sparse_select.block_scores`: q . center + ||q * half-width||_2 of the block's key box),
+   read from the summaries where they lie (cpu- and disk-tier summary tensors, no gather copy),
+   written as int64 *ranking keys*: the score's top `SCORE_BITS` bits made order-preserving in
+   the high 32 bits (`score_bits`), and `n - 1 - block` in the low 32. Sorting keys descending
+   is sorting by score, ties by lower block index first: exactly the order
+   `kv/sparse_select.select_blocks` defines, so a top-k of keys (all distinct) is deterministic
+   and equals the stable argsort of the reference.
 2. `cache_update`: the bookkeeping of `kv/sparse_cache.py` for one sequence and layer in one
    program: which chosen blocks are already in the GPU cache (hits), which slots hold blocks no
    longer chosen (free), the r-th miss goes to the r-th free slot (ascending); it updates the
@@ -13,8 +15,8 @@
 
 Both replace a chain of ~25 small torch launches per layer (the host was the bottleneck of a
 sparse decode step: 44 ms of host ops against 27 ms of GPU work per step, W3 128K on an H100).
-Torch references with the same semantics live beside them (`quest_keys_ref`,
-`kv/sparse_cache.cache_update_ref`); off CUDA the references run.
+Torch references with the same semantics live elsewhere (`kv/sparse_select.block_scores_ref` with
+`ranking_keys`, `kv/sparse_cache.cache_update_ref`); off CUDA the references run.
 """
 
 from __future__ import annotations
@@ -25,30 +27,37 @@ from kvspill.kernels.triton_compat import tl, triton
 from kvspill.types import TIER_CPU
 
 _BLOCKS_PER_PROGRAM = 32
+# Scores rank by their top SCORE_BITS bits (sign, exponent, 11 mantissa bits: 2^-11 relative):
+# scores closer than that tie, and ties go to the lower block index. The summaries and queries
+# are bf16 (8 mantissa bits) on the GPU, so finer differences are noise, and the selection's
+# bitwise searches (kernels/block_select.py) take 20 steps instead of 32.
+SCORE_BITS = 20
+_SCORE_MASK = -(1 << (32 - SCORE_BITS))  # int32 with the top SCORE_BITS bits set
 
 
-def _orderable(score: torch.Tensor) -> torch.Tensor:
-    """fp32 -> int32 whose signed order is the float order (-0.0 first made +0.0)."""
+def score_bits(score: torch.Tensor) -> torch.Tensor:
+    """fp32 -> int32 whose signed order is the float order at SCORE_BITS bits (-0.0 first made
+    +0.0): the ranking keys' high half and the order `kv/sparse_select.select_blocks` defines."""
     bits = (score.float() + 0.0).view(torch.int32)
-    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits) & _SCORE_MASK
 
 
 def ranking_keys(scores: torch.Tensor) -> torch.Tensor:
     """[num_kv_heads, n] float scores -> int64 keys (see the module docstring)."""
     n = scores.shape[1]
     low = (n - 1 - torch.arange(n, device=scores.device, dtype=torch.int64)).expand_as(scores)
-    return (_orderable(scores).to(torch.int64) << 32) | low
+    return (score_bits(scores).to(torch.int64) << 32) | low
 
 
 def pad_keys(keys: torch.Tensor, num_valid: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Reference of `quest_keys`' padding: blocks at `positions` >= `num_valid` get the least high
+    """Reference of `block_keys`' padding: blocks at `positions` >= `num_valid` get the least high
     half (int32 min), keeping their low half, so they rank below every real block."""
     low = keys & 0xFFFFFFFF
     return torch.where(positions < num_valid, keys, low - 2**63)
 
 
 @triton.jit
-def _quest_keys_kernel(
+def _block_keys_kernel(
     q_ptr,  # [num_heads, D] this row's queries
     cpu_ptr,  # cpu-tier summaries of this layer: [blocks, 2, KVH, D] with block stride `stride_b`
     disk_ptr,  # disk-tier summaries (same layout; the cpu view again when there is no disk tier)
@@ -64,6 +73,7 @@ def _quest_keys_kernel(
     BN: tl.constexpr,
     CPU_TIER: tl.constexpr,
     HAS_COUNT: tl.constexpr,
+    SCORE_MASK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     h = tl.program_id(1)
@@ -84,20 +94,22 @@ def _quest_keys_kernel(
     kmax = tl.load(cpu_ptr + base + KVH * D, mask=on_cpu, other=0.0).to(tl.float32) + tl.load(
         disk_ptr + base + KVH * D, mask=on_disk, other=0.0
     ).to(tl.float32)
+    center = (kmax + kmin) * 0.5
+    half_sq = (kmax - kmin) * (kmax - kmin) * 0.25
     best = tl.full([BN], float("-inf"), tl.float32)
     for g in tl.static_range(GROUP):
         qg = tl.load(q_ptr + (h * GROUP + g) * D + d).to(tl.float32)
-        bound = tl.sum(tl.maximum(kmin * qg[None, :], kmax * qg[None, :]), axis=1)
-        best = tl.maximum(best, bound)
+        spread = tl.sqrt(tl.sum(half_sq * (qg * qg)[None, :], axis=1))
+        best = tl.maximum(best, tl.sum(center * qg[None, :], axis=1) + spread)
     bits = (best + 0.0).to(tl.int32, bitcast=True)
-    bits = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    bits = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits) & SCORE_MASK
     # Padding's high half is the least int32; a real score's is at least -NaN's (0x803FFFFF).
     bits = tl.where(valid, bits, -2147483648)
     key = (bits.to(tl.int64) << 32) | (n - 1 - offs).to(tl.int64)
     tl.store(out_ptr + h * n + offs, key, mask=in_n)
 
 
-def quest_keys(
+def block_keys(
     q: torch.Tensor,
     cpu_summary: torch.Tensor,
     disk_summary: torch.Tensor | None,
@@ -120,7 +132,7 @@ def quest_keys(
     if n == 0:
         return out
     grid = (triton.cdiv(n, _BLOCKS_PER_PROGRAM), num_kv_heads)
-    _quest_keys_kernel[grid](
+    _block_keys_kernel[grid](
         q.contiguous(),
         cpu_summary,
         disk,
@@ -136,6 +148,7 @@ def quest_keys(
         BN=_BLOCKS_PER_PROGRAM,
         CPU_TIER=TIER_CPU,
         HAS_COUNT=num_valid is not None,
+        SCORE_MASK=_SCORE_MASK,
         num_warps=4,
     )
     return out

@@ -3,7 +3,7 @@ cold blocks their queries select, within a token budget.
 
 Per layer and sequence with one query row this step: rank every cold block by its summary
 against the row's queries (`kv/sparse_select.py`; on CUDA one Triton kernel reads the summaries
-where they lie, `kernels/sparse_kernels.quest_keys`), keep the `budget_blocks` best (one block
+where they lie, `kernels/sparse_kernels.block_keys`), keep the `budget_blocks` best (one block
 list per sequence for all its kv heads: the union of the heads' rankings, see there), bring
 those blocks of that layer to the device and run the decode kernel over them; the partial
 (o, lse) merges by LSE into the step's cold accumulator, and the gpu-resident part (sink
@@ -37,12 +37,12 @@ import numpy as np
 import torch
 
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
-from kvspill.kernels.sparse_kernels import pad_keys, quest_keys, ranking_keys
+from kvspill.kernels.sparse_kernels import block_keys, pad_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks, index_copy_rows
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_math import merge_rows_into
 from kvspill.kv.sparse_cache import SparseBlockCache
-from kvspill.kv.sparse_select import quest_scores, select_from_keys
+from kvspill.kv.sparse_select import block_scores, select_from_keys
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK
 
@@ -271,8 +271,8 @@ class SparseColdStep:
         if q_row.is_cuda:
             disk = self.summaries.layer(TIER_DISK, layer_idx) if TIER_DISK in seq.tier_index else None
             cpu = self.summaries.layer(TIER_CPU, layer_idx)
-            return quest_keys(q_row, cpu, disk, seq.tiers, seq.ids, seq.num_valid)
-        keys = ranking_keys(quest_scores(q_row[None], self._summary(seq, layer_idx)))
+            return block_keys(q_row, cpu, disk, seq.tiers, seq.ids, seq.num_valid)
+        keys = ranking_keys(block_scores(q_row[None], self._summary(seq, layer_idx)))
         return keys if seq.num_valid is None else pad_keys(keys, seq.num_valid, seq.positions)
 
     def _fill_cache(self, layer_idx: int, chosen: list[torch.Tensor]) -> None:

@@ -1,18 +1,28 @@
-"""Query-aware selection of cold blocks (Quest): score block summaries, keep a token budget.
+"""Query-aware selection of cold blocks: score block summaries, keep a token budget.
 
-Score of a block for one query row q and kv head h (an upper bound of q . k over the block's
-keys, from the per-channel key min/max of `kv/block_summary.py`):
+A block's summary is the per-channel min and max of its keys (`kv/block_summary.py`, as in
+Quest), read as a box: center c = (kmax + kmin) / 2 and half-width r = (kmax - kmin) / 2. The
+score of a block for one query row q and kv head h estimates the block's largest q . k:
 
-    bound(q, block) = sum_d max(q_d * kmin_d, q_d * kmax_d)
-                    = kmax . relu(q) + kmin . min(q, 0)          (two matmuls)
+    score(q, block) = q . c + || q * r ||_2                   (`block_scores`)
 
-A kv head's score of a block is the maximum bound over its GQA query group and the step's query
-rows of the sequence. The gather moves whole blocks (all kv heads), so one block list serves
-every head of a sequence: each head ranks the blocks by its score (ties: lower block index
-first), a block's priority is its best rank over the heads, and the `budget_blocks` blocks of
-best priority are kept (ties again by block index). So each head's top blocks come in
-round-robin and no head's scale drowns the others. Deterministic given the inputs: stable sorts
-only, no randomness; the result is in ascending block order.
+Quest's own score is the box's upper bound, q . c + sum_d |q_d| r_d (`quest_bounds`). On real
+weights the bound is loose where it matters: RoPE's fast channels turn within a 16-token block,
+so every block's box is wide in them and their |q_d| r_d terms, alike for all blocks, drown the
+slow channels that tell a needle's block from the rest. The L2 norm of q * r is the size of a
+typical deviation from the center (keys vary in many channels at once, not each at its extreme),
+not the worst case. Measured with `kvspill eval` on SmolLM2 (NIAH, 4 needles, 2K tokens, budget
+1/8: 16 of ~110 cold blocks, 20 samples): the bound scored 55 against exact attention's 75; the
+estimate 75, the same samples as exact (bench/results/2026-11-27-cpu-sparse-score/). With the
+true per-block max of q . k (an oracle) the failing samples pass as well.
+
+A kv head's score of a block is the maximum over its GQA query group and the step's query rows
+of the sequence. The gather moves whole blocks (all kv heads), so one block list serves every
+head of a sequence: each head ranks the blocks by its score (ties: lower block index first), a
+block's priority is its best rank over the heads, and the `budget_blocks` blocks of best
+priority are kept (ties again by block index). So each head's top blocks come in round-robin and
+no head's scale drowns the others. Deterministic given the inputs: stable sorts only, no
+randomness; the result is in ascending block order.
 
 Shapes: q [num_rows, num_heads, head_dim]; summary [num_blocks, 2, num_kv_heads, head_dim]
 (dim 1: 0 = min, 1 = max); scores [num_kv_heads, num_blocks] float32.
@@ -23,42 +33,53 @@ from __future__ import annotations
 import torch
 
 from kvspill.kernels.block_select import select_top_blocks
-
-# Matmul dtypes; fp8 summaries are widened first (torch has no fp8 matmul on every device).
-_MATMUL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+from kvspill.kernels.sparse_kernels import score_bits
 
 
-def quest_scores_ref(q: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
-    """Torch reference, straight from the definition (fp32): [num_kv_heads, num_blocks]."""
-    num_rows, num_heads, head_dim = q.shape
-    num_kv_heads = summary.shape[2]
-    qg = q.float().view(num_rows, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    kmin = summary[:, 0].float()[:, None, :, None, :]  # [blocks, 1, kv, 1, dim]
-    kmax = summary[:, 1].float()[:, None, :, None, :]
-    bound = torch.maximum(qg * kmin, qg * kmax).sum(-1)  # [blocks, rows, kv, group]
-    return bound.amax(dim=(1, 3)).transpose(0, 1).contiguous()
+def _group_rows(q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+    """q [rows, heads, dim] -> [kv, rows * group, dim]: every query row of a kv head's group."""
+    num_rows, _, head_dim = q.shape
+    return q.view(num_rows, num_kv_heads, -1, head_dim).transpose(0, 1).reshape(num_kv_heads, -1, head_dim)
 
 
-def quest_scores(q: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
-    """[num_kv_heads, num_blocks] float32, two batched matmuls per call (see the module docstring)."""
-    num_rows, num_heads, head_dim = q.shape
-    num_kv_heads = summary.shape[2]
-    dtype = summary.dtype if summary.dtype in _MATMUL_DTYPES else torch.float32
-    # [kv, rows * group, dim]: every query row of a head's group
-    qh = (
-        q.to(dtype)
-        .view(num_rows, num_kv_heads, -1, head_dim)
-        .transpose(0, 1)
-        .reshape(num_kv_heads, -1, head_dim)
-    )
+def block_scores_ref(q: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
+    """Torch reference of `block_scores`, straight from the definition (fp32): [num_kv_heads, num_blocks]."""
+    qh = _group_rows(q.float(), summary.shape[2])  # [kv, rows*group, dim]
+    kmin, kmax = (
+        summary[:, 0].float().transpose(0, 1),
+        summary[:, 1].float().transpose(0, 1),
+    )  # [kv, blocks, dim]
+    center, half = (kmax + kmin) / 2, (kmax - kmin) / 2
+    q_, c_, r_ = (
+        qh[:, None, :, :],
+        center[:, :, None, :],
+        half[:, :, None, :],
+    )  # [kv, blocks, rows*group, dim]
+    score = (q_ * c_).sum(-1) + (q_ * r_).square().sum(-1).sqrt()
+    return score.amax(dim=2)
+
+
+def block_scores(q: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
+    """[num_kv_heads, num_blocks] float32 (see the module docstring), two batched fp32 matmuls
+    per call; the GPU path computes the same in `kernels/sparse_kernels.block_keys`."""
+    qh = _group_rows(q.float(), summary.shape[2])
+    kmin = summary[:, 0].float().transpose(0, 1)  # [kv, blocks, dim]
+    kmax = summary[:, 1].float().transpose(0, 1)
+    center = torch.bmm((kmax + kmin) / 2, qh.transpose(1, 2))  # [kv, blocks, rows*group]
+    spread = torch.bmm(((kmax - kmin) / 2).square(), qh.square().transpose(1, 2)).clamp_(min=0).sqrt_()
+    return (center + spread).amax(dim=2)
+
+
+def quest_bounds(q: torch.Tensor, summary: torch.Tensor) -> torch.Tensor:
+    """Quest's score, the box's upper bound of q . k: sum_d max(q_d * kmin_d, q_d * kmax_d) =
+    kmax . relu(q) + kmin . min(q, 0), [num_kv_heads, num_blocks] float32. Not the engine's score
+    (see the module docstring); `python -m kvspill.bench.sparse_quality --score quest` measures it."""
+    qh = _group_rows(q.float(), summary.shape[2])
     pos = qh.clamp(min=0)
-    neg = qh - pos
-    kmin = summary[:, 0].to(dtype).transpose(0, 1)  # [kv, blocks, dim]
-    kmax = summary[:, 1].to(dtype).transpose(0, 1)
-    bound = torch.baddbmm(
-        torch.bmm(kmax, pos.transpose(1, 2)), kmin, neg.transpose(1, 2)
-    )  # [kv, blocks, rows*group]
-    return bound.amax(dim=2).float()
+    kmin = summary[:, 0].float().transpose(0, 1)
+    kmax = summary[:, 1].float().transpose(0, 1)
+    bound = torch.baddbmm(torch.bmm(kmax, pos.transpose(1, 2)), kmin, (qh - pos).transpose(1, 2))
+    return bound.amax(dim=2)
 
 
 def select_blocks(scores: torch.Tensor, budget_blocks: int) -> torch.Tensor:
@@ -66,7 +87,8 @@ def select_blocks(scores: torch.Tensor, budget_blocks: int) -> torch.Tensor:
     num_kv_heads, num_blocks = scores.shape
     if budget_blocks >= num_blocks:
         return torch.arange(num_blocks, device=scores.device)
-    order = torch.argsort(scores, dim=1, descending=True, stable=True)  # stable: ties by block index
+    # scores compare at SCORE_BITS bits (`score_bits`); stable: ties by block index
+    order = torch.argsort(score_bits(scores), dim=1, descending=True, stable=True)
     ranks = torch.empty_like(order)
     positions = torch.arange(num_blocks, device=scores.device).expand(num_kv_heads, num_blocks)
     ranks.scatter_(1, order, positions)
@@ -85,7 +107,7 @@ def select_from_keys(
     keys: torch.Tensor, budget_blocks: int, positions: torch.Tensor | None = None
 ) -> torch.Tensor:
     """`select_blocks` from ranking keys [num_kv_heads, num_blocks] int64 (distinct per head, larger
-    first: `kernels/sparse_kernels.quest_keys`), with a few launches and no host sync: each head's
+    first: `kernels/sparse_kernels.block_keys`), with a few launches and no host sync: each head's
     top `budget_blocks` keys give every rank below the budget (a block of best rank >= budget is
     never chosen: head 0's own top list already fills the budget), the best rank per block is a
     scatter-min, and the budget's blocks of least (rank, index) are a top-k of distinct keys.

@@ -9,16 +9,16 @@ import pytest
 import torch
 
 from kvspill.kernels.block_select import select_top_blocks
-from kvspill.kernels.sparse_kernels import cache_update, pad_keys, quest_keys, ranking_keys
+from kvspill.kernels.sparse_kernels import block_keys, cache_update, pad_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks_to
 from kvspill.kv.sparse_cache import cache_update_ref
-from kvspill.kv.sparse_select import quest_scores_ref, select_blocks, select_from_keys
+from kvspill.kv.sparse_select import block_scores_ref, select_blocks, select_from_keys
 from kvspill.types import TIER_CPU, TIER_DISK
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def test_quest_keys_rank_like_the_reference_over_two_tiers():
+def test_block_keys_rank_like_the_reference_over_two_tiers():
     g = torch.Generator().manual_seed(0)
     num_heads, kv_heads, dim, layers = 8, 2, 16, 3
     cpu = torch.randn(20, layers, 2, kv_heads, dim, generator=g)
@@ -32,15 +32,15 @@ def test_quest_keys_rank_like_the_reference_over_two_tiers():
     summary = torch.stack(
         [(cpu if t == TIER_CPU else disk)[i, layer] for t, i in zip(tiers, ids, strict=True)]
     )
-    want = ranking_keys(quest_scores_ref(q[None], summary))
+    want = ranking_keys(block_scores_ref(q[None], summary))
     dev = lambda t: t.to(DEVICE)  # noqa: E731
-    got = quest_keys(dev(q), dev(cpu)[:, layer], dev(disk)[:, layer], dev(tiers), dev(ids)).cpu()
+    got = block_keys(dev(q), dev(cpu)[:, layer], dev(disk)[:, layer], dev(tiers), dev(ids)).cpu()
     # same order of blocks per head (the scores agree to float rounding; no near-ties here)
     assert torch.equal(got.argsort(dim=1), want.argsort(dim=1))
     assert torch.equal(got & 0xFFFFFFFF, want & 0xFFFFFFFF)  # low bits: n - 1 - block index
 
 
-def test_quest_keys_padding_past_num_valid_is_never_read_and_ranks_last():
+def test_block_keys_padding_past_num_valid_is_never_read_and_ranks_last():
     """CUDA graphs pass fixed-size block lists: blocks past `num_valid` are padding. Their ids
     point out of the summaries (a read would fault or show); the real blocks' keys equal the
     unpadded call's ranking, and a top-k of at most `num_valid` picks real blocks only."""
@@ -55,8 +55,8 @@ def test_quest_keys_padding_past_num_valid_is_never_read_and_ranks_last():
     dev = lambda t: t.to(DEVICE)  # noqa: E731
     layer = dev(cpu)[:, 1]
     count = torch.tensor(n_real, device=DEVICE)
-    got = quest_keys(dev(q), layer, None, dev(tiers), dev(ids), num_valid=count).cpu()
-    alone = quest_keys(dev(q), layer, None, dev(tiers[:n_real]), dev(ids[:n_real])).cpu()
+    got = block_keys(dev(q), layer, None, dev(tiers), dev(ids), num_valid=count).cpu()
+    alone = block_keys(dev(q), layer, None, dev(tiers[:n_real]), dev(ids[:n_real])).cpu()
     assert torch.equal(got[:, :n_real].argsort(dim=1), alone.argsort(dim=1))
     assert bool((got[:, n_real:].amax(dim=1) < got[:, :n_real].amin(dim=1)).all())
     for budget in (1, 4, n_real):
@@ -74,6 +74,7 @@ def test_selection_from_keys_equals_the_stable_sort_definition(num_blocks, budge
     scores[2] = scores[0]  # two heads alike
     scores[3, 7] = -0.0  # -0.0 ties with +0.0
     scores[3, 8] = 0.0
+    scores[0, 20], scores[0, 30] = 3.0, 3.0 * (1 + 2**-14)  # tie at SCORE_BITS: block 20 first
     assert torch.equal(select_from_keys(ranking_keys(scores), budget), select_blocks(scores, budget))
 
 
@@ -84,6 +85,7 @@ def _tied_scores(num_heads: int, num_blocks: int, seed: int) -> torch.Tensor:
     scores[2] = scores[0]  # two heads alike
     scores[3, 7] = -0.0  # -0.0 ties with +0.0
     scores[3, 8] = 0.0
+    scores[0, 20], scores[0, 30] = 3.0, 3.0 * (1 + 2**-14)  # tie at SCORE_BITS: block 20 first
     return scores
 
 
@@ -99,6 +101,26 @@ def test_selection_kernels_equal_the_stable_sort_definition(num_blocks, budget, 
     scores = _tied_scores(4, num_blocks, budget)
     got = select_top_blocks(ranking_keys(scores).to(DEVICE), budget, register_blocks).cpu()
     assert torch.equal(got, select_blocks(scores, budget))
+
+
+@pytest.mark.parametrize("register_blocks", [8192, 256])
+def test_selection_kernels_with_three_kv_heads(register_blocks):
+    """A head count that is not a power of two (SmolLM2 has 3 kv heads): the union's codes
+    (rank * heads + head) and the entries' padding to 4 heads."""
+    scores = _tied_scores(4, 1500, 7)[:3].contiguous()
+    for budget in (5, 64, 333):
+        got = select_top_blocks(ranking_keys(scores).to(DEVICE), budget, register_blocks).cpu()
+        assert torch.equal(got, select_blocks(scores, budget))
+
+
+def test_scores_closer_than_score_bits_tie_and_go_to_the_lower_block():
+    scores = torch.zeros(1, 40)
+    scores[0, 30], scores[0, 20] = 3.0 * (1 + 2**-14), 3.0  # the later block a hair higher
+    assert select_blocks(scores, 1).tolist() == [20]
+    assert select_top_blocks(ranking_keys(scores).to(DEVICE), 1).cpu().tolist() == [20]
+    scores[0, 30] = 3.0 * (1 + 2**-10)  # 2**-10 apart: no tie
+    assert select_blocks(scores, 1).tolist() == [30]
+    assert select_top_blocks(ranking_keys(scores).to(DEVICE), 1).cpu().tolist() == [30]
 
 
 @pytest.mark.parametrize("register_blocks", [8192, 128, 64])

@@ -19,7 +19,7 @@ from kvspill.kv.block_summary import BlockSummaries, bytes_per_block, summarize_
 from kvspill.kv.cold_attention import ColdAttentionBackend
 from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
 from kvspill.kv.cold_math import attend_unmasked_ref
-from kvspill.kv.sparse_select import quest_scores, quest_scores_ref, select_blocks
+from kvspill.kv.sparse_select import block_scores, block_scores_ref, quest_bounds, select_blocks
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.kv.transfer import KVTransferEngine
 from kvspill.runner.inputs import apply_block_moves
@@ -109,7 +109,7 @@ def test_a_small_budget_attends_exactly_the_chosen_blocks(tmp_path):
         )
         summary = summarize_keys(keys[:, None])[:, 0]  # [blocks, 2, kv, dim]
         row = q[long_seq.token_start : long_seq.token_start + 1]
-        chosen = select_blocks(quest_scores_ref(row, summary), budget_blocks)
+        chosen = select_blocks(block_scores_ref(row, summary), budget_blocks)
         k, v = keys[chosen, 0].flatten(0, 1), keys[chosen, 1].flatten(0, 1)
         o_ref, lse_ref = attend_unmasked_ref(row, k, v, SCALE)
         torch.testing.assert_close(o, o_ref, rtol=1e-5, atol=1e-5)
@@ -151,16 +151,41 @@ def test_summaries_follow_blocks_to_cpu_and_disk(tmp_path):
     assert torch.equal(summaries.tensors[TIER_CPU][3], summarize_keys(storage.cpu_cache[3:4])[0])
 
 
-def test_quest_scores_equal_the_definition_and_bound_every_key():
+def test_block_scores_equal_the_definition_and_quest_bounds_bound_every_key():
     g = torch.Generator().manual_seed(5)
     blocks = torch.randn(9, 2, 4, 2, 16, generator=g)  # [blocks, k/v, block_size, kv, dim]
     summary = summarize_keys(blocks[:, None])[:, 0]
     q = torch.randn(3, 4, 16, generator=g)  # 3 rows, 4 heads over 2 kv heads
-    scores = quest_scores(q, summary)
-    torch.testing.assert_close(scores, quest_scores_ref(q, summary), rtol=1e-5, atol=1e-5)
+    scores = block_scores(q, summary)
+    torch.testing.assert_close(scores, block_scores_ref(q, summary), rtol=1e-5, atol=1e-5)
     # the true max of q . k per (kv head, block) over the group's heads, rows and the block's keys
-    qk = torch.einsum("rkgd,ntkd->knrgt", q.view(3, 2, 2, 16), blocks[:, 0])
-    assert (scores >= qk.flatten(2).amax(-1) - 1e-5).all()
+    qk = torch.einsum("rkgd,ntkd->knrgt", q.view(3, 2, 2, 16), blocks[:, 0]).flatten(2).amax(-1)
+    bounds = quest_bounds(q, summary)
+    assert (bounds >= qk - 1e-5).all()
+    # the estimate lies between the box's center score and Quest's bound
+    assert (scores <= bounds + 1e-5).all()
+    center = torch.einsum("rkgd,nkd->knrg", q.view(3, 2, 2, 16), summary.mean(1)).flatten(2).amax(-1)
+    assert (scores >= center - 1e-5).all()
+
+
+def test_block_score_finds_the_aligned_key_that_quests_bound_misses():
+    """Why the engine's score is not Quest's bound. Block 0 holds one key along q (q . k = 20)
+    among keys near 0; block 1 holds keys that swing +-1 in all 64 channels independently (their
+    q . k is a sum of 64 random signs: 14 at most over these 16 keys). Quest's bound adds the
+    worst case of every channel (64 against 20) and ranks block 1 first; the estimate
+    (q . center + ||q * half-width||_2: 10.8 against 8) ranks block 0 first."""
+    g = torch.Generator().manual_seed(0)
+    dim = 64
+    q = torch.ones(1, 1, dim)  # one row, one head
+    aligned = torch.randn(16, dim, generator=g) * 0.01
+    aligned[5] = 20 / dim
+    swinging = torch.randint(0, 2, (16, dim), generator=g).float() * 2 - 1
+    blocks = torch.stack([aligned, swinging])[:, None, :, None, :].expand(2, 2, 16, 1, dim)
+    summary = summarize_keys(blocks[:, None])[:, 0]
+    true_max = torch.einsum("d,ntd->nt", q[0, 0], blocks[:, 0, :, 0]).amax(1)
+    assert true_max[0] > 19 and true_max[1] < 16
+    assert select_blocks(quest_bounds(q, summary), 1).tolist() == [1]
+    assert select_blocks(block_scores(q, summary), 1).tolist() == [0]
 
 
 def test_planted_blocks_are_chosen_by_id_over_heads():
