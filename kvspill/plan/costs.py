@@ -37,15 +37,15 @@ COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (t
 SPARSE_GATHER_EFFICIENCY = 0.92
 # A sparse decode step per layer beyond its bytes. Replayed as a CUDA graph (runner/sparse_graphs.py:
 # one cold sequence in the cpu tier, the default on one GPU) it is the selection's GPU time,
-# which grows with the cold blocks scored and ranked: fit to (step time - the plan's other terms)
-# / layers on an H200 with the selection kernels of kernels/block_select.py (2026-11-27,
-# bench/results/2026-11-27-h200-w5-selection-kernels/): 0.085 ms at W3 128K (5.5K cold blocks)
-# and 0.245 ms at W1 1M (48K blocks), two rows for two constants. (With torch's top-k's before:
-# 0.24 ms + 3.7 ns per block.) Eager (several sequences, disk blocks, --enforce-eager, tensor
-# parallelism): about 45 launches per layer whose host time is not hidden, 0.85-1.25 ms per
-# layer on an H100 (2026-11-26, bench/results/2026-11-26-h100-w5-sparse-cache/).
-SPARSE_GRAPH_OVERHEAD_PER_LAYER_S = 0.065e-3
-SPARSE_GRAPH_OVERHEAD_PER_BLOCK_S = 3.75e-9  # per cold block and layer
+# which grows with the cold blocks scored and ranked: a least-squares fit of (step time - the
+# plan's other terms) / layers on an H200 (2026-11-27, bench/results/2026-11-27-h200-w5-block-score/)
+# to three rows: 0.084 ms at W3 128K (5.5K cold blocks), 0.144 at W3 512K (32K), 0.147 at W1 1M
+# (48K); the fit is within 10% of each. (Before the entries union and 20-bit keys: 0.065 ms +
+# 3.75 ns per block; with torch's top-k's: 0.24 ms + 3.7 ns.) Eager (several sequences, disk
+# blocks, --enforce-eager, tensor parallelism): about 45 launches per layer whose host time is
+# not hidden, 0.85-1.25 ms per layer on an H100 (2026-11-26, bench/results/2026-11-26-h100-w5-sparse-cache/).
+SPARSE_GRAPH_OVERHEAD_PER_LAYER_S = 0.081e-3
+SPARSE_GRAPH_OVERHEAD_PER_BLOCK_S = 1.56e-9  # per cold block and layer
 SPARSE_OVERHEAD_PER_LAYER_S = 1.0e-3  # eager
 # Tensor parallelism: a decode step runs 2 all-reduces per layer, one for the embedding and the
 # logits' all-gather; a few KB each, so latency-bound, growing with the ranks. Fit to the step time
