@@ -1,7 +1,8 @@
 """Cold path (b): stream cold blocks to the device in double-buffered chunks and attend there.
 
 A step's cold blocks (per sequence, the share this path gets) are packed into chunks of at most
-`chunk_blocks` blocks; every layer walks the same chunks. For one (layer, chunk) item:
+`chunk_blocks` distinct blocks (a block several sequences attend, a shared prefix, is loaded once
+and read through each one's table); every layer walks the same chunks. For one (layer, chunk) item:
   1. cpu-tier blocks in pinned memory: a zero-copy gather kernel on the copy stream reads the
      chunk's blocks of that layer in place into the device staging buffer (`uva_gather.py`);
   2. disk-tier blocks (and cpu-tier ones when the pool is not pinned): a host gather (for disk
@@ -68,53 +69,65 @@ class StreamChunk:
 def plan_chunks(
     parts: list[ColdPart], chunk_blocks: int, block_size: int, group: int, max_rows: int, device: torch.device
 ) -> list[StreamChunk]:
-    """Pack parts into chunks greedily (a part split over chunks fills each but its last), so a
-    sequence appears at most once per chunk and its accumulator rows are distinct per merge."""
-    pieces: list[list[tuple[ColdPart, list[tuple[int, int]]]]] = [[]]
-    used = 0
+    """Pack the parts' distinct blocks into chunks of `chunk_blocks` (in order of first use, each
+    part's cpu blocks then its disk blocks), so a block that several sequences attend (a shared
+    prefix: concurrent requests on the same repository) is loaded once per layer and step, and
+    every sequence with blocks in a chunk reads them through its own table row. A sequence
+    appears at most once per chunk, so its accumulator rows are distinct per merge."""
+    slot_of: dict[tuple[int, int], int] = {}
     for part in parts:
-        blocks = [(TIER_CPU, int(b)) for b in part.cpu_block_ids] + [
-            (TIER_DISK, int(b)) for b in part.disk_block_ids
-        ]
-        while blocks:
-            if used == chunk_blocks:
-                pieces.append([])
-                used = 0
-            take = min(chunk_blocks - used, len(blocks))
-            pieces[-1].append((part, blocks[:take]))
-            blocks = blocks[take:]
-            used += take
-    return [_build_chunk(p, block_size, group, max_rows, device) for p in pieces if p]
+        for tier, ids in ((TIER_CPU, part.cpu_block_ids), (TIER_DISK, part.disk_block_ids)):
+            for b in ids.tolist():
+                slot_of.setdefault((tier, b), len(slot_of))
+    num_chunks = -(-len(slot_of) // chunk_blocks)
+    # per chunk: (part, its blocks' slots in the chunk) for every part with blocks there
+    pieces: list[list[tuple[ColdPart, list[int]]]] = [[] for _ in range(num_chunks)]
+    for part in parts:
+        slots = [slot_of[(TIER_CPU, b)] for b in part.cpu_block_ids.tolist()]
+        slots += [slot_of[(TIER_DISK, b)] for b in part.disk_block_ids.tolist()]
+        by_chunk: dict[int, list[int]] = {}
+        for slot in slots:
+            by_chunk.setdefault(slot // chunk_blocks, []).append(slot % chunk_blocks)
+        for c, chunk_slots in by_chunk.items():
+            pieces[c].append((part, chunk_slots))
+    blocks = list(slot_of)  # (tier, id) in slot order
+    return [
+        _build_chunk(
+            blocks[c * chunk_blocks : (c + 1) * chunk_blocks], pieces[c], block_size, group, max_rows, device
+        )
+        for c in range(num_chunks)
+    ]
 
 
 def _build_chunk(
-    pieces: list[tuple[ColdPart, list[tuple[int, int]]]],
+    blocks: list[tuple[int, int]],
+    pieces: list[tuple[ColdPart, list[int]]],
     block_size: int,
     group: int,
     max_rows: int,
     device: torch.device,
 ) -> StreamChunk:
+    """One chunk: `blocks` (tier, id) fill its staging slots in order; each piece's table lists
+    its slots."""
     t = max(1, min(max_rows // group, max(p.row_end - p.row_start for p, _ in pieces)))
     gathers: list[tuple[int, torch.Tensor, torch.Tensor, int]] = []
+    start = 0
+    for i in range(1, len(blocks) + 1):  # one gather per run of slots of one tier
+        if i == len(blocks) or blocks[i][0] != blocks[start][0]:
+            host_ids = torch.tensor([b for _, b in blocks[start:i]], dtype=torch.int64)
+            gathers.append((blocks[start][0], host_ids, host_ids.to(device), start))
+            start = i
     tables: list[list[int]] = []
     seq_lens: list[int] = []
     q_rows: list[int] = []
     valid: list[int] = []
-    offset = 0
-    for part, blocks in pieces:
-        for tier in (TIER_CPU, TIER_DISK):
-            ids = [b for tr, b in blocks if tr == tier]
-            if ids:  # blocks come cpu first, then disk: each tier's ids are one staging range
-                host_ids = torch.tensor(ids, dtype=torch.int64)
-                gathers.append((tier, host_ids, host_ids.to(device), offset))
-                offset += len(ids)
-        table = list(range(offset - len(blocks), offset))
+    for part, table in pieces:
         for r0 in range(part.row_start, part.row_end, t):
             r1 = min(part.row_end, r0 + t)
             valid.extend(range(len(q_rows), len(q_rows) + r1 - r0))
             q_rows.extend(list(range(r0, r1)) + [r0] * (t - (r1 - r0)))
             tables.append(table)
-            seq_lens.append(len(blocks) * block_size)
+            seq_lens.append(len(table) * block_size)
     width = max(len(tb) for tb in tables)
     if len(pieces) == 1:  # one sequence (a prefill chunk): every query reads the same row
         bt = torch.tensor(tables[0], dtype=torch.int32).to(device)[None].expand(len(tables), width)
@@ -127,7 +140,7 @@ def _build_chunk(
     valid_t = torch.tensor(valid, dtype=torch.int64)
     return StreamChunk(
         gathers=gathers,
-        num_blocks=offset,
+        num_blocks=len(blocks),
         tokens_per_query=t,
         block_tables=bt,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(device),

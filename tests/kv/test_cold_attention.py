@@ -132,7 +132,8 @@ def test_tiered_attention_matches_all_gpu(tmp_path, monkeypatch, name):
     assert stats.num_steps == 1
     path = backend.path
     assert (stats.cpu_bytes > 0) == (path in ("cpu", "split"))
-    assert (stats.stream_bytes > 0) == (path in ("stream", "split"))
+    # on CUDA the prefill rows over cold KV take the stream path whatever the choice (ColdStep)
+    assert (stats.stream_bytes > 0) == (path in ("stream", "split") or DEVICE.type == "cuda")
     if name == "split-bandwidths":
         assert backend.cpu_fraction == pytest.approx(30 / 80)
     backend.close()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kvspill.errors import DiskTierIOError
+from kvspill.kv import disk_pool
 from kvspill.kv.cold_pool import ColdBlockPool
 from kvspill.kv.disk_pool import DiskPool, block_runs
 from kvspill.kv.storage import KVLayout, TieredKVStorage
@@ -60,6 +61,46 @@ def test_a_layer_of_a_run_is_one_read(tmp_path, monkeypatch) -> None:
     whole = torch.empty(6, *SHAPE, dtype=LAYOUT.dtype)
     pool.read_blocks(np.array([1, 2, 3, 4, 6, 7]), whole)
     assert len(calls) == 2 * 3 and torch.equal(whole, data[[1, 2, 3, 4, 6, 7]])  # runs x layers
+
+
+def test_reads_on_several_threads_in_pieces_give_the_same_blocks(tmp_path, monkeypatch) -> None:
+    """Runs cut into pieces of two blocks, read on four threads: ascending ids, any order, whole
+    blocks; a failing piece raises its own DiskTierIOError once every piece has ended."""
+    pool = DiskPool(LAYOUT, 16, tmp_path, read_threads=4)
+    data = torch.randn(16, *SHAPE).to(LAYOUT.dtype)
+    pool.write_blocks(np.arange(16), data)
+    monkeypatch.setattr(disk_pool, "_READ_PIECE_BYTES", 2 * pool.layer_bytes)
+    monkeypatch.setattr(disk_pool, "_PARALLEL_READ_MIN_BYTES", 0)
+    offsets: list[int] = []
+    real = os.preadv
+
+    def counting(fd: int, buffers: list, offset: int) -> int:  # type: ignore[type-arg]
+        offsets.append(offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", counting)
+    ids = np.array([0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12])
+    out = torch.empty(len(ids), *SHAPE[1:], dtype=LAYOUT.dtype)
+    pool.read_layer(ids, 1, out)
+    assert torch.equal(out, data[ids, 1]) and len(offsets) == 4 + 2  # runs of 7 and 4: pieces of 2
+    shuffled = np.array([12, 3, 0, 9, 5, 1, 11, 6, 2, 10, 4])
+    pool.read_layer(shuffled, 2, out)
+    assert torch.equal(out, data[shuffled, 2])
+    whole = torch.empty(len(ids), *SHAPE, dtype=LAYOUT.dtype)
+    pool.read_blocks(shuffled, whole)
+    assert torch.equal(whole, data[shuffled])
+    bad_offset = (1 * 16 + 9) * pool.layer_bytes  # layer 1, the piece of blocks 9 and 10
+
+    def failing(fd: int, buffers: list, offset: int) -> int:  # type: ignore[type-arg]
+        if offset == bad_offset:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", failing)
+    with pytest.raises(DiskTierIOError) as info:
+        pool.read_layer(ids, 1, out)
+    assert info.value.block_ids == (9, 10) and pool.num_read_errors == 1
+    pool.close()
 
 
 def test_a_read_error_names_the_file_offset_and_blocks(tmp_path, monkeypatch) -> None:
