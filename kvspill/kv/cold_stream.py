@@ -73,24 +73,30 @@ def plan_chunks(
     part's cpu blocks then its disk blocks), so a block that several sequences attend (a shared
     prefix: concurrent requests on the same repository) is loaded once per layer and step, and
     every sequence with blocks in a chunk reads them through its own table row. A sequence
-    appears at most once per chunk, so its accumulator rows are distinct per merge."""
-    slot_of: dict[tuple[int, int], int] = {}
-    for part in parts:
-        for tier, ids in ((TIER_CPU, part.cpu_block_ids), (TIER_DISK, part.disk_block_ids)):
-            for b in ids.tolist():
-                slot_of.setdefault((tier, b), len(slot_of))
-    num_chunks = -(-len(slot_of) // chunk_blocks)
+    appears at most once per chunk, so its accumulator rows are distinct per merge. Vectorized:
+    a 128K-token sequence has 8K cold blocks, planned every step."""
+    # one int64 per block: id * 2 + (1 for the disk tier)
+    codes = [np.concatenate([p.cpu_block_ids * 2, p.disk_block_ids * 2 + 1]).astype(np.int64) for p in parts]
+    all_codes = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)
+    uniq, first, inverse = np.unique(all_codes, return_index=True, return_inverse=True)
+    by_first_use = np.argsort(first, kind="stable")
+    slot_of_uniq = np.empty(len(uniq), dtype=np.int64)
+    slot_of_uniq[by_first_use] = np.arange(len(uniq))
+    slots = slot_of_uniq[inverse.reshape(-1)]
+    blocks = uniq[by_first_use]  # codes in slot order
+    num_chunks = -(-len(uniq) // chunk_blocks)
     # per chunk: (part, its blocks' slots in the chunk) for every part with blocks there
-    pieces: list[list[tuple[ColdPart, list[int]]]] = [[] for _ in range(num_chunks)]
-    for part in parts:
-        slots = [slot_of[(TIER_CPU, b)] for b in part.cpu_block_ids.tolist()]
-        slots += [slot_of[(TIER_DISK, b)] for b in part.disk_block_ids.tolist()]
-        by_chunk: dict[int, list[int]] = {}
-        for slot in slots:
-            by_chunk.setdefault(slot // chunk_blocks, []).append(slot % chunk_blocks)
-        for c, chunk_slots in by_chunk.items():
-            pieces[c].append((part, chunk_slots))
-    blocks = list(slot_of)  # (tier, id) in slot order
+    pieces: list[list[tuple[ColdPart, np.ndarray]]] = [[] for _ in range(num_chunks)]
+    start = 0
+    for part, part_codes in zip(parts, codes, strict=True):
+        part_slots = slots[start : start + len(part_codes)]
+        start += len(part_codes)
+        order = np.argsort(part_slots // chunk_blocks, kind="stable")
+        chunk_of = part_slots[order] // chunk_blocks
+        cuts = np.flatnonzero(np.diff(chunk_of)) + 1
+        for run in np.split(part_slots[order], cuts):
+            if len(run):
+                pieces[int(run[0]) // chunk_blocks].append((part, run % chunk_blocks))
     return [
         _build_chunk(
             blocks[c * chunk_blocks : (c + 1) * chunk_blocks], pieces[c], block_size, group, max_rows, device
@@ -100,24 +106,23 @@ def plan_chunks(
 
 
 def _build_chunk(
-    blocks: list[tuple[int, int]],
-    pieces: list[tuple[ColdPart, list[int]]],
+    codes: np.ndarray,
+    pieces: list[tuple[ColdPart, np.ndarray]],
     block_size: int,
     group: int,
     max_rows: int,
     device: torch.device,
 ) -> StreamChunk:
-    """One chunk: `blocks` (tier, id) fill its staging slots in order; each piece's table lists
-    its slots."""
+    """One chunk: the blocks of `codes` (id * 2 + disk) fill its staging slots in order; each
+    piece's table lists its slots."""
     t = max(1, min(max_rows // group, max(p.row_end - p.row_start for p, _ in pieces)))
     gathers: list[tuple[int, torch.Tensor, torch.Tensor, int]] = []
-    start = 0
-    for i in range(1, len(blocks) + 1):  # one gather per run of slots of one tier
-        if i == len(blocks) or blocks[i][0] != blocks[start][0]:
-            host_ids = torch.tensor([b for _, b in blocks[start:i]], dtype=torch.int64)
-            gathers.append((blocks[start][0], host_ids, host_ids.to(device), start))
-            start = i
-    tables: list[list[int]] = []
+    tiers = np.where(codes & 1, TIER_DISK, TIER_CPU)
+    bounds = [0, *(np.flatnonzero(np.diff(tiers)) + 1).tolist(), len(codes)]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):  # one gather per run of one tier
+        host_ids = torch.from_numpy(codes[a:b] >> 1)
+        gathers.append((int(tiers[a]), host_ids, host_ids.to(device), a))
+    tables: list[np.ndarray] = []
     seq_lens: list[int] = []
     q_rows: list[int] = []
     valid: list[int] = []
@@ -130,17 +135,17 @@ def _build_chunk(
             seq_lens.append(len(table) * block_size)
     width = max(len(tb) for tb in tables)
     if len(pieces) == 1:  # one sequence (a prefill chunk): every query reads the same row
-        bt = torch.tensor(tables[0], dtype=torch.int32).to(device)[None].expand(len(tables), width)
+        bt = torch.from_numpy(tables[0].astype(np.int32)).to(device)[None].expand(len(tables), width)
     else:
-        rows_bt = torch.zeros((len(tables), width), dtype=torch.int32)
+        rows_bt = np.zeros((len(tables), width), dtype=np.int32)
         for i, tb in enumerate(tables):
-            rows_bt[i, : len(tb)] = torch.tensor(tb, dtype=torch.int32)
-        bt = rows_bt.to(device)
+            rows_bt[i, : len(tb)] = tb
+        bt = torch.from_numpy(rows_bt).to(device)
     rows_t = torch.tensor(q_rows, dtype=torch.int64)
     valid_t = torch.tensor(valid, dtype=torch.int64)
     return StreamChunk(
         gathers=gathers,
-        num_blocks=len(blocks),
+        num_blocks=len(codes),
         tokens_per_query=t,
         block_tables=bt,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(device),
