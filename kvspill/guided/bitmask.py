@@ -12,11 +12,17 @@ Invariants:
 - A token the matcher refuses is a broken invariant (it was sampled under the mask): raises.
 - A terminated matcher (it accepted a stop token) allows every token: the request finishes on
   that stop token and an async step already in flight for it is discarded.
+- A grammar can reach a state that no token of the vocabulary continues (a regex of characters
+  the tokenizer spells only in pieces the grammar cannot take). Every logit would be -inf and the
+  step would sample outside the grammar; instead the request is "stuck": only its stop tokens
+  are allowed from then on, so it ends there (finish reason "stop", its text the grammar's
+  prefix so far), with a warning in the log. Found by tests/server/test_fuzz.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,6 +31,8 @@ if TYPE_CHECKING:
     import xgrammar as xgr
 
     from kvspill.sampling.sampler import SamplingState
+
+logger = logging.getLogger(__name__)
 
 _ALL_ALLOWED = -1  # int32 with every bit set
 _BITS: dict[torch.device, torch.Tensor] = {}  # arange(32) per device, made once
@@ -44,10 +52,12 @@ class GuideState:
     matcher: xgr.GrammarMatcher
     allowed_words: torch.Tensor | None = None  # a static mask ANDed in (JSON: no control bytes)
     num_accepted: int = 0
+    stop_token_ids: tuple[int, ...] = field(default=())
+    stuck: bool = False  # no token continues the grammar: only stop tokens (module docstring)
 
     def advance(self, output_token_ids: list[int]) -> None:
         for token in output_token_ids[self.num_accepted :]:
-            if self.matcher.is_terminated():
+            if self.matcher.is_terminated() or self.stuck:
                 break  # tokens after the stop token belong to a discarded async step
             if not self.matcher.accept_token(token):
                 raise RuntimeError(f"guided decoding: token {token} was sampled outside the grammar")
@@ -63,11 +73,35 @@ def fill_bitmask(states: list[SamplingState], rows: list[int], vocab: int) -> to
         guide = states[i].guide
         assert guide is not None
         guide.advance(states[i].output_token_ids)
-        if not guide.matcher.is_terminated():
+        if guide.matcher.is_terminated():
+            continue
+        if not guide.stuck:
             guide.matcher.fill_next_token_bitmask(bitmask, j)
             if guide.allowed_words is not None:
                 bitmask[j] &= guide.allowed_words
+            if _allows_nothing(bitmask[j], vocab):
+                logger.warning(
+                    "guided decoding: no token of the vocabulary continues the grammar after %d "
+                    "tokens; the request stops there",
+                    guide.num_accepted,
+                )
+                guide.stuck = True
+        if guide.stuck:
+            bitmask[j] = 0 if guide.stop_token_ids else _ALL_ALLOWED
+            for t in guide.stop_token_ids:
+                if t < vocab:
+                    bitmask[j, t // 32] |= _bit(t % 32)
     return bitmask
+
+
+def _bit(i: int) -> int:
+    """int32 word with bit i set (bit 31 is the sign bit)."""
+    return -(2**31) if i == 31 else 1 << i
+
+
+def _allows_nothing(row: torch.Tensor, vocab: int) -> bool:
+    bits = ((row.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).view(-1)
+    return not bool(bits[:vocab].any())
 
 
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> torch.Tensor:

@@ -106,11 +106,28 @@ class GuidedCompiler:
                 self._cache.move_to_end(spec.cache_key)
                 return hit
         compiled = self._compile_uncached(spec)
+        self._check_can_start(compiled, spec)
         with self._lock:
             self._cache[spec.cache_key] = compiled
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
         return compiled
+
+    def _check_can_start(self, compiled: xgr.CompiledGrammar, spec: GuidedSpec) -> None:
+        """A grammar that no token of the vocabulary can start (a regex of characters the
+        tokenizer cannot spell, such as lone surrogates) would leave every logit at -inf: the
+        step would sample an arbitrary token outside the grammar and fail. Refuse it here, as
+        the request's error (found by tests/server/test_fuzz.py)."""
+        matcher = _xgrammar().GrammarMatcher(compiled)
+        if matcher.is_terminated():
+            return
+        bitmask = torch.full((1, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        allowed = ((bitmask[0].unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).view(-1)
+        if not bool(allowed[: self.vocab_size].any()):
+            raise InvalidParameterError(
+                spec.param, f"{spec.param}: no token of the model's vocabulary can start this {spec.kind}"
+            )
 
     def matcher(self, spec: GuidedSpec) -> xgr.GrammarMatcher:
         return _xgrammar().GrammarMatcher(self.compile(spec))

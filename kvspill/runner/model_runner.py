@@ -133,7 +133,9 @@ class ModelRunner:
             raise RuntimeError("a guided request reached a runner without a grammar compiler")
         is_json = params.guided.kind in ("json_schema", "json_object")
         return GuideState(
-            self.guided.matcher(params.guided), self.guided.json_allowed_words if is_json else None
+            self.guided.matcher(params.guided),
+            self.guided.json_allowed_words if is_json else None,
+            stop_token_ids=tuple(self.guided.stop_token_ids),
         )
 
     def _wait_host(self) -> None:

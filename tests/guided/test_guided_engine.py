@@ -102,6 +102,17 @@ def test_refusals(llm):
         )
     with pytest.raises(InvalidParameterError, match="cannot compile"):
         llm.generate([[1, 2, 3]], SamplingParams(guided=GuidedSpec("regex", "(ab")))
+    with pytest.raises(InvalidParameterError, match="no token of the model's vocabulary can start"):
+        llm.generate([[1, 2, 3]], SamplingParams(guided=GuidedSpec("regex", "\U0004a0cb")))
+
+
+def test_a_grammar_no_token_can_continue_stops_the_request(llm):
+    """tests/server/test_fuzz.py found a regex (rare characters this tokenizer spells only in
+    pieces the grammar cannot take) whose second token had no allowed token: the step sampled
+    outside the grammar and failed (a 500). Now the request stops on a stop token there."""
+    rx = "\u00da\U0004a0cb\b\u00e6u3"
+    (out,) = llm.generate([[1, 2, 3]], SamplingParams(max_tokens=20, guided=GuidedSpec("regex", rx)))
+    assert out.finish_reason == "stop" and out.text == "\u00da"
     with pytest.raises(InvalidParameterError, match="vocabulary"):
         llm.generate([[1, 2, 3]], SamplingParams(logit_bias={10**6: 1.0}))
     with pytest.raises(InvalidParameterError, match="logit_bias"):
