@@ -79,7 +79,7 @@ def fill_bitmask(states: list[SamplingState], rows: list[int], vocab: int) -> to
             guide.matcher.fill_next_token_bitmask(bitmask, j)
             if guide.allowed_words is not None:
                 bitmask[j] &= guide.allowed_words
-            if _allows_nothing(bitmask[j], vocab):
+            if allows_nothing(bitmask[j], vocab):
                 logger.warning(
                     "guided decoding: no token of the vocabulary continues the grammar after %d "
                     "tokens; the request stops there",
@@ -99,7 +99,8 @@ def _bit(i: int) -> int:
     return -(2**31) if i == 31 else 1 << i
 
 
-def _allows_nothing(row: torch.Tensor, vocab: int) -> bool:
+def allows_nothing(row: torch.Tensor, vocab: int) -> bool:
+    """Whether a bitmask row [ceil(vocab/32)] int32 allows none of the vocab's tokens."""
     bits = ((row.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).view(-1)
     return not bool(bits[:vocab].any())
 

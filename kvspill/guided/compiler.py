@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kvspill.errors import InvalidParameterError
+from kvspill.guided.bitmask import allows_nothing
 from kvspill.guided.schema_check import check_schema
 from kvspill.guided.spec import GuidedSpec
 
@@ -123,8 +124,7 @@ class GuidedCompiler:
             return
         bitmask = torch.full((1, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
         matcher.fill_next_token_bitmask(bitmask, 0)
-        allowed = ((bitmask[0].unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).view(-1)
-        if not bool(allowed[: self.vocab_size].any()):
+        if allows_nothing(bitmask[0], self.vocab_size):
             raise InvalidParameterError(
                 spec.param, f"{spec.param}: no token of the model's vocabulary can start this {spec.kind}"
             )

@@ -36,6 +36,19 @@ def _eio(*args: object) -> int:
     raise OSError(errno.EIO, os.strerror(errno.EIO))
 
 
+def _count_reads(monkeypatch) -> list[int]:
+    """os.preadv through a wrapper that records each call's file offset (the list returned)."""
+    offsets: list[int] = []
+    real = os.preadv
+
+    def counting(fd: int, buffers: list, offset: int) -> int:  # type: ignore[type-arg]
+        offsets.append(offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", counting)
+    return offsets
+
+
 def test_runs_of_consecutive_ids() -> None:
     assert block_runs(np.array([4, 5, 6, 0, 2, 3, 9])) == [(0, 4, 3), (3, 0, 1), (4, 2, 2), (6, 9, 1)]
     assert block_runs(np.array([], dtype=np.int64)) == []
@@ -43,14 +56,7 @@ def test_runs_of_consecutive_ids() -> None:
 
 def test_a_layer_of_a_run_is_one_read(tmp_path, monkeypatch) -> None:
     pool, data = _pool(tmp_path)
-    calls: list[int] = []
-    real = os.preadv
-
-    def counting(fd: int, buffers: list, offset: int) -> int:  # type: ignore[type-arg]
-        calls.append(offset)
-        return real(fd, buffers, offset)
-
-    monkeypatch.setattr(os, "preadv", counting)
+    calls = _count_reads(monkeypatch)
     out = torch.empty(6, *SHAPE[1:], dtype=LAYOUT.dtype)
     pool.read_layer(np.array([1, 2, 3, 4, 6, 7]), 2, out)
     assert len(calls) == 2 and torch.equal(out, data[[1, 2, 3, 4, 6, 7], 2])
@@ -71,14 +77,8 @@ def test_reads_on_several_threads_in_pieces_give_the_same_blocks(tmp_path, monke
     pool.write_blocks(np.arange(16), data)
     monkeypatch.setattr(disk_pool, "_READ_PIECE_BYTES", 2 * pool.layer_bytes)
     monkeypatch.setattr(disk_pool, "_PARALLEL_READ_MIN_BYTES", 0)
-    offsets: list[int] = []
     real = os.preadv
-
-    def counting(fd: int, buffers: list, offset: int) -> int:  # type: ignore[type-arg]
-        offsets.append(offset)
-        return real(fd, buffers, offset)
-
-    monkeypatch.setattr(os, "preadv", counting)
+    offsets = _count_reads(monkeypatch)
     ids = np.array([0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12])
     out = torch.empty(len(ids), *SHAPE[1:], dtype=LAYOUT.dtype)
     pool.read_layer(ids, 1, out)
