@@ -337,19 +337,27 @@ class KVCacheManager:
         """The request's block table (None: in a cold tier). Read only."""
         return self._req_to_blocks.get(req_id, ())
 
-    def evict_block(self, req_id: str, logical_idx: int) -> int:
+    def evict_block(self, req_ids: str | Sequence[str], logical_idx: int) -> int:
         """Take a block out of the gpu tier (its bytes are moving to a cold tier); returns its id.
 
-        The block must be held by this request only. It drops its hash (a cold block is never a
-        prefix hit) and goes to the tail of the free queue; the table entry becomes None.
+        `req_ids`: the request holding it, or every request holding it (a shared prefix block
+        leaves for all its holders at once). It drops its hash (the cold copy takes it in its
+        tier) and goes to the tail of the free queue; the table entries become None.
         """
-        blocks = self._req_to_blocks[req_id]
-        block = blocks[logical_idx]
-        if block is None or block.ref_cnt != 1:
-            raise ValueError(f"request {req_id}: block {logical_idx} is not a gpu block held only by it")
+        holders = [req_ids] if isinstance(req_ids, str) else list(req_ids)
+        block = self._req_to_blocks[holders[0]][logical_idx]
+        if (
+            block is None
+            or block.ref_cnt != len(holders)
+            or any(self._req_to_blocks[r][logical_idx] is not block for r in holders)
+        ):
+            raise ValueError(
+                f"requests {holders}: block {logical_idx} is not a gpu block held by exactly them"
+            )
         self.block_pool._evict_hash(block)
-        blocks[logical_idx] = None
-        self.block_pool.free([block])
+        for r in holders:
+            self._req_to_blocks[r][logical_idx] = None
+        self.block_pool.free([block] * len(holders))
         return block.block_id
 
     def load_block(self, req_id: str, logical_idx: int) -> int:

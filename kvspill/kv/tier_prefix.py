@@ -102,12 +102,19 @@ class ColdPrefixCache:
             )
         # Last block first: the start of a prefix, shared most, is the last to be evicted (LRU).
         for i, (tier, block_id) in sorted(cold.items(), reverse=True):
-            pool = self.pool(tier)
-            # A cold block is full and computed: it stays findable by its prefix hash.
-            if i < len(hashes) and pool.cache(block_id, hashes[i]) and self.newly_cached is not None:
-                pool.touch(block_id)  # pinned until the persist writer has read it
-                self.newly_cached.append((tier, block_id, hashes[i]))
-            pool.free(block_id)
+            if i < len(hashes):  # a spilled block has its hash already (`cache`: a no-op then)
+                self.cache(tier, block_id, hashes[i])
+            self.pool(tier).free(block_id)
+
+    def cache(self, tier: int, block_id: int, block_hash: int) -> None:
+        """Make a used cold block findable by its prefix hash (a cold block is full and computed),
+        unless the tier has that hash already; queued for the persist writer when it is new.
+        Spilled blocks are cached as they spill, so a request arriving while their owner runs
+        shares them as cold hits instead of recomputing them."""
+        pool = self.pool(tier)
+        if pool.cache(block_id, block_hash) and self.newly_cached is not None:
+            pool.touch(block_id)  # pinned until the persist writer has read it
+            self.newly_cached.append((tier, block_id, block_hash))
 
     def demote(self, block_hash: int) -> int | None:
         """A cpu block, cached under `block_hash` and free (the tier's most recently used), for a

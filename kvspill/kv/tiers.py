@@ -8,7 +8,8 @@ Tiers: **gpu** is the `KVCacheManager`'s `BlockPool`; **cpu** and **disk** are `
 is in exactly one tier: a `KVBlock` in the gpu table, or `(tier, block_id)` here.
 
 Prefix cache in every tier: each tier keeps full blocks findable by their prefix hash. A request's
-cold blocks enter their tier's cache when it frees them (finished, or preempted without parking);
+cold blocks enter their tier's cache as they spill (so a request arriving meanwhile shares them)
+or when it frees them (finished, or preempted without parking: its cold prefix hits, for one);
 a prefix lookup walks the request's block hashes and takes, per block, the gpu copy, else the cpu
 one, else the disk one. Cold hits are attended in place (the runner's cold paths take any full
 cold block before the step's tokens): the request's table references the cold block, ref-counted,
@@ -19,8 +20,11 @@ a bytes-only move in the same plan), unless a cold tier has its hash or the cpu 
 Placement, per request, with c = `num_computed_tokens` before the step, W = `hot_window_tokens`:
 - hot (gpu): blocks `i < num_sink_blocks`, blocks holding any of the last W computed tokens
   `[c - W, c)`, and the blocks written this step `[c, c + num_new_tokens)`;
-- eligible to spill: `i >= num_sink_blocks` and `(i + 1) * block_size <= c - W`, in the gpu tier
-  with `ref_cnt == 1` (a prefix block shared by several requests never leaves the gpu).
+- eligible to spill: `i >= num_sink_blocks` and `(i + 1) * block_size <= c - W`, in the gpu tier.
+  A prefix block shared by several requests must be eligible for each; it leaves for all at once
+  (one copy, one cold block they all reference). A gpu prefix hit of the request being admitted
+  may leave with its holders when it is eligible for that request too: it takes the cold copy as
+  a cold hit (`kv/tier_spill.py`).
 
 Rules:
 - Spill order, across all requests holding gpu blocks: lowest logical index first; equal indices
@@ -51,15 +55,16 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
-from itertools import chain, islice
+from itertools import chain
 from typing import Protocol
 
 from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest
 from kvspill.kv.cold_pool import ColdBlockPool
 from kvspill.kv.tier_advice import never_fits_message
 from kvspill.kv.tier_prefix import ColdPrefixCache
+from kvspill.kv.tier_spill import Admission, SpillPicker
 from kvspill.kv.tier_stats import request_tier_stats, tier_counters
 from kvspill.stats import RequestTierStats, TierCounters
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, TransferPlan
@@ -81,7 +86,7 @@ class TierConfig(Protocol):
     def hot_window_tokens(self) -> int: ...
 
 
-class KVTierManager:
+class KVTierManager(SpillPicker):
     """Where every request block lives (gpu, cpu, disk) and the moves of the current step."""
 
     def __init__(
@@ -205,9 +210,11 @@ class KVTierManager:
         if num_deficit > 0:
             if not self.enabled:
                 return None
-            exclude = {block.block_id for block in new_computed_blocks if block is not None}
-            picks = list(islice(self._spill_candidates(exclude), num_deficit))
+            admission = Admission.of(request, new_computed_blocks, self)
+            picks = self._pick_spills(num_deficit, admission)
             if len(picks) < num_deficit:
+                if cold_hits:
+                    self.prefix.pending_hits[req_id] = cold_hits  # still valid: nothing changed
                 return None
             # The cold hits are taken before the spills: their cached-free blocks are no room.
             num_hits_free = self.prefix.num_cached_free(cold_hits)
@@ -218,8 +225,12 @@ class KVTierManager:
                     self.prefix.pending_hits[req_id] = cold_hits  # still valid: nothing changed
                 return None
             self._cold.setdefault(req_id, {}).update(self.prefix.take(cold_hits))
-            for i, _, owner in picks:
-                self._spill_block(owner, i)
+            new_computed_blocks = list(new_computed_blocks)
+            for i, holders, joins in picks:
+                tier, block_id = self._spill_block(holders, i)
+                if joins:  # the admitted request's gpu hit left with its holders: a cold hit now
+                    new_computed_blocks[i] = None
+                    self._cold.setdefault(req_id, {}).update(self.prefix.take({i: (tier, block_id)}))
         if cold_hits:
             self._cold.setdefault(req_id, {}).update(self.prefix.take(cold_hits))
         self._requests[req_id] = request
@@ -253,7 +264,7 @@ class KVTierManager:
             return 0
         self.kv.truncate(req_id, num_full)  # the partial last block cannot go cold
         for i in to_spill:
-            self._spill_block(req_id, i)
+            self._spill_block([req_id], i)
         self._parked.add(req_id)
         self.num_parked += 1
         return num_full * self.block_size
@@ -282,35 +293,24 @@ class KVTierManager:
 
     # ---- spilling ----------------------------------------------------------------------
 
-    def _is_eligible(self, num_computed_tokens: int, logical_idx: int) -> bool:
-        limit = (num_computed_tokens - self.hot_window_tokens) // self.block_size
-        return self.num_sink_blocks <= logical_idx < limit
-
-    def _spill_candidates(self, exclude: Collection[int]) -> Iterator[tuple[int, int, str]]:
-        """Eligible gpu blocks of every request as (logical idx, arrival seq, req_id), oldest first."""
-        per_request = [self._eligible_gpu_blocks(req_id, exclude) for req_id in self._requests]
-        return heapq.merge(*per_request)
-
-    def _eligible_gpu_blocks(self, req_id: str, exclude: Collection[int]) -> Iterator[tuple[int, int, str]]:
-        request, seq = self._requests[req_id], self._arrival_seq[req_id]
-        blocks = self.kv.get_blocks(req_id)
-        limit = min((request.num_computed_tokens - self.hot_window_tokens) // self.block_size, len(blocks))
-        i = max(self._spill_cursor.get(req_id, 0), self.num_sink_blocks)
-        while i < limit and blocks[i] is None:
-            i += 1
-        self._spill_cursor[req_id] = i
-        for j in range(i, limit):
-            block = blocks[j]
-            if block is not None and block.ref_cnt == 1 and block.block_id not in exclude:
-                yield j, seq, req_id
-
-    def _spill_block(self, req_id: str, logical_idx: int) -> None:
-        """gpu -> cpu (pushing the oldest cpu block to disk first when the cpu tier is full), or gpu -> disk."""
+    def _spill_block(self, holders: Sequence[str], logical_idx: int) -> tuple[int, int]:
+        """gpu -> cpu (pushing the oldest cpu block to disk first when the cpu tier is full), or
+        gpu -> disk; returns the cold (tier, id). A shared block moves once: every holder's table
+        points at the one cold copy (one move per holder, the same bytes: `transfer.group_moves`
+        copies them once). The copy is findable by its prefix hash at once."""
         if self.cpu.num_blocks and not self.cpu.num_free_blocks:
             self._demote_oldest_cpu_block()  # may find none: the cpu tier holds only prefix hits
         pool = self.cpu if self.cpu.num_free_blocks else self.disk
-        gpu_id = self.kv.evict_block(req_id, logical_idx)
-        self._place_cold(req_id, logical_idx, pool, TIER_GPU, gpu_id)
+        gpu_id = self.kv.evict_block(holders, logical_idx)
+        block_id = self._place_cold(holders[0], logical_idx, pool, TIER_GPU, gpu_id)
+        for req_id in holders[1:]:
+            pool.touch(block_id)
+            self._cold.setdefault(req_id, {})[logical_idx] = (pool.tier, block_id)
+            self._moves.append(BlockMove(req_id, logical_idx, TIER_GPU, gpu_id, pool.tier, block_id))
+        hashes = self._requests[holders[0]].block_hashes if self.kv.enable_prefix_caching else []
+        if logical_idx < len(hashes):
+            self.prefix.cache(pool.tier, block_id, hashes[logical_idx])
+        return pool.tier, block_id
 
     def _demote_oldest_cpu_block(self) -> None:
         while self._cpu_order:
@@ -329,7 +329,7 @@ class KVTierManager:
 
     def _place_cold(
         self, req_id: str, logical_idx: int, pool: ColdBlockPool, src_tier: int, src_id: int
-    ) -> None:
+    ) -> int:
         block_id = pool.allocate()
         self._cold.setdefault(req_id, {})[logical_idx] = (pool.tier, block_id)
         if pool.tier == TIER_CPU:
@@ -337,6 +337,7 @@ class KVTierManager:
             if len(self._cpu_order) > 2 * self.cpu.num_blocks + 64:
                 self._compact_cpu_order()
         self._record(req_id, logical_idx, src_tier, src_id, pool.tier, block_id)
+        return block_id
 
     def _demote_cached_gpu_block(self, gpu_id: int, block_hash: int) -> None:
         """`BlockPool.on_evict`: copy a cached gpu block about to be reused into the cpu tier's

@@ -63,10 +63,22 @@ class CopyRun:
 def group_moves(moves: list[BlockMove]) -> list[CopyRun]:
     """Merge neighbouring moves of the same direction with consecutive src and dst ids.
 
-    Moves within one tier (a compaction) are never merged: their ranges could overlap.
+    Moves within one tier (a compaction) are never merged: their ranges could overlap. A move of
+    the same bytes as the one before it (a shared block leaving for each of its holders:
+    `kv/tiers.py`) only updates that holder's table: it is copied once.
     """
     runs: list[CopyRun] = []
+    prev: BlockMove | None = None
     for m in moves:
+        same_bytes = prev is not None and (
+            prev.src_tier,
+            prev.src_block_id,
+            prev.dst_tier,
+            prev.dst_block_id,
+        ) == (m.src_tier, m.src_block_id, m.dst_tier, m.dst_block_id)
+        prev = m
+        if same_bytes:
+            continue
         if runs:
             last = runs[-1]
             if (

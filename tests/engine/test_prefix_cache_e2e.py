@@ -88,6 +88,20 @@ def test_a_prefix_evicted_from_the_gpu_is_demoted_and_hit_in_the_cpu_tier(
     assert tiers.num_demoted_prefix_blocks >= tiers.prefix_hit_tokens["cpu"] // BS
 
 
+def test_a_wave_on_a_prefix_that_fills_the_gpu_tier_gives_the_cold_runs_tokens(
+    tiny_llama_dir, tmp_path, prompts, cold_run
+):
+    # 17 gpu blocks hold one request (15 prefix blocks + 2): the second request's gpu hits leave
+    # for both requests as shared cold blocks (one copy each) so that both run in the same steps.
+    llm = _llm(tiny_llama_dir, tmp_path, num_kv_blocks=17, num_cpu_kv_blocks=40)
+    first = llm.generate([prompts[0]], PARAMS)[0]  # nothing cached yet: the reference for it
+    outs = llm.generate([prompts[0], prompts[1]], PARAMS)
+    assert [o.token_ids for o in outs] == [first.token_ids, cold_run]
+    assert [o.num_cached_tokens for o in outs] == [(len(prompts[0]) - 1) // BS * BS, PREFIX_LEN]
+    tiers = llm.engine.kv_stats().scheduler.kv_tiers
+    assert tiers.prefix_hit_tokens["cpu"] > 0 and tiers.kv_block_moves.get("gpu->cpu", 0) > 0
+
+
 @pytest.mark.parametrize(
     "tiers",
     [dict(num_cpu_kv_blocks=40), dict(num_cpu_kv_blocks=2, num_disk_kv_blocks=40), dict(num_kv_blocks=40)],

@@ -224,3 +224,48 @@ def test_no_demotion_when_a_cold_tier_has_the_block_or_the_cpu_tier_has_no_room(
     scheduler.add_request(make_request("b", list(range(300, 316)), max_tokens=1))
     _run_all(scheduler, runner)
     assert scheduler.kv_tiers.num_demoted == 0
+
+
+def test_a_running_requests_spilled_blocks_are_cold_hits_for_a_request_arriving_meanwhile():
+    scheduler, runner = Scheduler(SMALL), TierRunner()
+    scheduler.add_request(make_request("a", PREFIX + [7], max_tokens=12))
+    for _ in range(7):  # a's 25-token prompt, 4 tokens a step: its old blocks spill as it goes
+        step(scheduler, runner)
+    a_table = table(scheduler, "a")
+    assert a_table[1:4] == [(CPU, 0), (CPU, 1), (CPU, 2)]
+    scheduler.add_request(make_request("b", PREFIX + [8], max_tokens=2))
+    batch, updates = step(scheduler, runner)
+    # b shares a's spilled blocks in place (cached as they spilled), not recomputed from block 1
+    assert batch.num_scheduled_tokens["b"] == 1 and updates["b"].num_cached_tokens == 24
+    assert table(scheduler, "b")[1:4] == a_table[1:4]
+    tiers = scheduler.kv_tiers
+    assert [tiers.cpu.ref_cnt(i) for i in range(3)] == [2, 2, 2]
+    _run_all(scheduler, runner)
+    assert tiers.cpu.num_used_blocks == 0
+
+
+def test_a_wave_on_one_prefix_is_admitted_at_once_when_the_gpu_tier_is_full_of_it():
+    """The gpu tier (8 blocks) holds a's whole prompt, its 6 prefix blocks shared with b: b's
+    hits below both hot windows leave the gpu for both (one copy each) and b takes them as cold
+    hits, instead of waiting for a to finish (it used to: its hits were the only spill candidates
+    and were excluded)."""
+    scheduler, runner = Scheduler(CONFIG), TierRunner()
+    scheduler.add_request(make_request("a", PREFIX + [7] * 5, max_tokens=8))
+    batch, _ = step(scheduler, runner)
+    assert scheduler.kv_cache_manager.num_free_blocks == 0
+    scheduler.add_request(make_request("b", PREFIX + [8] * 5, max_tokens=8))
+    batch, updates = step(scheduler, runner)  # the fake runner checks every token of a and b
+    assert [n.req_id for n in batch.new_reqs] == ["b"] and batch.num_scheduled_tokens == {"a": 1, "b": 5}
+    # eligible for b (24 computed, hot window 8, 1 sink): 1..3; for a (29 computed): 1..4
+    assert [(m.req_id, m.logical_idx, m.dst_tier) for m in batch.transfers.moves] == [
+        ("a", 1, CPU),
+        ("a", 2, CPU),
+    ]
+    assert table(scheduler, "b")[:6] == [(GPU, 0), (CPU, 0), (CPU, 1), (GPU, 3), (GPU, 4), (GPU, 5)]
+    assert table(scheduler, "a")[1:3] == [(CPU, 0), (CPU, 1)]
+    assert updates["b"].num_cached_tokens == 24
+    assert scheduler.stats().kv_tiers.prefix_hit_tokens["cpu"] == 8
+    hashes = scheduler.requests["b"].block_hashes
+    _run_all(scheduler, runner)
+    tiers = scheduler.kv_tiers
+    assert tiers.cpu.num_used_blocks == 0 and [tiers.cpu.lookup(h) for h in hashes[1:3]] == [0, 1]
