@@ -111,6 +111,26 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_geometry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M's attention geometry (9 heads, 3 kv heads, head_dim 64, tied embeddings) in 4
+    random layers with a small vocabulary: shapes the tiny models do not have (GPU tests)."""
+    from transformers import LlamaConfig
+
+    geometry = dict(
+        hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
+        max_position_embeddings=8192, initializer_range=0.05,
+    )  # fmt: skip
+    config = LlamaConfig(
+        **{**_COMMON, **geometry},
+        num_hidden_layers=4,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+        rope_theta=100000.0,
+    )
+    return _build_tiny(tmp_path_factory.mktemp("smollm2_geometry"), config)
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from transformers import Qwen2Config
 

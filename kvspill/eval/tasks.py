@@ -51,8 +51,9 @@ class Sample:
     num_prompt_tokens: int
 
 
-def _rng(seed: int, task: str, target_tokens: int, index: int) -> random.Random:
-    digest = hashlib.sha256(f"{seed}/{task}/{target_tokens}/{index}".encode()).digest()
+def _rng(seed: int, task: str, target_tokens: int, index: int, draw: int = 0) -> random.Random:
+    key = f"{seed}/{task}/{target_tokens}/{index}" + (f"/{draw}" if draw else "")  # draw 0: as before
+    digest = hashlib.sha256(key.encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "little"))
 
 
@@ -232,28 +233,51 @@ def _fit_units(build: Callable[[int], str], budget: int, count_tokens: CountToke
     return lo
 
 
+# Draws of one sample before giving up: a draw of the code task can have no question to ask (the
+# text holds no function defined once on one line: seen at 8K with Python 3.12's stdlib).
+MAX_DRAWS = 8
+
+
+def _draw(
+    task: str, target_tokens: int, index: int, rng_state: random.Random, count_tokens: CountTokens
+) -> Sample | None:
+    """The longest prompt of one draw that fits with the generated tokens, None when it asks
+    nothing. Every build of the search restarts from the draw's random state."""
+    builder, max_tokens = TASKS[task]
+    budget = target_tokens - max_tokens
+    state = rng_state.getstate()
+
+    def build(units: int) -> tuple[str, tuple[str, ...]]:
+        rng_state.setstate(state)
+        return builder(rng_state, units)
+
+    units = _fit_units(lambda u: build(u)[0], budget, count_tokens)
+    prompt, answers = build(units)
+    num_prompt_tokens = count_tokens(prompt)
+    if not answers or num_prompt_tokens > budget:
+        return None
+    return Sample(task, target_tokens, index, prompt, answers, max_tokens, num_prompt_tokens)
+
+
 def make_samples(
     task: str, target_tokens: int, num_samples: int, seed: int, count_tokens: CountTokens
 ) -> list[Sample]:
     """`num_samples` prompts of `task` whose prompt + generated tokens fit `target_tokens`."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}: choose from {', '.join(TASKS)}")
-    builder, max_tokens = TASKS[task]
-    budget = target_tokens - max_tokens
     samples = []
     for index in range(num_samples):
-
-        def build(units: int, index: int = index) -> str:
-            return builder(_rng(seed, task, target_tokens, index), units)[0]
-
-        units = _fit_units(build, budget, count_tokens)
-        prompt, answers = builder(_rng(seed, task, target_tokens, index), units)
-        num_prompt_tokens = count_tokens(prompt)
-        if not answers or num_prompt_tokens > budget:
+        for draw in range(MAX_DRAWS):
+            sample = _draw(
+                task, target_tokens, index, _rng(seed, task, target_tokens, index, draw), count_tokens
+            )
+            if sample is not None:
+                samples.append(sample)
+                break
+        else:
             raise ValueError(
                 f"{target_tokens} tokens are too few for the {task} task: ask for a longer length"
             )
-        samples.append(Sample(task, target_tokens, index, prompt, answers, max_tokens, num_prompt_tokens))
     return samples
 
 

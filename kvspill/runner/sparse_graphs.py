@@ -59,6 +59,11 @@ class _Entry:
     graph: torch.cuda.CUDAGraph
     logits: torch.Tensor
     greedy_ids: torch.Tensor
+    # The graph reads tensors that the cold step made before the capture (its block tables, row
+    # indices, selections): they live as long as the graph. Freed, the allocator handed their
+    # memory to later tensors and replays read garbage indices (a device-side assert in an
+    # index_select on SmolLM2 at 2K, H200).
+    cold: ColdStep
 
 
 def eager_reason(inputs: StepInputs, budget_blocks: int) -> str | None:
@@ -222,7 +227,7 @@ class SparseDecodeGraphs:
         graph.replay()  # the capture only recorded: this step's result
         self.num_captures += 1
         logger.info("captured a sparse decode CUDA graph: batch %d, %d cold blocks, cache group %d", *key)
-        entry = _Entry(graph, logits, greedy_ids)
+        entry = _Entry(graph, logits, greedy_ids, cold)
         self.entries[key] = entry
         return entry
 

@@ -39,6 +39,23 @@ def test_longer_lengths_give_longer_prompts_and_too_short_is_an_error():
         make_samples("common_words", 100, 1, 0, count)
 
 
+def test_a_draw_with_nothing_to_ask_is_drawn_again(monkeypatch):
+    """A code-task draw can hold no function to ask for (8K, Python 3.12's stdlib): that sample
+    is drawn again from another random stream instead of failing the length."""
+
+    def sometimes_empty(rng, units):
+        asks = rng.random() < 0.3
+        return "abcd" * units, (("abcd",) if asks else ())
+
+    monkeypatch.setitem(TASKS, "sometimes", (sometimes_empty, 8))
+    samples = make_samples("sometimes", 1024, 6, 0, count)
+    assert [s.index for s in samples] == list(range(6)) and all(s.answers for s in samples)
+    assert samples == make_samples("sometimes", 1024, 6, 0, count)  # deterministic
+    monkeypatch.setitem(TASKS, "never", (lambda rng, units: ("abcd" * units, ()), 8))
+    with pytest.raises(ValueError, match="too few"):
+        make_samples("never", 1024, 1, 0, count)
+
+
 def test_code_task_asks_for_a_definition_from_real_stdlib_files():
     sample = make_samples("code", 4096, 1, 0, count)[0]
     (answer,) = sample.answers

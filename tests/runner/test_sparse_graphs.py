@@ -8,6 +8,7 @@ that read it would differ. The capture and replay themselves need a GPU (benchma
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from kvspill.kv.cold_attention import ColdAttentionBackend
@@ -95,3 +96,31 @@ def test_eager_reason_names_what_keeps_a_step_off_the_graphs():
     assert "disk" in (eager_reason(_inputs([seq(8, np.array([TIER_CPU] * 7 + [TIER_DISK]))]), 8) or "")
     assert "fewer cold tokens" in (eager_reason(_inputs([seq(7)]), 8) or "")
     assert "request id" in (eager_reason(_inputs([seq(8, req=None)]), 8) or "")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_sparse_graph_replays_give_the_eager_tokens_with_much_padding(smollm2_geometry_dir):
+    """SmolLM2's geometry at 2K: ~90 cold blocks padded to a 1,024-block capacity, a 16-block
+    budget, 40 decode steps replayed from one graph. The graph must keep the cold step's own
+    tensors alive: freed after the capture, a replay read reused memory as indices (a
+    device-side assert, H200 2026-11-27)."""
+    from kvspill.eval.runner import hot_kv_kwargs
+    from kvspill.llm import LLM
+    from kvspill.sampling_params import SamplingParams
+
+    kw = dict(
+        device="cuda", dtype="float32", max_model_len=2048, cold_attention="sparse",
+        sparse_budget_tokens=256, **hot_kv_kwargs(256, 2048),
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 256, (2000,), generator=g).tolist() for _ in range(2)]
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    want = [
+        o.token_ids
+        for o in LLM(str(smollm2_geometry_dir), enforce_eager=True, **kw).generate(prompts, params)
+    ]
+    llm = LLM(str(smollm2_geometry_dir), **kw)
+    got = [o.token_ids for o in llm.generate(prompts, params)]
+    assert got == want
+    graphs = llm.engine.runner.sparse_graphs
+    assert graphs is not None and graphs.num_replays > 40
