@@ -289,13 +289,17 @@ class PersistStore:
             info = self._index.get(block_hash)
         if info is None:
             return False
+        # The payload is read straight into `dst` (no staging buffer to zero and copy): on a failed
+        # check `dst` holds garbage, and the caller frees that block instead of caching it.
+        out = dst if dst.is_contiguous() else torch.empty_like(dst)
+        payload = memoryview(out.view(torch.uint8).reshape(-1).numpy())  # type: ignore[arg-type]
         try:
-            data = bytearray(info.file_bytes)
+            if payload.nbytes != info.nbytes:
+                raise ValueError(f"holds {info.nbytes} bytes, not the {payload.nbytes} of a block here")
             with info.path.open("rb") as f:
-                num_read = f.readinto(data)
-                if num_read != info.file_bytes or f.read(1):
+                f.seek(info.file_bytes - info.nbytes)
+                if f.readinto(payload) != info.nbytes or f.read(1):
                     raise ValueError(f"torn: the file is not the {info.file_bytes} bytes indexed")
-            payload = memoryview(data)[info.file_bytes - info.nbytes :]
             if zlib.crc32(payload) != info.crc32:
                 raise ValueError("checksum mismatch: the file is corrupt")
         except (OSError, ValueError) as e:
@@ -304,7 +308,8 @@ class PersistStore:
                 self._index.pop(block_hash, None)
                 self.num_skipped += 1
             return False
-        dst.view(torch.uint8).view(-1).copy_(torch.frombuffer(payload, dtype=torch.uint8))
+        if out is not dst:
+            dst.copy_(out)
         os.utime(info.path)  # most recently used, across restarts too
         with self._lock:  # loads run on several threads (prefix_persist.py)
             if block_hash in self._index:
