@@ -124,3 +124,19 @@ def hadamard(n: int) -> torch.Tensor:
 def rotate(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """x [..., head_dim] @ rotation in fp32 (the int8 format's basis change), as fp32."""
     return x.float() @ rotation
+
+
+def rotate_rows(xs: tuple[torch.Tensor, ...], rotation: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`rotate` of several tensors [..., head_dim] as one matmul over their stacked rows.
+
+    One launch instead of one per tensor, and a row count cuBLAS serves well: a decode step's k
+    or v alone is 8 rows, whose fp32 [8, 128] @ [128, 128] took 53 us on an H200 (a poorly
+    chosen kernel) against 5 us for q's 32 rows: 3.4 ms of a 10 ms W3 int8 decode step."""
+    dim = rotation.shape[0]
+    flat = torch.cat([x.float().reshape(-1, dim) for x in xs]) @ rotation
+    out, start = [], 0
+    for x in xs:
+        n = x.numel() // dim
+        out.append(flat[start : start + n].view(*x.shape[:-1], dim))
+        start += n
+    return tuple(out)

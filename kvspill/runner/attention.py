@@ -32,7 +32,7 @@ import torch
 
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.fused_ops import apply_rope
-from kvspill.kernels.kv_quant import rotate
+from kvspill.kernels.kv_quant import rotate, rotate_rows
 from kvspill.kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
 from kvspill.kernels.rope_store import rope_and_store_kv
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
@@ -116,8 +116,8 @@ class PagedAttention:
             if rope is not None:
                 apply_rope(q, k, rope[0], rope[1])
             # k, v stay fp32 for the store's quantization; q returns to its dtype for the kernels
-            q_b = rotate(q, basis).to(q.dtype)
-            o = self._attend(layer_idx, q_b, rotate(k, basis), rotate(v, basis), None)
+            q_b, k_b, v_b = rotate_rows((q, k, v), basis)
+            o = self._attend(layer_idx, q_b.to(q.dtype), k_b, v_b, None)
             return rotate(o, basis).to(q.dtype)
         return self._attend(layer_idx, q, k, v, rope)
 
