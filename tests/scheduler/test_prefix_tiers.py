@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from kvspill.kv.cold_pool import ColdBlockPool
+from kvspill.kv.transfer import CopyRun, group_moves
 from kvspill.scheduler.scheduler import Scheduler
 from kvspill.types import TIER_CPU
 
@@ -26,6 +27,7 @@ from .test_tiers import (
     _random_config,
     assert_all_free,
     make_request,
+    move,
     step,
     table,
 )
@@ -269,3 +271,41 @@ def test_a_wave_on_one_prefix_is_admitted_at_once_when_the_gpu_tier_is_full_of_i
     _run_all(scheduler, runner)
     tiers = scheduler.kv_tiers
     assert tiers.cpu.num_used_blocks == 0 and [tiers.cpu.lookup(h) for h in hashes[1:3]] == [0, 1]
+
+
+def test_a_shared_prefix_block_spills_once_for_all_its_holders() -> None:
+    scheduler = Scheduler(replace(CONFIG, hot_window_tokens=0, num_sink_blocks=0))
+    runner = TierRunner()
+    prefix = list(range(8))
+    scheduler.add_request(make_request("a", prefix + [50]))
+    step(scheduler, runner)
+    scheduler.add_request(make_request("b", prefix + [60] + list(range(300, 319))))  # 28 tokens
+    batch, _ = step(scheduler, runner)
+    assert batch.new_reqs[0].block_ids[:2] == [0, 1]  # shared with a
+    scheduler.add_request(make_request("c", range(200, 208)))
+    batch, _ = step(scheduler, runner)  # the fake runner checks every token of a, b and c
+    # b's token 28 needs a block, c needs 2. Blocks 0 and 1, shared by a and b, are below both
+    # hot windows (a has computed 10 tokens): each leaves once, one move per holder.
+    assert batch.transfers.moves == [
+        move("a", 0, (GPU, 0), (CPU, 0)), move("b", 0, (GPU, 0), (CPU, 0)),
+        move("a", 1, (GPU, 1), (CPU, 1)), move("b", 1, (GPU, 1), (CPU, 1)),
+        move("b", 2, (GPU, 3), (CPU, 2)),
+    ]  # fmt: skip
+    tiers = scheduler.kv_tiers
+    assert [tiers.cpu.ref_cnt(i) for i in range(3)] == [2, 2, 1]
+    assert table(scheduler, "a")[:2] == table(scheduler, "b")[:2] == [(CPU, 0), (CPU, 1)]
+    # findable at once by their prefix hashes (b's block 2 too)
+    hashes = scheduler.requests["b"].block_hashes
+    assert [tiers.cpu.lookup(h) for h in hashes[:3]] == [0, 1, 2]
+    while scheduler.has_unfinished_requests():
+        step(scheduler, runner)
+    assert_all_free(scheduler)
+
+
+def test_group_moves_copies_a_shared_blocks_bytes_once() -> None:
+    moves = [
+        move("a", 0, (GPU, 0), (CPU, 0)), move("b", 0, (GPU, 0), (CPU, 0)),
+        move("a", 1, (GPU, 1), (CPU, 1)), move(None, 1, (GPU, 1), (CPU, 1)),
+        move("c", 5, (GPU, 2), (CPU, 2)),
+    ]  # fmt: skip
+    assert group_moves(moves) == [CopyRun(GPU, 0, CPU, 0, 3)]

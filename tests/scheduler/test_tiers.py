@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from kvspill.errors import InvalidParameterError
-from kvspill.kv.transfer import CopyRun, group_moves
 from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
@@ -255,44 +254,6 @@ def test_without_a_cpu_tier_blocks_spill_to_disk() -> None:
     scheduler.add_request(make_request("a", range(32), max_tokens=20))
     moves = [step(scheduler, runner)[0].transfers.moves for _ in range(3)]
     assert moves[2] == [move("a", 1, (GPU, 1), (DISK, 0))]
-
-
-def test_a_shared_prefix_block_spills_once_for_all_its_holders() -> None:
-    scheduler = Scheduler(replace(CONFIG, hot_window_tokens=0, num_sink_blocks=0))
-    runner = TierRunner()
-    prefix = list(range(8))
-    scheduler.add_request(make_request("a", prefix + [50]))
-    step(scheduler, runner)
-    scheduler.add_request(make_request("b", prefix + [60] + list(range(300, 319))))  # 28 tokens
-    batch, _ = step(scheduler, runner)
-    assert batch.new_reqs[0].block_ids[:2] == [0, 1]  # shared with a
-    scheduler.add_request(make_request("c", range(200, 208)))
-    batch, _ = step(scheduler, runner)  # the fake runner checks every token of a, b and c
-    # b's token 28 needs a block, c needs 2. Blocks 0 and 1, shared by a and b, are below both
-    # hot windows (a has computed 10 tokens): each leaves once, one move per holder.
-    assert batch.transfers.moves == [
-        move("a", 0, (GPU, 0), (CPU, 0)), move("b", 0, (GPU, 0), (CPU, 0)),
-        move("a", 1, (GPU, 1), (CPU, 1)), move("b", 1, (GPU, 1), (CPU, 1)),
-        move("b", 2, (GPU, 3), (CPU, 2)),
-    ]  # fmt: skip
-    tiers = scheduler.kv_tiers
-    assert [tiers.cpu.ref_cnt(i) for i in range(3)] == [2, 2, 1]
-    assert table(scheduler, "a")[:2] == table(scheduler, "b")[:2] == [(CPU, 0), (CPU, 1)]
-    # findable at once by their prefix hashes (b's block 2 too)
-    hashes = scheduler.requests["b"].block_hashes
-    assert [tiers.cpu.lookup(h) for h in hashes[:3]] == [0, 1, 2]
-    while scheduler.has_unfinished_requests():
-        step(scheduler, runner)
-    assert_all_free(scheduler)
-
-
-def test_group_moves_copies_a_shared_blocks_bytes_once() -> None:
-    moves = [
-        move("a", 0, (GPU, 0), (CPU, 0)), move("b", 0, (GPU, 0), (CPU, 0)),
-        move("a", 1, (GPU, 1), (CPU, 1)), move(None, 1, (GPU, 1), (CPU, 1)),
-        move("c", 5, (GPU, 2), (CPU, 2)),
-    ]  # fmt: skip
-    assert group_moves(moves) == [CopyRun(GPU, 0, CPU, 0, 3)]
 
 
 # ---- preemption --------------------------------------------------------------------------
