@@ -40,6 +40,9 @@ def test_block_keys_rank_like_the_reference_over_two_tiers():
     assert torch.equal(got & 0xFFFFFFFF, want & 0xFFFFFFFF)  # low bits: n - 1 - block index
 
 
+# The planted -inf summary makes inf - inf inside the kernel: Triton's CPU interpreter (numpy)
+# warns; the test checks the key it gives all the same.
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_block_keys_padding_past_num_valid_is_never_read_and_ranks_last():
     """CUDA graphs pass fixed-size block lists: blocks past `num_valid` are padding. Their ids
     point out of the summaries (a read would fault or show); the real blocks' keys equal the
