@@ -90,30 +90,34 @@ def fill_bitmask(states: list[SamplingState], rows: list[int], vocab: int) -> to
             bitmask[j] = 0 if guide.stop_token_ids else _ALL_ALLOWED
             for t in guide.stop_token_ids:
                 if t < vocab:
-                    bitmask[j, t // 32] |= _bit(t % 32)
+                    bitmask[j, t // 32] |= bit_word(t % 32)
     return bitmask
 
 
-def _bit(i: int) -> int:
-    """int32 word with bit i set (bit 31 is the sign bit)."""
+def bit_word(i: int) -> int:
+    """int32 word with bit i set (bit 31 is the sign bit); `~bit_word(i)` clears it."""
     return -(2**31) if i == 31 else 1 << i
+
+
+def allowed_tokens(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """bool [..., vocab]: the tokens that bitmask words [..., ceil(vocab/32)] int32 allow."""
+    bits = _BITS.get(bitmask.device)
+    if bits is None:
+        bits = _BITS[bitmask.device] = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    unpacked = ((bitmask.unsqueeze(-1) >> bits) & 1).bool()
+    return unpacked.view(*bitmask.shape[:-1], -1)[..., :vocab]
 
 
 def allows_nothing(row: torch.Tensor, vocab: int) -> bool:
     """Whether a bitmask row [ceil(vocab/32)] int32 allows none of the vocab's tokens."""
-    bits = ((row.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).view(-1)
-    return not bool(bits[:vocab].any())
+    return not bool(allowed_tokens(row, vocab).any())
 
 
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> torch.Tensor:
     """A copy of logits [num_seqs, vocab] with the forbidden tokens of `rows` at -inf."""
     vocab = logits.shape[1]
     device = logits.device
-    bitmask = to_device(bitmask, torch.int32, device)
-    bits = _BITS.get(device)
-    if bits is None:
-        bits = _BITS[device] = torch.arange(32, dtype=torch.int32, device=device)
-    allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().view(len(rows), -1)[:, :vocab]
+    allowed = allowed_tokens(to_device(bitmask, torch.int32, device), vocab)
     out = logits.clone()
     if len(rows) == logits.shape[0]:
         return out.masked_fill_(~allowed, float("-inf"))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kvspill.errors import InvalidParameterError
-from kvspill.guided.bitmask import allows_nothing
+from kvspill.guided.bitmask import allows_nothing, bit_word
 from kvspill.guided.schema_check import check_schema
 from kvspill.guided.spec import GuidedSpec
 
@@ -66,7 +66,7 @@ def _json_allowed_words(info: xgr.TokenizerInfo, vocab_size: int) -> torch.Tenso
     special = set(info.special_token_ids)
     for token, raw in enumerate(info.decoded_vocab[:vocab_size]):
         if token not in special and any(b < 0x20 for b in raw):
-            words[token // 32] &= ~(1 << (token % 32)) if token % 32 != 31 else 0x7FFFFFFF
+            words[token // 32] &= ~bit_word(token % 32)
     return words
 
 

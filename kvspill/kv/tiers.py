@@ -212,14 +212,11 @@ class KVTierManager(SpillPicker):
                 return None
             admission = Admission.of(request, new_computed_blocks, self)
             picks = self._pick_spills(num_deficit, admission)
-            if len(picks) < num_deficit:
-                if cold_hits:
-                    self.prefix.pending_hits[req_id] = cold_hits  # still valid: nothing changed
-                return None
             # The cold hits are taken before the spills: their cached-free blocks are no room.
             num_hits_free = self.prefix.num_cached_free(cold_hits)
-            if self.num_free_cold_blocks - num_hits_free < num_deficit and not (
-                reclaim and self._reclaim_cold_room(num_deficit + num_hits_free, keep=req_id)
+            if len(picks) < num_deficit or (
+                self.num_free_cold_blocks - num_hits_free < num_deficit
+                and not (reclaim and self._reclaim_cold_room(num_deficit + num_hits_free, keep=req_id))
             ):
                 if cold_hits:
                     self.prefix.pending_hits[req_id] = cold_hits  # still valid: nothing changed
