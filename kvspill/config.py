@@ -7,7 +7,7 @@ with a message that says what to change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvspill.errors import InvalidParameterError
@@ -103,7 +103,9 @@ class EngineConfig:
     num_disk_kv_blocks: int | None = None  # exact disk-tier size in blocks (tests); overrides the budget
     num_sink_blocks: int = 1  # first blocks of each sequence that never leave the gpu tier
     hot_window_tokens: int = 1024  # most recent tokens of each sequence that stay on the gpu tier
-    attention: str = "auto"  # "auto": gpu tier + cold tiers; "cpu": all KV in RAM, attention on CPU
+    # "auto": gpu tier + cold tiers; "cpu": all KV in RAM, decode attention on the CPU (on a GPU
+    # through the tiers: `with_attention_mode`)
+    attention: str = "auto"
     # cold blocks: "cpu" (attend in RAM), "stream" (to the GPU), "split", "auto" (exact), or "sparse":
     # decode rows attend only the cold blocks their queries select (kv/cold_sparse.py)
     cold_attention: str = "auto"
@@ -251,3 +253,35 @@ class EngineConfig:
                     f"--{param.replace('_', '-')} does not run with --tensor-parallel-size {n} yet: "
                     "drop one of them",
                 )
+
+
+def cpu_attention_gpu_blocks(config: EngineConfig) -> int:
+    """The gpu tier of `--attention cpu` on a GPU: each sequence's sink blocks and the two newest
+    blocks (the one being written and the one before), one prefill chunk's blocks, two spare."""
+    bs = config.block_size
+    return config.max_num_seqs * (config.num_sink_blocks + 2) + -(-config.max_num_batched_tokens // bs) + 2
+
+
+def with_attention_mode(config: EngineConfig, device_type: str) -> EngineConfig:
+    """`--attention cpu` on a CUDA device, in terms of the tiers: the KV lives in the cpu tier
+    (its size from `--cpu-kv-budget`, else the plan's host pool), the gpu tier keeps only what the
+    store kernels write (`cpu_attention_gpu_blocks`; `--hot-window-tokens` is one block), and
+    decode rows attend their cold blocks on the CPU (`--cold-attention cpu`). A prefill chunk's
+    attention over the cold blocks stays on the GPU, streamed: it is compute-bound (thousands of
+    queries per key), which the CPU cannot serve (kv/cold_attention.py). On the CPU device the
+    whole pool is in RAM already: nothing changes. A config that already went through this
+    comes back unchanged."""
+    if config.attention != "cpu" or device_type != "cuda":
+        return config
+    if config.cold_attention not in ("auto", "cpu"):
+        raise InvalidParameterError(
+            "cold_attention",
+            f"--attention cpu attends over the KV in RAM on the CPU; --cold-attention "
+            f"{config.cold_attention} asks for another path: drop one of the two",
+        )
+    return replace(
+        config,
+        cold_attention="cpu",
+        hot_window_tokens=config.block_size,
+        num_kv_blocks=config.num_kv_blocks or cpu_attention_gpu_blocks(config),
+    )

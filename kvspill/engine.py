@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from kvspill.config import EngineConfig
+from kvspill.config import EngineConfig, with_attention_mode
 from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
 from kvspill.engine_checks import check_prompt
 from kvspill.engine_parallel import TensorParallelGroup
@@ -73,6 +73,8 @@ class LLMEngine:
             self.close()
             raise
         self.bundle = bundle
+        # what start-up resolved: `--attention cpu` on a GPU runs through the tiers (config.py)
+        self.config = with_attention_mode(self.config, bundle.device.type)
         self.memory_plan = bundle.memory_plan  # the plan that sized the KV tiers (engine_setup.py)
         self.tokenizer = bundle.tokenizer
         self.runner = bundle.runner

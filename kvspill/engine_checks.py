@@ -83,7 +83,7 @@ def preflight(config: EngineConfig) -> None:
 def check_kv_cache_dtype(config: EngineConfig, device: torch.device) -> None:
     """fp8 KV: Triton loads and stores fp8 only on compute capability 8.9+ (Ada, Hopper). int8 KV
     needs no special hardware (int8 loads, fp32 scales): every GPU the engine runs on."""
-    if config.kv_cache_dtype in ("auto", "int8") or device.type != "cuda" or config.attention == "cpu":
+    if config.kv_cache_dtype in ("auto", "int8") or device.type != "cuda":
         return
     if torch.cuda.get_device_capability(device) < (8, 9):
         raise InvalidParameterError(

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from kvspill.config import EngineConfig
+from kvspill.config import EngineConfig, with_attention_mode
 from kvspill.engine_checks import check_int4_format, check_kv_cache_dtype, pick_device, pick_dtype, preflight
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf_reader import shared_readers
@@ -283,6 +283,7 @@ def build_engine_parts(
         dtype = pick_dtype(config, device)
         # The plans count bytes at the dtype the engine runs (on the CPU "auto" may mean fp32).
         config = replace(config, dtype=str(dtype).removeprefix("torch."))
+        config = with_attention_mode(config, device.type)  # --attention cpu on a GPU: via the tiers
         check_kv_cache_dtype(config, device)  # before loading anything
         preflight(config)
         calibration = load_calibration()  # read once: the plans and the cold path use it
@@ -310,13 +311,11 @@ def build_engine_parts(
     num_gpu, num_cpu, num_disk = tp.min_over_ranks(
         [plan.gpu_kv_tokens // bs, plan.cpu_kv_tokens // bs, plan.disk_kv_tokens // bs]
     )
-    # --attention cpu: the whole pool in host RAM (the "gpu" tier), attention on the CPU, no cold tiers.
-    pool_device = torch.device("cpu") if config.attention == "cpu" else device
     with phases.phase("allocate the KV tiers"):
         storage = TieredKVStorage(
             layout,
             num_gpu,
-            pool_device,
+            device,
             num_cpu_blocks=num_cpu,
             num_disk_blocks=num_disk,
             disk_dir=config.kv_disk_dir,
@@ -328,7 +327,6 @@ def build_engine_parts(
     if (
         device.type == "cuda"
         and (tp.size == 1 or os.environ.get("KVSPILL_TP_CUDA_GRAPHS", "1") != "0")
-        and config.attention != "cpu"
         and not config.enforce_eager
         and not loaded.offloader
     ):

@@ -151,6 +151,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, fp8_e5m2 or int8 (--kv-cache-dtype)")
     ap.add_argument("--attention", default="auto", help="auto, or cpu: all KV in RAM, attention on the CPU")
     ap.add_argument(
+        "--cpu-attention-threads", type=int, default=None, help="--cpu-attention-threads (default: torch's)"
+    )
+    ap.add_argument(
         "--cpu-offload-gb", type=float, default=0.0, help="--cpu-offload-gb (weights in pinned RAM)"
     )
     ap.add_argument(
@@ -200,6 +203,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         sparse_cache_seqs=getattr(args, "sparse_cache_seqs", 1),
         kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"),
         attention=getattr(args, "attention", "auto"),
+        cpu_attention_threads=getattr(args, "cpu_attention_threads", None),
         async_scheduling=getattr(args, "async_scheduling", True),
         cpu_offload_gb=getattr(args, "cpu_offload_gb", 0.0),
         tensor_parallel_size=getattr(args, "tensor_parallel_size", 1),
@@ -218,6 +222,8 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         mode += f"-kv-{args.kv_cache_dtype}"
     if getattr(args, "attention", "auto") == "cpu":
         mode += "-attention-cpu"
+    if getattr(args, "cpu_attention_threads", None):
+        mode += f"-t{args.cpu_attention_threads}"
     ranks = config.tensor_parallel_size
     if ranks > 1:
         mode += f"-tp{ranks}"

@@ -165,7 +165,9 @@ class EngineOptions:
         "Most recent tokens of each sequence kept on the GPU tier, e.g. 1024 or 1K.", parse=parse_tokens
     )
     attention: str | None = _flag(
-        "auto: GPU tier plus cold tiers; cpu: all KV in RAM, decode attention on the CPU."
+        "auto: GPU tier plus cold tiers; cpu: all KV in RAM (--cpu-kv-budget), decode attention on "
+        "the CPU; on a GPU the newest block of each sequence and one prefill chunk stay on it, and "
+        "prefill attention streams the KV to the GPU."
     )
     cold_attention: str | None = _flag(
         "Attention over cold blocks: cpu (in RAM), stream (to the GPU), split (both) or auto, all exact; "

@@ -12,8 +12,10 @@ Budgets by device (what the engine's pools may use):
 - cuda: `--vram-budget` is the ceiling itself; without one, `--gpu-memory-utilization` of the card.
 - cpu: the "gpu" tier is host RAM. `--vram-budget` bounds it the same way; without one the pool
   holds up to 8 sequences of `max_model_len` within a quarter of the available RAM.
-- `--attention cpu`: one pool in host RAM (`--cpu-kv-budget`, else as on the cpu device), no
-  cold tiers; the weights stay on the GPU and are not charged to it.
+- `--attention cpu` on cuda (`config.with_attention_mode`): the gpu tier holds only what the
+  store kernels write; the KV lives in the cpu tier, of `--cpu-kv-budget` or else sized like the
+  cpu device's pool below. On the cpu device: one pool in RAM (`--cpu-kv-budget`, else as
+  above), no cold tiers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from kvspill.config import EngineConfig
+from kvspill.config import EngineConfig, with_attention_mode
 from kvspill.errors import OutOfKVMemoryError
 from kvspill.plan import (
     DEFAULT_BANDWIDTHS,
@@ -90,7 +92,11 @@ def _device_budget(
     host_available_bytes: int | None,
 ) -> PlanRequest | None:
     """`request` with the device pool's budget for `device` (module docstring); None: no budget known."""
-    if device == "cuda" and config.attention != "cpu":
+    if device == "cuda":
+        if config.attention == "cpu" and not config.cpu_kv_budget_bytes and config.num_cpu_kv_blocks is None:
+            if host_available_bytes is None:
+                return None
+            request = replace(request, ram_budget_bytes=_host_pool_bytes(request, host_available_bytes))
         if config.vram_budget_bytes is not None:
             return replace(request, vram_budget_bytes=config.vram_budget_bytes, gpu_memory_utilization=1.0)
         if device_total_bytes is None:
@@ -98,7 +104,7 @@ def _device_budget(
         return replace(request, vram_budget_bytes=device_total_bytes)
     request = replace(request, device="cpu", gpu_memory_utilization=1.0)
     fixed = config.kv_cache_memory_bytes
-    if config.attention == "cpu":
+    if config.attention == "cpu":  # on the cpu device: one pool in RAM, no cold tiers
         request = replace(
             request, ram_budget_bytes=0, disk_budget_bytes=0, cpu_kv_blocks=None, disk_kv_blocks=None,
             measured_weight_bytes=0, measured_activation_bytes=0,
@@ -109,11 +115,17 @@ def _device_budget(
     if host_available_bytes is None:
         return None
     if fixed is None:
-        block_bytes = request.kv_bytes_per_token * request.block_size
-        blocks_per_seq = -(-request.context_len // request.block_size)
-        want = blocks_per_seq * min(request.max_num_seqs, CPU_POOL_MAX_SEQS) * block_bytes
-        fixed = min(want, host_available_bytes // CPU_POOL_RAM_FRACTION)
+        fixed = _host_pool_bytes(request, host_available_bytes)
     return replace(request, vram_budget_bytes=max(1, host_available_bytes), gpu_kv_budget_bytes=fixed)
+
+
+def _host_pool_bytes(request: PlanRequest, host_available_bytes: int) -> int:
+    """A KV pool in host RAM without a budget: up to CPU_POOL_MAX_SEQS sequences of the context,
+    within 1/CPU_POOL_RAM_FRACTION of the available RAM."""
+    block_bytes = request.kv_bytes_per_token * request.block_size
+    blocks_per_seq = -(-request.context_len // request.block_size)
+    want = blocks_per_seq * min(request.max_num_seqs, CPU_POOL_MAX_SEQS) * block_bytes
+    return min(want, host_available_bytes // CPU_POOL_RAM_FRACTION)
 
 
 def startup_plan(
@@ -133,6 +145,7 @@ def startup_plan(
     `device_total_bytes`/`gpu_name` describe the CUDA card (None on the CPU); `host_available_bytes`
     sizes a pool in host RAM; `measured` and `spec`/`context_len` (the loaded model's) are the
     engine's after loading."""
+    config = with_attention_mode(config, device)
     if spec is None:
         try:
             spec = model_spec_for(config.model)

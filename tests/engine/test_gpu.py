@@ -137,3 +137,25 @@ def test_cpu_offload_gives_the_resident_models_tokens(tiny_llama_dir, offload_gb
     assert loaded.offloader is not None and loaded.offloader.host_bytes > 0
     assert all(h.is_pinned() for h in loaded.offloader.host)
     assert [o.token_ids for o in offloaded.generate(prompts, params)] == expect
+
+
+def test_attention_cpu_on_a_gpu_keeps_the_kv_in_ram_and_gives_the_cpu_paths_tokens(tiny_llama_dir):
+    """--attention cpu on CUDA (config.with_attention_mode): a gpu tier of a few blocks, the KV in
+    the cpu tier, decode rows attending it on the CPU, prefill chunks streaming it to the GPU.
+    Several sequences at once, prompts longer than the gpu tier: the CPU engine's greedy tokens."""
+    from kvspill.config import EngineConfig, cpu_attention_gpu_blocks
+
+    prompts = _prompts([300, 17, 180])
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    cpu = LLM(str(tiny_llama_dir), device="cpu", dtype="float32")
+    want = [o.token_ids for o in cpu.generate(prompts, params)]
+    opts = dict(max_model_len=512, max_num_seqs=3, max_num_batched_tokens=32, enable_prefix_caching=False)
+    llm = LLM(str(tiny_llama_dir), device="cuda", dtype="float32", attention="cpu", **opts)
+    storage = llm.engine.bundle.storage
+    assert storage.device.type == "cuda" and storage.cpu_pinned
+    assert storage.num_blocks == cpu_attention_gpu_blocks(EngineConfig(**opts)) == 3 * 3 + 2 + 2
+    assert [o.token_ids for o in llm.generate(prompts, params)] == want
+    stats = llm.engine.kv_stats()
+    assert stats.scheduler is not None and stats.scheduler.kv_tiers.kv_block_moves["gpu->cpu"] > 20
+    cold = stats.runner.cold
+    assert cold is not None and cold.cpu_bytes > 0 and cold.stream_bytes > 0

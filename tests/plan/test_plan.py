@@ -393,3 +393,51 @@ def test_plan_cli_counts_the_sparse_block_cache_as_the_engine_does(cli: typer.Ty
     off = CliRunner().invoke(cli, [*args, "--sparse-cache-seqs", "0"])
     assert off.exit_code == 0, off.output
     assert "without CUDA graphs (--sparse-cache-seqs 0)" in off.output
+
+
+def test_attention_cpu_on_a_gpu_keeps_the_kv_in_the_cpu_tier() -> None:
+    """--attention cpu on a GPU (config.with_attention_mode): the gpu tier holds each sequence's
+    sinks and newest blocks plus one prefill chunk; the KV lives in a cpu tier sized like the cpu
+    device's pool (or --cpu-kv-budget); decode attention over it runs on the CPU."""
+    from kvspill.config import cpu_attention_gpu_blocks, with_attention_mode
+    from kvspill.plan.startup import startup_plan
+
+    gib = 2**30
+    config = EngineConfig(
+        model="random:llama-1b",
+        attention="cpu",
+        max_model_len=131072,
+        max_num_seqs=4,
+        max_num_batched_tokens=4096,
+    )
+    resolved = with_attention_mode(config, "cuda")
+    assert (resolved.cold_attention, resolved.hot_window_tokens) == ("cpu", 16)
+    assert resolved.num_kv_blocks == cpu_attention_gpu_blocks(config) == 4 * (1 + 2) + 256 + 2
+    assert with_attention_mode(resolved, "cuda") == resolved  # idempotent
+    assert with_attention_mode(config, "cpu") == config  # the cpu device: one pool in RAM already
+    startup = startup_plan(config, 80 * gib, "NVIDIA H100", device="cuda", host_available_bytes=100 * gib)
+    assert startup is not None
+    plan = startup.plan
+    assert plan.gpu_kv_tokens == resolved.num_kv_blocks * 16
+    kv_bytes_per_token = plan.block_bytes // 16
+    # 4 sequences of 128K (under a quarter of the 100 GiB available)
+    assert plan.cpu_kv_tokens == 4 * 131072 and 4 * 131072 * kv_bytes_per_token < 25 * gib
+    budgeted = startup_plan(
+        replace(config, cpu_kv_budget_bytes=2 * gib),
+        80 * gib,
+        "NVIDIA H100",
+        device="cuda",
+        host_available_bytes=100 * gib,
+    )
+    assert budgeted is not None and budgeted.plan.cpu_kv_tokens * kv_bytes_per_token == 2 * gib
+
+
+def test_attention_cpu_refuses_another_cold_path() -> None:
+    from kvspill.config import with_attention_mode
+
+    with pytest.raises(InvalidParameterError, match="--attention cpu attends .* --cold-attention stream"):
+        with_attention_mode(EngineConfig(attention="cpu", cold_attention="stream"), "cuda")
+    assert (
+        with_attention_mode(EngineConfig(attention="cpu", cold_attention="stream"), "cpu").cold_attention
+        == "stream"
+    )
