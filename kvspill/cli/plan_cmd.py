@@ -31,7 +31,7 @@ from kvspill.cli.engine_options import (
     flag_name,
     with_engine_options,
 )
-from kvspill.config import EngineConfig, sparse_cache_groups
+from kvspill.config import EngineConfig, sparse_cache_groups, with_attention_mode
 from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.plan import (
     DEFAULT_BANDWIDTHS,
@@ -121,6 +121,8 @@ _PLANNED = {
     "dtype",
     "quantization",
     "tensor_parallel_size",
+    "attention",  # cpu: planned as the engine runs it on a GPU (config.with_attention_mode)
+    "num_kv_blocks",
 }
 
 
@@ -132,7 +134,14 @@ def _plan_flags(engine: EngineOptions, ram_budget: str | None, context: str | No
     # budget under the engine's 256 MiB floor is planned (and said not to fit), as before.
     # --quantization also takes what-if GGUF types (q4_k_m, q8_0, ...): PlanRequest checks it.
     skip = ("dtype", "vram_budget_bytes", "quantization")
-    EngineConfig(**{k: v for k, v in given.items() if k not in skip})
+    config = EngineConfig(**{k: v for k, v in given.items() if k not in skip})
+    if config.attention == "cpu":  # the gpu tier only what the store kernels write, cold path cpu
+        resolved = with_attention_mode(config, "cuda")
+        given.update(
+            cold_attention=resolved.cold_attention,
+            hot_window_tokens=resolved.hot_window_tokens,
+            num_kv_blocks=resolved.num_kv_blocks,
+        )
     if ram_budget is not None:
         if "cpu_kv_budget_bytes" in given:
             raise InvalidParameterError("ram_budget", "--ram-budget is --cpu-kv-budget: give one of them")
@@ -166,6 +175,7 @@ def _base_request(
             flags.get("max_num_seqs", EngineConfig.max_num_seqs),
             flags.get("sparse_cache_seqs", EngineConfig.sparse_cache_seqs),
         ),
+        gpu_kv_blocks=flags.get("num_kv_blocks"),
         **{_ENGINE_KNOBS[k]: v for k, v in flags.items() if k in _ENGINE_KNOBS},
     )
 

@@ -359,8 +359,21 @@ def test_plan_models_the_engine_flags_that_shape_it(plan):
     after = _yours(plan("--context", "128K", "--json", "--num-sink-blocks", "4", "--hot-window-tokens", "64"))
     assert before != after
     result = plan("--device", "cpu", "--attention", "cpu")
-    assert "not planned (checked, then ignored): --device, --attention" in result.output
+    assert "not planned (checked, then ignored): --device\n" in result.output
     assert "not planned" not in plan().output
+
+
+def test_plan_models_attention_cpu_as_the_engine_runs_it_on_a_gpu(plan):
+    """--attention cpu: the gpu tier holds each sequence's sink and two newest blocks plus one
+    prefill chunk (config.cpu_attention_gpu_blocks), the rest of the context is in the cpu tier."""
+    from kvspill.config import EngineConfig, cpu_attention_gpu_blocks
+
+    yours = _yours(plan("--attention", "cpu", "--context", "32K", "--json"))
+    assert yours["gpu_kv_tokens"] == cpu_attention_gpu_blocks(EngineConfig()) * 16 == 5152
+    assert yours["cpu_kv_tokens"] > 0
+    assert (
+        _yours(plan("--context", "32K", "--json"))["gpu_kv_tokens"] > 2 * 5152
+    )  # without it: what VRAM holds
 
 
 def test_the_bench_report_repeats_the_engine_flags_given():
