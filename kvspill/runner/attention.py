@@ -4,7 +4,8 @@ A step's tokens are ordered decodes first (one query each), then prefill chunks.
 call stores the new K/V into the paged cache through `slot_mapping`, then runs the split-KV
 decode kernel over the decode queries and the paged prefill kernel over the rest, both
 returning (o, lse). On CUDA the Triton kernels run; elsewhere their torch references (the same
-math, the tests' oracle).
+math, the tests' oracle), except that decode rows over a host pool read it in place with the
+C++ kernel (`host_decode.py`) when it could be built.
 
 KV tiers: the block tables and seq_lens given here cover each sequence's gpu-tier blocks only
 (compacted, `runner/inputs.py`). For sequences with cold blocks, `metadata.cold` computes the
@@ -12,8 +13,9 @@ partial over those (`kv/cold_attention.py`): its q goes down before the gpu kern
 enqueued, its result is merged with the gpu partial by LSE after them. Steps without cold
 blocks have `cold = None` and run exactly as before.
 
-`--attention cpu`: when the pool lives on the host and q on the GPU, the layer's q/k/v go down,
-everything runs on the host, o comes back up.
+A pool on the host with q on the GPU (a runner built so: the engine's `--attention cpu` runs
+through the tiers instead, config.py): the layer's q/k/v go down, everything runs on the host, o
+comes back up.
 
 `--kv-cache-dtype int8`: q, k and v (after RoPE, which then runs on its own) change to the
 Hadamard basis of the storage's `kv_rotation` before the store and every attention path, and o
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.fused_ops import apply_rope
 from kvspill.kernels.kv_quant import rotate, rotate_rows
@@ -39,6 +42,7 @@ from kvspill.kernels.store_kv import store_kv, store_kv_ref
 from kvspill.kv.cold_attention import ColdStep
 from kvspill.kv.cold_math import merge_partials
 from kvspill.kv.storage import KVStorage
+from kvspill.runner.host_decode import DecodeParts, paged_decode_attention_host
 from kvspill.runner.inputs import StepInputs
 
 
@@ -97,6 +101,10 @@ class PagedAttention:
         self.scale = scale
         self.use_triton = storage.device.type == "cuda"
         self.fuses_rope = self.use_triton  # the model hands over RoPE (model/base.py AttentionFn)
+        # A pool in host RAM: decode rows read it in place with the C++ kernel (host_decode.py);
+        # without a compiler, the torch reference. Its parts are the same in every layer.
+        self.host_kernel = not self.use_triton and load_kernel() is not None
+        self._host_parts: DecodeParts | None = None
 
     def __call__(
         self,
@@ -140,7 +148,16 @@ class PagedAttention:
         out = torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)  # [num_tokens, num_heads]
         nd = meta.num_decodes
-        if nd:
+        if nd and self.host_kernel:
+            if self._host_parts is None:
+                self._host_parts = DecodeParts.of(
+                    meta.decode_block_tables, meta.decode_seq_lens, self.storage.layout.block_size
+                )
+            pool = self.storage.kv_cache
+            paged_decode_attention_host(
+                q[:nd], pool, layer_idx, self._host_parts, self.scale, (out[:nd], lse[:nd])
+            )
+        elif nd:
             decode = paged_decode_attention if self.use_triton else paged_decode_attention_ref
             decode(
                 q[:nd],
