@@ -26,6 +26,7 @@ from kvspill.engine_checks import check_int4_format, check_kv_cache_dtype, pick_
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf_reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
+from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kernels.kv_quant import kv_storage_dtype
 from kvspill.kv.cold_config import ColdAttentionConfig
 from kvspill.kv.persist import kv_fingerprint, model_identity
@@ -320,6 +321,11 @@ def build_engine_parts(
             num_disk_blocks=num_disk,
             disk_dir=config.kv_disk_dir,
         )
+    if device.type == "cpu":
+        # The decode kernel over the pool in RAM (runner/host_decode.py) is built by g++ on first
+        # use (seconds, once per host): here, not in the first request's first decode step.
+        with phases.phase("build the CPU attention kernel"):
+            load_kernel()
     graphs = None
     # Offload swaps layer weights host-side before each layer: no CUDA graphs (model/offload.py).
     # Tensor parallelism: graphs capture the NCCL collectives too, every rank in the same order
