@@ -164,6 +164,15 @@ def _measure_gpu(device: torch.device, copy_bytes: int) -> dict[str, Any]:
     )
 
 
+# Cold blocks the stream and CPU paths are timed over, `quick` or not. Each layer's call has a
+# fixed cost (launches, q down, o up), so fewer blocks measure that cost more than the rate. On
+# one H200 machine `--quick` (then 256 blocks) gave stream 17.7 and cpu 15.9 GB/s; on another, the
+# full calibration gave 41.7 and 31.2. W3's split decoded at the same speed on both (5.02 and 5.00
+# tok/s), and the plan from the quick figures predicted half the measured speed
+# (bench/results/2026-11-27-h200-attention-cpu-w1/). 1024 blocks of 4 layers take under a second.
+COLD_PATH_BLOCKS = 1024
+
+
 def measure_cold_path_gbs(
     device: torch.device, path: str, num_blocks: int = 512, num_layers: int = 4
 ) -> float:
@@ -217,9 +226,9 @@ def measure_bandwidths(
     figures: dict[str, Any] = {}
     if device.type == "cuda":
         figures.update(_measure_gpu(device, (256 if quick else 1024) * MiB))
-        figures["stream_gbs"] = measure_cold_path_gbs(device, "stream", 256 if quick else 1024)
+        figures["stream_gbs"] = measure_cold_path_gbs(device, "stream", COLD_PATH_BLOCKS)
     # The engine's CPU cold path (what --cold-attention cpu/split run), not bare SDPA.
-    figures["cpu_attn_gbs"] = measure_cold_path_gbs(device, "cpu", 256 if quick else 1024)
+    figures["cpu_attn_gbs"] = measure_cold_path_gbs(device, "cpu", COLD_PATH_BLOCKS)
     figures["host_read_gbs"] = measure_host_read_gbs((64 if quick else 256) * MiB)
     figures["cpu_tflops"] = measure_matmul_tflops(torch.device("cpu"), 512 if quick else 1024, torch.float32)
     figures["disk_read_gbs"] = measure_disk_read_gbs(disk_dir, (32 if quick else 128) * MiB)
