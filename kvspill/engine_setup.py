@@ -181,16 +181,42 @@ def _size_tiers(
     return plan
 
 
-def _capture_graphs(config: EngineConfig, loaded: LoadedModel, storage: KVStorage) -> DecodeGraphs:
-    graphs = DecodeGraphs(
-        loaded.model,
-        storage,
-        scale=loaded.head_dim**-0.5,
-        max_num_seqs=min(config.max_num_seqs, MAX_GRAPH_BATCH),
-        max_blocks_per_seq=-(-loaded.max_model_len // config.block_size),
-    )
-    graphs.capture()
-    return graphs
+def _prepare_kernels(
+    config: EngineConfig,
+    loaded: LoadedModel,
+    storage: KVStorage,
+    device: torch.device,
+    tp: TensorParallel,
+    phases: StartupPhases,
+) -> DecodeGraphs | None:
+    """What the first steps would otherwise pay for: the CPU attention kernel on the CPU device,
+    the decode CUDA graphs on CUDA (None where steps run eagerly)."""
+    if device.type == "cpu":
+        # The decode kernel over the pool in RAM (runner/host_decode.py) is built by g++ on first
+        # use (seconds, once per host): here, not in the first request's first decode step.
+        with phases.phase("build the CPU attention kernel"):
+            load_kernel()
+        return None
+    # Offload swaps layer weights host-side before each layer: no CUDA graphs (model/offload.py).
+    # Tensor parallelism: graphs capture the NCCL collectives too, every rank in the same order
+    # (each rank builds its parts alike); KVSPILL_TP_CUDA_GRAPHS=0 runs its steps eagerly.
+    if (
+        device.type != "cuda"
+        or (tp.size > 1 and os.environ.get("KVSPILL_TP_CUDA_GRAPHS", "1") == "0")
+        or config.enforce_eager
+        or loaded.offloader
+    ):
+        return None
+    with phases.phase("capture CUDA graphs"):
+        graphs = DecodeGraphs(
+            loaded.model,
+            storage,
+            scale=loaded.head_dim**-0.5,
+            max_num_seqs=min(config.max_num_seqs, MAX_GRAPH_BATCH),
+            max_blocks_per_seq=-(-loaded.max_model_len // config.block_size),
+        )
+        graphs.capture()
+        return graphs
 
 
 def _cold_config(
@@ -321,23 +347,7 @@ def build_engine_parts(
             num_disk_blocks=num_disk,
             disk_dir=config.kv_disk_dir,
         )
-    if device.type == "cpu":
-        # The decode kernel over the pool in RAM (runner/host_decode.py) is built by g++ on first
-        # use (seconds, once per host): here, not in the first request's first decode step.
-        with phases.phase("build the CPU attention kernel"):
-            load_kernel()
-    graphs = None
-    # Offload swaps layer weights host-side before each layer: no CUDA graphs (model/offload.py).
-    # Tensor parallelism: graphs capture the NCCL collectives too, every rank in the same order
-    # (each rank builds its parts alike); KVSPILL_TP_CUDA_GRAPHS=0 runs its steps eagerly.
-    if (
-        device.type == "cuda"
-        and (tp.size == 1 or os.environ.get("KVSPILL_TP_CUDA_GRAPHS", "1") != "0")
-        and not config.enforce_eager
-        and not loaded.offloader
-    ):
-        with phases.phase("capture CUDA graphs"):
-            graphs = _capture_graphs(config, loaded, storage)
+    graphs = _prepare_kernels(config, loaded, storage, device, tp, phases)
     logger.info(
         "KV tiers: gpu %d blocks (%.2f GiB, %s), cpu %d blocks (%.2f GiB%s), disk %d blocks (%.2f GiB) of %d tokens",
         storage.num_blocks,
