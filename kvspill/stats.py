@@ -177,7 +177,7 @@ class ColdAttentionCounters:
     num_steps: int = 0  # steps with a cold block (JSON `cold_steps`)
     cpu_fraction: float = 0.0  # share of cold blocks the CPU attends: 1 "cpu", 0 "stream", else "split"
     cpu_bytes: int = 0
-    cpu_seconds: float = 0.0  # wall time of the CPU partials, summed over workers
+    cpu_seconds: float = 0.0  # wall time of the CPU partials once q is on the host, summed over workers
     stream_bytes: int = 0  # bytes staged and copied to the device
     stream_seconds: float = 0.0  # host wall time of the stream path (all of it off CUDA)
     stream_copy_seconds: float = 0.0  # CUDA: measured H2D time of the staged chunks

@@ -36,6 +36,7 @@ from kvspill.model.parallel import CollectiveTimer
 from kvspill.model.quant import model_weight_bytes
 from kvspill.plan.calibrate import measure_copy_gbs
 from kvspill.sampling_params import SamplingParams
+from kvspill.stats import ColdAttentionCounters
 
 GIB = 2**30
 
@@ -61,10 +62,13 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
     token_times: list[float] = []
     timed_end = 1 + warmup_tokens + new_tokens
     profiler = None
+    cold_span: list[ColdAttentionCounters | None] = []  # at the timed span's first and last token
     while engine.has_unfinished_requests():
         for out in engine.step():
             for _ in out.delta_token_ids:
                 token_times.append(time.perf_counter())
+                if len(token_times) in (warmup_tokens + 1, timed_end):
+                    cold_span.append(engine.kv_stats().runner.cold)
                 if timer is not None and len(token_times) == max(1, warmup_tokens):
                     timer.take()  # drop prefill's and warm-up's collectives (one sync, before the span)
                 if profiled and len(token_times) == timed_end:
@@ -79,8 +83,29 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
         new_tokens=n,
         peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
         peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3),
+        **(_cold_paths(cold_span[0], cold_span[1], n) if len(cold_span) == 2 else {}),
         **(_collectives(engine, timer) if timer is not None else {}),
         **(_graph_collectives(profiler, len(token_times) - timed_end) if profiler is not None else {}),
+    )
+
+
+def _cold_paths(start: ColdAttentionCounters | None, end: ColdAttentionCounters | None, tokens: int) -> dict:
+    """What each exact cold path did over the timed decode span: its share of the cold bytes,
+    its time per token and the rate it reached (the CPU kernel's wall time once q is on the
+    host; the stream's measured copy time). Beside decode_tok_s it shows whether "split" overlaps
+    its two paths: a token then takes about max(cpu ms, stream ms), not their sum."""
+    if start is None or end is None or not tokens:
+        return {}
+    cpu_b, stream_b = end.cpu_bytes - start.cpu_bytes, end.stream_bytes - start.stream_bytes
+    cpu_s, copy_s = end.cpu_seconds - start.cpu_seconds, end.stream_copy_seconds - start.stream_copy_seconds
+    if not cpu_b + stream_b:
+        return {}
+    return dict(
+        cold_cpu_share=round(cpu_b / (cpu_b + stream_b), 3),
+        cold_cpu_ms_per_token=round(cpu_s / tokens * 1e3, 2),
+        cold_cpu_gbs=round(cpu_b / cpu_s / 1e9, 1) if cpu_s else None,
+        cold_stream_ms_per_token=round(copy_s / tokens * 1e3, 2),
+        cold_stream_gbs=round(stream_b / copy_s / 1e9, 1) if copy_s else None,
     )
 
 
