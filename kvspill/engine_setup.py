@@ -220,7 +220,7 @@ def _prepare_kernels(
 
 
 def _cold_config(
-    config: EngineConfig, calibration: Bandwidths | None, max_seq_blocks: int
+    config: EngineConfig, calibration: Bandwidths | None, max_seq_blocks: int, device: torch.device
 ) -> ColdAttentionConfig:
     """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
     the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
@@ -229,9 +229,10 @@ def _cold_config(
         path=config.cold_attention,
         cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
         h2d_gbs=(calibration.stream_gbs or calibration.h2d_gbs) if calibration else None,
-        # split: the CPU share starts on a worker thread when the layer's q is down (`begin`) and
-        # runs while this thread launches the stream share; inline it would wait for the launches.
-        cpu_workers=1 if config.cold_attention == "split" else 0,
+        # On CUDA the CPU share runs on a worker thread from when the layer's q is down (`begin`)
+        # while this thread launches the stream share and the rest of the layer; the GPU waits
+        # for its result (kv/stream_flag.py). On the CPU device the kernel has every core.
+        cpu_workers=1 if config.cold_attention in ("split", "cpu") and device.type == "cuda" else 0,
         # The plan reserves two staging buffers of COLD_STAGE_TOKENS per layer: use all of it.
         # Fewer, larger chunks keep the host ahead of the H2D gathers (W2 3 x 32K on an H200:
         # 256-block chunks left the copy stream idle 45% of a step waiting for launches).
@@ -371,7 +372,7 @@ def build_engine_parts(
         else None,
         graphs=graphs,
         device=device,
-        cold_config=_cold_config(config, calibration, -(-loaded.max_model_len // config.block_size)),
+        cold_config=_cold_config(config, calibration, -(-loaded.max_model_len // config.block_size), device),
         # every rank would have to capture at the same step; KVSPILL_SPARSE_CUDA_GRAPHS=0: eager
         sparse_graphs=tp.size == 1 and os.environ.get("KVSPILL_SPARSE_CUDA_GRAPHS", "1") != "0",
     )

@@ -10,7 +10,8 @@ Paths (`ColdAttentionConfig.path`):
 - "cpu" (a): q of the cold rows goes down to the host (pinned, one small copy), the CPU attends
   the blocks where they lie (cpu pool in place, disk file read per chunk) in fp32, chunk by chunk of
   `cpu_chunk_blocks`, and (o, lse) comes back up. The CPU work runs after the GPU kernels of
-  the layer are enqueued, so the two overlap; `cpu_workers > 0` runs it on a thread pool.
+  the layer are enqueued, so the two overlap; `cpu_workers > 0` runs it on a thread pool, and
+  then on CUDA the compute stream itself waits for the result (`stream_flag`), not the host.
 - "stream" (b): the blocks are copied to the device in double-buffered chunks, the next chunk
   or the next layer's first chunk prefetched while the current one is attended (`cold_stream`).
 - "split": each sequence's cold blocks are split between (a) and (b) in the ratio
@@ -46,6 +47,7 @@ from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseInput
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
 from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.storage import TieredKVStorage
+from kvspill.kv.stream_flag import StreamFlag
 from kvspill.stats import ColdAttentionCounters
 from kvspill.types import TIER_CPU, TIER_DISK
 
@@ -90,6 +92,9 @@ class ColdAttentionBackend:
         self.stats = ColdStats()
         self._stager: StreamStager | None = None
         self.executor = ThreadPoolExecutor(self.config.cpu_workers) if self.config.cpu_workers else None
+        # With a worker on CUDA the GPU itself waits for each layer's CPU result (`stream_flag`):
+        # the main thread does not block per layer.
+        self.cpu_done = StreamFlag.create(storage.device) if self.executor is not None else None
         self.cpu_threads = self.config.cpu_threads or torch.get_num_threads()
         # The C++ kernel reads blocks in place; None (logged once): gather + torch's kernel.
         self.cpu_kernel = load_kernel() if self.path in ("cpu", "split") else None
@@ -195,6 +200,7 @@ class LayerWork:
     cpu_futures: list[Future[None]]
     cpu_out: tuple[torch.Tensor, torch.Tensor] | None  # host (o, lse) the CPU parts fill
     run_cpu_inline: Callable[[], None] | None = None  # without a worker pool: run in `finish`
+    cpu_done_value: int | None = None  # the backend's `cpu_done` flag takes it when cpu_out is written
 
 
 class ColdStep:
@@ -241,6 +247,7 @@ class ColdStep:
         # Steps then lived on for many steps with their chunk tables: GPU memory grew with the
         # context until a 512K prefill ran out (H200, 2026-11-27).
         self._ensure_host_ready = _HostReady(backend.wait_host)
+        self._cpu_futures: list[Future[None]] = []  # with the backend's cpu_done flag
         self.cpu = ColdCpuPath(
             self.storage,
             self.cpu_parts,
@@ -291,12 +298,29 @@ class ColdStep:
             event.record()
         else:
             q_host = q_cold
-        o = torch.zeros(q_cold.shape, dtype=torch.float32)
-        lse = torch.full(q_cold.shape[:2], float("-inf"), dtype=torch.float32)
+        # Pinned on CUDA: the result goes up with a non-blocking copy. From pageable memory the
+        # copy waited for the device to finish the layer's stream share, and the host then
+        # launched the rest of the layer onto an idle GPU: each layer paid its launches once more.
+        pin = q.is_cuda
+        o = torch.zeros(q_cold.shape, dtype=torch.float32, pin_memory=pin)
+        lse = torch.full(q_cold.shape[:2], float("-inf"), dtype=torch.float32, pin_memory=pin)
         work.cpu_out = (o, lse)
         parts = self.cpu.work_items()
         executor = self.backend.executor
-        if executor is not None:
+        flag = self.backend.cpu_done if q.is_cuda else None
+        if executor is not None and flag is not None:
+            value = work.cpu_done_value = flag.next_value()
+
+            def run_and_signal() -> None:
+                try:
+                    for p in parts:
+                        self.cpu.work(layer_idx, q_host, p, event, o, lse)
+                finally:  # also on failure: the stream must not wait forever (raised from the future)
+                    flag.set(value)
+
+            work.cpu_futures = [executor.submit(run_and_signal)]
+            self._cpu_futures.extend(work.cpu_futures)
+        elif executor is not None:
             work.cpu_futures = [
                 executor.submit(self.cpu.work, layer_idx, q_host, p, event, o, lse) for p in parts
             ]
@@ -324,14 +348,31 @@ class ColdStep:
             self.backend.stats.sparse_seconds += time.perf_counter() - t0
         if work.cpu_out is None:
             return acc_o, acc_lse
+        if work.cpu_done_value is not None:
+            self._gpu_waits_for_cpu(work)
         if work.run_cpu_inline is not None:
             work.run_cpu_inline()
         for future in work.cpu_futures:
             future.result()
-        o_cpu, lse_cpu = (t.to(q_cold.device) for t in work.cpu_out)
+        o_cpu, lse_cpu = (t.to(q_cold.device, non_blocking=True) for t in work.cpu_out)
         if not self.stream_parts and self.sparse is None:
             return o_cpu, lse_cpu
         return merge_partials(acc_o, acc_lse, o_cpu, lse_cpu)
+
+    def _gpu_waits_for_cpu(self, work: LayerWork) -> None:
+        """The compute stream waits for the worker's flag; the host goes on, except at the last
+        layer, where it waits for every CPU part of the step (their errors raise here, and no
+        worker still writes into this step's buffers when the next step starts)."""
+        assert self.backend.cpu_done is not None and work.cpu_done_value is not None
+        self.backend.cpu_done.wait(work.cpu_done_value)
+        for future in self._cpu_futures:
+            if future.done():
+                future.result()  # raises a failed layer's error
+        last = work.layer_idx == self.storage.layout.num_layers - 1
+        if last:
+            for future in self._cpu_futures:
+                future.result()
+        work.cpu_futures = []
 
     # ---- path (b): streaming ---------------------------------------------------------------
 
