@@ -28,7 +28,7 @@ from kvspill.gguf_reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kernels.kv_quant import kv_storage_dtype
-from kvspill.kv.cold_config import ColdAttentionConfig
+from kvspill.kv.cold_config import engine_cold_config
 from kvspill.kv.persist import kv_fingerprint, model_identity
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.loader import LoadedModel, load_model
@@ -39,7 +39,6 @@ from kvspill.model.resolve import resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.arithmetic import MAX_GRAPH_BATCH
 from kvspill.plan.calibrate import load_calibration
-from kvspill.plan.costs import COLD_STAGE_TOKENS
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quantized, startup_plan
 from kvspill.runner.cuda_graphs import DecodeGraphs
@@ -219,30 +218,6 @@ def _prepare_kernels(
         return graphs
 
 
-def _cold_config(
-    config: EngineConfig, calibration: Bandwidths | None, max_seq_blocks: int, device: torch.device
-) -> ColdAttentionConfig:
-    """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
-    the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
-    H2D rate), so that both shares finish together."""
-    return ColdAttentionConfig(
-        path=config.cold_attention,
-        cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
-        h2d_gbs=(calibration.stream_gbs or calibration.h2d_gbs) if calibration else None,
-        # On CUDA the CPU share runs on a worker thread from when the layer's q is down (`begin`)
-        # while this thread launches the stream share and the rest of the layer; the GPU waits
-        # for its result (kv/stream_flag.py). On the CPU device the kernel has every core.
-        cpu_workers=1 if config.cold_attention in ("split", "cpu") and device.type == "cuda" else 0,
-        # The plan reserves two staging buffers of COLD_STAGE_TOKENS per layer: use all of it.
-        # Fewer, larger chunks keep the host ahead of the H2D gathers (W2 3 x 32K on an H200:
-        # 256-block chunks left the copy stream idle 45% of a step waiting for launches).
-        stream_chunk_blocks=max(1, COLD_STAGE_TOKENS // config.block_size),
-        sparse_budget_tokens=config.sparse_budget_tokens,
-        sparse_cache_seqs=config.sparse_cache_groups(),
-        max_seq_blocks=max_seq_blocks + 1,
-    )
-
-
 def _config_eos(hf_config: object) -> frozenset[int]:
     """End-of-sequence ids from the model config alone (no tokenizer loaded)."""
     eos = getattr(hf_config, "eos_token_id", None)
@@ -372,7 +347,9 @@ def build_engine_parts(
         else None,
         graphs=graphs,
         device=device,
-        cold_config=_cold_config(config, calibration, -(-loaded.max_model_len // config.block_size), device),
+        cold_config=engine_cold_config(
+            config, calibration, -(-loaded.max_model_len // config.block_size), device
+        ),
         # every rank would have to capture at the same step; KVSPILL_SPARSE_CUDA_GRAPHS=0: eager
         sparse_graphs=tp.size == 1 and os.environ.get("KVSPILL_SPARSE_CUDA_GRAPHS", "1") != "0",
     )

@@ -170,8 +170,10 @@ class EngineOptions:
         "prefill attention streams the KV to the GPU."
     )
     cold_attention: str | None = _flag(
-        "Attention over cold blocks: cpu (in RAM), stream (to the GPU), split (both) or auto, all exact; "
-        "sparse: decode rows attend only the cold blocks their queries select (--sparse-budget-tokens)."
+        "Attention over cold blocks: cpu (in RAM), stream (to the GPU), split (both at once) or auto, "
+        "all exact; auto on a GPU is split where `kvspill doctor --calibrate` measured the CPU at half "
+        "the stream's rate or more, else stream; sparse: decode rows attend only the cold blocks their "
+        "queries select (--sparse-budget-tokens)."
     )
     sparse_budget_tokens: str | None = _flag(
         "With --cold-attention sparse: cold tokens each decode step attends per layer, e.g. 4096 or 4K.",

@@ -20,7 +20,8 @@ Paths (`ColdAttentionConfig.path`):
 - "sparse": decode rows (one query row of a sequence) attend only the cold blocks their
   queries select within `sparse_budget_tokens` (`cold_sparse`, block summaries kept by
   `BlockSummaries`); prefill rows take the exact path "auto" picks. Not exact by design.
-"auto" is "stream" on CUDA and "cpu" elsewhere. Off CUDA every path runs the same code with the
+"auto" is "cpu" off CUDA; on CUDA the engine makes it "split" where a calibration says the CPU
+pays (`plan.costs.auto_uses_split`, with `min_split_layer_bytes`: small steps stream), else "stream". Off CUDA every path runs the same code with the
 "gpu" tier on the CPU device, so tests exercise all of them. The CPU path's work is in `cold_cpu`.
 
 Invariants: a step without cold blocks never builds a `ColdStep` (no cost, CUDA graphs stay);
@@ -220,6 +221,7 @@ class ColdStep:
         self.cpu_parts: list[ColdPart] = []
         self.stream_parts: list[ColdPart] = []
         sparse_seqs: list[SparseInput] = []
+        decode_fraction = self._decode_cpu_fraction(seqs)
         for seq in seqs:
             if backend.summaries is not None and seq.num_tokens == 1:  # a decode row: sparse
                 sparse_seqs.append(
@@ -230,8 +232,8 @@ class ColdStep:
             # A prefill chunk over cold KV is compute-bound (thousands of queries per key): it
             # belongs on the GPU, so "split" and "cpu" stream it all; only decode rows go to the
             # CPU (with "cpu" a 32K prefill over cold KV never finished in 10 min, H200).
-            fraction = backend.cpu_fraction
-            if seq.num_tokens > 1 and backend.config.path in ("split", "cpu") and device.type == "cuda":
+            fraction = decode_fraction
+            if seq.num_tokens > 1 and backend.path in ("split", "cpu") and device.type == "cuda":
                 fraction = 0.0
             cpu_part, stream_part = split_seq(seq, len(rows), fraction)
             rows.extend(range(seq.token_start, seq.token_start + seq.num_tokens))
@@ -272,6 +274,17 @@ class ColdStep:
                 backend.sparse_cache,
             )
 
+    def _decode_cpu_fraction(self, seqs: list[ColdSeq]) -> float:
+        """The CPU's share of decode rows' cold blocks this step: the backend's, or none where
+        split's `min_split_layer_bytes` says the step's cold KV is too little to hand over."""
+        backend = self.backend
+        least = backend.config.min_split_layer_bytes
+        if backend.path != "split" or not least:
+            return backend.cpu_fraction
+        layout = self.storage.layout
+        blocks = sum(len(s.block_ids) for s in seqs if s.num_tokens == 1)
+        return backend.cpu_fraction if blocks * (layout.block_bytes // layout.num_layers) >= least else 0.0
+
     @classmethod
     def for_graph(
         cls, backend: ColdAttentionBackend, sparse: SparseColdStep, rows: torch.Tensor, scale: float
@@ -306,31 +319,24 @@ class ColdStep:
         lse = torch.full(q_cold.shape[:2], float("-inf"), dtype=torch.float32, pin_memory=pin)
         work.cpu_out = (o, lse)
         parts = self.cpu.work_items()
-        executor = self.backend.executor
-        flag = self.backend.cpu_done if q.is_cuda else None
-        if executor is not None and flag is not None:
-            value = work.cpu_done_value = flag.next_value()
+        executor, flag = self.backend.executor, self.backend.cpu_done
+        value = flag.next_value() if flag is not None and executor is not None and q.is_cuda else None
 
-            def run_and_signal() -> None:
-                try:
-                    for p in parts:
-                        self.cpu.work(layer_idx, q_host, p, event, o, lse)
-                finally:  # also on failure: the stream must not wait forever (raised from the future)
-                    flag.set(value)
-
-            work.cpu_futures = [executor.submit(run_and_signal)]
-            self._cpu_futures.extend(work.cpu_futures)
-        elif executor is not None:
-            work.cpu_futures = [
-                executor.submit(self.cpu.work, layer_idx, q_host, p, event, o, lse) for p in parts
-            ]
-        else:
-
-            def run_inline() -> None:
+        def run() -> None:
+            try:
                 for p in parts:
                     self.cpu.work(layer_idx, q_host, p, event, o, lse)
+            finally:  # also on failure: the stream must not wait forever (raised from the future)
+                if flag is not None and value is not None:
+                    flag.set(value)
 
-            work.run_cpu_inline = run_inline
+        if executor is None:
+            work.run_cpu_inline = run
+        else:
+            work.cpu_futures = [executor.submit(run)]
+            if value is not None:
+                work.cpu_done_value = value
+                self._cpu_futures.extend(work.cpu_futures)
         return work
 
     def finish(self, work: LayerWork) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,7 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
+from kvspill.plan.bandwidths import Bandwidths
+from kvspill.plan.costs import COLD_STAGE_TOKENS, auto_split_min_layer_bytes, auto_uses_split
 
 COLD_PATHS = ("auto", "cpu", "stream", "split", "sparse")
 
@@ -40,6 +43,10 @@ class ColdAttentionConfig:
     # (`kv/sparse_cache.py`; each costs the budget's KV bytes); 0 turns the cache off.
     sparse_cache_seqs: int = 0
     max_seq_blocks: int = 0  # blocks of the longest sequence (the cache's map size); 0: no cache
+    # split: a step whose decode rows have fewer cold bytes per layer than this streams them all
+    # (the CPU's hand-over would cost more than its share saves); "auto" on a GPU sets it
+    # (plan/costs.py, AUTO_SPLIT_MIN_STREAM_S), 0 splits every step.
+    min_split_layer_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.path not in COLD_PATHS:
@@ -94,3 +101,38 @@ class ColdSeq:
     # sparse's block cache: the blocks' logical numbers and the request (None: not cached)
     block_index: np.ndarray | None = None
     req_id: str | None = None
+
+
+def engine_cold_config(
+    config: EngineConfig, calibration: Bandwidths | None, max_seq_blocks: int, device: torch.device
+) -> ColdAttentionConfig:
+    """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
+    the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
+    H2D rate), so that both shares finish together. "auto" on a GPU is split where that
+    calibration says the CPU pays (`plan.costs.auto_uses_split`), else stream."""
+    path, min_split_layer_bytes = config.cold_attention, 0
+    if (
+        path == "auto"
+        and device.type == "cuda"
+        and config.tensor_parallel_size == 1  # split under tensor parallelism was never measured
+        and calibration is not None
+        and auto_uses_split(calibration)
+    ):
+        path, min_split_layer_bytes = "split", auto_split_min_layer_bytes(calibration)
+    return ColdAttentionConfig(
+        path=path,
+        min_split_layer_bytes=min_split_layer_bytes,
+        cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
+        h2d_gbs=(calibration.stream_gbs or calibration.h2d_gbs) if calibration else None,
+        # On CUDA the CPU share runs on a worker thread from when the layer's q is down (`begin`)
+        # while this thread launches the stream share and the rest of the layer; the GPU waits
+        # for its result (kv/stream_flag.py). On the CPU device the kernel has every core.
+        cpu_workers=1 if path in ("split", "cpu") and device.type == "cuda" else 0,
+        # The plan reserves two staging buffers of COLD_STAGE_TOKENS per layer: use all of it.
+        # Fewer, larger chunks keep the host ahead of the H2D gathers (W2 3 x 32K on an H200:
+        # 256-block chunks left the copy stream idle 45% of a step waiting for launches).
+        stream_chunk_blocks=max(1, COLD_STAGE_TOKENS // config.block_size),
+        sparse_budget_tokens=config.sparse_budget_tokens,
+        sparse_cache_seqs=config.sparse_cache_groups(),
+        max_seq_blocks=max_seq_blocks + 1,
+    )

@@ -54,6 +54,29 @@ SPARSE_OVERHEAD_PER_LAYER_S = 1.0e-3  # eager
 # (the NCCL kernels alone were 0.40 and 0.59 ms; the rest is the launch gaps around them).
 TP_COLLECTIVE_BASE_S = 3e-6
 TP_COLLECTIVE_PER_DOUBLING_S = 6e-6
+# --cold-attention auto on a GPU splits cold decode KV between the stream and the CPU where a
+# calibration measured both and the CPU reaches at least this share of the stream path's rate.
+# Running beside the stream the CPU attends at 0.69-0.77 of its rate alone (W3 128K, three H200
+# hosts, 2026-11-27, bench/results/2026-11-27-h200-split-gpu-waits/), so split beats streaming
+# alone once B_cpu > ~0.4 B_stream; measured there at ratios 0.75-1.03: 1.4-1.6x stream.
+AUTO_SPLIT_MIN_CPU_RATIO = 0.5
+# ... and only in steps whose decode rows' cold KV would stream for at least this long per layer:
+# below it the CPU's hand-over (q down, a worker wakes, its result up: about 0.25 ms per layer
+# on those hosts) costs more than its share saves.
+AUTO_SPLIT_MIN_STREAM_S = 1e-3
+
+
+def auto_uses_split(bw: Bandwidths) -> bool:
+    """Whether "auto" cold attention on a GPU splits (see AUTO_SPLIT_MIN_CPU_RATIO): only with
+    a calibration that measured the stream path and the CPU path on this host."""
+    if bw.measured_at is None or not bw.stream_gbs or not bw.cpu_attn_gbs:
+        return False
+    return bw.cpu_attn_gbs >= AUTO_SPLIT_MIN_CPU_RATIO * bw.stream_gbs
+
+
+def auto_split_min_layer_bytes(bw: Bandwidths) -> int:
+    """Cold bytes per layer below which an "auto" step streams everything (AUTO_SPLIT_MIN_STREAM_S)."""
+    return round(AUTO_SPLIT_MIN_STREAM_S * (bw.stream_gbs or 0.0) * GB)
 
 
 def collectives_s(num_layers: int, tensor_parallel_size: int) -> float:
@@ -152,9 +175,9 @@ def decode_floor(
     sparse: SparseCold | None = None,
 ) -> DecodeFloor:
     """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
-    ("auto"/"stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared
-    in the ratio of their rates; "sparse": see `_sparse`), disk KV over disk, plus the per-layer
-    step overhead."""
+    ("stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared in the
+    ratio of their rates; "auto": split or stream, see `auto_uses_split`; "sparse": see
+    `_sparse`), disk KV over disk, plus the per-layer step overhead."""
     if cold_path == "sparse" and sparse is not None:
         exact = decode_floor(
             weight_bytes, gpu_kv_bytes, 0, 0, bw, "stream", num_layers, offloaded_bytes, weight_read_gbs
@@ -163,6 +186,9 @@ def decode_floor(
     hbm, h2d, cpu = bw.hbm_gbs or 1.0, bw.h2d_gbs or 1.0, bw.cpu_attn_gbs or 1.0
     stream = bw.stream_gbs or STREAM_EFFICIENCY * h2d
     cold = cpu_kv_bytes + disk_kv_bytes  # disk blocks pass through RAM, then take either path
+    if cold_path == "auto":  # as the engine resolves it on a GPU (engine_setup, kv/cold_attention)
+        split = auto_uses_split(bw) and cold / max(num_layers, 1) >= auto_split_min_layer_bytes(bw)
+        cold_path = "split" if split else "stream"
     fraction = {"cpu": 0.0, "split": stream / (stream + cpu)}.get(cold_path, 1.0)
     rate = {"cpu": cpu, "split": stream + cpu}.get(cold_path, stream)
     return DecodeFloor(

@@ -222,3 +222,26 @@ def test_a_step_is_freed_when_its_last_reference_goes(path):
         assert ref() is None
     finally:
         gc.enable()
+
+
+def _split_step(min_split_layer_bytes: int, num_cold: int) -> cold_attention.ColdStep:
+    storage = TieredKVStorage(LAYOUT, 4, DEVICE, num_cpu_blocks=num_cold)
+    config = ColdAttentionConfig(path="split", cpu_fraction=0.5, min_split_layer_bytes=min_split_layer_bytes)
+    backend = ColdAttentionBackend(storage, config)
+    decode = ColdSeq(0, 1, np.full(num_cold, TIER_CPU), np.arange(num_cold, dtype=np.int64))
+    step = backend.for_step([decode], SCALE)
+    assert step is not None
+    return step
+
+
+def test_split_streams_a_step_whose_cold_kv_is_under_its_least_share() -> None:
+    """ "auto" resolved to split on a GPU hands the CPU a share only when the step's decode rows
+    have at least `min_split_layer_bytes` of cold KV per layer (plan/costs.py says why)."""
+    layer_bytes = 40 * LAYOUT.block_bytes // LAYOUT.num_layers  # 40 cold blocks, one layer
+    under = _split_step(layer_bytes + 1, 40)
+    assert not under.cpu_parts and under.stream_parts
+    at_least = _split_step(layer_bytes, 40)
+    assert at_least.cpu_parts and at_least.stream_parts
+    assert sum(p.num_blocks for p in at_least.cpu_parts) == 20
+    always = _split_step(0, 2)  # an explicit --cold-attention split: every step
+    assert always.cpu_parts and always.stream_parts

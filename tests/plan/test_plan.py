@@ -30,7 +30,7 @@ from kvspill.plan import (
     request_from_engine_config,
 )
 from kvspill.plan.calibrate import save_calibration
-from kvspill.plan.costs import STREAM_EFFICIENCY, decode_floor
+from kvspill.plan.costs import STREAM_EFFICIENCY, auto_split_min_layer_bytes, auto_uses_split, decode_floor
 from kvspill.plan.spec import KNOWN_SHAPES
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -132,6 +132,31 @@ def test_cold_path_follows_the_engine() -> None:
     assert decode_floor(0, 0, 4 * 10**10, 0, bw).cold_kv_s == pytest.approx(1.0)
     assert decode_floor(0, 0, 4 * 10**10, 0, bw, "cpu").cold_kv_s == pytest.approx(4.0)
     assert decode_floor(0, 0, 4 * 10**10, 0, bw, "split").cold_kv_s == pytest.approx(0.8)
+
+
+def test_auto_splits_only_where_a_calibration_says_the_cpu_pays_and_the_step_is_big() -> None:
+    """ "auto" on a GPU: split with a calibration whose CPU rate is at least half the stream's,
+    for cold KV of at least a millisecond of streaming per layer; else stream (as the engine)."""
+    calibrated = replace(
+        DEFAULT_BANDWIDTHS, stream_gbs=40.0, cpu_attn_gbs=30.0, measured_at="2026-11-27T13:43:42+00:00"
+    )
+    assert auto_uses_split(calibrated)
+    assert auto_split_min_layer_bytes(calibrated) == 40_000_000  # 1 ms at 40 GB/s
+    big = 32 * 10**9  # 1 GB per layer over 32 layers
+    assert decode_floor(0, 0, big, 0, calibrated, "auto", 32) == decode_floor(
+        0, 0, big, 0, calibrated, "split", 32
+    )
+    small = 32 * 10**7  # 10 MB per layer: the hand-over would cost more than the CPU's share saves
+    assert decode_floor(0, 0, small, 0, calibrated, "auto", 32) == decode_floor(
+        0, 0, small, 0, calibrated, "stream", 32
+    )
+    for bw in (
+        replace(calibrated, cpu_attn_gbs=19.0),  # the CPU under half the stream's rate
+        replace(calibrated, measured_at=None),  # defaults, not a measurement of this host
+        replace(calibrated, stream_gbs=None),  # a calibration without a GPU
+    ):
+        assert not auto_uses_split(bw)
+        assert decode_floor(0, 0, big, 0, bw, "auto", 32) == decode_floor(0, 0, big, 0, bw, "stream", 32)
 
 
 def test_does_not_fit_gives_numbers() -> None:
