@@ -25,8 +25,9 @@ raised on the host from the work's future.
 The setter must never depend on the thread that enqueues the wait: under CUDA's lazy loading a
 kernel's first launch may wait for the device to go idle, so a thread that launches a new kernel
 behind a pending wait and only then sets the flag deadlocks (a first version of this module's
-GPU test did). The engine's kernels are loaded by prefill and warm-up, and its flag is set by the
-CPU worker, which needs nothing from the main thread (torch and Triton launches let go of the GIL).
+GPU test did). The engine's flag is set by the CPU worker, which needs nothing from the main
+thread but the GIL, and torch's and Triton's launches and loads let go of it: a first launch
+behind a pending wait stalls until the worker is done, it does not deadlock.
 `KVSPILL_GPU_WAITS_FOR_CPU=0` turns the flag off: the host waits, as before.
 """
 
