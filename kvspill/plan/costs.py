@@ -5,9 +5,10 @@ For one sequence in exact mode (DESIGN.md, "The physics"):
     t_token = W / min(B_hbm, B_w) + KV_gpu / B_hbm + cold KV over the cold path + KV_disk / B_disk
             + offloaded weights / B_h2d + per-layer step overhead
 with B_w the rate the weights' format is read at where a kernel bounds it (plan/weights.py). The cold
-term over "split" is min over f of max(f*C / B_stream, (1-f)*C / B_cpu_attn), reached at
-f = B_stream / (B_stream + B_cpu_attn): streaming and CPU attention add up (measured so on the
-bench hosts). Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per
+term over "split" is max(f*C / B_stream, (1-f)*C / B_cpu_attn + L*t_cpu) at the engine's
+f = B_stream / (B_stream + B_cpu_attn), the optimum without t_cpu: streaming and CPU attention
+run at once (the GPU waits for the CPU's result by itself, kv/stream_flag.py); t_cpu is the CPU
+path's fixed time per layer (CPU_ATTN_OVERHEAD_PER_LAYER_S), also paid by "cpu". Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per
 chunk. No torch, no I/O.
 """
 
@@ -54,6 +55,13 @@ SPARSE_OVERHEAD_PER_LAYER_S = 1.0e-3  # eager
 # (the NCCL kernels alone were 0.40 and 0.59 ms; the rest is the launch gaps around them).
 TP_COLLECTIVE_BASE_S = 3e-6
 TP_COLLECTIVE_PER_DOUBLING_S = 6e-6
+# The CPU cold path's time per layer beyond its bytes: q goes down, the worker wakes, the
+# kernel's threads start, the result goes up while the GPU waits for it (kv/stream_flag.py).
+# Fit to W1 `--attention cpu` at 32K and 128K (a line through the two rows' CPU ms per layer
+# against their bytes) on two H200 hosts: 0.30 and 0.65 ms (2026-11-27,
+# bench/results/2026-11-27-h200-split-gpu-waits/); their mean. Without it the plan put W1 32K at
+# 1.2-1.4x its measured speed.
+CPU_ATTN_OVERHEAD_PER_LAYER_S = 0.45e-3
 # --cold-attention auto on a GPU splits cold decode KV between the stream and the CPU where a
 # calibration measured both and the CPU reaches at least this share of the stream path's rate.
 # Running beside the stream the CPU attends at 0.69-0.77 of its rate alone (W3 128K, three H200
@@ -190,15 +198,18 @@ def decode_floor(
         split = auto_uses_split(bw) and cold / max(num_layers, 1) >= auto_split_min_layer_bytes(bw)
         cold_path = "split" if split else "stream"
     fraction = {"cpu": 0.0, "split": stream / (stream + cpu)}.get(cold_path, 1.0)
-    rate = {"cpu": cpu, "split": stream + cpu}.get(cold_path, stream)
+    streamed = round(cold * fraction)
+    cpu_s = (cold - streamed) / (cpu * GB) + (
+        num_layers * CPU_ATTN_OVERHEAD_PER_LAYER_S if cold > streamed else 0.0
+    )
     return DecodeFloor(
         weights_s=weight_bytes / (min(hbm, weight_read_gbs or hbm) * GB),
         gpu_kv_s=gpu_kv_bytes / (hbm * GB),
-        cold_kv_s=cold / (rate * GB),
+        cold_kv_s=max(streamed / (stream * GB), cpu_s),  # the two paths run at once
         disk_read_s=disk_kv_bytes / ((bw.disk_read_gbs or 1.0) * GB),
         stream_fraction=fraction if cold else 0.0,
-        streamed_bytes=round(cold * fraction),
-        cpu_attn_bytes=cold - round(cold * fraction),
+        streamed_bytes=streamed,
+        cpu_attn_bytes=cold - streamed,
         disk_bytes=disk_kv_bytes,
         overhead_s=num_layers * STEP_OVERHEAD_PER_LAYER_S,
         # The copy stream runs beside compute, but offloaded layers wait for their copy: the

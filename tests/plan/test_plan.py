@@ -30,7 +30,13 @@ from kvspill.plan import (
     request_from_engine_config,
 )
 from kvspill.plan.calibrate import save_calibration
-from kvspill.plan.costs import STREAM_EFFICIENCY, auto_split_min_layer_bytes, auto_uses_split, decode_floor
+from kvspill.plan.costs import (
+    CPU_ATTN_OVERHEAD_PER_LAYER_S,
+    STREAM_EFFICIENCY,
+    auto_split_min_layer_bytes,
+    auto_uses_split,
+    decode_floor,
+)
 from kvspill.plan.spec import KNOWN_SHAPES
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -67,9 +73,11 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
                 = 5,584,548,201 -> 2662 blocks of 16 x 131,072 B (2 MiB) = 42,592 tokens
     CPU KV      = 16 GiB / 2 MiB = 8192 blocks = 131,072 tokens; max context 173,664
     placement   = gpu 42,592 + cpu 131,072 - 42,592 = 88,480
-    decode (split, stream path at 25 GB/s beside CPU attention at 20 GB/s)
-                = 16,060,522,496 / 900e9 + 42,592 * 131,072 / 900e9 + 88,480 * 131,072 / (25e9 + 20e9)
-                = 0.0178450 + 0.0062029 + 0.2577167 = 0.2817646 s -> 3.549 tok/s, 25/45 streamed
+    decode (split, stream path at 25 GB/s beside CPU attention at 20 GB/s, 25/45 streamed; the
+            CPU's share pays 0.45 ms per layer on top)
+                = 16,060,522,496 / 900e9 + 42,592 * 131,072 / 900e9
+                  + max(6,442,916,978 / 25e9, 5,154,333,582 / 20e9 + 32 * 0.45e-3)
+                = 0.0178450 + 0.0062029 + max(0.2577167, 0.2721167) = 0.2961646 s
     """
     request = PlanRequest(
         spec=LLAMA_8B,
@@ -91,10 +99,10 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
     assert plan.max_context == 173_664 and plan.max_concurrent_seqs == 1
     assert (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens) == (42_592, 88_480, 0)
     assert plan.decode.weights_s == pytest.approx(16_060_522_496 / 900e9)
-    assert plan.decode.cold_kv_s == pytest.approx(88_480 * 131_072 / 45e9)
+    assert plan.decode.cold_kv_s == pytest.approx(5_154_333_582 / 20e9 + 32 * 0.45e-3)
     assert plan.decode.overhead_s == pytest.approx(32 * 38e-6)  # 32 layers x the per-layer step overhead
-    assert plan.decode.total_s == pytest.approx(0.2817646 + 32 * 38e-6, rel=1e-6)
-    assert plan.decode_tok_s == pytest.approx(3.534, abs=1e-3)
+    assert plan.decode.total_s == pytest.approx(0.2961646 + 32 * 38e-6, rel=1e-6)
+    assert plan.decode_tok_s == pytest.approx(3.363, abs=1e-3)
     assert plan.decode.stream_fraction == pytest.approx(25 / 45)
     assert plan.fits and plan.advice == []
 
@@ -127,11 +135,17 @@ def test_cold_split_is_the_optimum() -> None:
 
 
 def test_cold_path_follows_the_engine() -> None:
-    """The default (stream) path pays cold KV at the stream rate alone; cpu at the CPU rate."""
+    """The default (stream) path pays cold KV at the stream rate alone; cpu at the CPU rate, plus
+    its fixed time per layer, which split's CPU share pays too."""
     bw = replace(DEFAULT_BANDWIDTHS, stream_gbs=40.0, cpu_attn_gbs=10.0)
     assert decode_floor(0, 0, 4 * 10**10, 0, bw).cold_kv_s == pytest.approx(1.0)
     assert decode_floor(0, 0, 4 * 10**10, 0, bw, "cpu").cold_kv_s == pytest.approx(4.0)
     assert decode_floor(0, 0, 4 * 10**10, 0, bw, "split").cold_kv_s == pytest.approx(0.8)
+    layers = 32 * CPU_ATTN_OVERHEAD_PER_LAYER_S
+    assert decode_floor(0, 0, 4 * 10**10, 0, bw, "cpu", 32).cold_kv_s == pytest.approx(4.0 + layers)
+    assert decode_floor(0, 0, 4 * 10**10, 0, bw, "split", 32).cold_kv_s == pytest.approx(0.8 + layers)
+    assert decode_floor(0, 0, 4 * 10**10, 0, bw, "stream", 32).cold_kv_s == pytest.approx(1.0)
+    assert decode_floor(0, 0, 0, 0, bw, "cpu", 32).cold_kv_s == 0.0  # no cold KV, no hand-over
 
 
 def test_auto_splits_only_where_a_calibration_says_the_cpu_pays_and_the_step_is_big() -> None:
