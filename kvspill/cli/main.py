@@ -164,6 +164,11 @@ def doctor(
         ):
             value = getattr(bw, name)
             typer.echo(f"  {name:<14} {'-' if value is None else f'{value:.1f}'}")
+        from kvspill.plan.costs import auto_path_summary
+
+        summary = auto_path_summary(bw)
+        if summary is not None:
+            typer.echo(summary)
     if any(c.status == "fail" for c in checks):
         raise typer.Exit(1)
 

@@ -82,6 +82,24 @@ def auto_uses_split(bw: Bandwidths) -> bool:
     return bw.cpu_attn_gbs >= AUTO_SPLIT_MIN_CPU_RATIO * bw.stream_gbs
 
 
+def auto_path_summary(bw: Bandwidths) -> str | None:
+    """What "auto" cold attention does on this calibrated GPU host, for `doctor --calibrate`;
+    None without both cold-path rates (no GPU)."""
+    if not bw.stream_gbs or not bw.cpu_attn_gbs:
+        return None
+    ratio = bw.cpu_attn_gbs / bw.stream_gbs
+    if not auto_uses_split(bw):
+        return (
+            f"--cold-attention auto: stream (the CPU path attends cold KV at {ratio:.2f}x the stream "
+            f"path's rate; auto splits from {AUTO_SPLIT_MIN_CPU_RATIO}x)"
+        )
+    least = auto_split_min_layer_bytes(bw) / 1e6
+    return (
+        f"--cold-attention auto: split (the CPU path attends cold KV at {ratio:.2f}x the stream "
+        f"path's rate; steps with under {least:.0f} MB of cold KV per layer stream it all)"
+    )
+
+
 def auto_split_min_layer_bytes(bw: Bandwidths) -> int:
     """Cold bytes per layer below which an "auto" step streams everything (AUTO_SPLIT_MIN_STREAM_S)."""
     return round(AUTO_SPLIT_MIN_STREAM_S * (bw.stream_gbs or 0.0) * GB)

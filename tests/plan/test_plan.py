@@ -33,6 +33,7 @@ from kvspill.plan.calibrate import save_calibration
 from kvspill.plan.costs import (
     CPU_ATTN_OVERHEAD_PER_LAYER_S,
     STREAM_EFFICIENCY,
+    auto_path_summary,
     auto_split_min_layer_bytes,
     auto_uses_split,
     decode_floor,
@@ -171,6 +172,20 @@ def test_auto_splits_only_where_a_calibration_says_the_cpu_pays_and_the_step_is_
     ):
         assert not auto_uses_split(bw)
         assert decode_floor(0, 0, big, 0, bw, "auto", 32) == decode_floor(0, 0, big, 0, bw, "stream", 32)
+
+
+def test_doctor_says_what_auto_does_on_the_calibrated_host() -> None:
+    calibrated = replace(DEFAULT_BANDWIDTHS, stream_gbs=42.7, cpu_attn_gbs=43.8, measured_at="2026-11-27")
+    assert auto_path_summary(calibrated) == (
+        "--cold-attention auto: split (the CPU path attends cold KV at 1.03x the stream path's rate; "
+        "steps with under 43 MB of cold KV per layer stream it all)"
+    )
+    slow_cpu = replace(calibrated, cpu_attn_gbs=12.0)
+    assert auto_path_summary(slow_cpu) == (
+        "--cold-attention auto: stream (the CPU path attends cold KV at 0.28x the stream path's rate; "
+        "auto splits from 0.5x)"
+    )
+    assert auto_path_summary(replace(calibrated, stream_gbs=None)) is None  # no GPU: no line
 
 
 def test_does_not_fit_gives_numbers() -> None:
