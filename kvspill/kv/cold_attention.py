@@ -21,8 +21,9 @@ Paths (`ColdAttentionConfig.path`):
   queries select within `sparse_budget_tokens` (`cold_sparse`, block summaries kept by
   `BlockSummaries`); prefill rows take the exact path "auto" picks. Not exact by design.
 "auto" is "cpu" off CUDA; on CUDA the engine makes it "split" where a calibration says the CPU
-pays (`plan.costs.auto_uses_split`, with `min_split_layer_bytes`: small steps stream), else "stream". Off CUDA every path runs the same code with the
-"gpu" tier on the CPU device, so tests exercise all of them. The CPU path's work is in `cold_cpu`.
+pays (`plan.costs.auto_uses_split`, with `min_split_layer_bytes`: small steps stream), else
+"stream". Off CUDA every path runs the same code with the "gpu" tier on the CPU device, so tests
+exercise all of them. The CPU path's work is in `cold_cpu`.
 
 Invariants: a step without cold blocks never builds a `ColdStep` (no cost, CUDA graphs stay);
 the cold rows of a step are fixed for all layers; nothing here decides where a block lives.
