@@ -12,6 +12,10 @@ Sparse cold attention (W5): `--cpu-kv-gib 40 --cold-attention sparse --sparse-bu
 its lines add the blocks the decode rows selected out of those they had (`sparse_selected_blocks`,
 `sparse_cold_blocks`) and a floor that moves only the budget's bytes plus the summaries' scan.
 
+Exact cold paths (`--cold-attention cpu|stream|split`): each line adds, over the timed tokens,
+each path's share of the cold bytes, its ms per token and the rate it reached (`cold_cpu_*`,
+`cold_stream_*`); with split, a token near max(cpu ms, stream ms) means the two paths overlap.
+
 Random weights with the real shapes (speed does not depend on values), the same workloads and
 JSON fields as `shared/bench/hf_peer.py` plus kvspill's own: the floor (weights + KV bytes
 over the HBM copy bandwidth measured in this run) and measured/floor. One line per context.
