@@ -4,6 +4,7 @@ runner hands over; the paths themselves are in `kv/cold_attention.py` and the mo
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +14,8 @@ from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import Bandwidths
 from kvspill.plan.costs import COLD_STAGE_TOKENS, auto_split_min_layer_bytes, auto_uses_split
+
+logger = logging.getLogger(__name__)
 
 COLD_PATHS = ("auto", "cpu", "stream", "split", "sparse")
 
@@ -119,6 +122,13 @@ def engine_cold_config(
         and auto_uses_split(calibration)
     ):
         path, min_split_layer_bytes = "split", auto_split_min_layer_bytes(calibration)
+        logger.info(
+            "--cold-attention auto: split (the calibration measured the CPU path at %.1f GB/s and "
+            "the stream path at %.1f; steps with under %.0f MB of cold KV per layer stream it all)",
+            calibration.cpu_attn_gbs,
+            calibration.stream_gbs,
+            min_split_layer_bytes / 1e6,
+        )
     return ColdAttentionConfig(
         path=path,
         min_split_layer_bytes=min_split_layer_bytes,

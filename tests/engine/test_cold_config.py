@@ -55,3 +55,14 @@ def test_cold_path_from_the_flag_and_the_calibration(
     assert (cold.path, cold.cpu_workers, cold.min_split_layer_bytes) == (path, workers, least)
     if calibration is not None:
         assert cold.cpu_attn_gbs == calibration.cpu_attn_gbs and cold.h2d_gbs == calibration.stream_gbs
+
+
+def test_auto_says_once_at_start_that_it_splits_and_why(caplog):
+    config = EngineConfig(model="random:llama-1b")
+    with caplog.at_level("INFO", logger="kvspill.kv.cold_config"):
+        engine_cold_config(config, CALIBRATED, 1024, CUDA)
+    assert "--cold-attention auto: split" in caplog.text and "43.8 GB/s" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="kvspill.kv.cold_config"):
+        engine_cold_config(config, None, 1024, CUDA)
+    assert caplog.text == ""
