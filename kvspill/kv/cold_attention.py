@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,7 +43,7 @@ import torch
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
-from kvspill.kv.cold_cpu import ColdCpuPath, LayerStaging
+from kvspill.kv.cold_cpu import ColdCpuPath, CpuLayer, LayerStaging
 from kvspill.kv.cold_math import merge_partials
 from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseInput
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
@@ -199,10 +199,7 @@ class LayerWork:
 
     layer_idx: int
     q_cold: torch.Tensor  # [num_cold_rows, num_heads, head_dim] on the KV device
-    cpu_futures: list[Future[None]]
-    cpu_out: tuple[torch.Tensor, torch.Tensor] | None  # host (o, lse) the CPU parts fill
-    run_cpu_inline: Callable[[], None] | None = None  # without a worker pool: run in `finish`
-    cpu_done_value: int | None = None  # the backend's `cpu_done` flag takes it when cpu_out is written
+    cpu: CpuLayer | None = None  # the CPU parts' work, when the step has any
 
 
 class ColdStep:
@@ -250,7 +247,6 @@ class ColdStep:
         # Steps then lived on for many steps with their chunk tables: GPU memory grew with the
         # context until a 512K prefill ran out (H200, 2026-11-27).
         self._ensure_host_ready = _HostReady(backend.wait_host)
-        self._cpu_futures: list[Future[None]] = []  # with the backend's cpu_done flag
         self.cpu = ColdCpuPath(
             self.storage,
             self.cpu_parts,
@@ -301,43 +297,10 @@ class ColdStep:
 
     def begin(self, layer_idx: int, q: torch.Tensor) -> LayerWork:
         q_cold = q.index_select(0, self.rows)  # [num_cold_rows, num_heads, head_dim]
-        work = LayerWork(layer_idx, q_cold, [], None)
+        work = LayerWork(layer_idx, q_cold)
         if not self.cpu_parts:
             return work
-        event = None
-        if q.is_cuda:  # q goes down: one small copy into pinned memory, ordered after q's kernels
-            q_host = torch.empty(q_cold.shape, dtype=q.dtype, pin_memory=self.storage.cpu_pinned)
-            q_host.copy_(q_cold, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-        else:
-            q_host = q_cold
-        # Pinned on CUDA: the result goes up with a non-blocking copy. From pageable memory the
-        # copy waited for the device to finish the layer's stream share, and the host then
-        # launched the rest of the layer onto an idle GPU: each layer paid its launches once more.
-        pin = q.is_cuda
-        o = torch.zeros(q_cold.shape, dtype=torch.float32, pin_memory=pin)
-        lse = torch.full(q_cold.shape[:2], float("-inf"), dtype=torch.float32, pin_memory=pin)
-        work.cpu_out = (o, lse)
-        parts = self.cpu.work_items()
-        executor, flag = self.backend.executor, self.backend.cpu_done
-        value = flag.next_value() if flag is not None and executor is not None and q.is_cuda else None
-
-        def run() -> None:
-            try:
-                for p in parts:
-                    self.cpu.work(layer_idx, q_host, p, event, o, lse)
-            finally:  # also on failure: the stream must not wait forever (raised from the future)
-                if flag is not None and value is not None:
-                    flag.set(value)
-
-        if executor is None:
-            work.run_cpu_inline = run
-        else:
-            work.cpu_futures = [executor.submit(run)]
-            if value is not None:
-                work.cpu_done_value = value
-                self._cpu_futures.extend(work.cpu_futures)
+        work.cpu = self.cpu.start(layer_idx, q_cold, self.backend.executor, self.backend.cpu_done)
         return work
 
     def finish(self, work: LayerWork) -> tuple[torch.Tensor, torch.Tensor]:
@@ -353,33 +316,12 @@ class ColdStep:
             t0 = time.perf_counter()
             self.sparse.attend(work.layer_idx, q_cold, self.scale, acc_o, acc_lse)
             self.backend.stats.sparse_seconds += time.perf_counter() - t0
-        if work.cpu_out is None:
+        if work.cpu is None:
             return acc_o, acc_lse
-        if work.cpu_done_value is not None:
-            self._gpu_waits_for_cpu(work)
-        if work.run_cpu_inline is not None:
-            work.run_cpu_inline()
-        for future in work.cpu_futures:
-            future.result()
-        o_cpu, lse_cpu = (t.to(q_cold.device, non_blocking=True) for t in work.cpu_out)
+        o_cpu, lse_cpu = self.cpu.result(work.cpu, self.backend.cpu_done, q_cold.device)
         if not self.stream_parts and self.sparse is None:
             return o_cpu, lse_cpu
         return merge_partials(acc_o, acc_lse, o_cpu, lse_cpu)
-
-    def _gpu_waits_for_cpu(self, work: LayerWork) -> None:
-        """The compute stream waits for the worker's flag; the host goes on, except at the last
-        layer, where it waits for every CPU part of the step (their errors raise here, and no
-        worker still writes into this step's buffers when the next step starts)."""
-        assert self.backend.cpu_done is not None and work.cpu_done_value is not None
-        self.backend.cpu_done.wait(work.cpu_done_value)
-        for future in self._cpu_futures:
-            if future.done():
-                future.result()  # raises a failed layer's error
-        last = work.layer_idx == self.storage.layout.num_layers - 1
-        if last:
-            for future in self._cpu_futures:
-                future.result()
-        work.cpu_futures = []
 
     # ---- path (b): streaming ---------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """Cold path (a): attend a step's CPU parts on the host, where the blocks lie (cpu pool or disk file).
 
 `ColdCpuPath` is built once per step by `ColdStep` (kv/cold_attention.py) with the step's CPU
-parts; per layer, `work` fills rows of a host (o, lse) pair: every part through the C++ kernel
+parts; per layer, `start` sends q down and runs the parts (on a worker on CUDA, whose result the
+GPU waits for on a flag: kv/stream_flag.py), `result` brings (o, lse) up, and `work` fills rows
+of the host (o, lse) pair: every part through the C++ kernel
 (`kernels/cpu_attention.py`): one call over the cpu pool, read in place, and one per
 `cpu_chunk_blocks` disk blocks, read (that layer only) into a reusable host buffer
 (`LayerStaging`); or, without the kernel, part by part with a gather of `cpu_chunk_blocks`
@@ -18,6 +20,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -28,6 +32,7 @@ from kvspill.kernels.merge_states import merge_attention_states_ref
 from kvspill.kv.cold_math import attend_unmasked_cpu
 from kvspill.kv.cold_stream import ColdPart
 from kvspill.kv.storage import KVLayout, TieredKVStorage
+from kvspill.kv.stream_flag import StreamFlag
 from kvspill.types import TIER_CPU, TIER_DISK
 
 
@@ -70,6 +75,17 @@ def parts_window(parts: CpuParts, start: int, end: int) -> CpuParts:
     )
 
 
+@dataclass
+class CpuLayer:
+    """One layer's CPU work, as `ColdCpuPath.start` began it."""
+
+    layer_idx: int
+    out: tuple[torch.Tensor, torch.Tensor]  # host (o, lse) the parts fill; pinned on CUDA
+    run_inline: Callable[[], None] | None  # without a worker: run in `result`
+    future: Future[None] | None  # on the worker
+    done_value: int | None  # the backend's flag takes it once `out` is written; the GPU waits for it
+
+
 class ColdCpuPath:
     """One step's CPU parts and how to attend them (see the module docstring)."""
 
@@ -96,6 +112,70 @@ class ColdCpuPath:
         self.ensure_host_ready = ensure_host_ready
         self.add_stats = add_stats
         self._tier_parts: list[tuple[int, CpuParts]] | None = None
+        self._pending: list[Future[None]] = []  # flagged layers whose errors are not raised yet
+
+    def start(
+        self, layer_idx: int, q_cold: torch.Tensor, executor: Executor | None, flag: StreamFlag | None
+    ) -> CpuLayer:
+        """Begin one layer: q goes down (on CUDA one small copy into pinned memory, ordered after
+        q's kernels) and the parts run on the worker, or inline in `result` without one. With a
+        worker and a flag on CUDA the worker sets the flag when it is done (`result` says why)."""
+        event = None
+        if q_cold.is_cuda:
+            q_host = torch.empty(q_cold.shape, dtype=q_cold.dtype, pin_memory=self.storage.cpu_pinned)
+            q_host.copy_(q_cold, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            q_host = q_cold
+        # Pinned on CUDA: the result goes up with a non-blocking copy. From pageable memory the
+        # copy waited for the device to finish the layer's stream share, and the host then
+        # launched the rest of the layer onto an idle GPU: each layer paid its launches once more.
+        pin = q_cold.is_cuda
+        o = torch.zeros(q_cold.shape, dtype=torch.float32, pin_memory=pin)
+        lse = torch.full(q_cold.shape[:2], float("-inf"), dtype=torch.float32, pin_memory=pin)
+        parts = self.work_items()
+        value = flag.next_value() if flag is not None and executor is not None and q_cold.is_cuda else None
+
+        def run() -> None:
+            try:
+                for p in parts:
+                    self.work(layer_idx, q_host, p, event, o, lse)
+            finally:  # also on failure: the stream must not wait forever (raised from the future)
+                if flag is not None and value is not None:
+                    flag.set(value)
+
+        if executor is None:
+            return CpuLayer(layer_idx, (o, lse), run, None, None)
+        future = executor.submit(run)
+        if value is not None:
+            self._pending.append(future)
+        return CpuLayer(layer_idx, (o, lse), None, future, value)
+
+    def result(
+        self, layer: CpuLayer, flag: StreamFlag | None, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's (o, lse), on `device`. With a flag the compute stream waits for the worker
+        (kv/stream_flag.py) and the host goes on, except at the last layer, where it waits for
+        every flagged layer of the step: their errors raise here, and no worker still writes
+        into this step's buffers when the next step starts."""
+        if layer.done_value is not None:
+            assert flag is not None
+            flag.wait(layer.done_value)
+            last = layer.layer_idx == self.storage.layout.num_layers - 1
+            pending = []
+            for future in self._pending:
+                if last or future.done():
+                    future.result()  # raises a failed layer's error
+                else:
+                    pending.append(future)
+            self._pending = pending
+        elif layer.run_inline is not None:
+            layer.run_inline()
+        elif layer.future is not None:
+            layer.future.result()
+        o, lse = (t.to(device, non_blocking=True) for t in layer.out)
+        return o, lse
 
     def work_items(self) -> list[ColdPart | None]:
         """One kernel call covers every part (it spreads them over its threads); the fallback
