@@ -174,7 +174,7 @@ COLD_PATH_BLOCKS = 1024
 
 
 def measure_cold_path_gbs(
-    device: torch.device, path: str, num_blocks: int = 512, num_layers: int = 4
+    device: torch.device, path: str, num_blocks: int = COLD_PATH_BLOCKS, num_layers: int = 4
 ) -> float:
     """Cold KV attended per second by the engine's own cold path ("stream" or "cpu"), one decode
     query over `num_blocks` cold blocks of the Llama-3.1-8B layout (bf16, 16 tokens, 8 KV heads
@@ -226,9 +226,9 @@ def measure_bandwidths(
     figures: dict[str, Any] = {}
     if device.type == "cuda":
         figures.update(_measure_gpu(device, (256 if quick else 1024) * MiB))
-        figures["stream_gbs"] = measure_cold_path_gbs(device, "stream", COLD_PATH_BLOCKS)
+        figures["stream_gbs"] = measure_cold_path_gbs(device, "stream")
     # The engine's CPU cold path (what --cold-attention cpu/split run), not bare SDPA.
-    figures["cpu_attn_gbs"] = measure_cold_path_gbs(device, "cpu", COLD_PATH_BLOCKS)
+    figures["cpu_attn_gbs"] = measure_cold_path_gbs(device, "cpu")
     figures["host_read_gbs"] = measure_host_read_gbs((64 if quick else 256) * MiB)
     figures["cpu_tflops"] = measure_matmul_tflops(torch.device("cpu"), 512 if quick else 1024, torch.float32)
     figures["disk_read_gbs"] = measure_disk_read_gbs(disk_dir, (32 if quick else 128) * MiB)
