@@ -6,9 +6,16 @@
 // Pool layout (every tier): [num_blocks, num_layers, 2, block_size, num_kv_heads, row_stride];
 // a row holds head_dim values (row_stride = head_dim, or head_dim + 4 bytes for int8, whose rows
 // end with their fp32 scale: kernels/kv_quant.py); the caller passes the element offsets of one
-// layer's K and V inside a block and the block stride. Work: tasks = (part, split of its blocks), each over all kv heads so that a task
-// streams whole contiguous K and V slabs of a block (block_size * num_kv_heads * head_dim).
-// Split partials merge by log-sum-exp at the end. Output o, lse in fp32 (natural log).
+// layer's K and V inside a block and the block stride. Work: tasks = (part, split of its
+// blocks), each over all kv heads so that a task streams whole contiguous K and V slabs of a
+// block (block_size * num_kv_heads * head_dim). Split partials merge by log-sum-exp at the end.
+// Output o, lse in fp32 (natural log).
+//
+// Speed (bench/results/2026-11-27-cpu-attention-kernel/): the arithmetic is fp32 FMAs on
+// values converted in registers (bf16: two integer ops per 32 values), every loop over query
+// rows has a constant trip count (accumulators stay in registers), and the next block is
+// prefetched a few lines at a time inside the compute loops so that memory and arithmetic
+// overlap.
 #include <omp.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -165,9 +172,11 @@ void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t 
 
 #if defined(__AVX512F__)
 
-// 16 values of a pool of type DT at element `off`, to fp32 (times `scale` for fp8/int8).
+// 16 values of a pool of type DT at element `off`, to fp32, before their scale: int8 values
+// as integers, e4m3 values times 2^-8 (`kRawScale` undoes that), e5m2 exactly. The scales are
+// applied to whole dot products and probabilities instead (block_head_avx512).
 template <int DT>
-inline __m512 load16(const void* pool, int64_t off, __m512 scale) {
+inline __m512 load16(const void* pool, int64_t off) {
   if constexpr (DT == F32) {
     return _mm512_loadu_ps(static_cast<const float*>(pool) + off);
   } else if constexpr (DT == BF16) {
@@ -179,20 +188,21 @@ inline __m512 load16(const void* pool, int64_t off, __m512 scale) {
   } else {
     __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(pool) + off));
     if constexpr (DT == INT8) {
-      return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), scale);
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
     } else if constexpr (DT == FP8_E5M2) {  // the top byte of an fp16
-      __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8);
-      return _mm512_mul_ps(_mm512_cvtph_ps(h), scale);
-    } else {  // FP8_E4M3: rebias the exponent by a multiply (exact for normals and subnormals)
-      __m512i x = _mm512_cvtepu8_epi32(b);
-      __m512i mag = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7f)), 20);
-      __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
-      __m512 f = _mm512_mul_ps(_mm512_castsi512_ps(mag), _mm512_set1_ps(1.329227995784916e36f));
-      f = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
-      return _mm512_mul_ps(f, scale);
+      return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+    } else {
+      // FP8_E4M3 as the fp16 s0eeeemmm0000000 (value * 2^-8; e4m3 subnormals become fp16
+      // subnormals, which the conversion handles at full speed; an fp32 rebias by a multiply
+      // would make them fp32 denormals, which cost a microcode assist each): sign-extend,
+      // shift the sign to bit 15 and clear bit 14.
+      const __m256i h = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+      return _mm512_cvtph_ps(_mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0xbfff))));
     }
   }
 }
+template <int DT>
+constexpr float kRawScale = DT == FP8_E4M3 ? 256.0f : 1.0f;
 
 // e^x for x <= 0 (scores minus their running max): 2^n * 2^f, f in [-0.5, 0.5], degree-7 Taylor
 // (relative error about 1e-8); x below -87 gives 0's neighbourhood (< 1e-37), as e^x does in fp32.
@@ -224,70 +234,18 @@ inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
   return _mm_add_ps(_mm256_castps256_ps128(z), _mm256_extractf128_ps(z, 1));
 }
 
-// One kv head of one block, AVX-512 (head_dim % 16 == 0). Folded row i is (token i / group, q
-// head h * group + i % group), `rows[i]` its row * num_heads + head. K and V are converted 16
-// values at a time straight from the pool, once per kRowTile rows; V is accumulated in
-// registers across the block's tokens. s: [nr, BS] scratch.
-#if defined(__AVX512BF16__)
-// bf16 pools: q . k with the bf16 dot instruction, 32 products a step, no conversion of K.
-// q is rounded to bf16 once (qb, same indexing as q from row r0): the GPU kernels' precision.
-void scores_bf16(const Geometry& g, const uint16_t* qb, int64_t nr, int64_t base, int h, float scale,
-                 const int64_t* rows, float* s) {
-  const int D = g.head_dim, KV = g.num_kv_heads, BS = g.block_size, C = D / 32;
-  const uint16_t* pool = static_cast<const uint16_t*>(g.pool);
-  for (int64_t i0 = 0; i0 < nr; i0 += kRowTile) {
-    const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
-    const uint16_t* qr[kRowTile];
-    for (int j = 0; j < kRowTile; ++j) qr[j] = qb + rows[i0 + (j < nt ? j : 0)] * D;
-    for (int t = 0; t < BS; ++t) {
-      const uint16_t* src = pool + base + g.k_off + (static_cast<int64_t>(t) * KV + h) * g.row_stride;
-      __m512 a[kRowTile];
-      for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_setzero_ps();
-      for (int c = 0; c < C; ++c) {
-        const __m512bh kc = (__m512bh)_mm512_loadu_si512(src + c * 32);
-        for (int j = 0; j < kRowTile; ++j)
-          a[j] = _mm512_dpbf16_ps(a[j], (__m512bh)_mm512_loadu_si512(qr[j] + c * 32), kc);
-      }
-      alignas(16) float dots[4];
-      _mm_store_ps(dots, _mm_mul_ps(reduce4(a[0], a[1], a[2], a[3]), _mm_set1_ps(scale)));
-      for (int j = 0; j < nt; ++j) s[(i0 + j) * BS + t] = dots[j];
-    }
-  }
-}
-#endif
-
-template <int DT>
-void block_head_avx512(const Geometry& g, const float* q, const uint16_t* qb, int64_t r0, int64_t nr, int64_t base,
-                       int64_t sbase, int h, float scale, const int64_t* rows, float* s, float* acc, float* m,
-                       float* l) {
-  const int D = g.head_dim, H = g.num_heads, KV = g.num_kv_heads, BS = g.block_size, C = D / 16;
-#if defined(__AVX512BF16__)
-  if (DT == BF16 && qb != nullptr) scores_bf16(g, qb, nr, base, h, scale, rows, s);
-#endif
-  for (int64_t i0 = 0; i0 < nr && qb == nullptr; i0 += kRowTile) {
-    const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
-    const float* qr[kRowTile];
-    for (int j = 0; j < kRowTile; ++j) qr[j] = q + (r0 * H + rows[i0 + (j < nt ? j : 0)]) * D;
-    for (int t = 0; t < BS; ++t) {
-      const int64_t th = static_cast<int64_t>(t) * KV + h;
-      const __m512 ks =
-          _mm512_set1_ps(DT == INT8 ? g.scales[sbase + g.k_scale_off + th * g.scale_row_stride] : g.k_scale);
-      __m512 a[kRowTile];
-      for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_setzero_ps();
-      for (int c = 0; c < C; ++c) {
-        const __m512 kc = load16<DT>(g.pool, base + g.k_off + th * g.row_stride + c * 16, ks);
-        for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(qr[j] + c * 16), kc, a[j]);
-      }
-      alignas(16) float dots[4];
-      _mm_store_ps(dots, _mm_mul_ps(reduce4(a[0], a[1], a[2], a[3]), _mm_set1_ps(scale)));
-      for (int j = 0; j < nt; ++j) s[(i0 + j) * BS + t] = dots[j];
-    }
-  }
-  for (int64_t i = 0; i < nr; ++i) {  // online softmax: s becomes p, acc rows rescaled
+// The online-softmax step of one kv head's folded rows: scores s [nr, BS] become p, each row's
+// running max m and sum l are updated and its acc row is scaled by e^(m_old - m_new).
+inline void online_softmax(int64_t nr, int BS, int D, const int64_t* rows, float* s, float* acc, float* m, float* l) {
+  for (int64_t i = 0; i < nr; ++i) {
     const int64_t mi = rows[i];
     float* si = s + i * BS;
-    float bmax = si[0];
-    for (int t = 1; t < BS; ++t) bmax = si[t] > bmax ? si[t] : bmax;
+    __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int t = 0; t < BS; t += 16) {
+      const __mmask16 k = BS - t >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (BS - t)) - 1);
+      vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, k, si + t));
+    }
+    const float bmax = _mm512_reduce_max_ps(vmax);
     const float m_new = m[mi] > bmax ? m[mi] : bmax;
     const __m512 mv = _mm512_set1_ps(m_new);
     __m512 psum = _mm512_setzero_ps();
@@ -302,23 +260,177 @@ void block_head_avx512(const Geometry& g, const float* q, const uint16_t* qb, in
     m[mi] = m_new;
     float* ai = acc + mi * D;
     const __m512 av = _mm512_set1_ps(alpha);
-    for (int c = 0; c < C; ++c) _mm512_storeu_ps(ai + c * 16, _mm512_mul_ps(_mm512_loadu_ps(ai + c * 16), av));
+    for (int c = 0; c < D; c += 16) _mm512_storeu_ps(ai + c, _mm512_mul_ps(_mm512_loadu_ps(ai + c), av));
+  }
+}
+
+// Lines of the next block to have fetched into L2 while this one computes, spread over the
+// compute loops (a burst of prefetches stalls the core once its miss buffers fill, leaving
+// memory idle during the arithmetic that follows). k, v: the next block's K and V slabs of
+// this head's share, n lines each (null: none).
+struct Prefetch {
+  const char* k = nullptr;
+  const char* v = nullptr;
+  int64_t n = 0;
+  int64_t done_k = 0, done_v = 0;
+  inline void k_lines(int64_t count) {
+    for (int64_t e = done_k + count < n ? done_k + count : n; done_k < e; ++done_k) _mm_prefetch(k + done_k * 64, _MM_HINT_T1);
+  }
+  inline void v_lines(int64_t count) {
+    for (int64_t e = done_v + count < n ? done_v + count : n; done_v < e; ++done_v) _mm_prefetch(v + done_v * 64, _MM_HINT_T1);
+  }
+  inline void rest() {
+    k_lines(n);
+    v_lines(n);
+  }
+};
+
+// One kv head of one block, AVX-512 (head_dim % 16 == 0). Folded row i is (token i / group, q
+// head h * group + i % group), `rows[i]` its row * num_heads + head (rows relative to the
+// task's first). kRowTile rows share each conversion of a K or V vector; a short last tile runs
+// padded (its extra rows are computed from row i0's data and never stored) so that every loop
+// over rows has a constant trip count and the accumulators stay in registers. s: [nr, BS].
+template <int DT>
+void block_head_avx512(const Geometry& g, const float* q, int64_t nr, int64_t base, int64_t sbase, int h,
+                       float scale, const int64_t* rows, float* s, float* acc, float* m, float* l, Prefetch& pf) {
+  const int D = g.head_dim, KV = g.num_kv_heads, BS = g.block_size, C = D / 16;
+  const int64_t k_per_token = (pf.n + BS - 1) / BS, v_per_step = (pf.n + BS * C - 1) / (BS * C);
+  for (int64_t i0 = 0; i0 < nr; i0 += kRowTile) {
+    const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
+    const float* qr[kRowTile];
+    for (int j = 0; j < kRowTile; ++j) qr[j] = q + rows[i0 + (j < nt ? j : 0)] * D;
+    for (int t = 0; t < BS; ++t) {
+      pf.k_lines(k_per_token);
+      const int64_t th = static_cast<int64_t>(t) * KV + h;
+      const float ks = (DT == INT8 ? g.scales[sbase + g.k_scale_off + th * g.scale_row_stride] : g.k_scale) * kRawScale<DT>;
+      __m512 a[kRowTile];
+      for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_setzero_ps();
+      for (int c = 0; c < C; ++c) {
+        const __m512 kc = load16<DT>(g.pool, base + g.k_off + th * g.row_stride + c * 16);
+        for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(qr[j] + c * 16), kc, a[j]);
+      }
+      alignas(16) float dots[4];
+      _mm_store_ps(dots, _mm_mul_ps(reduce4(a[0], a[1], a[2], a[3]), _mm_set1_ps(scale * ks)));
+      for (int j = 0; j < nt; ++j) s[(i0 + j) * BS + t] = dots[j];
+    }
+  }
+  online_softmax(nr, BS, D, rows, s, acc, m, l);
+  if constexpr (DT != F32 && DT != BF16 && DT != F16) {  // each token's V scale weights its p
+    for (int t = 0; t < BS; ++t) {
+      const int64_t th = static_cast<int64_t>(t) * KV + h;
+      const float vs = (DT == INT8 ? g.scales[sbase + g.v_scale_off + th * g.scale_row_stride] : g.v_scale) * kRawScale<DT>;
+      for (int64_t i = 0; i < nr; ++i) s[i * BS + t] *= vs;
+    }
   }
   for (int64_t i0 = 0; i0 < nr; i0 += kRowTile) {
     const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
+    int64_t ri[kRowTile];
+    for (int j = 0; j < kRowTile; ++j) ri[j] = i0 + (j < nt ? j : 0);
     for (int c = 0; c < C; ++c) {
       __m512 a[kRowTile];
-      for (int j = 0; j < nt; ++j) a[j] = _mm512_loadu_ps(acc + rows[i0 + j] * D + c * 16);
+      for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_loadu_ps(acc + rows[ri[j]] * D + c * 16);
       for (int t = 0; t < BS; ++t) {
+        pf.v_lines(v_per_step);
         const int64_t th = static_cast<int64_t>(t) * KV + h;
-        const __m512 vs =
-            _mm512_set1_ps(DT == INT8 ? g.scales[sbase + g.v_scale_off + th * g.scale_row_stride] : g.v_scale);
-        const __m512 vc = load16<DT>(g.pool, base + g.v_off + th * g.row_stride + c * 16, vs);
-        for (int j = 0; j < nt; ++j) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(s[(i0 + j) * BS + t]), vc, a[j]);
+        const __m512 vc = load16<DT>(g.pool, base + g.v_off + th * g.row_stride + c * 16);
+        for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(s[ri[j] * BS + t]), vc, a[j]);
       }
       for (int j = 0; j < nt; ++j) _mm512_storeu_ps(acc + rows[i0 + j] * D + c * 16, a[j]);
     }
   }
+  pf.rest();
+}
+
+// bf16 pools (head_dim % 32 == 0), 32 values a step: the low bf16 of each 32-bit word is an
+// fp32 once shifted up 16 bits, the high one once its low 16 bits are cleared, so two integer
+// ops convert 32 values and both halves feed fp32 FMAs. (The AVX512-BF16 dot instruction does
+// half the multiply-adds per cycle of two FMAs on the hosts measured.) Lane i of a chunk's even
+// half is dim 32c + 2i, of its odd half dim 32c + 2i + 1: q comes split the same way (`qs`,
+// once per task), acc keeps that order for the whole task and `unpair` restores it at the end.
+inline void split_bf16(const uint16_t* src, __m512& even, __m512& odd) {
+  const __m512i w = _mm512_loadu_si512(src);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+template <int kC>  // chunks of 32 values per row: a constant (2: head_dim 64, 4: 128) unrolls; 0: D / 32
+void block_head_bf16(const Geometry& g, const float* qs, int64_t nr, int64_t base, int h, float scale,
+                     const int64_t* rows, float* s, float* acc, float* m, float* l, Prefetch& pf) {
+  const int D = g.head_dim, KV = g.num_kv_heads, BS = g.block_size, C = kC ? kC : D / 32;
+  const int64_t k_per_token = (pf.n + BS - 1) / BS, v_per_step = (pf.n + BS * C - 1) / (BS * C);
+  const uint16_t* pool = static_cast<const uint16_t*>(g.pool);
+  for (int64_t i0 = 0; i0 < nr; i0 += kRowTile) {
+    const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
+    const float* qr[kRowTile];
+    for (int j = 0; j < kRowTile; ++j) qr[j] = qs + rows[i0 + (j < nt ? j : 0)] * D;
+    for (int t = 0; t < BS; ++t) {
+      pf.k_lines(k_per_token);
+      const uint16_t* src = pool + base + g.k_off + (static_cast<int64_t>(t) * KV + h) * g.row_stride;
+      __m512 a[kRowTile], b[kRowTile];  // even and odd dims: two chains per row
+      for (int j = 0; j < kRowTile; ++j) a[j] = b[j] = _mm512_setzero_ps();
+      for (int c = 0; c < C; ++c) {
+        __m512 ke, ko;
+        split_bf16(src + c * 32, ke, ko);
+        for (int j = 0; j < kRowTile; ++j) {
+          a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(qr[j] + c * 32), ke, a[j]);
+          b[j] = _mm512_fmadd_ps(_mm512_loadu_ps(qr[j] + c * 32 + 16), ko, b[j]);
+        }
+      }
+      alignas(16) float dots[4];
+      const __m128 sums = reduce4(_mm512_add_ps(a[0], b[0]), _mm512_add_ps(a[1], b[1]), _mm512_add_ps(a[2], b[2]),
+                                  _mm512_add_ps(a[3], b[3]));
+      _mm_store_ps(dots, _mm_mul_ps(sums, _mm_set1_ps(scale)));
+      for (int j = 0; j < kRowTile; ++j) s[(i0 + j) * BS + t] = dots[j];  // s has whole tiles of rows
+    }
+  }
+  online_softmax(nr, BS, D, rows, s, acc, m, l);
+  for (int64_t i0 = 0; i0 < nr; i0 += kRowTile) {
+    const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
+    int64_t ri[kRowTile];
+    for (int j = 0; j < kRowTile; ++j) ri[j] = i0 + (j < nt ? j : 0);
+    for (int c = 0; c < C; ++c) {
+      __m512 a[kRowTile], b[kRowTile];
+      for (int j = 0; j < kRowTile; ++j) {
+        a[j] = _mm512_loadu_ps(acc + rows[ri[j]] * D + c * 32);
+        b[j] = _mm512_loadu_ps(acc + rows[ri[j]] * D + c * 32 + 16);
+      }
+      for (int t = 0; t < BS; ++t) {
+        pf.v_lines(v_per_step);
+        __m512 ve, vo;
+        split_bf16(pool + base + g.v_off + (static_cast<int64_t>(t) * KV + h) * g.row_stride + c * 32, ve, vo);
+        for (int j = 0; j < kRowTile; ++j) {
+          const __m512 p = _mm512_set1_ps(s[ri[j] * BS + t]);
+          a[j] = _mm512_fmadd_ps(p, ve, a[j]);
+          b[j] = _mm512_fmadd_ps(p, vo, b[j]);
+        }
+      }
+      for (int j = 0; j < nt; ++j) {
+        _mm512_storeu_ps(acc + rows[i0 + j] * D + c * 32, a[j]);
+        _mm512_storeu_ps(acc + rows[i0 + j] * D + c * 32 + 16, b[j]);
+      }
+    }
+  }
+  pf.rest();
+}
+
+// n rows of D values: each 32-value chunk from bf16 order (16 even dims, then 16 odd) to dim
+// order (forward: the reverse).
+void pair_order(float* x, int64_t n, int D, bool forward) {
+  alignas(64) float tmp[32];
+  for (int64_t r = 0; r < n; ++r)
+    for (int c = 0; c < D; c += 32) {
+      float* y = x + r * D + c;
+      for (int i = 0; i < 16; ++i) {
+        if (forward) {
+          tmp[i] = y[2 * i];
+          tmp[16 + i] = y[2 * i + 1];
+        } else {
+          tmp[2 * i] = y[i];
+          tmp[2 * i + 1] = y[16 + i];
+        }
+      }
+      std::memcpy(y, tmp, sizeof(tmp));
+    }
 }
 
 template <int DT>
@@ -326,37 +438,45 @@ void task_avx512(const Geometry& g, const float* q, int64_t r0, int64_t r1, cons
                  float scale, float* acc, float* m, float* l) {
   const int group = g.num_heads / g.num_kv_heads;
   const int64_t nr = (r1 - r0) * group;
-  std::vector<float> s(static_cast<size_t>(g.num_kv_heads * nr) * (g.block_size + 1));
+  std::vector<float> s(static_cast<size_t>((nr + kRowTile - 1) / kRowTile * kRowTile) * g.block_size);
   std::vector<int64_t> rows(static_cast<size_t>(g.num_kv_heads * nr));  // (head, folded row) -> row * H + head
   for (int h = 0; h < g.num_kv_heads; ++h)
     for (int64_t i = 0; i < nr; ++i) rows[h * nr + i] = (i / group) * g.num_heads + static_cast<int64_t>(h) * group + i % group;
   const int64_t elem = DT == F32 ? 4 : (DT == BF16 || DT == F16) ? 2 : 1;
-  const int64_t slab_bytes = static_cast<int64_t>(g.block_size) * g.num_kv_heads * g.row_stride * elem;
+  const int64_t slab_lines = static_cast<int64_t>(g.block_size) * g.num_kv_heads * g.row_stride * elem / 64;
   const char* pool = static_cast<const char*>(g.pool);
-  std::vector<uint16_t> qb;  // bf16 pools: q rows r0..r1 rounded to bf16 for the dot instruction
-#if defined(__AVX512BF16__)
-  if (DT == BF16 && g.head_dim % 32 == 0) {
-    const int64_t count = (r1 - r0) * g.num_heads * g.head_dim;  // a multiple of 32
-    qb.resize(static_cast<size_t>(count));
-    const float* q0 = q + r0 * g.num_heads * g.head_dim;
-    for (int64_t i = 0; i < count; i += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(&qb[i]), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(q0 + i)));
+  const int64_t rh = (r1 - r0) * g.num_heads;
+  const bool paired = DT == BF16 && g.head_dim % 32 == 0;
+  std::vector<float> qs;  // bf16 pools: the task's q rows in the pair order of block_head_bf16
+  if (paired) {
+    qs.assign(q + r0 * g.num_heads * g.head_dim, q + r1 * g.num_heads * g.head_dim);
+    pair_order(qs.data(), rh, g.head_dim, true);
   }
-#endif
-  const uint16_t* qb_ptr = qb.empty() ? nullptr : qb.data();
+  const float* qt = q + r0 * g.num_heads * g.head_dim;
   for (int64_t b = 0; b < n; ++b) {
     const int64_t base = ids[b] * g.block_stride;
     const int64_t sbase = DT == INT8 ? ids[b] * g.scale_block_stride : 0;
-    if (b + 1 < n) {  // the heads walk a block with a stride: have the next block's slabs fetched to L2
-      const int64_t next = ids[b + 1] * g.block_stride;
-      for (int64_t off = 0; off < slab_bytes; off += 64) {
-        _mm_prefetch(pool + (next + g.k_off) * elem + off, _MM_HINT_T1);
-        _mm_prefetch(pool + (next + g.v_off) * elem + off, _MM_HINT_T1);
+    const int64_t next = b + 1 < n ? ids[b + 1] * g.block_stride : -1;
+    for (int h = 0; h < g.num_kv_heads; ++h) {
+      // the next block, fetched to L2 a share per head (the heads walk a block with a stride)
+      const int64_t lo = slab_lines * h / g.num_kv_heads, hi = slab_lines * (h + 1) / g.num_kv_heads;
+      Prefetch pf;
+      if (next >= 0) {
+        pf.k = pool + (next + g.k_off) * elem + lo * 64;
+        pf.v = pool + (next + g.v_off) * elem + lo * 64;
+        pf.n = hi - lo;
       }
+      if (paired && g.head_dim == 128)
+        block_head_bf16<4>(g, qs.data(), nr, base, h, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
+      else if (paired && g.head_dim == 64)
+        block_head_bf16<2>(g, qs.data(), nr, base, h, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
+      else if (paired)
+        block_head_bf16<0>(g, qs.data(), nr, base, h, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
+      else
+        block_head_avx512<DT>(g, qt, nr, base, sbase, h, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
     }
-    for (int h = 0; h < g.num_kv_heads; ++h)
-      block_head_avx512<DT>(g, q, qb_ptr, r0, nr, base, sbase, h, scale, rows.data() + h * nr, s.data(), acc, m, l);
   }
+  if (paired) pair_order(acc, rh, g.head_dim, false);
 }
 
 // true when the AVX-512 path ran

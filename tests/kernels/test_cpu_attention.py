@@ -79,6 +79,22 @@ def test_fp8_pool_with_layer_scales(dtype):
     assert_close(out, ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_every_code_converts_exactly(dtype):
+    """Every finite fp8 code, subnormals included (the kernel widens e4m3 through fp16 to keep
+    them off fp32's slow denormal path), gives the reference's values: one-hot queries read the
+    keys' values back through the scores, uniform ones the values through o."""
+    codes = torch.arange(256, dtype=torch.uint8).view(dtype)
+    finite = codes[torch.isfinite(codes.float())]
+    n = len(finite) // 16 * 16
+    pool = finite[:n].reshape(-1, 1, 1, 16, 1, 1).expand(-1, 1, 2, 16, 1, 16).contiguous()
+    parts = CpuParts.single(np.arange(pool.shape[0]), 0, 2)
+    q = torch.zeros(2, 1, 16)
+    q[0, 0, 0] = 1.0
+    out, ref = run_both(q, pool, 0, parts, KVScales(layer_scales=torch.tensor([[1e-3, 3.0]])))
+    assert_close(out, ref)
+
+
 @pytest.mark.parametrize("head_dim", [32, 24])  # 24: the portable path (no AVX-512 multiple of 16)
 def test_int8_pool_reads_the_scales_inside_its_rows(head_dim):
     """--kv-cache-dtype int8: rows of head_dim int8 values and their fp32 scale (kv_quant.py);
