@@ -272,15 +272,18 @@ class ColdStep:
             )
 
     def _decode_cpu_fraction(self, seqs: list[ColdSeq]) -> float:
-        """The CPU's share of decode rows' cold blocks this step: the backend's, or none where
-        split's `min_split_layer_bytes` says the step's cold KV is too little to hand over."""
+        """The CPU's share of decode rows' cold blocks this step: "cpu" and "stream" all or none;
+        split's share for this step's cold bytes (`ColdAttentionConfig.cpu_share_for`), or none
+        where `min_split_layer_bytes` says they are too few to hand over."""
         backend = self.backend
-        least = backend.config.min_split_layer_bytes
-        if backend.path != "split" or not least:
+        if backend.path != "split":
             return backend.cpu_fraction
         layout = self.storage.layout
         blocks = sum(len(s.block_ids) for s in seqs if s.num_tokens == 1)
-        return backend.cpu_fraction if blocks * (layout.block_bytes // layout.num_layers) >= least else 0.0
+        layer_bytes = blocks * (layout.block_bytes // layout.num_layers)
+        if layer_bytes < backend.config.min_split_layer_bytes:
+            return 0.0
+        return backend.config.cpu_share_for(layer_bytes)
 
     @classmethod
     def for_graph(

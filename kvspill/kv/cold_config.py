@@ -13,7 +13,13 @@ import torch
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import Bandwidths
-from kvspill.plan.costs import COLD_STAGE_TOKENS, auto_split_min_layer_bytes, auto_uses_split
+from kvspill.plan.costs import (
+    COLD_STAGE_TOKENS,
+    auto_split_min_layer_bytes,
+    auto_uses_split,
+    cpu_layer_seconds,
+    split_cpu_share,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +34,9 @@ class ColdAttentionConfig:
     h2d_gbs: float | None = (
         None  # measured rate of the stream path (calibration stream_gbs, else pinned H2D), GB/s
     )
+    # The CPU path's fixed time per layer (calibration cpu_attn_layer_s): with both rates, split
+    # sizes each step's CPU share so that both parts end together (`cpu_share_for`).
+    cpu_layer_s: float = 0.0
     cpu_chunk_blocks: int = 256  # blocks gathered per CPU step: bounds host temporaries
     # Blocks per device staging buffer (two of them). Each chunk costs ~20 host launches per
     # layer, so small chunks leave the copy stream waiting for the host: on an H200 host, 64
@@ -92,6 +101,15 @@ class ColdAttentionConfig:
             return self.cpu_attn_gbs / (self.cpu_attn_gbs + self.h2d_gbs)
         return 0.5
 
+    def cpu_share_for(self, layer_bytes: int) -> float:
+        """Split's CPU share of a step whose decode rows have `layer_bytes` of cold KV per layer:
+        the fixed share when one was given or the rates are unknown, else the one at which the
+        CPU part (its bytes and its fixed time per layer) ends with the streamed part
+        (`plan.costs.split_cpu_share`, the plan's rule)."""
+        if self.cpu_fraction is not None or not (self.cpu_attn_gbs and self.h2d_gbs):
+            return self.resolved_cpu_fraction()
+        return split_cpu_share(layer_bytes, self.h2d_gbs, self.cpu_attn_gbs, self.cpu_layer_s)
+
 
 @dataclass(frozen=True)
 class ColdSeq:
@@ -134,6 +152,7 @@ def engine_cold_config(
         min_split_layer_bytes=min_split_layer_bytes,
         cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
         h2d_gbs=(calibration.stream_gbs or calibration.h2d_gbs) if calibration else None,
+        cpu_layer_s=cpu_layer_seconds(calibration) if calibration else 0.0,
         # On CUDA the CPU share runs on a worker thread from when the layer's q is down (`begin`)
         # while this thread launches the stream share and the rest of the layer; the GPU waits
         # for its result (kv/stream_flag.py). On the CPU device the kernel has every core.

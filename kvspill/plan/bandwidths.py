@@ -20,6 +20,9 @@ class Bandwidths:
     h2d_gbs: float | None = None  # pinned host -> device, large copies
     d2h_gbs: float | None = None  # device -> pinned host, large copies
     cpu_attn_gbs: float | None = None  # CPU decode attention, KV bytes read per second
+    # ... and its fixed time per layer call (q down, the worker and the kernel's threads start,
+    # the result up), beside the bytes; None: plan.costs.CPU_ATTN_OVERHEAD_PER_LAYER_S
+    cpu_attn_layer_s: float | None = None
     disk_read_gbs: float | None = None  # sequential read of a file not in the page cache
     gpu_tflops: float | None = None  # dense bf16 matmul, 10**12 FLOP/s
     source: str = "defaults"  # "calibration <path> <date>" or "defaults ..."

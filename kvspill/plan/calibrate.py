@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -171,15 +171,20 @@ def _measure_gpu(device: torch.device, copy_bytes: int) -> dict[str, Any]:
 # tok/s), and the plan from the quick figures predicted half the measured speed
 # (bench/results/2026-11-27-h200-attention-cpu-w1/). 1024 blocks of 4 layers take under a second.
 COLD_PATH_BLOCKS = 1024
+# The CPU path is timed over a pool of this many blocks (1 GiB in 4 layers: past the 300 MiB L3
+# of the H200 hosts, where 1024 blocks would be read from cache) and over this few blocks per
+# layer, which its fixed time per layer dominates: the two times give its rate and that fixed
+# time (`measure_cpu_cold_path`).
+CPU_PATH_BLOCKS = 4096
+CPU_PATH_FEW_BLOCKS = 16
 
 
-def measure_cold_path_gbs(
-    device: torch.device, path: str, num_blocks: int = COLD_PATH_BLOCKS, num_layers: int = 4
-) -> float:
-    """Cold KV attended per second by the engine's own cold path ("stream" or "cpu"), one decode
-    query over `num_blocks` cold blocks of the Llama-3.1-8B layout (bf16, 16 tokens, 8 KV heads
-    of 128: 32 KiB of K+V per block and layer). This is what exact decode over cold KV reaches;
-    the raw link or SDPA figures overstate it."""
+def _cold_path_seconds(
+    device: torch.device, path: str, num_blocks: int, num_layers: int, attended: Sequence[int]
+) -> list[float]:
+    """Best seconds of one decode query over each of `attended` cold blocks per layer (a prefix
+    of a `num_blocks` pool, the Llama-3.1-8B layout: bf16, 16 tokens, 8 KV heads of 128, 64 KiB
+    of K+V per block and layer), through the engine's own cold path, all `num_layers` layers."""
     import numpy as np
     import torch
 
@@ -191,25 +196,55 @@ def measure_cold_path_gbs(
     layout = KVLayout(num_layers, 16, 8, 128, torch.bfloat16)
     storage = TieredKVStorage(layout, 4, device, num_cpu_blocks=num_blocks)
     storage.cpu_cache.normal_()
-    backend = ColdAttentionBackend(storage, ColdAttentionConfig(path=path))
-    seq = ColdSeq(
-        token_start=0,
-        num_tokens=1,
-        block_tiers=np.full(num_blocks, TIER_CPU),
-        block_ids=np.arange(num_blocks, dtype=np.int64),
-    )
+    # a worker as in the engine on a GPU (kv/cold_config.engine_cold_config): its hand-over is
+    # part of the fixed time measured
+    workers = 1 if path == "cpu" and device.type == "cuda" else 0
+    backend = ColdAttentionBackend(storage, ColdAttentionConfig(path=path, cpu_workers=workers))
     q = torch.randn(1, 32, 128, dtype=torch.bfloat16, device=device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    seconds = []
+    for n in attended:
+        seq = ColdSeq(0, 1, np.full(n, TIER_CPU), np.arange(n, dtype=np.int64))
 
-    def attend() -> None:
-        step = backend.for_step([seq], 128**-0.5)
-        assert step is not None
-        for layer in range(num_layers):
-            step.finish(step.begin(layer, q))
+        def attend(seq: ColdSeq = seq) -> None:
+            step = backend.for_step([seq], 128**-0.5)
+            assert step is not None
+            for layer in range(num_layers):
+                step.finish(step.begin(layer, q))
 
-    seconds = _best_seconds(attend, 3, sync)
+        seconds.append(_best_seconds(attend, 3, sync))
     backend.close()
-    return num_blocks * layout.block_bytes / seconds / 1e9
+    return seconds
+
+
+def measure_cold_path_gbs(
+    device: torch.device, path: str, num_blocks: int = COLD_PATH_BLOCKS, num_layers: int = 4
+) -> float:
+    """Cold KV attended per second by the engine's own cold path ("stream" or "cpu"), one decode
+    query over `num_blocks` cold blocks per layer, fixed costs included. This is what exact decode
+    over cold KV reaches; the raw link or SDPA figures overstate it."""
+    (seconds,) = _cold_path_seconds(device, path, num_blocks, num_layers, [num_blocks])
+    return num_blocks * _block_layer_bytes() * num_layers / seconds / 1e9
+
+
+def measure_cpu_cold_path(
+    device: torch.device, num_blocks: int = COLD_PATH_BLOCKS, num_layers: int = 4
+) -> tuple[float, float]:
+    """The engine's CPU cold path as (GB/s of KV, fixed seconds per layer): timed over
+    `num_blocks` and over CPU_PATH_FEW_BLOCKS blocks per layer, the line through the two.
+    The plan charges cold bytes over the rate plus the fixed time per layer; the split
+    (`plan.costs.split_cpu_share`) needs both to end its two parts together."""
+    few = min(CPU_PATH_FEW_BLOCKS, num_blocks - 1)
+    t_few, t_all = _cold_path_seconds(device, "cpu", num_blocks, num_layers, [few, num_blocks])
+    bytes_per_block = _block_layer_bytes() * num_layers
+    per_byte = max(t_all - t_few, 1e-9) / ((num_blocks - few) * bytes_per_block)
+    fixed = max(0.0, t_few - few * bytes_per_block * per_byte) / num_layers
+    return 1 / per_byte / 1e9, fixed
+
+
+def _block_layer_bytes() -> int:
+    """K+V bytes of one block in one layer of the calibration's layout (16 x 8 x 128 bf16, twice)."""
+    return 2 * 16 * 8 * 128 * 2
 
 
 def measure_bandwidths(
@@ -228,7 +263,9 @@ def measure_bandwidths(
         figures.update(_measure_gpu(device, (256 if quick else 1024) * MiB))
         figures["stream_gbs"] = measure_cold_path_gbs(device, "stream")
     # The engine's CPU cold path (what --cold-attention cpu/split run), not bare SDPA.
-    figures["cpu_attn_gbs"] = measure_cold_path_gbs(device, "cpu")
+    figures["cpu_attn_gbs"], figures["cpu_attn_layer_s"] = measure_cpu_cold_path(
+        device, COLD_PATH_BLOCKS if quick else CPU_PATH_BLOCKS
+    )
     figures["host_read_gbs"] = measure_host_read_gbs((64 if quick else 256) * MiB)
     figures["cpu_tflops"] = measure_matmul_tflops(torch.device("cpu"), 512 if quick else 1024, torch.float32)
     figures["disk_read_gbs"] = measure_disk_read_gbs(disk_dir, (32 if quick else 128) * MiB)
@@ -272,6 +309,9 @@ def load_calibration(path: str | os.PathLike[str] | None = None) -> Bandwidths |
         value = values.get(name)
         if value is not None and (not isinstance(value, (int, float)) or value <= 0):
             raise bad(f"has an invalid {name}: {value!r}")
+    layer_s = values.get("cpu_attn_layer_s")
+    if layer_s is not None and (not isinstance(layer_s, (int, float)) or layer_s < 0):
+        raise bad(f"has an invalid cpu_attn_layer_s: {layer_s!r}")
     date = values.get("measured_at") or "undated"
     return Bandwidths(**values, source=f"calibration {source} {date}")
 

@@ -5,11 +5,12 @@ For one sequence in exact mode (DESIGN.md, "The physics"):
     t_token = W / min(B_hbm, B_w) + KV_gpu / B_hbm + cold KV over the cold path + KV_disk / B_disk
             + offloaded weights / B_h2d + per-layer step overhead
 with B_w the rate the weights' format is read at where a kernel bounds it (plan/weights.py). The cold
-term over "split" is max(f*C / B_stream, (1-f)*C / B_cpu_attn + L*t_cpu) at the engine's
-f = B_stream / (B_stream + B_cpu_attn), the optimum without t_cpu: streaming and CPU attention
-run at once (the GPU waits for the CPU's result by itself, kv/stream_flag.py); t_cpu is the CPU
-path's fixed time per layer (CPU_ATTN_OVERHEAD_PER_LAYER_S), also paid by "cpu". Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per
-chunk. No torch, no I/O.
+term over "split" is max(f*C / B_stream, (1-f)*C / B_cpu_attn + L*t_cpu), streaming and CPU
+attention running at once (the GPU waits for the CPU's result by itself, kv/stream_flag.py);
+t_cpu is the CPU path's fixed time per layer (calibrated, else CPU_ATTN_OVERHEAD_PER_LAYER_S),
+also paid by "cpu", and 1-f is the engine's split (`split_cpu_share`): both parts end together.
+Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per chunk. No
+torch, no I/O.
 """
 
 from __future__ import annotations
@@ -62,6 +63,26 @@ TP_COLLECTIVE_PER_DOUBLING_S = 6e-6
 # bench/results/2026-11-27-h200-split-gpu-waits/); their mean. Without it the plan put W1 32K at
 # 1.2-1.4x its measured speed.
 CPU_ATTN_OVERHEAD_PER_LAYER_S = 0.45e-3
+
+
+def cpu_layer_seconds(bw: Bandwidths) -> float:
+    """The CPU cold path's fixed time per layer: calibrated (`cpu_attn_layer_s`), else the constant."""
+    return CPU_ATTN_OVERHEAD_PER_LAYER_S if bw.cpu_attn_layer_s is None else bw.cpu_attn_layer_s
+
+
+def split_cpu_share(layer_bytes: float, stream_gbs: float, cpu_gbs: float, cpu_layer_s: float) -> float:
+    """The CPU's share of a layer's cold bytes under "split" such that both parts end together:
+    s * c / B_cpu + t_cpu = (1 - s) * c / B_stream, so s = (c / B_stream - t_cpu) / (c / B_cpu +
+    c / B_stream), in [0, 1]; 0 where the hand-over alone outlasts streaming everything. Without a
+    fixed time it is the rates' ratio B_cpu / (B_cpu + B_stream). The engine (kv/cold_attention.py)
+    and the plan divide by this same rule."""
+    if layer_bytes <= 0:
+        return 0.0
+    c = layer_bytes / GB
+    share = (c / stream_gbs - cpu_layer_s) / (c / cpu_gbs + c / stream_gbs)
+    return min(1.0, max(0.0, share))
+
+
 # --cold-attention auto on a GPU splits cold decode KV between the stream and the CPU where a
 # calibration measured both and the CPU reaches at least this share of the stream path's rate.
 # Running beside the stream the CPU attends at 0.69-0.77 of its rate alone (W3 128K, three H200
@@ -215,11 +236,11 @@ def decode_floor(
     if cold_path == "auto":  # as the engine resolves it on a GPU (engine_setup, kv/cold_attention)
         split = auto_uses_split(bw) and cold / max(num_layers, 1) >= auto_split_min_layer_bytes(bw)
         cold_path = "split" if split else "stream"
-    fraction = {"cpu": 0.0, "split": stream / (stream + cpu)}.get(cold_path, 1.0)
+    layer_s = cpu_layer_seconds(bw) if num_layers else 0.0  # no layer count: bytes alone
+    cpu_share = split_cpu_share(cold / max(num_layers, 1), stream, cpu, layer_s)
+    fraction = {"cpu": 0.0, "split": 1.0 - cpu_share}.get(cold_path, 1.0)
     streamed = round(cold * fraction)
-    cpu_s = (cold - streamed) / (cpu * GB) + (
-        num_layers * CPU_ATTN_OVERHEAD_PER_LAYER_S if cold > streamed else 0.0
-    )
+    cpu_s = (cold - streamed) / (cpu * GB) + (num_layers * layer_s if cold > streamed else 0.0)
     return DecodeFloor(
         weights_s=weight_bytes / (min(hbm, weight_read_gbs or hbm) * GB),
         gpu_kv_s=gpu_kv_bytes / (hbm * GB),

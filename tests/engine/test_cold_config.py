@@ -10,6 +10,7 @@ import torch
 from kvspill.config import EngineConfig
 from kvspill.kv.cold_config import engine_cold_config
 from kvspill.plan import Bandwidths
+from kvspill.plan.costs import CPU_ATTN_OVERHEAD_PER_LAYER_S, split_cpu_share
 
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")  # only the type is read: no GPU needed
 CALIBRATED = Bandwidths(
@@ -55,6 +56,22 @@ def test_cold_path_from_the_flag_and_the_calibration(
     assert (cold.path, cold.cpu_workers, cold.min_split_layer_bytes) == (path, workers, least)
     if calibration is not None:
         assert cold.cpu_attn_gbs == calibration.cpu_attn_gbs and cold.h2d_gbs == calibration.stream_gbs
+        assert cold.cpu_layer_s == CPU_ATTN_OVERHEAD_PER_LAYER_S  # not measured: the plan's constant
+
+
+def test_split_share_per_step_follows_the_plan_rule():
+    """With both rates and the CPU's fixed time per layer, each step's CPU share is the one that
+    ends its two parts together (`plan.costs.split_cpu_share`): smaller for fewer bytes, none
+    where the hand-over alone outlasts streaming; a given --cpu-fraction stays fixed."""
+    config = EngineConfig(model="random:llama-1b", cold_attention="split")
+    calibration = replace(CALIBRATED, cpu_attn_layer_s=0.5e-3)
+    cold = engine_cold_config(config, calibration, 1024, CUDA)
+    assert cold.cpu_layer_s == 0.5e-3
+    big, small = 400 * 10**6, 30 * 10**6
+    assert cold.cpu_share_for(big) == split_cpu_share(big, 42.7, 43.8, 0.5e-3)
+    assert 0.0 < cold.cpu_share_for(small) < cold.cpu_share_for(big) < 43.8 / (42.7 + 43.8)
+    assert cold.cpu_share_for(10 * 10**6) == 0.0  # 0.23 ms of streaming < 0.5 ms of hand-over
+    assert replace(cold, cpu_fraction=0.3).cpu_share_for(big) == 0.3
 
 
 def test_auto_says_once_at_start_that_it_splits_and_why(caplog):

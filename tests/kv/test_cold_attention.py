@@ -245,3 +245,19 @@ def test_split_streams_a_step_whose_cold_kv_is_under_its_least_share() -> None:
     assert sum(p.num_blocks for p in at_least.cpu_parts) == 20
     always = _split_step(0, 2)  # an explicit --cold-attention split: every step
     assert always.cpu_parts and always.stream_parts
+
+
+def test_split_sizes_each_steps_cpu_share_by_the_rates_and_the_fixed_time() -> None:
+    """With measured rates and the CPU part's fixed time per layer (calibration), a decode step's
+    CPU share is `ColdAttentionConfig.cpu_share_for` its cold bytes per layer."""
+    num_cold = 40
+    storage = TieredKVStorage(LAYOUT, 4, DEVICE, num_cpu_blocks=num_cold)
+    layer_bytes = num_cold * LAYOUT.block_bytes // LAYOUT.num_layers
+    # equal rates (an even share without a fixed time); the fixed time is half of streaming it all
+    config = ColdAttentionConfig(path="split", cpu_attn_gbs=1.0, h2d_gbs=1.0, cpu_layer_s=layer_bytes / 2e9)
+    share = config.cpu_share_for(layer_bytes)
+    assert share == pytest.approx(0.25)
+    backend = ColdAttentionBackend(storage, config)
+    step = backend.for_step([ColdSeq(0, 1, np.full(num_cold, TIER_CPU), np.arange(num_cold))], SCALE)
+    assert step is not None
+    assert sum(p.num_blocks for p in step.cpu_parts) == round(num_cold * share) == 10

@@ -74,11 +74,13 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
                 = 5,584,548,201 -> 2662 blocks of 16 x 131,072 B (2 MiB) = 42,592 tokens
     CPU KV      = 16 GiB / 2 MiB = 8192 blocks = 131,072 tokens; max context 173,664
     placement   = gpu 42,592 + cpu 131,072 - 42,592 = 88,480
-    decode (split, stream path at 25 GB/s beside CPU attention at 20 GB/s, 25/45 streamed; the
-            CPU's share pays 0.45 ms per layer on top)
+    decode (split, stream path at 25 GB/s beside CPU attention at 20 GB/s, whose part pays 0.45
+            ms per layer on top: cold C = 88,480 * 131,072 = 11,597,250,560 B, c = C / 32 per layer;
+            the CPU's share s = (c / 25e9 - 0.45e-3) / (c / 20e9 + c / 25e9) = 0.4306481 ends both
+            parts together)
                 = 16,060,522,496 / 900e9 + 42,592 * 131,072 / 900e9
-                  + max(6,442,916,978 / 25e9, 5,154,333,582 / 20e9 + 32 * 0.45e-3)
-                = 0.0178450 + 0.0062029 + max(0.2577167, 0.2721167) = 0.2961646 s
+                  + max(6,602,916,978 / 25e9, 4,994,333,582 / 20e9 + 32 * 0.45e-3)
+                = 0.0178450 + 0.0062029 + max(0.2641167, 0.2641167) = 0.2881646 s
     """
     request = PlanRequest(
         spec=LLAMA_8B,
@@ -100,11 +102,12 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
     assert plan.max_context == 173_664 and plan.max_concurrent_seqs == 1
     assert (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens) == (42_592, 88_480, 0)
     assert plan.decode.weights_s == pytest.approx(16_060_522_496 / 900e9)
-    assert plan.decode.cold_kv_s == pytest.approx(5_154_333_582 / 20e9 + 32 * 0.45e-3)
+    assert plan.decode.cold_kv_s == pytest.approx(4_994_333_582 / 20e9 + 32 * 0.45e-3)
+    assert plan.decode.cold_kv_s == pytest.approx(6_602_916_978 / 25e9)
     assert plan.decode.overhead_s == pytest.approx(32 * 38e-6)  # 32 layers x the per-layer step overhead
-    assert plan.decode.total_s == pytest.approx(0.2961646 + 32 * 38e-6, rel=1e-6)
-    assert plan.decode_tok_s == pytest.approx(3.363, abs=1e-3)
-    assert plan.decode.stream_fraction == pytest.approx(25 / 45)
+    assert plan.decode.total_s == pytest.approx(0.2881646 + 32 * 38e-6, rel=1e-6)
+    assert plan.decode_tok_s == pytest.approx(3.456, abs=1e-3)
+    assert plan.decode.stream_fraction == pytest.approx(1 - 0.4306481, abs=1e-6)
     assert plan.fits and plan.advice == []
 
 
@@ -133,6 +136,17 @@ def test_cold_split_is_the_optimum() -> None:
     )
     assert floor.cold_kv_s == pytest.approx(brute, rel=1e-3)
     assert floor.streamed_bytes + floor.cpu_attn_bytes == 10**10
+    # with the CPU part's fixed time per layer (32 layers): still the best share
+    floor = decode_floor(0, 0, 10**10, 0, DEFAULT_BANDWIDTHS, "split", 32)
+    fixed = 32 * CPU_ATTN_OVERHEAD_PER_LAYER_S
+    brute = min(
+        max(
+            f / 1000 * 10**10 / (stream * 1e9),
+            (1 - f / 1000) * 10**10 / (cpu * 1e9) + (fixed if f < 1000 else 0),
+        )
+        for f in range(1001)
+    )
+    assert floor.cold_kv_s == pytest.approx(brute, rel=1e-3)
 
 
 def test_cold_path_follows_the_engine() -> None:
@@ -144,7 +158,10 @@ def test_cold_path_follows_the_engine() -> None:
     assert decode_floor(0, 0, 4 * 10**10, 0, bw, "split").cold_kv_s == pytest.approx(0.8)
     layers = 32 * CPU_ATTN_OVERHEAD_PER_LAYER_S
     assert decode_floor(0, 0, 4 * 10**10, 0, bw, "cpu", 32).cold_kv_s == pytest.approx(4.0 + layers)
-    assert decode_floor(0, 0, 4 * 10**10, 0, bw, "split", 32).cold_kv_s == pytest.approx(0.8 + layers)
+    split = decode_floor(0, 0, 4 * 10**10, 0, bw, "split", 32)
+    share = split.cpu_attn_bytes / (4 * 10**10)  # less than the rates' 1/5: the CPU part pays `layers`
+    assert 0.19 < share < 0.2 and split.cold_kv_s < 0.8 + layers
+    assert split.cold_kv_s == pytest.approx(4.0 * share + layers) == pytest.approx(1.0 * (1 - share))
     assert decode_floor(0, 0, 4 * 10**10, 0, bw, "stream", 32).cold_kv_s == pytest.approx(1.0)
     assert decode_floor(0, 0, 0, 0, bw, "cpu", 32).cold_kv_s == 0.0  # no cold KV, no hand-over
 
