@@ -17,6 +17,7 @@ from kvspill.plan.costs import (
     COLD_STAGE_TOKENS,
     auto_split_min_layer_bytes,
     auto_uses_split,
+    cpu_kv_rate,
     cpu_layer_seconds,
     split_cpu_share,
 )
@@ -124,13 +125,29 @@ class ColdSeq:
     req_id: str | None = None
 
 
+# KV dtypes as the CPU kernel's rates name them (plan.costs.CPU_ATTN_RATE_VS_BF16)
+_KV_FORMATS = {
+    torch.float32: "fp32",
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float8_e4m3fn: "fp8",
+    torch.float8_e5m2: "fp8",
+    torch.int8: "int8",
+}
+
+
 def engine_cold_config(
-    config: EngineConfig, calibration: Bandwidths | None, max_seq_blocks: int, device: torch.device
+    config: EngineConfig,
+    calibration: Bandwidths | None,
+    max_seq_blocks: int,
+    device: torch.device,
+    kv_dtype: torch.dtype = torch.bfloat16,
 ) -> ColdAttentionConfig:
     """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
     the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
     H2D rate), so that both shares finish together. "auto" on a GPU is split where that
-    calibration says the CPU pays (`plan.costs.auto_uses_split`), else stream."""
+    calibration says the CPU pays (`plan.costs.auto_uses_split`), else stream. The CPU's rate is
+    the calibrated bf16 one scaled to the pool's `kv_dtype` (the kernel's work is per value)."""
     path, min_split_layer_bytes = config.cold_attention, 0
     if (
         path == "auto"
@@ -150,7 +167,11 @@ def engine_cold_config(
     return ColdAttentionConfig(
         path=path,
         min_split_layer_bytes=min_split_layer_bytes,
-        cpu_attn_gbs=calibration.cpu_attn_gbs if calibration else None,
+        cpu_attn_gbs=(
+            cpu_kv_rate(calibration.cpu_attn_gbs, _KV_FORMATS[kv_dtype])
+            if calibration and calibration.cpu_attn_gbs
+            else None
+        ),
         h2d_gbs=(calibration.stream_gbs or calibration.h2d_gbs) if calibration else None,
         cpu_layer_s=cpu_layer_seconds(calibration) if calibration else 0.0,
         # On CUDA the CPU share runs on a worker thread from when the layer's q is down (`begin`)

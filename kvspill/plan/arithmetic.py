@@ -24,6 +24,7 @@ from kvspill.plan.costs import (
     DecodeFloor,
     activation_peak_bytes,
     collectives_s,
+    cpu_kv_rate,
     decode_floor,
     prefill_seconds,
 )
@@ -191,6 +192,21 @@ class PlanRequest:
         return weight_read_gbs(self.spec, self.quantization)
 
     @property
+    def kv_format(self) -> str:
+        """The KV values' format as the CPU kernel's rates name it (plan.costs.CPU_ATTN_RATE_VS_BF16)."""
+        if self.kv_dtype == "int8":
+            return "int8"
+        if self.kv_dtype in ("float16", "fp16"):
+            return "fp16"
+        return {1: "fp8", 2: "bf16", 4: "fp32"}[self.kv_dtype_bytes]
+
+    def with_cpu_kv_rate(self, bw: Bandwidths) -> Bandwidths:
+        """`bw` with the CPU path's rate over this request's KV format (calibrated over bf16)."""
+        if bw.cpu_attn_gbs is None:
+            return bw
+        return replace(bw, cpu_attn_gbs=cpu_kv_rate(bw.cpu_attn_gbs, self.kv_format))
+
+    @property
     def kv_dtype_bytes(self) -> int:
         """Bytes of one K or V value; `auto`: the weights' compute dtype."""
         if self.kv_dtype == "int8":
@@ -333,7 +349,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         on_gpu * kvpt,
         on_cpu * kvpt,
         on_disk * kvpt,
-        bw,
+        request.with_cpu_kv_rate(bw),
         request.cold_attention,
         spec.num_layers,
         request.offloaded_weight_bytes,

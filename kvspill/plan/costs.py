@@ -65,6 +65,19 @@ TP_COLLECTIVE_PER_DOUBLING_S = 6e-6
 CPU_ATTN_OVERHEAD_PER_LAYER_S = 0.45e-3
 
 
+# The CPU kernel's work is per value (a conversion, then FMAs), so its rate in KV bytes follows
+# the format; the calibration times bf16. Rates against bf16's, 256K tokens in RAM, 16 threads of
+# one H200 host (bench/results/2026-11-27-h200-cpu-kernel/kernel.txt): fp32 1.27, int8 0.54,
+# fp8 0.47. fp16 0.82: the 2-core dev host, KV in cache (its conversion is the slower 16-bit one).
+CPU_ATTN_RATE_VS_BF16 = {"fp32": 1.27, "bf16": 1.0, "fp16": 0.82, "fp8": 0.47, "int8": 0.54}
+
+
+def cpu_kv_rate(bw_cpu_attn_gbs: float, kv_format: str) -> float:
+    """The CPU path's GB/s over KV of `kv_format` (a key of CPU_ATTN_RATE_VS_BF16), from the
+    calibrated bf16 rate."""
+    return bw_cpu_attn_gbs * CPU_ATTN_RATE_VS_BF16[kv_format]
+
+
 def cpu_layer_seconds(bw: Bandwidths) -> float:
     """The CPU cold path's fixed time per layer: calibrated (`cpu_attn_layer_s`), else the constant."""
     return CPU_ATTN_OVERHEAD_PER_LAYER_S if bw.cpu_attn_layer_s is None else bw.cpu_attn_layer_s

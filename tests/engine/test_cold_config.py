@@ -83,3 +83,13 @@ def test_auto_says_once_at_start_that_it_splits_and_why(caplog):
     with caplog.at_level("INFO", logger="kvspill.kv.cold_config"):
         engine_cold_config(config, None, 1024, CUDA)
     assert caplog.text == ""
+
+
+@pytest.mark.parametrize(
+    ("kv_dtype", "factor"), [(torch.bfloat16, 1.0), (torch.float8_e4m3fn, 0.47), (torch.int8, 0.54)]
+)
+def test_split_divides_by_the_cpu_rate_over_the_pools_format(kv_dtype, factor):
+    """The calibrated CPU rate is over bf16; an fp8 or int8 pool is attended at the format's rate."""
+    config = EngineConfig(model="random:llama-1b", cold_attention="split")
+    cold = engine_cold_config(config, CALIBRATED, 1024, CUDA, kv_dtype)
+    assert cold.cpu_attn_gbs == pytest.approx(43.8 * factor)

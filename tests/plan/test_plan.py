@@ -512,3 +512,20 @@ def test_attention_cpu_refuses_another_cold_path() -> None:
         with_attention_mode(EngineConfig(attention="cpu", cold_attention="stream"), "cpu").cold_attention
         == "stream"
     )
+
+
+@pytest.mark.parametrize(
+    ("kv_dtype", "factor"), [("auto", 1.0), ("fp8", 0.47), ("int8", 0.54), ("fp32", 1.27)]
+)
+def test_the_cpu_path_rate_follows_the_kv_format(kv_dtype: str, factor: float) -> None:
+    """The calibration times the CPU kernel over bf16; its work is per value, so a plan over fp8,
+    int8 or fp32 KV divides that KV's bytes by the rate scaled to the format."""
+    request = PlanRequest(
+        spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072, ram_budget_bytes=40 * GiB,
+        max_num_seqs=1, enforce_eager=True, cold_attention="cpu", kv_dtype=kv_dtype,
+    )  # fmt: skip
+    bw = replace(DEFAULT_BANDWIDTHS, cpu_attn_gbs=60.0, cpu_attn_layer_s=0.0)
+    plan = make_plan(request, bw)
+    cpu_bytes = plan.placed_cpu_tokens * plan.kv_bytes_per_token
+    assert plan.placed_cpu_tokens > 0
+    assert plan.decode.cold_kv_s == pytest.approx(cpu_bytes / (60e9 * factor))
