@@ -25,6 +25,19 @@ from kvspill.plan.costs import (
 logger = logging.getLogger(__name__)
 
 COLD_PATHS = ("auto", "cpu", "stream", "split", "sparse")
+# On a GPU the engine thread keeps launching the GPU's work while the CPU kernel runs: the
+# kernel leaves it (and the copy threads) this many cores. W3 128K split on a 16-core H200 host,
+# 14 threads against 16: 8.49 against 7.83 tok/s with bf16 KV, 17.16 against 13.00 with fp8
+# (bench/results/2026-11-27-h200-cpu-kernel/, call C).
+GPU_HOST_SPARE_CORES = 2
+
+
+def default_cpu_threads(device: torch.device, cpu_workers: int) -> int | None:
+    """Threads of the CPU kernel when --cpu-attention-threads is not given: on a GPU with a CPU
+    worker, torch's count less GPU_HOST_SPARE_CORES (at least 1); else None (torch's count)."""
+    if device.type != "cuda" or not cpu_workers:
+        return None
+    return max(1, torch.get_num_threads() - GPU_HOST_SPARE_CORES)
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,7 @@ def engine_cold_config(
             calibration.stream_gbs,
             min_split_layer_bytes / 1e6,
         )
+    workers = 1 if path in ("split", "cpu") and device.type == "cuda" else 0
     return ColdAttentionConfig(
         path=path,
         min_split_layer_bytes=min_split_layer_bytes,
@@ -177,7 +191,8 @@ def engine_cold_config(
         # On CUDA the CPU share runs on a worker thread from when the layer's q is down (`begin`)
         # while this thread launches the stream share and the rest of the layer; the GPU waits
         # for its result (kv/stream_flag.py). On the CPU device the kernel has every core.
-        cpu_workers=1 if path in ("split", "cpu") and device.type == "cuda" else 0,
+        cpu_workers=workers,
+        cpu_threads=config.cpu_attention_threads or default_cpu_threads(device, workers),
         # The plan reserves two staging buffers of COLD_STAGE_TOKENS per layer: use all of it.
         # Fewer, larger chunks keep the host ahead of the H2D gathers (W2 3 x 32K on an H200:
         # 256-block chunks left the copy stream idle 45% of a step waiting for launches).

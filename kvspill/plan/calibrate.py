@@ -189,7 +189,7 @@ def _cold_path_seconds(
     import torch
 
     from kvspill.kv.cold_attention import ColdAttentionBackend
-    from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
+    from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq, default_cpu_threads
     from kvspill.kv.storage import KVLayout, TieredKVStorage
     from kvspill.types import TIER_CPU
 
@@ -199,7 +199,9 @@ def _cold_path_seconds(
     # a worker as in the engine on a GPU (kv/cold_config.engine_cold_config): its hand-over is
     # part of the fixed time measured
     workers = 1 if path == "cpu" and device.type == "cuda" else 0
-    backend = ColdAttentionBackend(storage, ColdAttentionConfig(path=path, cpu_workers=workers))
+    threads = default_cpu_threads(device, workers)  # the engine's own count
+    config = ColdAttentionConfig(path=path, cpu_workers=workers, cpu_threads=threads)
+    backend = ColdAttentionBackend(storage, config)
     q = torch.randn(1, 32, 128, dtype=torch.bfloat16, device=device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     seconds = []

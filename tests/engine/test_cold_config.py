@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kvspill.config import EngineConfig
-from kvspill.kv.cold_config import engine_cold_config
+from kvspill.kv.cold_config import GPU_HOST_SPARE_CORES, engine_cold_config
 from kvspill.plan import Bandwidths
 from kvspill.plan.costs import CPU_ATTN_OVERHEAD_PER_LAYER_S, split_cpu_share
 
@@ -54,6 +54,11 @@ def test_cold_path_from_the_flag_and_the_calibration(
     config = EngineConfig(model="random:llama-1b", cold_attention=cold_attention, tensor_parallel_size=tp)
     cold = engine_cold_config(config, calibration, 1024, device)
     assert (cold.path, cold.cpu_workers, cold.min_split_layer_bytes) == (path, workers, least)
+    # with a worker on a GPU the kernel leaves the engine thread cores to launch on
+    spare = max(1, torch.get_num_threads() - GPU_HOST_SPARE_CORES)
+    assert cold.cpu_threads == (spare if workers else None)
+    asked = engine_cold_config(replace(config, cpu_attention_threads=3), calibration, 1024, device)
+    assert asked.cpu_threads == 3
     if calibration is not None:
         assert cold.cpu_attn_gbs == calibration.cpu_attn_gbs and cold.h2d_gbs == calibration.stream_gbs
         assert cold.cpu_layer_s == CPU_ATTN_OVERHEAD_PER_LAYER_S  # not measured: the plan's constant
