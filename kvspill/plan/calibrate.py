@@ -68,7 +68,7 @@ def measure_cpu_attention_gbs(
     return (k.nbytes + v.nbytes) / _best_seconds(attend, repeats) / 1e9
 
 
-def measure_host_read_gbs(num_bytes: int = 256 * MiB, repeats: int = 5) -> float:
+def measure_host_read_gbs(num_bytes: int = 1024 * MiB, repeats: int = 5) -> float:
     """Host RAM read rate: a sum over a float32 buffer larger than the caches, torch's threads."""
     import torch
 
@@ -268,7 +268,9 @@ def measure_bandwidths(
     figures["cpu_attn_gbs"], figures["cpu_attn_layer_s"] = measure_cpu_cold_path(
         device, COLD_PATH_BLOCKS if quick else CPU_PATH_BLOCKS
     )
-    figures["host_read_gbs"] = measure_host_read_gbs((64 if quick else 256) * MiB)
+    # 1 GiB: a 256 MiB buffer fits the 300 MiB L3 of the H200 hosts; one calibration read it at
+    # 199.8 GB/s, others at 90-112 (bench/results/2026-11-27-h200-cpu-kernel/)
+    figures["host_read_gbs"] = measure_host_read_gbs((256 if quick else 1024) * MiB)
     figures["cpu_tflops"] = measure_matmul_tflops(torch.device("cpu"), 512 if quick else 1024, torch.float32)
     figures["disk_read_gbs"] = measure_disk_read_gbs(disk_dir, (32 if quick else 128) * MiB)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
