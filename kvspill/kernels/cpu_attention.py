@@ -10,9 +10,10 @@ Shapes:
     out:   o [num_rows, num_heads, head_dim] float32, lse [num_rows, num_heads] float32 (natural
            log); the parts' rows are written, other rows are left alone
 
-`cpu_paged_attention` runs the C++/OpenMP kernel (`cpu_attention.cpp`): each byte of K and V is
-read once from the pool, converted to fp32 in registers, never gathered; the blocks are cut into
-tasks over `num_threads` threads and the task partials merge by LSE. The kernel is built on
+`cpu_paged_attention` runs the C++/OpenMP kernel (`cpu_attention.cpp`, its AVX-512 paths in
+`cpu_attention_avx512.h`): each byte of K and V is read once from the pool, converted to fp32 in
+registers, never gathered; the blocks are cut into tasks over `num_threads` threads and the task
+partials merge by LSE. The kernel is built on
 first use with the host's g++ (-O3 -march=native -fopenmp; a few seconds, once per source and
 CPU) into a per-user cache (KVSPILL_EXT_CACHE) and loaded with ctypes; it links the OpenMP
 runtime torch already loaded. `load_kernel()` returns None, with one warning that says why and
@@ -54,6 +55,7 @@ from kvspill.kernels.kv_quant import dequantize_kv, value_dim
 logger = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("cpu_attention.cpp")
+_HEADERS = (Path(__file__).with_name("cpu_attention_avx512.h"),)  # included by _SOURCE
 _FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 _DTYPE_CODES = {
     torch.float32: 0,
@@ -103,7 +105,7 @@ def _cpu_signature() -> str:
 
 
 def _build(compiler: str) -> Path:
-    source = _SOURCE.read_bytes()
+    source = _SOURCE.read_bytes() + b"".join(h.read_bytes() for h in _HEADERS)
     key = hashlib.sha256(source + " ".join(_FLAGS).encode() + _cpu_signature().encode()).hexdigest()[:16]
     target = env_settings().ext_cache_dir / f"cpu_attention-{key}.so"
     if target.is_file():
