@@ -348,7 +348,12 @@ def build_engine_parts(
         graphs=graphs,
         device=device,
         cold_config=engine_cold_config(
-            config, calibration, -(-loaded.max_model_len // config.block_size), device, layout.dtype
+            config,
+            calibration,
+            -(-loaded.max_model_len // config.block_size),
+            device,
+            layout.dtype,
+            layout.head_dim,
         ),
         # every rank would have to capture at the same step; KVSPILL_SPARSE_CUDA_GRAPHS=0: eager
         sparse_graphs=tp.size == 1 and os.environ.get("KVSPILL_SPARSE_CUDA_GRAPHS", "1") != "0",

@@ -155,12 +155,13 @@ def engine_cold_config(
     max_seq_blocks: int,
     device: torch.device,
     kv_dtype: torch.dtype = torch.bfloat16,
+    head_dim: int = 128,
 ) -> ColdAttentionConfig:
     """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
     the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
     H2D rate), so that both shares finish together. "auto" on a GPU is split where that
     calibration says the CPU pays (`plan.costs.auto_uses_split`), else stream. The CPU's rate is
-    the calibrated bf16 one scaled to the pool's `kv_dtype` (the kernel's work is per value)."""
+    the calibrated bf16 one scaled to the pool's `kv_dtype` and `head_dim` (plan.costs.cpu_kv_rate)."""
     path, min_split_layer_bytes = config.cold_attention, 0
     if (
         path == "auto"
@@ -182,7 +183,7 @@ def engine_cold_config(
         path=path,
         min_split_layer_bytes=min_split_layer_bytes,
         cpu_attn_gbs=(
-            cpu_kv_rate(calibration.cpu_attn_gbs, _KV_FORMATS[kv_dtype])
+            cpu_kv_rate(calibration.cpu_attn_gbs, _KV_FORMATS[kv_dtype], head_dim)
             if calibration and calibration.cpu_attn_gbs
             else None
         ),

@@ -201,10 +201,11 @@ class PlanRequest:
         return {1: "fp8", 2: "bf16", 4: "fp32"}[self.kv_dtype_bytes]
 
     def with_cpu_kv_rate(self, bw: Bandwidths) -> Bandwidths:
-        """`bw` with the CPU path's rate over this request's KV format (calibrated over bf16)."""
+        """`bw` with the CPU path's rate over this request's KV format and head size (calibrated
+        over bf16 at head_dim 128)."""
         if bw.cpu_attn_gbs is None:
             return bw
-        return replace(bw, cpu_attn_gbs=cpu_kv_rate(bw.cpu_attn_gbs, self.kv_format))
+        return replace(bw, cpu_attn_gbs=cpu_kv_rate(bw.cpu_attn_gbs, self.kv_format, self.spec.head_dim))
 
     @property
     def kv_dtype_bytes(self) -> int:

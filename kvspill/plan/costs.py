@@ -72,10 +72,18 @@ CPU_ATTN_OVERHEAD_PER_LAYER_S = 0.45e-3
 CPU_ATTN_RATE_VS_BF16 = {"fp32": 1.27, "bf16": 1.0, "fp16": 0.82, "fp8": 0.47, "int8": 0.54}
 
 
-def cpu_kv_rate(bw_cpu_attn_gbs: float, kv_format: str) -> float:
-    """The CPU path's GB/s over KV of `kv_format` (a key of CPU_ATTN_RATE_VS_BF16), from the
-    calibrated bf16 rate."""
-    return bw_cpu_attn_gbs * CPU_ATTN_RATE_VS_BF16[kv_format]
+# Each (query row, key) dot also costs a fixed amount (its reduction, its share of the softmax),
+# worth this many values' work: the calibration's head_dim 128 pays it once per 128 values, a
+# head_dim of 64 once per 64. Fit to the kernel at head_dim 64 against 128 (bf16, 2-core dev host,
+# 2026-11-27: 0.82-0.87 of its GB/s; W1 is a head_dim-64 model).
+CPU_ATTN_DOT_OVERHEAD_VALUES = 27.0
+
+
+def cpu_kv_rate(bw_cpu_attn_gbs: float, kv_format: str, head_dim: int = 128) -> float:
+    """The CPU path's GB/s over KV of `kv_format` (a key of CPU_ATTN_RATE_VS_BF16) and
+    `head_dim`, from the rate calibrated over bf16 at head_dim 128."""
+    k = CPU_ATTN_DOT_OVERHEAD_VALUES
+    return bw_cpu_attn_gbs * CPU_ATTN_RATE_VS_BF16[kv_format] * (1 + k / 128) / (1 + k / head_dim)
 
 
 def cpu_layer_seconds(bw: Bandwidths) -> float:

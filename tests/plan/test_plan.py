@@ -529,3 +529,13 @@ def test_the_cpu_path_rate_follows_the_kv_format(kv_dtype: str, factor: float) -
     cpu_bytes = plan.placed_cpu_tokens * plan.kv_bytes_per_token
     assert plan.placed_cpu_tokens > 0
     assert plan.decode.cold_kv_s == pytest.approx(cpu_bytes / (60e9 * factor))
+
+
+def test_the_cpu_path_rate_follows_the_head_size() -> None:
+    """Each dot's fixed work weighs more per byte at head_dim 64 than at the calibration's 128."""
+    from kvspill.plan.costs import cpu_kv_rate
+
+    assert cpu_kv_rate(80.0, "bf16") == pytest.approx(80.0)
+    assert 0.82 < cpu_kv_rate(80.0, "bf16", 64) / 80.0 < 0.87  # measured: 0.82-0.87
+    assert cpu_kv_rate(80.0, "bf16", 256) > 80.0
+    assert cpu_kv_rate(80.0, "fp8", 64) == pytest.approx(cpu_kv_rate(80.0, "bf16", 64) * 0.47)
