@@ -68,6 +68,11 @@ inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
   return _mm_add_ps(_mm256_castps256_ps128(z), _mm256_extractf128_ps(z, 1));
 }
 
+// Lanes [t, min(t + 16, n)) of a row of n values.
+inline __mmask16 tail_mask(int n, int t) {
+  return n - t >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - t)) - 1);
+}
+
 // The online-softmax step of one kv head's folded rows: scores s [nr, BS] become p, each row's
 // running max m and sum l are updated and its acc row is scaled by e^(m_old - m_new).
 inline void online_softmax(int64_t nr, int BS, int D, const int64_t* rows, float* s, float* acc, float* m, float* l) {
@@ -76,7 +81,7 @@ inline void online_softmax(int64_t nr, int BS, int D, const int64_t* rows, float
     float* si = s + i * BS;
     __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     for (int t = 0; t < BS; t += 16) {
-      const __mmask16 k = BS - t >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (BS - t)) - 1);
+      const __mmask16 k = tail_mask(BS, t);
       vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, k, si + t));
     }
     const float bmax = _mm512_reduce_max_ps(vmax);
@@ -84,7 +89,7 @@ inline void online_softmax(int64_t nr, int BS, int D, const int64_t* rows, float
     const __m512 mv = _mm512_set1_ps(m_new);
     __m512 psum = _mm512_setzero_ps();
     for (int t = 0; t < BS; t += 16) {
-      const __mmask16 k = BS - t >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (BS - t)) - 1);
+      const __mmask16 k = tail_mask(BS, t);
       const __m512 p = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, si + t), mv)));
       _mm512_mask_storeu_ps(si + t, k, p);
       psum = _mm512_add_ps(psum, p);

@@ -121,7 +121,7 @@ class ColdAttentionConfig:
         CPU part (its bytes and its fixed time per layer) ends with the streamed part
         (`plan.costs.split_cpu_share`, the plan's rule)."""
         if self.cpu_fraction is not None or not (self.cpu_attn_gbs and self.h2d_gbs):
-            return self.resolved_cpu_fraction()
+            return self.resolved_cpu_fraction()  # the given share, else 1/2
         return split_cpu_share(layer_bytes, self.h2d_gbs, self.cpu_attn_gbs, self.cpu_layer_s)
 
 

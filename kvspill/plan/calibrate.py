@@ -34,6 +34,8 @@ from kvspill.plan.bandwidths import RATE_FIELDS, Bandwidths
 if TYPE_CHECKING:  # torch is imported inside the measuring functions: loading a calibration stays light
     import torch
 
+    from kvspill.kv.storage import KVLayout
+
 CALIBRATION_VERSION = 1
 MiB = 1 << 20
 
@@ -179,21 +181,31 @@ CPU_PATH_BLOCKS = 4096
 CPU_PATH_FEW_BLOCKS = 16
 
 
+def _layout(num_layers: int) -> KVLayout:
+    """The calibration's KV layout: Llama-3.1-8B's (bf16, 16 tokens, 8 KV heads of 128: 64 KiB of
+    K+V per block and layer)."""
+    import torch
+
+    from kvspill.kv.storage import KVLayout
+
+    return KVLayout(num_layers, 16, 8, 128, torch.bfloat16)
+
+
 def _cold_path_seconds(
     device: torch.device, path: str, num_blocks: int, num_layers: int, attended: Sequence[int]
 ) -> list[float]:
     """Best seconds of one decode query over each of `attended` cold blocks per layer (a prefix
-    of a `num_blocks` pool, the Llama-3.1-8B layout: bf16, 16 tokens, 8 KV heads of 128, 64 KiB
-    of K+V per block and layer), through the engine's own cold path, all `num_layers` layers."""
+    of a `num_blocks` pool of `_layout`), through the engine's own cold path, all `num_layers`
+    layers."""
     import numpy as np
     import torch
 
     from kvspill.kv.cold_attention import ColdAttentionBackend
     from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq, default_cpu_threads
-    from kvspill.kv.storage import KVLayout, TieredKVStorage
+    from kvspill.kv.storage import TieredKVStorage
     from kvspill.types import TIER_CPU
 
-    layout = KVLayout(num_layers, 16, 8, 128, torch.bfloat16)
+    layout = _layout(num_layers)
     storage = TieredKVStorage(layout, 4, device, num_cpu_blocks=num_blocks)
     storage.cpu_cache.normal_()
     # a worker as in the engine on a GPU (kv/cold_config.engine_cold_config): its hand-over is
@@ -226,7 +238,7 @@ def measure_cold_path_gbs(
     query over `num_blocks` cold blocks per layer, fixed costs included. This is what exact decode
     over cold KV reaches; the raw link or SDPA figures overstate it."""
     (seconds,) = _cold_path_seconds(device, path, num_blocks, num_layers, [num_blocks])
-    return num_blocks * _block_layer_bytes() * num_layers / seconds / 1e9
+    return num_blocks * _layout(num_layers).block_bytes / seconds / 1e9
 
 
 def measure_cpu_cold_path(
@@ -238,15 +250,10 @@ def measure_cpu_cold_path(
     (`plan.costs.split_cpu_share`) needs both to end its two parts together."""
     few = min(CPU_PATH_FEW_BLOCKS, num_blocks - 1)
     t_few, t_all = _cold_path_seconds(device, "cpu", num_blocks, num_layers, [few, num_blocks])
-    bytes_per_block = _block_layer_bytes() * num_layers
+    bytes_per_block = _layout(num_layers).block_bytes
     per_byte = max(t_all - t_few, 1e-9) / ((num_blocks - few) * bytes_per_block)
     fixed = max(0.0, t_few - few * bytes_per_block * per_byte) / num_layers
     return 1 / per_byte / 1e9, fixed
-
-
-def _block_layer_bytes() -> int:
-    """K+V bytes of one block in one layer of the calibration's layout (16 x 8 x 128 bf16, twice)."""
-    return 2 * 16 * 8 * 128 * 2
 
 
 def measure_bandwidths(
