@@ -355,8 +355,10 @@ def build_engine_parts(
             layout.dtype,
             layout.head_dim,
         ),
-        # every rank would have to capture at the same step; KVSPILL_SPARSE_CUDA_GRAPHS=0: eager
+        # every rank would have to capture at the same step; KVSPILL_SPARSE_CUDA_GRAPHS=0 and
+        # KVSPILL_STREAM_CUDA_GRAPHS=0: those steps run eagerly (to compare)
         sparse_graphs=tp.size == 1 and os.environ.get("KVSPILL_SPARSE_CUDA_GRAPHS", "1") != "0",
+        stream_graphs=tp.size == 1 and os.environ.get("KVSPILL_STREAM_CUDA_GRAPHS", "1") != "0",
     )
     fingerprint = kv_fingerprint(
         {

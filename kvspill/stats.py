@@ -181,6 +181,7 @@ class ColdAttentionCounters:
     stream_bytes: int = 0  # bytes staged and copied to the device
     stream_seconds: float = 0.0  # host wall time of the stream path (all of it off CUDA)
     stream_copy_seconds: float = 0.0  # CUDA: measured H2D time of the staged chunks
+    stream_graph_bytes: int = 0  # of stream_bytes: those of CUDA-graphed steps (not in the copy time)
     # --cold-attention sparse, summed over layers and decode rows: blocks attended out of the
     # cold blocks those rows had (the budget at work), their KV bytes, host wall time
     sparse_selected_blocks: int = 0

@@ -97,11 +97,13 @@ def _cold_paths(start: ColdAttentionCounters | None, end: ColdAttentionCounters 
     """What each exact cold path did over the timed decode span: its share of the cold bytes,
     its time per token and the rate it reached (the CPU kernel's wall time once q is on the
     host; the stream's measured copy time). Beside decode_tok_s it shows whether "split" overlaps
-    its two paths: a token then takes about max(cpu ms, stream ms), not their sum."""
+    its two paths: a token then takes about max(cpu ms, stream ms), not their sum. Steps that
+    replay a stream CUDA graph have no copy timing: their bytes count in the shares only."""
     if start is None or end is None or not tokens:
         return {}
     cpu_b, stream_b = end.cpu_bytes - start.cpu_bytes, end.stream_bytes - start.stream_bytes
     cpu_s, copy_s = end.cpu_seconds - start.cpu_seconds, end.stream_copy_seconds - start.stream_copy_seconds
+    graph_b = end.stream_graph_bytes - start.stream_graph_bytes
     if not cpu_b + stream_b:
         return {}
     return dict(
@@ -109,7 +111,8 @@ def _cold_paths(start: ColdAttentionCounters | None, end: ColdAttentionCounters 
         cold_cpu_ms_per_token=round(cpu_s / tokens * 1e3, 2),
         cold_cpu_gbs=round(cpu_b / cpu_s / 1e9, 1) if cpu_s else None,
         cold_stream_ms_per_token=round(copy_s / tokens * 1e3, 2),
-        cold_stream_gbs=round(stream_b / copy_s / 1e9, 1) if copy_s else None,
+        cold_stream_gbs=round((stream_b - graph_b) / copy_s / 1e9, 1) if copy_s else None,
+        cold_stream_graph_share=round(graph_b / stream_b, 3) if stream_b else 0.0,
     )
 
 

@@ -47,6 +47,7 @@ from kvspill.kv.cold_cpu import ColdCpuPath, CpuLayer, LayerStaging
 from kvspill.kv.cold_math import merge_partials
 from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseInput
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
+from kvspill.kv.cold_stream_graph import GraphStreamPart
 from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.kv.stream_flag import StreamFlag
@@ -65,6 +66,7 @@ class ColdStats:
     stream_bytes: int = 0  # bytes staged and copied to the device
     stream_seconds: float = 0.0  # host wall time of the stream path (gathers, launches; all of it off CUDA)
     stream_copy_seconds: float = 0.0  # CUDA: measured H2D time of the staged chunks
+    stream_graph_bytes: int = 0  # bytes streamed by CUDA-graphed steps (`runner/stream_graphs.py`)
     sparse: SparseCounts = field(default_factory=SparseCounts)
     sparse_seconds: float = 0.0  # host wall time of the sparse path (scoring, gathers, launches)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -121,6 +123,19 @@ class ColdAttentionBackend:
             self._stager = StreamStager(self.storage, self.config.stream_chunk_blocks)
         return self._stager
 
+    def decode_cpu_fraction(self, seqs: list[ColdSeq]) -> float:
+        """The CPU's share of decode rows' cold blocks in a step of `seqs`: "cpu" and "stream" all
+        or none; split's share for the step's cold bytes (`ColdAttentionConfig.cpu_share_for`), or
+        none where `min_split_layer_bytes` says they are too few to hand over."""
+        if self.path != "split":
+            return self.cpu_fraction
+        layout = self.storage.layout
+        blocks = sum(len(s.block_ids) for s in seqs if s.num_tokens == 1)
+        layer_bytes = blocks * (layout.block_bytes // layout.num_layers)
+        if layer_bytes < self.config.min_split_layer_bytes:
+            return 0.0
+        return self.config.cpu_share_for(layer_bytes)
+
     def for_step(self, seqs: list[ColdSeq], scale: float) -> ColdStep | None:
         """The step's cold work, or None when no sequence has cold blocks."""
         if not seqs:
@@ -132,7 +147,7 @@ class ColdAttentionBackend:
         """Totals since start (resolves the stream copy timings that have completed; never syncs)."""
         s = self.stats
         if self._stager is not None:
-            s.stream_bytes = self._stager.bytes_loaded
+            s.stream_bytes = self._stager.bytes_loaded + s.stream_graph_bytes
             s.stream_copy_seconds = self._stager.copy_timer.resolve()
         return ColdAttentionCounters(
             num_steps=s.num_steps,
@@ -142,6 +157,7 @@ class ColdAttentionBackend:
             stream_bytes=s.stream_bytes,
             stream_seconds=s.stream_seconds,
             stream_copy_seconds=s.stream_copy_seconds,
+            stream_graph_bytes=s.stream_graph_bytes,
             sparse_selected_blocks=s.sparse.selected_blocks,
             sparse_cold_blocks=s.sparse.cold_blocks,
             sparse_bytes=s.sparse.bytes + self._sparse_cache_copied_bytes(),
@@ -219,7 +235,7 @@ class ColdStep:
         self.cpu_parts: list[ColdPart] = []
         self.stream_parts: list[ColdPart] = []
         sparse_seqs: list[SparseInput] = []
-        decode_fraction = self._decode_cpu_fraction(seqs)
+        decode_fraction = backend.decode_cpu_fraction(seqs)
         for seq in seqs:
             if backend.summaries is not None and seq.num_tokens == 1:  # a decode row: sparse
                 sparse_seqs.append(
@@ -259,6 +275,7 @@ class ColdStep:
             disk_staging=backend.disk_staging,
         )
         self.sparse = None
+        self.graph_stream: GraphStreamPart | None = None  # set by `for_graph` only
         if sparse_seqs:
             assert backend.summaries is not None
             self.sparse = SparseColdStep(
@@ -271,29 +288,23 @@ class ColdStep:
                 backend.sparse_cache,
             )
 
-    def _decode_cpu_fraction(self, seqs: list[ColdSeq]) -> float:
-        """The CPU's share of decode rows' cold blocks this step: "cpu" and "stream" all or none;
-        split's share for this step's cold bytes (`ColdAttentionConfig.cpu_share_for`), or none
-        where `min_split_layer_bytes` says they are too few to hand over."""
-        backend = self.backend
-        if backend.path != "split":
-            return backend.cpu_fraction
-        layout = self.storage.layout
-        blocks = sum(len(s.block_ids) for s in seqs if s.num_tokens == 1)
-        layer_bytes = blocks * (layout.block_bytes // layout.num_layers)
-        if layer_bytes < backend.config.min_split_layer_bytes:
-            return 0.0
-        return backend.config.cpu_share_for(layer_bytes)
-
     @classmethod
     def for_graph(
-        cls, backend: ColdAttentionBackend, sparse: SparseColdStep, rows: torch.Tensor, scale: float
+        cls,
+        backend: ColdAttentionBackend,
+        part: SparseColdStep | GraphStreamPart,
+        rows: torch.Tensor,
+        scale: float,
     ) -> ColdStep:
-        """The cold part of a CUDA-graphed step (`runner/sparse_graphs.py`): one sparse decode
-        sequence, whose step row (`rows`, int64 [1]) and sparse step are the graph's static
-        buffers. No CPU or stream parts."""
+        """The cold part of a CUDA-graphed step (`runner/sparse_graphs.py`, `runner/stream_graphs.py`):
+        one decode sequence, whose step row (`rows`, int64 [1]) and sparse step or graph stream
+        part are the graph's static buffers. No CPU parts, no eager stream parts."""
         step = cls(backend, [], scale)
-        step.rows, step.sparse = rows, sparse
+        step.rows = rows
+        if isinstance(part, GraphStreamPart):
+            step.graph_stream = part
+        else:
+            step.sparse = part
         return step
 
     # ---- per layer -------------------------------------------------------------------------
@@ -319,6 +330,8 @@ class ColdStep:
             t0 = time.perf_counter()
             self.sparse.attend(work.layer_idx, q_cold, self.scale, acc_o, acc_lse)
             self.backend.stats.sparse_seconds += time.perf_counter() - t0
+        if self.graph_stream is not None:
+            self.graph_stream.attend(work.layer_idx, q_cold, self.scale, acc_o, acc_lse)
         if work.cpu is None:
             return acc_o, acc_lse
         o_cpu, lse_cpu = self.cpu.result(work.cpu, self.backend.cpu_done, q_cold.device)

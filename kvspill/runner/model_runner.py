@@ -39,6 +39,7 @@ from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
 from kvspill.runner.prompt_logprobs import compute_prompt_logprobs, prompt_logprob_spans
 from kvspill.runner.sparse_graphs import SparseDecodeGraphs
+from kvspill.runner.stream_graphs import StreamDecodeGraphs
 from kvspill.sampling.sampler import Sampler, SamplingState
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import RunnerKVStats
@@ -59,11 +60,14 @@ class ModelRunner:
         device: torch.device | None = None,
         cold_config: ColdAttentionConfig | None = None,
         sparse_graphs: bool = True,
+        stream_graphs: bool = True,
     ) -> None:
         """`device`: the model's (default: the pool's; differs with --attention cpu). A
         `TieredKVStorage` gets a transfer engine and a cold-attention backend (`cold_config`).
         `sparse_graphs`: sparse decode steps replay CUDA graphs too (`sparse_graphs.py`), when
-        there are decode graphs and a sparse block cache over a pinned cpu tier."""
+        there are decode graphs and a sparse block cache over a pinned cpu tier; `stream_graphs`:
+        so do exact decode steps whose cold blocks stream (`stream_graphs.py`), over a pinned cpu
+        tier."""
         self.model = model
         self.storage = storage
         self.device = device if device is not None else storage.device
@@ -83,16 +87,18 @@ class ModelRunner:
         self.generator.manual_seed(seed)
         self.graphs = graphs
         self.sparse_graphs: SparseDecodeGraphs | None = None
+        self.stream_graphs: StreamDecodeGraphs | None = None
         cold = self.cold
         if (
-            sparse_graphs
-            and graphs is not None
+            graphs is not None
             and cold is not None
-            and cold.sparse_cache is not None
             and isinstance(storage, TieredKVStorage)
             and storage.cpu_pinned
         ):
-            self.sparse_graphs = SparseDecodeGraphs(graphs, cold, self.scale)
+            if sparse_graphs and cold.sparse_cache is not None:
+                self.sparse_graphs = SparseDecodeGraphs(graphs, cold, self.scale)
+            elif stream_graphs and cold.summaries is None and cold.path in ("stream", "split"):
+                self.stream_graphs = StreamDecodeGraphs(graphs, cold, self.scale)
         self._last_sampled: SampledTokens | None = None  # the latest step's tokens (feeds the next step)
         self._prompt_lps: dict[str, PromptLogprobs] = {}  # the step being launched (set by _forward)
 
@@ -165,9 +171,10 @@ class ModelRunner:
 
     def release_graphs(self) -> None:
         """Destroy the decode CUDA graphs (before leaving a tensor-parallel group); steps run eagerly after."""
-        if self.sparse_graphs is not None:
-            self.sparse_graphs.release()
-            self.sparse_graphs = None
+        for cold_graphs in (self.sparse_graphs, self.stream_graphs):
+            if cold_graphs is not None:
+                cold_graphs.release()
+        self.sparse_graphs = self.stream_graphs = None
         if self.graphs is not None:
             self.graphs.release()
             self.graphs = None
@@ -208,6 +215,8 @@ class ModelRunner:
                 graph_out = self.graphs.run(inputs, feed)
             elif self.sparse_graphs is not None:
                 graph_out = self.sparse_graphs.run(inputs, feed)
+            elif self.stream_graphs is not None:
+                graph_out = self.stream_graphs.run(inputs, feed)
         if graph_out is not None:
             return graph_out
         cold = None
