@@ -23,7 +23,16 @@ import torch
 
 from kvspill.kernels.triton_compat import tl, triton
 
-_CHUNK = 4096  # elements per program: 8 KiB of bf16, enough loads in flight per SM for PCIe
+# Elements a program copies per loop step: 32 KiB of bf16 in flight per program, so a small grid
+# (a quarter of the SMs) keeps PCIe busy (50.6 GB/s, as many programs as pieces reached 50.2).
+# A grid of one program per 4,096 elements (the first form) filled every SM while its loads
+# waited on PCIe: a GEMV on another stream then ran after it, not beside it (13.4 + 6.4 ms took
+# 19.6 ms; with 16-32 looping programs 13.6 ms). The cold stream path overlaps its copies with
+# the model's kernels: a W3 128K fp8 KV stream graph with its copies on a second stream went from
+# 27.95 tok/s (the first form) to 38.27 (64 looping programs; H200, 2026-11-27,
+# bench/results/2026-11-27-h200-stream-graphs/).
+_CHUNK = 16384
+_INTERPRETER_CHUNK = 64  # tests: several pieces per block
 
 
 def gather_blocks_ref(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> None:
@@ -33,31 +42,35 @@ def gather_blocks_ref(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -
 
 
 @triton.jit
-def _gather_kernel(
+def _gather_loop_kernel(
     src_ptr,
     ids_ptr,
     slots_ptr,
     dst_ptr,
     stride_src,
     stride_dst,
+    total,
     BLOCK_ELEMS: tl.constexpr,
     CHUNK: tl.constexpr,
     HAS_SLOTS: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
 ):
-    # Grid: (n, cdiv(BLOCK_ELEMS, CHUNK)); one program copies CHUNK elements of one block, into
-    # dst[i], or with HAS_SLOTS into dst[slots[i]] (a negative slot copies nothing).
-    i = tl.program_id(0)
-    chunk = tl.program_id(1)
-    block_id = tl.load(ids_ptr + i).to(tl.int64)
-    offs = chunk * CHUNK + tl.arange(0, CHUNK)
-    if HAS_SLOTS:
-        slot = tl.load(slots_ptr + i).to(tl.int64)
-        mask = offs < tl.where(slot >= 0, BLOCK_ELEMS, 0)
-    else:
-        slot = i.to(tl.int64)
-        mask = offs < BLOCK_ELEMS
-    x = tl.load(src_ptr + block_id * stride_src + offs, mask=mask)
-    tl.store(dst_ptr + slot * stride_dst + offs, x, mask=mask)
+    # Grid: (NUM_PROGRAMS,); program p copies pieces p, p + NUM_PROGRAMS, ... of the n * pieces
+    # per block (`total`): CHUNK elements of block ids[i] into dst[i], or with HAS_SLOTS into
+    # dst[slots[i]] (a negative slot copies nothing).
+    pieces: tl.constexpr = (BLOCK_ELEMS + CHUNK - 1) // CHUNK
+    for w in range(tl.program_id(0), total, NUM_PROGRAMS):
+        i = w // pieces
+        offs = (w % pieces) * CHUNK + tl.arange(0, CHUNK)
+        block_id = tl.load(ids_ptr + i).to(tl.int64)
+        if HAS_SLOTS:
+            slot = tl.load(slots_ptr + i).to(tl.int64)
+            mask = offs < tl.where(slot >= 0, BLOCK_ELEMS, 0)
+        else:
+            slot = i.to(tl.int64)
+            mask = offs < BLOCK_ELEMS
+        x = tl.load(src_ptr + block_id * stride_src + offs, mask=mask)
+        tl.store(dst_ptr + slot * stride_dst + offs, x, mask=mask)
 
 
 def _check(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> None:
@@ -71,21 +84,34 @@ def _check(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> None:
         assert src.is_pinned() or src.is_cuda, "the GPU reads host memory in place only when it is pinned"
 
 
+def _num_programs(device: torch.device) -> int:
+    """The gather's grid: a quarter of the SMs (at least 16) on CUDA; 3 in the interpreter (tests
+    then run the loop over several pieces per program)."""
+    if device.type != "cuda":
+        return 3
+    return max(16, torch.cuda.get_device_properties(device).multi_processor_count // 4)
+
+
 def _launch(src: torch.Tensor, ids: torch.Tensor, slots: torch.Tensor | None, dst: torch.Tensor) -> None:
     n = ids.shape[0]
     if n == 0:
         return
     block_elems = math.prod(src.shape[1:])
-    _gather_kernel[(n, triton.cdiv(block_elems, _CHUNK))](
+    chunk = _CHUNK if dst.is_cuda else _INTERPRETER_CHUNK
+    total = n * triton.cdiv(block_elems, chunk)
+    programs = min(_num_programs(dst.device), total)
+    _gather_loop_kernel[(programs,)](
         src,
         ids,
         ids if slots is None else slots,  # unread without slots
         dst,
         src.stride(0),
         dst.stride(0),
+        total,
         BLOCK_ELEMS=block_elems,
-        CHUNK=_CHUNK,
+        CHUNK=chunk,
         HAS_SLOTS=slots is not None,
+        NUM_PROGRAMS=programs,
         num_warps=4,
     )
 

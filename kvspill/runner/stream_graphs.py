@@ -38,8 +38,8 @@ def graph_stream_step(
     backend: ColdAttentionBackend, i64: torch.Tensor, capacity: int, scale: float
 ) -> ColdStep:
     """The cold part of a stream graph over its static buffers: `i64` [3, >= capacity] int64 (ids
-    in the cpu tier, unused, then [num_valid, step row]); staging is the backend's first buffer."""
-    part = GraphStreamPart(backend.storage, backend.stager().device_bufs[0], i64[0, :capacity], i64[2, 0])
+    in the cpu tier, unused, then [num_valid, step row]); staging: the backend's two stream buffers."""
+    part = GraphStreamPart(backend.storage, backend.stager().device_bufs, i64[0, :capacity], i64[2, 0])
     return ColdStep.for_graph(backend, part, i64[2, 1:2], scale)
 
 
