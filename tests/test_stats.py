@@ -89,6 +89,7 @@ TODAY: dict[str, Any] = {
         "cold_stream_bytes": 0,
         "cold_stream_seconds": 0.0,
         "cold_stream_copy_seconds": 0.0,
+        "cold_stream_graph_bytes": 0,
         "cold_sparse_selected_blocks": 0,
         "cold_sparse_cold_blocks": 0,
         "cold_sparse_bytes": 0,

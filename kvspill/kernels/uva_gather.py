@@ -17,6 +17,7 @@ Invariants: blocks are copied whole, bytes unchanged; the kernel only reads `src
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -84,6 +85,7 @@ def _check(src: torch.Tensor, ids: torch.Tensor, dst: torch.Tensor) -> None:
         assert src.is_pinned() or src.is_cuda, "the GPU reads host memory in place only when it is pinned"
 
 
+@functools.cache
 def _num_programs(device: torch.device) -> int:
     """The gather's grid: a quarter of the SMs (at least 16) on CUDA; 3 in the interpreter (tests
     then run the loop over several pieces per program)."""

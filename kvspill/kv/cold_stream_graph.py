@@ -15,7 +15,7 @@ gather of item i + 1 (the next chunk, or the next layer's first) overlaps the ke
 events order each buffer's gather before its reads and its reads before the next gather into it.
 All of a step's events are recorded within the step (fresh events), so a capture holds them.
 What the graph saves is the host's launch work, which bounded steps with a small cold part (fp8
-KV at 128K on an H200: 54-90 ms of host time for ~30 ms of GPU work). The overlap needs a gather
+KV at 128K on an H200: 54-90 ms per step for ~41 ms of GPU kernels). The overlap needs a gather
 that leaves SMs free (`kernels/uva_gather.py`): with one that filled them it gained nothing.
 
 Invariant: the result equals the eager stream path's over the same blocks up to float rounding
@@ -23,6 +23,8 @@ Invariant: the result equals the eager stream path's over the same blocks up to 
 """
 
 from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -64,7 +66,7 @@ class GraphStreamPart:
         self._decode = paged_decode_attention if self.is_cuda else paged_decode_attention_ref
         self.side = torch.cuda.Stream(device) if self.is_cuda else None
         # Per step, written at layer 0 (a replay recomputes them from its num_valid): per chunk its
-        # real blocks' slots (-1: padding, copies nothing) and the keys they hold. Long-lived
+        # real blocks' slots (-1: padding, copies nothing) and its length in keys. Long-lived
         # buffers: the side stream reads them, so no tensor's memory passes between the streams.
         self.slots = torch.empty((self.num_chunks, chunk), dtype=torch.int64, device=device)
         self.seq_lens = torch.empty(self.num_chunks, dtype=torch.int32, device=device)
@@ -121,13 +123,5 @@ class GraphStreamPart:
             torch.cuda.current_stream(self.staging[0].device).wait_event(event)
 
 
-class _NoStream:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _on(stream: torch.cuda.Stream | None) -> torch.cuda.StreamContext | _NoStream:
-    return torch.cuda.stream(stream) if stream is not None else _NoStream()
+def _on(stream: torch.cuda.Stream | None) -> AbstractContextManager[object]:
+    return torch.cuda.stream(stream) if stream is not None else nullcontext()

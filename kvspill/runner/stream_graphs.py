@@ -4,7 +4,7 @@ stream`, `auto` on CUDA, and `split` steps that give the CPU no share), on
 
 An eager stream step launches per layer the gathers, decode kernels and merges of each staging
 chunk from Python. With a small cold part that host work bounds the step: fp8 KV at 128K on an
-H200 (19K cold tokens) took 54-90 ms per token for ~30 ms of GPU work. The graph's cold part is
+H200 (19K cold tokens) took 54-90 ms per token for ~41 ms of GPU kernels. The graph's cold part is
 `kv/cold_stream_graph.GraphStreamPart`: the cold block ids in a static buffer padded to a
 multiple of the staging buffer's `chunk_blocks` (the capacity step: 16K tokens with the default
 16-token blocks), the real count on the device.

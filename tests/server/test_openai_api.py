@@ -247,7 +247,8 @@ V1_KV_KEYS = {
     "scheduler.kv_block_moves": ["gpu->cpu", "cpu->disk", "gpu->disk", "cpu->gpu", "disk->gpu"],
     "runner": ["transfer_num_moves", "transfer_num_copies", "transfer_num_plans", "transfer_seconds",
                "transfer_copy_seconds", "cold_steps", "cold_cpu_fraction", "cold_cpu_bytes", "cold_cpu_seconds",
-               "cold_stream_bytes", "cold_stream_seconds", "cold_stream_copy_seconds", "cold_sparse_selected_blocks",
+               "cold_stream_bytes", "cold_stream_seconds", "cold_stream_copy_seconds", "cold_stream_graph_bytes",
+               "cold_sparse_selected_blocks",
                "cold_sparse_cold_blocks", "cold_sparse_bytes", "cold_sparse_seconds", "cold_summary_bytes"],
 }  # fmt: skip
 
