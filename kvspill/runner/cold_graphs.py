@@ -30,6 +30,7 @@ stream, so eager copies and host writes stay ordered with the replay's reads and
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -71,7 +72,7 @@ def common_eager_reason(inputs: StepInputs) -> str | None:
     return None
 
 
-class ColdDecodeGraphs:
+class ColdDecodeGraphs(ABC):
     """The graphs of one kind of cold decode step of one runner (see the module docstring)."""
 
     kind = "cold"  # names the kind in logs
@@ -106,20 +107,24 @@ class ColdDecodeGraphs:
 
     # ---- what a kind defines ---------------------------------------------------------------
 
+    @abstractmethod
     def reason(self, inputs: StepInputs) -> str | None:
-        """Why this step cannot replay this kind's graphs (None: it can)."""
-        return common_eager_reason(inputs)
+        """Why this step cannot replay this kind's graphs (None: it can); starts from
+        `common_eager_reason`."""
 
     def group(self, seq: ColdSeq) -> int | None:
         """The sequence's group in a per-sequence cache (part of the graph's key); None: eager."""
         return 0
 
     def prepare(self, seq: ColdSeq) -> None:
-        """Host work before the step's inputs go up (e.g. block summaries)."""
+        """Host work before the step's inputs go up (sparse: block summaries); none by default."""
+        return None
 
+    @abstractmethod
     def cold_step(self, capacity: int, group: int) -> ColdStep:
-        raise NotImplementedError
+        """The cold part of a graph over the static buffers (`i64`) for this capacity and group."""
 
+    @abstractmethod
     def count(self, num_cold: int) -> None:
         """What the eager path's per-layer counters would add for this step."""
 

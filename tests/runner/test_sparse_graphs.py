@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from step_inputs import decode_step_inputs
 
 from kvspill.kv.cold_attention import ColdAttentionBackend
 from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
 from kvspill.kv.storage import KVLayout, TieredKVStorage
-from kvspill.runner.inputs import StepInputs
 from kvspill.runner.sparse_graphs import eager_reason, graph_cold_step
 from kvspill.types import TIER_CPU, TIER_DISK
 
@@ -68,34 +68,20 @@ def test_the_graph_form_of_a_sparse_step_equals_the_eager_step():
     assert 0 < int(graph.sparse_cache.copied_blocks) < 4 * LAYOUT.num_layers * BUDGET_BLOCKS  # hits too
 
 
-def _inputs(cold_seqs: list[ColdSeq], num_decodes: int = 2) -> StepInputs:
-    z = np.zeros(2, dtype=np.int64)
-    return StepInputs(
-        req_ids=["a", "b"],
-        num_decodes=num_decodes,
-        input_ids=z,
-        positions=z,
-        slot_mapping=z,
-        query_start_loc=np.arange(3, dtype=np.int32),
-        seq_lens=z.astype(np.int32),
-        block_tables=np.zeros((2, 1), dtype=np.int32),
-        gpu_seq_lens=z.astype(np.int32),
-        cold_seqs=cold_seqs,
-    )
-
-
 def test_eager_reason_names_what_keeps_a_step_off_the_graphs():
     def seq(n: int, tiers: np.ndarray | None = None, req: str | None = "a") -> ColdSeq:
         return ColdSeq(
             0, 1, np.full(n, TIER_CPU) if tiers is None else tiers, np.arange(n), np.arange(n), req
         )
 
-    assert eager_reason(_inputs([seq(8)]), 8) is None
-    assert "prefill" in (eager_reason(_inputs([seq(8)], num_decodes=1), 8) or "")
-    assert "several" in (eager_reason(_inputs([seq(8), seq(9, req="b")]), 8) or "")
-    assert "disk" in (eager_reason(_inputs([seq(8, np.array([TIER_CPU] * 7 + [TIER_DISK]))]), 8) or "")
-    assert "fewer cold tokens" in (eager_reason(_inputs([seq(7)]), 8) or "")
-    assert "request id" in (eager_reason(_inputs([seq(8, req=None)]), 8) or "")
+    assert eager_reason(decode_step_inputs([seq(8)]), 8) is None
+    assert "prefill" in (eager_reason(decode_step_inputs([seq(8)], num_decodes=1), 8) or "")
+    assert "several" in (eager_reason(decode_step_inputs([seq(8), seq(9, req="b")]), 8) or "")
+    assert "disk" in (
+        eager_reason(decode_step_inputs([seq(8, np.array([TIER_CPU] * 7 + [TIER_DISK]))]), 8) or ""
+    )
+    assert "fewer cold tokens" in (eager_reason(decode_step_inputs([seq(7)]), 8) or "")
+    assert "request id" in (eager_reason(decode_step_inputs([seq(8, req=None)]), 8) or "")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from step_inputs import decode_step_inputs
 
 from kvspill.kv.cold_attention import ColdAttentionBackend
 from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
 from kvspill.kv.storage import KVLayout, TieredKVStorage
-from kvspill.runner.inputs import StepInputs
 from kvspill.runner.stream_graphs import graph_stream_step, stream_eager_reason
 from kvspill.types import TIER_CPU, TIER_DISK
 
@@ -63,22 +63,6 @@ def test_the_graph_form_of_a_stream_step_equals_the_eager_step(dtype: torch.dtyp
             torch.testing.assert_close(got_o, want_o, rtol=1e-5, atol=1e-5)
 
 
-def _inputs(cold_seqs: list[ColdSeq], num_decodes: int = 2) -> StepInputs:
-    z = np.zeros(2, dtype=np.int64)
-    return StepInputs(
-        req_ids=["a", "b"],
-        num_decodes=num_decodes,
-        input_ids=z,
-        positions=z,
-        slot_mapping=z,
-        query_start_loc=np.arange(3, dtype=np.int32),
-        seq_lens=z.astype(np.int32),
-        block_tables=np.zeros((2, 1), dtype=np.int32),
-        gpu_seq_lens=z.astype(np.int32),
-        cold_seqs=cold_seqs,
-    )
-
-
 def test_stream_eager_reason_names_what_keeps_a_step_off_the_graphs():
     layout = KVLayout(num_layers=2, block_size=4, num_kv_heads=2, head_dim=16, dtype=torch.float32)
     storage = TieredKVStorage(layout, 8, torch.device("cpu"), num_cpu_blocks=64)
@@ -87,16 +71,16 @@ def test_stream_eager_reason_names_what_keeps_a_step_off_the_graphs():
     def seq(n: int, tiers: np.ndarray | None = None) -> ColdSeq:
         return ColdSeq(0, 1, np.full(n, TIER_CPU) if tiers is None else tiers, np.arange(n))
 
-    assert stream_eager_reason(_inputs([seq(8)]), stream) is None
-    assert "prefill" in (stream_eager_reason(_inputs([seq(8)], num_decodes=1), stream) or "")
-    assert "several" in (stream_eager_reason(_inputs([seq(8), seq(9)]), stream) or "")
+    assert stream_eager_reason(decode_step_inputs([seq(8)]), stream) is None
+    assert "prefill" in (stream_eager_reason(decode_step_inputs([seq(8)], num_decodes=1), stream) or "")
+    assert "several" in (stream_eager_reason(decode_step_inputs([seq(8), seq(9)]), stream) or "")
     disk = np.array([TIER_CPU] * 7 + [TIER_DISK])
-    assert "disk" in (stream_eager_reason(_inputs([seq(8, disk)]), stream) or "")
+    assert "disk" in (stream_eager_reason(decode_step_inputs([seq(8, disk)]), stream) or "")
     # split: a step whose cold part is too small to hand over streams all of it (graph), a larger
     # one gives the CPU a share (eager)
     split = _backend(storage, "split", cpu_fraction=0.5, min_split_layer_bytes=16 * layout.block_bytes // 2)
-    assert stream_eager_reason(_inputs([seq(8)]), split) is None
-    assert "split" in (stream_eager_reason(_inputs([seq(40)]), split) or "")
+    assert stream_eager_reason(decode_step_inputs([seq(8)]), split) is None
+    assert "split" in (stream_eager_reason(decode_step_inputs([seq(40)]), split) or "")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
