@@ -336,6 +336,7 @@ def build_engine_parts(
         storage.disk_nbytes / GIB,
         bs,
     )
+    stream_graphs = tp.size == 1 and os.environ.get("KVSPILL_STREAM_CUDA_GRAPHS", "1") != "0"
     runner = ModelRunner(
         loaded.model,
         storage,
@@ -354,11 +355,13 @@ def build_engine_parts(
             device,
             layout.dtype,
             layout.head_dim,
+            # "auto" splits fewer steps where they could replay a stream graph (runner/stream_graphs.py)
+            stream_graphs=graphs is not None and stream_graphs and getattr(storage, "cpu_pinned", False),
         ),
         # every rank would have to capture at the same step; KVSPILL_SPARSE_CUDA_GRAPHS=0 and
         # KVSPILL_STREAM_CUDA_GRAPHS=0: those steps run eagerly (to compare)
         sparse_graphs=tp.size == 1 and os.environ.get("KVSPILL_SPARSE_CUDA_GRAPHS", "1") != "0",
-        stream_graphs=tp.size == 1 and os.environ.get("KVSPILL_STREAM_CUDA_GRAPHS", "1") != "0",
+        stream_graphs=stream_graphs,
     )
     fingerprint = kv_fingerprint(
         {

@@ -166,7 +166,7 @@ def doctor(
             typer.echo(f"  {name:<14} {'-' if value is None else f'{value:.1f}'}")
         if bw.cpu_attn_layer_s is not None:  # the CPU path's fixed time per layer, beside its rate
             typer.echo(f"  {'cpu_attn_layer':<14} {bw.cpu_attn_layer_s * 1e3:.2f} ms")
-        from kvspill.plan.costs import auto_path_summary
+        from kvspill.plan.cold_rates import auto_path_summary
 
         summary = auto_path_summary(bw)
         if summary is not None:

@@ -21,7 +21,7 @@ Paths (`ColdAttentionConfig.path`):
   queries select within `sparse_budget_tokens` (`cold_sparse`, block summaries kept by
   `BlockSummaries`); prefill rows take the exact path "auto" picks. Not exact by design.
 "auto" is "cpu" off CUDA; on CUDA the engine makes it "split" where a calibration says the CPU
-pays (`plan.costs.auto_uses_split`, with `min_split_layer_bytes`: small steps stream), else
+pays (`plan.cold_rates.auto_uses_split`, with `min_split_layer_bytes`: small steps stream), else
 "stream". Off CUDA every path runs the same code with the "gpu" tier on the CPU device, so tests
 exercise all of them. The CPU path's work is in `cold_cpu`.
 
@@ -123,16 +123,20 @@ class ColdAttentionBackend:
             self._stager = StreamStager(self.storage, self.config.stream_chunk_blocks)
         return self._stager
 
-    def decode_cpu_fraction(self, seqs: list[ColdSeq]) -> float:
+    def decode_cpu_fraction(self, seqs: list[ColdSeq], graphable: bool = False) -> float:
         """The CPU's share of decode rows' cold blocks in a step of `seqs`: "cpu" and "stream" all
         or none; split's share for the step's cold bytes (`ColdAttentionConfig.cpu_share_for`), or
-        none where `min_split_layer_bytes` says they are too few to hand over."""
+        none where `min_split_layer_bytes` says they are too few to hand over (or, for a step that
+        would otherwise replay a stream graph, `graphable`, `min_split_layer_bytes_graphed`)."""
         if self.path != "split":
             return self.cpu_fraction
         layout = self.storage.layout
         blocks = sum(len(s.block_ids) for s in seqs if s.num_tokens == 1)
         layer_bytes = blocks * (layout.block_bytes // layout.num_layers)
-        if layer_bytes < self.config.min_split_layer_bytes:
+        least: float = self.config.min_split_layer_bytes
+        if graphable:
+            least = max(least, self.config.min_split_layer_bytes_graphed)
+        if layer_bytes < least:
             return 0.0
         return self.config.cpu_share_for(layer_bytes)
 

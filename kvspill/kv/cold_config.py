@@ -13,14 +13,15 @@ import torch
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import Bandwidths
-from kvspill.plan.costs import (
-    COLD_STAGE_TOKENS,
+from kvspill.plan.cold_rates import (
     auto_split_min_layer_bytes,
     auto_uses_split,
     cpu_kv_rate,
     cpu_layer_seconds,
+    graphed_split_min_layer_bytes,
     split_cpu_share,
 )
+from kvspill.plan.costs import COLD_STAGE_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +72,11 @@ class ColdAttentionConfig:
     max_seq_blocks: int = 0  # blocks of the longest sequence (the cache's map size); 0: no cache
     # split: a step whose decode rows have fewer cold bytes per layer than this streams them all
     # (the CPU's hand-over would cost more than its share saves); "auto" on a GPU sets it
-    # (plan/costs.py, AUTO_SPLIT_MIN_STREAM_S), 0 splits every step.
+    # (plan/cold_rates.py, AUTO_SPLIT_MIN_STREAM_S), 0 splits every step.
     min_split_layer_bytes: int = 0
+    # ... and this many where the step could otherwise replay a stream graph (runner/stream_graphs.py),
+    # which streams faster than an eager step (plan/cold_rates.py, graphed_split_min_layer_bytes).
+    min_split_layer_bytes_graphed: int | float = 0
 
     def __post_init__(self) -> None:
         if self.path not in COLD_PATHS:
@@ -119,7 +123,7 @@ class ColdAttentionConfig:
         """Split's CPU share of a step whose decode rows have `layer_bytes` of cold KV per layer:
         the fixed share when one was given or the rates are unknown, else the one at which the
         CPU part (its bytes and its fixed time per layer) ends with the streamed part
-        (`plan.costs.split_cpu_share`, the plan's rule)."""
+        (`plan.cold_rates.split_cpu_share`, the plan's rule)."""
         if self.cpu_fraction is not None or not (self.cpu_attn_gbs and self.h2d_gbs):
             return self.resolved_cpu_fraction()  # the given share, else 1/2
         return split_cpu_share(layer_bytes, self.h2d_gbs, self.cpu_attn_gbs, self.cpu_layer_s)
@@ -138,7 +142,7 @@ class ColdSeq:
     req_id: str | None = None
 
 
-# KV dtypes as the CPU kernel's rates name them (plan.costs.CPU_ATTN_RATE_VS_BF16)
+# KV dtypes as the CPU kernel's rates name them (plan.cold_rates.CPU_ATTN_RATE_VS_BF16)
 _KV_FORMATS = {
     torch.float32: "fp32",
     torch.bfloat16: "bf16",
@@ -156,37 +160,49 @@ def engine_cold_config(
     device: torch.device,
     kv_dtype: torch.dtype = torch.bfloat16,
     head_dim: int = 128,
+    stream_graphs: bool = False,
 ) -> ColdAttentionConfig:
     """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
     the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
     H2D rate), so that both shares finish together. "auto" on a GPU is split where that
-    calibration says the CPU pays (`plan.costs.auto_uses_split`), else stream. The CPU's rate is
-    the calibrated bf16 one scaled to the pool's `kv_dtype` and `head_dim` (plan.costs.cpu_kv_rate)."""
-    path, min_split_layer_bytes = config.cold_attention, 0
+    calibration says the CPU pays (`plan.cold_rates.auto_uses_split`), else stream; a step splits
+    only with enough cold bytes per layer, more where it could replay a stream graph
+    (`stream_graphs`: the runner has them). The CPU's rate is the calibrated bf16 one scaled to
+    the pool's `kv_dtype` and `head_dim` (plan.cold_rates.cpu_kv_rate)."""
+    cpu_gbs = (
+        cpu_kv_rate(calibration.cpu_attn_gbs, _KV_FORMATS[kv_dtype], head_dim)
+        if calibration and calibration.cpu_attn_gbs
+        else None
+    )
+    path, min_split_layer_bytes, graphed_min = config.cold_attention, 0, 0.0
     if (
         path == "auto"
         and device.type == "cuda"
         and config.tensor_parallel_size == 1  # split under tensor parallelism was never measured
         and calibration is not None
+        and cpu_gbs is not None
         and auto_uses_split(calibration)
     ):
         path, min_split_layer_bytes = "split", auto_split_min_layer_bytes(calibration)
+        if stream_graphs:
+            graphed_min = graphed_split_min_layer_bytes(
+                calibration, cpu_gbs, cpu_layer_seconds(calibration), _KV_FORMATS[kv_dtype]
+            )
         logger.info(
             "--cold-attention auto: split (the calibration measured the CPU path at %.1f GB/s and "
-            "the stream path at %.1f; steps with under %.0f MB of cold KV per layer stream it all)",
+            "the stream path at %.1f; steps with under %.0f MB of cold KV per layer stream it all, "
+            "%.0f MB where the step could replay a stream graph)",
             calibration.cpu_attn_gbs,
             calibration.stream_gbs,
             min_split_layer_bytes / 1e6,
+            graphed_min / 1e6,
         )
     workers = 1 if path in ("split", "cpu") and device.type == "cuda" else 0
     return ColdAttentionConfig(
         path=path,
         min_split_layer_bytes=min_split_layer_bytes,
-        cpu_attn_gbs=(
-            cpu_kv_rate(calibration.cpu_attn_gbs, _KV_FORMATS[kv_dtype], head_dim)
-            if calibration and calibration.cpu_attn_gbs
-            else None
-        ),
+        min_split_layer_bytes_graphed=graphed_min or min_split_layer_bytes,
+        cpu_attn_gbs=cpu_gbs,
         h2d_gbs=(calibration.stream_gbs or calibration.h2d_gbs) if calibration else None,
         cpu_layer_s=cpu_layer_seconds(calibration) if calibration else 0.0,
         # On CUDA the CPU share runs on a worker thread from when the layer's q is down (`begin`)

@@ -20,15 +20,15 @@ from dataclasses import dataclass, field, replace
 
 from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, Bandwidths
+from kvspill.plan.cold_rates import cpu_kv_rate
 from kvspill.plan.costs import (
     DecodeFloor,
     activation_peak_bytes,
     collectives_s,
-    cpu_kv_rate,
     decode_floor,
     prefill_seconds,
 )
-from kvspill.plan.sparse import sparse_cold, sparse_gpu_bytes
+from kvspill.plan.sparse import sparse_cold, sparse_gpu_bytes, stream_graphs_apply
 from kvspill.plan.spec import DTYPE_BYTES, ModelSpec
 from kvspill.plan.units import GiB, MiB
 from kvspill.plan.weights import WEIGHT_QUANTIZATIONS, stored_weight_bytes, weight_read_gbs
@@ -96,6 +96,7 @@ class PlanRequest:
     cpu_kv_blocks: int | None = None
     disk_kv_blocks: int | None = None
     tensor_parallel_size: int = 1  # `spec` is one rank's share; the step adds the collectives
+    stream_graphs: bool = True  # exact stream steps may replay CUDA graphs (KVSPILL_STREAM_CUDA_GRAPHS)
 
     def __post_init__(self) -> None:
         def check(ok: bool, param: str, message: str) -> None:
@@ -356,6 +357,8 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         request.offloaded_weight_bytes,
         request.weight_read_gbs,
         sparse_cold(request, on_cpu, on_disk, summary_bytes),
+        cold_graphs=stream_graphs_apply(request),
+        kv_format=request.kv_format,
     )
     floor = replace(floor, collective_s=collectives_s(spec.num_layers, request.tensor_parallel_size))
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)

@@ -19,11 +19,19 @@ import math
 from dataclasses import dataclass, replace
 
 from kvspill.plan.bandwidths import GB, Bandwidths
+from kvspill.plan.cold_rates import (
+    EAGER_STREAM_HOST_PER_LAYER_S,
+    GATHER_EFFICIENCY,
+    SPLIT_EXTRA_PER_LAYER_S,
+    STREAM_EFFICIENCY,
+    auto_split_min_layer_bytes,
+    auto_uses_split,
+    cpu_layer_seconds,
+    graphed_split_min_layer_bytes,
+    split_cpu_share,
+)
 from kvspill.plan.spec import ModelSpec
 
-# Share of pinned H2D that the engine's stream path attends cold KV at, when not calibrated:
-# 40 of 55 GB/s on the H200 host with 2 MiB blocks (docs/performance.md, 2026-11-26).
-STREAM_EFFICIENCY = 0.73
 # Per decode step and layer, what the kernels cost beyond their bytes (about ten graph-replayed
 # launches of a few microseconds each and the GEMVs' shortfall from the copy bandwidth). With
 # async scheduling (the CUDA default) the host's work runs under the GPU's and adds nothing:
@@ -33,10 +41,6 @@ STREAM_EFFICIENCY = 0.73
 # work per step on top (47 us per layer was the fit before async scheduling).
 STEP_OVERHEAD_PER_LAYER_S = 38e-6
 COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (two: double-buffered)
-# --cold-attention sparse: the selected blocks are read in place from pinned memory by a gather
-# kernel, 50.6-50.9 GB/s for 4-32 KiB pieces against 55 GB/s of pinned H2D on the bench hosts
-# (DESIGN.md, "The physics").
-SPARSE_GATHER_EFFICIENCY = 0.92
 # A sparse decode step per layer beyond its bytes. Replayed as a CUDA graph (runner/sparse_graphs.py:
 # one cold sequence in the cpu tier, the default on one GPU) it is the selection's GPU time,
 # which grows with the cold blocks scored and ranked: a least-squares fit of (step time - the
@@ -56,95 +60,6 @@ SPARSE_OVERHEAD_PER_LAYER_S = 1.0e-3  # eager
 # (the NCCL kernels alone were 0.40 and 0.59 ms; the rest is the launch gaps around them).
 TP_COLLECTIVE_BASE_S = 3e-6
 TP_COLLECTIVE_PER_DOUBLING_S = 6e-6
-# The CPU cold path's time per layer beyond its bytes: q goes down, the worker wakes, the
-# kernel's threads start, the result goes up while the GPU waits for it (kv/stream_flag.py).
-# Fit to W1 `--attention cpu` at 32K and 128K (a line through the two rows' CPU ms per layer
-# against their bytes) on two H200 hosts: 0.30 and 0.65 ms (2026-11-27,
-# bench/results/2026-11-27-h200-split-gpu-waits/); their mean. Without it the plan put W1 32K at
-# 1.2-1.4x its measured speed.
-CPU_ATTN_OVERHEAD_PER_LAYER_S = 0.45e-3
-
-
-# The CPU kernel's work is per value (a conversion, then FMAs), so its rate in KV bytes follows
-# the format; the calibration times bf16. Rates against bf16's, 256K tokens in RAM, 16 threads of
-# one H200 host (bench/results/2026-11-27-h200-cpu-kernel/kernel.txt): fp32 1.27, int8 0.54,
-# fp8 0.47. fp16 0.82: the 2-core dev host, KV in cache (its conversion is the slower 16-bit one).
-CPU_ATTN_RATE_VS_BF16 = {"fp32": 1.27, "bf16": 1.0, "fp16": 0.82, "fp8": 0.47, "int8": 0.54}
-
-
-# Each (query row, key) dot also costs a fixed amount (its reduction, its share of the softmax),
-# worth this many values' work: the calibration's head_dim 128 pays it once per 128 values, a
-# head_dim of 64 once per 64. Fit to the kernel at head_dim 64 against 128 (bf16, 2-core dev host,
-# 2026-11-27: 0.82-0.87 of its GB/s; W1 is a head_dim-64 model).
-CPU_ATTN_DOT_OVERHEAD_VALUES = 27.0
-
-
-def cpu_kv_rate(bw_cpu_attn_gbs: float, kv_format: str, head_dim: int = 128) -> float:
-    """The CPU path's GB/s over KV of `kv_format` (a key of CPU_ATTN_RATE_VS_BF16) and
-    `head_dim`, from the rate calibrated over bf16 at head_dim 128."""
-    k = CPU_ATTN_DOT_OVERHEAD_VALUES
-    return bw_cpu_attn_gbs * CPU_ATTN_RATE_VS_BF16[kv_format] * (1 + k / 128) / (1 + k / head_dim)
-
-
-def cpu_layer_seconds(bw: Bandwidths) -> float:
-    """The CPU cold path's fixed time per layer: calibrated (`cpu_attn_layer_s`), else the constant."""
-    return CPU_ATTN_OVERHEAD_PER_LAYER_S if bw.cpu_attn_layer_s is None else bw.cpu_attn_layer_s
-
-
-def split_cpu_share(layer_bytes: float, stream_gbs: float, cpu_gbs: float, cpu_layer_s: float) -> float:
-    """The CPU's share of a layer's cold bytes under "split" such that both parts end together:
-    s * c / B_cpu + t_cpu = (1 - s) * c / B_stream, so s = (c / B_stream - t_cpu) / (c / B_cpu +
-    c / B_stream), in [0, 1]; 0 where the hand-over alone outlasts streaming everything. Without a
-    fixed time it is the rates' ratio B_cpu / (B_cpu + B_stream). The engine (kv/cold_attention.py)
-    and the plan divide by this same rule."""
-    if layer_bytes <= 0:
-        return 0.0
-    c = layer_bytes / GB
-    share = (c / stream_gbs - cpu_layer_s) / (c / cpu_gbs + c / stream_gbs)
-    return min(1.0, max(0.0, share))
-
-
-# --cold-attention auto on a GPU splits cold decode KV between the stream and the CPU where a
-# calibration measured both and the CPU reaches at least this share of the stream path's rate.
-# Running beside the stream the CPU attends at 0.69-0.77 of its rate alone (W3 128K, three H200
-# hosts, 2026-11-27, bench/results/2026-11-27-h200-split-gpu-waits/), so split beats streaming
-# alone once B_cpu > ~0.4 B_stream; measured there at ratios 0.75-1.03: 1.4-1.6x stream.
-AUTO_SPLIT_MIN_CPU_RATIO = 0.5
-# ... and only in steps whose decode rows' cold KV would stream for at least this long per layer:
-# below it the CPU's hand-over (q down, a worker wakes, its result up: about 0.25 ms per layer
-# on those hosts) costs more than its share saves.
-AUTO_SPLIT_MIN_STREAM_S = 1e-3
-
-
-def auto_uses_split(bw: Bandwidths) -> bool:
-    """Whether "auto" cold attention on a GPU splits (see AUTO_SPLIT_MIN_CPU_RATIO): only with
-    a calibration that measured the stream path and the CPU path on this host."""
-    if bw.measured_at is None or not bw.stream_gbs or not bw.cpu_attn_gbs:
-        return False
-    return bw.cpu_attn_gbs >= AUTO_SPLIT_MIN_CPU_RATIO * bw.stream_gbs
-
-
-def auto_path_summary(bw: Bandwidths) -> str | None:
-    """What "auto" cold attention does on this calibrated GPU host, for `doctor --calibrate`;
-    None without both cold-path rates (no GPU)."""
-    if not bw.stream_gbs or not bw.cpu_attn_gbs:
-        return None
-    ratio = bw.cpu_attn_gbs / bw.stream_gbs
-    if not auto_uses_split(bw):
-        return (
-            f"--cold-attention auto: stream (the CPU path attends cold KV at {ratio:.2f}x the stream "
-            f"path's rate; auto splits from {AUTO_SPLIT_MIN_CPU_RATIO}x)"
-        )
-    least = auto_split_min_layer_bytes(bw) / 1e6
-    return (
-        f"--cold-attention auto: split (the CPU path attends cold KV at {ratio:.2f}x the stream "
-        f"path's rate; steps with under {least:.0f} MB of cold KV per layer stream it all)"
-    )
-
-
-def auto_split_min_layer_bytes(bw: Bandwidths) -> int:
-    """Cold bytes per layer below which an "auto" step streams everything (AUTO_SPLIT_MIN_STREAM_S)."""
-    return round(AUTO_SPLIT_MIN_STREAM_S * (bw.stream_gbs or 0.0) * GB)
 
 
 def collectives_s(num_layers: int, tensor_parallel_size: int) -> float:
@@ -171,11 +86,16 @@ class DecodeFloor:
     offload_s: float = 0.0  # offloaded weights copied over PCIe every step (--cpu-offload-gb)
     summary_s: float = 0.0  # sparse: every cold block's key summary read from HBM for scoring
     collective_s: float = 0.0  # tensor parallelism: the step's all-reduces (`collectives_s`)
+    # A stream step under a CUDA graph gathers its cold blocks on a second stream while the
+    # weights and the gpu KV are read: the shorter of the two is hidden (`decode_floor`).
+    overlap_s: float = 0.0
+    cold_graphs: bool = False  # its cold part replays a stream graph (runner/stream_graphs.py)
 
     @property
     def total_s(self) -> float:
         return (
-            self.weights_s
+            -self.overlap_s
+            + self.weights_s
             + self.gpu_kv_s
             + self.cold_kv_s
             + self.disk_read_s
@@ -241,11 +161,19 @@ def decode_floor(
     offloaded_bytes: int = 0,
     weight_read_gbs: float | None = None,
     sparse: SparseCold | None = None,
+    cold_graphs: bool = False,
+    kv_format: str = "bf16",
 ) -> DecodeFloor:
     """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
     ("stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared in the
-    ratio of their rates; "auto": split or stream, see `auto_uses_split`; "sparse": see
-    `_sparse`), disk KV over disk, plus the per-layer step overhead."""
+    ratio of their rates; "auto": split or stream, see `resolve_auto`; "sparse": see `_sparse`),
+    disk KV over disk, plus the per-layer step overhead.
+
+    `cold_graphs`: a step whose cold blocks all stream may replay a CUDA graph
+    (runner/stream_graphs.py: one GPU, graphs on, no disk blocks); it gathers them at
+    GATHER_EFFICIENCY x H2D beneath the step's HBM work. Eager stream steps are at least
+    EAGER_STREAM_HOST_PER_LAYER_S per layer (the host's launches); split steps add
+    SPLIT_EXTRA_PER_LAYER_S of the KV's `kv_format` (plan/cold_rates.py)."""
     if cold_path == "sparse" and sparse is not None:
         exact = decode_floor(
             weight_bytes, gpu_kv_bytes, 0, 0, bw, "stream", num_layers, offloaded_bytes, weight_read_gbs
@@ -254,18 +182,19 @@ def decode_floor(
     hbm, h2d, cpu = bw.hbm_gbs or 1.0, bw.h2d_gbs or 1.0, bw.cpu_attn_gbs or 1.0
     stream = bw.stream_gbs or STREAM_EFFICIENCY * h2d
     cold = cpu_kv_bytes + disk_kv_bytes  # disk blocks pass through RAM, then take either path
-    if cold_path == "auto":  # as the engine resolves it on a GPU (engine_setup, kv/cold_attention)
-        split = auto_uses_split(bw) and cold / max(num_layers, 1) >= auto_split_min_layer_bytes(bw)
-        cold_path = "split" if split else "stream"
+    graphable = cold_graphs and disk_kv_bytes == 0
     layer_s = cpu_layer_seconds(bw) if num_layers else 0.0  # no layer count: bytes alone
+    if cold_path == "auto":  # as the engine resolves it on a GPU (engine_setup, kv/cold_attention)
+        cold_path = resolve_auto(bw, cold / max(num_layers, 1), cpu, layer_s, graphable, kv_format)
     cpu_share = split_cpu_share(cold / max(num_layers, 1), stream, cpu, layer_s)
     fraction = {"cpu": 0.0, "split": 1.0 - cpu_share}.get(cold_path, 1.0)
     streamed = round(cold * fraction)
     cpu_s = (cold - streamed) / (cpu * GB) + (num_layers * layer_s if cold > streamed else 0.0)
-    return DecodeFloor(
+    graphed = graphable and cold > 0 and streamed == cold
+    floor = DecodeFloor(
         weights_s=weight_bytes / (min(hbm, weight_read_gbs or hbm) * GB),
         gpu_kv_s=gpu_kv_bytes / (hbm * GB),
-        cold_kv_s=max(streamed / (stream * GB), cpu_s),  # the two paths run at once
+        cold_kv_s=max(streamed / ((GATHER_EFFICIENCY * h2d if graphed else stream) * GB), cpu_s),
         disk_read_s=disk_kv_bytes / ((bw.disk_read_gbs or 1.0) * GB),
         stream_fraction=fraction if cold else 0.0,
         streamed_bytes=streamed,
@@ -275,7 +204,35 @@ def decode_floor(
         # The copy stream runs beside compute, but offloaded layers wait for their copy: the
         # layer copies add up (PCIe-bound, as vLLM's cpu_offload_gb).
         offload_s=offloaded_bytes / (h2d * GB),
+        cold_graphs=graphed,
     )
+    if graphed:
+        return replace(floor, overlap_s=min(floor.cold_kv_s, floor.weights_s + floor.gpu_kv_s))
+    if cold and 0 < streamed < cold:  # an eager split step
+        extra = num_layers * SPLIT_EXTRA_PER_LAYER_S[kv_format]
+        return replace(floor, overhead_s=floor.overhead_s + extra)
+    if cold and streamed == cold:  # an eager stream step: at least the host's launches
+        short = num_layers * EAGER_STREAM_HOST_PER_LAYER_S - floor.total_s
+        return replace(floor, overhead_s=floor.overhead_s + max(0.0, short))
+    return floor
+
+
+def resolve_auto(
+    bw: Bandwidths, layer_bytes: float, cpu_gbs: float, cpu_layer_s: float, graphable: bool, kv_format: str
+) -> str:
+    """The exact path "auto" takes on a GPU for a step with `layer_bytes` of cold KV per layer:
+    "split" where the calibration says the CPU pays and the step has enough bytes to hand over
+    (`graphed_split_min_layer_bytes` where the step could otherwise replay a stream graph,
+    else `auto_split_min_layer_bytes`), else "stream". The engine applies the same thresholds
+    (kv/cold_config.py)."""
+    if not auto_uses_split(bw):
+        return "stream"
+    least = (
+        graphed_split_min_layer_bytes(bw, cpu_gbs, cpu_layer_s, kv_format)
+        if graphable
+        else auto_split_min_layer_bytes(bw)
+    )
+    return "split" if layer_bytes >= least else "stream"
 
 
 def _sparse(
@@ -293,7 +250,7 @@ def _sparse(
     disk_selected = round(disk_kv_bytes * sparse.selected_fraction)
     return replace(
         exact_hot,
-        cold_kv_s=selected / (SPARSE_GATHER_EFFICIENCY * h2d * GB),
+        cold_kv_s=selected / (GATHER_EFFICIENCY * h2d * GB),
         disk_read_s=disk_selected / ((bw.disk_read_gbs or 1.0) * GB),
         stream_fraction=1.0 if selected else 0.0,
         streamed_bytes=selected,

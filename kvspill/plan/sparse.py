@@ -1,6 +1,6 @@
 """What `--cold-attention sparse` adds to a plan: the key summaries and the block cache on the GPU,
 the cold bytes a decode step reads, and whether its steps replay CUDA graphs (which sets their
-per-layer overhead, `costs.SparseCold`)."""
+per-layer overhead, `costs.SparseCold`); and whether exact stream steps replay theirs."""
 
 from __future__ import annotations
 
@@ -45,4 +45,16 @@ def sparse_cold(request: PlanRequest, on_cpu: int, on_disk: int, summary_bytes: 
         summary_bytes,
         cold_blocks=(on_cpu + on_disk) // request.block_size,
         graphs=sparse_eager_reason(request, on_disk) is None,
+    )
+
+
+def stream_graphs_apply(request: PlanRequest) -> bool:
+    """Whether an exact decode step of one sequence whose cold blocks all stream may replay a CUDA
+    graph (runner/stream_graphs.py); `costs.decode_floor` also requires no disk blocks."""
+    return (
+        request.device == "cuda"
+        and request.stream_graphs
+        and not request.enforce_eager
+        and request.tensor_parallel_size == 1
+        and request.cold_attention in ("auto", "stream", "split")
     )

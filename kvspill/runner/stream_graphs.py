@@ -29,7 +29,7 @@ def stream_eager_reason(inputs: StepInputs, backend: ColdAttentionBackend) -> st
     reason = common_eager_reason(inputs)
     if reason is not None:
         return reason
-    if backend.decode_cpu_fraction(inputs.cold_seqs) > 0:
+    if backend.decode_cpu_fraction(inputs.cold_seqs, graphable=True) > 0:
         return "split gives the CPU a share of the cold blocks"
     return None
 

@@ -10,7 +10,11 @@ import torch
 from kvspill.config import EngineConfig
 from kvspill.kv.cold_config import GPU_HOST_SPARE_CORES, engine_cold_config
 from kvspill.plan import Bandwidths
-from kvspill.plan.costs import CPU_ATTN_OVERHEAD_PER_LAYER_S, split_cpu_share
+from kvspill.plan.cold_rates import (
+    CPU_ATTN_OVERHEAD_PER_LAYER_S,
+    graphed_split_min_layer_bytes,
+    split_cpu_share,
+)
 
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")  # only the type is read: no GPU needed
 CALIBRATED = Bandwidths(
@@ -62,6 +66,22 @@ def test_cold_path_from_the_flag_and_the_calibration(
     if calibration is not None:
         assert cold.cpu_attn_gbs == calibration.cpu_attn_gbs and cold.h2d_gbs == calibration.stream_gbs
         assert cold.cpu_layer_s == CPU_ATTN_OVERHEAD_PER_LAYER_S  # not measured: the plan's constant
+    assert cold.min_split_layer_bytes_graphed == least  # no stream graphs: the one threshold
+
+
+def test_auto_with_stream_graphs_splits_a_graphable_step_from_the_plans_crossing() -> None:
+    """Where the runner has stream graphs, "auto" splits a step that could replay one only from
+    `plan.cold_rates.graphed_split_min_layer_bytes` of cold KV per layer (at the pool's format)."""
+    h200 = replace(CALIBRATED, h2d_gbs=55.3, stream_gbs=43.6, cpu_attn_gbs=65.2, cpu_attn_layer_s=0.49e-3)
+    config = EngineConfig(model="random:llama-1b", cold_attention="auto")
+    cold = engine_cold_config(config, h200, 1024, CUDA, stream_graphs=True)
+    assert cold.path == "split" and cold.min_split_layer_bytes == 43_600_000
+    assert cold.min_split_layer_bytes_graphed == graphed_split_min_layer_bytes(h200, 65.2, 0.49e-3)
+    fp8 = engine_cold_config(config, h200, 1024, CUDA, torch.float8_e4m3fn, stream_graphs=True)
+    assert fp8.min_split_layer_bytes_graphed == graphed_split_min_layer_bytes(
+        h200, fp8.cpu_attn_gbs, 0.49e-3, "fp8"
+    )
+    assert fp8.min_split_layer_bytes_graphed > cold.min_split_layer_bytes_graphed  # fp8's CPU rate is lower
 
 
 def test_split_share_per_step_follows_the_plan_rule():

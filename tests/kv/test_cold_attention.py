@@ -236,7 +236,7 @@ def _split_step(min_split_layer_bytes: int, num_cold: int) -> cold_attention.Col
 
 def test_split_streams_a_step_whose_cold_kv_is_under_its_least_share() -> None:
     """ "auto" resolved to split on a GPU hands the CPU a share only when the step's decode rows
-    have at least `min_split_layer_bytes` of cold KV per layer (plan/costs.py says why)."""
+    have at least `min_split_layer_bytes` of cold KV per layer (plan/cold_rates.py says why)."""
     layer_bytes = 40 * LAYOUT.block_bytes // LAYOUT.num_layers  # 40 cold blocks, one layer
     under = _split_step(layer_bytes + 1, 40)
     assert not under.cpu_parts and under.stream_parts
@@ -245,6 +245,25 @@ def test_split_streams_a_step_whose_cold_kv_is_under_its_least_share() -> None:
     assert sum(p.num_blocks for p in at_least.cpu_parts) == 20
     always = _split_step(0, 2)  # an explicit --cold-attention split: every step
     assert always.cpu_parts and always.stream_parts
+
+
+def test_a_step_that_could_replay_a_stream_graph_splits_from_its_own_least_share() -> None:
+    """`decode_cpu_fraction(graphable=True)` (asked by runner/stream_graphs.py) holds back the CPU's
+    share until `min_split_layer_bytes_graphed`: a graphed stream step is faster than an eager one."""
+    num_cold = 40
+    storage = TieredKVStorage(LAYOUT, 4, DEVICE, num_cpu_blocks=num_cold)
+    layer_bytes = num_cold * LAYOUT.block_bytes // LAYOUT.num_layers
+    seqs = [ColdSeq(0, 1, np.full(num_cold, TIER_CPU), np.arange(num_cold, dtype=np.int64))]
+    for graphed_least, graphed_share in ((layer_bytes + 1, 0.0), (layer_bytes, 0.5)):
+        config = ColdAttentionConfig(
+            path="split",
+            cpu_fraction=0.5,
+            min_split_layer_bytes=layer_bytes // 2,
+            min_split_layer_bytes_graphed=graphed_least,
+        )
+        backend = ColdAttentionBackend(storage, config)
+        assert backend.decode_cpu_fraction(seqs) == 0.5  # an eager step: the lower threshold
+        assert backend.decode_cpu_fraction(seqs, graphable=True) == graphed_share
 
 
 def test_split_sizes_each_steps_cpu_share_by_the_rates_and_the_fixed_time() -> None:

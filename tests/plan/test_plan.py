@@ -30,14 +30,18 @@ from kvspill.plan import (
     request_from_engine_config,
 )
 from kvspill.plan.calibrate import save_calibration
-from kvspill.plan.costs import (
+from kvspill.plan.cold_rates import (
     CPU_ATTN_OVERHEAD_PER_LAYER_S,
+    EAGER_STREAM_HOST_PER_LAYER_S,
+    GATHER_EFFICIENCY,
+    SPLIT_EXTRA_PER_LAYER_S,
     STREAM_EFFICIENCY,
     auto_path_summary,
     auto_split_min_layer_bytes,
     auto_uses_split,
-    decode_floor,
+    graphed_split_min_layer_bytes,
 )
+from kvspill.plan.costs import decode_floor
 from kvspill.plan.spec import KNOWN_SHAPES
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -104,9 +108,10 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
     assert plan.decode.weights_s == pytest.approx(16_060_522_496 / 900e9)
     assert plan.decode.cold_kv_s == pytest.approx(4_994_333_582 / 20e9 + 32 * 0.45e-3)
     assert plan.decode.cold_kv_s == pytest.approx(6_602_916_978 / 25e9)
-    assert plan.decode.overhead_s == pytest.approx(32 * 38e-6)  # 32 layers x the per-layer step overhead
-    assert plan.decode.total_s == pytest.approx(0.2881646 + 32 * 38e-6, rel=1e-6)
-    assert plan.decode_tok_s == pytest.approx(3.456, abs=1e-3)
+    # 32 layers x (the per-layer step overhead + what an eager split step adds per layer)
+    assert plan.decode.overhead_s == pytest.approx(32 * (38e-6 + 0.7e-3))
+    assert plan.decode.total_s == pytest.approx(0.2881646 + 32 * (38e-6 + 0.7e-3), rel=1e-6)
+    assert plan.decode_tok_s == pytest.approx(3.207, abs=1e-3)
     assert plan.decode.stream_fraction == pytest.approx(1 - 0.4306481, abs=1e-6)
     assert plan.fits and plan.advice == []
 
@@ -191,11 +196,78 @@ def test_auto_splits_only_where_a_calibration_says_the_cpu_pays_and_the_step_is_
         assert decode_floor(0, 0, big, 0, bw, "auto", 32) == decode_floor(0, 0, big, 0, bw, "stream", 32)
 
 
+def test_a_stream_step_under_a_graph_gathers_beneath_the_hbm_work() -> None:
+    """`cold_graphs`: all cold blocks streamed by the graph's gather (GATHER_EFFICIENCY x H2D),
+    the weights and gpu KV read beneath it; eager, the same step is at least the host's launches."""
+    bw = replace(DEFAULT_BANDWIDTHS, hbm_gbs=4000.0, h2d_gbs=50.0, stream_gbs=40.0)
+    weights, hot, cold = 16 * 10**9, 8 * 10**9, 4 * 10**9  # 4 + 2 ms of HBM, 4 GB cold
+    graphed = decode_floor(weights, hot, cold, 0, bw, "stream", 32, cold_graphs=True)
+    assert graphed.cold_graphs
+    assert graphed.cold_kv_s == pytest.approx(4.0 / (GATHER_EFFICIENCY * 50.0))
+    assert graphed.overlap_s == pytest.approx(6e-3)  # the hbm part, shorter than the gather
+    assert graphed.total_s == pytest.approx(graphed.cold_kv_s + 32 * 38e-6)
+    eager = decode_floor(weights, hot, cold, 0, bw, "stream", 32)
+    assert not eager.cold_graphs and eager.overlap_s == 0.0
+    assert eager.cold_kv_s == pytest.approx(4.0 / 40.0)  # the stream path's calibrated rate
+    assert eager.total_s == pytest.approx(6e-3 + 4.0 / 40.0 + 32 * 38e-6)  # bytes outlast the launches
+    small = decode_floor(weights, hot, 10**8, 0, bw, "stream", 32)  # 8.5 ms of bytes: launch-bound
+    assert small.total_s == pytest.approx(32 * EAGER_STREAM_HOST_PER_LAYER_S)
+    # disk blocks never replay a graph
+    assert not decode_floor(weights, hot, cold, 10**6, bw, "stream", 32, cold_graphs=True).cold_graphs
+    split = decode_floor(weights, hot, cold, 0, bw, "split", 32, cold_graphs=True)
+    assert not split.cold_graphs and split.overhead_s == pytest.approx(
+        32 * (38e-6 + SPLIT_EXTRA_PER_LAYER_S["bf16"])
+    )
+
+
+def test_auto_splits_a_graphable_step_only_where_split_beats_the_graph() -> None:
+    """Where the step could replay a stream graph, split must beat c / B_gather per layer:
+    (c + B_cpu t) / (B_stream + B_cpu) + SPLIT_EXTRA_PER_LAYER_S[format] = c / B_gather."""
+    bw = replace(
+        DEFAULT_BANDWIDTHS,
+        h2d_gbs=55.3,
+        stream_gbs=43.6,
+        cpu_attn_gbs=65.2,
+        cpu_attn_layer_s=0.49e-3,
+        measured_at="2026-11-27T19:14:09+00:00",
+    )
+    gather, both = GATHER_EFFICIENCY * 55.3e9, (43.6 + 65.2) * 1e9
+    least = graphed_split_min_layer_bytes(bw, 65.2, 0.49e-3)
+    fixed = 65.2e9 * 0.49e-3 / both + SPLIT_EXTRA_PER_LAYER_S["bf16"]
+    assert least == round(fixed / (1 / gather - 1 / both))
+    assert 90e6 < least < 100e6  # ~23K cold tokens of W3 at bf16
+    assert least > auto_split_min_layer_bytes(bw)  # eager steps split from 1 ms of streaming
+    below, above = 32 * (least - 10**6), 32 * (least + 10**6)
+    assert decode_floor(0, 0, below, 0, bw, "auto", 32, cold_graphs=True) == decode_floor(
+        0, 0, below, 0, bw, "stream", 32, cold_graphs=True
+    )
+    assert decode_floor(0, 0, above, 0, bw, "auto", 32, cold_graphs=True) == decode_floor(
+        0, 0, above, 0, bw, "split", 32
+    )
+    assert decode_floor(0, 0, below, 0, bw, "auto", 32) == decode_floor(0, 0, below, 0, bw, "split", 32)
+    # the two paths' times cross at `least` (the graph's HBM work is beneath its gather)
+    at = decode_floor(0, 0, 32 * least, 0, bw, "stream", 32, cold_graphs=True).total_s
+    assert decode_floor(0, 0, 32 * least, 0, bw, "split", 32).total_s == pytest.approx(at, rel=1e-3)
+    assert graphed_split_min_layer_bytes(replace(bw, h2d_gbs=200.0), 65.2, 0.49e-3) == float("inf")
+    # fp8's split pays more per layer (SPLIT_EXTRA_PER_LAYER_S): it starts later at the same rates
+    assert graphed_split_min_layer_bytes(bw, 65.2, 0.49e-3, "fp8") > least
+    fp8 = decode_floor(0, 0, above, 0, bw, "split", 32, kv_format="fp8")
+    assert fp8.overhead_s == pytest.approx(32 * (38e-6 + SPLIT_EXTRA_PER_LAYER_S["fp8"]))
+
+
 def test_doctor_says_what_auto_does_on_the_calibrated_host() -> None:
     calibrated = replace(DEFAULT_BANDWIDTHS, stream_gbs=42.7, cpu_attn_gbs=43.8, measured_at="2026-11-27")
     assert auto_path_summary(calibrated) == (
         "--cold-attention auto: split (the CPU path attends cold KV at 1.03x the stream path's rate; "
-        "steps with under 43 MB of cold KV per layer stream it all)"
+        "steps with under 43 MB of cold KV per layer stream it all, and under 43 MB (bf16 KV) where the "
+        "step could replay a stream graph)"
+    )
+    h200 = replace(calibrated, h2d_gbs=55.3, stream_gbs=43.6, cpu_attn_gbs=65.2, cpu_attn_layer_s=0.49e-3)
+    assert auto_path_summary(h200).endswith(
+        "and under 95 MB (bf16 KV) where the step could replay a stream graph)"
+    )
+    assert "every step that could replay a stream graph streams" in auto_path_summary(
+        replace(h200, cpu_attn_gbs=22.0, h2d_gbs=80.0)  # the gather outruns both paths together
     )
     slow_cpu = replace(calibrated, cpu_attn_gbs=12.0)
     assert auto_path_summary(slow_cpu) == (
@@ -533,7 +605,7 @@ def test_the_cpu_path_rate_follows_the_kv_format(kv_dtype: str, factor: float) -
 
 def test_the_cpu_path_rate_follows_the_head_size() -> None:
     """Each dot's fixed work weighs more per byte at head_dim 64 than at the calibration's 128."""
-    from kvspill.plan.costs import cpu_kv_rate
+    from kvspill.plan.cold_rates import cpu_kv_rate
 
     assert cpu_kv_rate(80.0, "bf16") == pytest.approx(80.0)
     assert 0.82 < cpu_kv_rate(80.0, "bf16", 64) / 80.0 < 0.87  # measured: 0.82-0.87

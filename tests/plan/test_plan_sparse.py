@@ -9,8 +9,8 @@ import pytest
 
 from kvspill.config import EngineConfig
 from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, make_plan, request_from_engine_config
+from kvspill.plan.cold_rates import GATHER_EFFICIENCY
 from kvspill.plan.costs import (
-    SPARSE_GATHER_EFFICIENCY,
     SPARSE_GRAPH_OVERHEAD_PER_BLOCK_S,
     SPARSE_GRAPH_OVERHEAD_PER_LAYER_S,
     SPARSE_OVERHEAD_PER_LAYER_S,
@@ -53,9 +53,7 @@ def test_sparse_plan_by_hand() -> None:
     h2d, hbm = DEFAULT_BANDWIDTHS.h2d_gbs, DEFAULT_BANDWIDTHS.hbm_gbs
     assert h2d is not None and hbm is not None
     assert plan.decode.streamed_bytes == pytest.approx(4096 * 131_072, abs=1)
-    assert plan.decode.cold_kv_s == pytest.approx(
-        4096 * 131_072 / (SPARSE_GATHER_EFFICIENCY * h2d * 1e9), rel=1e-6
-    )
+    assert plan.decode.cold_kv_s == pytest.approx(4096 * 131_072 / (GATHER_EFFICIENCY * h2d * 1e9), rel=1e-6)
     assert plan.decode.summary_s == pytest.approx(GiB / (hbm * 1e9))
     assert plan.decode.overhead_s == pytest.approx(
         32 * (STEP_OVERHEAD_PER_LAYER_S + SPARSE_OVERHEAD_PER_LAYER_S)

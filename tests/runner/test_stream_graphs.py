@@ -81,6 +81,18 @@ def test_stream_eager_reason_names_what_keeps_a_step_off_the_graphs():
     split = _backend(storage, "split", cpu_fraction=0.5, min_split_layer_bytes=16 * layout.block_bytes // 2)
     assert stream_eager_reason(decode_step_inputs([seq(8)]), split) is None
     assert "split" in (stream_eager_reason(decode_step_inputs([seq(40)]), split) or "")
+    # "auto" with stream graphs: a step that could replay one splits only from its own, higher
+    # threshold; the same step run eagerly (say, beside a prefill chunk) splits from the lower one
+    auto = _backend(
+        storage,
+        "split",
+        cpu_fraction=0.5,
+        min_split_layer_bytes=16 * layout.block_bytes // 2,
+        min_split_layer_bytes_graphed=48 * layout.block_bytes // 2,
+    )
+    assert stream_eager_reason(decode_step_inputs([seq(40)]), auto) is None
+    assert auto.decode_cpu_fraction([seq(40)]) == 0.5
+    assert "split" in (stream_eager_reason(decode_step_inputs([seq(48)]), auto) or "")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
