@@ -30,7 +30,7 @@ import os
 import resource
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -38,6 +38,7 @@ from kvspill.config import EngineConfig
 from kvspill.engine import LLMEngine
 from kvspill.model.parallel import CollectiveTimer
 from kvspill.model.quant import model_weight_bytes
+from kvspill.plan import MemoryPlan
 from kvspill.plan.calibrate import measure_copy_gbs
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import ColdAttentionCounters
@@ -352,8 +353,6 @@ def _floor_and_plan(
 ) -> dict[str, float | list[int]]:
     """The floor of this run's placement (hot KV over HBM, cold KV over pinned H2D: the stream
     path's bound) and the plan's predicted decode speed, both beside the measured figure."""
-    from dataclasses import replace
-
     from kvspill.plan.startup import startup_plan
 
     # The scheduler spills only when the gpu tier is full: what does not fit there is cold.
@@ -389,7 +388,22 @@ def _floor_and_plan(
             plan_vs_measured=round(planned.plan.decode_tok_s / measured, 3),
             plan_placement=[planned.plan.placed_gpu_tokens, planned.plan.placed_cpu_tokens],
         )
+    out.update(sized_plan_figures(engine.memory_plan, ctx, measured))
     return out
+
+
+def sized_plan_figures(sized: MemoryPlan, ctx: int, measured: float) -> dict[str, float | list[int]]:
+    """The plan the engine sized its tiers with (measured weights, activations and runtime memory,
+    so its placement is the engine's), at `ctx`: the startup plan's error less its placement's
+    (at W3 128K fp8 the startup plan put 0.19 GiB more KV on the GPU: 17% fewer cold tokens)."""
+    from kvspill.plan.arithmetic import compute_plan
+
+    at_ctx = compute_plan(replace(sized.request, context_len=ctx), sized.bandwidths)
+    return dict(
+        sized_plan_decode_tok_s=round(at_ctx.decode_tok_s, 2),
+        sized_plan_vs_measured=round(at_ctx.decode_tok_s / measured, 3),
+        sized_plan_placement=[at_ctx.placed_gpu_tokens, at_ctx.placed_cpu_tokens],
+    )
 
 
 if __name__ == "__main__":

@@ -32,3 +32,34 @@ def test_cold_paths_say_nothing_without_cold_bytes_or_counters() -> None:
     figures = _cold_paths(ColdAttentionCounters(), only_stream, tokens=1)
     assert figures["cold_cpu_share"] == 0.0 and figures["cold_cpu_gbs"] is None
     assert figures["cold_stream_gbs"] is None  # no copy time resolved: no rate, not a division by 0
+
+
+def test_the_sized_plan_is_taken_at_the_benchmarks_context() -> None:
+    """`sized_plan_figures`: the plan that sized the engine's tiers, at the context the row timed
+    (the engine's plan is made for max_model_len; its placement is the engine's own)."""
+    from dataclasses import replace
+
+    from kvspill.bench.engine_bench import sized_plan_figures
+    from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, make_plan
+    from kvspill.plan.spec import KNOWN_SHAPES
+
+    request = PlanRequest(
+        spec=KNOWN_SHAPES["llama-8b"],
+        vram_budget_bytes=24 << 30,
+        context_len=132_096,
+        ram_budget_bytes=40 << 30,
+        gpu_memory_utilization=1.0,
+        measured_weight_bytes=16_160_000_000,  # what loading allocated, above the shapes' estimate
+        measured_runtime_bytes=700 << 20,
+    )
+    sized = make_plan(request, DEFAULT_BANDWIDTHS)
+    figures = sized_plan_figures(sized, 131_072, measured=5.0)
+    hot, cold = figures["sized_plan_placement"]
+    assert hot == sized.placed_gpu_tokens and hot + cold == 131_072  # its gpu tier, this context
+    at_ctx = make_plan(replace(request, context_len=131_072), DEFAULT_BANDWIDTHS)
+    assert figures["sized_plan_decode_tok_s"] == pytest.approx(at_ctx.decode_tok_s, abs=0.01)
+    assert figures["sized_plan_vs_measured"] == pytest.approx(at_ctx.decode_tok_s / 5.0, abs=1e-3)
+    startup = make_plan(
+        replace(request, measured_weight_bytes=None, measured_runtime_bytes=None), DEFAULT_BANDWIDTHS
+    )
+    assert startup.placed_gpu_tokens > hot  # the estimate before loading holds more on the GPU
