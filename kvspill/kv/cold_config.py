@@ -5,7 +5,7 @@ runner hands over; the paths themselves are in `kv/cold_attention.py` and the mo
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -181,21 +181,28 @@ def engine_cold_config(
         and config.tensor_parallel_size == 1  # split under tensor parallelism was never measured
         and calibration is not None
         and cpu_gbs is not None
-        and auto_uses_split(calibration)
+        and auto_uses_split(replace(calibration, cpu_attn_gbs=cpu_gbs))  # at the pool's format, as the plan
     ):
         path, min_split_layer_bytes = "split", auto_split_min_layer_bytes(calibration)
         if stream_graphs:
             graphed_min = graphed_split_min_layer_bytes(
                 calibration, cpu_gbs, cpu_layer_seconds(calibration), _KV_FORMATS[kv_dtype]
             )
+        graphed = (
+            ""
+            if not graphed_min
+            else "; a step that could replay a stream graph always streams"
+            if graphed_min == float("inf")
+            else f"; {graphed_min / 1e6:.0f} MB where the step could replay a stream graph"
+        )
         logger.info(
-            "--cold-attention auto: split (the calibration measured the CPU path at %.1f GB/s and "
-            "the stream path at %.1f; steps with under %.0f MB of cold KV per layer stream it all, "
-            "%.0f MB where the step could replay a stream graph)",
-            calibration.cpu_attn_gbs,
+            "--cold-attention auto: split (the calibration measured the CPU path at %.1f GB/s over "
+            "this KV and the stream path at %.1f; steps with under %.0f MB of cold KV per layer "
+            "stream it all%s)",
+            cpu_gbs,
             calibration.stream_gbs,
             min_split_layer_bytes / 1e6,
-            graphed_min / 1e6,
+            graphed,
         )
     workers = 1 if path in ("split", "cpu") and device.type == "cuda" else 0
     return ColdAttentionConfig(

@@ -84,6 +84,14 @@ def test_auto_with_stream_graphs_splits_a_graphable_step_from_the_plans_crossing
     assert fp8.min_split_layer_bytes_graphed > cold.min_split_layer_bytes_graphed  # fp8's CPU rate is lower
 
 
+def test_auto_asks_whether_the_cpu_pays_at_the_pools_format() -> None:
+    """The CPU kernel reads fp8 at 0.47 of bf16's rate: a host where split pays for bf16 KV
+    (43.8 against a 42.7 GB/s stream path) streams fp8 KV (20.6 < half of 42.7), as the plan does."""
+    config = EngineConfig(model="random:llama-1b", cold_attention="auto")
+    assert engine_cold_config(config, CALIBRATED, 1024, CUDA).path == "split"
+    assert engine_cold_config(config, CALIBRATED, 1024, CUDA, torch.float8_e4m3fn).path == "auto"
+
+
 def test_split_share_per_step_follows_the_plan_rule():
     """With both rates and the CPU's fixed time per layer, each step's CPU share is the one that
     ends its two parts together (`plan.costs.split_cpu_share`): smaller for fewer bytes, none
