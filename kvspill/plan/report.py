@@ -294,7 +294,9 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
             "+".join(
                 f"{s * 1e3:.3g}"
                 for s in (d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s, d.overhead_s + d.collective_s)
-            ),
+            )
+            # a stream graph reads the weights and gpu KV beneath its gather (costs.decode_floor)
+            + (f" -{d.overlap_s * 1e3:.3g} hidden" if d.overlap_s else ""),
         ),
         ("fits", "yes" if plan.fits else "NO"),
     ]

@@ -611,3 +611,18 @@ def test_the_cpu_path_rate_follows_the_head_size() -> None:
     assert 0.82 < cpu_kv_rate(80.0, "bf16", 64) / 80.0 < 0.87  # measured: 0.82-0.87
     assert cpu_kv_rate(80.0, "bf16", 256) > 80.0
     assert cpu_kv_rate(80.0, "fp8", 64) == pytest.approx(cpu_kv_rate(80.0, "bf16", 64) * 0.47)
+
+
+def test_the_table_says_what_a_stream_graph_hides_beneath_its_gather() -> None:
+    """The step row adds up the step's parts; a graphed stream step reads the weights and gpu KV
+    beneath its gather, and the row says how much (an eager one hides nothing)."""
+    request = PlanRequest(
+        spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=98_304, ram_budget_bytes=40 * GiB
+    )
+    graphed = make_plan(request, DEFAULT_BANDWIDTHS)
+    assert graphed.decode.cold_graphs and graphed.decode.overlap_s > 0
+    hidden = f"-{graphed.decode.overlap_s * 1e3:.3g} hidden"
+    assert hidden in format_plan_table([graphed])
+    eager = make_plan(replace(request, enforce_eager=True), DEFAULT_BANDWIDTHS)
+    assert not eager.decode.cold_graphs and "hidden" not in format_plan_table([eager])
+    assert eager.decode_tok_s < graphed.decode_tok_s
