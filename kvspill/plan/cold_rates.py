@@ -27,8 +27,8 @@ GATHER_EFFICIENCY = 0.92
 EAGER_STREAM_HOST_PER_LAYER_S = 2.0e-3
 # - a split step beyond both parts' time (each layer's hand-over, `cpu_layer_s`, is already in the
 #   CPU part; both parts' own ms per token match the plan's): (step - plan without it) / layers,
-#   W3 on H200 hosts. bf16 KV 0.32-1.24 ms at 72K-128K, twelve rows on nine hosts; fp8 KV
-#   0.9-1.83 ms at 128K-256K, five rows on four hosts (2026-11-27: bench/results/
+#   W3 on H200 hosts. bf16 KV 0.32-1.24 ms at 72K-128K, ten rows on five hosts; fp8 KV
+#   0.9-1.83 ms at 128K-256K, five rows on three hosts (2026-11-27: bench/results/
 #   2026-11-27-h200-split-gpu-waits/, -cpu-kernel/, -stream-graphs/, -auto-crossover/). Likely the
 #   host's launches competing with the CPU kernel's threads, longer for fp8's slower conversion.
 #   int8 is not measured: taken as fp8 (the other 1-byte format the kernel converts per value).
