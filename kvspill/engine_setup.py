@@ -14,7 +14,6 @@ The runner only runs steps; everything that decides what to build lives here, in
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import torch
 
 from kvspill.config import EngineConfig, with_attention_mode
 from kvspill.engine_checks import check_int4_format, check_kv_cache_dtype, pick_device, pick_dtype, preflight
+from kvspill.env import cuda_graphs_on
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf_reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
@@ -201,7 +201,7 @@ def _prepare_kernels(
     # (each rank builds its parts alike); KVSPILL_TP_CUDA_GRAPHS=0 runs its steps eagerly.
     if (
         device.type != "cuda"
-        or (tp.size > 1 and os.environ.get("KVSPILL_TP_CUDA_GRAPHS", "1") == "0")
+        or (tp.size > 1 and not cuda_graphs_on("TP"))
         or config.enforce_eager
         or loaded.offloader
     ):
@@ -336,7 +336,7 @@ def build_engine_parts(
         storage.disk_nbytes / GIB,
         bs,
     )
-    stream_graphs = tp.size == 1 and os.environ.get("KVSPILL_STREAM_CUDA_GRAPHS", "1") != "0"
+    stream_graphs = tp.size == 1 and cuda_graphs_on("STREAM")
     runner = ModelRunner(
         loaded.model,
         storage,
@@ -360,7 +360,7 @@ def build_engine_parts(
         ),
         # every rank would have to capture at the same step; KVSPILL_SPARSE_CUDA_GRAPHS=0 and
         # KVSPILL_STREAM_CUDA_GRAPHS=0: those steps run eagerly (to compare)
-        sparse_graphs=tp.size == 1 and os.environ.get("KVSPILL_SPARSE_CUDA_GRAPHS", "1") != "0",
+        sparse_graphs=tp.size == 1 and cuda_graphs_on("SPARSE"),
         stream_graphs=stream_graphs,
     )
     fingerprint = kv_fingerprint(

@@ -3,6 +3,7 @@
 Invariants:
 - Nothing is read at import time; `env_settings()` reads `os.environ` on its first call and
   caches the frozen result (tests call `read_env_settings(environ)` or `env_settings.cache_clear()`).
+  The CUDA-graph switches (`cuda_graphs_on`) are read at each call (see there).
 - Every variable is `KVSPILL_*` and documented on its field.
 """
 
@@ -50,3 +51,10 @@ def read_env_settings(environ: Mapping[str, str]) -> EnvSettings:
 def env_settings() -> EnvSettings:
     """Settings from the process environment, read on the first call."""
     return read_env_settings(os.environ)
+
+
+def cuda_graphs_on(kind: str) -> bool:
+    """False where KVSPILL_<kind>_CUDA_GRAPHS=0 (kind: TP, SPARSE or STREAM): those decode steps
+    run eagerly, to compare. Read at each call, unlike `env_settings()`: a bench or test turns it
+    off between two engines of one process, and the engine and its plan must read the same value."""
+    return os.environ.get(f"KVSPILL_{kind}_CUDA_GRAPHS", "1") != "0"

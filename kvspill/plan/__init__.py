@@ -13,10 +13,10 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 from kvspill.config import EngineConfig
+from kvspill.env import cuda_graphs_on
 from kvspill.errors import InvalidParameterError
 from kvspill.plan.arithmetic import (
     MemoryPlan,
@@ -129,7 +129,7 @@ def request_from_engine_config(
         sink_blocks=config.num_sink_blocks,
         recent_window_tokens=config.hot_window_tokens,
         tensor_parallel_size=config.tensor_parallel_size,
-        stream_graphs=os.environ.get("KVSPILL_STREAM_CUDA_GRAPHS", "1") != "0",  # as engine_setup reads it
+        stream_graphs=cuda_graphs_on("STREAM"),  # as engine_setup reads it
     )
 
 
