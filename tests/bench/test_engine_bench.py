@@ -39,7 +39,7 @@ def test_the_sized_plan_is_taken_at_the_benchmarks_context() -> None:
     (the engine's plan is made for max_model_len; its placement is the engine's own)."""
     from dataclasses import replace
 
-    from kvspill.bench.engine_bench import sized_plan_figures
+    from kvspill.bench.plan_figures import sized_plan_figures
     from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, make_plan
     from kvspill.plan.spec import KNOWN_SHAPES
 
