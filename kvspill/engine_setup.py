@@ -31,6 +31,7 @@ from kvspill.kernels.kv_quant import kv_storage_dtype
 from kvspill.kv.cold_config import engine_cold_config
 from kvspill.kv.persist import kv_fingerprint, model_identity
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
+from kvspill.model.layers import rope_table_bytes
 from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.parallel import SINGLE, TensorParallel
 from kvspill.model.quant import model_weight_bytes
@@ -126,8 +127,13 @@ def _measure(
     # count as used in mem_get_info: hand them back first, so the pool gets that room.
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)
-    weights = torch.cuda.memory_allocated(device) - allocated_before
-    return Measured(weight_bytes=weights, activation_bytes=activation, runtime_bytes=total - free - weights)
+    loaded_bytes = torch.cuda.memory_allocated(device) - allocated_before
+    # The RoPE table is charged by the plan from the context (it is 0.5 GiB at 1M positions), not
+    # as weights: the decode floor reads the weights every step, the table barely.
+    weights = loaded_bytes - rope_table_bytes(loaded.model)
+    return Measured(
+        weight_bytes=weights, activation_bytes=activation, runtime_bytes=total - free - loaded_bytes
+    )
 
 
 def _size_tiers(
@@ -144,7 +150,7 @@ def _size_tiers(
     startup = _plan(config, device, calibration, (measured, spec, loaded.max_model_len))
     assert startup is not None, "a plan with a device budget always exists after loading"
     plan = startup.plan
-    reserves = plan.cuda_graph_reserve_bytes + plan.allocator_slack_bytes + plan.runtime_reserve_bytes
+    reserves = plan.reserve_bytes
     left = plan.usable_vram_bytes - plan.weight_bytes - plan.activation_peak_bytes - reserves
     logger.info(
         "KV pool: budget %.2f GiB - weights %.2f GiB - activations %.2f GiB - reserves %.2f GiB = %.2f GiB%s",

@@ -115,6 +115,7 @@ _PLANNED = {
     "sparse_cache_seqs",
     "vram_budget_bytes",
     "max_model_len",
+    "kv_cache_dtype",
     "max_num_seqs",
     "max_num_batched_tokens",
     "block_size",

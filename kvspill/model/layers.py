@@ -196,3 +196,8 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, max_positions={self.max_positions}"
+
+
+def rope_table_bytes(model: nn.Module) -> int:
+    """Bytes of the model's RoPE tables (ModelSpec.rope_table_bytes estimates the same)."""
+    return sum(m.cos_sin_cache.nbytes for m in model.modules() if isinstance(m, RotaryEmbedding))

@@ -112,6 +112,7 @@ def request_from_engine_config(
         spec=spec,
         vram_budget_bytes=vram_budget_bytes,
         context_len=config.max_model_len or spec.max_position_embeddings,
+        rope_positions=config.max_model_len or spec.max_position_embeddings,  # the loader's table
         ram_budget_bytes=ram_budget_bytes,
         disk_budget_bytes=disk_budget_bytes,
         gpu_memory_utilization=config.gpu_memory_utilization,

@@ -33,7 +33,9 @@ from kvspill.plan.spec import DTYPE_BYTES, ModelSpec
 from kvspill.plan.units import GiB, MiB
 from kvspill.plan.weights import WEIGHT_QUANTIZATIONS, stored_weight_bytes, weight_read_gbs
 
-RUNTIME_RESERVE_BYTES = 512 * MiB  # CUDA context + cuBLAS workspaces: outside the torch allocator
+# CUDA context + cuBLAS workspaces + kernel images: outside the torch allocator. The engine
+# measured ~0.65 GiB on H100 and H200 (torch 2.11): 512 MiB put 0.13 GiB too much KV on the GPU.
+RUNTIME_RESERVE_BYTES = 640 * MiB
 CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models
 ALLOCATOR_SLACK_FRACTION = 0.03  # caching-allocator fragmentation, of the usable VRAM
 ALLOCATOR_SLACK_MIN_BYTES = 128 * MiB
@@ -97,6 +99,7 @@ class PlanRequest:
     disk_kv_blocks: int | None = None
     tensor_parallel_size: int = 1  # `spec` is one rank's share; the step adds the collectives
     stream_graphs: bool = True  # exact stream steps may replay CUDA graphs (KVSPILL_STREAM_CUDA_GRAPHS)
+    rope_positions: int | None = None  # positions of the model's RoPE table (None: context_len)
 
     def __post_init__(self) -> None:
         def check(ok: bool, param: str, message: str) -> None:
@@ -183,6 +186,11 @@ class PlanRequest:
         return self.stored_weight_bytes - self.offloaded_weight_bytes + slots
 
     @property
+    def rope_table_bytes(self) -> int:
+        """The RoPE table beside the weights (charged on CUDA; the measured weights exclude it)."""
+        return self.spec.rope_table_bytes(self.rope_positions or self.context_len)
+
+    @property
     def stored_weight_bytes(self) -> int:
         """All weights as held (on the GPU or, offloaded, in RAM), estimated from the shapes."""
         return stored_weight_bytes(self.spec, self.quantization, self.weight_dtype_bytes)
@@ -264,6 +272,18 @@ class MemoryPlan:
     offloaded_weight_bytes: int = 0  # weights in pinned RAM, copied in every step (--cpu-offload-gb)
     summary_bytes: int = 0  # --cold-attention sparse: key summaries of the cold-tier blocks, on the GPU
     sparse_cache_bytes: int = 0  # --cold-attention sparse: the chosen blocks cached on the GPU
+    rope_table_bytes: int = 0  # the RoPE cos/sin table on the GPU (CUDA plans)
+
+    @property
+    def reserve_bytes(self) -> int:
+        """What the GPU holds beside weights, activations and KV: graph pool, allocator slack,
+        runtime memory and the RoPE table."""
+        return (
+            self.cuda_graph_reserve_bytes
+            + self.allocator_slack_bytes
+            + self.runtime_reserve_bytes
+            + self.rope_table_bytes
+        )
 
 
 def _blocks_tokens(num_bytes: int, block_bytes: int, block_size: int) -> int:
@@ -281,8 +301,9 @@ def _round_up(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size) * block_size
 
 
-def _gpu_budget(request: PlanRequest, weight_bytes: int) -> tuple[int, int, int, int, int, int]:
-    """(usable, activation, graph, slack, runtime, kv bytes left) on the device that holds the pool.
+def _gpu_budget(request: PlanRequest, weight_bytes: int) -> tuple[int, int, int, int, int, int, int]:
+    """(usable, activation, graph, slack, runtime, RoPE table, kv bytes left) on the device that
+    holds the pool.
 
     Measured figures (weights, activation peak, runtime) replace the estimates when the engine
     gives them: the engine sizes its pools with this very function after loading."""
@@ -295,8 +316,9 @@ def _gpu_budget(request: PlanRequest, weight_bytes: int) -> tuple[int, int, int,
         activation = activation_peak_bytes(
             spec, request.max_num_batched_tokens, num_sampled, act_bytes, kv_bytes
         )
-    graph = slack = runtime = 0
+    graph = slack = runtime = rope = 0
     if request.device == "cuda":
+        rope = request.rope_table_bytes  # one table per process (per rank), sized by the context
         if not request.enforce_eager:
             batch = min(request.max_num_seqs, MAX_GRAPH_BATCH)
             graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
@@ -306,10 +328,10 @@ def _gpu_budget(request: PlanRequest, weight_bytes: int) -> tuple[int, int, int,
             if request.measured_runtime_bytes is None
             else request.measured_runtime_bytes
         )
-    left = usable - weight_bytes - activation - graph - slack - runtime
+    left = usable - weight_bytes - activation - graph - slack - runtime - rope
     if request.gpu_kv_budget_bytes is not None:  # a fixed KV size, never more than what is left
         left = min(left, request.gpu_kv_budget_bytes)
-    return usable, activation, graph, slack, runtime, left
+    return usable, activation, graph, slack, runtime, rope, left
 
 
 def _concurrency(context_len: int, gpu: int, total: int, hot: int, chunk: int, block_size: int) -> int:
@@ -329,7 +351,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     weight_bytes = request.weight_bytes
     kvpt = request.kv_bytes_per_token
     block_bytes = kvpt * bs
-    usable, activation, graph, slack, runtime, gpu_left = _gpu_budget(request, weight_bytes)
+    usable, activation, graph, slack, runtime, rope, gpu_left = _gpu_budget(request, weight_bytes)
     cpu_tokens = _tier_tokens(request.cpu_kv_blocks, request.ram_budget_bytes, block_bytes, bs)
     disk_tokens = _tier_tokens(request.disk_kv_blocks, request.disk_budget_bytes, block_bytes, bs)
     summary_bytes, sparse_cache = sparse_gpu_bytes(request, cpu_tokens + disk_tokens)
@@ -378,6 +400,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         cuda_graph_reserve_bytes=graph,
         allocator_slack_bytes=slack,
         runtime_reserve_bytes=runtime,
+        rope_table_bytes=rope,
         gpu_kv_bytes=gpu_tokens // bs * block_bytes,
         gpu_kv_tokens=gpu_tokens,
         cpu_kv_bytes=cpu_tokens // bs * block_bytes,

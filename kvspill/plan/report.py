@@ -38,13 +38,7 @@ def _gpu_ok(plan: MemoryPlan) -> bool:
 
 
 def _fixed_bytes(plan: MemoryPlan) -> int:
-    return (
-        plan.weight_bytes
-        + plan.activation_peak_bytes
-        + plan.cuda_graph_reserve_bytes
-        + plan.allocator_slack_bytes
-        + plan.runtime_reserve_bytes
-    )
+    return plan.weight_bytes + plan.activation_peak_bytes + plan.reserve_bytes
 
 
 def _replan(plan: MemoryPlan, bandwidths: Bandwidths, **changes: Any) -> MemoryPlan:
@@ -256,7 +250,7 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
     ctx = format_tokens(plan.context_len)
     r = plan.request
     d = plan.decode
-    reserves = plan.cuda_graph_reserve_bytes + plan.allocator_slack_bytes + plan.runtime_reserve_bytes
+    reserves = plan.reserve_bytes
     kv_name = (
         "int8 + scales" if r.kv_dtype == "int8" else {1: "fp8", 2: "bf16/fp16", 4: "fp32"}[r.kv_dtype_bytes]
     )
@@ -268,7 +262,7 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
         ("weights on GPU (+ offloaded to RAM)", _weights_cell(plan)),
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)} {kv_name}"),
         (f"activations (chunk {r.max_num_batched_tokens})", format_bytes(plan.activation_peak_bytes)),
-        ("graphs+slack+runtime", format_bytes(reserves)),
+        ("graphs+slack+runtime+RoPE", format_bytes(reserves)),
         ("GPU KV tier", f"{format_bytes(plan.gpu_kv_bytes)} {format_tokens(plan.gpu_kv_tokens)} tok"),
         ("CPU KV tier", f"{format_bytes(plan.cpu_kv_bytes)} {format_tokens(plan.cpu_kv_tokens)} tok"),
         ("disk KV tier", f"{format_bytes(plan.disk_kv_bytes)} {format_tokens(plan.disk_kv_tokens)} tok"),

@@ -164,6 +164,11 @@ class ModelSpec:
         """Bytes of all weights held at `dtype_bytes` per element (GGUF: dequantized size)."""
         return self.num_params * dtype_bytes
 
+    def rope_table_bytes(self, positions: int) -> int:
+        """The RoPE cos/sin table the model holds on its device: float32 [positions, head_dim]
+        (model/layers.RotaryEmbedding). 0.5 GiB at 1M positions of a head_dim of 128."""
+        return positions * self.head_dim * 4
+
     # -- constructors -----------------------------------------------------------------------
 
     @classmethod

@@ -164,6 +164,7 @@ def startup_plan(
     request = replace(
         request,
         context_len=context_len or request.context_len,
+        rope_positions=context_len or request.rope_positions,  # the loaded model's table
         quantization=_weight_format(config, device, spec),
         gpu_kv_blocks=config.num_kv_blocks,
         cpu_kv_blocks=config.num_cpu_kv_blocks,

@@ -9,9 +9,11 @@ import torch
 
 from kvspill.errors import InvalidParameterError, UnsupportedModelError
 from kvspill.model.base import AttentionFn, CausalLM
+from kvspill.model.layers import rope_table_bytes
 from kvspill.model.llama import LlamaForCausalLM
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
+from kvspill.plan.spec import ModelSpec
 
 TOL = 1e-4
 SEQ_A = [1, 17, 9, 30, 5, 8, 100, 3, 44, 12, 7, 250, 61]
@@ -56,6 +58,16 @@ def test_loaded_summary(tiny_llama_dir: Path, tiny_qwen3_dir: Path) -> None:
     assert qwen3.model.model.rotary_emb.cos_sin_cache.dtype == torch.float32
     assert {p.dtype for p in qwen3.model.parameters()} == {torch.bfloat16}
     assert qwen3.model.model.layers[0].self_attn.q_norm is not None
+
+
+def test_the_plan_counts_the_rope_table_the_model_holds(tiny_llama_dir: Path) -> None:
+    """The plan charges the table from the shapes and the context (the engine's measured weights
+    on CUDA exclude it): the estimate is the buffer's size at any max_model_len."""
+    for max_len in (None, 300):
+        loaded = load_model(resolve_model(str(tiny_llama_dir)), CPU, torch.float32, max_model_len=max_len)
+        spec = ModelSpec.from_hf_config(loaded.hf_config.to_dict())
+        assert rope_table_bytes(loaded.model) == spec.rope_table_bytes(loaded.max_model_len)
+        assert rope_table_bytes(loaded.model) == loaded.max_model_len * 16 * 4  # fp32 [positions, head_dim]
 
 
 def test_attention_gets_post_rope_shapes(tiny_qwen2_dir: Path) -> None:

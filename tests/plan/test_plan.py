@@ -73,18 +73,20 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
       mlp       = 4 * T * I * a = 234,881,024 < attention; logits (1 row) smaller still
       peak      = 50,331,648 + 264,765,440                       =    315,097,088
     slack       = 3% of usable                                   =    695,784,701
-    runtime     = 512 MiB                                        =    536,870,912
-    GPU KV left = 23,192,823,398 - 16,060,522,496 - 315,097,088 - 695,784,701 - 536,870,912
-                = 5,584,548,201 -> 2662 blocks of 16 x 131,072 B (2 MiB) = 42,592 tokens
-    CPU KV      = 16 GiB / 2 MiB = 8192 blocks = 131,072 tokens; max context 173,664
-    placement   = gpu 42,592 + cpu 131,072 - 42,592 = 88,480
+    runtime     = 640 MiB                                        =    671,088,640
+    RoPE table  = 131,072 positions * 128 * 4 B (fp32)           =     67,108,864
+    GPU KV left = 23,192,823,398 - 16,060,522,496 - 315,097,088 - 695,784,701 - 671,088,640
+                  - 67,108,864
+                = 5,383,221,609 -> 2566 blocks of 16 x 131,072 B (2 MiB) = 41,056 tokens
+    CPU KV      = 16 GiB / 2 MiB = 8192 blocks = 131,072 tokens; max context 172,128
+    placement   = gpu 41,056 + cpu 131,072 - 41,056 = 90,016
     decode (split, stream path at 25 GB/s beside CPU attention at 20 GB/s, whose part pays 0.45
-            ms per layer on top: cold C = 88,480 * 131,072 = 11,597,250,560 B, c = C / 32 per layer;
-            the CPU's share s = (c / 25e9 - 0.45e-3) / (c / 20e9 + c / 25e9) = 0.4306481 ends both
+            ms per layer on top: cold C = 90,016 * 131,072 = 11,798,577,152 B, c = C / 32 per layer;
+            the CPU's share s = (c / 25e9 - 0.45e-3) / (c / 20e9 + c / 25e9) = 0.4308835 ends both
             parts together)
-                = 16,060,522,496 / 900e9 + 42,592 * 131,072 / 900e9
-                  + max(6,602,916,978 / 25e9, 4,994,333,582 / 20e9 + 32 * 0.45e-3)
-                = 0.0178450 + 0.0062029 + max(0.2641167, 0.2641167) = 0.2881646 s
+                = 16,060,522,496 / 900e9 + 41,056 * 131,072 / 900e9
+                  + max(6,714,765,084 / 25e9, 5,083,812,068 / 20e9 + 32 * 0.45e-3)
+                = 0.0178450 + 0.0059792 + max(0.2685906, 0.2685906) = 0.2924148 s
     """
     request = PlanRequest(
         spec=LLAMA_8B,
@@ -101,18 +103,19 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
     assert plan.weight_bytes == 16_060_522_496 and plan.kv_bytes_per_token == 131_072
     assert plan.activation_peak_bytes == 315_097_088
     assert plan.cuda_graph_reserve_bytes == 0 and plan.allocator_slack_bytes == 695_784_701
-    assert plan.gpu_kv_tokens == 42_592 and plan.gpu_kv_bytes == 2662 * 2 * MiB
+    assert plan.runtime_reserve_bytes == 640 * MiB and plan.rope_table_bytes == 67_108_864
+    assert plan.gpu_kv_tokens == 41_056 and plan.gpu_kv_bytes == 2566 * 2 * MiB
     assert plan.cpu_kv_tokens == 131_072 and plan.disk_kv_tokens == 0
-    assert plan.max_context == 173_664 and plan.max_concurrent_seqs == 1
-    assert (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens) == (42_592, 88_480, 0)
+    assert plan.max_context == 172_128 and plan.max_concurrent_seqs == 1
+    assert (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens) == (41_056, 90_016, 0)
     assert plan.decode.weights_s == pytest.approx(16_060_522_496 / 900e9)
-    assert plan.decode.cold_kv_s == pytest.approx(4_994_333_582 / 20e9 + 32 * 0.45e-3)
-    assert plan.decode.cold_kv_s == pytest.approx(6_602_916_978 / 25e9)
+    assert plan.decode.cold_kv_s == pytest.approx(5_083_812_068 / 20e9 + 32 * 0.45e-3)
+    assert plan.decode.cold_kv_s == pytest.approx(6_714_765_084 / 25e9)
     # 32 layers x (the per-layer step overhead + what an eager split step adds per layer)
     assert plan.decode.overhead_s == pytest.approx(32 * (38e-6 + 0.7e-3))
-    assert plan.decode.total_s == pytest.approx(0.2881646 + 32 * (38e-6 + 0.7e-3), rel=1e-6)
-    assert plan.decode_tok_s == pytest.approx(3.207, abs=1e-3)
-    assert plan.decode.stream_fraction == pytest.approx(1 - 0.4306481, abs=1e-6)
+    assert plan.decode.total_s == pytest.approx(0.2924148 + 32 * (38e-6 + 0.7e-3), rel=1e-6)
+    assert plan.decode_tok_s == pytest.approx(3.164, abs=1e-3)
+    assert plan.decode.stream_fraction == pytest.approx(1 - 0.4308835, abs=1e-6)
     assert plan.fits and plan.advice == []
 
 
@@ -288,15 +291,18 @@ def test_does_not_fit_gives_numbers() -> None:
         enforce_eager=True,
     )
     plan = make_plan(request, DEFAULT_BANDWIDTHS)
-    assert not plan.fits and plan.unplaced_tokens == (1 << 20) - 173_664
+    # The GPU holds 37,472 tokens: 41,056 at 128K (test_hand_computed_llama_8b_24gib_128k) less
+    # the RoPE table's growth to 1M positions (448 MiB = 224 blocks of 2 MiB).
+    assert plan.gpu_kv_tokens == 37_472 and plan.rope_table_bytes == 512 * MiB
+    assert not plan.fits and plan.unplaced_tokens == (1 << 20) - 168_544
     text = "\n".join(plan.advice)
-    assert "max context that fits now: 173664 tokens" in text
-    # RAM for every token beyond the GPU's 42,592: 1,005,984 tokens / 8192 per GiB = 122.80 GiB, up to 122.9
-    assert "--cpu-kv-budget 122.9GiB" in text
-    # disk for what GPU and RAM cannot hold: 874,912 tokens / 8192 per GiB = 106.80 GiB, up to 106.9
-    assert "--disk-kv-budget 106.9GiB" in text
+    assert "max context that fits now: 168544 tokens" in text
+    # RAM for every token beyond the GPU's: 1,011,104 tokens / 8192 per GiB = 123.43 GiB, up to 123.5
+    assert "--cpu-kv-budget 123.5GiB" in text
+    # disk for what GPU and RAM cannot hold: 880,032 tokens / 8192 per GiB = 107.43 GiB, up to 107.5
+    assert "--disk-kv-budget 107.5GiB" in text
     assert "--kv-cache-dtype fp8" in text and "64.0 KiB per token" in text
-    for flag, field in (("122.9GiB", "ram_budget_bytes"), ("106.9GiB", "disk_budget_bytes")):
+    for flag, field in (("123.5GiB", "ram_budget_bytes"), ("107.5GiB", "disk_budget_bytes")):
         assert make_plan(replace(request, **{field: parse_bytes(flag)}), DEFAULT_BANDWIDTHS).fits
 
 
@@ -593,7 +599,7 @@ def test_the_cpu_path_rate_follows_the_kv_format(kv_dtype: str, factor: float) -
     """The calibration times the CPU kernel over bf16; its work is per value, so a plan over fp8,
     int8 or fp32 KV divides that KV's bytes by the rate scaled to the format."""
     request = PlanRequest(
-        spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072, ram_budget_bytes=40 * GiB,
+        spec=LLAMA_8B, vram_budget_bytes=26 * GiB, context_len=131072, ram_budget_bytes=40 * GiB,
         max_num_seqs=1, enforce_eager=True, cold_attention="cpu", kv_dtype=kv_dtype,
     )  # fmt: skip
     bw = replace(DEFAULT_BANDWIDTHS, cpu_attn_gbs=60.0, cpu_attn_layer_s=0.0)
@@ -626,3 +632,19 @@ def test_the_table_says_what_a_stream_graph_hides_beneath_its_gather() -> None:
     eager = make_plan(replace(request, enforce_eager=True), DEFAULT_BANDWIDTHS)
     assert not eager.decode.cold_graphs and "hidden" not in format_plan_table([eager])
     assert eager.decode_tok_s < graphed.decode_tok_s
+
+
+def test_the_rope_table_is_charged_on_cuda_by_the_model_len() -> None:
+    """The loader builds the table for max_model_len positions (fp32, head_dim wide): the plan
+    takes it from the GPU's KV room, not from a host pool (the CPU engine's weights are measured)."""
+    request = request_from_engine_config(EngineConfig(max_model_len=1 << 20), LLAMA_8B, 24 * GiB)
+    assert request.rope_positions == 1 << 20 and request.rope_table_bytes == 512 * MiB
+    short = replace(request, context_len=8192)  # a plan at a shorter context: the same table
+    assert short.rope_table_bytes == 512 * MiB
+    cuda = make_plan(short, DEFAULT_BANDWIDTHS)
+    without = make_plan(replace(short, rope_positions=1), DEFAULT_BANDWIDTHS)
+    assert (
+        cuda.rope_table_bytes == 512 * MiB and cuda.reserve_bytes - without.reserve_bytes == 512 * MiB - 512
+    )
+    assert abs(without.gpu_kv_bytes - cuda.gpu_kv_bytes - 512 * MiB) <= cuda.block_bytes  # whole blocks
+    assert make_plan(replace(short, device="cpu"), DEFAULT_BANDWIDTHS).rope_table_bytes == 0
