@@ -71,7 +71,9 @@ def sized_plan_figures(sized: MemoryPlan, ctx: int, measured: float) -> dict[str
     (at W3 128K fp8 the startup plan put 0.19 GiB more KV on the GPU: 17% fewer cold tokens)."""
     from kvspill.plan.arithmetic import compute_plan
 
-    at_ctx = compute_plan(replace(sized.request, context_len=ctx), sized.bandwidths)
+    request = sized.request  # the RoPE table stays the loaded model's at any context
+    request = replace(request, context_len=ctx, rope_positions=request.rope_positions or request.context_len)
+    at_ctx = compute_plan(request, sized.bandwidths)
     return dict(
         sized_plan_decode_tok_s=round(at_ctx.decode_tok_s, 2),
         sized_plan_vs_measured=round(at_ctx.decode_tok_s / measured, 3),

@@ -31,8 +31,10 @@ EAGER_STREAM_HOST_PER_LAYER_S = 2.0e-3
 #   0.9-1.83 ms at 128K-256K, five rows on three hosts (2026-11-27: bench/results/
 #   2026-11-27-h200-split-gpu-waits/, -cpu-kernel/, -stream-graphs/, -auto-crossover/). Likely the
 #   host's launches competing with the CPU kernel's threads, longer for fp8's slower conversion.
-#   int8 is not measured: taken as fp8 (the other 1-byte format the kernel converts per value).
-SPLIT_EXTRA_PER_LAYER_S = {"fp32": 0.7e-3, "bf16": 0.7e-3, "fp16": 0.7e-3, "fp8": 1.5e-3, "int8": 1.5e-3}
+#   int8 KV 2.7 ms: one row, W3 128K split on one H200 host (2026-11-27 23:50 UTC, bench/results/
+#   2026-11-27-h200-plan-rope-peer/: 8.15 tok/s, 11.8 planned with fp8's 1.5 ms), a fit, not a
+#   prediction. int8's graphed stream step (29 tok/s there) is what `auto` takes at that size.
+SPLIT_EXTRA_PER_LAYER_S = {"fp32": 0.7e-3, "bf16": 0.7e-3, "fp16": 0.7e-3, "fp8": 1.5e-3, "int8": 2.7e-3}
 # The CPU cold path's time per layer beyond its bytes: q goes down, the worker wakes, the
 # kernel's threads start, the result goes up while the GPU waits for it (kv/stream_flag.py).
 # Fit to W1 `--attention cpu` at 32K and 128K (a line through the two rows' CPU ms per layer

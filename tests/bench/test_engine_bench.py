@@ -56,7 +56,8 @@ def test_the_sized_plan_is_taken_at_the_benchmarks_context() -> None:
     figures = sized_plan_figures(sized, 131_072, measured=5.0)
     hot, cold = figures["sized_plan_placement"]
     assert hot == sized.placed_gpu_tokens and hot + cold == 131_072  # its gpu tier, this context
-    at_ctx = make_plan(replace(request, context_len=131_072), DEFAULT_BANDWIDTHS)
+    # ... and its RoPE table: the loaded model's (132,096 positions), not one of the row's context
+    at_ctx = make_plan(replace(request, context_len=131_072, rope_positions=132_096), DEFAULT_BANDWIDTHS)
     assert figures["sized_plan_decode_tok_s"] == pytest.approx(at_ctx.decode_tok_s, abs=0.01)
     assert figures["sized_plan_vs_measured"] == pytest.approx(at_ctx.decode_tok_s / 5.0, abs=1e-3)
     startup = make_plan(
