@@ -58,3 +58,9 @@ def cuda_graphs_on(kind: str) -> bool:
     run eagerly, to compare. Read at each call, unlike `env_settings()`: a bench or test turns it
     off between two engines of one process, and the engine and its plan must read the same value."""
     return os.environ.get(f"KVSPILL_{kind}_CUDA_GRAPHS", "1") != "0"
+
+
+def sparse_overlap_on() -> bool:
+    """False where KVSPILL_SPARSE_OVERLAP=0: a sparse step selects and fetches each layer's cold
+    blocks on the compute stream, after the gpu-resident attention, instead of beside it."""
+    return os.environ.get("KVSPILL_SPARSE_OVERLAP", "1") != "0"

@@ -40,12 +40,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kvspill.env import sparse_overlap_on
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
 from kvspill.kv.cold_cpu import ColdCpuPath, CpuLayer, LayerStaging
 from kvspill.kv.cold_math import merge_partials
-from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseInput
+from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseFetched, SparseInput
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
 from kvspill.kv.cold_stream_graph import GraphStreamPart
 from kvspill.kv.sparse_cache import SparseBlockCache
@@ -107,6 +108,12 @@ class ColdAttentionBackend:
         # the transfer engine keeps these summaries of every cold block (`on_copy`).
         self.summaries = BlockSummaries(storage) if self.config.path == "sparse" else None
         self.sparse_budget_blocks = max(1, self.config.sparse_budget_tokens // storage.layout.block_size)
+        # sparse on CUDA: the stream that selects and fetches each layer's blocks (`ColdStep.begin`)
+        self.sparse_stream = (
+            torch.cuda.Stream(storage.device)
+            if self.summaries is not None and storage.device.type == "cuda" and sparse_overlap_on()
+            else None
+        )
         # sparse: the chosen blocks of up to `sparse_cache_seqs` decode requests stay on the device
         self.sparse_cache = None
         if self.summaries is not None and self.config.sparse_cache_seqs and self.config.max_seq_blocks:
@@ -220,6 +227,7 @@ class LayerWork:
     layer_idx: int
     q_cold: torch.Tensor  # [num_cold_rows, num_heads, head_dim] on the KV device
     cpu: CpuLayer | None = None  # the CPU parts' work, when the step has any
+    sparse: SparseFetched | None = None  # the sparse rows' blocks, fetched on the backend's sparse stream
 
 
 class ColdStep:
@@ -316,9 +324,15 @@ class ColdStep:
     def begin(self, layer_idx: int, q: torch.Tensor) -> LayerWork:
         q_cold = q.index_select(0, self.rows)  # [num_cold_rows, num_heads, head_dim]
         work = LayerWork(layer_idx, q_cold)
-        if not self.cpu_parts:
-            return work
-        work.cpu = self.cpu.start(layer_idx, q_cold, self.backend.executor, self.backend.cpu_done)
+        side = self.backend.sparse_stream
+        if self.sparse is not None and side is not None:
+            # Selection and the PCIe gather of the chosen blocks run beside the attention over the
+            # gpu tier (and, in a CUDA graph, as a parallel branch of it); `finish` joins them.
+            side.wait_stream(torch.cuda.current_stream(q.device))
+            with torch.cuda.stream(side):
+                work.sparse = self.sparse.fetch(layer_idx, q_cold)
+        if self.cpu_parts:
+            work.cpu = self.cpu.start(layer_idx, q_cold, self.backend.executor, self.backend.cpu_done)
         return work
 
     def finish(self, work: LayerWork) -> tuple[torch.Tensor, torch.Tensor]:
@@ -332,7 +346,12 @@ class ColdStep:
             self.backend.stats.stream_seconds += time.perf_counter() - t0
         if self.sparse is not None:
             t0 = time.perf_counter()
-            self.sparse.attend(work.layer_idx, q_cold, self.scale, acc_o, acc_lse)
+            if work.sparse is not None:
+                assert self.backend.sparse_stream is not None
+                torch.cuda.current_stream(q_cold.device).wait_stream(self.backend.sparse_stream)
+                self.sparse.attend_fetched(work.layer_idx, work.sparse, self.scale, acc_o, acc_lse)
+            else:
+                self.sparse.attend(work.layer_idx, q_cold, self.scale, acc_o, acc_lse)
             self.backend.stats.sparse_seconds += time.perf_counter() - t0
         if self.graph_stream is not None:
             self.graph_stream.attend(work.layer_idx, q_cold, self.scale, acc_o, acc_lse)

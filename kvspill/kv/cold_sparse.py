@@ -95,6 +95,14 @@ class SparseCounts:
     bytes: int = 0  # staged (uncached) bytes; the cache counts its own copies
 
 
+@dataclass(frozen=True)
+class SparseFetched:
+    """One layer's chosen blocks on the device (`SparseColdStep.fetch`)."""
+
+    q: torch.Tensor  # [num_seqs, num_heads, head_dim]: the sparse rows' queries
+    staging: torch.Tensor | None  # the staged (uncached) sequences' blocks; cached ones are in the cache
+
+
 class SparseColdStep:
     """The sparse part of one step: its decode sequences, fixed for all layers."""
 
@@ -231,6 +239,12 @@ class SparseColdStep:
         self, layer_idx: int, q_cold: torch.Tensor, scale: float, acc_o: torch.Tensor, acc_lse: torch.Tensor
     ) -> None:
         """Select, fetch and attend this layer's blocks for every sparse row; merge into acc."""
+        self.attend_fetched(layer_idx, self.fetch(layer_idx, q_cold), scale, acc_o, acc_lse)
+
+    def fetch(self, layer_idx: int, q_cold: torch.Tensor) -> SparseFetched:
+        """Select this layer's blocks for every sparse row and bring them to the device (the
+        cache's slots, or a staging buffer). It reads only cold blocks and their summaries, so it
+        may run on another stream beside the attention over the gpu tier (`ColdStep.begin`)."""
         q = q_cold.index_select(0, self.rows)  # [num_seqs, num_heads, head_dim]
         chosen = [
             select_from_keys(self._keys(seq, layer_idx, q[i]), seq.num_selected, seq.positions)
@@ -238,6 +252,18 @@ class SparseColdStep:
         ]
         self.counts.selected_blocks += self.num_selected
         self.counts.cold_blocks += self.num_cold
+        if self.cached:
+            self._fill_cache(layer_idx, chosen)
+        staging = self._stage(layer_idx, chosen) if self.staged else None
+        if staging is not None:
+            self.counts.bytes += staging.numel() * staging.element_size()
+        return SparseFetched(q, staging)
+
+    def attend_fetched(
+        self, layer_idx: int, fetched: SparseFetched, scale: float, acc_o: torch.Tensor, acc_lse: torch.Tensor
+    ) -> None:
+        """Attend the blocks `fetch` brought for this layer; merge into acc."""
+        q, staging = fetched.q, fetched.staging
         decode = (
             partial(paged_decode_attention, min_split_tokens=_MIN_SPLIT_TOKENS)
             if q.is_cuda
@@ -245,7 +271,6 @@ class SparseColdStep:
         )
         if self.cached:
             assert self.cache is not None
-            self._fill_cache(layer_idx, chosen)
             o, lse = decode(
                 q if not self.staged else q.index_select(0, self.cached_sel),
                 self.cache.layer(layer_idx),
@@ -254,9 +279,7 @@ class SparseColdStep:
                 scale,
             )
             merge_rows_into(acc_o, acc_lse, self.cached_rows, o.float(), lse)
-        if self.staged:
-            staging = self._stage(layer_idx, chosen)
-            self.counts.bytes += staging.numel() * staging.element_size()
+        if staging is not None:
             o, lse = decode(
                 q if not self.cached else q.index_select(0, self.staged_sel),
                 staging,

@@ -110,3 +110,33 @@ def test_sparse_graph_replays_give_the_eager_tokens_with_much_padding(smollm2_ge
     assert got == want
     graphs = llm.engine.runner.sparse_graphs
     assert graphs is not None and graphs.num_replays > 40
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("enforce_eager", [False, True])
+def test_selection_beside_the_gpu_tiers_attention_gives_the_same_tokens(
+    smollm2_geometry_dir, monkeypatch, enforce_eager
+):
+    """`ColdStep.begin` selects and fetches a layer's cold blocks on the backend's sparse stream
+    while the compute stream attends the gpu tier (a parallel branch of the graph);
+    KVSPILL_SPARSE_OVERLAP=0 runs both on the compute stream. Same greedy tokens either way."""
+    from kvspill.eval.runner import hot_kv_kwargs
+    from kvspill.llm import LLM
+    from kvspill.sampling_params import SamplingParams
+
+    kw = dict(
+        device="cuda", dtype="float32", max_model_len=2048, cold_attention="sparse",
+        sparse_budget_tokens=256, enforce_eager=enforce_eager, **hot_kv_kwargs(256, 2048),
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 256, (1900,), generator=g).tolist() for _ in range(2)]
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    tokens = {}
+    for overlap in ("0", "1"):
+        monkeypatch.setenv("KVSPILL_SPARSE_OVERLAP", overlap)
+        llm = LLM(str(smollm2_geometry_dir), **kw)
+        backend = llm.engine.runner.cold
+        assert (backend.sparse_stream is not None) == (overlap == "1")
+        tokens[overlap] = [o.token_ids for o in llm.generate(prompts, params)]
+        del llm
+    assert tokens["0"] == tokens["1"]
