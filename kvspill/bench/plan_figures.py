@@ -68,7 +68,8 @@ def floor_and_plan(
 def sized_plan_figures(sized: MemoryPlan, ctx: int, measured: float) -> dict[str, float | list[int]]:
     """The plan the engine sized its tiers with (measured weights, activations and runtime memory,
     so its placement is the engine's), at `ctx`: the startup plan's error less its placement's
-    (at W3 128K fp8 the startup plan put 0.19 GiB more KV on the GPU: 17% fewer cold tokens)."""
+    (before the plan counted the RoPE table, the startup plan put 0.19 GiB more KV on the GPU
+    at W3 128K fp8: 17% fewer cold tokens)."""
     from kvspill.plan.arithmetic import compute_plan
 
     request = sized.request  # the RoPE table stays the loaded model's at any context
