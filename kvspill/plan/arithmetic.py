@@ -22,6 +22,7 @@ from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, Bandwidths
 from kvspill.plan.cold_rates import cpu_kv_rate
 from kvspill.plan.costs import (
+    PREFILL_ATTENTION_SHARE,
     DecodeFloor,
     activation_peak_bytes,
     collectives_s,
@@ -383,7 +384,8 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         kv_format=request.kv_format,
     )
     floor = replace(floor, collective_s=collectives_s(spec.num_layers, request.tensor_parallel_size))
-    ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw)
+    share = PREFILL_ATTENTION_SHARE[request.kv_format] if request.device == "cuda" else 1.0
+    ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw, share)
     fits = gpu_left >= 0 and gpu_tokens > 0 and unplaced == 0 and seqs >= 1
     return MemoryPlan(
         preset=request.preset,

@@ -260,6 +260,19 @@ def _sparse(
     )
 
 
+# The prefill attention kernel's FLOP rate as a share of the calibrated dense matmul rate
+# (`gpu_tflops`), by the KV format its tiles are read in. Fit to times to the first token on H200
+# hosts (matmul 736-800 TFLOP/s), chunks of 4K-16K tokens (bench/results/2026-11-27-h200-plan-rope-
+# peer/, -w5-block-score/, -w5-sparse-graphs/, -auto-crossover/, 2026-11-28-h200-w5-sparse-overlap/):
+# - bf16 0.37: W3 128K (17.6-17.9 s, three runs, two placements), W3 512K (280-282 s), W1 1M
+#   (264-268 s): each within 5%.
+# - fp8 0.30: W3 128K (22.6, 23.4 s) and 256K (81.2 s), within 5%: tiles widened in registers.
+# - int8 0.095: W3 128K (64.2, 67.4 s). Its rows (head_dim + 4 bytes) are not 16-byte aligned,
+#   so the kernel gets no wide loads (bench/results/2026-11-27-h200-int8-row-alignment/).
+# fp16 and fp32 take bf16's (not measured). The CPU engine's attention is another kernel: 1.
+PREFILL_ATTENTION_SHARE = {"bf16": 0.37, "fp16": 0.37, "fp32": 0.37, "fp8": 0.30, "int8": 0.095}
+
+
 def prefill_seconds(
     spec: ModelSpec,
     context_len: int,
@@ -269,12 +282,14 @@ def prefill_seconds(
     weight_bytes: int,
     kvpt: int,
     bw: Bandwidths,
+    attention_share: float = 1.0,
 ) -> float:
     """Time to the first token: per chunk, compute overlapped with streaming its cold KV once.
 
     FLOPs per chunk of n tokens after s earlier ones: 2 * linear params * n (every matmul is a
-    multiply-add per weight) plus 4 * layers * num_heads * head_dim per (query, key) pair (QK^T
-    and PV, 2 FLOPs each), with n*s + n(n+1)/2 causal pairs. lm_head runs for the last row only.
+    multiply-add per weight) at the matmul rate, plus 4 * layers * num_heads * head_dim per
+    (query, key) pair (QK^T and PV, 2 FLOPs each), with n*s + n(n+1)/2 causal pairs, at
+    `attention_share` of it (`PREFILL_ATTENTION_SHARE`). lm_head runs for the last row only.
     """
     flop_rate = (bw.gpu_tflops or 1.0) * 1e12
     hbm, h2d, d2h = (bw.hbm_gbs or 1.0) * GB, (bw.h2d_gbs or 1.0) * GB, (bw.d2h_gbs or 1.0) * GB
@@ -285,10 +300,11 @@ def prefill_seconds(
     total = 2 * spec.hidden_size * spec.vocab_size / flop_rate
     for start in range(0, context_len, chunk):
         n = min(chunk, context_len - start)
-        flops = linear_flops * n + pair_flops * (n * start + n * (n + 1) // 2)
+        pairs = n * start + n * (n + 1) // 2
         resident = min(start, resident_cap)
         cold = start - resident
-        compute = max(flops / flop_rate, (weight_bytes + resident * kvpt) / hbm)
+        matmul_s = linear_flops * n / flop_rate + pair_flops * pairs / (flop_rate * attention_share)
+        compute = max(matmul_s, (weight_bytes + resident * kvpt) / hbm)
         newly_cold = max(0, start + n - resident_cap) - max(0, start - resident_cap)
         disk_bytes = max(0, cold - cpu_tokens) * kvpt  # the disk part, read back every chunk
         disk_bytes += (max(0, cold + newly_cold - cpu_tokens) - max(0, cold - cpu_tokens)) * kvpt  # spilled

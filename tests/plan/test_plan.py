@@ -123,15 +123,22 @@ def test_prefill_one_chunk_by_hand() -> None:
     """2048 tokens in one chunk, all on the GPU: compute-bound.
 
     linear: 2 FLOPs x 32 layers x 218,103,808 matmul params = 13,958,643,712 per token
-    attention: 4 x 32 layers x 32 heads x 128 = 524,288 FLOPs per (query, key) pair, 2048*2049/2 pairs
-    lm_head: 2 x 4096 x 128256 for the last row; all over 100 TFLOP/s (weights read 17.8 ms is less).
+    attention: 4 x 32 layers x 32 heads x 128 = 524,288 FLOPs per (query, key) pair, 2048*2049/2
+    pairs, at 0.37 of the matmul rate with bf16 KV (0.30 fp8, 0.095 int8: PREFILL_ATTENTION_SHARE)
+    lm_head: 2 x 4096 x 128256 for the last row; matmuls at 100 TFLOP/s (weights read 17.8 ms is less).
     """
-    plan = make_plan(
-        PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=2048), DEFAULT_BANDWIDTHS
-    )
-    flops = 13_958_643_712 * 2048 + 524_288 * (2048 * 2049 // 2) + 2 * 4096 * 128256
-    assert plan.ttft_s == pytest.approx(flops / 100e12)
+    request = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=2048)
+    plan = make_plan(request, DEFAULT_BANDWIDTHS)
+    matmul = 13_958_643_712 * 2048 + 2 * 4096 * 128256
+    pairs = 524_288 * (2048 * 2049 // 2)
+    assert plan.ttft_s == pytest.approx(matmul / 100e12 + pairs / (0.37 * 100e12))
     assert plan.placed_gpu_tokens == 2048 and plan.decode.cold_kv_s == 0
+    for kv, share in (("fp8", 0.30), ("int8", 0.095)):
+        quantized = make_plan(replace(request, kv_dtype=kv), DEFAULT_BANDWIDTHS)
+        assert quantized.ttft_s == pytest.approx(matmul / 100e12 + pairs / (share * 100e12))
+    # The CPU engine attends with other kernels: its pairs go at the matmul rate
+    cpu = make_plan(replace(request, device="cpu"), DEFAULT_BANDWIDTHS)
+    assert cpu.ttft_s == pytest.approx((matmul + pairs) / 100e12)
 
 
 def test_cold_split_is_the_optimum() -> None:
