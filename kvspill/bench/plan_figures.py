@@ -59,6 +59,7 @@ def floor_and_plan(
         out.update(
             plan_decode_tok_s=round(planned.plan.decode_tok_s, 2),
             plan_vs_measured=round(planned.plan.decode_tok_s / measured, 3),
+            plan_ttft_s=round(planned.plan.ttft_s, 2),
             plan_placement=[planned.plan.placed_gpu_tokens, planned.plan.placed_cpu_tokens],
         )
     out.update(sized_plan_figures(engine.memory_plan, ctx, measured))
@@ -79,4 +80,5 @@ def sized_plan_figures(sized: MemoryPlan, ctx: int, measured: float) -> dict[str
         sized_plan_decode_tok_s=round(at_ctx.decode_tok_s, 2),
         sized_plan_vs_measured=round(at_ctx.decode_tok_s / measured, 3),
         sized_plan_placement=[at_ctx.placed_gpu_tokens, at_ctx.placed_cpu_tokens],
+        sized_plan_ttft_s=round(at_ctx.ttft_s, 2),
     )

@@ -60,6 +60,7 @@ def test_the_sized_plan_is_taken_at_the_benchmarks_context() -> None:
     at_ctx = make_plan(replace(request, context_len=131_072, rope_positions=132_096), DEFAULT_BANDWIDTHS)
     assert figures["sized_plan_decode_tok_s"] == pytest.approx(at_ctx.decode_tok_s, abs=0.01)
     assert figures["sized_plan_vs_measured"] == pytest.approx(at_ctx.decode_tok_s / 5.0, abs=1e-3)
+    assert figures["sized_plan_ttft_s"] == pytest.approx(at_ctx.ttft_s, abs=0.01)  # beside ttft_s
     startup = make_plan(
         replace(request, measured_weight_bytes=None, measured_runtime_bytes=None), DEFAULT_BANDWIDTHS
     )
