@@ -235,7 +235,8 @@ class ColdStep:
 
     `rows`: [num_cold_rows] int64 on the KV device, the step rows of every cold sequence in
     step order (the "cold-row space" of all partials). Per layer: `begin` before the GPU
-    kernels (q goes down, CPU work may start), `finish` after them (stream path, CPU result up).
+    kernels (q goes down, CPU work and the sparse fetch may start), `finish` after them (stream
+    path, sparse attention, CPU result up).
     """
 
     def __init__(self, backend: ColdAttentionBackend, seqs: list[ColdSeq], scale: float) -> None:
