@@ -38,8 +38,8 @@ from kvspill.model.quant import model_weight_bytes
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
-from kvspill.plan.arithmetic import MAX_GRAPH_BATCH
 from kvspill.plan.calibrate import load_calibration
+from kvspill.plan.gpu_budget import MAX_GRAPH_BATCH
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quantized, startup_plan
 from kvspill.runner.cuda_graphs import DecodeGraphs

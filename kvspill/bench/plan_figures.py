@@ -74,7 +74,7 @@ def sized_plan_figures(sized: MemoryPlan, ctx: int, measured: float) -> dict[str
     from kvspill.plan.arithmetic import compute_plan
 
     request = sized.request  # the RoPE table stays the loaded model's at any context
-    request = replace(request, context_len=ctx, rope_positions=request.rope_positions or request.context_len)
+    request = replace(request, context_len=ctx, rope_positions=request.rope_table_positions)
     at_ctx = compute_plan(request, sized.bandwidths)
     return dict(
         sized_plan_decode_tok_s=round(at_ctx.decode_tok_s, 2),

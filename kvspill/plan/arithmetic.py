@@ -2,7 +2,7 @@
 
 `compute_plan` turns a `PlanRequest` (model shapes, budgets, engine flags, weight format,
 measured inputs from the engine) and `Bandwidths` into a `MemoryPlan`: weight bytes, KV bytes per
-token, the activation peak of one prefill chunk, fixed reserves, the GPU/CPU/disk KV tiers in
+token, the activation peak of one prefill chunk, fixed reserves (plan/gpu_budget.py), the GPU/CPU/disk KV tiers in
 tokens, the longest context and the number of concurrent sequences that fit, and the predicted
 TTFT and decode speed (the cost model: plan/costs.py; weight formats: plan/weights.py).
 
@@ -24,23 +24,16 @@ from kvspill.plan.cold_rates import cpu_kv_rate
 from kvspill.plan.costs import (
     PREFILL_ATTENTION_SHARE,
     DecodeFloor,
-    activation_peak_bytes,
     collectives_s,
     decode_floor,
     prefill_seconds,
 )
+from kvspill.plan.gpu_budget import gpu_budget
 from kvspill.plan.sparse import sparse_cold, sparse_gpu_bytes, stream_graphs_apply
 from kvspill.plan.spec import DTYPE_BYTES, ModelSpec
-from kvspill.plan.units import GiB, MiB
+from kvspill.plan.units import GiB
 from kvspill.plan.weights import WEIGHT_QUANTIZATIONS, stored_weight_bytes, weight_read_gbs
 
-# CUDA context + cuBLAS workspaces + kernel images: outside the torch allocator. The engine
-# measured ~0.65 GiB on H100 and H200 (torch 2.11): 512 MiB put 0.13 GiB too much KV on the GPU.
-RUNTIME_RESERVE_BYTES = 640 * MiB
-CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models
-ALLOCATOR_SLACK_FRACTION = 0.03  # caching-allocator fragmentation, of the usable VRAM
-ALLOCATOR_SLACK_MIN_BYTES = 128 * MiB
-MAX_GRAPH_BATCH = 256  # largest decode batch captured in a CUDA graph (runner/cuda_graphs.py)
 KV_DTYPES = (
     "auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"
 )  # fmt: skip
@@ -187,9 +180,14 @@ class PlanRequest:
         return self.stored_weight_bytes - self.offloaded_weight_bytes + slots
 
     @property
+    def rope_table_positions(self) -> int:
+        """Positions of the model's RoPE table: the loader's max_model_len, else this context."""
+        return self.rope_positions or self.context_len
+
+    @property
     def rope_table_bytes(self) -> int:
         """The RoPE table beside the weights (charged on CUDA; the measured weights exclude it)."""
-        return self.spec.rope_table_bytes(self.rope_positions or self.context_len)
+        return self.spec.rope_table_bytes(self.rope_table_positions)
 
     @property
     def stored_weight_bytes(self) -> int:
@@ -302,39 +300,6 @@ def _round_up(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size) * block_size
 
 
-def _gpu_budget(request: PlanRequest, weight_bytes: int) -> tuple[int, int, int, int, int, int, int]:
-    """(usable, activation, graph, slack, runtime, RoPE table, kv bytes left) on the device that
-    holds the pool.
-
-    Measured figures (weights, activation peak, runtime) replace the estimates when the engine
-    gives them: the engine sizes its pools with this very function after loading."""
-    spec, kv_bytes = request.spec, request.kv_dtype_bytes
-    usable = int(request.vram_budget_bytes * request.gpu_memory_utilization)
-    act_bytes = request.weight_dtype_bytes
-    num_sampled = min(request.max_num_seqs, request.max_num_batched_tokens)
-    activation = request.measured_activation_bytes
-    if activation is None:
-        activation = activation_peak_bytes(
-            spec, request.max_num_batched_tokens, num_sampled, act_bytes, kv_bytes
-        )
-    graph = slack = runtime = rope = 0
-    if request.device == "cuda":
-        rope = request.rope_table_bytes  # one table per process (per rank), sized by the context
-        if not request.enforce_eager:
-            batch = min(request.max_num_seqs, MAX_GRAPH_BATCH)
-            graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
-        slack = max(ALLOCATOR_SLACK_MIN_BYTES, int(usable * ALLOCATOR_SLACK_FRACTION))
-        runtime = (
-            RUNTIME_RESERVE_BYTES
-            if request.measured_runtime_bytes is None
-            else request.measured_runtime_bytes
-        )
-    left = usable - weight_bytes - activation - graph - slack - runtime - rope
-    if request.gpu_kv_budget_bytes is not None:  # a fixed KV size, never more than what is left
-        left = min(left, request.gpu_kv_budget_bytes)
-    return usable, activation, graph, slack, runtime, rope, left
-
-
 def _concurrency(context_len: int, gpu: int, total: int, hot: int, chunk: int, block_size: int) -> int:
     """Sequences of `context_len` that fit at once: all on the GPU, or spilling with a hot set each."""
     per_seq = _round_up(context_len, block_size)
@@ -352,7 +317,8 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     weight_bytes = request.weight_bytes
     kvpt = request.kv_bytes_per_token
     block_bytes = kvpt * bs
-    usable, activation, graph, slack, runtime, rope, gpu_left = _gpu_budget(request, weight_bytes)
+    budget = gpu_budget(request, weight_bytes)
+    gpu_left = budget.kv_left
     cpu_tokens = _tier_tokens(request.cpu_kv_blocks, request.ram_budget_bytes, block_bytes, bs)
     disk_tokens = _tier_tokens(request.disk_kv_blocks, request.disk_budget_bytes, block_bytes, bs)
     summary_bytes, sparse_cache = sparse_gpu_bytes(request, cpu_tokens + disk_tokens)
@@ -391,18 +357,18 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         preset=request.preset,
         request=request,
         bandwidths=bw,
-        usable_vram_bytes=usable,
+        usable_vram_bytes=budget.usable,
         weight_bytes=weight_bytes,
         offloaded_weight_bytes=request.offloaded_weight_bytes,
         summary_bytes=summary_bytes,
         sparse_cache_bytes=sparse_cache,
         kv_bytes_per_token=kvpt,
         block_bytes=block_bytes,
-        activation_peak_bytes=activation,
-        cuda_graph_reserve_bytes=graph,
-        allocator_slack_bytes=slack,
-        runtime_reserve_bytes=runtime,
-        rope_table_bytes=rope,
+        activation_peak_bytes=budget.activation,
+        cuda_graph_reserve_bytes=budget.graph,
+        allocator_slack_bytes=budget.slack,
+        runtime_reserve_bytes=budget.runtime,
+        rope_table_bytes=budget.rope_table,
         gpu_kv_bytes=gpu_tokens // bs * block_bytes,
         gpu_kv_tokens=gpu_tokens,
         cpu_kv_bytes=cpu_tokens // bs * block_bytes,

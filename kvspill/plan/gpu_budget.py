@@ -1,0 +1,69 @@
+"""What the device that holds the KV pool must keep beside the KV: the plan's reserves.
+
+`gpu_budget` splits the usable VRAM (`--vram-budget` x `gpu_memory_utilization`) into the weights,
+the activation peak of one prefill chunk, the CUDA-graph pool, allocator slack, runtime memory
+outside the torch allocator and the RoPE table; what is left holds KV. Measured figures (weights,
+activation peak, runtime) replace the estimates when the engine gives them: the engine sizes its
+pools with this very function after loading. On the CPU (the "gpu" tier is host RAM) only
+weights and activations count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvspill.plan.costs import activation_peak_bytes
+from kvspill.plan.units import MiB
+
+if TYPE_CHECKING:
+    from kvspill.plan.arithmetic import PlanRequest
+
+# CUDA context + cuBLAS workspaces + kernel images: outside the torch allocator. The engine
+# measured ~0.65 GiB on H100 and H200 (torch 2.11): 512 MiB put 0.13 GiB too much KV on the GPU.
+RUNTIME_RESERVE_BYTES = 640 * MiB
+CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models
+ALLOCATOR_SLACK_FRACTION = 0.03  # caching-allocator fragmentation, of the usable VRAM
+ALLOCATOR_SLACK_MIN_BYTES = 128 * MiB
+MAX_GRAPH_BATCH = 256  # largest decode batch captured in a CUDA graph (runner/cuda_graphs.py)
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """Bytes of the device that holds the pool (see the module docstring)."""
+
+    usable: int
+    activation: int
+    graph: int
+    slack: int
+    runtime: int
+    rope_table: int
+    kv_left: int  # what the KV tier may take (before sparse summaries and cache); may be negative
+
+
+def gpu_budget(request: PlanRequest, weight_bytes: int) -> GpuBudget:
+    spec, kv_bytes = request.spec, request.kv_dtype_bytes
+    usable = int(request.vram_budget_bytes * request.gpu_memory_utilization)
+    act_bytes = request.weight_dtype_bytes
+    num_sampled = min(request.max_num_seqs, request.max_num_batched_tokens)
+    activation = request.measured_activation_bytes
+    if activation is None:
+        activation = activation_peak_bytes(
+            spec, request.max_num_batched_tokens, num_sampled, act_bytes, kv_bytes
+        )
+    graph = slack = runtime = rope = 0
+    if request.device == "cuda":
+        rope = request.rope_table_bytes  # one table per process (per rank), sized by max_model_len
+        if not request.enforce_eager:
+            batch = min(request.max_num_seqs, MAX_GRAPH_BATCH)
+            graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
+        slack = max(ALLOCATOR_SLACK_MIN_BYTES, int(usable * ALLOCATOR_SLACK_FRACTION))
+        runtime = (
+            RUNTIME_RESERVE_BYTES
+            if request.measured_runtime_bytes is None
+            else request.measured_runtime_bytes
+        )
+    left = usable - weight_bytes - activation - graph - slack - runtime - rope
+    if request.gpu_kv_budget_bytes is not None:  # a fixed KV size, never more than what is left
+        left = min(left, request.gpu_kv_budget_bytes)
+    return GpuBudget(usable, activation, graph, slack, runtime, rope, left)
