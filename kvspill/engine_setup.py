@@ -379,6 +379,8 @@ def build_engine_parts(
             "kv_cache_dtype": config.kv_cache_dtype,
             "rope_scaling": config.rope_scaling,
             "layout": [layout.num_layers, layout.block_size, layout.num_kv_heads, layout.head_dim],
+            # int8 blocks of the earlier row layout have the same shape and dtype (kv_quant.int8_planes)
+            **({"int8_block_layout": "planes"} if layout.dtype == torch.int8 else {}),
             "tensor_parallel": [tp.rank, tp.size],  # a rank holds its own KV heads
         }
     )

@@ -5,7 +5,7 @@ The embedded SmolLM2-135M-Instruct at fp32 compute reads Python's own standard-l
 V kept in fp32, and with K and V stored in `--kv-cache-dtype` through the engine's own store
 conversion (`kernels/kv_quant.quantize_kv`, what `store_kv_ref` writes and the Triton store
 kernels match: fp8 values, or int8 rows of the Hadamard-basis K/V with their per-token-per-head
-scale) and read back as the attention kernels do (`kv_quant.dequantize_kv`: widened, int8 times
+scale) and read back as the attention kernels do (`kv_quant.stored_values`: widened, int8 times
 its scale; `stored_and_read`). Reported: top-1 agreement
 of the next-token argmax, mean and max KL(fp32 KV || quantized KV) per position. `--skip-layers`
 keeps the listed layers unquantized in this evaluation; `--per-layer N` also measures, on the
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kvspill.kernels.kv_quant import dequantize_kv, hadamard, kv_storage_dtype, quantize_kv, rotate
+from kvspill.kernels.kv_quant import hadamard, kv_storage_dtype, rotate, stored_values
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
 from kvspill.tokenizer import load_tokenizer
@@ -42,9 +42,9 @@ def stored_and_read(x: torch.Tensor, kv_dtype: torch.dtype) -> torch.Tensor:
     its attention reads it back: int8 rows are the Hadamard-basis values with one scale each
     (the backend turns q the same way; turning K back instead gives the same q.k)."""
     if kv_dtype != torch.int8:
-        return dequantize_kv(quantize_kv(x, kv_dtype))
+        return stored_values(x, kv_dtype)
     basis = hadamard(x.shape[-1])
-    return rotate(dequantize_kv(quantize_kv(rotate(x, basis), kv_dtype)), basis)
+    return rotate(stored_values(rotate(x, basis), kv_dtype), basis)
 
 
 class StoredKVAttention:

@@ -3,8 +3,8 @@ the online-softmax step over one tile of paged keys (`attend_tile`), the dense f
 the gather of one sequence's K/V, and the wrappers' argument checks.
 
 Pool formats (`kernels/kv_quant.py`): the model dtype and fp8 are widened in registers; int8
-rows hold head_dim values and the row's fp32 scale, read through a second pointer to the same
-memory as fp32 (`kv_quant.scale_view`). The K scale multiplies the tile's scores (q . k_int *
+blocks hold a value plane (`kv_quant.kv_strides`) and a plane of fp32 row scales, read through a
+second pointer to the same memory as fp32 (`kv_quant.scale_view`, `store_kv.int8_scale_index`). The K scale multiplies the tile's scores (q . k_int *
 s_k) and the V scale the probabilities (sum p * s_v * v_int): int8 values are exact in every
 compute dtype, so the only rounding is the scale's product in fp32.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from kvspill.kernels.kv_quant import FP8_DTYPES, dequantize_kv, value_dim
+from kvspill.kernels.store_kv import int8_scale_index
 from kvspill.kernels.triton_compat import tl, triton
 
 # Bounds the fp32 score matrix of the reference (heads x query rows x keys) to about 256 MiB.
@@ -127,9 +128,19 @@ def _dot(a, b, acc, DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr):
 
 
 @triton.jit
-def _row_scales(scale_ptr, row_off, keys, last_pos, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
-    """fp32 scales of int8 rows starting at int8 element offsets row_off [BLOCK_N] (0 past last_pos)."""
-    ptrs = scale_ptr + (row_off + HEAD_DIM) // 4
+def _row_scales(
+    scale_ptr,
+    block_ids,
+    in_block,
+    stride_cb,
+    stride_ckv,
+    keys,
+    last_pos,
+    HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """fp32 scales of the int8 rows at block_ids * stride_cb + in_block [BLOCK_N] (0 past last_pos)."""
+    ptrs = scale_ptr + int8_scale_index(block_ids, in_block, stride_cb, stride_ckv, HEAD_DIM)
     if MASKED:
         return tl.load(ptrs, mask=keys <= last_pos, other=0.0)
     return tl.load(ptrs)
@@ -160,9 +171,9 @@ def attend_tile(
     DOT_IN_F32: tl.constexpr,
     INT8: tl.constexpr,
 ):
-    """One online-softmax step over keys start..start+BLOCK_N (scores in log2 units). INT8: the
-    pool holds int8 rows whose fp32 scale sits at element HEAD_DIM of the row, read through
-    `scale_ptr` (the same memory as fp32: offsets / 4)."""
+    """One online-softmax step over keys start..start+BLOCK_N (scores in log2 units). The strides
+    are `kv_quant.kv_strides`'. INT8: the pool's blocks hold a value plane and a plane of fp32 row
+    scales, read through `scale_ptr` (the same memory as fp32: `int8_scale_index`)."""
     keys = start + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
     if MASKED:
@@ -170,7 +181,8 @@ def attend_tile(
         block_ids = tl.load(bt_row + keys // BLOCK_SIZE, mask=key_ok, other=0).to(tl.int64)
     else:
         block_ids = tl.load(bt_row + keys // BLOCK_SIZE).to(tl.int64)
-    kv_off = block_ids * stride_cb + (keys % BLOCK_SIZE) * stride_cs + head_off
+    in_block = (keys % BLOCK_SIZE) * stride_cs + head_off
+    kv_off = block_ids * stride_cb + in_block
     kv_ptrs = kv_ptr + kv_off[:, None] + dims[None, :]  # [BLOCK_N, HEAD_DIM]
     if MASKED:
         k = tl.load(kv_ptrs, mask=key_ok[:, None], other=0.0)
@@ -181,7 +193,9 @@ def attend_tile(
     k = k.to(q.dtype)  # fp8 KV (--kv-cache-dtype, scale 1): widened in registers; otherwise a no-op
     qk = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_IN_F32) * scale_log2  # [BLOCK_M, BLOCK_N]
     if INT8:
-        k_scale = _row_scales(scale_ptr, kv_off, keys, last_pos, HEAD_DIM, MASKED)
+        k_scale = _row_scales(
+            scale_ptr, block_ids, in_block, stride_cb, stride_ckv, keys, last_pos, HEAD_DIM, MASKED
+        )
         qk = qk * k_scale[None, :]
     if MASKED:
         qk = tl.where(keys[None, :] <= q_pos[:, None], qk, float("-inf"))
@@ -197,7 +211,17 @@ def attend_tile(
         v = v.to(tl.float32)
     v = v.to(q.dtype)
     if INT8:  # the V scales weight the probabilities: sum_n p[n] * s_v[n] * v_int[n]
-        v_scale = _row_scales(scale_ptr, kv_off + stride_ckv, keys, last_pos, HEAD_DIM, MASKED)
+        v_scale = _row_scales(
+            scale_ptr,
+            block_ids,
+            in_block + stride_ckv,
+            stride_cb,
+            stride_ckv,
+            keys,
+            last_pos,
+            HEAD_DIM,
+            MASKED,
+        )
         acc = _dot((p * v_scale[None, :]).to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, DOT_IN_F32)
     else:
         acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, DOT_IN_F32)

@@ -187,12 +187,17 @@ def cpu_paged_attention(
     if len(ids):
         assert 0 <= int(ids.min()) and int(ids.max()) < num_blocks, "block id outside the pool"
     q32 = q.to(torch.float32).contiguous()
-    slab = block_size * num_kv_heads * row  # one layer's K (or V) of one block, in pool elements
+    slab = block_size * num_kv_heads * row  # half of one layer's region of one block, in pool elements
     k_off = layer_idx * 2 * slab
     k_scale, v_scale = _layer_scales(pool.dtype, scales, layer_idx)
-    # int8: the row scales are floats of the pool itself: float offsets = byte offsets / 4
     per_row = pool.dtype == torch.int8
     row_scales = pool.view(torch.float32) if per_row else None
+    # Values: rows of `row` elements; int8 regions are a value plane of head_dim-byte rows, then
+    # the rows' fp32 scales in the same order (kernels/kv_quant.py): float offsets = bytes / 4.
+    value_row = head_dim if per_row else row
+    v_off = k_off + block_size * num_kv_heads * value_row
+    k_scale_off = (k_off + 2 * block_size * num_kv_heads * head_dim) // 4 if per_row else 0
+    v_scale_off = k_scale_off + block_size * num_kv_heads if per_row else 0
     threads = num_threads or torch.get_num_threads()
     starts = [
         np.ascontiguousarray(a, dtype=np.int64) for a in (parts.block_start, parts.row_start, parts.row_end)
@@ -200,12 +205,11 @@ def cpu_paged_attention(
     i64, f32 = ctypes.c_int64, ctypes.c_float
     status = lib.kvspill_cpu_attend(
         _ptr(q32), i64(q.shape[1]), _ptr(pool), ctypes.c_int(_DTYPE_CODES[pool.dtype]),
-        i64(num_layers * 2 * slab), i64(k_off), i64(k_off + slab),
-        i64(block_size), i64(num_kv_heads), i64(head_dim), i64(row),
+        i64(num_layers * 2 * slab), i64(k_off), i64(v_off),
+        i64(block_size), i64(num_kv_heads), i64(head_dim), i64(value_row),
         None if row_scales is None else _ptr(row_scales),
         i64(num_layers * 2 * slab // 4 if per_row else 0),
-        i64((k_off + head_dim) // 4 if per_row else 0), i64((k_off + slab + head_dim) // 4 if per_row else 0),
-        i64(row // 4 if per_row else 0), f32(k_scale), f32(v_scale),
+        i64(k_scale_off), i64(v_scale_off), i64(1 if per_row else 0), f32(k_scale), f32(v_scale),
         _ptr(ids), *(_ptr(a) for a in starts), i64(parts.num_parts), f32(scale),
         i64(_split_blocks(len(ids), threads)), ctypes.c_int(threads), _ptr(o), _ptr(lse),
     )  # fmt: skip

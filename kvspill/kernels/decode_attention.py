@@ -36,7 +36,7 @@ from kvspill.kernels.attention_common import (
     gather_seq_kv,
     resolve_out,
 )
-from kvspill.kernels.kv_quant import scale_view
+from kvspill.kernels.kv_quant import kv_strides, scale_view
 from kvspill.kernels.triton_compat import tl, triton
 
 # Programs per SM that stage 1 aims for: enough CTAs in flight to keep HBM busy. 4 beat 2 and 8
@@ -329,10 +329,7 @@ def paged_decode_attention(
         min_split_tokens,
         q.stride(0),
         q.stride(1),
-        kv_layer.stride(0),
-        kv_layer.stride(1),
-        kv_layer.stride(2),
-        kv_layer.stride(3),
+        *kv_strides(kv_layer),
         block_tables.stride(0),
         part_o.stride(0),
         part_o.stride(1),

@@ -37,7 +37,7 @@ from kvspill.kernels.attention_common import (
     gather_seq_kv,
     resolve_out,
 )
-from kvspill.kernels.kv_quant import scale_view
+from kvspill.kernels.kv_quant import kv_strides, scale_view
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -264,10 +264,7 @@ def paged_prefill_attention(
         o.stride(1),
         lse.stride(0),
         lse.stride(1),
-        kv_layer.stride(0),
-        kv_layer.stride(1),
-        kv_layer.stride(2),
-        kv_layer.stride(3),
+        *kv_strides(kv_layer),
         block_tables.stride(0),
         BLOCK_SIZE=block_size,
         GROUP=group,

@@ -14,11 +14,12 @@ from __future__ import annotations
 import torch
 
 from kvspill.kernels.fused_ops import _rope_cos_sin, _rope_rotate, apply_rope_ref, check_rope_args
-from kvspill.kernels.kv_quant import fp8_max, scale_view
+from kvspill.kernels.kv_quant import fp8_max, kv_strides, scale_view
 from kvspill.kernels.store_kv import (
     check_store_args,
     int8_quantize,
     int8_row_scale,
+    int8_scale_index,
     saturate_round_fp8,
     store_kv_ref,
 )
@@ -47,13 +48,28 @@ def _to_cache(x, cache_ptr, FP8_MAX: tl.constexpr):
 
 
 @triton.jit
-def _store_int8_halves(cache_ptr, scale_ptr, row_off, dims, x1, x2, ok, head_ok, HALF: tl.constexpr):
+def _store_int8_halves(
+    cache_ptr,
+    scale_ptr,
+    block_id,
+    in_block,
+    dims,
+    x1,
+    x2,
+    ok,
+    head_ok,
+    stride_cb,
+    stride_ckv,
+    HALF: tl.constexpr,
+):
     """Rows given as two halves [R, HALF] (fp32): one scale over both, as `store_kv` computes it."""
     scale = int8_row_scale(tl.maximum(tl.max(tl.abs(x1), 1), tl.max(tl.abs(x2), 1)))
-    dst = cache_ptr + row_off[:, None] + dims[None, :]
+    dst = cache_ptr + (block_id * stride_cb + in_block)[:, None] + dims[None, :]
     tl.store(dst, int8_quantize(x1, scale), mask=ok)
     tl.store(dst + HALF, int8_quantize(x2, scale), mask=ok)
-    tl.store(scale_ptr + (row_off + 2 * HALF) // 4, scale, mask=head_ok)
+    tl.store(
+        scale_ptr + int8_scale_index(block_id, in_block, stride_cb, stride_ckv, 2 * HALF), scale, mask=head_ok
+    )
 
 
 @triton.jit
@@ -98,18 +114,33 @@ def _rope_store_kernel(
         ok = (heads[:, None] < num_kv_heads) & (dims[None, :] < HALF)
         block_id = slot // block_size
         offset = slot % block_size
-        row_off = block_id * stride_cb + offset * stride_cs + heads * stride_ch
+        in_block = offset * stride_cs + heads * stride_ch
         v_ptrs = v_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :]
         if INT8:
             head_ok = heads < num_kv_heads
             v1 = tl.load(v_ptrs, mask=ok, other=0.0).to(tl.float32)
             v2 = tl.load(v_ptrs + HALF, mask=ok, other=0.0).to(tl.float32)
+            k1, k2 = k1.to(tl.float32), k2.to(tl.float32)
             _store_int8_halves(
-                cache_ptr, scale_ptr, row_off, dims, k1.to(tl.float32), k2.to(tl.float32), ok, head_ok, HALF
+                cache_ptr,
+                scale_ptr,
+                block_id,
+                in_block,
+                dims,
+                k1,
+                k2,
+                ok,
+                head_ok,
+                stride_cb,
+                stride_ckv,
+                HALF,
             )
-            _store_int8_halves(cache_ptr, scale_ptr, row_off + stride_ckv, dims, v1, v2, ok, head_ok, HALF)
+            _store_int8_halves(
+                cache_ptr, scale_ptr, block_id, in_block + stride_ckv, dims, v1, v2, ok, head_ok, stride_cb,
+                stride_ckv, HALF,
+            )  # fmt: skip
         else:
-            dst = cache_ptr + row_off[:, None] + dims[None, :]
+            dst = cache_ptr + (block_id * stride_cb + in_block)[:, None] + dims[None, :]
             tl.store(dst, _to_cache(k1, cache_ptr, FP8_MAX), mask=ok)
             tl.store(dst + HALF, _to_cache(k2, cache_ptr, FP8_MAX), mask=ok)
             v1 = _to_cache(tl.load(v_ptrs, mask=ok), cache_ptr, FP8_MAX)
@@ -157,10 +188,7 @@ def rope_and_store_kv(
         v.stride(0),
         v.stride(1),
         cos_sin_cache.stride(0),
-        kv_layer.stride(0),
-        kv_layer.stride(1),
-        kv_layer.stride(2),
-        kv_layer.stride(3),
+        *kv_strides(kv_layer),
         HALF=head_dim // 2,
         BLOCK_HQ=triton.next_power_of_2(num_heads),
         BLOCK_HK=triton.next_power_of_2(num_kv_heads),

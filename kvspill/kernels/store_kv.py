@@ -11,16 +11,17 @@ Invariants:
 - Writes are in place; no two tokens of one call may share a slot (the winner is unspecified).
 - The cache holds the model dtype or an fp8 format (`kv_quant.py`): fp8 values saturate at the
   format's range when stored (a plain cast would store NaN).
-- int8 caches (`kv_quant.py`) have rows of head_dim + 4 elements: each (token, kv head) row is
-  quantized with its own absmax / 127 scale, written into the row's last 4 bytes through the fp32
-  view of the same memory (`kv_quant.scale_view`).
+- int8 caches (`kv_quant.py`) have rows of head_dim + 4 elements laid out per block as a value
+  plane and a scale plane: each (token, kv head) row is quantized with its own absmax / 127
+  scale; the values go to the value plane (`kv_quant.kv_strides`), the scale to the scale plane
+  through the fp32 view of the same memory (`kv_quant.scale_view`, `int8_scale_index`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from kvspill.kernels.kv_quant import FP8_DTYPES, fp8_max, quantize_kv, scale_view, value_dim
+from kvspill.kernels.kv_quant import FP8_DTYPES, fp8_max, kv_strides, scale_view, store_rows, value_dim
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -37,8 +38,8 @@ def store_kv_ref(
     block_ids = torch.div(slots, block_size, rounding_mode="floor")
     offsets = slots - block_ids * block_size
     # Advanced indexing on a view writes through to the multi-layer cache.
-    kv_layer[block_ids, 0, offsets] = quantize_kv(k[keep], kv_layer.dtype)
-    kv_layer[block_ids, 1, offsets] = quantize_kv(v[keep], kv_layer.dtype)
+    store_rows(kv_layer, (block_ids, 0, offsets), k[keep])
+    store_rows(kv_layer, (block_ids, 1, offsets), v[keep])
 
 
 @triton.jit
@@ -76,11 +77,35 @@ def int8_quantize(x, scale):
 
 
 @triton.jit
-def _store_int8_row(cache_ptr, scale_ptr, row_off, dims, x, mask, row_ok, HEAD_DIM: tl.constexpr):
-    """Quantize x [R, HEAD_DIM] and write it with its scale at int8 element offsets row_off [R]."""
+def int8_scale_index(block_ids, in_block, stride_cb, stride_ckv, HEAD_DIM: tl.constexpr):
+    """fp32 element index (of `kv_quant.scale_view`) of the scale of the int8 row whose values
+    start at block_ids * stride_cb + in_block (`kv_quant.kv_strides`: in_block is a multiple
+    of HEAD_DIM, the row's number within its block region). The scale plane follows the region's
+    2 * stride_ckv value bytes, one fp32 per row in the same order."""
+    return (block_ids * stride_cb + 2 * stride_ckv) // 4 + in_block // HEAD_DIM
+
+
+@triton.jit
+def _store_int8_row(
+    cache_ptr,
+    scale_ptr,
+    block_id,
+    in_block,
+    dims,
+    x,
+    mask,
+    row_ok,
+    stride_cb,
+    stride_ckv,
+    HEAD_DIM: tl.constexpr,
+):
+    """Quantize x [R, HEAD_DIM] and write rows at block_id * stride_cb + in_block [R] with their scales."""
     scale = int8_row_scale(tl.max(tl.abs(x), 1))
+    row_off = block_id * stride_cb + in_block
     tl.store(cache_ptr + row_off[:, None] + dims[None, :], int8_quantize(x, scale), mask=mask)
-    tl.store(scale_ptr + (row_off + HEAD_DIM) // 4, scale, mask=row_ok)
+    tl.store(
+        scale_ptr + int8_scale_index(block_id, in_block, stride_cb, stride_ckv, HEAD_DIM), scale, mask=row_ok
+    )
 
 
 @triton.jit
@@ -117,16 +142,20 @@ def _store_kv_kernel(
     mask = (heads[:, None] < NUM_KV_HEADS) & (dims[None, :] < HEAD_DIM)
     src_k = k_ptr + token.to(tl.int64) * stride_kt + heads[:, None] * stride_kh + dims[None, :]
     src_v = v_ptr + token.to(tl.int64) * stride_vt + heads[:, None] * stride_vh + dims[None, :]
-    row_off = block_id * stride_cb + offset * stride_cs + heads * stride_ch
-    dst = cache_ptr + row_off[:, None] + dims[None, :]
+    in_block = offset * stride_cs + heads * stride_ch
+    dst = cache_ptr + (block_id * stride_cb + in_block)[:, None] + dims[None, :]
     k = tl.load(src_k, mask=mask, other=0.0)
     v = tl.load(src_v, mask=mask, other=0.0)
     if INT8:
         head_ok = heads < NUM_KV_HEADS
-        _store_int8_row(cache_ptr, scale_ptr, row_off, dims, k.to(tl.float32), mask, head_ok, HEAD_DIM)
         _store_int8_row(
-            cache_ptr, scale_ptr, row_off + stride_ckv, dims, v.to(tl.float32), mask, head_ok, HEAD_DIM
-        )
+            cache_ptr, scale_ptr, block_id, in_block, dims, k.to(tl.float32), mask, head_ok, stride_cb, stride_ckv,
+            HEAD_DIM,
+        )  # fmt: skip
+        _store_int8_row(
+            cache_ptr, scale_ptr, block_id, in_block + stride_ckv, dims, v.to(tl.float32), mask, head_ok, stride_cb,
+            stride_ckv, HEAD_DIM,
+        )  # fmt: skip
         return
     if FP8_MAX > 0:
         k = saturate_round_fp8(k.to(tl.float32), FP8_MAX)
@@ -178,10 +207,7 @@ def store_kv(
         k.stride(1),
         v.stride(0),
         v.stride(1),
-        kv_layer.stride(0),
-        kv_layer.stride(1),
-        kv_layer.stride(2),
-        kv_layer.stride(3),
+        *kv_strides(kv_layer),
         kv_layer.shape[2],
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,

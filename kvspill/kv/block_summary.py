@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kvspill.kernels.kv_quant import dequantize_kv
+from kvspill.kernels.kv_quant import int8_planes
 from kvspill.kernels.uva_gather import index_copy_rows
 from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
@@ -52,10 +52,12 @@ def summarize_keys(blocks: torch.Tensor) -> torch.Tensor:
     """[n, num_layers, 2, block_size, num_kv_heads, row_dim] KV blocks ->
     [n, num_layers, 2, num_kv_heads, head_dim] (dim 2: 0 = min, 1 = max of K over the block's
     tokens), in `summary_dtype`; int8 keys are dequantized first (their rows' scales differ)."""
-    keys = blocks[:, :, 0]  # [n, num_layers, block_size, num_kv_heads, row_dim]
-    if keys.dtype == torch.int8:
-        keys = dequantize_kv(keys)
-    elif keys.dtype not in _REDUCE_DTYPES:  # fp8: min/max after widening
+    if blocks.dtype == torch.int8:  # whole regions: int8_planes, then K's plane
+        values, scales = int8_planes(blocks)
+        keys = values[:, :, 0].float() * scales[:, :, 0, ..., None]
+    else:
+        keys = blocks[:, :, 0]  # [n, num_layers, block_size, num_kv_heads, head_dim]
+    if keys.dtype not in _REDUCE_DTYPES:  # fp8: min/max after widening
         keys = keys.float()
     lo, hi = keys.amin(dim=2), keys.amax(dim=2)
     # min and max of values of the pool's dtype are values of that dtype: the cast back is exact

@@ -299,6 +299,6 @@ class ColdCpuPath:
             if len(ids):  # blocks come cpu first, then disk
                 self.storage.gather_layer(tier, layer_idx, ids, out[offset : offset + len(ids)])
                 offset += len(ids)
-        if out.dtype == torch.int8:  # rows end with their scale (kernels/kv_quant.py)
+        if out.dtype == torch.int8:  # blocks carry their scales (kernels/kv_quant.py)
             return dequantize_kv(out)
         return out

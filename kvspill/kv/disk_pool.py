@@ -9,7 +9,7 @@ one at a time, and the tiers retire the unreadable blocks or stop spilling to th
 after a failed write (`ColdPrefixCache.on_disk_error`).
 
 File layout, layer-major: `[num_layers, num_blocks, 2, block_size, num_kv_heads, row_dim]`
-(`KVLayout.row_dim`: head_dim, or head_dim + 4 for int8 rows that end with their scale).
+(`KVLayout.row_dim`: head_dim, or head_dim + 4 for int8 blocks, which carry their scales).
 The readers that attend cold blocks want one layer of many blocks at a time (`read_layer`):
 a run of consecutive block ids of one layer is one contiguous range, so one syscall per run.
 Whole blocks (`read_blocks`/`write_blocks`: tier moves, summaries, the persist dir) cost one

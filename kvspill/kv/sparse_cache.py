@@ -65,7 +65,7 @@ class SparseBlockCache:
             2,
             layout.block_size,
             layout.num_kv_heads,
-            layout.row_dim,  # int8 pools: values then the row's scale (kernels/kv_quant.py)
+            layout.row_dim,  # int8 pools: a value and a scale plane per block (kv_quant.py)
         )
         self.data = torch.empty(shape, dtype=layout.dtype, device=device)
         self.slot_block = torch.full(

@@ -1,8 +1,9 @@
 """KV cache storage: the tensors that hold K and V for every block (runner side, torch).
 
 Layout: one tensor `kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim]`
-(dim 2: 0 = K, 1 = V; row_dim = head_dim, or head_dim + 4 for int8 KV whose rows end with their
-fp32 scale, kernels/kv_quant.py, so scales travel inside every block copy). All layers of one block are contiguous, so a block moves between tiers
+(dim 2: 0 = K, 1 = V; row_dim = head_dim, or head_dim + 4 for int8 KV, whose block regions hold a
+value plane and a plane of fp32 row scales, kernels/kv_quant.py, so scales travel inside every block
+copy). All layers of one block are contiguous, so a block moves between tiers
 as one copy of `block_bytes` (2 MiB for Llama-3.1-8B in bf16 with 16-token blocks: the size
 PCIe copies like). Attention kernels take the strided per-layer view `layer(l)`.
 

@@ -37,7 +37,7 @@ from kvspill.plan.weights import WEIGHT_QUANTIZATIONS, stored_weight_bytes, weig
 KV_DTYPES = (
     "auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"
 )  # fmt: skip
-# int8 KV rows end with one fp32 scale per token and kv head (kernels/kv_quant.INT8_SCALE_BYTES)
+# int8 KV stores one fp32 scale per token and kv head (kernels/kv_quant.INT8_SCALE_BYTES)
 INT8_KV_SCALE_BYTES = 4
 WEIGHT_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32")
 

@@ -72,7 +72,7 @@ def paged_decode_attention_host(
     if parts.tails:
         kv_layer = pool[:, layer_idx]  # [num_blocks, 2, block_size, num_kv_heads, row_dim]
         for row, block, tokens in parts.tails:
-            kv = dequantize_kv(kv_layer[block, :, :tokens])  # [2, tokens, num_kv_heads, head_dim]
+            kv = dequantize_kv(kv_layer[block])[:, :tokens]  # [2, tokens, num_kv_heads, head_dim]
             o_t, lse_t = attend_unmasked_ref(q[row : row + 1], kv[0], kv[1], scale)
             merged_o, merged_lse = merge_partials(o32[row : row + 1], lse32[row : row + 1], o_t, lse_t)
             o32[row], lse32[row] = merged_o[0], merged_lse[0]

@@ -17,7 +17,7 @@ from kvspill.kernels.rope_store import rope_and_store_kv, rope_and_store_kv_ref
         (torch.bfloat16, 32, 8, 64, 16, None),
         (torch.float32, 4, 2, 16, 8, torch.float8_e4m3fn),  # --kv-cache-dtype fp8
         (torch.bfloat16, 6, 3, 32, 16, torch.float8_e5m2),
-        (torch.float32, 4, 2, 16, 8, torch.int8),  # --kv-cache-dtype int8: rows end with their scale
+        (torch.float32, 4, 2, 16, 8, torch.int8),  # --kv-cache-dtype int8: value and scale planes
         (torch.bfloat16, 6, 3, 32, 16, torch.int8),
     ],
 )

@@ -237,7 +237,7 @@ def test_summaries_of_an_int8_pool_bound_the_dequantized_keys():
     blocks = quantize_kv(kv, torch.int8)  # per-token scales differ by a factor 90 here
     summary = summarize_keys(blocks)
     assert summary.dtype == torch.float16 and summary.shape == (3, 2, 2, 2, 16)
-    keys = dequantize_kv(blocks[:, :, 0])
+    keys = dequantize_kv(blocks)[:, :, 0]
     assert torch.equal(summary[:, :, 0], keys.amin(2).half()) and torch.equal(
         summary[:, :, 1], keys.amax(2).half()
     )

@@ -12,6 +12,7 @@ import pytest
 import torch
 from step_inputs import decode_step_inputs
 
+from kvspill.kernels.kv_quant import int8_planes
 from kvspill.kv.cold_attention import ColdAttentionBackend
 from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
 from kvspill.kv.storage import KVLayout, TieredKVStorage
@@ -31,11 +32,10 @@ def test_the_graph_form_of_a_stream_step_equals_the_eager_step(dtype: torch.dtyp
     layout = KVLayout(num_layers=2, block_size=4, num_kv_heads=2, head_dim=16, dtype=dtype)
     g = torch.Generator().manual_seed(3)
     storage = TieredKVStorage(layout, 8, torch.device("cpu"), num_cpu_blocks=64)
-    if dtype == torch.int8:  # int8 rows carry their scales: fill rows as the store would
-        storage.cpu_cache.copy_(torch.randint(-100, 100, storage.cpu_cache.shape, generator=g))
-        storage.cpu_cache[..., layout.head_dim :] = torch.tensor([0.01], dtype=torch.float32).view(
-            torch.int8
-        )[None]
+    if dtype == torch.int8:  # int8 blocks carry their scales: fill both planes as the store would
+        values, scales = int8_planes(storage.cpu_cache)
+        values.copy_(torch.randint(-100, 100, values.shape, generator=g))
+        scales.fill_(0.01)
     else:
         storage.cpu_cache.copy_(torch.randn(storage.cpu_cache.shape, generator=g))
     planted = 63
