@@ -68,7 +68,10 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
     timed_end = 1 + warmup_tokens + new_tokens
     profiler = None
     cold_span: list[ColdAttentionCounters | None] = []  # at the timed span's first and last token
+    progress = PrefillProgress(t0, ctx, engine.config.max_num_batched_tokens)
     while engine.has_unfinished_requests():
+        if not token_times:
+            progress.step()
         for out in engine.step():
             for _ in out.delta_token_ids:
                 token_times.append(time.perf_counter())
@@ -92,6 +95,31 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
         **(_collectives(engine, timer) if timer is not None else {}),
         **(_graph_collectives(profiler, len(token_times) - timed_end) if profiler is not None else {}),
     )
+
+
+class PrefillProgress:
+    """A line on stderr every PREFILL_PROGRESS_S of a prefill: how far it got if the run is cut
+    off (a 1M-token prefill of an 8B model takes ~20 minutes on an H200) and the allocator's peak."""
+
+    PREFILL_PROGRESS_S = 60.0
+
+    def __init__(self, t0: float, ctx: int, chunk: int) -> None:
+        self.t0, self.ctx, self.chunk = t0, ctx, chunk
+        self.steps = 0
+        self.last = t0
+
+    def step(self) -> None:
+        now = time.perf_counter()
+        if now - self.last >= self.PREFILL_PROGRESS_S:
+            self.last = now
+            done = min(self.ctx, self.steps * self.chunk)
+            print(
+                f"[bench] prefill {now - self.t0:.0f} s: {self.steps} chunks, ~{done:,} of {self.ctx:,} tokens; "
+                f"peak gpu reserved {torch.cuda.max_memory_reserved() / GIB:.2f} GiB",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.steps += 1
 
 
 def _cold_paths(start: ColdAttentionCounters | None, end: ColdAttentionCounters | None, tokens: int) -> dict:

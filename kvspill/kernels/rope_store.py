@@ -120,15 +120,15 @@ def _rope_store_kernel(
             head_ok = heads < num_kv_heads
             v1 = tl.load(v_ptrs, mask=ok, other=0.0).to(tl.float32)
             v2 = tl.load(v_ptrs + HALF, mask=ok, other=0.0).to(tl.float32)
-            k1, k2 = k1.to(tl.float32), k2.to(tl.float32)
+            kf1, kf2 = k1.to(tl.float32), k2.to(tl.float32)  # new names: k1, k2 keep their dtype
             _store_int8_halves(
                 cache_ptr,
                 scale_ptr,
                 block_id,
                 in_block,
                 dims,
-                k1,
-                k2,
+                kf1,
+                kf2,
                 ok,
                 head_ok,
                 stride_cb,

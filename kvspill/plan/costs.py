@@ -267,10 +267,11 @@ def _sparse(
 # - bf16 0.37: W3 128K (17.6-17.9 s, three runs, two placements), W3 512K (280-282 s), W1 1M
 #   (264-268 s): each within 5%.
 # - fp8 0.30: W3 128K (22.6, 23.4 s) and 256K (81.2 s), within 5%: tiles widened in registers.
-# - int8 0.095: W3 128K (64.2, 67.4 s). Its rows (head_dim + 4 bytes) are not 16-byte aligned,
-#   so the kernel gets no wide loads (bench/results/2026-11-27-h200-int8-row-alignment/).
+# - int8 0.20: W3 128K (32.1 s; 2.2 s at 32K: plan 1.12) with the value-plane layout
+#   (bench/results/2026-11-28-h200-int8-planes/). The row layout before it (head_dim + 4-byte rows,
+#   no wide loads) ran at 0.095: 64.2-68.4 s.
 # fp16 and fp32 take bf16's (not measured). The CPU engine's attention is another kernel: 1.
-PREFILL_ATTENTION_SHARE = {"bf16": 0.37, "fp16": 0.37, "fp32": 0.37, "fp8": 0.30, "int8": 0.095}
+PREFILL_ATTENTION_SHARE = {"bf16": 0.37, "fp16": 0.37, "fp32": 0.37, "fp8": 0.30, "int8": 0.20}
 
 
 def prefill_seconds(

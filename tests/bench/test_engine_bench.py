@@ -65,3 +65,19 @@ def test_the_sized_plan_is_taken_at_the_benchmarks_context() -> None:
         replace(request, measured_weight_bytes=None, measured_runtime_bytes=None), DEFAULT_BANDWIDTHS
     )
     assert startup.placed_gpu_tokens > hot  # the estimate before loading holds more on the GPU
+
+
+def test_prefill_progress_prints_how_far_a_long_prefill_got(monkeypatch, capsys):
+    """A run cut off mid-prefill still says how many chunks it had done (stderr, once a period)."""
+    from kvspill.bench import engine_bench
+
+    clock = iter([100.0, 130.0, 161.0, 170.0, 222.0])
+    monkeypatch.setattr(engine_bench.time, "perf_counter", lambda: next(clock))
+    progress = engine_bench.PrefillProgress(t0=100.0, ctx=1_048_576, chunk=16384)
+    for _ in range(5):
+        progress.step()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "[bench] prefill 61 s: 2 chunks, ~32,768 of 1,048,576 tokens; peak gpu reserved 0.00 GiB",
+        "[bench] prefill 122 s: 4 chunks, ~65,536 of 1,048,576 tokens; peak gpu reserved 0.00 GiB",
+    ]
