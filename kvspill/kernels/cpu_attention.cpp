@@ -4,8 +4,8 @@
 // called through ctypes; the torch reference is `cold_math.attend_unmasked_ref`.
 //
 // Pool layout (every tier): [num_blocks, num_layers, 2, block_size, num_kv_heads, row_stride];
-// a row holds head_dim values (row_stride = head_dim, or head_dim + 4 bytes for int8, whose rows
-// end with their fp32 scale: kernels/kv_quant.py); the caller passes the element offsets of one
+// a row holds head_dim values (row_stride = head_dim; int8 blocks hold a plane of head_dim-byte
+// value rows, then a plane of their fp32 scales: kernels/kv_quant.py); the caller passes the element offsets of one
 // layer's K and V inside a block and the block stride. Work: tasks = (part, split of its
 // blocks), each over all kv heads so that a task streams whole contiguous K and V slabs of a
 // block (block_size * num_kv_heads * head_dim). Split partials merge by log-sum-exp at the end.

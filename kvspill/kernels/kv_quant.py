@@ -11,7 +11,7 @@ conversion at store time.
   `tl.load(...).to(tl.float32)`: no scale to apply. Halves every tier's bytes against bf16.
 - "int8": symmetric int8 with one fp32 scale per token and kv head (absmax / 127, rounded to
   nearest even). The pool is an int8 tensor shaped like the others but with rows of
-  `head_dim + INT8_SCALE_BYTES`, so it has the same bytes as rows that end with their scale; a
+  `head_dim + INT8_SCALE_BYTES` (the bytes of rows that would end with their scale); a
   block's region of one layer ([2, block_size, num_kv_heads, head_dim + 4] bytes, contiguous) is
   laid out as two planes instead:
       values [2, block_size, num_kv_heads, head_dim] int8, then scales [2, block_size, num_kv_heads] fp32

@@ -96,9 +96,10 @@ def test_fp8_every_code_converts_exactly(dtype):
 
 
 @pytest.mark.parametrize("head_dim", [32, 24])  # 24: the portable path (no AVX-512 multiple of 16)
-def test_int8_pool_reads_the_scales_inside_its_rows(head_dim):
-    """--kv-cache-dtype int8: rows of head_dim int8 values and their fp32 scale (kv_quant.py);
-    the kernel equals the reference on the dequantized values, in the layer asked for."""
+def test_int8_pool_reads_the_scale_plane_of_its_blocks(head_dim):
+    """--kv-cache-dtype int8: blocks of head_dim-byte value rows, then their fp32 scales
+    (kv_quant.int8_planes); the kernel equals the reference on the dequantized values, in the
+    layer asked for."""
     rng = np.random.default_rng(2)
     pool = quantize_kv(torch.randn(30, 2, 2, 16, 2, head_dim) * 3, torch.int8)
     parts = random_parts(rng, 30, [5, 12], [2, 1])

@@ -100,7 +100,7 @@ def test_out_of_range_ids_fail_loudly(tmp_path):
 
 
 def test_int8_blocks_keep_values_and_scales_through_every_tier(tmp_path):
-    """--kv-cache-dtype int8: rows end with their fp32 scale (kernels/kv_quant.py), so a block
+    """--kv-cache-dtype int8: a block carries its rows' fp32 scales (kernels/kv_quant.py), so it
     moved gpu -> cpu -> disk -> gpu keeps every value and scale, and reads back the same K/V."""
     layout = KVLayout(num_layers=2, block_size=4, num_kv_heads=2, head_dim=16, dtype=torch.int8)
     assert layout.row_dim == 20 and layout.block_bytes == 2 * 2 * 4 * 2 * 20
