@@ -4,9 +4,10 @@ the gather of one sequence's K/V, and the wrappers' argument checks.
 
 Pool formats (`kernels/kv_quant.py`): the model dtype and fp8 are widened in registers; int8
 blocks hold a value plane (`kv_quant.kv_strides`) and a plane of fp32 row scales, read through a
-second pointer to the same memory as fp32 (`kv_quant.scale_view`, `store_kv.int8_scale_index`). The K scale multiplies the tile's scores (q . k_int *
-s_k) and the V scale the probabilities (sum p * s_v * v_int): int8 values are exact in every
-compute dtype, so the only rounding is the scale's product in fp32.
+second pointer to the same memory as fp32 (`kv_quant.scale_view`, `store_kv.int8_scale_index`).
+The K scale multiplies the tile's scores (q . k_int * s_k) and the V scale the probabilities
+(sum p * s_v * v_int): int8 values are exact in every compute dtype, so the only rounding is the
+scale's product in fp32.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def attend_tile(
     INT8: tl.constexpr,
 ):
     """One online-softmax step over keys start..start+BLOCK_N (scores in log2 units). The strides
-    are `kv_quant.kv_strides`'. INT8: the pool's blocks hold a value plane and a plane of fp32 row
+    come from `kv_quant.kv_strides`. INT8: the pool's blocks hold a value plane and a plane of fp32 row
     scales, read through `scale_ptr` (the same memory as fp32: `int8_scale_index`)."""
     keys = start + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)

@@ -26,8 +26,8 @@ its CPU flash kernel then reads them again; measured in `kvspill/bench/cpu_atten
 Quantized pools: fp8 pools may carry one scale per layer for K and one for V (`KVScales`;
 `--kv-cache-dtype fp8` stores with scale 1, kernels/kv_quant.py); int8 pools carry one fp32
 scale per token and kv head in each block's scale plane (`kv_quant.int8_planes`), which the
-kernel reads from the pool itself (passed a second time, as floats). The kernel multiplies while converting, so quantized bytes
-are read once.
+kernel reads from the pool itself (passed a second time, as floats). The kernel multiplies while
+converting, so quantized bytes are read once.
 
 `cpu_paged_attention_ref` (gather, dequantize, softmax in fp32) is the oracle of the tests.
 """
