@@ -22,6 +22,8 @@ from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, Bandwidths
 from kvspill.plan.cold_rates import cpu_kv_rate
 from kvspill.plan.costs import (
+    INT8_BASIS_TURN_PER_LAYER_S,
+    KV_DECODE_READS_AS_BF16,
     PREFILL_ATTENTION_SHARE,
     DecodeFloor,
     collectives_s,
@@ -232,6 +234,14 @@ class PlanRequest:
         """Bytes of K and V for one token over all layers, scales included."""
         return self.spec.kv_bytes_per_token(self.kv_dtype_bytes, self.kv_scale_bytes)
 
+    @property
+    def gpu_kv_decode_bytes_per_token(self) -> int:
+        """The bytes a CUDA decode step's time follows per gpu-tier token: the stored ones, or
+        bf16's for fp8 and int8 KV (`costs.KV_DECODE_READS_AS_BF16`)."""
+        if self.device == "cuda" and self.kv_format in KV_DECODE_READS_AS_BF16:
+            return self.spec.kv_bytes_per_token(2, 0)
+        return self.kv_bytes_per_token
+
 
 @dataclass(frozen=True)
 class MemoryPlan:
@@ -337,7 +347,7 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     seqs = _concurrency(ctx, gpu_tokens, max_context, hot, chunk, bs)
     floor = decode_floor(
         weight_bytes,
-        on_gpu * kvpt,
+        on_gpu * request.gpu_kv_decode_bytes_per_token,
         on_cpu * kvpt,
         on_disk * kvpt,
         request.with_cpu_kv_rate(bw),
@@ -349,7 +359,13 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         cold_graphs=stream_graphs_apply(request),
         kv_format=request.kv_format,
     )
-    floor = replace(floor, collective_s=collectives_s(spec.num_layers, request.tensor_parallel_size))
+    int8_on_gpu = request.kv_format == "int8" and request.device == "cuda"
+    turns = spec.num_layers * INT8_BASIS_TURN_PER_LAYER_S if int8_on_gpu else 0.0  # the Hadamard basis
+    floor = replace(
+        floor,
+        collective_s=collectives_s(spec.num_layers, request.tensor_parallel_size),
+        overhead_s=floor.overhead_s + turns,
+    )
     share = PREFILL_ATTENTION_SHARE[request.kv_format] if request.device == "cuda" else 1.0
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw, share)
     fits = gpu_left >= 0 and gpu_tokens > 0 and unplaced == 0 and seqs >= 1

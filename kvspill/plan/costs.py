@@ -40,6 +40,15 @@ from kvspill.plan.spec import ModelSpec
 # those (docs/performance.md). The serial engine (--no-async-scheduling) adds 0.2-0.3 ms of host
 # work per step on top (47 us per layer was the fit before async scheduling).
 STEP_OVERHEAD_PER_LAYER_S = 38e-6
+# Decode over fp8 or int8 KV in the gpu tier (CUDA): the decode kernel widens the values in
+# registers and its time follows the KV's bf16 bytes, not the stored ones; int8 also turns q, k, v
+# and the output by its Hadamard basis in every layer (runner/attention.py). Fit to two all-GPU
+# rows on H200s, one per format, where reading the stored bytes at HBM rate planned 1.29-1.44x the
+# measured speed: fp8 at W3 128K (100.25 tok/s, below bf16's 111-115: bench/results/2026-11-27-
+# h200-stream-graphs/) and int8 at W3 32K (141.74, 2026-11-28-h200-int8-planes/, which gives the
+# 34 us). The cold paths' rates are their own (plan/cold_rates.py).
+KV_DECODE_READS_AS_BF16 = ("fp8", "int8")
+INT8_BASIS_TURN_PER_LAYER_S = 34e-6
 COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (two: double-buffered)
 # A sparse decode step per layer beyond its bytes. Replayed as a CUDA graph (runner/sparse_graphs.py:
 # one cold sequence in the cpu tier, the default on one GPU) it is the selection's GPU time,

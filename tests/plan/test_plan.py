@@ -385,6 +385,24 @@ def test_int8_kv_counts_its_scales() -> None:
     assert "int8 + scales" in format_plan_table([int8])
 
 
+def test_decode_over_quantized_gpu_kv_takes_bf16s_time_and_int8_its_basis_turns() -> None:
+    """fp8 and int8 KV in the gpu tier: a CUDA decode step's KV time follows bf16's bytes
+    (costs.KV_DECODE_READS_AS_BF16, fit on H200s) and int8 adds its Hadamard turns, 34 us per
+    layer; the CPU engine's plan keeps the stored bytes."""
+    base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=40 * GiB, context_len=32768)
+    plans = {kv: make_plan(replace(base, kv_dtype=kv), DEFAULT_BANDWIDTHS) for kv in ("auto", "fp8", "int8")}
+    assert all(plan.placed_gpu_tokens == 32768 for plan in plans.values())
+    bf16 = plans["auto"].decode
+    assert plans["fp8"].decode.gpu_kv_s == pytest.approx(bf16.gpu_kv_s)
+    assert plans["int8"].decode.gpu_kv_s == pytest.approx(bf16.gpu_kv_s)
+    assert plans["fp8"].decode.overhead_s == pytest.approx(bf16.overhead_s)
+    assert plans["int8"].decode.overhead_s == pytest.approx(bf16.overhead_s + 32 * 34e-6)
+    on_cpu = {
+        kv: make_plan(replace(base, kv_dtype=kv, device="cpu"), DEFAULT_BANDWIDTHS) for kv in ("auto", "fp8")
+    }
+    assert on_cpu["fp8"].decode.gpu_kv_s == pytest.approx(on_cpu["auto"].decode.gpu_kv_s / 2)
+
+
 def test_presets() -> None:
     base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072)
     host_ram, disk_free = 128 * GiB, 1000 * GiB
