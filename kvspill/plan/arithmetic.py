@@ -22,12 +22,11 @@ from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, Bandwidths
 from kvspill.plan.cold_rates import cpu_kv_rate
 from kvspill.plan.costs import (
-    INT8_BASIS_TURN_PER_LAYER_S,
-    KV_DECODE_READS_AS_BF16,
     PREFILL_ATTENTION_SHARE,
     DecodeFloor,
     collectives_s,
     decode_floor,
+    gpu_kv_decode_cost,
     prefill_seconds,
 )
 from kvspill.plan.gpu_budget import gpu_budget
@@ -234,14 +233,6 @@ class PlanRequest:
         """Bytes of K and V for one token over all layers, scales included."""
         return self.spec.kv_bytes_per_token(self.kv_dtype_bytes, self.kv_scale_bytes)
 
-    @property
-    def gpu_kv_decode_bytes_per_token(self) -> int:
-        """The bytes a CUDA decode step's time follows per gpu-tier token: the stored ones, or
-        bf16's for fp8 and int8 KV (`costs.KV_DECODE_READS_AS_BF16`)."""
-        if self.device == "cuda" and self.kv_format in KV_DECODE_READS_AS_BF16:
-            return self.spec.kv_bytes_per_token(2, 0)
-        return self.kv_bytes_per_token
-
 
 @dataclass(frozen=True)
 class MemoryPlan:
@@ -345,9 +336,12 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     on_disk = min(ctx - on_gpu - on_cpu, disk_tokens) if can_spill else 0
     unplaced = ctx - on_gpu - on_cpu - on_disk
     seqs = _concurrency(ctx, gpu_tokens, max_context, hot, chunk, bs)
+    gpu_kv_read, kv_turns_s = gpu_kv_decode_cost(
+        request.kv_format, request.device == "cuda", kvpt, spec.kv_bytes_per_token(2, 0), spec.num_layers
+    )
     floor = decode_floor(
         weight_bytes,
-        on_gpu * request.gpu_kv_decode_bytes_per_token,
+        on_gpu * gpu_kv_read,
         on_cpu * kvpt,
         on_disk * kvpt,
         request.with_cpu_kv_rate(bw),
@@ -359,12 +353,10 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         cold_graphs=stream_graphs_apply(request),
         kv_format=request.kv_format,
     )
-    int8_on_gpu = request.kv_format == "int8" and request.device == "cuda"
-    turns = spec.num_layers * INT8_BASIS_TURN_PER_LAYER_S if int8_on_gpu else 0.0  # the Hadamard basis
     floor = replace(
         floor,
         collective_s=collectives_s(spec.num_layers, request.tensor_parallel_size),
-        overhead_s=floor.overhead_s + turns,
+        overhead_s=floor.overhead_s + kv_turns_s,
     )
     share = PREFILL_ATTENTION_SHARE[request.kv_format] if request.device == "cuda" else 1.0
     ttft = prefill_seconds(spec, ctx, chunk, gpu_tokens, cpu_tokens, weight_bytes, kvpt, bw, share)

@@ -49,6 +49,19 @@ STEP_OVERHEAD_PER_LAYER_S = 38e-6
 # 34 us). The cold paths' rates are their own (plan/cold_rates.py).
 KV_DECODE_READS_AS_BF16 = ("fp8", "int8")
 INT8_BASIS_TURN_PER_LAYER_S = 34e-6
+
+
+def gpu_kv_decode_cost(
+    kv_format: str, on_cuda: bool, stored_bytes_per_token: int, bf16_bytes_per_token: int, num_layers: int
+) -> tuple[int, float]:
+    """(bytes per gpu-tier token that a decode step's KV time follows, seconds the step adds per
+    token generated): the stored bytes and nothing, or on CUDA bf16's bytes for fp8/int8 KV plus
+    int8's basis turns (KV_DECODE_READS_AS_BF16)."""
+    if not on_cuda or kv_format not in KV_DECODE_READS_AS_BF16:
+        return stored_bytes_per_token, 0.0
+    return bf16_bytes_per_token, num_layers * INT8_BASIS_TURN_PER_LAYER_S if kv_format == "int8" else 0.0
+
+
 COLD_STAGE_TOKENS = 16384  # tokens of one layer's cold KV per staging buffer (two: double-buffered)
 # A sparse decode step per layer beyond its bytes. Replayed as a CUDA graph (runner/sparse_graphs.py:
 # one cold sequence in the cpu tier, the default on one GPU) it is the selection's GPU time,
