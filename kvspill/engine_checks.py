@@ -80,6 +80,25 @@ def preflight(config: EngineConfig) -> None:
                 logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
 
 
+def cap_allocator(config: EngineConfig, device: torch.device, leave_runtime: bool = False) -> None:
+    """Cap torch's caching allocator at the budget (`--vram-budget`, else the card's
+    `--gpu-memory-utilization` share). With `leave_runtime` (once the weights are loaded and the
+    plan has passed) the cap is the budget less what is in use outside the allocator now (CUDA
+    context, kernel images, other processes): the memory the plan charges as runtime. Capped at
+    the whole budget, cached free blocks grew into that share: W3 1M held 24.52 GiB of a 24 GiB
+    budget on the card (23.71 GiB reserved, 22.92 allocated). At the cap the allocator frees its
+    cached blocks and retries before it reports out of memory."""
+    if device.type != "cuda":
+        return
+    total = torch.cuda.get_device_properties(device).total_memory
+    ceiling = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if leave_runtime:
+        free, _ = torch.cuda.mem_get_info(index)
+        ceiling -= max(total - free - torch.cuda.memory_reserved(index), 0)
+    torch.cuda.set_per_process_memory_fraction(min(1.0, max(ceiling, 0) / total), index)
+
+
 def check_kv_cache_dtype(config: EngineConfig, device: torch.device) -> None:
     """fp8 KV: Triton loads and stores fp8 only on compute capability 8.9+ (Ada, Hopper). int8 KV
     needs no special hardware (int8 loads, fp32 scales): every GPU the engine runs on."""

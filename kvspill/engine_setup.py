@@ -3,7 +3,8 @@
 The runner only runs steps; everything that decides what to build lives here, in order:
 1. pick the device and dtype; pre-flight checks (warnings with fixes);
 2. the memory plan from the model's shapes (`plan.startup.startup_plan`), printed before loading;
-   on CUDA one that cannot fit stops start-up with advice, and the budget caps the allocator;
+   on CUDA one that cannot fit stops start-up with advice, and the budget caps the allocator (from
+   step 4 on, less the memory in use outside it);
 3. load the weights (or build a random-weight benchmark model) and the tokenizer;
 4. measure (weights on the device; on CUDA the peak of one profiled prefill chunk and memory in
    use outside torch) and plan again with those measurements: that plan, and no other formula,
@@ -21,7 +22,14 @@ import psutil
 import torch
 
 from kvspill.config import EngineConfig, with_attention_mode
-from kvspill.engine_checks import check_int4_format, check_kv_cache_dtype, pick_device, pick_dtype, preflight
+from kvspill.engine_checks import (
+    cap_allocator,
+    check_int4_format,
+    check_kv_cache_dtype,
+    pick_device,
+    pick_dtype,
+    preflight,
+)
 from kvspill.env import cuda_graphs_on
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf_reader import shared_readers
@@ -103,13 +111,7 @@ def _plan_and_cap(config: EngineConfig, device: torch.device, calibration: Bandw
     if startup is not None:
         logger.info("memory plan (bandwidths: %s):\n%s", startup.bandwidths.source, startup.table)
         enforce(startup, config, on_gpu=device.type == "cuda")
-    total, _ = _card(device)
-    if total is not None:
-        ceiling = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
-        # A hard ceiling for the caching allocator (weights, KV, activations, graph pools); the
-        # CUDA context itself is outside it, and the plan charges it as measured runtime memory.
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        torch.cuda.set_per_process_memory_fraction(min(1.0, ceiling / total), index)
+    cap_allocator(config, device)
 
 
 def _measure(
@@ -172,6 +174,7 @@ def _size_tiers(
             + "\nLower --max-num-batched-tokens, raise --vram-budget or --gpu-memory-utilization, "
             "or use a smaller model."
         )
+    cap_allocator(config, device, leave_runtime=True)  # the pools are planned beside that memory
     blocks_per_seq = -(-loaded.max_model_len // config.block_size)
     if (
         num_blocks + plan.cpu_kv_tokens // config.block_size + plan.disk_kv_tokens // config.block_size

@@ -70,3 +70,36 @@ def test_warmup_leaves_no_trace_and_the_same_tokens(
         return out[0].token_ids
 
     assert run(warm) == run(cold)
+
+
+def test_the_allocator_cap_keeps_the_memory_outside_torch_within_the_budget(monkeypatch) -> None:
+    """The budget is for the whole card: once loaded, torch's allocator gets the budget less what
+    is in use outside it (CUDA context, kernel images, other processes), measured then."""
+    import types
+
+    import torch
+
+    from kvspill.config import EngineConfig
+    from kvspill.engine_checks import cap_allocator
+
+    gib = 2**30
+    card, reserved, outside = 80 * gib, 16 * gib, gib
+    caps: list[tuple[float, int]] = []
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=card)
+    )
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (card - reserved - outside, card))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: reserved)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, i: caps.append((f, i)))
+    cuda, budget = torch.device("cuda", 0), EngineConfig(model="m", vram_budget_bytes=24 * gib)
+    cap_allocator(budget, cuda)  # before loading: the plan's runtime estimate stands
+    assert caps[-1] == pytest.approx((24 / 80, 0))
+    cap_allocator(budget, cuda, leave_runtime=True)
+    assert caps[-1] == pytest.approx((23 / 80, 0))
+    cap_allocator(EngineConfig(model="m", gpu_memory_utilization=0.5), cuda, leave_runtime=True)
+    assert caps[-1] == pytest.approx((39 / 80, 0))  # no budget: the card's share
+    outside = 30 * gib  # more outside than the budget (the plan refuses that first): no growth
+    cap_allocator(budget, cuda, leave_runtime=True)
+    assert caps[-1] == (0.0, 0)
+    cap_allocator(budget, torch.device("cpu"), leave_runtime=True)
+    assert len(caps) == 4  # nothing to cap on the CPU
