@@ -91,10 +91,19 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
         new_tokens=n,
         peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
         peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3),
+        card_used_gib=_card_used_gib(),
         **(_cold_paths(cold_span[0], cold_span[1], n) if len(cold_span) == 2 else {}),
         **(_collectives(engine, timer) if timer is not None else {}),
         **(_graph_collectives(profiler, len(token_times) - timed_end) if profiler is not None else {}),
     )
+
+
+def _card_used_gib() -> float:
+    """What the whole card holds at the row's end, as nvidia-smi counts it (every process, the CUDA
+    context, kernel images): the allocator keeps its cached blocks, so near the reserved peak plus
+    what is outside it. `--cap-gib` is a budget for this figure."""
+    free, total = torch.cuda.mem_get_info()
+    return round((total - free) / GIB, 3)
 
 
 class PrefillProgress:

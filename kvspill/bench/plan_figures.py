@@ -81,4 +81,8 @@ def sized_plan_figures(sized: MemoryPlan, ctx: int, measured: float) -> dict[str
         sized_plan_vs_measured=round(at_ctx.decode_tok_s / measured, 3),
         sized_plan_placement=[at_ctx.placed_gpu_tokens, at_ctx.placed_cpu_tokens],
         sized_plan_ttft_s=round(at_ctx.ttft_s, 2),
+        # what start-up measured and the pools were planned beside (the 1M row's card held 0.81 GiB
+        # outside the allocator at its end: these say what the plan had counted)
+        sized_activation_gib=round(sized.activation_peak_bytes / 2**30, 3),
+        sized_runtime_gib=round(sized.runtime_reserve_bytes / 2**30, 3),
     )

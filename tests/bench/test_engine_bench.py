@@ -61,6 +61,8 @@ def test_the_sized_plan_is_taken_at_the_benchmarks_context() -> None:
     assert figures["sized_plan_decode_tok_s"] == pytest.approx(at_ctx.decode_tok_s, abs=0.01)
     assert figures["sized_plan_vs_measured"] == pytest.approx(at_ctx.decode_tok_s / 5.0, abs=1e-3)
     assert figures["sized_plan_ttft_s"] == pytest.approx(at_ctx.ttft_s, abs=0.01)  # beside ttft_s
+    assert figures["sized_runtime_gib"] == pytest.approx(700 / 1024, abs=1e-3)  # the measured runtime
+    assert figures["sized_activation_gib"] == pytest.approx(sized.activation_peak_bytes / 2**30, abs=1e-3)
     startup = make_plan(
         replace(request, measured_weight_bytes=None, measured_runtime_bytes=None), DEFAULT_BANDWIDTHS
     )
