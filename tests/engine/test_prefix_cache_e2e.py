@@ -230,3 +230,32 @@ def test_files_of_another_kv_configuration_are_skipped(tiny_llama_dir, tmp_path,
     out = other.generate([prompts[1]], PARAMS)[0]
     assert out.num_cached_tokens == 0
     other.engine.close()
+
+
+def test_int8_files_of_the_row_layout_are_skipped(tiny_llama_dir, tmp_path, prompts, monkeypatch, caplog):
+    """int8 blocks of the earlier row layout (values and scale interleaved per row) have the
+    shape and dtype of today's planes: only the fingerprint's layout key keeps them from being
+    read as planes. An engine that hashes its identity without that key writes such files."""
+    from kvspill import engine_setup
+    from kvspill.kv.persist import kv_fingerprint
+
+    def without_layout_key(identity: dict) -> int:
+        return kv_fingerprint({k: v for k, v in identity.items() if k != "int8_block_layout"})
+
+    persist = tmp_path / "persist"
+    with monkeypatch.context() as patch:
+        patch.setattr(engine_setup, "kv_fingerprint", without_layout_key)
+        old = _llm(
+            tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist), kv_cache_dtype="int8"
+        )
+        old.generate([prompts[0]], PARAMS)
+        old.engine.close()
+    assert list(persist.glob("*.kvb"))
+    with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
+        new = _llm(
+            tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist), kv_cache_dtype="int8"
+        )
+    assert any("fingerprint differs" in r.message for r in caplog.records)
+    assert new.engine.persister.store.num_blocks == 0
+    assert new.generate([prompts[1]], PARAMS)[0].num_cached_tokens == 0
+    new.engine.close()
