@@ -208,6 +208,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
     ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
     ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
+    ap.add_argument("--block-size", type=int, default=16, help="--block-size: tokens per KV block")
     ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream, split or sparse")
     ap.add_argument(
         "--sparse-budget-tokens", type=int, default=4096, help="with sparse: cold tokens a decode row attends"
@@ -268,6 +269,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         skip_tokenizer_init=True,  # token ids in, token ids out
         cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
         hot_window_tokens=args.hot_window,
+        block_size=getattr(args, "block_size", 16),
         cold_attention=args.cold_attention,
         sparse_budget_tokens=getattr(args, "sparse_budget_tokens", 4096),
         sparse_cache_seqs=getattr(args, "sparse_cache_seqs", 1),
@@ -288,6 +290,8 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
     if args.cold_attention == "sparse" and not args.mode:
         mode += f"-{config.sparse_budget_tokens}" + ("" if config.sparse_cache_seqs else "-nocache")
+    if getattr(args, "block_size", 16) != 16:
+        mode += f"-bs{args.block_size}"
     if getattr(args, "kv_cache_dtype", "auto") != "auto":
         mode += f"-kv-{args.kv_cache_dtype}"
     if getattr(args, "attention", "auto") == "cpu":
