@@ -13,6 +13,7 @@ from kvspill.config import EngineConfig
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.model.parallel import SINGLE, TensorParallel
 from kvspill.plan.cpu_dtype import pick_cpu_dtype
+from kvspill.plan.gpu_budget import RUNTIME_RESERVE_BYTES
 from kvspill.plan.preflight import run_checks
 from kvspill.plan.spec import ModelSpec
 from kvspill.sampling_params import SamplingParams
@@ -80,23 +81,112 @@ def preflight(config: EngineConfig) -> None:
                 logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
 
 
-def cap_allocator(config: EngineConfig, device: torch.device, leave_runtime: bool = False) -> None:
+def cap_allocator(
+    config: EngineConfig, device: torch.device, leave_runtime: bool = False, step_bytes: int = 0
+) -> None:
     """Cap torch's caching allocator at the budget (`--vram-budget`, else the card's
     `--gpu-memory-utilization` share). With `leave_runtime` (once the weights are loaded and the
-    plan has passed) the cap is the budget less what is in use outside the allocator now (CUDA
-    context, kernel images, other processes): the memory the plan charges as runtime. Capped at
-    the whole budget, cached free blocks grew into that share: W3 1M held 24.52 GiB of a 24 GiB
-    budget on the card (23.71 GiB reserved, 22.92 allocated). At the cap the allocator frees its
-    cached blocks and retries before it reports out of memory."""
+    pools are allocated and the decode graphs captured) the cap is the budget less this
+    process's own memory outside the allocator now (CUDA context, kernel images, library
+    workspaces). Capped at the whole budget, cached free blocks grew into that share: W3 1M held
+    24.52 GiB of a 24 GiB budget on the card (23.71 GiB reserved, 22.92 allocated). At the cap the
+    allocator frees its cached blocks and retries before it reports out of memory.
+
+    The cap never falls below what the allocator holds plus `step_bytes` (a step's temporaries,
+    the plan's activation peak): where the plan under-counted what start-up allocated, the engine
+    runs over the budget and says so rather than failing its first steps. It is set after the
+    graphs are captured because the plan's graph term is an estimate: capped before, an fp32
+    SmolLM2 engine on a 5.6 GiB budget failed its capture by 108 MiB (2026-11-28).
+
+    Other processes' memory is not subtracted: the budget is this process's. The plan already
+    charged what they held at start-up (the pool is smaller for it), and counting it again left
+    0 bytes to each of 15 evals sharing one H200 (2026-11-28): all failed at their first pool
+    allocation."""
     if device.type != "cuda":
         return
     total = torch.cuda.get_device_properties(device).total_memory
     ceiling = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
     index = device.index if device.index is not None else torch.cuda.current_device()
     if leave_runtime:
+        reserved = torch.cuda.memory_reserved(index)
         free, _ = torch.cuda.mem_get_info(index)
-        ceiling -= max(total - free - torch.cuda.memory_reserved(index), 0)
+        outside = own_memory_outside_allocator(index, reserved, card_outside=max(total - free - reserved, 0))
+        floor = reserved + step_bytes
+        if ceiling - outside < floor:
+            logger.warning(
+                "the engine holds %.2f GiB outside torch and %.2f GiB in it, and a step needs %.2f GiB: "
+                "%.2f GiB over the %.2f GiB budget (the plan counted less than start-up allocated)",
+                outside / 2**30,
+                reserved / 2**30,
+                step_bytes / 2**30,
+                (floor + outside - ceiling) / 2**30,
+                ceiling / 2**30,
+            )
+        ceiling = max(ceiling - outside, floor)
     torch.cuda.set_per_process_memory_fraction(min(1.0, max(ceiling, 0) / total), index)
+
+
+def runtime_bytes_beside(config: EngineConfig, device: torch.device, loaded_bytes: int) -> int:
+    """What the plan charges as runtime once the weights (`loaded_bytes`) are loaded: this
+    process's memory on the card beyond them (CUDA context, kernel images, tensors made before
+    loading), plus the part of the budget that other processes' memory leaves no room for.
+    The budget is this process's (as vLLM's --gpu-memory-utilization is an instance's): counting
+    other processes' memory in full made three 8 GiB engines on one 141 GiB H200 each stop with
+    "No memory is left for the KV cache" (2026-11-28). Where NVML cannot tell this process from
+    others, all the card's memory in use counts as this process's (the safe side)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(index)
+    card_used = total - free
+    own, num_processes = _nvml_process_memory(index)
+    if own is None or num_processes == 1:
+        own = card_used
+    others = max(card_used - own, 0)
+    budget = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
+    shortfall = max(budget - (total - others), 0)
+    if others:
+        logger.info(
+            "other processes hold %.2f GiB of the card; of this process's %.2f GiB budget %.2f GiB %s",
+            others / 2**30,
+            budget / 2**30,
+            shortfall / 2**30,
+            "cannot be had" if shortfall else "is short",
+        )
+    return max(own - loaded_bytes, 0) + shortfall
+
+
+def own_memory_outside_allocator(index: int, reserved: int, card_outside: int) -> int:
+    """This process's device memory outside torch's allocator: NVML's figure for this process less
+    what the allocator has reserved. Where NVML cannot name this process (no NVML, or a container
+    with its own PID namespace) but lists a single process, that process is this one (it holds a
+    CUDA context), so all the card's outside memory is ours; with several, ours cannot be told from
+    theirs and the plan's runtime reserve (640 MiB) stands in for it."""
+    used, num_processes = _nvml_process_memory(index)
+    if used is not None:
+        return max(used - reserved, 0)
+    if num_processes == 1:
+        return card_outside
+    return min(card_outside, RUNTIME_RESERVE_BYTES)
+
+
+def _nvml_process_memory(index: int) -> tuple[int | None, int | None]:
+    """(this process's bytes on the card per NVML or None, how many processes NVML lists or None)."""
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(
+            uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+        )
+        processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception as e:  # no driver library, an old driver, a device NVML does not show
+        logger.debug("NVML cannot list the card's processes (%s)", e)
+        return None, None
+    pid = os.getpid()
+    for process in processes:
+        if process.pid == pid and isinstance(process.usedGpuMemory, int):
+            return process.usedGpuMemory, len(processes)
+    return None, len(processes)
 
 
 def check_kv_cache_dtype(config: EngineConfig, device: torch.device) -> None:

@@ -29,6 +29,7 @@ from kvspill.engine_checks import (
     pick_device,
     pick_dtype,
     preflight,
+    runtime_bytes_beside,
 )
 from kvspill.env import cuda_graphs_on
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
@@ -42,7 +43,7 @@ from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.layers import rope_table_bytes
 from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.parallel import SINGLE, TensorParallel
-from kvspill.model.quant import model_weight_bytes
+from kvspill.model.quant import dequant_scratch_bytes, model_weight_bytes
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
@@ -119,8 +120,9 @@ def _measure(
 ) -> Measured:
     """The plan's measured inputs. On the CPU the weights are the parameters' bytes (so a plan made
     from the model's shapes, as `kvspill plan` makes it, lands on the same blocks). On CUDA the
-    weights are what loading allocated; everything else in use on the card (CUDA context, other
-    processes, other engines of this process) is runtime memory the pool cannot have."""
+    weights are what loading allocated; the rest of this process's memory on the card (CUDA
+    context, other engines of this process) and what other processes leave short of the budget
+    are runtime memory the pool cannot have (`runtime_bytes_beside`)."""
     if device.type != "cuda":
         return Measured(weight_bytes=model_weight_bytes(loaded.model))
     chunk = min(config.max_num_batched_tokens, loaded.max_model_len)
@@ -128,14 +130,13 @@ def _measure(
     # Cached-but-free allocator blocks (temporaries of weight loading: dtype casts, random init)
     # count as used in mem_get_info: hand them back first, so the pool gets that room.
     torch.cuda.empty_cache()
-    free, total = torch.cuda.mem_get_info(device)
     loaded_bytes = torch.cuda.memory_allocated(device) - allocated_before
-    # The RoPE table is charged by the plan from the context (it is 0.5 GiB at 1M positions), not
-    # as weights: the decode floor reads the weights every step, the table barely.
+    # The plan charges the RoPE table from the context (0.5 GiB at 1M), not as weights (read each step)
     weights = loaded_bytes - rope_table_bytes(loaded.model)
-    return Measured(
-        weight_bytes=weights, activation_bytes=activation, runtime_bytes=total - free - loaded_bytes
-    )
+    runtime = runtime_bytes_beside(config, device, loaded_bytes)
+    graph_rows = 0 if config.enforce_eager else min(config.max_num_seqs, MAX_GRAPH_BATCH)
+    scratch = dequant_scratch_bytes(loaded.model, loaded.dtype, graph_rows)
+    return Measured(weights, activation, runtime, graph_scratch_bytes=scratch)
 
 
 def _size_tiers(
@@ -174,7 +175,6 @@ def _size_tiers(
             + "\nLower --max-num-batched-tokens, raise --vram-budget or --gpu-memory-utilization, "
             "or use a smaller model."
         )
-    cap_allocator(config, device, leave_runtime=True)  # the pools are planned beside that memory
     blocks_per_seq = -(-loaded.max_model_len // config.block_size)
     if (
         num_blocks + plan.cpu_kv_tokens // config.block_size + plan.disk_kv_tokens // config.block_size
@@ -318,8 +318,7 @@ def build_engine_parts(
     with phases.phase("measure and size the KV tiers"):
         plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)
     bs = config.block_size
-    # The scheduler is shared: every rank holds the same block ids, so the tiers are the smallest
-    # any rank's plan allows.
+    # The scheduler is shared: every rank holds the same block ids (the smallest tiers of any rank)
     num_gpu, num_cpu, num_disk = tp.min_over_ranks(
         [plan.gpu_kv_tokens // bs, plan.cpu_kv_tokens // bs, plan.disk_kv_tokens // bs]
     )
@@ -333,6 +332,7 @@ def build_engine_parts(
             disk_dir=config.kv_disk_dir,
         )
     graphs = _prepare_kernels(config, loaded, storage, device, tp, phases)
+    cap_allocator(config, device, leave_runtime=True, step_bytes=plan.activation_peak_bytes)
     logger.info(
         "KV tiers: gpu %d blocks (%.2f GiB, %s), cpu %d blocks (%.2f GiB%s), disk %d blocks (%.2f GiB) of %d tokens",
         storage.num_blocks,

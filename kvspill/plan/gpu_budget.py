@@ -57,6 +57,7 @@ def gpu_budget(request: PlanRequest, weight_bytes: int) -> GpuBudget:
         if not request.enforce_eager:
             batch = min(request.max_num_seqs, MAX_GRAPH_BATCH)
             graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
+            graph += request.graph_scratch_bytes
         slack = max(ALLOCATOR_SLACK_MIN_BYTES, int(usable * ALLOCATOR_SLACK_FRACTION))
         runtime = (
             RUNTIME_RESERVE_BYTES

@@ -51,6 +51,7 @@ class Measured:
     weight_bytes: int  # the loaded model's tensors on that device
     activation_bytes: int | None = None  # peak of one profiled prefill chunk (CUDA); None: estimate
     runtime_bytes: int | None = None  # in use outside torch's tensors: CUDA context, other processes
+    graph_scratch_bytes: int = 0  # a weight dequantized inside a captured decode step (GGUF)
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,7 @@ def startup_plan(
             measured_weight_bytes=measured.weight_bytes,
             measured_activation_bytes=measured.activation_bytes,
             measured_runtime_bytes=measured.runtime_bytes,
+            graph_scratch_bytes=measured.graph_scratch_bytes,
         )
     budgeted = _device_budget(config, request, device, device_total_bytes, host_available_bytes)
     if budgeted is None:

@@ -72,18 +72,22 @@ def test_warmup_leaves_no_trace_and_the_same_tokens(
     assert run(warm) == run(cold)
 
 
-def test_the_allocator_cap_keeps_the_memory_outside_torch_within_the_budget(monkeypatch) -> None:
-    """The budget is for the whole card: once loaded, torch's allocator gets the budget less what
-    is in use outside it (CUDA context, kernel images, other processes), measured then."""
+def test_the_allocator_cap_keeps_this_process_memory_outside_torch_within_the_budget(
+    monkeypatch, caplog
+) -> None:
+    """The budget is this process's: once loaded, torch's allocator gets the budget less what this
+    process holds outside it (CUDA context, kernel images), never other processes' memory."""
     import types
 
     import torch
 
+    from kvspill import engine_checks
     from kvspill.config import EngineConfig
     from kvspill.engine_checks import cap_allocator
 
     gib = 2**30
     card, reserved, outside = 80 * gib, 16 * gib, gib
+    nvml: dict[str, object] = {"used": reserved + gib, "processes": 1}  # NVML names this process
     caps: list[tuple[float, int]] = []
     monkeypatch.setattr(
         torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=card)
@@ -91,6 +95,7 @@ def test_the_allocator_cap_keeps_the_memory_outside_torch_within_the_budget(monk
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (card - reserved - outside, card))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: reserved)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, i: caps.append((f, i)))
+    monkeypatch.setattr(engine_checks, "_nvml_process_memory", lambda i: (nvml["used"], nvml["processes"]))
     cuda, budget = torch.device("cuda", 0), EngineConfig(model="m", vram_budget_bytes=24 * gib)
     cap_allocator(budget, cuda)  # before loading: the plan's runtime estimate stands
     assert caps[-1] == pytest.approx((24 / 80, 0))
@@ -98,8 +103,62 @@ def test_the_allocator_cap_keeps_the_memory_outside_torch_within_the_budget(monk
     assert caps[-1] == pytest.approx((23 / 80, 0))
     cap_allocator(EngineConfig(model="m", gpu_memory_utilization=0.5), cuda, leave_runtime=True)
     assert caps[-1] == pytest.approx((39 / 80, 0))  # no budget: the card's share
-    outside = 30 * gib  # more outside than the budget (the plan refuses that first): no growth
+
+    # 14 other processes hold 12 GiB: theirs, not this budget's (they left 0 bytes to each of 15 evals)
+    outside, nvml["processes"] = 13 * gib, 15
     cap_allocator(budget, cuda, leave_runtime=True)
-    assert caps[-1] == (0.0, 0)
+    assert caps[-1] == pytest.approx((23 / 80, 0))
+    # NVML cannot name this process (a PID namespace): one process listed is this one ...
+    nvml["used"], nvml["processes"], outside = None, 1, gib
+    cap_allocator(budget, cuda, leave_runtime=True)
+    assert caps[-1] == pytest.approx((23 / 80, 0))
+    # ... among several, the plan's runtime reserve stands in for this process's share
+    nvml["processes"], outside = 15, 13 * gib
+    cap_allocator(budget, cuda, leave_runtime=True)
+    assert caps[-1] == pytest.approx(((24 * gib - engine_checks.RUNTIME_RESERVE_BYTES) / card, 0))
+    # never below what the allocator holds plus a step's temporaries: over the budget, with a warning
+    nvml["used"], nvml["processes"] = reserved + 20 * gib, 1
+    with caplog.at_level("WARNING", logger="kvspill.engine_setup"):
+        cap_allocator(budget, cuda, leave_runtime=True, step_bytes=2 * gib)
+    assert caps[-1] == pytest.approx((18 / 80, 0))
+    assert "14.00 GiB over the 24.00 GiB budget" in caplog.text
     cap_allocator(budget, torch.device("cpu"), leave_runtime=True)
-    assert len(caps) == 4  # nothing to cap on the CPU
+    assert len(caps) == 7  # nothing to cap on the CPU
+
+
+def test_nvml_process_memory_is_none_without_a_card() -> None:
+    """No NVML or no such card: the lookup says it cannot tell, it never raises."""
+    import torch
+
+    from kvspill.engine_checks import _nvml_process_memory
+
+    if torch.cuda.is_available():
+        pytest.skip("a card is here: NVML may name this process")
+
+    assert _nvml_process_memory(0)[0] is None
+
+
+def test_the_plan_charges_other_processes_only_what_they_leave_short_of_the_budget(monkeypatch) -> None:
+    """Runtime memory is this process's beyond its weights, plus the budget's part that other
+    processes' memory leaves no room for (three 8 GiB engines on one card each found no room)."""
+    import torch
+
+    from kvspill import engine_checks
+    from kvspill.config import EngineConfig
+
+    gib = 2**30
+    card, used, loaded = 80 * gib, 10 * gib, 8 * gib
+    nvml: dict[str, object] = {"used": 9 * gib, "processes": 1}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (card - used, card))
+    monkeypatch.setattr(engine_checks, "_nvml_process_memory", lambda i: (nvml["used"], nvml["processes"]))
+    cuda, budget = torch.device("cuda", 0), EngineConfig(model="m", vram_budget_bytes=24 * gib)
+    runtime = lambda config=budget: engine_checks.runtime_bytes_beside(config, cuda, loaded)  # noqa: E731
+    assert runtime() == 2 * gib  # one process: the card's use is this one's (as before)
+    nvml["processes"] = None
+    nvml["used"] = None
+    assert runtime() == 2 * gib  # NVML cannot tell: the card's use counts as this process's
+    used, nvml["used"], nvml["processes"] = 30 * gib, 10 * gib, 15
+    assert runtime() == 2 * gib  # 20 GiB of others leave 60 GiB: the 24 GiB budget is whole
+    used = 70 * gib
+    assert runtime() == 6 * gib  # 60 GiB of others leave 20 GiB: 4 GiB of the budget cannot be had
+    assert runtime(EngineConfig(model="m", gpu_memory_utilization=0.5)) == 22 * gib  # 40 of 80, 20 left
