@@ -88,7 +88,8 @@ class PlanRequest:
     measured_weight_bytes: int | None = None  # tensors the loaded model holds on the device
     measured_activation_bytes: int | None = None  # peak of one profiled prefill chunk
     measured_runtime_bytes: int | None = None  # device memory in use outside torch's tensors
-    graph_scratch_bytes: int = 0  # the graph pool's dequantized weight (model/quant.dequant_scratch_bytes)
+    # the graph pool's dequantized weight (model/quant.dequant_scratch_bytes); None: estimated
+    graph_scratch_bytes: int | None = None
     # Exact tier sizes in blocks (EngineConfig.num_kv_blocks / num_cpu_kv_blocks / num_disk_kv_blocks)
     gpu_kv_blocks: int | None = None
     cpu_kv_blocks: int | None = None

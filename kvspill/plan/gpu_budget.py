@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 
 from kvspill.plan.costs import activation_peak_bytes
 from kvspill.plan.units import MiB
+from kvspill.plan.weights import holds_gguf_blocks
 
 if TYPE_CHECKING:
     from kvspill.plan.arithmetic import PlanRequest
+    from kvspill.plan.spec import ModelSpec
 
 # CUDA context + cuBLAS workspaces + kernel images: outside the torch allocator. The engine
 # measured ~0.65 GiB on H100 and H200 (torch 2.11): 512 MiB put 0.13 GiB too much KV on the GPU.
@@ -26,6 +28,21 @@ CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of
 ALLOCATOR_SLACK_FRACTION = 0.03  # caching-allocator fragmentation, of the usable VRAM
 ALLOCATOR_SLACK_MIN_BYTES = 128 * MiB
 MAX_GRAPH_BATCH = 256  # largest decode batch captured in a CUDA graph (runner/cuda_graphs.py)
+# Past this many rows a GGUF projection dequantizes its weight, then multiplies (kernels/gguf_gemv's
+# MAX_GEMV_TOKENS; tests/plan/test_graph_scratch.py holds them equal).
+GGUF_GEMV_MAX_ROWS = 16
+
+
+def gguf_graph_scratch_bytes(spec: ModelSpec, act_bytes: int) -> int:
+    """Before loading, the largest weight a GGUF decode graph past GGUF_GEMV_MAX_ROWS dequantizes
+    into its pool: the lm_head, fused gate+up or fused qkv (the engine measures it after loading,
+    `model/quant.dequant_scratch_bytes`)."""
+    rows = max(
+        spec.vocab_size,
+        2 * spec.intermediate_size,
+        (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim,
+    )
+    return rows * spec.hidden_size * act_bytes
 
 
 @dataclass(frozen=True)
@@ -57,7 +74,10 @@ def gpu_budget(request: PlanRequest, weight_bytes: int) -> GpuBudget:
         if not request.enforce_eager:
             batch = min(request.max_num_seqs, MAX_GRAPH_BATCH)
             graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
-            graph += request.graph_scratch_bytes
+            if request.graph_scratch_bytes is not None:
+                graph += request.graph_scratch_bytes
+            elif holds_gguf_blocks(spec, request.quantization) and batch > GGUF_GEMV_MAX_ROWS:
+                graph += gguf_graph_scratch_bytes(spec, act_bytes)
         slack = max(ALLOCATOR_SLACK_MIN_BYTES, int(usable * ALLOCATOR_SLACK_FRACTION))
         runtime = (
             RUNTIME_RESERVE_BYTES

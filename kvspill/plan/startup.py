@@ -51,7 +51,7 @@ class Measured:
     weight_bytes: int  # the loaded model's tensors on that device
     activation_bytes: int | None = None  # peak of one profiled prefill chunk (CUDA); None: estimate
     runtime_bytes: int | None = None  # in use outside torch's tensors: CUDA context, other processes
-    graph_scratch_bytes: int = 0  # a weight dequantized inside a captured decode step (GGUF)
+    graph_scratch_bytes: int | None = None  # a weight dequantized inside a captured decode step (GGUF)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,12 @@ def _file_is_quantized_gguf(spec: ModelSpec, quantization: str) -> bool:
     return quantization == "gguf" and spec.stored_weight_bytes is not None and spec.weight_dtype_bytes is None
 
 
+def holds_gguf_blocks(spec: ModelSpec, quantization: str) -> bool:
+    """Whether the projections stay in GGUF blocks: a quantized GGUF file kept as it is, or a
+    what-if GGUF type (q4_k_m, ...)."""
+    return _file_is_quantized_gguf(spec, quantization) or quantization in GGUF_BITS_PER_WEIGHT
+
+
 def stored_weight_bytes(spec: ModelSpec, quantization: str, dtype_bytes: int) -> int:
     """All weights as held (on the GPU or, offloaded, in RAM); `dtype_bytes` for dense tensors."""
     if _file_is_quantized_gguf(spec, quantization):

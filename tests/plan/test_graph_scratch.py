@@ -43,3 +43,25 @@ def test_the_plan_charges_the_graph_scratch_beside_the_graph() -> None:
     assert scratch.gpu_kv_bytes < plain.gpu_kv_bytes
     eager = make_plan(replace(request, graph_scratch_bytes=GiB, enforce_eager=True), DEFAULT_BANDWIDTHS)
     assert eager.cuda_graph_reserve_bytes == 0  # no graphs, no graph pool
+
+
+def test_before_loading_a_gguf_plan_estimates_the_largest_weight() -> None:
+    """`kvspill plan` and the startup plan have no model yet: an 8B's bf16 lm_head, 1 GiB (its
+    128,256 rows of 4,096 are more than fused gate+up's 28,672), for a what-if GGUF type."""
+    from kvspill.plan.gpu_budget import GGUF_GEMV_MAX_ROWS, gguf_graph_scratch_bytes
+
+    assert GGUF_GEMV_MAX_ROWS == MAX_GEMV_TOKENS
+    spec = KNOWN_SHAPES["llama-8b"]
+    assert gguf_graph_scratch_bytes(spec, 2) == 128256 * 4096 * 2
+    request = PlanRequest(spec=spec, vram_budget_bytes=24 * GiB, context_len=32768, quantization="q4_k_m")
+    dense = make_plan(replace(request, quantization="none"), DEFAULT_BANDWIDTHS)
+    # "gguf" keeps a file's own format: a dense shape holds no blocks, so no scratch
+    assert make_plan(replace(request, quantization="gguf"), DEFAULT_BANDWIDTHS).cuda_graph_reserve_bytes == (
+        dense.cuda_graph_reserve_bytes
+    )
+    gguf = make_plan(request, DEFAULT_BANDWIDTHS)
+    assert gguf.cuda_graph_reserve_bytes == dense.cuda_graph_reserve_bytes + 128256 * 4096 * 2
+    measured = make_plan(replace(request, graph_scratch_bytes=0), DEFAULT_BANDWIDTHS)
+    assert measured.cuda_graph_reserve_bytes == dense.cuda_graph_reserve_bytes  # the engine's figure wins
+    few_rows = make_plan(replace(request, max_num_seqs=GGUF_GEMV_MAX_ROWS), DEFAULT_BANDWIDTHS)
+    assert few_rows.cuda_graph_reserve_bytes < gguf.cuda_graph_reserve_bytes  # gemv only: no copy
