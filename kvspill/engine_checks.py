@@ -98,10 +98,9 @@ def cap_allocator(
     graphs are captured because the plan's graph term is an estimate: capped before, an fp32
     SmolLM2 engine on a 5.6 GiB budget failed its capture by 108 MiB (2026-11-28).
 
-    Other processes' memory is not subtracted: the budget is this process's. The plan already
-    charged what they held at start-up (the pool is smaller for it), and counting it again left
-    0 bytes to each of 15 evals sharing one H200 (2026-11-28): all failed at their first pool
-    allocation."""
+    Other processes' memory is not subtracted: the budget is this process's (the plan charges
+    them only what they leave short of it, `runtime_bytes_beside`). Subtracting it left 0 bytes
+    to each of 15 evals sharing one H200 (2026-11-28): all failed at their first pool allocation."""
     if device.type != "cuda":
         return
     total = torch.cuda.get_device_properties(device).total_memory
@@ -145,11 +144,11 @@ def runtime_bytes_beside(config: EngineConfig, device: torch.device, loaded_byte
     shortfall = max(budget - (total - others), 0)
     if others:
         logger.info(
-            "other processes hold %.2f GiB of the card; of this process's %.2f GiB budget %.2f GiB %s",
+            "other processes hold %.2f GiB of the card: %s",
             others / 2**30,
-            budget / 2**30,
-            shortfall / 2**30,
-            "cannot be had" if shortfall else "is short",
+            f"{shortfall / 2**30:.2f} GiB of this process's {budget / 2**30:.2f} GiB budget cannot be had"
+            if shortfall
+            else f"this process's {budget / 2**30:.2f} GiB budget still fits beside them",
         )
     return max(own - loaded_bytes, 0) + shortfall
 
