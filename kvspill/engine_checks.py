@@ -81,22 +81,33 @@ def preflight(config: EngineConfig) -> None:
                 logger.warning("could not pin CPU attention to %d cores (%s): running unpinned", threads, e)
 
 
+# What a step's reserved memory can grow by beyond the bytes it allocates: torch's allocator serves
+# a 1-10 MB request from a new 20 MiB segment, a small one from a 2 MiB segment, and rounds large
+# ones up to 2 MiB. The plan's activation peak counts allocated bytes: an fp32 SmolLM2 engine 0.19
+# GiB over its budget, capped at reserved + that peak (0.01 GiB), failed its first warm-up step
+# on a 20 MiB segment for a dequantized weight of a few MiB (H200, 2026-11-28).
+ALLOCATOR_STEP_SLACK_BYTES = 64 * 2**20
+
+
 def cap_allocator(
     config: EngineConfig, device: torch.device, leave_runtime: bool = False, step_bytes: int = 0
 ) -> None:
     """Cap torch's caching allocator at the budget (`--vram-budget`, else the card's
-    `--gpu-memory-utilization` share). With `leave_runtime` (once the weights are loaded and the
-    pools are allocated and the decode graphs captured) the cap is the budget less this
+    `--gpu-memory-utilization` share). With `leave_runtime` (once start-up has allocated all it
+    holds: weights, pools, decode graphs, the runner's stream buffers) the cap is the budget less this
     process's own memory outside the allocator now (CUDA context, kernel images, library
     workspaces). Capped at the whole budget, cached free blocks grew into that share: W3 1M held
     24.52 GiB of a 24 GiB budget on the card (23.71 GiB reserved, 22.92 allocated). At the cap the
     allocator frees its cached blocks and retries before it reports out of memory.
 
     The cap never falls below what the allocator holds plus `step_bytes` (a step's temporaries,
-    the plan's activation peak): where the plan under-counted what start-up allocated, the engine
+    the plan's activation peak) plus the allocator's segment slack (`ALLOCATOR_STEP_SLACK_BYTES`):
+    where the plan under-counted what start-up allocated, the engine
     runs over the budget and says so rather than failing its first steps. It is set after the
     graphs are captured because the plan's graph term is an estimate: capped before, an fp32
-    SmolLM2 engine on a 5.6 GiB budget failed its capture by 108 MiB (2026-11-28).
+    SmolLM2 engine on a 5.6 GiB budget failed its capture by 108 MiB (2026-11-28); and after the
+    runner is built: capped before its stream buffers, the same engine (an eval's third in one
+    process, 0.14 GiB over the budget) failed their 24 MiB (H200, 2026-11-28).
 
     Other processes' memory is not subtracted: the budget is this process's (the plan charges
     them only what they leave short of it, `runtime_bytes_beside`). Subtracting it left 0 bytes
@@ -110,7 +121,7 @@ def cap_allocator(
         reserved = torch.cuda.memory_reserved(index)
         free, _ = torch.cuda.mem_get_info(index)
         outside = own_memory_outside_allocator(index, reserved, card_outside=max(total - free - reserved, 0))
-        floor = reserved + step_bytes
+        floor = reserved + step_bytes + ALLOCATOR_STEP_SLACK_BYTES
         if ceiling - outside < floor:
             logger.warning(
                 "the engine holds %.2f GiB outside torch and %.2f GiB in it, and a step needs %.2f GiB: "

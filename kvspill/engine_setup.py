@@ -332,7 +332,6 @@ def build_engine_parts(
             disk_dir=config.kv_disk_dir,
         )
     graphs = _prepare_kernels(config, loaded, storage, device, tp, phases)
-    cap_allocator(config, device, leave_runtime=True, step_bytes=plan.activation_peak_bytes)
     logger.info(
         "KV tiers: gpu %d blocks (%.2f GiB, %s), cpu %d blocks (%.2f GiB%s), disk %d blocks (%.2f GiB) of %d tokens",
         storage.num_blocks,
@@ -372,6 +371,8 @@ def build_engine_parts(
         sparse_graphs=tp.size == 1 and cuda_graphs_on("SPARSE"),
         stream_graphs=stream_graphs,
     )
+    # once start-up has allocated everything, the runner's stream buffers too (see there)
+    cap_allocator(config, device, leave_runtime=True, step_bytes=plan.activation_peak_bytes)
     fingerprint = kv_fingerprint(
         {
             **model_identity(config.model),
