@@ -173,6 +173,7 @@ def test_presets_sized_for_the_engine_length_pass_its_start_up_plan(preset):
     assert planned is not None and planned.plan.fits
 
 
+@pytest.mark.slow
 def test_an_isolated_configuration_runs_in_a_child_process_and_reports_its_rows(tiny_llama_dir):
     """The CUDA path of `bench compare`: each engine lives in a spawned child, rows come back;
     a configuration that cannot start in the child is a failed row, not a crash."""

@@ -16,16 +16,7 @@ def smol_llm() -> LLM:
     return LLM(None, device="cpu", dtype="float32", max_model_len=2048)
 
 
-@pytest.fixture(scope="module")
-def smol_hf(smollm2_gguf_path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(
-        str(smollm2_gguf_path.parent), gguf_file=smollm2_gguf_path.name, dtype=torch.float32
-    ).eval()
-
-
-def test_greedy_64_tokens_match_transformers(smol_llm, smol_hf):
+def test_greedy_64_tokens_match_transformers(smol_llm, smollm2_hf):
     messages = [{"role": "user", "content": "Write a Python function that reverses a string."}]
     prompt = smol_llm.chat_prompt(messages)
     ours = smol_llm.generate([prompt], SamplingParams(temperature=0, max_tokens=64, ignore_eos=True))[0]
@@ -33,7 +24,7 @@ def test_greedy_64_tokens_match_transformers(smol_llm, smol_hf):
         # The explicit mask matters: pad_token_id is <|im_end|> (2), which the chat prompt
         # contains, and generate() would otherwise mask those prompt tokens out.
         ids = torch.tensor([prompt])
-        ref = smol_hf.generate(
+        ref = smollm2_hf.generate(
             ids,
             attention_mask=torch.ones_like(ids),
             max_new_tokens=64,

@@ -77,6 +77,7 @@ def test_smollm2_blocks(smollm2_gguf_path, device):
     _check_real(tensors, device)
 
 
+@pytest.mark.slow
 def test_gemma_q4_k_m_blocks(gemma_gguf_path, device):
     tensors = real_tensors(gemma_gguf_path, set(SUPPORTED_TYPES), per_type=1)
     assert {qtype for _, qtype, _ in tensors} == {"Q4_K", "Q5_0", "Q6_K", "Q8_0"}

@@ -100,6 +100,7 @@ def _tied_scores(num_heads: int, num_blocks: int, seed: int) -> torch.Tensor:
     # 1040 has 16 blocks: filler; 4000: 1600 candidates, searched in chunks), or the search over
     # chunks (300, 250: no fewer keys)
 )  # fmt: skip
+@pytest.mark.slow
 def test_selection_kernels_equal_the_stable_sort_definition(num_blocks, budget, register_blocks):
     scores = _tied_scores(4, num_blocks, budget)
     got = select_top_blocks(ranking_keys(scores).to(DEVICE), budget, register_blocks).cpu()

