@@ -371,7 +371,6 @@ def build_engine_parts(
         sparse_graphs=tp.size == 1 and cuda_graphs_on("SPARSE"),
         stream_graphs=stream_graphs,
     )
-    # once start-up has allocated everything, the runner's stream buffers too (see there)
     cap_allocator(config, device, leave_runtime=True, step_bytes=plan.activation_peak_bytes)
     fingerprint = kv_fingerprint(
         {
