@@ -30,6 +30,7 @@ from kvspill.engine_checks import (
     pick_dtype,
     preflight,
     runtime_bytes_beside,
+    use_expandable_segments,
 )
 from kvspill.env import cuda_graphs_on
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
@@ -292,8 +293,8 @@ def build_engine_parts(
     phases = phases or StartupPhases()
     with phases.phase("device and pre-flight"):
         device = pick_device(config, tp)
-        dtype = pick_dtype(config, device)
-        # The plans count bytes at the dtype the engine runs (on the CPU "auto" may mean fp32).
+        use_expandable_segments(device, tp)
+        dtype = pick_dtype(config, device)  # the plans count bytes at the dtype the engine runs
         config = replace(config, dtype=str(dtype).removeprefix("torch."))
         config = with_attention_mode(config, device.type)  # --attention cpu on a GPU: via the tiers
         check_kv_cache_dtype(config, device)  # before loading anything
@@ -366,8 +367,7 @@ def build_engine_parts(
             # "auto" splits fewer steps where they could replay a stream graph (runner/stream_graphs.py)
             stream_graphs=graphs is not None and stream_graphs and getattr(storage, "cpu_pinned", False),
         ),
-        # every rank would have to capture at the same step; KVSPILL_SPARSE_CUDA_GRAPHS=0 and
-        # KVSPILL_STREAM_CUDA_GRAPHS=0: those steps run eagerly (to compare)
+        # every rank would capture at one step; KVSPILL_{SPARSE,STREAM}_CUDA_GRAPHS=0 run them eagerly
         sparse_graphs=tp.size == 1 and cuda_graphs_on("SPARSE"),
         stream_graphs=stream_graphs,
     )

@@ -31,6 +31,8 @@ MAX_GRAPH_BATCH = 256  # largest decode batch captured in a CUDA graph (runner/c
 # Past this many rows a GGUF projection dequantizes its weight, then multiplies (kernels/gguf_gemv's
 # MAX_GEMV_TOKENS; tests/plan/test_graph_scratch.py holds them equal).
 GGUF_GEMV_MAX_ROWS = 16
+# Rows of prompt logprobs scored at once (runner/prompt_logprobs.SLICE_ROWS; the test holds them equal)
+PROMPT_LOGPROB_ROWS = 256
 
 
 def gguf_graph_scratch_bytes(spec: ModelSpec, act_bytes: int) -> int:
@@ -62,7 +64,8 @@ def gpu_budget(request: PlanRequest, weight_bytes: int) -> GpuBudget:
     spec, kv_bytes = request.spec, request.kv_dtype_bytes
     usable = int(request.vram_budget_bytes * request.gpu_memory_utilization)
     act_bytes = request.weight_dtype_bytes
-    num_sampled = min(request.max_num_seqs, request.max_num_batched_tokens)
+    # rows whose logits a step holds: one per sequence, or a slice of a prompt's logprobs
+    num_sampled = min(max(request.max_num_seqs, PROMPT_LOGPROB_ROWS), request.max_num_batched_tokens)
     activation = request.measured_activation_bytes
     if activation is None:
         activation = activation_peak_bytes(

@@ -37,7 +37,7 @@ from kvspill.runner.async_output import PLACEHOLDER, DeviceFeed, PendingStepOutp
 from kvspill.runner.attention import PagedAttention, build_attention_metadata, to_device
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
-from kvspill.runner.prompt_logprobs import compute_prompt_logprobs, prompt_logprob_spans
+from kvspill.runner.prompt_logprobs import compute_prompt_logprobs, prompt_logprob_spans, slice_rows
 from kvspill.runner.sparse_graphs import SparseDecodeGraphs
 from kvspill.runner.stream_graphs import StreamDecodeGraphs
 from kvspill.sampling.sampler import Sampler, SamplingState
@@ -230,7 +230,13 @@ class ModelRunner:
         if feed is not None:
             feed.apply(input_ids)
         hidden = self.model(input_ids, to_device(inputs.positions, self.device), attention)
-        self._prompt_lps = compute_prompt_logprobs(hidden, spans, self.states, self.model.compute_logits)
+        self._prompt_lps = compute_prompt_logprobs(
+            hidden,
+            spans,
+            self.states,
+            self.model.compute_logits,
+            slice_rows(getattr(self.model, "lm_head", None), hidden.device),
+        )
         if not inputs.sample_rows:  # a step of prefill chunks that all stop short of their end
             return hidden.new_empty((0, 0), dtype=torch.float32), None
         rows = to_device(inputs.logits_indices, self.device)

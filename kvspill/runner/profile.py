@@ -2,7 +2,8 @@
 
 Start-up runs one forward of `max_num_batched_tokens` tokens over a scratch KV pool after the
 weights are loaded and before the real pool is sized; its peak beyond the weights and that pool
-is what every later step may need on top of them (engine_setup.py passes it to the plan).
+is what every later step may need on top of them (engine_setup.py passes it to the plan). It
+ends with one prompt-logprobs slice of logits, the largest a step's output takes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from kvspill.kv.storage import KVLayout, KVStorage
 from kvspill.model.llama import LlamaForCausalLM
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
+from kvspill.runner.prompt_logprobs import score_rows, slice_rows
 
 
 def profile_prefill_peak(
@@ -40,7 +42,9 @@ def profile_prefill_peak(
     with torch.inference_mode():
         ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
         hidden = model(ids, torch.from_numpy(positions).to(device), PagedAttention(storage, meta, 1.0))
-        model.compute_logits(hidden[-1:])
+        # a prompt-logprobs slice: its [rows, vocab] logits and logprobs (runner/prompt_logprobs.py)
+        rows = min(slice_rows(model.lm_head, device), num_tokens)
+        score_rows(model.compute_logits, hidden[-rows:])
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - before - storage.nbytes
     del storage, hidden

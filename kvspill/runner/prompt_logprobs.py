@@ -7,7 +7,11 @@ scored here). The chunks of one prompt together score every prompt token but the
 
 Logprobs are the model's own (`log_softmax` of the logits, no penalties, bias or grammar), in
 float32. Rows are scored in slices of SLICE_ROWS so a long chunk never holds [n, vocab] logits at
-once (a 4K-token chunk of a 128K vocabulary would be 2 GiB).
+once (a 4K-token chunk of a 128K vocabulary would be 2 GiB). A GGUF-quantized lm_head on a GPU
+takes slices of MAX_GEMV_TOKENS rows: past that its projection dequantizes the whole weight into a
+temporary (108 MiB for SmolLM2's fp32 lm_head, 1 GiB for an 8B's bf16) that the memory plan does
+not hold; an eval's reference engine failed on it at its budget (H200, 2026-11-28). The plan's
+activation profile scores one slice (`runner/profile.py`), so the logits are counted.
 """
 
 from __future__ import annotations
@@ -15,11 +19,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
+from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
+from kvspill.model.quant import QuantEmbedding, QuantLinear
 from kvspill.runner.inputs import RunnerRequestState, StepInputs
 from kvspill.types import PromptLogprobs, TokenLogprobs
 
 SLICE_ROWS = 256
+
+
+def slice_rows(lm_head: nn.Module | None, device: torch.device) -> int:
+    """Rows scored at once: SLICE_ROWS, or MAX_GEMV_TOKENS for a GGUF lm_head on a GPU (the GEMV
+    path, no dequantized copy of the weight)."""
+    if device.type == "cuda" and isinstance(lm_head, (QuantLinear, QuantEmbedding)):
+        return MAX_GEMV_TOKENS
+    return SLICE_ROWS
+
+
+def score_rows(compute_logits: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+    """[m, vocab] float32 logprobs of the next token for each row of `hidden` (one slice)."""
+    return compute_logits(hidden).log_softmax(dim=-1)
 
 
 def prompt_logprob_spans(
@@ -47,16 +67,18 @@ def compute_prompt_logprobs(
     spans: list[tuple[str, int, int, int]],
     states: dict[str, RunnerRequestState],
     compute_logits: Callable[[torch.Tensor], torch.Tensor],
+    rows: int = SLICE_ROWS,
 ) -> dict[str, PromptLogprobs]:
-    """hidden: [num_tokens, hidden_size] of the step. Scores each span's prompt tokens."""
+    """hidden: [num_tokens, hidden_size] of the step. Scores each span's prompt tokens, `rows`
+    (`slice_rows`) at a time."""
     out: dict[str, PromptLogprobs] = {}
     for req_id, row0, first, count in spans:
         prompt = states[req_id].sampling.prompt_token_ids
         k = states[req_id].sampling.params.prompt_logprobs or 0
         entries: list[TokenLogprobs] = []
-        for off in range(0, count, SLICE_ROWS):
-            m = min(SLICE_ROWS, count - off)
-            logprobs = compute_logits(hidden[row0 + off : row0 + off + m]).log_softmax(dim=-1)  # [m, vocab]
+        for off in range(0, count, rows):
+            m = min(rows, count - off)
+            logprobs = score_rows(compute_logits, hidden[row0 + off : row0 + off + m])  # [m, vocab]
             targets = prompt[first + off : first + off + m]
             target_ids = torch.tensor(targets, dtype=torch.long, device=logprobs.device).unsqueeze(1)
             chosen = logprobs.gather(1, target_ids).squeeze(1).tolist()
