@@ -58,10 +58,19 @@ def use_expandable_segments(device: torch.device, tp: TensorParallel = SINGLE) -
         if torch.cuda.memory_reserved(device) > 0:
             return False  # segments exist: leave the allocator as it is
         # CUDA has started, so it read the environment already
-        torch.cuda.memory._set_allocator_settings(EXPANDABLE_SEGMENTS)
+        _set_allocator_settings(EXPANDABLE_SEGMENTS)
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE_SEGMENTS  # read when CUDA starts, and by children
     logger.info("CUDA allocator: %s (set PYTORCH_CUDA_ALLOC_CONF to choose another)", EXPANDABLE_SEGMENTS)
     return True
+
+
+def _set_allocator_settings(settings: str) -> None:
+    """Change the live allocator's settings: torch >= 2.9's accelerator call, else the CUDA one
+    (which torch 2.11 still has, with a FutureWarning on every engine start-up)."""
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if setter is None:
+        setter = torch.cuda.memory._set_allocator_settings
+    setter(settings)
 
 
 def pick_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:

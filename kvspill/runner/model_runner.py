@@ -101,6 +101,8 @@ class ModelRunner:
                 self.stream_graphs = StreamDecodeGraphs(graphs, cold, self.scale)
         self._last_sampled: SampledTokens | None = None  # the latest step's tokens (feeds the next step)
         self._prompt_lps: dict[str, PromptLogprobs] = {}  # the step being launched (set by _forward)
+        # rows of prompt logprobs scored at a time: fixed by the lm_head's kind and device
+        self._prompt_logprob_rows = slice_rows(getattr(model, "lm_head", None), self.device)
 
     # ---- state updates -------------------------------------------------------------------
 
@@ -235,7 +237,7 @@ class ModelRunner:
             spans,
             self.states,
             self.model.compute_logits,
-            slice_rows(getattr(self.model, "lm_head", None), hidden.device),
+            self._prompt_logprob_rows,
         )
         if not inputs.sample_rows:  # a step of prefill chunks that all stop short of their end
             return hidden.new_empty((0, 0), dtype=torch.float32), None

@@ -33,3 +33,23 @@ def test_cpu_engines_and_tensor_parallel_ranks_leave_it_alone(monkeypatch: pytes
     assert use_expandable_segments(torch.device("cpu")) is False
     assert use_expandable_segments(torch.device("cuda", 1), TensorParallel(rank=1, size=2)) is False
     assert "PYTORCH_CUDA_ALLOC_CONF" not in os.environ
+
+
+def test_a_started_allocator_with_no_segments_is_switched_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench starts CUDA before the engine: the setting then goes to the live allocator, through
+    torch's current call, so no deprecation warning is printed (H200, torch 2.11, 2026-11-29)."""
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+    calls: list[str] = []
+    monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", calls.append, raising=False)
+    assert use_expandable_segments(torch.device("cuda", 0)) is True
+    assert calls == [EXPANDABLE_SEGMENTS]
+
+
+def test_a_started_allocator_holding_segments_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 2 << 20)
+    assert use_expandable_segments(torch.device("cuda", 0)) is False
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in os.environ
