@@ -48,7 +48,9 @@ class SparseDecodeAttention:
         sink_blocks: int,
         hot_window: int,
         score: str = "estimate",
+        dense_layers: int = 0,
     ) -> None:
+        self.dense_layers = dense_layers  # layers [0, dense_layers) attend exactly (Quest's practice)
         self.score_fn = SCORES[score]
         self.budget_blocks = None if budget_tokens is None else max(1, budget_tokens // block_size)
         self.block_size = block_size
@@ -86,7 +88,7 @@ class SparseDecodeAttention:
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         qh, kh, vh = (x.transpose(0, 1)[None] for x in (q, k, v))
-        if self.budget_blocks is None:
+        if self.budget_blocks is None or layer_idx < self.dense_layers:
             o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=True)
         else:
             o = F.scaled_dot_product_attention(
@@ -112,6 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--score", choices=tuple(SCORES), default="estimate", help="block score (estimate: the engine's)"
     )
+    ap.add_argument(
+        "--dense-layers", type=int, default=0, help="the first N layers attend exactly (Quest keeps 2)"
+    )
     ap.add_argument("--out", help="append the figures here as JSON lines")
     args = ap.parse_args(argv)
     resolved = resolve_model(None)
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     ref = teacher_forced(loaded.model, ids, SparseDecodeAttention(None, args.block_size, 0, 0))
     for budget in (int(b) for b in args.budgets.split(",")):
         attention = SparseDecodeAttention(
-            budget, args.block_size, args.sink_blocks, args.hot_window, args.score
+            budget, args.block_size, args.sink_blocks, args.hot_window, args.score, args.dense_layers
         )
         logits = teacher_forced(loaded.model, ids, attention)
         rows = attention.dropping_rows
@@ -134,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             "sink_blocks": args.sink_blocks,
             "hot_window": args.hot_window,
             "score": args.score,
+            "dense_layers": args.dense_layers,
             "all_positions": compare(ref, logits),
             "num_sparse_positions": int(rows.sum()),
             "sparse_positions": compare(ref[rows], logits[rows]) if rows.any() else None,
