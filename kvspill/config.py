@@ -113,6 +113,10 @@ class EngineConfig:
     # sparse: decode requests whose chosen cold blocks stay on the GPU between steps (each costs
     # the budget's KV bytes there, counted by the plan); 0: every step copies its choice
     sparse_cache_seqs: int = 1
+    # sparse: the queries of each prompt's last `sparse_prompt_window` tokens choose
+    # `sparse_prompt_share` of the budget (kv/sparse_anchor.py); 0: the step's query chooses all
+    sparse_prompt_window: int = 0
+    sparse_prompt_share: float = 0.5
     cpu_attention_threads: int | None = (
         None  # threads (and cores, where affinity is allowed) for CPU attention
     )
@@ -194,6 +198,16 @@ class EngineConfig:
                 "sparse_budget_tokens",
                 f"--sparse-budget-tokens must be at least one block ({self.block_size} tokens), "
                 f"got {self.sparse_budget_tokens}",
+            )
+        if self.sparse_prompt_window < 0:
+            raise bad(
+                "sparse_prompt_window",
+                f"--sparse-prompt-window must not be negative (0 turns it off), got {self.sparse_prompt_window}",
+            )
+        if not 0.0 <= self.sparse_prompt_share <= 1.0:
+            raise bad(
+                "sparse_prompt_share",
+                f"--sparse-prompt-share must be between 0 and 1, got {self.sparse_prompt_share}",
             )
         if self.sparse_cache_seqs < 0:
             raise bad(

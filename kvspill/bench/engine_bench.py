@@ -219,6 +219,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="with sparse: sequences whose chosen blocks stay cached",
     )
+    ap.add_argument("--sparse-prompt-window", type=int, default=0, help="--sparse-prompt-window (0: off)")
+    ap.add_argument("--sparse-prompt-share", type=float, default=0.5, help="--sparse-prompt-share")
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, fp8_e5m2 or int8 (--kv-cache-dtype)")
     ap.add_argument("--attention", default="auto", help="auto, or cpu: all KV in RAM, attention on the CPU")
     ap.add_argument(
@@ -273,6 +275,8 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         cold_attention=args.cold_attention,
         sparse_budget_tokens=getattr(args, "sparse_budget_tokens", 4096),
         sparse_cache_seqs=getattr(args, "sparse_cache_seqs", 1),
+        sparse_prompt_window=getattr(args, "sparse_prompt_window", 0),
+        sparse_prompt_share=getattr(args, "sparse_prompt_share", 0.5),
         kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"),
         attention=getattr(args, "attention", "auto"),
         cpu_attention_threads=getattr(args, "cpu_attention_threads", None),
@@ -290,6 +294,8 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
     if args.cold_attention == "sparse" and not args.mode:
         mode += f"-{config.sparse_budget_tokens}" + ("" if config.sparse_cache_seqs else "-nocache")
+    if args.cold_attention == "sparse" and getattr(args, "sparse_prompt_window", 0):
+        mode += f"-prompt{args.sparse_prompt_window}x{args.sparse_prompt_share:g}"
     if getattr(args, "block_size", 16) != 16:
         mode += f"-bs{args.block_size}"
     if getattr(args, "kv_cache_dtype", "auto") != "auto":

@@ -184,6 +184,14 @@ class EngineOptions:
         "between steps (each costs the budget's KV bytes there); 0 copies every step's choice.",
         default="1",
     )
+    sparse_prompt_window: str | None = _flag(
+        "With --cold-attention sparse: the queries of each prompt's last N tokens (the question) choose "
+        "--sparse-prompt-share of the budget, the step's query the rest; 0 turns it off.",
+        parse=parse_tokens,
+    )
+    sparse_prompt_share: float | None = _flag(
+        "With --sparse-prompt-window: the share of --sparse-budget-tokens the prompt's queries choose."
+    )
     cpu_attention_threads: int | None = _flag(
         "Threads (each pinned to its own core where allowed) for CPU attention.", default="torch's default"
     )

@@ -49,6 +49,7 @@ from kvspill.kv.cold_math import merge_partials
 from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseFetched, SparseInput
 from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
 from kvspill.kv.cold_stream_graph import GraphStreamPart
+from kvspill.kv.sparse_anchor import PromptAnchors
 from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.kv.stream_flag import StreamFlag
@@ -114,6 +115,16 @@ class ColdAttentionBackend:
             if self.summaries is not None and storage.device.type == "cuda" and sparse_overlap_on()
             else None
         )
+        # sparse: the queries of each prompt's end choose part of the budget (`sparse_anchor`)
+        self.anchors = None
+        if self.summaries is not None and self.config.sparse_prompt_window:
+            self.anchors = PromptAnchors(
+                storage.layout.num_layers,
+                self.config.sparse_prompt_window,
+                self.config.sparse_prompt_share,
+                self.sparse_budget_blocks,
+                storage.device,
+            )
         # sparse: the chosen blocks of up to `sparse_cache_seqs` decode requests stay on the device
         self.sparse_cache = None
         if self.summaries is not None and self.config.sparse_cache_seqs and self.config.max_seq_blocks:
@@ -299,6 +310,7 @@ class ColdStep:
                 backend.stats.sparse,
                 self._ensure_host_ready,
                 backend.sparse_cache,
+                backend.anchors,
             )
 
     @classmethod

@@ -69,6 +69,10 @@ class ColdAttentionConfig:
     # sparse: decode requests whose chosen blocks stay cached on the device between steps
     # (`kv/sparse_cache.py`; each costs the budget's KV bytes); 0 turns the cache off.
     sparse_cache_seqs: int = 0
+    # sparse: the queries of each prompt's last `sparse_prompt_window` tokens choose
+    # `sparse_prompt_share` of the budget (`kv/sparse_anchor.py`); 0: the step's query chooses all.
+    sparse_prompt_window: int = 0
+    sparse_prompt_share: float = 0.5
     max_seq_blocks: int = 0  # blocks of the longest sequence (the cache's map size); 0: no cache
     # split: a step whose decode rows have fewer cold bytes per layer than this streams them all
     # (the CPU's hand-over would cost more than its share saves); "auto" on a GPU sets it
@@ -99,6 +103,14 @@ class ColdAttentionConfig:
         if self.sparse_cache_seqs < 0:
             raise InvalidParameterError(
                 "cold_path", f"sparse_cache_seqs must not be negative, got {self.sparse_cache_seqs}"
+            )
+        if self.sparse_prompt_window < 0:
+            raise InvalidParameterError(
+                "cold_path", f"sparse_prompt_window must not be negative, got {self.sparse_prompt_window}"
+            )
+        if not 0.0 <= self.sparse_prompt_share <= 1.0:
+            raise InvalidParameterError(
+                "cold_path", f"sparse_prompt_share must be in [0, 1], got {self.sparse_prompt_share}"
             )
         if self.cpu_workers < 0:
             raise InvalidParameterError(
@@ -223,5 +235,7 @@ def engine_cold_config(
         stream_chunk_blocks=max(1, COLD_STAGE_TOKENS // config.block_size),
         sparse_budget_tokens=config.sparse_budget_tokens,
         sparse_cache_seqs=config.sparse_cache_groups(),
+        sparse_prompt_window=config.sparse_prompt_window,
+        sparse_prompt_share=config.sparse_prompt_share,
         max_seq_blocks=max_seq_blocks + 1,
     )

@@ -30,7 +30,7 @@ result equals exact attention up to float rounding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -41,6 +41,7 @@ from kvspill.kernels.sparse_kernels import block_keys, pad_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks, index_copy_rows
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_math import merge_rows_into
+from kvspill.kv.sparse_anchor import PromptAnchors, boost_keys
 from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.sparse_select import block_scores, select_from_keys
 from kvspill.kv.storage import TieredKVStorage
@@ -80,6 +81,8 @@ class SparseSeq:
     positions: torch.Tensor  # arange(num_cold) on the device (the selection's index space)
     group: int | None = None  # its group in the sparse cache; None: staged each step
     num_valid: torch.Tensor | None = None  # CUDA graphs: int64 scalar, the real blocks (rest padding)
+    # [num_layers, num_cold] bool: each layer's anchor blocks (`kv/sparse_anchor.py`), kept first
+    anchor: torch.Tensor | None = None
 
     @property
     def num_cold(self) -> int:
@@ -115,9 +118,11 @@ class SparseColdStep:
         counts: SparseCounts,
         ensure_host_ready: Callable[[], None],
         cache: SparseBlockCache | None = None,
+        anchors: PromptAnchors | None = None,
     ) -> None:
         """`ensure_host_ready()` waits for async copies into the cpu pool; called before the host
-        reads it (summaries made late, gathers through the host)."""
+        reads it (summaries made late, gathers through the host). `anchors`: the prompt-guided
+        share of the budget (`kv/sparse_anchor.py`), None: the step's queries choose it all."""
         self._setup(storage, summaries, counts, ensure_host_ready, cache)
         cacheable = [self._cacheable(x) for x in inputs]
         groups = (
@@ -125,7 +130,18 @@ class SparseColdStep:
             if cache
             else [None] * len(inputs)
         )
-        self._set_seqs([self._seq(x, budget_blocks, g) for x, g in zip(inputs, groups, strict=True)])
+        seqs = [self._seq(x, budget_blocks, g) for x, g in zip(inputs, groups, strict=True)]
+        if anchors is not None:
+            seqs = [self.with_anchor(anchors, x, seq) for x, seq in zip(inputs, seqs, strict=True)]
+        self._set_seqs(seqs)
+
+    def with_anchor(self, anchors: PromptAnchors, x: SparseInput, seq: SparseSeq) -> SparseSeq:
+        """`seq` with its request's anchor masks (unchanged when it has none)."""
+        last = int(x.block_index[-1]) if x.block_index is not None else -1 - int(x.block_ids[-1])
+        masks = anchors.masks(
+            x.req_id, (seq.num_cold, last), seq.num_selected, lambda layer: self._summary(seq, layer)
+        )
+        return seq if masks is None else replace(seq, anchor=masks)
 
     @classmethod
     def for_graph(
@@ -290,13 +306,16 @@ class SparseColdStep:
             merge_rows_into(acc_o, acc_lse, self.staged_rows, o.float(), lse)
 
     def _keys(self, seq: SparseSeq, layer_idx: int, q_row: torch.Tensor) -> torch.Tensor:
-        """Ranking keys [num_kv_heads, num_cold] of the row over the sequence's cold blocks."""
+        """Ranking keys [num_kv_heads, num_cold] of the row over the sequence's cold blocks, the
+        anchor blocks (if any) first."""
         if q_row.is_cuda:
             disk = self.summaries.layer(TIER_DISK, layer_idx) if TIER_DISK in seq.tier_index else None
             cpu = self.summaries.layer(TIER_CPU, layer_idx)
-            return block_keys(q_row, cpu, disk, seq.tiers, seq.ids, seq.num_valid)
-        keys = ranking_keys(block_scores(q_row[None], self._summary(seq, layer_idx)))
-        return keys if seq.num_valid is None else pad_keys(keys, seq.num_valid, seq.positions)
+            keys = block_keys(q_row, cpu, disk, seq.tiers, seq.ids, seq.num_valid)
+        else:
+            keys = ranking_keys(block_scores(q_row[None], self._summary(seq, layer_idx)))
+            keys = keys if seq.num_valid is None else pad_keys(keys, seq.num_valid, seq.positions)
+        return keys if seq.anchor is None else boost_keys(keys, seq.anchor[layer_idx])
 
     def _fill_cache(self, layer_idx: int, chosen: list[torch.Tensor]) -> None:
         """Bring the cached sequences' chosen blocks of this layer into their cache slots."""

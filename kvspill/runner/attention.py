@@ -41,6 +41,7 @@ from kvspill.kernels.rope_store import rope_and_store_kv
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
 from kvspill.kv.cold_attention import ColdStep
 from kvspill.kv.cold_math import merge_partials
+from kvspill.kv.sparse_anchor import AnchorCapture
 from kvspill.kv.storage import KVStorage
 from kvspill.runner.host_decode import DecodeParts, paged_decode_attention_host
 from kvspill.runner.inputs import StepInputs
@@ -60,6 +61,8 @@ class AttentionMetadata:
     prefill_max_query_len: int = 0  # longest prefill chunk (saves the kernel a device sync)
     decode_num_splits: int | None = None  # fixed split count (CUDA graphs) or None = auto
     cold: ColdStep | None = None  # sequences with cpu/disk blocks this step; None: all KV on the gpu tier
+    # sparse with --sparse-prompt-window: the prompt-end queries to keep (kv/sparse_anchor.py)
+    anchor_capture: AnchorCapture | None = None
 
     @property
     def num_prefills(self) -> int:
@@ -72,7 +75,10 @@ def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 def build_attention_metadata(
-    inputs: StepInputs, device: torch.device, cold: ColdStep | None
+    inputs: StepInputs,
+    device: torch.device,
+    cold: ColdStep | None,
+    anchor_capture: AnchorCapture | None = None,
 ) -> AttentionMetadata:
     """The step's metadata on the KV `device`: compacted gpu block tables and gpu seq_lens."""
     nd = inputs.num_decodes
@@ -89,6 +95,7 @@ def build_attention_metadata(
         prefill_seq_lens=to_device(inputs.gpu_seq_lens[nd:], device),
         prefill_max_query_len=int(np.diff(qsl[nd:]).max()) if len(qsl) > nd + 1 else 0,
         cold=cold,
+        anchor_capture=anchor_capture,
     )
 
 
@@ -142,6 +149,8 @@ class PagedAttention:
         kv_layer = self.storage.layer(layer_idx)
         if rope is not None:
             rope_and_store_kv(q, k, v, rope[0], rope[1], kv_layer, meta.slot_mapping)
+        if meta.anchor_capture is not None:  # q as every attention path sees it (RoPE, int8's basis)
+            meta.anchor_capture.store(layer_idx, q)
         cold_work = meta.cold.begin(layer_idx, q) if meta.cold is not None else None
         if rope is None:
             (store_kv if self.use_triton else store_kv_ref)(k, v, kv_layer, meta.slot_mapping)

@@ -30,6 +30,7 @@ from kvspill.guided.bitmask import GuideState
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kv.cold_attention import ColdAttentionBackend
 from kvspill.kv.cold_config import ColdAttentionConfig
+from kvspill.kv.sparse_anchor import AnchorCapture, build_capture
 from kvspill.kv.storage import KVStorage, TieredKVStorage
 from kvspill.kv.transfer import KVTransferEngine
 from kvspill.model.base import CausalLM
@@ -109,6 +110,8 @@ class ModelRunner:
     def _update_states(self, batch: ScheduledBatch) -> None:
         for req_id in batch.finished_req_ids:
             self.states.pop(req_id, None)
+            if self.cold is not None and self.cold.anchors is not None:
+                self.cold.anchors.release(req_id)
         for new in batch.new_reqs:
             params = new.sampling_params
             self.states[new.req_id] = RunnerRequestState(
@@ -211,8 +214,14 @@ class ModelRunner:
         when a CUDA graph computed it. Sets `_prompt_lps` to the prompt logprobs the step's chunks
         score (kept out of the return value: tests wrap this method and see two values)."""
         spans = prompt_logprob_spans(inputs, self.states)
+        capture = self._anchor_capture(inputs)
         graph_out = None
-        if self.graphs is not None and inputs.num_decodes == len(inputs.req_ids) and not spans:
+        if (
+            self.graphs is not None
+            and inputs.num_decodes == len(inputs.req_ids)
+            and not spans
+            and capture is None
+        ):
             if not inputs.cold_seqs:
                 graph_out = self.graphs.run(inputs, feed)
             elif self.sparse_graphs is not None:
@@ -226,7 +235,7 @@ class ModelRunner:
             if self.cold is None:
                 raise RuntimeError("a request has cold KV blocks but the runner's storage has no cold tiers")
             cold = self.cold.for_step(inputs.cold_seqs, self.scale)
-        meta = build_attention_metadata(inputs, self.kv_device, cold)
+        meta = build_attention_metadata(inputs, self.kv_device, cold, capture)
         attention = PagedAttention(self.storage, meta, self.scale)
         input_ids = to_device(inputs.input_ids, self.device)
         if feed is not None:
@@ -243,6 +252,22 @@ class ModelRunner:
             return hidden.new_empty((0, 0), dtype=torch.float32), None
         rows = to_device(inputs.logits_indices, self.device)
         return self.model.compute_logits(hidden[rows]), None
+
+    def _anchor_capture(self, inputs: StepInputs) -> AnchorCapture | None:
+        """Sparse with prompt anchors: the step's rows among its prompts' last tokens (`kv/sparse_anchor.py`)."""
+        anchors = self.cold.anchors if self.cold is not None else None
+        if anchors is None:
+            return None
+        qsl = inputs.query_start_loc
+        chunks = []
+        for i, req_id in enumerate(inputs.req_ids):  # a prompt's last token may come alone, as a "decode"
+            st = self.states[req_id]
+            prompt_len = len(st.sampling.prompt_token_ids)
+            if st.num_computed_tokens < prompt_len:
+                chunks.append(
+                    (req_id, prompt_len, st.num_computed_tokens, int(qsl[i + 1] - qsl[i]), int(qsl[i]))
+                )
+        return build_capture(anchors, chunks, self.kv_device) if chunks else None
 
     def _sample(
         self,

@@ -52,10 +52,13 @@ def graph_cold_step(
     capacity: int,
     group: int,
     scale: float,
+    anchor: torch.Tensor | None = None,
 ) -> ColdStep:
     """The cold part of a sparse graph over its static buffers: `i64` [3, >= capacity] int64 (ids
     in the cpu tier, logical block numbers, then [num_valid, step row]), `tiers` (all TIER_CPU)
-    and `positions` (arange), both at least `capacity` long. The backend needs a sparse cache."""
+    and `positions` (arange), both at least `capacity` long; `anchor` [num_layers, >= capacity]
+    bool, the anchor blocks (`kv/sparse_anchor.py`), when the backend has prompt anchors. The
+    backend needs a sparse cache."""
     assert backend.summaries is not None and backend.sparse_cache is not None
     seq = SparseSeq(
         row=0,
@@ -69,6 +72,7 @@ def graph_cold_step(
         positions=positions[:capacity],
         group=group,
         num_valid=i64[2, 0],
+        anchor=anchor[:, :capacity] if anchor is not None else None,
     )
     # counts come from the graph runner per replay, not from the recorded Python
     sparse = SparseColdStep.for_graph(
@@ -91,6 +95,13 @@ class SparseDecodeGraphs(ColdDecodeGraphs):
         device = self.storage.device
         self.tiers = torch.full((self.max_capacity,), TIER_CPU, dtype=torch.int64, device=device)
         self.positions = torch.arange(self.max_capacity, device=device)
+        # the replayed sequence's anchor blocks per layer (`prepare` fills it; padding False)
+        self.anchors = backend.anchors
+        self.anchor = (
+            torch.zeros((self.storage.layout.num_layers, self.max_capacity), dtype=torch.bool, device=device)
+            if self.anchors is not None
+            else None
+        )
 
     def reason(self, inputs: StepInputs) -> str | None:
         return eager_reason(inputs, self.budget_blocks)
@@ -104,10 +115,22 @@ class SparseDecodeGraphs(ColdDecodeGraphs):
         if not self.summaries.valid[TIER_CPU][ids].all():
             self.backend.wait_host()
             self.summaries.ensure(TIER_CPU, ids)
+        if self.anchors is not None and self.anchor is not None:
+            ids_dev = torch.from_numpy(ids).to(self.storage.device)
+            last = int(seq.block_index[-1]) if seq.block_index is not None else -1 - int(ids[-1])
+            masks = self.anchors.masks(
+                seq.req_id,
+                (len(ids), last),
+                self.budget_blocks,
+                lambda layer: self.summaries.layer(TIER_CPU, layer).index_select(0, ids_dev),
+            )
+            self.anchor.zero_()
+            if masks is not None:
+                self.anchor[:, : len(ids)] = masks
 
     def cold_step(self, capacity: int, group: int) -> ColdStep:
         return graph_cold_step(
-            self.backend, self.i64, self.tiers, self.positions, capacity, group, self.scale
+            self.backend, self.i64, self.tiers, self.positions, capacity, group, self.scale, self.anchor
         )
 
     def count(self, num_cold: int) -> None:

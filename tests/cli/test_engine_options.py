@@ -158,6 +158,8 @@ def test_every_flag_maps_to_its_engine_config_field():
         cold_attention="split",
         sparse_budget_tokens="2K",
         sparse_cache_seqs=2,
+        sparse_prompt_window="64",
+        sparse_prompt_share=0.25,
         cpu_attention_threads=3,
         kv_cache_dtype="fp8",
         tensor_parallel_size=1,  # more ranks refuse --attention cpu and --cpu-offload-gb
@@ -200,6 +202,8 @@ def test_every_flag_maps_to_its_engine_config_field():
         cold_attention="split",
         sparse_budget_tokens=2048,
         sparse_cache_seqs=2,
+        sparse_prompt_window=64,
+        sparse_prompt_share=0.25,
         cpu_attention_threads=3,
         kv_cache_dtype="fp8",
     )

@@ -11,6 +11,7 @@ import torch
 from kvspill.kernels.block_select import select_top_blocks
 from kvspill.kernels.sparse_kernels import block_keys, cache_update, pad_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks_to
+from kvspill.kv.sparse_anchor import boost_keys
 from kvspill.kv.sparse_cache import cache_update_ref
 from kvspill.kv.sparse_select import block_scores_ref, select_blocks, select_from_keys
 from kvspill.types import TIER_CPU, TIER_DISK
@@ -140,6 +141,24 @@ def test_selection_kernels_with_every_score_tied_and_padding(register_blocks):
     keys = pad_keys(ranking_keys(scores), count, positions)  # padding would outscore every block
     got = select_top_blocks(keys.to(DEVICE), budget, register_blocks).cpu()
     assert torch.equal(got, select_blocks(scores[:, :n_real], budget))
+
+
+@pytest.mark.parametrize("register_blocks", [8192, 128])
+def test_selection_kernels_keep_the_anchor_blocks_first(register_blocks):
+    """Keys raised by `kv/sparse_anchor.boost_keys` (the prompt's anchor blocks) rank above every
+    score in the kernels' 20-bit searches too, padding still last: the same blocks as the
+    torch selection of the same keys."""
+    num_blocks, n_real, budget = 300, 280, 40
+    positions, count = torch.arange(num_blocks), torch.tensor(n_real)
+    scores = _tied_scores(4, num_blocks, 9)
+    scores[:, 100:110] = float("inf")  # the largest real high half: still below the anchors'
+    anchor = torch.zeros(num_blocks, dtype=torch.bool)
+    anchor[torch.tensor([3, 57, 199, 201, 279])] = True
+    keys = boost_keys(pad_keys(ranking_keys(scores), count, positions), anchor)
+    got = select_top_blocks(keys.to(DEVICE), budget, register_blocks).cpu()
+    assert torch.equal(got, select_from_keys(keys, budget))
+    assert set(anchor.nonzero().flatten().tolist()) <= set(got.tolist())
+    assert set(range(100, 110)) <= set(got.tolist()) and got.max() < n_real
 
 
 def test_cache_update_kernel_equals_the_reference_over_steps():
