@@ -51,6 +51,7 @@ from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chu
 from kvspill.kv.cold_stream_graph import GraphStreamPart
 from kvspill.kv.sparse_anchor import PromptAnchors
 from kvspill.kv.sparse_cache import SparseBlockCache
+from kvspill.kv.step_sync import HostReady
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.kv.stream_flag import StreamFlag
 from kvspill.stats import ColdAttentionCounters
@@ -116,15 +117,9 @@ class ColdAttentionBackend:
             else None
         )
         # sparse: the queries of each prompt's end choose part of the budget (`sparse_anchor`)
-        self.anchors = None
-        if self.summaries is not None and self.config.sparse_prompt_window:
-            self.anchors = PromptAnchors(
-                storage.layout.num_layers,
-                self.config.sparse_prompt_window,
-                self.config.sparse_prompt_share,
-                self.sparse_budget_blocks,
-                storage.device,
-            )
+        self.anchors = (
+            PromptAnchors.of(self.config, storage, self.sparse_budget_blocks) if self.summaries else None
+        )
         # sparse: the chosen blocks of up to `sparse_cache_seqs` decode requests stay on the device
         self.sparse_cache = None
         if self.summaries is not None and self.config.sparse_cache_seqs and self.config.max_seq_blocks:
@@ -217,20 +212,6 @@ def split_seq(seq: ColdSeq, row_start: int, cpu_fraction: float) -> tuple[ColdPa
     return part(ordered_tiers[:n_cpu], ordered_ids[:n_cpu]), part(ordered_tiers[n_cpu:], ordered_ids[n_cpu:])
 
 
-class _HostReady:
-    """Waits once per step for the async copies into the cpu pool (`wait`), before the host first
-    reads the pools; shared by a step's paths."""
-
-    def __init__(self, wait: Callable[[], None]) -> None:
-        self.wait = wait
-        self.done = False
-
-    def __call__(self) -> None:
-        if not self.done:
-            self.wait()
-            self.done = True
-
-
 @dataclass
 class LayerWork:
     """What `ColdStep.begin` started for one layer."""
@@ -286,7 +267,7 @@ class ColdStep:
         # method would make a cycle (step -> path -> step) that only Python's cyclic GC frees.
         # Steps then lived on for many steps with their chunk tables: GPU memory grew with the
         # context until a 512K prefill ran out (H200, 2026-11-27).
-        self._ensure_host_ready = _HostReady(backend.wait_host)
+        self._ensure_host_ready = HostReady(backend.wait_host)
         self.cpu = ColdCpuPath(
             self.storage,
             self.cpu_parts,

@@ -18,6 +18,9 @@ Where the chosen blocks come from:
   through the host (disk blocks or an unpinned pool: the choice comes to the host first).
 Off CUDA the "device" is the host and every copy is an index_select.
 Selection depends on each layer's queries, so nothing is prefetched across layers.
+With `--sparse-prompt-window` a share of the budget is the blocks the prompt's last queries chose
+(`kv/sparse_anchor.py`): their ranking keys are raised above every score, so the one selection
+keeps them first.
 
 Prefill chunks (several query rows) take the exact paths (`ColdStep`): a chunk is compute-bound
 and its rows would each want other blocks. Not done yet: per-kv-head block lists.
@@ -44,6 +47,7 @@ from kvspill.kv.cold_math import merge_rows_into
 from kvspill.kv.sparse_anchor import PromptAnchors, boost_keys
 from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.sparse_select import block_scores, select_from_keys
+from kvspill.kv.step_sync import CopyStream
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK
 
@@ -335,8 +339,8 @@ class SparseColdStep:
                     ids.record_stream(stream)
                     copy_dst.record_stream(stream)
 
-    def _on_copy_stream(self) -> _CopyStream:
-        return _CopyStream(self.storage.copy_stream if self.side_stream else None, self.storage.device)
+    def _on_copy_stream(self) -> CopyStream:
+        return CopyStream(self.storage.copy_stream if self.side_stream else None, self.storage.device)
 
     def _stage(self, layer_idx: int, chosen: list[torch.Tensor]) -> torch.Tensor:
         layout = self.storage.layout
@@ -385,30 +389,3 @@ class SparseColdStep:
                 src = torch.empty((len(pos), *dst.shape[1:]), dtype=dst.dtype)
                 self.storage.gather_layer(tier, layer_idx, ids[pos], src)
                 index_copy_rows(dst, torch.from_numpy(pos).to(dst.device), src.to(dst.device))
-
-
-class _CopyStream:
-    """`with` block whose kernels run on the storage's copy stream, ordered after the compute
-    stream's work so far, with the compute stream waiting for them after. The copy stream orders
-    these reads of the pinned pool with every host write into it (kv/transfer.py waits for that
-    stream before one). Without a stream (off CUDA) the block runs in place."""
-
-    def __init__(self, stream: torch.cuda.Stream | None, device: torch.device) -> None:
-        self.stream = stream
-        self.device = device
-        self._ctx: torch.cuda.StreamContext | None = None
-
-    def __enter__(self) -> torch.cuda.Stream | None:
-        if self.stream is None:
-            return None
-        self.compute = torch.cuda.current_stream(self.device)
-        self.stream.wait_stream(self.compute)
-        self._ctx = torch.cuda.stream(self.stream)
-        self._ctx.__enter__()
-        return self.stream
-
-    def __exit__(self, *exc: object) -> None:
-        if self.stream is None or self._ctx is None:
-            return
-        self._ctx.__exit__(*exc)
-        self.compute.wait_stream(self.stream)

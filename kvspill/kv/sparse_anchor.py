@@ -38,7 +38,9 @@ import numpy as np
 import torch
 
 from kvspill.kernels.sparse_kernels import ranking_keys
+from kvspill.kv.cold_config import ColdAttentionConfig
 from kvspill.kv.sparse_select import block_scores, select_from_keys
+from kvspill.kv.storage import KVStorage
 
 # Above the high half of every real ranking key: the score's top SCORE_BITS bits of the largest
 # finite float are 0x7F7FF000 (inf 0x7F800000, NaN 0x7FC00000); the block selection's bitwise
@@ -76,6 +78,14 @@ class PromptAnchors:
         self.device = device
         self.pin = device.type == "cuda"
         self.requests: dict[str, _Request] = {}
+
+    @classmethod
+    def of(cls, config: ColdAttentionConfig, storage: KVStorage, budget_blocks: int) -> PromptAnchors | None:
+        """The anchors `config` asks for (`sparse_prompt_window` > 0), else None."""
+        if not config.sparse_prompt_window:
+            return None
+        window, share = config.sparse_prompt_window, config.sparse_prompt_share
+        return cls(storage.layout.num_layers, window, share, budget_blocks, storage.device)
 
     # ---- capture (prefill) -----------------------------------------------------------------
 

@@ -22,12 +22,14 @@ LAYOUT = KVLayout(num_layers=2, block_size=4, num_kv_heads=2, head_dim=16, dtype
 NUM_HEADS, SCALE, CAPACITY, BUDGET_BLOCKS = 4, 16**-0.5, 48, 5
 
 
-def _backend(storage: TieredKVStorage) -> ColdAttentionBackend:
+def _backend(storage: TieredKVStorage, prompt_window: int = 0) -> ColdAttentionBackend:
     config = ColdAttentionConfig(
         path="sparse",
         sparse_budget_tokens=BUDGET_BLOCKS * LAYOUT.block_size,
         sparse_cache_seqs=1,
         max_seq_blocks=64,
+        sparse_prompt_window=prompt_window,
+        sparse_prompt_share=0.4,  # 2 of the 5 blocks
     )
     return ColdAttentionBackend(storage, config)
 
@@ -84,8 +86,53 @@ def test_eager_reason_names_what_keeps_a_step_off_the_graphs():
     assert "request id" in (eager_reason(decode_step_inputs([seq(8, req=None)]), 8) or "")
 
 
+def test_the_graph_form_keeps_the_prompt_anchors_like_the_eager_step():
+    """With prompt anchors (`kv/sparse_anchor.py`): the graph's static anchor buffer, filled as
+    `SparseDecodeGraphs.prepare` fills it, gives the eager step's (o, lse); without anchors the
+    result differs (the anchors change the choice)."""
+    from kvspill.kv.sparse_anchor import build_capture
+
+    g = torch.Generator().manual_seed(7)
+    storage = TieredKVStorage(LAYOUT, 8, torch.device("cpu"), num_cpu_blocks=64)
+    storage.cpu_cache.copy_(torch.randn(storage.cpu_cache.shape, generator=g))
+    eager, graph, plain = _backend(storage, 6), _backend(storage, 6), _backend(storage)
+    prompt_q = torch.randn(LAYOUT.num_layers, 6, NUM_HEADS, 16, generator=g)
+    for backend in (eager, graph):  # the prompt's last 6 queries, as the prefill's attention keeps them
+        assert backend.anchors is not None
+        capture = build_capture(backend.anchors, [("r", 100, 94, 6, 0)], torch.device("cpu"))
+        assert capture is not None
+        for layer in range(LAYOUT.num_layers):
+            capture.store(layer, prompt_q[layer])
+    ids = torch.randperm(60, generator=g).numpy()[:30].astype(np.int64)
+    for backend in (eager, graph, plain):
+        backend.summaries.ensure(TIER_CPU, ids)
+    i64 = torch.zeros((3, CAPACITY), dtype=torch.int64)
+    i64[0, :30], i64[1, :30], i64[2, :2] = torch.from_numpy(ids), torch.arange(30), torch.tensor([30, 1])
+    anchor = torch.zeros((LAYOUT.num_layers, CAPACITY), dtype=torch.bool)
+    (group,) = graph.sparse_cache.assign(["r"])
+    cold = graph_cold_step(
+        graph, i64, torch.full((CAPACITY,), TIER_CPU), torch.arange(CAPACITY), CAPACITY, group, SCALE, anchor
+    )
+    masks = graph.anchors.masks(
+        "r", (30, 29), BUDGET_BLOCKS, lambda layer: graph.summaries.layer(TIER_CPU, layer)[ids]
+    )
+    assert masks is not None and masks.sum(dim=1).tolist() == [2, 2]
+    anchor[:, :30] = masks
+    seq = ColdSeq(1, 1, np.full(30, TIER_CPU), ids, np.arange(30), "r")
+    eager_step, plain_step = eager.for_step([seq], SCALE), plain.for_step([seq], SCALE)
+    assert eager_step is not None and plain_step is not None
+    q = torch.randn(3, NUM_HEADS, 16, generator=g)
+    differs = False
+    for layer in range(LAYOUT.num_layers):
+        want = eager_step.finish(eager_step.begin(layer, q))
+        torch.testing.assert_close(cold.finish(cold.begin(layer, q)), want, rtol=0, atol=0)
+        differs |= not torch.equal(plain_step.finish(plain_step.begin(layer, q))[0], want[0])
+    assert differs
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_sparse_graph_replays_give_the_eager_tokens_with_much_padding(smollm2_geometry_dir):
+@pytest.mark.parametrize("prompt_window", [0, 32])
+def test_sparse_graph_replays_give_the_eager_tokens_with_much_padding(smollm2_geometry_dir, prompt_window):
     """SmolLM2's geometry at 2K: ~90 cold blocks padded to a 1,024-block capacity, a 16-block
     budget, 40 decode steps replayed from one graph. The graph must keep the cold step's own
     tensors alive: freed after the capture, a replay read reused memory as indices (a
@@ -96,7 +143,7 @@ def test_sparse_graph_replays_give_the_eager_tokens_with_much_padding(smollm2_ge
 
     kw = dict(
         device="cuda", dtype="float32", max_model_len=2048, cold_attention="sparse",
-        sparse_budget_tokens=256, **hot_kv_kwargs(256, 2048),
+        sparse_budget_tokens=256, sparse_prompt_window=prompt_window, **hot_kv_kwargs(256, 2048),
     )  # fmt: skip
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 256, (2000,), generator=g).tolist() for _ in range(2)]
