@@ -142,9 +142,7 @@ class SparseColdStep:
     def with_anchor(self, anchors: PromptAnchors, x: SparseInput, seq: SparseSeq) -> SparseSeq:
         """`seq` with its request's anchor masks (unchanged when it has none)."""
         last = int(x.block_index[-1]) if x.block_index is not None else -1 - int(x.block_ids[-1])
-        masks = anchors.masks(
-            x.req_id, (seq.num_cold, last), seq.num_selected, lambda layer: self._summary(seq, layer)
-        )
+        masks = anchors.masks(x.req_id, (seq.num_cold, last), seq.num_selected, partial(self._summary, seq))
         return seq if masks is None else replace(seq, anchor=masks)
 
     @classmethod
@@ -354,11 +352,14 @@ class SparseColdStep:
             self._gather(self.seqs[i], layer_idx, chosen[i], dst)
         return staging
 
-    def _summary(self, seq: SparseSeq, layer_idx: int) -> torch.Tensor:
-        """[num_cold, 2, num_kv_heads, head_dim]: the sequence's summaries in logical block order."""
+    def _summary(self, seq: SparseSeq, layer_idx: int, lo: int = 0, hi: int | None = None) -> torch.Tensor:
+        """[num_cold, 2, num_kv_heads, head_dim]: the sequence's summaries in logical block order
+        (of cold blocks lo..hi-1 only, when given)."""
         if len(seq.tier_index) == 1:
             ((tier, (_, ids)),) = seq.tier_index.items()
-            return self.summaries.layer(tier, layer_idx).index_select(0, ids)
+            return self.summaries.layer(tier, layer_idx).index_select(0, ids[lo:hi])
+        if lo or hi is not None:
+            return self._summary(seq, layer_idx)[lo:hi]
         layout = self.storage.layout
         out = torch.empty(
             (seq.num_cold, 2, layout.num_kv_heads, layout.head_dim),

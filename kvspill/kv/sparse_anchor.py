@@ -47,6 +47,8 @@ from kvspill.kv.storage import KVStorage
 # searches read those 20 bits only, so the anchor mark keeps the low 12 bits clear.
 ANCHOR_HIGH = 0x7FFFF000 << 32
 _LOW_MASK = 0xFFFFFFFF
+# Blocks scored at once when the anchors are chosen (W3: 16 MiB of summaries, 32 MiB of scores)
+_SCORE_CHUNK_BLOCKS = 4096
 
 
 def boost_keys(keys: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
@@ -118,12 +120,12 @@ class PromptAnchors:
         req_id: str | None,
         key: tuple[int, int],
         num_selected: int,
-        summary: Callable[[int], torch.Tensor],
+        summary: Callable[[int, int, int], torch.Tensor],
     ) -> torch.Tensor | None:
         """[num_layers, num_cold] bool on the device: each layer's anchor blocks among the
         sequence's cold blocks (logical order), or None when the request has none (no capture,
-        or the budget covers every cold block). `summary(layer)` gives the cold blocks'
-        summaries [num_cold, 2, num_kv_heads, head_dim]; `key` names the cold set."""
+        or the budget covers every cold block). `summary(layer, lo, hi)` gives the summaries of
+        cold blocks lo..hi-1 [hi - lo, 2, num_kv_heads, head_dim]; `key` names the cold set."""
         entry = self.requests.get(req_id) if req_id is not None else None
         num_cold = key[0]
         if entry is None or entry.queries is None or self.num_anchor == 0 or num_selected >= num_cold:
@@ -137,8 +139,16 @@ class PromptAnchors:
         masks = torch.zeros((self.num_layers, num_cold), dtype=torch.bool, device=self.device)
         count = min(self.num_anchor, num_selected)
         for layer in range(self.num_layers):
-            keys = ranking_keys(block_scores(queries[layer], summary(layer)))
-            masks[layer, select_from_keys(keys, count)] = True
+            # scored a chunk of blocks at a time: bounded temporaries at any context (W3 at 1M
+            # has 65,536 cold blocks: 256 MiB of summaries per layer)
+            scores = torch.cat(
+                [
+                    block_scores(queries[layer], summary(layer, lo, min(lo + _SCORE_CHUNK_BLOCKS, num_cold)))
+                    for lo in range(0, num_cold, _SCORE_CHUNK_BLOCKS)
+                ],
+                dim=1,
+            )
+            masks[layer, select_from_keys(ranking_keys(scores), count)] = True
         entry.masks, entry.key = masks, key
         return masks
 

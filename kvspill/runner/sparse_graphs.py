@@ -122,7 +122,7 @@ class SparseDecodeGraphs(ColdDecodeGraphs):
                 seq.req_id,
                 (len(ids), last),
                 self.budget_blocks,
-                lambda layer: self.summaries.layer(TIER_CPU, layer).index_select(0, ids_dev),
+                lambda layer, lo, hi: self.summaries.layer(TIER_CPU, layer).index_select(0, ids_dev[lo:hi]),
             )
             self.anchor.zero_()
             if masks is not None:

@@ -78,13 +78,35 @@ def test_anchor_masks_point_at_the_block_the_prompt_queries_match():
         capture.store(layer, step_q)
     summary = 0.2 * torch.randn(blocks, 2, kv_heads, dim, generator=g)
     summary[13] += 3 * direction
-    masks = anchors.masks("r", (blocks, blocks - 1), 8, lambda layer: summary)
+    masks = anchors.masks("r", (blocks, blocks - 1), 8, lambda layer, lo, hi: summary[lo:hi])
     assert masks is not None and masks.shape == (layers, blocks)
     assert masks.sum(dim=1).tolist() == [2, 2] and masks[:, 13].all()
-    assert anchors.masks("r", (blocks, blocks - 1), 8, lambda layer: summary) is masks  # kept
-    assert anchors.masks("r", (blocks, blocks - 1), blocks, lambda layer: summary) is None  # all fit
+    assert anchors.masks("r", (blocks, blocks - 1), 8, lambda layer, lo, hi: summary[lo:hi]) is masks  # kept
+    assert (
+        anchors.masks("r", (blocks, blocks - 1), blocks, lambda layer, lo, hi: summary[lo:hi]) is None
+    )  # all fit
     anchors.release("r")
-    assert anchors.masks("r", (blocks, blocks - 1), 8, lambda layer: summary) is None
+    assert anchors.masks("r", (blocks, blocks - 1), 8, lambda layer, lo, hi: summary[lo:hi]) is None
+
+
+def test_anchor_masks_scored_in_chunks_equal_one_pass(monkeypatch):
+    from kvspill.kv import sparse_anchor
+
+    layers, heads, dim, blocks = 2, 4, 8, 50
+    g = torch.Generator().manual_seed(2)
+    summary = torch.randn(blocks, 2, 2, dim, generator=g)
+    q = torch.randn(5, heads, dim, generator=g)
+    got = []
+    for chunk in (4096, 7):
+        monkeypatch.setattr(sparse_anchor, "_SCORE_CHUNK_BLOCKS", chunk)
+        anchors = PromptAnchors(layers, window=5, share=0.5, budget_blocks=12, device=torch.device("cpu"))
+        capture = build_capture(anchors, [("r", 5, 0, 5, 0)], torch.device("cpu"))
+        assert capture is not None
+        for layer in range(layers):
+            capture.store(layer, q * (layer + 1))
+        got.append(anchors.masks("r", (blocks, blocks - 1), 12, lambda layer, lo, hi: summary[lo:hi]))
+    assert got[0] is not None and got[1] is not None and got[0].sum() == 12
+    assert torch.equal(got[0], got[1])
 
 
 NEW_TOKENS = 24

@@ -114,7 +114,7 @@ def test_the_graph_form_keeps_the_prompt_anchors_like_the_eager_step():
         graph, i64, torch.full((CAPACITY,), TIER_CPU), torch.arange(CAPACITY), CAPACITY, group, SCALE, anchor
     )
     masks = graph.anchors.masks(
-        "r", (30, 29), BUDGET_BLOCKS, lambda layer: graph.summaries.layer(TIER_CPU, layer)[ids]
+        "r", (30, 29), BUDGET_BLOCKS, lambda layer, lo, hi: graph.summaries.layer(TIER_CPU, layer)[ids[lo:hi]]
     )
     assert masks is not None and masks.sum(dim=1).tolist() == [2, 2]
     anchor[:, :30] = masks
