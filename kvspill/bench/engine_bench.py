@@ -16,6 +16,8 @@ Exact cold paths (`--cold-attention cpu|stream|split`): each line adds, over the
 each path's share of the cold bytes, its ms per token and the rate it reached (`cold_cpu_*`,
 `cold_stream_*`); with split, a token near max(cpu ms, stream ms) means the two paths overlap.
 
+`--fill-only-prefill` (`fill_only.py`): decode and memory at a context, its prefill's attention skipped.
+
 Random weights with the real shapes (speed does not depend on values), the same workloads and
 JSON fields as `shared/bench/hf_peer.py` plus kvspill's own: the floor (weights + KV bytes
 over the HBM copy bandwidth measured in this run) and measured/floor. One line per context.
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvspill.bench import fill_only
 from kvspill.bench.plan_figures import floor_and_plan
 from kvspill.config import EngineConfig
 from kvspill.engine import LLMEngine
@@ -219,6 +222,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="with sparse: sequences whose chosen blocks stay cached",
     )
+    fill_only.add_flag(ap)
     ap.add_argument("--sparse-prompt-window", type=int, default=0, help="--sparse-prompt-window (0: off)")
     ap.add_argument("--sparse-prompt-share", type=float, default=0.5, help="--sparse-prompt-share")
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, fp8_e5m2 or int8 (--kv-cache-dtype)")
@@ -304,6 +308,9 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         mode += "-attention-cpu"
     if getattr(args, "cpu_attention_threads", None):
         mode += f"-t{args.cpu_attention_threads}"
+    if getattr(args, "fill_only_prefill", False):
+        fill_only.apply(engine)
+        mode += "-fillonly"
     ranks = config.tensor_parallel_size
     if ranks > 1:
         mode += f"-tp{ranks}"
@@ -375,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
                         sparse_copied_gib=round((cold.sparse_bytes - cold_before.sparse_bytes) / GIB, 3),
                         summary_gib=round(cold.summary_bytes / GIB, 3),
                     )
+                if args.fill_only_prefill:
+                    fill_only.mark(rec)
                 rec.update(
                     bytes_moved=engine.kv_stats().total_bytes_moved - before,
                     host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),

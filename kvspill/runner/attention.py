@@ -63,6 +63,7 @@ class AttentionMetadata:
     cold: ColdStep | None = None  # sequences with cpu/disk blocks this step; None: all KV on the gpu tier
     # sparse with --sparse-prompt-window: the prompt-end queries to keep (kv/sparse_anchor.py)
     anchor_capture: AnchorCapture | None = None
+    skip_prefill_attention: bool = False  # benchmarks: prefill rows store K/V, their output is 0
 
     @property
     def num_prefills(self) -> int:
@@ -177,7 +178,9 @@ class PagedAttention:
                 num_splits=meta.decode_num_splits,
                 out=(out[:nd], lse[:nd]),
             )
-        if meta.num_prefills:
+        if meta.num_prefills and meta.skip_prefill_attention:
+            out[nd:] = 0
+        elif meta.num_prefills:
             args = (
                 q[nd:],
                 kv_layer,

@@ -101,6 +101,9 @@ class ModelRunner:
             elif stream_graphs and cold.summaries is None and cold.path in ("stream", "split"):
                 self.stream_graphs = StreamDecodeGraphs(graphs, cold, self.scale)
         self._last_sampled: SampledTokens | None = None  # the latest step's tokens (feeds the next step)
+        # Benchmarks only (`bench/fill_only.py`): prefill chunks store their K/V and skip attention,
+        # so a 1M-token context fills in minutes; decode rows attend exactly as ever.
+        self.skip_prefill_attention = False
         self._prompt_lps: dict[str, PromptLogprobs] = {}  # the step being launched (set by _forward)
         # rows of prompt logprobs scored at a time: fixed by the lm_head's kind and device
         self._prompt_logprob_rows = slice_rows(getattr(model, "lm_head", None), self.device)
@@ -231,11 +234,15 @@ class ModelRunner:
         if graph_out is not None:
             return graph_out
         cold = None
-        if inputs.cold_seqs:
+        cold_seqs = inputs.cold_seqs
+        if self.skip_prefill_attention:
+            cold_seqs = [s for s in cold_seqs if s.num_tokens == 1]
+        if cold_seqs:
             if self.cold is None:
                 raise RuntimeError("a request has cold KV blocks but the runner's storage has no cold tiers")
-            cold = self.cold.for_step(inputs.cold_seqs, self.scale)
+            cold = self.cold.for_step(cold_seqs, self.scale)
         meta = build_attention_metadata(inputs, self.kv_device, cold, capture)
+        meta.skip_prefill_attention = self.skip_prefill_attention
         attention = PagedAttention(self.storage, meta, self.scale)
         input_ids = to_device(inputs.input_ids, self.device)
         if feed is not None:
