@@ -44,7 +44,7 @@ from kvspill.kernels.sparse_kernels import block_keys, pad_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks, index_copy_rows
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_math import merge_rows_into
-from kvspill.kv.sparse_anchor import PromptAnchors, boost_keys
+from kvspill.kv.sparse_anchor import PromptAnchors, boost_keys, cold_set_key
 from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.sparse_select import block_scores, select_from_keys
 from kvspill.kv.step_sync import CopyStream
@@ -141,8 +141,8 @@ class SparseColdStep:
 
     def with_anchor(self, anchors: PromptAnchors, x: SparseInput, seq: SparseSeq) -> SparseSeq:
         """`seq` with its request's anchor masks (unchanged when it has none)."""
-        last = int(x.block_index[-1]) if x.block_index is not None else -1 - int(x.block_ids[-1])
-        masks = anchors.masks(x.req_id, (seq.num_cold, last), seq.num_selected, partial(self._summary, seq))
+        key = cold_set_key(x.block_index, x.block_ids)
+        masks = anchors.masks(x.req_id, key, seq.num_selected, partial(self._summary, seq))
         return seq if masks is None else replace(seq, anchor=masks)
 
     @classmethod

@@ -57,6 +57,13 @@ def boost_keys(keys: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
     return torch.where(anchor, (keys & _LOW_MASK) | ANCHOR_HIGH, keys)
 
 
+def cold_set_key(block_index: np.ndarray | None, block_ids: np.ndarray) -> tuple[int, int]:
+    """What names a sequence's cold set for `PromptAnchors.masks`: its length and its last
+    logical block (the tier id of the last block where the logical numbers are not known)."""
+    last = int(block_index[-1]) if block_index is not None else -1 - int(block_ids[-1])
+    return len(block_ids), last
+
+
 def anchor_blocks(share: float, budget_blocks: int) -> int:
     """Blocks of the budget the prompt's queries choose: at least one when `share` > 0."""
     return 0 if share <= 0 else max(1, min(budget_blocks, round(share * budget_blocks)))

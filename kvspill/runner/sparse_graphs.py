@@ -22,6 +22,7 @@ import torch
 from kvspill.kv.cold_attention import ColdAttentionBackend, ColdStep
 from kvspill.kv.cold_config import ColdSeq
 from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseSeq
+from kvspill.kv.sparse_anchor import cold_set_key
 from kvspill.runner.cold_graphs import ColdDecodeGraphs, common_eager_reason
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import StepInputs
@@ -117,10 +118,9 @@ class SparseDecodeGraphs(ColdDecodeGraphs):
             self.summaries.ensure(TIER_CPU, ids)
         if self.anchors is not None and self.anchor is not None:
             ids_dev = torch.from_numpy(ids).to(self.storage.device)
-            last = int(seq.block_index[-1]) if seq.block_index is not None else -1 - int(ids[-1])
             masks = self.anchors.masks(
                 seq.req_id,
-                (len(ids), last),
+                cold_set_key(seq.block_index, ids),
                 self.budget_blocks,
                 lambda layer, lo, hi: self.summaries.layer(TIER_CPU, layer).index_select(0, ids_dev[lo:hi]),
             )
