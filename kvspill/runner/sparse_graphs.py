@@ -16,6 +16,8 @@ the budget, a sequence without a cache group) run eagerly as before, each reason
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 
@@ -103,6 +105,7 @@ class SparseDecodeGraphs(ColdDecodeGraphs):
             if self.anchors is not None
             else None
         )
+        self.anchor_source: torch.Tensor | None = None  # the masks `anchor` holds (None: zeros)
 
     def reason(self, inputs: StepInputs) -> str | None:
         return eager_reason(inputs, self.budget_blocks)
@@ -117,16 +120,22 @@ class SparseDecodeGraphs(ColdDecodeGraphs):
             self.backend.wait_host()
             self.summaries.ensure(TIER_CPU, ids)
         if self.anchors is not None and self.anchor is not None:
-            ids_dev = torch.from_numpy(ids).to(self.storage.device)
             masks = self.anchors.masks(
                 seq.req_id,
                 cold_set_key(seq.block_index, ids),
                 self.budget_blocks,
-                lambda layer, lo, hi: self.summaries.layer(TIER_CPU, layer).index_select(0, ids_dev[lo:hi]),
+                partial(self._summaries, ids),
             )
-            self.anchor.zero_()
-            if masks is not None:
-                self.anchor[:, : len(ids)] = masks
+            if masks is not self.anchor_source:  # the buffer holds another request's or cold set's
+                self.anchor.zero_()
+                if masks is not None:
+                    self.anchor[:, : len(ids)] = masks
+                self.anchor_source = masks
+
+    def _summaries(self, ids: np.ndarray, layer: int, lo: int, hi: int) -> torch.Tensor:
+        """Summaries of cold blocks lo..hi-1 (cpu-tier `ids`) of one layer, for the anchors."""
+        index = torch.from_numpy(ids[lo:hi]).to(self.storage.device)
+        return self.summaries.layer(TIER_CPU, layer).index_select(0, index)
 
     def cold_step(self, capacity: int, group: int) -> ColdStep:
         return graph_cold_step(
