@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiered_llm import tiered_llm
 
 from kvspill.kernels.sparse_kernels import ranking_keys
 from kvspill.kv.sparse_anchor import PromptAnchors, anchor_blocks, boost_keys, build_capture
@@ -116,22 +117,7 @@ WINDOW = 24  # spans two 16-token prefill chunks
 
 
 def _tiered(model_dir, **opts) -> LLM:
-    return LLM(
-        str(model_dir),
-        device="cpu",
-        dtype="float32",
-        block_size=8,
-        max_model_len=512,
-        enable_prefix_caching=False,
-        num_kv_blocks=5,
-        max_num_batched_tokens=16,
-        num_sink_blocks=1,
-        hot_window_tokens=8,
-        num_cpu_kv_blocks=60,
-        cold_attention="sparse",
-        sparse_prompt_window=WINDOW,
-        **opts,
-    )
+    return tiered_llm(model_dir, cold_attention="sparse", sparse_prompt_window=WINDOW, **opts)
 
 
 def test_a_budget_above_the_cold_length_stays_exact(tiny_llama_dir):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiered_llm import tiered_llm
 
 from kvspill.llm import LLM
 from kvspill.sampling_params import SamplingParams
@@ -21,16 +22,7 @@ def _llm(model_dir, **opts) -> LLM:
 
 
 def _tiered(model_dir, **opts) -> LLM:
-    # 5 gpu blocks of 8 tokens: the sink, an 8-token window and the step's blocks; the rest is cold.
-    return _llm(
-        model_dir,
-        num_kv_blocks=5,
-        max_num_batched_tokens=16,
-        num_sink_blocks=1,
-        hot_window_tokens=8,
-        num_cpu_kv_blocks=60,
-        **opts,
-    )
+    return tiered_llm(model_dir, **opts)
 
 
 @pytest.fixture(scope="module")

@@ -9,30 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tiered_llm import tiered_llm
 
 from kvspill.bench import fill_only
-from kvspill.llm import LLM
 from kvspill.runner import attention
 from kvspill.sampling_params import SamplingParams
 
 PROMPT = torch.randint(3, 256, (120,), generator=torch.Generator().manual_seed(4)).tolist()
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-
-
-def _tiered(model_dir) -> LLM:
-    return LLM(
-        str(model_dir),
-        device="cpu",
-        dtype="float32",
-        block_size=8,
-        max_model_len=256,
-        enable_prefix_caching=False,
-        num_kv_blocks=6,
-        max_num_batched_tokens=16,
-        num_sink_blocks=1,
-        hot_window_tokens=8,
-        num_cpu_kv_blocks=40,
-    )
 
 
 def _run(model_dir, monkeypatch, skip: bool) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], int, object]:
@@ -51,7 +35,7 @@ def _run(model_dir, monkeypatch, skip: bool) -> tuple[list[tuple[torch.Tensor, t
 
     monkeypatch.setattr(attention, "store_kv_ref", store)
     monkeypatch.setattr(attention, "paged_prefill_attention_ref", prefill)
-    llm = _tiered(model_dir)
+    llm = tiered_llm(model_dir, num_kv_blocks=6, max_model_len=256, num_cpu_kv_blocks=40)
     llm.engine.bundle.runner.skip_prefill_attention = skip
     out = llm.generate([PROMPT], GREEDY)[0].token_ids
     assert len(out) == GREEDY.max_tokens
