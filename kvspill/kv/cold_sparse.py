@@ -358,16 +358,20 @@ class SparseColdStep:
         if len(seq.tier_index) == 1:
             ((tier, (_, ids)),) = seq.tier_index.items()
             return self.summaries.layer(tier, layer_idx).index_select(0, ids[lo:hi])
-        if lo or hi is not None:
-            return self._summary(seq, layer_idx)[lo:hi]
-        layout = self.storage.layout
+        # blocks in both tiers (off CUDA, or the anchors' rare rescoring): each tier's rows of the slice
+        tiers, tier_ids = seq.block_tiers[lo:hi], seq.block_ids[lo:hi]
+        layout, device = self.storage.layout, self.storage.device
         out = torch.empty(
-            (seq.num_cold, 2, layout.num_kv_heads, layout.head_dim),
+            (len(tier_ids), 2, layout.num_kv_heads, layout.head_dim),
             dtype=self.summaries.dtype,
-            device=self.storage.device,
+            device=device,
         )
-        for tier, (pos, ids) in seq.tier_index.items():
-            index_copy_rows(out, pos, self.summaries.layer(tier, layer_idx).index_select(0, ids))
+        for tier in seq.tier_index:
+            pos = np.flatnonzero(tiers == tier)
+            if len(pos):
+                ids = torch.from_numpy(tier_ids[pos]).to(device)
+                rows = self.summaries.layer(tier, layer_idx).index_select(0, ids)
+                index_copy_rows(out, torch.from_numpy(pos).to(device), rows)
         return out
 
     def _gather(self, seq: SparseSeq, layer_idx: int, chosen: torch.Tensor, dst: torch.Tensor) -> None:
