@@ -33,8 +33,12 @@ from kvspill.model.resolve import resolve_model
 from kvspill.tokenizer import load_tokenizer
 
 # "estimate": the engine's block score; "quest": Quest's upper bound (kv/sparse_select.py says why
-# the engine left it), for the comparison.
+# the engine left it), for the comparison. Two more, which the engine does not have, to tell a
+# score's error from the block size's: "oracle", each block's true max of q . k over its keys and
+# the kv head's query group (what any summary can at best estimate); "halves", the estimate on
+# each half block's own box, the block's score the larger (twice the summaries).
 SCORES = {"estimate": block_scores, "quest": quest_bounds}
+EXTRA_SCORES = ("oracle", "halves", "axis", "half-spread")
 
 
 class SparseDecodeAttention:
@@ -51,7 +55,7 @@ class SparseDecodeAttention:
         dense_layers: int = 0,
     ) -> None:
         self.dense_layers = dense_layers  # layers [0, dense_layers) attend exactly (Quest's practice)
-        self.score_fn = SCORES[score]
+        self.score = score
         self.budget_blocks = None if budget_tokens is None else max(1, budget_tokens // block_size)
         self.block_size = block_size
         self.sink_blocks = sink_blocks
@@ -69,14 +73,14 @@ class SparseDecodeAttention:
         allowed = torch.ones(num_tokens, num_tokens, dtype=torch.bool).tril()
         num_full = num_tokens // bs
         kb = k[: num_full * bs].view(num_full, bs, num_kv_heads, head_dim)
-        summary = summarize_keys(torch.stack([kb, kb], dim=1)[:, None])[:, 0]  # [blocks, 2, kv, dim]
+        scores_of = self._scorer(q, kb)
         dropping = torch.zeros(num_tokens, dtype=torch.bool)
         assert self.budget_blocks is not None
         for t in range(num_tokens):
             end = self.cold_end(t)
             if end - self.sink_blocks <= self.budget_blocks:
                 continue
-            scores = self.score_fn(q[t : t + 1], summary[self.sink_blocks : end])
+            scores = scores_of(t, self.sink_blocks, end)
             keep = select_blocks(scores, self.budget_blocks) + self.sink_blocks
             block_allowed = torch.zeros(end, dtype=torch.bool)
             block_allowed[: self.sink_blocks] = True
@@ -85,6 +89,34 @@ class SparseDecodeAttention:
             dropping[t] = True
         self.dropping_rows = dropping
         return allowed
+
+    def _scorer(self, q: torch.Tensor, kb: torch.Tensor) -> Any:
+        """(t, first, end) -> [num_kv_heads, end - first] scores of blocks [first, end) for row t;
+        kb: the full blocks' keys [blocks, bs, kv, dim]."""
+        num_blocks, bs, num_kv_heads, head_dim = kb.shape
+        if self.score == "oracle":
+            group = q.shape[1] // num_kv_heads
+
+            def oracle(t: int, first: int, end: int) -> torch.Tensor:
+                qg = q[t].view(num_kv_heads, group, head_dim)
+                dots = torch.einsum("kgd,bskd->kbgs", qg, kb[first:end])
+                return dots.amax(dim=(2, 3))
+
+            return oracle
+        if self.score == "halves":
+            kh = kb.reshape(2 * num_blocks, bs // 2, num_kv_heads, head_dim)
+            halves = summarize_keys(torch.stack([kh, kh], dim=1)[:, None])[:, 0]
+            return lambda t, first, end: (
+                block_scores(q[t : t + 1], halves[2 * first : 2 * end]).view(num_kv_heads, -1, 2).amax(dim=2)
+            )
+        if self.score == "axis":
+            return _axis_scorer(q, kb)
+        summary = summarize_keys(torch.stack([kb, kb], dim=1)[:, None])[:, 0]  # [blocks, 2, kv, dim]
+        if self.score == "half-spread":  # the estimate with half its spread term
+            center, half = (summary[:, 1] + summary[:, 0]) / 2, (summary[:, 1] - summary[:, 0]) / 4
+            summary = torch.stack([center - half, center + half], dim=1)
+        score_fn = SCORES[self.score if self.score in SCORES else "estimate"]
+        return lambda t, first, end: score_fn(q[t : t + 1], summary[first:end])
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         qh, kh, vh = (x.transpose(0, 1)[None] for x in (q, k, v))
@@ -95,6 +127,29 @@ class SparseDecodeAttention:
                 qh, kh, vh, attn_mask=self.mask(q, k)[None, None], enable_gqa=True
             )
         return o[0].transpose(0, 1)  # [num_tokens, num_heads, head_dim]
+
+
+def _axis_scorer(q: torch.Tensor, kb: torch.Tensor) -> Any:
+    """A summary of two vectors per block and kv head, as many bytes as min and max: the keys' mean
+    c and their principal axis a, scaled to the largest projection on it. score = max over the
+    group of q . c + |q . a|."""
+    num_blocks, bs, num_kv_heads, head_dim = kb.shape
+    x = kb.float().permute(0, 2, 1, 3)  # [blocks, kv, bs, dim]
+    center = x.mean(dim=2)
+    xc = x - center[:, :, None]
+    _, _, vh = torch.linalg.svd(xc, full_matrices=False)
+    axis = vh[:, :, 0]  # [blocks, kv, dim]
+    reach = (xc * axis[:, :, None]).sum(-1).abs().amax(dim=2)  # [blocks, kv]
+    axis = axis * reach[..., None]
+    group = q.shape[1] // num_kv_heads
+
+    def score(t: int, first: int, end: int) -> torch.Tensor:
+        qg = q[t].float().view(num_kv_heads, group, head_dim)
+        on_center = torch.einsum("kgd,bkd->kbg", qg, center[first:end])
+        on_axis = torch.einsum("kgd,bkd->kbg", qg, axis[first:end]).abs()
+        return (on_center + on_axis).amax(dim=2)
+
+    return score
 
 
 def teacher_forced(model: Any, ids: list[int], attention: SparseDecodeAttention) -> torch.Tensor:
@@ -112,7 +167,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sink-blocks", type=int, default=1, help="--num-sink-blocks")
     ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
     ap.add_argument(
-        "--score", choices=tuple(SCORES), default="estimate", help="block score (estimate: the engine's)"
+        "--score",
+        choices=(*SCORES, *EXTRA_SCORES),
+        default="estimate",
+        help="block score (estimate: the engine's)",
     )
     ap.add_argument(
         "--dense-layers", type=int, default=0, help="the first N layers attend exactly (Quest keeps 2)"

@@ -41,3 +41,23 @@ def test_a_small_budget_drops_blocks_except_in_the_dense_layers() -> None:
     assert (kept < causal).all()  # every dropping row left some cold block out
     assert not torch.allclose(sparse[rows], _causal(q, k, v)[rows])
     torch.testing.assert_close(sparse[~rows], _causal(q, k, v)[~rows])
+
+
+def test_the_oracle_keeps_the_block_with_the_planted_key() -> None:
+    q, k, v = _qkv()
+    k[40] = 20 * q[-1, :2].mean(dim=0)  # block 5 (of 8 tokens) holds a key the last row's kv head 0 likes
+    attention = SparseDecodeAttention(8, block_size=8, sink_blocks=1, hot_window=16, score="oracle")
+    mask = attention.mask(q, k)
+    assert mask[-1, 40:48].all()
+    assert mask[-1, :72].sum() == 16  # of blocks 0-8 (then the hot window): the sink and the chosen one
+
+
+def test_halves_of_two_token_blocks_score_like_the_oracle() -> None:
+    # a one-token box has no width: its estimate is q . k itself, so the larger half's score is the
+    # block's true max of q . k over the group, which is the oracle's score
+    q, k, _ = _qkv()
+    kb = k.view(48, 2, 2, 16)
+    halves = SparseDecodeAttention(8, block_size=2, sink_blocks=1, hot_window=16, score="halves")._scorer(q, kb)
+    oracle = SparseDecodeAttention(8, block_size=2, sink_blocks=1, hot_window=16, score="oracle")._scorer(q, kb)
+    for t in (30, 95):
+        torch.testing.assert_close(halves(t, 1, 40), oracle(t, 1, 40), rtol=1e-4, atol=1e-4)
