@@ -24,6 +24,9 @@ DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = (None, "none", "gguf", "fp8", "awq", "gptq")
 # Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+# A sparse budget of fewer blocks of 16 than this gets 8-token blocks by default
+# (`default_block_size`).
+SPARSE_MIN_BLOCKS = 32
 
 
 def parse_rope_scaling(text: str) -> dict[str, Any]:
@@ -54,13 +57,28 @@ def sparse_cache_groups(cold_attention: str, max_num_seqs: int, sparse_cache_seq
     return min(max_num_seqs, sparse_cache_seqs) if cold_attention == "sparse" else 0
 
 
+def default_block_size(cold_attention: str, sparse_budget_tokens: int) -> int:
+    """Tokens per KV block when `--block-size` is not given: 16, or 8 with `--cold-attention
+    sparse` and a budget under `SPARSE_MIN_BLOCKS` blocks of 16 (512 tokens).
+
+    Sparse selection keeps whole blocks, and a budget of a few blocks covers few places in the
+    context. With 16 blocks of 16 (256 tokens, 1/8 of 2K) SmolLM2's code task scored 4-5 points
+    under exact. With 32 blocks of 8 it scored 1.8 under over 600 samples (H200). With 32 blocks
+    of 16 (1/8 of 4K) it scored as exact. Larger budgets keep 16: 8-token blocks there cost
+    ~8% of decode speed and twice the summaries (bench/results/2026-11-29-h200-block-size-limits/,
+    docs/eval.md)."""
+    if cold_attention == "sparse" and sparse_budget_tokens < SPARSE_MIN_BLOCKS * 16:
+        return 8
+    return 16
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
     device: str = "auto"  # auto: cuda when available, else cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda; on the cpu float16 or float32, measured (plan/cpu_dtype.py)
     max_model_len: int | None = None  # None: the model's max_position_embeddings (after rope scaling)
-    block_size: int = 16
+    block_size: int = 0  # 0: `default_block_size` (16, or 8 for a small sparse budget)
     max_num_batched_tokens: int = 2048  # per-step token budget (prefill chunk size)
     max_num_seqs: int = 64
     num_kv_blocks: int | None = None  # None: sized from memory at start-up
@@ -141,6 +159,10 @@ class EngineConfig:
             raise bad("device", f"--device must be one of {DEVICES} or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise bad("dtype", f"--dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.block_size == 0:
+            object.__setattr__(
+                self, "block_size", default_block_size(self.cold_attention, self.sparse_budget_tokens)
+            )
         if self.block_size not in (8, 16, 32, 64, 128):
             raise bad("block_size", f"--block-size must be 8, 16, 32, 64 or 128, got {self.block_size}")
         if self.max_model_len is not None and self.max_model_len < 16:

@@ -57,7 +57,11 @@ def test_halves_of_two_token_blocks_score_like_the_oracle() -> None:
     # block's true max of q . k over the group, which is the oracle's score
     q, k, _ = _qkv()
     kb = k.view(48, 2, 2, 16)
-    halves = SparseDecodeAttention(8, block_size=2, sink_blocks=1, hot_window=16, score="halves")._scorer(q, kb)
-    oracle = SparseDecodeAttention(8, block_size=2, sink_blocks=1, hot_window=16, score="oracle")._scorer(q, kb)
+    halves = SparseDecodeAttention(8, block_size=2, sink_blocks=1, hot_window=16, score="halves")._scorer(
+        q, kb
+    )
+    oracle = SparseDecodeAttention(8, block_size=2, sink_blocks=1, hot_window=16, score="oracle")._scorer(
+        q, kb
+    )
     for t in (30, 95):
         torch.testing.assert_close(halves(t, 1, 40), oracle(t, 1, 40), rtol=1e-4, atol=1e-4)

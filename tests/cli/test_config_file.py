@@ -140,7 +140,11 @@ def test_print_config_says_where_each_value_came_from_and_is_a_config_file(tmp_p
     assert "port = 9100  # environment KVSPILL_PORT" in lines
     assert 'device = "cpu"  # command line' in lines
     assert "max-waiting-requests = 64  # default" in lines
-    assert "# block-size = (16)  # default" in lines  # unset: EngineConfig's default, quoted
+    # unset: EngineConfig's default, quoted
+    assert (
+        "# block-size = (16; 8 with --cold-attention sparse and a --sparse-budget-tokens under 512)  # default"
+        in lines
+    )
     assert "secret" not in result.output and f"# api-key = (set, not shown)  # config file {path}" in lines
     # What it prints is a config file that gives the same configuration.
     printed = tomllib.loads(result.output)
