@@ -26,7 +26,7 @@ QUANTIZATIONS = (None, "none", "gguf", "fp8", "awq", "gptq")
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 # A sparse budget of fewer blocks of 16 than this gets 8-token blocks by default
 # (`default_block_size`).
-SPARSE_MIN_BLOCKS = 32
+SPARSE_MIN_BLOCKS = 64
 
 
 def parse_rope_scaling(text: str) -> dict[str, Any]:
@@ -59,14 +59,15 @@ def sparse_cache_groups(cold_attention: str, max_num_seqs: int, sparse_cache_seq
 
 def default_block_size(cold_attention: str, sparse_budget_tokens: int) -> int:
     """Tokens per KV block when `--block-size` is not given: 16, or 8 with `--cold-attention
-    sparse` and a budget under `SPARSE_MIN_BLOCKS` blocks of 16 (512 tokens).
+    sparse` and a budget under `SPARSE_MIN_BLOCKS` blocks of 16 (1,024 tokens).
 
     Sparse selection keeps whole blocks, and a budget of a few blocks covers few places in the
-    context. With 16 blocks of 16 (256 tokens, 1/8 of 2K) SmolLM2's code task scored 4-5 points
-    under exact. With 32 blocks of 8 it scored 1.8 under over 600 samples (H200). With 32 blocks
-    of 16 (1/8 of 4K) it scored as exact. Larger budgets keep 16: 8-token blocks there cost
-    ~8% of decode speed and twice the summaries (bench/results/2026-11-29-h200-block-size-limits/,
-    docs/eval.md)."""
+    context. SmolLM2's code task at 1/8 of the context, against exact:
+    - 16 blocks of 16 (256 tokens, 2K): 4-5 points under;
+    - 32 blocks of 8 (2K): 1.8 under over 600 samples (H200);
+    - 32 blocks of 16 (512 tokens, 4K): even on 20 GPU samples, 6.3 under on 32 CPU ones.
+    Budgets of 1,024 tokens and more keep 16: 8-token blocks there cost ~8% of decode speed and
+    twice the summaries (bench/results/2026-11-29-h200-block-size-limits/, docs/eval.md)."""
     if cold_attention == "sparse" and sparse_budget_tokens < SPARSE_MIN_BLOCKS * 16:
         return 8
     return 16

@@ -73,7 +73,7 @@ class EngineOptions:
     )
     block_size: int | None = _flag(
         "Tokens per KV block: 8, 16, 32, 64 or 128.",
-        default="16; 8 with --cold-attention sparse and a --sparse-budget-tokens under 512",
+        default="16; 8 with --cold-attention sparse and a --sparse-budget-tokens under 1024",
     )
     max_num_batched_tokens: str | None = _flag(
         "Token budget per step (the prefill chunk size), e.g. 2048 or 4K.", parse=parse_tokens

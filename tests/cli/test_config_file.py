@@ -142,7 +142,7 @@ def test_print_config_says_where_each_value_came_from_and_is_a_config_file(tmp_p
     assert "max-waiting-requests = 64  # default" in lines
     # unset: EngineConfig's default, quoted
     assert (
-        "# block-size = (16; 8 with --cold-attention sparse and a --sparse-budget-tokens under 512)  # default"
+        "# block-size = (16; 8 with --cold-attention sparse and a --sparse-budget-tokens under 1024)  # default"
         in lines
     )
     assert "secret" not in result.output and f"# api-key = (set, not shown)  # config file {path}" in lines
