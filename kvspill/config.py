@@ -7,6 +7,7 @@ with a message that says what to change.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -321,4 +322,17 @@ def with_attention_mode(config: EngineConfig, device_type: str) -> EngineConfig:
         cold_attention="cpu",
         hot_window_tokens=config.block_size,
         num_kv_blocks=config.num_kv_blocks or cpu_attention_gpu_blocks(config),
+    )
+
+
+def block_size_of(flags: Mapping[str, Any]) -> int:
+    """The block size an engine of these EngineConfig keyword arguments will take: the given
+    `block_size`, else `default_block_size` of its cold attention and sparse budget (for commands
+    that size things before the engine exists: `kvspill eval`, `kvspill plan`)."""
+    return int(
+        flags.get("block_size")
+        or default_block_size(
+            flags.get("cold_attention", EngineConfig.cold_attention),
+            int(flags.get("sparse_budget_tokens", EngineConfig.sparse_budget_tokens)),
+        )
     )

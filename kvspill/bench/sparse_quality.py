@@ -33,10 +33,12 @@ from kvspill.model.resolve import resolve_model
 from kvspill.tokenizer import load_tokenizer
 
 # "estimate": the engine's block score; "quest": Quest's upper bound (kv/sparse_select.py says why
-# the engine left it), for the comparison. Two more, which the engine does not have, to tell a
+# the engine left it), for the comparison. Four more, which the engine does not have, to tell a
 # score's error from the block size's: "oracle", each block's true max of q . k over its keys and
 # the kv head's query group (what any summary can at best estimate); "halves", the estimate on
-# each half block's own box, the block's score the larger (twice the summaries).
+# each half block's own box, the block's score the larger (twice the summaries); "axis", the
+# keys' mean and principal axis (`_axis_scorer`); "half-spread", the estimate with half its
+# spread term.
 SCORES = {"estimate": block_scores, "quest": quest_bounds}
 EXTRA_SCORES = ("oracle", "halves", "axis", "half-spread")
 
@@ -105,13 +107,13 @@ class SparseDecodeAttention:
             return oracle
         if self.score == "halves":
             kh = kb.reshape(2 * num_blocks, bs // 2, num_kv_heads, head_dim)
-            halves = summarize_keys(torch.stack([kh, kh], dim=1)[:, None])[:, 0]
+            halves = _box_summary(kh)
             return lambda t, first, end: (
                 block_scores(q[t : t + 1], halves[2 * first : 2 * end]).view(num_kv_heads, -1, 2).amax(dim=2)
             )
         if self.score == "axis":
             return _axis_scorer(q, kb)
-        summary = summarize_keys(torch.stack([kb, kb], dim=1)[:, None])[:, 0]  # [blocks, 2, kv, dim]
+        summary = _box_summary(kb)
         if self.score == "half-spread":  # the estimate with half its spread term
             center, half = (summary[:, 1] + summary[:, 0]) / 2, (summary[:, 1] - summary[:, 0]) / 4
             summary = torch.stack([center - half, center + half], dim=1)
@@ -127,6 +129,12 @@ class SparseDecodeAttention:
                 qh, kh, vh, attn_mask=self.mask(q, k)[None, None], enable_gqa=True
             )
         return o[0].transpose(0, 1)  # [num_tokens, num_heads, head_dim]
+
+
+def _box_summary(kb: torch.Tensor) -> torch.Tensor:
+    """The engine's min/max summaries [blocks, 2, kv, dim] of keys [blocks, bs, kv, dim]
+    (`summarize_keys` takes whole KV blocks of every layer: K and V, one layer here)."""
+    return summarize_keys(torch.stack([kb, kb], dim=1)[:, None])[:, 0]
 
 
 def _axis_scorer(q: torch.Tensor, kb: torch.Tensor) -> Any:

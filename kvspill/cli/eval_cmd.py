@@ -51,20 +51,14 @@ def parse_engine_args(items: list[str]) -> dict[str, Any]:
 def _configuration(
     engine: EngineOptions, engine_args: list[str], hot_kv_tokens: str | None, lengths: list[int]
 ) -> dict[str, Any]:
-    from kvspill.config import EngineConfig, default_block_size
+    from kvspill.config import block_size_of
     from kvspill.eval.runner import hot_kv_kwargs
 
     given = engine_kwargs(engine)
     given.update(parse_engine_args(engine_args))
     kwargs: dict[str, Any] = {"max_model_len": max(lengths)}
     if hot_kv_tokens is not None:
-        block_size = int(
-            given.get("block_size")
-            or default_block_size(
-                given.get("cold_attention", "auto"),
-                int(given.get("sparse_budget_tokens", EngineConfig.sparse_budget_tokens)),
-            )
-        )
+        block_size = block_size_of(given)
         sinks = int(given.get("num_sink_blocks", 1))
         kwargs.update(
             hot_kv_kwargs(parse_tokens(hot_kv_tokens, "--hot-kv-tokens"), max(lengths), block_size, sinks)

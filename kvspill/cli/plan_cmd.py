@@ -31,7 +31,7 @@ from kvspill.cli.engine_options import (
     flag_name,
     with_engine_options,
 )
-from kvspill.config import EngineConfig, default_block_size, sparse_cache_groups, with_attention_mode
+from kvspill.config import EngineConfig, block_size_of, sparse_cache_groups, with_attention_mode
 from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.plan import (
     DEFAULT_BANDWIDTHS,
@@ -164,11 +164,7 @@ def _base_request(
         else flags.get("max_model_len", spec.max_position_embeddings),
         max_num_seqs=flags.get("max_num_seqs", EngineConfig.max_num_seqs),
         max_num_batched_tokens=flags.get("max_num_batched_tokens", EngineConfig.max_num_batched_tokens),
-        block_size=flags.get("block_size")
-        or default_block_size(
-            flags.get("cold_attention", EngineConfig.cold_attention),
-            flags.get("sparse_budget_tokens", EngineConfig.sparse_budget_tokens),
-        ),
+        block_size=block_size_of(flags),
         # --kv-dtype (this command's own) or the engine's --kv-cache-dtype: the same choice
         kv_dtype=kv_dtype if kv_dtype != "auto" else flags.get("kv_cache_dtype", "auto"),
         weight_dtype=flags.get("dtype", "auto"),
