@@ -64,3 +64,15 @@ def sparse_overlap_on() -> bool:
     """False where KVSPILL_SPARSE_OVERLAP=0: a sparse step selects and fetches each layer's cold
     blocks on the compute stream, after the gpu-resident attention, instead of beside it."""
     return os.environ.get("KVSPILL_SPARSE_OVERLAP", "1") != "0"
+
+
+def sparse_hot_after() -> str:
+    """KVSPILL_SPARSE_HOT_AFTER: where, in an overlapped sparse step, the attention over the gpu
+    tier starts: "select" (the default: once the side stream has chosen the layer's blocks, so it
+    runs beside their PCIe gather instead of taking the SMs the scoring needs), "keys" (once the
+    blocks are scored) or "none" (at once, beside all of it). W3 128K on an H200: 54.1-54.6,
+    53.1-53.4 and 51.6-51.8 tok/s."""
+    value = os.environ.get("KVSPILL_SPARSE_HOT_AFTER", "select")
+    if value not in ("keys", "select", "none"):
+        raise ValueError(f"KVSPILL_SPARSE_HOT_AFTER must be keys, select or none, got {value!r}")
+    return value

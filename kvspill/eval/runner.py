@@ -45,6 +45,7 @@ REFERENCE_DROPS = (
     "num_sink_blocks",
     "hot_window_tokens",
     "max_num_seqs",
+    "block_size",  # placement only: the reference, all on the gpu tier, takes its default
 )
 OUTPUT_CHARS = 200  # of each sample's output kept in the JSON
 
@@ -75,12 +76,15 @@ def hot_kv_kwargs(
 
     The gpu tier holds the sink blocks, a hot window of `hot_tokens` and one prefill chunk of
     `hot_tokens` (the written blocks must be hot), plus two spare blocks; the cpu tier one whole
-    sequence of `max_len`."""
+    sequence of `max_len`. The block size they are counted in is one of the arguments: an engine
+    left to its default (8 or 16, `config.default_block_size`) could take another and find its
+    tiers half the size meant."""
     if hot_tokens < block_size:
         raise ValueError(
             f"--hot-kv-tokens must be at least one block ({block_size} tokens), got {hot_tokens}"
         )
     return {
+        "block_size": block_size,
         "num_kv_blocks": num_sink_blocks + -(-2 * hot_tokens // block_size) + 2,
         "num_cpu_kv_blocks": -(-max_len // block_size) + 2,
         "hot_window_tokens": hot_tokens,

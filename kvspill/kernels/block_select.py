@@ -34,9 +34,11 @@ import torch
 from kvspill.kernels.sparse_kernels import SCORE_BITS
 from kvspill.kernels.triton_compat import tl, triton
 
-# Up to this many blocks per head (8192 = 128K tokens of 16) the search keeps a head's scores in
-# registers; past it each search step reads them again (1M tokens: 65536 blocks).
-_REGISTER_BLOCKS = 8192
+# Up to this many blocks per head (4096 = 64K tokens of 16) the search keeps a head's scores in
+# registers; past it chunks of this many first keep their top keys, in parallel. On an H200 under
+# CUDA graphs (budget 256, 8 kv heads, 2026-11-29): 5,545 blocks (W3 128K) 38.9 us with 4096,
+# 41.1 with 8192, 36.9 with 2048; 62,000 blocks (W1 1M) 45.9, 49.6 and 69.7.
+_REGISTER_BLOCKS = 4096
 # Up to this many chosen blocks a head's ranks come from pairwise comparisons of its chosen keys;
 # past it, from a bitonic sort of them (on an H200, 8192 blocks and a budget of 1024: 189 us for
 # the whole selection with pairwise ranks, 45 with sorted ones; 46 at a budget of 256, pairwise).

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kvspill.env import sparse_overlap_on
+from kvspill.env import sparse_hot_after, sparse_overlap_on
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kv.block_summary import BlockSummaries
 from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
@@ -116,6 +116,7 @@ class ColdAttentionBackend:
             if self.summaries is not None and storage.device.type == "cuda" and sparse_overlap_on()
             else None
         )
+        self.sparse_hot_after = sparse_hot_after()
         # sparse: the queries of each prompt's end choose part of the budget (`sparse_anchor`)
         self.anchors = (
             PromptAnchors.of(self.config, storage, self.sparse_budget_blocks) if self.summaries else None
@@ -324,7 +325,9 @@ class ColdStep:
             # gpu tier (and, in a CUDA graph, as a parallel branch of it); `finish` joins them.
             side.wait_stream(torch.cuda.current_stream(q.device))
             with torch.cuda.stream(side):
-                work.sparse = self.sparse.fetch(layer_idx, q_cold)
+                work.sparse = self.sparse.fetch(layer_idx, q_cold, self.backend.sparse_hot_after)
+            if work.sparse.hot_start is not None:
+                torch.cuda.current_stream(q.device).wait_event(work.sparse.hot_start)
         if self.cpu_parts:
             work.cpu = self.cpu.start(layer_idx, q_cold, self.backend.executor, self.backend.cpu_done)
         return work

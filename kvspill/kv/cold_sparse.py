@@ -108,6 +108,8 @@ class SparseFetched:
 
     q: torch.Tensor  # [num_seqs, num_heads, head_dim]: the sparse rows' queries
     staging: torch.Tensor | None  # the staged (uncached) sequences' blocks; cached ones are in the cache
+    # where the attention over the gpu tier starts (`env.sparse_hot_after`); None: at once
+    hot_start: torch.cuda.Event | None = None
 
 
 class SparseColdStep:
@@ -259,15 +261,20 @@ class SparseColdStep:
         """Select, fetch and attend this layer's blocks for every sparse row; merge into acc."""
         self.attend_fetched(layer_idx, self.fetch(layer_idx, q_cold), scale, acc_o, acc_lse)
 
-    def fetch(self, layer_idx: int, q_cold: torch.Tensor) -> SparseFetched:
+    def fetch(self, layer_idx: int, q_cold: torch.Tensor, hot_after: str = "none") -> SparseFetched:
         """Select this layer's blocks for every sparse row and bring them to the device (the
         cache's slots, or a staging buffer). It reads only cold blocks and their summaries, so it
-        may run on another stream beside the attention over the gpu tier (`ColdStep.begin`)."""
+        may run on another stream beside the attention over the gpu tier (`ColdStep.begin`);
+        `hot_after` ("keys", "select"): where that attention should start (`SparseFetched.hot_start`)."""
         q = q_cold.index_select(0, self.rows)  # [num_seqs, num_heads, head_dim]
+        keys = [self._keys(seq, layer_idx, q[i]) for i, seq in enumerate(self.seqs)]
+        hot_start = _recorded_event() if hot_after == "keys" and q.is_cuda else None
         chosen = [
-            select_from_keys(self._keys(seq, layer_idx, q[i]), seq.num_selected, seq.positions)
-            for i, seq in enumerate(self.seqs)
+            select_from_keys(k, seq.num_selected, seq.positions)
+            for k, seq in zip(keys, self.seqs, strict=True)
         ]
+        if hot_after == "select" and q.is_cuda:
+            hot_start = _recorded_event()
         self.counts.selected_blocks += self.num_selected
         self.counts.cold_blocks += self.num_cold
         if self.cached:
@@ -275,7 +282,7 @@ class SparseColdStep:
         staging = self._stage(layer_idx, chosen) if self.staged else None
         if staging is not None:
             self.counts.bytes += staging.numel() * staging.element_size()
-        return SparseFetched(q, staging)
+        return SparseFetched(q, staging, hot_start)
 
     def attend_fetched(
         self, layer_idx: int, fetched: SparseFetched, scale: float, acc_o: torch.Tensor, acc_lse: torch.Tensor
@@ -394,3 +401,9 @@ class SparseColdStep:
                 src = torch.empty((len(pos), *dst.shape[1:]), dtype=dst.dtype)
                 self.storage.gather_layer(tier, layer_idx, ids[pos], src)
                 index_copy_rows(dst, torch.from_numpy(pos).to(dst.device), src.to(dst.device))
+
+
+def _recorded_event() -> torch.cuda.Event:
+    event = torch.cuda.Event()
+    event.record()  # on the current stream
+    return event

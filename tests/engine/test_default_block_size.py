@@ -49,7 +49,7 @@ def test_eval_sizes_its_hot_tiers_with_the_block_size_the_engine_will_take():
     # so the gpu tier is counted in blocks of 8: 1 sink + 2 x 256 / 8 + 2 spare
     args = ["cold_attention=sparse", "sparse_budget_tokens=256"]
     kwargs = _configuration(EngineOptions(), args, "256", [2048])
-    assert "block_size" not in kwargs and kwargs["num_kv_blocks"] == 1 + 64 + 2
+    assert kwargs["block_size"] == 8 and kwargs["num_kv_blocks"] == 1 + 64 + 2
     assert EngineConfig(**kwargs).block_size == 8
     given = _configuration(EngineOptions(), [*args, "block_size=16"], "256", [2048])
-    assert given["num_kv_blocks"] == 1 + 32 + 2
+    assert given["block_size"] == 16 and given["num_kv_blocks"] == 1 + 32 + 2

@@ -166,7 +166,8 @@ def test_selection_beside_the_gpu_tiers_attention_gives_the_same_tokens(
 ):
     """`ColdStep.begin` selects and fetches a layer's cold blocks on the backend's sparse stream
     while the compute stream attends the gpu tier (a parallel branch of the graph);
-    KVSPILL_SPARSE_OVERLAP=0 runs both on the compute stream. Same greedy tokens either way."""
+    KVSPILL_SPARSE_OVERLAP=0 runs both on the compute stream; KVSPILL_SPARSE_HOT_AFTER moves where
+    the gpu tier's attention starts. Same greedy tokens every way."""
     from kvspill.eval.runner import hot_kv_kwargs
     from kvspill.llm import LLM
     from kvspill.sampling_params import SamplingParams
@@ -179,11 +180,25 @@ def test_selection_beside_the_gpu_tiers_attention_gives_the_same_tokens(
     prompts = [torch.randint(3, 256, (1900,), generator=g).tolist() for _ in range(2)]
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     tokens = {}
-    for overlap in ("0", "1"):
+    # where the gpu tier's attention starts beside the side stream: KVSPILL_SPARSE_HOT_AFTER
+    for overlap, hot_after in (("0", "select"), ("1", "select"), ("1", "keys"), ("1", "none")):
         monkeypatch.setenv("KVSPILL_SPARSE_OVERLAP", overlap)
+        monkeypatch.setenv("KVSPILL_SPARSE_HOT_AFTER", hot_after)
         llm = LLM(str(smollm2_geometry_dir), **kw)
         backend = llm.engine.runner.cold
         assert (backend.sparse_stream is not None) == (overlap == "1")
-        tokens[overlap] = [o.token_ids for o in llm.generate(prompts, params)]
+        tokens[overlap, hot_after] = [o.token_ids for o in llm.generate(prompts, params)]
         del llm
-    assert tokens["0"] == tokens["1"]
+    assert all(t == tokens["0", "select"] for t in tokens.values())
+
+
+def test_where_the_gpu_tiers_attention_starts_is_read_and_checked(monkeypatch):
+    from kvspill.env import sparse_hot_after
+
+    monkeypatch.delenv("KVSPILL_SPARSE_HOT_AFTER", raising=False)
+    assert sparse_hot_after() == "select"
+    monkeypatch.setenv("KVSPILL_SPARSE_HOT_AFTER", "keys")
+    assert sparse_hot_after() == "keys"
+    monkeypatch.setenv("KVSPILL_SPARSE_HOT_AFTER", "later")
+    with pytest.raises(ValueError, match="keys, select or none"):
+        sparse_hot_after()
