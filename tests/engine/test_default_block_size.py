@@ -53,3 +53,16 @@ def test_eval_sizes_its_hot_tiers_with_the_block_size_the_engine_will_take():
     assert EngineConfig(**kwargs).block_size == 8
     given = _configuration(EngineOptions(), [*args, "block_size=16"], "256", [2048])
     assert given["block_size"] == 16 and given["num_kv_blocks"] == 1 + 32 + 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["cold_attention=sparse", "sparse_budget_tokens=256"], ["cold_attention=sparse"], ["block_size=32"]],
+)
+def test_eval_tiers_hold_the_longest_length_in_the_engines_own_blocks(args):
+    # hot_kv_kwargs counts in a block size; the engine must take that one, whatever its default
+    kwargs = _configuration(EngineOptions(), args, "256", [2048, 4096])
+    config = EngineConfig(**kwargs)
+    assert config.block_size == kwargs["block_size"]
+    assert config.num_cpu_kv_blocks * config.block_size >= 4096
+    assert config.num_kv_blocks * config.block_size >= config.block_size + 2 * 256
