@@ -46,6 +46,7 @@ from kvspill.plan import (
     plan_presets,
     plan_to_json,
     preset_request,
+    rope_scaling_type,
 )
 from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
 from kvspill.plan.units import GiB, format_bytes, parse_bytes, parse_tokens
@@ -124,6 +125,7 @@ _PLANNED = {
     "tensor_parallel_size",
     "attention",  # cpu: planned as the engine runs it on a GPU (config.with_attention_mode)
     "num_kv_blocks",
+    "rope_scaling",  # named in the notes past the model's positions
 }
 
 
@@ -177,6 +179,7 @@ def _base_request(
             flags.get("sparse_cache_seqs", EngineConfig.sparse_cache_seqs),
         ),
         gpu_kv_blocks=flags.get("num_kv_blocks"),
+        rope_scaling=rope_scaling_type(flags.get("rope_scaling")),
         **{_ENGINE_KNOBS[k]: v for k, v in flags.items() if k in _ENGINE_KNOBS},
     )
 

@@ -97,6 +97,7 @@ class PlanRequest:
     tensor_parallel_size: int = 1  # `spec` is one rank's share; the step adds the collectives
     stream_graphs: bool = True  # exact stream steps may replay CUDA graphs (KVSPILL_STREAM_CUDA_GRAPHS)
     rope_positions: int | None = None  # positions of the model's RoPE table (None: context_len)
+    rope_scaling: str | None = None  # --rope-scaling's type ("yarn", ...), None: the model's own RoPE
 
     def __post_init__(self) -> None:
         def check(ok: bool, param: str, message: str) -> None:

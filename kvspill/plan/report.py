@@ -178,9 +178,11 @@ def notes_for(plan: MemoryPlan) -> list[str]:
     """Things worth knowing about a plan that are not failures."""
     r, notes = plan.request, []
     if plan.context_len > r.spec.max_position_embeddings:
+        past = f"context {plan.context_len} is past the model's {r.spec.max_position_embeddings} positions"
         notes.append(
-            f"context {plan.context_len} is past the model's {r.spec.max_position_embeddings} "
-            "positions: it needs --rope-scaling"
+            f"{past}: it needs --rope-scaling"
+            if r.rope_scaling is None
+            else f"{past}: --rope-scaling {r.rope_scaling} extends them (measure it: kvspill eval)"
         )
     if plan.fits and r.max_num_seqs > plan.max_concurrent_seqs:
         notes.append(

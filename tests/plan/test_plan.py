@@ -673,3 +673,18 @@ def test_the_rope_table_is_charged_on_cuda_by_the_model_len() -> None:
     )
     assert abs(without.gpu_kv_bytes - cuda.gpu_kv_bytes - 512 * MiB) <= cuda.block_bytes  # whole blocks
     assert make_plan(replace(short, device="cpu"), DEFAULT_BANDWIDTHS).rope_table_bytes == 0
+
+
+def test_past_the_models_positions_the_note_names_the_rope_scaling_given(cli: typer.Typer) -> None:
+    # llama-1b's shape has 131,072 positions
+    args = ["plan", "llama-1b", "--vram-budget", "16GiB", "--context", "256K"]
+    bare = CliRunner().invoke(cli, args)
+    assert bare.exit_code == 0, bare.output
+    assert "past the model's 131072 positions: it needs --rope-scaling" in bare.output
+    scaled = CliRunner().invoke(cli, [*args, "--rope-scaling", "yarn:2"])
+    assert scaled.exit_code == 0, scaled.output
+    assert "--rope-scaling yarn extends them" in scaled.output and "it needs" not in scaled.output
+    assert "not planned" not in scaled.output
+    config = EngineConfig(max_model_len=262144, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    request = request_from_engine_config(config, KNOWN_SHAPES["llama-1b"], 16 * GiB)
+    assert request.rope_scaling == "dynamic"
