@@ -47,7 +47,7 @@ from kvspill.kv.cold_math import merge_rows_into
 from kvspill.kv.sparse_anchor import PromptAnchors, boost_keys, cold_set_key
 from kvspill.kv.sparse_cache import SparseBlockCache
 from kvspill.kv.sparse_select import block_scores, select_from_keys
-from kvspill.kv.step_sync import CopyStream
+from kvspill.kv.step_sync import CopyStream, recorded_event
 from kvspill.kv.storage import TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK
 
@@ -264,17 +264,16 @@ class SparseColdStep:
     def fetch(self, layer_idx: int, q_cold: torch.Tensor, hot_after: str = "none") -> SparseFetched:
         """Select this layer's blocks for every sparse row and bring them to the device (the
         cache's slots, or a staging buffer). It reads only cold blocks and their summaries, so it
-        may run on another stream beside the attention over the gpu tier (`ColdStep.begin`);
-        `hot_after` ("keys", "select"): where that attention should start (`SparseFetched.hot_start`)."""
+        may run on another stream beside the attention over the gpu tier (`ColdStep.begin`), which
+        starts after the scoring or the choice with `hot_after` "keys" or "select" (`hot_start`)."""
         q = q_cold.index_select(0, self.rows)  # [num_seqs, num_heads, head_dim]
         keys = [self._keys(seq, layer_idx, q[i]) for i, seq in enumerate(self.seqs)]
-        hot_start = _recorded_event() if hot_after == "keys" and q.is_cuda else None
+        hot_start = recorded_event() if hot_after == "keys" and q.is_cuda else None
         chosen = [
-            select_from_keys(k, seq.num_selected, seq.positions)
-            for k, seq in zip(keys, self.seqs, strict=True)
+            select_from_keys(k, s.num_selected, s.positions) for k, s in zip(keys, self.seqs, strict=True)
         ]
         if hot_after == "select" and q.is_cuda:
-            hot_start = _recorded_event()
+            hot_start = recorded_event()
         self.counts.selected_blocks += self.num_selected
         self.counts.cold_blocks += self.num_cold
         if self.cached:
@@ -401,9 +400,3 @@ class SparseColdStep:
                 src = torch.empty((len(pos), *dst.shape[1:]), dtype=dst.dtype)
                 self.storage.gather_layer(tier, layer_idx, ids[pos], src)
                 index_copy_rows(dst, torch.from_numpy(pos).to(dst.device), src.to(dst.device))
-
-
-def _recorded_event() -> torch.cuda.Event:
-    event = torch.cuda.Event()
-    event.record()  # on the current stream
-    return event

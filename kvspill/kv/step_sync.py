@@ -1,7 +1,7 @@
 """Small synchronization helpers of a step's cold paths (`kv/cold_attention.py`, `kv/cold_sparse.py`):
 `HostReady` waits once per step for the async copies into the cpu pool before the host reads it;
 `CopyStream` runs a block of kernels on the storage's copy stream, ordered both ways with the
-compute stream."""
+compute stream; `recorded_event` marks a point of the current stream for another to wait on."""
 
 from __future__ import annotations
 
@@ -49,3 +49,10 @@ class CopyStream:
             return
         self._ctx.__exit__(*exc)
         self.compute.wait_stream(self.stream)
+
+
+def recorded_event() -> torch.cuda.Event:
+    """An event recorded now on the current CUDA stream (a CUDA graph captures it as an edge)."""
+    event = torch.cuda.Event()
+    event.record()
+    return event
