@@ -58,6 +58,12 @@ def sparse_cache_groups(cold_attention: str, max_num_seqs: int, sparse_cache_seq
     return min(max_num_seqs, sparse_cache_seqs) if cold_attention == "sparse" else 0
 
 
+def rope_type_of(rope_scaling: Mapping[str, Any] | None) -> str | None:
+    """The type a --rope-scaling override names ("rope_type", or transformers' older "type");
+    None when there is no override."""
+    return None if rope_scaling is None else rope_scaling.get("rope_type", rope_scaling.get("type"))
+
+
 def default_block_size(cold_attention: str, sparse_budget_tokens: int) -> int:
     """Tokens per KV block when `--block-size` is not given: 16, or 8 with `--cold-attention
     sparse` and a budget under `SPARSE_MIN_BLOCKS` blocks of 16 (1,024 tokens).
@@ -197,7 +203,7 @@ class EngineConfig:
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise bad("num_kv_blocks", f"num_kv_blocks must be at least 2, got {self.num_kv_blocks}")
         if self.rope_scaling is not None:
-            rope_type = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
+            rope_type = rope_type_of(self.rope_scaling)
             if rope_type not in ROPE_TYPES:
                 raise bad("rope_scaling", f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
             factor = self.rope_scaling.get("factor", 1.0)

@@ -31,7 +31,7 @@ from kvspill.cli.engine_options import (
     flag_name,
     with_engine_options,
 )
-from kvspill.config import EngineConfig, block_size_of, sparse_cache_groups, with_attention_mode
+from kvspill.config import EngineConfig, block_size_of, rope_type_of, sparse_cache_groups, with_attention_mode
 from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.plan import (
     DEFAULT_BANDWIDTHS,
@@ -46,7 +46,6 @@ from kvspill.plan import (
     plan_presets,
     plan_to_json,
     preset_request,
-    rope_scaling_type,
 )
 from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
 from kvspill.plan.units import GiB, format_bytes, parse_bytes, parse_tokens
@@ -179,7 +178,7 @@ def _base_request(
             flags.get("sparse_cache_seqs", EngineConfig.sparse_cache_seqs),
         ),
         gpu_kv_blocks=flags.get("num_kv_blocks"),
-        rope_scaling=rope_scaling_type(flags.get("rope_scaling")),
+        rope_scaling=rope_type_of(flags.get("rope_scaling")),
         **{_ENGINE_KNOBS[k]: v for k, v in flags.items() if k in _ENGINE_KNOBS},
     )
 

@@ -14,9 +14,8 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
-from kvspill.config import EngineConfig
+from kvspill.config import EngineConfig, rope_type_of
 from kvspill.env import cuda_graphs_on
 from kvspill.errors import InvalidParameterError
 from kvspill.plan.arithmetic import (
@@ -31,7 +30,6 @@ from kvspill.plan.spec import ModelSpec
 from kvspill.plan.units import GiB, format_bytes, format_tokens, parse_bytes
 
 __all__ = [
-    "rope_scaling_type",
     "DEFAULT_BANDWIDTHS",
     "KNOWN_GPU_BANDWIDTHS",
     "PRESETS",
@@ -133,15 +131,8 @@ def request_from_engine_config(
         recent_window_tokens=config.hot_window_tokens,
         tensor_parallel_size=config.tensor_parallel_size,
         stream_graphs=cuda_graphs_on("STREAM"),  # as engine_setup reads it
-        rope_scaling=rope_scaling_type(config.rope_scaling),
+        rope_scaling=rope_type_of(config.rope_scaling),
     )
-
-
-def rope_scaling_type(rope_scaling: dict[str, Any] | None) -> str | None:
-    """The type of a --rope-scaling override (the plan's notes name it); None when not given."""
-    if rope_scaling is None:
-        return None
-    return str(rope_scaling.get("rope_type") or rope_scaling.get("type") or "rope scaling")
 
 
 # -- presets ------------------------------------------------------------------------------------

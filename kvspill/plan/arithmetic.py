@@ -72,9 +72,8 @@ class PlanRequest:
     gpu_kv_budget_bytes: int | None = None  # a fixed GPU KV size (EngineConfig.kv_cache_memory_bytes)
     enforce_eager: bool = False  # True: no CUDA graphs, no graph reserve
     preset: str = "yours"
-    cold_attention: str = (
-        "auto"  # the engine's cold path: auto/stream, cpu, split or sparse (--cold-attention)
-    )
+    # the engine's cold path: auto/stream, cpu, split or sparse (--cold-attention)
+    cold_attention: str = "auto"
     sparse_budget_tokens: int = 4096  # sparse: cold tokens a decode row attends (--sparse-budget-tokens)
     sparse_cache_seqs: int = 0  # sparse: sequences whose chosen blocks stay on the GPU (kv/sparse_cache.py)
     quantization: str = "none"  # how the weights are held: WEIGHT_QUANTIZATIONS
