@@ -116,7 +116,7 @@ class ColdAttentionBackend:
             if self.summaries is not None and storage.device.type == "cuda" and sparse_overlap_on()
             else None
         )
-        self.sparse_hot_after = sparse_hot_after()
+        self.sparse_hot_after = sparse_hot_after() if self.sparse_stream is not None else "none"
         # sparse: the queries of each prompt's end choose part of the budget (`sparse_anchor`)
         self.anchors = (
             PromptAnchors.of(self.config, storage, self.sparse_budget_blocks) if self.summaries else None

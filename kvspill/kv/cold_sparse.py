@@ -108,8 +108,7 @@ class SparseFetched:
 
     q: torch.Tensor  # [num_seqs, num_heads, head_dim]: the sparse rows' queries
     staging: torch.Tensor | None  # the staged (uncached) sequences' blocks; cached ones are in the cache
-    # where the attention over the gpu tier starts (`env.sparse_hot_after`); None: at once
-    hot_start: torch.cuda.Event | None = None
+    hot_start: torch.cuda.Event | None = None  # where the gpu tier's attention starts; None: at once
 
 
 class SparseColdStep:
@@ -262,10 +261,10 @@ class SparseColdStep:
         self.attend_fetched(layer_idx, self.fetch(layer_idx, q_cold), scale, acc_o, acc_lse)
 
     def fetch(self, layer_idx: int, q_cold: torch.Tensor, hot_after: str = "none") -> SparseFetched:
-        """Select this layer's blocks for every sparse row and bring them to the device (the
-        cache's slots, or a staging buffer). It reads only cold blocks and their summaries, so it
-        may run on another stream beside the attention over the gpu tier (`ColdStep.begin`), which
-        starts after the scoring or the choice with `hot_after` "keys" or "select" (`hot_start`)."""
+        """Select this layer's blocks for every sparse row and bring them to the device (the cache's
+        slots, or a staging buffer). It reads only cold blocks and their summaries, so it may run
+        beside the gpu tier's attention (`ColdStep.begin`): it starts once the blocks are scored or
+        chosen with `hot_after` "keys" or "select" (`SparseFetched.hot_start`), at once with "none"."""
         q = q_cold.index_select(0, self.rows)  # [num_seqs, num_heads, head_dim]
         keys = [self._keys(seq, layer_idx, q[i]) for i, seq in enumerate(self.seqs)]
         hot_start = recorded_event() if hot_after == "keys" and q.is_cuda else None
