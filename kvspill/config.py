@@ -52,6 +52,25 @@ def parse_rope_scaling(text: str) -> dict[str, Any]:
         ) from e
 
 
+def parse_layer_list(text: Any) -> tuple[int, ...]:
+    """`--kv-cache-dtype-skip-layers`: layer indices as "0,10,23" (or a list, from a config file
+    or the Python API), sorted, each once."""
+    items = text.replace(" ", "").split(",") if isinstance(text, str) else list(text)
+    try:
+        layers = {int(x) for x in items if x != ""}
+    except (TypeError, ValueError) as e:
+        raise InvalidParameterError(
+            "kv_cache_dtype_skip_layers",
+            f"--kv-cache-dtype-skip-layers takes layer indices such as 0,10,23, got {text!r}",
+        ) from e
+    if any(layer < 0 for layer in layers):
+        raise InvalidParameterError(
+            "kv_cache_dtype_skip_layers",
+            f"--kv-cache-dtype-skip-layers: layer indices start at 0, got {text!r}",
+        )
+    return tuple(sorted(layers))
+
+
 def sparse_cache_groups(cold_attention: str, max_num_seqs: int, sparse_cache_seqs: int) -> int:
     """Sequences the sparse block cache holds (`kv/sparse_cache.py`): 0 unless sparse. The engine
     and `kvspill plan` (from its flags alone) both size it here."""
@@ -150,6 +169,10 @@ class EngineConfig:
     # store K and V in 8 bits, "int8" in 8 bits plus a scale per token and kv head
     # (kernels/kv_quant.py): about half the bytes of every tier against bf16.
     kv_cache_dtype: str = "auto"
+    # Layers whose K and V keep the model dtype under a quantized kv_cache_dtype (a mixed pool,
+    # kv/layout.py): the ones that fail the quality gate (`python -m kvspill.bench.kv_quality
+    # --per-layer` measures each layer's error).
+    kv_cache_dtype_skip_layers: tuple[int, ...] = ()
     # ---- past one GPU (docs/distributed.md) ----
     # vLLM's --tensor-parallel-size: one process per GPU (gloo processes on the CPU), Megatron
     # splits of every layer, KV heads (and so every KV tier) split across the ranks.
@@ -249,6 +272,14 @@ class EngineConfig:
             raise bad(
                 "kv_cache_dtype",
                 f"--kv-cache-dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}",
+            )
+        skip = parse_layer_list(self.kv_cache_dtype_skip_layers)
+        object.__setattr__(self, "kv_cache_dtype_skip_layers", skip)  # a tuple, sorted, each once
+        if skip and self.kv_cache_dtype == "auto":
+            raise bad(
+                "kv_cache_dtype_skip_layers",
+                "--kv-cache-dtype-skip-layers keeps layers out of a quantized --kv-cache-dtype; with auto "
+                "every layer holds the model dtype already: pass --kv-cache-dtype fp8 or int8, or drop it",
             )
         if self.attention not in ("auto", "cpu"):
             raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")

@@ -212,8 +212,7 @@ class PrefixPersister:
     def _load_disk_block(self, block_hash: int, block_id: int) -> bool:
         """Read a persisted block into the disk tier's file (through host memory), on this thread."""
         layout = self.storage.layout
-        block = torch.empty((1, layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.row_dim),
-                            dtype=layout.dtype)  # fmt: skip
+        block = torch.empty((1, *layout.block_shape), dtype=layout.pool_dtype)
         if not self.store.load_into(block_hash, block[0]):
             return False
         try:

@@ -226,6 +226,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sparse-prompt-window", type=int, default=0, help="--sparse-prompt-window (0: off)")
     ap.add_argument("--sparse-prompt-share", type=float, default=0.5, help="--sparse-prompt-share")
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, fp8_e5m2 or int8 (--kv-cache-dtype)")
+    ap.add_argument("--kv-cache-dtype-skip-layers", default="", help="layers kept at the model dtype: 0,31")
     ap.add_argument("--attention", default="auto", help="auto, or cpu: all KV in RAM, attention on the CPU")
     ap.add_argument(
         "--cpu-attention-threads", type=int, default=None, help="--cpu-attention-threads (default: torch's)"
@@ -282,6 +283,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         sparse_prompt_window=getattr(args, "sparse_prompt_window", 0),
         sparse_prompt_share=getattr(args, "sparse_prompt_share", 0.5),
         kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"),
+        kv_cache_dtype_skip_layers=getattr(args, "kv_cache_dtype_skip_layers", ""),
         attention=getattr(args, "attention", "auto"),
         cpu_attention_threads=getattr(args, "cpu_attention_threads", None),
         async_scheduling=getattr(args, "async_scheduling", True),
@@ -303,7 +305,9 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     if getattr(args, "block_size", 16) != 16:
         mode += f"-bs{args.block_size}"
     if getattr(args, "kv_cache_dtype", "auto") != "auto":
-        mode += f"-kv-{args.kv_cache_dtype}"
+        mode += f"-kv-{args.kv_cache_dtype}" + (
+            f"-skip{len(config.kv_cache_dtype_skip_layers)}" if config.kv_cache_dtype_skip_layers else ""
+        )
     if getattr(args, "attention", "auto") == "cpu":
         mode += "-attention-cpu"
     if getattr(args, "cpu_attention_threads", None):

@@ -32,7 +32,7 @@ from typing import Annotated, Any, TypeVar, get_args, get_type_hints
 
 import typer
 
-from kvspill.config import EngineConfig, parse_rope_scaling
+from kvspill.config import EngineConfig, parse_layer_list, parse_rope_scaling
 from kvspill.plan.units import parse_size, parse_tokens
 
 PANEL = "Engine options"
@@ -201,6 +201,12 @@ class EngineOptions:
     kv_cache_dtype: str | None = _flag(
         "KV cache format: auto (the model's dtype), fp8 (= fp8_e4m3), fp8_e5m2, or int8 (a scale per token "
         "and kv head; passes the quality gate where fp8 does not): about half the bytes of bf16 KV."
+    )
+    kv_cache_dtype_skip_layers: str | None = _flag(
+        "Layers whose KV keeps the model dtype under --kv-cache-dtype, e.g. 0,10,23 (the layers that "
+        "fail the quality gate: python -m kvspill.bench.kv_quality --per-layer measures each).",
+        default="none",
+        parse=lambda text, flag: parse_layer_list(text),
     )
     tensor_parallel_size: int | None = _flag(
         "GPUs to split the model over (one process each; gloo processes on cpu): attention heads, "

@@ -116,6 +116,7 @@ _PLANNED = {
     "vram_budget_bytes",
     "max_model_len",
     "kv_cache_dtype",
+    "kv_cache_dtype_skip_layers",
     "max_num_seqs",
     "max_num_batched_tokens",
     "block_size",
@@ -168,6 +169,7 @@ def _base_request(
         block_size=block_size_of(flags),
         # --kv-dtype (this command's own) or the engine's --kv-cache-dtype: the same choice
         kv_dtype=kv_dtype if kv_dtype != "auto" else flags.get("kv_cache_dtype", "auto"),
+        kv_skip_layers=len(flags.get("kv_cache_dtype_skip_layers", ())),
         weight_dtype=flags.get("dtype", "auto"),
         # Unset: the file's own format, as the engine holds it on CUDA (a GGUF stays quantized).
         quantization=flags.get("quantization") or "gguf",

@@ -2,7 +2,8 @@
 
 Shapes:
     q:     [num_rows, num_heads, head_dim] (any float dtype; the kernel reads it as fp32)
-    pool:  [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim], contiguous, on the host
+    pool:  [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim], contiguous, on the host,
+           or one layer of any host pool [num_blocks, 2, block_size, num_kv_heads, row_dim]
            (row_dim = head_dim, or head_dim + 4 for int8: kernels/kv_quant.py)
     parts: `CpuParts`: part p owns q rows [row_start[p], row_end[p]) and block ids
            block_ids[block_start[p] : block_start[p + 1]]; every row of a part sees every key of
@@ -173,42 +174,48 @@ def cpu_paged_attention(
     num_threads: int | None = None,
     scales: KVScales | None = None,
 ) -> None:
-    """Write the parts' rows of out = (o, lse) with the C++ kernel (`load_kernel()` must not be None)."""
+    """Write the parts' rows of out = (o, lse) with the C++ kernel (`load_kernel()` must not be None).
+    `pool`: a whole uniform pool (6 dims) or one layer's view of any pool (5 dims, `layer_idx`
+    then names it for `scales` only); the kernel reads the layer through the view's pointer and
+    block stride, so a mixed pool's layer (kv/layout.py) reads like any other."""
     lib = load_kernel()
     assert lib is not None, "no CPU attention kernel: callers check load_kernel() first"
     o, lse = out
-    num_blocks, num_layers, two, block_size, num_kv_heads, row = pool.shape
-    head_dim = value_dim(pool)
-    assert two == 2 and pool.is_contiguous() and pool.device.type == "cpu", "pool: contiguous host tensor"
+    kv_layer = pool[:, layer_idx] if pool.dim() == 6 else pool
+    num_blocks, two, block_size, num_kv_heads, row = kv_layer.shape
+    head_dim = value_dim(kv_layer)
+    region = (block_size * num_kv_heads * row, num_kv_heads * row, row, 1)
+    assert two == 2 and kv_layer.stride()[1:] == region and kv_layer.device.type == "cpu", (
+        "pool: a host tensor whose block regions are contiguous"
+    )
     assert o.dtype == lse.dtype == torch.float32 and o.is_contiguous() and lse.is_contiguous()
     assert q.shape == o.shape and q.shape[2] == head_dim and q.shape[1] % num_kv_heads == 0
-    assert pool.dtype in _DTYPE_CODES, f"no CPU attention for KV dtype {pool.dtype}"
+    assert kv_layer.dtype in _DTYPE_CODES, f"no CPU attention for KV dtype {kv_layer.dtype}"
     ids = np.ascontiguousarray(parts.block_ids, dtype=np.int64)
     if len(ids):
         assert 0 <= int(ids.min()) and int(ids.max()) < num_blocks, "block id outside the pool"
     q32 = q.to(torch.float32).contiguous()
-    slab = block_size * num_kv_heads * row  # half of one layer's region of one block, in pool elements
-    k_off = layer_idx * 2 * slab
-    k_scale, v_scale = _layer_scales(pool.dtype, scales, layer_idx)
-    per_row = pool.dtype == torch.int8
-    row_scales = pool.view(torch.float32) if per_row else None
-    # Values: rows of `row` elements; int8 regions are a value plane of head_dim-byte rows, then
-    # the rows' fp32 scales in the same order (kernels/kv_quant.py): float offsets = bytes / 4.
+    k_scale, v_scale = _layer_scales(kv_layer.dtype, scales, layer_idx)
+    per_row = kv_layer.dtype == torch.int8
+    # Offsets from the layer's first element. Values: rows of `row` elements; int8 regions are a
+    # value plane of head_dim-byte rows, then the rows' fp32 scales in the same order
+    # (kernels/kv_quant.py): float offsets = bytes / 4, read through the same pointer.
     value_row = head_dim if per_row else row
-    v_off = k_off + block_size * num_kv_heads * value_row
-    k_scale_off = (k_off + 2 * block_size * num_kv_heads * head_dim) // 4 if per_row else 0
+    v_off = block_size * num_kv_heads * value_row
+    k_scale_off = 2 * block_size * num_kv_heads * head_dim // 4 if per_row else 0
     v_scale_off = k_scale_off + block_size * num_kv_heads if per_row else 0
+    block_stride = kv_layer.stride(0)
     threads = num_threads or torch.get_num_threads()
     starts = [
         np.ascontiguousarray(a, dtype=np.int64) for a in (parts.block_start, parts.row_start, parts.row_end)
     ]
     i64, f32 = ctypes.c_int64, ctypes.c_float
     status = lib.kvspill_cpu_attend(
-        _ptr(q32), i64(q.shape[1]), _ptr(pool), ctypes.c_int(_DTYPE_CODES[pool.dtype]),
-        i64(num_layers * 2 * slab), i64(k_off), i64(v_off),
+        _ptr(q32), i64(q.shape[1]), _ptr(kv_layer), ctypes.c_int(_DTYPE_CODES[kv_layer.dtype]),
+        i64(block_stride), i64(0), i64(v_off),
         i64(block_size), i64(num_kv_heads), i64(head_dim), i64(value_row),
-        None if row_scales is None else _ptr(row_scales),
-        i64(num_layers * 2 * slab // 4 if per_row else 0),
+        _ptr(kv_layer) if per_row else None,
+        i64(block_stride // 4 if per_row else 0),
         i64(k_scale_off), i64(v_scale_off), i64(1 if per_row else 0), f32(k_scale), f32(v_scale),
         _ptr(ids), *(_ptr(a) for a in starts), i64(parts.num_parts), f32(scale),
         i64(_split_blocks(len(ids), threads)), ctypes.c_int(threads), _ptr(o), _ptr(lse),
@@ -246,13 +253,14 @@ def cpu_paged_attention_ref(
 ) -> None:
     """The oracle: gather each part's blocks, dequantize, plain softmax attention in fp32."""
     o, lse = out
-    num_kv_heads, head_dim = pool.shape[-2], value_dim(pool)
+    kv_layer = pool[:, layer_idx] if pool.dim() == 6 else pool  # as in `cpu_paged_attention`
+    num_kv_heads, head_dim = kv_layer.shape[-2], value_dim(kv_layer)
     for p in range(parts.num_parts):
         r0, r1 = int(parts.row_start[p]), int(parts.row_end[p])
         index = torch.from_numpy(
             np.ascontiguousarray(parts.block_ids[parts.block_start[p] : parts.block_start[p + 1]])
         )
-        kv = dequantize_blocks(pool[:, layer_idx].index_select(0, index), layer_idx, scales)
+        kv = dequantize_blocks(kv_layer.index_select(0, index), layer_idx, scales)
         k = kv[:, 0].reshape(-1, num_kv_heads, head_dim)  # [num_keys, kv, dim]
         v = kv[:, 1].reshape(-1, num_kv_heads, head_dim)
         qg = q[r0:r1].float().unflatten(1, (num_kv_heads, -1))  # [rows, kv, group, dim]

@@ -42,9 +42,19 @@ def summary_dtype(kv_dtype: torch.dtype) -> torch.dtype:
     return torch.float16 if kv_dtype == torch.int8 else kv_dtype
 
 
+def layout_summary_dtype(layout: KVLayout) -> torch.dtype:
+    """The summaries' dtype of a pool: `summary_dtype` of its format; for a mixed pool
+    (kv/layout.py) that of the skipped layers' model dtype, which also holds the quantized layers'
+    bounds (fp8 values exactly, int8 ones rounded as fp16 would)."""
+    if not layout.mixed:
+        return summary_dtype(layout.dtype)
+    kept = next(d for d in layout.layer_dtypes if d != layout.dtype)
+    return summary_dtype(kept)
+
+
 def bytes_per_block(layout: KVLayout) -> int:
     """Summary bytes of one cold block (all layers): min and max of K per channel and kv head."""
-    elem = torch.empty((), dtype=summary_dtype(layout.dtype)).element_size()
+    elem = torch.empty((), dtype=layout_summary_dtype(layout)).element_size()
     return layout.num_layers * 2 * layout.num_kv_heads * layout.head_dim * elem
 
 
@@ -65,13 +75,23 @@ def summarize_keys(blocks: torch.Tensor) -> torch.Tensor:
     return torch.stack([lo, hi], dim=2).to(summary_dtype(blocks.dtype))
 
 
+def summarize_blocks(layout: KVLayout, blocks: torch.Tensor) -> torch.Tensor:
+    """`summarize_keys` of whole blocks of a pool of `layout` ([n, *layout.block_shape]), in
+    `layout_summary_dtype`: a mixed pool's layers one by one, each in its own format."""
+    if not layout.mixed:
+        return summarize_keys(blocks)
+    dtype = layout_summary_dtype(layout)
+    layers = [summarize_keys(layout.pool_layer(blocks, i)[:, None])[:, 0] for i in range(layout.num_layers)]
+    return torch.stack([x.to(dtype) for x in layers], dim=1)
+
+
 class BlockSummaries:
     """The summaries of every cpu- and disk-tier block id (see the module docstring)."""
 
     def __init__(self, storage: TieredKVStorage) -> None:
         layout = storage.layout
         self.storage = storage
-        self.dtype = summary_dtype(layout.dtype)
+        self.dtype = layout_summary_dtype(layout)
         shape = (layout.num_layers, 2, layout.num_kv_heads, layout.head_dim)
         # per tier: [num_tier_blocks, num_layers, 2, num_kv_heads, head_dim] on the compute device
         self.tensors = {
@@ -100,7 +120,7 @@ class BlockSummaries:
             for c0 in range(0, num_blocks, _CHUNK_BLOCKS):
                 n = min(_CHUNK_BLOCKS, num_blocks - c0)
                 blocks = src_pool[src_start + c0 : src_start + c0 + n]
-                dst[dst_start + c0 : dst_start + c0 + n] = summarize_keys(blocks)
+                dst[dst_start + c0 : dst_start + c0 + n] = summarize_blocks(self.storage.layout, blocks)
             self.valid[dst_tier][dst_start : dst_start + num_blocks] = True
             self.num_spilled += num_blocks
             return
@@ -117,7 +137,8 @@ class BlockSummaries:
             return
         for c0 in range(0, len(missing), _CHUNK_BLOCKS):
             ids = torch.from_numpy(np.ascontiguousarray(missing[c0 : c0 + _CHUNK_BLOCKS], dtype=np.int64))
-            summary = summarize_keys(self.storage.read_blocks(tier, ids.numpy()))  # disk: file reads
+            blocks = self.storage.read_blocks(tier, ids.numpy())  # disk: file reads
+            summary = summarize_blocks(self.storage.layout, blocks)
             index_copy_rows(self.tensors[tier], ids.to(self.storage.device), summary.to(self.storage.device))
         self.valid[tier][missing] = True
         self.num_late += len(missing)

@@ -382,7 +382,7 @@ class ColdStep:
         for c, chunk in enumerate(self._chunks):
             item = layer_idx * num_chunks + c
             self._load(item, stager)
-            stager.attend(item % 2, chunk, q_cold, self.scale, acc_o, acc_lse)
+            stager.attend(item % 2, layer_idx, chunk, q_cold, self.scale, acc_o, acc_lse)
             if item + 1 < num_items:
                 self._load(item + 1, stager)  # prefetch: the next chunk, or the next layer's first
 

@@ -49,15 +49,16 @@ class LayerStaging:
     the retry's starts on another."""
 
     def __init__(self, layout: KVLayout) -> None:
-        self.shape = (2, layout.block_size, layout.num_kv_heads, layout.row_dim)
-        self.dtype = layout.dtype
+        self.layout = layout
         self._local = threading.local()
 
-    def get(self, num_blocks: int) -> torch.Tensor:
+    def get(self, num_blocks: int, layer_idx: int) -> torch.Tensor:
+        """Room for `layer_idx` of `num_blocks` blocks, as that layer's view (kv/layout.py)."""
         buf: torch.Tensor | None = getattr(self._local, "buf", None)
         if buf is None or buf.shape[0] < num_blocks:
-            buf = self._local.buf = torch.empty((num_blocks, *self.shape), dtype=self.dtype)
-        return buf[:num_blocks]
+            shape, dtype = self.layout.staging_shape(num_blocks)
+            buf = self._local.buf = torch.empty(shape, dtype=dtype)
+        return self.layout.staged_layer(buf[:num_blocks], layer_idx)
 
 
 def parts_window(parts: CpuParts, start: int, end: int) -> CpuParts:
@@ -203,8 +204,7 @@ class ColdCpuPath:
                 num_blocks = self._kernel_layer(layer_idx, q_host, o, lse)
             else:
                 num_blocks = self._part_torch(layer_idx, q_host, part, o, lse)
-        layout = self.storage.layout
-        self.add_stats(num_blocks * layout.block_bytes // layout.num_layers, time.perf_counter() - t0)
+        self.add_stats(num_blocks * self.storage.layout.layer_bytes(layer_idx), time.perf_counter() - t0)
 
     def _kernel_layer(self, layer_idx: int, q_host: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> int:
         """Every CPU part through the C++ kernel: the cpu pool in place, the disk blocks per chunk
@@ -212,15 +212,18 @@ class ColdCpuPath:
         num_calls = 0
         for tier, parts in self.tier_parts():
             if tier == TIER_CPU:
-                self._kernel_call(q_host, self.storage.cpu_cache, layer_idx, parts, (o, lse), num_calls == 0)
+                pool_layer = self.storage.tier_layer(TIER_CPU, layer_idx)  # read in place
+                self._kernel_call(q_host, pool_layer, layer_idx, parts, (o, lse), num_calls == 0)
                 num_calls += 1
                 continue
             for start in range(0, len(parts.block_ids), self.chunk_blocks):
                 ids = parts.block_ids[start : start + self.chunk_blocks]
-                staged = self.disk_staging.get(len(ids))  # [n, 2, block_size, num_kv_heads, row_dim]
+                staged = self.disk_staging.get(
+                    len(ids), layer_idx
+                )  # [n, 2, block_size, num_kv_heads, row_dim]
                 self.storage.gather_layer(TIER_DISK, layer_idx, ids, staged)
                 window = parts_window(parts, start, start + len(ids))
-                self._kernel_call(q_host, staged.unsqueeze(1), 0, window, (o, lse), num_calls == 0)
+                self._kernel_call(q_host, staged, layer_idx, window, (o, lse), num_calls == 0)
                 num_calls += 1
         return sum(len(parts.block_ids) for _, parts in self.tier_parts())
 
@@ -233,7 +236,8 @@ class ColdCpuPath:
         out: tuple[torch.Tensor, torch.Tensor],
         first: bool,
     ) -> None:
-        """One kernel call into `out` (the first call) or into a partial merged into it by LSE."""
+        """One kernel call over `pool`, one layer's view, into `out` (the first call) or into a
+        partial merged into it by LSE."""
         if first:
             cpu_paged_attention(q_host, pool, layer_idx, parts, self.scale, out, self.cpu_threads)
             return
@@ -290,9 +294,7 @@ class ColdCpuPath:
         tensor (parts may run on several workers at once), in the pool's dtype (int8 pools:
         dequantized to fp32)."""
         layout = self.storage.layout
-        out = torch.empty(
-            (len(blocks), 2, layout.block_size, layout.num_kv_heads, layout.row_dim), dtype=layout.dtype
-        )
+        out = torch.empty((len(blocks), *layout.layer_shape(layer_idx)), dtype=layout.dtype_of(layer_idx))
         offset = 0
         for tier in (TIER_CPU, TIER_DISK):
             ids = np.array([b for t, b in blocks if t == tier], dtype=np.int64)

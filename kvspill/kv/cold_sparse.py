@@ -348,8 +348,8 @@ class SparseColdStep:
     def _stage(self, layer_idx: int, chosen: list[torch.Tensor]) -> torch.Tensor:
         layout = self.storage.layout
         staging = torch.empty(
-            (int(self.offsets[-1]), 2, layout.block_size, layout.num_kv_heads, layout.row_dim),
-            dtype=layout.dtype,
+            (int(self.offsets[-1]), *layout.layer_shape(layer_idx)),
+            dtype=layout.dtype_of(layer_idx),
             device=self.storage.device,
         )
         for j, i in enumerate(self.staged):

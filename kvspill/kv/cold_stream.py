@@ -162,16 +162,16 @@ class StreamStager:
     """
 
     def __init__(self, storage: TieredKVStorage, chunk_blocks: int) -> None:
-        layout = storage.layout
-        shape = (chunk_blocks, 2, layout.block_size, layout.num_kv_heads, layout.row_dim)
+        shape, dtype = storage.layout.staging_shape(chunk_blocks)
         self.storage = storage
         self.chunk_blocks = chunk_blocks
         self.is_cuda = storage.device.type == "cuda"
         # device: 2 x [chunk_blocks, 2, block_size, num_kv_heads, row_dim], a kv_layer each (int8 rows
-        # carry their scales, so the decode kernel reads staged blocks as it reads the pool)
-        self.device_bufs = [torch.empty(shape, dtype=layout.dtype, device=storage.device) for _ in range(2)]
+        # carry their scales, so the decode kernel reads staged blocks as it reads the pool); raw
+        # bytes for a mixed pool, viewed per layer (`layer_buf`, kv/layout.py)
+        self.device_bufs = [torch.empty(shape, dtype=dtype, device=storage.device) for _ in range(2)]
         self.host_bufs = (
-            [allocate_host_pool(shape, layout.dtype, pin=True)[0] for _ in range(2)]
+            [allocate_host_pool(shape, dtype, pin=True)[0] for _ in range(2)]
             if self.is_cuda
             else self.device_bufs
         )
@@ -186,7 +186,10 @@ class StreamStager:
 
     def load(self, buf: int, layer_idx: int, chunk: StreamChunk) -> None:
         """Bring `chunk`'s blocks of `layer_idx` into device buffer `buf` (async on CUDA)."""
-        dev, host = self.device_bufs[buf], self.host_bufs[buf]
+        dev, host = (
+            self.layer_buf(self.device_bufs, buf, layer_idx),
+            self.layer_buf(self.host_bufs, buf, layer_idx),
+        )
         n = chunk.num_blocks
         self.bytes_loaded += dev[:n].numel() * dev.element_size()
         stream = self.storage.copy_stream
@@ -212,9 +215,14 @@ class StreamStager:
         self.loaded[buf] = loaded
         self.copy_timer.add(started, loaded)
 
+    def layer_buf(self, bufs: list[torch.Tensor], buf: int, layer_idx: int) -> torch.Tensor:
+        """Staging buffer `buf` of `bufs` as layer `layer_idx`'s blocks."""
+        return self.storage.layout.staged_layer(bufs[buf], layer_idx)
+
     def attend(
         self,
         buf: int,
+        layer_idx: int,
         chunk: StreamChunk,
         q_cold: torch.Tensor,
         scale: float,
@@ -226,7 +234,7 @@ class StreamStager:
         t = chunk.tokens_per_query
         q = q_cold.index_select(0, chunk.q_rows)  # [num_queries * T, num_heads, head_dim]
         folded = fold_queries(q.view(-1, t, *q.shape[1:]), num_kv_heads)
-        kv_layer = self.device_bufs[buf]
+        kv_layer = self.layer_buf(self.device_bufs, buf, layer_idx)
         if self.is_cuda:
             torch.cuda.current_stream(self.storage.device).wait_event(self.loaded[buf])
             o, lse = paged_decode_attention(folded, kv_layer, chunk.block_tables, chunk.seq_lens, scale)

@@ -41,7 +41,7 @@ class GraphStreamPart:
     def __init__(
         self,
         storage: TieredKVStorage,
-        staging: list[torch.Tensor],  # 2 x [chunk_blocks, 2, block_size, num_kv_heads, row_dim] (device)
+        staging: list[torch.Tensor],  # 2 x [chunk_blocks, ...] (device): `KVLayout.staging_shape`
         ids: torch.Tensor,  # [capacity] int64 ids in the cpu tier (device); past num_valid: any id
         num_valid: torch.Tensor,  # int64 scalar (device): how many of `ids` are real
     ) -> None:
@@ -91,7 +91,8 @@ class GraphStreamPart:
             item = layer_idx * self.num_chunks + c
             buf = item % 2
             self._wait(self._loaded[buf])
-            o, lse = self._decode(q_cold, self.staging[buf], self.table, self.seq_lens[c : c + 1], scale)
+            kv_layer = self.storage.layout.staged_layer(self.staging[buf], layer_idx)
+            o, lse = self._decode(q_cold, kv_layer, self.table, self.seq_lens[c : c + 1], scale)
             self._free[buf] = self._record()
             if item + 1 < self.num_items:
                 self._load(item + 1)  # the next chunk, or the next layer's first, meanwhile
@@ -108,7 +109,9 @@ class GraphStreamPart:
             for event in (self._free[buf], self._counted):
                 if event is not None and self.side is not None:
                     self.side.wait_event(event)
-            gather_blocks_to(src, ids, self.slots[c], self.staging[buf])
+            gather_blocks_to(
+                src, ids, self.slots[c], self.storage.layout.staged_layer(self.staging[buf], layer_idx)
+            )
             self._loaded[buf] = self._record()
 
     def _record(self) -> torch.cuda.Event | None:

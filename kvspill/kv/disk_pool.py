@@ -9,7 +9,8 @@ one at a time, and the tiers retire the unreadable blocks or stop spilling to th
 after a failed write (`ColdPrefixCache.on_disk_error`).
 
 File layout, layer-major: `[num_layers, num_blocks, 2, block_size, num_kv_heads, row_dim]`
-(`KVLayout.row_dim`: head_dim, or head_dim + 4 for int8 blocks, which carry their scales).
+(`KVLayout.row_dim`: head_dim, or head_dim + 4 for int8 blocks, which carry their scales; in a
+mixed pool, kv/layout.py, each layer's region of `num_blocks * layer_bytes(layer)` bytes).
 The readers that attend cold blocks want one layer of many blocks at a time (`read_layer`):
 a run of consecutive block ids of one layer is one contiguous range, so one syscall per run.
 Whole blocks (`read_blocks`/`write_blocks`: tier moves, summaries, the persist dir) cost one
@@ -103,9 +104,6 @@ class DiskPool:
         assert self.read_threads >= 1, f"read_threads must be at least 1, got {self.read_threads}"
         self._readers: ThreadPoolExecutor | None = None  # made on the first parallel read
         self.directory = Path(directory) if directory is not None else Path(tempfile.gettempdir())
-        # one layer of one block: [2, block_size, num_kv_heads, head_dim]
-        self.layer_shape = (2, layout.block_size, layout.num_kv_heads, layout.row_dim)
-        self.layer_bytes = layout.block_bytes // layout.num_layers
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, name = tempfile.mkstemp(prefix="kvspill-kv-", suffix=".bin", dir=self.directory)
@@ -147,16 +145,19 @@ class DiskPool:
         row_dim] contiguous on the host. The ids are read in ascending order, one syscall per run
         of consecutive ids (up to `_MAX_IOVECS` slices of `out`, one per run of its positions)."""
         ids = self._checked(block_ids, out.shape[0])
-        assert tuple(out.shape[1:]) == self.layer_shape and out.dtype == self.layout.dtype
+        layout = self.layout
+        assert tuple(out.shape[1:]) == layout.layer_shape(layer_idx) and out.dtype == layout.dtype_of(
+            layer_idx
+        )
         raw = _bytes(out)
-        lb = self.layer_bytes
+        lb = layout.layer_bytes(layer_idx)
         argsort = np.argsort(ids, kind="stable")
         # None: ascending already (the usual case), so runs of ids are runs of positions too
         order = None if bool(np.all(np.diff(argsort) == 1)) else argsort
         sorted_ids = ids if order is None else ids[order]
         reads = []
         for start, first, n in self._chunks(sorted_ids, _READ_PIECE_BYTES // lb):
-            offset = (layer_idx * self.num_blocks + first) * lb
+            offset = self._file_offset(layer_idx, first)
             if order is None:
                 buffers = [raw[start * lb : (start + n) * lb]]
             else:
@@ -174,10 +175,10 @@ class DiskPool:
         reads = [
             (
                 self._iovecs(raw, pos, n, layer),
-                (layer * self.num_blocks + first) * self.layer_bytes,
+                self._file_offset(layer, first),
                 ids[pos : pos + n],
             )
-            for pos, first, n in self._chunks(ids, _READ_PIECE_BYTES // self.layer_bytes)
+            for pos, first, n in self._chunks(ids, _READ_PIECE_BYTES // self.layout.max_layer_bytes)
             for layer in range(self.layout.num_layers)
         ]
         self._read_all(reads)
@@ -209,12 +210,12 @@ class DiskPool:
         if self.broken is not None and len(ids):
             self._unwritten[ids] = True
             detail = f"the tier takes no more writes ({self.broken})"
-            raise self._error("write", int(ids[0]) * self.layer_bytes, ids, detail, errno.EIO)
+            raise self._error("write", self._file_offset(0, int(ids[0])), ids, detail, errno.EIO)
         raw = _bytes(src)
         for pos, first, n in self._chunks(ids):
             try:
                 for layer in range(self.layout.num_layers):
-                    offset = (layer * self.num_blocks + first) * self.layer_bytes
+                    offset = self._file_offset(layer, first)
                     self._pwrite(self._iovecs(raw, pos, n, layer), offset, ids[pos : pos + n])
             except DiskTierIOError:
                 self._unwritten[ids[pos:]] = True
@@ -230,7 +231,7 @@ class DiskPool:
             raise IndexError(f"disk block ids outside [0, {self.num_blocks})")
         if reading and len(ids) and self._unwritten[ids].any():
             bad = ids[self._unwritten[ids]]
-            offset = int(bad[0]) * self.layer_bytes
+            offset = self._file_offset(0, int(bad[0]))
             raise self._error("read", offset, bad, "an earlier write of these blocks failed", errno.EIO)
         return ids
 
@@ -257,9 +258,13 @@ class DiskPool:
 
     def _iovecs(self, raw: memoryview, pos: int, n: int, layer: int) -> list[memoryview]:
         """Layer `layer` of blocks pos..pos+n-1 of a [n, num_layers, ...] host buffer, one slice each."""
-        lb, block = self.layer_bytes, self.layout.block_bytes
-        start = pos * block + layer * lb
+        lb, block = self.layout.layer_bytes(layer), self.layout.block_bytes
+        start = pos * block + self.layout.layer_offsets[layer]
         return [raw[start + i * block : start + i * block + lb] for i in range(n)]
+
+    def _file_offset(self, layer: int, block_id: int) -> int:
+        """Where layer `layer` of block `block_id` starts in the file (layer-major)."""
+        return self.num_blocks * self.layout.layer_offsets[layer] + block_id * self.layout.layer_bytes(layer)
 
     def _pread(self, views: list[memoryview], offset: int, ids: np.ndarray) -> None:
         """Fill `views` from `offset` on; a short read resumes where it stopped, an end of file

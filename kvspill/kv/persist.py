@@ -132,8 +132,8 @@ class PersistStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.budget_bytes = budget_bytes
         self.fingerprint = fingerprint
-        self.shape = (layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.row_dim)
-        self.dtype = layout.dtype
+        self.shape = layout.block_shape  # raw bytes for a mixed pool (kv/layout.py)
+        self.dtype = layout.pool_dtype
         self.block_bytes = layout.block_bytes
         self._lock = threading.Lock()
         self._index: OrderedDict[int, BlockFile] = OrderedDict()  # least recently used first

@@ -1,10 +1,11 @@
 """KV cache storage: the tensors that hold K and V for every block (runner side, torch).
 
-Layout: one tensor `kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim]`
-(dim 2: 0 = K, 1 = V; row_dim = head_dim, or head_dim + 4 for int8 KV, whose block regions hold a
-value plane and a plane of fp32 row scales, kernels/kv_quant.py, so scales travel inside every block
-copy). All layers of one block are contiguous, so a block moves between tiers
-as one copy of `block_bytes` (2 MiB for Llama-3.1-8B in bf16 with 16-token blocks: the size
+Layout (kv/layout.py): one tensor `kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads,
+row_dim]` (dim 2: 0 = K, 1 = V; row_dim = head_dim, or head_dim + 4 for int8 KV, whose block regions
+hold a value plane and a plane of fp32 row scales, kernels/kv_quant.py, so scales travel inside
+every block copy), or raw bytes `[num_blocks, block_bytes]` when layers keep different formats
+(`--kv-cache-dtype-skip-layers`). All layers of one block are contiguous, so a block moves between
+tiers as one copy of `block_bytes` (2 MiB for Llama-3.1-8B in bf16 with 16-token blocks: the size
 PCIe copies like). Attention kernels take the strided per-layer view `layer(l)`.
 
 `TieredKVStorage` adds the cold tiers: a cpu pool in host memory with the same per-block layout
@@ -20,42 +21,18 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from kvspill.kernels.kv_quant import hadamard, row_dim
+from kvspill.kernels.kv_quant import hadamard
 from kvspill.kernels.uva_gather import index_copy_rows
 from kvspill.kv.disk_pool import DiskPool
 from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, nbytes_of, pinned_zeros
+from kvspill.kv.layout import KVLayout
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class KVLayout:
-    num_layers: int
-    block_size: int
-    num_kv_heads: int
-    head_dim: int
-    dtype: torch.dtype
-
-    @property
-    def row_dim(self) -> int:
-        """Elements of one stored (token, kv head) row: head_dim, plus its scale for int8
-        (kernels/kv_quant.py): the pools' last dim."""
-        return row_dim(self.head_dim, self.dtype)
-
-    @property
-    def bytes_per_token(self) -> int:
-        elem = torch.empty((), dtype=self.dtype).element_size()
-        return self.num_layers * 2 * self.num_kv_heads * self.row_dim * elem
-
-    @property
-    def block_bytes(self) -> int:
-        return self.bytes_per_token * self.block_size
 
 
 class KVStorage:
@@ -65,18 +42,24 @@ class KVStorage:
         self.layout = layout
         self.num_blocks = num_blocks
         self.device = device
-        # kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim]
-        shape = (num_blocks, *_block_shape(layout))
+        # kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim], or
+        # [num_blocks, block_bytes] uint8 for a mixed pool (kv/layout.py)
+        shape = (num_blocks, *layout.block_shape)
         if device.type == "cpu":
-            self.kv_cache = zeroed_host_tensor(shape, layout.dtype)
+            self.kv_cache = zeroed_host_tensor(shape, layout.pool_dtype)
         else:
-            self.kv_cache = torch.zeros(shape, dtype=layout.dtype, device=device)
-        # int8 pools hold K and V in the Hadamard basis (kernels/kv_quant.py): [head_dim, head_dim]
-        self.kv_rotation = hadamard(layout.head_dim).to(device) if layout.dtype == torch.int8 else None
+            self.kv_cache = torch.zeros(shape, dtype=layout.pool_dtype, device=device)
+        # int8 layers hold K and V in the Hadamard basis (kernels/kv_quant.py): [head_dim, head_dim]
+        has_int8 = any(layout.dtype_of(layer) == torch.int8 for layer in range(layout.num_layers))
+        self._hadamard = hadamard(layout.head_dim).to(device) if has_int8 else None
 
     def layer(self, layer_idx: int) -> torch.Tensor:
         """[num_blocks, 2, block_size, num_kv_heads, row_dim], strided (not contiguous in dim 0)."""
-        return self.kv_cache[:, layer_idx]
+        return self.layout.pool_layer(self.kv_cache, layer_idx)
+
+    def rotation(self, layer_idx: int) -> torch.Tensor | None:
+        """The basis an int8 layer's K and V are stored in ([head_dim, head_dim]); None for others."""
+        return self._hadamard if self.layout.dtype_of(layer_idx) == torch.int8 else None
 
     @property
     def nbytes(self) -> int:
@@ -123,10 +106,6 @@ def zeroed_host_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tens
     return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
 
 
-def _block_shape(layout: KVLayout) -> tuple[int, ...]:
-    return (layout.num_layers, 2, layout.block_size, layout.num_kv_heads, layout.row_dim)
-
-
 class TieredKVStorage(KVStorage):
     """The KV pools of all tiers, one per-block layout: gpu (`kv_cache` on `device`), cpu, disk.
 
@@ -157,9 +136,9 @@ class TieredKVStorage(KVStorage):
         super().__init__(layout, num_blocks, device)
         is_cuda = device.type == "cuda"
         pin = is_cuda if pin_memory is None else pin_memory
-        # cpu_cache: [num_cpu_blocks, num_layers, 2, block_size, num_kv_heads, row_dim]
+        # cpu_cache: [num_cpu_blocks, *layout.block_shape]
         self.cpu_cache, self.cpu_pinned = allocate_host_pool(
-            (num_cpu_blocks, *_block_shape(layout)), layout.dtype, pin
+            (num_cpu_blocks, *layout.block_shape), layout.pool_dtype, pin
         )
         self.disk = DiskPool(layout, num_disk_blocks, disk_dir) if num_disk_blocks else None
         self.copy_stream = torch.cuda.Stream(device=device) if is_cuda else None
@@ -185,7 +164,7 @@ class TieredKVStorage(KVStorage):
 
     def tier_layer(self, tier: int, layer_idx: int) -> torch.Tensor:
         """[num_tier_blocks, 2, block_size, num_kv_heads, row_dim], strided, of a tensor tier."""
-        return self.pool(tier)[:, layer_idx]
+        return self.layout.pool_layer(self.pool(tier), layer_idx)
 
     def num_tier_blocks(self, tier: int) -> int:
         return self.num_disk_blocks if tier == TIER_DISK else int(self.pool(tier).shape[0])
@@ -197,7 +176,7 @@ class TieredKVStorage(KVStorage):
         if tier != TIER_DISK:
             return self.pool(tier).index_select(0, torch.from_numpy(ids).to(self.pool(tier).device))
         assert self.disk is not None, "no disk tier"
-        out = torch.empty((len(ids), *_block_shape(self.layout)), dtype=self.layout.dtype)
+        out = torch.empty((len(ids), *self.layout.block_shape), dtype=self.layout.pool_dtype)
         self.disk.read_blocks(ids, out)
         return out
 

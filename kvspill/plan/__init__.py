@@ -120,6 +120,7 @@ def request_from_engine_config(
         max_num_batched_tokens=config.max_num_batched_tokens,
         block_size=config.block_size,
         kv_dtype=kv_dtype or config.kv_cache_dtype,  # bytes per token follow --kv-cache-dtype
+        kv_skip_layers=len(config.kv_cache_dtype_skip_layers),
         weight_dtype=config.dtype,
         gpu_kv_budget_bytes=config.kv_cache_memory_bytes,
         enforce_eager=config.enforce_eager or config.cpu_offload_gb > 0,  # offload runs without graphs

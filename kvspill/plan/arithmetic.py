@@ -1,17 +1,15 @@
 """The arithmetic of the memory plan: the request, the plan, and the tiers between them.
 
-`compute_plan` turns a `PlanRequest` (model shapes, budgets, engine flags, weight format,
-measured inputs from the engine) and `Bandwidths` into a `MemoryPlan`: weight bytes, KV bytes per
-token, the activation peak of one prefill chunk, fixed reserves (plan/gpu_budget.py), the GPU/CPU/disk KV tiers in
-tokens, the longest context and the number of concurrent sequences that fit, and the predicted
-TTFT and decode speed (the cost model: plan/costs.py; weight formats: plan/weights.py).
+`compute_plan` turns a `PlanRequest` (model shapes, budgets, engine flags, weight format, measured
+inputs from the engine) and `Bandwidths` into a `MemoryPlan`: weight bytes, KV bytes per token, the
+activation peak of one prefill chunk, fixed reserves (plan/gpu_budget.py), the GPU/CPU/disk KV tiers
+in tokens, the longest context and the concurrent sequences that fit, and the predicted TTFT and
+decode speed (the cost model: plan/costs.py; weight formats: plan/weights.py).
 
-Invariants:
-- No torch, no I/O.
-- Tier sizes are whole blocks; a request fits when one sequence of `context_len` tokens has a
-  place in the tiers and the GPU keeps its hot set (sink blocks, recent window, one chunk).
-- The engine sizes its pools with this arithmetic (plan/startup.py): measured figures replace
-  the estimates, no second formula.
+Invariants: no torch, no I/O; tier sizes are whole blocks; a request fits when one sequence of
+`context_len` tokens has a place in the tiers and the GPU keeps its hot set (sink blocks, recent
+window, one chunk); the engine sizes its pools with this arithmetic (plan/startup.py): measured
+figures replace the estimates, no second formula.
 """
 
 from __future__ import annotations
@@ -66,6 +64,7 @@ class PlanRequest:
     max_num_batched_tokens: int = 2048  # tokens per step: the prefill chunk
     block_size: int = 16
     kv_dtype: str = "auto"
+    kv_skip_layers: int = 0  # layers whose KV keeps the weight dtype (--kv-cache-dtype-skip-layers)
     weight_dtype: str = "auto"
     sink_blocks: int = 1  # attention-sink blocks kept on the GPU per sequence
     recent_window_tokens: int = 4096  # most recent tokens kept on the GPU per sequence
@@ -233,7 +232,8 @@ class PlanRequest:
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V for one token over all layers, scales included."""
-        return self.spec.kv_bytes_per_token(self.kv_dtype_bytes, self.kv_scale_bytes)
+        kept = min(self.kv_skip_layers, self.spec.num_layers) if self.kv_dtype != "auto" else 0
+        return self.spec.kv_bytes_per_token(self.kv_dtype_bytes, self.kv_scale_bytes, kept, self.weight_dtype_bytes)  # fmt: skip
 
 
 @dataclass(frozen=True)

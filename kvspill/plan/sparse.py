@@ -20,6 +20,8 @@ def sparse_gpu_bytes(request: PlanRequest, cold_tokens: int) -> tuple[int, int]:
         return 0, 0
     bs = request.block_size
     summary_elem = 2 if request.kv_dtype == "int8" else request.kv_dtype_bytes
+    if request.kv_skip_layers and request.kv_dtype != "auto":  # a mixed pool's: the model dtype's
+        summary_elem = request.weight_dtype_bytes
     summaries = cold_tokens // bs * request.spec.kv_bytes_per_token(summary_elem)
     cache = request.sparse_cache_seqs * max(bs, request.sparse_budget_tokens // bs * bs)
     return summaries, cache * request.kv_bytes_per_token

@@ -155,10 +155,15 @@ class ModelSpec:
         """num_kv_heads * head_dim: the width of one K (or V) row of one layer."""
         return self.num_kv_heads * self.head_dim
 
-    def kv_bytes_per_token(self, kv_dtype_bytes: int, scale_bytes: int = 0) -> int:
+    def kv_bytes_per_token(
+        self, kv_dtype_bytes: int, scale_bytes: int = 0, kept_layers: int = 0, kept_dtype_bytes: int = 0
+    ) -> int:
         """Bytes of K and V for one token over all layers; `scale_bytes` more per (layer, K or V,
-        kv head) row for formats that store a scale beside each row (int8)."""
-        return self.num_layers * 2 * self.num_kv_heads * (self.head_dim * kv_dtype_bytes + scale_bytes)
+        kv head) row for formats that store a scale beside each row (int8); `kept_layers` of them
+        at `kept_dtype_bytes` a value instead (--kv-cache-dtype-skip-layers)."""
+        row = self.head_dim * kv_dtype_bytes + scale_bytes
+        kept_row = self.head_dim * kept_dtype_bytes
+        return 2 * self.num_kv_heads * ((self.num_layers - kept_layers) * row + kept_layers * kept_row)
 
     def weight_bytes(self, dtype_bytes: int) -> int:
         """Bytes of all weights held at `dtype_bytes` per element (GGUF: dequantized size)."""

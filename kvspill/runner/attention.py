@@ -18,7 +18,7 @@ through the tiers instead, config.py): the layer's q/k/v go down, everything run
 comes back up.
 
 `--kv-cache-dtype int8`: q, k and v (after RoPE, which then runs on its own) change to the
-Hadamard basis of the storage's `kv_rotation` before the store and every attention path, and o
+Hadamard basis of the storage's `rotation(layer)` before the store and every attention path, and o
 changes back (kernels/kv_quant.py): the kernels see an ordinary int8 pool.
 
 Invariant: every metadata tensor lives on the cache's device; nothing in this module reads
@@ -127,7 +127,7 @@ class PagedAttention:
         if q.device != kv_device:  # --attention cpu: the pool and all attention on the host
             assert rope is None, "fuses_rope is off when the pool is on another device"
             return self(layer_idx, q.to(kv_device), k.to(kv_device), v.to(kv_device)).to(q.device)
-        basis = self.storage.kv_rotation
+        basis = self.storage.rotation(layer_idx)  # None but for int8 layers
         if basis is not None:  # int8 KV: attend in the Hadamard basis, o turned back (kv_quant.py)
             if rope is not None:
                 apply_rope(q, k, rope[0], rope[1])
@@ -163,10 +163,7 @@ class PagedAttention:
                 self._host_parts = DecodeParts.of(
                     meta.decode_block_tables, meta.decode_seq_lens, self.storage.layout.block_size
                 )
-            pool = self.storage.kv_cache
-            paged_decode_attention_host(
-                q[:nd], pool, layer_idx, self._host_parts, self.scale, (out[:nd], lse[:nd])
-            )
+            paged_decode_attention_host(q[:nd], kv_layer, self._host_parts, self.scale, (out[:nd], lse[:nd]))
         elif nd:
             decode = paged_decode_attention if self.use_triton else paged_decode_attention_ref
             decode(

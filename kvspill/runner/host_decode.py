@@ -9,7 +9,7 @@ the decode step of the CPU engine was mostly these copies.
 
 Shapes:
     q:            [num_seqs, num_heads, head_dim], one decode row per sequence
-    pool:         [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim], contiguous
+    kv_layer:     [num_blocks, 2, block_size, num_kv_heads, row_dim], one layer of a host pool
     block_tables: [num_seqs, max_blocks] int, seq_lens: [num_seqs] int (keys per sequence)
     out:          (o [num_seqs, num_heads, head_dim] any float dtype, lse [num_seqs, num_heads] fp32)
 
@@ -57,20 +57,19 @@ class DecodeParts:
 
 def paged_decode_attention_host(
     q: torch.Tensor,
-    pool: torch.Tensor,
-    layer_idx: int,
+    kv_layer: torch.Tensor,
     parts: DecodeParts,
     scale: float,
     out: tuple[torch.Tensor, torch.Tensor],
     num_threads: int | None = None,
 ) -> None:
-    """Write out = (o, lse) of one decode row per sequence over its keys in `pool`'s layer."""
+    """Write out = (o, lse) of one decode row per sequence over its keys in a pool's layer view
+    `kv_layer` [num_blocks, 2, block_size, num_kv_heads, row_dim] (`KVStorage.layer`)."""
     o, lse = out
     o32 = torch.zeros(q.shape, dtype=torch.float32)
     lse32 = torch.full(q.shape[:2], float("-inf"), dtype=torch.float32)
-    cpu_paged_attention(q, pool, layer_idx, parts.full, scale, (o32, lse32), num_threads)
+    cpu_paged_attention(q, kv_layer, 0, parts.full, scale, (o32, lse32), num_threads)
     if parts.tails:
-        kv_layer = pool[:, layer_idx]  # [num_blocks, 2, block_size, num_kv_heads, row_dim]
         for row, block, tokens in parts.tails:
             kv = dequantize_kv(kv_layer[block])[:, :tokens]  # [2, tokens, num_kv_heads, head_dim]
             o_t, lse_t = attend_unmasked_ref(q[row : row + 1], kv[0], kv[1], scale)

@@ -162,6 +162,7 @@ def test_every_flag_maps_to_its_engine_config_field():
         sparse_prompt_share=0.25,
         cpu_attention_threads=3,
         kv_cache_dtype="fp8",
+        kv_cache_dtype_skip_layers="3, 0",
         tensor_parallel_size=1,  # more ranks refuse --attention cpu and --cpu-offload-gb
     )
     assert all(getattr(options, f.name) is not None for f in fields(EngineOptions)), "set every flag"
@@ -206,6 +207,7 @@ def test_every_flag_maps_to_its_engine_config_field():
         sparse_prompt_share=0.25,
         cpu_attention_threads=3,
         kv_cache_dtype="fp8",
+        kv_cache_dtype_skip_layers=(0, 3),
     )
 
 

@@ -75,7 +75,7 @@ def test_reads_on_several_threads_in_pieces_give_the_same_blocks(tmp_path, monke
     pool = DiskPool(LAYOUT, 16, tmp_path, read_threads=4)
     data = torch.randn(16, *SHAPE).to(LAYOUT.dtype)
     pool.write_blocks(np.arange(16), data)
-    monkeypatch.setattr(disk_pool, "_READ_PIECE_BYTES", 2 * pool.layer_bytes)
+    monkeypatch.setattr(disk_pool, "_READ_PIECE_BYTES", 2 * pool.layout.layer_bytes(0))
     monkeypatch.setattr(disk_pool, "_PARALLEL_READ_MIN_BYTES", 0)
     real = os.preadv
     offsets = _count_reads(monkeypatch)
@@ -89,7 +89,7 @@ def test_reads_on_several_threads_in_pieces_give_the_same_blocks(tmp_path, monke
     whole = torch.empty(len(ids), *SHAPE, dtype=LAYOUT.dtype)
     pool.read_blocks(shuffled, whole)
     assert torch.equal(whole, data[shuffled])
-    bad_offset = (1 * 16 + 9) * pool.layer_bytes  # layer 1, the piece of blocks 9 and 10
+    bad_offset = (1 * 16 + 9) * pool.layout.layer_bytes(0)  # layer 1, the piece of blocks 9 and 10
 
     def failing(fd: int, buffers: list, offset: int) -> int:  # type: ignore[type-arg]
         if offset == bad_offset:
@@ -111,7 +111,7 @@ def test_a_read_error_names_the_file_offset_and_blocks(tmp_path, monkeypatch) ->
         pool.read_layer(np.array([5, 6]), 1, out)
     e = info.value
     assert isinstance(e, OSError) and e.errno == errno.EIO and e.op == "read" and not e.broken
-    assert e.block_ids == (5, 6) and e.offset == (8 + 5) * pool.layer_bytes
+    assert e.block_ids == (5, 6) and e.offset == (8 + 5) * pool.layout.layer_bytes(0)
     assert "read of 2 blocks (5..6)" in str(e) and str(tmp_path) in str(e) and "Input/output error" in str(e)
     assert pool.num_read_errors == 1 and pool.broken is None
     monkeypatch.undo()  # a transient error: the pool reads again
@@ -137,7 +137,7 @@ def test_a_failed_write_leaves_blocks_that_read_as_errors(tmp_path, monkeypatch)
 
 def test_a_truncated_file_reads_short_and_takes_no_writes(tmp_path) -> None:
     pool, data = _pool(tmp_path)
-    os.ftruncate(pool.fd, pool.layer_bytes * 8)  # layer 0 survives, layers 1 and 2 are gone
+    os.ftruncate(pool.fd, pool.layout.layer_bytes(0) * 8)  # layer 0 survives, layers 1 and 2 are gone
     out = torch.empty(1, *SHAPE[1:], dtype=LAYOUT.dtype)
     pool.read_layer(np.array([3]), 0, out)
     assert torch.equal(out[0], data[3, 0])
@@ -146,7 +146,7 @@ def test_a_truncated_file_reads_short_and_takes_no_writes(tmp_path) -> None:
     assert info.value.broken
     with pytest.raises(DiskTierIOError, match="truncated"):
         pool.write_blocks(np.array([0]), data[:1])
-    assert os.fstat(pool.fd).st_size == pool.layer_bytes * 8  # never extended with holes
+    assert os.fstat(pool.fd).st_size == pool.layout.layer_bytes(0) * 8  # never extended with holes
 
 
 def test_a_failed_run_does_not_stop_the_plan(tmp_path, monkeypatch) -> None:

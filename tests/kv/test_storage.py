@@ -58,7 +58,7 @@ def test_disk_blocks_and_layers_read_back_what_was_written(tmp_path, dtype):
         storage.gather_layer(TIER_DISK, layer, ids, out)
         assert torch.equal(out, data[ids, layer])
     # Layer-major on disk: layer 1 of block 0 starts after layer 0 of every block.
-    raw = os.pread(storage.disk.fd, storage.disk.layer_bytes, 7 * storage.disk.layer_bytes)
+    raw = os.pread(storage.disk.fd, storage.layout.layer_bytes(0), 7 * storage.layout.layer_bytes(0))
     assert torch.equal(torch.frombuffer(bytearray(raw), dtype=dtype).view(2, 4, 1, 16), data[0, 1])
 
 

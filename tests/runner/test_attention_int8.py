@@ -41,10 +41,10 @@ def _step(dtype: torch.dtype, g: torch.Generator):
 def _fill_context(storage: KVStorage, kv: torch.Tensor) -> None:
     """Earlier tokens' K/V (`kv`, plain values) as each format stores them: int8 pools hold the
     Hadamard-basis values (what the backend writes); the step's own slots are overwritten."""
-    if storage.kv_rotation is None:
+    if storage.rotation(0) is None:
         storage.layer(0).copy_(kv)
     else:
-        storage.layer(0).copy_(quantize_kv(rotate(kv, storage.kv_rotation), torch.int8))
+        storage.layer(0).copy_(quantize_kv(rotate(kv, storage.rotation(0)), torch.int8))
 
 
 @pytest.mark.skipif(

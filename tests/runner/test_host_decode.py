@@ -38,7 +38,7 @@ def test_equals_the_reference_over_ragged_sequences(dtype, block_size, num_kv_he
     want = (got[0].clone(), got[1].clone())
     parts = DecodeParts.of(tables, seq_lens, block_size)
     assert [t[2] for t in parts.tails] == [1, block_size - 1, 2, 1]  # rows with a partial last block
-    paged_decode_attention_host(q, pool, layer, parts, 0.25, got, num_threads=2)
+    paged_decode_attention_host(q, pool[:, layer], parts, 0.25, got, num_threads=2)
     paged_decode_attention_ref(q, pool[:, layer], tables, seq_lens, 0.25, out=want)
     atol = 2e-2 if dtype == torch.bfloat16 else 2e-5  # bf16 pools: q . k in bf16, as on the GPU
     torch.testing.assert_close(got[0], want[0], atol=atol, rtol=1e-3)

@@ -96,7 +96,7 @@ def test_stream_eager_reason_names_what_keeps_a_step_off_the_graphs():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8", "fp8+skip"])
 def test_stream_graph_replays_give_the_eager_tokens(smollm2_geometry_dir, kv_cache_dtype: str):
     """SmolLM2's geometry at 2K with 256 tokens on the gpu tier: ~110 cold blocks streamed each
     step, 40 decode steps from one graph, against the same engine without stream graphs."""
@@ -108,7 +108,9 @@ def test_stream_graph_replays_give_the_eager_tokens(smollm2_geometry_dir, kv_cac
 
     kw = dict(
         device="cuda", dtype="float32" if kv_cache_dtype == "auto" else "bfloat16", max_model_len=2048,
-        cold_attention="stream", kv_cache_dtype=kv_cache_dtype, **hot_kv_kwargs(256, 2048),
+        cold_attention="stream", kv_cache_dtype=kv_cache_dtype.removesuffix("+skip"), **hot_kv_kwargs(256, 2048),
+        # a mixed pool: two layers kept at bf16 (kv/layout.py), staged per layer through byte buffers
+        kv_cache_dtype_skip_layers=[0, 17] if kv_cache_dtype.endswith("+skip") else [],
     )  # fmt: skip
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, 256, (1900,), generator=g).tolist()
