@@ -8,8 +8,10 @@ kernels match: fp8 values, or int8 rows of the Hadamard-basis K/V with their per
 scale) and read back as the attention kernels do (`kv_quant.stored_values`: widened, int8 times
 its scale; `stored_and_read`). Reported: top-1 agreement
 of the next-token argmax, mean and max KL(fp32 KV || quantized KV) per position. `--skip-layers`
-keeps the listed layers unquantized in this evaluation; `--per-layer N` also measures, on the
-first N tokens, the KL of quantizing one layer at a time (which layers a skip list would need).
+keeps the listed layers unquantized (and passes them to the engine's greedy run as
+`--kv-cache-dtype-skip-layers`); `--per-layer N` also measures, on the first N tokens, the KL of
+quantizing one layer at a time, and `--search-skip` then finds the fewest layers, worst first,
+that the gate needs kept (`search_skip_list`).
 
 Then greedy tokens of a chat prompt through the engine (`LLM`, dtype float32) with the
 unquantized and the quantized KV cache, side by side: the real store and attention paths.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +91,14 @@ def teacher_forced(model: Any, ids: list[int], attention: StoredKVAttention) -> 
         return model.compute_logits(hidden).float()
 
 
-def greedy_tokens(kv_cache_dtype: str, prompt: str, max_tokens: int) -> tuple[list[int], str]:
+def greedy_tokens(
+    kv_cache_dtype: str, prompt: str, max_tokens: int, skip_layers: tuple[int, ...] = ()
+) -> tuple[list[int], str]:
     from kvspill.llm import LLM
     from kvspill.sampling_params import SamplingParams
 
-    llm = LLM(dtype="float32", kv_cache_dtype=kv_cache_dtype)
+    skip = skip_layers if kv_cache_dtype != "auto" else ()
+    llm = LLM(dtype="float32", kv_cache_dtype=kv_cache_dtype, kv_cache_dtype_skip_layers=skip)
     out = llm.chat(
         [{"role": "user", "content": prompt}], SamplingParams(temperature=0.0, max_tokens=max_tokens)
     )
@@ -105,6 +111,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--skip-layers", default="", help="comma-separated layer indices kept unquantized")
     ap.add_argument("--per-layer", type=int, default=0, help="tokens for the one-layer-at-a-time KL (0: off)")
+    ap.add_argument(
+        "--search-skip",
+        action="store_true",
+        help="find the fewest layers, worst first by --per-layer's KL, to keep unquantized for the gate",
+    )
     ap.add_argument("--greedy-tokens", type=int, default=48)
     ap.add_argument("--prompt", default="Write a Python function that checks whether a number is prime.")
     ap.add_argument("--out", help="write the figures here as JSON")
@@ -114,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     ids = load_tokenizer(resolved).encode(stdlib_text())[: args.tokens]
     kv_dtype = kv_storage_dtype(args.kv_cache_dtype, torch.float32)
     skip = {int(x) for x in args.skip_layers.split(",") if x}
+    if args.search_skip and not args.per_layer:
+        ap.error("--search-skip ranks the layers by --per-layer N's KL: give --per-layer (e.g. 1024)")
     layers = set(range(loaded.num_layers))
     ref = teacher_forced(loaded.model, ids, StoredKVAttention(None, layers))
     quant = teacher_forced(loaded.model, ids, StoredKVAttention(kv_dtype, layers - skip))
@@ -136,13 +149,55 @@ def main(argv: list[str] | None = None) -> None:
             for layer in sorted(layers)
         }
         print(json.dumps({"per_layer_mean_kl": result["per_layer_mean_kl"]}))
+    if args.search_skip:
+
+        def measure(kept: set[int]) -> dict[str, float]:
+            return compare(ref, teacher_forced(loaded.model, ids, StoredKVAttention(kv_dtype, layers - kept)))
+
+        result["skip_search"] = search_skip_list(result["per_layer_mean_kl"], measure)
+        print(json.dumps({"skip_search": result["skip_search"]}))
+        skip = set(result["skip_search"]["skip_layers"] or ())
     if args.greedy_tokens:
         for name in ("auto", args.kv_cache_dtype):
-            tokens, text = greedy_tokens(name, args.prompt, args.greedy_tokens)
-            result[f"greedy_{name}"] = {"token_ids": tokens, "text": text}
-            print(f"--- greedy, --kv-cache-dtype {name} (dtype float32):\n{tokens}\n{text!r}")
+            kept = sorted(skip) if name != "auto" else []
+            tokens, text = greedy_tokens(name, args.prompt, args.greedy_tokens, tuple(kept))
+            result[f"greedy_{name}"] = {"token_ids": tokens, "text": text, "skip_layers": kept}
+            flag = f" --kv-cache-dtype-skip-layers {','.join(map(str, kept))}" if kept else ""
+            print(f"--- greedy, --kv-cache-dtype {name}{flag} (dtype float32):\n{tokens}\n{text!r}")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def search_skip_list(
+    per_layer_kl: dict[int, float], measure: Callable[[set[int]], dict[str, float]]
+) -> dict[str, Any]:
+    """The fewest layers, taken worst first by their one-layer KL, whose keeping unquantized passes
+    the gate: a bisection over the count (more kept layers never hurt much, so the gate is taken as
+    monotone in it). `measure(kept)` gives `compare`'s figures with those layers unquantized.
+    Returns the list (None when even all but one layer fail) and every count measured."""
+    order = sorted(per_layer_kl, key=lambda layer: -per_layer_kl[layer])
+    tried: dict[int, dict[str, float]] = {}
+
+    def passes(count: int) -> bool:
+        if count not in tried:
+            tried[count] = measure(set(order[:count]))
+        return tried[count]["top1_agreement"] >= TOP1_GATE and tried[count]["mean_kl"] <= KL_GATE
+
+    lo, hi = 0, len(order) - 1  # the least count known to fail, the most worth trying
+    if passes(lo):
+        found: int | None = 0
+    elif not passes(hi):
+        found = None
+    else:
+        while hi - lo > 1:  # passes(hi), not passes(lo)
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if passes(mid) else (mid, hi)
+        found = hi
+    return {
+        "order_worst_first": order,
+        "skip_layers": sorted(order[:found]) if found is not None else None,
+        "measured": {count: tried[count] for count in sorted(tried)},
+    }
 
 
 if __name__ == "__main__":
