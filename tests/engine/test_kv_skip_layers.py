@@ -39,6 +39,7 @@ def test_skipped_layers_store_the_model_dtype_and_the_others_the_format(tiny_lla
         llm = LLM(str(tiny_llama_dir), **BASE, device=device, num_kv_blocks=40, **opts)
         llm.generate([prompt], params)
         pools[name] = llm.engine.bundle.storage
+        llm.engine.close()
     fp32, mixed = pools["fp32"], pools["mixed"]
     assert [mixed.layer(i).dtype for i in range(3)] == [
         torch.float32,
@@ -48,7 +49,10 @@ def test_skipped_layers_store_the_model_dtype_and_the_others_the_format(tiny_lla
     assert mixed.layout.bytes_per_token * 4 == fp32.layout.bytes_per_token * (4 + 1 + 1) // 3
     assert torch.equal(mixed.layer(0), fp32.layer(0)) and fp32.layer(0).abs().sum() > 0
     want = quantize_kv(fp32.layer(1), torch.float8_e4m3fn)
-    assert torch.equal(mixed.layer(1).view(torch.uint8), want.view(torch.uint8))
+    if device == "cpu":
+        assert torch.equal(mixed.layer(1).view(torch.uint8), want.view(torch.uint8))
+    else:  # the Triton store rounds at fp8's mantissa width, then casts: one subnormal step apart at most
+        assert (mixed.layer(1).float() - want.float()).abs().max().item() <= 2.0**-9
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -60,8 +64,11 @@ def test_a_mixed_pool_over_cold_tiers_and_a_restart_gives_the_one_tier_tokens(
     prompt = _prompt(131, 3)
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     mixed = dict(kv_cache_dtype=kv_cache_dtype, kv_cache_dtype_skip_layers=[1])
-    whole = LLM(str(tiny_llama_dir), **BASE, device=device, **mixed, enable_prefix_caching=False)
+    whole = LLM(
+        str(tiny_llama_dir), **BASE, device=device, **mixed, num_kv_blocks=80, enable_prefix_caching=False
+    )
     want = whole.generate([prompt], params)[0].token_ids
+    whole.engine.close()
     tiered = dict(
         num_kv_blocks=6, num_sink_blocks=1, hot_window_tokens=8, num_cpu_kv_blocks=4, num_disk_kv_blocks=40,
         kv_disk_dir=str(tmp_path / "disk"), kv_persist_dir=str(tmp_path / "persist"), cold_attention=cold_attention,
