@@ -38,7 +38,7 @@ import torch
 
 from kvspill.bench import fill_only
 from kvspill.bench.plan_figures import floor_and_plan
-from kvspill.config import EngineConfig
+from kvspill.config import EngineConfig, parse_layer_list
 from kvspill.engine import LLMEngine
 from kvspill.model.parallel import CollectiveTimer
 from kvspill.model.quant import model_weight_bytes
@@ -283,7 +283,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         sparse_prompt_window=getattr(args, "sparse_prompt_window", 0),
         sparse_prompt_share=getattr(args, "sparse_prompt_share", 0.5),
         kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"),
-        kv_cache_dtype_skip_layers=getattr(args, "kv_cache_dtype_skip_layers", ""),
+        kv_cache_dtype_skip_layers=parse_layer_list(getattr(args, "kv_cache_dtype_skip_layers", "")),
         attention=getattr(args, "attention", "auto"),
         cpu_attention_threads=getattr(args, "cpu_attention_threads", None),
         async_scheduling=getattr(args, "async_scheduling", True),

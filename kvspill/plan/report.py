@@ -257,7 +257,7 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
         "int8 + scales" if r.kv_dtype == "int8" else {1: "fp8", 2: "bf16/fp16", 4: "fp32"}[r.kv_dtype_bytes]
     )
     if r.kv_skip_layers and r.kv_dtype != "auto":
-        kv_name += f", {min(r.kv_skip_layers, r.spec.num_layers)} layers at the weight dtype"
+        kv_name += f", {min(r.kv_skip_layers, r.spec.num_layers)} layers kept"
     return [
         (
             "VRAM planned / budget",
