@@ -57,6 +57,24 @@ def test_two_ranks_with_cpu_spills_equal_one_rank(fixture, request):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "int8"])
+def test_two_ranks_of_a_mixed_kv_pool_equal_one_rank(tiny_llama_dir, kv_cache_dtype):
+    """--kv-cache-dtype-skip-layers on each rank's half of the KV heads (kv/layout.py), spilled."""
+    mixed = dict(kv_cache_dtype=kv_cache_dtype, kv_cache_dtype_skip_layers=[1])
+    one = LLM(str(tiny_llama_dir), **BASE, **mixed)
+    prompts = _prompts(one.engine.vocab_size)
+    want = [o.token_ids for o in one.generate(prompts, GREEDY)]
+    two = LLM(str(tiny_llama_dir), **BASE, **SPILL, **mixed, tensor_parallel_size=2)
+    try:
+        got = [o.token_ids for o in two.generate(prompts, GREEDY)]
+        stats = two.engine.kv_stats()
+    finally:
+        two.close()
+    assert got == want
+    assert stats.max_cold_fraction > 0.5 and stats.block_bytes * 2 == one.engine.kv_stats().block_bytes
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("KVSPILL_TEST_TP_SMOLLM2"),
     reason="3 ranks of SmolLM2 on 2 cores take minutes: set KVSPILL_TEST_TP_SMOLLM2=1 to run it",

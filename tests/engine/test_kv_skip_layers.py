@@ -117,3 +117,16 @@ def test_a_skip_list_is_sorted_once_each():
     assert EngineConfig(
         model="m", kv_cache_dtype="int8", kv_cache_dtype_skip_layers=[3, 1]
     ).kv_cache_dtype_skip_layers == (1, 3)
+
+
+def test_blocks_persisted_under_another_skip_list_are_not_loaded(tiny_llama_dir, tmp_path):
+    """The persist dir's fingerprint names the list: layer 1's bytes of a [1] pool are not a [2] pool's."""
+    prompt = _prompt(90, 5)
+    params = SamplingParams(temperature=0, max_tokens=2)
+    opts = dict(BASE, device="cpu", kv_cache_dtype="fp8", kv_persist_dir=str(tmp_path / "persist"))
+    cached = {}
+    for skip in ([1], [2], [1]):
+        llm = LLM(str(tiny_llama_dir), **opts, kv_cache_dtype_skip_layers=skip)
+        cached[len(cached)] = llm.generate([prompt], params)[0].num_cached_tokens
+        llm.engine.close()
+    assert cached == {0: 0, 1: 0, 2: (len(prompt) - 1) // 8 * 8}
