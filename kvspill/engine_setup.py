@@ -38,7 +38,7 @@ from kvspill.gguf_reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kv.cold_config import engine_cold_config
-from kvspill.kv.layout import engine_layout
+from kvspill.kv.layout import check_skip_layers, engine_layout
 from kvspill.kv.persist import kv_fingerprint, model_identity
 from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.layers import rope_table_bytes
@@ -111,6 +111,7 @@ def _plan_and_cap(config: EngineConfig, device: torch.device, calibration: Bandw
     """Print the memory plan before loading; on CUDA stop if it cannot fit, and cap the allocator."""
     startup = _plan(config, device, calibration)
     if startup is not None:
+        check_skip_layers(config.kv_cache_dtype_skip_layers, startup.plan.request.spec.num_layers)
         logger.info("memory plan (bandwidths: %s):\n%s", startup.bandwidths.source, startup.table)
         enforce(startup, config, on_gpu=device.type == "cuda")
     cap_allocator(config, device)
@@ -309,15 +310,8 @@ def build_engine_parts(
     if tokenizer is not None and config.chat_template is not None:
         tokenizer = replace(tokenizer, chat_template=_read_chat_template(config.chat_template))
     eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
-    layout = engine_layout(
-        num_layers=loaded.num_layers,
-        block_size=config.block_size,
-        num_kv_heads=loaded.num_kv_heads // tp.size,  # this rank's heads' KV, in every tier
-        head_dim=loaded.head_dim,
-        kv_cache_dtype=config.kv_cache_dtype,
-        skip_layers=config.kv_cache_dtype_skip_layers,  # these keep the model dtype (kv/layout.py)
-        model_dtype=dtype,
-    )
+    # this rank's kv heads in every tier; skipped layers at the model dtype (kv/layout.py)
+    layout = engine_layout(config, loaded.num_layers, loaded.num_kv_heads // tp.size, loaded.head_dim, dtype)
     with phases.phase("measure and size the KV tiers"):
         plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)
     bs = config.block_size
@@ -382,11 +376,7 @@ def build_engine_parts(
             "dtype": str(dtype),
             "kv_dtype": str(layout.dtype),
             "kv_cache_dtype": config.kv_cache_dtype,
-            **(
-                {"kv_cache_dtype_skip_layers": list(config.kv_cache_dtype_skip_layers)}
-                if layout.mixed
-                else {}
-            ),
+            **({"kv_layer_dtypes": [str(d) for d in layout.layer_dtypes]} if layout.mixed else {}),
             "rope_scaling": config.rope_scaling,
             "layout": [layout.num_layers, layout.block_size, layout.num_kv_heads, layout.head_dim],
             # int8 blocks of the earlier row layout have the same shape and dtype (kv_quant.int8_planes)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
 from kvspill.kernels.kv_quant import kv_storage_dtype
 from kvspill.kernels.kv_quant import row_dim as stored_row_dim
@@ -168,17 +169,21 @@ def layer_formats(
 
 
 def engine_layout(
-    *,
-    num_layers: int,
-    block_size: int,
-    num_kv_heads: int,
-    head_dim: int,
-    kv_cache_dtype: str,
-    skip_layers: tuple[int, ...],
-    model_dtype: torch.dtype,
+    config: EngineConfig, num_layers: int, num_kv_heads: int, head_dim: int, model_dtype: torch.dtype
 ) -> KVLayout:
     """The engine's layout for `--kv-cache-dtype` and `--kv-cache-dtype-skip-layers` on a model of
-    `num_layers` layers (raises InvalidParameterError for a layer the model does not have)."""
+    `num_layers` layers and (this rank's) `num_kv_heads` (raises InvalidParameterError for a layer
+    the model does not have)."""
+    skip = config.kv_cache_dtype_skip_layers
+    check_skip_layers(skip, num_layers)
+    quantized = kv_storage_dtype(config.kv_cache_dtype, model_dtype)
+    dtype, layer_dtypes = layer_formats(num_layers, skip, quantized, model_dtype)
+    return KVLayout(num_layers, config.block_size, num_kv_heads, head_dim, dtype, layer_dtypes)
+
+
+def check_skip_layers(skip_layers: tuple[int, ...], num_layers: int) -> None:
+    """InvalidParameterError when the skip list names a layer the model does not have (the engine
+    checks it against the plan's model shapes before loading weights, and again at the layout)."""
     outside = [layer for layer in skip_layers if layer >= num_layers]
     if outside:
         raise InvalidParameterError(
@@ -186,7 +191,3 @@ def engine_layout(
             f"--kv-cache-dtype-skip-layers names layer(s) {outside}, but the model has {num_layers} "
             f"layers (0-{num_layers - 1})",
         )
-    dtype, layer_dtypes = layer_formats(
-        num_layers, skip_layers, kv_storage_dtype(kv_cache_dtype, model_dtype), model_dtype
-    )
-    return KVLayout(num_layers, block_size, num_kv_heads, head_dim, dtype, layer_dtypes)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
 from kvspill.kernels.fused_ops import apply_rope_ref
 from kvspill.kernels.kv_quant import quantize_kv, rotate
@@ -52,10 +53,8 @@ def test_layer_formats_follow_the_skip_list():
     assert layout_formats_of((0, 1, 2, 3), torch.int8) == (torch.bfloat16, ())  # every layer kept
     assert layout_formats_of((2,), torch.bfloat16) == (torch.bfloat16, ())  # auto: nothing to keep
     with pytest.raises(InvalidParameterError, match="has 4 layers"):
-        engine_layout(
-            num_layers=4, block_size=16, num_kv_heads=2, head_dim=64, kv_cache_dtype="fp8",
-            skip_layers=(4,), model_dtype=torch.bfloat16,
-        )  # fmt: skip
+        config = EngineConfig(kv_cache_dtype="fp8", kv_cache_dtype_skip_layers=(4,))
+        engine_layout(config, num_layers=4, num_kv_heads=2, head_dim=64, model_dtype=torch.bfloat16)
 
 
 def test_each_layer_of_a_mixed_pool_is_its_own_typed_region():
