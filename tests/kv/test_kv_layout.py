@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from step_inputs import step_over_random_blocks
 
 from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
@@ -17,10 +18,7 @@ from kvspill.kv.block_summary import layout_summary_dtype, summarize_blocks
 from kvspill.kv.layout import KVLayout, engine_layout, layer_formats
 from kvspill.kv.storage import KVStorage, TieredKVStorage
 from kvspill.runner.attention import PagedAttention, build_attention_metadata
-from kvspill.runner.inputs import RunnerRequestState, build_step_inputs
-from kvspill.sampling.sampler import SamplingState
-from kvspill.sampling_params import SamplingParams
-from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, ScheduledBatch
+from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, NUM_BLOCKS = 4, 2, 32, 4, 12
 MIXED = (torch.float32, torch.float8_e4m3fn, torch.int8, torch.bfloat16)
@@ -110,18 +108,9 @@ def test_blocks_of_a_mixed_pool_move_through_cpu_and_disk_tiers_unchanged(tmp_pa
 
 def _step(layout: KVLayout):
     storage = KVStorage(layout, NUM_BLOCKS * 4, torch.device("cpu"))
-    g = torch.Generator().manual_seed(1)
-    states, ids = {}, torch.randperm(NUM_BLOCKS * 4, generator=g).tolist()
-    for i, (c, n) in enumerate(SEQS):
-        need = -(-(c + n) // BLOCK_SIZE)
-        blocks, ids = ids[:need], ids[need:]
-        sampling = SamplingState(params=SamplingParams(), prompt_token_ids=[])
-        states[f"r{i}"] = RunnerRequestState(f"r{i}", list(range(c + n)), blocks, c, sampling)
-    counts = {r: n for r, (_, n) in zip(states, SEQS, strict=True)}
-    inputs = build_step_inputs(
-        ScheduledBatch([], [], counts, sum(counts.values()), set()), states, BLOCK_SIZE
+    return storage, step_over_random_blocks(
+        SEQS, NUM_BLOCKS * 4, BLOCK_SIZE, torch.Generator().manual_seed(1)
     )
-    return storage, inputs
 
 
 def _attend(layout: KVLayout, layer: int, context: torch.Tensor, fused: bool):

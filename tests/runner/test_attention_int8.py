@@ -7,15 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from step_inputs import step_over_random_blocks
 
 from kvspill.kernels.fused_ops import apply_rope_ref
 from kvspill.kernels.kv_quant import dequantize_kv, hadamard, int8_scales, quantize_kv, rotate, rotate_rows
 from kvspill.kv.storage import KVLayout, KVStorage
 from kvspill.runner.attention import PagedAttention, build_attention_metadata
-from kvspill.runner.inputs import RunnerRequestState, build_step_inputs
-from kvspill.sampling.sampler import SamplingState
-from kvspill.sampling_params import SamplingParams
-from kvspill.types import ScheduledBatch
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, NUM_BLOCKS = 4, 2, 32, 4, 40
 SEQS = [(13, 1), (0, 9), (22, 5)]  # (num_computed_tokens, num_new_tokens): a decode, two chunks
@@ -26,16 +23,7 @@ def _step(dtype: torch.dtype, g: torch.Generator):
         num_layers=1, block_size=BLOCK_SIZE, num_kv_heads=NUM_KV_HEADS, head_dim=HEAD_DIM, dtype=dtype
     )
     storage = KVStorage(layout, NUM_BLOCKS, torch.device("cpu"))
-    states, ids = {}, torch.randperm(NUM_BLOCKS, generator=g).tolist()
-    for i, (c, n) in enumerate(SEQS):
-        blocks, ids = ids[: -(-(c + n) // BLOCK_SIZE)], ids[-(-(c + n) // BLOCK_SIZE) :]
-        sampling = SamplingState(params=SamplingParams(), prompt_token_ids=[])
-        states[f"r{i}"] = RunnerRequestState(f"r{i}", list(range(c + n)), blocks, c, sampling)
-    counts = {r: n for r, (_, n) in zip(states, SEQS, strict=True)}
-    inputs = build_step_inputs(
-        ScheduledBatch([], [], counts, sum(counts.values()), set()), states, BLOCK_SIZE
-    )
-    return storage, inputs
+    return storage, step_over_random_blocks(SEQS, NUM_BLOCKS, BLOCK_SIZE, g)
 
 
 def _fill_context(storage: KVStorage, kv: torch.Tensor) -> None:
