@@ -228,21 +228,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, fp8_e5m2 or int8 (--kv-cache-dtype)")
     ap.add_argument("--kv-cache-dtype-skip-layers", default="", help="layers kept at the model dtype: 0,31")
     ap.add_argument("--attention", default="auto", help="auto, or cpu: all KV in RAM, attention on the CPU")
-    ap.add_argument(
-        "--cpu-attention-threads", type=int, default=None, help="--cpu-attention-threads (default: torch's)"
-    )
-    ap.add_argument(
-        "--cpu-offload-gb", type=float, default=0.0, help="--cpu-offload-gb (weights in pinned RAM)"
-    )
+    ap.add_argument("--cpu-attention-threads", type=int, default=None, help="default: torch's threads")
+    ap.add_argument("--cpu-offload-gb", type=float, default=0.0, help="weights held in pinned RAM")
     ap.add_argument(
         "--no-async-scheduling",
         dest="async_scheduling",
         action="store_false",
         help="read each step's tokens before scheduling the next (the A/B of async scheduling)",
     )
-    ap.add_argument(
-        "--tensor-parallel-size", type=int, default=1, help="GPUs to split the model over (one process each)"
-    )
+    ap.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs to split the model over")
     ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill.jsonl"))
     return ap.parse_args(argv)
@@ -305,9 +299,9 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
     if getattr(args, "block_size", 16) != 16:
         mode += f"-bs{args.block_size}"
     if getattr(args, "kv_cache_dtype", "auto") != "auto":
-        mode += f"-kv-{args.kv_cache_dtype}" + (
-            f"-skip{len(config.kv_cache_dtype_skip_layers)}" if config.kv_cache_dtype_skip_layers else ""
-        )
+        mode += f"-kv-{args.kv_cache_dtype}"
+    if config.kv_cache_dtype_skip_layers:
+        mode += f"-skip{len(config.kv_cache_dtype_skip_layers)}"
     if getattr(args, "attention", "auto") == "cpu":
         mode += "-attention-cpu"
     if getattr(args, "cpu_attention_threads", None):

@@ -181,7 +181,7 @@ def cpu_paged_attention(
     lib = load_kernel()
     assert lib is not None, "no CPU attention kernel: callers check load_kernel() first"
     o, lse = out
-    kv_layer = pool[:, layer_idx] if pool.dim() == 6 else pool
+    kv_layer = _layer_view(pool, layer_idx)
     num_blocks, two, block_size, num_kv_heads, row = kv_layer.shape
     head_dim = value_dim(kv_layer)
     region = (block_size * num_kv_heads * row, num_kv_heads * row, row, 1)
@@ -226,6 +226,11 @@ def cpu_paged_attention(
         )
 
 
+def _layer_view(pool: torch.Tensor, layer_idx: int) -> torch.Tensor:
+    """Layer `layer_idx` of a whole uniform pool (6 dims); a layer view (5 dims) as it is."""
+    return pool[:, layer_idx] if pool.dim() == 6 else pool
+
+
 def _layer_scales(dtype: torch.dtype, scales: KVScales | None, layer_idx: int) -> tuple[float, float]:
     """(K scale, V scale) of one layer for the kernel (1.0 without per-layer scales)."""
     if dtype == torch.int8 or scales is None or scales.layer_scales is None:
@@ -253,7 +258,7 @@ def cpu_paged_attention_ref(
 ) -> None:
     """The oracle: gather each part's blocks, dequantize, plain softmax attention in fp32."""
     o, lse = out
-    kv_layer = pool[:, layer_idx] if pool.dim() == 6 else pool  # as in `cpu_paged_attention`
+    kv_layer = _layer_view(pool, layer_idx)
     num_kv_heads, head_dim = kv_layer.shape[-2], value_dim(kv_layer)
     for p in range(parts.num_parts):
         r0, r1 = int(parts.row_start[p]), int(parts.row_end[p])

@@ -26,6 +26,7 @@ import torch
 
 from kvspill.kernels.kv_quant import int8_planes
 from kvspill.kernels.uva_gather import index_copy_rows
+from kvspill.kv.layout import element_size
 from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
@@ -54,7 +55,7 @@ def layout_summary_dtype(layout: KVLayout) -> torch.dtype:
 
 def bytes_per_block(layout: KVLayout) -> int:
     """Summary bytes of one cold block (all layers): min and max of K per channel and kv head."""
-    elem = torch.empty((), dtype=layout_summary_dtype(layout)).element_size()
+    elem = element_size(layout_summary_dtype(layout))
     return layout.num_layers * 2 * layout.num_kv_heads * layout.head_dim * elem
 
 

@@ -218,9 +218,8 @@ class ColdCpuPath:
                 continue
             for start in range(0, len(parts.block_ids), self.chunk_blocks):
                 ids = parts.block_ids[start : start + self.chunk_blocks]
-                staged = self.disk_staging.get(
-                    len(ids), layer_idx
-                )  # [n, 2, block_size, num_kv_heads, row_dim]
+                # [n, 2, block_size, num_kv_heads, row_dim] of the layer's format
+                staged = self.disk_staging.get(len(ids), layer_idx)
                 self.storage.gather_layer(TIER_DISK, layer_idx, ids, staged)
                 window = parts_window(parts, start, start + len(ids))
                 self._kernel_call(q_host, staged, layer_idx, window, (o, lse), num_calls == 0)

@@ -59,20 +59,14 @@ class SparseBlockCache:
         self.device = device
         self.num_slots = budget_blocks
         self.num_groups = num_groups
-        # per layer [num_groups * budget_blocks, 2, block_size, num_kv_heads, row_dim] of its
-        # format (int8: a value and a scale plane per block, kv_quant.py): one tensor for a uniform
-        # pool, one per layer for a mixed one (kv/layout.py)
+        # per layer [num_groups * budget_blocks, 2, block_size, num_kv_heads, row_dim] of its own
+        # format (int8: a value and a scale plane per block, kv_quant.py; a mixed pool's layers
+        # differ, kv/layout.py)
         slots = num_groups * budget_blocks
-        self.data: torch.Tensor | list[torch.Tensor]
-        if layout.mixed:
-            self.data = [
-                torch.empty((slots, *layout.layer_shape(i)), dtype=layout.dtype_of(i), device=device)
-                for i in range(layout.num_layers)
-            ]
-        else:
-            self.data = torch.empty(
-                (layout.num_layers, slots, *layout.layer_shape(0)), dtype=layout.dtype, device=device
-            )
+        self.data = [
+            torch.empty((slots, *layout.layer_shape(i)), dtype=layout.dtype_of(i), device=device)
+            for i in range(layout.num_layers)
+        ]
         self.slot_block = torch.full(
             (num_groups, layout.num_layers, budget_blocks), -1, dtype=torch.int64, device=device
         )
