@@ -102,3 +102,11 @@ class DiskTierIOError(OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+class ForbiddenPathError(KvspillError):
+    """A path the server may not read (outside its allowed roots): HTTP 403, `param` names the field."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param

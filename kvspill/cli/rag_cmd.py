@@ -4,7 +4,10 @@
 Invariants:
 - The CLI and the servers share one store (`--rag-db`, default ~/.cache/kvspill/rag.sqlite3):
   what `kvspill rag index` embedded, a server finds cached, and the reverse.
-- `--rag-root` bounds the directories /precache/repo may read (default: the current directory).
+- A server needs `--rag-root`: the directory /precache/repo may read (no default: started from a
+  home directory, the current directory held keys and credentials). Hidden files and the
+  secrets deny-list are left out everywhere (`rag/access.py`); `--rag-include-hidden` and
+  `--rag-deny` change that for the server and the CLI alike.
 - Every flag also reads `KVSPILL_<FLAG>`. A user error prints one `error:` line and exits 2.
 """
 
@@ -50,9 +53,28 @@ def _db_opt(panel: str | None = None) -> Any:
 
 def _root_opt(panel: str | None = None) -> Any:
     return _opt(
-        "Directories /precache/repo may index lie under this one (default: the current directory).",
+        "Directories /precache/repo may index lie under this one (required with --rag).",
         "RAG_ROOT",
         "--rag-root",
+        panel=panel,
+    )
+
+
+def _hidden_opt(panel: str | None = None) -> Any:
+    return _opt(
+        "Also index hidden files and directories (names starting with '.'); the deny-list still applies.",
+        "RAG_INCLUDE_HIDDEN",
+        "--rag-include-hidden",
+        panel=panel,
+    )
+
+
+def _deny_opt(panel: str | None = None) -> Any:
+    return _opt(
+        "More gitignore-style patterns never to index, comma-separated, added to the built-in "
+        "deny-list of key, credential and token files.",
+        "RAG_DENY",
+        "--rag-deny",
         panel=panel,
     )
 
@@ -70,6 +92,8 @@ EmbeddingModelOpt = Annotated[str | None, _model_opt()]
 RagDbOpt = Annotated[str, _db_opt()]
 RagRootOpt = Annotated[str | None, _root_opt()]
 ThreadsOpt = Annotated[int | None, _threads_opt()]
+HiddenOpt = Annotated[bool, _hidden_opt()]
+DenyOpt = Annotated[str | None, _deny_opt()]
 
 
 @dataclass(frozen=True)
@@ -81,6 +105,8 @@ class RagOptions:
     rag_db: str = DEFAULT_DB
     rag_root: str | None = None
     embedding_threads: int | None = None
+    rag_include_hidden: bool = False
+    rag_deny: str | None = None  # comma-separated patterns
 
 
 _RAG_PANEL = "RAG embedding cache"
@@ -100,6 +126,8 @@ def _serve_flags() -> dict[str, tuple[Any, Any]]:
         "rag_db": (Annotated[str, _db_opt(_RAG_PANEL)], DEFAULT_DB),
         "rag_root": (Annotated[str | None, _root_opt(_RAG_PANEL)], None),
         "embedding_threads": (Annotated[int | None, _threads_opt(_RAG_PANEL)], None),
+        "rag_include_hidden": (Annotated[bool, _hidden_opt(_RAG_PANEL)], False),
+        "rag_deny": (Annotated[str | None, _deny_opt(_RAG_PANEL)], None),
     }
 
 
@@ -130,19 +158,28 @@ def with_rag_options(fn: Callable[..., _R]) -> Callable[..., _R]:
 def build_rag_service(options: RagOptions) -> Any:
     """A `RagService` over the model and store the options name (loads the model: seconds)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only: never the hub
+    from kvspill.rag.access import AccessPolicy
     from kvspill.rag.model import load_embedder
     from kvspill.rag.service import RagService
     from kvspill.rag.store import EmbeddingStore
 
     if options.embedding_threads is not None and options.embedding_threads < 1:
         raise KvspillError("--embedding-threads must be at least 1")
-    root = Path(options.rag_root or os.getcwd()).expanduser()
+    if not options.rag_root:
+        raise KvspillError(
+            "--rag needs --rag-root DIR: the directory whose subdirectories /precache/repo may index "
+            "(there is no default: the current directory may hold keys and credentials)"
+        )
+    root = Path(options.rag_root).expanduser()
     if not root.is_dir():
         raise KvspillError(f"--rag-root {root} is not a directory")
+    db_path = Path(options.rag_db).expanduser()
+    deny = tuple(p.strip() for p in (options.rag_deny or "").split(",") if p.strip())
+    access = AccessPolicy.create([root], options.rag_include_hidden, deny, db_path)
     embedder = load_embedder(options.embedding_model, options.embedding_threads)
-    store = EmbeddingStore(Path(options.rag_db).expanduser())
+    store = EmbeddingStore(db_path)
     logger.info("RAG service: %s (%d dims), cache %s, root %s", embedder.name, embedder.dim, store.path, root)
-    return RagService(embedder, store, root)
+    return RagService(embedder, store, access)
 
 
 rag_app = typer.Typer(
@@ -158,12 +195,17 @@ def index_cmd(
         list[str] | None, typer.Option(help="Glob of files to leave out (repeatable).")
     ] = None,
     gitignore: Annotated[bool, typer.Option(help="Leave out what .gitignore files ignore.")] = True,
+    allow_removal: Annotated[
+        bool, typer.Option(help="Drop the chunks of files that are gone, even more than this adds.")
+    ] = True,
     chunk_lines: Annotated[int, typer.Option(help="Lines per chunk.")] = 20,
     overlap_lines: Annotated[int, typer.Option(help="Lines each chunk shares with the one before.")] = 5,
     embedding_model: EmbeddingModelOpt = None,
     rag_db: RagDbOpt = DEFAULT_DB,
     rag_root: RagRootOpt = None,
     embedding_threads: ThreadsOpt = None,
+    rag_include_hidden: HiddenOpt = False,
+    rag_deny: DenyOpt = None,
 ) -> None:
     """Embed DIRECTORY's changed files into the cache (unchanged ones cost a hash)."""
     from kvspill.rag.files import FileFilter
@@ -178,10 +220,18 @@ def index_cmd(
     path = str(Path(directory).expanduser().absolute())
     try:
         service = build_rag_service(
-            RagOptions(True, embedding_model, rag_db, rag_root or path, embedding_threads)
+            RagOptions(
+                True,
+                embedding_model,
+                rag_db,
+                rag_root or path,
+                embedding_threads,
+                rag_include_hidden,
+                rag_deny,
+            )
         )
         report = service.precache_repo(
-            path, FileFilter(tuple(include or ()), tuple(exclude or ()), gitignore), chunking
+            path, FileFilter(tuple(include or ()), tuple(exclude or ()), gitignore), chunking, allow_removal
         )
     except KvspillError as e:
         _fail(e)
@@ -240,6 +290,8 @@ def embed_serve(
     rag_db: RagDbOpt = DEFAULT_DB,
     rag_root: RagRootOpt = None,
     embedding_threads: ThreadsOpt = None,
+    rag_include_hidden: HiddenOpt = False,
+    rag_deny: DenyOpt = None,
 ) -> None:
     """Serve the embedding cache alone: /v1/embeddings, /embed, /precache/repo, /search, /stats."""
     import uvicorn
@@ -247,7 +299,11 @@ def embed_serve(
     from kvspill.server.rag_app import create_rag_app
 
     try:
-        service = build_rag_service(RagOptions(True, embedding_model, rag_db, rag_root, embedding_threads))
+        service = build_rag_service(
+            RagOptions(
+                True, embedding_model, rag_db, rag_root, embedding_threads, rag_include_hidden, rag_deny
+            )
+        )
     except KvspillError as e:
         _fail(e)
     if host not in _LOOPBACK and not api_key:

@@ -6,8 +6,11 @@ Invariants:
   request's duplicates are embedded once.
 - `precache_repo` chunks only files whose content hash changed, embeds only chunks whose text
   is not cached, and drops the chunks of files that are gone (or can no longer be read).
-- A path must resolve inside `allowed_root` (symlinks resolved first); anything else is an
-  `InvalidParameterError` naming `path`, like every other bad input (HTTP 400).
+- A path must resolve inside one of the access policy's roots (symlinks resolved first); anything
+  else is a `ForbiddenPathError` naming the field (HTTP 403). Search and stats see only the repos
+  under those roots, named relative to their root (`rag/access.py`).
+- A re-index that would drop more files than it adds needs `allow_removal` (a filter that
+  matches nothing must not empty an index another client built).
 - Torch-free: the model is an `Embedder`.
 """
 
@@ -20,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from kvspill.errors import InvalidParameterError
+from kvspill.rag.access import AccessPolicy, secret_reason
 from kvspill.rag.chunker import chunk_embedding_text, chunk_lines
 from kvspill.rag.files import FileFilter, iter_sources, read_text, walk_files
 from kvspill.rag.index import DEFAULT_ANN_THRESHOLD, IndexCache
@@ -63,18 +67,26 @@ class RagService:
         self,
         embedder: Embedder,
         store: EmbeddingStore,
-        allowed_root: Path,
+        access: AccessPolicy | Path,
         limits: RagLimits | None = None,
         ann_threshold: int = DEFAULT_ANN_THRESHOLD,
     ) -> None:
+        """`access`: the reading rules, or one root directory with the default rules."""
         self.embedder = embedder
         self.store = store
-        self.allowed_root = allowed_root.resolve()
+        self.access = (
+            access if isinstance(access, AccessPolicy) else AccessPolicy.create([access], db_path=store.path)
+        )
         self.limits = limits or RagLimits()
         self.counters = _Counters()
         self.indexes = IndexCache(self._load_vectors, store.generation, ann_threshold)
         self._repo_locks: dict[str, threading.Lock] = {}
         self._repo_locks_lock = threading.Lock()
+
+    @property
+    def allowed_root(self) -> Path:
+        """The first root (the only one of a server started with one --rag-root)."""
+        return self.access.roots[0]
 
     @property
     def model_name(self) -> str:
@@ -147,17 +159,16 @@ class RagService:
     # paths
 
     def resolve_path(self, path: str, param: str = "path") -> Path:
-        """`path` (absolute, or relative to the allowed root) as an absolute directory inside the root."""
+        """`path` (absolute, or relative to the first root) as an absolute directory inside a root.
+        `~` is not expanded: a client names directories of the server's roots, not its home."""
         if not path.strip():
-            raise InvalidParameterError(param, "`path` is empty: give a directory under the allowed root")
-        candidate = Path(path).expanduser()
-        resolved = (candidate if candidate.is_absolute() else self.allowed_root / candidate).resolve()
-        if not resolved.is_relative_to(self.allowed_root):
-            raise InvalidParameterError(
-                param,
-                f"{path} is outside the allowed root {self.allowed_root}: give a directory under it "
-                "(the server's --rag-root)",
-            )
+            raise InvalidParameterError(param, f"`{param}` is empty: give a directory under the allowed root")
+        candidate = Path(path)
+        try:
+            resolved = (candidate if candidate.is_absolute() else self.allowed_root / candidate).resolve()
+        except (OSError, RuntimeError) as e:  # a symlink loop
+            raise InvalidParameterError(param, f"{path} cannot be resolved: {e}") from e
+        self.access.check_inside(resolved, path, param)
         if not resolved.is_dir():
             what = "a file" if resolved.exists() else "missing"
             raise InvalidParameterError(
@@ -172,25 +183,39 @@ class RagService:
     # indexing
 
     def precache_repo(
-        self, path: str, file_filter: FileFilter | None = None, chunking: ChunkingConfig | None = None
+        self,
+        path: str,
+        file_filter: FileFilter | None = None,
+        chunking: ChunkingConfig | None = None,
+        allow_removal: bool = False,
     ) -> IndexReport:
-        """Index the directory `path`: embed what changed since the last time, drop what is gone."""
+        """Index the directory `path`: embed what changed since the last time, drop what is gone
+        (past as many files as it adds, only with `allow_removal`)."""
         root = self.resolve_path(path)
         repo = str(root)
         with self._repo_lock(repo):
-            return self._index(root, repo, file_filter or FileFilter(), chunking or ChunkingConfig())
+            return self._index(
+                root, repo, file_filter or FileFilter(), chunking or ChunkingConfig(), allow_removal
+            )
 
-    def _index(self, root: Path, repo: str, file_filter: FileFilter, chunking: ChunkingConfig) -> IndexReport:
-        start = time.perf_counter()
-        report = IndexReport(repo)
+    def _list_files(self, root: Path, file_filter: FileFilter, report: IndexReport) -> list[str]:
+        deadline = time.monotonic() + self.limits.max_walk_seconds
         rel_paths = []
-        for rel in walk_files(root, file_filter):
+        for rel in walk_files(root, file_filter, self.access, deadline, report.skipped):
             rel_paths.append(rel)
             if len(rel_paths) > self.limits.max_files:
                 raise InvalidParameterError(
                     "path",
                     f"{root} has more than {self.limits.max_files} files to index: narrow it with `include`/`exclude`",
                 )
+        return rel_paths
+
+    def _index(
+        self, root: Path, repo: str, file_filter: FileFilter, chunking: ChunkingConfig, allow_removal: bool
+    ) -> IndexReport:
+        start = time.perf_counter()
+        report = IndexReport(self.access.display(repo))
+        rel_paths = self._list_files(root, file_filter, report)
         # Vectors of another model are not comparable: a repo indexed with one is indexed anew.
         same_model = self.store.repo_model(repo) in (None, self.model_name)
         before = self.store.file_hashes(repo) if same_model else {}
@@ -199,6 +224,9 @@ class RagService:
         for source in iter_sources(root, rel_paths, self.limits.max_file_bytes):
             if isinstance(source, SkippedFile):
                 report.skipped.append(source)
+                continue
+            if (secret := secret_reason(source.data)) is not None:  # also in files indexed before
+                report.skipped.append(SkippedFile(source.path, secret))
                 continue
             digest = content_hash(source.data)
             if before.get(source.path) == digest:
@@ -219,6 +247,13 @@ class RagService:
             )
             raise InvalidParameterError("path", f"nothing to index under {root}: {reasons}")
         removed = sorted(set(before) - kept)
+        num_added = sum(1 for u in updates if u.path not in before)
+        if len(removed) > num_added and not allow_removal:
+            raise InvalidParameterError(
+                "allow_removal",
+                f"this re-index would drop {len(removed)} indexed files of {report.repo} and add {num_added} "
+                f"(e.g. {', '.join(removed[:3])}): send allow_removal=true (--allow-removal) if that is meant",
+            )
         report.num_chunks_embedded, report.num_chunks_cached = self._embed_chunks(updates)
         self.store.replace_files(repo, self.model_name, updates, removed)
         report.num_files = len(kept)
@@ -256,12 +291,12 @@ class RagService:
             raise InvalidParameterError(
                 "top_k", f"top_k must be from 1 to {self.limits.max_top_k} (got {top_k})"
             )
-        repos = self.store.repos(self.model_name)
+        repos = self._visible_repos()
         if repo is not None:
             wanted = str(self.resolve_path(repo, "repo"))
             if wanted not in repos:
                 raise InvalidParameterError(
-                    "repo", f"{wanted} is not indexed: POST /precache/repo (or `kvspill rag index`) first"
+                    "repo", f"{repo} is not indexed: POST /precache/repo (or `kvspill rag index`) first"
                 )
             repos = [wanted]
         query_vector = self.embed([query], param="query").vectors[0]
@@ -273,25 +308,40 @@ class RagService:
         best = scored[:top_k]
         chunks = self.store.chunks_by_id([c for _, _, c in best])
         return [
-            SearchHit(name, chunks[c].path, chunks[c].start_line, chunks[c].end_line, score, chunks[c].text)
+            SearchHit(
+                self.access.display(name),
+                chunks[c].path,
+                chunks[c].start_line,
+                chunks[c].end_line,
+                score,
+                chunks[c].text,
+            )
             for score, name, c in best
             if c in chunks  # a concurrent re-index may have replaced it since the index was built
         ]
 
+    def _visible_repos(self) -> list[str]:
+        """The indexed repos of this model under the access policy's roots (the database may be
+        shared with servers and CLIs of other roots: theirs stay unseen)."""
+        return [r for r in self.store.repos(self.model_name) if self.access.root_of(Path(r)) is not None]
+
     # stats
 
     def stats(self) -> dict[str, object]:
-        counts = self.store.counts()
+        """The cache's counters; repos, files and chunks of the visible repos only, named as
+        clients see them (`db_path` only where paths show absolute: the CLI)."""
+        repos = self._visible_repos()
+        counts = self.store.counts(repos)
         c = self.counters
         lookups = c.hits + c.misses
         return {
             "model": self.model_name,
             "dim": self.embedder.dim,
-            "db_path": str(self.store.path),
+            **({"db_path": str(self.store.path)} if self.access.shows_absolute_paths else {}),
             "entries": counts["entries"],
             "bytes": counts["file_bytes"],
             "vector_bytes": counts["vector_bytes"],
-            "repos": counts["repos"],
+            "repos": len(repos),
             "files": counts["files"],
             "chunks": counts["chunks"],
             "hits": c.hits,
@@ -299,5 +349,7 @@ class RagService:
             "hit_rate": c.hits / lookups if lookups else None,
             "embedded": c.num_embedded,
             "embeddings_per_s": c.num_embedded / c.embed_seconds if c.embed_seconds > 0 else None,
-            "indexes": self.indexes.kinds(),
+            "indexes": {
+                self.access.display(r): kind for r, kind in self.indexes.kinds().items() if r in repos
+            },
         }

@@ -204,22 +204,22 @@ class EmbeddingStore:
         )
         return {r[0]: StoredChunk(*r) for r in rows}
 
-    def counts(self) -> dict[str, int]:
-        """Entries and bytes of the embedding cache; files, chunks and repos indexed."""
+    def counts(self, repos: Sequence[str]) -> dict[str, int]:
+        """Entries and bytes of the embedding cache; files and chunks of `repos`."""
         db = self._db()
         entries, vector_bytes = db.execute(
             "SELECT COUNT(*), COALESCE(SUM(LENGTH(vector)), 0) FROM embeddings"
         ).fetchone()
-        (num_chunks,) = db.execute("SELECT COUNT(*) FROM chunks").fetchone()
-        (num_files,) = db.execute("SELECT COUNT(*) FROM files").fetchone()
-        (num_repos,) = db.execute("SELECT COUNT(*) FROM repos").fetchone()
+        num_chunks = num_files = 0
+        for repo in repos:
+            num_chunks += db.execute("SELECT COUNT(*) FROM chunks WHERE repo = ?", [repo]).fetchone()[0]
+            num_files += db.execute("SELECT COUNT(*) FROM files WHERE repo = ?", [repo]).fetchone()[0]
         return {
             "entries": int(entries),
             "vector_bytes": int(vector_bytes),
             "file_bytes": self._file_bytes(),
             "chunks": int(num_chunks),
             "files": int(num_files),
-            "repos": int(num_repos),
         }
 
     def _file_bytes(self) -> int:

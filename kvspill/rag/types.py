@@ -70,6 +70,7 @@ class RagLimits:
     max_file_bytes: int = 2 * 1024 * 1024  # a larger file is skipped (named in the report)
     max_files: int = 100_000  # files one /precache/repo may index
     max_top_k: int = 1000
+    max_walk_seconds: float = 60.0  # listing a directory's files; past it a 400 names the deadline
 
 
 @dataclass(frozen=True)

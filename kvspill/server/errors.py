@@ -13,7 +13,13 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from kvspill.errors import ContextLengthExceededError, InvalidParameterError, KVCacheBusyError, KvspillError
+from kvspill.errors import (
+    ContextLengthExceededError,
+    ForbiddenPathError,
+    InvalidParameterError,
+    KVCacheBusyError,
+    KvspillError,
+)
 from kvspill.server.async_engine import EngineUnavailableError, ServerBusyError, StepFailedError
 
 RETRY_AFTER_S = "1"
@@ -44,6 +50,8 @@ def exception_status(e: BaseException) -> tuple[int, dict, dict[str, str] | None
         return 400, error_body(str(e), "invalid_request_error", "context_length_exceeded", "messages"), None
     if isinstance(e, InvalidParameterError):
         return 400, error_body(str(e), "invalid_request_error", "invalid_value", e.param), None
+    if isinstance(e, ForbiddenPathError):
+        return 403, error_body(str(e), "permission_error", "path_forbidden", e.param), None
     if isinstance(e, KVCacheBusyError):
         return 503, error_body(str(e), "server_busy", "server_busy"), {"Retry-After": "1"}
     if isinstance(e, KvspillError):

@@ -52,7 +52,7 @@ class EmbedRequest(BaseModel):
 
 
 class PrecacheRequest(BaseModel):
-    """`POST /precache/repo`: index a directory under the server's --rag-root."""
+    """`POST /precache/repo`: index a directory under the server's --rag-root (outside it: 403)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -62,6 +62,9 @@ class PrecacheRequest(BaseModel):
     respect_gitignore: bool = True
     chunk_lines: int = Field(ChunkingConfig.chunk_lines, ge=1, le=10_000)
     overlap_lines: int = Field(ChunkingConfig.overlap_lines, ge=0)
+    allow_removal: bool = Field(
+        False, description="let this re-index drop more indexed files than it adds (off: a 400 says how many)"
+    )
 
     def file_filter(self) -> FileFilter:
         return FileFilter(tuple(self.include), tuple(self.exclude), self.respect_gitignore)

@@ -5,7 +5,8 @@
 Invariants:
 - Model work runs in the thread pool, never on the event loop (the server keeps answering
   /health and the LLM routes while a repository is indexed).
-- A bad input is a 400 in the OpenAI error shape naming `param`; an unknown `model` is a 404
+- A bad input is a 400 in the OpenAI error shape naming `param`; a path outside the server's
+  roots is a 403; an unknown `model` is a 404
   `model_not_found`; any other failure is that request's 500, never the server's end.
 """
 
@@ -95,7 +96,7 @@ def rag_router(service: RagService) -> APIRouter:
         return await _answer(embed_texts, body)
 
     def precache(body: PrecacheRequest) -> dict[str, Any]:
-        report = service.precache_repo(body.path, body.file_filter(), body.chunking())
+        report = service.precache_repo(body.path, body.file_filter(), body.chunking(), body.allow_removal)
         return asdict(report)
 
     @router.post("/precache/repo")

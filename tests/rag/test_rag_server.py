@@ -89,8 +89,8 @@ def test_embed_precache_search_stats(client: TestClient, real_service: RagServic
         ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, 400, "encoding_format", ""),
         ("/v1/embeddings", {"input": 3}, 400, "input", ""),
         ("/embed", {"texts": []}, 400, "texts", "empty"),
-        ("/precache/repo", {"path": "/etc"}, 400, "path", "outside the allowed root"),
-        ("/precache/repo", {"path": "../"}, 400, "path", "outside the allowed root"),
+        ("/precache/repo", {"path": "/etc"}, 403, "path", "outside the directories this server may index"),
+        ("/precache/repo", {"path": "../"}, 403, "path", "outside the directories this server may index"),
         ("/precache/repo", {"path": "latin1"}, 400, "path", "not UTF-8"),
         ("/precache/repo", {"path": "big"}, 400, "path", "byte limit"),
         ("/precache/repo", {"path": "empty"}, 400, "path", "empty"),
@@ -113,7 +113,8 @@ def test_bad_inputs_are_clear_400s(
     response = client.post(route, json=body)
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert error["type"] == "invalid_request_error" and error["param"] == param
+    expected_type = "permission_error" if status == 403 else "invalid_request_error"
+    assert error["type"] == expected_type and error["param"] == param
     assert message in error["message"]
 
 

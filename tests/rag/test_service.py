@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvspill.errors import InvalidParameterError
+from kvspill.errors import ForbiddenPathError, InvalidParameterError
 from kvspill.rag.files import FileFilter
 from kvspill.rag.service import RagService
 from kvspill.rag.store import EmbeddingStore
@@ -51,7 +51,9 @@ def test_reindex_embeds_only_what_changed(real_service: RagService) -> None:
     assert (hits[0].path, hits[0].start_line) in {("beta.py", 17), ("beta.py", 25)}
 
     (repo / "alpha.py").unlink()
-    removed = real_service.precache_repo("proj", chunking=CHUNKING)
+    with pytest.raises(InvalidParameterError, match="drop 1 indexed files of proj and add 0"):
+        real_service.precache_repo("proj", chunking=CHUNKING)
+    removed = real_service.precache_repo("proj", chunking=CHUNKING, allow_removal=True)
     assert removed.num_files_removed == 1 and removed.num_chunks_embedded == 0
     assert removed.num_chunks == 4 + 2
     assert all(h.path != "alpha.py" for h in real_service.search("alpha line", top_k=10))
@@ -76,7 +78,7 @@ def test_paths_outside_the_root_are_refused(fake_service: RagService, path: str)
     outside = fake_service.allowed_root.parent / "outside"
     write_repo(outside, {"x.py": "x = 1\n"})
     (fake_service.allowed_root / "link_out").symlink_to(outside, target_is_directory=True)
-    with pytest.raises(InvalidParameterError, match="outside the allowed root") as e:
+    with pytest.raises(ForbiddenPathError, match="outside the directories this server may index") as e:
         fake_service.precache_repo(path)
     assert e.value.param == "path"
 
@@ -134,5 +136,5 @@ def test_concurrent_embeds_and_indexing(fake_service: RagService) -> None:
     # times (two threads may both miss before either writes), each "text i" once.
     chunk_texts = [t for t in embedded if t.startswith("f")]
     assert len(chunk_texts) == len(set(chunk_texts))
-    assert fake_service.store.counts()["chunks"] == 3 * 5 * 3  # 40 lines: chunks at 1, 16, 31
+    assert fake_service.stats()["chunks"] == 3 * 5 * 3  # 40 lines: chunks at 1, 16, 31
     assert fake_service.stats()["misses"] == len(embedded)

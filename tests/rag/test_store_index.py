@@ -40,7 +40,7 @@ def test_vectors_survive_reopen_and_concurrent_writers(tmp_path: Path) -> None:
     assert len(found) == 400
     assert all(np.array_equal(found[k], vectors[i]) for i, k in enumerate(keys))
     assert reopened.get_vectors("other-model", keys) == {}
-    assert reopened.counts()["entries"] == 400
+    assert reopened.counts([])["entries"] == 400
 
 
 def test_replace_files_swaps_chunks_and_bumps_generation(tmp_path: Path) -> None:
