@@ -278,9 +278,9 @@ def compare(
         str | None,
         typer.Option(
             "--configs",
-            help="Comma-separated configurations: default, "
-            "extended, extreme, offload-off, offload-on, cpu-attention, stream, cold-cpu "
-            "(default: the three presets). There is no cpu-offloaded-weights mode in the engine.",
+            help="Comma-separated configurations: default, extended, extreme, offload-off, offload-on, "
+            "cpu-attention, stream, cold-cpu, weights-resident, weights-offload (--cpu-offload-gb as "
+            "given, else a quarter of the weights; CUDA) (default: the three presets).",
         ),
     ] = None,
     url: Annotated[

@@ -55,7 +55,7 @@ __all__ = [
 # The bench hosts (bench/README.md, 2026-11-26): HBM copy 3.0 / 4.3 TB/s, pinned H2D/D2H 55 GB/s,
 # CPU decode attention 35 GB/s bf16. TFLOP/s: the dense bf16 matmul `doctor --calibrate` measures,
 # 736-800 on twenty H200 hosts (2026-11-27); H100 SXM has the same tensor cores (not measured).
-# stream_gbs: the engine's stream path over 2 MiB blocks on the H200 host (38-42 GB/s, docs/performance.md).
+# stream_gbs: the engine's stream path over 2 MiB blocks on the H200 host (38-42 GB/s, docs/performance-history.md).
 _BENCH_HOST = Bandwidths(
     h2d_gbs=55.0, d2h_gbs=55.0, cpu_attn_gbs=35.0, disk_read_gbs=3.0, gpu_tflops=760.0, stream_gbs=40.0
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from kvspill.plan.bandwidths import GB, Bandwidths
 
 # Share of pinned H2D that the engine's stream path attends cold KV at, when not calibrated:
-# 40 of 55 GB/s on the H200 host with 2 MiB blocks (docs/performance.md, 2026-11-26).
+# 40 of 55 GB/s on the H200 host with 2 MiB blocks (docs/performance-history.md, 2026-11-26).
 STREAM_EFFICIENCY = 0.73
 # --cold-attention sparse: the selected blocks are read in place from pinned memory by a gather
 # kernel, 50.6-50.9 GB/s for 4-32 KiB pieces against 55 GB/s of pinned H2D on the bench hosts

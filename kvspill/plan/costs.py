@@ -37,7 +37,7 @@ from kvspill.plan.spec import ModelSpec
 # async scheduling (the CUDA default) the host's work runs under the GPU's and adds nothing:
 # measured on 2026-11-26 as (step time - HBM floor) / layers, 37 us for W1 8K on both an H100 and
 # an H200, 38-40 us for W2 8K/32K (H200), 33 us for W3 32K (H100); the plan lands within 2% of
-# those (docs/performance.md). The serial engine (--no-async-scheduling) adds 0.2-0.3 ms of host
+# those (docs/performance-history.md). The serial engine (--no-async-scheduling) adds 0.2-0.3 ms of host
 # work per step on top (47 us per layer was the fit before async scheduling).
 STEP_OVERHEAD_PER_LAYER_S = 38e-6
 # Decode over fp8 or int8 KV in the gpu tier (CUDA): the decode kernel widens the values in

@@ -1,7 +1,7 @@
 """The CPU engine's default dtype, chosen by measuring this CPU (`--dtype auto` on the CPU).
 
 fp16 keeps 3 more mantissa bits than bf16 (SmolLM2's greedy output matched fp32's for 64 tokens
-where bf16 drifted: docs/performance.md) and halves fp32's bytes, so decode (bound by reading the
+where bf16 drifted: docs/performance-history.md) and halves fp32's bytes, so decode (bound by reading the
 weights) is faster where the CPU multiplies fp16 natively (AVX-512 FP16, or oneDNN's conversion
 paths on AVX-512 hosts: 6.2 vs 10.7 ms a SmolLM2 token here). On an AVX2-only CPU one fp16 matmul
 ran 3-5x slower than fp32 (a 512-token prefill: 22 s vs 9.4 s; issue 20). So: time a decode-shaped

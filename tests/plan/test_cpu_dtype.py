@@ -11,7 +11,7 @@ from kvspill.plan import cpu_dtype
 
 def test_the_dtype_that_serves_a_typical_request_faster() -> None:
     ms = 1e-3
-    # This AVX-512 host unloaded (docs/performance.md): fp16 GEMV 5x faster, GEMM 2x slower.
+    # This AVX-512 host unloaded (docs/performance-history.md): fp16 GEMV 5x faster, GEMM 2x slower.
     assert cpu_dtype.choose(fp16=(1 * ms, 170 * ms), fp32=(5 * ms, 88 * ms)) == "float16"
     # The AVX2-only host of issue 20: fp16 3-5x slower at both.
     assert cpu_dtype.choose(fp16=(12 * ms, 400 * ms), fp32=(4 * ms, 90 * ms)) == "float32"
