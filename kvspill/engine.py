@@ -31,6 +31,7 @@ from kvspill.errors import (
     KVCacheBusyError,
     OutOfKVMemoryError,
 )
+from kvspill.guided.compiler import GuidedCompiler
 from kvspill.itl_budget import itl_budget_for
 from kvspill.kv.persist import PersistStore
 from kvspill.prefix_persist import PrefixPersister
@@ -131,6 +132,11 @@ class LLMEngine:
 
     # ---- requests ---------------------------------------------------------------------------
 
+    @property
+    def guided_compiler(self) -> GuidedCompiler | None:
+        """The grammar compiler (thread-safe; None without a tokenizer)."""
+        return self.runner.guided
+
     def encode(self, prompt: str) -> list[int]:
         if self.tokenizer is None:
             raise InvalidParameterError("prompt", "this model has no tokenizer: send token ids")
@@ -185,7 +191,8 @@ class LLMEngine:
 
     def _validate_logits_processing(self, params: SamplingParams) -> None:
         """logit_bias ids inside the vocabulary; a guided request's grammar compiles (cached for
-        the runner, which makes its matcher from it)."""
+        the runner, which makes its matcher from it). A spec that carries its grammar (the
+        server compiled it off this thread) is not compiled again."""
         bad = next((t for t, _ in params.logit_bias if t >= self.vocab_size), None)
         if bad is not None:
             raise InvalidParameterError(
@@ -196,7 +203,8 @@ class LLMEngine:
                 raise InvalidParameterError(
                     params.guided.param, "guided decoding needs a model with a tokenizer"
                 )
-            self.runner.guided.compile(params.guided)
+            if params.guided.compiled is None:
+                self.runner.guided.compile(params.guided)
 
     def kv_capacity_tokens(self) -> int:
         """Tokens of KV all tiers hold together (gpu + cpu + disk; a disk tier out of use counts 0)."""

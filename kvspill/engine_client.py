@@ -9,6 +9,8 @@ Invariants:
 - Every member is one the server uses, and nothing else: add a member here before the server
   calls it, and the fakes under tests/server follow.
 - Only the server's engine thread calls these (`AsyncEngine`): implementations need no locks.
+  The one exception is `guided_compiler`, whose methods are thread-safe: the server compiles
+  grammars on threads of its own so that the engine thread never does (`server/grammar_gate.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from kvspill.guided.spec import GuidedSpec
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import KVStats
 from kvspill.types import RequestOutput
@@ -52,6 +55,17 @@ class TokenizerClient(Protocol):
     ) -> list[int]: ...  # with the generation prompt; raises for messages the template rejects
 
 
+class GrammarCompilerClient(Protocol):
+    """The engine's grammar compiler as the server uses it (`guided.compiler.GuidedCompiler`
+    fits). Thread-safe; the compiled grammar is opaque here (an xgrammar CompiledGrammar)."""
+
+    def tokenizer_info_json(self) -> str: ...  # the tokenizer as xgrammar reads it, serialized
+
+    def cached(self, spec: GuidedSpec) -> object | None: ...  # the compiled grammar if at hand
+
+    def compile(self, spec: GuidedSpec) -> object: ...  # raises InvalidParameterError
+
+
 @runtime_checkable
 class EngineClient(Protocol):
     """The engine as the server drives it: requests in, `RequestOutput`s out, one `step()` at a time.
@@ -69,6 +83,9 @@ class EngineClient(Protocol):
 
     @property
     def tokenizer(self) -> TokenizerClient | None: ...  # None: token ids in, token ids out
+
+    @property
+    def guided_compiler(self) -> GrammarCompilerClient | None: ...  # None: no guided decoding
 
     def encode(self, prompt: str) -> list[int]: ...
 

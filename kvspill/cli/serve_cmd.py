@@ -33,6 +33,8 @@ from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine
 from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
 from kvspill.cli.serve_checks import check_before_binding
 from kvspill.errors import KvspillError
+from kvspill.guided.compile_pool import DEFAULT_TIMEOUT_S as DEFAULT_COMPILE_TIMEOUT_S
+from kvspill.server.compile_budget import DEFAULT_BUDGET_S as DEFAULT_COMPILE_BUDGET_S
 
 logger = logging.getLogger("kvspill.serve")
 
@@ -106,6 +108,20 @@ def serve_command(
     header_timeout: Annotated[
         float, _opt("Seconds a connection has to send a request's headers.", "HEADER_TIMEOUT")
     ] = 10.0,
+    guided_compile_timeout: Annotated[
+        float,
+        _opt(
+            "Seconds a guided request's grammar may take to compile (in a worker process); past it a 400.",
+            "GUIDED_COMPILE_TIMEOUT",
+        ),
+    ] = DEFAULT_COMPILE_TIMEOUT_S,
+    guided_compile_budget: Annotated[
+        float,
+        _opt(
+            "Seconds of new-grammar compiling per client IP per minute; past it a 429 (0: no bound).",
+            "GUIDED_COMPILE_BUDGET",
+        ),
+    ] = DEFAULT_COMPILE_BUDGET_S,
     profile: Annotated[
         str | None, _opt("Saved registry profile: its model and engine flags (flags given win).", "PROFILE")
     ] = None,
@@ -130,6 +146,10 @@ def serve_command(
         if shutdown_timeout < 0:
             raise KvspillError("--shutdown-timeout must be 0 or more seconds")
         _check_connection_flags(max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout)
+        if guided_compile_timeout <= 0 or guided_compile_budget < 0:
+            raise KvspillError(
+                "--guided-compile-timeout must be positive seconds and --guided-compile-budget 0 or more"
+            )
         if profile is not None:  # the registry's model and flags; those given on the command line win
             model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
         config = engine_config(engine, model)
@@ -162,6 +182,7 @@ def serve_command(
             header_timeout,
         ),
         rag_service,
+        (guided_compile_timeout, guided_compile_budget),
     )
 
 
@@ -211,8 +232,11 @@ def run_server(
     max_queued_tokens: int | None = None,
     connection: ConnectionLimits | None = None,
     rag_service: Any = None,
+    guided_compile: tuple[float, float] = (DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_BUDGET_S),
 ) -> None:
+    """`guided_compile`: (--guided-compile-timeout, --guided-compile-budget)."""
     from kvspill.server import ServerSettings, create_app
+    from kvspill.server.grammar_gate import GateSettings
     from kvspill.server.lifecycle import serve
     from kvspill.server.slow_clients import with_header_timeout
 
@@ -244,6 +268,7 @@ def run_server(
         max_queued_tokens,
         max_request_bytes=limits.max_request_bytes,
         allowed_hosts=limits.allowed_hosts,
+        guided=GateSettings(timeout_s=guided_compile[0], budget_s=guided_compile[1]),
     )
     app = create_app(factory, settings)
     if rag_service is not None:

@@ -9,6 +9,8 @@ Invariants:
 - Shutdown: stop admitting, then abort what is still in flight and stop the engine thread
   (`lifecycle.serve` has already given open requests `--shutdown-timeout` and aborted the rest).
 - A request asks for at most `max_waiting_requests` completions (prompts x n); more is a 400.
+- A guided request's grammar is compiled before admission by the `GrammarGate` (limits, cache,
+  per-client budget, worker deadline), never on the engine thread (`grammar_gate.py`).
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.manager.pages import UI_OPEN_PATHS, dashboard_router
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError
 from kvspill.server.auth import ApiKeyMiddleware
+from kvspill.server.compile_budget import CompileBudgetError
 from kvspill.server.echo import make_echo
 from kvspill.server.errors import document_400s, error_response, exception_response, invalid
+from kvspill.server.grammar_gate import ClientGoneError, GateSettings, GrammarGate, budget_response
 from kvspill.server.hosts import HostCheckMiddleware
 from kvspill.server.limits import BodyLimitMiddleware, add_http_error_handlers, default_max_request_bytes
 from kvspill.server.metrics import ServerMetrics
@@ -58,6 +62,7 @@ class ServerSettings:
     max_queued_tokens: int | None = None  # None: QUEUED_TOKENS_PER_MODEL_LEN x max_model_len
     max_request_bytes: int | None = None  # None: sized from max_model_len (limits.py)
     allowed_hosts: set[str] | None = None  # Host names answered (None: any; hosts.py)
+    guided: GateSettings = field(default_factory=GateSettings)  # grammar compiles (grammar_gate.py)
 
 
 @dataclass
@@ -69,6 +74,7 @@ class _Context:
     metrics: ServerMetrics
     created: int
     workers: TextWorkers  # tokenization and templating, off the event loop and the engine thread
+    gate: GrammarGate  # guided requests' grammars, compiled before admission
 
     def check_model(self, model: str | None) -> JSONResponse | None:
         if model is None or model in {self.settings.model_name, *self.settings.aliases}:
@@ -118,11 +124,12 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
             ae.stop_admitting()
             await asyncio.to_thread(ae.shutdown)
             ctx.workers.shutdown()
+            ctx.gate.close()
 
     app = FastAPI(title="kvspill", lifespan=lifespan)
     app.state.engine = ae
     app.state.metrics = metrics
-    ctx = _Context(ae, settings, metrics, int(time.time()), TextWorkers())
+    ctx = _Context(ae, settings, metrics, int(time.time()), TextWorkers(), GrammarGate(settings.guided))
     _add_error_handlers(app)
     add_http_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=lambda: _max_request_bytes(ctx))
@@ -181,7 +188,7 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
             echo = await ctx.workers.run(
                 make_echo, body.echo, body.max_tokens, sent, engine.tokenizer, engine.vocab_size
             )
-            params = body.sampling_params()
+            params = await ctx.gate.prepare(engine, body.sampling_params(), request)
             if engine.tokenizer is None:
                 # A model without a tokenizer (random-weight benchmark shapes) takes token ids and
                 # answers token ids, as vLLM does with --skip-tokenizer-init: text stays empty.
@@ -197,6 +204,10 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
                 n=body.num_samples,
                 echo=echo,
             )
+        except ClientGoneError:
+            return Response(status_code=499)
+        except CompileBudgetError as e:
+            return budget_response(e)
         except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
             return exception_response(e)
         return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
@@ -220,6 +231,7 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
                         params.guided.param, "cannot be combined with tool_choice required or named"
                     )
                 params = replace(params, guided=tools.guided)
+            params = await ctx.gate.prepare(engine, params, request)
             ids = await ctx.workers.run(_chat_ids, engine.tokenizer, body.messages, tools)
             job = Job(
                 True,
@@ -232,6 +244,10 @@ def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
                 n=body.num_samples,
                 tools=tools,
             )
+        except ClientGoneError:
+            return Response(status_code=499)
+        except CompileBudgetError as e:
+            return budget_response(e)
         except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
             return exception_response(e)
         return await run_job(ctx.ae, job, request, ctx.metrics.rejected)

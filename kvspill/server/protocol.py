@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvspill.errors import InvalidParameterError
+from kvspill.guided.bounded_json import check_json_depth, loads_bounded
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.echo import echo_sampling_params
 from kvspill.server.structured import StructuredFields
@@ -145,17 +146,16 @@ class ChatMessage(BaseModel):
 
 
 def _template_tool_call(call: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAI tool call as chat templates read it: arguments as an object (HF convention)."""
-    import json
-
+    """An OpenAI tool call as chat templates read it: arguments as an object (HF convention),
+    bounded in depth (the template serializes them again, recursively)."""
     function = call.get("function")
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise InvalidParameterError("messages", "a tool call needs function.name")
     args = function.get("arguments", "{}")
-    try:
-        args = json.loads(args) if isinstance(args, str) else args
-    except json.JSONDecodeError as e:
-        raise InvalidParameterError("messages", f"tool call arguments are not JSON: {e}") from e
+    if isinstance(args, str):
+        args = loads_bounded(args, "messages", "tool call's arguments object")
+    else:
+        check_json_depth(args, "messages", "tool call's arguments object")
     return {**call, "type": "function", "function": {"name": function["name"], "arguments": args}}
 
 

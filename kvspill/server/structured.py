@@ -7,6 +7,8 @@ Invariants:
 - `logit_bias` keys are token ids written as strings (OpenAI); a key that is not one is a 400.
 - A field the request models do not declare is a 400 naming it (`reject_unknown_fields`), never
   silently ignored.
+- `guided_json` given as text is parsed bounded in depth (`guided/bounded_json.py`): too deep
+  is a 400, never a RecursionError.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvspill.errors import InvalidParameterError
+from kvspill.guided.bounded_json import loads_bounded
 from kvspill.guided.spec import GuidedSpec
 
 
@@ -68,12 +71,7 @@ class StructuredFields(BaseModel):
             from_rf = GuidedSpec.json_schema(rf.json_schema.json_schema, "response_format")
         guided_json = self.guided_json
         if isinstance(guided_json, str):
-            import json
-
-            try:
-                guided_json = json.loads(guided_json)
-            except json.JSONDecodeError as e:
-                raise InvalidParameterError("guided_json", f"guided_json is not valid JSON: {e}") from e
+            guided_json = loads_bounded(guided_json, "guided_json", "schema")
         return [
             from_rf,
             GuidedSpec.json_schema(guided_json, "guided_json") if guided_json is not None else None,

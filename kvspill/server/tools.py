@@ -12,6 +12,8 @@ Invariants:
 - A template that never mentions `tools` cannot show them to the model: a 400 saying so
   (tool_choice `none` excepted).
 - `finish_reason` is `tool_calls` when the answer holds calls and the model stopped by itself.
+- Every tool's `parameters` is bounded in depth (`guided/bounded_json.py`) before the template or
+  a schema walk sees it: too deep is a 400 naming `tools`, never a RecursionError.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from kvspill.errors import InvalidParameterError
+from kvspill.guided.bounded_json import check_json_depth
 from kvspill.guided.spec import GuidedSpec
 from kvspill.server.tool_parsers import ToolCall, ToolCallStream, format_for_template, parse_tool_calls
 
@@ -83,6 +86,8 @@ def plan_tools(
         return None
     if choice == "none":
         return None
+    for t in tools:
+        check_json_depth(t.function.parameters, "tools", f"parameters of tool {t.function.name!r}")
     if template is None or "tools" not in template:
         raise InvalidParameterError(
             "tools",

@@ -30,6 +30,7 @@ class StepEngine:
     max_model_len = 64
     vocab_size = 100
     tokenizer = None
+    guided_compiler = None
 
     def __init__(self, step_s: float = 0.0) -> None:
         self.step_s = step_s

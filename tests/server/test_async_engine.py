@@ -24,6 +24,7 @@ class FakeEngine:
     max_model_len = 64
     vocab_size = 100
     tokenizer = None
+    guided_compiler = None
 
     def __init__(self) -> None:
         self.live: dict[str, int] = {}
