@@ -9,6 +9,9 @@ Invariants (all methods run on the event-loop thread; the engine thread reaches 
 - `admit` refuses a group (`ServerBusyError`) when, counted with what already waits, it would
   pass `max_waiting` requests or `max_queued_tokens` prompt tokens; it always admits a group
   when nothing waits, so one large request is never refused forever.
+- A prompt of token ids that cannot fit the model's context is refused before it is counted
+  (`check_fits_context`: a 400 `context_length_exceeded`); counted first, a full queue answered
+  it with a 503 "retry later" that no retry could ever pass.
 - A request waits from `admit` to its first output (`started`), and is open until it ends
   (`ended`: finished, aborted, failed or refused); `fail_all` hands every open request's queue
   an error at once and forgets them.
@@ -19,6 +22,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from kvspill.errors import ContextLengthExceededError
 
 
 class ServerBusyError(Exception):
@@ -35,6 +40,19 @@ def prompt_size(prompt: str | list[int]) -> int:
     """Tokens of a prompt for the waiting bound; a text prompt counts its characters (one token
     is at least one character, so the bound never under-counts it)."""
     return len(prompt)
+
+
+def check_fits_context(prompt: str | list[int], max_tokens: int | None, max_model_len: int) -> None:
+    """Raise ContextLengthExceededError for token ids (text is tokenized by the engine, which
+    checks it there) that leave no room for an answer within `max_model_len`, as the engine's
+    `check_prompt` would, but before the request waits."""
+    if not isinstance(prompt, list):
+        return
+    n = len(prompt)
+    if n >= max_model_len:
+        raise ContextLengthExceededError(max_model_len, n)
+    if max_tokens is not None and n + max_tokens > max_model_len:
+        raise ContextLengthExceededError(max_model_len, n, max_tokens)
 
 
 class FrontDesk:

@@ -42,7 +42,7 @@ from typing import TypeVar
 from kvspill.engine_client import EngineClient
 from kvspill.errors import KvspillError, OutOfKVMemoryError, StepError
 from kvspill.sampling_params import SamplingParams
-from kvspill.server.admission import FrontDesk, prompt_size
+from kvspill.server.admission import FrontDesk, check_fits_context, prompt_size
 from kvspill.server.admission import ServerBusyError as ServerBusyError  # re-exported: its home before
 from kvspill.stats import KVStats
 from kvspill.types import RequestOutput
@@ -157,10 +157,13 @@ class AsyncEngine:
         self, items: Sequence[tuple[str | list[int], SamplingParams]]
     ) -> tuple[list[str], asyncio.Queue]:
         """Queue a group of requests (all or none); returns (ids, their shared queue) once the engine
-        accepted them. Raises KvspillError (the engine refused one), ServerBusyError or
-        EngineUnavailableError."""
+        accepted them. Raises KvspillError (the engine refused one, or a prompt cannot fit the
+        context), ServerBusyError or EngineUnavailableError."""
         if not self.ready:
             raise EngineUnavailableError(self.load_error or "the engine is loading or shutting down")
+        assert self.engine is not None  # ready
+        for prompt, params in items:  # a 400 that no retry passes, before the queue may say 503
+            check_fits_context(prompt, params.max_tokens, self.engine.max_model_len)
         req_ids = [f"srv-{next(self._ids)}" for _ in items]
         aq: asyncio.Queue = asyncio.Queue()
         self._desk.admit(req_ids, [prompt_size(prompt) for prompt, _ in items], aq)  # or ServerBusyError

@@ -27,7 +27,7 @@ class StepEngine:
     """An `EngineClient`: a step gives one token to each live request not in `held`, after
     `step_s`; `fail_with` (request ids) makes the next step raise StepError for those."""
 
-    max_model_len = 64
+    max_model_len = 2048  # room for max_tokens=1000 (the front refuses what cannot fit)
     vocab_size = 100
     tokenizer = None
     guided_compiler = None

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from kvspill.engine_client import EngineClient
-from kvspill.errors import InvalidParameterError
+from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError, StepFailedError
 from kvspill.stats import KVStats
@@ -239,5 +239,26 @@ def test_kv_snapshot_answers_at_once_during_a_long_step():
             assert "snapshot_age_s" in snapshot.to_json() and "snapshot_age_s" not in fresh.to_json()
         finally:
             await asyncio.to_thread(ae.shutdown)
+
+    asyncio.run(main())
+
+
+def test_a_prompt_past_the_context_is_a_400_even_when_the_queue_is_full():
+    """A full queue answers 503 "retry later"; a prompt that can never fit must not get it."""
+    fake = FakeEngine()
+
+    async def main() -> None:
+        ae = await _started(fake, max_waiting=1)
+        held, _ = await ae.submit([HOLD], SamplingParams())  # the one waiting place is taken
+        with pytest.raises(
+            ContextLengthExceededError, match="is 64 tokens. However, your request has 64 input"
+        ):
+            await ae.submit([1] * 64, SamplingParams())
+        with pytest.raises(ContextLengthExceededError, match="asks for 60 output tokens"):
+            await ae.submit([1] * 10, SamplingParams(max_tokens=60))
+        with pytest.raises(ServerBusyError):
+            await ae.submit([1], SamplingParams())  # one that fits is told to retry
+        ae.abort(held)
+        await asyncio.to_thread(ae.shutdown)
 
     asyncio.run(main())
