@@ -1,5 +1,5 @@
-"""`kvspill rag index DIR | search QUERY | stats`, `kvspill embed-serve`, and the RAG flags of
-`kvspill serve` (`RagOptions`, `build_rag_service`).
+"""`kvspill rag index DIR | search QUERY | stats | check | repair`, `kvspill embed-serve`, and the
+RAG flags of `kvspill serve` (`RagOptions`, `build_rag_service`).
 
 Invariants:
 - The CLI and the servers share one store (`--rag-db`, default ~/.cache/kvspill/rag.sqlite3):
@@ -8,7 +8,11 @@ Invariants:
   home directory, the current directory held keys and credentials). Hidden files and the
   secrets deny-list are left out everywhere (`rag/access.py`); `--rag-include-hidden` and
   `--rag-deny` change that for the server and the CLI alike.
-- Every flag also reads `KVSPILL_<FLAG>`. A user error prints one `error:` line and exits 2.
+- Every flag also reads `KVSPILL_<FLAG>`. A user error (a `--rag-db` that cannot be opened
+  included) prints one `error:` line and exits 2; a database busy past its timeout while an
+  index writes, or found damaged by `rag check`, exits 1.
+- `kvspill rag index` shows one line of progress on a terminal (nothing otherwise); Ctrl-C
+  cancels it with the index left as it was, and exits 130.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import inspect
 import json
 import logging
 import os
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +37,7 @@ from kvspill.errors import KvspillError
 logger = logging.getLogger("kvspill.rag")
 DEFAULT_DB = "~/.cache/kvspill/rag.sqlite3"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+PROGRESS_S = 0.5  # how often the progress line is redrawn
 _R = TypeVar("_R")
 
 
@@ -161,7 +168,6 @@ def build_rag_service(options: RagOptions) -> Any:
     from kvspill.rag.access import AccessPolicy
     from kvspill.rag.model import load_embedder
     from kvspill.rag.service import RagService
-    from kvspill.rag.store import EmbeddingStore
 
     if options.embedding_threads is not None and options.embedding_threads < 1:
         raise KvspillError("--embedding-threads must be at least 1")
@@ -177,9 +183,61 @@ def build_rag_service(options: RagOptions) -> Any:
     deny = tuple(p.strip() for p in (options.rag_deny or "").split(",") if p.strip())
     access = AccessPolicy.create([root], options.rag_include_hidden, deny, db_path)
     embedder = load_embedder(options.embedding_model, options.embedding_threads)
-    store = EmbeddingStore(db_path)
+    store = _open_store(db_path)
     logger.info("RAG service: %s (%d dims), cache %s, root %s", embedder.name, embedder.dim, store.path, root)
     return RagService(embedder, store, access)
+
+
+def _open_store(db_path: Path) -> Any:
+    """The store at `db_path` (a damaged file is moved aside there); a file that cannot be opened
+    at all (a directory, no permission, locked past the timeout) is a user error."""
+    import sqlite3
+
+    from kvspill.rag.errors import StoreBusyError
+    from kvspill.rag.store import EmbeddingStore
+
+    try:
+        return EmbeddingStore(db_path)
+    except (OSError, sqlite3.Error, StoreBusyError) as e:
+        raise KvspillError(f"--rag-db {db_path} cannot be opened: {e}") from e
+
+
+def _index_with_progress(run: Callable[[Any], _R]) -> _R:
+    """`run(progress)` on a thread. On a terminal, one progress line on stderr, redrawn in place;
+    Ctrl-C cancels the index (it stops at its next check, with the index as it was)."""
+    from kvspill.rag.types import IndexProgress
+
+    progress = IndexProgress()
+    outcome: list[Any] = []
+    finished = threading.Event()  # not Thread.join: a join cut by Ctrl-C may report a live thread gone
+
+    def target() -> None:
+        try:
+            outcome.append(run(progress))
+        except BaseException as e:  # re-raised on the caller's thread below
+            outcome.append(e)
+        finally:
+            finished.set()
+
+    thread = threading.Thread(target=target, name="rag-index", daemon=True)
+    tty = sys.stderr.isatty()
+    try:
+        thread.start()
+        while not finished.wait(PROGRESS_S):
+            if tty:
+                sys.stderr.write("\r\033[K" + progress.line())
+                sys.stderr.flush()
+    except KeyboardInterrupt:
+        progress.request_cancel("interrupted (Ctrl-C)")
+        typer.echo("\ninterrupted: stopping at the next file or embedding batch", err=True)
+        finished.wait()
+    finally:
+        if tty:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 rag_app = typer.Typer(
@@ -208,6 +266,7 @@ def index_cmd(
     rag_deny: DenyOpt = None,
 ) -> None:
     """Embed DIRECTORY's changed files into the cache (unchanged ones cost a hash)."""
+    from kvspill.rag.errors import IndexCancelledError, StoreBusyError
     from kvspill.rag.files import FileFilter
     from kvspill.rag.types import ChunkingConfig
 
@@ -230,11 +289,16 @@ def index_cmd(
                 rag_deny,
             )
         )
-        report = service.precache_repo(
-            path, FileFilter(tuple(include or ()), tuple(exclude or ()), gitignore), chunking, allow_removal
+        file_filter = FileFilter(tuple(include or ()), tuple(exclude or ()), gitignore)
+        report = _index_with_progress(
+            lambda progress: service.precache_repo(path, file_filter, chunking, allow_removal, progress)
         )
     except KvspillError as e:
         _fail(e)
+    except StoreBusyError as e:
+        _fail(e, 1)
+    except IndexCancelledError as e:
+        _fail(f"{e}: nothing was written to the index (the vectors embedded so far stay cached)", 130)
     for skipped in report.skipped:
         typer.echo(f"skipped {skipped.path}: {skipped.reason}", err=True)
     typer.echo(
@@ -282,6 +346,51 @@ def stats_cmd(
     typer.echo(json.dumps(service.stats(), indent=1))
 
 
+@rag_app.command("check")
+def check_cmd(rag_db: RagDbOpt = DEFAULT_DB) -> None:
+    """Check the database (PRAGMA integrity_check): print ok, or what is wrong and exit 1."""
+    import sqlite3
+
+    from kvspill.rag.db_check import check_database
+
+    path = Path(rag_db).expanduser()
+    try:
+        problem = check_database(path, full=True)
+    except FileNotFoundError:
+        _fail(f"no database at {path} (one is created by the first index or server start)", 1)
+    except sqlite3.Error as e:
+        _fail(f"{path} could not be checked: {e}", 1)
+    if problem is not None:
+        typer.echo(f"damaged: {path}: {problem}")
+        typer.echo("`kvspill rag repair` moves it aside and starts an empty one (embeddings are recomputed)")
+        raise typer.Exit(1)
+    typer.echo(f"ok: {path}")
+
+
+@rag_app.command("repair")
+def repair_cmd(rag_db: RagDbOpt = DEFAULT_DB) -> None:
+    """Move a damaged database aside (kept, renamed *.corrupt-TIME) and start an empty one.
+    Stop the servers that use it first: they keep writing to the file they opened."""
+    path = Path(rag_db).expanduser()
+    existed = path.exists()
+    try:
+        from kvspill.rag.store import EmbeddingStore
+
+        store = EmbeddingStore(path, check="full")
+    except Exception as e:  # noqa: BLE001 - one line, whatever stopped it
+        _fail(f"{path} could not be repaired: {type(e).__name__}: {e}", 1)
+    store.close()
+    if store.moved_aside is not None:
+        typer.echo(
+            f"repaired: {path} was damaged ({store.problem}); moved it aside to {store.moved_aside} and "
+            "created an empty database: `kvspill rag index DIR` embeds your directories again"
+        )
+    elif existed:
+        typer.echo(f"ok: {path} is sound; nothing to repair")
+    else:
+        typer.echo(f"no database at {path}: created an empty one")
+
+
 def embed_serve(
     host: Annotated[str, _opt("Address to bind.", "HOST")] = "127.0.0.1",
     port: Annotated[int, _opt("Port to bind.", "PORT")] = 8000,
@@ -292,12 +401,20 @@ def embed_serve(
     embedding_threads: ThreadsOpt = None,
     rag_include_hidden: HiddenOpt = False,
     rag_deny: DenyOpt = None,
+    shutdown_timeout: Annotated[
+        float,
+        _opt(
+            "Seconds the server takes to stop on SIGTERM: index jobs are cancelled at once, other "
+            "requests get this long to finish.",
+            "SHUTDOWN_TIMEOUT",
+        ),
+    ] = 30.0,
 ) -> None:
     """Serve the embedding cache alone: /v1/embeddings, /embed, /precache/repo, /search, /stats."""
-    import uvicorn
+    from kvspill.server.rag_app import create_rag_app, serve_rag
 
-    from kvspill.server.rag_app import create_rag_app
-
+    if shutdown_timeout < 0:
+        _fail("--shutdown-timeout must be 0 or more seconds")
     try:
         service = build_rag_service(
             RagOptions(
@@ -312,7 +429,7 @@ def embed_serve(
             host,
             service.allowed_root,
         )
-    uvicorn.run(create_rag_app(service, api_key), host=host, port=port, log_level="info")
+    serve_rag(create_rag_app(service, api_key), host, port, shutdown_timeout)
 
 
 def register(app: typer.Typer) -> None:

@@ -271,10 +271,11 @@ def run_server(
         guided=GateSettings(timeout_s=guided_compile[0], budget_s=guided_compile[1]),
     )
     app = create_app(factory, settings)
+    rag_jobs = None
     if rag_service is not None:
-        from kvspill.server.rag_routes import rag_router
+        from kvspill.server.rag_routes import mount_rag
 
-        app.include_router(rag_router(rag_service))
+        rag_jobs = mount_rag(app, rag_service)  # the routes; their index jobs are cancelled on SIGTERM
     serve(
         app,
         host,
@@ -284,6 +285,10 @@ def run_server(
         limit_concurrency=limits.limit_concurrency,
         timeout_keep_alive=limits.timeout_keep_alive,
     )
+    if rag_jobs is not None:  # an index job still inside an embedding batch must not hold the exit
+        from kvspill.server.rag_app import leave_after_drain
+
+        leave_after_drain(rag_jobs, shutdown_timeout, 1 if app.state.engine.load_error else 0)
     if app.state.engine.load_error:
         typer.echo(f"error: {app.state.engine.load_error}", err=True)
         raise typer.Exit(1)

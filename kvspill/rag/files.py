@@ -8,7 +8,8 @@ Invariants:
 - Pattern matching is linear in the path's length: globs compile for RE2 (pathspec's re2
   backend), which never backtracks; Python's `re` took 87 s on `*?*?*?*?*?*?*?*?*?*?*#` with the
   GIL held (issue 48, item 4). A request's globs are bounded in number, length and wildcards.
-- The walk checks its deadline at every directory: a huge tree is a 400, not a frozen server.
+- The walk checks its deadline, and its caller's cancel check, at every directory: a huge tree
+  is a 400 (or a cancelled job), not a frozen server.
 - `.git` is never walked. Every `.gitignore` applies to its own directory and below (git's rules,
   through pathspec's GitIgnoreSpec). The access policy's hidden-file rule, deny-list and the
   database's own files apply whatever the request's filters say.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,14 +158,18 @@ def walk_files(
     policy: AccessPolicy | None = None,
     deadline: float | None = None,
     skipped: list[SkippedFile] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> Iterator[str]:
     """Relative paths of the files under `root` that pass `file_filter` and `policy`, sorted per
     directory. `deadline` (time.monotonic()) past: InvalidParameterError. Entries that cannot be
-    walked (symlink loops, unreadable directories) go to `skipped` with their reason."""
+    walked (symlink loops, unreadable directories) go to `skipped` with their reason. `check()`
+    runs before each directory (an index's cancel check: it raises to stop the walk)."""
     rules = _rules(root, file_filter, policy)
     notes = skipped if skipped is not None else []
     stack: list[tuple[Path, str, list[tuple[str, pathspec.GitIgnoreSpec]]]] = [(root, "", [])]
     while stack:
+        if check is not None:
+            check()
         if deadline is not None and time.monotonic() > deadline:
             raise InvalidParameterError(
                 "path",

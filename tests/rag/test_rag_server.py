@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kvspill.rag.service import RagService
+from kvspill.rag.store import EmbeddingStore
 from kvspill.server.rag_app import create_rag_app
 
 from .conftest import numbered_lines, write_repo
@@ -134,6 +136,8 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_kvspill_serve_mounts_the_rag_routes(tiny_llama_dir: Path, embedder: object, tmp_path: Path) -> None:
     write_repo(tmp_path / "root" / "repo", {"m.py": "def mango():\n    return 'fruit'\n"})
+    big = {f"mod{i}.py": numbered_lines(f"mod{i}", 40) for i in range(100)}  # 300 chunks: minutes
+    write_repo(tmp_path / "root" / "big", big)
     port = _free_port()
     cmd = [
         sys.executable,
@@ -145,6 +149,8 @@ def test_kvspill_serve_mounts_the_rag_routes(tiny_llama_dir: Path, embedder: obj
         "cpu",
         "--port",
         str(port),
+        "--shutdown-timeout",
+        "3",
     ]
     cmd += ["--rag", "--rag-db", str(tmp_path / "rag.sqlite3"), "--rag-root", str(tmp_path / "root")]
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
@@ -152,15 +158,7 @@ def test_kvspill_serve_mounts_the_rag_routes(tiny_llama_dir: Path, embedder: obj
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        else:
-            pytest.fail(f"server did not become healthy:\n{log.read_text()}")
+        _wait_healthy(proc, url, log)
         embedded = httpx.post(
             url + "/v1/embeddings", json={"input": "mango", "model": "all-MiniLM-L6-v2"}, timeout=60
         )
@@ -173,6 +171,65 @@ def test_kvspill_serve_mounts_the_rag_routes(tiny_llama_dir: Path, embedder: obj
             url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2}, timeout=60
         )
         assert completion.status_code == 200, completion.text
+        # SIGTERM during a long index: the job is cancelled (server/lifecycle.py's drain hooks)
+        job = httpx.post(url + "/precache/repo", json={"path": "big", "async": True}, timeout=30).json()
+        _wait_for_phase(url, job["id"], "embedding", log)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+        seconds = time.monotonic() - start
     finally:
         proc.terminate()
         proc.wait(30)
+    assert code == 0 and seconds < 3 + 3, f"exit {code} after {seconds:.1f} s:\n{log.read_text()}"
+    assert "cancelled 1 index job" in log.read_text()
+
+
+def _wait_for_phase(url: str, job_id: str, phase: str, log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{url}/precache/jobs/{job_id}").json()["progress"]["phase"] != phase:
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+
+
+def _wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    pytest.fail(f"server did not become healthy:\n{log.read_text()}")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_long_index_within_the_shutdown_timeout(embedder: object, tmp_path: Path) -> None:
+    """Issue 48, item 8: an index kept `embed-serve` alive minutes after SIGTERM."""
+    files = {f"pkg{i // 50}/mod{i}.py": numbered_lines(f"mod{i}", 40) for i in range(300)}  # 900 chunks
+    write_repo(tmp_path / "root" / "big", files)
+    port = _free_port()
+    db = tmp_path / "rag.sqlite3"
+    cmd = [sys.executable, "-m", "kvspill", "embed-serve", "--port", str(port), "--shutdown-timeout", "3"]
+    cmd += ["--rag-db", str(db), "--rag-root", str(tmp_path / "root"), "--embedding-threads", "1"]
+    log = tmp_path / "server.log"
+    proc = subprocess.Popen(
+        cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ, HF_HUB_OFFLINE="1")
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(proc, url, log)
+        job = httpx.post(url + "/precache/repo", json={"path": "big", "async": True}, timeout=30).json()
+        _wait_for_phase(url, job["id"], "embedding", log)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+        seconds = time.monotonic() - start
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert code == 0, log.read_text()
+    assert seconds < 3 + 1.5, f"exited {seconds:.1f} s after SIGTERM:\n{log.read_text()}"
+    assert "cancelled 1 index job" in log.read_text()
+    store = EmbeddingStore(db)
+    assert store.repos("all-MiniLM-L6-v2") == [] and store.counts([])["entries"] < 900  # nothing swapped in
