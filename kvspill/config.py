@@ -72,7 +72,7 @@ def parse_layer_list(text: Any) -> tuple[int, ...]:
 
 
 def sparse_cache_groups(cold_attention: str, max_num_seqs: int, sparse_cache_seqs: int) -> int:
-    """Sequences the sparse block cache holds (`kv/sparse_cache.py`): 0 unless sparse. The engine
+    """Sequences the sparse block cache holds (`attention/sparse/cache.py`): 0 unless sparse. The engine
     and `kvspill plan` (from its flags alone) both size it here."""
     return min(max_num_seqs, sparse_cache_seqs) if cold_attention == "sparse" else 0
 
@@ -126,13 +126,13 @@ class EngineConfig:
     cpu_offload_gb: float = 0.0
     rope_scaling: dict[str, Any] | None = None  # override, e.g. {"rope_type": "yarn", "factor": 4}
     enforce_eager: bool = False  # True: no CUDA graphs
-    # Launch step N+1 before reading step N's tokens (engine.py); None: on with CUDA, off on the CPU.
+    # Launch step N+1 before reading step N's tokens (engine/core.py); None: on with CUDA, off on the CPU.
     async_scheduling: bool | None = None
     # Run a few throwaway requests before the engine is ready, so the first user request does not
-    # pay for kernel compiles (engine_warmup.py); None: on with CUDA, off on the CPU.
+    # pay for kernel compiles (engine/warmup.py); None: on with CUDA, off on the CPU.
     kernel_warmup: bool | None = None
     # While requests decode, cap each step's prefill tokens so the step stays near this many ms
-    # (itl_budget.py). None: on with CUDA with an automatic target, off on the CPU; 0: off.
+    # (engine/itl_budget.py). None: on with CUDA with an automatic target, off on the CPU; 0: off.
     target_itl_ms: float | None = None
     seed: int = 0
     chat_template: str | None = None  # a Jinja chat template file used instead of the model's
@@ -142,7 +142,7 @@ class EngineConfig:
     cpu_kv_budget_bytes: int = 0  # pinned host pool for cold KV (--cpu-kv-budget); 0 = no cpu tier
     disk_kv_budget_bytes: int = 0  # a file of colder KV, explicit I/O (--disk-kv-budget)
     kv_disk_dir: str | None = None  # where the disk tier lives (default: a temp dir)
-    kv_persist_dir: str | None = None  # prefix KV blocks kept in files across restarts (kv/persist.py)
+    kv_persist_dir: str | None = None  # prefix KV blocks kept in files across restarts (storage/persist.py)
     kv_persist_budget_bytes: int = 64 * 2**30  # most bytes of block files there (LRU beyond)
     num_cpu_kv_blocks: int | None = None  # exact cpu-tier size in blocks (tests); overrides the budget
     num_disk_kv_blocks: int | None = None  # exact disk-tier size in blocks (tests); overrides the budget
@@ -152,14 +152,14 @@ class EngineConfig:
     # through the tiers: `with_attention_mode`)
     attention: str = "auto"
     # cold blocks: "cpu" (attend in RAM), "stream" (to the GPU), "split", "auto" (exact), or "sparse":
-    # decode rows attend only the cold blocks their queries select (kv/cold_sparse.py)
+    # decode rows attend only the cold blocks their queries select (attention/cold/sparse.py)
     cold_attention: str = "auto"
     sparse_budget_tokens: int = 4096  # sparse: cold tokens a decode row attends per layer
     # sparse: decode requests whose chosen cold blocks stay on the GPU between steps (each costs
     # the budget's KV bytes there, counted by the plan); 0: every step copies its choice
     sparse_cache_seqs: int = 1
     # sparse: the queries of each prompt's last `sparse_prompt_window` tokens choose
-    # `sparse_prompt_share` of the budget (kv/sparse_anchor.py); 0: the step's query chooses all
+    # `sparse_prompt_share` of the budget (attention/sparse/anchor.py); 0: the step's query chooses all
     sparse_prompt_window: int = 0
     sparse_prompt_share: float = 0.5
     cpu_attention_threads: int | None = (
@@ -170,7 +170,7 @@ class EngineConfig:
     # (kernels/kv_quant.py): about half the bytes of every tier against bf16.
     kv_cache_dtype: str = "auto"
     # Layers whose K and V keep the model dtype under a quantized kv_cache_dtype (a mixed pool,
-    # kv/layout.py): the ones that fail the quality gate (`python -m kvspill.bench.kv_quality
+    # storage/layout.py): the ones that fail the quality gate (`python -m kvspill.bench.kv_quality
     # --per-layer` measures each layer's error).
     kv_cache_dtype_skip_layers: tuple[int, ...] = ()
     # ---- past one GPU (docs/distributed.md) ----
@@ -179,7 +179,7 @@ class EngineConfig:
     tensor_parallel_size: int = 1
 
     def sparse_cache_groups(self) -> int:
-        """Sequences the sparse block cache holds (`kv/sparse_cache.py`): 0 unless sparse."""
+        """Sequences the sparse block cache holds (`attention/sparse/cache.py`): 0 unless sparse."""
         return sparse_cache_groups(self.cold_attention, self.max_num_seqs, self.sparse_cache_seqs)
 
     def __post_init__(self) -> None:
@@ -343,7 +343,7 @@ def with_attention_mode(config: EngineConfig, device_type: str) -> EngineConfig:
     store kernels write (`cpu_attention_gpu_blocks`; `--hot-window-tokens` is one block), and
     decode rows attend their cold blocks on the CPU (`--cold-attention cpu`). A prefill chunk's
     attention over the cold blocks stays on the GPU, streamed: it is compute-bound (thousands of
-    queries per key), which the CPU cannot serve (kv/cold_attention.py). On the CPU device the
+    queries per key), which the CPU cannot serve (attention/cold/dispatch.py). On the CPU device the
     whole pool is in RAM already: nothing changes. A config that already went through this
     comes back unchanged."""
     if config.attention != "cpu" or device_type != "cuda":

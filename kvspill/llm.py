@@ -18,10 +18,10 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from kvspill.config import EngineConfig
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.errors import UnsupportedModelError
 from kvspill.sampling_params import SamplingParams
-from kvspill.tokenizer import TokenizerBundle
+from kvspill.text.tokenizer import TokenizerBundle
 from kvspill.types import RequestOutput
 
 Message = dict[str, Any]
@@ -32,7 +32,7 @@ class LLM:
         self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
 
     def close(self) -> None:
-        """Stop the engine's tensor-parallel workers, if any (engine_parallel.py)."""
+        """Stop the engine's tensor-parallel workers, if any (engine/parallel.py)."""
         self.engine.close()
 
     @property

@@ -4,7 +4,7 @@ Each layer reports its own record, and the engine puts them together:
 - the scheduler: `SchedulerStats` (queue, prefix cache, and the tiers' bookkeeping
   `TierCounters`) and one `RequestTierStats` per request holding KV;
 - the runner: `RunnerKVStats`, the bytes and seconds of data movement (`TransferCounters`,
-  `kv/transfer.py`) and of cold attention (`ColdAttentionCounters`, `kv/cold_attention.py`);
+  `storage/transfer.py`) and of cold attention (`ColdAttentionCounters`, `attention/cold/dispatch.py`);
 - the engine: `KVStats`, both of the above plus blocks and bytes per tier (`TierUsage`).
 
 Invariants:
@@ -222,7 +222,7 @@ class RunnerKVStats:
 
     transfer: TransferCounters | None = None  # None: no transfer engine (storage without cold tiers)
     cold: ColdAttentionCounters | None = None  # None: no cold-attention backend
-    # The disk tier's failed reads and writes since start (kv/disk_pool.py); JSON `disk_<field>`
+    # The disk tier's failed reads and writes since start (storage/disk_pool.py); JSON `disk_<field>`
     disk_read_errors: int = 0
     disk_write_errors: int = 0
 

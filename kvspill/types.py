@@ -7,7 +7,7 @@ vLLM v1's SchedulerOutput/ModelRunnerOutput split, kept small. Scheduler-side co
 ints, lists and frozen params, never tensors; this module imports no torch.
 
 Elsewhere, by the same rule: the statistics each layer reports (`kvspill/stats.py`, what
-`/v1/kv` serves) and what the server needs of an engine (`kvspill/engine_client.py`).
+`/v1/kv` serves) and what the server needs of an engine (`kvspill/engine/client.py`).
 Configuration is not a contract: `config.py` (the engine's), `scheduler/config.py` (the
 scheduler's limits), `sampling_params.py` (a request's).
 
@@ -60,7 +60,7 @@ class CachedRequestData:
 # KV tiers. A request's logical block i lives in exactly one tier, at a block id of that tier's pool.
 TIER_GPU = 0  # the device pool (on a CPU-only machine this "gpu" tier lives on the CPU device)
 TIER_CPU = 1  # pinned host memory
-TIER_DISK = 2  # a file under --kv-disk-dir (kv/disk_pool.py)
+TIER_DISK = 2  # a file under --kv-disk-dir (storage/disk_pool.py)
 TIER_NAMES = ("gpu", "cpu", "disk")
 
 

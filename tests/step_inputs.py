@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kvspill.kv.cold_config import ColdSeq
+from kvspill.attention.cold.config import ColdSeq
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, build_step_inputs
 from kvspill.sampling.sampler import SamplingState
 from kvspill.sampling_params import SamplingParams

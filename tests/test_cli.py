@@ -111,7 +111,7 @@ def test_user_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch, cap
 
 
 def test_models_prepare_caches_the_embedded_gguf(smollm2_gguf_path):
-    from kvspill.gguf_cache import cache_entry
+    from kvspill.gguf.cache import cache_entry
 
     result = _invoke(["models", "prepare"])
     assert result.exit_code == 0, result.output

@@ -33,7 +33,7 @@ def _prefix(blocks: int, hit_tokens: int) -> dict[str, Any]:
     }
 
 
-# `engine.kv_stats()` of the release before the records (dicts built in engine.py), captured from
+# `engine.kv_stats()` of the release before the records (dicts built in engine/core.py), captured from
 # the tiny Llama on the CPU: 12 gpu + 16 cpu + 32 disk blocks of 8 tokens, three requests
 # mid-generation (timings rounded). The contract clients (monitor, status, bench --url) read.
 TODAY: dict[str, Any] = {

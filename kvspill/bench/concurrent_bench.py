@@ -33,7 +33,7 @@ import torch
 
 from kvspill.bench.engine_bench import GIB, setup_engine
 from kvspill.bench.loadgen import latency_stats
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.sampling_params import SamplingParams
 
 

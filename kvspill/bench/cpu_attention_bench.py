@@ -27,8 +27,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from kvspill.attention.cold.merge import attend_unmasked_cpu
 from kvspill.kernels.cpu_attention import CpuParts, cpu_paged_attention, load_kernel
-from kvspill.kv.cold_math import attend_unmasked_cpu
 from kvspill.plan.calibrate import measure_host_read_gbs
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, NUM_LAYERS = 32, 8, 128, 16, 2

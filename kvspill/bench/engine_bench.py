@@ -39,7 +39,7 @@ import torch
 from kvspill.bench import fill_only
 from kvspill.bench.plan_figures import floor_and_plan
 from kvspill.config import EngineConfig, parse_layer_list
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.model.parallel import CollectiveTimer
 from kvspill.model.quant import model_weight_bytes
 from kvspill.plan.calibrate import measure_copy_gbs

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 
 
 def add_flag(ap: argparse.ArgumentParser) -> None:

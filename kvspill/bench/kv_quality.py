@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from kvspill.kernels.kv_quant import hadamard, kv_storage_dtype, rotate, stored_values
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
-from kvspill.tokenizer import load_tokenizer
+from kvspill.text.tokenizer import load_tokenizer
 
 STDLIB_FILES = ("argparse.py", "textwrap.py", "heapq.py", "bisect.py")  # read in this order
 TOP1_GATE, KL_GATE = 0.99, 0.01

@@ -26,7 +26,7 @@ import torch
 
 from kvspill.bench.loadgen import latency_stats
 from kvspill.config import EngineConfig
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.sampling_params import SamplingParams
 
 GIB = 2**30

@@ -9,7 +9,7 @@ from dataclasses import replace
 import torch
 
 from kvspill.config import EngineConfig
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.plan import MemoryPlan
 
 

@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from kvspill.config import EngineConfig
-from kvspill.engine import LLMEngine
-from kvspill.kv.persist import clear_dir
+from kvspill.engine.core import LLMEngine
 from kvspill.sampling_params import SamplingParams
+from kvspill.storage.persist import clear_dir
 
 GIB = 2**30
 

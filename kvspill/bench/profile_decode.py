@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from kvspill.config import EngineConfig
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.sampling_params import SamplingParams
 
 

@@ -5,8 +5,8 @@ The embedded SmolLM2-135M-Instruct (fp32 compute) reads Python's standard-librar
 every row attending as a decode row of `--cold-attention sparse` would: the sink blocks and the
 hot window exact, and of the cold blocks between them (full blocks before the window, the
 engine's spill rule in kv/tiers.py when the gpu tier holds nothing more) only those that
-`kv/sparse_select.py` selects for that row's queries within `--budget` tokens, scored on the
-summaries of `kv/block_summary.py`. The real selection code, a dense mask instead of the paged
+`attention/sparse/select.py` selects for that row's queries within `--budget` tokens, scored on the
+summaries of `storage/summary.py`. The real selection code, a dense mask instead of the paged
 kernels (the kernels' equality to dense attention is tested in tests/kv/).
 
 Reported: teacher-forced top-1 agreement of the next-token argmax and KL(exact || sparse), over
@@ -25,14 +25,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from kvspill.attention.sparse.select import block_scores, quest_bounds, select_blocks
 from kvspill.bench.kv_quality import STDLIB_FILES, compare, stdlib_text
-from kvspill.kv.block_summary import summarize_keys
-from kvspill.kv.sparse_select import block_scores, quest_bounds, select_blocks
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
-from kvspill.tokenizer import load_tokenizer
+from kvspill.storage.summary import summarize_keys
+from kvspill.text.tokenizer import load_tokenizer
 
-# "estimate": the engine's block score; "quest": Quest's upper bound (kv/sparse_select.py says why
+# "estimate": the engine's block score; "quest": Quest's upper bound (attention/sparse/select.py says why
 # the engine left it), for the comparison. Four more, which the engine does not have, to tell a
 # score's error from the block size's: "oracle", each block's true max of q . k over its keys and
 # the kv head's query group (what any summary can at best estimate); "halves", the estimate on

@@ -31,7 +31,7 @@ def cache_ls(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Blocks per KV fingerprint (model + KV configuration), total bytes, and invalid files."""
-    from kvspill.kv.persist import scan_dir
+    from kvspill.storage.persist import scan_dir
 
     good, bad = scan_dir(kv_persist_dir)
     per_fp = Counter(info.fingerprint for info in good)
@@ -60,7 +60,7 @@ def cache_ls(
 @cache_app.command("clear")
 def cache_clear(kv_persist_dir: PersistDirOpt) -> None:
     """Delete every block file in the directory (stop the servers using it first)."""
-    from kvspill.kv.persist import clear_dir
+    from kvspill.storage.persist import clear_dir
 
     num_files, num_bytes = clear_dir(kv_persist_dir)
     typer.echo(f"removed {num_files} block files ({num_bytes / 2**20:.1f} MiB) from {kv_persist_dir}")
@@ -83,7 +83,7 @@ def precache(
 ) -> None:
     """Prefill FILES as a prompt prefix and keep its KV blocks in --kv-persist-dir."""
     from kvspill.llm import LLM
-    from kvspill.precache import build_prompt, precache_params, read_files, result_of
+    from kvspill.text.precache import build_prompt, precache_params, read_files, result_of
 
     try:
         kwargs = engine_kwargs(engine)

@@ -204,7 +204,7 @@ def prepare(
     measure the CPU's fast dtype, so the next `kvspill serve` starts in seconds."""
     import time
 
-    from kvspill.gguf_cache import gguf_hf_config, gguf_tokenizer
+    from kvspill.gguf.cache import gguf_hf_config, gguf_tokenizer
     from kvspill.model.resolve import resolve_model
     from kvspill.plan.cpu_dtype import pick_cpu_dtype
 

@@ -249,7 +249,7 @@ def run_server(
 
     def factory() -> Any:
         from kvspill.cli.startup_display import startup_display
-        from kvspill.engine import LLMEngine
+        from kvspill.engine.core import LLMEngine
 
         try:
             with startup_display():

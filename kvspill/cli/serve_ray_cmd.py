@@ -48,7 +48,7 @@ def _replica_class(serve: Any, config: EngineConfig, model_name: str, max_waitin
         async def __init__(self, index: int) -> None:  # type: ignore[misc]  # Ray Serve awaits it: healthy once loaded
             import asyncio
 
-            from kvspill.engine import LLMEngine
+            from kvspill.engine.core import LLMEngine
             from kvspill.server import ServerSettings, create_app
 
             self.index = index

@@ -1,6 +1,6 @@
 """A live start-up line on a terminal: which phase the engine is in ("start-up: load weights...").
 
-The engine names its phases (`kvspill.startup_phases`); on a terminal this shows the current one
+The engine names its phases (`kvspill.engine.phases`); on a terminal this shows the current one
 with a spinner while the engine builds, and the engine's log lines scroll above it. Off a
 terminal (logs to a file, CI, systemd) nothing is drawn: the engine's own info line
 "start-up 6.2 s: ..." already says where the time went.
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from rich.console import Console
 
-from kvspill.startup_phases import set_listener
+from kvspill.engine.phases import set_listener
 
 
 @contextmanager

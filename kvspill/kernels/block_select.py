@@ -1,7 +1,7 @@
-"""Triton kernels of sparse attention's block selection: `kv/sparse_select.select_from_keys` in two
+"""Triton kernels of sparse attention's block selection: `attention/sparse/select.select_from_keys` in two
 launches and one fill, with no sort.
 
-The selection (see `kv/sparse_select.py`): each kv head ranks the cold blocks by its ranking key
+The selection (see `attention/sparse/select.py`): each kv head ranks the cold blocks by its ranking key
 (`kernels/sparse_kernels.block_keys`: distinct int64, larger first), a block's priority is its
 best rank over the heads, and the `budget` blocks of least (priority, block index) are kept, in
 ascending block order. With torch this took two top-k's, a sort and four small kernels per layer

@@ -7,7 +7,7 @@ Shapes:
            (row_dim = head_dim, or head_dim + 4 for int8: kernels/kv_quant.py)
     parts: `CpuParts`: part p owns q rows [row_start[p], row_end[p]) and block ids
            block_ids[block_start[p] : block_start[p + 1]]; every row of a part sees every key of
-           its blocks (cold blocks precede every query: no mask, see kv/cold_math.py)
+           its blocks (cold blocks precede every query: no mask, see attention/cold/merge.py)
     out:   o [num_rows, num_heads, head_dim] float32, lse [num_rows, num_heads] float32 (natural
            log); the parts' rows are written, other rows are left alone
 
@@ -19,7 +19,7 @@ first use with the host's g++ (-O3 -march=native -fopenmp; a few seconds, once p
 CPU) into a per-user cache (KVSPILL_EXT_CACHE) and loaded with ctypes; it links the OpenMP
 runtime torch already loaded. `load_kernel()` returns None, with one warning that says why and
 what to install, where it cannot be built; callers then gather blocks and run torch's kernel
-(kv/cold_attention.py). Why C++ and not torch ops over a blocked view: torch has no attention
+(attention/cold/dispatch.py). Why C++ and not torch ops over a blocked view: torch has no attention
 over a block table, so each layer's blocks must first be gathered (a copy of every byte) and
 its CPU flash kernel then reads them again; measured in `kvspill/bench/cpu_attention_bench.py`
 (bench/results/2026-11-26-cpu-attention/).
@@ -177,7 +177,7 @@ def cpu_paged_attention(
     """Write the parts' rows of out = (o, lse) with the C++ kernel (`load_kernel()` must not be None).
     `pool`: a whole uniform pool (6 dims) or one layer's view of any pool (5 dims, `layer_idx`
     then names it for `scales` only); the kernel reads the layer through the view's pointer and
-    block stride, so a mixed pool's layer (kv/layout.py) reads like any other."""
+    block stride, so a mixed pool's layer (storage/layout.py) reads like any other."""
     lib = load_kernel()
     assert lib is not None, "no CPU attention kernel: callers check load_kernel() first"
     o, lse = out

@@ -1,22 +1,22 @@
-"""Triton kernels of sparse cold attention's per-layer selection (`kv/cold_sparse.py`).
+"""Triton kernels of sparse cold attention's per-layer selection (`attention/cold/sparse.py`).
 
 1. `block_keys`: the score of every cold block of one sequence for each kv head
-   (`kv/sparse_select.block_scores`: q . center + ||q * half-width||_2 of the block's key box),
+   (`attention/sparse/select.block_scores`: q . center + ||q * half-width||_2 of the block's key box),
    read from the summaries where they lie (cpu- and disk-tier summary tensors, no gather copy),
    written as int64 *ranking keys*: the score's top `SCORE_BITS` bits made order-preserving in
    the high 32 bits (`score_bits`), and `n - 1 - block` in the low 32. Sorting keys descending
    is sorting by score, ties by lower block index first: exactly the order
-   `kv/sparse_select.select_blocks` defines, so a top-k of keys (all distinct) is deterministic
+   `attention/sparse/select.select_blocks` defines, so a top-k of keys (all distinct) is deterministic
    and equals the stable argsort of the reference.
-2. `cache_update`: the bookkeeping of `kv/sparse_cache.py` for one sequence and layer in one
+2. `cache_update`: the bookkeeping of `attention/sparse/cache.py` for one sequence and layer in one
    program: which chosen blocks are already in the GPU cache (hits), which slots hold blocks no
    longer chosen (free), the r-th miss goes to the r-th free slot (ascending); it updates the
    maps and returns each chosen block's slot and, for misses, the slot to copy into.
 
 Both replace a chain of ~25 small torch launches per layer (the host was the bottleneck of a
 sparse decode step: 44 ms of host ops against 27 ms of GPU work per step, W3 128K on an H100).
-Torch references with the same semantics live elsewhere (`kv/sparse_select.block_scores_ref` with
-`ranking_keys`, `kv/sparse_cache.cache_update_ref`); off CUDA the references run.
+Torch references with the same semantics live elsewhere (`attention/sparse/select.block_scores_ref` with
+`ranking_keys`, `attention/sparse/cache.cache_update_ref`); off CUDA the references run.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _SCORE_MASK = -(1 << (32 - SCORE_BITS))  # int32 with the top SCORE_BITS bits se
 
 def score_bits(score: torch.Tensor) -> torch.Tensor:
     """fp32 -> int32 whose signed order is the float order at SCORE_BITS bits (-0.0 first made
-    +0.0): the ranking keys' high half and the order `kv/sparse_select.select_blocks` defines."""
+    +0.0): the ranking keys' high half and the order `attention/sparse/select.select_blocks` defines."""
     bits = (score.float() + 0.0).view(torch.int32)
     return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits) & _SCORE_MASK
 

@@ -129,7 +129,7 @@ class ColdPrefixCache:
         return cpu_id
 
     def on_disk_error(self, error: DiskTierIOError) -> None:
-        """The disk tier's file failed (`kv/disk_pool.py`). Once it is broken (a failed write, a
+        """The disk tier's file failed (`storage/disk_pool.py`). Once it is broken (a failed write, a
         truncated file) it takes no new block: spills go to the cpu tier or wait, as when it is
         full. After another failed read the blocks named are retired, so no prefix lookup finds
         them again. Blocks in use stay with their requests (reading them fails those requests'
@@ -145,7 +145,7 @@ class ColdPrefixCache:
             logger.warning("disk KV tier: %d blocks retired after a failed read, %d left (%s)",
                            num_retired, self.disk.num_blocks, error)  # fmt: skip
 
-    # ---- the persist dir's side (kv/persist.py, driven by the engine) -------------------
+    # ---- the persist dir's side (storage/persist.py, driven by the engine) -------------------
 
     def take_newly_cached(self) -> list[tuple[int, int, int]]:
         """Blocks freed into a prefix cache since the last call, as (tier, id, hash): cold ones are

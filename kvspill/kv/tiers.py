@@ -1,7 +1,7 @@
 """KV tiers: which tier each request block lives in, and the block moves between tiers (pure Python).
 
 The scheduler side of the tiers (vLLM's offloading "connector scheduler" in spirit): it decides and
-emits a `TransferPlan`; the runner's `kv/storage.py` moves the bytes before the step's forward.
+emits a `TransferPlan`; the runner's `storage/storage.py` moves the bytes before the step's forward.
 
 Tiers: **gpu** is the `KVCacheManager`'s `BlockPool`; **cpu** and **disk** are `ColdBlockPool`s
 (`kv/cold_pool.py`), free lists handing out the lowest free id first. A request's logical block i
@@ -372,7 +372,7 @@ class KVTierManager(SpillPicker):
                 break
             self.free(self._requests[req_id])
             self.num_parked_dropped += 1
-        # Short only when freed blocks stay pinned for the persist writer (kv/persist.py).
+        # Short only when freed blocks stay pinned for the persist writer (storage/persist.py).
         return self.num_free_cold_blocks >= num_blocks
 
     def _record(

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from transformers import PretrainedConfig
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
-from kvspill.gguf_reader import read_gguf
+from kvspill.gguf.reader import read_gguf
 from kvspill.kernels.gguf_formats import FORMATS, QuantizedWeight, check_supported
 from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
 from kvspill.model.parallel import VocabParallelEmbedding, shard_weight

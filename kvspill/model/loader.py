@@ -25,7 +25,7 @@ from transformers import AutoConfig, PretrainedConfig
 
 from kvspill.config import ROPE_TYPES
 from kvspill.errors import InvalidParameterError, ModelNotFoundError, UnsupportedModelError
-from kvspill.gguf_cache import gguf_hf_config
+from kvspill.gguf.cache import gguf_hf_config
 from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.model import fp8 as fp8_weights
 from kvspill.model import gguf_weights, int4_checkpoints

@@ -14,7 +14,7 @@ Megatron-LM's splits (Shoeybi et al. 2019), as vLLM lays them out:
 
 Invariants:
 - Every rank runs the same collectives in the same order: the same step contract reaches every
-  rank (engine_parallel.py), so the model code has no rank-dependent control flow.
+  rank (engine/parallel.py), so the model code has no rank-dependent control flow.
 - The all-reduce and all-gather results are identical on every rank (NCCL and gloo reduce
   deterministically per call), so each rank samples the same tokens from the same logits.
 - `size == 1` is the plain model: no collective, no padding, HF shapes.

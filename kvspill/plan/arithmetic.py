@@ -74,7 +74,9 @@ class PlanRequest:
     # the engine's cold path: auto/stream, cpu, split or sparse (--cold-attention)
     cold_attention: str = "auto"
     sparse_budget_tokens: int = 4096  # sparse: cold tokens a decode row attends (--sparse-budget-tokens)
-    sparse_cache_seqs: int = 0  # sparse: sequences whose chosen blocks stay on the GPU (kv/sparse_cache.py)
+    sparse_cache_seqs: int = (
+        0  # sparse: sequences whose chosen blocks stay on the GPU (attention/sparse/cache.py)
+    )
     quantization: str = "none"  # how the weights are held: WEIGHT_QUANTIZATIONS
     cpu_offload_bytes: int = (
         0  # --cpu-offload-gb: at least this many weight bytes in pinned RAM (whole layers)
@@ -82,7 +84,7 @@ class PlanRequest:
     # Where the "gpu" tier lives: "cuda", or "cpu" (the CPU engine: the device pool is host RAM,
     # and there is no CUDA context, graph pool or allocator slack to reserve).
     device: str = "cuda"
-    # What the engine measured after loading (engine_setup.py); None: the plan's estimate.
+    # What the engine measured after loading (engine/setup.py); None: the plan's estimate.
     measured_weight_bytes: int | None = None  # tensors the loaded model holds on the device
     measured_activation_bytes: int | None = None  # peak of one profiled prefill chunk
     measured_runtime_bytes: int | None = None  # device memory in use outside torch's tensors

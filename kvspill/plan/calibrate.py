@@ -34,7 +34,7 @@ from kvspill.plan.bandwidths import RATE_FIELDS, Bandwidths
 if TYPE_CHECKING:  # torch is imported inside the measuring functions: loading a calibration stays light
     import torch
 
-    from kvspill.kv.storage import KVLayout
+    from kvspill.storage.storage import KVLayout
 
 CALIBRATION_VERSION = 1
 MiB = 1 << 20
@@ -186,7 +186,7 @@ def _layout(num_layers: int) -> KVLayout:
     K+V per block and layer)."""
     import torch
 
-    from kvspill.kv.storage import KVLayout
+    from kvspill.storage.storage import KVLayout
 
     return KVLayout(num_layers, 16, 8, 128, torch.bfloat16)
 
@@ -200,15 +200,15 @@ def _cold_path_seconds(
     import numpy as np
     import torch
 
-    from kvspill.kv.cold_attention import ColdAttentionBackend
-    from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq, default_cpu_threads
-    from kvspill.kv.storage import TieredKVStorage
+    from kvspill.attention.cold.config import ColdAttentionConfig, ColdSeq, default_cpu_threads
+    from kvspill.attention.cold.dispatch import ColdAttentionBackend
+    from kvspill.storage.storage import TieredKVStorage
     from kvspill.types import TIER_CPU
 
     layout = _layout(num_layers)
     storage = TieredKVStorage(layout, 4, device, num_cpu_blocks=num_blocks)
     storage.cpu_cache.normal_()
-    # a worker as in the engine on a GPU (kv/cold_config.engine_cold_config): its hand-over is
+    # a worker as in the engine on a GPU (attention/cold/config.engine_cold_config): its hand-over is
     # part of the fixed time measured
     workers = 1 if path == "cpu" and device.type == "cuda" else 0
     threads = default_cpu_threads(device, workers)  # the engine's own count

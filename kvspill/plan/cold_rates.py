@@ -1,7 +1,7 @@
 """The rates of the exact cold paths and the rule `--cold-attention auto` follows: the stream
 path's and the gather kernel's share of PCIe, the CPU path's rate per KV format and its fixed time
 per layer, split's division, what an eager cold step costs beyond its bytes, and when a step
-splits. The plan (plan/costs.py) and the engine (kv/cold_config.py) divide by these same rules.
+splits. The plan (plan/costs.py) and the engine (attention/cold/config.py) divide by these same rules.
 No torch, no I/O.
 """
 
@@ -17,7 +17,7 @@ STREAM_EFFICIENCY = 0.73
 # (DESIGN.md, "The physics").
 GATHER_EFFICIENCY = 0.92
 
-# Exact cold steps that run eagerly (kv/cold_attention.py; a stream step replays a CUDA graph
+# Exact cold steps that run eagerly (attention/cold/dispatch.py; a stream step replays a CUDA graph
 # instead where runner/stream_graphs.py allows: one cold sequence, all of it in the pinned cpu
 # tier, no CPU share) cost beyond their bytes:
 # - a stream step: the host launches each staging chunk's gather, decode kernel and merge from
@@ -36,7 +36,7 @@ EAGER_STREAM_HOST_PER_LAYER_S = 2.0e-3
 #   prediction. int8's graphed stream step (29 tok/s there) is what `auto` takes at that size.
 SPLIT_EXTRA_PER_LAYER_S = {"fp32": 0.7e-3, "bf16": 0.7e-3, "fp16": 0.7e-3, "fp8": 1.5e-3, "int8": 2.7e-3}
 # The CPU cold path's time per layer beyond its bytes: q goes down, the worker wakes, the
-# kernel's threads start, the result goes up while the GPU waits for it (kv/stream_flag.py).
+# kernel's threads start, the result goes up while the GPU waits for it (storage/stream_flag.py).
 # Fit to W1 `--attention cpu` at 32K and 128K (a line through the two rows' CPU ms per layer
 # against their bytes) on two H200 hosts: 0.30 and 0.65 ms (2026-11-27,
 # bench/results/2026-11-27-h200-split-gpu-waits/); their mean. Without it the plan put W1 32K at
@@ -74,7 +74,7 @@ def split_cpu_share(layer_bytes: float, stream_gbs: float, cpu_gbs: float, cpu_l
     """The CPU's share of a layer's cold bytes under "split" such that both parts end together:
     s * c / B_cpu + t_cpu = (1 - s) * c / B_stream, so s = (c / B_stream - t_cpu) / (c / B_cpu +
     c / B_stream), in [0, 1]; 0 where the hand-over alone outlasts streaming everything. Without a
-    fixed time it is the rates' ratio B_cpu / (B_cpu + B_stream). The engine (kv/cold_attention.py)
+    fixed time it is the rates' ratio B_cpu / (B_cpu + B_stream). The engine (attention/cold/dispatch.py)
     and the plan divide by this same rule."""
     if layer_bytes <= 0:
         return 0.0

@@ -6,7 +6,7 @@ For one sequence in exact mode (DESIGN.md, "The physics"):
             + offloaded weights / B_h2d + per-layer step overhead
 with B_w the rate the weights' format is read at where a kernel bounds it (plan/weights.py). The cold
 term over "split" is max(f*C / B_stream, (1-f)*C / B_cpu_attn + L*t_cpu), streaming and CPU
-attention running at once (the GPU waits for the CPU's result by itself, kv/stream_flag.py);
+attention running at once (the GPU waits for the CPU's result by itself, storage/stream_flag.py);
 t_cpu is the CPU path's fixed time per layer (calibrated, else CPU_ATTN_OVERHEAD_PER_LAYER_S),
 also paid by "cpu", and 1-f is the engine's split (`split_cpu_share`): both parts end together.
 Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per chunk. No
@@ -206,7 +206,7 @@ def decode_floor(
     cold = cpu_kv_bytes + disk_kv_bytes  # disk blocks pass through RAM, then take either path
     graphable = cold_graphs and disk_kv_bytes == 0
     layer_s = cpu_layer_seconds(bw) if num_layers else 0.0  # no layer count: bytes alone
-    if cold_path == "auto":  # as the engine resolves it on a GPU (engine_setup, kv/cold_attention)
+    if cold_path == "auto":  # as the engine resolves it on a GPU (engine_setup, attention/cold/dispatch)
         cold_path = resolve_auto(bw, cold / max(num_layers, 1), cpu, layer_s, graphable, kv_format)
     cpu_share = split_cpu_share(cold / max(num_layers, 1), stream, cpu, layer_s)
     fraction = {"cpu": 0.0, "split": 1.0 - cpu_share}.get(cold_path, 1.0)
@@ -246,7 +246,7 @@ def resolve_auto(
     "split" where the calibration says the CPU pays and the step has enough bytes to hand over
     (`graphed_split_min_layer_bytes` where the step could otherwise replay a stream graph,
     else `auto_split_min_layer_bytes`), else "stream". The engine applies the same thresholds
-    (kv/cold_config.py)."""
+    (attention/cold/config.py)."""
     if not auto_uses_split(bw):
         return "stream"
     least = (

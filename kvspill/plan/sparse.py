@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def sparse_gpu_bytes(request: PlanRequest, cold_tokens: int) -> tuple[int, int]:
     """(key summaries, block cache) bytes on the GPU; (0, 0) unless sparse. A summary per cold-tier
-    block (kv/block_summary.py) is 2 x head_dim values per layer and kv head: the KV bytes of one
+    block (storage/summary.py) is 2 x head_dim values per layer and kv head: the KV bytes of one
     token (int8: fp16 summaries). The cache holds a budget's whole blocks per cached sequence."""
     if request.cold_attention != "sparse":
         return 0, 0

@@ -322,7 +322,7 @@ def _gguf_value(reader: Any, key: str) -> Any:
 @functools.lru_cache(maxsize=8)
 def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
     """Parse one GGUF header; cached per (path, mtime, size) since parsing takes about a second."""
-    from kvspill.gguf_reader import read_gguf
+    from kvspill.gguf.reader import read_gguf
 
     try:
         reader = read_gguf(path)

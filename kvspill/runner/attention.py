@@ -9,7 +9,7 @@ C++ kernel (`host_decode.py`) when it could be built.
 
 KV tiers: the block tables and seq_lens given here cover each sequence's gpu-tier blocks only
 (compacted, `runner/inputs.py`). For sequences with cold blocks, `metadata.cold` computes the
-partial over those (`kv/cold_attention.py`): its q goes down before the gpu kernels are
+partial over those (`attention/cold/dispatch.py`): its q goes down before the gpu kernels are
 enqueued, its result is merged with the gpu partial by LSE after them. Steps without cold
 blocks have `cold = None` and run exactly as before.
 
@@ -32,6 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvspill.attention.cold.dispatch import ColdStep
+from kvspill.attention.cold.merge import merge_partials
+from kvspill.attention.sparse.anchor import AnchorCapture
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.fused_ops import apply_rope
@@ -39,12 +42,9 @@ from kvspill.kernels.kv_quant import rotate, rotate_rows
 from kvspill.kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
 from kvspill.kernels.rope_store import rope_and_store_kv
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
-from kvspill.kv.cold_attention import ColdStep
-from kvspill.kv.cold_math import merge_partials
-from kvspill.kv.sparse_anchor import AnchorCapture
-from kvspill.kv.storage import KVStorage
 from kvspill.runner.host_decode import DecodeParts, paged_decode_attention_host
 from kvspill.runner.inputs import StepInputs
+from kvspill.storage.storage import KVStorage
 
 
 @dataclass
@@ -61,7 +61,7 @@ class AttentionMetadata:
     prefill_max_query_len: int = 0  # longest prefill chunk (saves the kernel a device sync)
     decode_num_splits: int | None = None  # fixed split count (CUDA graphs) or None = auto
     cold: ColdStep | None = None  # sequences with cpu/disk blocks this step; None: all KV on the gpu tier
-    # sparse with --sparse-prompt-window: the prompt-end queries to keep (kv/sparse_anchor.py)
+    # sparse with --sparse-prompt-window: the prompt-end queries to keep (attention/sparse/anchor.py)
     anchor_capture: AnchorCapture | None = None
     skip_prefill_attention: bool = False  # benchmarks: prefill rows store K/V, their output is 0
 

@@ -22,7 +22,7 @@ What a graph fixes and what changes per step:
 Tensor parallelism does not use these graphs (every rank would have to capture at the same step).
 
 Ordering: eager steps copy cold blocks on the storage's copy stream, and host writes into the
-pinned pool wait for that stream (`kv/transfer.py`). A replay copies on the compute stream: before
+pinned pool wait for that stream (`storage/transfer.py`). A replay copies on the compute stream: before
 it the compute stream waits for the copy stream, after it the copy stream waits for the compute
 stream, so eager copies and host writes stay ordered with the replay's reads and writes.
 """
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvspill.kv.cold_attention import ColdAttentionBackend, ColdStep
-from kvspill.kv.cold_config import ColdSeq
+from kvspill.attention.cold.config import ColdSeq
+from kvspill.attention.cold.dispatch import ColdAttentionBackend, ColdStep
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.cuda_graphs import DecodeGraphs, HostSets
 from kvspill.runner.inputs import StepInputs

@@ -25,13 +25,13 @@ import logging
 import numpy as np
 import torch
 
-from kvspill.kv.cold_attention import ColdStep
-from kvspill.kv.storage import KVStorage
+from kvspill.attention.cold.dispatch import ColdStep
 from kvspill.model.base import CausalLM
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.inputs import StepInputs
 from kvspill.sampling.sampler import greedy_argmax
+from kvspill.storage.storage import KVStorage
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvspill.attention.cold.merge import attend_unmasked_ref, merge_partials
 from kvspill.kernels.cpu_attention import CpuParts, cpu_paged_attention
 from kvspill.kernels.kv_quant import dequantize_kv
-from kvspill.kv.cold_math import attend_unmasked_ref, merge_partials
 
 
 @dataclass(frozen=True)

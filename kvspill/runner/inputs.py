@@ -14,7 +14,7 @@ seq_len - num_cold_blocks * block_size. That is exact because
 - cold blocks are full and lie before the step's first token (TransferPlan invariant, checked
   here), so every query sees every cold key, and in the compacted sequence the step's tokens
   are still its tail: the kernels' bottom-right causal rule is still right for gpu keys.
-The cold blocks of each such sequence go to `kv/cold_attention.py` as a `ColdSeq`.
+The cold blocks of each such sequence go to `attention/cold/dispatch.py` as a `ColdSeq`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvspill.kv.cold_config import ColdSeq
+from kvspill.attention.cold.config import ColdSeq
 from kvspill.sampling.sampler import SamplingState
 from kvspill.types import TIER_GPU, TIER_NAMES, BlockMove, ScheduledBatch
 

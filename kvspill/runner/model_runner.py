@@ -7,11 +7,11 @@ step has cold KV blocks; sparse decode steps of one cold sequence replay graphs 
 (`sparse_graphs.py`); everything else runs eagerly.
 
 KV tiers: the runner keeps each request's block tiers, applies the batch's `BlockMove`s to its
-tables, runs the moves' copies (`kv/transfer.py`, before the forward: the compute stream waits
-only on them) and hands the step's cold sequences to the attention (`kv/cold_attention.py`).
+tables, runs the moves' copies (`storage/transfer.py`, before the forward: the compute stream waits
+only on them) and hands the step's cold sequences to the attention (`attention/cold/dispatch.py`).
 With `--attention cpu` the KV pool lives on the host (`device` is the model's, `storage.device`
 the pool's) and attention runs there. An out-of-memory error inside a step propagates: the engine retries the step's requests
-with fewer tokens per step (`step_retry.py`). Non-finite logits on the CPU fail the step's
+with fewer tokens per step (`engine/step_retry.py`). Non-finite logits on the CPU fail the step's
 requests (reported in `StepOutput.failed`) instead of killing the engine.
 
 Prompt logprobs (`SamplingParams.prompt_logprobs`): a prefill chunk of such a request scores its
@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.attention.cold.config import ColdAttentionConfig
+from kvspill.attention.cold.dispatch import ColdAttentionBackend
+from kvspill.attention.sparse.anchor import AnchorCapture, build_capture
 from kvspill.guided.bitmask import GuideState
 from kvspill.guided.compiler import GuidedCompiler
-from kvspill.kv.cold_attention import ColdAttentionBackend
-from kvspill.kv.cold_config import ColdAttentionConfig
-from kvspill.kv.sparse_anchor import AnchorCapture, build_capture
-from kvspill.kv.storage import KVStorage, TieredKVStorage
-from kvspill.kv.transfer import KVTransferEngine
 from kvspill.model.base import CausalLM
 from kvspill.runner.async_output import PLACEHOLDER, DeviceFeed, PendingStepOutput, SampledTokens, plan_feed
 from kvspill.runner.attention import PagedAttention, build_attention_metadata, to_device
@@ -44,6 +42,8 @@ from kvspill.runner.stream_graphs import StreamDecodeGraphs
 from kvspill.sampling.sampler import Sampler, SamplingState
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import RunnerKVStats
+from kvspill.storage.storage import KVStorage, TieredKVStorage
+from kvspill.storage.transfer import KVTransferEngine
 from kvspill.types import PromptLogprobs, ScheduledBatch, StepOutput
 
 
@@ -200,7 +200,7 @@ class ModelRunner:
             return PendingStepOutput(StepOutput(sampled_token_ids={}))
         inputs = build_step_inputs(batch, self.states, self.block_size)
         # An error here (out of memory included) propagates: the engine requeues the step's
-        # requests (step_retry.py), which drops their states here, and after an out-of-memory
+        # requests (engine/step_retry.py), which drops their states here, and after an out-of-memory
         # error it carries fewer tokens per step.
         feed = plan_feed(inputs, self._last_sampled)
         self._prompt_lps = {}
@@ -261,7 +261,7 @@ class ModelRunner:
         return self.model.compute_logits(hidden[rows]), None
 
     def _anchor_capture(self, inputs: StepInputs) -> AnchorCapture | None:
-        """Sparse with prompt anchors: the step's rows among its prompts' last tokens (`kv/sparse_anchor.py`)."""
+        """Sparse with prompt anchors: the step's rows among its prompts' last tokens (`attention/sparse/anchor.py`)."""
         anchors = self.cold.anchors if self.cold is not None else None
         if anchors is None:
             return None

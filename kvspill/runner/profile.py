@@ -2,7 +2,7 @@
 
 Start-up runs one forward of `max_num_batched_tokens` tokens over a scratch KV pool after the
 weights are loaded and before the real pool is sized; its peak beyond the weights and that pool
-is what every later step may need on top of them (engine_setup.py passes it to the plan). It
+is what every later step may need on top of them (engine/setup.py passes it to the plan). It
 ends with one prompt-logprobs slice of logits, the largest a step's output takes.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kvspill.kv.storage import KVLayout, KVStorage
 from kvspill.model.llama import LlamaForCausalLM
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.prompt_logprobs import score_rows, slice_rows
+from kvspill.storage.storage import KVLayout, KVStorage
 
 
 def profile_prefill_peak(

@@ -6,7 +6,7 @@ merge): an H100 step spent 34-44 ms of host time for 25 ms of GPU work. Every in
 cold path already stays on the device (no host sync), so the whole step can replay as one graph.
 
 Beyond what `cold_graphs.py` fixes: the sequence owns a group of the sparse block cache
-(`kv/sparse_cache.py`), part of the graph's key; the scoring kernel ranks the padding past
+(`attention/sparse/cache.py`), part of the graph's key; the scoring kernel ranks the padding past
 `num_valid` below every real block, so a top-k of the budget never picks it. Capacities step by
 `CAPACITY_STEP_BLOCKS` (16K tokens with 16-token blocks).
 
@@ -21,10 +21,10 @@ from functools import partial
 import numpy as np
 import torch
 
-from kvspill.kv.cold_attention import ColdAttentionBackend, ColdStep
-from kvspill.kv.cold_config import ColdSeq
-from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseSeq
-from kvspill.kv.sparse_anchor import cold_set_key
+from kvspill.attention.cold.config import ColdSeq
+from kvspill.attention.cold.dispatch import ColdAttentionBackend, ColdStep
+from kvspill.attention.cold.sparse import SparseColdStep, SparseCounts, SparseSeq
+from kvspill.attention.sparse.anchor import cold_set_key
 from kvspill.runner.cold_graphs import ColdDecodeGraphs, common_eager_reason
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import StepInputs
@@ -60,7 +60,7 @@ def graph_cold_step(
     """The cold part of a sparse graph over its static buffers: `i64` [3, >= capacity] int64 (ids
     in the cpu tier, logical block numbers, then [num_valid, step row]), `tiers` (all TIER_CPU)
     and `positions` (arange), both at least `capacity` long; `anchor` [num_layers, >= capacity]
-    bool, the anchor blocks (`kv/sparse_anchor.py`), when the backend has prompt anchors. The
+    bool, the anchor blocks (`attention/sparse/anchor.py`), when the backend has prompt anchors. The
     backend needs a sparse cache."""
     assert backend.summaries is not None and backend.sparse_cache is not None
     seq = SparseSeq(

@@ -5,7 +5,7 @@ stream`, `auto` on CUDA, and `split` steps that give the CPU no share), on
 An eager stream step launches per layer the gathers, decode kernels and merges of each staging
 chunk from Python. With a small cold part that host work bounds the step: fp8 KV at 128K on an
 H200 (19K cold tokens) took 54-90 ms per token for ~41 ms of GPU kernels. The graph's cold part is
-`kv/cold_stream_graph.GraphStreamPart`: the cold block ids in a static buffer padded to a
+`attention/cold/stream_graph.GraphStreamPart`: the cold block ids in a static buffer padded to a
 multiple of the staging buffer's `chunk_blocks` (the capacity step: 16K tokens with the default
 16-token blocks), the real count on the device.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from kvspill.kv.cold_attention import ColdAttentionBackend, ColdStep
-from kvspill.kv.cold_stream_graph import GraphStreamPart
+from kvspill.attention.cold.dispatch import ColdAttentionBackend, ColdStep
+from kvspill.attention.cold.stream_graph import GraphStreamPart
 from kvspill.runner.cold_graphs import ColdDecodeGraphs, common_eager_reason
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import StepInputs

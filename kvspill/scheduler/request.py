@@ -13,7 +13,7 @@ Invariants:
   `hash_block_tokens(block_hashes[i - 1] or hash_seed, tokens of block i)`. Once `block_size` is
   known (given here, or bound by `Scheduler.add_request`) it is kept up to date as tokens are
   appended, so `len(block_hashes) == num_tokens // block_size`. The hash is BLAKE2b (64 bits),
-  the same in every process: prefix blocks persisted to files (`kv/persist.py`) are found again
+  the same in every process: prefix blocks persisted to files (`storage/persist.py`) are found again
   after a restart. `hash_seed` is the engine's KV fingerprint (model, dtypes, RoPE scaling,
   block size: `engine_setup.kv_fingerprint`), so a different model never hits.
 - `num_cached_tokens` is the prefix-cache hit of the first schedule; a resume after a

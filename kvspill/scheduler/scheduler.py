@@ -67,16 +67,16 @@ class Scheduler:
         self.running: list[Request] = []
         self.num_preemptions = 0
         # A step's token budget below max_num_batched_tokens when set (the engine sizes it by
-        # measured step time: step_budget.py); None: max_num_batched_tokens.
+        # measured step time: engine/step_budget.py); None: max_num_batched_tokens.
         self.step_token_budget: int | None = None
         # While any running request decodes, at most this many prefill tokens per step (the
-        # engine sizes it for an ITL target: itl_budget.py); None: no cap.
+        # engine sizes it for an ITL target: engine/itl_budget.py); None: no cap.
         self.prefill_token_cap: int | None = None
         self._prefill_left: int | None = None  # this step's prefill tokens still allowed
         # After a failed step its requests run one at a time (isolation.py); after an
         # out-of-memory failure steps also carry at most `oom_token_cap` tokens (the engine's).
         self.isolation = StepIsolation()
-        # Waiting requests not to admit yet (their persisted prefix is being read: prefix_persist.py).
+        # Waiting requests not to admit yet (their persisted prefix is being read: engine/persist.py).
         self.admission_hold: Callable[[str], bool] | None = None
         self.oom_token_cap: int | None = None
         # Finished, aborted or preempted since the last schedule(): the runner drops them.

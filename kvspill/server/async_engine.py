@@ -39,7 +39,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from kvspill.engine_client import EngineClient
+from kvspill.engine.client import EngineClient
 from kvspill.errors import KvspillError, OutOfKVMemoryError, StepError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.admission import FrontDesk, check_fits_context, prompt_size

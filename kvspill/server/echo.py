@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvspill.engine_client import TokenizerClient
+from kvspill.engine.client import TokenizerClient
 from kvspill.errors import InvalidParameterError
 from kvspill.sampling_params import SamplingParams
 from kvspill.types import TokenLogprobs

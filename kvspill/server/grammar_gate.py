@@ -35,7 +35,7 @@ from typing import TypeVar
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from kvspill.engine_client import EngineClient, GrammarCompilerClient
+from kvspill.engine.client import EngineClient, GrammarCompilerClient
 from kvspill.errors import InvalidParameterError
 from kvspill.guided.compile_pool import DEFAULT_TIMEOUT_S, CompilePool, CompilePoolBusyError, WorkerTime
 from kvspill.guided.limits import DEFAULT_LIMITS, GuidedLimits, check_static

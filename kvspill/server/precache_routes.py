@@ -1,4 +1,4 @@
-"""`POST /v1/precache`: prefill a prompt prefix built from files and keep its KV blocks (kvspill/precache.py).
+"""`POST /v1/precache`: prefill a prompt prefix built from files and keep its KV blocks (kvspill/text/precache.py).
 
 The client sends the files' text (the server reads nothing from its own disk): `files` as
 `[{"path", "content"}]` with a `prompt_template` containing `{files}`, or a ready `prompt`. The
@@ -17,9 +17,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvspill.errors import InvalidParameterError
-from kvspill.precache import DEFAULT_TEMPLATE, build_prompt, precache_params, result_of
 from kvspill.server.async_engine import AsyncEngine, StepFailedError
 from kvspill.server.errors import exception_response
+from kvspill.text.precache import DEFAULT_TEMPLATE, build_prompt, precache_params, result_of
 
 
 class PrecacheFile(BaseModel):

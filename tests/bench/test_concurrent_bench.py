@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvspill.bench.concurrent_bench import run_concurrent
 from kvspill.config import EngineConfig
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 
 
 def test_run_concurrent_counts_all_n_decode_steps(tiny_llama_dir):

@@ -59,7 +59,7 @@ def test_two_ranks_with_cpu_spills_equal_one_rank(fixture, request):
 @pytest.mark.slow
 @pytest.mark.parametrize("kv_cache_dtype", ["fp8", "int8"])
 def test_two_ranks_of_a_mixed_kv_pool_equal_one_rank(tiny_llama_dir, kv_cache_dtype):
-    """--kv-cache-dtype-skip-layers on each rank's half of the KV heads (kv/layout.py), spilled."""
+    """--kv-cache-dtype-skip-layers on each rank's half of the KV heads (storage/layout.py), spilled."""
     mixed = dict(kv_cache_dtype=kv_cache_dtype, kv_cache_dtype_skip_layers=[1])
     one = LLM(str(tiny_llama_dir), **BASE, **mixed)
     prompts = _prompts(one.engine.vocab_size)

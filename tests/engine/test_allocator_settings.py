@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from kvspill.engine_checks import EXPANDABLE_SEGMENTS, use_expandable_segments
+from kvspill.engine.checks import EXPANDABLE_SEGMENTS, use_expandable_segments
 from kvspill.model.parallel import TensorParallel
 
 

@@ -1,4 +1,4 @@
-"""How the engine resolves --cold-attention from the saved calibration (kv/cold_config.engine_cold_config)."""
+"""How the engine resolves --cold-attention from the saved calibration (attention/cold/config.engine_cold_config)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from kvspill.attention.cold.config import GPU_HOST_SPARE_CORES, engine_cold_config
 from kvspill.config import EngineConfig
-from kvspill.kv.cold_config import GPU_HOST_SPARE_CORES, engine_cold_config
 from kvspill.plan import Bandwidths
 from kvspill.plan.cold_rates import (
     CPU_ATTN_OVERHEAD_PER_LAYER_S,
@@ -109,11 +109,11 @@ def test_split_share_per_step_follows_the_plan_rule():
 
 def test_auto_says_once_at_start_that_it_splits_and_why(caplog):
     config = EngineConfig(model="random:llama-1b")
-    with caplog.at_level("INFO", logger="kvspill.kv.cold_config"):
+    with caplog.at_level("INFO", logger="kvspill.attention.cold.config"):
         engine_cold_config(config, CALIBRATED, 1024, CUDA)
     assert "--cold-attention auto: split" in caplog.text and "43.8 GB/s" in caplog.text
     caplog.clear()
-    with caplog.at_level("INFO", logger="kvspill.kv.cold_config"):
+    with caplog.at_level("INFO", logger="kvspill.attention.cold.config"):
         engine_cold_config(config, None, 1024, CUDA)
     assert caplog.text == ""
 

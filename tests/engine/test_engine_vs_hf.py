@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.llm import LLM
 from kvspill.sampling_params import SamplingParams
 

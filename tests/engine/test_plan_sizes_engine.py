@@ -1,7 +1,7 @@
 """The memory plan sizes the engine: the plan's gpu/cpu/disk tokens are the engine's tiers, to the block.
 
 The engine builds its tiers from `plan.startup.startup_plan` with what it measured after loading
-(engine_setup.py); `kvspill plan` makes the same plan from the model's shapes before loading. On
+(engine/setup.py); `kvspill plan` makes the same plan from the model's shapes before loading. On
 the CPU the measured weights are the parameters' bytes, which the shapes give exactly, so both
 plans and `kv_stats()` agree block for block.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvspill.config import EngineConfig
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.plan.startup import startup_plan
 
 MiB = 2**20

@@ -209,7 +209,7 @@ def test_corrupt_and_torn_files_are_skipped_with_a_warning(
     data[-5] ^= 0xFF  # one payload byte: only the checksum tells
     corrupt.write_bytes(bytes(data))
     torn.write_bytes(torn.read_bytes()[:-100])
-    with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
+    with caplog.at_level(logging.WARNING, logger="kvspill.storage.persist"):
         third = _llm(tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist))
         assert any("torn" in r.message for r in caplog.records)
         out = third.generate([prompts[1]], PARAMS)[0]
@@ -221,7 +221,7 @@ def test_corrupt_and_torn_files_are_skipped_with_a_warning(
 
 def test_files_of_another_kv_configuration_are_skipped(tiny_llama_dir, tmp_path, prompts, caplog):
     persist, _ = _persist_first(tiny_llama_dir, tmp_path, prompts)
-    with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
+    with caplog.at_level(logging.WARNING, logger="kvspill.storage.persist"):
         other = _llm(
             tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist), kv_cache_dtype="fp8"
         )
@@ -236,8 +236,8 @@ def test_int8_files_of_the_row_layout_are_skipped(tiny_llama_dir, tmp_path, prom
     """int8 blocks of the earlier row layout (values and scale interleaved per row) have the
     shape and dtype of today's planes: only the fingerprint's layout key keeps them from being
     read as planes. An engine that hashes its identity without that key writes such files."""
-    from kvspill import engine_setup
-    from kvspill.kv.persist import kv_fingerprint
+    from kvspill.engine import setup as engine_setup
+    from kvspill.storage.persist import kv_fingerprint
 
     def without_layout_key(identity: dict) -> int:
         return kv_fingerprint({k: v for k, v in identity.items() if k != "int8_block_layout"})
@@ -251,7 +251,7 @@ def test_int8_files_of_the_row_layout_are_skipped(tiny_llama_dir, tmp_path, prom
         old.generate([prompts[0]], PARAMS)
         old.engine.close()
     assert list(persist.glob("*.kvb"))
-    with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
+    with caplog.at_level(logging.WARNING, logger="kvspill.storage.persist"):
         new = _llm(
             tiny_llama_dir, tmp_path, num_cpu_kv_blocks=40, kv_persist_dir=str(persist), kv_cache_dtype="int8"
         )

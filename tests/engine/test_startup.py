@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kvspill.engine import LLMEngine
-from kvspill.engine_warmup import WARMUP_NEW_TOKENS, warmup_prompt_lengths, warmup_single_lengths
+from kvspill.engine.core import LLMEngine
+from kvspill.engine.phases import StartupPhases, set_listener
+from kvspill.engine.warmup import WARMUP_NEW_TOKENS, warmup_prompt_lengths, warmup_single_lengths
 from kvspill.sampling_params import SamplingParams
-from kvspill.startup_phases import StartupPhases, set_listener
 
 
 def test_warmup_lengths_cover_two_chunks_and_fit_the_context_and_the_kv() -> None:
@@ -81,9 +81,9 @@ def test_the_allocator_cap_keeps_this_process_memory_outside_torch_within_the_bu
 
     import torch
 
-    from kvspill import engine_checks
     from kvspill.config import EngineConfig
-    from kvspill.engine_checks import cap_allocator
+    from kvspill.engine import checks as engine_checks
+    from kvspill.engine.checks import cap_allocator
 
     gib = 2**30
     card, reserved, outside = 80 * gib, 16 * gib, gib
@@ -118,7 +118,7 @@ def test_the_allocator_cap_keeps_this_process_memory_outside_torch_within_the_bu
     assert caps[-1] == pytest.approx(((24 * gib - engine_checks.RUNTIME_RESERVE_BYTES) / card, 0))
     # never below what the allocator holds plus a step's temporaries: over the budget, with a warning
     nvml["used"], nvml["processes"] = reserved + 20 * gib, 1
-    with caplog.at_level("WARNING", logger="kvspill.engine_setup"):
+    with caplog.at_level("WARNING", logger="kvspill.engine.setup"):
         cap_allocator(budget, cuda, leave_runtime=True, step_bytes=2 * gib)
     slack = engine_checks.ALLOCATOR_STEP_SLACK_BYTES  # a step's new segments beyond its bytes
     assert caps[-1] == pytest.approx(((18 * gib + slack) / card, 0))
@@ -131,7 +131,7 @@ def test_nvml_process_memory_is_none_without_a_card() -> None:
     """No NVML or no such card: the lookup says it cannot tell, it never raises."""
     import torch
 
-    from kvspill.engine_checks import _nvml_process_memory
+    from kvspill.engine.checks import _nvml_process_memory
 
     if torch.cuda.is_available():
         pytest.skip("a card is here: NVML may name this process")
@@ -144,8 +144,8 @@ def test_the_plan_charges_other_processes_only_what_they_leave_short_of_the_budg
     processes' memory leaves no room for (three 8 GiB engines on one card each found no room)."""
     import torch
 
-    from kvspill import engine_checks
     from kvspill.config import EngineConfig
+    from kvspill.engine import checks as engine_checks
 
     gib = 2**30
     card, used, loaded = 80 * gib, 10 * gib, 8 * gib

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.errors import StepError
 from kvspill.sampling_params import SamplingParams
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspill.kv.storage import KVLayout
 from kvspill.llm import LLM
 from kvspill.sampling_params import SamplingParams
+from kvspill.storage.storage import KVLayout
 
 NEW_TOKENS = 128
 PROMPT_LEN = 300

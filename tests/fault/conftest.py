@@ -51,7 +51,7 @@ def stop_in_thread(s: AppServer) -> None:
 
 def tiny_engine_factory(model_dir: Path, **options: Any) -> Callable[[], Any]:
     def factory() -> Any:
-        from kvspill.engine import LLMEngine
+        from kvspill.engine.core import LLMEngine
 
         return LLMEngine(EngineConfig(model=str(model_dir), device="cpu", **options))
 

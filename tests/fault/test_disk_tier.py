@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from kvspill.errors import DiskTierError
-from kvspill.kv.disk_pool import DiskPool
-from kvspill.kv.storage import KVLayout
+from kvspill.storage.disk_pool import DiskPool
+from kvspill.storage.storage import KVLayout
 
 LAYOUT = KVLayout(num_layers=2, block_size=16, num_kv_heads=2, head_dim=64, dtype=torch.float16)  # 16 KiB
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.errors import StepError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.metrics import ServerMetrics
@@ -135,7 +135,7 @@ def test_a_write_error_stops_spilling_to_disk_and_requests_finish(
 
 _TRUNCATE = """
 import json, os, sys
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.errors import StepError
 from kvspill.sampling_params import SamplingParams
 

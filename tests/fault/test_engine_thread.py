@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from kvspill.config import EngineConfig
+from kvspill.engine.step_budget import StepBudget
 from kvspill.errors import StepError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError, StepFailedError
 from kvspill.server.metrics import ServerMetrics
 from kvspill.stats import KVStats
-from kvspill.step_budget import StepBudget
 from kvspill.types import RequestOutput
 
 
@@ -184,7 +184,7 @@ def test_step_budget_follows_measured_time() -> None:
 
 
 def test_the_engine_prefills_a_long_prompt_in_timed_chunks(tiny_llama_dir: Path) -> None:
-    from kvspill.engine import LLMEngine
+    from kvspill.engine.core import LLMEngine
 
     engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu"))
     engine.limit_step_time(1e-6)  # any measured step is too long: every step gets the floor

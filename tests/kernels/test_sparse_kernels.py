@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvspill.attention.sparse.anchor import boost_keys
+from kvspill.attention.sparse.cache import cache_update_ref
+from kvspill.attention.sparse.select import block_scores_ref, select_blocks, select_from_keys
 from kvspill.kernels.block_select import select_top_blocks
 from kvspill.kernels.sparse_kernels import block_keys, cache_update, pad_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks_to
-from kvspill.kv.sparse_anchor import boost_keys
-from kvspill.kv.sparse_cache import cache_update_ref
-from kvspill.kv.sparse_select import block_scores_ref, select_blocks, select_from_keys
 from kvspill.types import TIER_CPU, TIER_DISK
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -145,7 +145,7 @@ def test_selection_kernels_with_every_score_tied_and_padding(register_blocks):
 
 @pytest.mark.parametrize("register_blocks", [8192, 128])
 def test_selection_kernels_keep_the_anchor_blocks_first(register_blocks):
-    """Keys raised by `kv/sparse_anchor.boost_keys` (the prompt's anchor blocks) rank above every
+    """Keys raised by `attention/sparse/anchor.boost_keys` (the prompt's anchor blocks) rank above every
     score in the kernels' 20-bit searches too, padding still last: the same blocks as the
     torch selection of the same keys."""
     num_blocks, n_real, budget = 300, 280, 40

@@ -16,17 +16,17 @@ import numpy as np
 import pytest
 import torch
 
+from kvspill.attention.cold import dispatch as cold_attention
+from kvspill.attention.cold.config import ColdAttentionConfig, ColdSeq
+from kvspill.attention.cold.dispatch import ColdAttentionBackend
+from kvspill.attention.cold.merge import attend_unmasked_ref, fold_queries, merge_partials, unfold_outputs
 from kvspill.kernels.attention_common import dense_attention_ref
-from kvspill.kv import cold_attention
-from kvspill.kv.cold_attention import ColdAttentionBackend
-from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
-from kvspill.kv.cold_math import attend_unmasked_ref, fold_queries, merge_partials, unfold_outputs
-from kvspill.kv.storage import KVLayout, TieredKVStorage
-from kvspill.kv.transfer import KVTransferEngine
 from kvspill.runner.attention import PagedAttention, build_attention_metadata
 from kvspill.runner.inputs import RunnerRequestState, apply_block_moves, build_step_inputs
 from kvspill.sampling.sampler import SamplingState
 from kvspill.sampling_params import SamplingParams
+from kvspill.storage.storage import KVLayout, TieredKVStorage
+from kvspill.storage.transfer import KVTransferEngine
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, ScheduledBatch, TransferPlan
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,4 +1,4 @@
-"""The stream path's chunk plan (kv/cold_stream.plan_chunks): every sequence reads exactly its own
+"""The stream path's chunk plan (attention/cold/stream.plan_chunks): every sequence reads exactly its own
 cold blocks through its table rows, and a block several sequences share (a common prefix of
 concurrent requests) is loaded once per chunk plan, not once per sequence."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kvspill.kv.cold_stream import ColdPart, plan_chunks
+from kvspill.attention.cold.stream import ColdPart, plan_chunks
 from kvspill.types import TIER_CPU, TIER_DISK
 
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from kvspill.errors import DiskTierIOError
-from kvspill.kv import disk_pool
 from kvspill.kv.cold_pool import ColdBlockPool
-from kvspill.kv.disk_pool import DiskPool, block_runs
-from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.kv.tier_prefix import ColdPrefixCache
-from kvspill.kv.transfer import KVTransferEngine
+from kvspill.storage import disk_pool
+from kvspill.storage.disk_pool import DiskPool, block_runs
+from kvspill.storage.storage import KVLayout, TieredKVStorage
+from kvspill.storage.transfer import KVTransferEngine
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, TransferPlan
 
 LAYOUT = KVLayout(num_layers=3, block_size=4, num_kv_heads=2, head_dim=8, dtype=torch.bfloat16)

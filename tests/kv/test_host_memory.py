@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, touch_in_parallel
-from kvspill.kv.storage import allocate_host_pool
+from kvspill.storage.host_memory import FAST_PIN_MIN_BYTES, touch_in_parallel
+from kvspill.storage.storage import allocate_host_pool
 
 
 def test_touching_from_threads_covers_every_byte_and_keeps_zeros() -> None:

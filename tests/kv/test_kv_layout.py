@@ -1,4 +1,4 @@
-"""Mixed KV pools (`--kv-cache-dtype-skip-layers`, kv/layout.py): each layer's typed view of the
+"""Mixed KV pools (`--kv-cache-dtype-skip-layers`, storage/layout.py): each layer's typed view of the
 raw-byte pool, the tiers' copies and reads, and attention over a layer of a mixed pool equal to
 attention over a uniform pool of that layer's format (the torch path, and the CUDA path's Triton
 kernels under the interpreter)."""
@@ -14,10 +14,10 @@ from kvspill.config import EngineConfig
 from kvspill.errors import InvalidParameterError
 from kvspill.kernels.fused_ops import apply_rope_ref
 from kvspill.kernels.kv_quant import quantize_kv, rotate
-from kvspill.kv.block_summary import layout_summary_dtype, summarize_blocks
-from kvspill.kv.layout import KVLayout, engine_layout, layer_formats
-from kvspill.kv.storage import KVStorage, TieredKVStorage
 from kvspill.runner.attention import PagedAttention, build_attention_metadata
+from kvspill.storage.layout import KVLayout, engine_layout, layer_formats
+from kvspill.storage.storage import KVStorage, TieredKVStorage
+from kvspill.storage.summary import layout_summary_dtype, summarize_blocks
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, NUM_BLOCKS = 4, 2, 32, 4, 12

@@ -1,4 +1,4 @@
-"""The persist dir's store (kv/persist.py) on its own: a round trip of block bytes, the index read
+"""The persist dir's store (storage/persist.py) on its own: a round trip of block bytes, the index read
 on start, LRU eviction within the budget (exact files), and what is skipped."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from kvspill.kernels.kv_quant import dequantize_kv, int8_scales, quantize_kv
-from kvspill.kv.persist import PersistStore, kv_fingerprint, scan_dir
-from kvspill.kv.storage import KVLayout
+from kvspill.storage.persist import PersistStore, kv_fingerprint, scan_dir
+from kvspill.storage.storage import KVLayout
 
 LAYOUT = KVLayout(num_layers=2, block_size=4, num_kv_heads=2, head_dim=8, dtype=torch.bfloat16)
 FP = kv_fingerprint({"model": "test"})
@@ -68,13 +68,13 @@ def test_other_configurations_torn_files_and_leftover_tmp_are_skipped(tmp_path, 
     store.close()
     (tmp_path / f"{2:016x}.kvb").write_bytes((tmp_path / f"{2:016x}.kvb").read_bytes()[:-1])  # torn
     (tmp_path / f"{9:016x}.kvb.tmp").write_bytes(b"partial")  # a crash mid-write
-    with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
+    with caplog.at_level(logging.WARNING, logger="kvspill.storage.persist"):
         again = _store(tmp_path)
     assert again.num_blocks == 2 and not again.contains(2) and again.num_skipped == 1
     assert any("torn" in r.message for r in caplog.records)
     assert not (tmp_path / f"{9:016x}.kvb.tmp").exists()
     again.close()
-    with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
+    with caplog.at_level(logging.WARNING, logger="kvspill.storage.persist"):
         other = _store(tmp_path, fingerprint=FP + 1)
         fp8 = _store(tmp_path, layout=KVLayout(2, 4, 2, 8, torch.float8_e4m3fn))
     assert other.num_blocks == 0 and fp8.num_blocks == 0
@@ -95,7 +95,7 @@ def test_a_corrupt_file_is_not_loaded(tmp_path, caplog, offset):
     data[offset] ^= 0x55
     path.write_bytes(bytes(data))
     store.close()
-    with caplog.at_level(logging.WARNING, logger="kvspill.kv.persist"):
+    with caplog.at_level(logging.WARNING, logger="kvspill.storage.persist"):
         again = _store(tmp_path)
         dst = torch.zeros((2, 2, 4, 2, 8), dtype=torch.bfloat16)
         loaded = again.contains(1) and again.load_into(1, dst)

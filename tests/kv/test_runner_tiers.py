@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspill.kv.cold_config import ColdAttentionConfig
-from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
+from kvspill.attention.cold.config import ColdAttentionConfig
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
 from kvspill.runner.model_runner import ModelRunner
 from kvspill.sampling_params import SamplingParams
+from kvspill.storage.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.types import (
     TIER_CPU,
     TIER_DISK,

@@ -1,4 +1,4 @@
-"""Prompt-guided selection (`kv/sparse_anchor.py`, `--sparse-prompt-window`): the anchor blocks come
+"""Prompt-guided selection (`attention/sparse/anchor.py`, `--sparse-prompt-window`): the anchor blocks come
 first in every head's ranking; the capture keeps exactly the prompt's last queries across prefill
 chunks; the anchors are the blocks those queries point at; end to end on the tiny random Llama, a
 budget above the cold length stays exact and a small one keeps the anchors in every step's choice."""
@@ -10,9 +10,9 @@ import pytest
 import torch
 from tiered_llm import tiered_llm
 
+from kvspill.attention.sparse.anchor import PromptAnchors, anchor_blocks, boost_keys, build_capture
+from kvspill.attention.sparse.select import select_from_keys
 from kvspill.kernels.sparse_kernels import ranking_keys
-from kvspill.kv.sparse_anchor import PromptAnchors, anchor_blocks, boost_keys, build_capture
-from kvspill.kv.sparse_select import select_from_keys
 from kvspill.llm import LLM
 from kvspill.runner.attention import PagedAttention
 from kvspill.sampling_params import SamplingParams
@@ -91,7 +91,7 @@ def test_anchor_masks_point_at_the_block_the_prompt_queries_match():
 
 
 def test_anchor_masks_scored_in_chunks_equal_one_pass(monkeypatch):
-    from kvspill.kv import sparse_anchor
+    from kvspill.attention.sparse import anchor as sparse_anchor
 
     layers, heads, dim, blocks = 2, 4, 8, 50
     g = torch.Generator().manual_seed(2)
@@ -139,7 +139,7 @@ def test_capture_keeps_the_prompts_last_queries_and_the_steps_keep_the_anchors(t
     llm = _tiered(tiny_llama_dir, sparse_budget_tokens=32, sparse_prompt_share=0.5)
     anchors = llm.engine.bundle.runner.cold.anchors
     kept: list[tuple[torch.Tensor, torch.Tensor]] = []
-    from kvspill.kv import cold_sparse
+    from kvspill.attention.cold import sparse as cold_sparse
 
     original_select = cold_sparse.select_from_keys
 

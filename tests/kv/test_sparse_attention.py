@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
+from kvspill.attention.cold.config import ColdAttentionConfig, ColdSeq
+from kvspill.attention.cold.dispatch import ColdAttentionBackend
+from kvspill.attention.cold.merge import attend_unmasked_ref
+from kvspill.attention.sparse.select import block_scores, block_scores_ref, quest_bounds, select_blocks
 from kvspill.kernels.kv_quant import dequantize_kv, quantize_kv
-from kvspill.kv.block_summary import BlockSummaries, bytes_per_block, summarize_keys
-from kvspill.kv.cold_attention import ColdAttentionBackend
-from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
-from kvspill.kv.cold_math import attend_unmasked_ref
-from kvspill.kv.sparse_select import block_scores, block_scores_ref, quest_bounds, select_blocks
-from kvspill.kv.storage import TieredKVStorage
-from kvspill.kv.transfer import KVTransferEngine
 from kvspill.runner.inputs import apply_block_moves
+from kvspill.storage.storage import TieredKVStorage
+from kvspill.storage.summary import BlockSummaries, bytes_per_block, summarize_keys
+from kvspill.storage.transfer import KVTransferEngine
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, ScheduledBatch, TransferPlan
 
 from .test_cold_attention import (

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
+from kvspill.storage.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 LAYOUT = KVLayout(num_layers=3, block_size=4, num_kv_heads=2, head_dim=16, dtype=torch.float32)

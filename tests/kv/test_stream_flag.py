@@ -1,4 +1,4 @@
-"""The GPU waits for a CPU result on a flag in pinned memory (kv/stream_flag.py), not the host."""
+"""The GPU waits for a CPU result on a flag in pinned memory (storage/stream_flag.py), not the host."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from kvspill.kv import cold_cpu
-from kvspill.kv.cold_attention import ColdAttentionBackend
-from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
-from kvspill.kv.storage import KVLayout, TieredKVStorage
-from kvspill.kv.stream_flag import StreamFlag
+from kvspill.attention.cold import cpu as cold_cpu
+from kvspill.attention.cold.config import ColdAttentionConfig, ColdSeq
+from kvspill.attention.cold.dispatch import ColdAttentionBackend
+from kvspill.storage.storage import KVLayout, TieredKVStorage
+from kvspill.storage.stream_flag import StreamFlag
 from kvspill.types import TIER_CPU
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kvspill.kernels.kv_quant import dequantize_kv, int8_scales, quantize_kv
-from kvspill.kv.storage import KVLayout, TieredKVStorage
-from kvspill.kv.transfer import CopyRun, KVTransferEngine, group_moves
+from kvspill.storage.storage import KVLayout, TieredKVStorage
+from kvspill.storage.transfer import CopyRun, KVTransferEngine, group_moves
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, TransferPlan
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -83,6 +83,6 @@ def smollm2_loaded(smollm2_gguf_path: Path):  # -> LoadedModel
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_gguf_path: Path):  # -> TokenizerBundle
     from kvspill.model.resolve import resolve_model
-    from kvspill.tokenizer import load_tokenizer
+    from kvspill.text.tokenizer import load_tokenizer
 
     return load_tokenizer(resolve_model(None))

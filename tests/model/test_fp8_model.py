@@ -155,7 +155,7 @@ def test_the_engine_loads_fp8_and_plans_its_bytes(tiny_llama_dir):
     from dataclasses import replace
 
     from kvspill.config import EngineConfig
-    from kvspill.engine import LLMEngine
+    from kvspill.engine.core import LLMEngine
     from kvspill.errors import InvalidParameterError
     from kvspill.model.quant import model_weight_bytes
     from kvspill.plan.startup import startup_plan

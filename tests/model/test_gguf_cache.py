@@ -1,4 +1,4 @@
-"""The per-file cache of a GGUF's HF config and tokenizer (kvspill/gguf_cache.py)."""
+"""The per-file cache of a GGUF's HF config and tokenizer (kvspill/gguf/cache.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import transformers
 
-from kvspill import gguf_cache
 from kvspill.env import env_settings
+from kvspill.gguf import cache as gguf_cache
 
 TEXTS = [
     "Hello world!",
@@ -130,7 +130,7 @@ def test_a_corrupt_or_stale_entry_is_rebuilt(cache_dir, tiny_gguf, conversions, 
     entry = gguf_cache.cache_entry(tiny_gguf)
     assert entry is not None
     (entry / "tokenizer" / "tokenizer.json").write_text("{not json", encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="kvspill.gguf_cache"):
+    with caplog.at_level(logging.WARNING, logger="kvspill.gguf.cache"):
         rebuilt = gguf_cache.gguf_tokenizer(tiny_gguf)
     assert "ignoring the tokenizer entry" in caplog.text
     _same_tokenizer(rebuilt, fresh)
@@ -170,7 +170,7 @@ def test_an_unwritable_cache_is_logged_and_the_load_goes_on(monkeypatch, tmp_pat
             Path(where, "x.json").write_text("{}")
 
     try:
-        with caplog.at_level(logging.WARNING, logger="kvspill.gguf_cache"):
+        with caplog.at_level(logging.WARNING, logger="kvspill.gguf.cache"):
             value = gguf_cache._cached(model, "config", Saved, lambda d: pytest.fail("nothing was saved"))
     finally:
         env_settings.cache_clear()

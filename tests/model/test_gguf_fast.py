@@ -1,4 +1,4 @@
-"""FastGGUFReader gives exactly what gguf's own GGUFReader gives (kvspill/gguf_fast.py)."""
+"""FastGGUFReader gives exactly what gguf's own GGUFReader gives (kvspill/gguf/fast.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gguf import GGUFEndian, GGUFValueType
 
-from kvspill.gguf_fast import FastGGUFReader
+from kvspill.gguf.fast import FastGGUFReader
 
 _SCALARS = [
     (GGUFValueType.UINT8, 200),

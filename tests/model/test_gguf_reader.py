@@ -1,4 +1,4 @@
-"""A .gguf file is parsed once per engine start (kvspill/gguf_reader.py)."""
+"""A .gguf file is parsed once per engine start (kvspill/gguf/reader.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from transformers import AutoConfig
 
-from kvspill.gguf_reader import read_gguf, shared_readers
+from kvspill.gguf.reader import read_gguf, shared_readers
 
 
 @pytest.fixture(scope="module")

@@ -395,7 +395,7 @@ def test_the_engine_serves_an_int4_checkpoint_and_plans_its_bytes(
     greedy tokens of the model built step by step above, and the plan made from config.json alone
     counts its bytes exactly (the projections as Q4_1: 5 bits a weight)."""
     from kvspill.config import EngineConfig
-    from kvspill.engine import LLMEngine
+    from kvspill.engine.core import LLMEngine
     from kvspill.errors import InvalidParameterError
     from kvspill.model.quant import QuantLinear, model_weight_bytes
     from kvspill.plan.startup import startup_plan

@@ -10,7 +10,7 @@ import pytest
 
 from kvspill.errors import UnsupportedModelError
 from kvspill.model.resolve import resolve_model
-from kvspill.tokenizer import load_tokenizer
+from kvspill.text.tokenizer import load_tokenizer
 
 
 def test_tiny_bundle(tiny_llama_dir: Path) -> None:

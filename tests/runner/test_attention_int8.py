@@ -11,8 +11,8 @@ from step_inputs import step_over_random_blocks
 
 from kvspill.kernels.fused_ops import apply_rope_ref
 from kvspill.kernels.kv_quant import dequantize_kv, hadamard, int8_scales, quantize_kv, rotate, rotate_rows
-from kvspill.kv.storage import KVLayout, KVStorage
 from kvspill.runner.attention import PagedAttention, build_attention_metadata
+from kvspill.storage.storage import KVLayout, KVStorage
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, NUM_BLOCKS = 4, 2, 32, 4, 40
 SEQS = [(13, 1), (0, 9), (22, 5)]  # (num_computed_tokens, num_new_tokens): a decode, two chunks

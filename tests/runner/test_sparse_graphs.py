@@ -12,10 +12,10 @@ import pytest
 import torch
 from step_inputs import decode_step_inputs
 
-from kvspill.kv.cold_attention import ColdAttentionBackend
-from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
-from kvspill.kv.storage import KVLayout, TieredKVStorage
+from kvspill.attention.cold.config import ColdAttentionConfig, ColdSeq
+from kvspill.attention.cold.dispatch import ColdAttentionBackend
 from kvspill.runner.sparse_graphs import eager_reason, graph_cold_step
+from kvspill.storage.storage import KVLayout, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK
 
 LAYOUT = KVLayout(num_layers=2, block_size=4, num_kv_heads=2, head_dim=16, dtype=torch.float32)
@@ -87,10 +87,10 @@ def test_eager_reason_names_what_keeps_a_step_off_the_graphs():
 
 
 def test_the_graph_form_keeps_the_prompt_anchors_like_the_eager_step():
-    """With prompt anchors (`kv/sparse_anchor.py`): the graph's static anchor buffer, filled as
+    """With prompt anchors (`attention/sparse/anchor.py`): the graph's static anchor buffer, filled as
     `SparseDecodeGraphs.prepare` fills it, gives the eager step's (o, lse); without anchors the
     result differs (the anchors change the choice)."""
-    from kvspill.kv.sparse_anchor import build_capture
+    from kvspill.attention.sparse.anchor import build_capture
 
     g = torch.Generator().manual_seed(7)
     storage = TieredKVStorage(LAYOUT, 8, torch.device("cpu"), num_cpu_blocks=64)

@@ -12,11 +12,11 @@ import pytest
 import torch
 from step_inputs import decode_step_inputs
 
+from kvspill.attention.cold.config import ColdAttentionConfig, ColdSeq
+from kvspill.attention.cold.dispatch import ColdAttentionBackend
 from kvspill.kernels.kv_quant import int8_planes
-from kvspill.kv.cold_attention import ColdAttentionBackend
-from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
-from kvspill.kv.storage import KVLayout, TieredKVStorage
 from kvspill.runner.stream_graphs import graph_stream_step, stream_eager_reason
+from kvspill.storage.storage import KVLayout, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK
 
 NUM_HEADS, SCALE, CHUNK_BLOCKS = 4, 16**-0.5, 8
@@ -109,7 +109,7 @@ def test_stream_graph_replays_give_the_eager_tokens(smollm2_geometry_dir, kv_cac
     kw = dict(
         device="cuda", dtype="float32" if kv_cache_dtype == "auto" else "bfloat16", max_model_len=2048,
         cold_attention="stream", kv_cache_dtype=kv_cache_dtype.removesuffix("+skip"), **hot_kv_kwargs(256, 2048),
-        # a mixed pool: two of the 4 layers kept at bf16 (kv/layout.py), staged per layer through byte buffers
+        # a mixed pool: two of the 4 layers kept at bf16 (storage/layout.py), staged per layer through byte buffers
         kv_cache_dtype_skip_layers=[0, 2] if kv_cache_dtype.endswith("+skip") else [],
     )  # fmt: skip
     g = torch.Generator().manual_seed(0)

@@ -1,4 +1,4 @@
-"""Tests for kvspill.detokenizer: streaming decode with SmolLM2's byte-level BPE tokenizer and a
+"""Tests for kvspill.text.detokenizer: streaming decode with SmolLM2's byte-level BPE tokenizer and a
 neighbour-dependent toy tokenizer, and stop strings over text deltas."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
+from kvspill.text.detokenizer import IncrementalDetokenizer, StopChecker
 
 TEXTS = [
     "Héllo wörld, naïve café, Ærøskøbing, señor, Ωμέγα",

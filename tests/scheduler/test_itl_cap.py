@@ -3,7 +3,7 @@ prefill tokens (exact counts on the fake runner); with nothing decoding there is
 
 from __future__ import annotations
 
-from kvspill.itl_budget import AUTO_MIN_S, ItlBudget
+from kvspill.engine.itl_budget import AUTO_MIN_S, ItlBudget
 from kvspill.scheduler.scheduler import Scheduler
 
 from .test_scheduler import CONFIG, FakeRunner, make_request, step

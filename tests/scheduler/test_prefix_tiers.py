@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 
 from kvspill.kv.cold_pool import ColdBlockPool
-from kvspill.kv.transfer import CopyRun, group_moves
 from kvspill.scheduler.scheduler import Scheduler
+from kvspill.storage.transfer import CopyRun, group_moves
 from kvspill.types import TIER_CPU
 
 from .test_tiers import (

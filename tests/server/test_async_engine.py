@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from kvspill.engine_client import EngineClient
+from kvspill.engine.client import EngineClient
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError, StepFailedError

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvspill.config import EngineConfig
-from kvspill.engine import LLMEngine
-from kvspill.engine_client import EngineClient, TokenizerClient
+from kvspill.engine.client import EngineClient, TokenizerClient
+from kvspill.engine.core import LLMEngine
 from kvspill.stats import KVStats
-from kvspill.tokenizer import TokenizerBundle
+from kvspill.text.tokenizer import TokenizerBundle
 
 
 def _served(engine: EngineClient) -> EngineClient:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import uvicorn
 
-from kvspill.engine_client import EngineClient
+from kvspill.engine.client import EngineClient
 from kvspill.sampling_params import SamplingParams
 from kvspill.server import ServerSettings, create_app, serving
 from kvspill.stats import KVStats, RequestTierStats

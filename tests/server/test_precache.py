@@ -9,7 +9,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from kvspill.engine import LLMEngine
+from kvspill.engine.core import LLMEngine
 from kvspill.server import ServerSettings, create_app
 
 FILES = [{"path": f"src/m{i}.py", "content": f"def f{i}(x):\n    return x * {i}\n" * 6} for i in range(4)]

@@ -128,7 +128,7 @@ class EngineTarget:
     def build(
         cls, config: Any, label: str = "engine", max_token_id: int = DEFAULT_MAX_TOKEN_ID
     ) -> EngineTarget:
-        from kvspill.engine import LLMEngine
+        from kvspill.engine.core import LLMEngine
 
         return cls(LLMEngine(config), label, max_token_id)
 

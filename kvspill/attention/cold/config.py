@@ -1,6 +1,6 @@
 """The cold-attention path's configuration and a step's input per sequence (`ColdSeq`): what the
 engine chooses (`--cold-attention`, `--sparse-budget-tokens`, `--sparse-cache-seqs`) and the
-runner hands over; the paths themselves are in `kv/cold_attention.py` and the modules it names."""
+runner hands over; the paths themselves are in `attention/cold/dispatch.py` and the modules it names."""
 
 from __future__ import annotations
 
@@ -67,10 +67,10 @@ class ColdAttentionConfig:
     # gpu-resident sink blocks and hot window come on top, exact.
     sparse_budget_tokens: int = 4096
     # sparse: decode requests whose chosen blocks stay cached on the device between steps
-    # (`kv/sparse_cache.py`; each costs the budget's KV bytes); 0 turns the cache off.
+    # (`attention/sparse/cache.py`; each costs the budget's KV bytes); 0 turns the cache off.
     sparse_cache_seqs: int = 0
     # sparse: the queries of each prompt's last `sparse_prompt_window` tokens choose
-    # `sparse_prompt_share` of the budget (`kv/sparse_anchor.py`); 0: the step's query chooses all.
+    # `sparse_prompt_share` of the budget (`attention/sparse/anchor.py`); 0: the step's query chooses all.
     sparse_prompt_window: int = 0
     sparse_prompt_share: float = 0.5
     max_seq_blocks: int = 0  # blocks of the longest sequence (the cache's map size); 0: no cache
@@ -226,7 +226,7 @@ def engine_cold_config(
         cpu_layer_s=cpu_layer_seconds(calibration) if calibration else 0.0,
         # On CUDA the CPU share runs on a worker thread from when the layer's q is down (`begin`)
         # while this thread launches the stream share and the rest of the layer; the GPU waits
-        # for its result (kv/stream_flag.py). On the CPU device the kernel has every core.
+        # for its result (storage/stream_flag.py). On the CPU device the kernel has every core.
         cpu_workers=workers,
         cpu_threads=config.cpu_attention_threads or default_cpu_threads(device, workers),
         # The plan reserves two staging buffers of COLD_STAGE_TOKENS per layer: use all of it.

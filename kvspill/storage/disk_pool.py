@@ -4,13 +4,13 @@ Why not a memory map: an I/O error under a mapping (a media error, the file trun
 someone, the filesystem gone) is a SIGBUS when the page is touched, and the process dies
 (issue 21). Through `os.preadv`/`os.pwritev` the same error is an exception: a
 `DiskTierIOError` (kvspill/errors.py) naming the file, byte offset and block ids. The step that
-needed the blocks fails; the engine's failed-step machinery (step_retry.py) retries its requests
+needed the blocks fails; the engine's failed-step machinery (engine/step_retry.py) retries its requests
 one at a time, and the tiers retire the unreadable blocks or stop spilling to the disk tier
 after a failed write (`ColdPrefixCache.on_disk_error`).
 
 File layout, layer-major: `[num_layers, num_blocks, 2, block_size, num_kv_heads, row_dim]`
 (`KVLayout.row_dim`: head_dim, or head_dim + 4 for int8 blocks, which carry their scales; in a
-mixed pool, kv/layout.py, each layer's region of `num_blocks * layer_bytes(layer)` bytes).
+mixed pool, storage/layout.py, each layer's region of `num_blocks * layer_bytes(layer)` bytes).
 The readers that attend cold blocks want one layer of many blocks at a time (`read_layer`):
 a run of consecutive block ids of one layer is one contiguous range, so one syscall per run.
 Whole blocks (`read_blocks`/`write_blocks`: tier moves, summaries, the persist dir) cost one
@@ -54,7 +54,7 @@ import torch
 from kvspill.errors import DiskTierError, DiskTierIOError
 
 if TYPE_CHECKING:
-    from kvspill.kv.storage import KVLayout
+    from kvspill.storage.storage import KVLayout
 
 logger = logging.getLogger(__name__)
 MiB = 1 << 20

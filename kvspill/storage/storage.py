@@ -1,6 +1,6 @@
 """KV cache storage: the tensors that hold K and V for every block (runner side, torch).
 
-Layout (kv/layout.py): one tensor `kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads,
+Layout (storage/layout.py): one tensor `kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads,
 row_dim]` (dim 2: 0 = K, 1 = V; row_dim = head_dim, or head_dim + 4 for int8 KV, whose block regions
 hold a value plane and a plane of fp32 row scales, kernels/kv_quant.py, so scales travel inside
 every block copy), or raw bytes `[num_blocks, block_bytes]` when layers keep different formats
@@ -10,8 +10,8 @@ PCIe copies like). Attention kernels take the strided per-layer view `layer(l)`.
 
 `TieredKVStorage` adds the cold tiers: a cpu pool in host memory with the same per-block layout
 (pinned on CUDA, allocated once) and a disk pool in a file read and written with explicit I/O
-(`kv/disk_pool.py`: an I/O error is an exception, never a signal); `kv/transfer.py` moves blocks
-between them and `kv/cold_attention.py` attends to the cold ones.
+(`storage/disk_pool.py`: an I/O error is an exception, never a signal); `storage/transfer.py` moves blocks
+between them and `attention/cold/dispatch.py` attends to the cold ones.
 
 Invariant: the scheduler's block ids index dim 0 of their tier's tensor directly (the disk
 pool's `read_*`/`write_blocks` for the disk tier); this module never decides which block holds what.
@@ -27,9 +27,9 @@ import torch
 
 from kvspill.kernels.kv_quant import hadamard
 from kvspill.kernels.uva_gather import index_copy_rows
-from kvspill.kv.disk_pool import DiskPool
-from kvspill.kv.host_memory import FAST_PIN_MIN_BYTES, nbytes_of, pinned_zeros
-from kvspill.kv.layout import KVLayout
+from kvspill.storage.disk_pool import DiskPool
+from kvspill.storage.host_memory import FAST_PIN_MIN_BYTES, nbytes_of, pinned_zeros
+from kvspill.storage.layout import KVLayout
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class KVStorage:
         self.num_blocks = num_blocks
         self.device = device
         # kv_cache: [num_blocks, num_layers, 2, block_size, num_kv_heads, row_dim], or
-        # [num_blocks, block_bytes] uint8 for a mixed pool (kv/layout.py)
+        # [num_blocks, block_bytes] uint8 for a mixed pool (storage/layout.py)
         shape = (num_blocks, *layout.block_shape)
         if device.type == "cpu":
             self.kv_cache = zeroed_host_tensor(shape, layout.pool_dtype)
@@ -114,7 +114,7 @@ class TieredKVStorage(KVStorage):
     - cpu: `num_cpu_blocks` blocks in host memory, allocated once; pinned when the device is
       CUDA (pageable with a warning when pinning is refused, always pageable without CUDA).
     - disk: `num_disk_blocks` blocks in a file under `disk_dir` (a temp dir when None), read
-      and written through `DiskPool` (kv/disk_pool.py).
+      and written through `DiskPool` (storage/disk_pool.py).
     Block ids of each tier index dim 0 of that tier's tensor (the disk pool's blocks for disk).
     `copy_stream` is the side stream every tier copy runs on (None off CUDA: copies there are
     synchronous).

@@ -18,7 +18,7 @@ from kvspill.plan.preflight import run_checks
 from kvspill.plan.spec import ModelSpec
 from kvspill.sampling_params import SamplingParams
 
-logger = logging.getLogger("kvspill.engine_setup")  # the name these lines had before the split
+logger = logging.getLogger("kvspill.engine.setup")  # the name these lines had before the split
 
 
 def pick_device(config: EngineConfig, tp: TensorParallel = SINGLE) -> torch.device:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from kvspill.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from kvspill.engine import LLMEngine
+    from kvspill.engine.core import LLMEngine
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Query-aware selection of cold blocks: score block summaries, keep a token budget.
 
-A block's summary is the per-channel min and max of its keys (`kv/block_summary.py`, as in
+A block's summary is the per-channel min and max of its keys (`storage/summary.py`, as in
 Quest), read as a box: center c = (kmax + kmin) / 2 and half-width r = (kmax - kmin) / 2. The
 score of a block for one query row q and kv head h estimates the block's largest q . k:
 

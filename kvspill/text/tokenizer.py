@@ -22,7 +22,7 @@ from typing import Any
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
-from kvspill.gguf_cache import gguf_tokenizer
+from kvspill.gguf.cache import gguf_tokenizer
 from kvspill.model.resolve import ResolvedModel
 
 # (prefix, suffix, middle) spellings seen in released vocabularies, most common first.

@@ -1,8 +1,8 @@
 """Cold path (a): attend a step's CPU parts on the host, where the blocks lie (cpu pool or disk file).
 
-`ColdCpuPath` is built once per step by `ColdStep` (kv/cold_attention.py) with the step's CPU
+`ColdCpuPath` is built once per step by `ColdStep` (attention/cold/dispatch.py) with the step's CPU
 parts; per layer, `start` sends q down and runs the parts (on a worker on CUDA, whose result the
-GPU waits for on a flag: kv/stream_flag.py), `result` brings (o, lse) up, and `work` fills rows
+GPU waits for on a flag: storage/stream_flag.py), `result` brings (o, lse) up, and `work` fills rows
 of the host (o, lse) pair: every part through the C++ kernel
 (`kernels/cpu_attention.py`): one call over the cpu pool, read in place, and one per
 `cpu_chunk_blocks` disk blocks, read (that layer only) into a reusable host buffer
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvspill.attention.cold.merge import attend_unmasked_cpu
+from kvspill.attention.cold.stream import ColdPart
 from kvspill.kernels.cpu_attention import CpuParts, cpu_paged_attention
 from kvspill.kernels.kv_quant import dequantize_kv
 from kvspill.kernels.merge_states import merge_attention_states_ref
-from kvspill.kv.cold_math import attend_unmasked_cpu
-from kvspill.kv.cold_stream import ColdPart
-from kvspill.kv.storage import KVLayout, TieredKVStorage
-from kvspill.kv.stream_flag import StreamFlag
+from kvspill.storage.storage import KVLayout, TieredKVStorage
+from kvspill.storage.stream_flag import StreamFlag
 from kvspill.types import TIER_CPU, TIER_DISK
 
 
@@ -53,7 +53,7 @@ class LayerStaging:
         self._local = threading.local()
 
     def get(self, num_blocks: int, layer_idx: int) -> torch.Tensor:
-        """Room for `layer_idx` of `num_blocks` blocks, as that layer's view (kv/layout.py)."""
+        """Room for `layer_idx` of `num_blocks` blocks, as that layer's view (storage/layout.py)."""
         buf: torch.Tensor | None = getattr(self._local, "buf", None)
         if buf is None or buf.shape[0] < num_blocks:
             shape, dtype = self.layout.staging_shape(num_blocks)
@@ -157,7 +157,7 @@ class ColdCpuPath:
         self, layer: CpuLayer, flag: StreamFlag | None, device: torch.device
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer's (o, lse), on `device`. With a flag the compute stream waits for the worker
-        (kv/stream_flag.py) and the host goes on, except at the last layer, where it waits for
+        (storage/stream_flag.py) and the host goes on, except at the last layer, where it waits for
         every flagged layer of the step: their errors raise here, and no worker still writes
         into this step's buffers when the next step starts."""
         if layer.done_value is not None:

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvspill.attention.cold.merge import fold_queries, merge_rows_into, unfold_outputs
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.uva_gather import gather_blocks
-from kvspill.kv.cold_math import fold_queries, merge_rows_into, unfold_outputs
-from kvspill.kv.storage import TieredKVStorage, allocate_host_pool
-from kvspill.kv.transfer import EventTimer
+from kvspill.storage.storage import TieredKVStorage, allocate_host_pool
+from kvspill.storage.transfer import EventTimer
 from kvspill.types import TIER_CPU, TIER_DISK
 
 
@@ -168,7 +168,7 @@ class StreamStager:
         self.is_cuda = storage.device.type == "cuda"
         # device: 2 x [chunk_blocks, 2, block_size, num_kv_heads, row_dim], a kv_layer each (int8 rows
         # carry their scales, so the decode kernel reads staged blocks as it reads the pool); raw
-        # bytes for a mixed pool, viewed per layer (`layer_buf`, kv/layout.py)
+        # bytes for a mixed pool, viewed per layer (`layer_buf`, storage/layout.py)
         self.device_bufs = [torch.empty(shape, dtype=dtype, device=storage.device) for _ in range(2)]
         self.host_bufs = (
             [allocate_host_pool(shape, dtype, pin=True)[0] for _ in range(2)]

@@ -28,7 +28,7 @@ _reader_class: Any = None  # gguf's own GGUFReader, kept while the module name i
 
 def read_gguf(path: str | os.PathLike[str]) -> Any:
     """A read-only FastGGUFReader of `path`: shared inside `shared_readers()`, fresh outside it."""
-    from kvspill.gguf_fast import FastGGUFReader as reader_class
+    from kvspill.gguf.fast import FastGGUFReader as reader_class
 
     if _depth == 0:
         return reader_class(os.fspath(path), "r")

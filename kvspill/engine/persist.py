@@ -1,7 +1,7 @@
 """The engine's glue between the tiers' prefix caches and the persist dir (`--kv-persist-dir`).
 
 After each step, blocks freed into a prefix cache are queued for the writer thread of
-`kv/persist.py` (cpu blocks are read in place, pinned until written; gpu and disk blocks are
+`storage/persist.py` (cpu blocks are read in place, pinned until written; gpu and disk blocks are
 copied to host first, before the next `schedule()` can reuse them). Before each step, every request that
 arrived since is looked up once: after its hits in the gpu/cpu/disk tiers, the blocks of its
 prefix found in the persist dir are read into free cpu (then disk) blocks and cached there, so
@@ -29,10 +29,10 @@ import torch
 
 from kvspill.errors import DiskTierIOError
 from kvspill.kv.block_pool import KVBlock
-from kvspill.kv.persist import PersistStore
-from kvspill.kv.storage import TieredKVStorage
 from kvspill.kv.tiers import KVTierManager
 from kvspill.scheduler.request import Request
+from kvspill.storage.persist import PersistStore
+from kvspill.storage.storage import TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 logger = logging.getLogger(__name__)

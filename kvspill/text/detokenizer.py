@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from kvspill.stop_strings import StopAutomaton
+from kvspill.text.stop_strings import StopAutomaton
 
 _REPLACEMENT = "\ufffd"
 # Prompt tokens decoded with the first output tokens, as vLLM's
@@ -115,7 +115,7 @@ class StopChecker:
     `add(delta)` returns `(text_to_emit, matched_stop)`; once `matched_stop` is not None the
     request is finished and later calls return `("", None)`. `flush()` returns the held tail
     when the request ends for another reason (eos, max_tokens). Linear in the text: the
-    automaton (`stop_strings.py`) carries the matching state from one delta to the next.
+    automaton (`text/stop_strings.py`) carries the matching state from one delta to the next.
     """
 
     def __init__(self, stop: tuple[str, ...], include_stop_str_in_output: bool) -> None:

@@ -40,21 +40,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kvspill.attention.cold.config import ColdAttentionConfig, ColdSeq
+from kvspill.attention.cold.cpu import ColdCpuPath, CpuLayer, LayerStaging
+from kvspill.attention.cold.merge import merge_partials
+from kvspill.attention.cold.sparse import SparseColdStep, SparseCounts, SparseFetched, SparseInput
+from kvspill.attention.cold.step_sync import HostReady
+from kvspill.attention.cold.stream import ColdPart, StreamChunk, StreamStager, plan_chunks
+from kvspill.attention.cold.stream_graph import GraphStreamPart
+from kvspill.attention.sparse.anchor import PromptAnchors
+from kvspill.attention.sparse.cache import SparseBlockCache
 from kvspill.env import sparse_hot_after, sparse_overlap_on
 from kvspill.kernels.cpu_attention import load_kernel
-from kvspill.kv.block_summary import BlockSummaries
-from kvspill.kv.cold_config import ColdAttentionConfig, ColdSeq
-from kvspill.kv.cold_cpu import ColdCpuPath, CpuLayer, LayerStaging
-from kvspill.kv.cold_math import merge_partials
-from kvspill.kv.cold_sparse import SparseColdStep, SparseCounts, SparseFetched, SparseInput
-from kvspill.kv.cold_stream import ColdPart, StreamChunk, StreamStager, plan_chunks
-from kvspill.kv.cold_stream_graph import GraphStreamPart
-from kvspill.kv.sparse_anchor import PromptAnchors
-from kvspill.kv.sparse_cache import SparseBlockCache
-from kvspill.kv.step_sync import HostReady
-from kvspill.kv.storage import TieredKVStorage
-from kvspill.kv.stream_flag import StreamFlag
 from kvspill.stats import ColdAttentionCounters
+from kvspill.storage.storage import TieredKVStorage
+from kvspill.storage.stream_flag import StreamFlag
+from kvspill.storage.summary import BlockSummaries
 from kvspill.types import TIER_CPU, TIER_DISK
 
 

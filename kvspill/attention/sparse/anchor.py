@@ -3,7 +3,7 @@
 A decode step's query asks about the next token only. Right after `def ` or `# `, the query of a
 code model is generic, and the cold block that holds the definition the prompt asked about scores
 no higher than any other: exact attention finds that block through the question, which sits in
-the hot window; sparse attention (`kv/cold_sparse.py`) never fetches it. Measured with
+the hot window; sparse attention (`attention/cold/sparse.py`) never fetches it. Measured with
 `kvspill eval` on SmolLM2 (code task, 2K tokens, budget 1/8, 360 samples): 3.6 points under
 exact, every lost sample lost in the first tokens of the answer (bench/results/2026-11-29-cpu-code-2k-seed1/).
 
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvspill.attention.cold.config import ColdAttentionConfig
+from kvspill.attention.sparse.select import block_scores, select_from_keys
 from kvspill.kernels.sparse_kernels import ranking_keys
-from kvspill.kv.cold_config import ColdAttentionConfig
-from kvspill.kv.sparse_select import block_scores, select_from_keys
-from kvspill.kv.storage import KVStorage
+from kvspill.storage.storage import KVStorage
 
 # Above the high half of every real ranking key: the score's top SCORE_BITS bits of the largest
 # finite float are 0x7F7FF000 (inf 0x7F800000, NaN 0x7FC00000); the block selection's bitwise

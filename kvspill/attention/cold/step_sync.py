@@ -1,4 +1,4 @@
-"""Small synchronization helpers of a step's cold paths (`kv/cold_attention.py`, `kv/cold_sparse.py`):
+"""Small synchronization helpers of a step's cold paths (`attention/cold/dispatch.py`, `attention/cold/sparse.py`):
 `HostReady` waits once per step for the async copies into the cpu pool before the host reads it;
 `CopyStream` runs a block of kernels on the storage's copy stream, ordered both ways with the
 compute stream; `recorded_event` marks a point of the current stream for another to wait on."""
@@ -27,7 +27,7 @@ class HostReady:
 class CopyStream:
     """`with` block whose kernels run on the storage's copy stream, ordered after the compute
     stream's work so far, with the compute stream waiting for them after. The copy stream orders
-    these reads of the pinned pool with every host write into it (kv/transfer.py waits for that
+    these reads of the pinned pool with every host write into it (storage/transfer.py waits for that
     stream before one). Without a stream (off CUDA) the block runs in place."""
 
     def __init__(self, stream: torch.cuda.Stream | None, device: torch.device) -> None:

@@ -38,7 +38,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from kvspill.config import EngineConfig
-from kvspill.engine_setup import build_engine_parts, uses_async_scheduling
+from kvspill.engine.setup import build_engine_parts, uses_async_scheduling
 from kvspill.errors import InvalidParameterError
 from kvspill.model.parallel import TensorParallel, valid_sizes
 from kvspill.plan.startup import model_spec_for

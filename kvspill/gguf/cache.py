@@ -36,7 +36,7 @@ import transformers
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 
 from kvspill.env import env_settings
-from kvspill.gguf_reader import shared_readers
+from kvspill.gguf.reader import shared_readers
 
 logger = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
+from kvspill.attention.cold.merge import merge_rows_into
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.uva_gather import gather_blocks_to
-from kvspill.kv.cold_math import merge_rows_into
-from kvspill.kv.storage import TieredKVStorage
+from kvspill.storage.storage import TieredKVStorage
 from kvspill.types import TIER_CPU
 
 

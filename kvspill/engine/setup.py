@@ -21,8 +21,9 @@ from pathlib import Path
 import psutil
 import torch
 
+from kvspill.attention.cold.config import engine_cold_config
 from kvspill.config import EngineConfig, with_attention_mode
-from kvspill.engine_checks import (
+from kvspill.engine.checks import (
     cap_allocator,
     check_int4_format,
     check_kv_cache_dtype,
@@ -32,15 +33,12 @@ from kvspill.engine_checks import (
     runtime_bytes_beside,
     use_expandable_segments,
 )
+from kvspill.engine.phases import StartupPhases
 from kvspill.env import cuda_graphs_on
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
-from kvspill.gguf_reader import shared_readers
+from kvspill.gguf.reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kernels.cpu_attention import load_kernel
-from kvspill.kv.cold_config import engine_cold_config
-from kvspill.kv.layout import check_skip_layers, engine_layout
-from kvspill.kv.persist import kv_fingerprint, model_identity
-from kvspill.kv.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.model.layers import rope_table_bytes
 from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.parallel import SINGLE, TensorParallel
@@ -55,8 +53,10 @@ from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quan
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.model_runner import ModelRunner
 from kvspill.runner.profile import profile_prefill_peak
-from kvspill.startup_phases import StartupPhases
-from kvspill.tokenizer import TokenizerBundle, load_tokenizer
+from kvspill.storage.layout import check_skip_layers, engine_layout
+from kvspill.storage.persist import kv_fingerprint, model_identity
+from kvspill.storage.storage import KVLayout, KVStorage, TieredKVStorage
+from kvspill.text.tokenizer import TokenizerBundle, load_tokenizer
 
 logger = logging.getLogger(__name__)
 GIB = 2**30
@@ -77,7 +77,7 @@ class EngineParts:
     vocab_size: int
     device: torch.device
     dtype: torch.dtype
-    kv_fingerprint: int  # seeds the prefix hashes; checks persisted blocks (kv/persist.py)
+    kv_fingerprint: int  # seeds the prefix hashes; checks persisted blocks (storage/persist.py)
 
 
 def _card(device: torch.device) -> tuple[int | None, str | None]:
@@ -310,7 +310,7 @@ def build_engine_parts(
     if tokenizer is not None and config.chat_template is not None:
         tokenizer = replace(tokenizer, chat_template=_read_chat_template(config.chat_template))
     eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
-    # this rank's kv heads in every tier; skipped layers at the model dtype (kv/layout.py)
+    # this rank's kv heads in every tier; skipped layers at the model dtype (storage/layout.py)
     layout = engine_layout(config, loaded.num_layers, loaded.num_kv_heads // tp.size, loaded.head_dim, dtype)
     with phases.phase("measure and size the KV tiers"):
         plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)

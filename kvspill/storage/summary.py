@@ -2,7 +2,7 @@
 minimum and maximum of the block's keys (Quest, Tang et al. 2024).
 
 They live on the compute device (the GPU on CUDA) so that scoring every cold block of a
-sequence costs two small matmuls per layer there (`kv/sparse_select.py`); only the blocks that
+sequence costs two small matmuls per layer there (`attention/sparse/select.py`); only the blocks that
 score well are then fetched. One summary is 2 x head_dim values per (layer, kv head) in the KV
 dtype (`summary_dtype`: fp16 for int8 pools, whose keys are summarized after dequantizing):
 `bytes_per_block(layout)`, about 1 / block_size of the block's KV bytes (1/16 with 16-token
@@ -26,8 +26,8 @@ import torch
 
 from kvspill.kernels.kv_quant import int8_planes
 from kvspill.kernels.uva_gather import index_copy_rows
-from kvspill.kv.layout import element_size
-from kvspill.kv.storage import KVLayout, TieredKVStorage
+from kvspill.storage.layout import element_size
+from kvspill.storage.storage import KVLayout, TieredKVStorage
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU
 
 # Blocks summarized per reduction: bounds the temporaries (an fp8 pool's keys widened to fp32:
@@ -45,7 +45,7 @@ def summary_dtype(kv_dtype: torch.dtype) -> torch.dtype:
 
 def layout_summary_dtype(layout: KVLayout) -> torch.dtype:
     """The summaries' dtype of a pool: `summary_dtype` of its format; for a mixed pool
-    (kv/layout.py) that of the skipped layers' model dtype, which also holds the quantized layers'
+    (storage/layout.py) that of the skipped layers' model dtype, which also holds the quantized layers'
     bounds (fp8 values exactly, int8 ones rounded as fp16 would)."""
     if not layout.mixed:
         return summary_dtype(layout.dtype)

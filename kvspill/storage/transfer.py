@@ -12,19 +12,19 @@ On CUDA:
   so the forward neither reads a block before it arrives nor overwrites a gpu block (freed by
   a gpu->cpu move and reused in this same step) before it has left. The host never waits.
 - cpu<->disk copies are file reads and writes straight into or out of the cpu pool
-  (`kv/disk_pool.py`). Before one runs, the host waits for the async copies already issued (a
+  (`storage/disk_pool.py`). Before one runs, the host waits for the async copies already issued (a
   cpu block may be the source or target of one), and `wait_host()` does the same for readers of
   the cpu pool on the host (CPU attention, staging of cold blocks).
 - gpu<->disk copies go through a host buffer and block the host (not the compute stream) until
   done: a rare, direct spill.
 - A disk read or write that fails (`DiskTierIOError`) does not stop the plan: the other moves
   still run (a later move may be another request's, which must not be lost), then the first
-  error is raised and the step fails (step_retry.py).
+  error is raised and the step fails (engine/step_retry.py).
 - A host write into the cpu pool (disk->cpu) first waits for the whole copy stream: the cold
   stream path's zero-copy kernels read pinned blocks in place on it.
 Off CUDA every copy is a synchronous `copy_`: the same code path, so tests exercise it.
 
-With sparse cold attention, `summaries` (kv/block_summary.py) follow every run: a block going
+With sparse cold attention, `summaries` (storage/summary.py) follow every run: a block going
 cold gets its key summary computed from its gpu copy, on the same stream and before its bytes
 leave, so the summary is ready whenever the block is.
 
@@ -43,9 +43,9 @@ import numpy as np
 import torch
 
 from kvspill.errors import DiskTierIOError
-from kvspill.kv.block_summary import BlockSummaries
-from kvspill.kv.storage import TieredKVStorage
 from kvspill.stats import TransferCounters
+from kvspill.storage.storage import TieredKVStorage
+from kvspill.storage.summary import BlockSummaries
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
 
 

@@ -24,7 +24,7 @@ import torch
 
 from kvspill.kernels.sparse_kernels import cache_update
 from kvspill.kernels.uva_gather import gather_blocks_to
-from kvspill.kv.storage import KVLayout
+from kvspill.storage.storage import KVLayout
 
 
 def cache_update_ref(
@@ -61,7 +61,7 @@ class SparseBlockCache:
         self.num_groups = num_groups
         # per layer [num_groups * budget_blocks, 2, block_size, num_kv_heads, row_dim] of its own
         # format (int8: a value and a scale plane per block, kv_quant.py; a mixed pool's layers
-        # differ, kv/layout.py)
+        # differ, storage/layout.py)
         slots = num_groups * budget_blocks
         self.data = [
             torch.empty((slots, *layout.layer_shape(i)), dtype=layout.dtype_of(i), device=device)

@@ -3,7 +3,7 @@
 One file per block, `<block hash, 16 hex digits>.kvb`: the magic `KVSPBLK1`, a 4-byte little-endian
 header length, the header (JSON: block hash, KV fingerprint, block shape, dtype, payload bytes,
 CRC-32 of the payload), then the payload: the block's bytes in the storage layout (all layers,
-K and V: `kv/storage.py`).
+K and V: `storage/storage.py`).
 
 Invariants:
 - A file appears under its final name only whole: written as `.tmp`, fsynced, renamed, and the
@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from kvspill.kv.storage import KVLayout
+from kvspill.storage.storage import KVLayout
 
 logger = logging.getLogger(__name__)
 MAGIC = b"KVSPBLK1"
@@ -132,7 +132,7 @@ class PersistStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.budget_bytes = budget_bytes
         self.fingerprint = fingerprint
-        self.shape = layout.block_shape  # raw bytes for a mixed pool (kv/layout.py)
+        self.shape = layout.block_shape  # raw bytes for a mixed pool (storage/layout.py)
         self.dtype = layout.pool_dtype
         self.block_bytes = layout.block_bytes
         self._lock = threading.Lock()
@@ -311,7 +311,7 @@ class PersistStore:
         if out is not dst:
             dst.copy_(out)
         os.utime(info.path)  # most recently used, across restarts too
-        with self._lock:  # loads run on several threads (prefix_persist.py)
+        with self._lock:  # loads run on several threads (engine/persist.py)
             if block_hash in self._index:
                 self._index.move_to_end(block_hash)
             self.num_loaded += 1

@@ -21,29 +21,29 @@ import time
 from dataclasses import dataclass
 
 from kvspill.config import EngineConfig, with_attention_mode
-from kvspill.detokenizer import IncrementalDetokenizer, StopChecker
-from kvspill.engine_checks import check_prompt
-from kvspill.engine_parallel import TensorParallelGroup
-from kvspill.engine_setup import EngineParts, build_engine_parts, uses_async_scheduling
-from kvspill.engine_warmup import warm_up
+from kvspill.engine.checks import check_prompt
+from kvspill.engine.itl_budget import itl_budget_for
+from kvspill.engine.parallel import TensorParallelGroup
+from kvspill.engine.persist import PrefixPersister
+from kvspill.engine.phases import StartupPhases
+from kvspill.engine.setup import EngineParts, build_engine_parts, uses_async_scheduling
+from kvspill.engine.step_budget import StepBudget
+from kvspill.engine.step_retry import OomBackoff, retry_failed_step
+from kvspill.engine.warmup import warm_up
 from kvspill.errors import (
     InvalidParameterError,
     KVCacheBusyError,
     OutOfKVMemoryError,
 )
 from kvspill.guided.compiler import GuidedCompiler
-from kvspill.itl_budget import itl_budget_for
-from kvspill.kv.persist import PersistStore
-from kvspill.prefix_persist import PrefixPersister
 from kvspill.runner.async_output import PendingStepOutput
 from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.scheduler.scheduler import Scheduler
-from kvspill.startup_phases import StartupPhases
 from kvspill.stats import KVStats, KVTiers
-from kvspill.step_budget import StepBudget
-from kvspill.step_retry import OomBackoff, retry_failed_step
+from kvspill.storage.persist import PersistStore
+from kvspill.text.detokenizer import IncrementalDetokenizer, StopChecker
 from kvspill.types import PromptLogprobs, RequestOutput, ScheduledBatch
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, **engine_options: object) -> None:
         self.config = config if config is not None else EngineConfig(**engine_options)  # type: ignore[arg-type]
         self.startup_phases = StartupPhases()
-        # --tensor-parallel-size N: this process is rank 0 of N (engine_parallel.py).
+        # --tensor-parallel-size N: this process is rank 0 of N (engine/parallel.py).
         self.parallel = TensorParallelGroup(self.config) if self.config.tensor_parallel_size > 1 else None
         try:
             bundle: EngineParts = (
@@ -76,7 +76,7 @@ class LLMEngine:
         self.bundle = bundle
         # what start-up resolved: `--attention cpu` on a GPU runs through the tiers (config.py)
         self.config = with_attention_mode(self.config, bundle.device.type)
-        self.memory_plan = bundle.memory_plan  # the plan that sized the KV tiers (engine_setup.py)
+        self.memory_plan = bundle.memory_plan  # the plan that sized the KV tiers (engine/setup.py)
         self.tokenizer = bundle.tokenizer
         self.runner = bundle.runner
         self.max_model_len = bundle.max_model_len
@@ -262,7 +262,7 @@ class LLMEngine:
 
     def _launch(self, batch: ScheduledBatch) -> PendingStepOutput:
         if self.parallel is not None:
-            self.parallel.send(batch)  # every worker runs the same step (engine_parallel.py)
+            self.parallel.send(batch)  # every worker runs the same step (engine/parallel.py)
         return self.runner.execute_async(batch)
 
     # ---- the loop -----------------------------------------------------------------------------
@@ -301,7 +301,7 @@ class LLMEngine:
 
     def limit_step_time(self, target_s: float | None) -> None:
         """Size each step's tokens so that a step takes about `target_s` (None: the configured
-        --max-num-batched-tokens): a server checks aborts between steps (`step_budget.py`). Only
+        --max-num-batched-tokens): a server checks aborts between steps (`engine/step_budget.py`). Only
         without async scheduling, where a step's time is measured whole."""
         if target_s is None or self.async_scheduling:
             self._step_budget = None

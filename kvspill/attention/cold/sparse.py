@@ -2,7 +2,7 @@
 cold blocks their queries select, within a token budget.
 
 Per layer and sequence with one query row this step: rank every cold block by its summary
-against the row's queries (`kv/sparse_select.py`; on CUDA one Triton kernel reads the summaries
+against the row's queries (`attention/sparse/select.py`; on CUDA one Triton kernel reads the summaries
 where they lie, `kernels/sparse_kernels.block_keys`), keep the `budget_blocks` best (one block
 list per sequence for all its kv heads: the union of the heads' rankings, see there), bring
 those blocks of that layer to the device and run the decode kernel over them; the partial
@@ -10,7 +10,7 @@ those blocks of that layer to the device and run the decode kernel over them; th
 blocks, hot window) stays exact in the attention backend.
 
 Where the chosen blocks come from:
-- Cached sequences (`kv/sparse_cache.py`, the first `sparse_cache_seqs` decode requests whose
+- Cached sequences (`attention/sparse/cache.py`, the first `sparse_cache_seqs` decode requests whose
   cold blocks are all in the cpu tier, pinned on CUDA): the blocks chosen last step stay in
   device slots; only the newly chosen ones are copied, by the zero-copy gather kernel on the
   copy stream, with every index on the device (no host sync).
@@ -19,7 +19,7 @@ Where the chosen blocks come from:
 Off CUDA the "device" is the host and every copy is an index_select.
 Selection depends on each layer's queries, so nothing is prefetched across layers.
 With `--sparse-prompt-window` a share of the budget is the blocks the prompt's last queries chose
-(`kv/sparse_anchor.py`): their ranking keys are raised above every score, so the one selection
+(`attention/sparse/anchor.py`): their ranking keys are raised above every score, so the one selection
 keeps them first.
 
 Prefill chunks (several query rows) take the exact paths (`ColdStep`): a chunk is compute-bound
@@ -39,16 +39,16 @@ from functools import partial
 import numpy as np
 import torch
 
+from kvspill.attention.cold.merge import merge_rows_into
+from kvspill.attention.cold.step_sync import CopyStream, recorded_event
+from kvspill.attention.sparse.anchor import PromptAnchors, boost_keys, cold_set_key
+from kvspill.attention.sparse.cache import SparseBlockCache
+from kvspill.attention.sparse.select import block_scores, select_from_keys
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.sparse_kernels import block_keys, pad_keys, ranking_keys
 from kvspill.kernels.uva_gather import gather_blocks, index_copy_rows
-from kvspill.kv.block_summary import BlockSummaries
-from kvspill.kv.cold_math import merge_rows_into
-from kvspill.kv.sparse_anchor import PromptAnchors, boost_keys, cold_set_key
-from kvspill.kv.sparse_cache import SparseBlockCache
-from kvspill.kv.sparse_select import block_scores, select_from_keys
-from kvspill.kv.step_sync import CopyStream, recorded_event
-from kvspill.kv.storage import TieredKVStorage
+from kvspill.storage.storage import TieredKVStorage
+from kvspill.storage.summary import BlockSummaries
 from kvspill.types import TIER_CPU, TIER_DISK
 
 # Shortest split of the decode kernel over the chosen blocks. A step attends a full budget of
@@ -85,7 +85,7 @@ class SparseSeq:
     positions: torch.Tensor  # arange(num_cold) on the device (the selection's index space)
     group: int | None = None  # its group in the sparse cache; None: staged each step
     num_valid: torch.Tensor | None = None  # CUDA graphs: int64 scalar, the real blocks (rest padding)
-    # [num_layers, num_cold] bool: each layer's anchor blocks (`kv/sparse_anchor.py`), kept first
+    # [num_layers, num_cold] bool: each layer's anchor blocks (`attention/sparse/anchor.py`), kept first
     anchor: torch.Tensor | None = None
 
     @property
@@ -127,7 +127,7 @@ class SparseColdStep:
     ) -> None:
         """`ensure_host_ready()` waits for async copies into the cpu pool; called before the host
         reads it (summaries made late, gathers through the host). `anchors`: the prompt-guided
-        share of the budget (`kv/sparse_anchor.py`), None: the step's queries choose it all."""
+        share of the budget (`attention/sparse/anchor.py`), None: the step's queries choose it all."""
         self._setup(storage, summaries, counts, ensure_host_ready, cache)
         cacheable = [self._cacheable(x) for x in inputs]
         groups = (

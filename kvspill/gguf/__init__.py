@@ -1,0 +1,1 @@
+"""GGUF files: the reader, fast metadata paths, the config/tokenizer cache."""

@@ -1,0 +1,1 @@
+"""Text in and out: the tokenizer, incremental detokenization, stop strings, precache prompts."""
