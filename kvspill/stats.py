@@ -80,7 +80,7 @@ class TierCounters:
     num_used_cpu_blocks: int = 0
     num_disk_blocks: int = 0
     num_used_disk_blocks: int = 0
-    # "gpu->cpu", "cpu->disk", "gpu->disk", "cpu->gpu", "disk->gpu" (kv/tier_stats.MOVE_NAMES) -> blocks
+    # "gpu->cpu", "cpu->disk", "gpu->disk", "cpu->gpu", "disk->gpu" (kv/tiers.MOVE_NAMES) -> blocks
     kv_block_moves: Mapping[str, int] = field(default_factory=dict)
     num_spilled_preemptions: int = 0  # preemptions that parked the KV instead of recomputing it
     num_dropped_spills: int = 0  # parked requests whose KV was dropped for room (recomputed instead)
