@@ -131,7 +131,10 @@ def request_from_engine_config(
         sink_blocks=config.num_sink_blocks,
         recent_window_tokens=config.hot_window_tokens,
         tensor_parallel_size=config.tensor_parallel_size,
-        stream_graphs=cuda_graphs_on("STREAM"),  # as engine_setup reads it
+        # the graph switches as the engine reads them (plan/choices.DeviceFacts.read)
+        stream_graphs=cuda_graphs_on("STREAM"),
+        sparse_graphs=cuda_graphs_on("SPARSE"),
+        tp_graphs=cuda_graphs_on("TP"),
         rope_scaling=rope_type_of(config.rope_scaling),
     )
 

@@ -7,6 +7,8 @@ No torch, no I/O.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvspill.plan.bandwidths import GB, Bandwidths
 
 # Share of pinned H2D that the engine's stream path attends cold KV at, when not calibrated:
@@ -93,6 +95,23 @@ AUTO_SPLIT_MIN_CPU_RATIO = 0.5
 # below it the CPU's hand-over (q down, a worker wakes, its result up: about 0.25 ms per layer
 # on those hosts) costs more than its share saves.
 AUTO_SPLIT_MIN_STREAM_S = 1e-3
+
+
+@dataclass(frozen=True)
+class SplitThresholds:
+    """Cold bytes per layer of a step's decode rows from which "split" hands the CPU a share;
+    fewer stream them all (the CPU's hand-over would cost more than its share saves). Zero:
+    every step splits (`--cold-attention split`). The plan's step and the engine's both ask `splits`."""
+
+    min_layer_bytes: int = 0  # auto_split_min_layer_bytes
+    # ... where the step could otherwise replay a stream graph (graphed_split_min_layer_bytes)
+    min_layer_bytes_graphed: int | float = 0
+
+    def least(self, graphable: bool) -> float:
+        return max(self.min_layer_bytes, self.min_layer_bytes_graphed) if graphable else self.min_layer_bytes
+
+    def splits(self, layer_bytes: float, graphable: bool) -> bool:
+        return layer_bytes >= self.least(graphable)
 
 
 def auto_uses_split(bw: Bandwidths) -> bool:

@@ -24,6 +24,7 @@ from kvspill.plan.cold_rates import (
     GATHER_EFFICIENCY,
     SPLIT_EXTRA_PER_LAYER_S,
     STREAM_EFFICIENCY,
+    SplitThresholds,
     auto_split_min_layer_bytes,
     auto_uses_split,
     cpu_layer_seconds,
@@ -185,11 +186,13 @@ def decode_floor(
     sparse: SparseCold | None = None,
     cold_graphs: bool = False,
     kv_format: str = "bf16",
+    split: SplitThresholds | None = None,
 ) -> DecodeFloor:
     """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
     ("stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared in the
-    ratio of their rates; "auto": split or stream, see `resolve_auto`; "sparse": see `_sparse`),
-    disk KV over disk, plus the per-layer step overhead.
+    ratio of their rates, a step under `split`'s thresholds streaming all; "auto": split or
+    stream, see `resolve_auto`; "sparse": see `_sparse`), disk KV over disk, plus the per-layer
+    step overhead.
 
     `cold_graphs`: a step whose cold blocks all stream may replay a CUDA graph
     (runner/stream_graphs.py: one GPU, graphs on, no disk blocks); it gathers them at
@@ -206,9 +209,12 @@ def decode_floor(
     cold = cpu_kv_bytes + disk_kv_bytes  # disk blocks pass through RAM, then take either path
     graphable = cold_graphs and disk_kv_bytes == 0
     layer_s = cpu_layer_seconds(bw) if num_layers else 0.0  # no layer count: bytes alone
-    if cold_path == "auto":  # as the engine resolves it on a GPU (engine_setup, attention/cold/dispatch)
-        cold_path = resolve_auto(bw, cold / max(num_layers, 1), cpu, layer_s, graphable, kv_format)
-    cpu_share = split_cpu_share(cold / max(num_layers, 1), stream, cpu, layer_s)
+    layer_bytes = cold / max(num_layers, 1)
+    if cold_path == "auto":  # as the engine resolves it on a GPU (plan/choices.py)
+        cold_path = resolve_auto(bw, layer_bytes, cpu, layer_s, graphable, kv_format)
+    elif cold_path == "split" and split is not None and not split.splits(layer_bytes, graphable):
+        cold_path = "stream"  # a step with too few cold bytes to hand over (the engine's rule)
+    cpu_share = split_cpu_share(layer_bytes, stream, cpu, layer_s)
     fraction = {"cpu": 0.0, "split": 1.0 - cpu_share}.get(cold_path, 1.0)
     streamed = round(cold * fraction)
     cpu_s = (cold - streamed) / (cpu * GB) + (num_layers * layer_s if cold > streamed else 0.0)
@@ -228,12 +234,20 @@ def decode_floor(
         offload_s=offloaded_bytes / (h2d * GB),
         cold_graphs=graphed,
     )
-    if graphed:
+    return _step_shape(floor, num_layers, kv_format)
+
+
+def _step_shape(floor: DecodeFloor, num_layers: int, kv_format: str) -> DecodeFloor:
+    """`floor` with what the step's shape adds or hides: a graphed stream step hides its gather
+    beneath the HBM work; an eager split step pays SPLIT_EXTRA_PER_LAYER_S; an eager stream step
+    takes at least the host's launches (EAGER_STREAM_HOST_PER_LAYER_S)."""
+    cold = floor.streamed_bytes + floor.cpu_attn_bytes
+    if floor.cold_graphs:
         return replace(floor, overlap_s=min(floor.cold_kv_s, floor.weights_s + floor.gpu_kv_s))
-    if cold and 0 < streamed < cold:  # an eager split step
+    if cold and 0 < floor.streamed_bytes < cold:  # an eager split step
         extra = num_layers * SPLIT_EXTRA_PER_LAYER_S[kv_format]
         return replace(floor, overhead_s=floor.overhead_s + extra)
-    if cold and streamed == cold:  # an eager stream step: at least the host's launches
+    if cold and floor.streamed_bytes == cold:  # an eager stream step: at least the host's launches
         short = num_layers * EAGER_STREAM_HOST_PER_LAYER_S - floor.total_s
         return replace(floor, overhead_s=floor.overhead_s + max(0.0, short))
     return floor
@@ -242,19 +256,15 @@ def decode_floor(
 def resolve_auto(
     bw: Bandwidths, layer_bytes: float, cpu_gbs: float, cpu_layer_s: float, graphable: bool, kv_format: str
 ) -> str:
-    """The exact path "auto" takes on a GPU for a step with `layer_bytes` of cold KV per layer:
-    "split" where the calibration says the CPU pays and the step has enough bytes to hand over
-    (`graphed_split_min_layer_bytes` where the step could otherwise replay a stream graph,
-    else `auto_split_min_layer_bytes`), else "stream". The engine applies the same thresholds
-    (attention/cold/config.py)."""
+    """The exact path "auto" takes on a GPU for a step with `layer_bytes` of cold KV per layer,
+    from bandwidths alone (a caller of `decode_floor` without the engine's record): "split" where
+    the calibration says the CPU pays and the step has enough bytes to hand over (the thresholds
+    `plan/choices.resolve_choices` puts in the engine's record), else "stream"."""
     if not auto_uses_split(bw):
         return "stream"
-    least = (
-        graphed_split_min_layer_bytes(bw, cpu_gbs, cpu_layer_s, kv_format)
-        if graphable
-        else auto_split_min_layer_bytes(bw)
-    )
-    return "split" if layer_bytes >= least else "stream"
+    graphed = graphed_split_min_layer_bytes(bw, cpu_gbs, cpu_layer_s, kv_format) if graphable else 0
+    split = SplitThresholds(auto_split_min_layer_bytes(bw), graphed)
+    return "split" if split.splits(layer_bytes, graphable) else "stream"
 
 
 def _sparse(

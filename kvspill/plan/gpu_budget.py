@@ -11,15 +11,12 @@ weights and activations count.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kvspill.plan.costs import activation_peak_bytes
+from kvspill.plan.request import PlanRequest
+from kvspill.plan.spec import ModelSpec
 from kvspill.plan.units import MiB
 from kvspill.plan.weights import holds_gguf_blocks
-
-if TYPE_CHECKING:
-    from kvspill.plan.arithmetic import PlanRequest
-    from kvspill.plan.spec import ModelSpec
 
 # CUDA context + cuBLAS workspaces + kernel images: outside the torch allocator. The engine
 # measured ~0.65 GiB on H100 and H200 (torch 2.11): 512 MiB put 0.13 GiB too much KV on the GPU.
@@ -60,7 +57,11 @@ class GpuBudget:
     kv_left: int  # what the KV tier may take (before sparse summaries and cache); may be negative
 
 
-def gpu_budget(request: PlanRequest, weight_bytes: int) -> GpuBudget:
+def gpu_budget(request: PlanRequest, weight_bytes: int, graphs: bool | None = None) -> GpuBudget:
+    """The reserves of `request` beside `weight_bytes`; `graphs`: the engine captures decode
+    graphs (`RuntimeChoices.decode_graphs`; None: unless --enforce-eager)."""
+    if graphs is None:
+        graphs = not request.enforce_eager
     spec, kv_bytes = request.spec, request.kv_dtype_bytes
     usable = int(request.vram_budget_bytes * request.gpu_memory_utilization)
     act_bytes = request.weight_dtype_bytes
@@ -74,7 +75,7 @@ def gpu_budget(request: PlanRequest, weight_bytes: int) -> GpuBudget:
     graph = slack = runtime = rope = 0
     if request.device == "cuda":
         rope = request.rope_table_bytes  # one table per process (per rank), sized by max_model_len
-        if not request.enforce_eager:
+        if graphs:
             batch = min(request.max_num_seqs, MAX_GRAPH_BATCH)
             graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
             if request.graph_scratch_bytes is not None:

@@ -211,7 +211,7 @@ def notes_for(plan: MemoryPlan) -> list[str]:
                 else ""
             )
         )
-        eager = sparse_eager_reason(r, plan.placed_disk_tokens)
+        eager = sparse_eager_reason(plan.choices, plan.placed_disk_tokens) if plan.choices else None
         if eager is not None and r.device == "cuda":
             notes.append(
                 f"--cold-attention sparse: decode steps run without CUDA graphs ({eager}), "

@@ -1,15 +1,13 @@
 """What `--cold-attention sparse` adds to a plan: the key summaries and the block cache on the GPU,
 the cold bytes a decode step reads, and whether its steps replay CUDA graphs (which sets their
-per-layer overhead, `costs.SparseCold`); and whether exact stream steps replay theirs."""
+per-layer overhead, `costs.SparseCold`). Whether graphs are captured at all is the engine's
+record (`plan/choices.py`); a sequence with disk blocks runs eagerly whatever it says."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvspill.plan.choices import RuntimeChoices
 from kvspill.plan.costs import SparseCold
-
-if TYPE_CHECKING:
-    from kvspill.plan.arithmetic import PlanRequest
+from kvspill.plan.request import PlanRequest
 
 
 def sparse_gpu_bytes(request: PlanRequest, cold_tokens: int) -> tuple[int, int]:
@@ -27,36 +25,21 @@ def sparse_gpu_bytes(request: PlanRequest, cold_tokens: int) -> tuple[int, int]:
     return summaries, cache * request.kv_bytes_per_token
 
 
-def sparse_eager_reason(request: PlanRequest, disk_tokens: int) -> str | None:
+def sparse_eager_reason(choices: RuntimeChoices, disk_tokens: int) -> str | None:
     """None when a sparse decode step of one sequence replays a CUDA graph
     (runner/sparse_graphs.py), else why it runs eagerly (2-3x slower, H200 W3 128K)."""
-    reasons = {
-        "not on a GPU": request.device != "cuda",
-        "--enforce-eager": request.enforce_eager,
-        "tensor parallelism": request.tensor_parallel_size > 1,
-        "--sparse-cache-seqs 0": request.sparse_cache_seqs == 0,
-        "cold blocks in the disk tier": disk_tokens > 0,
-    }
-    return next((why for why, on in reasons.items() if on), None)
+    if choices.sparse_eager_reason is not None:
+        return choices.sparse_eager_reason
+    return "cold blocks in the disk tier" if disk_tokens > 0 else None
 
 
-def sparse_cold(request: PlanRequest, on_cpu: int, on_disk: int, summary_bytes: int) -> SparseCold:
+def sparse_cold(
+    request: PlanRequest, choices: RuntimeChoices, on_cpu: int, on_disk: int, summary_bytes: int
+) -> SparseCold:
     """What a sparse decode row reads of `on_cpu + on_disk` cold tokens and how its steps run."""
     return SparseCold(
         min(1.0, request.sparse_budget_tokens / max(1, on_cpu + on_disk)),
         summary_bytes,
         cold_blocks=(on_cpu + on_disk) // request.block_size,
-        graphs=sparse_eager_reason(request, on_disk) is None,
-    )
-
-
-def stream_graphs_apply(request: PlanRequest) -> bool:
-    """Whether an exact decode step of one sequence whose cold blocks all stream may replay a CUDA
-    graph (runner/stream_graphs.py); `costs.decode_floor` also requires no disk blocks."""
-    return (
-        request.device == "cuda"
-        and request.stream_graphs
-        and not request.enforce_eager
-        and request.tensor_parallel_size == 1
-        and request.cold_attention in ("auto", "stream", "split")
+        graphs=sparse_eager_reason(choices, on_disk) is None,
     )
