@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,8 +30,6 @@ import torch
 
 if TYPE_CHECKING:
     import xgrammar as xgr
-
-    from kvspill.sampling.sampler import SamplingState
 
 logger = logging.getLogger(__name__)
 
@@ -65,14 +64,17 @@ class GuideState:
         self.num_accepted = len(output_token_ids)
 
 
-def fill_bitmask(states: list[SamplingState], rows: list[int], vocab: int) -> torch.Tensor:
-    """[len(rows), ceil(vocab/32)] int32 on the CPU: bit t of row j allows token t of states[rows[j]]."""
+def fill_bitmask(
+    guides: Sequence[GuideState | None], output_token_ids: Sequence[list[int]], rows: list[int], vocab: int
+) -> torch.Tensor:
+    """[len(rows), ceil(vocab/32)] int32 on the CPU: bit t of row j allows token t of guides[rows[j]],
+    after that guide has accepted output_token_ids[rows[j]] (the request's outputs so far)."""
     words = (vocab + 31) // 32
     bitmask = torch.full((len(rows), words), _ALL_ALLOWED, dtype=torch.int32)
     for j, i in enumerate(rows):
-        guide = states[i].guide
+        guide = guides[i]
         assert guide is not None
-        guide.advance(states[i].output_token_ids)
+        guide.advance(output_token_ids[i])
         if guide.matcher.is_terminated():
             continue
         if not guide.stuck:
@@ -126,9 +128,12 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) 
     return out
 
 
-def guided_mask_logits(logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
-    """`logits` with every guided row masked to its grammar (itself when no row is guided)."""
-    rows = [i for i, s in enumerate(states) if s.guide is not None]
+def guided_mask_logits(
+    logits: torch.Tensor, guides: Sequence[GuideState | None], output_token_ids: Sequence[list[int]]
+) -> torch.Tensor:
+    """`logits` [num_seqs, vocab] with every guided row masked to its grammar (itself when no row is
+    guided); row i's guide is guides[i] (None: not guided), its outputs so far output_token_ids[i]."""
+    rows = [i for i, guide in enumerate(guides) if guide is not None]
     if not rows:
         return logits
-    return apply_bitmask(logits, fill_bitmask(states, rows, logits.shape[1]), rows)
+    return apply_bitmask(logits, fill_bitmask(guides, output_token_ids, rows, logits.shape[1]), rows)

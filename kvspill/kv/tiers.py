@@ -62,12 +62,21 @@ from typing import Protocol
 
 from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest
 from kvspill.kv.cold_pool import ColdBlockPool
-from kvspill.kv.tier_advice import never_fits_message
+from kvspill.kv.tier_advice import TierSizes, hot_blocks_message, too_many_blocks_message
 from kvspill.kv.tier_prefix import ColdPrefixCache
 from kvspill.kv.tier_spill import Admission, SpillPicker
-from kvspill.kv.tier_stats import request_tier_stats, tier_counters
 from kvspill.stats import RequestTierStats, TierCounters
-from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, BlockMove, TransferPlan
+from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
+
+# Every direction a block moves in, as named in `TierCounters.kv_block_moves` (kvspill/stats.py).
+_DIRECTIONS = (
+    (TIER_GPU, TIER_CPU),
+    (TIER_CPU, TIER_DISK),
+    (TIER_GPU, TIER_DISK),
+    (TIER_CPU, TIER_GPU),
+    (TIER_DISK, TIER_GPU),
+)
+MOVE_NAMES = {(src, dst): f"{TIER_NAMES[src]}->{TIER_NAMES[dst]}" for src, dst in _DIRECTIONS}
 
 
 class TierConfig(Protocol):
@@ -146,11 +155,39 @@ class KVTierManager(SpillPicker):
         )
 
     def stats(self) -> TierCounters:
-        return tier_counters(self)
+        """Totals since start: blocks per tier, moves, prefix hits, parked preemptions (`/v1/kv`)."""
+        kv = self.kv
+        return TierCounters(
+            num_gpu_blocks=kv.num_blocks,
+            num_used_gpu_blocks=kv.num_blocks - kv.num_free_blocks,
+            num_cpu_blocks=self.cpu.num_blocks,
+            num_used_cpu_blocks=self.cpu.num_used_blocks,
+            num_disk_blocks=self.disk.num_blocks,
+            num_used_disk_blocks=self.disk.num_used_blocks,
+            kv_block_moves={name: self.num_moves[key] for key, name in MOVE_NAMES.items()},
+            prefix_hit_tokens={
+                TIER_NAMES[t]: self.prefix.hit_tokens[t] for t in (TIER_GPU, TIER_CPU, TIER_DISK)
+            },
+            prefix_query_tokens=kv.prefix_cache_queries,
+            prefix_cached_blocks={
+                TIER_NAMES[TIER_GPU]: kv.block_pool.num_cached_blocks,
+                TIER_NAMES[TIER_CPU]: self.cpu.num_cached_blocks,
+                TIER_NAMES[TIER_DISK]: self.disk.num_cached_blocks,
+            },
+            num_spilled_preemptions=self.num_parked,
+            num_dropped_spills=self.num_parked_dropped,
+            num_demoted_prefix_blocks=self.num_demoted,
+        )
 
     def request_stats(self, request: KVRequest) -> RequestTierStats:
+        """Where one request's blocks are now."""
         tiers = Counter(tier for tier, _ in self._cold.get(request.req_id, {}).values())
-        return request_tier_stats(self, request, tiers[TIER_CPU], tiers[TIER_DISK])
+        return RequestTierStats(
+            status="preempted" if self.is_parked(request) else "running",
+            num_gpu_blocks=sum(block is not None for block in self.kv.get_blocks(request.req_id)),
+            num_cpu_blocks=tiers[TIER_CPU],
+            num_disk_blocks=tiers[TIER_DISK],
+        )
 
     def get_computed_blocks(self, request: KVRequest) -> tuple[list[KVBlock | None], int]:
         """Longest chain of cached full blocks at the start of the request, over all tiers
@@ -182,7 +219,18 @@ class KVTierManager(SpillPicker):
 
     def never_fits_message(self, request: KVRequest, num_computed_tokens: int) -> str | None:
         """Why the request can never be scheduled (with what to change), or None when it can."""
-        return never_fits_message(self, request, num_computed_tokens)
+        sizes = TierSizes(
+            block_size=self.block_size,
+            num_gpu_blocks=self.kv.num_blocks,
+            num_cpu_blocks=self.cpu.num_blocks,
+            num_disk_blocks=self.disk.num_blocks,
+            num_sink_blocks=self.num_sink_blocks,
+            hot_window_tokens=self.hot_window_tokens,
+        )
+        message = too_many_blocks_message(sizes, request)
+        if message is None and self.enabled and self.max_num_new_tokens(request, num_computed_tokens) < 1:
+            return hot_blocks_message(sizes, request)
+        return message
 
     # ---- allocation, preemption, free --------------------------------------------------
 

@@ -264,7 +264,9 @@ class Sampler:
             return (greedy_ids if greedy_ids is not None else greedy_argmax(logits)), [None] * len(states)
         generator = generator if generator is not None else self.generator
 
-        logits = guided_mask_logits(apply_logit_bias(logits, states), states)
+        logits = guided_mask_logits(
+            apply_logit_bias(logits, states), [s.guide for s in states], [s.output_token_ids for s in states]
+        )
         logits = apply_min_tokens(apply_penalties(logits, states), states)
         lp_rows = [i for i, s in enumerate(states) if s.params.logprobs is not None]
         logprobs_all = None

@@ -17,17 +17,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-from kvspill.scheduler.request import RequestStatus
-
-if TYPE_CHECKING:
-    from kvspill.scheduler.scheduler import Scheduler
 
 MAX_RETRIES = 2
 
 
 class StepIsolation:
+    """The suspects of failed steps and how often each was retried; knows request ids only (the
+    scheduler moves the requests themselves)."""
+
     def __init__(self) -> None:
         self.suspects: deque[str] = deque()
         self._retries: dict[str, int] = {}
@@ -56,24 +53,3 @@ class StepIsolation:
         self._retries.pop(req_id, None)
         if req_id in self.suspects:
             self.suspects.remove(req_id)
-
-
-def requeue_failed(scheduler: Scheduler, req_ids: Iterable[str]) -> list[str]:
-    """A failed step's requests: their KV dropped and uncached, back to the front of `waiting` in
-    arrival order, to run alone. Returns those requeued; the others (retried too often already,
-    or ended) are the caller's to fail."""
-    requests = [scheduler.requests[r] for r in req_ids if r in scheduler.requests]
-    retry = sorted(
-        (r for r in requests if scheduler.isolation.may_retry(r.req_id)),
-        key=lambda r: scheduler._arrival_seq[r.req_id],
-    )
-    for request in reversed(retry):
-        (scheduler.running if request.status == RequestStatus.RUNNING else scheduler.waiting).remove(request)
-        scheduler.kv_tiers.drop_for_retry(request)
-        request.num_computed_tokens = 0
-        request.num_pending_tokens = 0
-        request.status = RequestStatus.PREEMPTED
-        scheduler.waiting.appendleft(request)
-        scheduler.finished_req_ids.add(request.req_id)  # the runner drops its copy
-    scheduler.isolation.add(r.req_id for r in retry)
-    return [r.req_id for r in retry]

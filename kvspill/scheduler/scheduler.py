@@ -48,7 +48,7 @@ from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.kv.block_pool import KVBlock, KVCacheManager
 from kvspill.kv.tiers import KVTierManager
 from kvspill.scheduler.config import SchedulerConfig
-from kvspill.scheduler.isolation import StepIsolation, requeue_failed
+from kvspill.scheduler.isolation import StepIsolation
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.stats import RequestTierStats, SchedulerStats
 from kvspill.types import CachedRequestData, NewRequestData, RequestUpdate, ScheduledBatch, StepOutput
@@ -129,8 +129,24 @@ class Scheduler:
         self.finish_requests(req_ids, RequestStatus.FINISHED_ABORTED)
 
     def requeue_failed(self, req_ids: Iterable[str]) -> list[str]:
-        """A failed step's requests back to the front of `waiting`, to run alone (isolation.py)."""
-        return requeue_failed(self, req_ids)
+        """A failed step's requests, to run alone (isolation.py): their KV dropped and uncached,
+        back to the front of `waiting` in arrival order. Returns those requeued; the others
+        (retried too often already, or ended) are the caller's to fail."""
+        requests = [self.requests[r] for r in req_ids if r in self.requests]
+        retry = sorted(
+            (r for r in requests if self.isolation.may_retry(r.req_id)),
+            key=lambda r: self._arrival_seq[r.req_id],
+        )
+        for request in reversed(retry):
+            (self.running if request.status == RequestStatus.RUNNING else self.waiting).remove(request)
+            self.kv_tiers.drop_for_retry(request)
+            request.num_computed_tokens = 0
+            request.num_pending_tokens = 0
+            request.status = RequestStatus.PREEMPTED
+            self.waiting.appendleft(request)
+            self.finished_req_ids.add(request.req_id)  # the runner drops its copy
+        self.isolation.add(r.req_id for r in retry)
+        return [r.req_id for r in retry]
 
     # ---- one step ----------------------------------------------------------------------
 

@@ -46,15 +46,12 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from kvspill.errors import DiskTierError, DiskTierIOError
-
-if TYPE_CHECKING:
-    from kvspill.storage.storage import KVLayout
+from kvspill.storage.layout import KVLayout
 
 logger = logging.getLogger(__name__)
 MiB = 1 << 20
