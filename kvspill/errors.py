@@ -62,6 +62,10 @@ class DiskTierError(KvspillError):
     """The disk KV tier cannot be created at its budget (no space, no such directory, no rights)."""
 
 
+class PersistDirError(KvspillError):
+    """--kv-persist-dir cannot be used (a file, a path under a file, no rights to write)."""
+
+
 class StepError(RuntimeError):
     """An engine step failed (not a user error): `req_ids` are the requests it ran, the ones a
     server must fail; requests that were only waiting are untouched."""

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import queue
+import stat
 import struct
 import threading
 import time
@@ -37,6 +38,7 @@ from typing import Any
 
 import torch
 
+from kvspill.errors import PersistDirError
 from kvspill.storage.storage import KVLayout
 
 logger = logging.getLogger(__name__)
@@ -102,10 +104,14 @@ def read_header(path: Path) -> BlockFile:
 
 
 def scan_dir(directory: str | os.PathLike[str]) -> tuple[list[BlockFile], list[tuple[Path, str]]]:
-    """Every block file's header under `directory`, and the files that are not valid (with why)."""
+    """Every block file's header under `directory`, and the files that are not valid (with why).
+    Only regular files are opened: a FIFO named `*.kvb` would block the open forever."""
     good, bad = [], []
     for path in sorted(Path(directory).glob(f"*{SUFFIX}")):
         try:
+            if not stat.S_ISREG(path.stat().st_mode):
+                bad.append((path, "not a regular file"))
+                continue
             good.append(read_header(path))
         except (OSError, ValueError) as e:
             bad.append((path, str(e)))
@@ -116,7 +122,7 @@ def clear_dir(directory: str | os.PathLike[str]) -> tuple[int, int]:
     """Delete every block file (and leftover .tmp) under `directory`; returns (files, bytes)."""
     num_files = num_bytes = 0
     for path in [*Path(directory).glob(f"*{SUFFIX}"), *Path(directory).glob(f"*{SUFFIX}.tmp")]:
-        num_bytes += path.stat().st_size
+        num_bytes += path.stat().st_size if path.is_file() else 0
         path.unlink()
         num_files += 1
     return num_files, num_bytes
@@ -128,8 +134,7 @@ class PersistStore:
     def __init__(
         self, directory: str | os.PathLike[str], budget_bytes: int, fingerprint: int, layout: KVLayout
     ) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = _usable_dir(Path(directory))
         self.budget_bytes = budget_bytes
         self.fingerprint = fingerprint
         self.shape = layout.block_shape  # raw bytes for a mixed pool (storage/layout.py)
@@ -247,12 +252,16 @@ class PersistStore:
         ).encode()  # fmt: skip
         path = self.directory / _name(block_hash)
         tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("wb") as f:
-            f.write(MAGIC + _HEADER_LEN.pack(len(header)) + header)
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with tmp.open("wb") as f:
+                f.write(MAGIC + _HEADER_LEN.pack(len(header)) + header)
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk: the partial file goes now, not at the next start
+            raise
         _fsync_dir(self.directory)
         self.num_written += 1
         size = len(MAGIC) + _HEADER_LEN.size + len(header) + payload.nbytes
@@ -317,6 +326,22 @@ class PersistStore:
             self.num_loaded += 1
             self.bytes_loaded += info.file_bytes
         return True
+
+
+def _usable_dir(directory: Path) -> Path:
+    """`directory`, created if missing; a PersistDirError naming the flag when it cannot be a
+    writable directory (a file, a path under a file, no rights)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PersistDirError(
+            f"--kv-persist-dir {directory}: cannot create it ({e.strerror or e}): give a writable directory"
+        ) from e
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PersistDirError(
+            f"--kv-persist-dir {directory}: not writable by this user: give a writable directory"
+        )
+    return directory
 
 
 def _name(block_hash: int) -> str:

@@ -119,3 +119,39 @@ def test_int8_blocks_round_trip_with_their_scales_and_other_formats_are_skipped(
     assert torch.equal(dequantize_kv(dst), dequantize_kv(block)) and (int8_scales(dst) > 0).all()
     again.close()
     assert not _store(tmp_path).contains(9)  # a bf16 engine skips it
+
+
+def test_a_fifo_named_like_a_block_does_not_hang_start_up(tmp_path, caplog):
+    """issue 48, item 11: opening a FIFO blocks until a writer comes; start-up must skip it."""
+    os.mkfifo(tmp_path / f"{7:016x}.kvb")
+    _write(_store(tmp_path), [1])
+    with caplog.at_level(logging.WARNING, logger="kvspill"):
+        store = _store(tmp_path)  # returns at once (the test's timeout would catch a hang)
+    assert store.num_blocks == 1 and store.num_skipped == 1
+    assert "not a regular file" in caplog.text
+    store.close()
+
+
+def test_a_failed_write_leaves_no_tmp_file(tmp_path, monkeypatch):
+    """A full disk mid-write: the partial .tmp goes at once, not at the next start."""
+    store = _store(tmp_path)
+    real_fsync = os.fsync
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    assert store.submit(5, _block(5))
+    store.flush()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert list(tmp_path.iterdir()) == [] and not store.contains(5)
+    store.close()
+
+
+@pytest.mark.parametrize("bad", ["a_file/sub", "a_file"])
+def test_a_bad_persist_dir_is_one_clear_error(tmp_path, bad):
+    from kvspill.errors import PersistDirError
+
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(PersistDirError, match="--kv-persist-dir .*give a writable directory"):
+        _store(tmp_path / bad)
