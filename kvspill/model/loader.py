@@ -58,6 +58,18 @@ class LoadedModel:
     offloader: LayerOffloader | None = None  # --cpu-offload-gb: layers in pinned RAM
 
 
+@dataclass(frozen=True)
+class _WeightSource:
+    """Where the weights come from and the form they keep on the device: at most one of GGUF
+    blocks (`keep_quantized` with a GGUF reader), int4 or fp8; otherwise dense in the model dtype."""
+
+    path: Path
+    reader: Any  # the open GGUF file; None for a safetensors directory
+    int4: int4_checkpoints.Int4Config | None  # the directory's int4 scheme
+    fp8: bool  # --quantization fp8: the decoder projections in fp8
+    keep_quantized: bool  # GGUF tensors stay in their blocks (only with a reader)
+
+
 def load_model(
     resolved: ResolvedModel,
     device: torch.device,
@@ -79,43 +91,13 @@ def load_model(
     max_len = _max_model_len(config, max_model_len)
     arch = architecture_of(config)
     cls = get_model_class(arch)
-    int4 = int4_checkpoints.parse_int4_config(config) if resolved.kind == "dir" else None
-    if int4 is not None and fp8:
-        raise InvalidParameterError(
-            "quantization", f"this checkpoint is already {int4.method} int4: drop --quantization fp8"
-        )
-    if fp8:
-        check_fp8_supported(device)
-    reader = gguf_weights.open_gguf(resolved.path) if resolved.kind == "gguf" else None
+    source = _weight_source(resolved, config, device, keep_quantized, fp8)
     with torch.device("meta"):
         model = cls(config, max_model_len=max_len, dtype=dtype, tp=tp)
-        if keep_quantized and reader is not None:
-            gguf_weights.install_quant_modules(model, reader, dtype)
-        elif int4 is not None:
-            int4_checkpoints.install_int4_modules(model, dtype, int4)
-        elif fp8:
-            fp8_weights.install_fp8_modules(model, dtype)
+        _install_quantized_modules(model, source, dtype)
     offloaded = place_with_offload(model, device, cpu_offload_bytes)
     model.init_buffers()
-    expected = model.expected_weight_names()
-    if int4 is not None:
-        loaded = int4_checkpoints.load_weights_int4(model, _iter_safetensors(resolved.path), int4, device)
-        expected = int4_checkpoints.expected_weight_names_int4(model)
-    elif fp8:
-        source = (
-            _iter_safetensors(resolved.path)
-            if reader is None
-            else gguf_weights.iter_dequantized(reader, config)
-        )
-        loaded = fp8_weights.load_weights_fp8(model, source)
-        expected = fp8_weights.expected_weight_names_fp8(model)
-    elif reader is None:
-        loaded = model.load_weights(_iter_safetensors(resolved.path))
-    elif keep_quantized:
-        loaded = gguf_weights.load_quantized(model, reader, config, device)
-        gguf_weights.check_quantized_complete(model, resolved.path)
-    else:
-        loaded = model.load_weights(gguf_weights.iter_dequantized(reader, config))
+    loaded, expected = _load_weights(model, source, config, device)
     missing = expected - loaded
     if missing:
         raise ModelNotFoundError(
@@ -138,6 +120,60 @@ def load_model(
         dtype=dtype,
         offloader=offloader,
     )
+
+
+def _weight_source(
+    resolved: ResolvedModel, config: PretrainedConfig, device: torch.device, keep_quantized: bool, fp8: bool
+) -> _WeightSource:
+    """Checks the asked-for quantization against the checkpoint's, then opens a GGUF file."""
+    int4 = int4_checkpoints.parse_int4_config(config) if resolved.kind == "dir" else None
+    if int4 is not None and fp8:
+        raise InvalidParameterError(
+            "quantization", f"this checkpoint is already {int4.method} int4: drop --quantization fp8"
+        )
+    if fp8:
+        check_fp8_supported(device)
+    reader = gguf_weights.open_gguf(resolved.path) if resolved.kind == "gguf" else None
+    return _WeightSource(resolved.path, reader, int4, fp8, keep_quantized)
+
+
+def _install_quantized_modules(model: LlamaForCausalLM, source: _WeightSource, dtype: torch.dtype) -> None:
+    """On `meta`, before storage exists: swap in the modules of the source's quantized form."""
+    if source.keep_quantized and source.reader is not None:
+        gguf_weights.install_quant_modules(model, source.reader, dtype)
+    elif source.int4 is not None:
+        int4_checkpoints.install_int4_modules(model, dtype, source.int4)
+    elif source.fp8:
+        fp8_weights.install_fp8_modules(model, dtype)
+
+
+def _load_weights(
+    model: LlamaForCausalLM, source: _WeightSource, config: PretrainedConfig, device: torch.device
+) -> tuple[set[str], set[str]]:
+    """Streams the weights into the model; returns (names loaded, names the model needs)."""
+    expected = model.expected_weight_names()
+    reader = source.reader
+    if source.int4 is not None:
+        loaded = int4_checkpoints.load_weights_int4(
+            model, _iter_safetensors(source.path), source.int4, device
+        )
+        expected = int4_checkpoints.expected_weight_names_int4(model)
+    elif source.fp8:
+        tensors = (
+            _iter_safetensors(source.path)
+            if reader is None
+            else gguf_weights.iter_dequantized(reader, config)
+        )
+        loaded = fp8_weights.load_weights_fp8(model, tensors)
+        expected = fp8_weights.expected_weight_names_fp8(model)
+    elif reader is None:
+        loaded = model.load_weights(_iter_safetensors(source.path))
+    elif source.keep_quantized:
+        loaded = gguf_weights.load_quantized(model, reader, config, device)
+        gguf_weights.check_quantized_complete(model, source.path)
+    else:
+        loaded = model.load_weights(gguf_weights.iter_dequantized(reader, config))
+    return loaded, expected
 
 
 def load_hf_config(resolved: ResolvedModel) -> PretrainedConfig:

@@ -86,6 +86,39 @@ def build_random_model(
 ) -> LoadedModel:
     """`tp`: this rank's shard, drawn alone (ranks' values differ from a one-rank model's)."""
     name, qtype = split_random_name(model)
+    _check_random_name(name, qtype, device)
+    spec = KNOWN_SHAPES[name]
+    max_len = max_model_len or spec.max_position_embeddings
+    config = _llama_config(name, max_len)
+    with torch.device("meta"):
+        net = LlamaForCausalLM(config, max_model_len=max_len, dtype=dtype, tp=tp)
+        if qtype == "FP8":
+            install_fp8_modules(net, dtype)
+        elif qtype is not None:
+            _quantize_randomly(net, qtype, dtype)
+    offloaded = place_with_offload(net, device, cpu_offload_bytes)
+    net.init_buffers()
+    _fill_randomly(net, qtype, device)
+    net.eval().requires_grad_(False)
+    offloader = offload_layers(net, offloaded, device) if offloaded else None
+    return LoadedModel(
+        model=net,
+        hf_config=config,
+        architecture="LlamaForCausalLM",
+        num_layers=spec.num_layers,
+        num_heads=spec.num_heads,
+        num_kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        hidden_size=spec.hidden_size,
+        vocab_size=spec.vocab_size,
+        max_model_len=max_len,
+        dtype=dtype,
+        offloader=offloader,
+    )
+
+
+def _check_random_name(name: str, qtype: str | None, device: torch.device) -> None:
+    """The weight type runs on `device` and the shape is a known one."""
     if qtype == "FP8":
         check_fp8_supported(device)
     elif qtype is not None:
@@ -94,8 +127,11 @@ def build_random_model(
         raise ModelNotFoundError(
             f"unknown random shape {name!r}: use one of {', '.join(sorted(KNOWN_SHAPES))}"
         )
+
+
+def _llama_config(name: str, max_len: int) -> LlamaConfig:
+    """The Llama config of shape `name`, with the RoPE of the real model it stands for."""
     spec = KNOWN_SHAPES[name]
-    max_len = max_model_len or spec.max_position_embeddings
     config = LlamaConfig(
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
@@ -119,14 +155,12 @@ def build_random_model(
             "max_position_embeddings": max(max_len, 1 << 17),
         },
     )
-    with torch.device("meta"):
-        net = LlamaForCausalLM(config, max_model_len=max_len, dtype=dtype, tp=tp)
-        if qtype == "FP8":
-            install_fp8_modules(net, dtype)
-        elif qtype is not None:
-            _quantize_randomly(net, qtype, dtype)
-    offloaded = place_with_offload(net, device, cpu_offload_bytes)
-    net.init_buffers()
+    return config
+
+
+def _fill_randomly(net: LlamaForCausalLM, qtype: str | None, device: torch.device) -> None:
+    """Draws every weight from one generator seeded 0 on `device`: quantized blocks first, then
+    dense matrices N(0, 0.02) and norms at 1."""
     gen = torch.Generator(device=device).manual_seed(0)
     if qtype == "FP8":
         fill_fp8_randomly(net, gen)
@@ -140,19 +174,3 @@ def build_random_model(
                 param.normal_(0.0, 0.02, generator=gen)
             else:  # an offloaded layer: drawn on the device, then parked in RAM
                 param.copy_(torch.empty_like(param, device=device).normal_(0.0, 0.02, generator=gen))
-    net.eval().requires_grad_(False)
-    offloader = offload_layers(net, offloaded, device) if offloaded else None
-    return LoadedModel(
-        model=net,
-        hf_config=config,
-        architecture="LlamaForCausalLM",
-        num_layers=spec.num_layers,
-        num_heads=spec.num_heads,
-        num_kv_heads=spec.num_kv_heads,
-        head_dim=spec.head_dim,
-        hidden_size=spec.hidden_size,
-        vocab_size=spec.vocab_size,
-        max_model_len=max_len,
-        dtype=dtype,
-        offloader=offloader,
-    )
