@@ -358,3 +358,24 @@ def test_decode_growing_past_the_pool_fails() -> None:
     final = run_to_completion(scheduler, runner)
     assert final["a"].finish_reason == "error" and request.num_tokens == 33
     assert scheduler.kv_cache_manager.num_free_blocks == 8
+
+
+def test_a_time_sized_step_leaves_room_for_waiting_requests() -> None:
+    """issue 48, item 7: with the server's time-sized budget a long running prefill leaves half a
+    step to waiting requests, so a short request starts at once instead of after the whole prefill."""
+    scheduler = Scheduler(replace(CONFIG, num_blocks=16))
+    scheduler.step_token_budget = 8
+    runner = FakeRunner()
+    scheduler.add_request(make_request("long", range(40), max_tokens=2))
+    batch, _ = step(scheduler, runner)
+    assert batch.num_scheduled_tokens == {"long": 8}  # nobody waits: the whole step
+    scheduler.add_request(make_request("short", range(100, 103), max_tokens=1))
+    batch, updates = step(scheduler, runner)
+    assert batch.num_scheduled_tokens == {"long": 4, "short": 3}
+    assert updates["short"].finished  # its one token came in the first step it waited
+    batch, _ = step(scheduler, runner)
+    assert batch.num_scheduled_tokens == {"long": 8}
+    scheduler.step_token_budget = None  # offline (no time-sized steps): first come first served
+    scheduler.add_request(make_request("late", range(200, 203), max_tokens=1))
+    batch, _ = step(scheduler, runner)
+    assert batch.num_scheduled_tokens == {"long": 20, "late": 3}
