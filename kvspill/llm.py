@@ -5,8 +5,8 @@
     out = llm.generate(["def fib(n):"], SamplingParams(temperature=0, max_tokens=32))
     print(out[0].text, out[0].finish_reason)
 
-All prompts are queued at once and run through the continuous-batching loop together; outputs
-come back in the order of the prompts. A model without a tokenizer (`random:` shapes) takes
+All prompts are queued at once and run through the engine's one step loop (`LLMEngine.run()`)
+together; outputs come back in the order of the prompts. A model without a tokenizer (`random:` shapes) takes
 token-id prompts only, with `SamplingParams(detokenize=False)`; what needs text raises.
 """
 
@@ -72,11 +72,7 @@ class LLM:
             for r in req_ids:
                 self.engine.abort_request(r)
             raise
-        finals: dict[str, RequestOutput] = {}
-        while self.engine.has_unfinished_requests():
-            for out in self.engine.step():
-                if out.finished:
-                    finals[out.req_id] = out
+        finals = {out.req_id: out for step in self.engine.run() for out in step.outputs if out.finished}
         return [finals[r] for r in req_ids]
 
     def stream(
@@ -85,8 +81,8 @@ class LLM:
         """Yield one output per step for a single prompt (deltas in `delta_text`)."""
         req_id = self.engine.add_request(prompt, params)
         try:
-            while self.engine.has_unfinished_requests():
-                for out in self.engine.step():
+            for step in self.engine.run():
+                for out in step.outputs:
                     if out.req_id == req_id:
                         yield out
                         if out.finished:

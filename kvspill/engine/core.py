@@ -5,6 +5,12 @@ the runner computes it (StepOutput), the scheduler applies the tokens; then the 
 detokenizes, applies stop strings and returns `RequestOutput`s. The engine is single-threaded;
 the server runs it in its own thread.
 
+`LLMEngine.run()` is the one step loop (offline `generate`, warm-up, the benchmarks): it steps
+while any request is unfinished and yields each step (`EngineStep`: its outputs and when it ran).
+Requests added between yields join the loop; a caller that leaves early leaves the rest queued.
+The server keeps its own loop (server/async_engine.py): it also takes arrivals and aborts from
+other threads.
+
 Async scheduling (on by default with CUDA, `--async-scheduling`): `step()` schedules and launches
 step N+1, then reads step N's tokens and turns them into outputs while the GPU computes N+1, so
 the host's share of a step (about 0.3 ms of a 1.5 ms decode step of a 1B model) overlaps the
@@ -18,6 +24,7 @@ import dataclasses
 import itertools
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kvspill.config import EngineConfig, with_attention_mode
@@ -58,6 +65,21 @@ class _TextState:
     stop_checker: StopChecker
 
 
+@dataclass(frozen=True)
+class EngineStep:
+    """One step of `LLMEngine.run()`: its outputs (none for a prefill chunk, or for async
+    scheduling's first step) and when `step()` began and returned (`time.perf_counter()`
+    seconds), for the benchmarks that time steps."""
+
+    outputs: list[RequestOutput]
+    start_time: float
+    end_time: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end_time - self.start_time
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, **engine_options: object) -> None:
         self.config = config if config is not None else EngineConfig(**engine_options)  # type: ignore[arg-type]
@@ -73,44 +95,9 @@ class LLMEngine:
         except BaseException:
             self.close()
             raise
-        self.bundle = bundle
-        # what start-up resolved: `--attention cpu` on a GPU runs through the tiers (config.py)
-        self.config = with_attention_mode(self.config, bundle.device.type)
-        self.memory_plan = bundle.memory_plan  # the plan that sized the KV tiers (engine/setup.py)
-        self.tokenizer = bundle.tokenizer
-        self.runner = bundle.runner
-        self.max_model_len = bundle.max_model_len
-        self.vocab_size = bundle.vocab_size
-        self.async_scheduling = uses_async_scheduling(self.config, bundle.device)
-        # (batch, its pending output, when it was launched) of the step the GPU is computing
-        self._in_flight: tuple[ScheduledBatch, PendingStepOutput, float] | None = None
-        self._last_done = 0.0  # when the last step's tokens were read (async step timing)
-        self.scheduler = Scheduler(
-            SchedulerConfig(
-                max_num_seqs=self.config.max_num_seqs,
-                max_num_batched_tokens=self.config.max_num_batched_tokens,
-                max_model_len=self.max_model_len,
-                block_size=self.config.block_size,
-                num_blocks=bundle.num_blocks,
-                enable_prefix_caching=self.config.enable_prefix_caching,
-                num_cpu_blocks=bundle.storage.num_cpu_blocks,
-                num_disk_blocks=bundle.storage.num_disk_blocks,
-                num_sink_blocks=self.config.num_sink_blocks,
-                hot_window_tokens=self.config.hot_window_tokens,
-                async_scheduling=self.async_scheduling,
-                prefix_hash_seed=bundle.kv_fingerprint,
-            )
-        )
-        self.persister: PrefixPersister | None = None
-        if self.config.kv_persist_dir is not None and self.config.enable_prefix_caching:
-            store = PersistStore(
-                self.config.kv_persist_dir,
-                self.config.kv_persist_budget_bytes,
-                bundle.kv_fingerprint,
-                bundle.storage.layout,
-            )
-            self.persister = PrefixPersister(store, self.scheduler.kv_tiers, bundle.storage)
-            self.scheduler.admission_hold = self.persister.holds
+        self._take_parts(bundle)
+        self.scheduler = self._build_scheduler(bundle)
+        self.persister = self._build_persister(bundle)
         self._has_cold_tiers = bool(bundle.storage.num_cpu_blocks or bundle.storage.num_disk_blocks)
         self._max_cold_fraction = 0.0
         self._texts: dict[str, _TextState] = {}
@@ -129,6 +116,54 @@ class LLMEngine:
             with self.startup_phases.phase("warm-up"):
                 warm_up(self)
         logger.info("%s", self.startup_phases.summary())
+
+    def _take_parts(self, bundle: EngineParts) -> None:
+        """Keep what start-up built and resolved."""
+        self.bundle = bundle
+        # what start-up resolved: `--attention cpu` on a GPU runs through the tiers (config.py)
+        self.config = with_attention_mode(self.config, bundle.device.type)
+        self.memory_plan = bundle.memory_plan  # the plan that sized the KV tiers (engine/setup.py)
+        self.tokenizer = bundle.tokenizer
+        self.runner = bundle.runner
+        self.max_model_len = bundle.max_model_len
+        self.vocab_size = bundle.vocab_size
+        self.async_scheduling = uses_async_scheduling(self.config, bundle.device)
+        # (batch, its pending output, when it was launched) of the step the GPU is computing
+        self._in_flight: tuple[ScheduledBatch, PendingStepOutput, float] | None = None
+        self._last_done = 0.0  # when the last step's tokens were read (async step timing)
+
+    def _build_scheduler(self, bundle: EngineParts) -> Scheduler:
+        return Scheduler(
+            SchedulerConfig(
+                max_num_seqs=self.config.max_num_seqs,
+                max_num_batched_tokens=self.config.max_num_batched_tokens,
+                max_model_len=self.max_model_len,
+                block_size=self.config.block_size,
+                num_blocks=bundle.num_blocks,
+                enable_prefix_caching=self.config.enable_prefix_caching,
+                num_cpu_blocks=bundle.storage.num_cpu_blocks,
+                num_disk_blocks=bundle.storage.num_disk_blocks,
+                num_sink_blocks=self.config.num_sink_blocks,
+                hot_window_tokens=self.config.hot_window_tokens,
+                async_scheduling=self.async_scheduling,
+                prefix_hash_seed=bundle.kv_fingerprint,
+            )
+        )
+
+    def _build_persister(self, bundle: EngineParts) -> PrefixPersister | None:
+        """--kv-persist-dir: prefix blocks written to files and found again after a restart; the
+        scheduler holds back a request whose prefix blocks are still being read."""
+        if self.config.kv_persist_dir is None or not self.config.enable_prefix_caching:
+            return None
+        store = PersistStore(
+            self.config.kv_persist_dir,
+            self.config.kv_persist_budget_bytes,
+            bundle.kv_fingerprint,
+            bundle.storage.layout,
+        )
+        persister = PrefixPersister(store, self.scheduler.kv_tiers, bundle.storage)
+        self.scheduler.admission_hold = persister.holds
+        return persister
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -266,6 +301,15 @@ class LLMEngine:
         return self.runner.execute_async(batch)
 
     # ---- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> Iterator[EngineStep]:
+        """The step loop: step while any request is unfinished, yielding each step. Requests added
+        while iterating join it; leaving early (`break`) leaves the unfinished ones queued for the
+        next `run()`. A failing step raises out of the iterator, as `step()` does."""
+        while self.has_unfinished_requests():
+            start_time = time.perf_counter()
+            outputs = self.step()
+            yield EngineStep(outputs, start_time, time.perf_counter())
 
     def step(self) -> list[RequestOutput]:
         """One step. A failure while computing raises `StepError` naming the requests it ran (the

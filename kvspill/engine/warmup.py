@@ -10,19 +10,37 @@ over the first through the prefix path), lengths off and on a multiple of 16, on
 alone and several batched, greedy and seeded random sampling. CUDA graphs were already replayed once
 when captured. Cold-tier paths are not warmed: they run only once blocks spill.
 
-Invariant: a warm-up leaves nothing behind: its requests finish, and the prefix cache is reset
-(its random tokens would never be hit, but they would show in the hit-rate statistics).
+Invariants: a warm-up leaves nothing behind: its requests finish, and the prefix cache is reset
+(its random tokens would never be hit, but they would show in the hit-rate statistics). It sees
+the engine only through `WarmupEngine` (what it calls), so this module never imports the engine.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol
 
+from kvspill.config import EngineConfig
 from kvspill.sampling_params import SamplingParams
+from kvspill.scheduler.scheduler import Scheduler
 
-if TYPE_CHECKING:
-    from kvspill.engine.core import LLMEngine
+
+class WarmupEngine(Protocol):
+    """What warm-up uses of an engine (`LLMEngine` is one)."""
+
+    @property
+    def config(self) -> EngineConfig: ...
+    @property
+    def max_model_len(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def scheduler(self) -> Scheduler: ...
+    def kv_capacity_tokens(self) -> int: ...
+    def add_request(self, prompt: list[int], params: SamplingParams, req_id: str) -> str: ...
+    def run(self) -> Iterable[object]: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +74,7 @@ def warmup_single_lengths(chunk_tokens: int, max_model_len: int, kv_capacity_tok
     return lengths + ([100] if 100 <= room else [])
 
 
-def warm_up(engine: LLMEngine) -> int:
+def warm_up(engine: WarmupEngine) -> int:
     """Run the warm-up requests to completion; returns the number of tokens computed."""
     args = (engine.config.max_num_batched_tokens, engine.max_model_len, engine.kv_capacity_tokens())
     singles, together = warmup_single_lengths(*args), warmup_prompt_lengths(*args)
@@ -69,7 +87,7 @@ def warm_up(engine: LLMEngine) -> int:
     return sum(runs) + WARMUP_NEW_TOKENS * len(runs)
 
 
-def _run(engine: LLMEngine, lengths: list[int]) -> None:
+def _run(engine: WarmupEngine, lengths: list[int]) -> None:
     """Requests of these prompt lengths, together, to completion."""
     vocab = engine.vocab_size
     for i, n in enumerate(lengths):
@@ -85,5 +103,5 @@ def _run(engine: LLMEngine, lengths: list[int]) -> None:
             seed=0 if sampled else None,
         )
         engine.add_request(ids, params, req_id=f"warmup-{len(lengths)}-{i}")
-    while engine.has_unfinished_requests():
-        engine.step()
+    for _ in engine.run():
+        pass  # only the compiles matter, not the tokens

@@ -179,14 +179,17 @@ class EngineTarget:
                 pending[self._add(spec)] = _Pending(i, start)
             except KvspillError as e:
                 results[i] = RunResult(ok=False, err=f"{type(e).__name__}: {e}")
-        while pending and self.engine.has_unfinished_requests():
+        steps = self.engine.run()
+        while pending:
             try:
-                outputs = self.engine.step()
+                step = next(steps, None)
             except Exception as e:  # noqa: BLE001 - an OOM or a kernel error is a result of the run
                 self._fail_all(pending, results, f"{type(e).__name__}: {str(e)[:300]}")
                 break
+            if step is None:
+                break
             now = time.perf_counter()
-            for out in outputs:
+            for out in step.outputs:
                 p = pending.get(out.req_id)
                 if p is None:
                     continue
