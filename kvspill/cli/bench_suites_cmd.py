@@ -21,11 +21,11 @@ from typing import Annotated, Any
 
 import typer
 
-from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine_options
-from kvspill.cli.main import ModelOpt
+from kvspill.cli.engine_options import ModelOpt, with_engine_options
 from kvspill.cli.user_errors import fail as _fail
 from kvspill.config import EngineConfig
 from kvspill.errors import KvspillError
+from kvspill.options import EngineOptions, engine_config
 
 OutOpt = Annotated[
     Path, typer.Option(help="Folder for results.jsonl, results.csv, PNG plots and report.md (created).")

@@ -13,8 +13,9 @@ from typing import Annotated
 
 import typer
 
-from kvspill.cli.engine_options import EngineOptions, engine_kwargs, with_engine_options
+from kvspill.cli.engine_options import with_engine_options
 from kvspill.errors import InvalidParameterError, KvspillError
+from kvspill.options import EngineOptions, engine_kwargs
 
 cache_app = typer.Typer(help="Show or clear the prefix KV blocks of --kv-persist-dir.", no_args_is_help=True)
 PersistDirOpt = Annotated[str, typer.Option("--kv-persist-dir", help="The persist directory.")]

@@ -1,25 +1,10 @@
-"""The engine's flags, declared once: `EngineOptions`, given to a command by `@with_engine_options`.
+"""The engine flags at the command line's edge: `@with_engine_options` shows typer every field of
+`kvspill.options.EngineOptions` and packs them back into that object.
 
-Every command that builds (or plans) an engine takes the same flags: `generate`, `chat`, `serve`,
-`plan` and `bench progressive | stability | compare`. A command declares its own options as usual
-and one keyword-only parameter `engine: EngineOptions`; the decorator shows typer the engine flags
-in its place (in their own "Engine options" help panel) and packs them back into that object.
-
-Invariants:
-- One flag per `EngineConfig` field, named after it (`--block-size` sets `block_size`), except:
-  `model` (each command keeps its own `--model` option or MODEL argument) and `trust_remote_code`
-  (no flag: its only valid value is its default, False, since kvspill never runs code from a model
-  repository; EngineConfig refuses True). Sizes drop `_bytes` (`--vram-budget 24GiB` sets
-  `vram_budget_bytes`) and `seed` is `--engine-seed` (`--seed` is already the per-request sampling
-  seed in `generate`/`chat` and the prompt seed in the bench suites).
-  tests/cli/test_engine_options.py walks EngineConfig to keep it so.
-- A flag left out is None here and `EngineConfig`'s own default applies: defaults live in
-  config.py alone, and each help text quotes its default from there.
-- Every flag also reads `KVSPILL_<FLAG>` (`KVSPILL_VRAM_BUDGET=24GiB`); the command line wins.
-- `engine_kwargs` is a plain function of the object: sizes go through `plan.units.parse_size` (a
-  unit is required), token counts through `parse_tokens` (128K);
-  `--rope-scaling` through `config.parse_rope_scaling`, and `EngineConfig` validates the rest, so
-  a bad value is one `error:` line and exit 2 in every command.
+A command declares its own options as usual and one keyword-only parameter `engine: EngineOptions`;
+the decorator shows typer the engine flags in its place (in their own "Engine options" help
+panel, each reading `KVSPILL_<FLAG>` too) and packs them back into that object. The flag set itself,
+its defaults and its parsing are `kvspill/options.py` (typer-free); only typer lives here.
 """
 
 from __future__ import annotations
@@ -27,237 +12,25 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import fields
 from typing import Annotated, Any, TypeVar, get_args, get_type_hints
 
 import typer
 
-from kvspill.config import EngineConfig, parse_layer_list, parse_rope_scaling
-from kvspill.plan.units import parse_size, parse_tokens
+from kvspill.options import EngineOptions, default_text, env_var, flag_meta, flag_name, option_names
 
 PANEL = "Engine options"
 _R = TypeVar("_R")
 
-
-def _rope(text: str, flag: str) -> dict[str, Any]:
-    return parse_rope_scaling(text)
-
-
-def _flag(
-    what: str,
-    config: str | None = None,
-    *,
-    default: str | None = None,
-    parse: Callable[[str, str], Any] | None = None,
-) -> Any:
-    """One engine flag: `what` it does, the EngineConfig field it sets (default: its own name),
-    its default in words (default: EngineConfig's value) and a parser of its text."""
-    return field(default=None, metadata={"what": what, "config": config, "default": default, "parse": parse})
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """The engine flags as given on the command line or in `KVSPILL_*`; None: not given."""
-
-    device: str | None = _flag(
-        "Where to run: auto, cpu, cuda or cuda:N.", default="auto, cuda when available"
-    )
-    dtype: str | None = _flag(
-        "Weight and activation dtype: auto, float32, float16 or bfloat16.",
-        default="auto: bfloat16 on cuda; on cpu float16 or float32, whichever this CPU runs faster",
-    )
-    max_model_len: str | None = _flag(
-        "Longest sequence (prompt + output) in tokens, e.g. 32768 or 128K.",
-        default="the model's, after --rope-scaling",
-        parse=parse_tokens,
-    )
-    block_size: int | None = _flag(
-        "Tokens per KV block: 8, 16, 32, 64 or 128.",
-        default="16; 8 with --cold-attention sparse and a --sparse-budget-tokens under 1024",
-    )
-    max_num_batched_tokens: str | None = _flag(
-        "Token budget per step (the prefill chunk size), e.g. 2048 or 4K.", parse=parse_tokens
-    )
-    max_num_seqs: int | None = _flag("Most sequences running at once.")
-    rope_scaling: str | None = _flag(
-        "RoPE scaling override: TYPE:FACTOR (e.g. yarn:4) or a JSON object.",
-        default="the model's",
-        parse=_rope,
-    )
-    enforce_eager: bool | None = _flag("Disable CUDA graphs.", default="off")
-    async_scheduling: bool | None = _flag(
-        "Launch step N+1 before reading step N's tokens (outputs reach clients a step later).",
-        default="on with cuda, off on cpu",
-    )
-    target_itl_ms: float | None = _flag(
-        "While requests decode, size prefill chunks so each step takes about this long (ms); 0: off.",
-        default="4x a decode step (at least 25 ms) with cuda, off on cpu",
-    )
-    kernel_warmup: bool | None = _flag(
-        "Run throwaway requests at start so the first request pays no kernel compiles.",
-        default="on with cuda, off on cpu",
-    )
-    enable_prefix_caching: bool | None = _flag("Reuse the KV blocks of shared prompt prefixes.", default="on")
-    skip_tokenizer_init: bool | None = _flag(
-        "Load no tokenizer: requests send and receive token ids (vLLM's option).", default="off"
-    )
-    quantization: str | None = _flag(
-        "Weight format: gguf (keep a GGUF quantized on any device), fp8 (a bf16/fp16 checkpoint's "
-        "layers in float8 with per-row scales; CUDA sm_89+), awq / gptq (an int4 checkpoint's own "
-        "format, read anyway) or none (dequantize a GGUF to --dtype); "
-        "`plan` also takes a GGUF type to see what a file of it would take (q4_k_m, q8_0, ...).",
-        default="the file's own; a GGUF is dequantized on cpu",
-    )
-    chat_template: str | None = _flag(
-        "A Jinja chat template file to use instead of the model's (e.g. one that takes `tools`).",
-        default="the model's",
-    )
-    engine_seed: int | None = _flag("Seed of the sampler for requests that bring none.", "seed")
-    vram_budget: str | None = _flag(
-        "Hard ceiling for everything on the GPU, e.g. 16GiB (at least 256MiB).",
-        "vram_budget_bytes",
-        default="none, --gpu-memory-utilization of the card",
-        parse=parse_size,
-    )
-    gpu_memory_utilization: float | None = _flag("Fraction of the card to use when no --vram-budget.")
-    cpu_offload_gb: float | None = _flag(
-        "GiB of weights kept in pinned RAM as whole layers, copied to the GPU one layer ahead "
-        "(vLLM's option; CUDA, dense weights).",
-        default="0",
-    )
-    kv_cache_memory: str | None = _flag(
-        "Fixed GPU-tier KV cache size, e.g. 8GiB, instead of sizing it from memory.",
-        "kv_cache_memory_bytes",
-        default="sized from memory",
-        parse=parse_size,
-    )
-    num_kv_blocks: int | None = _flag(
-        "Exact GPU-tier KV blocks; overrides --kv-cache-memory (for tests).", default="sized from memory"
-    )
-    cpu_kv_budget: str | None = _flag(
-        "Pinned host RAM for cold KV, e.g. 32GiB.",
-        "cpu_kv_budget_bytes",
-        default="0, no cpu tier",
-        parse=parse_size,
-    )
-    disk_kv_budget: str | None = _flag(
-        "Disk space for colder KV (memory-mapped files), e.g. 200GiB.",
-        "disk_kv_budget_bytes",
-        default="0, no disk tier",
-        parse=parse_size,
-    )
-    kv_disk_dir: str | None = _flag("Directory of the disk KV tier.", default="a temporary directory")
-    kv_persist_dir: str | None = _flag(
-        "Keep prefix KV blocks in files here, found again after a restart (docs/prefix_cache.md).",
-        default="none, nothing persisted",
-    )
-    kv_persist_budget: str | None = _flag(
-        "Most disk space of --kv-persist-dir, e.g. 100GiB (least recently used files go first).",
-        "kv_persist_budget_bytes",
-        default="64GiB",
-        parse=parse_size,
-    )
-    num_cpu_kv_blocks: int | None = _flag(
-        "Exact cpu-tier KV blocks; overrides --cpu-kv-budget (for tests).", default="from --cpu-kv-budget"
-    )
-    num_disk_kv_blocks: int | None = _flag(
-        "Exact disk-tier KV blocks; overrides --disk-kv-budget (for tests).", default="from --disk-kv-budget"
-    )
-    num_sink_blocks: int | None = _flag("First KV blocks of each sequence that never leave the GPU tier.")
-    hot_window_tokens: str | None = _flag(
-        "Most recent tokens of each sequence kept on the GPU tier, e.g. 1024 or 1K.", parse=parse_tokens
-    )
-    attention: str | None = _flag(
-        "auto: GPU tier plus cold tiers; cpu: all KV in RAM (--cpu-kv-budget), decode attention on "
-        "the CPU; on a GPU the newest block of each sequence and one prefill chunk stay on it, and "
-        "prefill attention streams the KV to the GPU."
-    )
-    cold_attention: str | None = _flag(
-        "Attention over cold blocks: cpu (in RAM), stream (to the GPU), split (both at once) or auto, "
-        "all exact; auto on a GPU is split where `kvspill doctor --calibrate` measured the CPU at half "
-        "the stream's rate or more, else stream; sparse: decode rows attend only the cold blocks their "
-        "queries select (--sparse-budget-tokens)."
-    )
-    sparse_budget_tokens: str | None = _flag(
-        "With --cold-attention sparse: cold tokens each decode step attends per layer, e.g. 4096 or 4K.",
-        parse=parse_tokens,
-    )
-    sparse_cache_seqs: int | None = _flag(
-        "With --cold-attention sparse: decode requests whose chosen cold blocks stay on the GPU "
-        "between steps (each costs the budget's KV bytes there); 0 copies every step's choice.",
-        default="1",
-    )
-    sparse_prompt_window: str | None = _flag(
-        "With --cold-attention sparse: the queries of each prompt's last N tokens (the question) choose "
-        "--sparse-prompt-share of the budget, the step's query the rest; 0 turns it off.",
-        parse=parse_tokens,
-    )
-    sparse_prompt_share: float | None = _flag(
-        "With --sparse-prompt-window: the share of --sparse-budget-tokens the prompt's queries choose."
-    )
-    cpu_attention_threads: int | None = _flag(
-        "Threads (each pinned to its own core where allowed) for CPU attention.", default="torch's default"
-    )
-    kv_cache_dtype: str | None = _flag(
-        "KV cache format: auto (the model's dtype), fp8 (= fp8_e4m3), fp8_e5m2, or int8 (a scale per token "
-        "and kv head; passes the quality gate where fp8 does not): about half the bytes of bf16 KV."
-    )
-    kv_cache_dtype_skip_layers: str | None = _flag(
-        "Layers whose KV keeps the model dtype under --kv-cache-dtype, e.g. 0,10,23 (the layers that "
-        "fail the quality gate: python -m kvspill.bench.kv_quality --per-layer measures each).",
-        default="none",
-        parse=lambda text, flag: parse_layer_list(text),
-    )
-    tensor_parallel_size: int | None = _flag(
-        "GPUs to split the model over (one process each; gloo processes on cpu): attention heads, "
-        "KV heads and every KV tier are split across them.",
-        default="1",
-    )
-
-    def given(self) -> dict[str, Any]:
-        """The flags given, by flag field name, as typed (sizes still text)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
-
-
-_FIELDS = {f.name: f for f in fields(EngineOptions)}
-
-
-def _meta(name: str) -> Any:
-    return _FIELDS[name].metadata
-
-
-def config_field(name: str) -> str:
-    """The EngineConfig field that flag field `name` sets."""
-    return _meta(name)["config"] or name
-
-
-def flag_name(name: str) -> str:
-    """`vram_budget` -> `--vram-budget`."""
-    return "--" + name.replace("_", "-")
-
-
-def engine_kwargs(options: EngineOptions) -> dict[str, Any]:
-    """EngineConfig keyword arguments for the flags given (parsed, not yet validated)."""
-    out = {}
-    for name, value in options.given().items():
-        parse = _meta(name)["parse"]
-        out[config_field(name)] = parse(value, flag_name(name)) if parse else value
-    return out
-
-
-def engine_config(options: EngineOptions, model: str | None = None) -> EngineConfig:
-    """The frozen, validated engine config of `model` with these flags (raises InvalidParameterError)."""
-    return EngineConfig(model=model, **engine_kwargs(options))
-
-
-def _default_text(name: str) -> str:
-    given = _meta(name)["default"]
-    if given is not None:
-        return str(given)
-    default = EngineConfig.__dataclass_fields__[config_field(name)].default
-    if default is MISSING or default is None:
-        raise TypeError(f"engine flag {name}: say its default in words (_flag(default=...))")
-    return str(default)
+# The model of every command that loads one (`generate`, `chat`, the bench suites).
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).",
+    ),
+]
 
 
 def _parameter(name: str, annotation: Any) -> inspect.Parameter:
@@ -266,8 +39,8 @@ def _parameter(name: str, annotation: Any) -> inspect.Parameter:
     decls = (f"{flag}/--no-{flag[2:]}",) if bool in get_args(annotation) else ()
     option = typer.Option(
         *decls,
-        help=f"{_meta(name)['what']} (default: {_default_text(name)})",
-        envvar=f"KVSPILL_{name.upper()}",
+        help=f"{flag_meta(name)['what']} (default: {default_text(name)})",
+        envvar=env_var(name),
         show_default=False,
         rich_help_panel=PANEL,
     )
@@ -296,7 +69,7 @@ def with_engine_options(fn: Callable[..., _R]) -> Callable[..., _R]:
 
     @functools.wraps(fn)
     def command(*args: Any, **kwargs: Any) -> _R:
-        engine = EngineOptions(**{name: kwargs.pop(name, None) for name in _FIELDS})
+        engine = EngineOptions(**{name: kwargs.pop(name, None) for name in option_names()})
         return fn(*args, engine=engine, **kwargs)
 
     params = [*own, *added]

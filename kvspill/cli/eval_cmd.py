@@ -19,8 +19,9 @@ from typing import Annotated, Any
 
 import typer
 
-from kvspill.cli.engine_options import EngineOptions, engine_kwargs, with_engine_options
+from kvspill.cli.engine_options import with_engine_options
 from kvspill.errors import KvspillError
+from kvspill.options import EngineOptions, engine_kwargs
 from kvspill.plan.units import parse_tokens
 
 DEFAULT_TASKS = ("passkey", "niah_multikey", "variable_tracking", "common_words", "code")

@@ -1,7 +1,8 @@
 """The `kvspill` command line: generate, chat, plan.
 
 Every user error (a KvspillError) prints one line saying what to change and exits 2; no
-traceback from deep inside. Engine options are the same flags everywhere (`cli/engine_options.py`).
+traceback from deep inside. Engine options are the same flags everywhere (`kvspill/options.py`, shown to typer by
+`cli/engine_options.py`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Annotated, Any
 
 import typer
 
-from kvspill.cli.engine_options import EngineOptions, engine_kwargs, with_engine_options
+from kvspill.cli.engine_options import ModelOpt, with_engine_options
 from kvspill.cli.user_errors import DEBUG_ENV, debug_enabled
 from kvspill.cli.user_errors import fail as _fail
 from kvspill.errors import KvspillError
+from kvspill.options import EngineOptions, engine_kwargs
 
 app = typer.Typer(
     name="kvspill",
@@ -27,14 +29,6 @@ app = typer.Typer(
 )
 
 
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        "-m",
-        help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).",
-    ),
-]
 DiskDirOpt = Annotated[str | None, typer.Option(help="Directory of the disk KV tier.")]
 
 
@@ -140,12 +134,12 @@ def doctor(
     quick: Annotated[bool, typer.Option(help="Smaller calibration sizes (seconds, less precise).")] = False,
 ) -> None:
     """Check what makes KV offloading work or hurt on this host; --calibrate measures and saves bandwidths."""
-    from kvspill.plan.preflight import format_checks, run_checks
+    from kvspill.hardware.checks import format_checks, run_checks
 
     checks = run_checks(kv_disk_dir)
     typer.echo(format_checks(checks))
     if calibrate:
-        from kvspill.plan.calibrate import run_calibration
+        from kvspill.hardware.calibrate import run_calibration
 
         try:
             bw = run_calibration(disk_dir=kv_disk_dir, quick=quick)

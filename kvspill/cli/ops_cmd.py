@@ -120,15 +120,16 @@ def register(app: typer.Typer) -> None:
         ] = "Write a haiku about the sea.",
     ) -> None:
         """Doctor, then the memory plan, then a short generation on the embedded model, then what to try next."""
-        from kvspill.cli.plan_cmd import _bandwidths
+        from kvspill.hardware.checks import format_checks, run_checks
         from kvspill.plan import PlanRequest, format_plan_table, make_plan
-        from kvspill.plan.preflight import format_checks, run_checks
+        from kvspill.plan.flag_plans import planning_bandwidths
         from kvspill.plan.spec import ModelSpec
 
         typer.echo("== 1. doctor: what helps or hurts offloading here\n" + format_checks(run_checks()))
         spec = ModelSpec.from_model_arg(None)
         plan = make_plan(
-            PlanRequest(spec=spec, vram_budget_bytes=8 * 2**30, context_len=8192), _bandwidths(None)[0]
+            PlanRequest(spec=spec, vram_budget_bytes=8 * 2**30, context_len=8192),
+            planning_bandwidths(None)[0],
         )
         typer.echo(
             "\n== 2. plan: the embedded model on an 8 GiB card at 8K context\n"

@@ -29,11 +29,12 @@ from typing import Annotated, Any
 import typer
 
 from kvspill.cli.config_file import config_option, format_effective_config, print_config_option
-from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine_options
+from kvspill.cli.engine_options import with_engine_options
 from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
 from kvspill.cli.serve_checks import check_before_binding
 from kvspill.errors import KvspillError
 from kvspill.guided.compile_pool import DEFAULT_TIMEOUT_S as DEFAULT_COMPILE_TIMEOUT_S
+from kvspill.options import EngineOptions, engine_config
 from kvspill.server.compile_budget import DEFAULT_BUDGET_S as DEFAULT_COMPILE_BUDGET_S
 
 logger = logging.getLogger("kvspill.serve")

@@ -21,9 +21,10 @@ from typing import Annotated, Any
 
 import typer
 
-from kvspill.cli.engine_options import EngineOptions, engine_config, with_engine_options
+from kvspill.cli.engine_options import with_engine_options
 from kvspill.config import EngineConfig
 from kvspill.errors import KvspillError
+from kvspill.options import EngineOptions, engine_config
 from kvspill.server.prefix_routing import DEFAULT_PREFIX_CHARS
 
 logger = logging.getLogger(__name__)

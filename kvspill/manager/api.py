@@ -25,13 +25,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from kvspill.cli.engine_options import EngineOptions
-from kvspill.cli.plan_cmd import plan_json
 from kvspill.errors import KvspillError
 from kvspill.manager.pages import dashboard_router
 from kvspill.manager.supervisor import ChildSpec, Supervisor
 from kvspill.monitor.gpu import open_gpu_source
 from kvspill.monitor.sampler import Sampler
+from kvspill.options import EngineOptions, engine_kwargs
+from kvspill.plan.flag_plans import plans_for_flags
 from kvspill.plan.units import parse_bytes
 from kvspill.registry.profiles import validate_flags
 from kvspill.registry.sources import inspect_source
@@ -151,7 +151,7 @@ def _add_registry_routes(app: FastAPI, registry: Registry, auth: Any) -> None:
         else:
             raise ApiError(400, "give `profile`, or `model` (a registered name) with `flags`")
         source = registry.model(model_name).source
-        payload, _, header = plan_json(source, EngineOptions(**validate_flags(flags)))
+        payload, _, header = plans_for_flags(source, engine_kwargs(EngineOptions(**validate_flags(flags))))
         return {**payload, "notes": header}
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import types
 from typing import Any, get_args, get_type_hints
 
-from kvspill.cli.engine_options import EngineOptions, engine_config, flag_name
+from kvspill.options import EngineOptions, engine_config, flag_name
 from kvspill.errors import KvspillError
 from kvspill.registry.store import Profile, Registry, RegistryError
 

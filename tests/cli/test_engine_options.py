@@ -1,4 +1,4 @@
-"""The engine flags, declared once (`kvspill/cli/engine_options.py`): one per EngineConfig field,
+"""The engine flags, declared once (`kvspill/options.py`, shown to typer by `cli/engine_options.py`): one per EngineConfig field,
 the same set on every engine command, from the command line or `KVSPILL_<FLAG>`, into EngineConfig;
 a bad value is one line and exit 2. No model is loaded here."""
 
@@ -15,16 +15,10 @@ from typer.testing import CliRunner
 
 from kvspill.cli import main as cli_main
 from kvspill.cli import serve_cmd
-from kvspill.cli.engine_options import (
-    PANEL,
-    EngineOptions,
-    config_field,
-    engine_config,
-    engine_kwargs,
-    flag_name,
-)
+from kvspill.cli.engine_options import PANEL
 from kvspill.config import EngineConfig
 from kvspill.errors import KvspillError
+from kvspill.options import EngineOptions, config_field, engine_config, engine_kwargs, flag_name
 
 # EngineConfig fields without an engine flag, and why.
 EXEMPT = {
@@ -91,7 +85,7 @@ def test_every_engine_config_field_has_a_flag():
     targets = {config_field(f.name) for f in fields(EngineOptions)}
     config_fields = {f.name for f in fields(EngineConfig)}
     missing = sorted(config_fields - targets - set(EXEMPT))
-    assert not missing, f"EngineConfig fields without a flag in cli/engine_options.py: {missing}"
+    assert not missing, f"EngineConfig fields without a flag in kvspill/options.py: {missing}"
     assert targets <= config_fields, f"flags for no EngineConfig field: {sorted(targets - config_fields)}"
     assert not targets & set(EXEMPT), "an exempt field has a flag: drop it from EXEMPT"
     assert len(targets) == len(fields(EngineOptions)), "two flags set the same field"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from kvspill.cli.engine_options import EngineOptions
 from kvspill.cli.plan_cmd import plan_json
 from kvspill.manager.api import create_manager_app
 from kvspill.manager.supervisor import Supervisor
+from kvspill.options import EngineOptions
 from kvspill.registry import open_registry
 
 from .conftest import API_KEY, wait_for

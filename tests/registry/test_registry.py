@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvspill.cli.engine_options import EngineOptions
 from kvspill.cli.models_cmd import models_app
+from kvspill.options import EngineOptions
 from kvspill.registry import open_registry
 from kvspill.registry.profiles import apply_profile, serve_args, validate_flags
 from kvspill.registry.scan import scan_directory
