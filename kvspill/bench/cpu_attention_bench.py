@@ -7,7 +7,7 @@ best of `--repeats` wall times) for:
 - gather+flash: index_select of the blocks, then torch's CPU flash kernel (the fallback without
   a compiler, and the engine's CPU path before the kernel);
 - sdpa: plain torch SDPA over contiguous KV (no block table: an upper bound torch offers);
-beside the host's RAM read rate (`plan.calibrate.measure_host_read_gbs`, the figure `kvspill
+beside the host's RAM read rate (`hardware.calibrate.measure_host_read_gbs`, the figure `kvspill
 doctor --calibrate` prints as host_read_gbs) measured in the same run, and the kernel's share
 of it. Shape: Llama-3.1-8B attention (32 query heads, 8 KV heads, head_dim 128), 16-token
 blocks, a 2-layer pool seen through one layer's offsets, one decode query.
@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from kvspill.attention.cold.merge import attend_unmasked_cpu
+from kvspill.hardware.calibrate import measure_host_read_gbs
 from kvspill.kernels.cpu_attention import CpuParts, cpu_paged_attention, load_kernel
-from kvspill.plan.calibrate import measure_host_read_gbs
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, NUM_LAYERS = 32, 8, 128, 16, 2
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

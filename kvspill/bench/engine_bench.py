@@ -40,9 +40,9 @@ from kvspill.bench import fill_only
 from kvspill.bench.plan_figures import floor_and_plan
 from kvspill.config import EngineConfig, parse_layer_list
 from kvspill.engine.core import LLMEngine
+from kvspill.hardware.calibrate import measure_copy_gbs
 from kvspill.model.parallel import CollectiveTimer
 from kvspill.model.quant import model_weight_bytes
-from kvspill.plan.calibrate import measure_copy_gbs
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import ColdAttentionCounters
 

@@ -11,10 +11,11 @@ import torch
 
 from kvspill.config import EngineConfig
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
+from kvspill.hardware.checks import run_checks
 from kvspill.model.parallel import SINGLE, TensorParallel
+from kvspill.plan.choices import vram_ceiling_bytes
 from kvspill.plan.cpu_dtype import pick_cpu_dtype
 from kvspill.plan.gpu_budget import RUNTIME_RESERVE_BYTES
-from kvspill.plan.preflight import run_checks
 from kvspill.plan.spec import ModelSpec
 from kvspill.sampling_params import SamplingParams
 
@@ -148,7 +149,8 @@ def cap_allocator(
     if device.type != "cuda":
         return
     total = torch.cuda.get_device_properties(device).total_memory
-    ceiling = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
+    ceiling = vram_ceiling_bytes(config.vram_budget_bytes, config.gpu_memory_utilization, total)
+    assert ceiling is not None
     index = device.index if device.index is not None else torch.cuda.current_device()
     if leave_runtime:
         # Start-up's cached free blocks (graph capture, warm-up) are not the engine's: hand them
@@ -188,7 +190,8 @@ def runtime_bytes_beside(config: EngineConfig, device: torch.device, loaded_byte
     if own is None or num_processes == 1:
         own = card_used
     others = max(card_used - own, 0)
-    budget = config.vram_budget_bytes or int(total * config.gpu_memory_utilization)
+    budget = vram_ceiling_bytes(config.vram_budget_bytes, config.gpu_memory_utilization, total)
+    assert budget is not None
     shortfall = max(budget - (total - others), 0)
     if others:
         logger.info(

@@ -137,8 +137,8 @@ def test_gguf_blocks_split_on_block_boundaries(qtype):
 
 
 def test_the_flag_sets_the_config_and_plan_shows_one_rank():
-    from kvspill.cli.engine_options import EngineOptions, engine_config
     from kvspill.cli.plan_cmd import plan_json
+    from kvspill.options import EngineOptions, engine_config
 
     assert engine_config(EngineOptions(tensor_parallel_size=2)).tensor_parallel_size == 2
     one, _, _ = plan_json("llama-8b", EngineOptions(vram_budget="80GiB", max_model_len="32K"))

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from kvspill.cli.engine_options import EngineOptions
 from kvspill.cli.eval_cmd import _configuration
 from kvspill.config import EngineConfig, default_block_size
+from kvspill.options import EngineOptions
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvspill.cli.engine_options import EngineOptions
 from kvspill.cli.plan_cmd import plan_json
+from kvspill.options import EngineOptions
 from kvspill.plan.costs import collectives_s
 
 
