@@ -1,21 +1,21 @@
-"""`python -m kvspill.server [MODEL] [flags]`: the same as `kvspill serve`."""
+"""`python -m kvspill.server [MODEL] [flags]`: the same as `kvspill serve [MODEL] [flags]`.
+
+The server package never imports the CLI (the CLI imports the server): this entry point hands
+the command line to `python -m kvspill` (`kvspill/__main__.py`) with `serve` in front, so the
+flags, their `KVSPILL_*` variables, the config file, logging and the one-line errors are the
+`kvspill serve` command's own.
+"""
 
 from __future__ import annotations
 
-import logging
-
-import typer
-
-from kvspill.cli import serve_cmd
+import runpy
+import sys
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kvspill").setLevel(logging.INFO)
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command()(serve_cmd.serve_command)
-    app()
+    sys.argv = [sys.argv[0], "serve", *sys.argv[1:]]
+    runpy.run_module("kvspill", run_name="__main__")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # tensor-parallel workers are spawned: they re-import this module
     main()
