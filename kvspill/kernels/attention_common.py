@@ -1,5 +1,6 @@
 """Pieces shared by the paged attention kernels (prefill and decode) and their torch references:
-the online-softmax step over one tile of paged keys (`attend_tile`), the dense fp32 reference,
+the walk over a query tile's keys (`attend_keys`: unmasked tiles, then masked ones) and its
+online-softmax step over one tile of paged keys (`attend_tile`), the dense fp32 reference,
 the gather of one sequence's K/V, and the wrappers' argument checks.
 
 Pool formats (`kernels/kv_quant.py`): the model dtype and fp8 are widened in registers; int8
@@ -118,6 +119,12 @@ def check_kv_layer(kv_layer: torch.Tensor, q: torch.Tensor) -> torch.Size:
     return kv_layer.shape
 
 
+def dot_precision(dtype: torch.dtype) -> str:
+    """tl.dot's input precision for q's dtype (it matters for fp32 inputs only): tf32x3 is
+    fp32-accurate on tensor cores."""
+    return "tf32x3" if dtype == torch.float32 else "tf32"
+
+
 @triton.jit
 def _dot(a, b, acc, DOT_PRECISION: tl.constexpr, DOT_IN_F32: tl.constexpr):
     """a @ b (+ acc) in fp32. DOT_IN_F32 is for the interpreter only: its tl.dot multiplies the
@@ -145,6 +152,44 @@ def _row_scales(
     if MASKED:
         return tl.load(ptrs, mask=keys <= last_pos, other=0.0)
     return tl.load(ptrs)
+
+
+@triton.jit
+def _key_rows(bt_row, keys, last_pos, stride_cs, head_off, BLOCK_SIZE: tl.constexpr, MASKED: tl.constexpr):
+    """Where each key of the tile lies: (block_ids [BLOCK_N] int64 through the block table,
+    in_block [BLOCK_N] the row's offset within its block). MASKED: keys past last_pos read
+    block 0 instead of table entries that may not exist."""
+    if MASKED:
+        block_ids = tl.load(bt_row + keys // BLOCK_SIZE, mask=keys <= last_pos, other=0).to(tl.int64)
+    else:
+        block_ids = tl.load(bt_row + keys // BLOCK_SIZE).to(tl.int64)
+    in_block = (keys % BLOCK_SIZE) * stride_cs + head_off
+    return block_ids, in_block
+
+
+@triton.jit
+def _load_rows(ptrs, keys, last_pos, MASKED: tl.constexpr, INT8: tl.constexpr):
+    """The tile's K or V rows [BLOCK_N, HEAD_DIM] as stored (int8 pools: as fp32); MASKED: rows
+    past last_pos are 0."""
+    if MASKED:
+        rows = tl.load(ptrs, mask=(keys <= last_pos)[:, None], other=0.0)
+    else:
+        rows = tl.load(ptrs)
+    if INT8:  # through fp32: Triton's interpreter casts int8 to bf16 wrongly; exact either way
+        rows = rows.to(tl.float32)
+    return rows
+
+
+@triton.jit
+def _online_softmax_step(qk, m_i, l_i):
+    """Folds one tile of scores qk [ROWS, BLOCK_N] (log2 units) into the running max m_i and sum
+    l_i. Returns the tile's probabilities p = 2**(qk - m_new), alpha = 2**(m_i - m_new) (the
+    rescale of everything accumulated so far), m_new and the new l_i."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    p = tl.exp2(qk - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, m_new, l_i
 
 
 @triton.jit
@@ -177,21 +222,11 @@ def attend_tile(
     scales, read through `scale_ptr` (the same memory as fp32: `int8_scale_index`)."""
     keys = start + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
-    if MASKED:
-        key_ok = keys <= last_pos
-        block_ids = tl.load(bt_row + keys // BLOCK_SIZE, mask=key_ok, other=0).to(tl.int64)
-    else:
-        block_ids = tl.load(bt_row + keys // BLOCK_SIZE).to(tl.int64)
-    in_block = (keys % BLOCK_SIZE) * stride_cs + head_off
+    block_ids, in_block = _key_rows(bt_row, keys, last_pos, stride_cs, head_off, BLOCK_SIZE, MASKED)
     kv_off = block_ids * stride_cb + in_block
     kv_ptrs = kv_ptr + kv_off[:, None] + dims[None, :]  # [BLOCK_N, HEAD_DIM]
-    if MASKED:
-        k = tl.load(kv_ptrs, mask=key_ok[:, None], other=0.0)
-    else:
-        k = tl.load(kv_ptrs)
-    if INT8:  # through fp32: Triton's interpreter casts int8 to bf16 wrongly; exact either way
-        k = k.to(tl.float32)
-    k = k.to(q.dtype)  # fp8 KV (--kv-cache-dtype, scale 1): widened in registers; otherwise a no-op
+    # fp8 KV (--kv-cache-dtype, scale 1): widened in registers; otherwise a no-op
+    k = _load_rows(kv_ptrs, keys, last_pos, MASKED, INT8).to(q.dtype)
     qk = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_IN_F32) * scale_log2  # [BLOCK_M, BLOCK_N]
     if INT8:
         k_scale = _row_scales(
@@ -200,30 +235,75 @@ def attend_tile(
         qk = qk * k_scale[None, :]
     if MASKED:
         qk = tl.where(keys[None, :] <= q_pos[:, None], qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    p = tl.exp2(qk - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if MASKED:
-        v = tl.load(kv_ptrs + stride_ckv, mask=key_ok[:, None], other=0.0)
-    else:
-        v = tl.load(kv_ptrs + stride_ckv)
-    if INT8:
-        v = v.to(tl.float32)
-    v = v.to(q.dtype)
+    p, alpha, m_new, l_i = _online_softmax_step(qk, m_i, l_i)
+    v = _load_rows(kv_ptrs + stride_ckv, keys, last_pos, MASKED, INT8).to(q.dtype)
     if INT8:  # the V scales weight the probabilities: sum_n p[n] * s_v[n] * v_int[n]
+        v_in_block = in_block + stride_ckv
         v_scale = _row_scales(
-            scale_ptr,
-            block_ids,
-            in_block + stride_ckv,
-            stride_cb,
-            stride_ckv,
-            keys,
-            last_pos,
-            HEAD_DIM,
-            MASKED,
+            scale_ptr, block_ids, v_in_block, stride_cb, stride_ckv, keys, last_pos, HEAD_DIM, MASKED
         )
-        acc = _dot((p * v_scale[None, :]).to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, DOT_IN_F32)
-    else:
-        acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, DOT_IN_F32)
+        p = p * v_scale[None, :]
+    acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], DOT_PRECISION, DOT_IN_F32)
     return acc, m_new, l_i
+
+
+@triton.jit
+def attend_keys(
+    q,
+    kv_ptr,
+    scale_ptr,
+    bt_row,
+    head_off,
+    q_pos,
+    first_key,
+    full_end,
+    last_pos,
+    scale_log2,
+    stride_cb,
+    stride_ckv,
+    stride_cs,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    DOT_IN_F32: tl.constexpr,
+    INT8: tl.constexpr,
+):
+    """Attention state of q's rows [ROWS, HEAD_DIM] over keys first_key..last_pos, a tile of
+    BLOCK_N keys at a time: (acc [ROWS, HEAD_DIM], m_i [ROWS], l_i [ROWS]), fp32, log2 units.
+    Tiles from first_key up to full_end are visible to every row and skip the mask; the tiles
+    from full_end to last_pos are masked (key <= q_pos of the row and <= last_pos)."""
+    m_i = tl.full([q.shape[0]], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([q.shape[0]], dtype=tl.float32)
+    acc = tl.zeros([q.shape[0], HEAD_DIM], dtype=tl.float32)
+    # Two loops, one body: the static range unrolls at compile time, so each loop gets its own
+    # attend_tile specialized on MASKED.
+    for masked in tl.static_range(2):
+        lo = full_end if masked == 1 else first_key
+        hi = last_pos + 1 if masked == 1 else full_end
+        for start in range(lo, hi, BLOCK_N):
+            acc, m_i, l_i = attend_tile(
+                acc,
+                m_i,
+                l_i,
+                q,
+                kv_ptr,
+                scale_ptr,
+                bt_row,
+                start,
+                q_pos,
+                last_pos,
+                scale_log2,
+                stride_cb,
+                stride_ckv,
+                stride_cs,
+                head_off,
+                BLOCK_SIZE,
+                HEAD_DIM,
+                BLOCK_N,
+                masked == 1,
+                DOT_PRECISION,
+                DOT_IN_F32,
+                INT8,
+            )
+    return acc, m_i, l_i

@@ -30,9 +30,10 @@ import math
 import torch
 
 from kvspill.kernels.attention_common import (
-    attend_tile,
+    attend_keys,
     check_kv_layer,
     dense_attention_ref,
+    dot_precision,
     gather_seq_kv,
     resolve_out,
 )
@@ -122,79 +123,37 @@ def _decode_split_kernel(
     split = tl.program_id(2)
     num_splits = tl.num_programs(2)
     seq_len = tl.load(seq_lens_ptr + seq)
-    split_tokens = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-    split_tokens = tl.maximum(split_tokens, min_split_tokens)
-    start = split * split_tokens
-    end = tl.minimum(start + split_tokens, seq_len)
-    full_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
-
+    start, end, full_end = _split_keys(seq_len, split, num_splits, min_split_tokens, BLOCK_N)
     rows = tl.arange(0, GROUP_PAD)
     head = kv_head * GROUP + rows
     row_ok = rows < GROUP
-    dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(
-        q_ptr + seq.to(tl.int64) * stride_qs + head[:, None] * stride_qh + dims[None, :],
-        mask=row_ok[:, None],
-        other=0.0,
-    )  # q: [GROUP_PAD, HEAD_DIM]; padding rows are 0 and never stored
+    q = _load_group_query(q_ptr, seq, head, row_ok, stride_qs, stride_qh, HEAD_DIM)
     # Keys >= end belong to the next split: masking at end - 1 is the causal mask of attend_tile.
     q_pos = tl.full([GROUP_PAD], 0, dtype=tl.int32) + end - 1
     bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
     head_off = kv_head * stride_ch
-    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
-    acc = tl.zeros([GROUP_PAD, HEAD_DIM], dtype=tl.float32)
-    for tile_start in range(start, full_end, BLOCK_N):
-        acc, m_i, l_i = attend_tile(
-            acc,
-            m_i,
-            l_i,
-            q,
-            kv_ptr,
-            scale_ptr,
-            bt_row,
-            tile_start,
-            q_pos,
-            end - 1,
-            scale_log2,
-            stride_cb,
-            stride_ckv,
-            stride_cs,
-            head_off,
-            BLOCK_SIZE,
-            HEAD_DIM,
-            BLOCK_N,
-            False,
-            DOT_PRECISION,
-            DOT_IN_F32,
-            INT8,
-        )
-    for tile_start in range(full_end, end, BLOCK_N):  # at most one partial tile
-        acc, m_i, l_i = attend_tile(
-            acc,
-            m_i,
-            l_i,
-            q,
-            kv_ptr,
-            scale_ptr,
-            bt_row,
-            tile_start,
-            q_pos,
-            end - 1,
-            scale_log2,
-            stride_cb,
-            stride_ckv,
-            stride_cs,
-            head_off,
-            BLOCK_SIZE,
-            HEAD_DIM,
-            BLOCK_N,
-            True,
-            DOT_PRECISION,
-            DOT_IN_F32,
-            INT8,
-        )
-
+    acc, m_i, l_i = attend_keys(
+        q,
+        kv_ptr,
+        scale_ptr,
+        bt_row,
+        head_off,
+        q_pos,
+        start,
+        full_end,
+        end - 1,
+        scale_log2,
+        stride_cb,
+        stride_ckv,
+        stride_cs,
+        BLOCK_SIZE,
+        HEAD_DIM,
+        BLOCK_N,
+        DOT_PRECISION,
+        DOT_IN_F32,
+        INT8,
+    )
+    dims = tl.arange(0, HEAD_DIM)
     has_keys = l_i > 0
     l_safe = tl.where(has_keys, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -203,6 +162,30 @@ def _decode_split_kernel(
     tl.store(o_ptr + row_off[:, None] + dims[None, :], o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
     lse_off = seq.to(tl.int64) * stride_ls + head * stride_lh + split * stride_lk
     tl.store(lse_ptr + lse_off, lse, mask=row_ok)
+
+
+@triton.jit
+def _load_group_query(q_ptr, seq, head, row_ok, stride_qs, stride_qh, HEAD_DIM: tl.constexpr):
+    """q [GROUP_PAD, HEAD_DIM]: the seq's query heads of one GQA group; padding rows are 0 and
+    never stored."""
+    dims = tl.arange(0, HEAD_DIM)
+    return tl.load(
+        q_ptr + seq.to(tl.int64) * stride_qs + head[:, None] * stride_qh + dims[None, :],
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+
+
+@triton.jit
+def _split_keys(seq_len, split, num_splits, min_split_tokens, BLOCK_N: tl.constexpr):
+    """The keys of this split: [start, end), the first (end - start) // BLOCK_N whole tiles ending at
+    full_end. Splits are whole tiles of at least min_split_tokens; trailing ones may be empty."""
+    split_tokens = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    split_tokens = tl.maximum(split_tokens, min_split_tokens)
+    start = split * split_tokens
+    end = tl.minimum(start + split_tokens, seq_len)
+    full_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
+    return start, end, full_end
 
 
 @triton.jit
@@ -284,8 +267,39 @@ def paged_decode_attention(
     (o, lse), preallocated. min_split_tokens (rounded up to whole key tiles; default
     `default_min_split_tokens`) stops short seqs from being cut into tiny splits.
     """
+    _check_decode_args(q, kv_layer, block_tables, seq_lens)
+    o, lse = resolve_out(out, q)
     num_seqs, num_heads, head_dim = q.shape
-    _, _, block_size, num_kv_heads, _ = check_kv_layer(kv_layer, q)
+    if num_seqs == 0:
+        return o, lse
+    launch = _launch_config(head_dim, q.is_cuda)
+    block_n = launch[0]
+    if min_split_tokens is None:
+        min_split_tokens = default_min_split_tokens(head_dim)
+    assert min_split_tokens > 0, f"min_split_tokens {min_split_tokens} must be positive"
+    min_split_tokens = triton.cdiv(min_split_tokens, block_n) * block_n  # whole key tiles per split
+    if num_splits is None:
+        num_splits = _auto_num_splits(q, kv_layer, block_tables, min_split_tokens)
+    assert 1 <= num_splits <= MAX_SPLITS, f"num_splits {num_splits} outside [1, {MAX_SPLITS}]"
+    if num_splits == 1:
+        part_o, part_lse = o.unsqueeze(2), lse.unsqueeze(2)  # stage 1 writes the result itself
+    else:
+        part_o = q.new_empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32)
+        part_lse = q.new_empty((num_seqs, num_heads, num_splits), dtype=torch.float32)
+    _launch_split_stage(
+        q, kv_layer, block_tables, seq_lens, scale, part_o, part_lse, min_split_tokens, launch
+    )
+    if num_splits > 1:
+        _merge_splits(part_o, part_lse, o, lse)
+    return o, lse
+
+
+def _check_decode_args(
+    q: torch.Tensor, kv_layer: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor
+) -> None:
+    """Asserts the shapes, dtypes, strides and devices the kernels assume."""
+    num_seqs, num_heads, _ = q.shape
+    num_kv_heads = check_kv_layer(kv_layer, q)[3]
     assert num_heads % num_kv_heads == 0, f"num_heads {num_heads} not a multiple of {num_kv_heads}"
     assert block_tables.shape[0] == num_seqs, f"block_tables has {block_tables.shape[0]} rows, q {num_seqs}"
     assert block_tables.dtype == torch.int32 and block_tables.stride(1) == 1, (
@@ -295,29 +309,36 @@ def paged_decode_attention(
         f"seq_lens must be int32 [{num_seqs}]"
     )
     assert seq_lens.is_contiguous() and block_tables.device == seq_lens.device == q.device
-    o, lse = resolve_out(out, q)
-    if num_seqs == 0:
-        return o, lse
-    block_n, num_warps, num_stages = _launch_config(head_dim, q.is_cuda)
-    if min_split_tokens is None:
-        min_split_tokens = default_min_split_tokens(head_dim)
-    assert min_split_tokens > 0, f"min_split_tokens {min_split_tokens} must be positive"
-    min_split_tokens = triton.cdiv(min_split_tokens, block_n) * block_n  # whole key tiles per split
-    if num_splits is None:
-        num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
-        num_splits = choose_num_splits(
-            block_tables.shape[1] * block_size, num_seqs, num_kv_heads, num_sms, min_split_tokens
-        )
-    assert 1 <= num_splits <= MAX_SPLITS, f"num_splits {num_splits} outside [1, {MAX_SPLITS}]"
+
+
+def _auto_num_splits(
+    q: torch.Tensor, kv_layer: torch.Tensor, block_tables: torch.Tensor, min_split_tokens: int
+) -> int:
+    """`choose_num_splits` for the longest seq the block table can hold: no device sync."""
+    block_size, num_kv_heads = kv_layer.shape[2], kv_layer.shape[3]
+    num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
+    return choose_num_splits(
+        block_tables.shape[1] * block_size, q.shape[0], num_kv_heads, num_sms, min_split_tokens
+    )
+
+
+def _launch_split_stage(
+    q: torch.Tensor,
+    kv_layer: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    part_o: torch.Tensor,  # [num_seqs, num_heads, num_splits, head_dim]
+    part_lse: torch.Tensor,  # [num_seqs, num_heads, num_splits]
+    min_split_tokens: int,
+    launch: tuple[int, int, int],  # _launch_config's (BLOCK_N, num_warps, num_stages)
+) -> None:
+    """Stage 1: one program per (seq, KV head, split) writes its split's o and lse."""
+    num_seqs, num_heads, head_dim = q.shape
+    _, _, block_size, num_kv_heads, _ = kv_layer.shape
+    block_n, num_warps, num_stages = launch
     group = num_heads // num_kv_heads
-    if num_splits == 1:
-        part_o, part_lse = o.unsqueeze(2), lse.unsqueeze(2)  # stage 1 writes the result itself
-    else:
-        part_o = torch.empty(
-            (num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device
-        )
-        part_lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=q.device)
-    _decode_split_kernel[(num_seqs, num_kv_heads, num_splits)](
+    _decode_split_kernel[(num_seqs, num_kv_heads, part_o.shape[2])](
         q,
         kv_layer,
         scale_view(kv_layer),
@@ -342,17 +363,12 @@ def paged_decode_attention(
         GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim,
         BLOCK_N=block_n,
-        DOT_PRECISION="tf32x3"
-        if q.dtype == torch.float32
-        else "tf32",  # tf32x3: fp32-accurate on tensor cores
+        DOT_PRECISION=dot_precision(q.dtype),
         DOT_IN_F32=not q.is_cuda,
         INT8=kv_layer.dtype == torch.int8,
         num_warps=num_warps,
         num_stages=num_stages,
     )
-    if num_splits > 1:
-        _merge_splits(part_o, part_lse, o, lse)
-    return o, lse
 
 
 def _merge_splits(

@@ -93,41 +93,81 @@ def _fp8_gemv_kernel(
     if USE_DOT:
         t = tl.arange(0, 16)
         t_ok = t < NUM_TOKENS
-        acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
-        for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
-            k = k0 + kk
-            x_ptrs = x_ptr + t[:, None] * stride_x + k[None, :]
-            if EVEN_K:
-                w = tl.load(w_rows + k[None, :], mask=n_ok[:, None], other=0.0)
-                x = tl.load(x_ptrs, mask=t_ok[:, None], other=0.0)
-            else:
-                k_ok = (k < K)[None, :]
-                w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & k_ok, other=0.0)
-                x = tl.load(x_ptrs, mask=t_ok[:, None] & k_ok, other=0.0)
-            if INTERPRETER:  # its bf16 tl.dot of converted fp8 gives garbage (triton 3.x): fp32 is exact
-                acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
-            else:
-                acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
-        out = acc  # [16, BLOCK_N]
+        out = _dot_over_k(
+            x_ptr, w_rows, n_ok, kk, t, t_ok, K, stride_x, EVEN_K, BLOCK_N, BLOCK_K, NUM_STAGES, INTERPRETER
+        )
     else:
         t = tl.arange(0, 1)
         t_ok = t < 1
-        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
-            k = k0 + kk
-            if EVEN_K:
-                w = tl.load(w_rows + k[None, :], mask=n_ok[:, None], other=0.0)
-                x = tl.load(x_ptr + k)
-            else:
-                w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & (k < K)[None, :], other=0.0)
-                x = tl.load(x_ptr + k, mask=k < K, other=0.0)
-            acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
-        out = tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
+        out = _fma_over_k(x_ptr, w_rows, n_ok, kk, K, EVEN_K, BLOCK_N, BLOCK_K, NUM_STAGES)
     out = out * tl.load(scale_ptr + n, mask=n_ok, other=0.0)[None, :]
     if HAS_BIAS:
         out += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     out_ptrs = out_ptr + t[:, None] * stride_o + n[None, :]
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=t_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _dot_over_k(
+    x_ptr,
+    w_rows,
+    n_ok,
+    kk,
+    t,
+    t_ok,
+    K,
+    stride_x,
+    EVEN_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    INTERPRETER: tl.constexpr,
+):
+    """2-16 tokens: x [16, BLOCK_K] (rows past the tokens are 0) times each weight chunk, converted
+    to x's dtype, on tensor cores. Returns the fp32 sums [16, BLOCK_N], unscaled."""
+    acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+        k = k0 + kk
+        x_ptrs = x_ptr + t[:, None] * stride_x + k[None, :]
+        if EVEN_K:
+            w = tl.load(w_rows + k[None, :], mask=n_ok[:, None], other=0.0)
+            x = tl.load(x_ptrs, mask=t_ok[:, None], other=0.0)
+        else:
+            k_ok = (k < K)[None, :]
+            w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & k_ok, other=0.0)
+            x = tl.load(x_ptrs, mask=t_ok[:, None] & k_ok, other=0.0)
+        if INTERPRETER:  # its bf16 tl.dot of converted fp8 gives garbage (triton 3.x): fp32 is exact
+            acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
+        else:
+            acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+    return acc
+
+
+@triton.jit
+def _fma_over_k(
+    x_ptr,
+    w_rows,
+    n_ok,
+    kk,
+    K,
+    EVEN_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    """One token: elementwise fp32 products [BLOCK_N, BLOCK_K] summed over the K chunks, reduced
+    across K once after the loop. Returns the sums [1, BLOCK_N], unscaled."""
+    acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+        k = k0 + kk
+        if EVEN_K:
+            w = tl.load(w_rows + k[None, :], mask=n_ok[:, None], other=0.0)
+            x = tl.load(x_ptr + k)
+        else:
+            w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & (k < K)[None, :], other=0.0)
+            x = tl.load(x_ptr + k, mask=k < K, other=0.0)
+        acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
+    return tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
 
 
 def fp8_gemv(

@@ -31,9 +31,10 @@ import math
 import torch
 
 from kvspill.kernels.attention_common import (
-    attend_tile,
+    attend_keys,
     check_kv_layer,
     dense_attention_ref,
+    dot_precision,
     gather_seq_kv,
     resolve_out,
 )
@@ -107,86 +108,80 @@ def _prefill_kernel(
     if tile * BLOCK_Q >= q_len:
         return
     ctx_len = tl.load(seq_lens_ptr + seq) - q_len  # keys before this chunk
-
-    rows = tl.arange(0, BLOCK_M)
-    tok = tile * BLOCK_Q + rows // GROUP
-    head = kv_head * GROUP + rows % GROUP
-    row_ok = (rows < BLOCK_Q * GROUP) & (tok < q_len)
-    q_pos = ctx_len + tl.minimum(tok, q_len - 1)  # padding rows reuse a real position: no NaN
-    dims = tl.arange(0, HEAD_DIM)
+    tok, head, row_ok, q_pos = _query_rows(tile, kv_head, q_len, ctx_len, GROUP, BLOCK_M, BLOCK_Q)
     tok64 = (q_start + tok).to(tl.int64)
-    q = tl.load(
-        q_ptr + tok64[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
-        mask=row_ok[:, None],
-        other=0.0,
-    )  # q: [BLOCK_M, HEAD_DIM]
-
+    q = _load_query_rows(q_ptr, tok64, head, row_ok, stride_qt, stride_qh, HEAD_DIM)
     first_pos = ctx_len + tile * BLOCK_Q
     last_pos = ctx_len + tl.minimum((tile + 1) * BLOCK_Q, q_len) - 1
     full_end = ((first_pos + 1) // BLOCK_N) * BLOCK_N  # keys < full_end are visible to all rows
     bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
     head_off = kv_head * stride_ch
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for start in range(0, full_end, BLOCK_N):
-        acc, m_i, l_i = attend_tile(
-            acc,
-            m_i,
-            l_i,
-            q,
-            kv_ptr,
-            scale_ptr,
-            bt_row,
-            start,
-            q_pos,
-            last_pos,
-            scale_log2,
-            stride_cb,
-            stride_ckv,
-            stride_cs,
-            head_off,
-            BLOCK_SIZE,
-            HEAD_DIM,
-            BLOCK_N,
-            False,
-            DOT_PRECISION,
-            DOT_IN_F32,
-            INT8,
-        )
-    for start in range(full_end, last_pos + 1, BLOCK_N):
-        acc, m_i, l_i = attend_tile(
-            acc,
-            m_i,
-            l_i,
-            q,
-            kv_ptr,
-            scale_ptr,
-            bt_row,
-            start,
-            q_pos,
-            last_pos,
-            scale_log2,
-            stride_cb,
-            stride_ckv,
-            stride_cs,
-            head_off,
-            BLOCK_SIZE,
-            HEAD_DIM,
-            BLOCK_N,
-            True,
-            DOT_PRECISION,
-            DOT_IN_F32,
-            INT8,
-        )
+    acc, m_i, l_i = attend_keys(
+        q,
+        kv_ptr,
+        scale_ptr,
+        bt_row,
+        head_off,
+        q_pos,
+        0,
+        full_end,
+        last_pos,
+        scale_log2,
+        stride_cb,
+        stride_ckv,
+        stride_cs,
+        BLOCK_SIZE,
+        HEAD_DIM,
+        BLOCK_N,
+        DOT_PRECISION,
+        DOT_IN_F32,
+        INT8,
+    )
+    _store_o(o_ptr, acc, l_i, tok64, head, row_ok, stride_ot, stride_oh, HEAD_DIM)
+    _store_lse(lse_ptr, m_i, l_i, tok64, head, row_ok, stride_lt, stride_lh)
 
+
+@triton.jit
+def _query_rows(
+    tile, kv_head, q_len, ctx_len, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr
+):
+    """The BLOCK_M rows of a query tile, GQA packed: row r is token tile * BLOCK_Q + r // GROUP
+    (within the chunk) of head kv_head * GROUP + r % GROUP. Returns (tok, head, row_ok, q_pos)."""
+    rows = tl.arange(0, BLOCK_M)
+    tok = tile * BLOCK_Q + rows // GROUP
+    head = kv_head * GROUP + rows % GROUP
+    row_ok = (rows < BLOCK_Q * GROUP) & (tok < q_len)
+    q_pos = ctx_len + tl.minimum(tok, q_len - 1)  # padding rows reuse a real position: no NaN
+    return tok, head, row_ok, q_pos
+
+
+@triton.jit
+def _load_query_rows(q_ptr, tok64, head, row_ok, stride_qt, stride_qh, HEAD_DIM: tl.constexpr):
+    """q [BLOCK_M, HEAD_DIM] of the tile's rows; padding rows are 0."""
+    dims = tl.arange(0, HEAD_DIM)
+    return tl.load(
+        q_ptr + tok64[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+
+
+@triton.jit
+def _store_o(o_ptr, acc, l_i, tok64, head, row_ok, stride_ot, stride_oh, HEAD_DIM: tl.constexpr):
+    """o = acc / l_i in o's dtype, for the tile's real rows."""
+    dims = tl.arange(0, HEAD_DIM)
     o = acc / l_i[:, None]
     tl.store(
         o_ptr + tok64[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
         o.to(o_ptr.dtype.element_ty),
         mask=row_ok[:, None],
     )
-    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # log2 units -> natural log
+
+
+@triton.jit
+def _store_lse(lse_ptr, m_i, l_i, tok64, head, row_ok, stride_lt, stride_lh):
+    """The rows' logsumexp in natural-log units (m_i and l_i are in log2 units)."""
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
     tl.store(lse_ptr + tok64 * stride_lt + head * stride_lh, lse, mask=row_ok)
 
 
@@ -224,9 +219,27 @@ def paged_prefill_attention(
     `out` is o alone or (o, lse), preallocated. `max_query_len` (longest chunk) sizes the grid;
     without it the wrapper reads query_start_loc on the host (a device sync).
     """
-    num_tokens, num_heads, head_dim = q.shape
+    _check_prefill_args(q, kv_layer, block_tables, query_start_loc, seq_lens)
+    o, lse = resolve_out(out, q)
+    if q.shape[0] == 0 or block_tables.shape[0] == 0:
+        return o, lse
+    if max_query_len is None:
+        max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max().item())
+    _launch_prefill(q, kv_layer, block_tables, query_start_loc, seq_lens, scale, o, lse, max_query_len)
+    return o, lse
+
+
+def _check_prefill_args(
+    q: torch.Tensor,
+    kv_layer: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+) -> None:
+    """Asserts the shapes, dtypes, strides and devices the kernel assumes."""
+    num_heads = q.shape[1]
     num_seqs = block_tables.shape[0]
-    _, _, block_size, num_kv_heads, _ = check_kv_layer(kv_layer, q)
+    num_kv_heads = check_kv_layer(kv_layer, q)[3]
     assert num_heads % num_kv_heads == 0, f"num_heads {num_heads} not a multiple of {num_kv_heads}"
     assert block_tables.dtype == torch.int32 and block_tables.stride(1) == 1, (
         "block_tables int32, rows contiguous"
@@ -239,15 +252,26 @@ def paged_prefill_attention(
     )
     assert query_start_loc.is_contiguous() and seq_lens.is_contiguous()
     assert block_tables.device == query_start_loc.device == seq_lens.device == q.device
-    o, lse = resolve_out(out, q)
-    if num_tokens == 0 or num_seqs == 0:
-        return o, lse
-    if max_query_len is None:
-        max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max().item())
+
+
+def _launch_prefill(
+    q: torch.Tensor,
+    kv_layer: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    max_query_len: int,
+) -> None:
+    """One program per (query tile, KV head, seq), tile sizes from `_launch_config`."""
+    _, num_heads, head_dim = q.shape
+    _, _, block_size, num_kv_heads, _ = kv_layer.shape
     group = num_heads // num_kv_heads
     block_m, block_n, num_warps, num_stages = _launch_config(head_dim, q.is_cuda, q.dtype)
     block_q = block_m // group
-    grid = (triton.cdiv(max_query_len, block_q), num_kv_heads, num_seqs)
+    grid = (triton.cdiv(max_query_len, block_q), num_kv_heads, block_tables.shape[0])
     _prefill_kernel[grid](
         q,
         kv_layer,
@@ -272,12 +296,9 @@ def paged_prefill_attention(
         BLOCK_M=block_m,
         BLOCK_Q=block_q,
         BLOCK_N=block_n,
-        DOT_PRECISION="tf32x3"
-        if q.dtype == torch.float32
-        else "tf32",  # tf32x3: fp32-accurate on tensor cores
+        DOT_PRECISION=dot_precision(q.dtype),
         DOT_IN_F32=not q.is_cuda,
         INT8=kv_layer.dtype == torch.int8,
         num_warps=num_warps,
         num_stages=num_stages,
     )
-    return o, lse
