@@ -118,38 +118,81 @@ def _rope_store_kernel(
         v_ptrs = v_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :]
         if INT8:
             head_ok = heads < num_kv_heads
-            v1 = tl.load(v_ptrs, mask=ok, other=0.0).to(tl.float32)
-            v2 = tl.load(v_ptrs + HALF, mask=ok, other=0.0).to(tl.float32)
-            kf1, kf2 = k1.to(tl.float32), k2.to(tl.float32)  # new names: k1, k2 keep their dtype
-            _store_int8_halves(
+            _store_int8_kv(
                 cache_ptr,
                 scale_ptr,
                 block_id,
                 in_block,
-                dims,
-                kf1,
-                kf2,
+                k1,
+                k2,
+                v_ptrs,
                 ok,
                 head_ok,
                 stride_cb,
                 stride_ckv,
                 HALF,
             )
-            _store_int8_halves(
-                cache_ptr, scale_ptr, block_id, in_block + stride_ckv, dims, v1, v2, ok, head_ok, stride_cb,
-                stride_ckv, HALF,
-            )  # fmt: skip
         else:
-            dst = cache_ptr + (block_id * stride_cb + in_block)[:, None] + dims[None, :]
-            tl.store(dst, _to_cache(k1, cache_ptr, FP8_MAX), mask=ok)
-            tl.store(dst + HALF, _to_cache(k2, cache_ptr, FP8_MAX), mask=ok)
-            v1 = _to_cache(tl.load(v_ptrs, mask=ok), cache_ptr, FP8_MAX)
-            tl.store(dst + stride_ckv, v1, mask=ok)
-            tl.store(
-                dst + stride_ckv + HALF,
-                _to_cache(tl.load(v_ptrs + HALF, mask=ok), cache_ptr, FP8_MAX),
-                mask=ok,
-            )
+            _store_kv(cache_ptr, block_id, in_block, k1, k2, v_ptrs, ok, stride_cb, stride_ckv, HALF, FP8_MAX)
+
+
+@triton.jit
+def _store_int8_kv(
+    cache_ptr,
+    scale_ptr,
+    block_id,
+    in_block,
+    k1,
+    k2,
+    v_ptrs,
+    ok,
+    head_ok,
+    stride_cb,
+    stride_ckv,
+    HALF: tl.constexpr,
+):
+    """The token's rotated k (halves k1, k2) and its v rows into an int8 cache, each row
+    quantized with its own scale."""
+    dims = tl.arange(0, HALF)
+    v1 = tl.load(v_ptrs, mask=ok, other=0.0).to(tl.float32)
+    v2 = tl.load(v_ptrs + HALF, mask=ok, other=0.0).to(tl.float32)
+    kf1, kf2 = k1.to(tl.float32), k2.to(tl.float32)  # new names: k1, k2 keep their dtype
+    _store_int8_halves(
+        cache_ptr, scale_ptr, block_id, in_block, dims, kf1, kf2, ok, head_ok, stride_cb, stride_ckv, HALF
+    )
+    v_in_block = in_block + stride_ckv
+    _store_int8_halves(
+        cache_ptr, scale_ptr, block_id, v_in_block, dims, v1, v2, ok, head_ok, stride_cb, stride_ckv, HALF
+    )
+
+
+@triton.jit
+def _store_kv(
+    cache_ptr,
+    block_id,
+    in_block,
+    k1,
+    k2,
+    v_ptrs,
+    ok,
+    stride_cb,
+    stride_ckv,
+    HALF: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+):
+    """The token's rotated k (halves k1, k2) and its v rows into a cache of the model dtype or
+    fp8 (values saturate)."""
+    dims = tl.arange(0, HALF)
+    dst = cache_ptr + (block_id * stride_cb + in_block)[:, None] + dims[None, :]
+    tl.store(dst, _to_cache(k1, cache_ptr, FP8_MAX), mask=ok)
+    tl.store(dst + HALF, _to_cache(k2, cache_ptr, FP8_MAX), mask=ok)
+    v1 = _to_cache(tl.load(v_ptrs, mask=ok), cache_ptr, FP8_MAX)
+    tl.store(dst + stride_ckv, v1, mask=ok)
+    tl.store(
+        dst + stride_ckv + HALF,
+        _to_cache(tl.load(v_ptrs + HALF, mask=ok), cache_ptr, FP8_MAX),
+        mask=ok,
+    )
 
 
 def rope_and_store_kv(
