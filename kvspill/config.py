@@ -71,6 +71,11 @@ def parse_layer_list(text: Any) -> tuple[int, ...]:
     return tuple(sorted(layers))
 
 
+# --cold-attention's values: "auto" and one per cold path (plan.choices.ColdPath; a test holds
+# them equal, tests/plan/test_choices_agree.py). Here, at the bottom, because the config checks it.
+COLD_ATTENTION = ("auto", "cpu", "stream", "split", "sparse")
+
+
 def sparse_cache_groups(cold_attention: str, max_num_seqs: int, sparse_cache_seqs: int) -> int:
     """Sequences the sparse block cache holds (`attention/sparse/cache.py`): 0 unless sparse. The engine
     and `kvspill plan` (from its flags alone) both size it here."""
@@ -241,10 +246,31 @@ class EngineConfig:
             )
         if self.num_sink_blocks < 0 or self.hot_window_tokens < 0:
             raise bad("num_sink_blocks", "--num-sink-blocks and --hot-window-tokens must not be negative")
-        if self.cold_attention not in ("auto", "cpu", "stream", "split", "sparse"):
+        self._check_cold_attention()
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise bad(
+                "kv_cache_dtype",
+                f"--kv-cache-dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}",
+            )
+        skip = parse_layer_list(self.kv_cache_dtype_skip_layers)
+        object.__setattr__(self, "kv_cache_dtype_skip_layers", skip)  # a tuple, sorted, each once
+        if skip and self.kv_cache_dtype == "auto":
+            raise bad(
+                "kv_cache_dtype_skip_layers",
+                "--kv-cache-dtype-skip-layers keeps layers out of a quantized --kv-cache-dtype; with auto "
+                "every layer holds the model dtype already: pass --kv-cache-dtype fp8 or int8, or drop it",
+            )
+        if self.attention not in ("auto", "cpu"):
+            raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")
+
+    def _check_cold_attention(self) -> None:
+        """--cold-attention and the sparse path's knobs."""
+        bad = InvalidParameterError
+        if self.cold_attention not in COLD_ATTENTION:
             raise bad(
                 "cold_attention",
-                f"--cold-attention must be auto, cpu, stream, split or sparse, got {self.cold_attention!r}",
+                f"--cold-attention must be {', '.join(COLD_ATTENTION[:-1])} or {COLD_ATTENTION[-1]}, "
+                f"got {self.cold_attention!r}",
             )
         if self.sparse_budget_tokens < self.block_size:
             raise bad(
@@ -268,21 +294,6 @@ class EngineConfig:
             )
         if self.cpu_attention_threads is not None and self.cpu_attention_threads < 1:
             raise bad("cpu_attention_threads", "--cpu-attention-threads must be at least 1")
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise bad(
-                "kv_cache_dtype",
-                f"--kv-cache-dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}",
-            )
-        skip = parse_layer_list(self.kv_cache_dtype_skip_layers)
-        object.__setattr__(self, "kv_cache_dtype_skip_layers", skip)  # a tuple, sorted, each once
-        if skip and self.kv_cache_dtype == "auto":
-            raise bad(
-                "kv_cache_dtype_skip_layers",
-                "--kv-cache-dtype-skip-layers keeps layers out of a quantized --kv-cache-dtype; with auto "
-                "every layer holds the model dtype already: pass --kv-cache-dtype fp8 or int8, or drop it",
-            )
-        if self.attention not in ("auto", "cpu"):
-            raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")
 
     def _check_weights(self) -> None:
         """How the weights are held: --quantization and --cpu-offload-gb."""

@@ -1,7 +1,8 @@
 """Engine construction: device and dtype, pre-flight, the memory plan, the model, the KV pools.
 
 The runner only runs steps; everything that decides what to build lives here, in order:
-1. pick the device and dtype; pre-flight checks (warnings with fixes);
+1. pick the device and dtype; pre-flight checks (warnings with fixes); read the machine's facts
+   (`plan.choices.DeviceFacts`) and the saved calibration, once;
 2. the memory plan from the model's shapes (`plan.startup.startup_plan`), printed before loading;
    on CUDA one that cannot fit stops start-up with advice, and the budget caps the allocator (from
    step 4 on, less the memory in use outside it);
@@ -10,6 +11,11 @@ The runner only runs steps; everything that decides what to build lives here, in
    use outside torch) and plan again with those measurements: that plan, and no other formula,
    gives the gpu/cpu/disk tier sizes in blocks, so `kvspill plan` and `kv_stats()` agree;
 5. allocate the tiers, capture CUDA graphs, build the runner.
+
+The runtime choices (cold path, split thresholds, which CUDA graphs, the byte ceiling) come from
+one record, `plan.choices.resolve_choices` (`runtime_choices` here), the same function the plan
+calls with its request: nothing below re-derives them, and the runner is handed the cold path's
+backend configuration and graph kind, never a flag to interpret.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from kvspill.attention.cold.config import engine_cold_config
+from kvspill.attention.cold.config import cold_config, kv_format_of
 from kvspill.config import EngineConfig, with_attention_mode
 from kvspill.engine.checks import (
     cap_allocator,
@@ -34,7 +40,6 @@ from kvspill.engine.checks import (
     use_expandable_segments,
 )
 from kvspill.engine.phases import StartupPhases
-from kvspill.env import cuda_graphs_on
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf.reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
@@ -47,6 +52,7 @@ from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.calibrate import load_calibration
+from kvspill.plan.choices import DeviceFacts, RuntimeChoices, resolve_choices
 from kvspill.plan.gpu_budget import MAX_GRAPH_BATCH
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quantized, startup_plan
@@ -78,6 +84,7 @@ class EngineParts:
     device: torch.device
     dtype: torch.dtype
     kv_fingerprint: int  # seeds the prefix hashes; checks persisted blocks (storage/persist.py)
+    choices: RuntimeChoices | None = None  # the record of runtime choices it was built by (plan/choices.py)
 
 
 def _card(device: torch.device) -> tuple[int | None, str | None]:
@@ -118,7 +125,12 @@ def _plan_and_cap(config: EngineConfig, device: torch.device, calibration: Bandw
 
 
 def _measure(
-    config: EngineConfig, loaded: LoadedModel, layout: KVLayout, device: torch.device, allocated_before: int
+    config: EngineConfig,
+    graphs: bool,
+    loaded: LoadedModel,
+    layout: KVLayout,
+    device: torch.device,
+    allocated_before: int,
 ) -> Measured:
     """The plan's measured inputs. On the CPU the weights are the parameters' bytes (so a plan made
     from the model's shapes, as `kvspill plan` makes it, lands on the same blocks). On CUDA the
@@ -136,13 +148,14 @@ def _measure(
     # The plan charges the RoPE table from the context (0.5 GiB at 1M), not as weights (read each step)
     weights = loaded_bytes - rope_table_bytes(loaded.model)
     runtime = runtime_bytes_beside(config, device, loaded_bytes)
-    graph_rows = 0 if config.enforce_eager else min(config.max_num_seqs, MAX_GRAPH_BATCH)
+    graph_rows = min(config.max_num_seqs, MAX_GRAPH_BATCH) if graphs else 0
     scratch = dequant_scratch_bytes(loaded.model, loaded.dtype, graph_rows)
     return Measured(weights, activation, runtime, graph_scratch_bytes=scratch)
 
 
 def _size_tiers(
     config: EngineConfig,
+    choices: RuntimeChoices,
     loaded: LoadedModel,
     layout: KVLayout,
     device: torch.device,
@@ -150,7 +163,7 @@ def _size_tiers(
     calibration: Bandwidths | None,
 ) -> MemoryPlan:
     """The plan, with what was measured, that the tiers are allocated from."""
-    measured = _measure(config, loaded, layout, device, allocated_before)
+    measured = _measure(config, choices.decode_graphs, loaded, layout, device, allocated_before)
     spec = ModelSpec.from_hf_config(loaded.hf_config.to_dict())
     startup = _plan(config, device, calibration, (measured, spec, loaded.max_model_len))
     assert startup is not None, "a plan with a device budget always exists after loading"
@@ -193,30 +206,26 @@ def _size_tiers(
 
 def _prepare_kernels(
     config: EngineConfig,
+    choices: RuntimeChoices,
     loaded: LoadedModel,
     storage: KVStorage,
     device: torch.device,
-    tp: TensorParallel,
     phases: StartupPhases,
 ) -> DecodeGraphs | None:
     """What the first steps would otherwise pay for: the CPU attention kernel on the CPU device,
-    the decode CUDA graphs on CUDA (None where steps run eagerly)."""
+    the decode CUDA graphs on CUDA (None where the record says steps run eagerly: --enforce-eager,
+    offloaded weights, which swap layers host-side (model/offload.py), or tensor parallelism with
+    KVSPILL_TP_CUDA_GRAPHS=0; with it, graphs capture the NCCL collectives too, every rank in the
+    same order, each rank building its parts alike)."""
     if device.type == "cpu":
         # The decode kernel over the pool in RAM (runner/host_decode.py) is built by g++ on first
         # use (seconds, once per host): here, not in the first request's first decode step.
         with phases.phase("build the CPU attention kernel"):
             load_kernel()
         return None
-    # Offload swaps layer weights host-side before each layer: no CUDA graphs (model/offload.py).
-    # Tensor parallelism: graphs capture the NCCL collectives too, every rank in the same order
-    # (each rank builds its parts alike); KVSPILL_TP_CUDA_GRAPHS=0 runs its steps eagerly.
-    if (
-        device.type != "cuda"
-        or (tp.size > 1 and not cuda_graphs_on("TP"))
-        or config.enforce_eager
-        or loaded.offloader
-    ):
+    if not choices.decode_graphs:
         return None
+    assert loaded.offloader is None, "offloaded weights run eagerly (ChoiceFlags.enforce_eager)"
     with phases.phase("capture CUDA graphs"):
         graphs = DecodeGraphs(
             loaded.model,
@@ -227,6 +236,18 @@ def _prepare_kernels(
         )
         graphs.capture()
         return graphs
+
+
+def runtime_choices(
+    config: EngineConfig,
+    facts: DeviceFacts,
+    calibration: Bandwidths | None,
+    kv_dtype: torch.dtype,
+    head_dim: int,
+) -> RuntimeChoices:
+    """The engine's record of runtime choices (plan/choices.py) for a pool of `kv_dtype` and
+    `head_dim`: the same function the plan calls with its request (tests/plan/test_choices_agree.py)."""
+    return resolve_choices(config, facts, calibration, kv_format=kv_format_of(kv_dtype), head_dim=head_dim)
 
 
 def _config_eos(hf_config: object) -> frozenset[int]:
@@ -286,12 +307,11 @@ def _read_chat_template(path: str) -> str:
         raise InvalidParameterError("chat_template", f"cannot read --chat-template {path!r}: {e}") from e
 
 
-def build_engine_parts(
-    config: EngineConfig, phases: StartupPhases | None = None, tp: TensorParallel = SINGLE
-) -> EngineParts:
-    """Everything one rank runs (the whole engine's with one rank): every rank of a tensor-parallel
-    group calls this alike, so their collectives (profiling, agreeing on tier sizes) match."""
-    phases = phases or StartupPhases()
+def _prelude(
+    config: EngineConfig, phases: StartupPhases, tp: TensorParallel
+) -> tuple[EngineConfig, torch.device, torch.dtype, DeviceFacts, Bandwidths | None]:
+    """Device, dtype and the config as the engine runs it; the machine's facts and the saved
+    calibration, each read once; pre-flight checks before anything is loaded."""
     with phases.phase("device and pre-flight"):
         device = pick_device(config, tp)
         use_expandable_segments(device, tp)
@@ -300,35 +320,23 @@ def build_engine_parts(
         config = with_attention_mode(config, device.type)  # --attention cpu on a GPU: via the tiers
         check_kv_cache_dtype(config, device)  # before loading anything
         preflight(config)
+        facts = DeviceFacts.read(device.type, _card(device)[0], tp.size)
         calibration = load_calibration()  # read once: the plans and the cold path use it
-    with shared_readers():  # a .gguf file is parsed once for the plan, config, tokenizer and weights
-        with phases.phase("memory plan"):
-            _plan_and_cap(config, device, calibration)
-        allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        with phases.phase("load weights and tokenizer"):
-            loaded, tokenizer = _load(config, device, dtype, tp)
-    if tokenizer is not None and config.chat_template is not None:
-        tokenizer = replace(tokenizer, chat_template=_read_chat_template(config.chat_template))
-    eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
-    # this rank's kv heads in every tier; skipped layers at the model dtype (storage/layout.py)
-    layout = engine_layout(config, loaded.num_layers, loaded.num_kv_heads // tp.size, loaded.head_dim, dtype)
-    with phases.phase("measure and size the KV tiers"):
-        plan = _size_tiers(config, loaded, layout, device, allocated_before, calibration)
+    return config, device, dtype, facts, calibration
+
+
+def _allocate(
+    config: EngineConfig, plan: MemoryPlan, layout: KVLayout, device: torch.device, tp: TensorParallel
+) -> TieredKVStorage:
+    """The tiers of the plan, block for block; every rank holds the same block ids (the smallest
+    tiers of any rank), since the scheduler is shared."""
     bs = config.block_size
-    # The scheduler is shared: every rank holds the same block ids (the smallest tiers of any rank)
     num_gpu, num_cpu, num_disk = tp.min_over_ranks(
         [plan.gpu_kv_tokens // bs, plan.cpu_kv_tokens // bs, plan.disk_kv_tokens // bs]
     )
-    with phases.phase("allocate the KV tiers"):
-        storage = TieredKVStorage(
-            layout,
-            num_gpu,
-            device,
-            num_cpu_blocks=num_cpu,
-            num_disk_blocks=num_disk,
-            disk_dir=config.kv_disk_dir,
-        )
-    graphs = _prepare_kernels(config, loaded, storage, device, tp, phases)
+    storage = TieredKVStorage(
+        layout, num_gpu, device, num_cpu_blocks=num_cpu, num_disk_blocks=num_disk, disk_dir=config.kv_disk_dir
+    )
     logger.info(
         "KV tiers: gpu %d blocks (%.2f GiB, %s), cpu %d blocks (%.2f GiB%s), disk %d blocks (%.2f GiB) of %d tokens",
         storage.num_blocks,
@@ -341,34 +349,14 @@ def build_engine_parts(
         storage.disk_nbytes / GIB,
         bs,
     )
-    stream_graphs = tp.size == 1 and cuda_graphs_on("STREAM")
-    runner = ModelRunner(
-        loaded.model,
-        storage,
-        head_dim=loaded.head_dim,
-        eos_token_ids=eos_token_ids,
-        seed=config.seed,
-        guided=GuidedCompiler(tokenizer.hf, loaded.vocab_size, eos_token_ids)
-        if tokenizer is not None
-        else None,
-        graphs=graphs,
-        device=device,
-        cold_config=engine_cold_config(
-            config,
-            calibration,
-            -(-loaded.max_model_len // config.block_size),
-            device,
-            layout.dtype,
-            layout.head_dim,
-            # "auto" splits fewer steps where they could replay a stream graph (runner/stream_graphs.py)
-            stream_graphs=graphs is not None and stream_graphs and getattr(storage, "cpu_pinned", False),
-        ),
-        # every rank would capture at one step; KVSPILL_{SPARSE,STREAM}_CUDA_GRAPHS=0 run them eagerly
-        sparse_graphs=tp.size == 1 and cuda_graphs_on("SPARSE"),
-        stream_graphs=stream_graphs,
-    )
-    cap_allocator(config, device, leave_runtime=True, step_bytes=plan.activation_peak_bytes)
-    fingerprint = kv_fingerprint(
+    return storage
+
+
+def _fingerprint(
+    config: EngineConfig, loaded: LoadedModel, layout: KVLayout, dtype: torch.dtype, tp: TensorParallel
+) -> int:
+    """Seeds the prefix hashes; persisted blocks of another model, format or rank never match."""
+    return kv_fingerprint(
         {
             **model_identity(config.model),
             "hf_config": loaded.hf_config.to_dict(),
@@ -384,6 +372,64 @@ def build_engine_parts(
             "tensor_parallel": [tp.rank, tp.size],  # a rank holds its own KV heads
         }
     )
+
+
+def _build_runner(
+    config: EngineConfig,
+    choices: RuntimeChoices,
+    loaded: LoadedModel,
+    storage: TieredKVStorage,
+    tokenizer: TokenizerBundle | None,
+    eos_token_ids: frozenset[int],
+    graphs: DecodeGraphs | None,
+    device: torch.device,
+) -> ModelRunner:
+    """The runner on the model's `device`, given the cold path and its graphs as the record chose them."""
+    return ModelRunner(
+        loaded.model,
+        storage,
+        head_dim=loaded.head_dim,
+        eos_token_ids=eos_token_ids,
+        seed=config.seed,
+        guided=GuidedCompiler(tokenizer.hf, loaded.vocab_size, eos_token_ids)
+        if tokenizer is not None
+        else None,
+        graphs=graphs,
+        device=device,
+        cold_config=cold_config(config, choices, device, -(-loaded.max_model_len // config.block_size)),
+        cold_graphs=choices.cold_graphs,
+    )
+
+
+def build_engine_parts(
+    config: EngineConfig, phases: StartupPhases | None = None, tp: TensorParallel = SINGLE
+) -> EngineParts:
+    """Everything one rank runs (the whole engine's with one rank): every rank of a tensor-parallel
+    group calls this alike, so their collectives (profiling, agreeing on tier sizes) match."""
+    phases = phases or StartupPhases()
+    config, device, dtype, facts, calibration = _prelude(config, phases, tp)
+    with shared_readers():  # a .gguf file is parsed once for the plan, config, tokenizer and weights
+        with phases.phase("memory plan"):
+            _plan_and_cap(config, device, calibration)
+        allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        with phases.phase("load weights and tokenizer"):
+            loaded, tokenizer = _load(config, device, dtype, tp)
+    if tokenizer is not None and config.chat_template is not None:
+        tokenizer = replace(tokenizer, chat_template=_read_chat_template(config.chat_template))
+    eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
+    # this rank's kv heads in every tier; skipped layers at the model dtype (storage/layout.py)
+    layout = engine_layout(config, loaded.num_layers, loaded.num_kv_heads // tp.size, loaded.head_dim, dtype)
+    choices = runtime_choices(config, facts, calibration, layout.dtype, layout.head_dim)
+    with phases.phase("measure and size the KV tiers"):
+        plan = _size_tiers(config, choices, loaded, layout, device, allocated_before, calibration)
+    with phases.phase("allocate the KV tiers"):
+        storage = _allocate(config, plan, layout, device, tp)
+    if not storage.cpu_pinned:  # a fact known only now: the cold graphs read the cpu tier in place
+        facts = replace(facts, cpu_pool_pinned=False)
+        choices = runtime_choices(config, facts, calibration, layout.dtype, layout.head_dim)
+    graphs = _prepare_kernels(config, choices, loaded, storage, device, phases)
+    runner = _build_runner(config, choices, loaded, storage, tokenizer, eos_token_ids, graphs, device)
+    cap_allocator(config, device, leave_runtime=True, step_bytes=plan.activation_peak_bytes)
     return EngineParts(
         runner=runner,
         storage=storage,
@@ -396,5 +442,6 @@ def build_engine_parts(
         vocab_size=loaded.vocab_size,
         device=device,
         dtype=dtype,
-        kv_fingerprint=fingerprint,
+        kv_fingerprint=_fingerprint(config, loaded, layout, dtype, tp),
+        choices=choices,
     )

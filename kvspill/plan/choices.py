@@ -204,29 +204,34 @@ def _rates(calibration: Bandwidths | None, kv_format: str, head_dim: int) -> Col
     )
 
 
+def cold_path_of(flag: str, device_type: str) -> tuple[ColdPath, ColdPath]:
+    """(cold path, exact path) of `--cold-attention flag` without a calibration: "auto" is
+    "cpu" off CUDA and "stream" on it; "sparse" runs its prefill rows on that same exact path."""
+    plain = ColdPath.STREAM if device_type == "cuda" else ColdPath.CPU
+    if flag == "auto":
+        return plain, plain
+    if flag == "sparse":
+        return ColdPath.SPARSE, plain
+    return ColdPath(flag), ColdPath(flag)
+
+
 def _cold_path(
     flags: ChoiceFlags, facts: DeviceFacts, calibration: Bandwidths | None, rates: ColdRates
 ) -> tuple[ColdPath, ColdPath, bool]:
-    """(cold path, exact path, whether "auto" chose split). "auto" is "cpu" off CUDA; on CUDA
-    "split" where the calibration says the CPU pays at the pool's format (auto_uses_split) on one
-    GPU (split under tensor parallelism was never measured), else "stream". "sparse" runs its
-    prefill rows on the exact path "auto" would take without a calibration."""
-    on_cuda = facts.device_type == "cuda"
-    plain = ColdPath.STREAM if on_cuda else ColdPath.CPU
-    flag = flags.cold_attention
-    if flag == "sparse":
-        return ColdPath.SPARSE, plain, False
-    if flag != "auto":
-        return ColdPath(flag), ColdPath(flag), False
+    """(cold path, exact path, whether "auto" chose split): `cold_path_of`, except that "auto"
+    on CUDA is "split" where the calibration says the CPU pays at the pool's format
+    (auto_uses_split), on one GPU (split under tensor parallelism was never measured)."""
+    path, exact = cold_path_of(flags.cold_attention, facts.device_type)
     if (
-        on_cuda
+        flags.cold_attention == "auto"
+        and facts.device_type == "cuda"
         and facts.tensor_parallel_size == 1
         and calibration is not None
         and rates.cpu_attn_gbs is not None
         and auto_uses_split(replace(calibration, cpu_attn_gbs=rates.cpu_attn_gbs))
     ):
         return ColdPath.SPLIT, ColdPath.SPLIT, True
-    return plain, plain, False
+    return path, exact, False
 
 
 def _sparse_eager_reason(flags: ChoiceFlags, facts: DeviceFacts) -> str | None:

@@ -210,10 +210,7 @@ def decode_floor(
     graphable = cold_graphs and disk_kv_bytes == 0
     layer_s = cpu_layer_seconds(bw) if num_layers else 0.0  # no layer count: bytes alone
     layer_bytes = cold / max(num_layers, 1)
-    if cold_path == "auto":  # as the engine resolves it on a GPU (plan/choices.py)
-        cold_path = resolve_auto(bw, layer_bytes, cpu, layer_s, graphable, kv_format)
-    elif cold_path == "split" and split is not None and not split.splits(layer_bytes, graphable):
-        cold_path = "stream"  # a step with too few cold bytes to hand over (the engine's rule)
+    cold_path = _step_path(cold_path, split, bw, layer_bytes, cpu, layer_s, graphable, kv_format)
     cpu_share = split_cpu_share(layer_bytes, stream, cpu, layer_s)
     fraction = {"cpu": 0.0, "split": 1.0 - cpu_share}.get(cold_path, 1.0)
     streamed = round(cold * fraction)
@@ -235,6 +232,25 @@ def decode_floor(
         cold_graphs=graphed,
     )
     return _step_shape(floor, num_layers, kv_format)
+
+
+def _step_path(
+    cold_path: str,
+    split: SplitThresholds | None,
+    bw: Bandwidths,
+    layer_bytes: float,
+    cpu_gbs: float,
+    cpu_layer_s: float,
+    graphable: bool,
+    kv_format: str,
+) -> str:
+    """The exact path of this step: "auto" resolved from the bandwidths (`resolve_auto`), and a
+    "split" step with too few cold bytes to hand over streamed (the engine's rule, `split`)."""
+    if cold_path == "auto":
+        return resolve_auto(bw, layer_bytes, cpu_gbs, cpu_layer_s, graphable, kv_format)
+    if cold_path == "split" and split is not None and not split.splits(layer_bytes, graphable):
+        return "stream"
+    return cold_path
 
 
 def _step_shape(floor: DecodeFloor, num_layers: int, kv_format: str) -> DecodeFloor:

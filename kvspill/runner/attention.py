@@ -137,6 +137,42 @@ class PagedAttention:
             return rotate(o, basis).to(q.dtype)
         return self._attend(layer_idx, q, k, v, rope)
 
+    def _decode_rows(
+        self, q: torch.Tensor, kv_layer: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
+    ) -> None:
+        """The decode rows (one query each) over their gpu-tier blocks, into (out, lse)."""
+        meta = self.metadata
+        if self.host_kernel:
+            if self._host_parts is None:
+                self._host_parts = DecodeParts.of(
+                    meta.decode_block_tables, meta.decode_seq_lens, self.storage.layout.block_size
+                )
+            paged_decode_attention_host(q, kv_layer, self._host_parts, self.scale, (out, lse))
+            return
+        decode = paged_decode_attention if self.use_triton else paged_decode_attention_ref
+        decode(
+            q,
+            kv_layer,
+            meta.decode_block_tables,
+            meta.decode_seq_lens,
+            self.scale,
+            num_splits=meta.decode_num_splits,
+            out=(out, lse),
+        )
+
+    def _prefill_rows(
+        self, q: torch.Tensor, kv_layer: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
+    ) -> None:
+        """The prefill chunks' rows over their gpu-tier blocks (causal), into (out, lse)."""
+        meta = self.metadata
+        args = (q, kv_layer, meta.prefill_block_tables, meta.prefill_query_start_loc, meta.prefill_seq_lens)
+        if self.use_triton:
+            paged_prefill_attention(
+                *args, self.scale, out=(out, lse), max_query_len=meta.prefill_max_query_len or None
+            )
+        else:
+            paged_prefill_attention_ref(*args, self.scale, out=(out, lse))
+
     def _attend(
         self,
         layer_idx: int,
@@ -158,42 +194,12 @@ class PagedAttention:
         out = torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)  # [num_tokens, num_heads]
         nd = meta.num_decodes
-        if nd and self.host_kernel:
-            if self._host_parts is None:
-                self._host_parts = DecodeParts.of(
-                    meta.decode_block_tables, meta.decode_seq_lens, self.storage.layout.block_size
-                )
-            paged_decode_attention_host(q[:nd], kv_layer, self._host_parts, self.scale, (out[:nd], lse[:nd]))
-        elif nd:
-            decode = paged_decode_attention if self.use_triton else paged_decode_attention_ref
-            decode(
-                q[:nd],
-                kv_layer,
-                meta.decode_block_tables,
-                meta.decode_seq_lens,
-                self.scale,
-                num_splits=meta.decode_num_splits,
-                out=(out[:nd], lse[:nd]),
-            )
+        if nd:
+            self._decode_rows(q[:nd], kv_layer, out[:nd], lse[:nd])
         if meta.num_prefills and meta.skip_prefill_attention:
             out[nd:] = 0
         elif meta.num_prefills:
-            args = (
-                q[nd:],
-                kv_layer,
-                meta.prefill_block_tables,
-                meta.prefill_query_start_loc,
-                meta.prefill_seq_lens,
-            )
-            if self.use_triton:
-                paged_prefill_attention(
-                    *args,
-                    self.scale,
-                    out=(out[nd:], lse[nd:]),
-                    max_query_len=meta.prefill_max_query_len or None,
-                )
-            else:
-                paged_prefill_attention_ref(*args, self.scale, out=(out[nd:], lse[nd:]))
+            self._prefill_rows(q[nd:], kv_layer, out[nd:], lse[nd:])
         if cold_work is not None:
             assert meta.cold is not None
             o_cold, lse_cold = meta.cold.finish(cold_work)

@@ -3,8 +3,9 @@
 Call down, return up: it never touches the scheduler or mutates a scheduler `Request`; it
 keeps its own per-request copy (`RunnerRequestState`) updated from the batch's deltas.
 Decode-only steps on CUDA replay a captured graph (`cuda_graphs.py`) unless a sequence of the
-step has cold KV blocks; sparse decode steps of one cold sequence replay graphs of their own
-(`sparse_graphs.py`); everything else runs eagerly.
+step has cold KV blocks; decode steps of one cold sequence replay the graphs of the kind the
+engine chose (`cold_graphs`: `sparse_graphs.py` or `stream_graphs.py`); everything else runs
+eagerly. The runner never branches on the cold path: it calls the backend it was given.
 
 KV tiers: the runner keeps each request's block tiers, applies the batch's `BlockMove`s to its
 tables, runs the moves' copies (`storage/transfer.py`, before the forward: the compute stream waits
@@ -24,6 +25,8 @@ step. `execute` is the synchronous form.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from kvspill.attention.cold.config import ColdAttentionConfig
@@ -32,8 +35,10 @@ from kvspill.attention.sparse.anchor import AnchorCapture, build_capture
 from kvspill.guided.bitmask import GuideState
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.model.base import CausalLM
+from kvspill.plan.choices import ColdGraphs
 from kvspill.runner.async_output import PLACEHOLDER, DeviceFeed, PendingStepOutput, SampledTokens, plan_feed
 from kvspill.runner.attention import PagedAttention, build_attention_metadata, to_device
+from kvspill.runner.cold_graphs import ColdDecodeGraphs
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
 from kvspill.runner.prompt_logprobs import compute_prompt_logprobs, prompt_logprob_spans, slice_rows
@@ -45,6 +50,12 @@ from kvspill.stats import RunnerKVStats
 from kvspill.storage.storage import KVStorage, TieredKVStorage
 from kvspill.storage.transfer import KVTransferEngine
 from kvspill.types import PromptLogprobs, ScheduledBatch, StepOutput
+
+# The graphs of each kind of cold decode step (the runner takes the kind the engine chose)
+COLD_GRAPHS: dict[ColdGraphs, Callable[[DecodeGraphs, ColdAttentionBackend, float], ColdDecodeGraphs]] = {
+    ColdGraphs.STREAM: StreamDecodeGraphs,
+    ColdGraphs.SPARSE: SparseDecodeGraphs,
+}
 
 
 class ModelRunner:
@@ -60,15 +71,13 @@ class ModelRunner:
         graphs: DecodeGraphs | None = None,
         device: torch.device | None = None,
         cold_config: ColdAttentionConfig | None = None,
-        sparse_graphs: bool = True,
-        stream_graphs: bool = True,
+        cold_graphs: ColdGraphs | None = None,
     ) -> None:
         """`device`: the model's (default: the pool's; differs with --attention cpu). A
         `TieredKVStorage` gets a transfer engine and a cold-attention backend (`cold_config`).
-        `sparse_graphs`: sparse decode steps replay CUDA graphs too (`sparse_graphs.py`), when
-        there are decode graphs and a sparse block cache over a pinned cpu tier; `stream_graphs`:
-        so do exact decode steps whose cold blocks stream (`stream_graphs.py`), over a pinned cpu
-        tier."""
+        `cold_graphs`: which CUDA graphs replay decode steps of one cold sequence (the engine's
+        record, `RuntimeChoices.cold_graphs`: sparse_graphs.py or stream_graphs.py), given
+        decode `graphs`; None: those steps run eagerly."""
         self.model = model
         self.storage = storage
         self.device = device if device is not None else storage.device
@@ -87,19 +96,9 @@ class ModelRunner:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.graphs = graphs
-        self.sparse_graphs: SparseDecodeGraphs | None = None
-        self.stream_graphs: StreamDecodeGraphs | None = None
-        cold = self.cold
-        if (
-            graphs is not None
-            and cold is not None
-            and isinstance(storage, TieredKVStorage)
-            and storage.cpu_pinned
-        ):
-            if sparse_graphs and cold.sparse_cache is not None:
-                self.sparse_graphs = SparseDecodeGraphs(graphs, cold, self.scale)
-            elif stream_graphs and cold.summaries is None and cold.path in ("stream", "split"):
-                self.stream_graphs = StreamDecodeGraphs(graphs, cold, self.scale)
+        self.cold_graphs: ColdDecodeGraphs | None = None
+        if graphs is not None and self.cold is not None and cold_graphs is not None:
+            self.cold_graphs = COLD_GRAPHS[cold_graphs](graphs, self.cold, self.scale)
         self._last_sampled: SampledTokens | None = None  # the latest step's tokens (feeds the next step)
         # Benchmarks only (`bench/fill_only.py`): prefill chunks store their K/V and skip attention,
         # so a 1M-token context fills in minutes; decode rows attend exactly as ever.
@@ -179,10 +178,9 @@ class ModelRunner:
 
     def release_graphs(self) -> None:
         """Destroy the decode CUDA graphs (before leaving a tensor-parallel group); steps run eagerly after."""
-        for cold_graphs in (self.sparse_graphs, self.stream_graphs):
-            if cold_graphs is not None:
-                cold_graphs.release()
-        self.sparse_graphs = self.stream_graphs = None
+        if self.cold_graphs is not None:
+            self.cold_graphs.release()
+            self.cold_graphs = None
         if self.graphs is not None:
             self.graphs.release()
             self.graphs = None
@@ -227,10 +225,8 @@ class ModelRunner:
         ):
             if not inputs.cold_seqs:
                 graph_out = self.graphs.run(inputs, feed)
-            elif self.sparse_graphs is not None:
-                graph_out = self.sparse_graphs.run(inputs, feed)
-            elif self.stream_graphs is not None:
-                graph_out = self.stream_graphs.run(inputs, feed)
+            elif self.cold_graphs is not None:
+                graph_out = self.cold_graphs.run(inputs, feed)
         if graph_out is not None:
             return graph_out
         cold = None

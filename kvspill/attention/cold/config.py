@@ -1,31 +1,28 @@
 """The cold-attention path's configuration and a step's input per sequence (`ColdSeq`): what the
-engine chooses (`--cold-attention`, `--sparse-budget-tokens`, `--sparse-cache-seqs`) and the
-runner hands over; the paths themselves are in `attention/cold/dispatch.py` and the modules it names."""
+engine chose (`--cold-attention`, `--sparse-budget-tokens`, `--sparse-cache-seqs`) and the
+runner hands over; the paths themselves are in `attention/cold/dispatch.py` and the modules it names.
+
+Invariant: nothing here decides a path or a threshold: `cold_config` copies them from the
+engine's one record of runtime choices (`plan/choices.py`), which the plan reads too."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from kvspill.config import EngineConfig
+from kvspill.config import COLD_ATTENTION, EngineConfig
 from kvspill.errors import InvalidParameterError
 from kvspill.plan.bandwidths import Bandwidths
-from kvspill.plan.cold_rates import (
-    auto_split_min_layer_bytes,
-    auto_uses_split,
-    cpu_kv_rate,
-    cpu_layer_seconds,
-    graphed_split_min_layer_bytes,
-    split_cpu_share,
-)
+from kvspill.plan.choices import ColdPath, DeviceFacts, RuntimeChoices, cold_path_of, resolve_choices
+from kvspill.plan.cold_rates import SplitThresholds, split_cpu_share
 from kvspill.plan.costs import COLD_STAGE_TOKENS
 
 logger = logging.getLogger(__name__)
 
-COLD_PATHS = ("auto", "cpu", "stream", "split", "sparse")
+COLD_PATHS = COLD_ATTENTION  # --cold-attention's values
 # On a GPU the engine thread keeps launching the GPU's work while the CPU kernel runs: the
 # kernel leaves it (and the copy threads) this many cores. W3 128K split on a 16-core H200 host,
 # 14 threads against 16: 8.49 against 7.83 tok/s with bf16 KV, 17.16 against 13.00 with fp8
@@ -117,11 +114,19 @@ class ColdAttentionConfig:
                 "cold_path", f"cpu_workers must not be negative, got {self.cpu_workers}"
             )
 
+    def cold_paths(self, device: torch.device) -> tuple[ColdPath, ColdPath]:
+        """(cold path, exact path) on `device` (`plan.choices.cold_path_of`): "auto" as the
+        engine left it (not split) is "stream" on CUDA, "cpu" elsewhere; "sparse" runs its
+        prefill rows on that exact path."""
+        return cold_path_of(self.path, device.type)
+
     def resolved_path(self, device: torch.device) -> str:
         """The exact path; "sparse" runs its prefill rows on the one "auto" picks."""
-        if self.path not in ("auto", "sparse"):
-            return self.path
-        return "stream" if device.type == "cuda" else "cpu"
+        return self.cold_paths(device)[1].value
+
+    @property
+    def split_thresholds(self) -> SplitThresholds:
+        return SplitThresholds(self.min_split_layer_bytes, self.min_split_layer_bytes_graphed)
 
     def resolved_cpu_fraction(self) -> float:
         """cost(cold) = max(cpu_bytes / B_cpu, streamed / B_h2d) is least when the shares follow the rates."""
@@ -165,6 +170,11 @@ _KV_FORMATS = {
 }
 
 
+def kv_format_of(kv_dtype: torch.dtype) -> str:
+    """The pool's KV format as the plan's rates name it."""
+    return _KV_FORMATS[kv_dtype]
+
+
 def engine_cold_config(
     config: EngineConfig,
     calibration: Bandwidths | None,
@@ -174,61 +184,40 @@ def engine_cold_config(
     head_dim: int = 128,
     stream_graphs: bool = False,
 ) -> ColdAttentionConfig:
-    """Cold-attention path; the stream/CPU split follows the saved calibration when there is one:
-    the two paths' own measured rates (stream_gbs is what the stream path reaches, below the raw
-    H2D rate), so that both shares finish together. "auto" on a GPU is split where that
-    calibration says the CPU pays (`plan.cold_rates.auto_uses_split`), else stream; a step splits
-    only with enough cold bytes per layer, more where it could replay a stream graph
-    (`stream_graphs`: the runner has them). The CPU's rate is the calibrated bf16 one scaled to
-    the pool's `kv_dtype` and `head_dim` (plan.cold_rates.cpu_kv_rate)."""
-    cpu_gbs = (
-        cpu_kv_rate(calibration.cpu_attn_gbs, _KV_FORMATS[kv_dtype], head_dim)
-        if calibration and calibration.cpu_attn_gbs
-        else None
+    """The cold-attention configuration of an engine of `config` on `device`, through the one
+    record (`plan.choices.resolve_choices`): `stream_graphs`, the runner replays stream graphs,
+    so "auto" splits fewer steps that could replay one. Start-up resolves the record itself
+    (engine/setup.py) and calls `cold_config`; this is that path in one call."""
+    facts = DeviceFacts(
+        device.type, tensor_parallel_size=config.tensor_parallel_size, stream_graphs=stream_graphs
     )
-    path, min_split_layer_bytes, graphed_min = config.cold_attention, 0, 0.0
-    if (
-        path == "auto"
-        and device.type == "cuda"
-        and config.tensor_parallel_size == 1  # split under tensor parallelism was never measured
-        and calibration is not None
-        and cpu_gbs is not None
-        and auto_uses_split(replace(calibration, cpu_attn_gbs=cpu_gbs))  # at the pool's format, as the plan
-    ):
-        path, min_split_layer_bytes = "split", auto_split_min_layer_bytes(calibration)
-        if stream_graphs:
-            graphed_min = graphed_split_min_layer_bytes(
-                calibration, cpu_gbs, cpu_layer_seconds(calibration), _KV_FORMATS[kv_dtype]
-            )
-        graphed = (
-            ""
-            if not graphed_min
-            else "; a step that could replay a stream graph always streams"
-            if graphed_min == float("inf")
-            else f"; {graphed_min / 1e6:.0f} MB where the step could replay a stream graph"
-        )
-        logger.info(
-            "--cold-attention auto: split (the calibration measured the CPU path at %.1f GB/s over "
-            "this KV and the stream path at %.1f; steps with under %.0f MB of cold KV per layer "
-            "stream it all%s)",
-            cpu_gbs,
-            calibration.stream_gbs,
-            min_split_layer_bytes / 1e6,
-            graphed,
-        )
-    workers = 1 if path in ("split", "cpu") and device.type == "cuda" else 0
+    choices = resolve_choices(config, facts, calibration, kv_format=kv_format_of(kv_dtype), head_dim=head_dim)
+    return cold_config(config, choices, device, max_seq_blocks)
+
+
+def cold_config(
+    config: EngineConfig,
+    choices: RuntimeChoices,
+    device: torch.device,
+    max_seq_blocks: int,
+) -> ColdAttentionConfig:
+    """The cold-attention configuration the runner's backend takes, copied from the record:
+    the path ("auto" stays "auto" unless it chose split), the split thresholds and rates, the
+    CPU worker and threads, and the flags' sparse knobs."""
+    if choices.auto_split:
+        _say_why_auto_splits(choices)
     return ColdAttentionConfig(
-        path=path,
-        min_split_layer_bytes=min_split_layer_bytes,
-        min_split_layer_bytes_graphed=graphed_min or min_split_layer_bytes,
-        cpu_attn_gbs=cpu_gbs,
-        h2d_gbs=(calibration.stream_gbs or calibration.h2d_gbs) if calibration else None,
-        cpu_layer_s=cpu_layer_seconds(calibration) if calibration else 0.0,
+        path=ColdPath.SPLIT.value if choices.auto_split else config.cold_attention,
+        min_split_layer_bytes=choices.split.min_layer_bytes,
+        min_split_layer_bytes_graphed=choices.split.min_layer_bytes_graphed,
+        cpu_attn_gbs=choices.rates.cpu_attn_gbs,
+        h2d_gbs=choices.rates.stream_gbs,
+        cpu_layer_s=choices.rates.cpu_layer_s,
         # On CUDA the CPU share runs on a worker thread from when the layer's q is down (`begin`)
         # while this thread launches the stream share and the rest of the layer; the GPU waits
         # for its result (storage/stream_flag.py). On the CPU device the kernel has every core.
-        cpu_workers=workers,
-        cpu_threads=config.cpu_attention_threads or default_cpu_threads(device, workers),
+        cpu_workers=choices.cpu_workers,
+        cpu_threads=config.cpu_attention_threads or default_cpu_threads(device, choices.cpu_workers),
         # The plan reserves two staging buffers of COLD_STAGE_TOKENS per layer: use all of it.
         # Fewer, larger chunks keep the host ahead of the H2D gathers (W2 3 x 32K on an H200:
         # 256-block chunks left the copy stream idle 45% of a step waiting for launches).
@@ -238,4 +227,25 @@ def engine_cold_config(
         sparse_prompt_window=config.sparse_prompt_window,
         sparse_prompt_share=config.sparse_prompt_share,
         max_seq_blocks=max_seq_blocks + 1,
+    )
+
+
+def _say_why_auto_splits(choices: RuntimeChoices) -> None:
+    """Once at start: "auto" splits, at which rates and from how many bytes per layer."""
+    graphed_min = choices.split.min_layer_bytes_graphed
+    graphed = (
+        ""
+        if graphed_min == choices.split.min_layer_bytes
+        else "; a step that could replay a stream graph always streams"
+        if graphed_min == float("inf")
+        else f"; {graphed_min / 1e6:.0f} MB where the step could replay a stream graph"
+    )
+    logger.info(
+        "--cold-attention auto: split (the calibration measured the CPU path at %.1f GB/s over "
+        "this KV and the stream path at %.1f; steps with under %.0f MB of cold KV per layer "
+        "stream it all%s)",
+        choices.rates.cpu_attn_gbs,
+        choices.rates.stream_gbs,
+        choices.split.min_layer_bytes / 1e6,
+        graphed,
     )

@@ -6,7 +6,8 @@ other partial result (o, lse) of their query rows over those blocks; the attenti
 merges the two (`kernels/merge_states.py`). Cold blocks are full and before every query of the
 step (TransferPlan invariant): every query sees every cold key, no mask (see `cold_math`).
 
-Paths (`ColdAttentionConfig.path`):
+Paths (`ColdPath`, chosen once at start-up in the engine's record of runtime choices,
+`plan/choices.py`; `ColdAttentionConfig` carries it and its thresholds):
 - "cpu" (a): q of the cold rows goes down to the host (pinned, one small copy), the CPU attends
   the blocks where they lie (cpu pool in place, disk file read per chunk) in fp32, chunk by chunk of
   `cpu_chunk_blocks`, and (o, lse) comes back up. The CPU work runs after the GPU kernels of
@@ -20,9 +21,10 @@ Paths (`ColdAttentionConfig.path`):
 - "sparse": decode rows (one query row of a sequence) attend only the cold blocks their
   queries select within `sparse_budget_tokens` (`cold_sparse`, block summaries kept by
   `BlockSummaries`); prefill rows take the exact path "auto" picks. Not exact by design.
-"auto" is "cpu" off CUDA; on CUDA the engine makes it "split" where a calibration says the CPU
-pays (`plan.cold_rates.auto_uses_split`, with `min_split_layer_bytes`: small steps stream), else
-"stream". Off CUDA every path runs the same code with the "gpu" tier on the CPU device, so tests
+"auto" is "cpu" off CUDA; on CUDA the record makes it "split" where a calibration says the CPU
+pays (`plan.cold_rates.auto_uses_split`, with `SplitThresholds`: small steps stream), else
+"stream". Each path's CUDA-graph variant (runner/stream_graphs.py, runner/sparse_graphs.py) is in
+the same record (`RuntimeChoices.cold_graphs`). Off CUDA every path runs the same code with the "gpu" tier on the CPU device, so tests
 exercise all of them. The CPU path's work is in `cold_cpu`.
 
 Invariants: a step without cold blocks never builds a `ColdStep` (no cost, CUDA graphs stay);
@@ -51,6 +53,7 @@ from kvspill.attention.sparse.anchor import PromptAnchors
 from kvspill.attention.sparse.cache import SparseBlockCache
 from kvspill.env import sparse_hot_after, sparse_overlap_on
 from kvspill.kernels.cpu_attention import load_kernel
+from kvspill.plan.choices import ColdPath
 from kvspill.stats import ColdAttentionCounters
 from kvspill.storage.storage import TieredKVStorage
 from kvspill.storage.stream_flag import StreamFlag
@@ -93,8 +96,11 @@ class ColdAttentionBackend:
         cpu pool have landed; it runs before the host first reads the pools in a step."""
         self.storage = storage
         self.config = config or ColdAttentionConfig()
-        self.path = self.config.resolved_path(storage.device)
-        self.cpu_fraction = {"cpu": 1.0, "stream": 0.0}.get(self.path, self.config.resolved_cpu_fraction())
+        # chosen once (the engine's record, plan/choices.py): the decode rows' path, and the exact
+        # path of the rows it does not cover (sparse's prefill rows; else the same)
+        self.cold_path, self.path = self.config.cold_paths(storage.device)
+        fixed = {ColdPath.CPU: 1.0, ColdPath.STREAM: 0.0}
+        self.cpu_fraction = fixed.get(self.path, self.config.resolved_cpu_fraction())
         self.wait_host = wait_host or (lambda: None)
         self.stats = ColdStats()
         self._stager: StreamStager | None = None
@@ -104,32 +110,37 @@ class ColdAttentionBackend:
         self.cpu_done = StreamFlag.create(storage.device) if self.executor is not None else None
         self.cpu_threads = self.config.cpu_threads or torch.get_num_threads()
         # The C++ kernel reads blocks in place; None (logged once): gather + torch's kernel.
-        self.cpu_kernel = load_kernel() if self.path in ("cpu", "split") else None
+        self.cpu_kernel = load_kernel() if self.path in (ColdPath.CPU, ColdPath.SPLIT) else None
         self.disk_staging = LayerStaging(storage.layout)  # the CPU path's disk reads, one layer at a time
-        # sparse: the decode rows attend the cold blocks their queries select (`cold_sparse`);
-        # the transfer engine keeps these summaries of every cold block (`on_copy`).
-        self.summaries = BlockSummaries(storage) if self.config.path == "sparse" else None
         self.sparse_budget_blocks = max(1, self.config.sparse_budget_tokens // storage.layout.block_size)
-        # sparse on CUDA: the stream that selects and fetches each layer's blocks (`ColdStep.begin`)
+        self._init_sparse()
+
+    def _init_sparse(self) -> None:
+        """The sparse path's parts (all None unless sparse): decode rows attend the cold blocks
+        their queries select (`cold_sparse`) by these summaries of every cold block, which the
+        transfer engine keeps (`on_copy`)."""
+        storage, config = self.storage, self.config
+        self.summaries = BlockSummaries(storage) if self.cold_path is ColdPath.SPARSE else None
+        # on CUDA: the stream that selects and fetches each layer's blocks (`ColdStep.begin`)
         self.sparse_stream = (
             torch.cuda.Stream(storage.device)
             if self.summaries is not None and storage.device.type == "cuda" and sparse_overlap_on()
             else None
         )
         self.sparse_hot_after = sparse_hot_after() if self.sparse_stream is not None else "none"
-        # sparse: the queries of each prompt's end choose part of the budget (`sparse_anchor`)
+        # the queries of each prompt's end choose part of the budget (`sparse_anchor`)
         self.anchors = (
-            PromptAnchors.of(self.config, storage, self.sparse_budget_blocks) if self.summaries else None
+            PromptAnchors.of(config, storage, self.sparse_budget_blocks) if self.summaries else None
         )
-        # sparse: the chosen blocks of up to `sparse_cache_seqs` decode requests stay on the device
+        # the chosen blocks of up to `sparse_cache_seqs` decode requests stay on the device
         self.sparse_cache = None
-        if self.summaries is not None and self.config.sparse_cache_seqs and self.config.max_seq_blocks:
+        if self.summaries is not None and config.sparse_cache_seqs and config.max_seq_blocks:
             self.sparse_cache = SparseBlockCache(
                 storage.layout,
                 storage.device,
                 self.sparse_budget_blocks,
-                self.config.sparse_cache_seqs,
-                self.config.max_seq_blocks,
+                config.sparse_cache_seqs,
+                config.max_seq_blocks,
             )
 
     def stager(self) -> StreamStager:
@@ -142,17 +153,23 @@ class ColdAttentionBackend:
         or none; split's share for the step's cold bytes (`ColdAttentionConfig.cpu_share_for`), or
         none where `min_split_layer_bytes` says they are too few to hand over (or, for a step that
         would otherwise replay a stream graph, `graphable`, `min_split_layer_bytes_graphed`)."""
-        if self.path != "split":
+        if self.path is not ColdPath.SPLIT:
             return self.cpu_fraction
         layout = self.storage.layout
         blocks = sum(len(s.block_ids) for s in seqs if s.num_tokens == 1)
         layer_bytes = blocks * (layout.block_bytes // layout.num_layers)
-        least: float = self.config.min_split_layer_bytes
-        if graphable:
-            least = max(least, self.config.min_split_layer_bytes_graphed)
-        if layer_bytes < least:
+        if not self.config.split_thresholds.splits(layer_bytes, graphable):
             return 0.0
         return self.config.cpu_share_for(layer_bytes)
+
+    def prefill_cpu_fraction(self, decode_fraction: float) -> float:
+        """The CPU's share of a prefill chunk's cold blocks. A prefill chunk over cold KV is
+        compute-bound (thousands of queries per key): it belongs on the GPU, so on CUDA "split"
+        and "cpu" stream it all; only decode rows go to the CPU (with "cpu" a 32K prefill over
+        cold KV never finished in 10 min, H200). Off CUDA it takes the decode rows' share."""
+        if self.path in (ColdPath.SPLIT, ColdPath.CPU) and self.storage.device.type == "cuda":
+            return 0.0
+        return decode_fraction
 
     def for_step(self, seqs: list[ColdSeq], scale: float) -> ColdStep | None:
         """The step's cold work, or None when no sequence has cold blocks."""
@@ -236,32 +253,10 @@ class ColdStep:
         self.backend = backend
         self.storage = backend.storage
         self.scale = scale
-        device = self.storage.device
-        rows: list[int] = []
         self.cpu_parts: list[ColdPart] = []
         self.stream_parts: list[ColdPart] = []
-        sparse_seqs: list[SparseInput] = []
-        decode_fraction = backend.decode_cpu_fraction(seqs)
-        for seq in seqs:
-            if backend.summaries is not None and seq.num_tokens == 1:  # a decode row: sparse
-                sparse_seqs.append(
-                    SparseInput(len(rows), seq.block_tiers, seq.block_ids, seq.block_index, seq.req_id)
-                )
-                rows.append(seq.token_start)
-                continue
-            # A prefill chunk over cold KV is compute-bound (thousands of queries per key): it
-            # belongs on the GPU, so "split" and "cpu" stream it all; only decode rows go to the
-            # CPU (with "cpu" a 32K prefill over cold KV never finished in 10 min, H200).
-            fraction = decode_fraction
-            if seq.num_tokens > 1 and backend.path in ("split", "cpu") and device.type == "cuda":
-                fraction = 0.0
-            cpu_part, stream_part = split_seq(seq, len(rows), fraction)
-            rows.extend(range(seq.token_start, seq.token_start + seq.num_tokens))
-            if cpu_part is not None:
-                self.cpu_parts.append(cpu_part)
-            if stream_part is not None:
-                self.stream_parts.append(stream_part)
-        self.rows = torch.tensor(rows, dtype=torch.int64).to(device)
+        rows, sparse_seqs = self._divide(seqs)
+        self.rows = torch.tensor(rows, dtype=torch.int64).to(self.storage.device)
         self._chunks: list[StreamChunk] | None = None
         self._loaded: dict[int, int] = {}  # staging buffer -> item loaded into it this step
         # Its own object, not a bound method of this step: the paths below keep it, and a bound
@@ -294,6 +289,32 @@ class ColdStep:
                 backend.sparse_cache,
                 backend.anchors,
             )
+
+    def _divide(self, seqs: list[ColdSeq]) -> tuple[list[int], list[SparseInput]]:
+        """The step rows of `seqs` in cold-row order, and their work: sparse decode rows
+        (returned), the rest divided between the CPU and the stream parts (`cpu_parts`,
+        `stream_parts`) by the backend's share for this step."""
+        backend = self.backend
+        rows: list[int] = []
+        sparse_seqs: list[SparseInput] = []
+        decode_fraction = backend.decode_cpu_fraction(seqs)
+        for seq in seqs:
+            if backend.summaries is not None and seq.num_tokens == 1:  # a decode row: sparse
+                sparse_seqs.append(
+                    SparseInput(len(rows), seq.block_tiers, seq.block_ids, seq.block_index, seq.req_id)
+                )
+                rows.append(seq.token_start)
+                continue
+            fraction = (
+                decode_fraction if seq.num_tokens == 1 else backend.prefill_cpu_fraction(decode_fraction)
+            )
+            cpu_part, stream_part = split_seq(seq, len(rows), fraction)
+            rows.extend(range(seq.token_start, seq.token_start + seq.num_tokens))
+            if cpu_part is not None:
+                self.cpu_parts.append(cpu_part)
+            if stream_part is not None:
+                self.stream_parts.append(stream_part)
+        return rows, sparse_seqs
 
     @classmethod
     def for_graph(
