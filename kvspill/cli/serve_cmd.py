@@ -2,7 +2,7 @@
 
 Invariants:
 - Every flag can also come from a `KVSPILL_<FLAG>` environment variable; the engine flags are
-  the same as every engine command's (`cli/engine_options.py`). Any flag can also come from a TOML
+  the same as every engine command's (`kvspill/options.py`). Any flag can also come from a TOML
   `--config` file (`KVSPILL_CONFIG`); precedence flag > env > file > default (`cli/config_file.py`).
 - Flags are validated (EngineConfig) before anything listens: a bad value exits 2 with one line.
   Then the port, the model and the disk tier are checked (`serve_checks.py`): a failure exits 1
@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,88 +45,104 @@ def _opt(help_: str, env: str, *names: str) -> Any:
     return typer.Option(*names, help=help_, envvar=f"KVSPILL_{env}")
 
 
+# The flags of `serve` beside the engine's and the RAG service's, in their help order.
+ModelArg = Annotated[
+    str | None,
+    typer.Argument(
+        help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).",
+        envvar="KVSPILL_MODEL",
+    ),
+]
+ModelFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="The model, as the other commands take it (or give MODEL).",
+        envvar="KVSPILL_MODEL",
+    ),
+]
+HostOpt = Annotated[str, _opt("Address to bind.", "HOST")]
+PortOpt = Annotated[int, _opt("Port to bind.", "PORT")]
+ApiKeyOpt = Annotated[str | None, _opt("Require Authorization: Bearer <key>.", "API_KEY")]
+MaxWaitingOpt = Annotated[
+    int, _opt("Requests that may wait for their first token before 503.", "MAX_WAITING_REQUESTS")
+]
+MaxQueuedTokensOpt = Annotated[
+    int | None,
+    _opt(
+        "Prompt tokens that may wait for their first token before 503 (default: 8 x max model len).",
+        "MAX_QUEUED_TOKENS",
+    ),
+]
+ShutdownTimeoutOpt = Annotated[
+    float, _opt("Seconds in-flight requests get on SIGTERM before they are aborted.", "SHUTDOWN_TIMEOUT")
+]
+ServedNameOpt = Annotated[str | None, _opt("Model name clients send (default: MODEL).", "SERVED_MODEL_NAME")]
+AllowedHostsOpt = Annotated[
+    str | None,
+    _opt(
+        "Comma-separated Host names answered besides loopback ones ('*': any). Without --api-key "
+        "on a loopback bind only loopback names are answered (DNS rebinding).",
+        "ALLOWED_HOSTS",
+    ),
+]
+MaxRequestBytesOpt = Annotated[
+    int | None,
+    _opt(
+        "Largest request body; more is a 413 (default: 64 bytes x max model len, >= 1 MiB).",
+        "MAX_REQUEST_BYTES",
+    ),
+]
+LimitConcurrencyOpt = Annotated[
+    int, _opt("Open connections and requests at most; more get 503.", "LIMIT_CONCURRENCY")
+]
+KeepAliveOpt = Annotated[int, _opt("Seconds an idle keep-alive connection is kept.", "TIMEOUT_KEEP_ALIVE")]
+HeaderTimeoutOpt = Annotated[
+    float, _opt("Seconds a connection has to send a request's headers.", "HEADER_TIMEOUT")
+]
+CompileTimeoutOpt = Annotated[
+    float,
+    _opt(
+        "Seconds a guided request's grammar may take to compile (in a worker process); past it a 400.",
+        "GUIDED_COMPILE_TIMEOUT",
+    ),
+]
+CompileBudgetOpt = Annotated[
+    float,
+    _opt(
+        "Seconds of new-grammar compiling per client IP per minute; past it a 429 (0: no bound).",
+        "GUIDED_COMPILE_BUDGET",
+    ),
+]
+ProfileOpt = Annotated[
+    str | None, _opt("Saved registry profile: its model and engine flags (flags given win).", "PROFILE")
+]
+
+
 @with_engine_options
 @with_rag_options
 def serve_command(
     ctx: typer.Context,
-    model: Annotated[
-        str | None,
-        typer.Argument(
-            help="Local dir, .gguf file or cached HF id (default: embedded SmolLM2-135M-Instruct).",
-            envvar="KVSPILL_MODEL",
-        ),
-    ] = None,
-    model_option: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            "-m",
-            help="The model, as the other commands take it (or give MODEL).",
-            envvar="KVSPILL_MODEL",
-        ),
-    ] = None,
-    host: Annotated[str, _opt("Address to bind.", "HOST")] = "127.0.0.1",
-    port: Annotated[int, _opt("Port to bind.", "PORT")] = 8000,
-    api_key: Annotated[str | None, _opt("Require Authorization: Bearer <key>.", "API_KEY")] = None,
-    max_waiting_requests: Annotated[
-        int, _opt("Requests that may wait for their first token before 503.", "MAX_WAITING_REQUESTS")
-    ] = 64,
-    max_queued_tokens: Annotated[
-        int | None,
-        _opt(
-            "Prompt tokens that may wait for their first token before 503 (default: 8 x max model len).",
-            "MAX_QUEUED_TOKENS",
-        ),
-    ] = None,
-    shutdown_timeout: Annotated[
-        float, _opt("Seconds in-flight requests get on SIGTERM before they are aborted.", "SHUTDOWN_TIMEOUT")
-    ] = 30.0,
-    served_model_name: Annotated[
-        str | None, _opt("Model name clients send (default: MODEL).", "SERVED_MODEL_NAME")
-    ] = None,
+    model: ModelArg = None,
+    model_option: ModelFlag = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    api_key: ApiKeyOpt = None,
+    max_waiting_requests: MaxWaitingOpt = 64,
+    max_queued_tokens: MaxQueuedTokensOpt = None,
+    shutdown_timeout: ShutdownTimeoutOpt = 30.0,
+    served_model_name: ServedNameOpt = None,
     config_file: Annotated[Path | None, config_option()] = None,
     print_config: Annotated[bool, print_config_option()] = False,
-    allowed_hosts: Annotated[
-        str | None,
-        _opt(
-            "Comma-separated Host names answered besides loopback ones ('*': any). Without --api-key "
-            "on a loopback bind only loopback names are answered (DNS rebinding).",
-            "ALLOWED_HOSTS",
-        ),
-    ] = None,
-    max_request_bytes: Annotated[
-        int | None,
-        _opt(
-            "Largest request body; more is a 413 (default: 64 bytes x max model len, >= 1 MiB).",
-            "MAX_REQUEST_BYTES",
-        ),
-    ] = None,
-    limit_concurrency: Annotated[
-        int, _opt("Open connections and requests at most; more get 503.", "LIMIT_CONCURRENCY")
-    ] = 1024,
-    timeout_keep_alive: Annotated[
-        int, _opt("Seconds an idle keep-alive connection is kept.", "TIMEOUT_KEEP_ALIVE")
-    ] = 5,
-    header_timeout: Annotated[
-        float, _opt("Seconds a connection has to send a request's headers.", "HEADER_TIMEOUT")
-    ] = 10.0,
-    guided_compile_timeout: Annotated[
-        float,
-        _opt(
-            "Seconds a guided request's grammar may take to compile (in a worker process); past it a 400.",
-            "GUIDED_COMPILE_TIMEOUT",
-        ),
-    ] = DEFAULT_COMPILE_TIMEOUT_S,
-    guided_compile_budget: Annotated[
-        float,
-        _opt(
-            "Seconds of new-grammar compiling per client IP per minute; past it a 429 (0: no bound).",
-            "GUIDED_COMPILE_BUDGET",
-        ),
-    ] = DEFAULT_COMPILE_BUDGET_S,
-    profile: Annotated[
-        str | None, _opt("Saved registry profile: its model and engine flags (flags given win).", "PROFILE")
-    ] = None,
+    allowed_hosts: AllowedHostsOpt = None,
+    max_request_bytes: MaxRequestBytesOpt = None,
+    limit_concurrency: LimitConcurrencyOpt = 1024,
+    timeout_keep_alive: KeepAliveOpt = 5,
+    header_timeout: HeaderTimeoutOpt = 10.0,
+    guided_compile_timeout: CompileTimeoutOpt = DEFAULT_COMPILE_TIMEOUT_S,
+    guided_compile_budget: CompileBudgetOpt = DEFAULT_COMPILE_BUDGET_S,
+    profile: ProfileOpt = None,
     *,
     engine: EngineOptions,
     rag: RagOptions,
@@ -133,24 +150,11 @@ def serve_command(
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, ...)."""
     if print_config:
         typer.echo(format_effective_config(ctx))
-    try:
-        if model_option is not None:
-            if model is not None and model != model_option:
-                raise KvspillError(
-                    f"two models given: MODEL {model!r} and --model {model_option!r}; give one"
-                )
-            model = model_option
-        if max_waiting_requests < 1:
-            raise KvspillError("--max-waiting-requests must be at least 1")
-        if max_queued_tokens is not None and max_queued_tokens < 1:
-            raise KvspillError("--max-queued-tokens must be at least 1 (leave it out for 8 x max model len)")
-        if shutdown_timeout < 0:
-            raise KvspillError("--shutdown-timeout must be 0 or more seconds")
+    try:  # every flag checked before anything loads or listens: a bad one is exit 2
+        model = _one_model(model, model_option)
+        _check_admission_flags(max_waiting_requests, max_queued_tokens, shutdown_timeout)
         _check_connection_flags(max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout)
-        if guided_compile_timeout <= 0 or guided_compile_budget < 0:
-            raise KvspillError(
-                "--guided-compile-timeout must be positive seconds and --guided-compile-budget 0 or more"
-            )
+        _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         if profile is not None:  # the registry's model and flags; those given on the command line win
             model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
         config = engine_config(engine, model)
@@ -160,12 +164,10 @@ def serve_command(
         raise typer.Exit(2) from e
     if print_config:
         return
-    from kvspill.server.hosts import LOOPBACK_BINDS, loopback_only_hosts
-
-    if host not in LOOPBACK_BINDS and not api_key:
-        logger.warning(
-            "binding to %s without --api-key: anyone who can reach this port can use the model", host
-        )
+    _warn_if_open(host, api_key)
+    limits = _connection_limits(
+        host, api_key, allowed_hosts, max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout
+    )
     run_server(
         config,
         host,
@@ -175,13 +177,7 @@ def serve_command(
         shutdown_timeout,
         served_model_name or _default_name(model),
         max_queued_tokens,
-        ConnectionLimits(
-            loopback_only_hosts(host, api_key, (allowed_hosts or "").split(",")),
-            max_request_bytes,
-            limit_concurrency,
-            timeout_keep_alive,
-            header_timeout,
-        ),
+        limits,
         rag_service,
         (guided_compile_timeout, guided_compile_budget),
     )
@@ -207,6 +203,62 @@ def _check_connection_flags(
         raise KvspillError("--limit-concurrency must be at least 1")
     if timeout_keep_alive < 1 or header_timeout <= 0:
         raise KvspillError("--timeout-keep-alive and --header-timeout must be positive seconds")
+
+
+def _one_model(model: str | None, model_option: str | None) -> str | None:
+    """MODEL or --model (the same one if both are given)."""
+    if model_option is None:
+        return model
+    if model is not None and model != model_option:
+        raise KvspillError(f"two models given: MODEL {model!r} and --model {model_option!r}; give one")
+    return model_option
+
+
+def _check_admission_flags(
+    max_waiting_requests: int, max_queued_tokens: int | None, shutdown_timeout: float
+) -> None:
+    if max_waiting_requests < 1:
+        raise KvspillError("--max-waiting-requests must be at least 1")
+    if max_queued_tokens is not None and max_queued_tokens < 1:
+        raise KvspillError("--max-queued-tokens must be at least 1 (leave it out for 8 x max model len)")
+    if shutdown_timeout < 0:
+        raise KvspillError("--shutdown-timeout must be 0 or more seconds")
+
+
+def _check_guided_flags(guided_compile_timeout: float, guided_compile_budget: float) -> None:
+    if guided_compile_timeout <= 0 or guided_compile_budget < 0:
+        raise KvspillError(
+            "--guided-compile-timeout must be positive seconds and --guided-compile-budget 0 or more"
+        )
+
+
+def _warn_if_open(host: str, api_key: str | None) -> None:
+    from kvspill.server.hosts import LOOPBACK_BINDS
+
+    if host not in LOOPBACK_BINDS and not api_key:
+        logger.warning(
+            "binding to %s without --api-key: anyone who can reach this port can use the model", host
+        )
+
+
+def _connection_limits(
+    host: str,
+    api_key: str | None,
+    allowed_hosts: str | None,
+    max_request_bytes: int | None,
+    limit_concurrency: int,
+    timeout_keep_alive: int,
+    header_timeout: float,
+) -> ConnectionLimits:
+    from kvspill.server.hosts import loopback_only_hosts
+
+    return ConnectionLimits(
+        loopback_only_hosts(host, api_key, (allowed_hosts or "").split(",")),
+        max_request_bytes,
+        limit_concurrency,
+        timeout_keep_alive,
+        header_timeout,
+    )
 
 
 def _profile(name: str, model: str | None, engine: EngineOptions, served: str | None) -> Any:
@@ -235,7 +287,8 @@ def run_server(
     rag_service: Any = None,
     guided_compile: tuple[float, float] = (DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_BUDGET_S),
 ) -> None:
-    """`guided_compile`: (--guided-compile-timeout, --guided-compile-budget)."""
+    """Check, build the app (the engine loads on its thread), serve until SIGTERM, exit 1 when the
+    engine failed to load. `guided_compile`: (--guided-compile-timeout, --guided-compile-budget)."""
     from kvspill.server import ServerSettings, create_app
     from kvspill.server.grammar_gate import GateSettings
     from kvspill.server.lifecycle import serve
@@ -247,31 +300,17 @@ def run_server(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
     limits = connection or ConnectionLimits()
-
-    def factory() -> Any:
-        from kvspill.cli.startup_display import startup_display
-        from kvspill.engine.core import LLMEngine
-
-        try:
-            with startup_display():
-                return LLMEngine(config)
-        except Exception:
-            logger.error("the engine failed to load; stopping the server")
-            os.kill(os.getpid(), signal.SIGTERM)
-            raise
-
-    aliases = {Path(model_name).name} if model_name else set()
     settings = ServerSettings(
         model_name,
         api_key,
         max_waiting_requests,
-        aliases,
+        {Path(model_name).name} if model_name else set(),
         max_queued_tokens,
         max_request_bytes=limits.max_request_bytes,
         allowed_hosts=limits.allowed_hosts,
         guided=GateSettings(timeout_s=guided_compile[0], budget_s=guided_compile[1]),
     )
-    app = create_app(factory, settings)
+    app = create_app(_engine_factory(config), settings)
     rag_jobs = None
     if rag_service is not None:
         from kvspill.server.rag_routes import mount_rag
@@ -286,6 +325,30 @@ def run_server(
         limit_concurrency=limits.limit_concurrency,
         timeout_keep_alive=limits.timeout_keep_alive,
     )
+    _leave(app, rag_jobs, shutdown_timeout)
+
+
+def _engine_factory(config: Any) -> Callable[[], Any]:
+    """What the server's engine thread calls: the engine, under the start-up display; a failure
+    to load stops the server (SIGTERM to this process) after logging."""
+
+    def factory() -> Any:
+        from kvspill.cli.startup_display import startup_display
+        from kvspill.engine.core import LLMEngine
+
+        try:
+            with startup_display():
+                return LLMEngine(config)
+        except Exception:
+            logger.error("the engine failed to load; stopping the server")
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise
+
+    return factory
+
+
+def _leave(app: Any, rag_jobs: Any, shutdown_timeout: float) -> None:
+    """After the server stopped: exit 1 with the load error's line when the engine never loaded."""
     if rag_jobs is not None:  # an index job still inside an embedding batch must not hold the exit
         from kvspill.server.rag_app import leave_after_drain
 
