@@ -131,13 +131,23 @@ class RuntimeChoices:
         return not self.decode_graphs
 
 
+def vram_budget(
+    vram_budget_bytes: int | None, gpu_memory_utilization: float, total: int | None
+) -> tuple[int, float] | None:
+    """(budget bytes, the share of it the process may use) on a card of `total` bytes:
+    `--vram-budget` is the ceiling itself (the share 1); without one, `--gpu-memory-utilization`
+    of the card; None where neither is known."""
+    if vram_budget_bytes is not None:
+        return vram_budget_bytes, 1.0
+    return None if total is None else (total, gpu_memory_utilization)
+
+
 def vram_ceiling_bytes(
     vram_budget_bytes: int | None, gpu_memory_utilization: float, total: int | None
 ) -> int | None:
-    """`--vram-budget` is the ceiling itself; without one, `--gpu-memory-utilization` of the card."""
-    if vram_budget_bytes is not None:
-        return vram_budget_bytes
-    return None if total is None else int(total * gpu_memory_utilization)
+    """What the process may hold on the card (`vram_budget`'s bytes times its share)."""
+    budget = vram_budget(vram_budget_bytes, gpu_memory_utilization, total)
+    return None if budget is None else int(budget[0] * budget[1])
 
 
 def resolve_choices(

@@ -9,7 +9,8 @@ calibration, the card's known figures, or documented defaults. On CUDA a plan th
 one sequence of `max_model_len` stops start-up with the planner's advice; on the CPU it informs.
 
 Budgets by device (what the engine's pools may use):
-- cuda: `--vram-budget` is the ceiling itself; without one, `--gpu-memory-utilization` of the card.
+- cuda: `--vram-budget` is the ceiling itself; without one, `--gpu-memory-utilization` of the card
+  (`plan.choices.vram_budget`, the rule the engine's allocator cap and the record's ceiling follow).
 - cpu: the "gpu" tier is host RAM. `--vram-budget` bounds it the same way; without one the pool
   holds up to 8 sequences of `max_model_len` within a quarter of the available RAM.
 - `--attention cpu` on cuda (`config.with_attention_mode`): the gpu tier holds only what the
@@ -35,6 +36,7 @@ from kvspill.plan import (
     make_plan,
     request_from_engine_config,
 )
+from kvspill.plan.choices import vram_budget
 from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
 from kvspill.plan.weights import INT4_CHECKPOINT_METHODS
 
@@ -98,11 +100,10 @@ def _device_budget(
             if host_available_bytes is None:
                 return None
             request = replace(request, ram_budget_bytes=_host_pool_bytes(request, host_available_bytes))
-        if config.vram_budget_bytes is not None:
-            return replace(request, vram_budget_bytes=config.vram_budget_bytes, gpu_memory_utilization=1.0)
-        if device_total_bytes is None:
+        budget = vram_budget(config.vram_budget_bytes, config.gpu_memory_utilization, device_total_bytes)
+        if budget is None:
             return None
-        return replace(request, vram_budget_bytes=device_total_bytes)
+        return replace(request, vram_budget_bytes=budget[0], gpu_memory_utilization=budget[1])
     request = replace(request, device="cpu", gpu_memory_utilization=1.0)
     fixed = config.kv_cache_memory_bytes
     if config.attention == "cpu":  # on the cpu device: one pool in RAM, no cold tiers
