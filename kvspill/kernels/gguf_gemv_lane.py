@@ -107,83 +107,32 @@ def q4k_gemv_kernel(
     X_ASM: tl.constexpr,
     DEQUANT: tl.constexpr,
 ):
-    # Q4_K, 1..T_PAD tokens, CUDA-core FMAs. Grid: (cdiv(rows, BLOCK_N),). Work items
-    # kl = (super-block sb, 32-byte group g) of the K chunk, KL = 4 * SB of them: with one warp
-    # and KL = 32 each lane owns one, for all BLOCK_N rows and T_PAD tokens in registers, so x is
-    # loaded and converted once per lane for all its rows and each weight once for all tokens.
-    # Group g of a super-block is qs[32 g : 32 g + 32]: its low nibbles are sub-block 2 g
-    # (x[64 g + l]), its high nibbles sub-block 2 g + 1 (x[64 g + 32 + l]); the l1 loop takes 8
-    # bytes at a time. Loads are 2-D tiles [rows * KL, 8] (row-major, one lane dimension), then
-    # reshaped to [T, BLOCK_N, KL, 8]: the lane mapping does not depend on how a Triton version
-    # orders the dimensions of a >2-D tile.
-    # Per sub-block: sum_l (sc * q_l - m) * x_l = sc * sum_l q_l x_l - m * sum_l x_l.
+    # Q4_K, 1..T_PAD tokens, CUDA-core FMAs. Grid: (cdiv(rows, BLOCK_N),). The lanes' work items:
+    # _q4k_weight_lanes. Per sub-block: sum_l (sc * q_l - m) * x_l = sc * sum_l q_l x_l - m * sum_l x_l.
     KL: tl.constexpr = 4 * SB
     pid = tl.program_id(0)
-    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
-    i_x = tl.arange(0, T_PAD * KL)[:, None]  # t * KL + kl
-    l0 = tl.arange(0, 8)[None, :]
-    n = pid * BLOCK_N + i_w // KL
-    row = w_ptr + n.to(tl.int64) * stride_w  # [BLOCK_N * KL, 1]
-    sb_w = (i_w % KL) // 4
-    b_off = sb_w * 144 + 16 + ((i_w % KL) % 4) * 32 + l0  # [BLOCK_N * KL, 8]
-    h_off = sb_w * 144  # [BLOCK_N * KL, 1]
-    sb_x = (i_x % KL) // 4
-    x_off = (i_x // KL) * stride_x + sb_x * 256 + ((i_x % KL) % 4) * 64 + l0  # [T_PAD * KL, 8]
-    row_ok = n < rows
-    tok_ok = (i_x // KL) < NUM_TOKENS
-    # The 6-bit (scale, min) of sub-blocks 2 g, 2 g + 1 are bytes 2 g % 4, + 1 of the packed
-    # words: g < 2 reads sc from scales[0:4] and m from [4:8]; g >= 2 combines 4 bits of
-    # scales[8:12] (sc low, m high nibble) with the top 2 bits of scales[0:4] / [4:8].
-    g_w = (i_w % KL) % 4
-    sh = 16 * (g_w % 2)
-    low = g_w < 2
+    row, b_off, h_off, sb_w, row_ok, sh, low = _q4k_weight_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL)
+    x_off, sb_x, tok_ok = _q4k_token_lanes(stride_x, NUM_TOKENS, T_PAD, KL)
     acc = tl.zeros((T_PAD, BLOCK_N, KL, 1), dtype=tl.float32)
     acc8 = tl.zeros((T_PAD, BLOCK_N, KL, 8), dtype=tl.float32)
     for k in range(0, num_blocks, SB):
         w_ok = row_ok & ((k + sb_w) < num_blocks)  # [BLOCK_N * KL, 1]
         x_ok = tok_ok & ((k + sb_x) < num_blocks)
         wk = row + k * 144
-        hdr = (wk + h_off).to(tl.pointer_type(tl.int32))
-        h0 = tl.load(hdr, mask=w_ok, other=0)  # d | dmin << 16
-        h1 = tl.load(hdr + 1, mask=w_ok, other=0) >> sh  # scales[0:4]
-        h2 = tl.load(hdr + 2, mask=w_ok, other=0) >> sh  # scales[4:8]
-        h3 = tl.load(hdr + 3, mask=w_ok, other=0) >> sh  # scales[8:12]
-        sc = tl.where(low, h1 & 0x3F3F, (h3 & 0x0F0F) | ((h1 >> 2) & 0x3030))
-        mn = tl.where(low, h2 & 0x3F3F, ((h3 >> 4) & 0x0F0F) | ((h2 >> 2) & 0x3030))
-        d = _f16_bits(h0 & 0xFFFF)
-        dmin = _f16_bits((h0 >> 16) & 0xFFFF)
-        sc_lo = tl.reshape(d * _magic_f32(sc & 0xFF, 0), (1, BLOCK_N, KL, 1))
-        sc_hi = tl.reshape(d * _magic_f32(sc & 0xFF00, 8), (1, BLOCK_N, KL, 1))
-        mn_lo = tl.reshape(dmin * _magic_f32(mn & 0xFF, 0), (1, BLOCK_N, KL, 1))
-        mn_hi = tl.reshape(dmin * _magic_f32(mn & 0xFF00, 8), (1, BLOCK_N, KL, 1))
+        sc_lo, sc_hi, mn_lo, mn_hi = _q4k_scales(wk + h_off, w_ok, sh, low, BLOCK_N, KL)
         xk = x_ptr + k * 256 + x_off
         if DEQUANT:
             # Several tokens: dequantize each weight once (sc * q - m), then one FMA per token.
             for l1 in tl.static_range(4):
-                q_lo, q_hi = _nibbles(tl.load(wk + b_off + 8 * l1, mask=w_ok, other=0), USE_ASM)
-                x_lo = _to_f32(tl.load(xk + 8 * l1, mask=x_ok, other=0.0), X_ASM)
-                x_hi = _to_f32(tl.load(xk + 32 + 8 * l1, mask=x_ok, other=0.0), X_ASM)
+                q_lo, q_hi, x_lo, x_hi = _q4k_step(wk + b_off, w_ok, xk, x_ok, l1, USE_ASM, X_ASM)
                 q_lo = tl.reshape(q_lo, (1, BLOCK_N, KL, 8))
                 q_hi = tl.reshape(q_hi, (1, BLOCK_N, KL, 8))
                 acc8 += (sc_lo * q_lo - mn_lo) * tl.reshape(x_lo, (T_PAD, 1, KL, 8))
                 acc8 += (sc_hi * q_hi - mn_hi) * tl.reshape(x_hi, (T_PAD, 1, KL, 8))
         else:
-            # Elementwise partial sums over the 4 steps (chains of FMAs), reduced over l0 once;
-            # the scales multiply the per-sub-block sums.
-            s_lo = tl.zeros((T_PAD, BLOCK_N, KL, 8), dtype=tl.float32)
-            s_hi = tl.zeros((T_PAD, BLOCK_N, KL, 8), dtype=tl.float32)
-            x_lo_sum = tl.zeros((T_PAD, 1, KL, 8), dtype=tl.float32)
-            x_hi_sum = tl.zeros((T_PAD, 1, KL, 8), dtype=tl.float32)
-            for l1 in tl.static_range(4):
-                q_lo, q_hi = _nibbles(tl.load(wk + b_off + 8 * l1, mask=w_ok, other=0), USE_ASM)
-                x_lo = _to_f32(tl.load(xk + 8 * l1, mask=x_ok, other=0.0), X_ASM)
-                x_hi = _to_f32(tl.load(xk + 32 + 8 * l1, mask=x_ok, other=0.0), X_ASM)
-                x_lo = tl.reshape(x_lo, (T_PAD, 1, KL, 8))
-                x_hi = tl.reshape(x_hi, (T_PAD, 1, KL, 8))
-                s_lo += tl.reshape(q_lo, (1, BLOCK_N, KL, 8)) * x_lo
-                s_hi += tl.reshape(q_hi, (1, BLOCK_N, KL, 8)) * x_hi
-                x_lo_sum += x_lo
-                x_hi_sum += x_hi
+            s_lo, s_hi, x_lo_sum, x_hi_sum = _q4k_partial_sums(
+                wk + b_off, w_ok, xk, x_ok, T_PAD, BLOCK_N, KL, USE_ASM, X_ASM
+            )
             acc += sc_lo * tl.sum(s_lo, axis=3, keep_dims=True) + sc_hi * tl.sum(s_hi, axis=3, keep_dims=True)
             acc -= mn_lo * tl.sum(x_lo_sum, axis=3, keep_dims=True) + mn_hi * tl.sum(
                 x_hi_sum, axis=3, keep_dims=True
@@ -191,6 +140,123 @@ def q4k_gemv_kernel(
     if DEQUANT:
         acc += tl.sum(acc8, axis=3, keep_dims=True)
     out = tl.sum(tl.sum(acc, axis=3), axis=2)  # [T_PAD, BLOCK_N]
+    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, stride_o, NUM_TOKENS, T_PAD, BLOCK_N, HAS_LINEAR_BIAS)
+
+
+@triton.jit
+def _q4k_weight_lanes(w_ptr, pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.constexpr):
+    """Where each lane reads its weights, per element r * KL + kl of [BLOCK_N * KL, 1]: work item
+    kl = (super-block sb, 32-byte group g) of the K chunk, KL = 4 * SB of them; with one warp
+    and KL = 32 each lane owns one, for all BLOCK_N rows. Group g of a super-block is
+    qs[32 g : 32 g + 32]: its low nibbles are sub-block 2 g (x[64 g + l]), its high nibbles
+    sub-block 2 g + 1 (x[64 g + 32 + l]); b_off [BLOCK_N * KL, 8] takes 8 bytes at a time. Loads
+    are 2-D tiles [rows * KL, 8] (row-major, one lane dimension), reshaped to [T, BLOCK_N, KL, 8]
+    later: the lane mapping does not depend on how a Triton version orders the dimensions of a
+    >2-D tile. Returns (row, b_off, h_off, sb_w, row_ok, sh, low): sh and low pick the 6-bit
+    scales of group g (_q4k_scales)."""
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
+    l0 = tl.arange(0, 8)[None, :]
+    n = pid * BLOCK_N + i_w // KL
+    row = w_ptr + n.to(tl.int64) * stride_w  # [BLOCK_N * KL, 1]
+    sb_w = (i_w % KL) // 4
+    b_off = sb_w * 144 + 16 + ((i_w % KL) % 4) * 32 + l0  # [BLOCK_N * KL, 8]
+    h_off = sb_w * 144  # [BLOCK_N * KL, 1]
+    row_ok = n < rows
+    g_w = (i_w % KL) % 4
+    sh = 16 * (g_w % 2)
+    low = g_w < 2
+    return row, b_off, h_off, sb_w, row_ok, sh, low
+
+
+@triton.jit
+def _q4k_token_lanes(stride_x, NUM_TOKENS: tl.constexpr, T_PAD: tl.constexpr, KL: tl.constexpr):
+    """Where each lane reads x, per element t * KL + kl of [T_PAD * KL, 1]: the 64 x values of
+    its group, 8 at a time. Returns (x_off [T_PAD * KL, 8], sb_x, tok_ok)."""
+    i_x = tl.arange(0, T_PAD * KL)[:, None]  # t * KL + kl
+    l0 = tl.arange(0, 8)[None, :]
+    sb_x = (i_x % KL) // 4
+    x_off = (i_x // KL) * stride_x + sb_x * 256 + ((i_x % KL) % 4) * 64 + l0  # [T_PAD * KL, 8]
+    tok_ok = (i_x // KL) < NUM_TOKENS
+    return x_off, sb_x, tok_ok
+
+
+@triton.jit
+def _q4k_scales(hdr_bytes, w_ok, sh, low, BLOCK_N: tl.constexpr, KL: tl.constexpr):
+    """The super-block header at `hdr_bytes` (d, dmin, 12 bytes of packed scales) -> the factors
+    (sc_lo, sc_hi, mn_lo, mn_hi), each [1, BLOCK_N, KL, 1], of the lane's sub-blocks 2 g, 2 g + 1.
+    Their 6-bit (scale, min) are bytes 2 g % 4, + 1 of the packed words: g < 2 reads sc from
+    scales[0:4] and m from [4:8]; g >= 2 combines 4 bits of scales[8:12] (sc low, m high nibble)
+    with the top 2 bits of scales[0:4] / [4:8]."""
+    hdr = hdr_bytes.to(tl.pointer_type(tl.int32))
+    h0 = tl.load(hdr, mask=w_ok, other=0)  # d | dmin << 16
+    h1 = tl.load(hdr + 1, mask=w_ok, other=0) >> sh  # scales[0:4]
+    h2 = tl.load(hdr + 2, mask=w_ok, other=0) >> sh  # scales[4:8]
+    h3 = tl.load(hdr + 3, mask=w_ok, other=0) >> sh  # scales[8:12]
+    sc = tl.where(low, h1 & 0x3F3F, (h3 & 0x0F0F) | ((h1 >> 2) & 0x3030))
+    mn = tl.where(low, h2 & 0x3F3F, ((h3 >> 4) & 0x0F0F) | ((h2 >> 2) & 0x3030))
+    d = _f16_bits(h0 & 0xFFFF)
+    dmin = _f16_bits((h0 >> 16) & 0xFFFF)
+    sc_lo = tl.reshape(d * _magic_f32(sc & 0xFF, 0), (1, BLOCK_N, KL, 1))
+    sc_hi = tl.reshape(d * _magic_f32(sc & 0xFF00, 8), (1, BLOCK_N, KL, 1))
+    mn_lo = tl.reshape(dmin * _magic_f32(mn & 0xFF, 0), (1, BLOCK_N, KL, 1))
+    mn_hi = tl.reshape(dmin * _magic_f32(mn & 0xFF00, 8), (1, BLOCK_N, KL, 1))
+    return sc_lo, sc_hi, mn_lo, mn_hi
+
+
+@triton.jit
+def _q4k_step(w_bytes, w_ok, xk, x_ok, l1: tl.constexpr, USE_ASM: tl.constexpr, X_ASM: tl.constexpr):
+    """Step l1 of 4 over the lane's group: 8 quant bytes -> (q_lo, q_hi) [BLOCK_N * KL, 8] (their
+    low and high nibbles), and the x values they multiply -> (x_lo, x_hi) [T_PAD * KL, 8]."""
+    q_lo, q_hi = _nibbles(tl.load(w_bytes + 8 * l1, mask=w_ok, other=0), USE_ASM)
+    x_lo = _to_f32(tl.load(xk + 8 * l1, mask=x_ok, other=0.0), X_ASM)
+    x_hi = _to_f32(tl.load(xk + 32 + 8 * l1, mask=x_ok, other=0.0), X_ASM)
+    return q_lo, q_hi, x_lo, x_hi
+
+
+@triton.jit
+def _q4k_partial_sums(
+    w_bytes,
+    w_ok,
+    xk,
+    x_ok,
+    T_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KL: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    X_ASM: tl.constexpr,
+):
+    """One token or few: elementwise partial sums over the 4 steps (chains of FMAs) of q * x
+    (s_lo, s_hi [T_PAD, BLOCK_N, KL, 8]) and of x (x_lo_sum, x_hi_sum [T_PAD, 1, KL, 8]); the
+    caller reduces them over the last axis once and applies the scales and mins."""
+    s_lo = tl.zeros((T_PAD, BLOCK_N, KL, 8), dtype=tl.float32)
+    s_hi = tl.zeros((T_PAD, BLOCK_N, KL, 8), dtype=tl.float32)
+    x_lo_sum = tl.zeros((T_PAD, 1, KL, 8), dtype=tl.float32)
+    x_hi_sum = tl.zeros((T_PAD, 1, KL, 8), dtype=tl.float32)
+    for l1 in tl.static_range(4):
+        q_lo, q_hi, x_lo, x_hi = _q4k_step(w_bytes, w_ok, xk, x_ok, l1, USE_ASM, X_ASM)
+        x_lo = tl.reshape(x_lo, (T_PAD, 1, KL, 8))
+        x_hi = tl.reshape(x_hi, (T_PAD, 1, KL, 8))
+        s_lo += tl.reshape(q_lo, (1, BLOCK_N, KL, 8)) * x_lo
+        s_hi += tl.reshape(q_hi, (1, BLOCK_N, KL, 8)) * x_hi
+        x_lo_sum += x_lo
+        x_hi_sum += x_hi
+    return s_lo, s_hi, x_lo_sum, x_hi_sum
+
+
+@triton.jit
+def _store_lane_sums(
+    out_ptr,
+    bias_ptr,
+    out,
+    pid,
+    rows,
+    stride_o,
+    NUM_TOKENS: tl.constexpr,
+    T_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_LINEAR_BIAS: tl.constexpr,
+):
+    """out [T_PAD, BLOCK_N] (+ bias) into the program's rows of the real tokens."""
     t_out = tl.arange(0, T_PAD)[:, None]
     n_out = pid * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if HAS_LINEAR_BIAS:
@@ -295,35 +361,12 @@ def q6k_gemv_kernel(
     X_ASM: tl.constexpr,
     DEQUANT: tl.constexpr,
 ):
-    # Q6_K, 1..T_PAD tokens, as q4k_gemv_kernel: 32 work items kl = (block sb of 2, half h,
-    # 4-element column group lam of 8), one per lane, for BLOCK_N rows. Item (sb, h, lam) takes
-    # l = 4 lam .. 4 lam + 3 of half h: the words ql[64 h + l], ql[64 h + 32 + l] and qh[32 h + l]
-    # (blocks are 210 bytes, so 2-byte aligned: _load_word_2b), giving elements
-    # 128 h + 32 Q + l (Q = 0..3) with scales sc[8 h + 2 Q + l // 16]. A warp's loads of one kind
-    # cover 32 contiguous bytes of each (block, half). NSUB pairs of blocks a loop step.
+    # Q6_K, 1..T_PAD tokens, as q4k_gemv_kernel; the lanes' work items: _q6k_weight_lanes. A warp's
+    # loads of one kind cover 32 contiguous bytes of each (block, half). NSUB pairs of blocks a loop step.
     KL: tl.constexpr = 32
     pid = tl.program_id(0)
-    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
-    i_x = tl.arange(0, T_PAD * KL)[:, None]  # t * KL + kl
-    n = pid * BLOCK_N + i_w // KL
-    row_ok = n < rows
-    # Rows past the end read row 0 (their sums are not stored), so the loads need no mask.
-    row_off = tl.where(row_ok, n, 0).to(tl.int64) * stride_w  # [BLOCK_N * KL, 1]
-    kl_w = i_w % KL
-    sb_w = kl_w // 16
-    ql_off = ((kl_w // 8) % 2) * 64 + (kl_w % 8) * 4  # within the block
-    qh_off = 128 + ((kl_w // 8) % 2) * 32 + (kl_w % 8) * 4
-    sc_off = 192 + ((kl_w // 8) % 2) * 8 + (kl_w % 8) // 4  # + 2 Q
-    kl_x = i_x % KL
-    sb_x = kl_x // 16
-    x_off = (
-        (i_x // KL) * stride_x
-        + sb_x * 256
-        + ((kl_x // 8) % 2) * 128
-        + (kl_x % 8) * 4
-        + tl.arange(0, 4)[None, :]
-    )
-    tok_ok = (i_x // KL) < NUM_TOKENS
+    row_off, sb_w, ql_off, qh_off, sc_off = _q6k_weight_lanes(pid, rows, stride_w, BLOCK_N, KL)
+    x_off, sb_x, tok_ok = _q6k_token_lanes(stride_x, NUM_TOKENS, T_PAD, KL)
     acc = tl.zeros((T_PAD, BLOCK_N, KL, 1), dtype=tl.float32)
     for k in range(0, num_blocks, 2 * NSUB):
         for j in tl.static_range(NSUB):
@@ -342,38 +385,101 @@ def q6k_gemv_kernel(
             )
             xk = x_ptr + kj * 256 + x_off
             for Q in tl.static_range(4):
-                # 6-bit quants of quarter Q, 4 bytes at a time: 4 bits of ql (low nibbles for
-                # Q < 2), 2 bits of qh (bits 2 Q, 2 Q + 1 of each byte) on top.
-                lo = ql_a if Q % 2 == 0 else ql_b
-                if Q >= 2:
-                    lo = lo >> 4
-                if Q == 3:
-                    hi = qh >> 2
-                else:
-                    hi = qh << (4 - 2 * Q)
-                u = (lo & 0x0F0F0F0F) | (hi & 0x30303030)
-                q0, q1, q2, q3 = _bytes_minus_32(u, USE_ASM)
+                q0, q1, q2, q3 = _q6k_quants(ql_a, ql_b, qh, Q, USE_ASM)
                 sc = d * tl.load((blk + sc_off + 2 * Q).to(tl.pointer_type(tl.int8))).to(tl.float32)
                 x0, x1, x2, x3 = _split4(_to_f32(tl.load(xk + 32 * Q, mask=x_ok, other=0.0), X_ASM))
                 sc = tl.reshape(sc, (1, BLOCK_N, KL, 1))
-                if DEQUANT:
-                    acc += (sc * tl.reshape(q0, (1, BLOCK_N, KL, 1))) * tl.reshape(x0, (T_PAD, 1, KL, 1))
-                    acc += (sc * tl.reshape(q1, (1, BLOCK_N, KL, 1))) * tl.reshape(x1, (T_PAD, 1, KL, 1))
-                    acc += (sc * tl.reshape(q2, (1, BLOCK_N, KL, 1))) * tl.reshape(x2, (T_PAD, 1, KL, 1))
-                    acc += (sc * tl.reshape(q3, (1, BLOCK_N, KL, 1))) * tl.reshape(x3, (T_PAD, 1, KL, 1))
-                else:
-                    s = tl.reshape(q0, (1, BLOCK_N, KL, 1)) * tl.reshape(x0, (T_PAD, 1, KL, 1))
-                    s += tl.reshape(q1, (1, BLOCK_N, KL, 1)) * tl.reshape(x1, (T_PAD, 1, KL, 1))
-                    s += tl.reshape(q2, (1, BLOCK_N, KL, 1)) * tl.reshape(x2, (T_PAD, 1, KL, 1))
-                    s += tl.reshape(q3, (1, BLOCK_N, KL, 1)) * tl.reshape(x3, (T_PAD, 1, KL, 1))
-                    acc += sc * s
+                acc = _q6k_fma(acc, sc, q0, q1, q2, q3, x0, x1, x2, x3, T_PAD, BLOCK_N, KL, DEQUANT)
     out = tl.sum(tl.sum(acc, axis=3), axis=2)  # [T_PAD, BLOCK_N]
-    t_out = tl.arange(0, T_PAD)[:, None]
-    n_out = pid * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    if HAS_LINEAR_BIAS:
-        out += tl.load(bias_ptr + n_out, mask=n_out < rows, other=0.0).to(tl.float32)
-    out_mask = (t_out < NUM_TOKENS) & (n_out < rows)
-    tl.store(out_ptr + t_out * stride_o + n_out, out.to(out_ptr.dtype.element_ty), mask=out_mask)
+    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, stride_o, NUM_TOKENS, T_PAD, BLOCK_N, HAS_LINEAR_BIAS)
+
+
+@triton.jit
+def _q6k_weight_lanes(pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.constexpr):
+    """Where each lane reads its weights, per element r * KL + kl of [BLOCK_N * KL, 1]: 32 work
+    items kl = (block sb of 2, half h, 4-element column group lam of 8), one per lane. Item
+    (sb, h, lam) takes l = 4 lam .. 4 lam + 3 of half h: the words ql[64 h + l],
+    ql[64 h + 32 + l] and qh[32 h + l] (blocks are 210 bytes, so 2-byte aligned: _load_word_2b),
+    giving elements 128 h + 32 Q + l (Q = 0..3) with scales sc[8 h + 2 Q + l // 16]. Returns
+    (row_off, sb_w, ql_off, qh_off, sc_off), offsets within the block but row_off."""
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
+    n = pid * BLOCK_N + i_w // KL
+    row_ok = n < rows
+    # Rows past the end read row 0 (their sums are not stored), so the loads need no mask.
+    row_off = tl.where(row_ok, n, 0).to(tl.int64) * stride_w  # [BLOCK_N * KL, 1]
+    kl_w = i_w % KL
+    sb_w = kl_w // 16
+    ql_off = ((kl_w // 8) % 2) * 64 + (kl_w % 8) * 4
+    qh_off = 128 + ((kl_w // 8) % 2) * 32 + (kl_w % 8) * 4
+    sc_off = 192 + ((kl_w // 8) % 2) * 8 + (kl_w % 8) // 4  # + 2 Q
+    return row_off, sb_w, ql_off, qh_off, sc_off
+
+
+@triton.jit
+def _q6k_token_lanes(stride_x, NUM_TOKENS: tl.constexpr, T_PAD: tl.constexpr, KL: tl.constexpr):
+    """Where each lane reads x, per element t * KL + kl of [T_PAD * KL, 1]: its 4 columns of
+    quarter 0 (quarter Q adds 32 Q). Returns (x_off [T_PAD * KL, 4], sb_x, tok_ok)."""
+    i_x = tl.arange(0, T_PAD * KL)[:, None]  # t * KL + kl
+    kl_x = i_x % KL
+    sb_x = kl_x // 16
+    x_off = (
+        (i_x // KL) * stride_x
+        + sb_x * 256
+        + ((kl_x // 8) % 2) * 128
+        + (kl_x % 8) * 4
+        + tl.arange(0, 4)[None, :]
+    )
+    tok_ok = (i_x // KL) < NUM_TOKENS
+    return x_off, sb_x, tok_ok
+
+
+@triton.jit
+def _q6k_quants(ql_a, ql_b, qh, Q: tl.constexpr, USE_ASM: tl.constexpr):
+    """The 6-bit quants of quarter Q minus 32, 4 bytes at a time, as 4 float32 tensors: 4 bits of
+    ql (low nibbles for Q < 2), 2 bits of qh (bits 2 Q, 2 Q + 1 of each byte) on top."""
+    lo = ql_a if Q % 2 == 0 else ql_b
+    if Q >= 2:
+        lo = lo >> 4
+    if Q == 3:
+        hi = qh >> 2
+    else:
+        hi = qh << (4 - 2 * Q)
+    u = (lo & 0x0F0F0F0F) | (hi & 0x30303030)
+    return _bytes_minus_32(u, USE_ASM)
+
+
+@triton.jit
+def _q6k_fma(
+    acc,
+    sc,
+    q0,
+    q1,
+    q2,
+    q3,
+    x0,
+    x1,
+    x2,
+    x3,
+    T_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KL: tl.constexpr,
+    DEQUANT: tl.constexpr,
+):
+    """acc [T_PAD, BLOCK_N, KL, 1] += sc * sum_c q_c * x_c over the lane's 4 columns. DEQUANT
+    (several tokens): each weight dequantized once (sc * q), then one FMA per token; otherwise
+    the scale multiplies the column sum."""
+    if DEQUANT:
+        acc += (sc * tl.reshape(q0, (1, BLOCK_N, KL, 1))) * tl.reshape(x0, (T_PAD, 1, KL, 1))
+        acc += (sc * tl.reshape(q1, (1, BLOCK_N, KL, 1))) * tl.reshape(x1, (T_PAD, 1, KL, 1))
+        acc += (sc * tl.reshape(q2, (1, BLOCK_N, KL, 1))) * tl.reshape(x2, (T_PAD, 1, KL, 1))
+        acc += (sc * tl.reshape(q3, (1, BLOCK_N, KL, 1))) * tl.reshape(x3, (T_PAD, 1, KL, 1))
+    else:
+        s = tl.reshape(q0, (1, BLOCK_N, KL, 1)) * tl.reshape(x0, (T_PAD, 1, KL, 1))
+        s += tl.reshape(q1, (1, BLOCK_N, KL, 1)) * tl.reshape(x1, (T_PAD, 1, KL, 1))
+        s += tl.reshape(q2, (1, BLOCK_N, KL, 1)) * tl.reshape(x2, (T_PAD, 1, KL, 1))
+        s += tl.reshape(q3, (1, BLOCK_N, KL, 1)) * tl.reshape(x3, (T_PAD, 1, KL, 1))
+        acc += sc * s
+    return acc
 
 
 # (CHUNK weights a row per loop step, BLOCK_N rows a program, warps), one token. Generic kernel
