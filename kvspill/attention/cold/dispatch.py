@@ -44,6 +44,7 @@ import torch
 
 from kvspill.attention.cold.config import ColdAttentionConfig, ColdSeq
 from kvspill.attention.cold.cpu import ColdCpuPath, CpuLayer, LayerStaging
+from kvspill.attention.cold.exact_paths import exact_path
 from kvspill.attention.cold.merge import merge_partials
 from kvspill.attention.cold.sparse import SparseColdStep, SparseCounts, SparseFetched, SparseInput
 from kvspill.attention.cold.step_sync import HostReady
@@ -99,8 +100,8 @@ class ColdAttentionBackend:
         # chosen once (the engine's record, plan/choices.py): the decode rows' path, and the exact
         # path of the rows it does not cover (sparse's prefill rows; else the same)
         self.cold_path, self.path = self.config.cold_paths(storage.device)
-        fixed = {ColdPath.CPU: 1.0, ColdPath.STREAM: 0.0}
-        self.cpu_fraction = fixed.get(self.path, self.config.resolved_cpu_fraction())
+        self.exact = exact_path(self.path, self.config, storage.device.type == "cuda")  # its CPU share
+        self.cpu_fraction = self.exact.cpu_fraction
         self.wait_host = wait_host or (lambda: None)
         self.stats = ColdStats()
         self._stager: StreamStager | None = None
@@ -110,7 +111,7 @@ class ColdAttentionBackend:
         self.cpu_done = StreamFlag.create(storage.device) if self.executor is not None else None
         self.cpu_threads = self.config.cpu_threads or torch.get_num_threads()
         # The C++ kernel reads blocks in place; None (logged once): gather + torch's kernel.
-        self.cpu_kernel = load_kernel() if self.path in (ColdPath.CPU, ColdPath.SPLIT) else None
+        self.cpu_kernel = load_kernel() if self.exact.uses_cpu_kernel else None
         self.disk_staging = LayerStaging(storage.layout)  # the CPU path's disk reads, one layer at a time
         self.sparse_budget_blocks = max(1, self.config.sparse_budget_tokens // storage.layout.block_size)
         self._init_sparse()
@@ -149,27 +150,13 @@ class ColdAttentionBackend:
         return self._stager
 
     def decode_cpu_fraction(self, seqs: list[ColdSeq], graphable: bool = False) -> float:
-        """The CPU's share of decode rows' cold blocks in a step of `seqs`: "cpu" and "stream" all
-        or none; split's share for the step's cold bytes (`ColdAttentionConfig.cpu_share_for`), or
-        none where `min_split_layer_bytes` says they are too few to hand over (or, for a step that
-        would otherwise replay a stream graph, `graphable`, `min_split_layer_bytes_graphed`)."""
-        if self.path is not ColdPath.SPLIT:
-            return self.cpu_fraction
+        """The CPU's share of decode rows' cold blocks in a step of `seqs`, by the exact path's rule
+        (`exact_paths.py`): "cpu" and "stream" all or none; split's share for the step's cold bytes,
+        or none where they are too few to hand over (more where the step could otherwise replay
+        a stream graph, `graphable`)."""
         layout = self.storage.layout
         blocks = sum(len(s.block_ids) for s in seqs if s.num_tokens == 1)
-        layer_bytes = blocks * (layout.block_bytes // layout.num_layers)
-        if not self.config.split_thresholds.splits(layer_bytes, graphable):
-            return 0.0
-        return self.config.cpu_share_for(layer_bytes)
-
-    def prefill_cpu_fraction(self, decode_fraction: float) -> float:
-        """The CPU's share of a prefill chunk's cold blocks. A prefill chunk over cold KV is
-        compute-bound (thousands of queries per key): it belongs on the GPU, so on CUDA "split"
-        and "cpu" stream it all; only decode rows go to the CPU (with "cpu" a 32K prefill over
-        cold KV never finished in 10 min, H200). Off CUDA it takes the decode rows' share."""
-        if self.path in (ColdPath.SPLIT, ColdPath.CPU) and self.storage.device.type == "cuda":
-            return 0.0
-        return decode_fraction
+        return self.exact.decode_share(blocks * (layout.block_bytes // layout.num_layers), graphable)
 
     def for_step(self, seqs: list[ColdSeq], scale: float) -> ColdStep | None:
         """The step's cold work, or None when no sequence has cold blocks."""
@@ -306,7 +293,7 @@ class ColdStep:
                 rows.append(seq.token_start)
                 continue
             fraction = (
-                decode_fraction if seq.num_tokens == 1 else backend.prefill_cpu_fraction(decode_fraction)
+                decode_fraction if seq.num_tokens == 1 else backend.exact.prefill_share(decode_fraction)
             )
             cpu_part, stream_part = split_seq(seq, len(rows), fraction)
             rows.extend(range(seq.token_start, seq.token_start + seq.num_tokens))
