@@ -188,49 +188,75 @@ def stability(
     engine: EngineOptions,
 ) -> None:
     """A mixed load for a duration; pass only with zero errors and no upward memory trend."""
-    from kvspill.bench.suites import configs
     from kvspill.bench.suites import stability as suite
-    from kvspill.bench.suites.abuse import AbuseMix
     from kvspill.bench.suites.report import run_header
-    from kvspill.plan.units import parse_bytes
 
     command = _command_line("stability", stability, {**locals(), **engine.given()})
     try:
-        lo, hi = _context_range(context_range)
-        cfg = suite.StabilityConfig(
-            duration,
-            concurrency,
-            lo,
-            hi,
-            new_tokens,
-            seed=seed,
-            max_rss_growth_bytes=parse_bytes(max_rss_growth, "--max-rss-growth"),
-            max_gpu_growth_bytes=parse_bytes(max_gpu_growth, "--max-gpu-growth"),
+        cfg = _stability_config(
+            duration, concurrency, context_range, new_tokens, seed, max_rss_growth, max_gpu_growth
         )
         if abuse < 0 or (abuse and url is None):
             raise KvspillError("--abuse needs --url (a server to abuse) and a count of 0 or more")
         target = _target(url, api_key, model, engine)
     except KvspillError as e:
         _fail(e)
-        return
-    mix = AbuseMix(url, api_key) if abuse and url is not None else None
-    try:
-        configs.check_contexts([lo, hi], new_tokens, target.max_model_len)
-        info = target.info()
-        with _progress("stability", duration) as advance:
-            result = suite.run_stability(target, cfg, advance=advance, abuse=mix, abuse_per_wave=abuse)
-    except KvspillError as e:
-        _fail(e)
-        return
-    finally:
-        target.close()
-        if mix is not None:
-            mix.close()
+    result, info = _run_stability(target, cfg, url, api_key, abuse)
     header = {**run_header("stability"), "mode": target.label}
     paths = suite.write_results(out, result, cfg, header, info, command)
     _finish(paths, suite.summary_lines(result), out)
     if not result.passed:
         raise typer.Exit(1)
+
+
+def _stability_config(
+    duration: float,
+    concurrency: int,
+    context_range: str,
+    new_tokens: int,
+    seed: int,
+    max_rss_growth: str,
+    max_gpu_growth: str,
+) -> Any:
+    """The suite's `StabilityConfig` from the flags (raises InvalidParameterError)."""
+    from kvspill.bench.suites import stability as suite
+    from kvspill.plan.units import parse_bytes
+
+    lo, hi = _context_range(context_range)
+    return suite.StabilityConfig(
+        duration,
+        concurrency,
+        lo,
+        hi,
+        new_tokens,
+        seed=seed,
+        max_rss_growth_bytes=parse_bytes(max_rss_growth, "--max-rss-growth"),
+        max_gpu_growth_bytes=parse_bytes(max_gpu_growth, "--max-gpu-growth"),
+    )
+
+
+def _run_stability(
+    target: Any, cfg: Any, url: str | None, api_key: str | None, abuse: int
+) -> tuple[Any, Any]:
+    """(the suite's result, the target's info): the load for its duration with `abuse` abusive
+    requests per wave beside it; the target and the abuse closed after, exit 2 on bad input."""
+    from kvspill.bench.suites import configs
+    from kvspill.bench.suites import stability as suite
+    from kvspill.bench.suites.abuse import AbuseMix
+
+    mix = AbuseMix(url, api_key) if abuse and url is not None else None
+    try:
+        configs.check_contexts([cfg.min_ctx, cfg.max_ctx], cfg.new_tokens, target.max_model_len)
+        info = target.info()
+        with _progress("stability", cfg.duration_s) as advance:
+            result = suite.run_stability(target, cfg, advance=advance, abuse=mix, abuse_per_wave=abuse)
+    except KvspillError as e:
+        _fail(e)
+    finally:
+        target.close()
+        if mix is not None:
+            mix.close()
+    return result, info
 
 
 def _engine_factories(
@@ -310,46 +336,58 @@ def compare(
     from kvspill.bench.suites import compare as suite
     from kvspill.bench.suites import configs
     from kvspill.bench.suites.report import run_header
-    from kvspill.bench.suites.url_target import UrlTarget
-    from kvspill.errors import InvalidParameterError
 
     command = _command_line("compare", compare, {**locals(), **engine.given()})
     try:
         ctx_list = configs.parse_contexts(contexts)
         if url:
-            if configs_ is not None:
-                raise InvalidParameterError(
-                    "configs",
-                    "with --url the configurations are the servers' own: "
-                    "drop --configs, or drop --url to compare in-process configurations",
-                )
-            servers = [
-                UrlTarget(u, label=label, api_key=api_key) for label, u in configs.parse_url_labels(url)
-            ]
-            for s in servers:
-                configs.check_contexts(ctx_list, new_tokens, s.max_model_len)
-            factories: list[tuple[str, Any]] = [(s.label, lambda s=s: s) for s in servers]
-            descriptions = {s.label: s.url for s in servers}
+            factories, descriptions = _server_factories(url, configs_, api_key, ctx_list, new_tokens)
         else:
             names = configs.parse_config_names(configs_)
             config = engine_config(engine, model)
             factories, descriptions = _engine_factories(config, names, ctx_list, new_tokens, tier_cap)
     except KvspillError as e:
         _fail(e)
-        return
     header = run_header("compare")
     with _progress("compare", len(factories) * len(ctx_list)) as advance:
         result = suite.run_compare(
             factories, ctx_list, new_tokens, seed=seed, warmup=warmup, advance=advance, base_row=header
         )
     paths = suite.write_results(out, result, header, descriptions, [], command)
-    _, decode = suite.pivot(result.rows, "decode_tok_s")
-    lines = [
+    _finish(paths, _compare_lines(result.rows), out)
+
+
+def _compare_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Decode tok/s per configuration and context ("failed" where a run failed), then warnings."""
+    from kvspill.bench.suites import compare as suite
+
+    _, decode = suite.pivot(rows, "decode_tok_s")
+    return [
         f"{label}: decode tok/s "
         + ", ".join(f"{c}: {v if v is not None else 'failed'}" for c, v in row.items())
         for label, row in decode.items()
-    ] + suite.unexercised_warnings(result.rows)
-    _finish(paths, lines, out)
+    ] + suite.unexercised_warnings(rows)
+
+
+def _server_factories(
+    urls: list[str], configs_: str | None, api_key: str | None, ctx_list: list[int], new_tokens: int
+) -> tuple[list[tuple[str, Any]], dict[str, str]]:
+    """(label, factory) per `LABEL=URL` server, each checked against the contexts, and its URL."""
+    from kvspill.bench.suites import configs
+    from kvspill.bench.suites.url_target import UrlTarget
+    from kvspill.errors import InvalidParameterError
+
+    if configs_ is not None:
+        raise InvalidParameterError(
+            "configs",
+            "with --url the configurations are the servers' own: "
+            "drop --configs, or drop --url to compare in-process configurations",
+        )
+    servers = [UrlTarget(u, label=label, api_key=api_key) for label, u in configs.parse_url_labels(urls)]
+    for s in servers:
+        configs.check_contexts(ctx_list, new_tokens, s.max_model_len)
+    factories: list[tuple[str, Any]] = [(s.label, lambda s=s: s) for s in servers]
+    return factories, {s.label: s.url for s in servers}
 
 
 def register(bench_app: typer.Typer) -> None:

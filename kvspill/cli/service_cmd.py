@@ -137,13 +137,33 @@ def install(
 
     Example: kvspill service install --user -- /models/llama.gguf --port 8000 --cpu-kv-budget 32GiB
     """
-    from kvspill import __version__
-
     bare = _name(name)
     if run_as is not None and user:
         raise _fail("--run-as is for system units; a --user unit runs as you", 2)
+    text = render_unit(_unit_spec(bare, user, list(serve_args or []), run_as))
+    if dry_run:
+        typer.echo(text, nl=False)
+        return
+    if unit_dir is None:
+        _tool("systemctl")  # before writing: a unit on a host without systemd helps no one
+    path = unit_path(_unit_dir(user, unit_dir), bare)
+    existed = _write_unit(path, text)
+    typer.echo(f"{'replaced' if existed else 'wrote'} {path}")
+    if unit_dir is None:
+        _run_systemctl(user, "daemon-reload")
+        _run_systemctl(user, "enable", f"{bare}.service")
+    flags = " --user" * user + (f" --name {bare}" if bare != DEFAULT_NAME else "")
+    typer.echo(f"start it: kvspill service start{flags}; follow it: kvspill service logs{flags} -f")
+    if user:
+        typer.echo("to keep it running when you log out: loginctl enable-linger $USER")
+
+
+def _unit_spec(bare: str, user: bool, args: list[str], run_as: str | None) -> UnitSpec:
+    """The unit of `kvspill serve ARGS` as this interpreter runs it; the arguments are checked by
+    running them (`--print-config`) first, and an `--api-key` among them is warned about."""
+    from kvspill import __version__
+
     command = _kvspill_command()
-    args = list(serve_args or [])
     spec = UnitSpec(
         name=bare,
         user_mode=user,
@@ -161,13 +181,11 @@ def install(
             "(mode 600) rather than --api-key",
             err=True,
         )
-    text = render_unit(spec)
-    if dry_run:
-        typer.echo(text, nl=False)
-        return
-    if unit_dir is None:
-        _tool("systemctl")  # before writing: a unit on a host without systemd helps no one
-    path = unit_path(_unit_dir(user, unit_dir), bare)
+    return spec
+
+
+def _write_unit(path: Path, text: str) -> bool:
+    """Write the unit file (its folder too); whether one was there before. Exit 1 when not allowed."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         existed = path.exists()
@@ -176,14 +194,7 @@ def install(
         raise _fail(
             f"cannot write {path}: permission denied (run it as root, or install a --user unit)"
         ) from e
-    typer.echo(f"{'replaced' if existed else 'wrote'} {path}")
-    if unit_dir is None:
-        _run_systemctl(user, "daemon-reload")
-        _run_systemctl(user, "enable", f"{bare}.service")
-    flags = " --user" * user + (f" --name {bare}" if bare != DEFAULT_NAME else "")
-    typer.echo(f"start it: kvspill service start{flags}; follow it: kvspill service logs{flags} -f")
-    if user:
-        typer.echo("to keep it running when you log out: loginctl enable-linger $USER")
+    return existed
 
 
 @service_app.command()
