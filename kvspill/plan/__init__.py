@@ -24,6 +24,7 @@ from kvspill.plan.arithmetic import (
     compute_plan,
 )
 from kvspill.plan.bandwidths import DEFAULT_BANDWIDTHS, RATE_FIELDS, Bandwidths
+from kvspill.plan.choices import ChoiceFlags
 from kvspill.plan.costs import DecodeFloor
 from kvspill.plan.report import advise, format_plan_table, notes_for, plan_to_json
 from kvspill.plan.spec import ModelSpec
@@ -123,7 +124,7 @@ def request_from_engine_config(
         kv_skip_layers=len(config.kv_cache_dtype_skip_layers),
         weight_dtype=config.dtype,
         gpu_kv_budget_bytes=config.kv_cache_memory_bytes,
-        enforce_eager=config.enforce_eager or config.cpu_offload_gb > 0,  # offload runs without graphs
+        enforce_eager=ChoiceFlags.of_config(config).enforce_eager,  # offload runs without graphs too
         cpu_offload_bytes=int(config.cpu_offload_gb * GiB),
         cold_attention=config.cold_attention,
         sparse_budget_tokens=config.sparse_budget_tokens,

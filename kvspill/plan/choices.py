@@ -9,7 +9,7 @@ stream for this step) stays per step, from the thresholds here (`SplitThresholds
 
 Invariants: pure, no torch, no I/O (the caller reads the environment and the card into
 `DeviceFacts`, once); the plan and the engine never re-derive a field of this record: the plan
-builds it from its `PlanRequest` (`plan/request_choices.py`), the engine from its config
+builds it from its `PlanRequest` (`PlanRequest.runtime_choices`), the engine from its config
 (`engine/setup.py`), through this one function; a CPU test holds the two equal over a grid of
 configurations (tests/plan/test_choices_agree.py).
 """
