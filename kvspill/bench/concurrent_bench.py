@@ -1,9 +1,9 @@
 """Engine benchmark with several requests at once: aggregate decode speed against its floor, and
 per-request latency percentiles.
 
-    python -m kvspill.bench.concurrent_bench --shape llama-3b --cap-gib 16 --cpu-kv-gib 40 \
+    python -m kvspill.bench.concurrent_bench --shape llama-3b --vram-budget 16GiB --cpu-kv-budget 40GiB \
         --ctx 32768 --concurrency 3 --out $OUT/w2_concurrent.jsonl
-    python -m kvspill.bench.concurrent_bench --shape llama-3b --cap-gib 16 --ctx 512 \
+    python -m kvspill.bench.concurrent_bench --shape llama-3b --vram-budget 16GiB --ctx 512 \
         --concurrency 16 --new-tokens 256 --out $OUT/w2_short.jsonl
 
 All `concurrency` requests (random prompts of `ctx` tokens, `new_tokens` forced outputs) enter
@@ -32,6 +32,7 @@ import time
 import torch
 
 from kvspill.bench.engine_bench import GIB, setup_engine
+from kvspill.bench.engine_flags import REQUIRED, add_engine_flags, token_count
 from kvspill.bench.loadgen import latency_stats
 from kvspill.engine.core import LLMEngine
 from kvspill.sampling_params import SamplingParams
@@ -59,19 +60,17 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
         ids.append(engine.add_request(prompt, params))
     times: dict[str, list[float]] = {rid: [] for rid in ids}
     pure_s, pure_tokens = 0.0, 0
-    while engine.has_unfinished_requests():
-        ready = all(len(t) > warmup for t in times.values())
-        s = time.perf_counter()
-        outs = engine.step()
-        e = time.perf_counter()
+    ready = False  # every request past its warm-up tokens before this step
+    for step in engine.run():
         step_tokens = 0
-        for out in outs:
+        for out in step.outputs:
             for _ in out.delta_token_ids:
-                times[out.req_id].append(e)
+                times[out.req_id].append(step.end_time)
             step_tokens += len(out.delta_token_ids)
-        if ready and step_tokens == n and all(len(out.delta_token_ids) == 1 for out in outs):
-            pure_s += e - s
+        if ready and step_tokens == n and all(len(out.delta_token_ids) == 1 for out in step.outputs):
+            pure_s += step.seconds
             pure_tokens += n
+        ready = all(len(t) > warmup for t in times.values())
     ttft = [(t[0] - t0) * 1e3 for t in times.values()]
     itl = [(b - a) * 1e3 for t in times.values() for a, b in zip(t, t[1:], strict=False)]
     e2e = [(t[-1] - t0) * 1e3 for t in times.values()]
@@ -96,20 +95,19 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-3b")
-    ap.add_argument(
-        "--cap-gib", type=float, required=True, help="VRAM budget for this process (--vram-budget)"
-    )
-    ap.add_argument("--ctx", type=int, nargs="+", required=True, help="prompt tokens per request")
+    ap.add_argument("--ctx", type=token_count, nargs="+", required=True, help="prompt tokens per request")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1])
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--warmup-tokens", type=int, default=4)
-    ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
-    ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
-    ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream, split or sparse")
-    ap.add_argument(
-        "--sparse-budget-tokens", type=int, default=4096, help="with sparse: cold tokens a decode row attends"
+    add_engine_flags(
+        ap,
+        vram_budget=REQUIRED,
+        max_num_batched_tokens="4096",
+        cpu_kv_budget="0GiB",
+        cold_attention="auto",
+        sparse_budget_tokens="4096",
+        hot_window_tokens="1024",
     )
-    ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
     ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill_concurrent.jsonl"))
     return ap.parse_args(argv)
@@ -124,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         + 1
         + args.warmup_tokens
         + args.new_tokens
-        + (n_max - 1) * (max(args.ctx) // args.chunk + 2)
+        + (n_max - 1) * (max(args.ctx) // args.max_num_batched_tokens + 2)
     )
     bench = setup_engine(args, max_len, max_num_seqs=max(8, n_max))
     engine, base = bench.engine, dict(bench.base, new_tokens=args.new_tokens)

@@ -1,14 +1,18 @@
 """Engine benchmark on a GPU: TTFT and decode tok/s per context, beside their HBM floor.
 
-    python -m kvspill.bench --shape llama-1b --cap-gib 16 --ctx 8192 32768 131072 --out $OUT/kvspill.jsonl
-    python -m kvspill.bench --shape llama-8b --cap-gib 70 --ctx 32768 131072 --tensor-parallel-size 2
+    python -m kvspill.bench --shape llama-1b --vram-budget 16GiB --ctx 8192 32768 128K --out $OUT/kvspill.jsonl
+    python -m kvspill.bench --shape llama-8b --vram-budget 70GiB --ctx 32K 128K --tensor-parallel-size 2
 
-With `--tensor-parallel-size N` (N GPUs, one process each, `--cap-gib` per GPU) each line also
+The engine flags are the product's (`kvspill serve --help`, docs/flags.md; `engine_flags.py`), with
+the benchmark's defaults: 4096-token chunks, 16-token blocks, no prefix caching, token ids only.
+The JSON fields keep their names (`cap_gib`, `chunk`, `cpu_kv_gib`: those of the peer's lines).
+
+With `--tensor-parallel-size N` (N GPUs, one process each, `--vram-budget` per GPU) each line also
 has the time rank 0 spent in collectives per decode step (CUDA events around each all-reduce and
 the logits all-gather: 2 all-reduces per layer, one for the embedding, one all-gather) and
 `max_gpu_only_context`, the longest sequence the GPU tiers hold with no KV spilled.
 
-Sparse cold attention (W5): `--cpu-kv-gib 40 --cold-attention sparse --sparse-budget-tokens 4096`;
+Sparse cold attention (W5): `--cpu-kv-budget 40GiB --cold-attention sparse --sparse-budget-tokens 4096`;
 its lines add the blocks the decode rows selected out of those they had (`sparse_selected_blocks`,
 `sparse_cold_blocks`) and a floor that moves only the budget's bytes plus the summaries' scan.
 
@@ -33,12 +37,14 @@ import resource
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from kvspill.bench import fill_only
+from kvspill.bench.engine_flags import REQUIRED, add_engine_flags, engine_kwargs, token_count
 from kvspill.bench.plan_figures import floor_and_plan
-from kvspill.config import EngineConfig, parse_layer_list
+from kvspill.config import EngineConfig
 from kvspill.engine.core import LLMEngine
 from kvspill.hardware.calibrate import measure_copy_gbs
 from kvspill.model.parallel import CollectiveTimer
@@ -72,10 +78,9 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
     profiler = None
     cold_span: list[ColdAttentionCounters | None] = []  # at the timed span's first and last token
     progress = PrefillProgress(t0, ctx, engine.config.max_num_batched_tokens)
-    while engine.has_unfinished_requests():
-        if not token_times:
-            progress.step()
-        for out in engine.step():
+    progress.step()  # before each step while no token came
+    for step in engine.run():
+        for out in step.outputs:
             for _ in out.delta_token_ids:
                 token_times.append(time.perf_counter())
                 if len(token_times) in (warmup_tokens + 1, timed_end):
@@ -84,6 +89,8 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
                     timer.take()  # drop prefill's and warm-up's collectives (one sync, before the span)
                 if profiled and len(token_times) == timed_end:
                     profiler = _start_kernel_profiler()
+        if not token_times:
+            progress.step()
     ttft = token_times[0] - t0
     decode_span = token_times[timed_end - 1] - token_times[warmup_tokens]
     n = timed_end - 1 - warmup_tokens
@@ -104,7 +111,7 @@ def run_context(engine: LLMEngine, ctx: int, new_tokens: int, warmup_tokens: int
 def _card_used_gib() -> float:
     """What the whole card holds at the row's end, as nvidia-smi counts it (every process, the CUDA
     context, kernel images): the allocator keeps its cached blocks, so near the reserved peak plus
-    what is outside it. `--cap-gib` is a budget for this figure."""
+    what is outside it. `--vram-budget` is a budget for this figure."""
     free, total = torch.cuda.mem_get_info()
     return round((total - free) / GIB, 3)
 
@@ -198,45 +205,55 @@ def _collectives(engine: LLMEngine, timer: CollectiveTimer) -> dict:
     )
 
 
+# The engine settings of a bench engine whose script does not take the flag (concurrent_bench
+# takes fewer than this one): fixed, so a row does not move with EngineConfig's defaults.
+FIXED_DEFAULTS: dict[str, object] = dict(
+    cpu_kv_budget_bytes=0,
+    hot_window_tokens=1024,
+    block_size=16,
+    cold_attention="auto",
+    sparse_budget_tokens=4096,
+    sparse_cache_seqs=1,
+    sparse_prompt_window=0,
+    sparse_prompt_share=0.5,
+    kv_cache_dtype="auto",
+    kv_cache_dtype_skip_layers=(),
+    attention="auto",
+    cpu_attention_threads=None,
+    async_scheduling=True,
+    cpu_offload_gb=0.0,
+    tensor_parallel_size=1,
+)
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-1b")
     ap.add_argument("--model", default=None, help="a model (GGUF file, dir) instead of random:SHAPE")
-    ap.add_argument(
-        "--cap-gib", type=float, required=True, help="VRAM budget for this process (--vram-budget)"
-    )
-    ap.add_argument("--ctx", type=int, nargs="+", required=True)
+    ap.add_argument("--ctx", type=token_count, nargs="+", required=True, help="contexts, e.g. 8192 32K 128K")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--warmup-tokens", type=int, default=8)
-    ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
-    ap.add_argument("--cpu-kv-gib", type=float, default=0.0, help="--cpu-kv-budget (0: KV on the GPU only)")
-    ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
-    ap.add_argument("--block-size", type=int, default=16, help="--block-size: tokens per KV block")
-    ap.add_argument("--cold-attention", default="auto", help="auto, cpu, stream, split or sparse")
-    ap.add_argument(
-        "--sparse-budget-tokens", type=int, default=4096, help="with sparse: cold tokens a decode row attends"
-    )
-    ap.add_argument(
-        "--sparse-cache-seqs",
-        type=int,
-        default=1,
-        help="with sparse: sequences whose chosen blocks stay cached",
+    add_engine_flags(
+        ap,
+        vram_budget=REQUIRED,
+        max_num_batched_tokens="4096",
+        cpu_kv_budget="0GiB",
+        hot_window_tokens="1024",
+        block_size=16,
+        cold_attention="auto",
+        sparse_budget_tokens="4096",
+        sparse_cache_seqs=1,
+        sparse_prompt_window="0",
+        sparse_prompt_share=0.5,
+        kv_cache_dtype="auto",
+        kv_cache_dtype_skip_layers="",
+        attention="auto",
+        cpu_attention_threads=None,
+        cpu_offload_gb=0.0,
+        async_scheduling=True,
+        tensor_parallel_size=1,
     )
     fill_only.add_flag(ap)
-    ap.add_argument("--sparse-prompt-window", type=int, default=0, help="--sparse-prompt-window (0: off)")
-    ap.add_argument("--sparse-prompt-share", type=float, default=0.5, help="--sparse-prompt-share")
-    ap.add_argument("--kv-cache-dtype", default="auto", help="auto, fp8, fp8_e5m2 or int8 (--kv-cache-dtype)")
-    ap.add_argument("--kv-cache-dtype-skip-layers", default="", help="layers kept at the model dtype: 0,31")
-    ap.add_argument("--attention", default="auto", help="auto, or cpu: all KV in RAM, attention on the CPU")
-    ap.add_argument("--cpu-attention-threads", type=int, default=None, help="default: torch's threads")
-    ap.add_argument("--cpu-offload-gb", type=float, default=0.0, help="weights held in pinned RAM")
-    ap.add_argument(
-        "--no-async-scheduling",
-        dest="async_scheduling",
-        action="store_false",
-        help="read each step's tokens before scheduling the next (the A/B of async scheduling)",
-    )
-    ap.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs to split the model over")
     ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill.jsonl"))
     return ap.parse_args(argv)
@@ -255,142 +272,143 @@ class BenchSetup:
     gpu_kv_tokens: int  # what the gpu tier holds: the rest of a sequence is cold
 
 
-def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) -> BenchSetup:
-    """Measure HBM and H2D (as `doctor --calibrate` does), then build the engine of `args`
-    (shape, cap_gib, chunk, cpu_kv_gib, cold_attention, hot_window, mode) for `max_len` tokens."""
-    device = torch.device("cuda")
-    h2d_gbs, _, hbm_gbs = measure_copy_gbs(device, 2 * GIB)
-    config = EngineConfig(
+def bench_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """EngineConfig keyword arguments of the engine flags, as given (a flag the script does not
+    take: FIXED_DEFAULTS)."""
+    return {**FIXED_DEFAULTS, **engine_kwargs(args)}
+
+
+def bench_config(args: argparse.Namespace, max_len: int, max_num_seqs: int) -> EngineConfig:
+    """The engine of `args` for sequences of `max_len` tokens: random weights of `--shape` (or
+    `--model`), token ids in and out, no prefix caching (each row prefills its whole context)."""
+    return EngineConfig(
         model=getattr(args, "model", None) or f"random:{args.shape}",
         max_model_len=-(-max_len // 1024) * 1024,
-        max_num_batched_tokens=args.chunk,
         max_num_seqs=max_num_seqs,
-        vram_budget_bytes=int(args.cap_gib * GIB),
         enable_prefix_caching=False,
         skip_tokenizer_init=True,  # token ids in, token ids out
-        cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
-        hot_window_tokens=args.hot_window,
-        block_size=getattr(args, "block_size", 16),
-        cold_attention=args.cold_attention,
-        sparse_budget_tokens=getattr(args, "sparse_budget_tokens", 4096),
-        sparse_cache_seqs=getattr(args, "sparse_cache_seqs", 1),
-        sparse_prompt_window=getattr(args, "sparse_prompt_window", 0),
-        sparse_prompt_share=getattr(args, "sparse_prompt_share", 0.5),
-        kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"),
-        kv_cache_dtype_skip_layers=parse_layer_list(getattr(args, "kv_cache_dtype_skip_layers", "")),
-        attention=getattr(args, "attention", "auto"),
-        cpu_attention_threads=getattr(args, "cpu_attention_threads", None),
-        async_scheduling=getattr(args, "async_scheduling", True),
-        cpu_offload_gb=getattr(args, "cpu_offload_gb", 0.0),
-        tensor_parallel_size=getattr(args, "tensor_parallel_size", 1),
+        **bench_flags(args),
     )
+
+
+def mode_label(args: argparse.Namespace) -> str:
+    """The row's `mode`: `--mode`, else what sets this run apart (tiers and cold path, sparse
+    budget, block size, KV format, CPU attention, fill-only, tensor parallelism)."""
+    flags = bench_flags(args)
+    cold = flags["cold_attention"]
+    mode = args.mode or ("gpu-kv" if not flags["cpu_kv_budget_bytes"] else f"tiers-{cold}")
+    if cold == "sparse" and not args.mode:
+        mode += f"-{flags['sparse_budget_tokens']}" + ("" if flags["sparse_cache_seqs"] else "-nocache")
+    if cold == "sparse" and flags["sparse_prompt_window"]:
+        mode += f"-prompt{flags['sparse_prompt_window']}x{flags['sparse_prompt_share']:g}"
+    if flags["block_size"] != 16:
+        mode += f"-bs{flags['block_size']}"
+    if flags["kv_cache_dtype"] != "auto":
+        mode += f"-kv-{flags['kv_cache_dtype']}"
+    if flags["kv_cache_dtype_skip_layers"]:
+        mode += f"-skip{len(flags['kv_cache_dtype_skip_layers'])}"
+    if flags["attention"] == "cpu":
+        mode += "-attention-cpu"
+    if flags["cpu_attention_threads"]:
+        mode += f"-t{flags['cpu_attention_threads']}"
+    if getattr(args, "fill_only_prefill", False):
+        mode += "-fillonly"
+    if flags["tensor_parallel_size"] > 1:
+        mode += f"-tp{flags['tensor_parallel_size']}"
+    return mode
+
+
+def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) -> BenchSetup:
+    """Measure HBM and H2D (as `doctor --calibrate` does), then build the engine of `args`
+    (shape, engine flags, mode) for `max_len` tokens."""
+    device = torch.device("cuda")
+    h2d_gbs, _, hbm_gbs = measure_copy_gbs(device, 2 * GIB)
+    config = bench_config(args, max_len, max_num_seqs)
     engine = LLMEngine(config)
     if engine.parallel is not None:
         engine.parallel.tp.timer.enabled = True
+    if getattr(args, "fill_only_prefill", False):
+        fill_only.apply(engine)
     offloader = engine.bundle.loaded.offloader
     offloaded_bytes = offloader.host_bytes if offloader is not None else 0
     # What HBM reads each step: the resident weights (offloaded ones cross PCIe: see the floor).
     weight_bytes = model_weight_bytes(engine.bundle.loaded.model) - offloaded_bytes
-    mode = args.mode or ("gpu-kv" if not args.cpu_kv_gib else f"tiers-{args.cold_attention}")
-    if args.cold_attention == "sparse" and not args.mode:
-        mode += f"-{config.sparse_budget_tokens}" + ("" if config.sparse_cache_seqs else "-nocache")
-    if args.cold_attention == "sparse" and getattr(args, "sparse_prompt_window", 0):
-        mode += f"-prompt{args.sparse_prompt_window}x{args.sparse_prompt_share:g}"
-    if getattr(args, "block_size", 16) != 16:
-        mode += f"-bs{args.block_size}"
-    if getattr(args, "kv_cache_dtype", "auto") != "auto":
-        mode += f"-kv-{args.kv_cache_dtype}"
-    if config.kv_cache_dtype_skip_layers:
-        mode += f"-skip{len(config.kv_cache_dtype_skip_layers)}"
-    if getattr(args, "attention", "auto") == "cpu":
-        mode += "-attention-cpu"
-    if getattr(args, "cpu_attention_threads", None):
-        mode += f"-t{args.cpu_attention_threads}"
-    if getattr(args, "fill_only_prefill", False):
-        fill_only.apply(engine)
-        mode += "-fillonly"
-    ranks = config.tensor_parallel_size
-    if ranks > 1:
-        mode += f"-tp{ranks}"
     gpu_kv_tokens = engine.bundle.num_blocks * config.block_size
+    flags = bench_flags(args)
     base = dict(
         system="kvspill-0.1.0",
         shape=os.path.basename(args.model) if getattr(args, "model", None) else args.shape,
-        cap_gib=args.cap_gib,
+        cap_gib=flags["vram_budget_bytes"] / GIB,  # the JSON fields keep the peer's names
         card=torch.cuda.get_device_name(device),
         date=datetime.date.today().isoformat(),
-        mode=mode,
+        mode=mode_label(args),
         hbm_copy_gbs=round(hbm_gbs, 1),
         h2d_gbs=round(h2d_gbs, 1),
         weight_gib=round(weight_bytes / GIB, 3),
         offloaded_weight_gib=round(offloaded_bytes / GIB, 3),
         gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
-        cpu_kv_gib=args.cpu_kv_gib,
-        chunk=args.chunk,
+        cpu_kv_gib=flags["cpu_kv_budget_bytes"] / GIB,
+        chunk=flags["max_num_batched_tokens"],
         async_scheduling=engine.async_scheduling,
         # per rank with tensor parallelism: weight_gib, gpu_kv_gib and cap_gib are one GPU's
-        tensor_parallel_size=ranks,
+        tensor_parallel_size=config.tensor_parallel_size,
         max_gpu_only_context=gpu_kv_tokens,
     )
-    return BenchSetup(
-        engine,
-        base,
-        hbm_gbs,
-        h2d_gbs,
-        weight_bytes,
-        engine.bundle.storage.layout.bytes_per_token,
-        gpu_kv_tokens,
+    kv_per_token = engine.bundle.storage.layout.bytes_per_token
+    return BenchSetup(engine, base, hbm_gbs, h2d_gbs, weight_bytes, kv_per_token, gpu_kv_tokens)
+
+
+def measure_context(bench: BenchSetup, args: argparse.Namespace, ctx: int, rec: dict) -> None:
+    """One row: time a request of `ctx` tokens and add the floor, the plans, the sparse and cold
+    figures and the bytes moved to `rec` (in place: a row cut off by an OOM keeps what it had)."""
+    engine, config = bench.engine, bench.engine.config
+    before = engine.kv_stats().total_bytes_moved
+    cold_before = engine.kv_stats().runner.cold
+    rec.update(run_context(engine, ctx, args.new_tokens, args.warmup_tokens, seed=ctx))
+    rec.update(
+        floor_and_plan(
+            engine,
+            config,
+            ctx,
+            bench.weight_bytes,
+            bench.kv_per_token,
+            bench.gpu_kv_tokens,
+            bench.hbm_gbs,
+            bench.h2d_gbs,
+            rec["decode_tok_s"],
+        )
+    )
+    cold = engine.kv_stats().runner.cold
+    if config.cold_attention == "sparse" and cold is not None and cold_before is not None:
+        rec.update(
+            sparse_selected_blocks=cold.sparse_selected_blocks - cold_before.sparse_selected_blocks,
+            sparse_cold_blocks=cold.sparse_cold_blocks - cold_before.sparse_cold_blocks,
+            # copied to the GPU: all selected blocks uncached, the misses with the cache
+            sparse_copied_gib=round((cold.sparse_bytes - cold_before.sparse_bytes) / GIB, 3),
+            summary_gib=round(cold.summary_bytes / GIB, 3),
+        )
+    if args.fill_only_prefill:
+        fill_only.mark(rec)
+    rec.update(
+        bytes_moved=engine.kv_stats().total_bytes_moved - before,
+        host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     bench = setup_engine(args, max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens)
-    engine, base, config = bench.engine, bench.base, bench.engine.config
-    hbm_gbs, h2d_gbs, weight_bytes = bench.hbm_gbs, bench.h2d_gbs, bench.weight_bytes
-    kv_per_token, gpu_kv_tokens = bench.kv_per_token, bench.gpu_kv_tokens
-    run_context(engine, 512, 8, 2, seed=0)  # warm-up: kernels for prefill shapes
+    run_context(bench.engine, 512, 8, 2, seed=0)  # warm-up: kernels for prefill shapes
     with open(args.out, "a") as f:
         for ctx in args.ctx:
-            rec = dict(base, ctx=ctx)
-            before = engine.kv_stats().total_bytes_moved
-            cold_before = engine.kv_stats().runner.cold
+            rec = dict(bench.base, ctx=ctx)
             try:
-                rec.update(run_context(engine, ctx, args.new_tokens, args.warmup_tokens, seed=ctx))
-                rec.update(
-                    floor_and_plan(
-                        engine,
-                        config,
-                        ctx,
-                        weight_bytes,
-                        kv_per_token,
-                        gpu_kv_tokens,
-                        hbm_gbs,
-                        h2d_gbs,
-                        rec["decode_tok_s"],
-                    )
-                )
-                cold = engine.kv_stats().runner.cold
-                if config.cold_attention == "sparse" and cold is not None and cold_before is not None:
-                    rec.update(
-                        sparse_selected_blocks=cold.sparse_selected_blocks
-                        - cold_before.sparse_selected_blocks,
-                        sparse_cold_blocks=cold.sparse_cold_blocks - cold_before.sparse_cold_blocks,
-                        # copied to the GPU: all selected blocks uncached, the misses with the cache
-                        sparse_copied_gib=round((cold.sparse_bytes - cold_before.sparse_bytes) / GIB, 3),
-                        summary_gib=round(cold.summary_bytes / GIB, 3),
-                    )
-                if args.fill_only_prefill:
-                    fill_only.mark(rec)
-                rec.update(
-                    bytes_moved=engine.kv_stats().total_bytes_moved - before,
-                    host_rss_gib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
-                )
+                measure_context(bench, args, ctx, rec)
             except torch.OutOfMemoryError as e:
                 rec.update(ok=False, err=f"OOM: {str(e)[:200]}")
             print(json.dumps(rec), flush=True)
             f.write(json.dumps(rec) + "\n")
-    engine.close()
+    bench.engine.close()
     return 0
 
 

@@ -1,7 +1,7 @@
 """Start-up and mixed load on one engine (issue 20): how long until ready, the first request's
 TTFT against steady TTFT, and short chats' ITL while long prompts prefill beside them.
 
-    python -m kvspill.bench.mixed_bench --shape llama-3b --cap-gib 16 --cpu-kv-gib 40 \
+    python -m kvspill.bench.mixed_bench --shape llama-3b --vram-budget 16GiB --cpu-kv-budget 40GiB \
         --target-itl-ms 0 auto --out $OUT/mixed.jsonl
 
 For each `--target-itl-ms` value (0 = off, auto = the engine's default, or milliseconds) one
@@ -24,12 +24,11 @@ import time
 
 import torch
 
+from kvspill.bench.engine_flags import add_engine_flags, engine_kwargs, token_count
 from kvspill.bench.loadgen import latency_stats
 from kvspill.config import EngineConfig
 from kvspill.engine.core import LLMEngine
 from kvspill.sampling_params import SamplingParams
-
-GIB = 2**30
 
 
 def _params(n: int) -> SamplingParams:
@@ -45,8 +44,8 @@ def _ttft(engine: LLMEngine, prompt: list[int], req_id: str) -> float:
     start = time.perf_counter()
     engine.add_request(prompt, _params(4), req_id=req_id)
     first = None
-    while engine.has_unfinished_requests():
-        for out in engine.step():
+    for step in engine.run():
+        for out in step.outputs:
             if out.req_id == req_id and first is None and out.token_ids:
                 first = time.perf_counter() - start
     assert first is not None
@@ -77,10 +76,9 @@ def mixed_load(engine: LLMEngine, args: argparse.Namespace) -> dict:
             _prompt(args.short_prompt, 100 + i, vocab), _params(args.chat_tokens), req_id=f"chat-{i}"
         )
     long_added_at = None
-    while engine.has_unfinished_requests():
-        outputs = engine.step()
+    for step in engine.run():
         now = time.perf_counter()
-        for out in outputs:
+        for out in step.outputs:
             if out.req_id.startswith("chat-"):
                 n = len(out.token_ids)
                 if out.req_id in last:
@@ -107,48 +105,54 @@ def mixed_load(engine: LLMEngine, args: argparse.Namespace) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-3b")
-    ap.add_argument("--cap-gib", type=float, default=16.0)
-    ap.add_argument("--cpu-kv-gib", type=float, default=0.0)
-    ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
-    ap.add_argument("--target-itl-ms", nargs="+", default=["0", "auto"])
+    add_engine_flags(
+        ap, vram_budget="16GiB", cpu_kv_budget="0GiB", max_num_batched_tokens="4096", kernel_warmup=True
+    )
+    ap.add_argument(
+        "--target-itl-ms", nargs="+", default=["0", "auto"], help="one engine each: 0 (off), auto or ms"
+    )
     ap.add_argument("--short-prompt", type=int, default=512)
     ap.add_argument("--steady", type=int, default=5)
     ap.add_argument("--chats", type=int, default=8)
     ap.add_argument("--chat-tokens", type=int, default=400)
     ap.add_argument("--settle", type=int, default=16)
     ap.add_argument("--long", type=int, default=3)
-    ap.add_argument("--long-prompt", type=int, default=32768)
-    ap.add_argument("--no-kernel-warmup", dest="warmup", action="store_false")
+    ap.add_argument("--long-prompt", type=token_count, default=32768)
     ap.add_argument("--skip-mixed", action="store_true", help="start-up and first/steady TTFT only")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _engine(args: argparse.Namespace, target: str) -> LLMEngine:
+    return LLMEngine(
+        EngineConfig(
+            model=f"random:{args.shape}",
+            max_model_len=args.long_prompt + 1024,
+            max_num_seqs=args.chats + args.long + 1,
+            skip_tokenizer_init=True,
+            target_itl_ms=None if target == "auto" else float(target),
+            **engine_kwargs(args),
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
     if not torch.cuda.is_available():
         print("mixed_bench needs a CUDA GPU", file=sys.stderr)
         return 2
     for target in args.target_itl_ms:
         started = time.perf_counter()
-        engine = LLMEngine(
-            EngineConfig(
-                model=f"random:{args.shape}",
-                max_model_len=args.long_prompt + 1024,
-                max_num_batched_tokens=args.chunk,
-                max_num_seqs=args.chats + args.long + 1,
-                vram_budget_bytes=int(args.cap_gib * GIB),
-                cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
-                skip_tokenizer_init=True,
-                target_itl_ms=None if target == "auto" else float(target),
-                kernel_warmup=args.warmup,
-            )
-        )
+        engine = _engine(args, target)
         row = {
             "card": torch.cuda.get_device_name(),
             "date": time.strftime("%Y-%m-%d"),
             "shape": args.shape,
             "target_itl_ms": target,
-            "kernel_warmup": args.warmup,
+            "kernel_warmup": args.kernel_warmup,
             "ready_s": round(time.perf_counter() - started, 2),
             "startup_phases": {name: round(s, 2) for name, s in engine.startup_phases.durations},
             **first_vs_steady(engine, args.short_prompt, args.steady),

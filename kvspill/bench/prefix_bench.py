@@ -1,8 +1,8 @@
 """Prefix-cache benchmark (issue 14): one long shared prefix + N different questions, C at a time.
 
-    python -m kvspill.bench.prefix_bench --shape llama-8b --cap-gib 24 --cpu-kv-gib 40 \
-        --disk-kv-gib 40 --kv-disk-dir /tmp/kvdisk --persist-dir /tmp/kvpersist \
-        --ctx 131072 --questions 16 --concurrency 4 --out $OUT/prefix.jsonl
+    python -m kvspill.bench.prefix_bench --shape llama-8b --vram-budget 24GiB --cpu-kv-budget 40GiB \
+        --disk-kv-budget 40GiB --kv-disk-dir /tmp/kvdisk --kv-persist-dir /tmp/kvpersist \
+        --ctx 128K --questions 16 --concurrency 4 --out $OUT/prefix.jsonl
 
 Phases, each on a fresh engine (random weights of the shape; the engine directly, no server):
 - `cpu`: the prefix is prefilled once (the cold TTFT), then the questions run: their prefix is found
@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from kvspill.bench.engine_flags import add_engine_flags, engine_kwargs, token_count
 from kvspill.config import EngineConfig
 from kvspill.engine.core import LLMEngine
 from kvspill.sampling_params import SamplingParams
@@ -42,56 +43,55 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-8b")
     ap.add_argument("--model", default=None, help="a model (dir, GGUF) instead of random:SHAPE")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--cap-gib", type=float, default=None, help="--vram-budget (CUDA)")
-    ap.add_argument("--cpu-kv-gib", type=float, default=0.0)
-    ap.add_argument("--disk-kv-gib", type=float, default=0.0, help="the disk tier (its phase needs it)")
-    ap.add_argument("--kv-disk-dir", default=None)
-    ap.add_argument("--persist-dir", default=None, help="--kv-persist-dir of the persist phase")
-    ap.add_argument("--persist-budget-gib", type=float, default=64.0)
-    ap.add_argument("--ctx", type=int, default=131072, help="prefix + question tokens")
+    add_engine_flags(
+        ap,
+        device="auto",
+        dtype="auto",
+        vram_budget=None,
+        cpu_kv_budget="0GiB",
+        disk_kv_budget="0GiB",  # the disk phase needs it
+        kv_disk_dir=None,
+        kv_persist_dir=None,  # the persist phase needs it
+        kv_persist_budget="64GiB",
+        max_num_batched_tokens="4096",
+        hot_window_tokens="1024",
+        block_size=16,
+        num_kv_blocks=None,
+        num_cpu_kv_blocks=None,
+        num_disk_kv_blocks=None,
+    )
+    ap.add_argument("--ctx", type=token_count, default=131072, help="prefix + question tokens")
     ap.add_argument("--question-tokens", type=int, default=64)
     ap.add_argument("--questions", type=int, default=16)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument(
         "--new-tokens", type=int, default=1, help="per question (1: the bytes read are the prefill's alone)"
     )
-    ap.add_argument("--chunk", type=int, default=4096, help="--max-num-batched-tokens")
-    ap.add_argument("--hot-window", type=int, default=1024)
-    ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument(
         "--phases", nargs="+", default=["cpu", "disk", "persist"], choices=["cpu", "disk", "persist"]
     )
     ap.add_argument("--disk-phase-cpu-blocks", type=int, default=64, help="cpu tier of the disk phase")
-    ap.add_argument("--num-kv-blocks", type=int, default=None, help="exact gpu tier (tests)")
-    ap.add_argument("--num-cpu-kv-blocks", type=int, default=None, help="exact cpu tier (tests)")
-    ap.add_argument("--num-disk-kv-blocks", type=int, default=None, help="exact disk tier (tests)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "prefix.jsonl"))
     return ap.parse_args(argv)
 
 
 def _engine(args: argparse.Namespace, phase: str, persist: bool) -> LLMEngine:
+    """A fresh engine for `phase`: the disk phase's cpu tier is small (its prefix lands on disk);
+    only the disk phase has a disk tier, only the persist phase a persist directory."""
     disk_phase = phase == "disk"
-    config = EngineConfig(
-        model=args.model or f"random:{args.shape}",
-        device=args.device,
-        dtype=args.dtype,
-        block_size=args.block_size,
-        max_model_len=-(-(args.ctx + args.new_tokens + 1) // 1024) * 1024,
-        max_num_batched_tokens=args.chunk,
-        max_num_seqs=args.concurrency,
-        vram_budget_bytes=int(args.cap_gib * GIB) if args.cap_gib else None,
-        skip_tokenizer_init=True,
-        hot_window_tokens=args.hot_window,
-        cpu_kv_budget_bytes=int(args.cpu_kv_gib * GIB),
-        disk_kv_budget_bytes=int(args.disk_kv_gib * GIB) if disk_phase else 0,
-        kv_disk_dir=args.kv_disk_dir,
-        num_kv_blocks=args.num_kv_blocks,
+    flags = engine_kwargs(args)
+    flags.update(
+        disk_kv_budget_bytes=args.disk_kv_budget if disk_phase else 0,
         num_cpu_kv_blocks=args.disk_phase_cpu_blocks if disk_phase else args.num_cpu_kv_blocks,
         num_disk_kv_blocks=args.num_disk_kv_blocks if disk_phase else None,
-        kv_persist_dir=args.persist_dir if persist else None,
-        kv_persist_budget_bytes=int(args.persist_budget_gib * GIB),
+        kv_persist_dir=args.kv_persist_dir if persist else None,
+    )
+    config = EngineConfig(
+        model=args.model or f"random:{args.shape}",
+        max_model_len=-(-(args.ctx + args.new_tokens + 1) // 1024) * 1024,
+        max_num_seqs=args.concurrency,
+        skip_tokenizer_init=True,
+        **flags,
     )
     return LLMEngine(config)
 
@@ -120,17 +120,22 @@ def run_requests(
     results: list[dict[str, Any]] = [{} for _ in prompts]
     started: dict[str, tuple[int, float]] = {}
     pending = list(enumerate(prompts))
-    while pending or engine.has_unfinished_requests():
+
+    def admit() -> None:  # before each step, as many as the concurrency allows
         while pending and len(started) < concurrency:
             i, prompt = pending.pop(0)
             started[engine.add_request(prompt, params)] = (i, time.perf_counter())
-        for out in engine.step():
+
+    admit()
+    for step in engine.run():
+        for out in step.outputs:
             i, t0 = started[out.req_id]
             if "ttft_s" not in results[i] and out.token_ids:
                 results[i]["ttft_s"] = round(time.perf_counter() - t0, 4)
             if out.finished:
                 results[i].update(cached_tokens=out.num_cached_tokens, token_ids=list(out.token_ids))
                 del started[out.req_id]
+        admit()
     return results
 
 
@@ -184,11 +189,11 @@ def _free_memory() -> None:
 
 def run_phase(args: argparse.Namespace, phase: str) -> dict:
     if phase == "persist":
-        if args.persist_dir is None:
-            raise SystemExit("the persist phase needs --persist-dir")
-        clear_dir(args.persist_dir)  # the cold run must not find an earlier run's blocks
-    if phase == "disk" and not (args.disk_kv_gib or args.num_disk_kv_blocks):
-        raise SystemExit("the disk phase needs --disk-kv-gib (or --num-disk-kv-blocks)")
+        if args.kv_persist_dir is None:
+            raise SystemExit("the persist phase needs --kv-persist-dir")
+        clear_dir(args.kv_persist_dir)  # the cold run must not find an earlier run's blocks
+    if phase == "disk" and not (args.disk_kv_budget or args.num_disk_kv_blocks):
+        raise SystemExit("the disk phase needs --disk-kv-budget (or --num-disk-kv-blocks)")
     engine = _engine(args, phase, persist=phase == "persist")
     prefix, questions = _prompts(args, engine.vocab_size)
     # The cold run asks a question outside the set, so each question's own tokens are computed.

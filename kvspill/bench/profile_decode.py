@@ -14,6 +14,7 @@ With async scheduling (the CUDA default) the launch of step N+1 overlaps the GPU
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from kvspill.bench.engine_flags import add_engine_flags, engine_kwargs, token_count
 from kvspill.config import EngineConfig
 from kvspill.engine.core import LLMEngine
 from kvspill.sampling_params import SamplingParams
@@ -38,15 +40,18 @@ def _timed(bucket: list[float], fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="llama-1b")
-    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--ctx", type=token_count, default=8192)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--kernels", type=int, default=0, help="also profile this many decode steps per kernel")
-    ap.add_argument("--no-async-scheduling", dest="async_scheduling", action="store_false")
-    args = ap.parse_args(argv)
-    engine = LLMEngine(
+    add_engine_flags(ap, async_scheduling=True)
+    return ap.parse_args(argv)
+
+
+def _engine(args: argparse.Namespace) -> LLMEngine:
+    return LLMEngine(
         EngineConfig(
             model=f"random:{args.shape}",
             max_model_len=args.ctx + args.steps + 64,
@@ -54,10 +59,16 @@ def main(argv: list[str] | None = None) -> int:
             max_num_seqs=8,
             enable_prefix_caching=False,
             kv_cache_memory_bytes=4 * 2**30,
-            async_scheduling=args.async_scheduling,
+            **engine_kwargs(args),
         )
     )
-    times: dict[str, list[float]] = defaultdict(list)
+
+
+def _instrument(
+    engine: LLMEngine, times: dict[str, list[float]]
+) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
+    """Time the scheduler's, the runner's and the engine's parts into `times`; returns the CUDA
+    events around each graph replay (read after the run: recording them adds no sync)."""
     sched, runner = engine.scheduler, engine.runner
     sched.schedule = _timed(times["schedule"], sched.schedule)  # type: ignore[method-assign]
     sched.update_from_output = _timed(times["update"], sched.update_from_output)  # type: ignore[method-assign]
@@ -78,15 +89,21 @@ def main(argv: list[str] | None = None) -> int:
             return out
 
         graphs.run = _timed(times["graph copy+replay"], run_with_events)  # type: ignore[method-assign]
+    return events
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    engine = _engine(args)
+    times: dict[str, list[float]] = defaultdict(list)
+    events = _instrument(engine, times)
     prompt = torch.randint(0, engine.vocab_size, (args.ctx,)).tolist()
     engine.add_request(
         prompt, SamplingParams(temperature=0, max_tokens=args.steps, ignore_eos=True, detokenize=False)
     )
     step_times = []
-    while engine.has_unfinished_requests():
-        t = time.perf_counter()
-        engine.step()
-        step_times.append(time.perf_counter() - t)
+    for step in engine.run():
+        step_times.append(step.seconds)
         if args.kernels and len(step_times) == args.steps // 2:
             _kernel_table(engine, args.kernels)
     torch.cuda.synchronize()
@@ -109,8 +126,8 @@ def _kernel_table(engine: LLMEngine, steps: int) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            engine.step()
+        for _ in itertools.islice(engine.run(), steps):
+            pass
         torch.cuda.synchronize()
     print(f"kernels over {steps} decode steps (CUDA time):")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))

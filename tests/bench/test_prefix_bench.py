@@ -14,9 +14,9 @@ def test_every_phase_finds_the_whole_prefix(tiny_llama_dir, tmp_path):
     out = tmp_path / "prefix.jsonl"
     argv = ["--model", str(tiny_llama_dir), "--device", "cpu", "--dtype", "float32", "--block-size", str(BS),
             "--ctx", str(CTX), "--question-tokens", str(QUESTION), "--questions", "2", "--concurrency", "2",
-            "--new-tokens", "1", "--chunk", "32", "--hot-window", "16", "--num-kv-blocks", "12",
+            "--new-tokens", "1", "--max-num-batched-tokens", "32", "--hot-window-tokens", "16", "--num-kv-blocks", "12",
             "--num-cpu-kv-blocks", "80", "--num-disk-kv-blocks", "80", "--disk-phase-cpu-blocks", "4",
-            "--kv-disk-dir", str(tmp_path / "disk"), "--persist-dir", str(tmp_path / "persist"), "--out", str(out)]  # fmt: skip
+            "--kv-disk-dir", str(tmp_path / "disk"), "--kv-persist-dir", str(tmp_path / "persist"), "--out", str(out)]  # fmt: skip
     assert prefix_bench.main(argv) == 0
     records = {r["phase"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert set(records) == {"cpu", "disk", "persist"}
