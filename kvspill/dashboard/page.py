@@ -3,8 +3,8 @@
 Invariants:
 - No build step: `static/` holds uPlot (1.6.32, MIT, `static/uPlot.LICENSE`) as published on npm
   and the dashboard's own script; nothing is fetched from a CDN.
-- Imports nothing of kvspill, so `kvspill.server` can include the read-only page (`/ui`) without
-  reaching the manager, the registry or the monitor; the page reads what its host serves.
+- Imports nothing of kvspill, so `kvspill.server` can include the read-only page (`/ui`) and the
+  manager the full one without either reaching the other; the page reads what its host serves.
 - Only the files named in `STATIC_FILES` are served (no path from the URL reaches the disk).
 """
 

@@ -25,8 +25,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from kvspill.dashboard.page import dashboard_router
 from kvspill.errors import KvspillError
-from kvspill.manager.pages import dashboard_router
 from kvspill.manager.supervisor import ChildSpec, Supervisor
 from kvspill.monitor.gpu import open_gpu_source
 from kvspill.monitor.sampler import Sampler

@@ -26,9 +26,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from kvspill.dashboard.page import UI_OPEN_PATHS, dashboard_router
 from kvspill.engine.client import EngineClient, TokenizerClient
 from kvspill.errors import InvalidParameterError, KvspillError
-from kvspill.manager.pages import UI_OPEN_PATHS, dashboard_router
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError
 from kvspill.server.auth import ApiKeyMiddleware
 from kvspill.server.compile_budget import CompileBudgetError

@@ -7,7 +7,7 @@ import re
 
 from fastapi.testclient import TestClient
 
-from kvspill.manager.pages import STATIC_FILES, dashboard_router
+from kvspill.dashboard.page import STATIC_FILES, dashboard_router
 from kvspill.server import ServerSettings, create_app
 
 
@@ -35,7 +35,7 @@ def test_serve_shows_the_read_only_page_without_the_key():
 
 
 def test_vendored_uplot_is_pinned_and_licensed():
-    from kvspill.manager.pages import HERE
+    from kvspill.dashboard.page import HERE
 
     head = (HERE / "static" / "uPlot.iife.min.js").read_text()[:80]
     assert "uPlot (v1.6.32)" in head
