@@ -3,7 +3,7 @@
 Invariants:
 - Keys are `EngineOptions` field names (`vram_budget`, `max_model_len`, `cpu_offload_gb`, ...):
   a profile can hold exactly what the engine flags can say, and a flag added to
-  `cli/engine_options.py` is a profile key with no change here.
+  `kvspill/options.py` is a profile key with no change here.
 - `validate_flags` coerces text (from a form or the CLI) to each flag's type and runs the same
   parsing and `EngineConfig` checks as the command line, so a saved profile always starts.
 - Flags given on the command line win over the profile's (`apply_profile`).
