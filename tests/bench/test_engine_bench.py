@@ -83,3 +83,22 @@ def test_prefill_progress_prints_how_far_a_long_prefill_got(monkeypatch, capsys)
         "[bench] prefill 61 s: 2 chunks, ~32,768 of 1,048,576 tokens; peak gpu reserved 0.00 GiB",
         "[bench] prefill 122 s: 4 chunks, ~65,536 of 1,048,576 tokens; peak gpu reserved 0.00 GiB",
     ]
+
+
+def test_run_context_times_each_token_of_the_one_loop(tiny_llama_dir, monkeypatch) -> None:
+    """A row's request runs through `LLMEngine.run()`: every forced token is timed, the timed span
+    is the tokens after the warm-up ones (on the CPU here, the CUDA memory calls stubbed)."""
+    from kvspill.bench import engine_bench
+    from kvspill.engine.core import LLMEngine
+
+    stubs = {"synchronize": None, "reset_peak_memory_stats": None, "max_memory_allocated": 0,
+             "max_memory_reserved": 0, "mem_get_info": (0, 0)}  # fmt: skip
+    for name, value in stubs.items():
+        monkeypatch.setattr(engine_bench.torch.cuda, name, lambda *a, _v=value, **k: _v)
+    engine = LLMEngine(
+        model=str(tiny_llama_dir), device="cpu", dtype="float32", max_model_len=256, max_num_batched_tokens=16
+    )
+    rec = engine_bench.run_context(engine, ctx=40, new_tokens=5, warmup_tokens=2, seed=0)
+    assert rec["ok"] and rec["new_tokens"] == 5
+    assert rec["ttft_s"] > 0 and rec["decode_tok_s"] > 0
+    assert not engine.has_unfinished_requests()
