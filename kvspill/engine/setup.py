@@ -53,7 +53,6 @@ from kvspill.model.resolve import resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.choices import DeviceFacts, RuntimeChoices, resolve_choices
-from kvspill.plan.gpu_budget import MAX_GRAPH_BATCH
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quantized, startup_plan
 from kvspill.runner.cuda_graphs import DecodeGraphs
@@ -126,7 +125,7 @@ def _plan_and_cap(config: EngineConfig, device: torch.device, calibration: Bandw
 
 def _measure(
     config: EngineConfig,
-    graphs: bool,
+    graph_batch: int,
     loaded: LoadedModel,
     layout: KVLayout,
     device: torch.device,
@@ -148,8 +147,8 @@ def _measure(
     # The plan charges the RoPE table from the context (0.5 GiB at 1M), not as weights (read each step)
     weights = loaded_bytes - rope_table_bytes(loaded.model)
     runtime = runtime_bytes_beside(config, device, loaded_bytes)
-    graph_rows = min(config.max_num_seqs, MAX_GRAPH_BATCH) if graphs else 0
-    scratch = dequant_scratch_bytes(loaded.model, loaded.dtype, graph_rows)
+    # the largest captured decode batch (the record's; 0 without graphs) sizes the graph's scratch
+    scratch = dequant_scratch_bytes(loaded.model, loaded.dtype, graph_batch)
     return Measured(weights, activation, runtime, graph_scratch_bytes=scratch)
 
 
@@ -163,7 +162,7 @@ def _size_tiers(
     calibration: Bandwidths | None,
 ) -> MemoryPlan:
     """The plan, with what was measured, that the tiers are allocated from."""
-    measured = _measure(config, choices.decode_graphs, loaded, layout, device, allocated_before)
+    measured = _measure(config, choices.graph_batch, loaded, layout, device, allocated_before)
     spec = ModelSpec.from_hf_config(loaded.hf_config.to_dict())
     startup = _plan(config, device, calibration, (measured, spec, loaded.max_model_len))
     assert startup is not None, "a plan with a device budget always exists after loading"
@@ -231,7 +230,7 @@ def _prepare_kernels(
             loaded.model,
             storage,
             scale=loaded.head_dim**-0.5,
-            max_num_seqs=min(config.max_num_seqs, MAX_GRAPH_BATCH),
+            max_num_seqs=choices.graph_batch,
             max_blocks_per_seq=-(-loaded.max_model_len // config.block_size),
         )
         graphs.capture()

@@ -31,6 +31,8 @@ from kvspill.plan.cold_rates import (
     graphed_split_min_layer_bytes,
 )
 
+MAX_GRAPH_BATCH = 256  # largest decode batch captured in a CUDA graph (runner/cuda_graphs.py)
+
 
 class ColdPath(StrEnum):
     """Where decode rows attend their cold (cpu/disk) KV; one backend each (attention/cold/)."""
@@ -85,6 +87,7 @@ class ChoiceFlags:
     enforce_eager: bool  # --enforce-eager, or --cpu-offload-gb (offload swaps weights: no graphs)
     sparse_cache_seqs: int  # sequences of the sparse block cache (0 unless sparse)
     block_size: int
+    max_num_seqs: int = 1
     vram_budget_bytes: int | None = None  # --vram-budget; None: `gpu_memory_utilization` of the card
     gpu_memory_utilization: float = 1.0
 
@@ -95,6 +98,7 @@ class ChoiceFlags:
             enforce_eager=config.enforce_eager or config.cpu_offload_gb > 0,
             sparse_cache_seqs=config.sparse_cache_groups(),
             block_size=config.block_size,
+            max_num_seqs=config.max_num_seqs,
             vram_budget_bytes=config.vram_budget_bytes,
             gpu_memory_utilization=config.gpu_memory_utilization,
         )
@@ -120,6 +124,7 @@ class RuntimeChoices:
     rates: ColdRates
     cpu_workers: int  # threads running the CPU partials (1 on a GPU, where the GPU waits by itself)
     decode_graphs: bool  # decode-only steps without cold blocks replay CUDA graphs (runner/cuda_graphs.py)
+    graph_batch: int  # the largest decode batch captured (0: no graphs)
     cold_graphs: ColdGraphs | None  # decode steps of one cold sequence replay these
     sparse_eager_reason: str | None  # sparse without graphs: why (None: graphs, or not sparse)
     block_size: int
@@ -192,6 +197,7 @@ def resolve_choices(
         rates=rates,
         cpu_workers=1 if path in (ColdPath.SPLIT, ColdPath.CPU) and on_cuda else 0,
         decode_graphs=decode_graphs,
+        graph_batch=min(flags.max_num_seqs, MAX_GRAPH_BATCH) if decode_graphs else 0,
         cold_graphs=cold_graphs,
         sparse_eager_reason=sparse_reason,
         block_size=flags.block_size,

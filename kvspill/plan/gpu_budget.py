@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvspill.plan.choices import MAX_GRAPH_BATCH
 from kvspill.plan.costs import activation_peak_bytes
 from kvspill.plan.request import PlanRequest
 from kvspill.plan.spec import ModelSpec
@@ -24,7 +25,6 @@ RUNTIME_RESERVE_BYTES = 640 * MiB
 CUDA_GRAPH_BASE_BYTES = 256 * MiB  # vLLM reports 0.2-1 GiB for graph capture of 1-8B models
 ALLOCATOR_SLACK_FRACTION = 0.03  # caching-allocator fragmentation, of the usable VRAM
 ALLOCATOR_SLACK_MIN_BYTES = 128 * MiB
-MAX_GRAPH_BATCH = 256  # largest decode batch captured in a CUDA graph (runner/cuda_graphs.py)
 # Past this many rows a GGUF projection dequantizes its weight, then multiplies (kernels/gguf_gemv's
 # MAX_GEMV_TOKENS; tests/plan/test_graph_scratch.py holds them equal).
 GGUF_GEMV_MAX_ROWS = 16
@@ -57,11 +57,11 @@ class GpuBudget:
     kv_left: int  # what the KV tier may take (before sparse summaries and cache); may be negative
 
 
-def gpu_budget(request: PlanRequest, weight_bytes: int, graphs: bool | None = None) -> GpuBudget:
-    """The reserves of `request` beside `weight_bytes`; `graphs`: the engine captures decode
-    graphs (`RuntimeChoices.decode_graphs`; None: unless --enforce-eager)."""
-    if graphs is None:
-        graphs = not request.enforce_eager
+def gpu_budget(request: PlanRequest, weight_bytes: int, graph_batch: int | None = None) -> GpuBudget:
+    """The reserves of `request` beside `weight_bytes`; `graph_batch`: the largest decode batch
+    the engine captures (`RuntimeChoices.graph_batch`, 0: no graphs; None: as the request says)."""
+    if graph_batch is None:
+        graph_batch = 0 if request.enforce_eager else min(request.max_num_seqs, MAX_GRAPH_BATCH)
     spec, kv_bytes = request.spec, request.kv_dtype_bytes
     usable = int(request.vram_budget_bytes * request.gpu_memory_utilization)
     act_bytes = request.weight_dtype_bytes
@@ -75,8 +75,8 @@ def gpu_budget(request: PlanRequest, weight_bytes: int, graphs: bool | None = No
     graph = slack = runtime = rope = 0
     if request.device == "cuda":
         rope = request.rope_table_bytes  # one table per process (per rank), sized by max_model_len
-        if graphs:
-            batch = min(request.max_num_seqs, MAX_GRAPH_BATCH)
+        if graph_batch:
+            batch = graph_batch
             graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
             if request.graph_scratch_bytes is not None:
                 graph += request.graph_scratch_bytes

@@ -236,6 +236,7 @@ class PlanRequest:
             enforce_eager=self.enforce_eager,
             sparse_cache_seqs=self.sparse_cache_seqs,
             block_size=self.block_size,
+            max_num_seqs=self.max_num_seqs,
             gpu_memory_utilization=self.gpu_memory_utilization,
         )
         facts = DeviceFacts(
