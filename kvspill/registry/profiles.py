@@ -15,8 +15,8 @@ import dataclasses
 import types
 from typing import Any, get_args, get_type_hints
 
-from kvspill.options import EngineOptions, engine_config, flag_name
 from kvspill.errors import KvspillError
+from kvspill.options import EngineOptions, engine_config, flag_name
 from kvspill.registry.store import Profile, Registry, RegistryError
 
 _TRUE = {"1", "true", "yes", "on"}
