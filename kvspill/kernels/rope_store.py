@@ -113,8 +113,7 @@ def _rope_store_kernel(
         dims = tl.arange(0, HALF)
         ok = (heads[:, None] < num_kv_heads) & (dims[None, :] < HALF)
         block_id = slot // block_size
-        offset = slot % block_size
-        in_block = offset * stride_cs + heads * stride_ch
+        in_block = (slot % block_size) * stride_cs + heads * stride_ch
         v_ptrs = v_ptr + token * stride_vt + heads[:, None] * stride_vh + dims[None, :]
         if INT8:
             head_ok = heads < num_kv_heads
