@@ -23,7 +23,6 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -37,6 +36,11 @@ from kvspill.errors import KvspillError
 from kvspill.guided.compile_pool import DEFAULT_TIMEOUT_S as DEFAULT_COMPILE_TIMEOUT_S
 from kvspill.options import EngineOptions, engine_config
 from kvspill.server.compile_budget import DEFAULT_BUDGET_S as DEFAULT_COMPILE_BUDGET_S
+from kvspill.server.connection_limits import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    ConnectionLimits,
+)
 
 logger = logging.getLogger("kvspill.serve")
 
@@ -101,6 +105,21 @@ KeepAliveOpt = Annotated[int, _opt("Seconds an idle keep-alive connection is kep
 HeaderTimeoutOpt = Annotated[
     float, _opt("Seconds a connection has to send a request's headers.", "HEADER_TIMEOUT")
 ]
+BodyTimeoutOpt = Annotated[
+    float,
+    _opt(
+        "Seconds a request's body may take to arrive after its headers; past it the connection closes.",
+        "BODY_TIMEOUT",
+    ),
+]
+PerClientOpt = Annotated[
+    int,
+    _opt(
+        "Connections one client address may hold at once; past it a 503 (so one client cannot take "
+        "every --limit-concurrency slot).",
+        "MAX_CONNECTIONS_PER_CLIENT",
+    ),
+]
 CompileTimeoutOpt = Annotated[
     float,
     _opt(
@@ -140,6 +159,8 @@ def serve_command(
     limit_concurrency: LimitConcurrencyOpt = 1024,
     timeout_keep_alive: KeepAliveOpt = 5,
     header_timeout: HeaderTimeoutOpt = 10.0,
+    body_timeout: BodyTimeoutOpt = DEFAULT_BODY_TIMEOUT_S,
+    max_connections_per_client: PerClientOpt = DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     guided_compile_timeout: CompileTimeoutOpt = DEFAULT_COMPILE_TIMEOUT_S,
     guided_compile_budget: CompileBudgetOpt = DEFAULT_COMPILE_BUDGET_S,
     profile: ProfileOpt = None,
@@ -154,6 +175,7 @@ def serve_command(
         model = _one_model(model, model_option)
         _check_admission_flags(max_waiting_requests, max_queued_tokens, shutdown_timeout)
         _check_connection_flags(max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout)
+        _check_client_flags(body_timeout, max_connections_per_client)
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         if profile is not None:  # the registry's model and flags; those given on the command line win
             model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
@@ -168,6 +190,7 @@ def serve_command(
     limits = _connection_limits(
         host, api_key, allowed_hosts, max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout
     )
+    limits.body_timeout, limits.max_connections_per_client = body_timeout, max_connections_per_client
     run_server(
         config,
         host,
@@ -183,13 +206,11 @@ def serve_command(
     )
 
 
-@dataclass
-class ConnectionLimits:
-    allowed_hosts: set[str] | None = None  # None: any Host
-    max_request_bytes: int | None = None
-    limit_concurrency: int | None = None
-    timeout_keep_alive: int = 5
-    header_timeout: float = 10.0
+def _check_client_flags(body_timeout: float, max_connections_per_client: int) -> None:
+    if body_timeout <= 0 or max_connections_per_client < 1:
+        raise KvspillError(
+            "--body-timeout must be positive seconds and --max-connections-per-client at least 1"
+        )
 
 
 def _check_connection_flags(
@@ -292,7 +313,7 @@ def run_server(
     from kvspill.server import ServerSettings, create_app
     from kvspill.server.grammar_gate import GateSettings
     from kvspill.server.lifecycle import serve
-    from kvspill.server.slow_clients import with_header_timeout
+    from kvspill.server.slow_clients import guarded_protocol
 
     try:
         check_before_binding(config, host, port)
@@ -321,7 +342,7 @@ def run_server(
         host,
         port,
         shutdown_timeout,
-        http=with_header_timeout(limits.header_timeout),
+        http=guarded_protocol(limits.header_timeout, limits.body_timeout, limits.max_connections_per_client),
         limit_concurrency=limits.limit_concurrency,
         timeout_keep_alive=limits.timeout_keep_alive,
     )

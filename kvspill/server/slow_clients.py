@@ -27,9 +27,11 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-DEFAULT_HEADER_TIMEOUT_S = 10.0
-DEFAULT_BODY_TIMEOUT_S = 30.0  # a 64 MiB body (the largest --max-request-bytes default) at 2+ MB/s
-DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 256  # a quarter of the default --limit-concurrency (1024)
+from kvspill.server.connection_limits import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+)
 
 
 def _refusal(limit: int) -> bytes:

@@ -134,7 +134,7 @@ class PersistStore:
     def __init__(
         self, directory: str | os.PathLike[str], budget_bytes: int, fingerprint: int, layout: KVLayout
     ) -> None:
-        self.directory = _usable_dir(Path(directory))
+        self.directory = usable_dir(Path(directory))
         self.budget_bytes = budget_bytes
         self.fingerprint = fingerprint
         self.shape = layout.block_shape  # raw bytes for a mixed pool (storage/layout.py)
@@ -328,7 +328,7 @@ class PersistStore:
         return True
 
 
-def _usable_dir(directory: Path) -> Path:
+def usable_dir(directory: Path) -> Path:
     """`directory`, created if missing; a PersistDirError naming the flag when it cannot be a
     writable directory (a file, a path under a file, no rights)."""
     try:

@@ -206,3 +206,17 @@ def test_a_signal_to_a_tensor_parallel_servers_process_group_exits_0_without_a_t
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--port", "99999"], "--port 99999 is not a TCP port"),
+        (["--kv-persist-dir", "/dev/null/kv"], "--kv-persist-dir /dev/null/kv: cannot create it"),
+    ],
+)
+def test_bad_start_up_flags_are_one_line(tiny_llama_dir: Path, flags: list[str], message: str) -> None:
+    """issue 48, item 11: a line and exit 1 before the port is bound, never a traceback."""
+    out = CliRunner().invoke(_cli(), ["serve", str(tiny_llama_dir), "--device", "cpu", *flags])
+    assert out.exit_code == 1 and message in out.output, out.output
+    assert "Traceback" not in out.output
