@@ -7,9 +7,9 @@ conversion (`kernels/kv_quant.quantize_kv`, what `store_kv_ref` writes and the T
 kernels match: fp8 values, or int8 rows of the Hadamard-basis K/V with their per-token-per-head
 scale) and read back as the attention kernels do (`kv_quant.stored_values`: widened, int8 times
 its scale; `stored_and_read`). Reported: top-1 agreement
-of the next-token argmax, mean and max KL(fp32 KV || quantized KV) per position. `--skip-layers`
-keeps the listed layers unquantized (and passes them to the engine's greedy run as
-`--kv-cache-dtype-skip-layers`); `--per-layer N` also measures, on the first N tokens, the KL of
+of the next-token argmax, mean and max KL(fp32 KV || quantized KV) per position.
+`--kv-cache-dtype-skip-layers` (the engine's flag; `--skip-layers` before 2026-12-01) keeps the
+listed layers unquantized, here and in the engine's greedy run; `--per-layer N` also measures, on the first N tokens, the KL of
 quantizing one layer at a time, and `--search-skip` then finds the fewest layers, worst first,
 that the gate needs kept (`search_skip_list`).
 
@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from kvspill.bench.engine_flags import add_engine_flags
 from kvspill.kernels.kv_quant import hadamard, kv_storage_dtype, rotate, stored_values
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
@@ -105,11 +106,10 @@ def greedy_tokens(
     return list(out[0].token_ids), out[0].text
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kv-cache-dtype", default="fp8", help="an engine format: fp8, fp8_e5m2, int8")
+    add_engine_flags(ap, kv_cache_dtype="fp8", kv_cache_dtype_skip_layers="")
     ap.add_argument("--tokens", type=int, default=2048)
-    ap.add_argument("--skip-layers", default="", help="comma-separated layer indices kept unquantized")
     ap.add_argument("--per-layer", type=int, default=0, help="tokens for the one-layer-at-a-time KL (0: off)")
     ap.add_argument(
         "--search-skip",
@@ -120,41 +120,43 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompt", default="Write a Python function that checks whether a number is prime.")
     ap.add_argument("--out", help="write the figures here as JSON")
     args = ap.parse_args(argv)
+    if args.search_skip and not args.per_layer:
+        ap.error("--search-skip ranks the layers by --per-layer N's KL: give --per-layer (e.g. 1024)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
     resolved = resolve_model(None)
     loaded = load_model(resolved, torch.device("cpu"), torch.float32)
     ids = load_tokenizer(resolved).encode(stdlib_text())[: args.tokens]
     kv_dtype = kv_storage_dtype(args.kv_cache_dtype, torch.float32)
-    skip = {int(x) for x in args.skip_layers.split(",") if x}
-    if args.search_skip and not args.per_layer:
-        ap.error("--search-skip ranks the layers by --per-layer N's KL: give --per-layer (e.g. 1024)")
+    skip = set(args.kv_cache_dtype_skip_layers)
     layers = set(range(loaded.num_layers))
+
+    def measure(ids: list[int], quantized: set[int]) -> torch.Tensor:
+        return teacher_forced(loaded.model, ids, StoredKVAttention(kv_dtype, quantized))
+
     ref = teacher_forced(loaded.model, ids, StoredKVAttention(None, layers))
-    quant = teacher_forced(loaded.model, ids, StoredKVAttention(kv_dtype, layers - skip))
     result: dict[str, Any] = {
         "kv_cache_dtype": args.kv_cache_dtype,
         "num_tokens": len(ids),
         "text": f"Python {sysconfig.get_python_version()} stdlib: {', '.join(STDLIB_FILES)}",
         "skip_layers": sorted(skip),
-        **compare(ref, quant),
+        **compare(ref, measure(ids, layers - skip)),
     }
     result["passes_gate"] = result["top1_agreement"] >= TOP1_GATE and result["mean_kl"] <= KL_GATE
     print(json.dumps(result))
     if args.per_layer:
         head = ids[: args.per_layer]
-        ref_head = ref[: len(head)]
         result["per_layer_mean_kl"] = {
-            layer: compare(
-                ref_head, teacher_forced(loaded.model, head, StoredKVAttention(kv_dtype, {layer}))
-            )["mean_kl"]
-            for layer in sorted(layers)
+            layer: compare(ref[: len(head)], measure(head, {layer}))["mean_kl"] for layer in sorted(layers)
         }
         print(json.dumps({"per_layer_mean_kl": result["per_layer_mean_kl"]}))
     if args.search_skip:
-
-        def measure(kept: set[int]) -> dict[str, float]:
-            return compare(ref, teacher_forced(loaded.model, ids, StoredKVAttention(kv_dtype, layers - kept)))
-
-        result["skip_search"] = search_skip_list(result["per_layer_mean_kl"], measure)
+        result["skip_search"] = search_skip_list(
+            result["per_layer_mean_kl"], lambda kept: compare(ref, measure(ids, layers - kept))
+        )
         print(json.dumps({"skip_search": result["skip_search"]}))
         skip = set(result["skip_search"]["skip_layers"] or ())
     if args.greedy_tokens:

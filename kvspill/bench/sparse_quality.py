@@ -5,7 +5,7 @@ The embedded SmolLM2-135M-Instruct (fp32 compute) reads Python's standard-librar
 every row attending as a decode row of `--cold-attention sparse` would: the sink blocks and the
 hot window exact, and of the cold blocks between them (full blocks before the window, the
 engine's spill rule in kv/tiers.py when the gpu tier holds nothing more) only those that
-`attention/sparse/select.py` selects for that row's queries within `--budget` tokens, scored on the
+`attention/sparse/select.py` selects for that row's queries within each of `--budgets`, scored on the
 summaries of `storage/summary.py`. The real selection code, a dense mask instead of the paged
 kernels (the kernels' equality to dense attention is tested in tests/kv/).
 
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from kvspill.attention.sparse.select import block_scores, quest_bounds, select_blocks
+from kvspill.bench.engine_flags import add_engine_flags
 from kvspill.bench.kv_quality import STDLIB_FILES, compare, stdlib_text
 from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
@@ -167,13 +168,11 @@ def teacher_forced(model: Any, ids: list[int], attention: SparseDecodeAttention)
         return model.compute_logits(hidden).float()
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--budgets", default="512", help="comma-separated --sparse-budget-tokens values")
-    ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--sink-blocks", type=int, default=1, help="--num-sink-blocks")
-    ap.add_argument("--hot-window", type=int, default=1024, help="--hot-window-tokens")
+    add_engine_flags(ap, block_size=16, num_sink_blocks=1, hot_window_tokens="1024")
     ap.add_argument(
         "--score",
         choices=(*SCORES, *EXTRA_SCORES),
@@ -184,14 +183,23 @@ def main(argv: list[str] | None = None) -> None:
         "--dense-layers", type=int, default=0, help="the first N layers attend exactly (Quest keeps 2)"
     )
     ap.add_argument("--out", help="append the figures here as JSON lines")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
     resolved = resolve_model(None)
     loaded = load_model(resolved, torch.device("cpu"), torch.float32)
     ids = load_tokenizer(resolved).encode(stdlib_text())[: args.tokens]
     ref = teacher_forced(loaded.model, ids, SparseDecodeAttention(None, args.block_size, 0, 0))
     for budget in (int(b) for b in args.budgets.split(",")):
         attention = SparseDecodeAttention(
-            budget, args.block_size, args.sink_blocks, args.hot_window, args.score, args.dense_layers
+            budget,
+            args.block_size,
+            args.num_sink_blocks,
+            args.hot_window_tokens,
+            args.score,
+            args.dense_layers,
         )
         logits = teacher_forced(loaded.model, ids, attention)
         rows = attention.dropping_rows
@@ -202,8 +210,8 @@ def main(argv: list[str] | None = None) -> None:
             "num_tokens": len(ids),
             "budget_tokens": budget,
             "block_size": args.block_size,
-            "sink_blocks": args.sink_blocks,
-            "hot_window": args.hot_window,
+            "sink_blocks": args.num_sink_blocks,  # the JSON fields keep their names
+            "hot_window": args.hot_window_tokens,
             "score": args.score,
             "dense_layers": args.dense_layers,
             "all_positions": compare(ref, logits),

@@ -7,7 +7,15 @@ import argparse
 
 import pytest
 
-from kvspill.bench import concurrent_bench, engine_bench, mixed_bench, prefix_bench, profile_decode
+from kvspill.bench import (
+    concurrent_bench,
+    engine_bench,
+    kv_quality,
+    mixed_bench,
+    prefix_bench,
+    profile_decode,
+    sparse_quality,
+)
 from kvspill.bench.engine_flags import REQUIRED, add_engine_flags, engine_kwargs
 from kvspill.options import option_names
 
@@ -18,12 +26,15 @@ PARSERS = {
     "prefix_bench": prefix_bench._parse,
     "mixed_bench": mixed_bench._parse,
     "profile_decode": profile_decode._parse,
+    "kv_quality": kv_quality._parse,
+    "sparse_quality": sparse_quality._parse,
 }
 # A script's own flags: what it measures, not how the engine is set up.
 OWN = {"--shape", "--model", "--ctx", "--new-tokens", "--warmup-tokens", "--mode", "--out", "--concurrency",
        "--fill-only-prefill", "--question-tokens", "--questions", "--phases", "--disk-phase-cpu-blocks",
        "--target-itl-ms", "--short-prompt", "--steady", "--chats", "--chat-tokens", "--settle", "--long",
-       "--long-prompt", "--skip-mixed", "--steps", "--kernels", "--help"}  # fmt: skip
+       "--long-prompt", "--skip-mixed", "--steps", "--kernels", "--tokens", "--per-layer", "--search-skip",
+       "--greedy-tokens", "--prompt", "--budgets", "--score", "--dense-layers", "--help"}  # fmt: skip
 
 
 class _Built(Exception):
@@ -49,7 +60,16 @@ def test_every_engine_setting_is_a_product_flag(script, monkeypatch):
     product = {"--" + n.replace("_", "-") for n in option_names()}
     product |= {"--no-" + n.replace("_", "-") for n in option_names()}
     assert used - OWN <= product, f"{script} takes engine flags the product does not: {used - OWN - product}"
-    assert not {"--cap-gib", "--chunk", "--cpu-kv-gib", "--hot-window", "--persist-dir"} & used
+    old = {
+        "--cap-gib",
+        "--chunk",
+        "--cpu-kv-gib",
+        "--hot-window",
+        "--persist-dir",
+        "--skip-layers",
+        "--sink-blocks",
+    }
+    assert not old & used
 
 
 def test_sizes_and_token_counts_are_read_as_the_product_reads_them():
