@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import sqlite3
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -35,7 +36,7 @@ from kvspill.plan.flag_plans import plans_for_flags
 from kvspill.plan.units import parse_bytes
 from kvspill.registry.profiles import validate_flags
 from kvspill.registry.sources import inspect_source
-from kvspill.registry.store import Registry, RegistryError
+from kvspill.registry.store import Registry, RegistryError, RegistryUnavailableError, unavailable
 
 CHILD_ROUTES = {"v1/kv": "GET", "metrics": "GET", "v1/models": "GET", "v1/chat/completions": "POST"}
 
@@ -105,10 +106,19 @@ def create_manager_app(registry: Registry, supervisor: Supervisor, api_key: str,
 
     @app.exception_handler(KvspillError)
     async def user_error(request: Request, e: KvspillError) -> JSONResponse:
+        if isinstance(e, RegistryUnavailableError):
+            status = 503 if e.busy else 500
+            headers = {"Retry-After": "1"} if e.busy else None
+            kind = "server_busy" if e.busy else "server_error"
+            return JSONResponse({"error": {"message": str(e), "type": kind}}, status, headers)
         not_found = isinstance(e, RegistryError) and str(e).startswith("no ")
         return _error(
             404 if not_found else 400, str(e), "not_found_error" if not_found else "invalid_request_error"
         )
+
+    @app.exception_handler(sqlite3.Error)
+    async def registry_error(request: Request, e: sqlite3.Error) -> JSONResponse:
+        return await user_error(request, unavailable(registry.path, e))  # JSON, never a plain-text 500
 
     app.include_router(dashboard_router("manager"))
     _add_registry_routes(app, registry, auth)

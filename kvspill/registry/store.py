@@ -55,6 +55,33 @@ class RegistryError(KvspillError):
     """A registry request that cannot be done as asked (unknown name, duplicate, bad flags)."""
 
 
+class RegistryUnavailableError(RegistryError):
+    """The registry's database cannot answer now: locked by another writer past the busy timeout
+    (`busy`, retry later), or damaged (the message says which file and what to do)."""
+
+    def __init__(self, message: str, busy: bool) -> None:
+        super().__init__(message)
+        self.busy = busy
+
+
+# A writer (the CLI, the manager) holds the lock for milliseconds; SQLite retries this long first.
+BUSY_TIMEOUT_S = 10.0
+
+
+def unavailable(path: Path, e: sqlite3.Error) -> RegistryUnavailableError:
+    """The user-facing form of a SQLite failure on the registry at `path`."""
+    if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+        return RegistryUnavailableError(
+            f"the model registry {path} stayed locked by another kvspill process for {BUSY_TIMEOUT_S:.0f} s: retry",
+            busy=True,
+        )
+    return RegistryUnavailableError(
+        f"the model registry {path} cannot be read ({e}): move the file aside (the models it listed can be "
+        "added again with `kvspill models add` or `kvspill models scan`) or pass another --data-dir",
+        busy=False,
+    )
+
+
 @dataclass(frozen=True)
 class ModelEntry:
     name: str
@@ -95,7 +122,7 @@ class Registry:
         self.path = path
         # check_same_thread off: the manager's request handlers share one registry; every
         # statement runs under SQLite's own lock and each write is its own transaction.
-        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA foreign_keys = ON")
 
@@ -224,5 +251,11 @@ def open_registry(data_dir: str | Path | None = None) -> Registry:
             f"cannot create the data dir {root}: {e.strerror or e}; pass another --data-dir"
         ) from e
     registry = Registry(root / DB_FILE)
-    registry.migrate()
+    try:
+        registry.migrate()
+        if registry.db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+            raise sqlite3.DatabaseError("PRAGMA quick_check found damage")
+    except sqlite3.Error as e:
+        registry.close()
+        raise unavailable(root / DB_FILE, e) from e
     return registry
