@@ -107,6 +107,16 @@ class ModelRunner:
         # rows of prompt logprobs scored at a time: fixed by the lm_head's kind and device
         self._prompt_logprob_rows = slice_rows(getattr(model, "lm_head", None), self.device)
 
+    @property
+    def sparse_graphs(self) -> SparseDecodeGraphs | None:
+        """The sparse decode graphs, when the engine chose them (for tests and stats)."""
+        return self.cold_graphs if isinstance(self.cold_graphs, SparseDecodeGraphs) else None
+
+    @property
+    def stream_graphs(self) -> StreamDecodeGraphs | None:
+        """The stream decode graphs, when the engine chose them (for tests and stats)."""
+        return self.cold_graphs if isinstance(self.cold_graphs, StreamDecodeGraphs) else None
+
     # ---- state updates -------------------------------------------------------------------
 
     def _update_states(self, batch: ScheduledBatch) -> None:
