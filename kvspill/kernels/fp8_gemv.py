@@ -16,7 +16,7 @@ Two variants, one kernel (constexpr USE_DOT):
   accumulated over K and reduced once after the loop (no cross-lane work inside the loop);
 - 2-16 tokens: x padded to 16 rows, `tl.dot` of x [16, BLOCK_K] with the converted weight tile
   [BLOCK_K, BLOCK_N] (tensor cores; the padding costs FLOPs, which decode has to spare, not bytes).
-Configurations come from `gemv_config`: measured on an H100 by `python -m kvspill.kernels.bench_fp8`.
+Configurations come from `gemv_config`: measured on an H100 by `python -m kvspill.bench.kernels_fp8`.
 
 Invariant: equals `fp8_gemv_ref` (fp32 products of exact weights, scaled per row, rounded once)
 up to fp32 summation order.
@@ -42,7 +42,7 @@ class GemvConfig(NamedTuple):
 
 
 def gemv_config(num_tokens: int, n: int, k: int) -> GemvConfig:
-    """Tile sizes by token count and shape, from `bench_fp8 --sweep` on an H200 (2026-11-26).
+    """Tile sizes by token count and shape, from `python -m kvspill.bench.kernels_fp8 --sweep` on an H200 (2026-11-26).
     One token: 8-row blocks so even N = 4096 gives 512 programs to cover the SMs; 1024-wide K
     chunks where N is small (o, down: +1-6%), 512 for qkv (1024: -10%) and the wide gate_up. Several tokens: tl.dot
     needs BLOCK_N >= 16; 32 x 256 was best or within 1% for every 8B shape."""

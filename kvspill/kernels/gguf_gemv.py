@@ -26,7 +26,7 @@ Kernels (`quant_matmul_gemv` picks one):
   tile (in x's dtype) meets x's [16, CHUNK] tile on the tensor cores; bound by the tile's trip
   through shared memory into the dot layout, flat in the token count.
 
-Measured (bench_gguf.py, weights streamed from HBM, bf16 x; NVIDIA H100 80GB HBM3, Triton 3.6,
+Measured (bench/kernels_gguf.py, weights streamed from HBM, bf16 x; NVIDIA H100 80GB HBM3, Triton 3.6,
 2026-11-26; D2D copy 3.0 TB/s), GB/s of weight bytes for qkv / o / gate_up / down / lm_head of
 Llama-3.1-8B:
   Q4_K 1 token 1442 / 1216 / 2061 / 1709 / 2326 (generic kernel: 908 / 940 / 1357 / 1085 / 1516);

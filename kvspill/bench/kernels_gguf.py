@@ -1,4 +1,4 @@
-"""Benchmark of the GGUF quantized-weight kernels on a CUDA GPU: `python -m kvspill.kernels.bench_gguf`.
+"""Benchmark of the GGUF quantized-weight kernels on a CUDA GPU: `python -m kvspill.bench.kernels_gguf`.
 
 Prints, per type and Llama-3.1-8B linear shape (out x in), the GB/s of weight bytes that the
 fused dequantize-GEMV reads for 1, 4 and 16 tokens (median of CUDA-graph replays, as decode
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generic", action="store_true", help="generic/dot kernels only (baseline)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench_gguf needs a CUDA GPU; none found.")
+        print("kernels_gguf needs a CUDA GPU; none found.")
         return
     if args.generic:
         gguf_gemv.LANE_KERNELS.clear()

@@ -1,9 +1,9 @@
-"""Benchmark of the fp8 weight kernels on a CUDA GPU: `python -m kvspill.kernels.bench_fp8`.
+"""Benchmark of the fp8 weight kernels on a CUDA GPU: `python -m kvspill.bench.kernels_fp8`.
 
 Prints, per Llama-3.1-8B linear shape (out x in) and token count, the GB/s of weight bytes read
 by the fp8 decode GEMV (kernels/fp8_gemv.py) at `gemv_config`'s tiles, by the activation-quantizing
 `torch._scaled_mm` path, and by a dense bf16 matmul of the same shape (its bf16 bytes: twice the
-fp8 ones), as bench_gguf measures: medians of CUDA-graph replays rotating over enough weight
+fp8 ones), as kernels_gguf measures: medians of CUDA-graph replays rotating over enough weight
 copies (>= 256 MB) that L2 cannot hold them. `--sweep` times a grid of tile configurations per
 shape and prints the best (how `gemv_config`'s table was chosen).
 
@@ -18,7 +18,7 @@ import json
 
 import torch
 
-from kvspill.kernels.bench_gguf import ROTATE_BYTES, SHAPES, _bench_ms, bench_dense, copy_ceiling_gbps
+from kvspill.bench.kernels_gguf import ROTATE_BYTES, SHAPES, _bench_ms, bench_dense, copy_ceiling_gbps
 from kvspill.kernels.fp8_gemv import GemvConfig, fp8_gemv, gemv_config
 from kvspill.kernels.fp8_linear import FP8_DTYPE, fp8_linear
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     table: dict[str, list[int]] = {}
     if not torch.cuda.is_available():
-        print("bench_fp8 needs a CUDA GPU")
+        print("kernels_fp8 needs a CUDA GPU")
         return
     print(f"{torch.cuda.get_device_name()}; copy ceiling {copy_ceiling_gbps():.0f} GB/s (read + write)")
     for (name, (n, k)), t in itertools.product(SHAPES.items(), args.tokens):

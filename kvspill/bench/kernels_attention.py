@@ -1,4 +1,4 @@
-"""Benchmark of the attention and fused kernels on a CUDA GPU: `python -m kvspill.kernels.bench_kernels`.
+"""Benchmark of the attention and fused kernels on a CUDA GPU: `python -m kvspill.bench.kernels_attention`.
 
 Prints, per case, the median time (triton.testing.do_bench; decode and fused ops replayed from a
 CUDA graph, as the engine runs them) and the achieved rate against the
@@ -149,7 +149,7 @@ def main() -> None:
     parser.add_argument("--skip", choices=["decode", "prefill", "fused"], nargs="*", default=[])
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("bench_kernels needs a CUDA GPU; nothing to do here.")
+        print("kernels_attention needs a CUDA GPU; nothing to do here.")
         return
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}")
     if "decode" not in args.skip:
