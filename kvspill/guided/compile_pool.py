@@ -66,8 +66,10 @@ def _worker_main(conn: Connection, tokenizer_info_json: str) -> None:
     info = xgr.TokenizerInfo.deserialize_json(tokenizer_info_json)
     compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
     # First use pays one-off costs (torch's first tensor, xgrammar's first matcher): not in a
-    # request's deadline.
-    compile_spec(compiler, GuidedSpec("json_object"), info.vocab_size)
+    # request's deadline. A vocabulary that cannot start a JSON object (a test model's) is no
+    # reason to stop: the requests that need one get that answer.
+    with contextlib.suppress(InvalidParameterError):
+        compile_spec(compiler, GuidedSpec("json_object"), info.vocab_size)
     conn.send(("ready", ""))
     while True:
         try:
@@ -236,7 +238,13 @@ class CompilePool:
         )
         worker = _Worker(process, parent)
         try:
-            await asyncio.to_thread(process.start)  # spawn writes the tokenizer (MBs) to the child
+            try:
+                await asyncio.to_thread(process.start)  # spawn writes the tokenizer (MBs) to the child
+            finally:
+                # Now, not after the wait: while this process holds the child's end too, a worker
+                # that dies starting gives no EOF and the wait ran to START_TIMEOUT_S (found by the
+                # fuzz run on a tiny model, whose first compile killed the worker).
+                child.close()
             self._workers.add(worker)
             await asyncio.wait_for(_readable(parent), START_TIMEOUT_S)
             parent.recv()
@@ -245,8 +253,6 @@ class CompilePool:
             self._kill(worker)
             self._idle.put_nowait(None)
             return
-        finally:
-            child.close()
         self._idle.put_nowait(worker)
 
     def _kill(self, worker: _Worker) -> None:

@@ -73,3 +73,41 @@ def test_a_spec_pickles_without_its_compiled_grammar() -> None:
     spec = GuidedSpec.json_schema({"type": "integer"}).with_compiled(object())
     copy = pickle.loads(pickle.dumps(spec))
     assert copy == spec and copy.compiled is None and spec.compiled is not None
+
+
+def test_a_worker_that_dies_starting_is_a_quick_busy_answer() -> None:
+    """A worker that exits while starting (here: a tokenizer it cannot read) must answer the trial
+    at once, not after the 120 s start timeout (the parent held the pipe's other end open)."""
+    from kvspill.guided.compile_pool import CompilePoolBusyError
+
+    async def main() -> None:
+        pool = CompilePool(lambda: "not a tokenizer", num_workers=1, timeout_s=30.0)
+        try:
+            start = time.monotonic()
+            with pytest.raises(CompilePoolBusyError, match="could not start"):
+                await pool.trial(GuidedSpec("regex", "[a-z]+"))
+            assert time.monotonic() - start < 30
+        finally:
+            pool.close()
+
+    _run(main())
+
+
+def test_a_vocabulary_that_cannot_start_json_keeps_its_worker() -> None:
+    """The worker's warm-up compiles a JSON object; a vocabulary without '{' must not kill it."""
+
+    def digits_only() -> str:
+        return str(
+            xgr.TokenizerInfo([str(d) for d in range(10)] + ["</s>"], stop_token_ids=[10]).serialize_json()
+        )
+
+    async def main() -> None:
+        pool = CompilePool(digits_only, num_workers=1, timeout_s=30.0)
+        try:
+            assert await pool.trial(GuidedSpec("regex", "[0-9]+")) >= 0
+            with pytest.raises(InvalidParameterError, match="can start"):
+                await pool.trial(GuidedSpec("json_object"))
+        finally:
+            pool.close()
+
+    _run(main())
