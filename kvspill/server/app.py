@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -174,83 +174,75 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
-    model_name = ctx.settings.model_name
-
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
         if (bad := ctx.check_model(body.model)) is not None:
             return bad
-        try:
-            engine = ctx.engine_or_503()
-            sent = body.prompts()
-            ctx.check_num_choices(len(sent), body.num_samples)
-            prompts = await ctx.workers.run(_prompt_ids, engine, sent, body.suffix, model_name)
-            echo = await ctx.workers.run(
-                make_echo, body.echo, body.max_tokens, sent, engine.tokenizer, engine.vocab_size
-            )
-            params = await ctx.gate.prepare(engine, body.sampling_params(), request)
-            if engine.tokenizer is None:
-                # A model without a tokenizer (random-weight benchmark shapes) takes token ids and
-                # answers token ids, as vLLM does with --skip-tokenizer-init: text stays empty.
-                params = replace(params, detokenize=False)
-            job = Job(
-                False,
-                model_name,
-                prompts,
-                params,
-                body.stream,
-                body.include_usage,
-                engine.tokenizer,
-                n=body.num_samples,
-                echo=echo,
-            )
-        except ClientGoneError:
-            return Response(status_code=499)
-        except CompileBudgetError as e:
-            return budget_response(e)
-        except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
-            return exception_response(e)
-        return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
+        return await _serve_job(ctx, request, lambda: _completion_job(ctx, body, request))
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
         if (bad := ctx.check_model(body.model)) is not None:
             return bad
-        try:
-            engine = ctx.engine_or_503()
-            params = body.sampling_params()
-            ctx.check_num_choices(1, body.num_samples)
-            if engine.tokenizer is None:
-                return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
-            tools = plan_tools(
-                body.tools, body.tool_choice, body.parallel_tool_calls, engine.tokenizer.chat_template
+        return await _serve_job(ctx, request, lambda: _chat_job(ctx, body, request))
+
+
+async def _serve_job(
+    ctx: _Context, request: Request, build: Callable[[], Awaitable[Job | Response]]
+) -> Response:
+    """Build a request's job (a refusal is its error response), then run it on the engine."""
+    try:
+        job = await build()
+    except ClientGoneError:
+        return Response(status_code=499)
+    except CompileBudgetError as e:
+        return budget_response(e)
+    except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
+        return exception_response(e)
+    if isinstance(job, Response):
+        return job
+    return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
+
+
+async def _completion_job(ctx: _Context, body: CompletionRequest, request: Request) -> Job:
+    engine = ctx.engine_or_503()
+    model_name = ctx.settings.model_name
+    sent = body.prompts()
+    ctx.check_num_choices(len(sent), body.num_samples)
+    prompts = await ctx.workers.run(_prompt_ids, engine, sent, body.suffix, model_name)
+    echo = await ctx.workers.run(
+        make_echo, body.echo, body.max_tokens, sent, engine.tokenizer, engine.vocab_size
+    )
+    params = await ctx.gate.prepare(engine, body.sampling_params(), request)
+    if engine.tokenizer is None:
+        # A model without a tokenizer (random-weight benchmark shapes) takes token ids and
+        # answers token ids, as vLLM does with --skip-tokenizer-init: text stays empty.
+        params = replace(params, detokenize=False)
+    return Job(
+        False, model_name, prompts, params, body.stream, body.include_usage, engine.tokenizer,
+        n=body.num_samples, echo=echo,
+    )  # fmt: skip
+
+
+async def _chat_job(ctx: _Context, body: ChatCompletionRequest, request: Request) -> Job | Response:
+    engine = ctx.engine_or_503()
+    params = body.sampling_params()
+    ctx.check_num_choices(1, body.num_samples)
+    if engine.tokenizer is None:
+        return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
+    tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, engine.tokenizer.chat_template)
+    if tools is not None and tools.guided is not None:
+        if params.guided is not None:
+            raise InvalidParameterError(
+                params.guided.param, "cannot be combined with tool_choice required or named"
             )
-            if tools is not None and tools.guided is not None:
-                if params.guided is not None:
-                    raise InvalidParameterError(
-                        params.guided.param, "cannot be combined with tool_choice required or named"
-                    )
-                params = replace(params, guided=tools.guided)
-            params = await ctx.gate.prepare(engine, params, request)
-            ids = await ctx.workers.run(_chat_ids, engine.tokenizer, body.messages, tools)
-            job = Job(
-                True,
-                model_name,
-                [ids],
-                params,
-                body.stream,
-                body.include_usage,
-                engine.tokenizer,
-                n=body.num_samples,
-                tools=tools,
-            )
-        except ClientGoneError:
-            return Response(status_code=499)
-        except CompileBudgetError as e:
-            return budget_response(e)
-        except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
-            return exception_response(e)
-        return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
+        params = replace(params, guided=tools.guided)
+    params = await ctx.gate.prepare(engine, params, request)
+    ids = await ctx.workers.run(_chat_ids, engine.tokenizer, body.messages, tools)
+    return Job(
+        True, ctx.settings.model_name, [ids], params, body.stream, body.include_usage, engine.tokenizer,
+        n=body.num_samples, tools=tools,
+    )  # fmt: skip
 
 
 def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
