@@ -19,7 +19,7 @@ WEATHER = {
 }
 
 
-def _refused(make, match: str) -> InvalidParameterError:
+def check_refused(make, match: str) -> InvalidParameterError:
     """The spec `make()` builds (and checks) is refused, naming `match`, within 0.5 s."""
     start = time.monotonic()
     with pytest.raises(InvalidParameterError, match=match) as info:
@@ -30,16 +30,16 @@ def _refused(make, match: str) -> InvalidParameterError:
 
 def test_three_thousand_optional_properties() -> None:
     schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(3000)}}
-    e = _refused(lambda: GuidedSpec.json_schema(schema, "guided_json"), "max_properties=1000")
+    e = check_refused(lambda: GuidedSpec.json_schema(schema, "guided_json"), "max_properties=1000")
     assert e.param == "guided_json" and "3000" in str(e)
 
 
 def test_fifty_thousand_string_enum() -> None:
     schema = {"enum": [f"value{i}" for i in range(50_000)]}
-    _refused(lambda: GuidedSpec.json_schema(schema), r"max_schema_bytes|max_enum_values")
+    check_refused(lambda: GuidedSpec.json_schema(schema), r"max_schema_bytes|max_enum_values")
     small = {"enum": [f"v{i}" for i in range(5_000)]}  # under the byte limit: the enum's own limit
-    _refused(lambda: GuidedSpec.json_schema(small), "max_enum_values=1000")
-    _refused(lambda: GuidedSpec.choice([f"c{i}" for i in range(5_000)]), "max_enum_values=1000")
+    check_refused(lambda: GuidedSpec.json_schema(small), "max_enum_values=1000")
+    check_refused(lambda: GuidedSpec.choice([f"c{i}" for i in range(5_000)]), "max_enum_values=1000")
 
 
 def test_three_hundred_levels_of_nesting() -> None:
@@ -53,12 +53,12 @@ def test_three_hundred_levels_of_nesting() -> None:
 
 def test_ten_thousand_grammar_rules() -> None:
     grammar = "root::=r0\n" + "\n".join(f'r{i}::="x"r{i + 1}' for i in range(10_000))
-    _refused(lambda: GuidedSpec("grammar", grammar, "guided_grammar"), "max_grammar_rules=2000")
+    check_refused(lambda: GuidedSpec("grammar", grammar, "guided_grammar"), "max_grammar_rules=2000")
 
 
 def test_regex_length_and_group_depth() -> None:
-    _refused(lambda: GuidedSpec("regex", "a" * 5000, "guided_regex"), "max_regex_bytes=4096")
-    _refused(lambda: GuidedSpec("regex", "(" * 100 + "a" + ")" * 100, "guided_regex"), "max_depth=64")
+    check_refused(lambda: GuidedSpec("regex", "a" * 5000, "guided_regex"), "max_regex_bytes=4096")
+    check_refused(lambda: GuidedSpec("regex", "(" * 100 + "a" + ")" * 100, "guided_regex"), "max_depth=64")
     check_static(GuidedSpec("regex", r"[(]{1,99}\(" * 40, "guided_regex"))  # classes and escapes
     check_static(GuidedSpec("grammar", 'root ::= "(((((" ' * 30, "guided_grammar"))  # literals
 
