@@ -172,17 +172,22 @@ def test_kvspill_serve_mounts_the_rag_routes(tiny_llama_dir: Path, embedder: obj
         )
         assert completion.status_code == 200, completion.text
         # SIGTERM during a long index: the job is cancelled (server/lifecycle.py's drain hooks)
-        job = httpx.post(url + "/precache/repo", json={"path": "big", "async": True}, timeout=30).json()
-        _wait_for_phase(url, job["id"], "embedding", log)
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(60)
-        seconds = time.monotonic() - start
+        code, seconds = _sigterm_during_index(proc, url, log)
     finally:
         proc.terminate()
         proc.wait(30)
     assert code == 0 and seconds < 3 + 3, f"exit {code} after {seconds:.1f} s:\n{log.read_text()}"
     assert "cancelled 1 index job" in log.read_text()
+
+
+def _sigterm_during_index(proc: subprocess.Popen, url: str, log: Path) -> tuple[int, float]:
+    """Start indexing "big" as a job, SIGTERM the server once it embeds: (exit code, seconds to exit)."""
+    job = httpx.post(url + "/precache/repo", json={"path": "big", "async": True}, timeout=30).json()
+    _wait_for_phase(url, job["id"], "embedding", log)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(60)
+    return code, time.monotonic() - start
 
 
 def _wait_for_phase(url: str, job_id: str, phase: str, log: Path) -> None:
@@ -219,12 +224,7 @@ def test_sigterm_stops_a_long_index_within_the_shutdown_timeout(embedder: object
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(proc, url, log)
-        job = httpx.post(url + "/precache/repo", json={"path": "big", "async": True}, timeout=30).json()
-        _wait_for_phase(url, job["id"], "embedding", log)
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(30)
-        seconds = time.monotonic() - start
+        code, seconds = _sigterm_during_index(proc, url, log)
     finally:
         proc.kill()
         proc.wait(30)
