@@ -176,7 +176,7 @@ class RagService:
         candidate = Path(path)
         try:
             resolved = (candidate if candidate.is_absolute() else self.allowed_root / candidate).resolve()
-        except (OSError, RuntimeError) as e:  # a symlink loop
+        except (OSError, RuntimeError, ValueError) as e:  # a symlink loop; a NUL byte in the path
             raise InvalidParameterError(param, f"{path} cannot be resolved: {e}") from e
         self.access.check_inside(resolved, path, param)
         if not resolved.is_dir():

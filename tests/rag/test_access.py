@@ -159,6 +159,8 @@ def test_symlink_loops_are_skipped_and_the_rest_indexed(tmp_path: Path) -> None:
     assert service.precache_repo("proj").num_files == 1
     with pytest.raises(InvalidParameterError, match="cannot be resolved"):
         service.precache_repo("loop")
+    with pytest.raises(InvalidParameterError, match="cannot be resolved"):  # found by the fuzz run
+        service.search("x", repo="a\x00b")
 
 
 def test_a_server_needs_its_root_and_does_not_expand_home(tmp_path: Path) -> None:
