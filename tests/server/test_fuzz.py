@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
+from fuzz_cases import run_cases
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
@@ -57,16 +57,7 @@ def test_fuzz_finds_no_server_error(fuzz_server: Server):
         modes = [GenerationMode.POSITIVE, GenerationMode.NEGATIVE] if has_input else [GenerationMode.POSITIVE]
         for mode in modes:
 
-            @settings(
-                max_examples=EXAMPLES_PER_MODE,
-                deadline=None,
-                derandomize=True,
-                database=None,
-                suppress_health_check=list(HealthCheck),
-                phases=[Phase.explicit, Phase.generate],
-            )
-            @given(case=operation.as_strategy(generation_mode=mode))
-            def run_case(case) -> None:
+            def on_case(case) -> None:
                 label = case.operation.label
                 response = case.call(base_url=fuzz_server.url, timeout=30)
                 counts[label] += 1
@@ -79,7 +70,7 @@ def test_fuzz_finds_no_server_error(fuzz_server: Server):
                 if (event := _stream_failure(response)) is not None:
                     failures.append(f"{label} {case.body!r} -> stream event {event[:300]}")
 
-            run_case()
+            run_cases(operation, mode, EXAMPLES_PER_MODE, on_case)
     elapsed = time.monotonic() - started
     total = sum(counts.values())
     print(f"fuzz: {total} cases in {elapsed:.1f} s: {dict(counts)}")
