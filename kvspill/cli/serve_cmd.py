@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -174,8 +175,11 @@ def serve_command(
     try:  # every flag checked before anything loads or listens: a bad one is exit 2
         model = _one_model(model, model_option)
         _check_admission_flags(max_waiting_requests, max_queued_tokens, shutdown_timeout)
-        _check_connection_flags(max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout)
-        _check_client_flags(body_timeout, max_connections_per_client)
+        connection = ConnectionLimits(
+            None, max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout, body_timeout,
+            max_connections_per_client,
+        )  # fmt: skip
+        _check_connection_flags(connection)
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         if profile is not None:  # the registry's model and flags; those given on the command line win
             model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
@@ -187,10 +191,7 @@ def serve_command(
     if print_config:
         return
     _warn_if_open(host, api_key)
-    limits = _connection_limits(
-        host, api_key, allowed_hosts, max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout
-    )
-    limits.body_timeout, limits.max_connections_per_client = body_timeout, max_connections_per_client
+    limits = _with_allowed_hosts(connection, host, api_key, allowed_hosts)
     run_server(
         config,
         host,
@@ -206,24 +207,19 @@ def serve_command(
     )
 
 
-def _check_client_flags(body_timeout: float, max_connections_per_client: int) -> None:
-    if body_timeout <= 0 or max_connections_per_client < 1:
-        raise KvspillError(
-            "--body-timeout must be positive seconds and --max-connections-per-client at least 1"
-        )
-
-
-def _check_connection_flags(
-    max_request_bytes: int | None, limit_concurrency: int, timeout_keep_alive: int, header_timeout: float
-) -> None:
-    if max_request_bytes is not None and max_request_bytes < 1024:
+def _check_connection_flags(limits: ConnectionLimits) -> None:
+    if limits.max_request_bytes is not None and limits.max_request_bytes < 1024:
         raise KvspillError(
             "--max-request-bytes must be at least 1024 (leave it out to size it from the model)"
         )
-    if limit_concurrency < 1:
+    if limits.limit_concurrency is not None and limits.limit_concurrency < 1:
         raise KvspillError("--limit-concurrency must be at least 1")
-    if timeout_keep_alive < 1 or header_timeout <= 0:
-        raise KvspillError("--timeout-keep-alive and --header-timeout must be positive seconds")
+    if limits.timeout_keep_alive < 1 or limits.header_timeout <= 0 or limits.body_timeout <= 0:
+        raise KvspillError(
+            "--timeout-keep-alive, --header-timeout and --body-timeout must be positive seconds"
+        )
+    if limits.max_connections_per_client < 1:
+        raise KvspillError("--max-connections-per-client must be at least 1")
 
 
 def _one_model(model: str | None, model_option: str | None) -> str | None:
@@ -262,24 +258,12 @@ def _warn_if_open(host: str, api_key: str | None) -> None:
         )
 
 
-def _connection_limits(
-    host: str,
-    api_key: str | None,
-    allowed_hosts: str | None,
-    max_request_bytes: int | None,
-    limit_concurrency: int,
-    timeout_keep_alive: int,
-    header_timeout: float,
+def _with_allowed_hosts(
+    limits: ConnectionLimits, host: str, api_key: str | None, allowed_hosts: str | None
 ) -> ConnectionLimits:
     from kvspill.server.hosts import loopback_only_hosts
 
-    return ConnectionLimits(
-        loopback_only_hosts(host, api_key, (allowed_hosts or "").split(",")),
-        max_request_bytes,
-        limit_concurrency,
-        timeout_keep_alive,
-        header_timeout,
-    )
+    return replace(limits, allowed_hosts=loopback_only_hosts(host, api_key, (allowed_hosts or "").split(",")))
 
 
 def _profile(name: str, model: str | None, engine: EngineOptions, served: str | None) -> Any:
