@@ -271,16 +271,18 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
         ("CPU KV tier", f"{format_bytes(plan.cpu_kv_bytes)} {format_tokens(plan.cpu_kv_tokens)} tok"),
         ("disk KV tier", f"{format_bytes(plan.disk_kv_bytes)} {format_tokens(plan.disk_kv_tokens)} tok"),
         ("max context (1 seq)", format_tokens(plan.max_context)),
-        (f"max seqs @ {ctx}", str(plan.max_concurrent_seqs)),
+        # columns may plan different contexts (the modes): the context is a row, not a label
+        ("context (RoPE scaling)", ctx + (f" ({r.rope_scaling})" if r.rope_scaling else "")),
+        ("max seqs @ context", str(plan.max_concurrent_seqs)),
         (
-            f"gpu/cpu/disk @ {ctx}",
+            "gpu/cpu/disk @ context",
             "/".join(
                 format_tokens(n)
                 for n in (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens)
             ),
         ),
-        (f"TTFT @ {ctx}", f"{plan.ttft_s:.3g} s" if plan.fits else "-"),
-        (f"decode @ {ctx}", f"{plan.decode_tok_s:.3g} tok/s" if plan.fits else "-"),
+        ("TTFT @ context", f"{plan.ttft_s:.3g} s" if plan.fits else "-"),
+        ("decode @ context", f"{plan.decode_tok_s:.3g} tok/s" if plan.fits else "-"),
         (
             "cold split stream/cpu",
             f"{d.stream_fraction:.0%}/{1 - d.stream_fraction:.0%}"
