@@ -1,6 +1,7 @@
 """What `kvspill serve` checks before it binds its port, so a server that cannot work never
-listens: the port, the model (found, an architecture kvspill runs) and the disk KV tier (a
-writable directory with room for the budget).
+listens: the port, the model (found, an architecture kvspill runs), and the budget flags against
+the host (a cpu tier within the available RAM, a disk tier in a writable directory with room
+for it, a VRAM budget within the card: `engine/host_budgets.py`).
 
 Invariant: every failure is a KvspillError whose one-line message says what to change; the CLI
 prints it and exits 1. Checks are cheap (headers and config.json, no weights).
@@ -10,21 +11,18 @@ from __future__ import annotations
 
 import errno
 import json
-import shutil
 import socket
-import tempfile
 from pathlib import Path
 
 from kvspill.config import EngineConfig
-from kvspill.errors import DiskTierError, KvspillError, UnsupportedModelError
-
-MiB = 1 << 20
+from kvspill.engine.host_budgets import check_budgets
+from kvspill.errors import KvspillError, UnsupportedModelError
 
 
 def check_before_binding(config: EngineConfig, host: str, port: int) -> None:
     check_port(host, port)
     check_model(config.model)
-    check_disk_tier(config.kv_disk_dir, config.disk_kv_budget_bytes)
+    check_budgets(config)  # the cpu, disk and VRAM budgets against this host (engine/host_budgets.py)
     if config.kv_persist_dir is not None:
         from kvspill.storage.persist import usable_dir
 
@@ -65,24 +63,4 @@ def check_model(model: str | None) -> None:
         raise UnsupportedModelError(
             f"{resolved.display_name} is a {archs[0]} (model_type {config.get('model_type')!r}), an "
             f"architecture kvspill does not run; it runs: {', '.join(supported_architectures())}"
-        )
-
-
-def check_disk_tier(directory: str | None, budget_bytes: int) -> None:
-    if not budget_bytes:
-        return
-    where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=where):
-            pass
-    except OSError as e:
-        raise DiskTierError(
-            f"cannot write the disk KV tier in {where}: {e.strerror or e}: give a writable --kv-disk-dir"
-        ) from e
-    free = shutil.disk_usage(where).free
-    if budget_bytes > free:
-        raise DiskTierError(
-            f"--disk-kv-budget is {budget_bytes / MiB:.0f} MiB but {where} has {free / MiB:.0f} MiB free: "
-            "lower the budget or give a --kv-disk-dir with more space"
         )

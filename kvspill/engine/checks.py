@@ -1,6 +1,7 @@
 """What engine start-up checks and decides before loading anything: the device and dtype, the
-host's pre-flight (with CPU attention's threads and cores), fp8 KV on the card (int8 needs
-nothing), and an int4 checkpoint against --quantization."""
+host's pre-flight (the budget flags against the host's RAM, disk and card, then CPU attention's
+threads and cores), fp8 KV on the card (int8 needs nothing), and an int4 checkpoint against
+--quantization."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import torch
 
 from kvspill.config import EngineConfig
+from kvspill.engine.host_budgets import check_budgets
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.hardware.checks import run_checks
 from kvspill.model.parallel import SINGLE, TensorParallel
@@ -86,7 +88,9 @@ def pick_dtype(config: EngineConfig, device: torch.device) -> torch.dtype:
 
 
 def preflight(config: EngineConfig) -> None:
-    """Report what will hurt offloading (with the fix) and give CPU attention its threads and cores."""
+    """Stop on a budget the host cannot hold (before any weight loads); report what will hurt
+    offloading (with the fix) and give CPU attention its threads and cores."""
+    check_budgets(config)
     offloading = bool(
         config.cpu_kv_budget_bytes
         or config.disk_kv_budget_bytes
