@@ -36,7 +36,7 @@ from kvspill.engine.phases import StartupPhases
 from kvspill.engine.setup import EngineParts, build_engine_parts, uses_async_scheduling
 from kvspill.engine.step_budget import StepBudget
 from kvspill.engine.step_retry import OomBackoff, retry_failed_step
-from kvspill.engine.warmup import warm_up
+from kvspill.engine.warmup import warm_up_at_start
 from kvspill.errors import (
     InvalidParameterError,
     KVCacheBusyError,
@@ -107,14 +107,7 @@ class LLMEngine:
         self._itl_budget = itl_budget_for(self.config, bundle.device.type, self.memory_plan)
         if self._itl_budget is not None:
             self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap()
-        warmup = (
-            self.config.kernel_warmup
-            if self.config.kernel_warmup is not None
-            else bundle.device.type == "cuda"
-        )
-        if warmup:
-            with self.startup_phases.phase("warm-up"):
-                warm_up(self)
+        warm_up_at_start(self, bundle.device.type, self.startup_phases)
         logger.info("%s", self.startup_phases.summary())
 
     def _take_parts(self, bundle: EngineParts) -> None:
