@@ -3,6 +3,7 @@ it binds its port, `generate` exits 2 (its user errors' code) before the memory 
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def test_generate_with_a_cpu_tier_over_the_ram_stops_before_loading(
     tiny_llama_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     args = ["generate", "--model", str(tiny_llama_dir), "--device", "cpu", "hello"]
-    out = CliRunner().invoke(cli_main.app, [*args, "--cpu-kv-budget", _more_than_the_ram()])
+    with caplog.at_level(logging.INFO, logger="kvspill"):  # the plan is logged at info
+        out = CliRunner().invoke(cli_main.app, [*args, "--cpu-kv-budget", _more_than_the_ram()])
     assert out.exit_code == 2, out.output
     assert out.output.count("\n") == 1 and "--cpu-kv-budget" in out.output, out.output
     assert "memory plan" not in caplog.text, "the plan comes after the budgets"
