@@ -25,6 +25,7 @@ import os
 import numpy as np
 import torch
 
+from kvspill.errors import OutOfKVMemoryError
 from kvspill.kernels.kv_quant import hadamard
 from kvspill.kernels.uva_gather import index_copy_rows
 from kvspill.storage.disk_pool import DiskPool
@@ -91,7 +92,13 @@ def allocate_host_pool(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) ->
             logger.warning(
                 "could not pin the cpu KV tier (%s); using pageable memory: copies will be slower", e
             )
-    return zeroed_host_tensor(shape, dtype), False
+    try:
+        return zeroed_host_tensor(shape, dtype), False
+    except MemoryError as e:  # the last fallback: one line for the user, not numpy's traceback
+        raise OutOfKVMemoryError(
+            f"the cpu KV tier ({nbytes_of(shape, dtype) / 2**30:.1f} GiB) could not be allocated in "
+            "the RAM left after loading: lower --cpu-kv-budget"
+        ) from e
 
 
 def zeroed_host_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
