@@ -5,7 +5,8 @@ own parts; `run_calibration` saves them where the planner reads them (`plan/cali
 device-to-device copy (read + write counted), a bf16 matmul on the GPU, CPU decode attention
 (the engine's cold path over a GQA KV shape, with torch's configured threads), the host's RAM
 read rate (the ceiling of that), a read of a temp file with
-its pages dropped from the page cache, and an fp32 matmul on the CPU. Without a GPU the GPU
+its pages dropped from the page cache, an fp32 matmul on the CPU, and the CPU engine's own rates
+(`cpu_rates.py`: its decode GEMV, prefill matmul, per-layer cost, KV read). Without a GPU the GPU
 figures stay `None` ("not measured") and the plan fills them from its defaults, saying so.
 
 Invariants:
@@ -32,6 +33,7 @@ import torch
 
 from kvspill.attention.cold.config import ColdAttentionConfig, ColdSeq, default_cpu_threads
 from kvspill.attention.cold.dispatch import ColdAttentionBackend
+from kvspill.hardware.cpu_rates import measure_cpu_rates
 from kvspill.plan.bandwidths import Bandwidths
 from kvspill.plan.calibrate import save_calibration
 from kvspill.storage.layout import KVLayout
@@ -255,7 +257,9 @@ def measure_bandwidths(
     figures["host_read_gbs"] = measure_host_read_gbs((256 if quick else 1024) * MiB)
     figures["cpu_tflops"] = measure_matmul_tflops(torch.device("cpu"), 512 if quick else 1024, torch.float32)
     figures["disk_read_gbs"] = measure_disk_read_gbs(disk_dir, (32 if quick else 128) * MiB)
+    figures.update(measure_cpu_rates())  # what a plan of the engine on this CPU divides by
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    figures["cpu_rates_at"] = now
     where = figures.get("gpu_name") or "cpu only"
     return Bandwidths(**figures, measured_at=now, source=f"measured now ({where}, {now})")
 

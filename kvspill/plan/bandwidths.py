@@ -1,7 +1,10 @@
 """The rates the memory plan divides by: `Bandwidths`, and the defaults for an unknown card.
 
 GB/s = 10**9 B/s, TFLOP/s = 10**12 FLOP/s; a `None` rate is "not measured" and is filled from
-`DEFAULT_BANDWIDTHS` (the plan's `bandwidths.source` says which). No torch, no I/O.
+`DEFAULT_BANDWIDTHS` (the plan's `bandwidths.source` says which, `filled` names them). Rates with
+`device="cpu"` plan the engine on the CPU (no CUDA GPU: the "gpu" tier is host RAM): the `cpu_*`
+rates bound its decode and prefill (plan/costs.py), `DEFAULT_CPU_RATES` where not measured.
+No torch, no I/O.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from dataclasses import dataclass, replace
 
 GB = 1e9  # bandwidths are in GB/s: 10**9 bytes per second
 RATE_FIELDS = ("hbm_gbs", "h2d_gbs", "d2h_gbs", "cpu_attn_gbs", "disk_read_gbs", "gpu_tflops", "stream_gbs")
+# what a plan of the engine on the CPU divides by (plan/costs.py cpu_decode_floor)
+CPU_RATE_FIELDS = ("cpu_gemv_gbs", "cpu_gemm_tflops", "cpu_layer_s", "cpu_kv_gbs")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,15 @@ class Bandwidths:
     # Host RAM read rate (a torch sum over a large fp32 buffer with torch's threads): the ceiling
     # of CPU attention over the cpu tier (informative: cpu_attn_gbs is what the plan divides by).
     host_read_gbs: float | None = None
+    # The engine on the CPU (plan/host_rates.py): "cpu" plans it, "cuda" a GPU (the default).
+    device: str = "cuda"
+    cpu_dtype: str | None = None  # the dtype the cpu_* rates below were timed at (plan/cpu_dtype.py)
+    cpu_gemv_gbs: float | None = None  # weight bytes a decode step's projections read per second
+    cpu_gemm_tflops: float | None = None  # a prefill chunk's projections, 10**12 FLOP/s
+    cpu_layer_s: float | None = None  # a CPU decode step's fixed seconds per layer (its ops' dispatch)
+    cpu_kv_gbs: float | None = None  # KV bytes a CPU decode step's attention reads from its pool per second
+    cpu_rates_at: str | None = None  # ISO date-time the cpu_* rates were measured
+    filled: tuple[str, ...] = ()  # the rates `complete` took from a fallback: not measured here
 
     def complete(self, fallback: Bandwidths) -> Bandwidths:
         """Self with every missing rate taken from `fallback`; `source` says which ones."""
@@ -43,8 +57,10 @@ class Bandwidths:
         if not missing:
             return self
         filled: dict[str, float | None] = {name: getattr(fallback, name) for name in missing}
+        if self.device == "cpu":  # a GPU's links and HBM enter no CPU plan (costs.cpu_decode_floor)
+            return replace(self, filled=(*self.filled, *missing), **filled)  # type: ignore[arg-type]
         source = f"{self.source}; {', '.join(missing)} from {fallback.source}"
-        return replace(self, source=source, **filled)  # type: ignore[arg-type]
+        return replace(self, source=source, filled=(*self.filled, *missing), **filled)  # type: ignore[arg-type]
 
 
 # Unknown card: a desktop-class default is the honest guess (the project targets 8-24 GB cards).

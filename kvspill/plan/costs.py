@@ -9,8 +9,13 @@ term over "split" is max(f*C / B_stream, (1-f)*C / B_cpu_attn + L*t_cpu), stream
 attention running at once (the GPU waits for the CPU's result by itself, storage/stream_flag.py);
 t_cpu is the CPU path's fixed time per layer (calibrated, else CPU_ATTN_OVERHEAD_PER_LAYER_S),
 also paid by "cpu", and 1-f is the engine's split (`split_cpu_share`): both parts end together.
-Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per chunk. No
-torch, no I/O.
+Prefill is compute-bound per chunk, overlapped with streaming the cold KV once per chunk.
+
+The engine on the CPU (rates with `device="cpu"`, plan/host_rates.py) has no HBM and no link:
+    t_token = W / B_gemv + KV / B_cpu_kv + L * t_layer
+the weights read by the CPU's decode GEMVs, every tier's KV attended on the CPU, and each layer's
+fixed cost (its ops run eagerly, one dispatch each), all measured on the host (`cpu_decode_floor`).
+No torch, no I/O.
 """
 
 from __future__ import annotations
@@ -199,6 +204,8 @@ def decode_floor(
     GATHER_EFFICIENCY x H2D beneath the step's HBM work. Eager stream steps are at least
     EAGER_STREAM_HOST_PER_LAYER_S per layer (the host's launches); split steps add
     SPLIT_EXTRA_PER_LAYER_S of the KV's `kv_format` (plan/cold_rates.py)."""
+    if bw.device == "cpu":
+        return cpu_decode_floor(weight_bytes, gpu_kv_bytes + cpu_kv_bytes, disk_kv_bytes, bw, num_layers)
     if cold_path == "sparse" and sparse is not None:
         exact = decode_floor(
             weight_bytes, gpu_kv_bytes, 0, 0, bw, "stream", num_layers, offloaded_bytes, weight_read_gbs
@@ -232,6 +239,25 @@ def decode_floor(
         cold_graphs=graphed,
     )
     return _step_shape(floor, num_layers, kv_format)
+
+
+def cpu_decode_floor(
+    weight_bytes: int, ram_kv_bytes: int, disk_kv_bytes: int, bw: Bandwidths, num_layers: int
+) -> DecodeFloor:
+    """Seconds per decode token of the engine on the CPU (module docstring): the weights at the
+    CPU's GEMV rate, the KV in RAM at its attention rate, the disk tier's read, the layers' fixed cost."""
+    gemv, attn = bw.cpu_gemv_gbs or 1.0, bw.cpu_kv_gbs or 1.0
+    return DecodeFloor(
+        weights_s=weight_bytes / (gemv * GB),
+        gpu_kv_s=ram_kv_bytes / (attn * GB),  # the "gpu" tier is RAM, attended by the CPU kernel
+        cold_kv_s=disk_kv_bytes / (attn * GB),
+        disk_read_s=disk_kv_bytes / ((bw.disk_read_gbs or 1.0) * GB),
+        stream_fraction=0.0,
+        streamed_bytes=0,
+        cpu_attn_bytes=ram_kv_bytes + disk_kv_bytes,
+        disk_bytes=disk_kv_bytes,
+        overhead_s=num_layers * (bw.cpu_layer_s or 0.0),
+    )
 
 
 def _step_path(

@@ -16,7 +16,8 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from kvspill.plan.arithmetic import MemoryPlan, PlanRequest, compute_plan
-from kvspill.plan.bandwidths import Bandwidths
+from kvspill.plan.bandwidths import CPU_RATE_FIELDS, Bandwidths
+from kvspill.plan.costs import DecodeFloor
 from kvspill.plan.sparse import sparse_eager_reason
 from kvspill.plan.units import GiB, format_bytes, format_tokens
 from kvspill.plan.weights import GGUF_BITS_PER_WEIGHT
@@ -248,6 +249,25 @@ def _offload_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
     return []
 
 
+def figure_source(plan: MemoryPlan) -> str:
+    """Where the plan's speed figures come from, in a few words: measured (how, when), or defaults."""
+    bw = plan.bandwidths
+    on_cpu = plan.request.device == "cpu"
+    used = list(CPU_RATE_FIELDS) if on_cpu else ["hbm_gbs", "gpu_tflops"]  # weights and KV, matmuls
+    if plan.placed_cpu_tokens or plan.placed_disk_tokens:
+        used += ["disk_read_gbs"] if on_cpu else ["h2d_gbs", "stream_gbs", "cpu_attn_gbs", "disk_read_gbs"]
+    measured_at = bw.cpu_rates_at if on_cpu else bw.measured_at
+    if measured_at is None:
+        if bw.source.startswith("defaults") or on_cpu:
+            return "default, not measured: kvspill doctor --calibrate"
+        return f"{bw.gpu_name or 'known card'} figures, not measured here: kvspill doctor --calibrate"
+    defaulted = [name for name in used if name in bw.filled]
+    if defaulted:
+        return f"default {', '.join(defaulted)}, not measured: kvspill doctor --calibrate"
+    quick = on_cpu and "quick measurement" in bw.source
+    return f"measured: {'quick measurement' if quick else 'kvspill doctor --calibrate'}, {measured_at[:10]}"
+
+
 def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
     ctx = format_tokens(plan.context_len)
     r = plan.request
@@ -258,16 +278,21 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
     )
     if r.kv_skip_layers and r.kv_dtype != "auto":
         kv_name += f", {min(r.kv_skip_layers, r.spec.num_layers)} layers kept"
+    on_cpu = r.device == "cpu"  # the engine on the CPU: its "gpu" tier is the KV pool in RAM
+    source = figure_source(plan)
     return [
         (
-            "VRAM planned / budget",
+            "RAM planned / available" if on_cpu else "VRAM planned / budget",
             f"{format_bytes(plan.usable_vram_bytes)} / {format_bytes(r.vram_budget_bytes)}",
         ),
-        ("weights on GPU (+ offloaded to RAM)", _weights_cell(plan)),
+        ("weights in RAM" if on_cpu else "weights on GPU (+ offloaded to RAM)", _weights_cell(plan)),
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)} {kv_name}"),
         (f"activations (chunk {r.max_num_batched_tokens})", format_bytes(plan.activation_peak_bytes)),
-        ("graphs+slack+runtime+RoPE", format_bytes(reserves)),
-        ("GPU KV tier", f"{format_bytes(plan.gpu_kv_bytes)} {format_tokens(plan.gpu_kv_tokens)} tok"),
+        ("reserves" if on_cpu else "graphs+slack+runtime+RoPE", format_bytes(reserves)),
+        (
+            "KV pool in RAM" if on_cpu else "GPU KV tier",
+            f"{format_bytes(plan.gpu_kv_bytes)} {format_tokens(plan.gpu_kv_tokens)} tok",
+        ),
         ("CPU KV tier", f"{format_bytes(plan.cpu_kv_bytes)} {format_tokens(plan.cpu_kv_tokens)} tok"),
         ("disk KV tier", f"{format_bytes(plan.disk_kv_bytes)} {format_tokens(plan.disk_kv_tokens)} tok"),
         ("max context (1 seq)", format_tokens(plan.max_context)),
@@ -275,31 +300,33 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
         ("context (RoPE scaling)", ctx + (f" ({r.rope_scaling})" if r.rope_scaling else "")),
         ("max seqs @ context", str(plan.max_concurrent_seqs)),
         (
-            "gpu/cpu/disk @ context",
+            f"{'pool' if on_cpu else 'gpu'}/cpu/disk @ context",
             "/".join(
                 format_tokens(n)
                 for n in (plan.placed_gpu_tokens, plan.placed_cpu_tokens, plan.placed_disk_tokens)
             ),
         ),
-        ("TTFT @ context", f"{plan.ttft_s:.3g} s" if plan.fits else "-"),
-        ("decode @ context", f"{plan.decode_tok_s:.3g} tok/s" if plan.fits else "-"),
+        (f"TTFT @ context ({source})", f"{plan.ttft_s:.3g} s" if plan.fits else "-"),
+        (f"decode @ context ({source})", f"{plan.decode_tok_s:.3g} tok/s" if plan.fits else "-"),
         (
             "cold split stream/cpu",
             f"{d.stream_fraction:.0%}/{1 - d.stream_fraction:.0%}"
-            if d.streamed_bytes or d.cpu_attn_bytes
+            if not on_cpu and (d.streamed_bytes or d.cpu_attn_bytes)
             else "-",
         ),
-        (
-            "step ms w+gpu+cold+disk+launch",  # launch: with tensor parallelism, the collectives too
-            "+".join(
-                f"{s * 1e3:.3g}"
-                for s in (d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s, d.overhead_s + d.collective_s)
-            )
-            # a stream graph reads the weights and gpu KV beneath its gather (costs.decode_floor)
-            + (f" -{d.overlap_s * 1e3:.3g} hidden" if d.overlap_s else ""),
-        ),
+        _step_row(d, on_cpu),
         ("fits", "yes" if plan.fits else "NO"),
     ]
+
+
+def _step_row(d: DecodeFloor, on_cpu: bool) -> tuple[str, str]:
+    """A decode step's milliseconds by part; on the CPU the last is the layers' fixed cost."""
+    label = "step ms weights+kv+cold+disk+layers" if on_cpu else "step ms w+gpu+cold+disk+launch"
+    # launch: with tensor parallelism, the collectives too
+    parts = (d.weights_s, d.gpu_kv_s, d.cold_kv_s, d.disk_read_s, d.overhead_s + d.collective_s)
+    # a stream graph reads the weights and gpu KV beneath its gather (costs.decode_floor)
+    hidden = f" -{d.overlap_s * 1e3:.3g} hidden" if d.overlap_s else ""
+    return label, "+".join(f"{s * 1e3:.3g}" for s in parts) + hidden
 
 
 def format_plan_table(
@@ -342,4 +369,6 @@ def plan_to_json(plan: MemoryPlan) -> dict[str, Any]:
     data["request"]["spec"]["num_params"] = plan.request.spec.num_params
     data["request"]["weight_dtype_bytes"] = plan.request.weight_dtype_bytes
     data["request"]["kv_dtype_bytes"] = plan.request.kv_dtype_bytes
+    data["bandwidths"]["filled"] = list(plan.bandwidths.filled)  # JSON has lists, not tuples
+    data["figure_source"] = figure_source(plan)  # TTFT and decode: measured (how) or defaults
     return data
