@@ -17,6 +17,8 @@ import typer
 from kvspill.plan.units import format_bytes
 from kvspill.stats import KVStats
 
+QUICKSTART_CONTEXT = 2048  # tokens: the short generation's context, and its plan's
+
 
 def _get_json(url: str, timeout: float, api_key: str | None) -> tuple[int, Any]:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
@@ -121,25 +123,23 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Doctor, then the memory plan, then a short generation on the embedded model, then what to try next."""
         from kvspill.hardware.checks import format_checks, run_checks
-        from kvspill.plan import PlanRequest, format_plan_table, make_plan
-        from kvspill.plan.flag_plans import planning_bandwidths
-        from kvspill.plan.spec import ModelSpec
+        from kvspill.plan import format_plan_table
+        from kvspill.plan.flag_plans import plans_for_flags
 
         typer.echo("== 1. doctor: what helps or hurts offloading here\n" + format_checks(run_checks()))
-        spec = ModelSpec.from_model_arg(None)
-        plan = make_plan(
-            PlanRequest(spec=spec, vram_budget_bytes=8 * 2**30, context_len=8192),
-            planning_bandwidths(None)[0],
-        )
+        # The plan of the generation below, as `kvspill plan --max-model-len 2048` gives it: the
+        # engine on this CPU (its measured rates) where there is no GPU.
+        _, plans, header = plans_for_flags(None, {"max_model_len": QUICKSTART_CONTEXT})
+        where = "this CPU" if plans["yours"].request.device == "cpu" else "the GPU"
         typer.echo(
-            "\n== 2. plan: the embedded model on an 8 GiB card at 8K context\n"
-            + format_plan_table({"8 GiB card": plan}, with_advice=False)
+            f"\n== 2. plan: the embedded model on {where} at {QUICKSTART_CONTEXT} tokens\n"
+            + "\n".join([*header, format_plan_table({"quickstart": plans["yours"]}, with_advice=False)])
         )
         typer.echo("\n== 3. generate: a short answer from the embedded model")
         from kvspill.llm import LLM
         from kvspill.sampling_params import SamplingParams
 
-        llm = LLM(None, max_model_len=2048)
+        llm = LLM(None, max_model_len=QUICKSTART_CONTEXT)
         out = llm.chat([{"role": "user", "content": prompt}], SamplingParams(temperature=0, max_tokens=64))[0]
         typer.echo(out.text)
         typer.echo(

@@ -170,31 +170,40 @@
     return flags;
   }
 
+  // One row per figure; on a CPU host (no CUDA GPU: plan.request.device "cpu") the "gpu" tier is
+  // the KV pool in host RAM, and the budget is the available RAM, not a card's.
   const PLAN_ROWS = [
     ["fits", (p) => (p.fits ? "yes" : "no")],
-    ["weights GiB", (p) => (p.weight_bytes / GiB).toFixed(2)],
-    ["GPU KV tokens", (p) => p.gpu_kv_tokens],
+    [(cpu) => (cpu ? "weights in RAM GiB" : "weights GiB"), (p) => (p.weight_bytes / GiB).toFixed(2)],
+    [(cpu) => (cpu ? "KV pool tokens (RAM)" : "GPU KV tokens"), (p) => p.gpu_kv_tokens],
     ["CPU KV tokens", (p) => p.cpu_kv_tokens],
     ["disk KV tokens", (p) => p.disk_kv_tokens],
     ["max context", (p) => p.max_context],
     ["TTFT s", (p) => (p.ttft_s === null ? "-" : p.ttft_s.toFixed(2))],
     ["decode tok/s", (p) => (p.decode_tok_s === null ? "-" : p.decode_tok_s.toFixed(1))],
+    ["TTFT and decode from", (p) => p.figure_source || "-"],
   ];
+  function planBudget(plan) {
+    const gib = (plan.vram_budget_bytes / GiB).toFixed(1);
+    if (plan.plans.yours.request.device === "cpu") return `no CUDA GPU: the engine on the CPU, its KV pool in RAM (${gib} GiB available)`;
+    return `VRAM budget ${gib} GiB`;
+  }
   async function showPlan(query) {
     const out = $("plan");
     let plan;
     try { plan = await post(src.api + "/plan", query); } catch (e) { out.textContent = "plan: " + e.message; return; }
     const names = Object.keys(plan.plans);
+    const cpu = plan.plans.yours.request.device === "cpu";
     const table = document.createElement("table");
     const head = table.createTHead().insertRow();
     ["", ...names].forEach((n) => cell(head, n));
     for (const [label, f] of PLAN_ROWS) {
       const row = table.insertRow();
-      cell(row, label);
+      cell(row, typeof label === "function" ? label(cpu) : label);
       names.forEach((n) => cell(row, f(plan.plans[n])));
     }
     const caption = document.createElement("p");
-    caption.textContent = `${plan.model}: context ${plan.context_len}, VRAM budget ${(plan.vram_budget_bytes / GiB).toFixed(1)} GiB; ` + plan.notes.concat(plan.plans.yours.advice || []).join("; ");
+    caption.textContent = `${plan.model}: context ${plan.context_len}, ${planBudget(plan)}; ` + plan.notes.concat(plan.plans.yours.advice || []).join("; ");
     out.replaceChildren(caption, table);
     out.dataset.fits = String(plan.fits);
   }
