@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvspill.errors import InvalidParameterError
+from kvspill.modes import MODE_NAMES, MODES
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 KV_CACHE_DTYPES = (
@@ -107,6 +108,8 @@ def default_block_size(cold_attention: str, sparse_budget_tokens: int) -> int:
 @dataclass(frozen=True)
 class EngineConfig:
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
+    # default | extended | extreme (kvspill/modes.py): the context and the tiers where no flag sets them
+    mode: str = "default"
     device: str = "auto"  # auto: cuda when available, else cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda; on the cpu float16 or float32, measured (plan/cpu_dtype.py)
     max_model_len: int | None = None  # None: the model's max_position_embeddings (after rope scaling)
@@ -144,8 +147,13 @@ class EngineConfig:
     trust_remote_code: bool = False  # never executes model code; kept False (documented)
     # ---- KV tiers (docs/architecture.md, "KV tiers") ----
     vram_budget_bytes: int | None = None  # hard ceiling for everything on the GPU (--vram-budget)
-    cpu_kv_budget_bytes: int = 0  # pinned host pool for cold KV (--cpu-kv-budget); 0 = no cpu tier
-    disk_kv_budget_bytes: int = 0  # a file of colder KV, explicit I/O (--disk-kv-budget)
+    # pinned host pool for cold KV (--cpu-kv-budget); 0 = no cpu tier; None = the mode sizes it
+    # from the available RAM (plan/fit.py: on a GPU, what the context needs past the GPU share)
+    cpu_kv_budget_bytes: int | None = None
+    # the most of the available RAM an automatic cpu tier takes (None: the mode's share)
+    cpu_kv_ram_share: float | None = None
+    # a file of colder KV, explicit I/O (--disk-kv-budget); 0 = none; None = the mode sizes it
+    disk_kv_budget_bytes: int | None = None
     kv_disk_dir: str | None = None  # where the disk tier lives (default: a temp dir)
     kv_persist_dir: str | None = None  # prefix KV blocks kept in files across restarts (storage/persist.py)
     kv_persist_budget_bytes: int = 64 * 2**30  # most bytes of block files there (LRU beyond)
@@ -195,6 +203,10 @@ class EngineConfig:
             raise bad("device", f"--device must be one of {DEVICES} or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise bad("dtype", f"--dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.mode not in MODE_NAMES:
+            raise bad("mode", f"--mode must be one of {', '.join(MODE_NAMES)}, got {self.mode!r}")
+        if self.cold_attention == "auto" and self.attention == "auto":  # extreme: auto is sparse
+            object.__setattr__(self, "cold_attention", MODES[self.mode].auto_cold_attention)
         if self.block_size == 0:
             object.__setattr__(
                 self, "block_size", default_block_size(self.cold_attention, self.sparse_budget_tokens)
@@ -237,8 +249,11 @@ class EngineConfig:
             factor = self.rope_scaling.get("factor", 1.0)
             if not isinstance(factor, (int, float)) or factor < 1.0:
                 raise bad("rope_scaling", f"rope scaling factor must be >= 1, got {factor!r}")
+        share = self.cpu_kv_ram_share
+        if share is not None and not 0.0 < share <= 0.95:
+            raise bad("cpu_kv_ram_share", f"--cpu-kv-ram-share must be in (0, 0.95], got {share}")
         for name in ("cpu_kv_budget_bytes", "disk_kv_budget_bytes", "kv_persist_budget_bytes"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0) < 0:
                 raise bad(name, f"--{name.removesuffix('_bytes').replace('_', '-')} must not be negative")
         if self.vram_budget_bytes is not None and self.vram_budget_bytes < 2**28:
             raise bad(

@@ -54,6 +54,12 @@ def _flag(
 class EngineOptions:
     """The engine flags as given on the command line or in `KVSPILL_*`; None: not given."""
 
+    mode: str | None = _flag(
+        "What to run where no flag says: default (the model's trained context, exact; a cpu tier only for "
+        "what the GPU cannot hold), extended (4x the context, RoPE extended, exact; RAM and disk tiers) or "
+        "extreme (the longest context the host holds, sparse cold attention; RAM and disk tiers). "
+        "--print-config and `kvspill plan` show what it expands to; a flag given wins."
+    )
     device: str | None = _flag(
         "Where to run: auto, cpu, cuda or cuda:N.", default="auto, cuda when available"
     )
@@ -89,8 +95,9 @@ class EngineOptions:
         default="4x a decode step (at least 25 ms) with cuda, off on cpu",
     )
     kernel_warmup: bool | None = _flag(
-        "Run throwaway requests at start so the first request pays no kernel compiles.",
-        default="on with cuda, off on cpu",
+        "Run throwaway requests at start so the first request pays no kernel compiles, then cache the "
+        "chat template's opening; --no-kernel-warmup: neither.",
+        default="on with cuda; on cpu only the chat template's opening",
     )
     enable_prefix_caching: bool | None = _flag("Reuse the KV blocks of shared prompt prefixes.", default="on")
     skip_tokenizer_init: bool | None = _flag(
@@ -130,15 +137,21 @@ class EngineOptions:
         "Exact GPU-tier KV blocks; overrides --kv-cache-memory (for tests).", default="sized from memory"
     )
     cpu_kv_budget: str | None = _flag(
-        "Pinned host RAM for cold KV, e.g. 32GiB.",
+        "Pinned host RAM for cold KV, e.g. 32GiB; 0: no cpu tier.",
         "cpu_kv_budget_bytes",
-        default="0, no cpu tier",
+        default="sized by --mode from the available RAM: in default mode what the context needs past the "
+        "GPU, at most --cpu-kv-ram-share of it",
         parse=parse_size,
     )
+    cpu_kv_ram_share: float | None = _flag(
+        "The most of the available RAM an automatic cpu tier (no --cpu-kv-budget) takes, e.g. 0.3.",
+        default="0.5; 0.8 with --mode extreme",
+    )
     disk_kv_budget: str | None = _flag(
-        "Disk space for colder KV (memory-mapped files), e.g. 200GiB.",
+        "Disk space for colder KV (memory-mapped files), e.g. 200GiB; 0: no disk tier.",
         "disk_kv_budget_bytes",
-        default="0, no disk tier",
+        default="sized by --mode: none in default mode; extended: what RAM cannot hold; extreme: 1/4 of the "
+        "free disk",
         parse=parse_size,
     )
     kv_disk_dir: str | None = _flag("Directory of the disk KV tier.", default="a temporary directory")
@@ -171,7 +184,7 @@ class EngineOptions:
         "Attention over cold blocks: cpu (in RAM), stream (to the GPU), split (both at once) or auto, "
         "all exact; auto on a GPU is split where `kvspill doctor --calibrate` measured the CPU at half "
         "the stream's rate or more, else stream; sparse: decode rows attend only the cold blocks their "
-        "queries select (--sparse-budget-tokens)."
+        "queries select (--sparse-budget-tokens); auto is sparse with --mode extreme."
     )
     sparse_budget_tokens: str | None = _flag(
         "With --cold-attention sparse: cold tokens each decode step attends per layer, e.g. 4096 or 4K.",

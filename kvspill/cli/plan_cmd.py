@@ -1,8 +1,8 @@
-"""`kvspill plan MODEL`: the memory plan for the presets and the user's flags, before loading.
+"""`kvspill plan MODEL`: the memory plan for each mode and the user's flags, before loading.
 
-Prints one column per preset (`default`, `extended`, `extreme`) and one for the user's own
-flags (`yours`: the default preset with every flag given on the command line applied), or the
-same as JSON. Exits 1 with advice when `yours` does not fit, 2 on invalid input.
+Prints one column per mode (`default`, `extended`, `extreme`: `serve --mode X` with the engine
+flags given) and one for the user's own flags (`yours`: every flag given, --mode included: what
+`serve` with them runs), or the same as JSON. Exits 1 with advice when `yours` does not fit, 2 on invalid input.
 
 Takes every engine flag (`kvspill/options.py`), as `generate` and `serve` do: those that shape
 a plan set every column, except the memory knobs, which only set `yours`; the rest are checked
@@ -25,8 +25,9 @@ import typer
 
 from kvspill.cli.engine_options import with_engine_options
 from kvspill.errors import KvspillError
+from kvspill.modes import MODES
 from kvspill.options import EngineOptions, config_field, engine_kwargs, flag_name
-from kvspill.plan import PRESETS, MemoryPlan, format_plan_table
+from kvspill.plan import MemoryPlan, format_plan_table
 from kvspill.plan.flag_plans import PLANNED_FIELDS, plans_for_flags
 from kvspill.plan.spec import KNOWN_SHAPES
 
@@ -40,8 +41,8 @@ def _not_planned(engine: EngineOptions) -> list[str]:
 def _text_report(plans: dict[str, MemoryPlan], header: list[str]) -> str:
     yours = plans["yours"]
     lines = [*header, format_plan_table(plans, with_advice=False)]
-    lines += [f"{name}: {preset.description}" for name, preset in PRESETS.items()]
-    lines.append("yours: the default preset with the flags you gave")
+    lines += [f"{name}: {mode.description}" for name, mode in MODES.items()]
+    lines.append("yours: the flags you gave (--mode, default: default): what `kvspill serve` with them runs")
     lines += [f"note: {n}" for n in yours.notes]
     if not yours.fits:
         lines.append("your flags do not fit; what would:")
@@ -89,9 +90,10 @@ def plan_command(
 ) -> None:
     """Show what fits where (GPU, CPU, disk KV tiers) and how fast it will run, before loading.
 
-    The engine flags set every column; the memory ones (--gpu-memory-utilization, --cpu-kv-budget,
-    --disk-kv-budget, --kv-cache-memory) only `yours`, where those left out take the default
-    preset's values. Flags the plan does not model (e.g. --device) are checked, then ignored.
+    One column per --mode (what `serve --mode X` runs with the engine flags given) and `yours`:
+    every flag given, --mode and the memory ones (--gpu-memory-utilization, --cpu-kv-budget,
+    --disk-kv-budget, --kv-cache-memory) included. Flags the plan does not model (e.g. --device)
+    are checked, then ignored.
     """
     try:
         payload, plans, header = plan_json(model, engine, ram_budget, context, kv_dtype, gpu)

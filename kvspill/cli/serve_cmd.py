@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -36,6 +37,7 @@ from kvspill.cli.serve_checks import check_before_binding
 from kvspill.errors import KvspillError
 from kvspill.guided.compile_pool import DEFAULT_TIMEOUT_S as DEFAULT_COMPILE_TIMEOUT_S
 from kvspill.options import EngineOptions, engine_config
+from kvspill.plan.units import GiB
 from kvspill.server.compile_budget import DEFAULT_BUDGET_S as DEFAULT_COMPILE_BUDGET_S
 from kvspill.server.connection_limits import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -189,6 +191,7 @@ def serve_command(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
     if print_config:
+        typer.echo(_mode_expansion(config))
         return
     _warn_if_open(host, api_key)
     limits = _with_allowed_hosts(connection, host, api_key, allowed_hosts)
@@ -205,6 +208,34 @@ def serve_command(
         rag_service,
         (guided_compile_timeout, guided_compile_budget),
     )
+
+
+def _mode_expansion(config: Any) -> str:
+    """What --mode and the flags left out come to on this host now, as TOML comments: the context,
+    its RoPE scaling, the cold path and the tiers start-up will size (engine/setup.plan_before_start)."""
+    from kvspill.engine.setup import plan_before_start
+    from kvspill.plan.fit import fit_line
+
+    lines = [f"# --mode {config.mode} on this host now (a flag given above wins):"]
+    try:
+        resolved, startup = plan_before_start(config)
+    except KvspillError as e:
+        return "\n".join([*lines, f"#   start-up would stop: {e}".replace("\n", "\n#   ")])
+    context = resolved.max_model_len or "the model's trained context"
+    rope = json.dumps(resolved.rope_scaling) if resolved.rope_scaling else "the model's"
+    lines += [
+        f"#   max-model-len = {context}",
+        f"#   rope-scaling = {rope}",
+        f"#   cold-attention = {resolved.cold_attention!r}",
+    ]
+    if startup is not None:
+        request = startup.plan.request
+        lines += [
+            f'#   cpu-kv-budget = "{request.ram_budget_bytes / GiB:.2f}GiB"',
+            f'#   disk-kv-budget = "{request.disk_budget_bytes / GiB:.2f}GiB"',
+            f"#   {fit_line(startup.plan)}",
+        ]
+    return "\n".join(lines)
 
 
 def _check_connection_flags(limits: ConnectionLimits) -> None:
@@ -301,6 +332,7 @@ def run_server(
 
     try:
         check_before_binding(config, host, port)
+        _plan_before_binding(config)
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
@@ -331,6 +363,18 @@ def run_server(
         timeout_keep_alive=limits.timeout_keep_alive,
     )
     _leave(app, rag_jobs, shutdown_timeout)
+
+
+def _plan_before_binding(config: Any) -> None:
+    """The memory plan from the model's shapes, before the port is bound: a context that even the
+    mode's automatic tiers cannot hold stops here with the planner's advice (OutOfKVMemoryError),
+    not after loading; otherwise one line says what the tiers will hold."""
+    from kvspill.engine.setup import plan_before_start
+    from kvspill.plan.fit import fit_line
+
+    _, startup = plan_before_start(config)
+    if startup is not None:
+        logger.info("memory plan before loading: %s", fit_line(startup.plan))
 
 
 def _engine_factory(config: Any) -> Callable[[], Any]:

@@ -24,7 +24,6 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import psutil
 import torch
 
 from kvspill.attention.cold.config import cold_config, kv_format_of
@@ -53,8 +52,17 @@ from kvspill.model.resolve import resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.choices import DeviceFacts, RuntimeChoices, resolve_choices
+from kvspill.plan.fit import HostRoom, fit_line
+from kvspill.plan.flag_plans import read_host_room
 from kvspill.plan.spec import ModelSpec
-from kvspill.plan.startup import Measured, StartupPlan, enforce, keeps_gguf_quantized, startup_plan
+from kvspill.plan.startup import (
+    Measured,
+    StartupPlan,
+    enforce,
+    keeps_gguf_quantized,
+    mode_config,
+    startup_plan,
+)
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.model_runner import ModelRunner
 from kvspill.runner.profile import profile_prefill_peak
@@ -92,6 +100,11 @@ def _card(device: torch.device) -> tuple[int | None, str | None]:
     return torch.cuda.get_device_properties(device).total_memory, torch.cuda.get_device_name(device)
 
 
+def host_room(config: EngineConfig) -> HostRoom:
+    """What the host can give the tiers now, read as `kvspill plan` reads it."""
+    return read_host_room(config.kv_disk_dir)
+
+
 def _plan(
     config: EngineConfig,
     device: torch.device,
@@ -100,17 +113,34 @@ def _plan(
 ) -> StartupPlan | None:
     total, name = _card(device)
     measured, spec, context_len = after_loading if after_loading is not None else (None, None, None)
+    room = host_room(config)
     return startup_plan(
         config,
         total,
         name,
         calibration,
         device=device.type,
-        host_available_bytes=int(psutil.virtual_memory().available),
+        host_available_bytes=room.ram_available_bytes,
+        disk_free_bytes=room.disk_free_bytes,
         measured=measured,
         spec=spec,
         context_len=context_len,
     )
+
+
+def plan_before_start(config: EngineConfig) -> tuple[EngineConfig, StartupPlan | None]:
+    """What start-up will run, from the model's shapes and this host before anything loads: the
+    config with its mode's context, and the memory plan (None: shapes not readable yet). Raises
+    OutOfKVMemoryError where a CUDA plan cannot hold the context (`enforce`): `serve` calls this
+    before binding its port, `--print-config` shows it."""
+    device = pick_device(config)
+    config = replace(config, dtype=str(pick_dtype(config, device)).removeprefix("torch."))
+    config = with_attention_mode(config, device.type)
+    config = mode_config(config, device.type, _card(device)[0], host_room(config))
+    startup = _plan(config, device, load_calibration())
+    if startup is not None:
+        enforce(startup, config, on_gpu=device.type == "cuda")
+    return config, startup
 
 
 def _plan_and_cap(config: EngineConfig, device: torch.device, calibration: Bandwidths | None) -> None:
@@ -181,6 +211,7 @@ def _size_tiers(
         if plan.gpu_kv_bytes + plan.block_bytes > left
         else f"; the pool's fixed size: {plan.gpu_kv_bytes / GIB:.2f} GiB",
     )
+    logger.info("memory: %s%s", fit_line(plan), _why_tiers(config, plan))
     num_blocks = plan.gpu_kv_tokens // config.block_size
     if num_blocks < 2:
         raise OutOfKVMemoryError(
@@ -201,6 +232,16 @@ def _size_tiers(
             loaded.max_model_len,
         )
     return plan
+
+
+def _why_tiers(config: EngineConfig, plan: MemoryPlan) -> str:
+    """Why the cold tiers have the size they have, where the mode chose it (no size given)."""
+    chosen = []
+    if config.cpu_kv_budget_bytes is None and plan.cpu_kv_bytes:
+        chosen.append("the cpu tier (--cpu-kv-budget sets it)")
+    if config.disk_kv_budget_bytes is None and plan.disk_kv_bytes:
+        chosen.append("the disk tier (--disk-kv-budget sets it)")
+    return f" [--mode {config.mode} sized {' and '.join(chosen)}]" if chosen else ""
 
 
 def _prepare_kernels(
@@ -317,6 +358,8 @@ def _prelude(
         dtype = pick_dtype(config, device)  # the plans count bytes at the dtype the engine runs
         config = replace(config, dtype=str(dtype).removeprefix("torch."))
         config = with_attention_mode(config, device.type)  # --attention cpu on a GPU: via the tiers
+        # extended/extreme: the context and RoPE scaling of the mode, before anything loads
+        config = mode_config(config, device.type, _card(device)[0], host_room(config))
         check_kv_cache_dtype(config, device)  # before loading anything
         preflight(config)
         facts = DeviceFacts.read(device.type, _card(device)[0], tp.size)

@@ -26,13 +26,12 @@ from kvspill.model.loader import LoadedModel, apply_rope_override
 from kvspill.model.offload import offload_layers, place_with_offload
 from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding
 from kvspill.model.quant import QuantEmbedding, QuantLinear
-from kvspill.plan.spec import KNOWN_SHAPES
+from kvspill.plan.spec import KNOWN_SHAPES, LLAMA3_ROPE_FACTORS
 
 PREFIX = "random:"
 # fp16 scales of random quantized blocks: weights of roughly the dense init's 0.02 spread.
 _QUANT_SCALE = 0.002
 # RoPE of the real models these shapes stand for (Llama 3.2: factor 32; Llama 3.1: factor 8).
-_LLAMA3_ROPE_FACTOR = {"llama-1b": 32.0, "llama-3b": 32.0, "llama-8b": 8.0}
 
 
 def is_random_model(model: str | None) -> bool:
@@ -148,7 +147,7 @@ def _llama_config(name: str, max_len: int) -> LlamaConfig:
         {
             "rope_type": "llama3",
             "rope_theta": 500000.0,
-            "factor": _LLAMA3_ROPE_FACTOR.get(name, 8.0),
+            "factor": LLAMA3_ROPE_FACTORS[name],
             "low_freq_factor": 1.0,
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192,

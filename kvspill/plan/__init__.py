@@ -8,16 +8,14 @@ Invariants:
 - No torch, no I/O: the caller passes bandwidths, host RAM and free disk in.
 - `make_plan` never raises for a plan that does not fit: `fits=False` and `advice` say what to
   change, each line with a flag and a number that the same arithmetic checked.
-- A preset changes only memory knobs (VRAM fraction, CPU and disk tiers); engine flags stay the user's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kvspill.config import EngineConfig, rope_type_of
 from kvspill.env import cuda_graphs_on
-from kvspill.errors import InvalidParameterError
 from kvspill.plan.arithmetic import (
     MemoryPlan,
     PlanRequest,
@@ -33,13 +31,11 @@ from kvspill.plan.units import GiB, format_bytes, format_tokens, parse_bytes
 __all__ = [
     "DEFAULT_BANDWIDTHS",
     "KNOWN_GPU_BANDWIDTHS",
-    "PRESETS",
     "RATE_FIELDS",
     "Bandwidths",
     "DecodeFloor",
     "MemoryPlan",
     "PlanRequest",
-    "Preset",
     "bandwidths_for_gpu",
     "known_gpu",
     "compute_plan",
@@ -47,9 +43,7 @@ __all__ = [
     "format_plan_table",
     "make_plan",
     "parse_bytes",
-    "plan_presets",
     "plan_to_json",
-    "preset_request",
     "request_from_engine_config",
 ]
 
@@ -87,10 +81,6 @@ def bandwidths_for_gpu(name: str | None) -> Bandwidths:
     """Figures for a card named like `NVIDIA H100 80GB HBM3`; the desktop defaults otherwise."""
     known = known_gpu(name)
     return KNOWN_GPU_BANDWIDTHS[known] if known is not None else DEFAULT_BANDWIDTHS
-
-
-def _round_up(num_tokens: int, block_size: int) -> int:
-    return -(-num_tokens // block_size) * block_size
 
 
 def make_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
@@ -138,108 +128,6 @@ def request_from_engine_config(
         tp_graphs=cuda_graphs_on("TP"),
         rope_scaling=rope_type_of(config.rope_scaling),
     )
-
-
-# -- presets ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Memory knobs of a named preset; the engine flags (chunk, seqs, dtypes) stay the user's."""
-
-    name: str
-    gpu_memory_utilization: float
-    cpu_min_bytes: int  # the CPU tier is at least this (when the host has it)
-    cpu_host_fraction: float  # ... and at most this fraction of host RAM
-    cpu_fill: bool  # True: as large as the cap allows; False: what the context needs
-    disk_free_fraction: float  # disk tier: at most this fraction of the free disk (0: none)
-    disk_fill_fraction: float  # ... and at least this fraction of it (0: what the context needs)
-    description: str
-
-
-PRESETS: dict[str, Preset] = {
-    "default": Preset(
-        "default",
-        0.75,
-        2 * GiB,
-        0.5,
-        False,
-        0.0,
-        0.0,
-        "75% of the VRAM budget; CPU tier 2 GiB or what the context needs",
-    ),
-    "extended": Preset(
-        "extended",
-        0.90,
-        2 * GiB,
-        0.5,
-        True,
-        0.5,
-        0.0,
-        "90% of VRAM; CPU tier half the host RAM; disk only for what RAM cannot hold",
-    ),
-    "extreme": Preset(
-        "extreme",
-        0.95,
-        2 * GiB,
-        0.8,
-        True,
-        0.9,
-        0.25,
-        "95% of VRAM; CPU tier 80% of host RAM; disk tier a quarter of the free disk",
-    ),
-}
-
-
-def preset_request(
-    name: str, request: PlanRequest, host_ram_bytes: int | None = None, disk_free_bytes: int | None = None
-) -> PlanRequest:
-    """`request` with the memory knobs of preset `name`, sized for its context on this host."""
-    if name not in PRESETS:
-        raise InvalidParameterError("preset", f"preset must be one of {', '.join(PRESETS)}, got {name!r}")
-    preset = PRESETS[name]
-    base = replace(
-        request,
-        gpu_memory_utilization=preset.gpu_memory_utilization,
-        ram_budget_bytes=0,
-        disk_budget_bytes=0,
-        preset=name,
-    )
-    probe = compute_plan(base, DEFAULT_BANDWIDTHS)
-    cold_bytes = max(0, _round_up(request.context_len, request.block_size) - probe.gpu_kv_tokens)
-    cold_bytes *= probe.kv_bytes_per_token
-    cpu_cap = None if host_ram_bytes is None else int(host_ram_bytes * preset.cpu_host_fraction)
-    cpu = max(preset.cpu_min_bytes, cold_bytes)
-    if preset.cpu_fill and cpu_cap is not None:
-        cpu = max(cpu, cpu_cap)
-    if cpu_cap is not None:
-        cpu = min(cpu, cpu_cap)
-    disk = 0
-    if preset.disk_free_fraction > 0:
-        disk = max(0, cold_bytes - cpu)
-        if disk_free_bytes is not None:
-            disk = max(disk, int(disk_free_bytes * preset.disk_fill_fraction))
-            disk = min(disk, int(disk_free_bytes * preset.disk_free_fraction))
-    return replace(base, ram_budget_bytes=cpu, disk_budget_bytes=disk)
-
-
-def plan_presets(
-    request: PlanRequest,
-    bandwidths: Bandwidths,
-    host_ram_bytes: int | None = None,
-    disk_free_bytes: int | None = None,
-    user: PlanRequest | None = None,
-) -> dict[str, MemoryPlan]:
-    """Plans for `default`, `extended`, `extreme` (built from `request`), then the user's own flags.
-
-    `user` defaults to `request` as given; its plan is under the key `yours`.
-    """
-    plans = {
-        name: make_plan(preset_request(name, request, host_ram_bytes, disk_free_bytes), bandwidths)
-        for name in PRESETS
-    }
-    plans["yours"] = make_plan(replace(user or request, preset="yours"), bandwidths)
-    return plans
 
 
 def describe_fit(plan: MemoryPlan) -> str:

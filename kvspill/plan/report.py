@@ -370,5 +370,6 @@ def plan_to_json(plan: MemoryPlan) -> dict[str, Any]:
     data["request"]["weight_dtype_bytes"] = plan.request.weight_dtype_bytes
     data["request"]["kv_dtype_bytes"] = plan.request.kv_dtype_bytes
     data["bandwidths"]["filled"] = list(plan.bandwidths.filled)  # JSON has lists, not tuples
+    data["request"]["spec"]["rope_scaling"] = dict(plan.request.spec.rope_scaling)  # pairs -> object
     data["figure_source"] = figure_source(plan)  # TTFT and decode: measured (how) or defaults
     return data

@@ -70,6 +70,9 @@ class ModelSpec:
     quant_method: str | None = None  # config.json's quantization_config.quant_method (awq, gptq, ...)
     gguf_main_type: str | None = None  # a GGUF file's quantized type holding the most bytes (e.g. Q4_K)
     name: str = ""  # where the spec came from (path, HF id or known-shape name)
+    # the model's own RoPE scaling as (key, value) pairs, rope_type first; () for a plain RoPE
+    # (what `--mode extended|extreme` raises: plan/fit.py mode_rope_scaling)
+    rope_scaling: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -211,6 +214,7 @@ class ModelSpec:
                 weight_dtype_bytes=DTYPE_BYTES.get(str(dtype_name)) if dtype_name else None,
                 quant_method=_quant_method(config),
                 name=name,
+                rope_scaling=_rope_of(config),
             )
         except KeyError as e:
             raise UnsupportedModelError(f"model {name!r}: config has no {e.args[0]!r}") from e
@@ -314,6 +318,40 @@ def _quant_method(config: dict[str, Any]) -> str | None:
     return str(method).lower() if method else None
 
 
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _rope_of(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A config.json's RoPE scaling (transformers 4.x `rope_scaling`, 5.x `rope_parameters`),
+    rope_type first, without rope_theta; () for a plain RoPE."""
+    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    if any(isinstance(v, dict) for v in params.values()):
+        return (("rope_type", "per-layer"),)
+    rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
+    params.pop("type", None)
+    params.pop("rope_theta", None)
+    if rope_type == "default":
+        return ()
+    return (("rope_type", rope_type), *sorted((k, _frozen(v)) for k, v in params.items()))
+
+
+def _gguf_rope(key: Any, tensors: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A GGUF header's RoPE scaling, as `_rope_of` gives a config's: llama.cpp writes
+    rope.scaling.{type,factor,original_context_length}; a `rope_freqs` tensor holds per-frequency
+    factors (Llama 3.1's) that no scaling type here describes."""
+    if "rope_freqs.weight" in tensors:
+        return (("rope_type", "gguf-rope-freqs"),)
+    rope_type = str(key("rope.scaling.type", "none"))
+    if rope_type in ("none", ""):
+        return ()
+    pairs: list[tuple[str, Any]] = [("factor", float(key("rope.scaling.factor", 1.0)))]
+    original = key("rope.scaling.original_context_length")
+    if original is not None:
+        pairs.append(("original_max_position_embeddings", int(original)))
+    return (("rope_type", rope_type), *pairs)
+
+
 def _gguf_value(reader: Any, key: str) -> Any:
     field = reader.get_field(key)
     return None if field is None else field.contents()
@@ -367,12 +405,20 @@ def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
         stored_weight_bytes=sum(int(t.n_bytes) for t in reader.tensors),
         gguf_main_type=_main_type(reader.tensors),
         name=path,
+        rope_scaling=_gguf_rope(key, tensors),
     )
+
+
+# The Llama 3 RoPE of the real model each shape stands for (its factor over 8,192 trained positions):
+# the random-weight models take it (model/random_init.py), and the modes extend it.
+LLAMA3_ROPE_FACTORS = {"llama-1b": 32.0, "llama-3b": 32.0, "llama-8b": 8.0}
 
 
 def _llama_shape(
     name: str, layers: int, hidden: int, inter: int, heads: int, kv_heads: int, head_dim: int, tied: bool
 ) -> ModelSpec:
+    rope = {"factor": LLAMA3_ROPE_FACTORS[name], "high_freq_factor": 4.0, "low_freq_factor": 1.0}
+    rope["original_max_position_embeddings"] = 8192
     return ModelSpec(
         architecture="llama",
         num_layers=layers,
@@ -386,6 +432,7 @@ def _llama_shape(
         max_position_embeddings=131072,
         weight_dtype_bytes=2,
         name=name,
+        rope_scaling=(("rope_type", "llama3"), *sorted(rope.items())),
     )
 
 

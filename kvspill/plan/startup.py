@@ -25,18 +25,19 @@ import logging
 from dataclasses import dataclass, replace
 
 from kvspill.config import EngineConfig, with_attention_mode
-from kvspill.errors import OutOfKVMemoryError
+from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
+from kvspill.modes import MODES
 from kvspill.plan import (
-    DEFAULT_BANDWIDTHS,
     Bandwidths,
     MemoryPlan,
     PlanRequest,
-    bandwidths_for_gpu,
     format_plan_table,
     make_plan,
     request_from_engine_config,
 )
 from kvspill.plan.choices import vram_budget
+from kvspill.plan.fit import AutoTiers, HostRoom, fit_tiers, longest_context, mode_context
+from kvspill.plan.host_rates import planning_rates
 from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
 from kvspill.plan.weights import INT4_CHECKPOINT_METHODS
 
@@ -99,7 +100,7 @@ def _device_budget(
         if config.attention == "cpu" and not config.cpu_kv_budget_bytes and config.num_cpu_kv_blocks is None:
             if host_available_bytes is None:
                 return None
-            request = replace(request, ram_budget_bytes=_host_pool_bytes(request, host_available_bytes))
+            request = replace(request, ram_budget_bytes=host_pool_bytes(request, host_available_bytes))
         budget = vram_budget(config.vram_budget_bytes, config.gpu_memory_utilization, device_total_bytes)
         if budget is None:
             return None
@@ -117,11 +118,11 @@ def _device_budget(
     if host_available_bytes is None:
         return None
     if fixed is None:
-        fixed = _host_pool_bytes(request, host_available_bytes)
+        fixed = host_pool_bytes(request, host_available_bytes)
     return replace(request, vram_budget_bytes=max(1, host_available_bytes), gpu_kv_budget_bytes=fixed)
 
 
-def _host_pool_bytes(request: PlanRequest, host_available_bytes: int) -> int:
+def host_pool_bytes(request: PlanRequest, host_available_bytes: int) -> int:
     """A KV pool in host RAM without a budget: up to CPU_POOL_MAX_SEQS sequences of the context,
     within 1/CPU_POOL_RAM_FRACTION of the available RAM."""
     block_bytes = request.kv_bytes_per_token * request.block_size
@@ -130,38 +131,35 @@ def _host_pool_bytes(request: PlanRequest, host_available_bytes: int) -> int:
     return min(want, host_available_bytes // CPU_POOL_RAM_FRACTION)
 
 
-def startup_plan(
-    config: EngineConfig,
-    device_total_bytes: int | None,
-    gpu_name: str | None,
-    calibration: Bandwidths | None = None,
-    *,
-    device: str = "cuda",
-    host_available_bytes: int | None = None,
-    measured: Measured | None = None,
-    spec: ModelSpec | None = None,
-    context_len: int | None = None,
-) -> StartupPlan | None:
-    """The plan for this engine, or None when its shapes or its device budget are not known.
+def auto_tiers(config: EngineConfig, device: str) -> AutoTiers:
+    """The tiers `config`'s mode sizes on `device`: those the user gave no size for. On the CPU
+    device the pool is in RAM already (no cpu tier); `--attention cpu` sizes its own RAM pool."""
+    cpu = config.cpu_kv_budget_bytes is None and config.num_cpu_kv_blocks is None
+    disk = config.disk_kv_budget_bytes is None and config.num_disk_kv_blocks is None
+    in_ram = config.attention == "cpu"
+    return AutoTiers(
+        cpu=cpu and device == "cuda" and not in_ram,
+        disk=disk and not (in_ram and device != "cuda"),
+        ram_share=config.cpu_kv_ram_share,
+    )
 
-    `device_total_bytes`/`gpu_name` describe the CUDA card (None on the CPU); `host_available_bytes`
-    sizes a pool in host RAM; `measured` and `spec`/`context_len` (the loaded model's) are the
-    engine's after loading."""
-    config = with_attention_mode(config, device)
-    if spec is None:
-        try:
-            spec = model_spec_for(config.model)
-        except Exception as e:  # the loader will report the real problem with its own message
-            logger.debug("no plan before loading: %s", e)
-            return None
-    # One rank's share (the whole model with one rank): each rank plans its own card.
-    spec = spec.per_rank(config.tensor_parallel_size)
+
+def _plan_request(
+    config: EngineConfig,
+    spec: ModelSpec,
+    device: str,
+    device_total_bytes: int | None,
+    room: HostRoom,
+    measured: Measured | None,
+    context_len: int | None,
+) -> PlanRequest | None:
+    """The request of this engine before its mode sizes the tiers; None: no device budget known."""
     request = request_from_engine_config(
         config,
         spec,
         vram_budget_bytes=1,  # set by _device_budget
-        ram_budget_bytes=config.cpu_kv_budget_bytes,
-        disk_budget_bytes=config.disk_kv_budget_bytes,
+        ram_budget_bytes=config.cpu_kv_budget_bytes or 0,
+        disk_budget_bytes=config.disk_kv_budget_bytes or 0,
     )
     request = replace(
         request,
@@ -180,15 +178,83 @@ def startup_plan(
             measured_runtime_bytes=measured.runtime_bytes,
             graph_scratch_bytes=measured.graph_scratch_bytes,
         )
-    budgeted = _device_budget(config, request, device, device_total_bytes, host_available_bytes)
+    return _device_budget(config, request, device, device_total_bytes, room.ram_available_bytes)
+
+
+def _spec_of(config: EngineConfig, spec: ModelSpec | None) -> ModelSpec | None:
+    """One rank's shapes (the whole model with one rank); None where they cannot be read yet."""
+    if spec is None:
+        try:
+            spec = model_spec_for(config.model)
+        except Exception as e:  # the loader will report the real problem with its own message
+            logger.debug("no plan before loading: %s", e)
+            return None
+    return spec.per_rank(config.tensor_parallel_size)  # each rank plans its own card
+
+
+def startup_plan(
+    config: EngineConfig,
+    device_total_bytes: int | None,
+    gpu_name: str | None,
+    calibration: Bandwidths | None = None,
+    *,
+    device: str = "cuda",
+    host_available_bytes: int | None = None,
+    disk_free_bytes: int | None = None,
+    measured: Measured | None = None,
+    spec: ModelSpec | None = None,
+    context_len: int | None = None,
+) -> StartupPlan | None:
+    """The plan for this engine, or None when its shapes or its device budget are not known.
+
+    `device_total_bytes`/`gpu_name` describe the CUDA card (None on the CPU);
+    `host_available_bytes` sizes a pool in host RAM and the mode's automatic cpu tier,
+    `disk_free_bytes` (of the disk tier's directory) its disk tier; `measured` and
+    `spec`/`context_len` (the loaded model's) are the engine's after loading."""
+    config = with_attention_mode(config, device)
+    spec = _spec_of(config, spec)
+    if spec is None:
+        return None
+    room = HostRoom(host_available_bytes, disk_free_bytes)
+    budgeted = _plan_request(config, spec, device, device_total_bytes, room, measured, context_len)
     if budgeted is None:
         return None
-    if calibration is not None:
-        bandwidths = calibration.complete(bandwidths_for_gpu(calibration.gpu_name or gpu_name))
-    else:
-        bandwidths = bandwidths_for_gpu(gpu_name) if gpu_name else DEFAULT_BANDWIDTHS
+    budgeted = fit_tiers(budgeted, MODES[config.mode], room, auto_tiers(config, device))
+    bandwidths = planning_rates(calibration, gpu_name, device)  # kvspill plan's choice (plan/host_rates.py)
     plan = make_plan(budgeted, bandwidths)
     return StartupPlan(plan=plan, bandwidths=bandwidths, table=format_plan_table({"this engine": plan}))
+
+
+def mode_config(
+    config: EngineConfig,
+    device: str,
+    device_total_bytes: int | None,
+    room: HostRoom,
+    spec: ModelSpec | None = None,
+) -> EngineConfig:
+    """`config` with the context of its mode: extended and extreme the longest their
+    tiers hold (up to 4x and 8x), each with the RoPE scaling that reaches it (plan/fit.py). A context or
+    RoPE scaling the user gave wins; default mode and unknown shapes come back unchanged."""
+    mode = MODES[config.mode]
+    if mode.context_factor == 1 or config.rope_scaling is not None:
+        return config
+    spec = _spec_of(with_attention_mode(config, device), spec)
+    if spec is None:
+        return config
+
+    def holds(context: int) -> int:
+        config_at = with_attention_mode(replace(config, max_model_len=context), device)
+        request = _plan_request(config_at, spec, device, device_total_bytes, room, None, None)
+        if request is None:
+            return context
+        auto = auto_tiers(config_at, device)
+        return longest_context(request, mode, room, auto, spec.max_position_embeddings)
+
+    try:
+        context, rope = mode_context(mode, spec, config.max_model_len, holds)
+    except ValueError as e:
+        raise InvalidParameterError("mode", f"--mode {mode.name}: {e}") from e
+    return replace(config, max_model_len=context, rope_scaling=rope)
 
 
 def enforce(startup: StartupPlan, config: EngineConfig, on_gpu: bool) -> None:

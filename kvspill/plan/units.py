@@ -61,10 +61,11 @@ def parse_bytes(text: str | int, param: str = "bytes") -> int:
 
 def parse_size(text: str | int, param: str = "bytes") -> int:
     """`parse_bytes` for flags people type: a number without a unit is refused with the choices
-    (`--vram-budget 16` meant 16 bytes, which nobody means). An int from code is bytes."""
+    (`--vram-budget 16` meant 16 bytes, which nobody means); 0 is 0 in any unit (`--cpu-kv-budget
+    0`: no cpu tier). An int from code is bytes."""
     if isinstance(text, str):
         match = _PATTERN.match(text)
-        if match is not None and match.group(2) == "":
+        if match is not None and match.group(2) == "" and float(match.group(1)) != 0:
             number = match.group(1)
             raise InvalidParameterError(
                 param,

@@ -91,7 +91,8 @@ def test_compare_writes_a_row_per_config_and_context(bench, tiny_llama_dir, tmp_
     assert _is_png(out / "compare.png")
     report = (out / "report.md").read_text()
     assert all(f"| {c} |" in report for c in configs)
-    assert "1.0 MiB" in report  # the default preset's 2 GiB CPU tier, capped
+    # the mode, and offload-on's CPU tier: one sequence of --max-model-len 512 (768 bytes a token)
+    assert "'mode': 'default'" in report and "384 KiB" in report
 
 
 def test_stability_passes_in_process(bench, tiny_llama_dir, tmp_path):

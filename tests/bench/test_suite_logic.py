@@ -127,8 +127,12 @@ def test_named_configurations_set_memory_knobs_within_the_cap(tiny_llama_dir):
         max_tokens=300, host_ram_bytes=64 * 2**30, disk_free_bytes=2**40, tier_cap_bytes=2**20
     )
     extreme = configs.config_options("extreme", base, sizing, 2**30)
-    assert extreme["gpu_memory_utilization"] == 0.95
-    assert extreme["cpu_kv_budget_bytes"] == extreme["disk_kv_budget_bytes"] == 2**20  # capped
+    assert extreme["mode"] == "extreme"
+    # on the CPU device the pool is in RAM already (no cpu tier); extreme's disk tier, capped
+    assert extreme["cpu_kv_budget_bytes"] == 0 and extreme["disk_kv_budget_bytes"] == 2**20
+    assert configs.config_options(
+        "default", base, dataclasses.replace(sizing, tier_cap_bytes=None), 2**30
+    ) == {"mode": "default"}
     # 3 layers x K,V x 2 kv heads x 16 dims x 4 bytes, for 304 tokens (19 blocks of 16)
     assert configs.config_options("offload-on", base, sizing, 2**30) == {"cpu_kv_budget_bytes": 304 * 768}
     assert configs.config_options("offload-off", base, sizing, 2**30)["cpu_kv_budget_bytes"] == 0
@@ -159,7 +163,11 @@ def test_presets_sized_for_the_engine_length_pass_its_start_up_plan(preset):
 
     gib = 2**30
     config = EngineConfig(
-        model="random:llama-3b", vram_budget_bytes=16 * gib, max_model_len=132096, max_num_batched_tokens=4096
+        model="random:llama-3b",
+        device="cuda",
+        vram_budget_bytes=16 * gib,
+        max_model_len=132096,
+        max_num_batched_tokens=4096,
     )
     sizing = configs.Sizing(
         config.max_model_len, host_ram_bytes=128 * gib, disk_free_bytes=64 * gib, tier_cap_bytes=40 * gib

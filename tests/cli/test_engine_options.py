@@ -118,6 +118,7 @@ def test_the_help_of_every_engine_command_lists_them(group):
 
 def test_every_flag_maps_to_its_engine_config_field():
     options = EngineOptions(
+        mode="extended",
         device="cpu",
         dtype="float32",
         max_model_len=4096,
@@ -140,6 +141,7 @@ def test_every_flag_maps_to_its_engine_config_field():
         kv_cache_memory="512MiB",
         num_kv_blocks=64,
         cpu_kv_budget="2GiB",
+        cpu_kv_ram_share=0.3,
         disk_kv_budget="3GiB",
         kv_disk_dir="/tmp/kv",
         kv_persist_dir="/tmp/persist",
@@ -163,6 +165,7 @@ def test_every_flag_maps_to_its_engine_config_field():
     config = engine_config(options, "some/model")
     assert config == EngineConfig(
         model="some/model",
+        mode="extended",
         device="cpu",
         dtype="float32",
         max_model_len=4096,
@@ -185,6 +188,7 @@ def test_every_flag_maps_to_its_engine_config_field():
         kv_cache_memory_bytes=512 * 2**20,
         num_kv_blocks=64,
         cpu_kv_budget_bytes=2 * 2**30,
+        cpu_kv_ram_share=0.3,
         disk_kv_budget_bytes=3 * 2**30,
         kv_disk_dir="/tmp/kv",
         kv_persist_dir="/tmp/persist",

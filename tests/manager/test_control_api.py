@@ -16,6 +16,7 @@ from kvspill.cli.plan_cmd import plan_json
 from kvspill.manager.api import create_manager_app
 from kvspill.manager.supervisor import Supervisor
 from kvspill.options import EngineOptions
+from kvspill.plan import flag_plans
 from kvspill.registry import open_registry
 
 from .conftest import API_KEY, wait_for
@@ -47,7 +48,12 @@ def test_every_api_route_needs_the_key(client: TestClient):
     assert client.get("/").status_code == 200  # the page itself holds no data
 
 
-def test_plan_endpoint_returns_the_plan_json(client: TestClient, smollm2_gguf_path: Path):
+def test_plan_endpoint_returns_the_plan_json(
+    client: TestClient, smollm2_gguf_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # both plans read the host's available RAM: one reading for both, or they differ by the drift
+    room = flag_plans.HostRoom(20 * 2**30, 100 * 2**30)
+    monkeypatch.setattr(flag_plans, "read_host_room", lambda kv_disk_dir=None: room)
     r = client.post("/api/plan", headers=AUTH, json={"profile": "smol-cpu"})
     assert r.status_code == 200, r.text
     body = r.json()

@@ -17,16 +17,13 @@ from kvspill.env import env_settings
 from kvspill.errors import InvalidParameterError
 from kvspill.plan import (
     DEFAULT_BANDWIDTHS,
-    PRESETS,
     Bandwidths,
     PlanRequest,
     bandwidths_for_gpu,
     format_plan_table,
     make_plan,
     parse_bytes,
-    plan_presets,
     plan_to_json,
-    preset_request,
     request_from_engine_config,
 )
 from kvspill.plan.calibrate import save_calibration
@@ -403,29 +400,6 @@ def test_decode_over_quantized_gpu_kv_takes_bf16s_time_and_int8_its_basis_turns(
     assert on_cpu["fp8"].decode.gpu_kv_s == pytest.approx(on_cpu["auto"].decode.gpu_kv_s / 2)
 
 
-def test_presets() -> None:
-    base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072)
-    host_ram, disk_free = 128 * GiB, 1000 * GiB
-    default = preset_request("default", base, host_ram, disk_free)
-    assert default.gpu_memory_utilization == 0.75 and default.disk_budget_bytes == 0
-    need = (
-        131072 - make_plan(replace(default, ram_budget_bytes=0), DEFAULT_BANDWIDTHS).gpu_kv_tokens
-    ) * 131072
-    assert default.ram_budget_bytes == need  # more than 2 GiB: what the context needs
-    small = preset_request("default", replace(base, context_len=4096), host_ram, disk_free)
-    assert small.ram_budget_bytes == 2 * GiB
-    extreme = preset_request("extreme", base, host_ram, disk_free)
-    assert extreme.gpu_memory_utilization == 0.95
-    assert extreme.ram_budget_bytes == int(0.8 * host_ram) and extreme.disk_budget_bytes == 250 * GiB
-    plans = plan_presets(base, DEFAULT_BANDWIDTHS, host_ram, disk_free)
-    assert list(plans) == [*PRESETS, "yours"]
-    assert all(plans[name].fits for name in PRESETS)
-    assert not plans["yours"].fits  # base as given: a 2 GiB CPU tier cannot hold 128K
-    assert plans["extreme"].max_context > plans["extended"].max_context > plans["default"].max_context
-    with pytest.raises(InvalidParameterError, match="preset"):
-        preset_request("ludicrous", base)
-
-
 def test_request_from_engine_config() -> None:
     config = EngineConfig(max_model_len=65536, max_num_seqs=4, kv_cache_memory_bytes=GiB, enforce_eager=True)
     request = request_from_engine_config(config, LLAMA_8B, 24 * GiB, ram_budget_bytes=8 * GiB)
@@ -448,7 +422,10 @@ def test_bandwidths_fill_and_known_cards() -> None:
 
 def test_table_and_json() -> None:
     base = PlanRequest(spec=LLAMA_8B, vram_budget_bytes=24 * GiB, context_len=131072)
-    plans = plan_presets(base, DEFAULT_BANDWIDTHS, 64 * GiB, 500 * GiB)
+    plans = {
+        name: make_plan(replace(base, preset=name, ram_budget_bytes=ram), DEFAULT_BANDWIDTHS)
+        for name, ram in (("default", 8 * GiB), ("extended", 32 * GiB), ("extreme", 48 * GiB), ("yours", 0))
+    }
     table = format_plan_table(plans)
     for word in (
         "default",
@@ -457,7 +434,8 @@ def test_table_and_json() -> None:
         "yours",
         "KV per token",
         "128 KiB",
-        "decode @ 128K",
+        "decode @ context",
+        "128K",
         "fits",
     ):
         assert word in table

@@ -1,14 +1,15 @@
 """Contexts to sweep and the named engine configurations that `bench compare` lays side by side.
 
 Named configurations (`CONFIGS`) change memory knobs only; every other engine flag stays the
-user's. The presets come from the planner (`kvspill.plan.preset_request`), sized exactly as
-`kvspill plan` sizes them: for the run's largest context (prompt + new tokens) on this host.
+user's. `default`, `extended` and `extreme` are the engine's --mode (kvspill/modes.py) at the
+run's largest context (prompt + new tokens): the engine sizes their tiers on this host, as
+`kvspill plan` shows them.
 
 Invariants:
 - Bad input raises `InvalidParameterError` naming the flag and what to change: an empty or
   unsorted-duplicate context list, a context that with its new tokens passes the model's length,
   an unknown or empty configuration list.
-- `tier_cap_bytes` bounds the cpu and disk tiers of every configuration (a preset on a big host
+- `tier_cap_bytes` bounds the cpu and disk tiers of every configuration (a mode on a big host
   asks for half its RAM, pinned and zeroed at start-up: too much for a test or a shared host).
 - `weights-offload` is the engine's own `--cpu-offload-gb` (CUDA only): the user's amount, else a
   quarter of the weights; `weights-resident` is the same engine with every weight on the GPU.
@@ -26,9 +27,9 @@ from kvspill.plan.units import parse_tokens
 DEFAULT_START_CONTEXT = 4096
 
 CONFIGS: dict[str, str] = {
-    "default": "the planner's default preset (75% of VRAM; CPU tier 2 GiB or what the context needs)",
-    "extended": "the extended preset (90% of VRAM; CPU tier half the host RAM; disk past RAM)",
-    "extreme": "the extreme preset (95% of VRAM; CPU tier 80% of host RAM; disk a quarter of the free disk)",
+    "default": "--mode default: a CPU tier only for what the device cannot hold (kvspill/modes.py)",
+    "extended": "--mode extended: CPU tier half the available RAM; disk past RAM; exact",
+    "extreme": "--mode extreme: CPU tier 80% of available RAM; disk a quarter of the free disk; sparse",
     "offload-off": "no cold tiers: all KV in the device pool",
     "offload-on": "a CPU tier (--cpu-kv-budget, else enough for the largest context); cold path as configured",
     "cpu-attention": "--attention cpu: the whole KV pool in RAM, attention on the CPU",
@@ -142,7 +143,7 @@ def host_sizing(max_tokens: int, tier_cap_bytes: int | None, disk_dir: str | Non
     import psutil
 
     try:
-        ram = int(psutil.virtual_memory().total)
+        ram = int(psutil.virtual_memory().available)  # what the modes size from (plan/fit.py)
         disk = int(psutil.disk_usage(disk_dir or tempfile.gettempdir()).free)
     except OSError:
         ram, disk = None, None
@@ -173,18 +174,27 @@ def _cold_tier_bytes(config: EngineConfig, sizing: Sizing) -> int:
     return blocks * config.block_size * spec.kv_bytes_per_token(_kv_dtype_bytes(config))
 
 
-def _preset_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: int) -> dict[str, Any]:
-    from kvspill.plan import preset_request, request_from_engine_config
-    from kvspill.plan.startup import model_spec_for
+def _mode_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: int) -> dict[str, Any]:
+    """--mode `name` at the run's context; with a tier cap, the tiers the mode sizes on this host
+    (plan/startup.py, as the engine sizes them), so the cap can bound them."""
+    options: dict[str, Any] = {"mode": name}
+    if sizing.tier_cap_bytes is None:
+        return options
+    from kvspill.plan.startup import startup_plan
 
-    spec = model_spec_for(config.model)
-    base = request_from_engine_config(replace(config, max_model_len=sizing.max_tokens), spec, vram_bytes)
-    req = preset_request(name, base, sizing.host_ram_bytes, sizing.disk_free_bytes)
-    return {
-        "gpu_memory_utilization": req.gpu_memory_utilization,
-        "cpu_kv_budget_bytes": req.ram_budget_bytes,
-        "disk_kv_budget_bytes": req.disk_budget_bytes,
-    }
+    moded = replace(config, mode=name, max_model_len=sizing.max_tokens)
+    startup = startup_plan(
+        moded,
+        vram_bytes,
+        None,
+        device="cuda" if device_plan_bytes(config)[1] else "cpu",
+        host_available_bytes=sizing.host_ram_bytes,
+        disk_free_bytes=sizing.disk_free_bytes,
+    )
+    if startup is not None:
+        options["cpu_kv_budget_bytes"] = startup.plan.request.ram_budget_bytes
+        options["disk_kv_budget_bytes"] = startup.plan.request.disk_budget_bytes
+    return options
 
 
 def _quarter_of_weights_gib(config: EngineConfig) -> float:
@@ -198,12 +208,10 @@ def _quarter_of_weights_gib(config: EngineConfig) -> float:
 def config_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: int) -> dict[str, Any]:
     """The EngineConfig fields configuration `name` sets over the user's `config`.
 
-    `vram_bytes` is what the presets plan the device for: the --vram-budget, the card, or (on the
-    CPU, where the device pool is host RAM) a quarter of the available RAM, the CPU pool's own cap.
-    With --vram-budget the engine's ceiling stays that budget: a preset's VRAM fraction then shapes
-    the start-up plan (what it checks), while its cpu and disk tiers apply as they are."""
+    `vram_bytes` is what the modes plan the device for (with --tier-cap): the --vram-budget, the
+    card, or (on the CPU, where the device pool is host RAM) a quarter of the available RAM."""
     if name in ("default", "extended", "extreme"):
-        options = _preset_options(name, config, sizing, vram_bytes)
+        options = _mode_options(name, config, sizing, vram_bytes)
     elif name == "offload-off":
         options = {"cpu_kv_budget_bytes": 0, "disk_kv_budget_bytes": 0}
     elif name == "offload-on":
