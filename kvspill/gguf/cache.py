@@ -33,7 +33,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import transformers
-from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+from transformers import PretrainedConfig, PreTrainedTokenizerBase
+
+# Not `from transformers import AutoConfig`: on transformers 5.17 the package's auto classes pull
+# in its modeling stack (generation, scikit-learn, torch._dynamo, torch.distributed: 7.5 s of a
+# 15 s import on the H200 host, bench/results/2026-12-02-h200-fit-by-default/).
+from transformers.models.auto.configuration_auto import AutoConfig
 
 from kvspill.env import env_settings
 from kvspill.gguf.reader import shared_readers
@@ -58,6 +63,8 @@ def gguf_hf_config(path: Path) -> PretrainedConfig:
 
 def gguf_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     """The fast tokenizer of the GGUF file `path` (cached; transformers' errors pass through)."""
+
+    from transformers.models.auto.tokenization_auto import AutoTokenizer  # heavy: see the imports
 
     def build() -> PreTrainedTokenizerBase:
         with shared_readers():

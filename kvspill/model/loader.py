@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from transformers import AutoConfig, PretrainedConfig
+from transformers import PretrainedConfig
+from transformers.models.auto.configuration_auto import AutoConfig  # not the package's: gguf/cache.py
 
 from kvspill.config import ROPE_TYPES
 from kvspill.errors import InvalidParameterError, ModelNotFoundError, UnsupportedModelError

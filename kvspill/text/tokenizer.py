@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
 from kvspill.gguf.cache import gguf_tokenizer
@@ -113,6 +113,9 @@ def _load_hf_tokenizer(resolved: ResolvedModel) -> PreTrainedTokenizerBase:
     try:
         if resolved.kind == "gguf":
             return gguf_tokenizer(path)  # cached per file: converting the vocabulary takes seconds
+        # imported here: transformers 5.17's auto classes pull in its modeling stack (gguf/cache.py)
+        from transformers.models.auto.tokenization_auto import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError, KeyError, TypeError) as e:
         where = path if resolved.kind == "gguf" else path / "tokenizer.json"
