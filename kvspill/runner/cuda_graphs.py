@@ -148,6 +148,11 @@ class DecodeGraphs:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             self.run_model(b, cold)
+            # The eager run's temporaries stay cached in the default pool; the capture below
+            # allocates its own in the graph pool, which the plan counts once (a GGUF lm_head
+            # dequantized past 16 rows: 1 GiB for an 8B). Hand the cached copy back first.
+            stream.synchronize()
+            torch.cuda.empty_cache()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool, stream=stream):
                 out = self.run_model(b, cold)
