@@ -95,7 +95,9 @@ def test_user_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch, cap
 
     from kvspill.cli import main as cli_main
 
-    monkeypatch.delenv("KVSPILL_DEBUG", raising=False)
+    # set (not deleted): main() writes KVSPILL_DEBUG=1 for --debug, and only a variable the
+    # monkeypatch set is restored afterwards; left set, later tests in this worker print tracebacks
+    monkeypatch.setenv("KVSPILL_DEBUG", "0")
     logger = logging.getLogger("kvspill")
     monkeypatch.setattr(logger, "level", logger.level)  # main() sets it: restored afterwards
     monkeypatch.setattr(sys, "argv", ["kvspill", "generate", "-m", "/nonexistent/model", "hi"])

@@ -13,9 +13,10 @@ requests must be token ids with `detokenize=False`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
-from transformers import LlamaConfig
 
 from kvspill.errors import ModelNotFoundError
 from kvspill.kernels.fp8_linear import check_fp8_supported
@@ -27,6 +28,9 @@ from kvspill.model.offload import offload_layers, place_with_offload
 from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding
 from kvspill.model.quant import QuantEmbedding, QuantLinear
 from kvspill.plan.spec import KNOWN_SHAPES, LLAMA3_ROPE_FACTORS
+
+if TYPE_CHECKING:
+    from transformers import LlamaConfig
 
 PREFIX = "random:"
 # fp16 scales of random quantized blocks: weights of roughly the dense init's 0.02 spread.
@@ -130,6 +134,10 @@ def _check_random_name(name: str, qtype: str | None, device: torch.device) -> No
 
 def _llama_config(name: str, max_len: int) -> LlamaConfig:
     """The Llama config of shape `name`, with the RoPE of the real model it stands for."""
+    # Imported here, not at module level: the engine imports this module on every start, and
+    # LlamaConfig pulls in torch.distributed.tensor and sympy (1.2-2 s on a 2-core CPU).
+    from transformers.models.llama.configuration_llama import LlamaConfig
+
     spec = KNOWN_SHAPES[name]
     config = LlamaConfig(
         hidden_size=spec.hidden_size,
@@ -147,7 +155,7 @@ def _llama_config(name: str, max_len: int) -> LlamaConfig:
         {
             "rope_type": "llama3",
             "rope_theta": 500000.0,
-            "factor": LLAMA3_ROPE_FACTORS[name],
+            "factor": LLAMA3_ROPE_FACTORS.get(name, 8.0),
             "low_freq_factor": 1.0,
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192,
