@@ -4,7 +4,8 @@ Invariants:
 - The model is built on the `meta` device, given storage on the target device
   (`to_empty`), then filled one tensor at a time: a safetensors tensor is read lazily
   (`safe_open`), a GGUF tensor is dequantized alone (or kept in its quantized blocks:
-  model/gguf_weights.py); each is cast and copied into its parameter before the next is read.
+  model/gguf_weights.py; or read from the dequantized copy `kvspill models prepare` saved);
+  each is cast and copied into its parameter before the next is read.
   No second full copy of the weights ever exists.
 - Every parameter must be loaded: a missing tensor is an error, never uninitialized memory.
 - `--rope-scaling` replaces the config's RoPE scaling and raises max_position_embeddings by
@@ -22,7 +23,6 @@ from typing import Any
 import torch
 from torch import Tensor
 from transformers import PretrainedConfig
-from transformers.models.auto.configuration_auto import AutoConfig  # not the package's: gguf/cache.py
 
 from kvspill.config import ROPE_TYPES
 from kvspill.errors import InvalidParameterError, ModelNotFoundError, UnsupportedModelError
@@ -98,7 +98,7 @@ def load_model(
         _install_quantized_modules(model, source, dtype)
     offloaded = place_with_offload(model, device, cpu_offload_bytes)
     model.init_buffers()
-    loaded, expected = _load_weights(model, source, config, device)
+    loaded, expected = _load_weights(model, source, config, device, dtype)
     missing = expected - loaded
     if missing:
         raise ModelNotFoundError(
@@ -149,7 +149,11 @@ def _install_quantized_modules(model: LlamaForCausalLM, source: _WeightSource, d
 
 
 def _load_weights(
-    model: LlamaForCausalLM, source: _WeightSource, config: PretrainedConfig, device: torch.device
+    model: LlamaForCausalLM,
+    source: _WeightSource,
+    config: PretrainedConfig,
+    device: torch.device,
+    dtype: torch.dtype,
 ) -> tuple[set[str], set[str]]:
     """Streams the weights into the model; returns (names loaded, names the model needs)."""
     expected = model.expected_weight_names()
@@ -172,8 +176,8 @@ def _load_weights(
     elif source.keep_quantized:
         loaded = gguf_weights.load_quantized(model, reader, config, device)
         gguf_weights.check_quantized_complete(model, source.path)
-    else:
-        loaded = model.load_weights(gguf_weights.iter_dequantized(reader, config))
+    else:  # dense: the copy `models prepare` saved in this dtype, else dequantized now
+        loaded = model.load_weights(gguf_weights.iter_dense(reader, source.path, config, dtype))
     return loaded, expected
 
 
@@ -183,6 +187,9 @@ def load_hf_config(resolved: ResolvedModel) -> PretrainedConfig:
     try:
         if resolved.kind == "gguf":
             return gguf_hf_config(path)  # cached per file: transformers' conversion takes seconds
+        # Imported here: a GGUF start never needs the auto classes (0.6 s; gguf/cache.py).
+        from transformers.models.auto.configuration_auto import AutoConfig
+
         return AutoConfig.from_pretrained(str(path))
     except (ValueError, KeyError) as e:
         # Unknown model_type / GGUF architecture: transformers cannot describe it, nor can we.
