@@ -235,6 +235,8 @@ def _save_dense_weights(path: Path, config: Any, dtype_name: str) -> str:
     from kvspill.gguf.cache import open_dequantized
     from kvspill.model.gguf_weights import save_dense_weights
 
+    if torch.cuda.is_available():  # a GGUF stays in its quantized blocks on CUDA: no dense copy
+        return "weights left quantized (CUDA)"
     if open_dequantized(path, dtype_name) is not None:
         return f"{dtype_name} weights already cached"
     saved = save_dense_weights(path, config, getattr(torch, dtype_name))
