@@ -177,11 +177,10 @@ def serve_command(
     try:  # every flag checked before anything loads or listens: a bad one is exit 2
         model = _one_model(model, model_option)
         _check_admission_flags(max_waiting_requests, max_queued_tokens, shutdown_timeout)
-        connection = ConnectionLimits(
+        connection = _checked_connection(ConnectionLimits(
             None, max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout, body_timeout,
             max_connections_per_client,
-        )  # fmt: skip
-        _check_connection_flags(connection)
+        ))  # fmt: skip
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         if profile is not None:  # the registry's model and flags; those given on the command line win
             model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
@@ -238,7 +237,8 @@ def _mode_expansion(config: Any) -> str:
     return "\n".join(lines)
 
 
-def _check_connection_flags(limits: ConnectionLimits) -> None:
+def _checked_connection(limits: ConnectionLimits) -> ConnectionLimits:
+    """`limits` once its flags are checked (KvspillError: which one to change)."""
     if limits.max_request_bytes is not None and limits.max_request_bytes < 1024:
         raise KvspillError(
             "--max-request-bytes must be at least 1024 (leave it out to size it from the model)"
@@ -251,6 +251,7 @@ def _check_connection_flags(limits: ConnectionLimits) -> None:
         )
     if limits.max_connections_per_client < 1:
         raise KvspillError("--max-connections-per-client must be at least 1")
+    return limits
 
 
 def _one_model(model: str | None, model_option: str | None) -> str | None:

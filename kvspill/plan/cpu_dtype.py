@@ -30,17 +30,22 @@ GEMV_SHAPE = (1, 2048, 8192)  # tokens, in, out: a decode step's projection (32 
 GEMM_SHAPE = (128, 2048, 2048)  # a prefill chunk's projection
 
 
-def _host_key() -> str:
-    import torch
-
-    model = ""
+def cpu_model_name() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where there is none): part of the keys its
+    measurements are cached under (here and plan/host_rates.py)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return ""
+
+
+def _host_key() -> str:
+    import torch
+
+    model = cpu_model_name()
     capability = torch.backends.cpu.get_cpu_capability()
     return f"{model}|{capability}|torch {torch.__version__}|threads {torch.get_num_threads()}"
 

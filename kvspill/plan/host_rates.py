@@ -27,6 +27,7 @@ from typing import Any
 from kvspill.env import env_settings
 from kvspill.plan import bandwidths_for_gpu
 from kvspill.plan.bandwidths import CPU_RATE_FIELDS, DEFAULT_BANDWIDTHS, Bandwidths
+from kvspill.plan.cpu_dtype import cpu_model_name
 from kvspill.plan.request import PlanRequest
 
 log = logging.getLogger(__name__)
@@ -52,14 +53,7 @@ def _cache_path() -> Path:
 
 def cpu_host_key() -> str:
     """This CPU as the cache knows it: its model name and the cores this process may use."""
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model_name()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{model}|cores {cores}"
 
