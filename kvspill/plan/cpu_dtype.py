@@ -22,24 +22,13 @@ import time
 from pathlib import Path
 
 from kvspill.env import env_settings
+from kvspill.plan.host_rates import cpu_model_name
 
 log = logging.getLogger(__name__)
 
 PROMPT_TOKENS, NEW_TOKENS = 512, 128  # the typical request the choice is made for
 GEMV_SHAPE = (1, 2048, 8192)  # tokens, in, out: a decode step's projection (32 MiB in fp16)
 GEMM_SHAPE = (128, 2048, 2048)  # a prefill chunk's projection
-
-
-def cpu_model_name() -> str:
-    """The CPU's model name from /proc/cpuinfo ("" where there is none): part of the keys its
-    measurements are cached under (here and plan/host_rates.py)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def _host_key() -> str:

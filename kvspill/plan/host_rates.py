@@ -27,7 +27,6 @@ from typing import Any
 from kvspill.env import env_settings
 from kvspill.plan import bandwidths_for_gpu
 from kvspill.plan.bandwidths import CPU_RATE_FIELDS, DEFAULT_BANDWIDTHS, Bandwidths
-from kvspill.plan.cpu_dtype import cpu_model_name
 from kvspill.plan.request import PlanRequest
 
 log = logging.getLogger(__name__)
@@ -49,6 +48,18 @@ MEASURE_TIMEOUT_S = 120.0  # the child takes a second or two; a loaded host may 
 
 def _cache_path() -> Path:
     return env_settings().calibration_path.parent / "cpu_rates.json"
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where there is none): part of the keys its
+    measurements are cached under (here and plan/cpu_dtype.py)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def cpu_host_key() -> str:
