@@ -114,11 +114,27 @@ def place_with_offload(model: nn.Module, device: torch.device, cpu_offload_bytes
     count = choose_layers([module_bytes(layer) for layer in layers], cpu_offload_bytes)
     offloaded = [layers[i] for i in range(count)]
     for i in range(count):
-        layers[i] = nn.Identity()  # keeps them out of to_empty(device): they never touch the GPU
-    model.to_empty(device=device)
+        layers[i] = nn.Identity()  # keeps them out of the storage on `device`: they never touch the GPU
+    empty_storage(model, device)
     for i, layer in enumerate(offloaded):
-        layers[i] = layer.to_empty(device="cpu")
+        layers[i] = empty_storage(layer, torch.device("cpu"))
     return offloaded
+
+
+def empty_storage(module: nn.Module, device: torch.device) -> nn.Module:
+    """`module.to_empty(device=device)` (uninitialized storage for every parameter and buffer,
+    tied ones untied as to_empty leaves them), through torch.empty: to_empty's empty_like of a
+    meta tensor imports torch.fx's symbolic shapes and sympy, 1.5 s of a 2-core CPU start
+    (bench/results/2026-12-02-startup-cpu)."""
+    for sub in module.modules():
+        for name, param in sub._parameters.items():
+            if param is not None:
+                fresh = torch.empty(param.shape, dtype=param.dtype, device=device)
+                sub._parameters[name] = nn.Parameter(fresh, requires_grad=param.requires_grad)
+        for name, buffer in sub._buffers.items():
+            if buffer is not None:
+                sub._buffers[name] = torch.empty(buffer.shape, dtype=buffer.dtype, device=device)
+    return module
 
 
 def offload_layers(model: nn.Module, layers: list[nn.Module], device: torch.device) -> LayerOffloader:
