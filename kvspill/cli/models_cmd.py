@@ -201,8 +201,9 @@ def prepare(
     ] = None,
 ) -> None:
     """Do once what a first start would: convert a GGUF's config and tokenizer into the cache,
-    measure the CPU's fast dtype, save the GGUF's weights dequantized to it and build the C++
-    CPU-attention kernel, so the next `kvspill serve` starts in seconds."""
+    measure the CPU's fast dtype, save the GGUF's weights dequantized to it, build the C++
+    CPU-attention kernel and measure the CPU plan's rates, so the next `kvspill serve` starts in
+    seconds."""
     import time
 
     from kvspill.gguf.cache import gguf_hf_config, gguf_tokenizer
@@ -221,9 +222,10 @@ def prepare(
         gguf_tokenizer(resolved.path)
         cached = f", GGUF config and tokenizer cached, {_save_dense_weights(resolved.path, config, dtype)}"
     kernel = _build_cpu_attention_kernel()
+    rates = _cpu_plan_rates()
     typer.echo(
         f"prepared {resolved.display_name} in {time.perf_counter() - start:.1f} s "
-        f"(CPU dtype {dtype}{cached}, {kernel})"
+        f"(CPU dtype {dtype}{cached}, {kernel}, {rates})"
     )
 
 
@@ -241,6 +243,16 @@ def _save_dense_weights(path: Path, config: Any, dtype_name: str) -> str:
         return f"{dtype_name} weights already cached"
     saved = save_dense_weights(path, config, getattr(torch, dtype_name))
     return f"{dtype_name} weights cached" if saved is not None else "weights not cached (see the warning)"
+
+
+def _cpu_plan_rates() -> str:
+    """Measure (once, cached) the rates a CPU engine's memory plan divides by, so the first start
+    does not (plan/host_rates.py: a child process, 2-4 s on a 2-core host)."""
+    from kvspill.plan.calibrate import load_calibration
+    from kvspill.plan.host_rates import cpu_host_bandwidths
+
+    rates = cpu_host_bandwidths(load_calibration())
+    return "CPU plan rates " + ("measured" if rates.cpu_rates_at else "at defaults")
 
 
 def _build_cpu_attention_kernel() -> str:
