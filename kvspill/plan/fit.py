@@ -29,7 +29,7 @@ from kvspill.plan.units import format_bytes, format_tokens
 # What an automatic tier grows by beyond the blocks the plan said were short: the measured plan
 # after loading may give the GPU pool a few blocks less than the estimate before it, and sparse key
 # summaries of the new cold blocks take GPU room too.
-_CPU_MARGIN = 1.02
+_GROW_MARGIN = 1.02
 # extended/extreme stop short of the longest context that fits: the pools measured after loading
 # come out a little smaller than the estimate the context was chosen from.
 _LONGEST_MARGIN = 0.95
@@ -90,10 +90,10 @@ def _grow_tiers(request: PlanRequest, mode: Mode, room: HostRoom, auto: AutoTier
         if plan.fits or not short:
             break
         if auto.cpu and ram < ram_cap:
-            grow = min(ram_cap - ram, int(short * _CPU_MARGIN) + plan.block_bytes)
+            grow = min(ram_cap - ram, int(short * _GROW_MARGIN) + plan.block_bytes)
             ram, short = ram + grow, short - grow
         if auto.disk and short > 0 and disk < disk_cap:
-            disk += min(disk_cap - disk, int(short * _CPU_MARGIN) + plan.block_bytes)
+            disk += min(disk_cap - disk, int(short * _GROW_MARGIN) + plan.block_bytes)
         elif not (auto.cpu and ram < ram_cap):
             break
     return replace(request, ram_budget_bytes=ram, disk_budget_bytes=disk)
