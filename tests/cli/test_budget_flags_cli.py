@@ -9,22 +9,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-import typer
+from serve_app import serve_app
 from typer.testing import CliRunner
 
 from kvspill.cli import main as cli_main
-from kvspill.cli import serve_cmd
-
-
-def _serve_cli() -> typer.Typer:
-    app = typer.Typer()
-    serve_cmd.register(app)
-
-    @app.command()
-    def _other() -> None:  # a second command so that `serve` stays a subcommand
-        pass
-
-    return app
 
 
 def _more_than_the_ram() -> str:
@@ -40,7 +28,7 @@ def _free_port() -> int:
 def test_serve_with_a_cpu_tier_over_the_ram_is_one_line_and_exit_1(tiny_llama_dir: Path) -> None:
     port = _free_port()
     args = ["serve", str(tiny_llama_dir), "--device", "cpu", "--port", str(port)]
-    out = CliRunner().invoke(_serve_cli(), [*args, "--cpu-kv-budget", _more_than_the_ram()])
+    out = CliRunner().invoke(serve_app(), [*args, "--cpu-kv-budget", _more_than_the_ram()])
     assert out.exit_code == 1, out.output
     assert out.output.count("\n") == 1, out.output
     assert out.output.startswith(f"error: --cpu-kv-budget {_more_than_the_ram()} is more than the ")

@@ -8,18 +8,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import typer
+from serve_app import serve_app
 from typer.testing import CliRunner
 
 from kvspill.cli import serve_cmd
 from kvspill.config import EngineConfig
-
-
-def _serve_app() -> typer.Typer:
-    app = typer.Typer()
-    serve_cmd.register(app)
-    app.command("noop")(lambda: None)  # two commands: `serve` stays a subcommand
-    return app
 
 
 @pytest.fixture
@@ -36,7 +29,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def _serve(*args: str, env: dict[str, str] | None = None):
-    return CliRunner().invoke(_serve_app(), ["serve", *args], env=env or {})
+    return CliRunner().invoke(serve_app(), ["serve", *args], env=env or {})
 
 
 SAMPLE = """

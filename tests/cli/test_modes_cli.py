@@ -8,19 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
+from serve_app import serve_app
 from typer.testing import CliRunner
 
-from kvspill.cli import serve_cmd
 from kvspill.config import EngineConfig
 from kvspill.registry.profiles import RegistryError, validate_flags
 
 
 def _serve(*args: str) -> object:
-    app = typer.Typer()
-    serve_cmd.register(app)
-    app.command("noop")(lambda: None)  # two commands: `serve` stays a subcommand
-    return CliRunner().invoke(app, ["serve", *args], env={})
+    return CliRunner().invoke(serve_app(), ["serve", *args], env={})
 
 
 def _expansion(output: str) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kvspill.env import env_settings
 from kvspill.model.base import AttentionFn
 
 
@@ -86,3 +87,13 @@ def smollm2_tokenizer(smollm2_gguf_path: Path):  # -> TokenizerBundle
     from kvspill.text.tokenizer import load_tokenizer
 
     return load_tokenizer(resolve_model(None))
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty GGUF cache (KVSPILL_GGUF_CACHE) for this test."""
+    root = tmp_path / "gguf-cache"
+    monkeypatch.setenv("KVSPILL_GGUF_CACHE", str(root))
+    env_settings.cache_clear()
+    yield root
+    env_settings.cache_clear()

@@ -22,15 +22,6 @@ TEXTS = [
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "gguf-cache"
-    monkeypatch.setenv("KVSPILL_GGUF_CACHE", str(root))
-    env_settings.cache_clear()
-    yield root
-    env_settings.cache_clear()
-
-
-@pytest.fixture
 def gguf_copy(tmp_path, smollm2_gguf_path) -> Path:
     """A link to the embedded file (its own cache key, nothing copied)."""
     link = tmp_path / "model" / "smol.gguf"

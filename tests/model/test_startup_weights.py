@@ -4,7 +4,6 @@ copy is never used."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,15 +16,6 @@ from kvspill.model.loader import load_model
 from kvspill.model.resolve import resolve_model
 
 DTYPE = torch.float16
-
-
-@pytest.fixture
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = tmp_path / "gguf-cache"
-    monkeypatch.setenv("KVSPILL_GGUF_CACHE", str(root))
-    env_settings.cache_clear()
-    yield root
-    env_settings.cache_clear()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 import typer
+from serve_app import serve_app
 from typer.testing import CliRunner
 
 from kvspill.cli import serve_cmd
@@ -17,19 +18,8 @@ from kvspill.cli import serve_cmd
 from .conftest import start_server
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-    serve_cmd.register(app)
-
-    @app.command()
-    def _other() -> None:  # a second command so that `serve` stays a subcommand
-        pass
-
-    return app
-
-
 def test_serve_flags_and_env_vars():
-    group = typer.main.get_command(_app())
+    group = typer.main.get_command(serve_app())
     serve = group.commands["serve"]  # type: ignore[attr-defined]
     opts = {o for p in serve.params for o in p.opts}
     for flag in (
@@ -50,10 +40,10 @@ def test_serve_flags_and_env_vars():
 
 
 def test_env_var_flags_are_validated():
-    out = CliRunner().invoke(_app(), ["serve"], env={"KVSPILL_BLOCK_SIZE": "7"})
+    out = CliRunner().invoke(serve_app(), ["serve"], env={"KVSPILL_BLOCK_SIZE": "7"})
     assert out.exit_code == 2
     assert "--block-size" in out.output
-    out = CliRunner().invoke(_app(), ["serve"], env={"KVSPILL_MAX_QUEUED_TOKENS": "0"})
+    out = CliRunner().invoke(serve_app(), ["serve"], env={"KVSPILL_MAX_QUEUED_TOKENS": "0"})
     assert out.exit_code == 2 and "--max-queued-tokens" in out.output
 
 
@@ -90,14 +80,14 @@ def test_warns_without_api_key_beyond_loopback(monkeypatch, caplog):
     calls: list[tuple] = []
     monkeypatch.setattr(serve_cmd, "run_server", lambda *a: calls.append(a))
     with caplog.at_level("WARNING", logger="kvspill.serve"):
-        out = CliRunner().invoke(_app(), ["serve", "--host", "0.0.0.0", "--device", "cpu"])
+        out = CliRunner().invoke(serve_app(), ["serve", "--host", "0.0.0.0", "--device", "cpu"])
     assert out.exit_code == 0, out.output
     assert calls and calls[0][1:3] == ("0.0.0.0", 8000)
     assert "without --api-key" in caplog.text
     caplog.clear()
     monkeypatch.setenv("KVSPILL_API_KEY", "k")
     monkeypatch.setenv("KVSPILL_PORT", "9001")
-    out = CliRunner().invoke(_app(), ["serve", "--host", "0.0.0.0"])
+    out = CliRunner().invoke(serve_app(), ["serve", "--host", "0.0.0.0"])
     assert out.exit_code == 0, out.output
     assert calls[1][1:4] == ("0.0.0.0", 9001, "k")
     assert "without --api-key" not in caplog.text
