@@ -1,4 +1,5 @@
-"""`--config FILE` (or `KVSPILL_CONFIG`): a TOML file holding any flag of `kvspill serve`.
+"""`--config FILE` (or `KVSPILL_CONFIG`): a TOML file holding any flag of `kvspill serve`, or a
+`.yaml`/`.yml` file in vLLM's form (the same keys: flag names, and `model`).
 
     # serve.toml
     model = "/models/Llama-3.1-8B-Instruct-Q4_K_M.gguf"
@@ -13,7 +14,10 @@ Invariants:
   environment: one rule, click's own, for every flag, with no copy of the flag list here.
 - Keys are the flag names without `--` (`vram-budget`; `vram_budget` reads the same), and `model`
   for the MODEL argument. An unknown key (named with the valid ones), a value of the wrong TOML type,
-  a file that is missing or not TOML: one `error:` line naming the file, exit 2. Nothing is ignored.
+  a file that is missing or not TOML (YAML): one `error:` line naming the file, exit 2. Nothing is
+  ignored.
+- Other servers' flag names (`swap-space`, `context-length`, `ctx-size`, ...) are keys too: they go
+  through the same alias table as the command line (`cli/dialects.py`), each printing its `note:`.
 - `--print-config` writes the effective values with where each came from, as TOML that is itself a
   valid config file (the API key stays hidden: it is printed as a comment).
 """
@@ -28,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
+import yaml
 
+from kvspill.cli.dialects import DialectError, alias_for, note, read_config_value
 from kvspill.errors import KvspillError
 
 CONFIG_ENV = "KVSPILL_CONFIG"
@@ -67,22 +73,67 @@ def _type_error(value: Any, param: Any) -> str | None:
     return None if isinstance(value, str) else 'a string (in quotes, e.g. "24GiB")'
 
 
-def read_config_file(path: Path, command: Any) -> dict[str, Any]:
-    """The `default_map` of `command` that file `path` sets (param name -> value); raises
-    ConfigFileError saying what to change."""
+def _load(path: Path) -> dict[str, Any]:
+    """The file's table: YAML for a .yaml/.yml file (vLLM's form), else TOML."""
+    is_yaml = path.suffix.lower() in (".yaml", ".yml")
     try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
+        if is_yaml:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        else:
+            with path.open("rb") as f:
+                data = tomllib.load(f)
     except FileNotFoundError as e:
         raise ConfigFileError(f"config file {path}: no such file (--config / {CONFIG_ENV})") from e
     except OSError as e:
         raise ConfigFileError(f"config file {path}: cannot read it: {e.strerror or e}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigFileError(f"config file {path} is not valid TOML: {e}") from e
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
+        why = _yaml_problem(e) if isinstance(e, yaml.YAMLError) else str(e)
+        raise ConfigFileError(
+            f"config file {path} is not valid {'YAML' if is_yaml else 'TOML'}: {why}"
+        ) from e
+    if data is None:  # an empty YAML file
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"config file {path}: the top level must be a mapping of flag names to values")
+    return data
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's error on one line (its own text spans several, quoting the file)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or " ".join(str(e).split())
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
+def read_config_file(path: Path, command: Any) -> dict[str, Any]:
+    """The `default_map` of `command` that file `path` sets (param name -> value); raises
+    ConfigFileError saying what to change."""
+    return read_config(path, command)[0]
+
+
+def read_config(path: Path, command: Any) -> tuple[dict[str, Any], list[str]]:
+    """(the `default_map` of `command` that file `path` sets, the notes of its aliased keys)."""
+    data = _load(path)
     settable = _settable(command)
+    given = {"--" + str(k).replace("_", "-"): str(v) for k, v in data.items()}
     defaults: dict[str, Any] = {}
+    set_by: dict[str, str] = {}  # param name -> the key that set it
+    notes: list[str] = []
     for raw_key, value in data.items():
+        raw_key = str(raw_key)
         key = raw_key.replace("_", "-")
+        alias = None if key in settable else alias_for(key, str(command.name))
+        if alias is not None and alias.in_files:
+            try:
+                reading = read_config_value(str(command.name), alias, raw_key, value, given)
+            except DialectError as e:
+                raise ConfigFileError(f"config file {path}: {e}") from e
+            shown = value if isinstance(value, str) else json.dumps(value)  # YAML's spelling: true, not True
+            notes.append(note(alias, f"{raw_key}: {shown}", reading))
+            for flag, text in zip(reading.args[::2], reading.args[1::2], strict=True):
+                target = settable[flag[2:]]
+                _set(path, defaults, set_by, target, _typed(path, raw_key, text, target), raw_key)
+            continue
         param = settable.get(key)
         if param is None:
             near = difflib.get_close_matches(key, list(settable), n=1)
@@ -93,10 +144,31 @@ def read_config_file(path: Path, command: Any) -> dict[str, Any]:
         wanted = _type_error(value, param)
         if wanted is not None:
             raise ConfigFileError(f"config file {path}: '{raw_key}' must be {wanted}, got {value!r}")
-        if param.name in defaults:
-            raise ConfigFileError(f"config file {path}: '{key}' is set twice (as - and _ spellings)")
-        defaults[param.name] = value
-    return defaults
+        _set(path, defaults, set_by, param, value, raw_key)
+    return defaults, notes
+
+
+def _typed(path: Path, key: str, text: str, param: Any) -> Any:
+    """An alias's value text as `param`'s type, so that a bad one is this file's one line."""
+    kind = param.type_descriptor.annotation
+    try:
+        return int(text) if kind is int else float(text) if kind is float else text
+    except ValueError as e:
+        wanted = "an integer" if kind is int else "a number"
+        raise ConfigFileError(f"config file {path}: '{key}' must be {wanted}, got {text!r}") from e
+
+
+def _set(
+    path: Path, defaults: dict[str, Any], set_by: dict[str, str], param: Any, value: Any, key: str
+) -> None:
+    """`defaults[param] = value` as set by `key`; a second key for the same flag is an error."""
+    first = set_by.get(param.name)
+    if first is not None and first.replace("_", "-") == key.replace("_", "-"):
+        raise ConfigFileError(f"config file {path}: '{_key(param)}' is set twice (as - and _ spellings)")
+    if first is not None:
+        raise ConfigFileError(f"config file {path}: '{first}' and '{key}' both set {_key(param)}: keep one")
+    defaults[param.name] = value
+    set_by[param.name] = key
 
 
 def _load_into_context(ctx: typer.Context, value: Path | None) -> Path | None:
@@ -105,10 +177,12 @@ def _load_into_context(ctx: typer.Context, value: Path | None) -> Path | None:
     if value is None or ctx.resilient_parsing:
         return value
     try:
-        defaults = read_config_file(value, ctx.command)
+        defaults, notes = read_config(value, ctx.command)
     except ConfigFileError as e:
         typer.echo(f"error: {e}", err=True)  # the house's one line, not click's usage box
         raise typer.Exit(2) from e
+    for text in notes:
+        typer.echo(f"note: config file {value}: {text}", err=True)
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     ctx.meta[_META_KEY] = value
     return value
@@ -118,7 +192,8 @@ def config_option() -> Any:
     """The typer option of `--config FILE` (also `KVSPILL_CONFIG`)."""
     return typer.Option(
         "--config",
-        help='TOML file of flag values (keys as the flags without --, e.g. vram-budget = "24GiB"); '
+        help='TOML file of flag values (keys as the flags without --, e.g. vram-budget = "24GiB"), or '
+        "a .yaml file in vLLM's form (other servers' flag names read as in docs/flags.md, Aliases); "
         "the command line and KVSPILL_<FLAG> win over it.",
         envvar=CONFIG_ENV,
         is_eager=True,

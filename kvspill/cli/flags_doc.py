@@ -7,6 +7,8 @@ Invariants:
   or re-described without regenerating).
 - Engine flags (the "Engine options" panel, `cli/engine_options.py`) are listed once, with the
   commands that take them; each command's section lists only its own flags.
+- Other servers' flag names are listed once, in "Aliases", from the one table that reads them
+  (`cli/dialects.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import typer
 
+from kvspill.cli.dialects import ALIASES
 from kvspill.cli.engine_options import PANEL as ENGINE_PANEL
 
 HEADER = """# Flags
@@ -65,6 +68,27 @@ def _is_engine(option: Any) -> bool:
     return getattr(option, "rich_help_panel", None) == ENGINE_PANEL
 
 
+def _aliases() -> list[str]:
+    """The "Aliases" section: every other server's flag kvspill reads, and what it reads it as."""
+    rows = [
+        f"| {', '.join(f'`{n}`' for n in a.names)} | {a.origin} | {', '.join(sorted(a.commands))} | "
+        f"{_cell(a.maps_to)} |"
+        for a in ALIASES
+    ]
+    return [
+        "## Aliases",
+        "",
+        "Flags of vLLM, SGLang and llama-server that kvspill reads as its own (also as keys of a `--config` "
+        "file, TOML or vLLM's YAML); each prints a `note:` line saying what it was read as. One given beside "
+        "the flag it maps to is refused, as is one that cannot map (the `error:` line says what to use).",
+        "",
+        "| alias | from | commands | read as |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def render(app: typer.Typer) -> str:
     """The whole docs/flags.md."""
     root = typer.main.get_command(app)
@@ -95,7 +119,7 @@ def render(app: typer.Typer) -> str:
         *_table(list(engine.values())),
         "",
     ]
-    return "\n".join([HEADER, *engine_section, *sections]).rstrip() + "\n"
+    return "\n".join([HEADER, *engine_section, *_aliases(), *sections]).rstrip() + "\n"
 
 
 def main() -> None:

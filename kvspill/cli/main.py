@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kvspill.cli.dialects import DialectCommand
 from kvspill.cli.engine_options import ModelOpt, with_engine_options
 from kvspill.cli.user_errors import DEBUG_ENV, debug_enabled
 from kvspill.cli.user_errors import fail as _fail
@@ -55,7 +56,7 @@ def _sampling(
     )
 
 
-@app.command()
+@app.command(cls=DialectCommand)
 @with_engine_options
 def generate(
     prompt: Annotated[str, typer.Argument(help="The prompt text.")],
@@ -92,7 +93,7 @@ def generate(
         _fail(e)
 
 
-@app.command("chat")
+@app.command("chat", cls=DialectCommand)
 @with_engine_options
 def chat_cmd(
     model: ModelOpt = None,
@@ -167,6 +168,24 @@ def doctor(
             typer.echo(summary)
     if any(c.status == "fail" for c in checks):
         raise typer.Exit(1)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        version()
+        raise typer.Exit()
+
+
+@app.callback()
+def _top_level(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the kvspill version and exit.", is_eager=True, callback=_print_version
+        ),
+    ] = False,
+) -> None:
+    """Long-context LLM inference on the GPU you have."""
 
 
 @app.command()

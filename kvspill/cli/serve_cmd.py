@@ -15,6 +15,9 @@ Invariants:
 - SIGTERM: stop admitting, let in-flight requests finish within `--shutdown-timeout`, then abort
   them (clients get an error event or a 503) and stop the engine thread (`server/lifecycle.py`).
 - Binding beyond loopback without `--api-key` logs a warning.
+- Other servers' flags (vLLM's `--swap-space`, SGLang's `--context-length`, llama-server's `-c`
+  and `--version`, ...) are read as kvspill's with a `note:` line each, or refused with one line
+  (`cli/dialects.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Annotated, Any
 import typer
 
 from kvspill.cli.config_file import config_option, format_effective_config, print_config_option
+from kvspill.cli.dialects import DialectCommand
 from kvspill.cli.engine_options import with_engine_options
 from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
 from kvspill.cli.serve_checks import check_before_binding
@@ -410,4 +414,4 @@ def _leave(app: Any, rag_jobs: Any, shutdown_timeout: float) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the `serve` command to `app`."""
-    app.command("serve")(serve_command)
+    app.command("serve", cls=DialectCommand)(serve_command)  # vLLM's, SGLang's, llama-server's flags too

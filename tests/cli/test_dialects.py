@@ -1,0 +1,200 @@
+"""Other servers' flags on kvspill's command line (`kvspill/cli/dialects.py`): each vLLM, SGLang and
+llama-server alias sets the EngineConfig field (or serve argument) it names and prints one `note:`
+line; what cannot map is one `error:` line and exit 2. No model is loaded: `run_server` is replaced
+and generate/chat stop right after their flags are read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from serve_app import serve_app
+from typer.testing import CliRunner
+
+from kvspill.cli import main as cli_main
+from kvspill.cli import serve_cmd
+from kvspill.cli.dialects import ALIASES, DialectError, rewrite_args
+from kvspill.config import EngineConfig
+from kvspill.errors import KvspillError
+
+GiB = 2**30
+OFFLOAD = {
+    "kv_connector": "OffloadingConnector",
+    "kv_role": "kv_both",
+    "kv_connector_extra_config": {"block_size": 64, "cpu_bytes_to_use": 8_000_000_000},
+}
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    calls: list[tuple] = []
+    monkeypatch.setattr(serve_cmd, "run_server", lambda *a: calls.append(a))
+    return calls
+
+
+def _serve(*args: str) -> Any:
+    return CliRunner().invoke(serve_app(), ["serve", *args], env={})
+
+
+def _served_config(served: list[tuple], *args: str) -> tuple[EngineConfig, list[str]]:
+    result = _serve(*args)
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    return served[-1][0], notes
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "value", "note"),
+    [
+        (["--swap-space", "4"], "cpu_kv_budget_bytes", 4 * GiB, "--swap-space 4 (vLLM) read as --cpu-kv-budget 4GiB"),
+        (["--swap-space=0.5"], "cpu_kv_budget_bytes", GiB // 2, "read as --cpu-kv-budget 0.5GiB"),
+        (["--seed", "7"], "seed", 7, "--seed 7 (vLLM) read as --engine-seed 7"),
+        (["--kv-transfer-config", json.dumps(OFFLOAD)], "cpu_kv_budget_bytes", 8_000_000_000,
+         "(vLLM) read as --cpu-kv-budget 8000000000B"),
+        (["--kv-offloading-size", "2"], "cpu_kv_budget_bytes", 2 * GiB, "read as --cpu-kv-budget 2GiB"),
+        (["--mem-fraction-static", "0.6"], "gpu_memory_utilization", 0.6,
+         "--mem-fraction-static 0.6 (SGLang) read as --gpu-memory-utilization 0.6"),
+        (["--context-length", "2K"], "max_model_len", 2048, "(SGLang) read as --max-model-len 2K"),
+        (["--chunked-prefill-size", "512"], "max_num_batched_tokens", 512,
+         "(SGLang) read as --max-num-batched-tokens 512"),
+        (["-c", "4096"], "max_model_len", 4096, "-c 4096 (llama-server) read as --max-model-len 4096"),
+        (["--ctx-size", "1024"], "max_model_len", 1024, "read as --max-model-len 1024"),
+        (["--ctx-size", "0"], "max_model_len", None, "accepted: 0 is the model's trained context"),
+        (["--enable-chunked-prefill"], "max_num_batched_tokens", EngineConfig().max_num_batched_tokens,
+         "--enable-chunked-prefill (vLLM) accepted: kvspill always chunks prefill"),
+        (["--trust-remote-code"], "trust_remote_code", False,
+         "--trust-remote-code (vLLM, SGLang) accepted: kvspill runs no code from a model repository"),
+        (["--kv-offloading-backend", "native"], "cpu_kv_budget_bytes", None, "accepted: kvspill's own cpu tier"),
+    ],
+)  # fmt: skip
+def test_each_alias_sets_its_field_and_says_so(served, args, field, value, note):
+    config, notes = _served_config(served, *args)
+    assert getattr(config, field) == value
+    assert len(notes) == 1 and note in notes[0], notes
+
+
+def test_tensor_parallel_aliases_and_totals_split_per_gpu() -> None:
+    """vLLM's offload sizes are over all GPUs, kvspill's --cpu-kv-budget is per GPU (rank)."""
+    values = frozenset({"--tensor-parallel-size"})
+    args, notes = rewrite_args("serve", ["-tp", "2", "--kv-offloading-size", "8"], values)
+    assert args == ["--tensor-parallel-size", "2", "--cpu-kv-budget", "4GiB"]
+    assert "per GPU" in notes[1]
+    args, _ = rewrite_args("serve", ["--kv-transfer-config", json.dumps(OFFLOAD), "--tp-size", "4"], values)
+    assert args == ["--cpu-kv-budget", "2000000000B", "--tensor-parallel-size", "4"]
+    args, _ = rewrite_args("serve", ["--tensor-parallel-size", "2", "--swap-space", "3"], values)
+    assert args[-2:] == ["--cpu-kv-budget", "3GiB"]  # vLLM's swap space is per GPU already
+
+
+def test_model_path_is_the_model(served):
+    result = _serve("--model-path", "some/model")
+    assert result.exit_code == 0, result.output
+    config, *_ignored, name = served[0][:7]
+    assert config.model == "some/model" and name == "some/model"
+    assert "--model-path some/model (SGLang) read as --model some/model" in result.stderr
+
+
+def test_several_aliases_at_once_keep_the_other_flags(served):
+    config, notes = _served_config(
+        served, "--host", "0.0.0.0", "--swap-space", "1", "--seed", "3", "-c", "512", "--enforce-eager"
+    )
+    assert (config.cpu_kv_budget_bytes, config.seed, config.max_model_len) == (GiB, 3, 512)
+    assert config.enforce_eager and served[-1][1] == "0.0.0.0" and len(notes) == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--no-enable-chunked-prefill"], "kvspill always chunks prefill; leave it out and set the chunk with "
+         "--max-num-batched-tokens"),
+        (["--chunked-prefill-size", "-1"], "give the chunk in tokens"),
+        (["--kv-transfer-config", '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}'],
+         "the LMCacheConnectorV1 connector is not supported"),
+        (["--kv-transfer-config", '{"kv_connector": "NixlConnector"}'], "--cpu-kv-budget SIZE"),
+        (["--kv-transfer-config", "{not json"], "--kv-transfer-config is not JSON"),
+        (["--kv-transfer-config", json.dumps({**OFFLOAD, "kv_connector_extra_config": {"num_cpu_blocks": 100}})],
+         "give the CPU size as cpu_bytes_to_use"),
+        (["--kv-transfer-config", json.dumps({**OFFLOAD, "kv_ip": "1.2.3.4"})], "the keys ['kv_ip']"),
+        (["--kv-transfer-config", json.dumps({**OFFLOAD, "kv_connector_extra_config": {
+            "cpu_bytes_to_use": 1, "spec_name": "TieringOffloadingSpec"}})], "--disk-kv-budget SIZE"),
+        (["--kv-offloading-backend", "lmcache"], "no lmcache backend"),
+        (["--swap-space", "lots"], "--swap-space takes a number of GiB"),
+        (["--swap-space", "4", "--cpu-kv-budget", "8GiB"], "both set --cpu-kv-budget: give one of them"),
+        (["--context-length", "4K", "-c", "8K"], "both set --max-model-len"),
+        (["--seed", "1", "--engine-seed", "2"], "both set --engine-seed"),
+        (["--model-path", "a", "-m", "b"], "both set --model"),
+        (["--swap-space"], "--swap-space (vLLM) needs a value"),
+        (["--trust-remote-code=true"], "takes no value"),
+    ],
+)  # fmt: skip
+def test_what_cannot_map_is_one_error_line(served, args, message):
+    result = _serve(*args)
+    assert result.exit_code == 2 and not served
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_values_of_other_options_and_arguments_after_dashdash_are_not_aliases() -> None:
+    values = frozenset({"--stop"})
+    args, notes = rewrite_args("generate", ["--stop", "-c", "--", "-c"], values)
+    assert args == ["--stop", "-c", "--", "-c"] and notes == []
+    args, notes = rewrite_args("generate", ["--stop=-c", "-c", "8"], values)
+    assert args == ["--stop=-c", "--max-model-len", "8"] and len(notes) == 1
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """generate/chat stop after their flags are read: (model, engine options) per call."""
+    calls: list[tuple] = []
+
+    def make(model: Any, engine: Any) -> Any:
+        calls.append((model, engine))
+        raise KvspillError("stopped by the test")
+
+    monkeypatch.setattr(cli_main, "_make_llm", make)
+    cli_main._register_commands()
+    return calls
+
+
+@pytest.mark.parametrize("command", [["generate", "hi"], ["chat"]])
+def test_generate_and_chat_take_the_engine_aliases_but_keep_their_own_seed(made, command):
+    args = [*command, "-c", "2K", "--swap-space", "1", "--model-path", "m", "--seed", "5"]
+    result = CliRunner().invoke(cli_main.app, args, env={})
+    assert "stopped by the test" in result.stderr, result.output
+    model, engine = made[0]
+    assert (model, engine.max_model_len, engine.cpu_kv_budget, engine.engine_seed) == (
+        "m",
+        "2K",
+        "1GiB",
+        None,
+    )
+    assert result.stderr.count("note: ") == 3  # --seed stays generate's and chat's sampling seed
+
+
+def test_seed_is_only_an_alias_of_serve() -> None:
+    args, notes = rewrite_args("generate", ["--seed", "5"], frozenset({"--seed"}))
+    assert args == ["--seed", "5"] and notes == []
+    with pytest.raises(DialectError, match="--no-enable-chunked-prefill"):
+        rewrite_args("chat", ["--no-enable-chunked-prefill"], frozenset())
+
+
+def test_version_on_the_top_level_and_on_serve(served):
+    from importlib.metadata import version
+
+    import kvspill
+
+    cli_main._register_commands()
+    top = CliRunner().invoke(cli_main.app, ["--version"])
+    assert top.exit_code == 0 and top.stdout == f"{kvspill.__version__}\n"
+    serve = _serve("--version", "--swap-space", "4")
+    assert serve.exit_code == 0 and serve.stdout == f"{kvspill.__version__}\n" and not served
+    assert kvspill.__version__ == version("kvspill")  # what GET /version answers
+
+
+def test_every_alias_is_documented_in_flags_md() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "flags.md").read_text()
+    aliases = text.split("## Aliases", 1)[1].split("\n## ", 1)[0]
+    for alias in ALIASES:
+        assert all(f"`{name}`" in aliases for name in alias.names), alias.names
