@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from kvspill.engine.client import EngineClient
@@ -68,7 +68,7 @@ class StepFailedError(Exception):
 @dataclass
 class _Tracked:
     aqueue: asyncio.Queue
-    arrival: float = field(default_factory=time.monotonic)
+    arrival: float  # monotonic seconds when `submit_many` queued it
     first_output: float | None = None
 
 
@@ -167,7 +167,9 @@ class AsyncEngine:
         req_ids = [f"srv-{next(self._ids)}" for _ in items]
         aq: asyncio.Queue = asyncio.Queue()
         self._desk.admit(req_ids, [prompt_size(prompt) for prompt, _ in items], aq)  # or ServerBusyError
-        self._commands.put(("add", list(zip(req_ids, items, strict=True)), aq))
+        # Arrival is now, not when the engine thread takes the command after the step in flight:
+        # TTFT and e2e count that wait, as a client (and vLLM's metrics) see it.
+        self._commands.put(("add", list(zip(req_ids, items, strict=True)), aq, time.monotonic()))
         try:
             first = await aq.get()
         except BaseException:
@@ -282,7 +284,7 @@ class AsyncEngine:
     def _apply(self, cmd: tuple) -> None:
         kind = cmd[0]
         if kind == "add":
-            self._add_group(cmd[1], cmd[2])
+            self._add_group(cmd[1], cmd[2], cmd[3])
         elif kind == "abort":
             for req_id in cmd[1]:
                 if self._tracked.pop(req_id, None) is not None:
@@ -302,7 +304,10 @@ class AsyncEngine:
             fut.set_result(result)
 
     def _add_group(
-        self, group: list[tuple[str, tuple[str | list[int], SamplingParams]]], aq: asyncio.Queue
+        self,
+        group: list[tuple[str, tuple[str | list[int], SamplingParams]]],
+        aq: asyncio.Queue,
+        arrival: float,
     ) -> None:
         added: list[str] = []
         try:
@@ -321,7 +326,7 @@ class AsyncEngine:
             self._push(aq, e)
             return
         for req_id, _ in group:
-            self._tracked[req_id] = _Tracked(aq)
+            self._tracked[req_id] = _Tracked(aq, arrival)
         self._push(aq, ADDED)
 
     def _check_group_fits(self, ids: list[list[int]], params: list[SamplingParams]) -> None:
