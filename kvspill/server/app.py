@@ -106,7 +106,7 @@ class _Context:
 
 def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) -> FastAPI:
     """`factory()` builds the engine, an `LLMEngine` or any `EngineClient` (on the engine thread)."""
-    metrics = ServerMetrics()
+    metrics = ServerMetrics(settings.model_name)
     ae = AsyncEngine(
         factory,
         settings.max_waiting_requests,
