@@ -6,6 +6,8 @@ Invariants:
 - Validation failures (malformed JSON, wrong types) are 400 `invalid_request_error`, never 422.
 - With `api_key`, every route but `/health` and `/metrics` needs `Authorization: Bearer <key>`.
 - An unknown `model` name is a 404 `model_not_found`.
+- Without the RAG routes (`--rag`, mounted by `rag_routes.mount_rag`, which replaces it)
+  `POST /v1/embeddings` is a 404 saying how to turn them on, not a bare "no route".
 - Shutdown: stop admitting, then abort what is still in flight and stop the engine thread
   (`lifecycle.serve` has already given open requests `--shutdown-timeout` and aborted the rest).
 - A request asks for at most `max_waiting_requests` completions (prompts x n); more is a 400.
@@ -317,9 +319,34 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
         except EngineUnavailableError as e:
             return exception_response(e)
 
+    @app.get("/version")  # llama-server's route: scripts that check what they talk to
+    async def version() -> dict:
+        return {"version": _installed_version(), "model": ctx.settings.model_name}
+
+    @app.post("/v1/embeddings", include_in_schema=False)  # replaced by the real route under --rag
+    async def embeddings_without_rag() -> Response:
+        return error_response(
+            404,
+            "this server has no embedding model: start it with --rag (kvspill serve --rag --rag-root DIR, "
+            "docs/rag.md) to serve /v1/embeddings",
+            "invalid_request_error",
+            "not_found",
+        )
+
     @app.get("/metrics")
     async def prom() -> Response:
         return Response(await ctx.metrics.scrape(ae), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _installed_version() -> str:
+    """The installed kvspill's version (`kvspill.__version__` would import, to the import
+    contracts, the package's lazy `LLM` and the engine with it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvspill")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
 
 
 def _chat_ids(tok: TokenizerClient, messages: list[ChatMessage], tools: ToolPlan | None = None) -> list[int]:

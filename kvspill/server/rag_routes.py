@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
 from kvspill.errors import InvalidParameterError
@@ -254,11 +255,25 @@ def rag_router(service: RagService, jobs: IndexJobs | None = None) -> APIRouter:
     return router
 
 
+def _drop_placeholders(app: FastAPI, router: APIRouter) -> None:
+    """Remove `app`'s routes of a path and method that `router` serves: `create_app`'s
+    /v1/embeddings (a 404 saying to start with --rag) would otherwise be matched first."""
+    served = {(r.path, m) for r in router.routes if isinstance(r, APIRoute) for m in r.methods or ()}
+    app.router.routes[:] = [
+        r
+        for r in app.router.routes
+        if not (isinstance(r, APIRoute) and any((r.path, m) in served for m in r.methods or ()))
+    ]
+
+
 def mount_rag(app: FastAPI, service: RagService, jobs: IndexJobs | None = None) -> IndexJobs:
-    """Add the RAG routes to `app`, and cancelling their index jobs to `app.state.drain_hooks`
-    (run on SIGTERM by `server/lifecycle.py` and `rag_app.serve_rag`). Returns the jobs."""
+    """Add the RAG routes to `app` (in place of any route of the same path and method), and
+    cancelling their index jobs to `app.state.drain_hooks` (run on SIGTERM by `server/lifecycle.py`
+    and `rag_app.serve_rag`). Returns the jobs."""
     jobs = jobs if jobs is not None else IndexJobs()
-    app.include_router(rag_router(service, jobs))
+    router = rag_router(service, jobs)
+    _drop_placeholders(app, router)
+    app.include_router(router)
     hooks = list(getattr(app.state, "drain_hooks", []))
     app.state.drain_hooks = [*hooks, lambda: jobs.shutdown(CANCEL_SHUTDOWN)]
     return jobs
