@@ -56,7 +56,9 @@ def pull(
         f"pulled {entry.name}: {entry.format}, {entry.quantization or 'unquantized'}, {size} in "
         f"{len(pulled.selection.files)} files at {entry.source}"
     )
-    typer.echo(f"kvspill runs it: `kvspill serve {entry.name}` (or --model {entry.name})")
+    # a safetensors repo is found in the HF cache by its id; a GGUF by its path
+    model = entry.source if entry.format == "gguf" else pulled.ref.repo_id
+    typer.echo(f"kvspill runs it: `kvspill serve {model}` (or --model {model})")
 
 
 def _check_runnable(source: str) -> None:

@@ -135,4 +135,5 @@ def test_pull_reads_hf_endpoint_and_hf_hub_cache(hub: Hub):
     assert done.returncode == 0, done.stderr
     assert "pulled org/tiny-GGUF:Q8_0: gguf, Q8_0" in done.stdout
     source = open_registry(hub.data).model("org/tiny-GGUF:Q8_0").source
+    assert f"`kvspill serve {source}`" in done.stdout
     assert source.startswith(str(hub.cache)) and hub.state.fetched() == {"tiny-Q8_0.gguf"}
