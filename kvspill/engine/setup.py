@@ -48,7 +48,7 @@ from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.parallel import SINGLE, TensorParallel
 from kvspill.model.quant import dequant_scratch_bytes, model_weight_bytes
 from kvspill.model.random_init import build_random_model, is_random_model
-from kvspill.model.resolve import resolve_model
+from kvspill.model.resolve import EMBEDDED_FILE, resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.choices import DeviceFacts, RuntimeChoices, resolve_choices
@@ -69,6 +69,7 @@ from kvspill.runner.profile import profile_prefill_peak
 from kvspill.storage.layout import check_skip_layers, engine_layout
 from kvspill.storage.persist import kv_fingerprint, model_identity
 from kvspill.storage.storage import KVLayout, KVStorage, TieredKVStorage
+from kvspill.text.chat_templates import choose_chat_template
 from kvspill.text.tokenizer import TokenizerBundle, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -456,8 +457,12 @@ def build_engine_parts(
         allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         with phases.phase("load weights and tokenizer"):
             loaded, tokenizer = _load(config, device, dtype, tp)
-    if tokenizer is not None and config.chat_template is not None:
-        tokenizer = replace(tokenizer, chat_template=_read_chat_template(config.chat_template))
+    if tokenizer is not None:
+        override = _read_chat_template(config.chat_template) if config.chat_template is not None else None
+        # the embedded model also when it is given by its path
+        embedded = config.model is None or Path(config.model).name == EMBEDDED_FILE
+        chosen = choose_chat_template(tokenizer.chat_template, override, embedded)
+        tokenizer = replace(tokenizer, chat_template=chosen)
     eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else _config_eos(loaded.hf_config)
     # this rank's kv heads in every tier; skipped layers at the model dtype (storage/layout.py)
     layout = engine_layout(config, loaded.num_layers, loaded.num_kv_heads // tp.size, loaded.head_dim, dtype)

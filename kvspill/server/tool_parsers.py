@@ -91,6 +91,45 @@ def _json_values(text: str) -> tuple[list[Any], str]:
         values.append(value)
 
 
+def array_items(text: str) -> tuple[list[Any], bool] | None:
+    """The whole items of the JSON array `text` opens, and whether it closed; None when `text`
+    opens no array. A cut array (generation stopped at max_tokens) gives the items it finished:
+    an object or array once it closed, any other value once a `,` or `]` follows it (a number
+    cut at `12` of `123` is not a finished one)."""
+    pos = len(text) - len(text.lstrip())
+    if not text.startswith("[", pos):
+        return None
+    items: list[Any] = []
+    pos += 1
+    while True:
+        pos = _skip_space(text, pos)
+        if text.startswith("]", pos):
+            return items, True
+        try:
+            value, end = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return items, False
+        pos = _skip_space(text, end)
+        if pos >= len(text):
+            return (items + [value] if isinstance(value, dict | list) else items), False
+        if text[pos] not in ",]":
+            return items, False  # not JSON: nothing after this item is an item
+        items.append(value)
+        pos += 1 if text[pos] == "," else 0
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def calls_of(values: list[Any]) -> list[ToolCall] | None:
+    """Tool calls of decoded `{"name", "arguments"}` objects; None when one is not a call."""
+    calls = [_call_from_json(v) for v in values]
+    return None if any(c is None for c in calls) else [c for c in calls if c is not None]
+
+
 def _parse_hermes(text: str) -> ParsedOutput | None:
     start = text.find(_HERMES_OPEN)
     if start < 0:
