@@ -6,8 +6,12 @@ bias [out_features] or None -> [..., out_features] in x's dtype.
 Paths (`quant_linear_path` says which one a call takes):
 - "gemv": <= MAX_GEMV_TOKENS tokens on a Triton device: the fused dequantize-GEMV, which reads
   the quantized bytes once (decode is weight-bandwidth bound);
-- "dequant_matmul": more tokens: the layer is dequantized into `scratch` (or a new buffer), then
-  one dense matmul (prefill is compute bound; the dequantize costs one pass over the weight);
+- "dequant_matmul": more tokens: the layer is dequantized, then multiplied densely (prefill is
+  compute bound; the dequantize costs one pass over the weight). A weight larger than
+  DEQUANT_SLICE_BYTES dense goes in slices of rows, each dequantized into one reused buffer
+  (`scratch`, or a new one) and multiplied into its columns of the output: a step's transient is
+  one slice, not a whole dequantized lm_head (1,002 MiB for an 8B; issue 55 found steps of 32
+  sequences failing on that allocation in a 16 GiB budget);
 - "reference": on the CPU (or without Triton): torch's dequantize_ref then a dense matmul, so the
   CPU engine needs no Triton and never runs the interpreter. The kernel tests force the Triton
   paths on the CPU (`path=`) under TRITON_INTERPRET=1.
@@ -28,6 +32,12 @@ from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS, quant_matmul_gemv
 from kvspill.kernels.triton_compat import HAS_TRITON
 
+# The most of one weight dequantized at once (dense bytes). 64 MiB: an 8B's fused qkv (48 MiB)
+# stays whole; its gate_up (224 MiB) goes in 4 slices, its lm_head (1,002 MiB) in 16, each a
+# matmul of 4-8K output columns, large enough to keep the tensor cores busy.
+DEQUANT_SLICE_BYTES = 64 * 2**20
+_SLICE_ROW_MULTIPLE = 128  # slices start on tensor-core-friendly row boundaries
+
 QuantLinearPath = Literal["gemv", "dequant_matmul", "reference"]
 
 
@@ -39,26 +49,51 @@ def quant_linear_path(x: torch.Tensor, weight: QuantizedWeight) -> QuantLinearPa
     return "gemv" if num_tokens <= MAX_GEMV_TOKENS else "dequant_matmul"
 
 
-def _scratch_view(
-    scratch: torch.Tensor | None, weight: QuantizedWeight, dtype: torch.dtype
-) -> torch.Tensor | None:
-    """The [out_features, in_features] front of a reused buffer (any shape, contiguous)."""
+def dequant_slice_rows(out_features: int, in_features: int, dtype: torch.dtype) -> int:
+    """Rows of a weight dequantized at once on the dequant_matmul path (all of them when the dense
+    weight fits DEQUANT_SLICE_BYTES)."""
+    rows = DEQUANT_SLICE_BYTES // max(1, in_features * dtype.itemsize)
+    rows = max(_SLICE_ROW_MULTIPLE, rows // _SLICE_ROW_MULTIPLE * _SLICE_ROW_MULTIPLE)
+    return min(out_features, rows)
+
+
+def _slice_buffer(
+    scratch: torch.Tensor | None, rows: int, weight: QuantizedWeight, dtype: torch.dtype
+) -> torch.Tensor:
+    """A [rows, in_features] buffer: the front of `scratch` (any shape, contiguous) or a new one."""
     if scratch is None:
-        return None
-    size = weight.out_features * weight.in_features
+        return torch.empty((rows, weight.in_features), dtype=dtype, device=weight.device)
+    size = rows * weight.in_features
     assert scratch.dtype == dtype and scratch.is_contiguous() and scratch.numel() >= size, (
         f"scratch must be a contiguous {dtype} buffer of >= {size} elements, "
         f"got {scratch.dtype} {tuple(scratch.shape)}"
     )
     assert scratch.device == weight.device, f"scratch on {scratch.device}, weight on {weight.device}"
-    return scratch.view(-1)[:size].view(weight.out_features, weight.in_features)
+    return scratch.view(-1)[:size].view(rows, weight.in_features)
+
+
+def _dequant_matmul(
+    x2: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None, scratch: torch.Tensor | None
+) -> torch.Tensor:
+    """x2 [tokens, in] @ W.T, W dequantized one slice of rows at a time into one buffer."""
+    rows = dequant_slice_rows(weight.out_features, weight.in_features, x2.dtype)
+    buffer = _slice_buffer(scratch, rows, weight, x2.dtype)
+    if rows == weight.out_features:
+        return F.linear(x2, dequantize(weight, x2.dtype, out=buffer), bias)
+    out = torch.empty((x2.shape[0], weight.out_features), dtype=x2.dtype, device=x2.device)
+    for start in range(0, weight.out_features, rows):
+        end = min(start + rows, weight.out_features)
+        part = QuantizedWeight(weight.data[start:end], weight.qtype, end - start, weight.in_features)
+        w = dequantize(part, x2.dtype, out=buffer[: end - start])
+        torch.matmul(x2, w.t(), out=out[:, start:end])  # cuBLAS writes the strided columns in place
+    return out if bias is None else out.add_(bias)
 
 
 def quant_linear(
     x: torch.Tensor,  # [..., in_features]
     weight: QuantizedWeight,
     bias: torch.Tensor | None = None,  # [out_features]
-    scratch: torch.Tensor | None = None,  # reused dense buffer for the dequant_matmul path
+    scratch: torch.Tensor | None = None,  # the dequant_matmul path's slice buffer (else a new one)
     path: QuantLinearPath | None = None,  # force a path (kernel tests on the CPU interpreter)
 ) -> torch.Tensor:
     """x @ W.T (+ bias) -> [..., out_features] in x's dtype; see the module docstring for paths."""
@@ -69,8 +104,7 @@ def quant_linear(
     if path == "gemv":
         out = quant_matmul_gemv(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias)
     elif path == "dequant_matmul":
-        w = dequantize(weight, x.dtype, out=_scratch_view(scratch, weight, x.dtype))
-        out = F.linear(x2, w, bias)
+        out = _dequant_matmul(x2, weight, bias, scratch)
     else:
         out = F.linear(x2, dequantize_ref(weight.data, weight.qtype, weight.in_features, x.dtype), bias)
     return out.reshape(*lead, weight.out_features)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
-from kvspill.kernels.quant_linear import quant_linear
+from kvspill.kernels.quant_linear import dequant_slice_rows, quant_linear
 from kvspill.model.fp8 import Fp8Linear
 from kvspill.model.parallel import SINGLE, TensorParallel
 
@@ -120,15 +120,17 @@ class QuantEmbedding(nn.Module):
 
 
 def dequant_scratch_bytes(model: nn.Module, dtype: torch.dtype, num_tokens: int) -> int:
-    """The largest dense weight a GGUF projection dequantizes for a step of `num_tokens` rows
-    (past MAX_GEMV_TOKENS the kernels dequantize into a temporary, then matmul), in `dtype`; 0
-    when such a step takes the gemv path or nothing is quantized. A decode CUDA graph of that
-    batch keeps it in its memory pool: 108 MiB for SmolLM2's fp32 lm_head, 1 GiB for an 8B's bf16."""
+    """The largest dense slice of a weight a GGUF projection dequantizes for a step of
+    `num_tokens` rows (past MAX_GEMV_TOKENS the kernels dequantize, then matmul; a weight over
+    `kernels/quant_linear.DEQUANT_SLICE_BYTES` goes in slices), in `dtype`; 0 when such a step
+    takes the gemv path or nothing is quantized. A decode CUDA graph of that batch keeps it in
+    its memory pool."""
     if num_tokens <= MAX_GEMV_TOKENS:
         return 0
     parts = [p for m in model.modules() if isinstance(m, QuantLinear) for p in m.parts]
     parts += [m.qweight for m in model.modules() if isinstance(m, QuantEmbedding) and m.qweight is not None]
-    return max((p.out_features * p.in_features for p in parts), default=0) * dtype.itemsize
+    slices = (dequant_slice_rows(p.out_features, p.in_features, dtype) * p.in_features for p in parts)
+    return max(slices, default=0) * dtype.itemsize
 
 
 def model_weight_bytes(model: nn.Module) -> int:

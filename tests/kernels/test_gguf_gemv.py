@@ -115,6 +115,24 @@ def test_quant_linear_dequant_matmul_path(qtype, device, monkeypatch):
     _assert_close(out, _expected(x, w_ref, bias), rel=1e-5)
 
 
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0"])
+def test_quant_linear_dequantizes_a_large_weight_in_slices(qtype, device, monkeypatch):
+    # A weight larger than DEQUANT_SLICE_BYTES dense is dequantized 8 rows at a time into one
+    # buffer and each slice multiplied into its output columns: same product, a slice of transient.
+    import kvspill.kernels.quant_linear as ql
+
+    weight, x, bias, w_ref = _case(qtype, 20, torch.float32, device, seed=3)
+    monkeypatch.setattr(ql, "_SLICE_ROW_MULTIPLE", 1)
+    monkeypatch.setattr(ql, "DEQUANT_SLICE_BYTES", 8 * weight.in_features * 4)
+    assert ql.dequant_slice_rows(ROWS, weight.in_features, torch.float32) == 8
+    calls = _spy_paths(monkeypatch)
+    scratch = torch.empty(8 * weight.in_features, device=device)
+    out = quant_linear(x, weight, bias, scratch=scratch, path="dequant_matmul")
+    assert calls == ["dequantize"] * 3 and out.shape == (20, ROWS)  # rows 0-7, 8-15, 16-18
+    torch.testing.assert_close(scratch[: 3 * weight.in_features].view(3, -1).cpu().double(), w_ref[16:])
+    _assert_close(out, _expected(x, w_ref, bias), rel=1e-5)
+
+
 def test_quant_linear_reference_path_on_cpu(monkeypatch):
     # A CPU tensor takes the torch path, interpreter or not: no Triton launch.
     weight, x, bias, w_ref = _case("Q4_K", 2, torch.float32, "cpu")
