@@ -123,7 +123,7 @@ def _gemv_dot_kernel(
     NB: tl.constexpr,
     BIAS: tl.constexpr,
     KB: tl.constexpr,
-    NUM_TOKENS: tl.constexpr,
+    NUM_TOKENS,  # a runtime value: one compile serves every token count (issue 55)
     T_PAD: tl.constexpr,
     HAS_LINEAR_BIAS: tl.constexpr,
     DOT_F32: tl.constexpr,

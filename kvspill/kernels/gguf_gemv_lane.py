@@ -98,7 +98,7 @@ def q4k_gemv_kernel(
     stride_x,
     stride_w,
     stride_o,
-    NUM_TOKENS: tl.constexpr,
+    NUM_TOKENS,  # a runtime value: one compile serves every token count (issue 55)
     T_PAD: tl.constexpr,
     HAS_LINEAR_BIAS: tl.constexpr,
     SB: tl.constexpr,
@@ -169,7 +169,7 @@ def _q4k_weight_lanes(w_ptr, pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.
 
 
 @triton.jit
-def _q4k_token_lanes(stride_x, NUM_TOKENS: tl.constexpr, T_PAD: tl.constexpr, KL: tl.constexpr):
+def _q4k_token_lanes(stride_x, NUM_TOKENS, T_PAD: tl.constexpr, KL: tl.constexpr):
     """Where each lane reads x, per element t * KL + kl of [T_PAD * KL, 1]: the 64 x values of
     its group, 8 at a time. Returns (x_off [T_PAD * KL, 8], sb_x, tok_ok)."""
     i_x = tl.arange(0, T_PAD * KL)[:, None]  # t * KL + kl
@@ -251,7 +251,7 @@ def _store_lane_sums(
     pid,
     rows,
     stride_o,
-    NUM_TOKENS: tl.constexpr,
+    NUM_TOKENS,  # a runtime value: one compile serves every token count (issue 55)
     T_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HAS_LINEAR_BIAS: tl.constexpr,
@@ -352,7 +352,7 @@ def q6k_gemv_kernel(
     stride_x,
     stride_w,
     stride_o,
-    NUM_TOKENS: tl.constexpr,
+    NUM_TOKENS,  # a runtime value: one compile serves every token count (issue 55)
     T_PAD: tl.constexpr,
     HAS_LINEAR_BIAS: tl.constexpr,
     NSUB: tl.constexpr,
@@ -416,7 +416,7 @@ def _q6k_weight_lanes(pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.constex
 
 
 @triton.jit
-def _q6k_token_lanes(stride_x, NUM_TOKENS: tl.constexpr, T_PAD: tl.constexpr, KL: tl.constexpr):
+def _q6k_token_lanes(stride_x, NUM_TOKENS, T_PAD: tl.constexpr, KL: tl.constexpr):
     """Where each lane reads x, per element t * KL + kl of [T_PAD * KL, 1]: its 4 columns of
     quarter 0 (quarter Q adds 32 Q). Returns (x_off [T_PAD * KL, 4], sb_x, tok_ok)."""
     i_x = tl.arange(0, T_PAD * KL)[:, None]  # t * KL + kl
