@@ -65,7 +65,7 @@ from kvspill.plan.startup import (
 )
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.model_runner import ModelRunner
-from kvspill.runner.profile import profile_prefill_peak
+from kvspill.runner.profile import profile_step_peak
 from kvspill.storage.layout import check_skip_layers, engine_layout
 from kvspill.storage.persist import kv_fingerprint, model_identity
 from kvspill.storage.storage import KVLayout, KVStorage, TieredKVStorage
@@ -169,8 +169,10 @@ def _measure(
     are runtime memory the pool cannot have (`runtime_bytes_beside`)."""
     if device.type != "cuda":
         return Measured(weight_bytes=model_weight_bytes(loaded.model))
-    chunk = min(config.max_num_batched_tokens, loaded.max_model_len)
-    activation = profile_prefill_peak(loaded.model, layout, chunk, device)
+    # the largest step the scheduler builds: a budget's worth of tokens (several sequences'
+    # prefill chunks and decodes together), every sequence sampled
+    tokens = min(config.max_num_batched_tokens, config.max_num_seqs * loaded.max_model_len)
+    activation = profile_step_peak(loaded.model, layout, tokens, config.max_num_seqs, device)
     # Cached-but-free allocator blocks (temporaries of weight loading: dtype casts, random init)
     # count as used in mem_get_info: hand them back first, so the pool gets that room.
     torch.cuda.empty_cache()

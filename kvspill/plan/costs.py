@@ -149,18 +149,31 @@ class SparseCold:
         return SPARSE_GRAPH_OVERHEAD_PER_LAYER_S + self.cold_blocks * SPARSE_GRAPH_OVERHEAD_PER_BLOCK_S
 
 
+# Bytes the sampler holds per logit of a sampled row at its peak, every option on (logit bias,
+# penalties, logprobs, top-k/top-p's sort with its int64 indices, min-p, the random draw's noise),
+# fp32 logits included: counted from sampling/sampler.py; start-up measures the real figure
+# (runner/profile.py) and that replaces the plan's.
+SAMPLER_BYTES_PER_LOGIT = 36
+# Rows of prompt logprobs scored at once (runner/prompt_logprobs.SLICE_ROWS; a test holds them equal)
+PROMPT_LOGPROB_ROWS = 256
+
+
 def activation_peak_bytes(
     spec: ModelSpec,
     num_tokens: int,
-    num_sampled: int,
+    num_seqs: int,
     act_bytes: int,
     kv_bytes: int,
     cold_stage_tokens: int = COLD_STAGE_TOKENS,
+    dequant_bytes: int = 0,
 ) -> int:
-    """Peak live activations of one step of `num_tokens` (flash-style attention, no [T, ctx] scores).
+    """Peak live transients of the largest step: `num_tokens` tokens of `num_seqs` sequences
+    (flash-style attention, no [T, ctx] scores), each sequence's next token sampled.
 
     The largest of three phases, each counting what is alive at once; t = num_tokens, h = hidden,
     a = activation bytes, I = intermediate, q = num_heads*head_dim, kv = num_kv_heads*head_dim.
+    `dequant_bytes`: a quantized weight's dense slice a projection holds while it multiplies
+    (GGUF past the GEMV's rows; kernels/quant_linear.py), in the mlp and the logits phase.
     """
     t, h, d = num_tokens, spec.hidden_size, spec.head_dim
     q_width, kv_width = spec.num_heads * d, spec.kv_heads_dim
@@ -172,9 +185,12 @@ def activation_peak_bytes(
     attn += 2 * t * spec.num_heads * (d + 1) * 4
     attn += 2 * cold_stage_tokens * 2 * kv_width * kv_bytes
     # mlp: fused gate_up [t, 2I], silu(gate) [t, I], silu(gate) * up [t, I]
-    mlp = 4 * t * spec.intermediate_size * act_bytes
-    # logits only for the rows sampled (one per sequence): the rows, fp32 logits and probabilities
-    logits = num_sampled * h * act_bytes + 2 * num_sampled * spec.vocab_size * 4
+    mlp = 4 * t * spec.intermediate_size * act_bytes + dequant_bytes
+    # logits: the sampled rows (one per sequence) through the sampler, or one slice of prompt
+    # logprobs (its fp32 logits and their log-softmax)
+    rows = max(num_seqs, min(t, PROMPT_LOGPROB_ROWS))
+    sampled = max(num_seqs * SAMPLER_BYTES_PER_LOGIT, min(t, PROMPT_LOGPROB_ROWS) * 8) * spec.vocab_size
+    logits = rows * h * act_bytes + sampled + dequant_bytes
     return residual + max(attn, mlp, logits)
 
 

@@ -28,20 +28,22 @@ ALLOCATOR_SLACK_MIN_BYTES = 128 * MiB
 # Past this many rows a GGUF projection dequantizes its weight, then multiplies (kernels/gguf_gemv's
 # MAX_GEMV_TOKENS; tests/plan/test_graph_scratch.py holds them equal).
 GGUF_GEMV_MAX_ROWS = 16
-# Rows of prompt logprobs scored at once (runner/prompt_logprobs.SLICE_ROWS; the test holds them equal)
-PROMPT_LOGPROB_ROWS = 256
+# The most of one weight dequantized at once (kernels/quant_linear.DEQUANT_SLICE_BYTES; the test
+# holds them equal): a larger weight goes in slices of rows.
+GGUF_DEQUANT_SLICE_BYTES = 64 * MiB
 
 
 def gguf_graph_scratch_bytes(spec: ModelSpec, act_bytes: int) -> int:
-    """Before loading, the largest weight a GGUF decode graph past GGUF_GEMV_MAX_ROWS dequantizes
-    into its pool: the lm_head, fused gate+up or fused qkv (the engine measures it after loading,
-    `model/quant.dequant_scratch_bytes`)."""
+    """Before loading, the largest dense slice a GGUF projection past GGUF_GEMV_MAX_ROWS
+    dequantizes (in a decode graph's pool, or as a step's transient): the lm_head's, fused
+    gate+up's or fused qkv's, at most GGUF_DEQUANT_SLICE_BYTES (the engine measures it after
+    loading, `model/quant.dequant_scratch_bytes`)."""
     rows = max(
         spec.vocab_size,
         2 * spec.intermediate_size,
         (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim,
     )
-    return rows * spec.hidden_size * act_bytes
+    return min(rows * spec.hidden_size * act_bytes, GGUF_DEQUANT_SLICE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -65,13 +67,14 @@ def gpu_budget(request: PlanRequest, weight_bytes: int, graph_batch: int | None 
     spec, kv_bytes = request.spec, request.kv_dtype_bytes
     usable = int(request.vram_budget_bytes * request.gpu_memory_utilization)
     act_bytes = request.weight_dtype_bytes
-    # rows whose logits a step holds: one per sequence, or a slice of a prompt's logprobs
-    num_sampled = min(max(request.max_num_seqs, PROMPT_LOGPROB_ROWS), request.max_num_batched_tokens)
+    gguf = holds_gguf_blocks(spec, request.quantization)
+    # the largest step the scheduler builds: max_num_batched_tokens tokens of max_num_seqs sequences
+    tokens = request.max_num_batched_tokens
     activation = request.measured_activation_bytes
     if activation is None:
-        activation = activation_peak_bytes(
-            spec, request.max_num_batched_tokens, num_sampled, act_bytes, kv_bytes
-        )
+        dequant = gguf_graph_scratch_bytes(spec, act_bytes) if gguf and tokens > GGUF_GEMV_MAX_ROWS else 0
+        num_seqs = min(request.max_num_seqs, tokens)
+        activation = activation_peak_bytes(spec, tokens, num_seqs, act_bytes, kv_bytes, dequant_bytes=dequant)
     graph = slack = runtime = rope = 0
     if request.device == "cuda":
         rope = request.rope_table_bytes  # one table per process (per rank), sized by max_model_len
@@ -80,7 +83,7 @@ def gpu_budget(request: PlanRequest, weight_bytes: int, graph_batch: int | None 
             graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
             if request.graph_scratch_bytes is not None:
                 graph += request.graph_scratch_bytes
-            elif holds_gguf_blocks(spec, request.quantization) and batch > GGUF_GEMV_MAX_ROWS:
+            elif gguf and batch > GGUF_GEMV_MAX_ROWS:
                 graph += gguf_graph_scratch_bytes(spec, act_bytes)
         slack = max(ALLOCATOR_SLACK_MIN_BYTES, int(usable * ALLOCATOR_SLACK_FRACTION))
         runtime = (

@@ -287,7 +287,10 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
         ),
         ("weights in RAM" if on_cpu else "weights on GPU (+ offloaded to RAM)", _weights_cell(plan)),
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)} {kv_name}"),
-        (f"activations (chunk {r.max_num_batched_tokens})", format_bytes(plan.activation_peak_bytes)),
+        (
+            f"step transients ({format_tokens(r.max_num_batched_tokens)} tok, {r.max_num_seqs} seqs)",
+            format_bytes(plan.activation_peak_bytes),
+        ),
         ("reserves" if on_cpu else "graphs+slack+runtime+RoPE", format_bytes(reserves)),
         (
             "KV pool in RAM" if on_cpu else "GPU KV tier",

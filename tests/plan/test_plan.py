@@ -364,7 +364,8 @@ def test_fp8_halves_kv_and_fixed_gpu_kv() -> None:
     bf16 = make_plan(base, DEFAULT_BANDWIDTHS)
     assert fp8.kv_bytes_per_token * 2 == bf16.kv_bytes_per_token
     assert fp8.gpu_kv_tokens >= 2 * bf16.gpu_kv_tokens - 16
-    fixed = make_plan(replace(base, gpu_kv_budget_bytes=GiB), DEFAULT_BANDWIDTHS)
+    # 26 GiB: room for more than the fixed 1 GiB beside the bf16 weights and a 64-sequence step
+    fixed = make_plan(replace(base, gpu_kv_budget_bytes=GiB, vram_budget_bytes=26 * GiB), DEFAULT_BANDWIDTHS)
     assert fixed.gpu_kv_bytes == GiB and fixed.gpu_kv_tokens == 8192
     with pytest.raises(InvalidParameterError, match="--kv-dtype"):
         replace(base, kv_dtype="int3")

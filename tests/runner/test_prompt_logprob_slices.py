@@ -25,7 +25,7 @@ def test_a_gguf_lm_head_on_a_gpu_takes_gemv_sized_slices() -> None:
 
 
 def test_the_plan_counts_the_runners_slice() -> None:
-    from kvspill.plan.gpu_budget import PROMPT_LOGPROB_ROWS
+    from kvspill.plan.costs import PROMPT_LOGPROB_ROWS
 
     assert PROMPT_LOGPROB_ROWS == SLICE_ROWS
 
