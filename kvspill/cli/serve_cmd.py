@@ -82,7 +82,7 @@ MaxWaitingOpt = Annotated[
 MaxQueuedTokensOpt = Annotated[
     int | None,
     _opt(
-        "Prompt tokens that may wait for their first token before 503 (default: 8 x max model len).",
+        "Prompt tokens that may wait for their first token before 503 (default: what the KV tiers hold, at least 8 x max model len).",
         "MAX_QUEUED_TOKENS",
     ),
 ]
@@ -273,7 +273,9 @@ def _check_admission_flags(
     if max_waiting_requests < 1:
         raise KvspillError("--max-waiting-requests must be at least 1")
     if max_queued_tokens is not None and max_queued_tokens < 1:
-        raise KvspillError("--max-queued-tokens must be at least 1 (leave it out for 8 x max model len)")
+        raise KvspillError(
+            "--max-queued-tokens must be at least 1 (leave it out for what the KV tiers hold, at least 8 x max model len)"
+        )
     if shutdown_timeout < 0:
         raise KvspillError("--shutdown-timeout must be 0 or more seconds")
 

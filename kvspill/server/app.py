@@ -61,7 +61,7 @@ class ServerSettings:
     api_key: str | None = None
     max_waiting_requests: int = 64
     aliases: set[str] = field(default_factory=set)  # other names accepted for `model`
-    max_queued_tokens: int | None = None  # None: QUEUED_TOKENS_PER_MODEL_LEN x max_model_len
+    max_queued_tokens: int | None = None  # None: async_engine.default_queued_tokens
     max_request_bytes: int | None = None  # None: sized from max_model_len (limits.py)
     allowed_hosts: set[str] | None = None  # Host names answered (None: any; hosts.py)
     guided: GateSettings = field(default_factory=GateSettings)  # grammar compiles (grammar_gate.py)

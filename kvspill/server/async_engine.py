@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 ADDED = object()  # the sentinel put first on a request's queue once the engine accepted it
-QUEUED_TOKENS_PER_MODEL_LEN = 8  # default max_queued_tokens = this many full contexts
+QUEUED_TOKENS_PER_MODEL_LEN = 8  # default max_queued_tokens: at least this many full contexts
 KV_SNAPSHOT_INTERVAL_S = 0.25  # how often the loop thread republishes kv_stats() (a few hundred us each)
 KV_FRESH_WAIT_S = 0.1
 STEP_TARGET_S = 0.5  # steps are sized to about this long, so an abort waits at most about this  # how long /v1/kv waits for fresh stats before it answers with the snapshot
@@ -78,6 +78,20 @@ class RequestTimes:
 
     arrival: float
     first_output: float | None = None
+
+
+def default_queued_tokens(engine: EngineClient) -> int:
+    """Prompt tokens that may wait by default: what the KV tiers hold (a batch's worth of work
+    waits without a 503), at least QUEUED_TOKENS_PER_MODEL_LEN full contexts. With 8 contexts
+    alone, 32 clients of 2K-token prompts on a 4K context got 80 of 96 requests refused while the
+    pool had room for 75K tokens (H200, 2026-12-02; bench/results/2026-12-02-h200-concurrency)."""
+    floor = QUEUED_TOKENS_PER_MODEL_LEN * engine.max_model_len
+    try:
+        stats = engine.kv_stats()
+    except Exception:  # noqa: BLE001 - an engine without tier stats keeps the floor
+        return floor
+    held = sum(tier.blocks for _, tier in stats.tiers.items()) * stats.block_size
+    return max(floor, held)
 
 
 class AsyncEngine:
@@ -246,7 +260,7 @@ class AsyncEngine:
         if limit_step_time is not None:  # LLMEngine: aborts take effect within about a step
             limit_step_time(STEP_TARGET_S)
         if self.max_queued_tokens is None:
-            self.max_queued_tokens = QUEUED_TOKENS_PER_MODEL_LEN * engine.max_model_len
+            self.max_queued_tokens = default_queued_tokens(engine)
         self._desk.max_queued_tokens = self.max_queued_tokens
         self._ready.set()
         logger.info(

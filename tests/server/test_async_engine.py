@@ -190,6 +190,20 @@ def test_default_queued_tokens_and_abort_all():
     assert fake.live == {}
 
 
+def test_default_queued_tokens_is_what_the_kv_tiers_hold_when_that_is_more():
+    # 32 clients of 2K-token prompts on a 4K context must all be able to wait when the pool
+    # holds their KV (8 contexts alone refused most of them: issue 55's bench serve run)
+    from kvspill.server.async_engine import default_queued_tokens
+    from kvspill.stats import KVTiers, TierUsage
+
+    fake = FakeEngine()
+    tiers = KVTiers(gpu=TierUsage(blocks=4000), cpu=TierUsage(blocks=1000))
+    fake.kv_stats = lambda: KVStats(block_size=16, tiers=tiers)  # type: ignore[method-assign]
+    assert default_queued_tokens(fake) == max(5000 * 16, 8 * fake.max_model_len)
+    fake.kv_stats = lambda: KVStats(block_size=16, tiers=KVTiers(gpu=TierUsage(blocks=2)))  # type: ignore[method-assign]
+    assert default_queued_tokens(fake) == 8 * fake.max_model_len
+
+
 class SlowStepEngine(FakeEngine):
     """Every step takes `step_s`; kv_stats counts how often the loop thread asked."""
 
