@@ -39,8 +39,10 @@ def _describe(e: Exception) -> str:
 
 
 def _prometheus_queue(text: str) -> tuple[int | None, int | None]:
-    """(running, waiting) from metrics named `...requests_running` / `...requests_waiting`."""
-    found: dict[str, int] = {}
+    """(running, waiting) from metrics named `<prefix>:...requests_running` / `..._waiting`, summed
+    over their labels, from one prefix: kvspill's where there, since a kvspill server exports the
+    same gauges under `vllm:` names too (counted twice otherwise)."""
+    found: dict[str, dict[str, int]] = {}
     for line in text.splitlines():
         match = _METRIC.match(line.strip())
         if match is None:
@@ -48,8 +50,10 @@ def _prometheus_queue(text: str) -> tuple[int | None, int | None]:
         name, value = match.groups()
         for key in ("running", "waiting"):
             if name.endswith(f"requests_{key}") and value != "NaN":
-                found[key] = found.get(key, 0) + int(float(value))
-    return found.get("running"), found.get("waiting")
+                per_prefix = found.setdefault(name.split(":", 1)[0] if ":" in name else "", {})
+                per_prefix[key] = per_prefix.get(key, 0) + int(float(value))
+    chosen = found.get("kvspill") or next(iter(found.values()), {})
+    return chosen.get("running"), chosen.get("waiting")
 
 
 def _tiers(tiers: KVTiers) -> dict[str, TierReading]:

@@ -128,9 +128,9 @@ def test_a_write_error_stops_spilling_to_disk_and_requests_finish(
     assert any(str(tmp_path) in r.getMessage() for r in caplog.records)  # the log names the file
     stats = engine.kv_stats()
     assert stats.runner.disk_write_errors == 1
-    metrics = ServerMetrics()
+    metrics = ServerMetrics("m")
     metrics.refresh(stats)
-    assert 'kvspill:disk_tier_errors_total{op="write"} 1.0' in metrics.render().decode()
+    assert 'kvspill:disk_tier_errors_total{model_name="m",op="write"} 1.0' in metrics.render().decode()
 
 
 _TRUNCATE = """

@@ -150,7 +150,7 @@ def test_a_failing_step_fails_only_the_requests_it_ran() -> None:
 
 def test_a_thousand_aborts_leave_no_entries() -> None:
     engine = StepEngine()
-    metrics = ServerMetrics()
+    metrics = ServerMetrics("m")
 
     async def main() -> None:
         ae = AsyncEngine(

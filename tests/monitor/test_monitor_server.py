@@ -95,3 +95,14 @@ def test_queue_from_prometheus_text():
         'kvspill_num_requests_waiting{model="m"} 7.0\nother_metric 1\n'
     )
     assert _prometheus_queue(text) == (4, 7)
+
+
+def test_queue_from_one_prefix_when_a_server_exports_two():
+    # a kvspill server exports its gauges under vLLM's names too: counted once
+    text = (
+        'kvspill:num_requests_running{model_name="m"} 3\nvllm:num_requests_running{engine="0",model_name="m"} 3\n'
+        'kvspill:num_requests_waiting{model_name="m"} 2\nvllm:num_requests_waiting{engine="0",model_name="m"} 2\n'
+    )
+    assert _prometheus_queue(text) == (3, 2)
+    vllm_only = 'vllm:num_requests_running{model_name="a"} 1\nvllm:num_requests_running{model_name="b"} 2\n'
+    assert _prometheus_queue(vllm_only) == (3, None)

@@ -218,7 +218,7 @@ def test_metrics(server, client):
         "kvspill:num_requests_running",
         "kvspill:num_requests_waiting",
         "kvspill:generation_tokens_total",
-        'kvspill:kv_blocks{tier="gpu"}',
+        f'kvspill:kv_blocks{{model_name="{server.model}",tier="gpu"}}',
         "kvspill:time_to_first_token_seconds_bucket",
         "kvspill:request_success_total",
     ):

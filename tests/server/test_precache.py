@@ -4,6 +4,7 @@ with the same text, and that completion's usage reports the hit."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -54,8 +55,11 @@ def test_precache_then_a_question_reports_the_cached_tokens(client):
         cpu["prefix_bytes"] == cpu["prefix_blocks"] * kv["block_bytes"] > 0 and 0 < cpu["prefix_hit_rate"] < 1
     )
     metrics = client.get("/metrics").text
-    assert f'kvspill:prefix_cache_bytes{{tier="cpu"}} {float(cpu["prefix_bytes"])}' in metrics
-    assert 'kvspill:prefix_cache_hit_rate{tier="cpu"}' in metrics
+    assert re.search(
+        rf'kvspill:prefix_cache_bytes\{{model_name="[^"]+",tier="cpu"\}} {float(cpu["prefix_bytes"])}',
+        metrics,
+    )
+    assert re.search(r'kvspill:prefix_cache_hit_rate\{model_name="[^"]+",tier="cpu"\}', metrics)
 
 
 @pytest.mark.parametrize(

@@ -60,12 +60,13 @@
   };
 
   // ---- Prometheus text: the few series the charts need.
+  // every sample of a name added up, whatever its labels (each series carries model_name)
   function prom(text) {
     const out = {};
     for (const line of text.split("\n")) {
       if (!line || line[0] === "#") continue;
       const m = line.match(/^([^\s{]+)(\{[^}]*\})?\s+(\S+)/);
-      if (m && !m[2]) out[m[1]] = Number(m[3]);
+      if (m) out[m[1]] = (out[m[1]] || 0) + Number(m[3]);
     }
     return out;
   }
