@@ -33,6 +33,25 @@ ModelOpt = Annotated[
 ]
 
 
+# Never download (generate, chat, serve): a hub id not on this machine is an error naming `kvspill pull`.
+OfflineOpt = Annotated[
+    bool,
+    typer.Option(
+        "--offline",
+        envvar="KVSPILL_OFFLINE",
+        help="Never download: a Hugging Face id must already be on this machine (HF_HUB_OFFLINE=1 too).",
+    ),
+]
+
+
+def local_model(model: str | None, offline: bool) -> str | None:
+    """`--model` as `resolve_model` finds it on disk: a registry name gives its files, a hub id
+    that is not here is pulled (`kvspill pull`'s core) unless `offline`."""
+    from kvspill.registry.pull import ensure_local_model
+
+    return ensure_local_model(model, offline=offline)
+
+
 def _parameter(name: str, annotation: Any) -> inspect.Parameter:
     """The typer parameter of flag field `name`: help with its default, `KVSPILL_<FLAG>`, the panel."""
     flag = flag_name(name)

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from kvspill.cli.dialects import DialectCommand
-from kvspill.cli.engine_options import ModelOpt, with_engine_options
+from kvspill.cli.engine_options import ModelOpt, OfflineOpt, local_model, with_engine_options
 from kvspill.cli.user_errors import DEBUG_ENV, debug_enabled
 from kvspill.cli.user_errors import fail as _fail
 from kvspill.errors import KvspillError
@@ -33,10 +33,11 @@ app = typer.Typer(
 DiskDirOpt = Annotated[str | None, typer.Option(help="Directory of the disk KV tier.")]
 
 
-def _make_llm(model: str | None, engine: EngineOptions) -> Any:
+def _make_llm(model: str | None, engine: EngineOptions, offline: bool) -> Any:
     from kvspill.cli.startup_display import startup_display
     from kvspill.llm import LLM
 
+    model = local_model(model, offline)  # a hub id not here is pulled first, with its progress bars
     with startup_display():
         return LLM(model, **engine_kwargs(engine))
 
@@ -69,13 +70,14 @@ def generate(
     stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
     chat: Annotated[bool, typer.Option(help="Wrap the prompt in the model's chat template.")] = False,
     stream: Annotated[bool, typer.Option(help="Print tokens as they come.")] = True,
+    offline: OfflineOpt = False,
     *,
     engine: EngineOptions,
 ) -> None:
     """Generate a completion for PROMPT (on the embedded model unless --model is given)."""
     try:
         params = _sampling(max_tokens, temperature, top_p, top_k, seed, stop)
-        llm = _make_llm(model, engine)
+        llm = _make_llm(model, engine, offline)
         ids: Any = llm.chat_prompt([{"role": "user", "content": prompt}]) if chat else prompt
         final = None
         if stream:
@@ -103,13 +105,14 @@ def chat_cmd(
     top_k: int = 0,
     seed: int | None = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
+    offline: OfflineOpt = False,
     *,
     engine: EngineOptions,
 ) -> None:
     """Interactive chat with streaming output and line editing; Ctrl-C stops a reply, /reset clears history."""
     try:
         params = _sampling(max_tokens, temperature, top_p, top_k, seed, None)
-        llm = _make_llm(model, engine)
+        llm = _make_llm(model, engine, offline)
     except KvspillError as e:
         _fail(e)
         return

@@ -35,7 +35,7 @@ import typer
 
 from kvspill.cli.config_file import config_option, format_effective_config, print_config_option
 from kvspill.cli.dialects import DialectCommand
-from kvspill.cli.engine_options import with_engine_options
+from kvspill.cli.engine_options import OfflineOpt, local_model, with_engine_options
 from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
 from kvspill.cli.serve_checks import check_before_binding
 from kvspill.errors import KvspillError
@@ -171,6 +171,7 @@ def serve_command(
     guided_compile_timeout: CompileTimeoutOpt = DEFAULT_COMPILE_TIMEOUT_S,
     guided_compile_budget: CompileBudgetOpt = DEFAULT_COMPILE_BUDGET_S,
     profile: ProfileOpt = None,
+    offline: OfflineOpt = False,
     *,
     engine: EngineOptions,
     rag: RagOptions,
@@ -179,15 +180,15 @@ def serve_command(
     if print_config:
         typer.echo(format_effective_config(ctx))
     try:  # every flag checked before anything loads or listens: a bad one is exit 2
-        model = _one_model(model, model_option)
         _check_admission_flags(max_waiting_requests, max_queued_tokens, shutdown_timeout)
         connection = _checked_connection(ConnectionLimits(
             None, max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout, body_timeout,
             max_connections_per_client,
         ))  # fmt: skip
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
-        if profile is not None:  # the registry's model and flags; those given on the command line win
-            model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
+        model, engine, served_model_name = _served_model(
+            (model, model_option), profile, engine, served_model_name, offline, fetch=not print_config
+        )
         config = engine_config(engine, model)
         rag_service = build_rag_service(rag) if rag.enabled else None
     except KvspillError as e:
@@ -205,7 +206,7 @@ def serve_command(
         api_key,
         max_waiting_requests,
         shutdown_timeout,
-        served_model_name or _default_name(model),
+        served_model_name,
         max_queued_tokens,
         limits,
         rag_service,
@@ -309,6 +310,25 @@ def _profile(name: str, model: str | None, engine: EngineOptions, served: str | 
 
     source, options, profile_model = resolve_serve_profile(name, model, engine)
     return source, options, served or profile_model
+
+
+def _served_model(
+    given: tuple[str | None, str | None],
+    profile: str | None,
+    engine: EngineOptions,
+    served_model_name: str | None,
+    offline: bool,
+    fetch: bool,
+) -> tuple[str | None, EngineOptions, str]:
+    """(the model's local source, engine options, served name) of MODEL / --model or --profile: a
+    registry name gives its files, a hub id not on this machine is pulled unless `offline`; either
+    keeps the name it was given as the served name, as in vLLM. Without `fetch` (--print-config)
+    the model stays as given."""
+    model = _one_model(*given)
+    if profile is not None:  # the registry's model and flags; those given on the command line win
+        model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
+    name = served_model_name or _default_name(model)
+    return (local_model(model, offline) if fetch else model), engine, name
 
 
 def _default_name(model: str | None) -> str:

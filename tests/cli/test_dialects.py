@@ -86,12 +86,13 @@ def test_tensor_parallel_aliases_and_totals_split_per_gpu() -> None:
     assert args[-2:] == ["--cpu-kv-budget", "3GiB"]  # vLLM's swap space is per GPU already
 
 
-def test_model_path_is_the_model(served):
-    result = _serve("--model-path", "some/model")
+def test_model_path_is_the_model(served, tmp_path):
+    model = str(tmp_path)  # a local path: serve would pull a hub id that is not here
+    result = _serve("--model-path", model)
     assert result.exit_code == 0, result.output
     config, *_ignored, name = served[0][:7]
-    assert config.model == "some/model" and name == "some/model"
-    assert "--model-path some/model (SGLang) read as --model some/model" in result.stderr
+    assert config.model == model and name == model
+    assert f"(SGLang) read as --model {model}" in result.stderr
 
 
 def test_several_aliases_at_once_keep_the_other_flags(served):
@@ -147,7 +148,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """generate/chat stop after their flags are read: (model, engine options) per call."""
     calls: list[tuple] = []
 
-    def make(model: Any, engine: Any) -> Any:
+    def make(model: Any, engine: Any, offline: bool) -> Any:
         calls.append((model, engine))
         raise KvspillError("stopped by the test")
 
