@@ -1,4 +1,4 @@
-"""SQLite store of models and serving profiles, with versioned schema migrations.
+"""SQLite store of models, serving profiles and benchmark results, with versioned schema migrations.
 
 Invariants:
 - `PRAGMA user_version` is the schema version; `MIGRATIONS[i]` takes version i to i + 1, each in
@@ -46,6 +46,22 @@ MIGRATIONS: tuple[str, ...] = (
         created_at REAL NOT NULL
     );
     CREATE INDEX profiles_by_model ON profiles(model_name);
+    """,
+    # 2 -> 3: one summary per benchmark-suite run (`results.py`); a model named here need not be
+    # registered (a suite runs any path), so no foreign key
+    """
+    CREATE TABLE results (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        model TEXT NOT NULL,
+        profile TEXT,
+        host TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        suite TEXT NOT NULL,
+        passed INTEGER,
+        figures_json TEXT NOT NULL,
+        out_dir TEXT
+    );
+    CREATE INDEX results_by_model ON results(model, created_at);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
