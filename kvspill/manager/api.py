@@ -35,6 +35,7 @@ from kvspill.options import EngineOptions, engine_kwargs
 from kvspill.plan.flag_plans import plans_for_flags
 from kvspill.plan.units import parse_bytes
 from kvspill.registry.profiles import validate_flags
+from kvspill.registry.results import list_results
 from kvspill.registry.sources import inspect_source
 from kvspill.registry.store import Registry, RegistryError, RegistryUnavailableError, unavailable
 
@@ -122,6 +123,7 @@ def create_manager_app(registry: Registry, supervisor: Supervisor, api_key: str,
 
     app.include_router(dashboard_router("manager"))
     _add_registry_routes(app, registry, auth)
+    _add_results_routes(app, registry, auth)
     _add_serve_routes(app, registry, supervisor, auth, api_key, serve_port)
     _add_monitor_routes(app, registry, supervisor, sampler, auth, api_key)
     return app
@@ -163,6 +165,14 @@ def _add_registry_routes(app: FastAPI, registry: Registry, auth: Any) -> None:
         source = registry.model(model_name).source
         payload, _, header = plans_for_flags(source, engine_kwargs(EngineOptions(**validate_flags(flags))))
         return {**payload, "notes": header}
+
+
+def _add_results_routes(app: FastAPI, registry: Registry, auth: Any) -> None:
+    @app.get("/api/results", dependencies=[Depends(auth)])
+    def results(model: str | None = None, suite: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """The benchmark-suite summaries the registry keeps (`kvspill bench history`), newest
+        first: one model's history for the dashboard with `?model=`."""
+        return {"results": [r.to_json() for r in list_results(registry, model, suite, limit)]}
 
 
 def _add_serve_routes(
