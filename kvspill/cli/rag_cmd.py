@@ -12,7 +12,9 @@ Invariants:
   included) prints one `error:` line and exits 2; a database busy past its timeout while an
   index writes, or found damaged by `rag check`, exits 1.
 - `kvspill rag index` shows one line of progress on a terminal (nothing otherwise); Ctrl-C
-  cancels it with the index left as it was, and exits 130.
+  cancels it with the index left as it was, and exits 130. It loads the model only when a chunk
+  must be embedded: an unchanged directory is re-indexed without it.
+- `kvspill rag search` is hybrid (embedding and full-text rankings fused) unless `--mode dense`.
 """
 
 from __future__ import annotations
@@ -162,11 +164,11 @@ def with_rag_options(fn: Callable[..., _R]) -> Callable[..., _R]:
     return command
 
 
-def build_rag_service(options: RagOptions) -> Any:
-    """A `RagService` over the model and store the options name (loads the model: seconds)."""
+def build_rag_service(options: RagOptions, lazy_model: bool = False) -> Any:
+    """A `RagService` over the model and store the options name. The model loads now (seconds),
+    or with `lazy_model` on its first use (`kvspill rag index`: an unchanged directory needs none)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only: never the hub
     from kvspill.rag.access import AccessPolicy
-    from kvspill.rag.model import load_embedder
     from kvspill.rag.service import RagService
 
     if options.embedding_threads is not None and options.embedding_threads < 1:
@@ -182,10 +184,25 @@ def build_rag_service(options: RagOptions) -> Any:
     db_path = Path(options.rag_db).expanduser()
     deny = tuple(p.strip() for p in (options.rag_deny or "").split(",") if p.strip())
     access = AccessPolicy.create([root], options.rag_include_hidden, deny, db_path)
-    embedder = load_embedder(options.embedding_model, options.embedding_threads)
+    embedder = _embedder(options, lazy_model)
     store = _open_store(db_path)
-    logger.info("RAG service: %s (%d dims), cache %s, root %s", embedder.name, embedder.dim, store.path, root)
+    logger.info("RAG service: %s, cache %s, root %s", embedder.name, store.path, root)
     return RagService(embedder, store, access)
+
+
+def _embedder(options: RagOptions, lazy: bool) -> Any:
+    """The embedding model the options name, loaded now or (`lazy`) on first use."""
+    from kvspill.rag.lazy_embedder import LazyEmbedder
+    from kvspill.rag.model_dir import resolve_model_dir
+
+    def load() -> Any:
+        from kvspill.rag import model  # torch: imported only when a text must be embedded
+
+        return model.load_embedder(options.embedding_model, options.embedding_threads)
+
+    if not lazy:
+        return load()
+    return LazyEmbedder(resolve_model_dir(options.embedding_model)[1], load)
 
 
 def _open_store(db_path: Path) -> Any:
@@ -287,7 +304,8 @@ def index_cmd(
                 embedding_threads,
                 rag_include_hidden,
                 rag_deny,
-            )
+            ),
+            lazy_model=True,  # an unchanged directory is re-indexed without loading the model
         )
         file_filter = FileFilter(tuple(include or ()), tuple(exclude or ()), gitignore)
         report = _index_with_progress(
@@ -316,14 +334,21 @@ def search_cmd(
         str | None, typer.Option(help="Search this indexed directory only (default: all).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object a hit.")] = False,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="hybrid: the embedding ranking and a full-text ranking over identifiers, fused; "
+            "dense: the embedding ranking alone."
+        ),
+    ] = "hybrid",
     embedding_model: EmbeddingModelOpt = None,
     rag_db: RagDbOpt = DEFAULT_DB,
     embedding_threads: ThreadsOpt = None,
 ) -> None:
-    """Print the chunks of indexed directories nearest to QUERY."""
+    """Print the chunks of indexed directories that best match QUERY."""
     try:
         service = build_rag_service(RagOptions(True, embedding_model, rag_db, "/", embedding_threads))
-        hits = service.search(query, top_k, repo)
+        hits = service.search(query, top_k, repo, mode)
     except KvspillError as e:
         _fail(e)
     for hit in hits:

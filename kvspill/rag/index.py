@@ -5,6 +5,7 @@ Invariants:
 - Exact search is one matrix-vector product and an argpartition: at 384 dimensions it reads
   1.5 KB a chunk, so 20,000 chunks is a 30 MB scan (a few ms); past `ann_threshold` chunks an
   HNSW graph (usearch, cosine metric) answers instead, with `expansion_search` >= 4k candidates.
+- Rows are in chunk id order (`scores_of` finds a chunk's row by binary search).
 - An index is built from a snapshot of the store and is immutable; `IndexCache` rebuilds one
   when the store's generation for its repo moves.
 """
@@ -48,6 +49,15 @@ class VectorIndex:
         scores = self.vectors[rows] @ query
         order = np.argsort(-scores, kind="stable")
         return [(int(self.chunk_ids[rows[i]]), float(scores[i])) for i in order]
+
+    def scores_of(self, chunk_ids: list[int], query: np.ndarray) -> dict[int, float]:
+        """Cosine of `query` [dim] with each of `chunk_ids` this index holds (a chunk added after
+        it was built is left out). Rows are in chunk id order (`EmbeddingStore.repo_vectors`)."""
+        wanted = np.asarray(chunk_ids, dtype=np.int64)
+        rows = np.minimum(np.searchsorted(self.chunk_ids, wanted), max(len(self.chunk_ids) - 1, 0))
+        held = (self.chunk_ids[rows] == wanted) if len(self.chunk_ids) else np.zeros(len(wanted), bool)
+        scores = self.vectors[rows[held]] @ query
+        return {int(c): float(s) for c, s in zip(wanted[held], scores, strict=True)}
 
 
 def build_index(chunk_ids: np.ndarray, vectors: np.ndarray, ann_threshold: int) -> VectorIndex:

@@ -15,6 +15,10 @@ Invariants:
   directories, files and embedding batches, always before the store's swap: a cancelled index
   leaves the repo's files, chunks and generation as they were. Vectors it embedded stay in the
   cache (keyed by content, so the next index of the same files reuses them).
+- Search is hybrid by default: the dense (cosine) ranking and the full-text (FTS5 bm25 over
+  identifier terms, `lexical.py`) ranking fused by reciprocal rank (`fusion.py`); "dense" mode is
+  the cosine ranking alone, exactly as before hybrid search. A hit's `score` is its cosine in
+  both modes; `fused_score` is the RRF score the hybrid order follows.
 - Torch-free: the model is an `Embedder`.
 """
 
@@ -31,7 +35,9 @@ from kvspill.errors import InvalidParameterError
 from kvspill.rag.access import AccessPolicy, secret_reason
 from kvspill.rag.chunker import chunk_embedding_text, chunk_lines
 from kvspill.rag.files import FileFilter, check_filter, iter_sources, read_text, walk_files
+from kvspill.rag.fusion import CANDIDATES, reciprocal_rank_fusion
 from kvspill.rag.index import DEFAULT_ANN_THRESHOLD, IndexCache
+from kvspill.rag.lexical import match_expression
 from kvspill.rag.store import EmbeddingStore, FileUpdate, content_hash, text_hash
 from kvspill.rag.types import (
     ChunkingConfig,
@@ -49,6 +55,7 @@ from kvspill.rag.types import (
 # would answer in 2 s but embed at 4.0 chunks/s against 6.0 (all-MiniLM-L6-v2, 2026-12-01).
 EMBED_BATCH = 32
 REPO_LOCK_POLL_S = 0.1
+SEARCH_MODES = ("hybrid", "dense")  # the first is the default of every route and command
 
 
 class _Counters:
@@ -350,28 +357,28 @@ class RagService:
     def _load_vectors(self, repo: str) -> tuple[np.ndarray, np.ndarray]:
         return self.store.repo_vectors(repo, self.model_name, self.embedder.dim)
 
-    def search(self, query: str, top_k: int = 5, repo: str | None = None) -> list[SearchHit]:
-        """The `top_k` chunks nearest to `query`, best first, over one indexed repo or all of them."""
+    def search(
+        self, query: str, top_k: int = 5, repo: str | None = None, mode: str = "hybrid"
+    ) -> list[SearchHit]:
+        """The `top_k` chunks best matching `query`, best first, over one indexed repo or all of
+        them. `mode`: "hybrid" (the dense and full-text rankings fused, `fusion.py`) or "dense"
+        (cosine similarity alone)."""
         if not 1 <= top_k <= self.limits.max_top_k:
             raise InvalidParameterError(
                 "top_k", f"top_k must be from 1 to {self.limits.max_top_k} (got {top_k})"
             )
-        repos = self._visible_repos()
-        if repo is not None:
-            wanted = str(self.resolve_path(repo, "repo"))
-            if wanted not in repos:
-                raise InvalidParameterError(
-                    "repo", f"{repo} is not indexed: POST /precache/repo (or `kvspill rag index`) first"
-                )
-            repos = [wanted]
+        if mode not in SEARCH_MODES:
+            raise InvalidParameterError(
+                "mode", f"mode must be one of {', '.join(SEARCH_MODES)} (got {mode!r})"
+            )
+        repos = self._search_repos(repo)
         query_vector = self.embed([query], param="query").vectors[0]
-        scored: list[tuple[float, str, int]] = []
-        for name in repos:
-            for chunk_id, score in self.indexes.get(name).search(query_vector, top_k):
-                scored.append((score, name, chunk_id))
-        scored.sort(key=lambda s: -s[0])
-        best = scored[:top_k]
-        chunks = self.store.chunks_by_id([c for _, _, c in best])
+        ranked: list[tuple[str, int, float, float | None]]
+        if mode == "dense":
+            ranked = [(name, c, score, None) for score, name, c in self._dense(repos, query_vector, top_k)]
+        else:
+            ranked = self._hybrid(repos, query, query_vector, top_k)
+        chunks = self.store.chunks_by_id([c for _, c, _, _ in ranked])
         return [
             SearchHit(
                 self.access.display(name),
@@ -380,10 +387,51 @@ class RagService:
                 chunks[c].end_line,
                 score,
                 chunks[c].text,
+                fused,
             )
-            for score, name, c in best
+            for name, c, score, fused in ranked
             if c in chunks  # a concurrent re-index may have replaced it since the index was built
         ]
+
+    def _search_repos(self, repo: str | None) -> list[str]:
+        """The repos a search reads: `repo` (checked: inside a root and indexed), else all visible."""
+        repos = self._visible_repos()
+        if repo is None:
+            return repos
+        wanted = str(self.resolve_path(repo, "repo"))
+        if wanted not in repos:
+            raise InvalidParameterError(
+                "repo", f"{repo} is not indexed: POST /precache/repo (or `kvspill rag index`) first"
+            )
+        return [wanted]
+
+    def _dense(self, repos: list[str], query_vector: np.ndarray, depth: int) -> list[tuple[float, str, int]]:
+        """(cosine, repo, chunk id) of the `depth` nearest chunks over `repos`, best first."""
+        scored = [
+            (score, name, chunk_id)
+            for name in repos
+            for chunk_id, score in self.indexes.get(name).search(query_vector, depth)
+        ]
+        scored.sort(key=lambda s: -s[0])
+        return scored[:depth]
+
+    def _hybrid(
+        self, repos: list[str], query: str, query_vector: np.ndarray, top_k: int
+    ) -> list[tuple[str, int, float, float | None]]:
+        """(repo, chunk id, cosine, fused score) of the `top_k` best chunks by reciprocal rank
+        fusion of the dense ranking and the full-text (bm25) one, each read CANDIDATES deep."""
+        depth = max(top_k, CANDIDATES)
+        dense = self._dense(repos, query_vector, depth)
+        match = match_expression(query)
+        lexical = self.store.lexical_search(repos, match, depth) if match else []
+        repo_of = {c: name for _, name, c in dense} | dict(lexical)
+        cosine = {c: score for score, _, c in dense}
+        rankings = [[c for _, _, c in dense], [c for c, _ in lexical]]
+        fused = reciprocal_rank_fusion(rankings, depth=depth)[:top_k]
+        for name in {repo_of[c] for c, _ in fused if c not in cosine}:  # found by full text only
+            wanted = [c for c, _ in fused if c not in cosine and repo_of[c] == name]
+            cosine |= self.indexes.get(name).scores_of(wanted, query_vector)
+        return [(repo_of[c], c, cosine[c], f) for c, f in fused if c in cosine]
 
     def _visible_repos(self) -> list[str]:
         """The indexed repos of this model under the access policy's roots (the database may be

@@ -6,6 +6,9 @@ Tables:
   files, or a chunk that comes back after an edit, is embedded once.
 - `files(repo, path, content_hash, num_chunks)`: what each indexed directory held last time.
 - `chunks(chunk_id, repo, path, start_line, end_line, text, text_hash)`: the search corpus.
+- `chunks_fts(terms)`: FTS5 over the same chunks (rowid = chunk_id), each chunk's identifier
+  terms (`lexical.py`) for the full-text half of hybrid search; `meta` records which version of
+  those terms the table holds (an older one is rebuilt at open).
 
 Invariants:
 - WAL journal: readers never wait for the writer. A write takes `self._write_lock` (one writer in
@@ -22,6 +25,7 @@ Invariants:
 - One connection per thread (sqlite3 connections are not shared across threads); a connection
   opened before a move-aside is replaced on its thread's next call (`_epoch`).
 - `generation(repo)` grows on every change to a repo's chunks: search indexes rebuild on it.
+- `chunks_fts` holds exactly the rows of `chunks`: both change in the same transaction.
 """
 
 from __future__ import annotations
@@ -42,10 +46,11 @@ import numpy as np
 
 from kvspill.rag.db_check import check_database, is_corruption, move_aside
 from kvspill.rag.errors import StoreBusyError
+from kvspill.rag.lexical import FTS_TOKENIZER, TERMS_VERSION, chunk_terms
 from kvspill.rag.types import Chunk
 from kvspill.rag.writer_lock import WriterLock
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS embeddings (
     model TEXT NOT NULL, text_hash BLOB NOT NULL, vector BLOB NOT NULL, created REAL NOT NULL,
     PRIMARY KEY (model, text_hash)) WITHOUT ROWID;
@@ -58,6 +63,8 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE INDEX IF NOT EXISTS chunks_by_file ON chunks (repo, path);
 CREATE TABLE IF NOT EXISTS repos (
     repo TEXT PRIMARY KEY, model TEXT NOT NULL, generation INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(terms, tokenize="{FTS_TOKENIZER}");
 """
 BUSY_TIMEOUT_S = 30.0
 # SQLite's own busy wait per attempt (at most a quarter of the busy timeout): `_run` retries past
@@ -141,6 +148,24 @@ class EmbeddingStore:
     def _create_schema(self) -> None:
         with self._writing():
             self._db().executescript(_SCHEMA)  # idempotent; executescript commits on its own
+        self._sync_terms()
+
+    def _sync_terms(self) -> None:
+        """Fill `chunks_fts` anew when it holds another version of the terms (or none: a
+        database written before hybrid search), in one transaction."""
+        version_query = "SELECT value FROM meta WHERE key = 'terms_version'"
+        if self._db().execute(version_query).fetchone() == (str(TERMS_VERSION),):
+            return  # the usual case: no write lock taken
+        with self._write() as db:
+            if db.execute(version_query).fetchone() == (str(TERMS_VERSION),):
+                return  # another process filled it meanwhile
+            db.execute("DELETE FROM chunks_fts")
+            rows = db.execute("SELECT chunk_id, path, text FROM chunks")
+            db.executemany(
+                "INSERT INTO chunks_fts (rowid, terms) VALUES (?, ?)",
+                ((chunk_id, chunk_terms(path, text)) for chunk_id, path, text in rows),
+            )
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('terms_version', ?)", [str(TERMS_VERSION)])
 
     def _db(self) -> sqlite3.Connection:
         local = self._local
@@ -276,20 +301,31 @@ class EmbeddingStore:
             owner = db.execute("SELECT model FROM repos WHERE repo = ?", [repo]).fetchone()
             if owner is not None and owner[0] != model:
                 # Vectors of another model are not comparable with this one's: start over.
+                db.execute(
+                    "DELETE FROM chunks_fts WHERE rowid IN (SELECT chunk_id FROM chunks WHERE repo = ?)",
+                    [repo],
+                )
                 db.execute("DELETE FROM chunks WHERE repo = ?", [repo])
                 db.execute("DELETE FROM files WHERE repo = ?", [repo])
             for path in [*removed, *(u.path for u in updates)]:
+                db.execute(
+                    "DELETE FROM chunks_fts WHERE rowid IN "
+                    "(SELECT chunk_id FROM chunks WHERE repo = ? AND path = ?)",
+                    [repo, path],
+                )
                 db.execute("DELETE FROM chunks WHERE repo = ? AND path = ?", [repo, path])
                 db.execute("DELETE FROM files WHERE repo = ? AND path = ?", [repo, path])
             for u in updates:
-                db.executemany(
-                    "INSERT INTO chunks (repo, path, start_line, end_line, text, text_hash) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    [
-                        (repo, u.path, c.start_line, c.end_line, c.text, h)
-                        for c, h in zip(u.chunks, u.text_hashes, strict=True)
-                    ],
-                )
+                for c, h in zip(u.chunks, u.text_hashes, strict=True):
+                    chunk_id = db.execute(
+                        "INSERT INTO chunks (repo, path, start_line, end_line, text, text_hash) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        [repo, u.path, c.start_line, c.end_line, c.text, h],
+                    ).lastrowid
+                    db.execute(
+                        "INSERT INTO chunks_fts (rowid, terms) VALUES (?, ?)",
+                        [chunk_id, chunk_terms(u.path, c.text)],
+                    )
                 db.execute(
                     "INSERT INTO files VALUES (?, ?, ?, ?)", [repo, u.path, u.content_hash, len(u.chunks)]
                 )
@@ -334,6 +370,20 @@ class EmbeddingStore:
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim)
         return ids, vectors
+
+    @_guarded
+    def lexical_search(self, repos: Sequence[str], match: str, limit: int) -> list[tuple[int, str]]:
+        """(chunk id, repo) of the chunks of `repos` whose terms match the FTS5 expression
+        `match`, best bm25 first (bm25's term statistics are the whole table's)."""
+        if not repos:
+            return []
+        marks = ",".join("?" * len(repos))
+        rows = self._db().execute(
+            "SELECT f.rowid, c.repo FROM chunks_fts f JOIN chunks c ON c.chunk_id = f.rowid "
+            f"WHERE f.terms MATCH ? AND c.repo IN ({marks}) ORDER BY f.rank LIMIT ?",
+            [match, *repos, limit],
+        )
+        return [(int(chunk_id), str(repo)) for chunk_id, repo in rows]
 
     @_guarded
     def chunks_by_id(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:

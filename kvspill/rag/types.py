@@ -22,10 +22,24 @@ from kvspill.rag.errors import IndexCancelledError
 class Embedder(Protocol):
     """A text embedding model: unit-length float32 vectors of `dim` numbers."""
 
-    name: str  # the model's name as clients send it (e.g. "all-MiniLM-L6-v2")
-    dim: int  # numbers per vector
-    max_seq_length: int  # tokens per input the model reads; longer inputs are truncated
-    vocab_size: int
+    # Read-only properties, so that `LazyEmbedder` (loaded on first use) is one too.
+    @property
+    def name(self) -> str:
+        """The model's name as clients send it (e.g. "all-MiniLM-L6-v2")."""
+        ...
+
+    @property
+    def dim(self) -> int:
+        """Numbers per vector."""
+        ...
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens per input the model reads; longer inputs are truncated."""
+        ...
+
+    @property
+    def vocab_size(self) -> int: ...
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """[num_texts, dim] float32, unit length."""
@@ -106,8 +120,9 @@ class SearchHit:
     path: str  # relative to repo
     start_line: int
     end_line: int
-    score: float  # cosine similarity, -1..1
+    score: float  # cosine similarity, -1..1 (in every search mode)
     text: str
+    fused_score: float | None = None  # hybrid search: the reciprocal rank fusion score it is ranked by
 
 
 @dataclass(frozen=True)

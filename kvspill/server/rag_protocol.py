@@ -82,10 +82,14 @@ class PrecacheRequest(BaseModel):
 
 
 class SearchRequest(BaseModel):
-    """`POST /search`: the chunks nearest to a query."""
+    """`POST /search`: the chunks that best match a query (`RagService.search`)."""
 
     model_config = ConfigDict(extra="ignore")
 
     query: str
     top_k: int = Field(5, ge=1)
     repo: str | None = None
+    mode: Literal["hybrid", "dense"] = Field(
+        "hybrid",
+        description="hybrid: the embedding and full-text (identifier) rankings fused; dense: the embedding ranking alone",
+    )

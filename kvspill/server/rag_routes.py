@@ -241,7 +241,7 @@ def rag_router(service: RagService, jobs: IndexJobs | None = None) -> APIRouter:
     _precache_routes(router, service, jobs if jobs is not None else IndexJobs())
 
     def search_chunks(body: SearchRequest) -> dict[str, Any]:
-        hits = service.search(body.query, body.top_k, body.repo)
+        hits = service.search(body.query, body.top_k, body.repo, body.mode)
         return {"model": service.model_name, "results": [asdict(h) for h in hits]}
 
     @router.post("/search")

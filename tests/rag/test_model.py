@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kvspill.errors import ModelNotFoundError
-from kvspill.rag.model import PACKAGED_MODEL, packaged_model_dir, resolve_model_dir
+from kvspill.rag.model_dir import PACKAGED_MODEL, packaged_model_dir, resolve_model_dir
 
 SENTENCES = [
     "A man is eating food.",

@@ -72,13 +72,15 @@ def test_embed_precache_search_stats(client: TestClient, real_service: RagServic
     assert report["num_files"] == 2 and report["num_chunks_embedded"] == report["num_chunks"] == 2
     hits = client.post("/search", json={"query": "banana_split function", "top_k": 2}).json()["results"]
     assert hits[0]["path"] == "b.py" and (hits[0]["start_line"], hits[0]["end_line"]) == (1, 2)
-    assert hits[0]["score"] > hits[1]["score"]
+    assert hits[0]["score"] > hits[1]["score"] and hits[0]["fused_score"] > hits[1]["fused_score"]
     stats = client.get("/stats").json()
     assert stats["entries"] == 2 + 2 + 1  # two texts, two chunks, one query
     # hits: the second /embed; misses: three texts (a duplicate is embedded once, counted twice),
     # two chunks, one query
     assert stats["hits"] == 1 and stats["misses"] == 6 and stats["bytes"] > 0
     assert stats["chunks"] == 2 and stats["embeddings_per_s"] > 0
+    dense = client.post("/search", json={"query": "banana_split function", "mode": "dense"}).json()["results"]
+    assert [h["path"] for h in dense] == ["b.py", "a.py"] and dense[0]["fused_score"] is None
 
 
 @pytest.mark.parametrize(
@@ -99,6 +101,7 @@ def test_embed_precache_search_stats(client: TestClient, real_service: RagServic
         ("/precache/repo", {"path": ".", "chunk_lines": 5, "overlap_lines": 5}, 400, "overlap_lines", ""),
         ("/search", {"query": ""}, 400, "query", "empty"),
         ("/search", {"query": "x", "top_k": 0}, 400, "top_k", ""),
+        ("/search", {"query": "x", "mode": "bm25"}, 400, "mode", ""),
     ],
 )
 def test_bad_inputs_are_clear_400s(
