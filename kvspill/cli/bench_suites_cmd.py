@@ -1,13 +1,18 @@
-"""`kvspill bench progressive | stability | compare`: the benchmark suites (`kvspill.bench.suites`).
+"""`kvspill bench progressive | stability | compare | all | history`: the benchmark suites
+(`kvspill.bench.suites`) and the results they keep.
 
-Each command runs against the engine in this process (the same engine flags as `generate` and
-`serve`) or against a running server (`--url`), shows a progress bar on stderr, and writes its
-folder (`--out`): results.jsonl, results.csv, PNG plots and report.md.
+Each suite command runs against the engine in this process (the same engine flags as `generate`
+and `serve`) or against a running server (`--url`; not `all`), shows a progress bar on stderr,
+writes its folder (`--out`): results.jsonl, results.csv, PNG plots and report.md, and keeps its
+summary in the registry's SQLite (`--keep`, default on) for `bench history`. `all` runs the three
+suites in one folder with one report (`suites/full.py`).
 
 Invariants:
-- Thin: parse flags, build targets, call the suite, write its folder, choose the exit code.
+- Thin: parse flags, build targets, call the suite, write its folder, keep its summary, choose the
+  exit code.
 - Exit codes: 2 for bad input (one line saying what to change), 1 when `stability` fails or
-  `progressive` fails at its first (smallest) context, else 0 (compare's failures are results).
+  `progressive` fails at its first (smallest) context, else 0 (compare's failures are results;
+  a summary the registry could not keep is a warning line).
 - torch is imported only for an in-process target (lazily, through the engine).
 """
 
@@ -35,6 +40,13 @@ ApiKeyOpt = Annotated[str | None, typer.Option(envvar="KVSPILL_API_KEY", help="B
 NewTokOpt = Annotated[int, typer.Option(min=1, help="Output tokens per request (EOS ignored).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the random prompts.")]
 WarmupOpt = Annotated[bool, typer.Option(help="One short request before the first measured one.")]
+KeepOpt = Annotated[
+    bool, typer.Option(help="Keep the run's summary in the registry's SQLite (kvspill bench history).")
+]
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option(envvar="KVSPILL_DATA_DIR", help="Registry folder for --keep (default: the user data dir)."),
+]
 _SECRET = {"api_key"}
 
 
@@ -87,6 +99,26 @@ def _finish(paths: list[Path], lines: list[str], out: Path) -> None:
     typer.echo(f"results in {out}: " + ", ".join(p.name for p in paths))
 
 
+def _keep(
+    keep: bool,
+    suite: str,
+    infos: list[dict[str, Any]],
+    figures: dict[str, Any],
+    passed: bool | None,
+    out: Path,
+    data_dir: Path | None,
+) -> list[str]:
+    """The registry's line about the run's summary (nothing with --no-keep)."""
+    from kvspill.bench.suites.keep import keep as keep_summary
+    from kvspill.bench.suites.keep import model_of
+
+    if not keep:
+        return []
+    named = [i for i in infos if i.get("model") or i.get("url")]
+    model = model_of(named[0] if named else {})
+    return [keep_summary(suite, model, figures, passed, out, data_dir)]
+
+
 @with_engine_options
 def progressive(
     out: OutOpt = Path("bench-progressive"),
@@ -106,6 +138,8 @@ def progressive(
     seed: SeedOpt = 0,
     warmup: WarmupOpt = True,
     model: ModelOpt = None,
+    keep: KeepOpt = True,
+    data_dir: DataDirOpt = None,
     *,
     engine: EngineOptions,
 ) -> None:
@@ -141,7 +175,8 @@ def progressive(
     finally:
         target.close()
     paths = suite.write_results(out, result, ctx_list, info, command)
-    _finish(paths, suite.summary_lines(result, ctx_list), out)
+    kept = _keep(keep, "progressive", [info], suite.figures(result, ctx_list), result.passed, out, data_dir)
+    _finish(paths, suite.summary_lines(result, ctx_list) + kept, out)
     if not result.passed:
         raise typer.Exit(1)
 
@@ -184,6 +219,8 @@ def stability(
             help="Abusive requests per wave (aborted, oversized, malformed), beside the load; needs --url."
         ),
     ] = 0,
+    keep: KeepOpt = True,
+    data_dir: DataDirOpt = None,
     *,
     engine: EngineOptions,
 ) -> None:
@@ -204,7 +241,8 @@ def stability(
     result, info = _run_stability(target, cfg, url, api_key, abuse)
     header = {**run_header("stability"), "mode": target.label}
     paths = suite.write_results(out, result, cfg, header, info, command)
-    _finish(paths, suite.summary_lines(result), out)
+    kept = _keep(keep, "stability", [info], suite.figures(result, cfg), result.passed, out, data_dir)
+    _finish(paths, suite.summary_lines(result) + kept, out)
     if not result.passed:
         raise typer.Exit(1)
 
@@ -283,6 +321,7 @@ def _engine_factories(
         config = replace(config, max_model_len=max_model_len)
     sizing = configs.host_sizing(max_model_len, cap, config.kv_disk_dir)
     vram, on_cuda = configs.device_plan_bytes(config)
+    configs.check_device(names, on_cuda)
     factories: list[tuple[str, Any]] = []
     descriptions: dict[str, str] = {}
     for name in names:
@@ -329,6 +368,8 @@ def compare(
     seed: SeedOpt = 0,
     warmup: WarmupOpt = True,
     model: ModelOpt = None,
+    keep: KeepOpt = True,
+    data_dir: DataDirOpt = None,
     *,
     engine: EngineOptions,
 ) -> None:
@@ -354,19 +395,32 @@ def compare(
             factories, ctx_list, new_tokens, seed=seed, warmup=warmup, advance=advance, base_row=header
         )
     paths = suite.write_results(out, result, header, descriptions, [], command)
-    _finish(paths, _compare_lines(result.rows), out)
+    kept = _keep(
+        keep, "compare", list(result.infos.values()), suite.figures(result, ctx_list), None, out, data_dir
+    )
+    _finish(paths, _compare_lines(result) + kept, out)
 
 
-def _compare_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Decode tok/s per configuration and context ("failed" where a run failed), then warnings."""
+def _or_dash(value: Any) -> Any:
+    return "-" if value is None else value
+
+
+def _compare_lines(result: Any) -> list[str]:
+    """Decode tok/s per configuration and context ("failed" where a run failed), each
+    configuration's load and total time, then warnings."""
     from kvspill.bench.suites import compare as suite
 
-    _, decode = suite.pivot(rows, "decode_tok_s")
-    return [
-        f"{label}: decode tok/s "
-        + ", ".join(f"{c}: {v if v is not None else 'failed'}" for c, v in row.items())
-        for label, row in decode.items()
-    ] + suite.unexercised_warnings(rows)
+    _, decode = suite.pivot(result.rows, "decode_tok_s")
+    times = {row["config"]: row for row in suite.config_summary(result)}
+    lines = []
+    for label, row in decode.items():
+        t = times.get(label, {})
+        lines.append(
+            f"{label}: decode tok/s "
+            + ", ".join(f"{c}: {v if v is not None else 'failed'}" for c, v in row.items())
+            + f"; load {_or_dash(t.get('load_s'))} s, total {_or_dash(t.get('total_s'))} s"
+        )
+    return lines + suite.unexercised_warnings(result.rows)
 
 
 def _server_factories(
@@ -390,9 +444,178 @@ def _server_factories(
     return factories, {s.label: s.url for s in servers}
 
 
+@with_engine_options
+def all_suites(
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Folder for report.md and the suites' folders: progressive/, stability/, compare/."
+        ),
+    ] = Path("bench-all"),
+    contexts: Annotated[
+        str | None, typer.Option(help="progressive's contexts, e.g. 4K,8K,16K (default: doubling).")
+    ] = None,
+    start_context: Annotated[str, typer.Option(help="First context of progressive's doubling sweep.")] = "4K",
+    max_context: Annotated[
+        str | None, typer.Option(help="Last context of the sweep (default: the plan's maximum).")
+    ] = None,
+    duration: Annotated[float, typer.Option(help="stability: seconds of load.")] = 60.0,
+    concurrency: Annotated[int, typer.Option(help="stability: requests in flight at once.")] = 4,
+    context_range: Annotated[str, typer.Option(help="stability: prompt lengths MIN:MAX.")] = "512:4K",
+    max_rss_growth: Annotated[str, typer.Option(help="stability: largest host-RSS growth.")] = "64MiB",
+    max_gpu_growth: Annotated[str, typer.Option(help="stability: largest GPU-memory growth.")] = "64MiB",
+    configs_: Annotated[
+        str | None,
+        typer.Option(
+            "--configs", help="compare's configurations (as `bench compare`; default: the presets)."
+        ),
+    ] = None,
+    compare_contexts: Annotated[
+        str | None, typer.Option(help="compare's contexts (default: those progressive ran ok).")
+    ] = None,
+    tier_cap: Annotated[
+        str | None, typer.Option(help="compare: upper bound on each configuration's cpu and disk KV tier.")
+    ] = None,
+    new_tokens: NewTokOpt = 32,
+    seed: SeedOpt = 0,
+    warmup: WarmupOpt = True,
+    model: ModelOpt = None,
+    keep: KeepOpt = True,
+    data_dir: DataDirOpt = None,
+    *,
+    engine: EngineOptions,
+) -> None:
+    """progressive, stability and compare in one run (in process): one folder, one report with plots."""
+    from kvspill.bench.suites import full
+    from kvspill.bench.suites.report import run_header
+
+    command = _command_line("all", all_suites, {**locals(), **engine.given()})
+    try:
+        cfg = _stability_config(
+            duration, concurrency, context_range, new_tokens, seed, max_rss_growth, max_gpu_growth
+        )
+        config = engine_config(engine, model)
+        compare_names = _compare_names(configs_, config)
+        target, ctx_list = _progressive_target(
+            contexts, start_context, max_context, new_tokens, model, engine
+        )
+    except KvspillError as e:
+        _fail(e)
+    try:
+        from kvspill.bench.suites import configs
+
+        configs.check_contexts([cfg.min_ctx, cfg.max_ctx], new_tokens, target.max_model_len)
+        given = configs.parse_contexts(compare_contexts, "--compare-contexts") if compare_contexts else None
+    except KvspillError as e:
+        target.close()
+        _fail(e)
+    plan = full.FullPlan(ctx_list, new_tokens, cfg, given, seed, warmup)
+    build = lambda ctxs: _engine_factories(config, compare_names, ctxs, new_tokens, tier_cap)  # noqa: E731
+    header = run_header("all")
+    run = full.run_full(target, plan, build, _progress, header)
+    paths = full.write_full(out, run, header, command)
+    lines = [f"{name}: {line}" for name, line in _full_lines(run)]
+    if keep:
+        for suite, figures in full.figures(run).items():
+            passed = {"progressive": run.progressive.passed, "stability": run.stability.passed}.get(suite)
+            lines += _keep(keep, suite, [run.info], figures, passed, out / suite, data_dir)
+    typer.echo("\n".join(lines))
+    typer.echo(f"report: {out / 'report.md'} ({len(paths)} files in {out})")
+    if not run.passed:
+        raise typer.Exit(1)
+
+
+def _full_lines(run: Any) -> list[tuple[str, str]]:
+    from kvspill.bench.suites import progressive, stability
+
+    return (
+        [("progressive", line) for line in progressive.summary_lines(run.progressive, run.plan.contexts)]
+        + [("stability", line) for line in stability.summary_lines(run.stability)[:3]]
+        + [("compare", line) for line in _compare_lines(run.compare)]
+    )
+
+
+def _compare_names(configs_: str | None, config: EngineConfig) -> list[str]:
+    """compare's configuration names, checked against this config's device before anything runs."""
+    from kvspill.bench.suites import configs
+
+    names = configs.parse_config_names(configs_)
+    configs.check_device(names, configs.device_plan_bytes(config)[1])
+    return names
+
+
+def _progressive_target(
+    contexts: str | None,
+    start_context: str,
+    max_context: str | None,
+    new_tokens: int,
+    model: str | None,
+    engine: EngineOptions,
+) -> tuple[Any, list[int]]:
+    """(the in-process target, progressive's contexts): given, else doubling up to what fits."""
+    from kvspill.bench.suites import configs
+    from kvspill.plan.units import parse_tokens
+
+    given = configs.parse_contexts(contexts) if contexts is not None else None
+    start = parse_tokens(start_context, "--start-context")
+    largest = parse_tokens(max_context, "--max-context") if max_context is not None else None
+    plan_max = configs.plan_max_context(engine_config(engine, model)) if given is None else None
+    target = _target(None, None, model, engine)
+    try:
+        return target, configs.contexts_for(given, start, largest, new_tokens, target.max_model_len, plan_max)
+    except KvspillError:
+        target.close()
+        raise
+
+
+def history(
+    model: Annotated[str | None, typer.Option(help="Only this model (as the runs named it).")] = None,
+    suite: Annotated[
+        str | None, typer.Option(help="Only this suite: progressive, stability or compare.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many runs, newest first.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (as GET /api/results).")] = False,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """The suite runs kept in the registry, newest first: date, suite, model, host, verdict, figures."""
+    import datetime
+    import json
+
+    from kvspill.bench.suites.keep import headline
+    from kvspill.registry.results import list_results
+    from kvspill.registry.store import open_registry
+
+    try:
+        registry = open_registry(data_dir)
+        try:
+            results = list_results(registry, model=model, suite=suite, limit=limit)
+        finally:
+            registry.close()
+    except KvspillError as e:
+        _fail(e)
+    if as_json:
+        typer.echo(json.dumps({"results": [r.to_json() for r in results]}, indent=2))
+        return
+    if not results:
+        typer.echo("no results kept yet: run kvspill bench progressive | stability | compare | all")
+        return
+    verdicts = {True: "pass", False: "FAIL", None: "-"}
+    for r in results:
+        when = datetime.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M")
+        typer.echo(
+            f"{when}  {r.suite:<11}  {r.model}  {r.host}  {verdicts[r.passed]}  {headline(r.suite, r.figures)}"
+        )
+
+
 def register(bench_app: typer.Typer) -> None:
-    """Add the three suites to the `bench` group (idempotent)."""
+    """Add the suites and `history` to the `bench` group (idempotent)."""
     have = {c.name for c in bench_app.registered_commands}
-    for name, fn in (("progressive", progressive), ("stability", stability), ("compare", compare)):
+    for name, fn in (
+        ("progressive", progressive),
+        ("stability", stability),
+        ("compare", compare),
+        ("all", all_suites),
+        ("history", history),
+    ):
         if name not in have:
             bench_app.command(name)(fn)

@@ -61,6 +61,13 @@ class ScriptedTarget:
         self.closed = True
 
 
+@pytest.fixture(autouse=True)
+def _registry_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suites keep their summaries in the registry: a test's go to its own folder, never the
+    user's data dir."""
+    monkeypatch.setenv("KVSPILL_DATA_DIR", str(tmp_path / "registry"))
+
+
 @pytest.fixture
 def scripted() -> type[ScriptedTarget]:
     return ScriptedTarget

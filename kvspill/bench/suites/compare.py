@@ -11,10 +11,14 @@ Invariants:
   build gets a failed row per context with the build error; after a failed context the larger
   ones of that configuration are not run (`err` says which context failed) but keep their row.
 - `advance(1)` once per row.
+- Per configuration (`config_summary`): `load_s` (building its engine; None for a server),
+  `total_s` (load, warm-up and every row), and the means of its ok rows' decode tok/s, TTFT
+  and end-to-end latency: seed 001's A/B offload table (weights-resident vs weights-offload).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +89,9 @@ def _run_config(
     base_row: dict[str, Any],
     advance: Callable[[float], None] | None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(info or the build error, rows) of one configuration; its target is closed before returning."""
+    """(info or the build error, rows) of one configuration; its target is closed before returning.
+    `total_s` in the info is the configuration's wall time: its load (`load_s`), warm-up and rows."""
+    started = time.perf_counter()
     try:
         target = factory()
     except Exception as e:  # noqa: BLE001 - a configuration that cannot start is a result, not a crash
@@ -94,7 +100,9 @@ def _run_config(
             advance(len(rows))
         return info, rows
     try:
-        return target.info(), _run_one(label, target, contexts, new_tokens, seed, warmup, base_row, advance)
+        info = target.info()
+        rows = _run_one(label, target, contexts, new_tokens, seed, warmup, base_row, advance)
+        return {**info, "total_s": round(time.perf_counter() - started, 3)}, rows
     finally:
         target.close()
 
@@ -176,12 +184,51 @@ def pivot(rows: list[dict[str, Any]], metric: str) -> tuple[list[int], dict[str,
     return contexts, table
 
 
+def _mean(values: list[Any]) -> float | None:
+    present = [float(v) for v in values if v is not None]
+    return round(sum(present) / len(present), 4) if present else None
+
+
+def config_summary(result: CompareResult) -> list[dict[str, Any]]:
+    """One row per configuration: load time, throughput, latency and total (see the module doc)."""
+    out = []
+    for label, info in result.infos.items():
+        rows = [r for r in result.rows if r.get("config") == label]
+        ok = [r for r in rows if r.get("ok")]
+        out.append(
+            {
+                "config": label,
+                "ok_rows": f"{len(ok)}/{len(rows)}",
+                "load_s": info.get("load_s"),
+                "decode_tok_s": _mean([r.get("decode_tok_s") for r in ok]),
+                "ttft_s": _mean([r.get("ttft_s") for r in ok]),
+                "e2e_s": _mean([r.get("e2e_s") for r in ok]),
+                "total_s": info.get("total_s"),
+                "error": info.get("error"),
+            }
+        )
+    return out
+
+
+def figures(result: CompareResult, contexts: list[int]) -> dict[str, Any]:
+    """The run's summary as the registry keeps it (`registry/results.py`): the per-configuration table."""
+    return {
+        "contexts": contexts,
+        "configs": {
+            row["config"]: {k: v for k, v in row.items() if k != "config"} for row in config_summary(result)
+        },
+    }
+
+
+SUMMARY_KEYS = ("config", "ok_rows", "load_s", "decode_tok_s", "ttft_s", "e2e_s", "total_s", "error")
+
 ROW_KEYS = (
     "config",
     "ctx",
     "ok",
     "ttft_s",
     "decode_tok_s",
+    "e2e_s",
     "peak_gpu_gib",
     "host_rss_gib",
     "bytes_moved",
@@ -231,6 +278,11 @@ def write_results(
         f"- {label}: {descriptions.get(label, '')} {info}".rstrip() for label, info in result.infos.items()
     ]
     sections = [
+        (
+            "Per configuration: load time, throughput (mean decode tok/s), latency (mean TTFT and "
+            "end-to-end s), total s",
+            report.markdown_table(config_summary(result), SUMMARY_KEYS),
+        ),
         ("Decode tok/s (configuration x context)", report.grid_table("config", contexts, decode)),
         ("TTFT s (configuration x context)", report.grid_table("config", contexts, ttft)),
         ("All rows", report.markdown_table(result.rows, ROW_KEYS)),

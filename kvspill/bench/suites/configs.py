@@ -11,8 +11,9 @@ Invariants:
   an unknown or empty configuration list.
 - `tier_cap_bytes` bounds the cpu and disk tiers of every configuration (a mode on a big host
   asks for half its RAM, pinned and zeroed at start-up: too much for a test or a shared host).
-- `weights-offload` is the engine's own `--cpu-offload-gb` (CUDA only): the user's amount, else a
-  quarter of the weights; `weights-resident` is the same engine with every weight on the GPU.
+- `weights-offload` is the engine's own `--cpu-offload-gb` (CUDA only: `check_device` refuses it
+  off CUDA before any engine starts): the user's amount, else a quarter of the weights;
+  `weights-resident` is the same engine with every weight on the GPU.
 """
 
 from __future__ import annotations
@@ -236,6 +237,23 @@ def config_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: 
             if key in options:
                 options[key] = min(options[key], sizing.tier_cap_bytes)
     return options
+
+
+CUDA_ONLY = {
+    "weights-offload": "--cpu-offload-gb moves weights off a CUDA GPU into pinned RAM; on the CPU every "
+    "weight is in RAM already",
+}
+
+
+def check_device(names: list[str], on_cuda: bool) -> None:
+    """Refuse, before anything starts, a configuration that only means something on CUDA."""
+    for name in names:
+        if name in CUDA_ONLY and not on_cuda:
+            raise InvalidParameterError(
+                "configs",
+                f"{name} needs a CUDA device ({CUDA_ONLY[name]}): drop it from --configs, or run on a GPU "
+                "(--device cuda)",
+            )
 
 
 def device_plan_bytes(config: EngineConfig) -> tuple[int, bool]:

@@ -75,6 +75,21 @@ def summary_lines(result: ProgressiveResult, contexts: list[int]) -> list[str]:
     return lines
 
 
+def figures(result: ProgressiveResult, contexts: list[int]) -> dict[str, Any]:
+    """The run's summary as the registry keeps it (`registry/results.py`)."""
+    ok = [r for r in result.rows if r.get("ok")]
+    peaks = [r["peak_gpu_gib"] for r in ok if r.get("peak_gpu_gib") is not None]
+    return {
+        "contexts": contexts,
+        "largest_stable_ctx": result.largest_stable_ctx,
+        "failed_ctx": result.failed_ctx,
+        "failure": result.failure[:300] if result.failure else None,
+        "decode_tok_s": {str(r["ctx"]): r.get("decode_tok_s") for r in ok},
+        "ttft_s": {str(r["ctx"]): r.get("ttft_s") for r in ok},
+        "peak_gpu_gib": max(peaks) if peaks else None,
+    }
+
+
 ROW_KEYS = (
     "ctx",
     "ok",

@@ -272,6 +272,26 @@ def summary_lines(result: StabilityResult) -> list[str]:
     return lines
 
 
+def figures(result: StabilityResult, cfg: StabilityConfig) -> dict[str, Any]:
+    """The run's summary as the registry keeps it (`registry/results.py`)."""
+    rates = [s["tok_s"] for s in result.samples if s.get("tok_s")]
+    growth = {t.metric: t.growth_gib for t in result.trends}
+    return {
+        "duration_s": cfg.duration_s,
+        "concurrency": cfg.concurrency,
+        "context_range": [cfg.min_ctx, cfg.max_ctx],
+        "requests": len(result.rows),
+        "errors": result.errors,
+        "ooms": result.ooms,
+        "samples": len(result.samples),
+        "rss_growth_gib": growth.get("host_rss_gib"),
+        "gpu_growth_gib": growth.get("gpu_gib"),
+        "tok_s_mean": round(sum(rates) / len(rates), 2) if rates else None,
+        "tok_s_drift": result.tok_s_drift,
+        "note": result.stopped_early or result.inconclusive,
+    }
+
+
 def _thin(samples: list[dict[str, Any]], most: int) -> list[dict[str, Any]]:
     """At most `most` samples, evenly spaced, the first and the last always among them."""
     if len(samples) <= most:

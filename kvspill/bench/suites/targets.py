@@ -123,14 +123,20 @@ class EngineTarget:
         self.max_model_len = int(engine.max_model_len)
         self.max_token_id = min(max_token_id, engine.vocab_size - 1)
         self._cuda = engine.bundle.device.type == "cuda"
+        self.load_s: float | None = None  # seconds `build` took to start the engine (None: given one)
 
     @classmethod
     def build(
         cls, config: Any, label: str = "engine", max_token_id: int = DEFAULT_MAX_TOKEN_ID
     ) -> EngineTarget:
+        """The engine of `config`, timed: its load time is the report's `load_s`."""
         from kvspill.engine.core import LLMEngine
 
-        return cls(LLMEngine(config), label, max_token_id)
+        started = time.perf_counter()
+        engine = LLMEngine(config)
+        target = cls(engine, label, max_token_id)
+        target.load_s = round(time.perf_counter() - started, 3)
+        return target
 
     def info(self) -> dict[str, Any]:
         import torch
@@ -144,6 +150,7 @@ class EngineTarget:
             "device": str(device),
             "card": card,
             "max_model_len": self.max_model_len,
+            "load_s": self.load_s,
             "kv_blocks": {
                 "gpu": storage.num_blocks,
                 "cpu": storage.num_cpu_blocks,
