@@ -4,6 +4,7 @@ throughput; `progressive`, `stability` and `compare` are the suites (`bench_suit
 Prints a plain table (TTFT, inter-token latency and end-to-end latency as mean/p50/p90/p99 in
 ms, request and output-token throughput, errors by kind) and then the same summary as one JSON
 object; `--out FILE` also appends that object as one line. Exits 1 when any request failed.
+While the load runs, a live line on stderr: requests done/total, errors, output tok/s so far.
 
 Invariants:
 - `bench serve` never imports torch or the engine: only `kvspill.bench.loadgen` (and, lazily, httpx).
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -25,6 +28,31 @@ bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
 @bench_app.callback()
 def _bench() -> None:
     """Benchmarks: a load test against a server, and the progressive/stability/compare suites."""
+
+
+class LiveLine:
+    """`bench serve`'s progress on stderr (stdout keeps the table and the JSON): on a terminal one
+    line redrawn in place, at most every `min_interval_s`; elsewhere (a CI log, a pipe) a line at
+    each tenth of the requests, so a log does not fill with redraws."""
+
+    def __init__(self, tty: bool, min_interval_s: float = 0.2) -> None:
+        self.tty, self.min_interval_s = tty, min_interval_s
+        self._last_draw = 0.0
+        self._last_tenth = 0
+
+    def __call__(self, progress: Any) -> None:  # a loadgen.LoadProgress
+        finished = progress.num_done >= progress.num_total
+        if self.tty:
+            now = time.monotonic()
+            if now - self._last_draw < self.min_interval_s and not finished:
+                return
+            self._last_draw = now
+            typer.echo("\r" + progress.line() + "  ", err=True, nl=finished)
+            return
+        tenth = progress.num_done * 10 // max(progress.num_total, 1)
+        if tenth > self._last_tenth:
+            self._last_tenth = tenth
+            typer.echo(progress.line(), err=True)
 
 
 @bench_app.command("serve")
@@ -65,7 +93,7 @@ def serve(
         timeout_s=timeout,
         json_schema=json.loads(json_schema.read_text(encoding="utf-8")) if json_schema is not None else None,
     )
-    summary = asyncio.run(run_load(cfg))
+    summary = asyncio.run(run_load(cfg, on_progress=LiveLine(sys.stderr.isatty())))
     typer.echo(format_table(summary))
     line = json.dumps(summary)
     typer.echo(line)
