@@ -95,11 +95,14 @@ def hot_kv_kwargs(
 
 
 def run_tasks(llm: LLM, spec: EvalSpec, log: Log) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(one row per task and length, one record per sample)."""
+    """(one row per task and length, one record per sample); a progress line before each batch
+    (a long length's batch runs minutes with nothing else to show) and its score after."""
     rows, records = [], []
     count = lambda text: len(llm.engine.encode(text))  # noqa: E731 - the engine's own token count
+    num_batches = len(spec.lengths) * len(spec.tasks)
     for length in spec.lengths:
         for task in spec.tasks:
+            log(f"[{len(rows) + 1}/{num_batches}] {task} @ {length}: {spec.num_samples} samples ...")
             started = time.perf_counter()
             samples = make_samples(task, length, spec.num_samples, spec.seed, count)
             params = SamplingParams(temperature=0.0, max_tokens=TASKS[task][1])
@@ -187,11 +190,12 @@ def teacher_forced_kwargs(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _teacher_forced_side(
-    llm: LLM, spec: EvalSpec
+    llm: LLM, spec: EvalSpec, log: Log
 ) -> tuple[dict[int, str], dict[int, list[TokenLogprobs | None]]]:
     """The real text of each length (fitted in the engine's tokens) and its prompt logprobs."""
     texts, logprobs = {}, {}
-    for length in spec.lengths:
+    for i, length in enumerate(spec.lengths, 1):
+        log(f"[teacher-forced {i}/{len(spec.lengths)}] {length} tokens of text, configuration under test ...")
         # one token short: the request generates one token after the text
         texts[length] = teacher_forced_text(length - 1, spec.seed, lambda s: len(llm.engine.encode(s)))
         logprobs[length] = prompt_logprobs(llm, texts[length])
@@ -207,6 +211,7 @@ def run_eval(
         raise ValueError(f"unknown task(s) {', '.join(unknown)}: choose from {', '.join(TASKS)}")
     started = time.perf_counter()
     ref_kwargs = reference_kwargs(engine_kwargs)
+    log("loading the engine (configuration under test) ...")
     llm = LLM(model, **engine_kwargs)
     rows, records = run_tasks(llm, spec, log)
     texts: dict[int, str] = {}
@@ -220,12 +225,14 @@ def run_eval(
             tf_note = "test side one token per step: sparse attention scores every position as a decode row"
             del llm
             gc.collect()
+            log("loading the engine again, one token per step (sparse attention) ...")
             llm = LLM(model, **tf_kwargs)
-        texts, test_lps = _teacher_forced_side(llm, spec)
+        texts, test_lps = _teacher_forced_side(llm, spec, log)
     del llm
     gc.collect()
     agreement = []
     if test_lps:
+        log("loading the exact reference engine ...")
         reference = LLM(model, **ref_kwargs)
         for length, text in texts.items():
             row = {"length": length, **compare_logprobs(test_lps[length], prompt_logprobs(reference, text))}
