@@ -4,9 +4,13 @@ Invariants:
 - Keys are `EngineOptions` field names (`vram_budget`, `max_model_len`, `cpu_offload_gb`, ...):
   a profile can hold exactly what the engine flags can say, and a flag added to
   `kvspill/options.py` is a profile key with no change here.
-- `validate_flags` coerces text (from a form or the CLI) to each flag's type and runs the same
-  parsing and `EngineConfig` checks as the command line, so a saved profile always starts.
+- `validate_flags` coerces text (from a form or the CLI) to each flag's type and runs the checks
+  `kvspill serve` runs before it loads anything: the same parsing, `EngineConfig`, the budget flags
+  against this host (`engine/host_budgets.py`, as `cli/serve_checks.py` calls it) and the device
+  checks the engine would fail on at load, so a saved profile starts on this host.
 - Flags given on the command line win over the profile's (`apply_profile`).
+- A model with no profile of its own starts with `default_profile`: `NAME-default`, no flags
+  (serve's defaults), saved like any other so it shows and can be edited.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import dataclasses
 import types
 from typing import Any, get_args, get_type_hints
 
+from kvspill.config import EngineConfig
+from kvspill.engine.host_budgets import check_budgets
 from kvspill.errors import KvspillError
 from kvspill.options import EngineOptions, engine_config, flag_name
 from kvspill.registry.store import Profile, Registry, RegistryError
@@ -63,10 +69,30 @@ def validate_flags(flags: dict[str, Any]) -> dict[str, Any]:
         )
     typed = {k: _coerce(k, v, kinds[k]) for k, v in flags.items() if v is not None and v != ""}
     try:
-        engine_config(EngineOptions(**typed))
+        config = engine_config(EngineOptions(**typed))
+        check_budgets(config)
+        _check_device(config)
     except KvspillError as e:
         raise RegistryError(f"the profile's flags are not valid: {e}") from e
     return typed
+
+
+def _check_device(config: EngineConfig) -> None:
+    """What the engine refuses only when it loads (engine/setup.py), said at save time instead: a
+    profile saved with it failed every start and the manager restarted it (issue 53)."""
+    if config.cpu_offload_gb and config.device == "cpu":
+        raise KvspillError(
+            "--cpu-offload-gb moves weights off a CUDA GPU; on the CPU they are in RAM already: "
+            "drop cpu_offload_gb or pick device cuda"
+        )
+
+
+def default_profile(registry: Registry, model_name: str) -> Profile:
+    """The model's default profile (`NAME-default`, serve's defaults), saved on first use."""
+    registry.model(model_name)
+    name = f"{model_name}-default"
+    found = next((p for p in registry.profiles(model_name) if p.name == name), None)
+    return found if found is not None else registry.save_profile(name, model_name, {})
 
 
 def serve_args(flags: dict[str, Any]) -> list[str]:
