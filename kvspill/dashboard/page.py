@@ -6,6 +6,8 @@ Invariants:
 - Imports nothing of kvspill, so `kvspill.server` can include the read-only page (`/ui`) and the
   manager the full one without either reaching the other; the page reads what its host serves.
 - Only the files named in `STATIC_FILES` are served (no path from the URL reaches the disk).
+- The page's own polling requests carry `POLL_QUERY` in their query string, so the log panes
+  (the server's ring, the manager's capture of its child) can leave their access lines out.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ STATIC_FILES = {
     "dashboard.css": "text/css",
 }
 UI_PREFIX = "/ui"
+# Marks the page's once-a-second requests in uvicorn's access lines (which show path and query).
+POLL_QUERY = "kvspill_poll=1"
 # The read-only page under `kvspill serve`: open like /health (the page holds no data; its
 # script sends the key from the URL fragment `#key=...` to the routes that need one).
 UI_OPEN_PATHS = frozenset({UI_PREFIX, *(f"{UI_PREFIX}/static/{name}" for name in STATIC_FILES)})
@@ -35,19 +39,21 @@ _SOURCES = {
         "api": "/api",
         "system": "/api/system",
         "status": "/api/status",
-        "kv": "/api/child/v1/kv",
-        "metrics": "/api/child/metrics",
+        "kv": f"/api/child/v1/kv?{POLL_QUERY}",  # the manager passes the query on to its child
+        "metrics": f"/api/child/metrics?{POLL_QUERY}",
         "chat": "/api/child/v1/chat/completions",
         "models": "/api/child/v1/models",
+        "logs": "/api/logs?lines=200",
     },
     "serve": {
         "api": None,
         "system": None,
         "status": None,
-        "kv": "/v1/kv",
-        "metrics": "/metrics",
+        "kv": f"/v1/kv?{POLL_QUERY}",
+        "metrics": f"/metrics?{POLL_QUERY}",
         "chat": "/v1/chat/completions",
         "models": "/v1/models",
+        "logs": f"/logs?lines=200&{POLL_QUERY}",
     },
 }
 

@@ -39,6 +39,7 @@ from kvspill.server.errors import document_400s, error_response, exception_respo
 from kvspill.server.grammar_gate import ClientGoneError, GateSettings, GrammarGate, budget_response
 from kvspill.server.hosts import HostCheckMiddleware
 from kvspill.server.limits import BodyLimitMiddleware, add_http_error_handlers, default_max_request_bytes
+from kvspill.server.log_ring import log_router
 from kvspill.server.metrics import ServerMetrics
 from kvspill.server.precache_routes import precache_router
 from kvspill.server.protocol import (
@@ -144,6 +145,7 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
     _add_info_routes(app, ctx)
     app.include_router(precache_router(ae))  # POST /v1/precache
     app.include_router(dashboard_router("serve"))  # read-only dashboard at /ui
+    app.include_router(log_router())  # GET /logs: the recent log lines the /ui page shows
     document_400s(app)
     return app
 
