@@ -5,6 +5,7 @@ Invariants:
   once with the dashboard's URL. The child `kvspill serve` gets the same key.
 - The child is stopped (SIGTERM, then SIGKILL) when the manager exits.
 - Binding beyond loopback logs a warning, as `kvspill serve` does.
+- `--probe-ports` is checked before anything starts (a bad list: exit 2 with the message).
 """
 
 from __future__ import annotations
@@ -36,14 +37,27 @@ def manager_command(
         typer.Option(envvar="KVSPILL_DATA_DIR", help="Registry folder (default: the user data dir)."),
     ] = None,
     profile: Annotated[str | None, typer.Option(help="Start serving this saved profile right away.")] = None,
+    probe_ports: Annotated[
+        str,
+        typer.Option(
+            help="Ports where the dashboard looks for servers already running on this host "
+            "(GET /health and /v1/models), e.g. 8000-8010,9000; --serve-port is always looked at."
+        ),
+    ] = "8000-8010",
 ) -> None:
     """Run the control API and web dashboard: start, stop and switch `kvspill serve` from a browser."""
     import uvicorn
 
     from kvspill.manager.api import create_manager_app
+    from kvspill.manager.discovery import parse_ports
     from kvspill.manager.supervisor import ChildSpec, Supervisor
     from kvspill.registry import open_registry
 
+    try:
+        ports = parse_ports(probe_ports)
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
     try:
         registry = open_registry(data_dir)
         if profile is not None:
@@ -53,7 +67,7 @@ def manager_command(
         raise typer.Exit(2) from e
     key = api_key or secrets.token_urlsafe(24)
     supervisor = Supervisor(registry.path.parent / "logs", registry.path.parent)
-    app = create_manager_app(registry, supervisor, key, serve_port)
+    app = create_manager_app(registry, supervisor, key, serve_port, probe_ports=ports)
     if host not in {"127.0.0.1", "localhost", "::1"}:
         logger.warning("the manager listens on %s: anyone with the key can start and stop models", host)
     shown = key if api_key is None else "<your key>"

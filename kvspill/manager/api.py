@@ -1,4 +1,5 @@
-"""The manager's control API: registry, plan, start/stop/switch of the child, logs, monitoring.
+"""The manager's control API: registry, pulls, plan, start/stop/switch of the child, logs,
+monitoring, the servers already running on the host.
 
 Invariants:
 - Every `/api/*` route needs `Authorization: Bearer <key>` (compared in constant time); the
@@ -7,7 +8,10 @@ Invariants:
   409 (nothing started) or 502 (the child did not answer); a failing request never stops the
   manager or the child.
 - `/api/child/...` forwards a fixed set of the child's routes (its KV, metrics, models and chat
-  completions) with the child's key, so the browser needs neither the child's port nor its key.
+  completions) with the child's key, so the browser needs neither the child's port nor its key;
+  a streamed chat streams through (`forward.py`).
+- A profile is checked (`validate_flags`: what `serve` checks before loading) when it is saved and
+  again when it is started; a model started without a profile gets its default one.
 """
 
 from __future__ import annotations
@@ -16,11 +20,10 @@ import asyncio
 import contextlib
 import hmac
 import sqlite3
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -28,13 +31,16 @@ from pydantic import BaseModel, Field
 
 from kvspill.dashboard.page import dashboard_router
 from kvspill.errors import KvspillError
+from kvspill.manager.discovery import discover
+from kvspill.manager.forward import forward
+from kvspill.manager.pull_jobs import PullJobs
 from kvspill.manager.supervisor import ChildSpec, Supervisor
 from kvspill.monitor.gpu import open_gpu_source
 from kvspill.monitor.sampler import Sampler
 from kvspill.options import EngineOptions, engine_kwargs
 from kvspill.plan.flag_plans import plans_for_flags
 from kvspill.plan.units import parse_bytes
-from kvspill.registry.profiles import validate_flags
+from kvspill.registry.profiles import default_profile, validate_flags
 from kvspill.registry.results import list_results
 from kvspill.registry.sources import inspect_source
 from kvspill.registry.store import Registry, RegistryError, RegistryUnavailableError, unavailable
@@ -67,20 +73,38 @@ class PlanQuery(BaseModel):
 
 
 class ServeRequest(BaseModel):
-    profile: str
+    profile: str | None = None
+    model: str | None = None  # a registered model: started with its default profile
+
+
+class PullRequest(BaseModel):
+    model: str  # org/name, org/name:TAG or org/name/file.gguf, as `kvspill pull` takes it
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
 
 
-def create_manager_app(registry: Registry, supervisor: Supervisor, api_key: str, serve_port: int) -> FastAPI:
+def create_manager_app(
+    registry: Registry,
+    supervisor: Supervisor,
+    api_key: str,
+    serve_port: int,
+    *,
+    probe_ports: list[int] | None = None,
+    pulls: PullJobs | None = None,
+) -> FastAPI:
+    """`probe_ports`: where `/api/servers` looks for running servers (besides `serve_port`);
+    `pulls`: the pull jobs (default: through huggingface_hub's own cache and endpoint)."""
+    http = httpx.AsyncClient()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         # Here, not after uvicorn.run: uvicorn re-raises SIGTERM once it has shut down, so code
         # after it never runs and the child would outlive the manager.
         await asyncio.to_thread(supervisor.stop)
+        await http.aclose()
 
     app = FastAPI(title="kvspill manager", lifespan=lifespan)
     key = api_key.encode()
@@ -124,8 +148,11 @@ def create_manager_app(registry: Registry, supervisor: Supervisor, api_key: str,
     app.include_router(dashboard_router("manager"))
     _add_registry_routes(app, registry, auth)
     _add_results_routes(app, registry, auth)
+    _add_pull_routes(app, pulls if pulls is not None else PullJobs(registry), auth)
     _add_serve_routes(app, registry, supervisor, auth, api_key, serve_port)
-    _add_monitor_routes(app, registry, supervisor, sampler, auth, api_key)
+    _add_monitor_routes(app, registry, supervisor, sampler, auth)
+    _add_child_routes(app, supervisor, auth, api_key, http)
+    _add_discovery_routes(app, auth, api_key, serve_port, probe_ports or [])
     return app
 
 
@@ -175,6 +202,37 @@ def _add_results_routes(app: FastAPI, registry: Registry, auth: Any) -> None:
         return {"results": [r.to_json() for r in list_results(registry, model, suite, limit)]}
 
 
+def _add_pull_routes(app: FastAPI, pulls: PullJobs, auth: Any) -> None:
+    guard = [Depends(auth)]
+
+    @app.post("/api/pull", dependencies=guard)
+    def pull(body: PullRequest) -> dict[str, Any]:
+        return pulls.start(body.model.strip()).to_json()
+
+    @app.get("/api/jobs", dependencies=guard)
+    def jobs() -> dict[str, Any]:
+        return {"jobs": [j.to_json() for j in pulls.jobs()]}
+
+    @app.get("/api/jobs/{job_id}", dependencies=guard)
+    def job(job_id: str) -> dict[str, Any]:
+        return pulls.get(job_id).to_json()
+
+
+def _profile_to_start(registry: Registry, body: ServeRequest) -> str:
+    """The profile `body` names, or the default one of the model it names; checked as serve would."""
+    if body.profile is not None:
+        name = body.profile
+    elif body.model is not None:
+        name = default_profile(registry, body.model).name
+    else:
+        raise ApiError(
+            400,
+            "give `profile` (a saved profile) or `model` (a registered model, started with its default profile)",
+        )
+    validate_flags(registry.profile(name).flags)  # a bad profile fails here, not in the child
+    return name
+
+
 def _add_serve_routes(
     app: FastAPI, registry: Registry, supervisor: Supervisor, auth: Any, api_key: str, serve_port: int
 ) -> None:
@@ -182,16 +240,15 @@ def _add_serve_routes(
 
     @app.post("/api/serve/start", dependencies=guard)
     def start(body: ServeRequest) -> dict[str, Any]:
-        validate_flags(registry.profile(body.profile).flags)  # a bad profile fails here, not in the child
-        supervisor.start(ChildSpec(body.profile, serve_port, api_key=api_key))
+        supervisor.start(ChildSpec(_profile_to_start(registry, body), serve_port, api_key=api_key))
         return supervisor.snapshot()
 
     @app.post("/api/serve/switch", dependencies=guard)
     def switch(body: ServeRequest) -> dict[str, Any]:
-        validate_flags(registry.profile(body.profile).flags)
+        profile = _profile_to_start(registry, body)
         if supervisor.spec is None:
             raise ApiError(409, "nothing was started yet: POST /api/serve/start first", "conflict_error")
-        supervisor.switch(body.profile)
+        supervisor.switch(profile)
         return supervisor.snapshot()
 
     @app.post("/api/serve/restart", dependencies=guard)
@@ -218,7 +275,7 @@ def _vram_budget(registry: Registry, profile: str | None) -> int | None:
 
 
 def _add_monitor_routes(
-    app: FastAPI, registry: Registry, supervisor: Supervisor, sampler: Sampler, auth: Any, api_key: str
+    app: FastAPI, registry: Registry, supervisor: Supervisor, sampler: Sampler, auth: Any
 ) -> None:
     guard = [Depends(auth)]
 
@@ -237,7 +294,11 @@ def _add_monitor_routes(
     def system() -> dict[str, Any]:
         return sampler.sample().to_dict()
 
-    @app.api_route("/api/child/{route:path}", methods=["GET", "POST"], dependencies=guard)
+
+def _add_child_routes(
+    app: FastAPI, supervisor: Supervisor, auth: Any, api_key: str, http: httpx.AsyncClient
+) -> None:
+    @app.api_route("/api/child/{route:path}", methods=["GET", "POST"], dependencies=[Depends(auth)])
     async def child(route: str, request: Request) -> Response:
         if CHILD_ROUTES.get(route) != request.method:
             names = ", ".join(sorted(CHILD_ROUTES))
@@ -245,18 +306,12 @@ def _add_monitor_routes(
         if supervisor.spec is None or supervisor.status.state != "running":
             raise ApiError(409, f"no server is running (state: {supervisor.status.state})", "conflict_error")
         body = await request.body() if request.method == "POST" else None
-        return await asyncio.to_thread(_forward, supervisor.spec.url + "/" + route, body, api_key)
+        query = f"?{request.url.query}" if request.url.query else ""
+        return await forward(http, f"{supervisor.spec.url}/{route}{query}", request.method, body, api_key)
 
 
-def _forward(url: str, body: bytes | None, api_key: str) -> Response:
-    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
-    req = urllib.request.Request(
-        url, data=body, headers=headers, method="POST" if body is not None else "GET"
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return Response(r.read(), status_code=r.status, media_type=r.headers.get("content-type"))
-    except urllib.error.HTTPError as e:  # the child's own error (OpenAI shape): pass it on
-        return Response(e.read(), status_code=e.code, media_type=e.headers.get("content-type"))
-    except OSError as e:
-        return _error(502, f"the server did not answer: {e}", "bad_gateway")
+def _add_discovery_routes(app: FastAPI, auth: Any, api_key: str, serve_port: int, ports: list[int]) -> None:
+    @app.get("/api/servers", dependencies=[Depends(auth)])
+    def servers() -> dict[str, Any]:
+        found = discover(ports, serve_port, api_key)
+        return {"ports": sorted({*ports, serve_port}), "servers": [f.to_json() for f in found]}

@@ -18,6 +18,9 @@ from kvspill.manager.supervisor import Supervisor
 from kvspill.options import EngineOptions
 from kvspill.plan import flag_plans
 from kvspill.registry import open_registry
+from kvspill.registry.profiles import default_profile
+from kvspill.registry.sources import inspect_source
+from kvspill.registry.store import RegistryError
 
 from .conftest import API_KEY, wait_for
 
@@ -74,6 +77,25 @@ def test_profiles_are_checked_before_saving(client: TestClient):
     assert client.post("/api/profiles", headers=AUTH, content=b"[1]").status_code == 400
     assert client.post("/api/serve/start", headers=AUTH, json={"profile": "nope"}).status_code == 404
     assert client.post("/api/serve/switch", headers=AUTH, json={"profile": "tiny-cpu"}).status_code == 409
+    # what the engine refuses only at load is refused at save time, with its message (issue 53)
+    offload = {"name": "x", "model": "smol", "flags": {"device": "cpu", "cpu_offload_gb": "2"}}
+    refused = client.post("/api/profiles", headers=AUTH, json=offload)
+    assert refused.status_code == 400 and "--cpu-offload-gb moves weights off a CUDA GPU" in refused.text
+    huge = {"name": "x", "model": "smol", "flags": {"cpu_kv_budget": "100TiB"}}
+    assert "of RAM available" in client.post("/api/profiles", headers=AUTH, json=huge).text
+    assert "x" not in [p["name"] for p in client.get("/api/models", headers=AUTH).json()["profiles"]]
+    assert client.post("/api/serve/start", headers=AUTH, json={}).status_code == 400
+    assert client.post("/api/serve/start", headers=AUTH, json={"model": "nope"}).status_code == 404
+
+
+def test_a_model_without_a_profile_gets_its_default_one(tmp_path: Path, tiny_llama_dir: Path):
+    registry = open_registry(tmp_path)
+    registry.add_model(inspect_source(str(tiny_llama_dir), "tiny"))
+    first = default_profile(registry, "tiny")
+    assert (first.name, first.model_name, first.flags) == ("tiny-default", "tiny", {})
+    assert default_profile(registry, "tiny") == first  # saved once, then found
+    with pytest.raises(RegistryError, match="no model named"):
+        default_profile(registry, "nope")
 
 
 def _status(client: TestClient) -> dict:
