@@ -26,7 +26,7 @@ def test_serve_shows_the_read_only_page_without_the_key():
     page = client.get("/ui")
     assert page.status_code == 200
     config = _config(page.text)
-    assert config["mode"] == "serve" and config["sources"]["kv"] == "/v1/kv"
+    assert config["mode"] == "serve" and config["sources"]["kv"] == "/v1/kv?kvspill_poll=1"
     assert 'id="profile-form"' not in page.text  # no control under `kvspill serve`
     for name in STATIC_FILES:
         assert client.get(f"/ui/static/{name}").status_code == 200
@@ -56,6 +56,44 @@ def test_manager_page_has_the_controls():
         "chart-latency",
         "kv-requests",
         "chat-form",
+        "chat-stop",
         "logs",
+        "models",
+        "add-model-form",
+        "servers",
+        "chart-cpu",
+        "chart-ram",
     ):
         assert f'id="{element}"' in page
+
+
+def test_serve_logs_show_the_servers_lines_not_the_pages_polling():
+    import logging
+
+    def no_engine() -> None:
+        raise RuntimeError("no engine in this test")
+
+    access = logging.getLogger("uvicorn.access")
+    level = access.level
+    access.setLevel(logging.INFO)  # as uvicorn's logging config sets it
+    app = create_app(no_engine, ServerSettings("fake", api_key="k"))  # type: ignore[arg-type]
+    try:
+        with TestClient(app) as client:  # the lifespan attaches the ring
+            logging.getLogger("kvspill.test").warning("hello from the server")
+            line = '%s - "%s %s HTTP/%s" %d'
+            access.info(line, "127.0.0.1:1", "GET", "/v1/kv?kvspill_poll=1", "1.1", 200)
+            access.info(line, "127.0.0.1:1", "GET", "/health", "1.1", 200)
+            access.info(line, "127.0.0.1:1", "POST", "/v1/chat/completions", "1.1", 200)
+            lines = client.get("/logs", headers={"Authorization": "Bearer k"}).json()["lines"]
+            assert client.get("/logs").status_code == 401  # the log is behind --api-key
+            bad = client.get("/logs?lines=0", headers={"Authorization": "Bearer k"})
+        logging.getLogger("kvspill.test").warning("after the app stopped")
+    finally:
+        access.setLevel(level)
+    assert any("hello from the server" in x for x in lines)
+    assert any("POST /v1/chat/completions" in x for x in lines)
+    assert not any("kvspill_poll" in x or "/health" in x for x in lines)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "lines"
+    from kvspill.server.log_ring import LogRing
+
+    assert not any(isinstance(h, LogRing) for h in logging.getLogger().handlers)  # detached at stop

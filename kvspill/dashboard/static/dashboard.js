@@ -1,6 +1,7 @@
 // kvspill dashboard: polls its host once a second and draws uPlot charts. No build step.
 // The page's config (#config) says where each kind of data lives: the manager's /api routes,
-// or, read-only under `kvspill serve` at /ui, the server's own /v1/kv and /metrics.
+// or, read-only under `kvspill serve` at /ui, the server's own /v1/kv, /metrics and /logs.
+// Its polling URLs carry kvspill_poll=1, so the log pane can leave their access lines out.
 (function () {
   "use strict";
   const config = JSON.parse(document.getElementById("config").textContent);
@@ -18,6 +19,9 @@
   keyInput.addEventListener("change", () => { sessionStorage.setItem("kvspill-key", keyInput.value); refreshRegistry(); });
 
   function showError(text) { const e = $("error"); e.textContent = text || ""; e.hidden = !text; }
+  // What the user's last action (save, start, add) answered: kept until the next action, where
+  // the refresh's errors above come and go with each poll.
+  function actionError(text) { const e = $("action-error"); e.textContent = text || ""; e.hidden = !text; }
 
   async function call(url, options) {
     const headers = { "Content-Type": "application/json" };
@@ -53,6 +57,8 @@
   const charts = {
     vram: chart("chart-vram", ["used GiB", "budget", "85%", "90%", "95%"], ["#2563eb", "#111", "#ca8a04", "#ea580c", "#dc2626"]),
     gpu: chart("chart-gpu", ["util %", "temp °C", "power W"], ["#16a34a", "#dc2626", "#7c3aed"]),
+    cpu: chart("chart-cpu", ["CPU %"], ["#16a34a"]),
+    ram: chart("chart-ram", ["RAM used", "RAM total", "KV pool", "cpu tier"], ["#2563eb", "#111", "#16a34a", "#db2777"]),
     host: chart("chart-host", ["RAM used", "pinned", "disk KV"], ["#2563eb", "#db2777", "#92400e"]),
     kv: chart("chart-kv", ["gpu", "cpu", "disk"], ["#16a34a", "#2563eb", "#92400e"]),
     requests: chart("chart-requests", ["running", "waiting", "tok/s"], ["#16a34a", "#ca8a04", "#2563eb"]),
@@ -101,7 +107,7 @@
         const system = await getJson(src.system);
         host = system.host;
         gpu = system.gpu.available ? system.gpu.devices[0] : null;
-        $("gpu-note").textContent = gpu ? gpu.name : "no GPU: " + system.gpu.reason;
+        showPanels(gpu, system.gpu.reason);
       }
       if (state === "running" && !busy) {
         kv = await getJson(src.kv);
@@ -112,10 +118,15 @@
     } catch (e) {
       showError(e.message);
     }
-    const total = gpu ? budget || gpu.total_bytes : null;
-    charts.vram.push(gpu ? [gpu.used_bytes / GiB, total / GiB, 0.85 * total / GiB, 0.9 * total / GiB, 0.95 * total / GiB] : [null, null, null, null, null]);
-    charts.gpu.push(gpu ? [gpu.utilization_percent, gpu.temperature_c, gpu.power_w] : [null, null, null]);
     const tiers = kv ? kv.tiers : null;
+    if (gpu) {
+      const total = budget || gpu.total_bytes;
+      charts.vram.push([gpu.used_bytes / GiB, total / GiB, 0.85 * total / GiB, 0.9 * total / GiB, 0.95 * total / GiB]);
+      charts.gpu.push([gpu.utilization_percent, gpu.temperature_c, gpu.power_w]);
+    } else if (host) { // a CPU host: the engine's KV pool (the "gpu" tier) lives in RAM
+      charts.cpu.push([host.cpu_percent]);
+      charts.ram.push([host.ram_used_bytes / GiB, host.ram_total_bytes / GiB, tiers ? tiers.gpu.used_bytes / GiB : null, tiers ? tiers.cpu.used_bytes / GiB : null]);
+    }
     charts.host.push([host ? host.ram_used_bytes / GiB : null, host && host.pinned_bytes !== null ? host.pinned_bytes / GiB : null, tiers ? tiers.disk.used_bytes / GiB : null]);
     charts.kv.push(tiers ? [tiers.gpu.used_blocks, tiers.cpu.used_blocks, tiers.disk.used_blocks] : [null, null, null]);
     const [tokPerS, ttft, itl] = metrics ? rates(now, metrics) : [null, null, null];
@@ -123,6 +134,22 @@
     charts.latency.push([ttft, itl]);
     renderRequests(kv);
   }
+
+  // GPU panels where there is a GPU; on a host without one, CPU and RAM panels and the reason.
+  // Under `kvspill serve` (no monitor) neither: the KV and request charts still show.
+  let panels = null;
+  function showPanels(gpu, reason) {
+    const want = !src.system ? "none" : gpu ? "gpu" : "cpu";
+    const note = want === "gpu" ? gpu.name : want === "cpu" ? `no GPU: ${reason}. Showing CPU, RAM and the KV tiers.`
+      : "GPU and host charts: run `kvspill manager`, which samples the host.";
+    $("gpu-note").textContent = note;
+    if (want === panels) return;
+    panels = want;
+    document.querySelectorAll(".gpu-panel").forEach((f) => { f.hidden = want !== "gpu"; });
+    document.querySelectorAll(".cpu-panel").forEach((f) => { f.hidden = want !== "cpu"; });
+    document.querySelectorAll(".host-panel").forEach((f) => { f.hidden = want === "none"; });
+  }
+  if (!src.system) showPanels(null, null);
 
   function cell(row, text) { const td = document.createElement("td"); td.textContent = text; row.appendChild(td); return td; }
   function renderRequests(kv) {
@@ -140,6 +167,7 @@
     let listing;
     try { listing = await getJson(src.api + "/models"); } catch (e) { showError(e.message); return; }
     $("model-select").replaceChildren(...listing.models.map((m) => new Option(`${m.name} (${m.quantization || m.format})`, m.name)));
+    renderModels(listing);
     const body = $("registry").querySelector("tbody");
     body.replaceChildren();
     for (const p of listing.profiles) {
@@ -148,21 +176,97 @@
       cell(row, p.name); cell(row, p.model_name);
       cell(row, Object.entries(p.flags).map(([k, v]) => `${k}=${v}`).join(" ") || "(defaults)");
       const actions = cell(row, "");
-      for (const [label, fn] of [["Plan", () => showPlan({ profile: p.name })], ["Start", () => control("start", p.name)], ["Switch", () => control("switch", p.name)]]) {
-        const b = document.createElement("button");
-        b.type = "button"; b.textContent = label; b.className = label.toLowerCase();
-        b.addEventListener("click", fn);
-        actions.appendChild(b);
+      for (const [label, fn] of [["Plan", () => showPlan({ profile: p.name })], ["Start", () => control("start", { profile: p.name })], ["Switch", () => control("switch", { profile: p.name })]]) {
+        actions.appendChild(button(label, label.toLowerCase(), fn));
       }
     }
   }
 
+  function button(label, className, onClick) {
+    const b = document.createElement("button");
+    b.type = "button"; b.textContent = label; b.className = className;
+    b.addEventListener("click", onClick);
+    return b;
+  }
+
+  // Every registered model can start: one without a profile of its own gets NAME-default (serve's defaults).
+  function renderModels(listing) {
+    const body = $("models").querySelector("tbody");
+    body.replaceChildren();
+    for (const m of listing.models) {
+      const row = body.insertRow();
+      row.dataset.model = m.name;
+      const profiles = listing.profiles.filter((p) => p.model_name === m.name).map((p) => p.name);
+      cell(row, m.name); cell(row, [m.format, m.quantization].filter(Boolean).join(" "));
+      cell(row, m.size_bytes ? (m.size_bytes / GiB).toFixed(2) + " GiB" : "-");
+      cell(row, profiles.join(", ") || "none: starts with serve's defaults");
+      cell(row, "").appendChild(button("Start", "start-model", () => control("start", { model: m.name })));
+    }
+  }
+
   let busy = false; // a start/stop/switch in flight: the child is going away, do not ask it
-  async function control(action, profile) {
+  async function control(action, body) {
     busy = true;
-    try { await post(`${src.api}/serve/${action}`, profile ? { profile } : {}); showError(""); } catch (e) { showError(e.message); }
+    try { await post(`${src.api}/serve/${action}`, body || {}); actionError(""); } catch (e) { actionError(e.message); }
     busy = false;
     tick();
+    refreshRegistry(); // a model started without a profile now has its default one
+  }
+
+  // ---- add a model: a path on the manager's host is registered; anything else is pulled as a
+  // job (`kvspill pull`'s forms: org/name, org/name:TAG, org/name/file.gguf) whose progress shows.
+  const isPath = (text) => /^([\/~.]|[A-Za-z]:\\)/.test(text);
+  async function addModel(form) {
+    const source = form.source.value.trim();
+    try {
+      if (isPath(source)) {
+        await post(src.api + "/models", form.name.value.trim() ? { source, name: form.name.value.trim() } : { source });
+        actionError(""); form.reset(); refreshRegistry();
+        return;
+      }
+      const job = await post(src.api + "/pull", { model: source });
+      actionError(""); form.reset();
+      followJob(job);
+    } catch (e) { actionError(e.message); }
+  }
+  function jobText(job) {
+    const mib = (b) => (b / 2 ** 20).toFixed(1);
+    const size = job.total_bytes ? `${mib(job.done_bytes)} of ${mib(job.total_bytes)} MiB` : `${mib(job.done_bytes)} MiB`;
+    if (job.state === "done") return `pulled ${job.model}: registered as ${job.registered} (${size})`;
+    if (job.state === "failed") return `pull of ${job.model} failed: ${job.error}`;
+    return `pulling ${job.model}: ${size}`;
+  }
+  async function followJob(job) {
+    const row = $("jobs").querySelector("tbody").insertRow(0);
+    row.dataset.job = job.id;
+    const text = cell(row, "");
+    const bar = document.createElement("progress");
+    cell(row, "").appendChild(bar);
+    for (;;) {
+      row.dataset.state = job.state; text.textContent = jobText(job);
+      if (job.total_bytes) { bar.max = job.total_bytes; bar.value = job.done_bytes; } else bar.removeAttribute("value");
+      if (job.state !== "running") break;
+      await new Promise((r) => setTimeout(r, 500));
+      try { job = await getJson(`${src.api}/jobs/${job.id}`); } catch (e) { text.textContent = e.message; return; }
+    }
+    if (job.state === "done") { bar.value = bar.max = 1; refreshRegistry(); }
+  }
+
+  // ---- servers already running on this host (the manager probes its port list)
+  async function refreshServers() {
+    if (!manager || !keyInput.value) return;
+    let found;
+    try { found = await getJson(src.api + "/servers"); } catch (e) { return; /* shown by tick */ }
+    $("servers-note").textContent = `ports looked at: ${found.ports.join(", ")}`;
+    const body = $("servers").querySelector("tbody");
+    body.replaceChildren();
+    for (const srv of found.servers) {
+      const row = body.insertRow();
+      row.dataset.port = String(srv.port);
+      cell(row, srv.url); cell(row, srv.healthy ? "healthy" : "not ready");
+      cell(row, srv.models.join(", ") || srv.note || "-");
+      cell(row, srv.managed ? "this manager's server" : "");
+    }
   }
 
   function formFlags(form) {
@@ -216,49 +320,119 @@
       event.preventDefault();
       try {
         await post(src.api + "/profiles", { name: form.name.value, model: form.model.value, flags: formFlags(form) });
-        showError("");
+        actionError("");
         refreshRegistry();
-      } catch (e) { showError(e.message); }
+      } catch (e) { actionError(e.message); }
     });
     $("stop").addEventListener("click", () => control("stop"));
     $("restart").addEventListener("click", () => control("restart"));
-    setInterval(async () => {
-      if (!keyInput.value) return;
-      try {
-        const logs = $("logs");
-        const atEnd = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
-        logs.textContent = (await getJson(src.api + "/logs?lines=200")).lines.join("\n");
-        if (atEnd) logs.scrollTop = logs.scrollHeight; // follow the tail unless the user scrolled up
-      } catch (e) { /* shown by tick */ }
-    }, 2000);
+    $("add-model-form").addEventListener("submit", (event) => { event.preventDefault(); addModel(event.target); });
+    refreshServers();
+    setInterval(refreshServers, 5000);
   }
 
-  // ---- chat: one non-streaming completion per message, on whatever model is served now
+  // ---- the server's log: the manager's capture of its child, or the server's own ring (/logs)
+  async function refreshLogs() {
+    if (manager && !keyInput.value) return;
+    try {
+      const logs = $("logs");
+      const atEnd = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
+      logs.textContent = (await getJson(src.logs)).lines.join("\n");
+      if (atEnd) logs.scrollTop = logs.scrollHeight; // follow the tail unless the user scrolled up
+    } catch (e) { /* shown by tick */ }
+  }
+  refreshLogs();
+  setInterval(refreshLogs, 2000);
+
+  // ---- chat: streamed (SSE) on whatever model is served now. Waiting (until the first token),
+  // then streaming, then done, stopped or error: the phases are kept in #chat-log's data-phases.
+  // Stop aborts the fetch; the server sees its client gone and aborts the request.
   const history = [];
+  let controller = null;
   function say(role, text) {
     const p = document.createElement("p");
     p.className = role; p.textContent = (role === "user" ? "you: " : "") + text;
     $("chat-log").appendChild(p);
     $("chat-log").scrollTop = $("chat-log").scrollHeight;
+    return p;
+  }
+  function phase(name, text) {
+    const log = $("chat-log");
+    log.dataset.phases = (log.dataset.phases ? log.dataset.phases + "," : "") + name;
+    $("chat-status").textContent = text;
+    $("chat-status").className = "note " + name;
+    const active = name === "waiting" || name === "streaming";
+    $("chat-send").disabled = active; $("chat-stop").disabled = !active;
+  }
+  // The SSE body as chat deltas: `data: {json}` events, `data: [DONE]` at the end.
+  async function* deltas(response) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const event = buffer.slice(0, end); buffer = buffer.slice(end + 2);
+        const data = event.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("");
+        if (data === "[DONE]") return;
+        if (!data) continue;
+        const chunk = JSON.parse(data);
+        if (chunk.error) throw new Error(chunk.error.message);
+        const choice = chunk.choices && chunk.choices[0];
+        if (choice && choice.delta && choice.delta.content) yield choice.delta.content;
+      }
+    }
+  }
+  async function streamReply(model, answer) {
+    const headers = { "Content-Type": "application/json" };
+    if (keyInput.value) headers.Authorization = "Bearer " + keyInput.value;
+    const max_tokens = Number($("chat-max-tokens").value) || 256;
+    const body = JSON.stringify({ model, messages: history, max_tokens, stream: true });
+    const response = await fetch(src.chat, { method: "POST", headers, body, signal: controller.signal });
+    if (!response.ok) {
+      let message = await response.text();
+      try { message = JSON.parse(message).error.message; } catch (e) { /* not JSON: the text */ }
+      throw new Error(message || response.statusText);
+    }
+    for await (const piece of deltas(response)) {
+      if (!answer.textContent) phase("streaming", "generating… (Stop ends it)");
+      answer.textContent += piece;
+      $("chat-log").scrollTop = $("chat-log").scrollHeight;
+    }
   }
   $("chat-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const text = $("chat-input").value.trim();
-    if (!text) return;
+    if (!text || controller) return;
     $("chat-input").value = "";
     history.push({ role: "user", content: text });
     say("user", text);
+    const answer = say("assistant", "");
+    controller = new AbortController();
+    phase("waiting", "waiting for the model…");
     try {
       const model = (await getJson(src.models)).data[0].id;
-      const reply = await post(src.chat, { model, messages: history, max_tokens: 48, temperature: 0 });
-      const answer = reply.choices[0].message.content;
-      history.push({ role: "assistant", content: answer });
-      say("assistant", answer);
+      await streamReply(model, answer);
+      phase("done", "");
     } catch (e) {
-      history.pop();
-      say("error", "error: " + e.message);
+      if (e.name === "AbortError") {
+        answer.dataset.stopped = "1";
+        phase("stopped", "stopped");
+      } else {
+        answer.remove();
+        history.pop();
+        say("error", "error: " + e.message);
+        phase("error", "");
+      }
     }
+    if (answer.isConnected && answer.textContent) history.push({ role: "assistant", content: answer.textContent });
+    else if (answer.isConnected) history.pop(); // stopped before a token: the question goes unanswered
+    controller = null;
   });
+  $("chat-stop").addEventListener("click", () => { if (controller) controller.abort(); });
 
   refreshRegistry();
   tick();
