@@ -97,7 +97,8 @@ def hot_kv_kwargs(
 def run_tasks(llm: LLM, spec: EvalSpec, log: Log) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(one row per task and length, one record per sample); a progress line before each batch
     (a long length's batch runs minutes with nothing else to show) and its score after."""
-    rows, records = [], []
+    rows: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
     count = lambda text: len(llm.engine.encode(text))  # noqa: E731 - the engine's own token count
     num_batches = len(spec.lengths) * len(spec.tasks)
     for length in spec.lengths:
