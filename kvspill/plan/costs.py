@@ -158,6 +158,12 @@ SAMPLER_BYTES_PER_LOGIT = 36
 PROMPT_LOGPROB_ROWS = 256
 
 
+def cold_staging_bytes(spec: ModelSpec, kv_bytes: int, cold_stage_tokens: int = COLD_STAGE_TOKENS) -> int:
+    """The double-buffered staging of one layer's cold K and V streamed in (cold_stage_tokens each):
+    buffers the CUDA runner allocates beside the pool at start-up (its stream stager)."""
+    return 2 * cold_stage_tokens * 2 * spec.kv_heads_dim * kv_bytes
+
+
 def activation_peak_bytes(
     spec: ModelSpec,
     num_tokens: int,
@@ -183,7 +189,7 @@ def activation_peak_bytes(
     # staging of one layer's cold K and V streamed in (cold_stage_tokens each)
     attn = t * (q_width + 2 * kv_width + q_width + kv_width + q_width) * act_bytes
     attn += 2 * t * spec.num_heads * (d + 1) * 4
-    attn += 2 * cold_stage_tokens * 2 * kv_width * kv_bytes
+    attn += cold_staging_bytes(spec, kv_bytes, cold_stage_tokens)
     # mlp: fused gate_up [t, 2I], silu(gate) [t, I], silu(gate) * up [t, I]
     mlp = 4 * t * spec.intermediate_size * act_bytes + dequant_bytes
     # logits: the sampled rows (one per sequence) through the sampler, or one slice of prompt

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvspill.plan.choices import MAX_GRAPH_BATCH
-from kvspill.plan.costs import activation_peak_bytes
+from kvspill.plan.costs import activation_peak_bytes, cold_staging_bytes
 from kvspill.plan.request import PlanRequest
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.units import MiB
@@ -75,6 +75,9 @@ def gpu_budget(request: PlanRequest, weight_bytes: int, graph_batch: int | None 
         dequant = gguf_graph_scratch_bytes(spec, act_bytes) if gguf and tokens > GGUF_GEMV_MAX_ROWS else 0
         num_seqs = min(request.max_num_seqs, tokens)
         activation = activation_peak_bytes(spec, tokens, num_seqs, act_bytes, kv_bytes, dequant_bytes=dequant)
+    elif request.device == "cuda":
+        # the profiled step runs no cold attention: its staging buffers come beside it
+        activation += cold_staging_bytes(spec, kv_bytes)
     graph = slack = runtime = rope = 0
     if request.device == "cuda":
         rope = request.rope_table_bytes  # one table per process (per rank), sized by max_model_len
