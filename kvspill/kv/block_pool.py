@@ -178,6 +178,14 @@ class BlockPool:
                 continue
             self._register(block, request.block_hashes[i])
 
+    def uncache(self, block: KVBlock) -> bool:
+        """Forget a cached-free block's hash (it stays free, at its place in the queue); False for
+        a block in use or not cached (a clear of the prefix cache leaves those)."""
+        if block.ref_cnt or not self._is_cached_copy(block):
+            return False
+        self._evict_hash(block)
+        return True
+
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash. Only when no request holds a block; returns success."""
         if self.num_free_blocks != self.num_blocks:

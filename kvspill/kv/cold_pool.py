@@ -153,6 +153,15 @@ class ColdBlockPool:
         """Retire every block: the tier takes no new block (its storage cannot be written)."""
         return self.retire(range(len(self._retired) + self.num_blocks))
 
+    def uncache(self, block_id: int) -> bool:
+        """Forget a cached-free block's hash, making it free; False for a block in use or not cached."""
+        if block_id not in self._lru:
+            return False
+        del self._lru[block_id]
+        del self._by_hash[self._hash_of.pop(block_id)]
+        heapq.heappush(self._free, block_id)
+        return True
+
     def reset(self) -> None:
         """Forget every cached-free block's hash (used blocks keep theirs)."""
         for block_id in self._lru:

@@ -62,6 +62,7 @@ from typing import Protocol
 
 from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest
 from kvspill.kv.cold_pool import ColdBlockPool
+from kvspill.kv.prefix_index import PrefixIndex
 from kvspill.kv.tier_advice import TierSizes, hot_blocks_message, too_many_blocks_message
 from kvspill.kv.tier_prefix import ColdPrefixCache
 from kvspill.kv.tier_spill import Admission, SpillPicker
@@ -119,6 +120,7 @@ class KVTierManager(SpillPicker):
         self.num_parked = 0  # preemptions that spilled instead of recomputing
         self.num_parked_dropped = 0  # parked requests whose KV was dropped for room
         self.num_demoted = 0  # cached gpu blocks copied to the cpu tier's prefix cache on eviction
+        self.prefixes = PrefixIndex()  # the chains requests left in the caches (kv/prefix_control.py)
         if self.cpu.num_blocks and kv_cache_manager.enable_prefix_caching:
             kv_cache_manager.block_pool.on_evict = self._demote_cached_gpu_block
 
@@ -215,7 +217,17 @@ class KVTierManager(SpillPicker):
                     range(min(self.num_sink_blocks, limit)), range(limit, len(self.kv.get_blocks(req_id)))
                 )
                 num_off_gpu += sum(1 for i in outside if i in cold)
-        return (self.kv.num_blocks + num_off_gpu) * self.block_size - num_computed_tokens
+        num_pinned = self._num_pinned_gpu_elsewhere(request, num_computed_tokens)
+        return (self.kv.num_blocks + num_off_gpu - num_pinned) * self.block_size - num_computed_tokens
+
+    def _num_pinned_gpu_elsewhere(self, request: KVRequest, num_computed_tokens: int) -> int:
+        """Gpu blocks pinned by a prefix (`kv/prefix_control.py`) that are not among the request's
+        computed blocks: room it can never have while they stay pinned."""
+        pinned = self.prefixes.pinned_gpu_hashes
+        if not pinned:
+            return 0
+        hashes = request.block_hashes[: num_computed_tokens // self.block_size]
+        return max(self.prefixes.num_pinned(TIER_GPU) - sum(1 for h in hashes if h in pinned), 0)
 
     def never_fits_message(self, request: KVRequest, num_computed_tokens: int) -> str | None:
         """Why the request can never be scheduled (with what to change), or None when it can."""
@@ -292,6 +304,7 @@ class KVTierManager(SpillPicker):
         if new_computed_blocks:
             num_gpu_hits = sum(block is not None for block in new_computed_blocks)
             self.prefix.hit_tokens[TIER_GPU] += num_gpu_hits * self.block_size
+            self.prefixes.note_hit(request.block_hashes[: len(new_computed_blocks)])
         return new_block_ids
 
     def preempt(self, request: KVRequest) -> int:
@@ -320,10 +333,33 @@ class KVTierManager(SpillPicker):
         hashes = request.block_hashes if self.kv.enable_prefix_caching else []
         self.prefix.free_request(self._cold.pop(req_id, {}), hashes, self.kv.get_blocks(req_id))
         self.kv.free(request)
+        self._record_prefix(request)
         self.prefix.pending_hits.pop(req_id, None)
         self._requests.pop(req_id, None)
         self._parked.discard(req_id)
         self._spill_cursor.pop(req_id, None)
+
+    def _record_prefix(self, request: KVRequest) -> None:
+        """Name the chain a freed request left in the caches: its leading blocks some tier holds."""
+        if not self.kv.enable_prefix_caching:
+            return
+        hashes = request.block_hashes[: request.num_computed_tokens // self.block_size]
+        n = 0
+        while n < len(hashes) and self.is_cached(hashes[n]):
+            n += 1
+        self.prefixes.record(hashes[:n], self.is_cached)
+
+    def is_cached(self, block_hash: int) -> bool:
+        """Whether some tier's prefix cache holds this block."""
+        return (
+            self.kv.block_pool.get_cached_block(block_hash) is not None
+            or self.prefix.lookup(block_hash) is not None
+        )
+
+    def record_move(self, src_tier: int, src_id: int, dst_tier: int, dst_id: int) -> None:
+        """A bytes-only move of a cached block no request holds (`kv/prefix_control.py`), run with
+        the next transfer plan taken."""
+        self._record(None, -1, src_tier, src_id, dst_tier, dst_id)
 
     def drop_for_retry(self, request: KVRequest) -> None:
         """Free a failed step's request for a retry from scratch: its gpu blocks leave the prefix

@@ -184,6 +184,13 @@ class Scheduler:
             transfers=transfers,
         )
 
+    def schedule_moves_only(self) -> ScheduledBatch:
+        """A batch that computes nothing: the block moves recorded since the last `schedule()` (a
+        cache operation between steps, `kv/prefix_control.py`; bytes only), and the finished ids."""
+        finished_req_ids, self.finished_req_ids = self.finished_req_ids, set()
+        transfers = self.kv_tiers.take_transfer_plan(())
+        return ScheduledBatch([], [], {}, 0, finished_req_ids, transfers)
+
     def _schedule_running(
         self, num_scheduled_tokens: dict[str, int], cached_reqs: list[CachedRequestData]
     ) -> int:
