@@ -157,6 +157,7 @@ class EngineConfig:
     kv_disk_dir: str | None = None  # where the disk tier lives (default: a temp dir)
     kv_persist_dir: str | None = None  # prefix KV blocks kept in files across restarts (storage/persist.py)
     kv_persist_budget_bytes: int = 64 * 2**30  # most bytes of block files there (LRU beyond)
+    kv_pin_share: float = 0.5  # the most of each tier that pinned prefixes hold (kv/prefix_control.py)
     num_cpu_kv_blocks: int | None = None  # exact cpu-tier size in blocks (tests); overrides the budget
     num_disk_kv_blocks: int | None = None  # exact disk-tier size in blocks (tests); overrides the budget
     num_sink_blocks: int = 1  # first blocks of each sequence that never leave the gpu tier
@@ -252,6 +253,8 @@ class EngineConfig:
         share = self.cpu_kv_ram_share
         if share is not None and not 0.0 < share <= 0.95:
             raise bad("cpu_kv_ram_share", f"--cpu-kv-ram-share must be in (0, 0.95], got {share}")
+        if not 0.0 <= self.kv_pin_share <= 1.0:
+            raise bad("kv_pin_share", f"--kv-pin-share must be in [0, 1], got {self.kv_pin_share}")
         for name in ("cpu_kv_budget_bytes", "disk_kv_budget_bytes", "kv_persist_budget_bytes"):
             if (getattr(self, name) or 0) < 0:
                 raise bad(name, f"--{name.removesuffix('_bytes').replace('_', '-')} must not be negative")

@@ -165,6 +165,9 @@ class EngineOptions:
         default="64GiB",
         parse=parse_size,
     )
+    kv_pin_share: float | None = _flag(
+        "The most of each KV tier (gpu, cpu, disk) that prefixes pinned through /v1/kv/pin may hold, e.g. 0.5."
+    )
     num_cpu_kv_blocks: int | None = _flag(
         "Exact cpu-tier KV blocks; overrides --cpu-kv-budget (for tests).", default="from --cpu-kv-budget"
     )

@@ -9,6 +9,8 @@ Invariants:
 - Every member is one the server uses, and nothing else: add a member here before the server
   calls it, and the fakes under tests/server follow.
 - Only the server's engine thread calls these (`AsyncEngine`): implementations need no locks.
+- `KVCacheControl` (the `/v1/kv/*` cache operations) is a protocol of its own: an engine without
+  it (the fakes) serves everything else, and those routes answer 404 saying so.
   The one exception is `guided_compiler`, whose methods are thread-safe: the server compiles
   grammars on threads of its own so that the engine thread never does (`server/grammar_gate.py`).
 """
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from kvspill.guided.spec import GuidedSpec
+from kvspill.prefix_records import LookupResult, OpResult, PrefixInfo
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import KVStats
 from kvspill.types import RequestOutput
@@ -108,3 +111,22 @@ class EngineClient(Protocol):
     def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int: ...
 
     def kv_capacity_tokens(self) -> int: ...  # tokens of KV all tiers hold together
+
+
+@runtime_checkable
+class KVCacheControl(Protocol):
+    """Cache management by prefix (`kv/prefix_control.py`), between steps: what `/v1/kv/prefixes`,
+    `lookup`, `pin`, `unpin`, `move` and `clear` call. Errors: `UnknownPrefixError` (404),
+    `KVConflictError` (409), `InvalidParameterError` (400); nothing changes when one is raised."""
+
+    def kv_prefixes(self) -> list[PrefixInfo]: ...
+
+    def kv_lookup(self, token_ids: list[int]) -> LookupResult: ...
+
+    def kv_pin(self, prefix_id: str, tier: str) -> OpResult: ...
+
+    def kv_unpin(self, prefix_id: str, tier: str) -> OpResult: ...
+
+    def kv_move(self, prefix_id: str, tier: str, partial: bool = False) -> OpResult: ...
+
+    def kv_clear(self, prefix_id: str | None, persisted: bool = False) -> OpResult: ...

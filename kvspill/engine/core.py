@@ -38,15 +38,18 @@ from kvspill.engine.step_budget import StepBudget
 from kvspill.engine.step_retry import OomBackoff, retry_failed_step
 from kvspill.engine.warmup import warm_up_at_start
 from kvspill.errors import (
+    DiskTierIOError,
     InvalidParameterError,
     KVCacheBusyError,
     OutOfKVMemoryError,
 )
 from kvspill.guided.compiler import GuidedCompiler
+from kvspill.kv.prefix_control import PrefixControl
+from kvspill.prefix_records import LookupResult, OpResult, PrefixInfo
 from kvspill.runner.async_output import PendingStepOutput
 from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.config import SchedulerConfig
-from kvspill.scheduler.request import Request, RequestStatus
+from kvspill.scheduler.request import Request, RequestStatus, hash_block_tokens
 from kvspill.scheduler.scheduler import Scheduler
 from kvspill.stats import KVStats, KVTiers
 from kvspill.storage.persist import PersistStore
@@ -98,6 +101,7 @@ class LLMEngine:
         self._take_parts(bundle)
         self.scheduler = self._build_scheduler(bundle)
         self.persister = self._build_persister(bundle)
+        self.kv_control = self._build_kv_control()
         self._has_cold_tiers = bool(bundle.storage.num_cpu_blocks or bundle.storage.num_disk_blocks)
         self._max_cold_fraction = 0.0
         self._texts: dict[str, _TextState] = {}
@@ -157,6 +161,16 @@ class LLMEngine:
         persister = PrefixPersister(store, self.scheduler.kv_tiers, bundle.storage)
         self.scheduler.admission_hold = persister.holds
         return persister
+
+    def _build_kv_control(self) -> PrefixControl:
+        """The `/v1/kv/*` cache operations over the scheduler's tiers (and the persist dir's files)."""
+        store = self.persister.store if self.persister is not None else None
+        return PrefixControl(
+            self.scheduler.kv_tiers,
+            self.config.kv_pin_share,
+            store.contains if store is not None else None,
+            store.remove if store is not None else None,
+        )
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -417,6 +431,46 @@ class LLMEngine:
             if out.finished:
                 self._texts.pop(upd.req_id, None)
         return results
+
+    # ---- cache management by prefix (KVCacheControl; between steps, on the engine's thread) ----
+
+    def kv_prefixes(self) -> list[PrefixInfo]:
+        return self.kv_control.prefixes()
+
+    def kv_lookup(self, token_ids: list[int]) -> LookupResult:
+        """How many leading tokens of `token_ids` the tiers hold, hashed as a request of them is."""
+        hashes: list[int] = []
+        size = self.config.block_size
+        for start in range(0, len(token_ids) - size + 1, size):
+            parent = hashes[-1] if hashes else self.bundle.kv_fingerprint
+            hashes.append(hash_block_tokens(parent, token_ids[start : start + size]))
+        return self.kv_control.lookup(len(token_ids), hashes)
+
+    def kv_pin(self, prefix_id: str, tier: str) -> OpResult:
+        return self._run_kv_moves(self.kv_control.pin(prefix_id, tier))
+
+    def kv_unpin(self, prefix_id: str, tier: str) -> OpResult:
+        return self.kv_control.unpin(prefix_id, tier)
+
+    def kv_move(self, prefix_id: str, tier: str, partial: bool = False) -> OpResult:
+        return self._run_kv_moves(self.kv_control.move(prefix_id, tier, partial))
+
+    def kv_clear(self, prefix_id: str | None, persisted: bool = False) -> OpResult:
+        if persisted and self.persister is not None:
+            self.persister.store.flush()  # a queued write would bring a cleared file back
+        return self.kv_control.clear(prefix_id, persisted)
+
+    def _run_kv_moves(self, result: OpResult) -> OpResult:
+        """Copy the blocks an operation moved now, in a batch that computes nothing (a step in flight
+        ran first: the copies follow it on the device's stream)."""
+        batch = self.scheduler.schedule_moves_only()
+        if not batch.transfers.empty or batch.finished_req_ids:
+            try:
+                self._launch(batch).result()
+            except DiskTierIOError as e:  # the moves that did not fail stand; the server says 500
+                self.kv_control.forget_failed_moves(batch.transfers.moves, e)
+                raise
+        return result
 
     def kv_stats(self) -> KVStats:
         """Blocks and bytes per tier, per-request hot/cold split, bytes moved per direction and

@@ -32,6 +32,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,18 @@ class PersistStore:
     def contains(self, block_hash: int) -> bool:
         with self._lock:
             return block_hash in self._index
+
+    def remove(self, block_hashes: Sequence[int] | None = None) -> int:
+        """Delete the files of these blocks (None: every file of this engine) and drop them from the
+        index, so they are neither loaded nor counted and may be written again; returns how many
+        files went. A write still queued lands afterwards (`flush` first to avoid that)."""
+        with self._lock:
+            wanted = self._index if block_hashes is None else block_hashes
+            hashes = [h for h in wanted if h in self._index]
+            gone = [self._index.pop(h) for h in hashes]
+        for info in gone:
+            info.path.unlink(missing_ok=True)
+        return len(gone)
 
     # ---- writes --------------------------------------------------------------------------
 
