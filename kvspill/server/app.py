@@ -38,6 +38,7 @@ from kvspill.server.echo import make_echo
 from kvspill.server.errors import document_400s, error_response, exception_response, invalid
 from kvspill.server.grammar_gate import ClientGoneError, GateSettings, GrammarGate, budget_response
 from kvspill.server.hosts import HostCheckMiddleware
+from kvspill.server.kv_routes import kv_router
 from kvspill.server.limits import BodyLimitMiddleware, add_http_error_handlers, default_max_request_bytes
 from kvspill.server.log_ring import log_router
 from kvspill.server.metrics import ServerMetrics
@@ -144,6 +145,7 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
     _add_token_routes(app, ctx)
     _add_info_routes(app, ctx)
     app.include_router(precache_router(ae))  # POST /v1/precache
+    app.include_router(kv_router(ae, metrics, ctx.workers))  # /v1/kv/*: cache management by prefix
     app.include_router(dashboard_router("serve"))  # read-only dashboard at /ui
     app.include_router(log_router())  # GET /logs: the recent log lines the /ui page shows
     document_400s(app)

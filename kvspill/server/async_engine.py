@@ -37,9 +37,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import TypeVar, cast
 
-from kvspill.engine.client import EngineClient
+from kvspill.engine.client import EngineClient, KVCacheControl
 from kvspill.errors import KvspillError, OutOfKVMemoryError, StepError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.admission import FrontDesk, check_fits_context, prompt_size
@@ -206,6 +206,14 @@ class AsyncEngine:
         fut: Future[T] = Future()
         self._commands.put(("call", fn, fut))
         return await asyncio.wrap_future(fut)
+
+    async def kv_control(self, fn: Callable[[KVCacheControl], T]) -> T:
+        """A cache operation (`/v1/kv/*`) on the loop thread between steps, as `call`.
+        NotImplementedError for an engine without `KVCacheControl`."""
+        engine = self.engine
+        if engine is not None and not isinstance(engine, KVCacheControl):
+            raise NotImplementedError("this engine does not manage its KV cache by prefix")
+        return await self.call(lambda e: fn(cast(KVCacheControl, e)))  # checked above
 
     async def kv_stats(self, wait_s: float = KV_FRESH_WAIT_S) -> KVStats:
         """`engine.kv_stats()` now when the loop answers within `wait_s` (it is between steps),

@@ -121,6 +121,10 @@ class ServerMetrics:
         self.gen_tokens = _counter(r, "generation_tokens", "Tokens generated", m)
         self.success = Counter(P + "request_success", "Finished requests", [M, "finished_reason"], registry=r)
         self.rejected_c = Counter(P + "requests_rejected", "Requests refused", [M, "reason"], registry=r)
+        self.kv_ops = Counter(
+            P + "kv_cache_ops", "Cache management calls (/v1/kv/*) by operation and HTTP status",
+            [M, "op", "status"], registry=r,
+        )  # fmt: skip
         self.stats_errors = _counter(
             r, "stats_errors", "Scrapes whose engine statistics could not be read", m
         )
@@ -169,6 +173,10 @@ class ServerMetrics:
 
     def rejected(self, reason: str) -> None:
         self.rejected_c.labels(self.model_name, reason).inc()
+
+    def kv_op(self, op: str, status: int) -> None:
+        """One `/v1/kv/*` call (prefixes, lookup, pin, unpin, move, clear) and how it ended."""
+        self.kv_ops.labels(self.model_name, op, str(status)).inc()
 
     async def scrape(self, ae: AsyncEngine) -> bytes:
         """The exposition text, gauges refreshed from the engine (if it is up). Statistics that
