@@ -204,6 +204,7 @@ def _register_commands() -> None:
         bench_cmd,
         cache_cmd,
         eval_cmd,
+        kv_cmd,
         manager_cmd,
         models_cmd,
         monitor_cmd,
@@ -229,6 +230,7 @@ def _register_commands() -> None:
     service_cmd.register(app)  # idempotent
     models_cmd.register(app)  # idempotent
     cache_cmd.register(app)  # idempotent
+    kv_cmd.register(app)  # idempotent
     manager_cmd.register(app)  # idempotent
     eval_cmd.register(app)  # idempotent
     pull_cmd.register(app)  # idempotent
