@@ -47,6 +47,11 @@ class SamplingParams:
     detokenize: bool = True  # False: token ids only (benchmarks, token-id clients)
     guided: GuidedSpec | None = None  # the grammar the output must match (kvspill/guided)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
+    # This request's window on the gpu tier (kv/tiers.py): None takes the engine's
+    # --hot-window-tokens / --num-sink-blocks, which are also the most it may ask
+    # (scheduler/request_window.py checks that, as only the engine knows its flags).
+    hot_window_tokens: int | None = None
+    num_sink_blocks: int | None = None
 
     def __post_init__(self) -> None:
         # Accept a single string or any iterable for the tuple fields.
@@ -104,6 +109,10 @@ class SamplingParams:
                 raise bad("logit_bias", f"keys must be non-negative token ids, got {token!r}")
             if not (-LOGIT_BIAS_LIMIT <= bias <= LOGIT_BIAS_LIMIT):
                 raise bad("logit_bias", f"values must be in [-100, 100], got {bias} for token {token}")
+        for name in ("hot_window_tokens", "num_sink_blocks"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise bad(name, f"must be a non-negative integer, got {value!r}")
         if self.guided is not None and (self.ignore_eos or self.min_tokens):
             # The grammar ends on a stop token: forbidding it would leave no token to sample.
             raise bad(

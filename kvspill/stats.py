@@ -134,6 +134,10 @@ class RequestTierStats:
     num_gpu_blocks: int = 0
     num_cpu_blocks: int = 0
     num_disk_blocks: int = 0
+    # its window on the gpu tier: the request's own (request fields of the same names), else the
+    # server's --hot-window-tokens and --num-sink-blocks
+    hot_window_tokens: int = 0
+    num_sink_blocks: int = 0
 
     def to_json(self) -> Json:
         return _scalars_to_json(self)

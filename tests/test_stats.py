@@ -33,6 +33,11 @@ def _prefix(blocks: int, hit_tokens: int) -> dict[str, Any]:
     }
 
 
+def _window(hot_window_tokens: int) -> dict[str, Any]:
+    """A request's window keys (issue 52): one sink block, its hot window."""
+    return {"hot_window_tokens": hot_window_tokens, "num_sink_blocks": 1}
+
+
 # `engine.kv_stats()` of the release before the records (dicts built in engine/core.py), captured from
 # the tiny Llama on the CPU: 12 gpu + 16 cpu + 32 disk blocks of 8 tokens, three requests
 # mid-generation (timings rounded). The contract clients (monitor, status, bench --url) read.
@@ -45,9 +50,27 @@ TODAY: dict[str, Any] = {
         "disk": {"blocks": 32, "used_blocks": 2, "bytes": 196608, "used_bytes": 12288, **_prefix(0, 0)},
     },
     "requests": {
-        "req-0": {"status": "running", "num_gpu_blocks": 3, "num_cpu_blocks": 6, "num_disk_blocks": 1},
-        "req-1": {"status": "running", "num_gpu_blocks": 6, "num_cpu_blocks": 7, "num_disk_blocks": 1},
-        "req-2": {"status": "running", "num_gpu_blocks": 3, "num_cpu_blocks": 3, "num_disk_blocks": 0},
+        "req-0": {
+            "status": "running",
+            "num_gpu_blocks": 3,
+            "num_cpu_blocks": 6,
+            "num_disk_blocks": 1,
+            **_window(16),
+        },
+        "req-1": {
+            "status": "running",
+            "num_gpu_blocks": 6,
+            "num_cpu_blocks": 7,
+            "num_disk_blocks": 1,
+            **_window(40),
+        },
+        "req-2": {
+            "status": "running",
+            "num_gpu_blocks": 3,
+            "num_cpu_blocks": 3,
+            "num_disk_blocks": 0,
+            **_window(16),
+        },
     },
     "bytes_moved": {"cpu_to_disk": 12288, "gpu_to_cpu": 110592},
     "cold_attention_seconds": {"cpu": 0.4425, "stream": 0.0},
@@ -111,7 +134,9 @@ def test_the_payload_reads_into_typed_fields():
     assert stats.tiers.disk == TierUsage(blocks=32, used_blocks=2, total_bytes=196608, used_bytes=12288)
     assert stats.tiers.gpu.usage == 1.0
     assert [name for name, _ in stats.tiers.items()] == ["gpu", "cpu", "disk"]
-    assert stats.requests["req-1"] == RequestTierStats("running", 6, 7, 1)
+    assert stats.requests["req-1"] == RequestTierStats(
+        "running", 6, 7, 1, hot_window_tokens=40, num_sink_blocks=1
+    )
     assert stats.total_bytes_moved == 12288 + 110592
     assert stats.cold_attention_seconds.cpu == 0.4425
     assert stats.scheduler is not None and stats.scheduler.num_running == 3

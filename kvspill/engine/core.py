@@ -50,6 +50,7 @@ from kvspill.runner.async_output import PendingStepOutput
 from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.request import Request, RequestStatus, hash_block_tokens
+from kvspill.scheduler.request_window import request_window
 from kvspill.scheduler.scheduler import Scheduler
 from kvspill.stats import KVStats, KVTiers
 from kvspill.storage.persist import PersistStore
@@ -200,6 +201,7 @@ class LLMEngine:
         prompt_text = prompt if isinstance(prompt, str) else None
         token_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         check_prompt(token_ids, params, self.vocab_size, self.max_model_len)
+        request_window(params, self.scheduler.config)  # past the engine's window: refused before any state
         self._validate_logits_processing(params)
         if admission:
             self.check_admission(len(token_ids), params)

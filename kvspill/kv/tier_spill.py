@@ -1,5 +1,9 @@
 """Which gpu blocks leave when the gpu tier is short: the spill candidates of `kv/tiers.py`
 (pure Python; `KVTierManager` inherits `SpillPicker`). The rules are in `kv/tiers.py`'s module doc.
+
+Each request's blocks are judged by its own `KVWindow` (its sink blocks and hot window): the
+request's own when it asked for one (`windows`, keyed by req_id, live from the scheduler), else the
+server's (`window`). A shared prefix block leaves only when eligible under every holder's window.
 """
 
 from __future__ import annotations
@@ -9,6 +13,22 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from kvspill.kv.block_pool import KVBlock, KVCacheManager, KVRequest
+
+
+@dataclass(frozen=True)
+class KVWindow:
+    """The blocks of one request that stay on the gpu tier: its first `num_sink_blocks` blocks and
+    those holding any of its last `hot_window_tokens` computed tokens."""
+
+    num_sink_blocks: int
+    hot_window_tokens: int
+
+    def limit(self, num_computed_tokens: int, block_size: int) -> int:
+        """The first logical index at or past the hot window (may be negative: nothing eligible)."""
+        return (num_computed_tokens - self.hot_window_tokens) // block_size
+
+    def is_eligible(self, num_computed_tokens: int, logical_idx: int, block_size: int) -> bool:
+        return self.num_sink_blocks <= logical_idx < self.limit(num_computed_tokens, block_size)
 
 
 @dataclass(frozen=True)
@@ -27,7 +47,7 @@ class Admission:
         if not hits:
             return None
         num_computed = request.num_computed_tokens + len(new_computed_blocks) * tiers.block_size
-        return cls(hits, (num_computed - tiers.hot_window_tokens) // tiers.block_size)
+        return cls(hits, tiers.window_of(request.req_id).limit(num_computed, tiers.block_size))
 
 
 class SpillPicker:
@@ -35,15 +55,18 @@ class SpillPicker:
 
     kv: KVCacheManager
     block_size: int
-    num_sink_blocks: int
-    hot_window_tokens: int
+    window: KVWindow  # the server's (--num-sink-blocks, --hot-window-tokens)
+    _windows: Mapping[str, KVWindow]  # req_id -> the request's own, when it asked for one
     _arrival_seq: Mapping[str, int]
     _requests: dict[str, KVRequest]
     _spill_cursor: dict[str, int]
 
-    def _is_eligible(self, num_computed_tokens: int, logical_idx: int) -> bool:
-        limit = (num_computed_tokens - self.hot_window_tokens) // self.block_size
-        return self.num_sink_blocks <= logical_idx < limit
+    def window_of(self, req_id: str) -> KVWindow:
+        """The request's own window, else the server's."""
+        return self._windows.get(req_id, self.window)
+
+    def _is_eligible(self, req_id: str, num_computed_tokens: int, logical_idx: int) -> bool:
+        return self.window_of(req_id).is_eligible(num_computed_tokens, logical_idx, self.block_size)
 
     def _spill_candidates(self) -> Iterator[tuple[int, int, str]]:
         """Gpu blocks past the sinks and below the hot window of every request holding gpu blocks,
@@ -54,8 +77,9 @@ class SpillPicker:
     def _eligible_gpu_blocks(self, req_id: str) -> Iterator[tuple[int, int, str]]:
         request, seq = self._requests[req_id], self._arrival_seq[req_id]
         blocks = self.kv.get_blocks(req_id)
-        limit = min((request.num_computed_tokens - self.hot_window_tokens) // self.block_size, len(blocks))
-        i = max(self._spill_cursor.get(req_id, 0), self.num_sink_blocks)
+        window = self.window_of(req_id)
+        limit = min(window.limit(request.num_computed_tokens, self.block_size), len(blocks))
+        i = max(self._spill_cursor.get(req_id, 0), window.num_sink_blocks)
         while i < limit and blocks[i] is None:
             i += 1
         self._spill_cursor[req_id] = i
@@ -66,12 +90,12 @@ class SpillPicker:
     def _pick_spills(self, num_blocks: int, admission: Admission | None) -> list[tuple[int, list[str], bool]]:
         """Up to `num_blocks` gpu blocks to spill, oldest first, as (logical idx, holders, joins).
 
-        A block held by one request is eligible when past the sinks and below its hot window; a
-        shared prefix block when that holds for every holder, and it leaves for all of them at
-        once. `joins`: the block is also a gpu hit of the request being admitted, eligible for it
-        too, which then takes the cold copy as a cold hit. Without this a wave of requests on one
-        long prefix waits: the gpu tier is full of the prefix, the first request holds it and the
-        others' hits are the only blocks left to spill.
+        A block held by one request is eligible when past its sinks and below its hot window; a
+        shared prefix block when that holds for every holder (each by its own window), and it
+        leaves for all of them at once. `joins`: the block is also a gpu hit of the request being
+        admitted, eligible for it too, which then takes the cold copy as a cold hit. Without this a
+        wave of requests on one long prefix waits: the gpu tier is full of the prefix, the first
+        request holds it and the others' hits are the only blocks left to spill.
         """
         picks: list[tuple[int, list[str], bool]] = []
         seen: set[int] = set()
@@ -90,7 +114,7 @@ class SpillPicker:
             holders = self._holders(block, i)
             if (
                 len(holders) == block.ref_cnt
-                and all(self._is_eligible(self._requests[h].num_computed_tokens, i) for h in holders)
+                and all(self._is_eligible(h, self._requests[h].num_computed_tokens, i) for h in holders)
                 and (not joins or (admission is not None and i < admission.limit))
             ):
                 picks.append((i, holders, joins))

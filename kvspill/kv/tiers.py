@@ -17,7 +17,8 @@ and nothing is copied. A cold block in use is never evicted; cached-free ones go
 A cached-free gpu block the gpu tier reuses is first copied into the cpu tier's cache (demoted,
 a bytes-only move in the same plan), unless a cold tier has its hash or the cpu tier has no room.
 
-Placement, per request, with c = `num_computed_tokens` before the step, W = `hot_window_tokens`:
+Placement, per request, with c = `num_computed_tokens` before the step, W = `hot_window_tokens`
+and `num_sink_blocks` the request's own window (`KVWindow`: what it asked for, else the server's):
 - hot (gpu): blocks `i < num_sink_blocks`, blocks holding any of the last W computed tokens
   `[c - W, c)`, and the blocks written this step `[c, c + num_new_tokens)`;
 - eligible to spill: `i >= num_sink_blocks` and `(i + 1) * block_size <= c - W`, in the gpu tier.
@@ -65,7 +66,7 @@ from kvspill.kv.cold_pool import ColdBlockPool
 from kvspill.kv.prefix_index import PrefixIndex
 from kvspill.kv.tier_advice import TierSizes, hot_blocks_message, too_many_blocks_message
 from kvspill.kv.tier_prefix import ColdPrefixCache
-from kvspill.kv.tier_spill import Admission, SpillPicker
+from kvspill.kv.tier_spill import Admission, KVWindow, SpillPicker
 from kvspill.stats import RequestTierStats, TierCounters
 from kvspill.types import TIER_CPU, TIER_DISK, TIER_GPU, TIER_NAMES, BlockMove, TransferPlan
 
@@ -100,20 +101,25 @@ class KVTierManager(SpillPicker):
     """Where every request block lives (gpu, cpu, disk) and the moves of the current step."""
 
     def __init__(
-        self, kv_cache_manager: KVCacheManager, config: TierConfig, arrival_seq: Mapping[str, int]
+        self,
+        kv_cache_manager: KVCacheManager,
+        config: TierConfig,
+        arrival_seq: Mapping[str, int],
+        windows: Mapping[str, KVWindow] | None = None,
     ) -> None:
         self.kv = kv_cache_manager
         self.block_size = kv_cache_manager.block_size
         self.cpu = ColdBlockPool(TIER_CPU, config.num_cpu_blocks)
         self.disk = ColdBlockPool(TIER_DISK, config.num_disk_blocks)
-        self.num_sink_blocks = config.num_sink_blocks
-        self.hot_window_tokens = config.hot_window_tokens
+        # the server's window, for requests without their own
+        self.window = KVWindow(config.num_sink_blocks, config.hot_window_tokens)
+        self._windows = windows if windows is not None else {}  # the scheduler's, live: req_id -> own window
         self._arrival_seq = arrival_seq  # the scheduler's, live: req_id -> order of arrival
         self._requests: dict[str, KVRequest] = {}  # every request holding a block in any tier
         self._cold: dict[str, dict[int, tuple[int, int]]] = {}  # req_id -> logical idx -> (tier, id)
         self.prefix = ColdPrefixCache(self.cpu, self.disk, self.block_size)  # the cold tiers' caches
         self._parked: set[str] = set()
-        self._spill_cursor: dict[str, int] = {}  # entries in [num_sink_blocks, cursor) are all cold
+        self._spill_cursor: dict[str, int] = {}  # entries in [its sinks, cursor) are all cold
         self._cpu_order: list[tuple[int, int, str, int]] = []  # heap (idx, seq, req_id, cpu id), lazy
         self._moves: list[BlockMove] = []  # this step's plan, in execution order
         self.num_moves: Counter[tuple[int, int]] = Counter()  # (src tier, dst tier) -> blocks, since start
@@ -184,11 +190,14 @@ class KVTierManager(SpillPicker):
     def request_stats(self, request: KVRequest) -> RequestTierStats:
         """Where one request's blocks are now."""
         tiers = Counter(tier for tier, _ in self._cold.get(request.req_id, {}).values())
+        window = self.window_of(request.req_id)
         return RequestTierStats(
             status="preempted" if self.is_parked(request) else "running",
             num_gpu_blocks=sum(block is not None for block in self.kv.get_blocks(request.req_id)),
             num_cpu_blocks=tiers[TIER_CPU],
             num_disk_blocks=tiers[TIER_DISK],
+            hot_window_tokens=window.hot_window_tokens,
+            num_sink_blocks=window.num_sink_blocks,
         )
 
     def get_computed_blocks(self, request: KVRequest) -> tuple[list[KVBlock | None], int]:
@@ -208,13 +217,14 @@ class KVTierManager(SpillPicker):
         req_id = request.req_id
         num_off_gpu = len(self.prefix.pending_hits.get(req_id, ()))  # admission: its cold hits
         if self.enabled and req_id in self._requests:
-            limit = max((num_computed_tokens - self.hot_window_tokens) // self.block_size, 0)
-            num_off_gpu = max(limit - self.num_sink_blocks, 0)
+            window = self.window_of(req_id)
+            limit = max(window.limit(num_computed_tokens, self.block_size), 0)
+            num_off_gpu = max(limit - window.num_sink_blocks, 0)
             cold = self._cold.get(req_id, {})
             # cold prefix hits outside the eligible range [sinks, limit) (a parked request's come back)
             if cold and req_id not in self._parked:
                 outside = chain(
-                    range(min(self.num_sink_blocks, limit)), range(limit, len(self.kv.get_blocks(req_id)))
+                    range(min(window.num_sink_blocks, limit)), range(limit, len(self.kv.get_blocks(req_id)))
                 )
                 num_off_gpu += sum(1 for i in outside if i in cold)
         num_pinned = self._num_pinned_gpu_elsewhere(request, num_computed_tokens)
@@ -231,13 +241,14 @@ class KVTierManager(SpillPicker):
 
     def never_fits_message(self, request: KVRequest, num_computed_tokens: int) -> str | None:
         """Why the request can never be scheduled (with what to change), or None when it can."""
+        window = self.window_of(request.req_id)
         sizes = TierSizes(
             block_size=self.block_size,
             num_gpu_blocks=self.kv.num_blocks,
             num_cpu_blocks=self.cpu.num_blocks,
             num_disk_blocks=self.disk.num_blocks,
-            num_sink_blocks=self.num_sink_blocks,
-            hot_window_tokens=self.hot_window_tokens,
+            num_sink_blocks=window.num_sink_blocks,
+            hot_window_tokens=window.hot_window_tokens,
         )
         message = too_many_blocks_message(sizes, request)
         if message is None and self.enabled and self.max_num_new_tokens(request, num_computed_tokens) < 1:
@@ -263,7 +274,7 @@ class KVTierManager(SpillPicker):
         bring_back: list[int] = []  # a running request's cold blocks stay eligible: only a resume
         if req_id in self._parked:
             c = request.num_computed_tokens
-            bring_back = sorted(i for i in self._cold[req_id] if not self._is_eligible(c, i))
+            bring_back = sorted(i for i in self._cold[req_id] if not self._is_eligible(req_id, c, i))
         cold_hits = self.prefix.pending_hits.pop(req_id, {}) if None in new_computed_blocks else {}
         num_needed = self.kv.num_blocks_to_allocate(request, num_new_tokens, new_computed_blocks)
         num_deficit = num_needed + len(bring_back) - self.kv.num_free_blocks

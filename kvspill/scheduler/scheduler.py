@@ -28,6 +28,8 @@ Invariants:
 - KV tiers (`kv/tiers.py`, on with cpu or disk blocks): when gpu blocks run short, eligible ones
   spill to the cold tiers before anything is preempted; a preempted request parks its KV there
   when there is room (keeping its full blocks), else it is recomputed, helped by the prefix cache.
+  Each request's blocks are placed by its own window when it asked for one (`request_window.py`:
+  at most the scheduler's), else by the scheduler's.
   The step's moves go out as `ScheduledBatch.transfers`; `new_reqs` show the tables after them.
 - A request with `prompt_logprobs` never takes prefix-cache hits (each prompt token must be
   computed to be scored); its full blocks still enter the cache for others.
@@ -46,10 +48,12 @@ from collections.abc import Callable, Iterable
 
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError
 from kvspill.kv.block_pool import KVBlock, KVCacheManager
+from kvspill.kv.tier_spill import KVWindow
 from kvspill.kv.tiers import KVTierManager
 from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.isolation import StepIsolation
 from kvspill.scheduler.request import Request, RequestStatus
+from kvspill.scheduler.request_window import request_window
 from kvspill.stats import RequestTierStats, SchedulerStats
 from kvspill.types import CachedRequestData, NewRequestData, RequestUpdate, ScheduledBatch, StepOutput
 
@@ -83,7 +87,8 @@ class Scheduler:
         self.finished_req_ids: set[str] = set()
         self._arrival_seq: dict[str, int] = {}
         self._next_arrival_seq = 0
-        self.kv_tiers = KVTierManager(self.kv_cache_manager, config, self._arrival_seq)
+        self._windows: dict[str, KVWindow] = {}  # requests that asked for their own window
+        self.kv_tiers = KVTierManager(self.kv_cache_manager, config, self._arrival_seq, self._windows)
         self._pending_updates: list[RequestUpdate] = []  # failures found inside schedule()
 
     # ---- requests in and out -----------------------------------------------------------
@@ -91,7 +96,8 @@ class Scheduler:
     def add_request(self, request: Request) -> None:
         """Queue a new request at the back of `waiting`.
 
-        Raises ContextLengthExceededError when the prompt is longer than max_model_len.
+        Raises ContextLengthExceededError when the prompt is longer than max_model_len, and
+        InvalidParameterError when it asks for a wider window than the engine's (request_window.py).
         """
         if request.req_id in self.requests:
             raise ValueError(f"request id {request.req_id!r} is already in the scheduler")
@@ -108,7 +114,10 @@ class Scheduler:
             raise InvalidParameterError("prompt", "the prompt must contain at least one token")
         if request.num_prompt_tokens > self.config.max_model_len:
             raise ContextLengthExceededError(self.config.max_model_len, request.num_prompt_tokens)
+        window = request_window(request.sampling_params, self.config)
         request.bind_block_size(self.config.block_size, self.config.prefix_hash_seed)
+        if window is not None:
+            self._windows[request.req_id] = window
         self.requests[request.req_id] = request
         self._arrival_seq[request.req_id] = self._next_arrival_seq
         self._next_arrival_seq += 1
@@ -408,6 +417,7 @@ class Scheduler:
         self.isolation.forget(request.req_id)
         del self.requests[request.req_id]
         del self._arrival_seq[request.req_id]
+        self._windows.pop(request.req_id, None)
 
     def _fail(self, request: Request, error_message: str) -> None:
         """Fail a request from inside schedule(); reported by the next update_from_output()."""

@@ -50,6 +50,10 @@ class _Sampling(StructuredFields):
     repetition_penalty: float | None = Field(None, gt=0, le=10)
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
+    # kvspill's extras: this request's window on the gpu tier, at most the server's flags (a
+    # larger value is a 400 from the engine, which knows them: scheduler/request_window.py)
+    hot_window_tokens: int | None = Field(None, ge=0)
+    num_sink_blocks: int | None = Field(None, ge=0)
     n: int | None = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -76,6 +80,8 @@ class _Sampling(StructuredFields):
             "repetition_penalty",
             "min_tokens",
             "ignore_eos",
+            "hot_window_tokens",
+            "num_sink_blocks",
         ):
             value = getattr(self, name)
             if value is not None:

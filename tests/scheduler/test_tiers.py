@@ -224,10 +224,11 @@ def test_two_requests_spill_by_block_index_then_arrival() -> None:
     ]
     (new_c,) = batch.new_reqs
     assert new_c.block_ids == [1, 4, 2] and new_c.block_tiers == []  # all gpu
+    window = {"hot_window_tokens": 0, "num_sink_blocks": 1}  # the scheduler's: none asked its own
     assert scheduler.tier_stats() == {
-        "a": RequestTierStats("running", num_gpu_blocks=2, num_cpu_blocks=2, num_disk_blocks=0),
-        "b": RequestTierStats("running", num_gpu_blocks=3, num_cpu_blocks=1, num_disk_blocks=0),
-        "c": RequestTierStats("running", num_gpu_blocks=3, num_cpu_blocks=0, num_disk_blocks=0),
+        "a": RequestTierStats("running", num_gpu_blocks=2, num_cpu_blocks=2, num_disk_blocks=0, **window),
+        "b": RequestTierStats("running", num_gpu_blocks=3, num_cpu_blocks=1, num_disk_blocks=0, **window),
+        "c": RequestTierStats("running", num_gpu_blocks=3, num_cpu_blocks=0, num_disk_blocks=0, **window),
     }
 
 
@@ -286,9 +287,8 @@ def test_preemption_parks_the_kv_in_the_cold_tiers_when_there_is_room() -> None:
         move(None, 2, (GPU, 6), (CPU, 2)),
     ]
     assert batch.cached_reqs[0].new_block_ids == [7, 4, 5, 6]  # b's partial block, then the spilled ones
-    assert scheduler.tier_stats()["b"] == RequestTierStats(
-        "preempted", num_gpu_blocks=0, num_cpu_blocks=3, num_disk_blocks=0
-    )
+    parked = RequestTierStats("preempted", num_gpu_blocks=0, num_cpu_blocks=3, num_disk_blocks=0)
+    assert scheduler.tier_stats()["b"] == replace(parked, hot_window_tokens=4, num_sink_blocks=1)
 
     batch, _ = step(scheduler, runner)  # a's last 4 tokens spill a1; b resumes and spills a2..a4
     (new_b,) = batch.new_reqs
