@@ -162,6 +162,11 @@ class EngineConfig:
     num_disk_kv_blocks: int | None = None  # exact disk-tier size in blocks (tests); overrides the budget
     num_sink_blocks: int = 1  # first blocks of each sequence that never leave the gpu tier
     hot_window_tokens: int = 1024  # most recent tokens of each sequence that stay on the gpu tier
+    # llama.cpp's --context-shift: a sequence at max_model_len keeps its sink blocks and its most
+    # recent tokens, drops the middle and goes on (scheduler/context_shift.py); off by default
+    context_shift: bool = False
+    context_shift_keep: int = 0  # recent tokens each shift keeps (0: half of what follows the sinks)
+    context_shift_overlap: int = 0  # of those, the last ones computed again instead of turned
     # "auto": gpu tier + cold tiers; "cpu": all KV in RAM, decode attention on the CPU (on a GPU
     # through the tiers: `with_attention_mode`)
     attention: str = "auto"
@@ -264,6 +269,12 @@ class EngineConfig:
             )
         if self.num_sink_blocks < 0 or self.hot_window_tokens < 0:
             raise bad("num_sink_blocks", "--num-sink-blocks and --hot-window-tokens must not be negative")
+        if self.context_shift_keep < 0 or self.context_shift_overlap < 0:
+            raise bad(
+                "context_shift_keep", "--context-shift-keep and --context-shift-overlap must not be negative"
+            )
+        if self.context_shift:
+            self._check_context_shift()
         self._check_cold_attention()
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise bad(
@@ -280,6 +291,28 @@ class EngineConfig:
             )
         if self.attention not in ("auto", "cpu"):
             raise bad("attention", f"--attention must be auto or cpu, got {self.attention!r}")
+
+    def _check_context_shift(self) -> None:
+        """--context-shift turns kept keys in the GPU tier only (scheduler/context_shift.py): no flag
+        may ask for a cold tier. One the default mode adds by itself is refused at start-up."""
+        cold = [
+            flag
+            for flag, on in (
+                ("--cpu-kv-budget", bool(self.cpu_kv_budget_bytes)),
+                ("--disk-kv-budget", bool(self.disk_kv_budget_bytes)),
+                ("--num-cpu-kv-blocks", bool(self.num_cpu_kv_blocks)),
+                ("--num-disk-kv-blocks", bool(self.num_disk_kv_blocks)),
+                ("--attention cpu", self.attention == "cpu"),
+                (f"--mode {self.mode}", self.mode != "default"),
+            )
+            if on
+        ]
+        if cold:
+            raise InvalidParameterError(
+                "context_shift",
+                f"--context-shift needs all KV in the GPU tier, but {', '.join(cold)} asks for cold KV "
+                "tiers: drop it (or set the budget to 0), or drop --context-shift",
+            )
 
     def _check_cold_attention(self) -> None:
         """--cold-attention and the sparse path's knobs."""

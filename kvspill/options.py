@@ -178,6 +178,23 @@ class EngineOptions:
     hot_window_tokens: str | None = _flag(
         "Most recent tokens of each sequence kept on the GPU tier, e.g. 1024 or 1K.", parse=parse_tokens
     )
+    context_shift: bool | None = _flag(
+        "At --max-model-len keep the sink blocks and the most recent tokens, drop the middle, turn the "
+        "kept keys to their new positions and go on generating (llama.cpp's); a request's "
+        "context_shift overrides it. Needs every KV block on the GPU tier (no cpu or disk tier).",
+        default="off",
+    )
+    context_shift_keep: str | None = _flag(
+        "With context shift: recent tokens each shift keeps, e.g. 2048 or 2K.",
+        default="half of the context after the sink blocks",
+        parse=parse_tokens,
+    )
+    context_shift_overlap: str | None = _flag(
+        "With context shift: of the kept recent tokens, the last N are computed again at their new "
+        "positions instead of turned (their KV then sees only the kept context).",
+        default="0",
+        parse=parse_tokens,
+    )
     attention: str | None = _flag(
         "auto: GPU tier plus cold tiers; cpu: all KV in RAM (--cpu-kv-budget), decode attention on "
         "the CPU; on a GPU the newest block of each sequence and one prefill chunk stay on it, and "

@@ -45,6 +45,9 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     detokenize: bool = True  # False: token ids only (benchmarks, token-id clients)
+    # At max_model_len drop a middle part of the context and go on (scheduler/context_shift.py);
+    # None: the engine's --context-shift
+    context_shift: bool | None = None
     guided: GuidedSpec | None = None  # the grammar the output must match (kvspill/guided)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
     # This request's window on the gpu tier (kv/tiers.py): None takes the engine's

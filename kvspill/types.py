@@ -46,6 +46,9 @@ class NewRequestData:
     num_computed_tokens: int  # tokens whose KV is already in the cache (prefix hits)
     # Tier of each block in `block_ids` (TIER_*); empty means every block is in the gpu tier.
     block_tiers: list[int] = field(default_factory=list)
+    # The tokens the KV covers when they are not prompt + outputs: a request whose context was
+    # shifted (`ContextShift`) lost a middle part of them. None: prompt_token_ids + output_token_ids.
+    context_token_ids: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,26 @@ class CachedRequestData:
     req_id: str
     new_block_ids: list[int]  # appended to the runner's copy of the block table (always gpu tier)
     num_computed_tokens: int  # before this step
+
+
+@dataclass(frozen=True)
+class ContextShift:
+    """A running request's context dropped in the middle (--context-shift,
+    scheduler/context_shift.py), applied by the runner before the step that carries it.
+
+    Tokens [num_sink_tokens, num_sink_tokens + num_dropped_tokens) leave the context; the later
+    ones move down by num_dropped_tokens positions (a multiple of the block size, so each keeps its
+    slot in its block). All blocks are in the gpu tier (context shift refuses cold tiers)."""
+
+    req_id: str
+    num_sink_tokens: int  # tokens before the dropped part (whole sink blocks): unchanged
+    num_dropped_tokens: int
+    block_ids: list[int]  # the request's block table after the shift
+    # (source, destination) gpu block ids of the kept blocks after the sinks, in logical order: the
+    # keys of their first `num_kv_tokens` tokens turn back by num_dropped_tokens positions from
+    # source into destination (equal ids: in place; a block shared with another request is copied)
+    rotations: list[tuple[int, int]]
+    num_kv_tokens: int  # tokens of the new context whose KV is in the cache (before any recompute)
 
 
 # KV tiers. A request's logical block i lives in exactly one tier, at a block id of that tier's pool.
@@ -105,6 +128,9 @@ class ScheduledBatch:
     total_num_scheduled_tokens: int
     finished_req_ids: set[str]  # drop these from the runner's state before the step
     transfers: TransferPlan = field(default_factory=TransferPlan)
+    # Context shifts of requests the runner holds, applied before `cached_reqs` (their new blocks
+    # go after the shifted table) and before the forward
+    context_shifts: list[ContextShift] = field(default_factory=list)
 
     @property
     def num_reqs(self) -> int:

@@ -257,6 +257,19 @@ def check_kv_cache_dtype(config: EngineConfig, device: torch.device) -> None:
         )
 
 
+def check_context_shift(config: EngineConfig, num_cpu_blocks: int, num_disk_blocks: int) -> None:
+    """--context-shift with the cold tiers the default mode sized by itself (the flags that ask for
+    one are refused by EngineConfig): the kept keys turn in the GPU tier only."""
+    if config.context_shift and (num_cpu_blocks or num_disk_blocks):
+        raise InvalidParameterError(
+            "context_shift",
+            f"--context-shift needs all KV in the GPU tier, but this GPU's share holds less than one "
+            f"--max-model-len context and the plan added a cpu tier ({num_cpu_blocks} blocks) and disk "
+            f"tier ({num_disk_blocks} blocks): lower --max-model-len, raise --vram-budget, or pass "
+            "--cpu-kv-budget 0 to fail instead of spilling, or drop --context-shift",
+        )
+
+
 def check_int4_format(config: EngineConfig, kind: str) -> None:
     """--quantization awq|gptq names the checkpoint's own format; `none` cannot undo an int4 one."""
     if config.quantization not in ("awq", "gptq", "none"):
@@ -275,9 +288,11 @@ def check_int4_format(config: EngineConfig, kind: str) -> None:
         )
 
 
-def check_prompt(token_ids: list[int], params: SamplingParams, vocab_size: int, max_model_len: int) -> None:
+def check_prompt(
+    token_ids: list[int], params: SamplingParams, vocab_size: int, max_model_len: int, shifts: bool = False
+) -> None:
     """A request's token ids: not empty, inside the vocabulary, and with `max_tokens` within the
-    model's length."""
+    model's length (unless it `shifts` its context past it: --context-shift)."""
     if not token_ids:
         raise InvalidParameterError("prompt", "the prompt is empty: give at least one token")
     bad = next((t for t in token_ids if not (0 <= t < vocab_size)), None)
@@ -288,5 +303,5 @@ def check_prompt(token_ids: list[int], params: SamplingParams, vocab_size: int, 
     n = len(token_ids)
     if n >= max_model_len:
         raise ContextLengthExceededError(max_model_len, n)
-    if params.max_tokens is not None and n + params.max_tokens > max_model_len:
+    if not shifts and params.max_tokens is not None and n + params.max_tokens > max_model_len:
         raise ContextLengthExceededError(max_model_len, n, params.max_tokens)

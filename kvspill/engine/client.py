@@ -82,6 +82,9 @@ class EngineClient(Protocol):
     def max_model_len(self) -> int: ...  # tokens of one sequence: prompt + output
 
     @property
+    def context_shift(self) -> bool: ...  # --context-shift: past max_model_len by dropping the middle
+
+    @property
     def vocab_size(self) -> int: ...  # token ids are in [0, vocab_size)
 
     @property

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kvspill.config import EngineConfig, with_attention_mode
-from kvspill.engine.checks import check_prompt
+from kvspill.engine.checks import check_context_shift, check_prompt
 from kvspill.engine.itl_budget import itl_budget_for
 from kvspill.engine.parallel import TensorParallelGroup
 from kvspill.engine.persist import PrefixPersister
@@ -49,6 +49,7 @@ from kvspill.prefix_records import LookupResult, OpResult, PrefixInfo
 from kvspill.runner.async_output import PendingStepOutput
 from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.config import SchedulerConfig
+from kvspill.scheduler.context_shift import resolves_on
 from kvspill.scheduler.request import Request, RequestStatus, hash_block_tokens
 from kvspill.scheduler.request_window import request_window
 from kvspill.scheduler.scheduler import Scheduler
@@ -100,6 +101,11 @@ class LLMEngine:
             self.close()
             raise
         self._take_parts(bundle)
+        try:
+            check_context_shift(self.config, bundle.storage.num_cpu_blocks, bundle.storage.num_disk_blocks)
+        except BaseException:
+            self.close()
+            raise
         self.scheduler = self._build_scheduler(bundle)
         self.persister = self._build_persister(bundle)
         self.kv_control = self._build_kv_control()
@@ -145,6 +151,9 @@ class LLMEngine:
                 hot_window_tokens=self.config.hot_window_tokens,
                 async_scheduling=self.async_scheduling,
                 prefix_hash_seed=bundle.kv_fingerprint,
+                context_shift=self.config.context_shift,
+                context_shift_keep=self.config.context_shift_keep,
+                context_shift_overlap=self.config.context_shift_overlap,
             )
         )
 
@@ -200,7 +209,8 @@ class LLMEngine:
             raise InvalidParameterError("request_id", f"request id {req_id!r} is already in use")
         prompt_text = prompt if isinstance(prompt, str) else None
         token_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        check_prompt(token_ids, params, self.vocab_size, self.max_model_len)
+        shifts = resolves_on(params, self.config.context_shift, self._has_cold_tiers)  # or a 400
+        check_prompt(token_ids, params, self.vocab_size, self.max_model_len, shifts)
         request_window(params, self.scheduler.config)  # past the engine's window: refused before any state
         self._validate_logits_processing(params)
         if admission:
@@ -257,9 +267,15 @@ class LLMEngine:
             self.bundle.storage.num_blocks + tiers.cpu.num_blocks + tiers.disk.num_blocks
         ) * self.config.block_size
 
+    @property
+    def context_shift(self) -> bool:
+        """--context-shift: requests go on past max_model_len unless they say otherwise."""
+        return self.config.context_shift
+
     def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int:
-        """Tokens of KV a request may grow to: prompt + max_tokens (or up to the context length)."""
-        return num_prompt_tokens + (params.max_tokens or self.max_model_len - num_prompt_tokens)
+        """Tokens of KV a request may grow to: prompt + max_tokens (or up to the context length),
+        never past the context (a request that shifts it goes on in the same KV)."""
+        return min(num_prompt_tokens + (params.max_tokens or self.max_model_len), self.max_model_len)
 
     def check_admission(self, num_prompt_tokens: int, params: SamplingParams) -> None:
         """The memory plan's admission rule for a server: a request's whole KV (prompt + max_tokens)
@@ -275,7 +291,9 @@ class LLMEngine:
                 "or --disk-kv-budget"
             )
         committed = sum(
-            r.num_prompt_tokens + r.max_tokens for r in self.scheduler.requests.values() if not r.is_finished
+            min(r.num_prompt_tokens + r.max_tokens, self.max_model_len)
+            for r in self.scheduler.requests.values()
+            if not r.is_finished
         )
         if committed + need > capacity:
             raise KVCacheBusyError(

@@ -386,5 +386,36 @@ class KVCacheManager:
         num_cached = self._num_cached_blocks.get(req_id, 0)
         self._num_cached_blocks[req_id] = min(num_cached, num_blocks)
 
+    def drop_blocks(self, req_id: str, start: int, stop: int) -> list[tuple[int, int]] | None:
+        """Context shift (scheduler/context_shift.py): drop table entries [start, stop), freeing
+        their blocks (their cached hashes stay valid for others), and make the entries from `stop` on
+        writable in place: each leaves the prefix cache (its keys are about to turn), and one shared
+        with another request is swapped for a fresh block (copy on write). Returns (old id, new id)
+        per entry from `stop` on (equal ids: in place), or None when the pool lacks the free blocks
+        for the copies (nothing changed). Gpu blocks only (no entry may be None)."""
+        blocks = self._req_to_blocks[req_id]
+        dropped, kept = blocks[start:stop], blocks[stop:]
+        if any(b is None for b in blocks):
+            raise ValueError(f"request {req_id}: a context shift needs every block in the gpu tier")
+        num_copies = sum(1 for b in kept if b is not None and b.ref_cnt > 1)
+        num_freed = sum(1 for b in dropped if b is not None and b.ref_cnt == 1)
+        if num_copies > self.num_free_blocks + num_freed:
+            return None
+        del blocks[start:stop]
+        self.block_pool.free(b for b in reversed(dropped) if b is not None)
+        pairs = []
+        for i, block in enumerate(kept, start=start):
+            assert block is not None
+            if block.ref_cnt > 1:
+                (fresh,) = self.block_pool.allocate(1)
+                self.block_pool.free([block])
+                blocks[i] = fresh
+                pairs.append((block.block_id, fresh.block_id))
+            else:
+                self.block_pool._evict_hash(block)
+                pairs.append((block.block_id, block.block_id))
+        self._num_cached_blocks[req_id] = min(self._num_cached_blocks.get(req_id, 0), start)
+        return pairs
+
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()

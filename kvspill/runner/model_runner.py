@@ -39,6 +39,7 @@ from kvspill.plan.choices import ColdGraphs
 from kvspill.runner.async_output import PLACEHOLDER, DeviceFeed, PendingStepOutput, SampledTokens, plan_feed
 from kvspill.runner.attention import PagedAttention, build_attention_metadata, to_device
 from kvspill.runner.cold_graphs import ColdDecodeGraphs
+from kvspill.runner.context_shift import KeyShifter, apply_context_shift, rope_table
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
 from kvspill.runner.prompt_logprobs import compute_prompt_logprobs, prompt_logprob_spans, slice_rows
@@ -49,7 +50,7 @@ from kvspill.sampling_params import SamplingParams
 from kvspill.stats import RunnerKVStats
 from kvspill.storage.storage import KVStorage, TieredKVStorage
 from kvspill.storage.transfer import KVTransferEngine
-from kvspill.types import PromptLogprobs, ScheduledBatch, StepOutput
+from kvspill.types import ContextShift, PromptLogprobs, ScheduledBatch, StepOutput
 
 # The graphs of each kind of cold decode step (the runner takes the kind the engine chose)
 COLD_GRAPHS: dict[ColdGraphs, Callable[[DecodeGraphs, ColdAttentionBackend, float], ColdDecodeGraphs]] = {
@@ -104,6 +105,8 @@ class ModelRunner:
         # so a 1M-token context fills in minutes; decode rows attend exactly as ever.
         self.skip_prefill_attention = False
         self._prompt_lps: dict[str, PromptLogprobs] = {}  # the step being launched (set by _forward)
+        self._shifts: list[ContextShift] = []  # the step's context shifts of requests held here
+        self._shift_keys = KeyShifter(storage, rope_table(model))
         # rows of prompt logprobs scored at a time: fixed by the lm_head's kind and device
         self._prompt_logprob_rows = slice_rows(getattr(model, "lm_head", None), self.device)
 
@@ -128,7 +131,11 @@ class ModelRunner:
             params = new.sampling_params
             self.states[new.req_id] = RunnerRequestState(
                 req_id=new.req_id,
-                token_ids=list(new.prompt_token_ids) + list(new.output_token_ids),
+                token_ids=(
+                    list(new.context_token_ids)
+                    if new.context_token_ids is not None
+                    else list(new.prompt_token_ids) + list(new.output_token_ids)
+                ),
                 block_ids=list(new.block_ids),
                 block_tiers=list(new.block_tiers),
                 num_computed_tokens=new.num_computed_tokens,
@@ -141,6 +148,9 @@ class ModelRunner:
                     guide=self._new_guide(params),
                 ),
             )
+        self._shifts = [s for s in batch.context_shifts if s.req_id in self.states]
+        for shift in self._shifts:  # before the new blocks of `cached_reqs` go after the table
+            apply_context_shift(self.states[shift.req_id], shift)
         for cached in batch.cached_reqs:
             st = self.states[cached.req_id]
             st.append_gpu_blocks(cached.new_block_ids)
@@ -204,6 +214,8 @@ class ModelRunner:
         """Launch one step; the result's tokens may still be on the device."""
         self._update_states(batch)
         self._run_transfers(batch)
+        if self._shifts:  # the kept keys turn before anything reads or writes them
+            self._shift_keys.run(self._shifts)
         if batch.empty:
             return PendingStepOutput(StepOutput(sampled_token_ids={}))
         inputs = build_step_inputs(batch, self.states, self.block_size)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvspill.errors import InvalidParameterError
+from kvspill.scheduler.context_shift import check_shift_flags
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class SchedulerConfig:
     async_scheduling: bool = (
         False  # schedule step N+1 before step N's tokens are known (scheduler.py's module doc)
     )
+    # --context-shift: a full context drops a middle part and goes on (scheduler/context_shift.py)
+    context_shift: bool = False
+    context_shift_keep: int = 0  # recent tokens kept (0: half of what follows the sinks)
+    context_shift_overlap: int = 0  # of those, the last ones computed again instead of turned
 
     def __post_init__(self) -> None:
         for name, flag in (
@@ -45,6 +50,14 @@ class SchedulerConfig:
             raise InvalidParameterError(
                 "long_prefill_token_threshold",
                 f"long_prefill_token_threshold must be 0 (off) or positive, got {self.long_prefill_token_threshold}",
+            )
+        if self.context_shift or self.context_shift_keep or self.context_shift_overlap:
+            check_shift_flags(
+                self.max_model_len,
+                self.block_size,
+                self.num_sink_blocks,
+                self.context_shift_keep,
+                self.context_shift_overlap,
             )
         for name in ("num_cpu_blocks", "num_disk_blocks", "num_sink_blocks", "hot_window_tokens"):
             if getattr(self, name) < 0:

@@ -5,12 +5,16 @@ The scheduler owns every `Request`; the runner never sees one (it gets `NewReque
 
 Invariants:
 - `all_token_ids == prompt_token_ids + output_token_ids` at all times; tokens are only ever
-  appended, through `append_output_token_ids`.
+  appended, through `append_output_token_ids`. The one exception is a context shift
+  (`drop_context`, --context-shift): `all_token_ids` is then the context, the tokens the KV
+  covers, and loses a middle part; the prompt and output lists keep every token.
 - `0 <= num_computed_tokens <= num_tokens`; the tokens in `[num_computed_tokens, num_tokens)`
   still need their KV computed. There is no prefill/decode flag: a decode is the case
   `num_tokens - num_computed_tokens == 1`.
 - `block_hashes[i]` is the chained hash of full block `i` of `all_token_ids`:
-  `hash_block_tokens(block_hashes[i - 1] or hash_seed, tokens of block i)`. Once `block_size` is
+  `hash_block_tokens(block_hashes[i - 1] or hash_seed, tokens of block i)`. After a context
+  shift the blocks past the dropped part hash from a parent salted with a random number: their
+  keys turned, so their KV is this request's alone (it may find it again after a preemption). Once `block_size` is
   known (given here, or bound by `Scheduler.add_request`) it is kept up to date as tokens are
   appended, so `len(block_hashes) == num_tokens // block_size`. The hash is BLAKE2b (64 bits),
   the same in every process: prefix blocks persisted to files (`storage/persist.py`) are found again
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import secrets
 from array import array
 from collections.abc import Iterable, Sequence
 
@@ -115,6 +120,11 @@ class Request:
         self.error_message: str | None = None  # set with FINISHED_ERROR
         self.block_hashes: list[int] = []
         self.num_pending_tokens = 0
+        # --context-shift (or the request's own): reaching max_model_len drops a middle part of the
+        # context instead of finishing (the scheduler resolves it and does the shift)
+        self.context_shift = False
+        self.num_shifted_tokens = 0  # tokens dropped from the context so far
+        self._salt_from: tuple[int, int] | None = None  # (first salted block, salt) after a shift
         if block_size is not None:
             self.bind_block_size(block_size)
 
@@ -201,7 +211,21 @@ class Request:
         while (len(self.block_hashes) + 1) * size <= len(self._all_token_ids):
             start = len(self.block_hashes) * size
             parent = self.block_hashes[-1] if self.block_hashes else self.hash_seed
+            if self._salt_from is not None and len(self.block_hashes) == self._salt_from[0]:
+                parent = hash_block_tokens(parent, (self._salt_from[1],))
             self.block_hashes.append(hash_block_tokens(parent, self._all_token_ids[start : start + size]))
+
+    def drop_context(self, start: int, num_tokens: int) -> None:
+        """Context shift: drop context tokens [start, start + num_tokens) (whole blocks); the block
+        hashes from `start` on are rebuilt from a fresh random salt (module docstring)."""
+        assert self.block_size is not None and start % self.block_size == 0
+        assert num_tokens > 0 and num_tokens % self.block_size == 0
+        del self._all_token_ids[start : start + num_tokens]
+        self.num_shifted_tokens += num_tokens
+        first = start // self.block_size
+        del self.block_hashes[first:]
+        self._salt_from = (first, secrets.randbits(62))
+        self._update_block_hashes()
 
     def to_update(self, new_token_ids: list[int]) -> RequestUpdate:
         """What one step did to this request, for the engine."""
@@ -225,7 +249,8 @@ class Request:
         """The final status the last appended token ends this request with, or None.
 
         EOS (unless ignore_eos) and stop token ids count only once min_tokens are out; the length
-        limits are max_tokens and the context (max_model_len)."""
+        limits are max_tokens and the context (max_model_len; a request that shifts its context
+        reaches it and goes on: the scheduler shifts it)."""
         params = self.sampling_params
         last_token_id = self.output_token_ids[-1]
         if self.num_output_tokens >= params.min_tokens:
@@ -234,6 +259,8 @@ class Request:
             if last_token_id in params.stop_token_ids:
                 self.stop_reason = last_token_id
                 return RequestStatus.FINISHED_STOPPED
-        if self.num_output_tokens >= self.max_tokens or self.num_tokens >= self.max_model_len:
+        if self.num_output_tokens >= self.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        if self.num_tokens >= self.max_model_len and not self.context_shift:
             return RequestStatus.FINISHED_LENGTH
         return None

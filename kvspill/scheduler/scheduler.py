@@ -51,11 +51,19 @@ from kvspill.kv.block_pool import KVBlock, KVCacheManager
 from kvspill.kv.tier_spill import KVWindow
 from kvspill.kv.tiers import KVTierManager
 from kvspill.scheduler.config import SchedulerConfig
+from kvspill.scheduler.context_shift import ShiftRefused, resolves_on, shift_context
 from kvspill.scheduler.isolation import StepIsolation
 from kvspill.scheduler.request import Request, RequestStatus
 from kvspill.scheduler.request_window import request_window
 from kvspill.stats import RequestTierStats, SchedulerStats
-from kvspill.types import CachedRequestData, NewRequestData, RequestUpdate, ScheduledBatch, StepOutput
+from kvspill.types import (
+    CachedRequestData,
+    ContextShift,
+    NewRequestData,
+    RequestUpdate,
+    ScheduledBatch,
+    StepOutput,
+)
 
 
 class Scheduler:
@@ -90,6 +98,7 @@ class Scheduler:
         self._windows: dict[str, KVWindow] = {}  # requests that asked for their own window
         self.kv_tiers = KVTierManager(self.kv_cache_manager, config, self._arrival_seq, self._windows)
         self._pending_updates: list[RequestUpdate] = []  # failures found inside schedule()
+        self._context_shifts: list[ContextShift] = []  # done since the last schedule(), for the runner
 
     # ---- requests in and out -----------------------------------------------------------
 
@@ -116,6 +125,9 @@ class Scheduler:
             raise ContextLengthExceededError(self.config.max_model_len, request.num_prompt_tokens)
         window = request_window(request.sampling_params, self.config)
         request.bind_block_size(self.config.block_size, self.config.prefix_hash_seed)
+        request.context_shift = resolves_on(
+            request.sampling_params, self.config.context_shift, self.kv_tiers.enabled
+        )
         if window is not None:
             self._windows[request.req_id] = window
         self.requests[request.req_id] = request
@@ -184,6 +196,7 @@ class Scheduler:
             ):
                 request.num_pending_tokens += 1  # this step samples its next token
         finished_req_ids, self.finished_req_ids = self.finished_req_ids, set()
+        shifts, self._context_shifts = self._context_shifts, []
         return ScheduledBatch(
             new_reqs=new_reqs,
             cached_reqs=cached_reqs,
@@ -191,6 +204,7 @@ class Scheduler:
             total_num_scheduled_tokens=sum(num_scheduled_tokens.values()),
             finished_req_ids=finished_req_ids,
             transfers=transfers,
+            context_shifts=[s for s in shifts if s.req_id in self.requests],
         )
 
     def schedule_moves_only(self) -> ScheduledBatch:
@@ -331,6 +345,7 @@ class Scheduler:
             block_ids=block_ids,
             num_computed_tokens=request.num_computed_tokens,
             block_tiers=block_tiers,
+            context_token_ids=list(request.all_token_ids) if request.num_shifted_tokens else None,
         )
 
     def _num_new_tokens(self, request: Request, num_computed_tokens: int, budget: int) -> int:
@@ -391,7 +406,27 @@ class Scheduler:
             if status is not None:
                 self._finish(request, status)
                 break
+            if request.num_tokens >= self.config.max_model_len:  # a request that shifts its context
+                self._shift_context(request)
+                if request.is_finished:
+                    break
         return new_token_ids
+
+    def _shift_context(self, request: Request) -> None:
+        """Drop the middle of its full context (context_shift.py), or end it as without a shift."""
+        try:
+            shift = shift_context(
+                request,
+                self.kv_cache_manager,
+                self.config.num_sink_blocks,
+                self.config.context_shift_keep,
+                self.config.context_shift_overlap,
+            )
+        except ShiftRefused:
+            self._finish(request, RequestStatus.FINISHED_LENGTH)
+            return
+        if shift is not None and request.status == RequestStatus.RUNNING:
+            self._context_shifts.append(shift)
 
     # ---- state changes -----------------------------------------------------------------
 

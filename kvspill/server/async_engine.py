@@ -177,7 +177,8 @@ class AsyncEngine:
             raise EngineUnavailableError(self.load_error or "the engine is loading or shutting down")
         assert self.engine is not None  # ready
         for prompt, params in items:  # a 400 that no retry passes, before the queue may say 503
-            check_fits_context(prompt, params.max_tokens, self.engine.max_model_len)
+            shifts = self.engine.context_shift if params.context_shift is None else params.context_shift
+            check_fits_context(prompt, None if shifts else params.max_tokens, self.engine.max_model_len)
         req_ids = [f"srv-{next(self._ids)}" for _ in items]
         aq: asyncio.Queue = asyncio.Queue()
         self._desk.admit(req_ids, [prompt_size(prompt) for prompt, _ in items], aq)  # or ServerBusyError

@@ -50,6 +50,8 @@ class _Sampling(StructuredFields):
     repetition_penalty: float | None = Field(None, gt=0, le=10)
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
+    # kvspill's extra: go on past a full context by dropping its middle (--context-shift's default)
+    context_shift: bool | None = None
     # kvspill's extras: this request's window on the gpu tier, at most the server's flags (a
     # larger value is a 400 from the engine, which knows them: scheduler/request_window.py)
     hot_window_tokens: int | None = Field(None, ge=0)
@@ -80,6 +82,7 @@ class _Sampling(StructuredFields):
             "repetition_penalty",
             "min_tokens",
             "ignore_eos",
+            "context_shift",
             "hot_window_tokens",
             "num_sink_blocks",
         ):

@@ -22,6 +22,7 @@ class FakeEngine:
     """An `EngineClient`: each step gives every live request one token, until its max_tokens."""
 
     max_model_len = 64
+    context_shift = False
     vocab_size = 100
     tokenizer = None
     guided_compiler = None
