@@ -68,6 +68,18 @@ def agreement_table(docs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def shift_table(docs: list[dict[str, Any]]) -> str:
+    """`shift_ppl` (context_shift.py): a line per configuration and mode."""
+    lines = ["| configuration | context | mode | tokens | NLL | perplexity |", "|---|---|---|---|---|---|"]
+    for doc in docs:
+        for row in doc.get("context_shift", []):
+            lines.append(
+                f"| {_label(doc)} | {row['length']} | {row['mode']} | {row['num_tokens']} | {row['nll']:.4f} | "
+                f"{row['perplexity']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
 def combined_markdown(docs: list[dict[str, Any]]) -> str:
     parts = [
         "## Synthetic tasks (score %, greedy)",
@@ -79,6 +91,13 @@ def combined_markdown(docs: list[dict[str, Any]]) -> str:
         agreement_table(docs),
         "",
     ]
+    if any(doc.get("context_shift") for doc in docs):
+        parts += [
+            "## Past the context: context shift against truncation (perplexity)",
+            "",
+            shift_table(docs),
+            "",
+        ]
     for doc in docs:
         parts.append(
             f"- {_label(doc)}: model {doc['model']}, engine args {json.dumps(doc['engine_args'], sort_keys=True)}, "

@@ -23,9 +23,10 @@ import gc
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from kvspill.eval.context_shift import SHIFT_TASK, run_shift_eval
 from kvspill.eval.tasks import TASKS, make_samples, score, teacher_forced_text
 from kvspill.llm import LLM
 from kvspill.sampling_params import SamplingParams
@@ -206,11 +207,19 @@ def _teacher_forced_side(
 def run_eval(
     model: str | None, engine_kwargs: dict[str, Any], spec: EvalSpec, log: Log = lambda _: None
 ) -> dict[str, Any]:
-    """The whole harness for one configuration; returns the JSON document (see report.py)."""
-    unknown = [t for t in spec.tasks if t not in TASKS]
+    """The whole harness for one configuration; returns the JSON document (see report.py). The
+    `shift_ppl` task runs first, alone (context_shift.py); with no other task and no
+    teacher forcing nothing else loads."""
+    unknown = [t for t in spec.tasks if t not in TASKS and t != SHIFT_TASK]
     if unknown:
-        raise ValueError(f"unknown task(s) {', '.join(unknown)}: choose from {', '.join(TASKS)}")
+        raise ValueError(
+            f"unknown task(s) {', '.join(unknown)}: choose from {', '.join([*TASKS, SHIFT_TASK])}"
+        )
     started = time.perf_counter()
+    shift_rows = run_shift_eval(model, engine_kwargs, spec.seed, log) if SHIFT_TASK in spec.tasks else []
+    spec = replace(spec, tasks=tuple(t for t in spec.tasks if t != SHIFT_TASK))
+    if shift_rows and not spec.tasks and not spec.teacher_forced:
+        return _document(model, engine_kwargs, engine_kwargs, spec, [], [], [], None, started, shift_rows)
     ref_kwargs = reference_kwargs(engine_kwargs)
     log("loading the engine (configuration under test) ...")
     llm = LLM(model, **engine_kwargs)
@@ -243,6 +252,23 @@ def run_eval(
             )
         del reference
         gc.collect()
+    return _document(
+        model, engine_kwargs, ref_kwargs, spec, rows, agreement, records, tf_note, started, shift_rows
+    )
+
+
+def _document(
+    model: str | None,
+    engine_kwargs: dict[str, Any],
+    ref_kwargs: dict[str, Any],
+    spec: EvalSpec,
+    rows: list[dict[str, Any]],
+    agreement: list[dict[str, Any]],
+    records: list[dict[str, Any]],
+    tf_note: str | None,
+    started: float,
+    shift_rows: list[dict[str, Any]],
+) -> dict[str, Any]:
     return {
         "model": model or "embedded SmolLM2-135M-Instruct",
         "engine_args": engine_kwargs,
@@ -252,5 +278,6 @@ def run_eval(
         "teacher_forced": agreement,
         "teacher_forced_note": tf_note,
         "samples": records,
+        "context_shift": shift_rows,
         "seconds": round(time.perf_counter() - started, 1),
     }
