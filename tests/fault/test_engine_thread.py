@@ -28,6 +28,7 @@ class StepEngine:
     `step_s`; `fail_with` (request ids) makes the next step raise StepError for those."""
 
     max_model_len = 2048  # room for max_tokens=1000 (the front refuses what cannot fit)
+    context_shift = False
     vocab_size = 100
     tokenizer = None
     guided_compiler = None

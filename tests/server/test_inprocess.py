@@ -23,6 +23,7 @@ class SlowEngine:
     """An `EngineClient` whose steps sleep `delay`; the step number `fail_at` raises."""
 
     max_model_len = 64
+    context_shift = False
     vocab_size = 100
     tokenizer = None
     guided_compiler = None
