@@ -136,12 +136,24 @@ def doctor(
     ] = False,
     kv_disk_dir: DiskDirOpt = None,
     quick: Annotated[bool, typer.Option(help="Smaller calibration sizes (seconds, less precise).")] = False,
+    url: Annotated[
+        str | None,
+        typer.Option(help="A running server: also smoke-test its KV cache API (as `kvspill kv check`)."),
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="KVSPILL_API_KEY", help="Bearer token for --url.")
+    ] = None,
 ) -> None:
     """Check what makes KV offloading work or hurt on this host; --calibrate measures and saves bandwidths."""
     from kvspill.hardware.checks import format_checks, run_checks
 
     checks = run_checks(kv_disk_dir)
     typer.echo(format_checks(checks))
+    if url is not None:  # the seed's test_window_service: the cache API answers (changes nothing)
+        from kvspill.cli.kv_cmd import smoke
+
+        for line in smoke(url, api_key):
+            typer.echo(line)
     if calibrate:
         from kvspill.hardware.calibrate import run_calibration
 

@@ -109,3 +109,16 @@ def test_an_unreachable_server_says_how_to_start_one() -> None:
     _register_commands()
     result = CliRunner().invoke(app, ["kv", "ls", "--url", "http://127.0.0.1:9"])
     assert result.exit_code == 1 and "no kvspill server at http://127.0.0.1:9" in result.output
+
+
+def test_doctor_url_runs_the_cache_api_smoke(kv) -> None:
+    # the seed's test_window_service: `kvspill doctor --url` checks the host and asks the server
+    from typer.testing import CliRunner
+
+    from kvspill.cli import main as cli_main
+
+    cli_main._register_commands()
+    result = CliRunner().invoke(cli_main.app, ["doctor", "--url", "http://test", "--api-key", "k"])
+    assert "ok  GET /v1/kv/prefixes" in result.stdout and "ok  POST /v1/kv/lookup" in result.stdout, (
+        result.output
+    )
