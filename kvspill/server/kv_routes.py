@@ -130,11 +130,16 @@ def _op(ae: AsyncEngine, fn: Callable[[KVCacheControl], Any]) -> Callable[[], Aw
 async def _token_ids(ae: AsyncEngine, workers: TextWorkers, prompt: str | list[int]) -> list[int]:
     if not prompt:
         raise InvalidParameterError("prompt", "the prompt is empty")
-    if isinstance(prompt, list):
-        return prompt
     engine = ae.engine
     if engine is None or not ae.ready:
         raise EngineUnavailableError(ae.load_error or "the engine is still loading")
+    if isinstance(prompt, list):  # ids past the vocabulary hash to no block, or overflow the hash
+        bad = next((t for t in prompt if not 0 <= t < engine.vocab_size), None)
+        if bad is not None:
+            raise InvalidParameterError(
+                "prompt", f"token id {bad} is outside the vocabulary [0, {engine.vocab_size})"
+            )
+        return prompt
     return await workers.run(engine.encode, prompt)
 
 

@@ -121,6 +121,7 @@ def test_pull_reads_hf_endpoint_and_hf_hub_cache(hub: Hub):
         "HF_ENDPOINT": hub.url,
         "HF_HUB_CACHE": str(hub.cache),
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "HF_HUB_OFFLINE": "0",  # another test of this worker may have set it in its environment
     }
     args = [
         sys.executable,

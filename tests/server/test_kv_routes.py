@@ -122,6 +122,8 @@ def test_clear_drops_a_prefix_and_its_persisted_files(client: TestClient) -> Non
         ("move", {"prefix": "x", "tier": "gpu", "partial": "maybe"}, 400, None),
         ("lookup", {"prompt": []}, 400, "prompt"),
         ("lookup", {"prompt": 5}, 400, None),
+        ("lookup", {"prompt": [1, -1]}, 400, "prompt"),  # outside the vocabulary
+        ("lookup", {"prompt": [1, 1438687646924406465232896]}, 400, "prompt"),  # once a 500 (fuzz)
         ("clear", {}, 400, "prefix"),
         ("clear", {"prefix": "x", "all": True}, 400, "prefix"),
     ],
