@@ -4,36 +4,28 @@ in-process, the command's HTTP calls routed to it through a TestClient (no serve
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from inprocess_app import loaded_client
 from typer.testing import CliRunner
 
 from kvspill.cli import kv_cmd
 from kvspill.cli.main import _register_commands, app
-from kvspill.engine.core import LLMEngine
-from kvspill.server import ServerSettings, create_app
 
 PROMPT = [(i * 7) % 200 + 3 for i in range(60)]  # 7 full blocks of 8
 
 
 @pytest.fixture(scope="module")
 def server(tiny_llama_dir: Path) -> Iterator[TestClient]:
-    def factory() -> LLMEngine:
-        return LLMEngine(
-            model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=256,
-            num_kv_blocks=16, num_cpu_kv_blocks=32, hot_window_tokens=16, max_num_batched_tokens=64,
-        )  # fmt: skip
-
-    with TestClient(create_app(factory, ServerSettings(model_name="tiny", api_key="k"))) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/health").status_code != 200:
-            assert time.monotonic() < deadline, "the engine did not load"
-            time.sleep(0.1)
+    options = dict(
+        model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=256,
+        num_kv_blocks=16, num_cpu_kv_blocks=32, hot_window_tokens=16, max_num_batched_tokens=64,
+    )  # fmt: skip
+    with loaded_client(options, api_key="k") as c:
         r = c.post(
             "/v1/completions", json={"prompt": PROMPT, "max_tokens": 2}, headers={"Authorization": "Bearer k"}
         )

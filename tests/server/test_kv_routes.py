@@ -6,15 +6,12 @@ and counted in /metrics."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-
-from kvspill.engine.core import LLMEngine
-from kvspill.server import ServerSettings, create_app
+from inprocess_app import loaded_client
 
 KEY = {"Authorization": "Bearer k"}
 PROMPT = [(i * 7) % 200 + 3 for i in range(100)]  # 12 full blocks of 8
@@ -25,19 +22,12 @@ OTHER = [(i * 11) % 200 + 5 for i in range(100)]
 def client(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     persist = tmp_path_factory.mktemp("persist")
 
-    def factory() -> LLMEngine:
-        return LLMEngine(
-            model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=512,
-            num_kv_blocks=32, num_cpu_kv_blocks=64, num_disk_kv_blocks=32, hot_window_tokens=16,
-            max_num_batched_tokens=64, kv_pin_share=0.25, kv_persist_dir=str(persist),
-        )  # fmt: skip
-
-    app = create_app(factory, ServerSettings(model_name="tiny", api_key="k"))
-    with TestClient(app, headers=KEY) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/health").status_code != 200:
-            assert time.monotonic() < deadline, "the engine did not load"
-            time.sleep(0.1)
+    options = dict(
+        model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=512,
+        num_kv_blocks=32, num_cpu_kv_blocks=64, num_disk_kv_blocks=32, hot_window_tokens=16,
+        max_num_batched_tokens=64, kv_pin_share=0.25, kv_persist_dir=str(persist),
+    )  # fmt: skip
+    with loaded_client(options, api_key="k", headers=KEY) as c:
         yield c
 
 

@@ -5,13 +5,9 @@ with the same text, and that completion's usage reports the hit."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
-from fastapi.testclient import TestClient
-
-from kvspill.engine.core import LLMEngine
-from kvspill.server import ServerSettings, create_app
+from inprocess_app import loaded_client
 
 FILES = [{"path": f"src/m{i}.py", "content": f"def f{i}(x):\n    return x * {i}\n" * 6} for i in range(4)]
 TEMPLATE = "Repository:\n{files}\nAnswer about it.\n"
@@ -19,18 +15,11 @@ TEMPLATE = "Repository:\n{files}\nAnswer about it.\n"
 
 @pytest.fixture(scope="module")
 def client(tiny_llama_dir):
-    def factory() -> LLMEngine:
-        return LLMEngine(
-            model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=1024,
-            num_kv_blocks=8, num_cpu_kv_blocks=200, hot_window_tokens=16, max_num_batched_tokens=64,
-        )  # fmt: skip
-
-    app = create_app(factory, ServerSettings(model_name="tiny"))
-    with TestClient(app) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/health").status_code != 200:
-            assert time.monotonic() < deadline, "the engine did not load"
-            time.sleep(0.1)
+    options = dict(
+        model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=1024,
+        num_kv_blocks=8, num_cpu_kv_blocks=200, hot_window_tokens=16, max_num_batched_tokens=64,
+    )  # fmt: skip
+    with loaded_client(options) as c:
         yield c
 
 

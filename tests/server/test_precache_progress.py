@@ -5,31 +5,23 @@ body is still a JSON 400. In process over the tiny Llama (CPU), 16-token prefill
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from fastapi.testclient import TestClient
+from inprocess_app import loaded_client
 
-from kvspill.engine.core import LLMEngine
-from kvspill.server import ServerSettings, create_app, precache_routes
+from kvspill.server import precache_routes
 
 FILES = [{"path": f"src/m{i}.py", "content": f"def f{i}(x):\n    return x * {i}\n" * 6} for i in range(4)]
 
 
 @pytest.fixture(scope="module")
 def client(tiny_llama_dir):
-    def factory() -> LLMEngine:
-        return LLMEngine(
-            model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=1024,
-            num_kv_blocks=12, num_cpu_kv_blocks=400, hot_window_tokens=16, max_num_batched_tokens=16,
-        )  # fmt: skip
-
-    app = create_app(factory, ServerSettings(model_name="tiny"))
-    with TestClient(app) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/health").status_code != 200:
-            assert time.monotonic() < deadline, "the engine did not load"
-            time.sleep(0.1)
+    options = dict(
+        model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=1024,
+        num_kv_blocks=12, num_cpu_kv_blocks=400, hot_window_tokens=16, max_num_batched_tokens=16,
+    )  # fmt: skip
+    with loaded_client(options) as c:
         yield c
 
 

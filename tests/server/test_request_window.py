@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from inprocess_app import loaded_client
 
-from kvspill.engine.core import LLMEngine
 from kvspill.errors import InvalidParameterError
 from kvspill.sampling_params import SamplingParams
-from kvspill.server import ServerSettings, create_app
 from kvspill.types import TIER_CPU, TIER_GPU
 
 from ..tiered_llm import tiered_llm
@@ -29,18 +28,11 @@ SERVER_WINDOW = {"hot_window_tokens": 16, "num_sink_blocks": 2}  # the server's 
 
 @pytest.fixture(scope="module")
 def client(tiny_llama_dir: Path) -> Iterator[TestClient]:
-    def factory() -> LLMEngine:
-        return LLMEngine(
-            model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=1024,
-            num_kv_blocks=48, num_cpu_kv_blocks=16, max_num_batched_tokens=64, **SERVER_WINDOW,
-        )  # fmt: skip
-
-    app = create_app(factory, ServerSettings(model_name="tiny"))
-    with TestClient(app) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/health").status_code != 200:
-            assert time.monotonic() < deadline, "the engine did not load"
-            time.sleep(0.1)
+    options = dict(
+        model=str(tiny_llama_dir), device="cpu", dtype="float32", block_size=8, max_model_len=1024,
+        num_kv_blocks=48, num_cpu_kv_blocks=16, max_num_batched_tokens=64, **SERVER_WINDOW,
+    )  # fmt: skip
+    with loaded_client(options) as c:
         yield c
 
 
