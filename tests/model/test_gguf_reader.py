@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
+from tiny_gguf import write_tiny_gguf
 from transformers import AutoConfig
 
 from kvspill.gguf.reader import read_gguf, shared_readers
@@ -14,21 +14,7 @@ from kvspill.gguf.reader import read_gguf, shared_readers
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_context_length(256)
-    w.add_embedding_length(32)
-    w.add_block_count(1)
-    w.add_feed_forward_length(64)
-    w.add_head_count(2)
-    w.add_head_count_kv(1)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_tensor("token_embd.weight", np.zeros((16, 32), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", vocab_rows=16)
 
 
 @pytest.fixture

@@ -7,30 +7,9 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 from registry.hub_server import Hub, HubServer, HubState
-
-
-def write_tiny_gguf(path: Path, context_length: int = 256) -> Path:
-    """A one-layer llama GGUF of a few KB (`context_length` makes two files differ)."""
-    import gguf
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_context_length(context_length)
-    w.add_embedding_length(32)
-    w.add_block_count(1)
-    w.add_feed_forward_length(64)
-    w.add_head_count(2)
-    w.add_head_count_kv(1)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_tensor("token_embd.weight", np.zeros((32, 32), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+from tiny_gguf import write_tiny_gguf
 
 
 @pytest.fixture
