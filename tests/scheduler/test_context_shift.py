@@ -45,6 +45,13 @@ def step(scheduler: Scheduler, next_token: list[int]) -> ScheduledBatch:
     return batch
 
 
+def run_to_shift(scheduler: Scheduler, next_token: list[int]) -> Request:
+    """Step until request "a" has shifted once; returns it."""
+    while scheduler.requests["a"].num_shifted_tokens == 0:
+        step(scheduler, next_token)
+    return scheduler.requests["a"]
+
+
 def test_drop_is_whole_blocks_leaving_at_least_keep() -> None:
     assert num_tokens_to_drop(32, 4, 8, 4) == 20  # 28 after the sinks, 8 kept
     assert num_tokens_to_drop(32, 4, 10, 4) == 16  # 12 kept: a whole block more than asked
@@ -57,9 +64,7 @@ def test_full_context_drops_the_middle_and_goes_on() -> None:
     prompt = list(range(100, 110))
     s.add_request(request("a", prompt))
     counter = [1000]
-    while s.requests["a"].num_shifted_tokens == 0:
-        step(s, counter)
-    r = s.requests["a"]
+    r = run_to_shift(s, counter)
     # 32 tokens reached: kept 4 sink tokens + the last 8, dropped 20 (5 blocks: logical 1-5)
     assert r.num_tokens == 12 and r.num_shifted_tokens == 20
     full = prompt + r.output_token_ids
@@ -97,9 +102,7 @@ def test_hashes_after_the_sinks_are_the_requests_own() -> None:
     prompt = list(range(100, 110))
     s.add_request(request("a", prompt))
     counter = [1000]
-    while s.requests["a"].num_shifted_tokens == 0:
-        step(s, counter)
-    r = s.requests["a"]
+    r = run_to_shift(s, counter)
     fresh = request("b", r.all_token_ids)
     fresh.bind_block_size(BS, s.config.prefix_hash_seed)
     assert fresh.block_hashes[0] == r.block_hashes[0]
@@ -115,8 +118,7 @@ def test_shared_kept_block_is_copied() -> None:
     shared = kv.get_blocks("a")[6]
     assert shared is not None
     kv.block_pool.touch([shared])  # another holder of logical block 6 (a prefix hit would do this)
-    while s.requests["a"].num_shifted_tokens == 0:
-        step(s, counter)
+    run_to_shift(s, counter)
     (shift,) = s.schedule().context_shifts
     # kept: logical 6 (shared: copied into a fresh block) and 7 (a's own: turned in place)
     (src6, dst6), (src7, dst7) = shift.rotations
@@ -129,9 +131,7 @@ def test_overlap_recomputes_the_last_kept_tokens() -> None:
     s = Scheduler(config(context_shift_overlap=6))
     s.add_request(request("a", [5, 6, 7]))
     counter = [1000]
-    while s.requests["a"].num_shifted_tokens == 0:
-        step(s, counter)
-    r = s.requests["a"]
+    r = run_to_shift(s, counter)
     assert r.num_tokens == 12 and r.num_computed_tokens == 12 - 1 - 6
     batch = s.schedule()
     assert batch.num_scheduled_tokens == {"a": 7}
