@@ -97,7 +97,7 @@ def gguf_tokenizer(path: Path) -> PreTrainedTokenizerBase:
 
 
 @functools.cache
-def _light_config_class(model_type: str) -> type[PretrainedConfig]:
+def light_config_class(model_type: str) -> type[PretrainedConfig]:
     """A PretrainedConfig reporting `model_type` (to_dict, the planner's ModelSpec read it from the class)."""
     return type(f"CachedConfig_{model_type}", (PretrainedConfig,), {"model_type": model_type})
 
@@ -112,7 +112,7 @@ def load_saved_config(directory: Path) -> PretrainedConfig:
         from transformers.models.auto.configuration_auto import AutoConfig  # heavy: see gguf_hf_config
 
         return AutoConfig.from_pretrained(str(directory))
-    config = _light_config_class(model_type).from_dict(saved)
+    config = light_config_class(model_type).from_dict(saved)
     for key, value in saved.items():  # keys PretrainedConfig drops (use_cache) but the family keeps
         if key not in ("model_type", "transformers_version") and not hasattr(config, key):
             setattr(config, key, value)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from kvspill.errors import ModelNotFoundError
+from kvspill.gguf.cache import light_config_class
 from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.kernels.gguf_formats import check_supported, random_quantized
 from kvspill.model.fp8 import fill_fp8_randomly, install_fp8_modules
@@ -30,9 +31,23 @@ from kvspill.model.quant import QuantEmbedding, QuantLinear
 from kvspill.plan.spec import KNOWN_SHAPES, LLAMA3_ROPE_FACTORS
 
 if TYPE_CHECKING:
-    from transformers import LlamaConfig
+    from transformers import PretrainedConfig
 
 PREFIX = "random:"
+# LlamaConfig's defaults for the fields a shape does not set (checked by tests/model/test_random_config.py).
+LLAMA_CONFIG_DEFAULTS = {
+    "hidden_act": "silu",
+    "max_position_embeddings": 2048,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-6,
+    "pad_token_id": None,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pretraining_tp": 1,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "mlp_bias": False,
+}
 # fp16 scales of random quantized blocks: weights of roughly the dense init's 0.02 spread.
 _QUANT_SCALE = 0.002
 # RoPE of the real models these shapes stand for (Llama 3.2: factor 32; Llama 3.1: factor 8).
@@ -132,14 +147,17 @@ def _check_random_name(name: str, qtype: str | None, device: torch.device) -> No
         )
 
 
-def _llama_config(name: str, max_len: int) -> LlamaConfig:
-    """The Llama config of shape `name`, with the RoPE of the real model it stands for."""
-    # Imported here, not at module level: the engine imports this module on every start, and
-    # LlamaConfig pulls in torch.distributed.tensor and sympy (1.2-2 s on a 2-core CPU).
-    from transformers.models.llama.configuration_llama import LlamaConfig
+def _llama_config(name: str, max_len: int) -> PretrainedConfig:
+    """The Llama config of shape `name`, with the RoPE of the real model it stands for.
 
+    A plain PretrainedConfig with LlamaConfig's fields, not LlamaConfig: importing a family's config
+    class on transformers 5.17-5.23 builds its docstring from the modeling auto classes, which pull
+    in generation, scikit-learn, torch._dynamo and sympy (2.8 s here on 5.17, 7.5 s on the H200
+    host: bench/results/2026-12-02-h200-fit-by-default/). tests/model/test_random_config.py holds
+    these fields equal to LlamaConfig's on the installed transformers."""
     spec = KNOWN_SHAPES[name]
-    config = LlamaConfig(
+    config = light_config_class("llama")(
+        **LLAMA_CONFIG_DEFAULTS,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_layers,
@@ -149,6 +167,11 @@ def _llama_config(name: str, max_len: int) -> LlamaConfig:
         vocab_size=spec.vocab_size,
         tie_word_embeddings=spec.tie_word_embeddings,
     )
+    config.use_cache = True  # a field PretrainedConfig's constructor drops but LlamaConfig keeps
+    if hasattr(config, "standardize_rope_params"):  # transformers 5
+        config.rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
+    else:
+        config.rope_theta, config.rope_scaling = 10000.0, None
     # transformers 4.x and 5 keep RoPE under different names; the loader's override handles both.
     apply_rope_override(
         config,
