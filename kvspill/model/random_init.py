@@ -13,7 +13,7 @@ requests must be token ids with `detokenize=False`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 PREFIX = "random:"
 # LlamaConfig's defaults for the fields a shape does not set (checked by tests/model/test_random_config.py).
-LLAMA_CONFIG_DEFAULTS = {
+LLAMA_CONFIG_DEFAULTS: dict[str, Any] = {
     "hidden_act": "silu",
     "max_position_embeddings": 2048,
     "initializer_range": 0.02,
