@@ -156,17 +156,18 @@ def _llama_config(name: str, max_len: int) -> PretrainedConfig:
     host: bench/results/2026-12-02-h200-fit-by-default/). tests/model/test_random_config.py holds
     these fields equal to LlamaConfig's on the installed transformers."""
     spec = KNOWN_SHAPES[name]
-    config = light_config_class("llama")(
+    fields = {
         **LLAMA_CONFIG_DEFAULTS,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads,
-        head_dim=spec.head_dim,
-        vocab_size=spec.vocab_size,
-        tie_word_embeddings=spec.tie_word_embeddings,
-    )
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": spec.tie_word_embeddings,
+    }
+    config = light_config_class("llama").from_dict(fields)
     config.use_cache = True  # a field PretrainedConfig's constructor drops but LlamaConfig keeps
     if hasattr(config, "standardize_rope_params"):  # transformers 5
         config.rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
