@@ -61,7 +61,9 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
     times: dict[str, list[float]] = {rid: [] for rid in ids}
     pure_s, pure_tokens = 0.0, 0
     ready = False  # every request past its warm-up tokens before this step
+    steps: list[tuple[float, int, int, int | None]] = []
     for step in engine.run():
+        prefilling = sum(1 for t in times.values() if not t)
         step_tokens = 0
         for out in step.outputs:
             for _ in out.delta_token_ids:
@@ -71,6 +73,7 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
             pure_s += step.seconds
             pure_tokens += n
         ready = all(len(t) > warmup for t in times.values())
+        steps.append((step.seconds, step_tokens, prefilling, engine.scheduler.prefill_token_cap))
     ttft = [(t[0] - t0) * 1e3 for t in times.values()]
     itl = [(b - a) * 1e3 for t in times.values() for a, b in zip(t, t[1:], strict=False)]
     e2e = [(t[-1] - t0) * 1e3 for t in times.values()]
@@ -87,6 +90,13 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
         ttft_ms=latency_stats(ttft),
         itl_ms=latency_stats(itl),
         e2e_ms=latency_stats(e2e),
+        # Where ITL p99 comes from: the slowest steps' seconds, tokens out, requests still waiting
+        # for their first token, and the prefill cap the ITL budget set after them.
+        slowest_steps=[
+            dict(ms=round(s * 1e3, 2), tokens=k, prefilling=w, cap=c)
+            for s, k, w, c in sorted(steps, key=lambda step: step[0], reverse=True)[:8]
+        ],
+        steps=len(steps),
         peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
         peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None,
     )
