@@ -92,7 +92,7 @@ class EngineOptions:
     )
     target_itl_ms: float | None = _flag(
         "While requests decode, size prefill chunks so each step takes about this long (ms); 0: off.",
-        default="4x a decode step (at least 25 ms) with cuda, off on cpu",
+        default="2.5x a decode step (at least 10 ms) with cuda, off on cpu",
     )
     kernel_warmup: bool | None = _flag(
         "Run throwaway requests at start so the first request pays no kernel compiles, then cache the "

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from kvspill.types import ScheduledBatch
 
 SMOOTHING = 0.3  # weight of the newest measurement
-AUTO_FACTOR = 4.0
-AUTO_MIN_S = 0.025
+AUTO_FACTOR = 2.5
+AUTO_MIN_S = 0.010
 # The least prefill a step carries while requests decode: prompts keep moving when the target
 # cannot be met, and a GPU chunk below a few hundred tokens wastes its matmuls.
 PREFILL_FLOOR_BLOCKS = 4
