@@ -54,7 +54,7 @@ def env_settings() -> EnvSettings:
 
 
 def cuda_graphs_on(kind: str) -> bool:
-    """False where KVSPILL_<kind>_CUDA_GRAPHS=0 (kind: TP, SPARSE or STREAM): those decode steps
+    """False where KVSPILL_<kind>_CUDA_GRAPHS=0 (kind: TP, SPARSE, STREAM or MIXED): those steps
     run eagerly, to compare. Read at each call, unlike `env_settings()`: a bench or test turns it
     off between two engines of one process, and the engine and its plan must read the same value."""
     return os.environ.get(f"KVSPILL_{kind}_CUDA_GRAPHS", "1") != "0"

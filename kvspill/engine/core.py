@@ -115,7 +115,9 @@ class LLMEngine:
         self._ids = itertools.count()
         self._step_budget: StepBudget | None = None  # limit_step_time
         self._oom = OomBackoff(floor=4 * self.config.block_size, ceiling=self.config.max_num_batched_tokens)
-        self._itl_budget = itl_budget_for(self.config, bundle.device.type, self.memory_plan)
+        self._itl_budget = itl_budget_for(
+            self.config, bundle.device.type, self.memory_plan, self.runner.mixed_graph_chunk
+        )
         if self._itl_budget is not None:
             self.scheduler.prefill_token_cap = self._itl_budget.prefill_cap()
         warm_up_at_start(self, bundle.device.type, self.startup_phases)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvspill.plan.choices import prefill_floor_tokens
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -36,10 +38,6 @@ if TYPE_CHECKING:
 SMOOTHING = 0.3  # weight of the newest measurement
 AUTO_FACTOR = 2.5
 AUTO_MIN_S = 0.010
-# The least prefill a step carries while requests decode: prompts keep moving when the target
-# cannot be met, and a GPU chunk below a few hundred tokens wastes its matmuls.
-PREFILL_FLOOR_BLOCKS = 4
-PREFILL_FLOOR_TOKENS = 256
 
 
 class ItlBudget:
@@ -152,13 +150,23 @@ def _average(old: float | None, new: float) -> float:
     return new if old is None else SMOOTHING * new + (1 - SMOOTHING) * old
 
 
-def itl_budget_for(config: EngineConfig, device_type: str, plan: MemoryPlan | None) -> ItlBudget | None:
+def itl_budget_for(
+    config: EngineConfig, device_type: str, plan: MemoryPlan | None, mixed_graph_chunk: int = 0
+) -> ItlBudget | None:
     """The engine's budget from `--target-itl-ms`: unset, on with CUDA (automatic target) and off
-    on the CPU (measured step times vary there, so chunking would too); 0: off."""
+    on the CPU (measured step times vary there, so chunking would too); 0: off.
+
+    `mixed_graph_chunk`: the prefill chunk mixed-step CUDA graphs replay (0: none). With them and
+    the automatic target, the cap is that chunk (its prompts' floor): such a step costs its GPU
+    time, a longer chunk runs eagerly at several times the cost (runner/mixed_graphs.py), so no
+    learned cap would beat it."""
     target_ms = config.target_itl_ms
     if target_ms == 0 or (target_ms is None and device_type != "cuda"):
         return None
-    floor = max(PREFILL_FLOOR_BLOCKS * config.block_size, PREFILL_FLOOR_TOKENS)
+    floor = prefill_floor_tokens(config.block_size)
+    if target_ms is None and mixed_graph_chunk:
+        chunk = min(mixed_graph_chunk, config.max_num_batched_tokens)
+        return ItlBudget(None, chunk, chunk)
     base_s = seconds_per_token = None
     if plan is not None and plan.fits and plan.context_len > 0:  # the plan's step-time model
         base_s = plan.decode.total_s

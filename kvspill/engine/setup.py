@@ -51,7 +51,13 @@ from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import EMBEDDED_FILE, resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.calibrate import load_calibration
-from kvspill.plan.choices import DeviceFacts, RuntimeChoices, resolve_choices
+from kvspill.plan.choices import (
+    DeviceFacts,
+    RuntimeChoices,
+    mixed_decodes,
+    prefill_floor_tokens,
+    resolve_choices,
+)
 from kvspill.plan.fit import HostRoom, fit_line
 from kvspill.plan.flag_plans import read_host_room
 from kvspill.plan.spec import ModelSpec
@@ -64,6 +70,7 @@ from kvspill.plan.startup import (
     startup_plan,
 )
 from kvspill.runner.cuda_graphs import DecodeGraphs
+from kvspill.runner.mixed_graphs import MixedGraphs
 from kvspill.runner.model_runner import ModelRunner
 from kvspill.runner.profile import profile_step_peak
 from kvspill.storage.layout import check_skip_layers, engine_layout
@@ -156,7 +163,7 @@ def _plan_and_cap(config: EngineConfig, device: torch.device, calibration: Bandw
 
 def _measure(
     config: EngineConfig,
-    graph_batch: int,
+    graph_rows: int,
     loaded: LoadedModel,
     layout: KVLayout,
     device: torch.device,
@@ -180,8 +187,8 @@ def _measure(
     # The plan charges the RoPE table from the context (0.5 GiB at 1M), not as weights (read each step)
     weights = loaded_bytes - rope_table_bytes(loaded.model)
     runtime = runtime_bytes_beside(config, device, loaded_bytes)
-    # the largest captured decode batch (the record's; 0 without graphs) sizes the graph's scratch
-    scratch = dequant_scratch_bytes(loaded.model, loaded.dtype, graph_batch)
+    # the most rows a captured graph runs (the record's; 0 without graphs) sizes the graphs' scratch
+    scratch = dequant_scratch_bytes(loaded.model, loaded.dtype, graph_rows)
     return Measured(weights, activation, runtime, graph_scratch_bytes=scratch)
 
 
@@ -195,7 +202,8 @@ def _size_tiers(
     calibration: Bandwidths | None,
 ) -> MemoryPlan:
     """The plan, with what was measured, that the tiers are allocated from."""
-    measured = _measure(config, choices.graph_batch, loaded, layout, device, allocated_before)
+    graph_rows = max(choices.graph_batch, choices.mixed_graph_tokens)  # the decode and mixed graphs' pool
+    measured = _measure(config, graph_rows, loaded, layout, device, allocated_before)
     spec = ModelSpec.from_hf_config(loaded.hf_config.to_dict())
     startup = _plan(config, device, calibration, (measured, spec, loaded.max_model_len))
     assert startup is not None, "a plan with a device budget always exists after loading"
@@ -279,6 +287,21 @@ def _prepare_kernels(
         )
         graphs.capture()
         return graphs
+
+
+def _capture_mixed_graphs(
+    config: EngineConfig, choices: RuntimeChoices, graphs: DecodeGraphs | None, phases: StartupPhases
+) -> MixedGraphs | None:
+    """The mixed-step CUDA graphs the record chose (`RuntimeChoices.mixed_graph_tokens`), in the
+    decode graphs' memory pool; None without decode graphs or with KVSPILL_MIXED_CUDA_GRAPHS=0."""
+    if graphs is None or not choices.mixed_graph_tokens:
+        return None
+    with phases.phase("capture mixed-step CUDA graphs"):
+        mixed = MixedGraphs(
+            graphs, prefill_floor_tokens(config.block_size), mixed_decodes(config.max_num_seqs)
+        )
+        mixed.capture()
+        return mixed
 
 
 def runtime_choices(
@@ -426,10 +449,11 @@ def _build_runner(
     storage: TieredKVStorage,
     tokenizer: TokenizerBundle | None,
     eos_token_ids: frozenset[int],
-    graphs: DecodeGraphs | None,
+    graphs: tuple[DecodeGraphs | None, MixedGraphs | None],
     device: torch.device,
 ) -> ModelRunner:
-    """The runner on the model's `device`, given the cold path and its graphs as the record chose them."""
+    """The runner on the model's `device`, given the cold path and its graphs (decode, mixed) as
+    the record chose them."""
     return ModelRunner(
         loaded.model,
         storage,
@@ -439,7 +463,8 @@ def _build_runner(
         guided=GuidedCompiler(tokenizer.hf, loaded.vocab_size, eos_token_ids)
         if tokenizer is not None
         else None,
-        graphs=graphs,
+        graphs=graphs[0],
+        mixed_graphs=graphs[1],
         device=device,
         cold_config=cold_config(config, choices, device, -(-loaded.max_model_len // config.block_size)),
         cold_graphs=choices.cold_graphs,
@@ -477,7 +502,10 @@ def build_engine_parts(
         facts = replace(facts, cpu_pool_pinned=False)
         choices = runtime_choices(config, facts, calibration, layout.dtype, layout.head_dim)
     graphs = _prepare_kernels(config, choices, loaded, storage, device, phases)
-    runner = _build_runner(config, choices, loaded, storage, tokenizer, eos_token_ids, graphs, device)
+    mixed = _capture_mixed_graphs(config, choices, graphs, phases)
+    runner = _build_runner(
+        config, choices, loaded, storage, tokenizer, eos_token_ids, (graphs, mixed), device
+    )
     cap_allocator(config, device, leave_runtime=True, step_bytes=plan.activation_peak_bytes)
     return EngineParts(
         runner=runner,

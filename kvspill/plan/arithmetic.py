@@ -215,7 +215,9 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     bw = bandwidths.complete(DEFAULT_BANDWIDTHS)
     choices = request.runtime_choices(bandwidths)
     bs, kvpt, weight_bytes = request.block_size, request.kv_bytes_per_token, request.weight_bytes
-    budget = gpu_budget(request, weight_bytes, graph_batch=choices.graph_batch)
+    budget = gpu_budget(
+        request, weight_bytes, graph_batch=choices.graph_batch, mixed_graph_tokens=choices.mixed_graph_tokens
+    )
     tiers = _tiers(request, budget)
     at = _place(request, tiers)
     floor = _decode(request, bw, choices, weight_bytes, tiers, at)

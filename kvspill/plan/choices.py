@@ -50,6 +50,25 @@ class ColdGraphs(StrEnum):
     SPARSE = "sparse"  # runner/sparse_graphs.py
 
 
+# The least prefill a step carries while requests decode (engine/itl_budget.py), which is also the
+# chunk the mixed-step CUDA graphs hold (runner/mixed_graphs.py): one figure, so those steps replay.
+PREFILL_FLOOR_BLOCKS = 4
+PREFILL_FLOOR_TOKENS = 256
+# Mixed steps with more decodes than this run eagerly: their decode rows make the step long anyway.
+MIXED_GRAPH_DECODES = 16
+
+
+def prefill_floor_tokens(block_size: int) -> int:
+    """Prefill tokens a step carries at least while requests decode (a GPU chunk below a few
+    hundred tokens wastes its matmuls), and the mixed graphs' chunk."""
+    return max(PREFILL_FLOOR_BLOCKS * block_size, PREFILL_FLOOR_TOKENS)
+
+
+def mixed_decodes(max_num_seqs: int) -> int:
+    """The largest decode count the mixed graphs hold."""
+    return min(MIXED_GRAPH_DECODES, max_num_seqs)
+
+
 @dataclass(frozen=True)
 class DeviceFacts:
     """What the choices need to know of the machine, read once by the caller."""
@@ -57,10 +76,11 @@ class DeviceFacts:
     device_type: str = "cuda"  # where the "gpu" tier lives: "cuda" or "cpu"
     total_bytes: int | None = None  # the card's memory (None: not known, or no card)
     tensor_parallel_size: int = 1
-    # KVSPILL_{TP,STREAM,SPARSE}_CUDA_GRAPHS (env.cuda_graphs_on): False runs those steps eagerly
+    # KVSPILL_{TP,STREAM,SPARSE,MIXED}_CUDA_GRAPHS (env.cuda_graphs_on): False runs those steps eagerly
     tp_graphs: bool = True
     stream_graphs: bool = True
     sparse_graphs: bool = True
+    mixed_graphs: bool = True
     # the cpu tier is pinned: cold graphs read it in place (known after allocation; plans assume it)
     cpu_pool_pinned: bool = True
 
@@ -76,6 +96,7 @@ class DeviceFacts:
             tp_graphs=cuda_graphs_on("TP"),
             stream_graphs=cuda_graphs_on("STREAM"),
             sparse_graphs=cuda_graphs_on("SPARSE"),
+            mixed_graphs=cuda_graphs_on("MIXED"),
         )
 
 
@@ -126,6 +147,9 @@ class RuntimeChoices:
     decode_graphs: bool  # decode-only steps without cold blocks replay CUDA graphs (runner/cuda_graphs.py)
     graph_batch: int  # the largest decode batch captured (0: no graphs)
     cold_graphs: ColdGraphs | None  # decode steps of one cold sequence replay these
+    # mixed steps (decodes beside a short prefill chunk) replay graphs of this many rows (0: none;
+    # runner/mixed_graphs.py): MIXED_GRAPH_DECODES decode rows and a prefill_floor_tokens() chunk
+    mixed_graph_tokens: int
     sparse_eager_reason: str | None  # sparse without graphs: why (None: graphs, or not sparse)
     block_size: int
     vram_ceiling_bytes: int | None  # CUDA: what the process may hold on the card (None: no card)
@@ -199,6 +223,11 @@ def resolve_choices(
         decode_graphs=decode_graphs,
         graph_batch=min(flags.max_num_seqs, MAX_GRAPH_BATCH) if decode_graphs else 0,
         cold_graphs=cold_graphs,
+        mixed_graph_tokens=(
+            mixed_decodes(flags.max_num_seqs) + prefill_floor_tokens(flags.block_size)
+            if decode_graphs and facts.tensor_parallel_size == 1 and facts.mixed_graphs
+            else 0
+        ),
         sparse_eager_reason=sparse_reason,
         block_size=flags.block_size,
         vram_ceiling_bytes=(

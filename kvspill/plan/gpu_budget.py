@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvspill.plan.choices import MAX_GRAPH_BATCH
+from kvspill.plan.choices import MAX_GRAPH_BATCH, MIXED_GRAPH_DECODES
 from kvspill.plan.costs import activation_peak_bytes, cold_staging_bytes
 from kvspill.plan.request import PlanRequest
 from kvspill.plan.spec import ModelSpec
@@ -59,9 +59,13 @@ class GpuBudget:
     kv_left: int  # what the KV tier may take (before sparse summaries and cache); may be negative
 
 
-def gpu_budget(request: PlanRequest, weight_bytes: int, graph_batch: int | None = None) -> GpuBudget:
+def gpu_budget(
+    request: PlanRequest, weight_bytes: int, graph_batch: int | None = None, mixed_graph_tokens: int = 0
+) -> GpuBudget:
     """The reserves of `request` beside `weight_bytes`; `graph_batch`: the largest decode batch
-    the engine captures (`RuntimeChoices.graph_batch`, 0: no graphs; None: as the request says)."""
+    the engine captures (`RuntimeChoices.graph_batch`, 0: no graphs; None: as the request says);
+    `mixed_graph_tokens`: the rows of the mixed-step graphs (`RuntimeChoices.mixed_graph_tokens`),
+    which share the decode graphs' pool: the pool holds the larger of the two."""
     if graph_batch is None:
         graph_batch = 0 if request.enforce_eager else min(request.max_num_seqs, MAX_GRAPH_BATCH)
     spec, kv_bytes = request.spec, request.kv_dtype_bytes
@@ -83,10 +87,16 @@ def gpu_budget(request: PlanRequest, weight_bytes: int, graph_batch: int | None 
         rope = request.rope_table_bytes  # one table per process (per rank), sized by max_model_len
         if graph_batch:
             batch = graph_batch
-            graph = CUDA_GRAPH_BASE_BYTES + activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
+            peak = activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
+            if mixed_graph_tokens:
+                seqs = min(MIXED_GRAPH_DECODES, batch) + 2  # decodes and up to two prompts' chunks
+                peak = max(
+                    peak, activation_peak_bytes(spec, mixed_graph_tokens, seqs, act_bytes, kv_bytes, 0)
+                )
+            graph = CUDA_GRAPH_BASE_BYTES + peak
             if request.graph_scratch_bytes is not None:
                 graph += request.graph_scratch_bytes
-            elif gguf and batch > GGUF_GEMV_MAX_ROWS:
+            elif gguf and max(batch, mixed_graph_tokens) > GGUF_GEMV_MAX_ROWS:
                 graph += gguf_graph_scratch_bytes(spec, act_bytes)
         slack = max(ALLOCATOR_SLACK_MIN_BYTES, int(usable * ALLOCATOR_SLACK_FRACTION))
         runtime = (

@@ -42,6 +42,7 @@ from kvspill.runner.cold_graphs import ColdDecodeGraphs
 from kvspill.runner.context_shift import KeyShifter, apply_context_shift, rope_table
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.inputs import RunnerRequestState, StepInputs, apply_block_moves, build_step_inputs
+from kvspill.runner.mixed_graphs import MixedGraphs
 from kvspill.runner.prompt_logprobs import compute_prompt_logprobs, prompt_logprob_spans, slice_rows
 from kvspill.runner.sparse_graphs import SparseDecodeGraphs
 from kvspill.runner.stream_graphs import StreamDecodeGraphs
@@ -70,6 +71,7 @@ class ModelRunner:
         seed: int = 0,
         guided: GuidedCompiler | None = None,
         graphs: DecodeGraphs | None = None,
+        mixed_graphs: MixedGraphs | None = None,
         device: torch.device | None = None,
         cold_config: ColdAttentionConfig | None = None,
         cold_graphs: ColdGraphs | None = None,
@@ -78,7 +80,8 @@ class ModelRunner:
         `TieredKVStorage` gets a transfer engine and a cold-attention backend (`cold_config`).
         `cold_graphs`: which CUDA graphs replay decode steps of one cold sequence (the engine's
         record, `RuntimeChoices.cold_graphs`: sparse_graphs.py or stream_graphs.py), given
-        decode `graphs`; None: those steps run eagerly."""
+        decode `graphs`; None: those steps run eagerly. `mixed_graphs`: replay decodes beside a
+        short prefill chunk (runner/mixed_graphs.py)."""
         self.model = model
         self.storage = storage
         self.device = device if device is not None else storage.device
@@ -97,6 +100,7 @@ class ModelRunner:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.graphs = graphs
+        self.mixed_graphs = mixed_graphs
         self.cold_graphs: ColdDecodeGraphs | None = None
         if graphs is not None and self.cold is not None and cold_graphs is not None:
             self.cold_graphs = COLD_GRAPHS[cold_graphs](graphs, self.cold, self.scale)
@@ -196,11 +200,19 @@ class ModelRunner:
 
     # ---- execution ------------------------------------------------------------------------
 
+    @property
+    def mixed_graph_chunk(self) -> int:
+        """The prefill chunk the mixed-step graphs replay (0: none)."""
+        return self.mixed_graphs.shape.chunk if self.mixed_graphs is not None else 0
+
     def release_graphs(self) -> None:
         """Destroy the decode CUDA graphs (before leaving a tensor-parallel group); steps run eagerly after."""
         if self.cold_graphs is not None:
             self.cold_graphs.release()
             self.cold_graphs = None
+        if self.mixed_graphs is not None:
+            self.mixed_graphs.release()
+            self.mixed_graphs = None
         if self.graphs is not None:
             self.graphs.release()
             self.graphs = None
@@ -249,6 +261,13 @@ class ModelRunner:
                 graph_out = self.graphs.run(inputs, feed)
             elif self.cold_graphs is not None:
                 graph_out = self.cold_graphs.run(inputs, feed)
+        elif (
+            self.mixed_graphs is not None
+            and not spans
+            and capture is None
+            and not self.skip_prefill_attention
+        ):
+            graph_out = self.mixed_graphs.run(inputs, feed)
         if graph_out is not None:
             return graph_out
         cold = None

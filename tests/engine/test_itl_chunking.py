@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvspill.engine.core import LLMEngine
-from kvspill.engine.itl_budget import PREFILL_FLOOR_TOKENS
+from kvspill.plan.choices import PREFILL_FLOOR_TOKENS
 from kvspill.sampling_params import SamplingParams
 
 PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True, detokenize=False)
