@@ -581,7 +581,7 @@ def history(
     import datetime
     import json
 
-    from kvspill.bench.suites.keep import headline
+    from kvspill.registry.result_text import headline
     from kvspill.registry.results import list_results
     from kvspill.registry.store import open_registry
 

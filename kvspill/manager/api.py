@@ -41,7 +41,7 @@ from kvspill.options import EngineOptions, engine_kwargs
 from kvspill.plan.flag_plans import plans_for_flags
 from kvspill.plan.units import parse_bytes
 from kvspill.registry.profiles import default_profile, validate_flags
-from kvspill.registry.results import list_results
+from kvspill.registry.results import list_results, result_models
 from kvspill.registry.sources import inspect_source
 from kvspill.registry.store import Registry, RegistryError, RegistryUnavailableError, unavailable
 
@@ -198,8 +198,13 @@ def _add_results_routes(app: FastAPI, registry: Registry, auth: Any) -> None:
     @app.get("/api/results", dependencies=[Depends(auth)])
     def results(model: str | None = None, suite: str | None = None, limit: int = 50) -> dict[str, Any]:
         """The benchmark-suite summaries the registry keeps (`kvspill bench history`), newest
-        first: one model's history for the dashboard with `?model=`."""
-        return {"results": [r.to_json() for r in list_results(registry, model, suite, limit)]}
+        first: one model's history for the dashboard with `?model=` (a registered name also finds
+        the runs that recorded its source, as `bench --model NAME` does); `models`: every model
+        with kept results."""
+        entry = registry.find_model(model) if model is not None else None
+        names = None if model is None else [model] if entry is None else [model, entry.source]
+        rows = list_results(registry, names, suite, limit)
+        return {"results": [r.to_json() for r in rows], "models": result_models(registry)}
 
 
 def _add_pull_routes(app: FastAPI, pulls: PullJobs, auth: Any) -> None:

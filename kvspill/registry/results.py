@@ -8,7 +8,9 @@ Invariants:
   runs models that were never registered, so results do not follow the models table's deletes.
 - `figures` round-trips through JSON: a value JSON cannot hold (NaN, an object) is refused when
   recorded, with the key named, so history never shows what the run did not measure.
-- Reads come newest first; `limit` bounds them (1..MAX_LIMIT).
+- Reads come newest first; `limit` bounds them (1..MAX_LIMIT). `to_json` adds the row's
+  `headline` and `trend` (`result_text.py`), so `bench history --json` and `GET /api/results`
+  carry the words and the figure the CLI and the dashboard show.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import json
 import math
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvspill.registry.result_text import headline, trend
 from kvspill.registry.store import Registry, RegistryError
 
 MAX_LIMIT = 1000
@@ -39,7 +43,11 @@ class BenchResult:
     out_dir: str | None  # the run's results folder, as given
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {
+            **self.__dict__,
+            "headline": headline(self.suite, self.figures),
+            "trend": trend(self.suite, self.figures),
+        }
 
 
 def _check_figures(figures: dict[str, Any]) -> str:
@@ -91,23 +99,38 @@ def record_result(
 
 
 def list_results(
-    registry: Registry, model: str | None = None, suite: str | None = None, limit: int = 50
+    registry: Registry, model: str | Sequence[str] | None = None, suite: str | None = None, limit: int = 50
 ) -> list[BenchResult]:
-    """Stored results, newest first, of one model and/or suite when given."""
+    """Stored results, newest first, of one model (or any of several names: a registry name and its
+    source, which `--model NAME` runs record) and/or one suite when given."""
     if not 1 <= limit <= MAX_LIMIT:
         raise RegistryError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
     if suite is not None and suite not in SUITES:
         raise RegistryError(f"unknown suite {suite!r}: choose from {', '.join(SUITES)}")
-    where, args = [], []
-    for column, value in (("model", model), ("suite", suite)):
-        if value is not None:
-            where.append(f"{column} = ?")
-            args.append(value)
+    where: list[str] = []
+    args: list[Any] = []
+    if model is not None:
+        names = [model] if isinstance(model, str) else list(model)
+        if not names:
+            return []
+        where.append(f"model IN ({', '.join('?' * len(names))})")
+        args += names
+    if suite is not None:
+        where.append("suite = ?")
+        args.append(suite)
     clause = f"WHERE {' AND '.join(where)} " if where else ""
     rows = registry.db.execute(
         f"SELECT * FROM results {clause}ORDER BY created_at DESC, id DESC LIMIT ?", (*args, limit)
     )
     return [_result(r) for r in rows]
+
+
+def result_models(registry: Registry) -> list[dict[str, Any]]:
+    """Every model with kept results (as the runs named it), with how many and the newest's date."""
+    rows = registry.db.execute(
+        "SELECT model, COUNT(*) AS count, MAX(created_at) AS last FROM results GROUP BY model ORDER BY last DESC"
+    )
+    return [{"model": r["model"], "count": r["count"], "last": r["last"]} for r in rows]
 
 
 def _result(row: Any) -> BenchResult:
