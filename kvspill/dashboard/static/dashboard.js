@@ -168,6 +168,7 @@
     try { listing = await getJson(src.api + "/models"); } catch (e) { showError(e.message); return; }
     $("model-select").replaceChildren(...listing.models.map((m) => new Option(`${m.name} (${m.quantization || m.format})`, m.name)));
     renderModels(listing);
+    refreshResultsModels(listing);
     const body = $("registry").querySelector("tbody");
     body.replaceChildren();
     for (const p of listing.profiles) {
@@ -200,7 +201,9 @@
       cell(row, m.name); cell(row, [m.format, m.quantization].filter(Boolean).join(" "));
       cell(row, m.size_bytes ? (m.size_bytes / GiB).toFixed(2) + " GiB" : "-");
       cell(row, profiles.join(", ") || "none: starts with serve's defaults");
-      cell(row, "").appendChild(button("Start", "start-model", () => control("start", { model: m.name })));
+      const actions = cell(row, "");
+      actions.appendChild(button("Start", "start-model", () => control("start", { model: m.name })));
+      actions.appendChild(button("Results", "show-results", () => { $("results-model").value = m.name; loadResults(); $("results-section").scrollIntoView(); }));
     }
   }
 
@@ -269,6 +272,88 @@
     }
   }
 
+  // ---- results the bench suites kept (GET /api/results): one model's history, newest first, in
+  // the words `kvspill bench history` prints (the row's `headline`), and a trend of the suite's
+  // headline figure (the row's `trend`) once a suite has 2+ runs with one. Read when the model
+  // changes or on Reload, never polled: only a bench run adds rows.
+  const VERDICTS = { true: "pass", false: "FAIL", null: "-" };
+  let resultsSeq = 0;
+  let trendPlot = null;
+  let shownResults = [];
+  const when = (t) => { const d = new Date(t * 1000), p = (n) => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}`; };
+
+  // Registered models first (a `--model NAME` run records NAME's source: counted under NAME), then
+  // the models only results name (paths, URLs, hub ids). Keeps the selection; else the newest run's.
+  async function refreshResultsModels(listing) {
+    let kept;
+    try { kept = (await getJson(src.api + "/results?limit=1")).models; } catch (e) { return; /* shown by tick */ }
+    const counts = new Map(kept.map((k) => [k.model, k.count]));
+    const owner = new Map();
+    listing.models.forEach((m) => { owner.set(m.name, m.name); if (!owner.has(m.source)) owner.set(m.source, m.name); });
+    const options = listing.models.map((m) => [m.name, (counts.get(m.name) || 0) + (m.source !== m.name ? counts.get(m.source) || 0 : 0)]);
+    kept.filter((k) => !owner.has(k.model)).forEach((k) => options.push([k.model, k.count]));
+    const select = $("results-model");
+    const newest = kept.length ? owner.get(kept[0].model) || kept[0].model : null;
+    const want = options.some(([name]) => name === select.value) ? select.value : newest || (options[0] || [""])[0];
+    select.replaceChildren(...options.map(([name, n]) => new Option(`${name} (${n} result${n === 1 ? "" : "s"})`, name)));
+    select.value = want;
+    loadResults();
+  }
+
+  async function loadResults() {
+    const model = $("results-model").value;
+    const seq = ++resultsSeq; // a slower answer for an earlier selection is dropped
+    let rows = [];
+    if (model) {
+      try { rows = (await getJson(`${src.api}/results?limit=200&model=${encodeURIComponent(model)}`)).results; } catch (e) { showError(e.message); return; }
+    }
+    if (seq !== resultsSeq) return;
+    shownResults = rows;
+    const empty = $("results-empty");
+    empty.hidden = rows.length > 0;
+    empty.textContent = model ? `No results kept for ${model} yet: run \`kvspill bench all --model ${model}\` (each suite's summary is kept here).`
+      : "No models yet: add one above, then run `kvspill bench all --model NAME`.";
+    $("results").hidden = rows.length === 0;
+    const body = $("results").querySelector("tbody");
+    body.replaceChildren();
+    for (const r of rows) {
+      const row = body.insertRow();
+      row.dataset.result = String(r.result_id); row.dataset.suite = r.suite;
+      if (r.out_dir) row.title = r.out_dir;
+      [when(r.created_at), r.suite, r.profile || "-", r.host, VERDICTS[r.passed], r.headline].forEach((v) => cell(row, v));
+    }
+    fillTrendSuites(rows);
+  }
+
+  // The suites with 2+ runs that measured their headline figure; the newest such run's first.
+  function fillTrendSuites(rows) {
+    const runs = {};
+    rows.forEach((r) => { if (Object.keys(r.trend).length) runs[r.suite] = (runs[r.suite] || 0) + 1; });
+    const suites = [...new Set(rows.map((r) => r.suite))].filter((s) => runs[s] >= 2);
+    const select = $("results-trend-suite");
+    const keep = suites.includes(select.value) ? select.value : suites[0];
+    select.replaceChildren(...suites.map((s) => new Option(s, s)));
+    select.hidden = suites.length < 2;
+    if (keep) select.value = keep;
+    drawTrend(keep);
+  }
+
+  function drawTrend(suite) {
+    const figure = $("results-trend-figure"), el = $("results-trend");
+    if (trendPlot) { trendPlot.destroy(); trendPlot = null; }
+    const runs = shownResults.filter((r) => r.suite === suite && Object.keys(r.trend).length).reverse(); // oldest first
+    figure.hidden = !suite;
+    el.dataset.points = String(suite ? runs.length : 0);
+    if (!suite) return;
+    const labels = [...new Set(runs.flatMap((r) => Object.keys(r.trend)))];
+    const colors = ["#2563eb", "#16a34a", "#dc2626", "#ca8a04", "#7c3aed", "#92400e"];
+    const series = [{}].concat(labels.map((label, i) => ({ label, stroke: colors[i % colors.length], width: 1.5, spanGaps: true, points: { show: true } })));
+    const data = [runs.map((r) => r.created_at)].concat(labels.map((l) => runs.map((r) => (l in r.trend ? r.trend[l] : null))));
+    $("results-trend-title").textContent = `${suite}: ${labels.join(", ")} per run`;
+    trendPlot = new uPlot({ width: 420, height: 160, series, axes: [{}, { size: 50 }], legend: { live: false } }, data, el);
+  }
+
   function formFlags(form) {
     const flags = {};
     for (const [k, v] of new FormData(form).entries()) if (k !== "name" && k !== "model" && v !== "") flags[k] = v;
@@ -327,6 +412,9 @@
     $("stop").addEventListener("click", () => control("stop"));
     $("restart").addEventListener("click", () => control("restart"));
     $("add-model-form").addEventListener("submit", (event) => { event.preventDefault(); addModel(event.target); });
+    $("results-model").addEventListener("change", loadResults);
+    $("results-reload").addEventListener("click", refreshRegistry); // new models and new runs both
+    $("results-trend-suite").addEventListener("change", (event) => drawTrend(event.target.value));
     refreshServers();
     setInterval(refreshServers, 5000);
   }
