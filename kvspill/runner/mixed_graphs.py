@@ -26,7 +26,7 @@ import torch
 from kvspill.model.base import CausalLM
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
-from kvspill.runner.cuda_graphs import DecodeGraphs, HostSets
+from kvspill.runner.cuda_graphs import DecodeGraphs, HostSets, capture_graph
 from kvspill.runner.inputs import StepInputs
 from kvspill.sampling.sampler import greedy_argmax
 from kvspill.storage.storage import KVStorage
@@ -169,7 +169,7 @@ class MixedGraphs:
                 for _ in range(2)
             ]
         )
-        self.pool = decode.pool
+        self.pool, self.capture_stream = decode.pool, decode.capture_stream
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -188,20 +188,10 @@ class MixedGraphs:
         )
 
     def _capture_one(self, b: int) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
-        """As DecodeGraphs.capture_one: an eager run first (compiles, warm allocator), then the capture."""
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            run_mixed_model(self.model, self.storage, self.scale, (self.i64, self.i32), b, self.shape)
-            stream.synchronize()
-            torch.cuda.empty_cache()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                out = run_mixed_model(
-                    self.model, self.storage, self.scale, (self.i64, self.i32), b, self.shape
-                )
-        torch.cuda.current_stream().wait_stream(stream)
-        return graph, out
+        def run() -> tuple[torch.Tensor, torch.Tensor]:
+            return run_mixed_model(self.model, self.storage, self.scale, (self.i64, self.i32), b, self.shape)
+
+        return capture_graph(run, self.pool, self.capture_stream)
 
     def release(self) -> None:
         torch.cuda.synchronize()
