@@ -55,7 +55,8 @@ class ColdGraphs(StrEnum):
 PREFILL_FLOOR_BLOCKS = 4
 PREFILL_FLOOR_TOKENS = 256
 # Mixed steps with more decodes than this run eagerly: their decode rows make the step long anyway.
-MIXED_GRAPH_DECODES = 16
+# (At 16, 32-sequence runs still had eager mixed steps: ITL p99 3-4x p50, H200 2026-12-02.)
+MIXED_GRAPH_DECODES = 64
 
 
 def prefill_floor_tokens(block_size: int) -> int:

@@ -107,7 +107,7 @@ def test_which_steps_the_graphs_hold() -> None:
     assert MAX_PREFILLS == 2
 
 
-@pytest.mark.parametrize("max_num_seqs", [1, 8, 12, 16, 64])
+@pytest.mark.parametrize("max_num_seqs", [1, 8, 12, 16, 64, 70, 100, 256])
 def test_mixed_buckets_are_decode_buckets(max_num_seqs: int) -> None:
     """The mixed graphs take the decode graphs' buckets up to mixed_decodes(): that one is a bucket."""
     assert mixed_decodes(max_num_seqs) in batch_buckets(max_num_seqs)
