@@ -53,11 +53,13 @@ def env_settings() -> EnvSettings:
     return read_env_settings(os.environ)
 
 
-def cuda_graphs_on(kind: str) -> bool:
-    """False where KVSPILL_<kind>_CUDA_GRAPHS=0 (kind: TP, SPARSE, STREAM or MIXED): those steps
-    run eagerly, to compare. Read at each call, unlike `env_settings()`: a bench or test turns it
-    off between two engines of one process, and the engine and its plan must read the same value."""
-    return os.environ.get(f"KVSPILL_{kind}_CUDA_GRAPHS", "1") != "0"
+def cuda_graphs_on(kind: str, default: bool = True) -> bool:
+    """Whether KVSPILL_<kind>_CUDA_GRAPHS (kind: TP, SPARSE, STREAM or MIXED) lets those steps
+    replay graphs: "0" runs them eagerly, to compare, "1" replays them; unset, `default`. Read at
+    each call, unlike `env_settings()`: a bench or test turns it off between two engines of one
+    process, and the engine and its plan must read the same value."""
+    value = os.environ.get(f"KVSPILL_{kind}_CUDA_GRAPHS")
+    return default if value is None else value != "0"
 
 
 def sparse_overlap_on() -> bool:

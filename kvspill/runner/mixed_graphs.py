@@ -4,7 +4,13 @@
 Why: such a step ran eagerly, eleven kernels per layer launched from Python: on an H200 a 3B's
 mixed step with a 256-token chunk took 17-20 ms for about 5 ms of GPU work, and an 8B's 45-52 ms,
 so every decoding request's inter-token latency was 4-6x its decode step, whatever the chunk size
-(bench/results/2026-12-02-h200-mixed-graphs/). Replayed from a graph, the step costs its GPU time.
+(bench/results/2026-12-02-h200-mixed-graphs/). Replayed from a graph, the step costs its GPU time:
+ITL p99 within 2.1x p50 at 1-64 sequences on the same card.
+
+Opt-in (KVSPILL_MIXED_CUDA_GRAPHS=1) until verified: on the H200 the replay's logits differed from
+the eager step's on the tiny test model (up to 3.6, tests/runner/test_mixed_graphs.py, a strict
+xfail), while the same layout run eagerly matches it on the CPU, with the Triton kernels under the
+interpreter too. The capture, not the layout, is the suspect.
 
 Static rows, in this order: [0, b) the decode rows (padding rows: slot -1 stores nothing, seq_len 0
 attends to nothing), [b, b + chunk) the prefill tokens in step order, then padding (id 0,
