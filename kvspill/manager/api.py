@@ -118,6 +118,21 @@ def create_manager_app(
                 401, "missing or wrong API key: send Authorization: Bearer <key>", "authentication_error"
             )
 
+    _add_error_handlers(app, registry)
+    app.include_router(dashboard_router("manager"))
+    _add_registry_routes(app, registry, auth)
+    _add_results_routes(app, registry, auth)
+    _add_pull_routes(app, pulls if pulls is not None else PullJobs(registry), auth)
+    _add_serve_routes(app, registry, supervisor, auth, api_key, serve_port)
+    _add_monitor_routes(app, registry, supervisor, sampler, auth)
+    _add_child_routes(app, supervisor, auth, api_key, http)
+    _add_discovery_routes(app, auth, api_key, serve_port, probe_ports or [])
+    return app
+
+
+def _add_error_handlers(app: FastAPI, registry: Registry) -> None:
+    """Every error as the OpenAI-shaped JSON the server's routes answer (never a plain-text 500)."""
+
     @app.exception_handler(ApiError)
     async def api_error(request: Request, e: ApiError) -> JSONResponse:
         return _error(e.status, e.message, e.kind)
@@ -144,16 +159,6 @@ def create_manager_app(
     @app.exception_handler(sqlite3.Error)
     async def registry_error(request: Request, e: sqlite3.Error) -> JSONResponse:
         return await user_error(request, unavailable(registry.path, e))  # JSON, never a plain-text 500
-
-    app.include_router(dashboard_router("manager"))
-    _add_registry_routes(app, registry, auth)
-    _add_results_routes(app, registry, auth)
-    _add_pull_routes(app, pulls if pulls is not None else PullJobs(registry), auth)
-    _add_serve_routes(app, registry, supervisor, auth, api_key, serve_port)
-    _add_monitor_routes(app, registry, supervisor, sampler, auth)
-    _add_child_routes(app, supervisor, auth, api_key, http)
-    _add_discovery_routes(app, auth, api_key, serve_port, probe_ports or [])
-    return app
 
 
 def _add_registry_routes(app: FastAPI, registry: Registry, auth: Any) -> None:
