@@ -7,10 +7,12 @@ so every decoding request's inter-token latency was 4-6x its decode step, whatev
 (bench/results/2026-12-02-h200-mixed-graphs/). Replayed from a graph, the step costs its GPU time:
 ITL p99 within 2.1x p50 at 1-64 sequences on the same card.
 
-Opt-in (KVSPILL_MIXED_CUDA_GRAPHS=1) until verified: on the H200 the replay's logits differed from
-the eager step's on the tiny test model (up to 3.6, tests/runner/test_mixed_graphs.py, a strict
-xfail), while the same layout run eagerly matches it on the CPU, with the Triton kernels under the
-interpreter too. The capture, not the layout, is the suspect.
+Opt-in (KVSPILL_MIXED_CUDA_GRAPHS=1) until the GPU test passes. Its H200 failure (logits up to 3.6
+off, 2026-12-02) came from the test's reference, not the replay: the eager step ran after the
+replay with the same DeviceFeed, whose source under async scheduling is the previous step's
+sampled ids, a view of a graph output that this replay had just rewritten, so its decode rows
+read this step's argmax as their input ids. Reproduced on the CPU with the replay emulated
+(tests/runner/test_mixed_graphs.py); the fixed test still needs a GPU run.
 
 Static rows, in this order: [0, b) the decode rows (padding rows: slot -1 stores nothing, seq_len 0
 attends to nothing), [b, b + chunk) the prefill tokens in step order, then padding (id 0,
@@ -225,5 +227,7 @@ class MixedGraphs:
         index = mixed_sample_index(inputs, bucket)
         if index == list(range(len(index))):
             return logits[: len(index)], greedy[: len(index)]
-        rows = torch.as_tensor(index, dtype=torch.long).pin_memory().to(logits.device, non_blocking=True)
+        rows = torch.as_tensor(index, dtype=torch.long)
+        if logits.is_cuda:  # pinned: the copy stays asynchronous (a CPU test replays without CUDA)
+            rows = rows.pin_memory().to(logits.device, non_blocking=True)
         return logits.index_select(0, rows), greedy.index_select(0, rows)
