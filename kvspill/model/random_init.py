@@ -174,19 +174,21 @@ def _llama_config(name: str, max_len: int) -> PretrainedConfig:
     else:
         config.rope_theta, config.rope_scaling = 10000.0, None
     # transformers 4.x and 5 keep RoPE under different names; the loader's override handles both.
-    apply_rope_override(
-        config,
-        {
-            "rope_type": "llama3",
-            "rope_theta": 500000.0,
-            "factor": LLAMA3_ROPE_FACTORS.get(name, 8.0),
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-            "max_position_embeddings": max(max_len, 1 << 17),
-        },
-    )
+    apply_rope_override(config, shape_rope(name, max_len))
     return config
+
+
+def shape_rope(name: str, max_len: int) -> dict[str, Any]:
+    """The RoPE of the real model shape `name` stands for, as an --rope-scaling override."""
+    return {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": LLAMA3_ROPE_FACTORS.get(name, 8.0),
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "max_position_embeddings": max(max_len, 1 << 17),
+    }
 
 
 def _fill_randomly(net: LlamaForCausalLM, qtype: str | None, device: torch.device) -> None:

@@ -13,8 +13,8 @@ from transformers.models.llama.configuration_llama import LlamaConfig
 
 from kvspill.model.layers import build_cos_sin_cache, rope_parameters
 from kvspill.model.loader import apply_rope_override
-from kvspill.model.random_init import _llama_config
-from kvspill.plan.spec import KNOWN_SHAPES, LLAMA3_ROPE_FACTORS
+from kvspill.model.random_init import _llama_config, shape_rope
+from kvspill.plan.spec import KNOWN_SHAPES
 
 
 def _reference(name: str, max_len: int) -> LlamaConfig:
@@ -29,16 +29,7 @@ def _reference(name: str, max_len: int) -> LlamaConfig:
         vocab_size=spec.vocab_size,
         tie_word_embeddings=spec.tie_word_embeddings,
     )
-    rope = {
-        "rope_type": "llama3",
-        "rope_theta": 500000.0,
-        "factor": LLAMA3_ROPE_FACTORS.get(name, 8.0),
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-        "max_position_embeddings": max(max_len, 1 << 17),
-    }
-    apply_rope_override(config, rope)
+    apply_rope_override(config, shape_rope(name, max_len))
     return config
 
 
@@ -62,7 +53,7 @@ def test_random_shape_config_equals_llamaconfig(name: str) -> None:
 def test_random_model_start_imports_no_config_class() -> None:
     """Building a random model's config loads no family config module (the slow import)."""
     code = (
-        "import sys; from kvspill.model.random_init import _llama_config; _llama_config('llama-3b', 4096); "
+        "import sys; from kvspill.model.random_init import _llama_config, shape_rope; _llama_config('llama-3b', 4096); "
         "print(sorted(m for m in sys.modules if m.startswith('transformers.models.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
