@@ -43,6 +43,15 @@ WarmupOpt = Annotated[bool, typer.Option(help="One short request before the firs
 KeepOpt = Annotated[
     bool, typer.Option(help="Keep the run's summary in the registry's SQLite (kvspill bench history).")
 ]
+# progressive's sweep, in `bench progressive` and `bench all`
+ContextsOpt = Annotated[
+    str | None, typer.Option(help="progressive's contexts, e.g. 4K,8K,16K (default: doubling).")
+]
+StartContextOpt = Annotated[str, typer.Option(help="First context of progressive's doubling sweep.")]
+MaxContextOpt = Annotated[
+    str | None,
+    typer.Option(help="Last context of the sweep (default: the plan's maximum, within the model length)."),
+]
 DataDirOpt = Annotated[
     Path | None,
     typer.Option(envvar="KVSPILL_DATA_DIR", help="Registry folder for --keep (default: the user data dir)."),
@@ -124,16 +133,9 @@ def progressive(
     out: OutOpt = Path("bench-progressive"),
     url: UrlOpt = None,
     api_key: ApiKeyOpt = None,
-    contexts: Annotated[
-        str | None, typer.Option(help="Contexts to run, e.g. 4K,8K,16K (default: doubling).")
-    ] = None,
-    start_context: Annotated[str, typer.Option(help="First context of the doubling sweep.")] = "4K",
-    max_context: Annotated[
-        str | None,
-        typer.Option(
-            help="Last context of the sweep (default: the plan's maximum, within the model length)."
-        ),
-    ] = None,
+    contexts: ContextsOpt = None,
+    start_context: StartContextOpt = "4K",
+    max_context: MaxContextOpt = None,
     new_tokens: NewTokOpt = 32,
     seed: SeedOpt = 0,
     warmup: WarmupOpt = True,
@@ -452,13 +454,9 @@ def all_suites(
             help="Folder for report.md and the suites' folders: progressive/, stability/, compare/."
         ),
     ] = Path("bench-all"),
-    contexts: Annotated[
-        str | None, typer.Option(help="progressive's contexts, e.g. 4K,8K,16K (default: doubling).")
-    ] = None,
-    start_context: Annotated[str, typer.Option(help="First context of progressive's doubling sweep.")] = "4K",
-    max_context: Annotated[
-        str | None, typer.Option(help="Last context of the sweep (default: the plan's maximum).")
-    ] = None,
+    contexts: ContextsOpt = None,
+    start_context: StartContextOpt = "4K",
+    max_context: MaxContextOpt = None,
     duration: Annotated[float, typer.Option(help="stability: seconds of load.")] = 60.0,
     concurrency: Annotated[int, typer.Option(help="stability: requests in flight at once.")] = 4,
     context_range: Annotated[str, typer.Option(help="stability: prompt lengths MIN:MAX.")] = "512:4K",
