@@ -90,16 +90,18 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
         ttft_ms=latency_stats(ttft),
         itl_ms=latency_stats(itl),
         e2e_ms=latency_stats(e2e),
-        # Where ITL p99 comes from: the slowest steps' seconds, tokens out, requests still waiting
-        # for their first token, and the prefill cap the ITL budget set after them.
-        slowest_steps=[
-            dict(ms=round(s * 1e3, 2), tokens=k, prefilling=w, cap=c)
-            for s, k, w, c in sorted(steps, key=lambda step: step[0], reverse=True)[:8]
-        ],
+        slowest_steps=_slowest(steps),
         steps=len(steps),
         peak_gpu_gib=round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
         peak_gpu_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None,
     )
+
+
+def _slowest(steps: list[tuple[float, int, int, int | None]], n: int = 8) -> list[dict]:
+    """Where ITL p99 comes from: the `n` slowest steps' milliseconds, tokens out, requests still
+    waiting for their first token, and the prefill cap the ITL budget set after them."""
+    ranked = sorted(steps, key=lambda step: step[0], reverse=True)[:n]
+    return [dict(ms=round(s * 1e3, 2), tokens=k, prefilling=w, cap=c) for s, k, w, c in ranked]
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
