@@ -96,9 +96,7 @@ class ColdDecodeGraphs(ABC):
         # [2, 0] the number of real blocks, [2, 1] the sequence's step row; pinned host twins in
         # turn, like DecodeGraphs' (async scheduling may still copy from the other set)
         self.i64 = torch.zeros((3, self.max_capacity), dtype=torch.int64, device=device)
-        self.host_sets = HostSets(
-            [(torch.zeros_like(self.i64, device="cpu").pin_memory(),) for _ in range(2)]
-        )
+        self.host_sets = HostSets.pinned_twins(self.i64)
         self.entries: OrderedDict[tuple[int, int, int], _Entry] = OrderedDict()
         self.num_replays = 0
         self.num_captures = 0

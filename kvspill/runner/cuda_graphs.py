@@ -53,6 +53,14 @@ def batch_buckets(max_num_seqs: int) -> list[int]:
     return buckets
 
 
+def reset_graphs(graphs: dict[int, torch.cuda.CUDAGraph]) -> None:
+    """Destroy `graphs` once the device has run all they were asked to, and forget them."""
+    torch.cuda.synchronize()
+    for graph in graphs.values():
+        graph.reset()
+    graphs.clear()
+
+
 class HostSets:
     """Two sets of pinned host buffers used in turn for async uploads: `take()` returns the next
     set once the copies last queued from it have run (an event wait, normally already passed);
@@ -63,6 +71,13 @@ class HostSets:
         self.sets = sets
         self._events: list[torch.cuda.Event | None] = [None, None]
         self._next = 0
+
+    @classmethod
+    def pinned_twins(cls, *device_buffers: torch.Tensor) -> HostSets:
+        """Two sets of pinned host twins of `device_buffers` (same shapes and dtypes)."""
+        return cls(
+            [tuple(torch.zeros_like(b, device="cpu").pin_memory() for b in device_buffers) for _ in range(2)]
+        )
 
     def take(self) -> tuple[torch.Tensor, ...]:
         event = self._events[self._next]
@@ -123,15 +138,7 @@ class DecodeGraphs:
         # their pinned host twins: a step's inputs go up in three async copies, not five pageable ones.
         self.i64 = torch.zeros((3, n), dtype=torch.int64, device=dev)
         self.i32 = torch.zeros(n * (1 + max_blocks_per_seq), dtype=torch.int32, device=dev)
-        self.host_sets = HostSets(
-            [
-                (
-                    torch.zeros_like(self.i64, device="cpu").pin_memory(),
-                    torch.zeros_like(self.i32, device="cpu").pin_memory(),
-                )
-                for _ in range(2)
-            ]
-        )
+        self.host_sets = HostSets.pinned_twins(self.i64, self.i32)
         self.input_ids, self.positions, self.slot_mapping = self.i64[0], self.i64[1], self.i64[2]
         self.seq_lens = self.i32[:n]
         self.block_tables = self.i32[n:].view(n, max_blocks_per_seq)
@@ -181,10 +188,7 @@ class DecodeGraphs:
         """Destroy the captured graphs. Needed before a tensor-parallel rank leaves its NCCL group:
         a graph that captured a collective holds a reference on the communicator, and NCCL's
         teardown waits for it (the ranks hung in `destroy_process_group`, 2 and 4 H200s)."""
-        torch.cuda.synchronize()
-        for graph in self.graphs.values():
-            graph.reset()
-        self.graphs.clear()
+        reset_graphs(self.graphs)
         self.logits.clear()
         self.greedy_ids.clear()
 

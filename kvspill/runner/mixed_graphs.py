@@ -34,7 +34,7 @@ import torch
 from kvspill.model.base import CausalLM
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
-from kvspill.runner.cuda_graphs import DecodeGraphs, HostSets, capture_graph
+from kvspill.runner.cuda_graphs import DecodeGraphs, HostSets, capture_graph, reset_graphs
 from kvspill.runner.inputs import StepInputs
 from kvspill.sampling.sampler import greedy_argmax
 from kvspill.storage.storage import KVStorage
@@ -168,15 +168,7 @@ class MixedGraphs:
         dev = self.storage.device
         self.i64 = torch.zeros((4, self.shape.rows), dtype=torch.int64, device=dev)
         self.i32 = torch.zeros(self.shape.i32_size, dtype=torch.int32, device=dev)
-        self.host_sets = HostSets(
-            [
-                (
-                    torch.zeros_like(self.i64, device="cpu").pin_memory(),
-                    torch.zeros_like(self.i32, device="cpu").pin_memory(),
-                )
-                for _ in range(2)
-            ]
-        )
+        self.host_sets = HostSets.pinned_twins(self.i64, self.i32)
         self.pool, self.capture_stream = decode.pool, decode.capture_stream
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -202,10 +194,7 @@ class MixedGraphs:
         return capture_graph(run, self.pool, self.capture_stream)
 
     def release(self) -> None:
-        torch.cuda.synchronize()
-        for graph in self.graphs.values():
-            graph.reset()
-        self.graphs.clear()
+        reset_graphs(self.graphs)
         self.outputs.clear()
 
     def run(
