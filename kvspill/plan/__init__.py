@@ -126,7 +126,7 @@ def request_from_engine_config(
         stream_graphs=cuda_graphs_on("STREAM"),
         sparse_graphs=cuda_graphs_on("SPARSE"),
         tp_graphs=cuda_graphs_on("TP"),
-        mixed_graphs=cuda_graphs_on("MIXED", default=False),
+        mixed_graphs=cuda_graphs_on("MIXED"),
         rope_scaling=rope_type_of(config.rope_scaling),
     )
 

@@ -81,7 +81,7 @@ class DeviceFacts:
     tp_graphs: bool = True
     stream_graphs: bool = True
     sparse_graphs: bool = True
-    mixed_graphs: bool = False  # opt-in (KVSPILL_MIXED_CUDA_GRAPHS=1) until verified on a GPU
+    mixed_graphs: bool = True
     # the cpu tier is pinned: cold graphs read it in place (known after allocation; plans assume it)
     cpu_pool_pinned: bool = True
 
@@ -97,7 +97,7 @@ class DeviceFacts:
             tp_graphs=cuda_graphs_on("TP"),
             stream_graphs=cuda_graphs_on("STREAM"),
             sparse_graphs=cuda_graphs_on("SPARSE"),
-            mixed_graphs=cuda_graphs_on("MIXED", default=False),  # opt-in: runner/mixed_graphs.py
+            mixed_graphs=cuda_graphs_on("MIXED"),
         )
 
 

@@ -83,7 +83,7 @@ class PlanRequest:
     tensor_parallel_size: int = 1  # `spec` is one rank's share; the step adds the collectives
     stream_graphs: bool = True  # exact stream steps may replay CUDA graphs (KVSPILL_STREAM_CUDA_GRAPHS)
     sparse_graphs: bool = True  # sparse decode steps may replay CUDA graphs (KVSPILL_SPARSE_CUDA_GRAPHS)
-    mixed_graphs: bool = False  # mixed steps replay CUDA graphs (KVSPILL_MIXED_CUDA_GRAPHS=1: opt-in)
+    mixed_graphs: bool = True  # mixed steps may replay CUDA graphs (KVSPILL_MIXED_CUDA_GRAPHS)
     tp_graphs: bool = True  # tensor-parallel steps may replay CUDA graphs (KVSPILL_TP_CUDA_GRAPHS)
     rope_positions: int | None = None  # positions of the model's RoPE table (None: context_len)
     rope_scaling: str | None = None  # --rope-scaling's type ("yarn", ...), None: the model's own RoPE

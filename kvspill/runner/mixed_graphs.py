@@ -7,12 +7,10 @@ so every decoding request's inter-token latency was 4-6x its decode step, whatev
 (bench/results/2026-12-02-h200-mixed-graphs/). Replayed from a graph, the step costs its GPU time:
 ITL p99 within 2.1x p50 at 1-64 sequences on the same card.
 
-Opt-in (KVSPILL_MIXED_CUDA_GRAPHS=1) until the GPU test passes. Its H200 failure (logits up to 3.6
-off, 2026-12-02) came from the test's reference, not the replay: the eager step ran after the
-replay with the same DeviceFeed, whose source under async scheduling is the previous step's
-sampled ids, a view of a graph output that this replay had just rewritten, so its decode rows
-read this step's argmax as their input ids. Reproduced on the CPU with the replay emulated
-(tests/runner/test_mixed_graphs.py); the fixed test still needs a GPU run.
+On by default (KVSPILL_MIXED_CUDA_GRAPHS=0 runs mixed steps eagerly). The GPU test compares every
+replayed step's logits with the eager step's (bench/results/2026-12-02-h200-mixed-graphs-default/).
+The reference step runs before the replay: under async scheduling a DeviceFeed's source is the
+previous step's sampled ids, a view of a graph output that the replay rewrites.
 
 Static rows, in this order: [0, b) the decode rows (padding rows: slot -1 stores nothing, seq_len 0
 attends to nothing), [b, b + chunk) the prefill tokens in step order, then padding (id 0,
