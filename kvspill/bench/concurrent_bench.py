@@ -107,6 +107,7 @@ def _slowest(steps: list[tuple[float, int, int, int | None]], n: int = 8) -> lis
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="llama-3b")
+    ap.add_argument("--model", default=None, help="a model (GGUF file, dir) instead of random:SHAPE")
     ap.add_argument("--ctx", type=token_count, nargs="+", required=True, help="prompt tokens per request")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1])
     ap.add_argument("--new-tokens", type=int, default=32)
