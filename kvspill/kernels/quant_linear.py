@@ -4,7 +4,9 @@ Shapes: x [..., in_features] bf16 / fp16 / fp32; weight QuantizedWeight [out_fea
 bias [out_features] or None -> [..., out_features] in x's dtype.
 
 Paths (`quant_linear_path` says which one a call takes):
-- "gemv": <= MAX_GEMV_TOKENS tokens on a Triton device: the fused dequantize-GEMV, which reads
+- "mma": 2-64 tokens of a Q4_K or Q6_K weight where `gguf_mma.MMA_CONFIGS` has a measured config
+  for that count: the tensor-core kernel, which reads the quantized bytes once for all tokens;
+- "gemv": <= MAX_GEMV_TOKENS tokens on a Triton device, otherwise: the fused dequantize-GEMV, which reads
   the quantized bytes once (decode is weight-bandwidth bound);
 - "dequant_matmul": more tokens: the layer is dequantized, then multiplied densely (prefill is
   compute bound; the dequantize costs one pass over the weight). A weight larger than
@@ -30,6 +32,7 @@ import torch.nn.functional as F
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS, quant_matmul_gemv
+from kvspill.kernels.gguf_mma import mma_config, quant_matmul_mma
 from kvspill.kernels.triton_compat import HAS_TRITON
 
 # The most of one weight dequantized at once (dense bytes). 64 MiB: an 8B's fused qkv (48 MiB)
@@ -38,7 +41,7 @@ from kvspill.kernels.triton_compat import HAS_TRITON
 DEQUANT_SLICE_BYTES = 64 * 2**20
 _SLICE_ROW_MULTIPLE = 128  # slices start on tensor-core-friendly row boundaries
 
-QuantLinearPath = Literal["gemv", "dequant_matmul", "reference"]
+QuantLinearPath = Literal["mma", "gemv", "dequant_matmul", "reference"]
 
 
 def quant_linear_path(x: torch.Tensor, weight: QuantizedWeight) -> QuantLinearPath:
@@ -46,6 +49,8 @@ def quant_linear_path(x: torch.Tensor, weight: QuantizedWeight) -> QuantLinearPa
     if x.device.type == "cpu" or not HAS_TRITON:
         return "reference"
     num_tokens = x.numel() // max(1, x.shape[-1])
+    if mma_config(weight, num_tokens) is not None:
+        return "mma"
     return "gemv" if num_tokens <= MAX_GEMV_TOKENS else "dequant_matmul"
 
 
@@ -101,7 +106,9 @@ def quant_linear(
     lead = x.shape[:-1]
     x2 = x.reshape(-1, weight.in_features)
     path = path or quant_linear_path(x2, weight)
-    if path == "gemv":
+    if path == "mma":
+        out = quant_matmul_mma(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias)
+    elif path == "gemv":
         out = quant_matmul_gemv(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias)
     elif path == "dequant_matmul":
         out = _dequant_matmul(x2, weight, bias, scratch)
