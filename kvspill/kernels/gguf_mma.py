@@ -359,8 +359,8 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
 # Per (type, token count rounded up to a power of two): the config measured fastest on the
 # Llama-3.1-8B shapes where it beat the other paths (bench/results/2026-12-02-h200-gguf-mma/).
 # A count without an entry keeps its old path (kernels/quant_linear.py): 2 tokens of Q4_K (the lane
-# GEMV is 2x faster), 17-64 (dequantize-then-GEMM is 1.4x faster), Q6_K (the dot kernel and the
-# lane GEMV were faster at 8 and 64 tokens).
+# GEMV was 2-2.9x faster than this kernel's first version; the second was not timed there), 17-64
+# (dequantize-then-GEMM is 1.4x faster), Q6_K (the first version was slower at 8 and 64 tokens).
 _Q4K_FEW_TOKENS = MmaConfig(block_n=32, num_warps=2, split_k=4, num_stages=3, magic=True)
 MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {("Q4_K", t): _Q4K_FEW_TOKENS for t in (4, 8, 16)}
 
