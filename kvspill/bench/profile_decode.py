@@ -43,6 +43,7 @@ def _timed(bucket: list[float], fn: Callable[..., Any]) -> Callable[..., Any]:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="llama-1b")
+    ap.add_argument("--model", default=None, help="a model (GGUF file, dir) instead of random:SHAPE")
     ap.add_argument("--ctx", type=token_count, default=8192)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--kernels", type=int, default=0, help="also profile this many decode steps per kernel")
@@ -53,12 +54,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def _engine(args: argparse.Namespace) -> LLMEngine:
     return LLMEngine(
         EngineConfig(
-            model=f"random:{args.shape}",
+            model=args.model or f"random:{args.shape}",
             max_model_len=args.ctx + args.steps + 64,
             max_num_batched_tokens=4096,
             max_num_seqs=8,
             enable_prefix_caching=False,
             kv_cache_memory_bytes=4 * 2**30,
+            skip_tokenizer_init=True,  # token ids in, token ids out
             **engine_kwargs(args),
         )
     )
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = 10
     mode = "async" if engine.async_scheduling else "sync"
     print(
-        f"{args.shape} ctx {args.ctx}: {len(step_times)} steps on {torch.cuda.get_device_name()} ({mode} scheduling)"
+        f"{args.model or args.shape} ctx {args.ctx}: {len(step_times)} steps on {torch.cuda.get_device_name()} ({mode} scheduling)"
     )
     print(f"  engine.step        {statistics.median(step_times[skip:]) * 1e3:8.3f} ms")
     for name, values in times.items():
