@@ -1,40 +1,49 @@
-"""Tensor-core quantized GEMM for a few tokens (decode batches): Q4_K.
+"""Tensor-core quantized GEMM for a few tokens (decode batches): Q4_K and Q6_K.
 
 Shapes:
     quant_matmul_mma: x [num_tokens <= MMA_MAX_TOKENS, in_features] bf16 / fp16 / fp32, weight
-                      QuantizedWeight [out_features, in_features] (Q4_K), bias [out_features] or
-                      None -> [num_tokens, out_features] in x's dtype
+                      QuantizedWeight [out_features, in_features] (Q4_K or Q6_K), bias
+                      [out_features] or None -> [num_tokens, out_features] in x's dtype
 
 Why: at 2-64 tokens a step still reads every weight once, so it should cost about what one token
 costs. The dequantize-then-GEMM path writes and reads a dense copy (3.5x the bytes), and the
 CUDA-core GEMV spends one FMA per weight per token. Here (as Marlin does for int4) each program
-streams BLOCK_N rows of Q4_K super-blocks once and feeds them to the tensor cores against all
-tokens, one 32-weight sub-block at a time:
+streams BLOCK_N rows of super-blocks once and feeds them to the tensor cores against all tokens,
+one sub-block at a time (T_PAD: 16, 32, 64):
 
-    out^T[BLOCK_N, T_PAD] += d*sc * (q[BLOCK_N, 32] @ x^T[32, T_PAD]) - dmin*m * sum(x)  (T_PAD: 16, 32, 64)
+    Q4_K: out^T[BLOCK_N, T_PAD] += d*sc * (q[BLOCK_N, 32] @ x^T[32, T_PAD]) - dmin*m * sum(x)
+    Q6_K: out^T[BLOCK_N, T_PAD] += d*sc * (q[BLOCK_N, 16] @ x^T[16, T_PAD] - 32 * sum(x))
 
-The integer quants (0..15, exact in bf16 and fp16) go to the tensor cores as they are and the
-sub-block's scale multiplies the product afterwards; the min term takes the per-token sum of the
-sub-block's x, computed once per call:
+The integer quants (Q4_K 0..15, Q6_K 0..63: exact in bf16 and fp16) go to the tensor cores as
+they are and the sub-block's scale multiplies the product afterwards; the min (Q4_K) or offset
+(Q6_K) term takes the per-token sum of the sub-block's x, computed once per call:
     sum_k (d*sc*q_k - dmin*m) x_k = d*sc * sum_k q_k x_k - dmin*m * sum_k x_k.
-The `magic` form turns a nibble into 128 + q by OR-ing it into the mantissa of 128.0 (no
-int-to-float convert) and subtracts 128 * sum(x) after the dot. Programs split the rows and, with
-SPLIT_K > 1, the super-blocks: partial sums are then added into an fp32 output with atomics (the
-caller casts it).
+The `magic` form turns a quant into 128 + q by OR-ing it into the mantissa of 128.0 (no
+int-to-float convert) and subtracts 128 * sum(x) (Q6_K: 160 * sum(x)) after the dot. Programs
+split the rows and, with SPLIT_K > 1, the super-blocks: partial sums are then added into an fp32
+output with atomics (the caller casts it). Q6_K's 16-column quant tiles are composed from ql and
+qh bytes loaded as [BLOCK_N, 16] uint8 tiles (its 210-byte rows are only 2-byte aligned).
 
 Measured (NVIDIA H200, Triton 3.6, 2026-12-02; bench/results/2026-12-02-h200-gguf-mma/): Q4_K at
 4-16 tokens, per Llama-3.1-8B shape (qkv / o / gate_up / down / lm_head), us against the previous
 path (the dot kernel): 25 / 21 / 82 / 46 / 267 against 38 / 28 / 130 / 88 / 539 at 8 tokens, an 8B
 step's projections 5.9 ms against 9.6; 10-27% of the card's copy bandwidth, far from the 80% of
 Marlin-class kernels: the dots are small (K = 32 a sub-block) and each program converts its x
-tile to the dot layout. At 32-64 tokens the dequantize-then-GEMM path stays faster. The sweep also
-tried the dequantize-before-the-dot form, unrolled super-blocks and a Q6_K twin: all slower, so
-they are not here (their code: commit afabc76, kernels/gguf_mma.py).
+tile to the dot layout. At 32-64 tokens the dequantize-then-GEMM path stays faster. That sweep also
+tried the dequantize-before-the-dot form, unrolled super-blocks and a first Q6_K form (signed
+q - 32 into the dot, each qh byte read four times, no magic form): all slower (their code: commit
+afabc76, kernels/gguf_mma.py). The Q6_K form here (unsigned q, the 32 * sum(x) offset after the
+dot, each byte read once; bench/results/2026-12-02-h200-q4km-peer/) wins only at 5-8 tokens: the
+5 shapes 912 us against the dot kernel's 957 at 8 tokens (0.67 TB/s), an 8-sequence step on a
+llama-quantize Q4_K_M file 8.61 ms against 9.17; at 2-4 tokens the Q6_K lane GEMV is 1.8-2.5x
+faster and at 16 the two tie. The same sweep re-timed the Q4_K pick at 2 tokens: 397 us against
+the lane GEMV's 266, so 2 tokens keep the GEMV.
 
 Invariants:
 - The result equals dequantize_ref(weight) @ x.T up to fp32 rounding (the quant-times-x products
-  are exact in fp32; the magic form adds the rounding of 128 * sum(x) taken back out).
-- Weight bytes are read once per launch; rows must be 4-byte aligned (the header is read as words).
+  are exact in fp32; the magic form adds the rounding of (128 + offset) * sum(x) taken back out).
+- Weight bytes are read once per launch; Q4_K rows must be 4-byte aligned (its header is read as
+  words), Q6_K rows 2-byte aligned (bytes and one fp16 are read).
 - Under Triton's interpreter (CPU tensors) the dots run in fp32: its tl.dot of a bf16 tile made in
   the kernel is wrong (see gguf_gemv._interpreted).
 """
@@ -50,7 +59,7 @@ from kvspill.kernels.gguf_gemv_lane import _f16_bits
 from kvspill.kernels.triton_compat import tl, triton
 
 MMA_MAX_TOKENS = 64
-MMA_TYPES = ("Q4_K",)
+MMA_TYPES = ("Q4_K", "Q6_K")
 # A config's split_k applies to weights of at most this many rows (an 8B's qkv, o and down): with
 # more, the row tiles alone fill the card and a split only adds the atomics.
 SPLIT_K_MAX_ROWS = 8192
@@ -62,7 +71,7 @@ class MmaConfig:
     num_warps: int
     split_k: int = 1  # programs per row tile along K (> 1: fp32 atomics); see SPLIT_K_MAX_ROWS
     num_stages: int = 1
-    magic: bool = False  # nibbles become 128 + q by a mantissa OR, not an int-to-float convert
+    magic: bool = False  # quants become 128 + q by a mantissa OR, not an int-to-float convert
 
 
 @triton.jit
@@ -91,8 +100,10 @@ def _q4k_scale_min(w1, w2, w3, s: tl.constexpr):
 
 @triton.jit
 def _as_128_plus(q, DOT_DTYPE: tl.constexpr):
-    """The nibbles `q` (0..15) as 128 + q in the dot's dtype, made by OR-ing q into the mantissa
-    of 128.0 (no int-to-float convert); the caller subtracts 128 * sum(x) after the dot."""
+    """The quants `q` (0..63: Q4_K nibbles, Q6_K 6-bit values) as 128 + q in the dot's dtype, made
+    by OR-ing q into the mantissa of 128.0 (no int-to-float convert). Exact for q < 128: at 128 a
+    bf16 mantissa step is 1 (7 bits), an fp16 step 1/8 (10 bits, hence q << 3), an fp32 step 2**-16
+    (hence q << 16). The caller subtracts 128 * sum(x) after the dot."""
     if DOT_DTYPE == tl.float32:
         return ((q.to(tl.int32) << 16) | 0x43000000).to(tl.float32, bitcast=True)
     elif DOT_DTYPE == tl.bfloat16:
@@ -102,11 +113,8 @@ def _as_128_plus(q, DOT_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _sub_block(
-    acc,
+def _dot_sub_block(
     q,
-    dsc,
-    dm,
     x_ptr,
     stride_x,
     xs_ptr,
@@ -114,24 +122,29 @@ def _sub_block(
     k0,
     t,
     t_ok,
+    SUB: tl.constexpr,
+    OFFSET: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     MAGIC: tl.constexpr,
 ):
-    """acc += the 32-weight sub-block at columns k0.. of the program's rows: quants `q` [BLOCK_N,
-    32], scale `dsc` and min `dm` [BLOCK_N, 1]; `xs_ptr`: x's sums per sub-block [tokens, K / 32]."""
-    kk = tl.arange(0, 32)
+    """(sum_k (q_k - OFFSET) x_k [BLOCK_N, T_PAD], sum_k x_k [1, T_PAD]) over the SUB-weight
+    sub-block at columns k0.. of the program's rows: quants `q` [BLOCK_N, SUB] (0..63); `xs_ptr`:
+    x's sums per sub-block [tokens, K / SUB]."""
+    kk = tl.arange(0, SUB)
     x = tl.load(x_ptr + t[None, :] * stride_x + k0 + kk[:, None], mask=t_ok[None, :], other=0.0)
     x = x.to(DOT_DTYPE)
-    xsum = tl.load(xs_ptr + t * stride_xs + k0 // 32, mask=t_ok, other=0.0)[None, :]
+    xsum = tl.load(xs_ptr + t * stride_xs + k0 // SUB, mask=t_ok, other=0.0)[None, :]
     if MAGIC:
-        p = tl.dot(_as_128_plus(q, DOT_DTYPE), x, input_precision="ieee") - 128.0 * xsum
+        p = tl.dot(_as_128_plus(q, DOT_DTYPE), x, input_precision="ieee") - (128 + OFFSET) * xsum
     else:
         p = tl.dot(q.to(DOT_DTYPE), x, input_precision="ieee")
-    return acc + dsc * p - dm * xsum
+        if OFFSET != 0:
+            p -= OFFSET * xsum
+    return p, xsum
 
 
 @triton.jit
-def _super_block(
+def _q4k_super_block(
     acc,
     base,
     n_ok,
@@ -146,8 +159,8 @@ def _super_block(
     MAGIC: tl.constexpr,
 ):
     """acc += one Q4_K super-block of the program's rows (256 weights a row, 144 bytes at `base`
-    [BLOCK_N]): d@0 | dmin@2 | scales[12]@4 | qs[128]@16; sub-block s takes the (s % 2) nibble of
-    qs[(s // 2) * 32 : +32]."""
+    [BLOCK_N]): d@0 | dmin@2 | scales[12]@4 | qs[128]@16; sub-block s (32 weights) takes the
+    (s % 2) nibble of qs[(s // 2) * 32 : +32]; w = d*sc * q - dmin*m."""
     words = base.to(tl.pointer_type(tl.int32))
     w0 = tl.load(words, mask=n_ok, other=0)
     w1 = tl.load(words + 1, mask=n_ok, other=0)
@@ -164,15 +177,92 @@ def _super_block(
                 q = qs & 0xF
             else:
                 q = qs >> 4
-            dsc = (d * sc)[:, None]
-            dm = (dmin * m)[:, None]
             k = k0 + 64 * j + 32 * h
-            acc = _sub_block(
-                acc, q, dsc, dm, x_ptr, stride_x, xs_ptr, stride_xs, k, t, t_ok, DOT_DTYPE, MAGIC
+            p, xsum = _dot_sub_block(
+                q, x_ptr, stride_x, xs_ptr, stride_xs, k, t, t_ok, 32, 0, DOT_DTYPE, MAGIC
             )
+            acc = acc + (d * sc)[:, None] * p - (dmin * m)[:, None] * xsum
     return acc
 
 
+@triton.jit
+def _q6k_super_block(
+    acc,
+    base,
+    n_ok,
+    x_ptr,
+    stride_x,
+    xs_ptr,
+    stride_xs,
+    k0,
+    t,
+    t_ok,
+    DOT_DTYPE: tl.constexpr,
+    MAGIC: tl.constexpr,
+):
+    """acc += one Q6_K super-block of the program's rows (256 weights a row, 210 bytes at `base`
+    [BLOCK_N], only 2-byte aligned: bytes and one fp16): ql[128]@0 | qh[64]@128 | scales
+    int8[16]@192 | d@208. Sub-block s = 8*h + 2*j + g (16 weights; half h, quarter j, 16-group g)
+    takes nibble j // 2 of ql[64h + 32(j % 2) + 16g : +16] and bits 2j..2j+1 of
+    qh[32h + 16g : +16] << 4 (ggml's dequantize_row_q6_K); w = d*scales[s] * (q - 32)."""
+    d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+    col = tl.arange(0, 16)[None, :]
+    row_ok = n_ok[:, None]
+    for h in tl.static_range(2):
+        for g in tl.static_range(2):
+            ql_a = tl.load(base[:, None] + 64 * h + 16 * g + col, mask=row_ok, other=0)
+            ql_b = tl.load(base[:, None] + 64 * h + 32 + 16 * g + col, mask=row_ok, other=0)
+            qh = tl.load(base[:, None] + 128 + 32 * h + 16 * g + col, mask=row_ok, other=0)
+            for j in tl.static_range(4):
+                ql = ql_a if j % 2 == 0 else ql_b
+                low = ql & 0xF if j < 2 else ql >> 4
+                q = low | (((qh >> (2 * j)) & 3) << 4)
+                s = 8 * h + 2 * j + g
+                sc = tl.load((base + 192 + s).to(tl.pointer_type(tl.int8)), mask=n_ok, other=0)
+                k = k0 + 16 * s
+                p, _ = _dot_sub_block(
+                    q, x_ptr, stride_x, xs_ptr, stride_xs, k, t, t_ok, 16, 32, DOT_DTYPE, MAGIC
+                )
+                acc += (d * sc.to(tl.float32))[:, None] * p
+    return acc
+
+
+@triton.jit
+def _tile(rows, num_tokens, BLOCK_N: tl.constexpr, T_PAD: tl.constexpr):
+    """The program's output tile: rows n [BLOCK_N] (n_ok: < rows) and tokens t [T_PAD] (t_ok)."""
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    t = tl.arange(0, T_PAD)
+    return n, n < rows, t, t < num_tokens
+
+
+@triton.jit
+def _store(
+    acc,
+    bias_ptr,
+    out_ptr,
+    stride_o,
+    n,
+    n_ok,
+    t,
+    t_ok,
+    SPLIT_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """out[t, n] = acc^T (+ bias, added by the first split only); SPLIT_K > 1: fp32 atomics."""
+    if HAS_BIAS:
+        if tl.program_id(1) == 0:
+            acc += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+    out = out_ptr + t[None, :] * stride_o + n[:, None]
+    mask = n_ok[:, None] & t_ok[None, :]
+    if SPLIT_K == 1:
+        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(out, acc, mask=mask, sem="relaxed")
+
+
+# The two kernels differ in the super-block's bytes and arithmetic only. Grid: (cdiv(rows,
+# BLOCK_N), SPLIT_K). Program (i, s) takes rows [i*BLOCK_N, +BLOCK_N) and the super-blocks s,
+# s + SPLIT_K, ...; x_sums [tokens, K / 32] (Q4_K) or [tokens, K / 16] (Q6_K).
 @triton.jit
 def _q4k_mma_kernel(
     x_ptr,
@@ -194,35 +284,80 @@ def _q4k_mma_kernel(
     HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
 ):
-    # Grid: (cdiv(rows, BLOCK_N), SPLIT_K). Program (i, s) takes rows [i*BLOCK_N, +BLOCK_N) and the
-    # super-blocks s, s + SPLIT_K, ...
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = n < rows
+    n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + n.to(tl.int64) * stride_w
-    t = tl.arange(0, T_PAD)
-    t_ok = t < num_tokens
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
-    for sb in range(pid_k, num_blocks, SPLIT_K):
-        base = row_ptr + sb * 144
-        acc = _super_block(
-            acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
+    for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
+        acc = _q4k_super_block(
+            acc,
+            row_ptr + sb * 144,
+            n_ok,
+            x_ptr,
+            stride_x,
+            xs_ptr,
+            stride_xs,
+            sb * 256,
+            t,
+            t_ok,
+            DOT_DTYPE,
+            MAGIC,
         )
-    if HAS_BIAS:
-        if pid_k == 0:
-            acc += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
-    out = out_ptr + t[None, :] * stride_o + n[:, None]
-    mask = n_ok[:, None] & t_ok[None, :]
-    if SPLIT_K == 1:
-        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(out, acc, mask=mask, sem="relaxed")
+    _store(acc, bias_ptr, out_ptr, stride_o, n, n_ok, t, t_ok, SPLIT_K, HAS_BIAS)
+
+
+@triton.jit
+def _q6k_mma_kernel(
+    x_ptr,
+    xs_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    rows,
+    num_blocks,
+    num_tokens,
+    stride_x,
+    stride_xs,
+    stride_w,
+    stride_o,
+    T_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    MAGIC: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
+    n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
+    row_ptr = w_ptr + n.to(tl.int64) * stride_w
+    acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
+    for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
+        acc = _q6k_super_block(
+            acc,
+            row_ptr + sb * 210,
+            n_ok,
+            x_ptr,
+            stride_x,
+            xs_ptr,
+            stride_xs,
+            sb * 256,
+            t,
+            t_ok,
+            DOT_DTYPE,
+            MAGIC,
+        )
+    _store(acc, bias_ptr, out_ptr, stride_o, n, n_ok, t, t_ok, SPLIT_K, HAS_BIAS)
+
+
+# Per type: (kernel, weights a sub-block, so a column of x_sums; the rows' byte alignment).
+_KERNELS = {"Q4_K": (_q4k_mma_kernel, 32, 4), "Q6_K": (_q6k_mma_kernel, 16, 2)}
 
 
 def mma_t_pad(num_tokens: int) -> int:
     """The token tile of `num_tokens` (the dot needs >= 16)."""
     return max(16, triton.next_power_of_2(num_tokens))
+
+
+def _aligned(weight: QuantizedWeight, align: int) -> bool:
+    return weight.data.data_ptr() % align == 0 and weight.data.stride(0) % align == 0
 
 
 def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None) -> None:
@@ -233,18 +368,22 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
     assert x.shape[1] == weight.in_features, f"x has {x.shape[1]} features, weight {weight.in_features}"
     assert x.dtype in (torch.float32, torch.float16, torch.bfloat16), f"unsupported x dtype {x.dtype}"
     assert x.device == weight.device, f"x on {x.device}, weight on {weight.device}"
-    assert weight.data.data_ptr() % 4 == 0, "Q4_K rows must be 4-byte aligned"
+    align = _KERNELS[weight.qtype][2]
+    assert _aligned(weight, align), f"{weight.qtype} rows must be {align}-byte aligned"
     if bias is not None:
         assert bias.shape == (weight.out_features,) and bias.device == x.device, "bias must be [out_features]"
 
 
 # Per (type, token count rounded up to a power of two): the config measured fastest on the
 # Llama-3.1-8B shapes where it beat the other paths (bench/results/2026-12-02-h200-gguf-mma/).
-# A count without an entry keeps its old path (kernels/quant_linear.py): 2 tokens (the lane GEMV
-# was 2-2.9x faster than this kernel's first version; the second was not timed there) and 17-64
-# (dequantize-then-GEMM is 1.4x faster).
+# A count without an entry keeps its old path (kernels/quant_linear.py): Q4_K at 2 tokens (the
+# lane GEMV: 266 us against 397 on the 5 shapes) and 17-64 (dequantize-then-GEMM is 1.4x
+# faster); Q6_K but at 5-8 tokens (bench/results/2026-12-02-h200-q4km-peer/).
 _Q4K_FEW_TOKENS = MmaConfig(block_n=32, num_warps=2, split_k=4, num_stages=3, magic=True)
-MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {("Q4_K", t): _Q4K_FEW_TOKENS for t in (4, 8, 16)}
+MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
+    **{("Q4_K", t): _Q4K_FEW_TOKENS for t in (4, 8, 16)},
+    ("Q6_K", 8): MmaConfig(block_n=64, num_warps=2, split_k=4, num_stages=3, magic=True),
+}
 
 
 def mma_config(weight: QuantizedWeight, num_tokens: int) -> MmaConfig | None:
@@ -252,7 +391,7 @@ def mma_config(weight: QuantizedWeight, num_tokens: int) -> MmaConfig | None:
     takes another path."""
     if weight.qtype not in MMA_TYPES or not 2 <= num_tokens <= MMA_MAX_TOKENS:
         return None
-    if weight.data.data_ptr() % 4 != 0:
+    if not _aligned(weight, _KERNELS[weight.qtype][2]):
         return None
     config = MMA_CONFIGS.get((weight.qtype, triton.next_power_of_2(num_tokens)))
     if config is not None and weight.out_features > SPLIT_K_MAX_ROWS:
@@ -281,9 +420,12 @@ def quant_matmul_mma(
     else:
         dot_dtype = tl.float16 if x.dtype == torch.float16 else tl.bfloat16
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
-    # The min term (and the magic form's 128 * sum(x)) needs each sub-block's sum of x, per token.
-    x_sums = x.float().reshape(num_tokens, -1, 32).sum(-1)
-    _q4k_mma_kernel[grid](
+    kernel, sub, _ = _KERNELS[weight.qtype]
+    # The min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need each
+    # sub-block's sum of x, per token.
+    # One reduce kernel (x.float() first would add a copy per call: 128 a step of an 8B).
+    x_sums = torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
+    kernel[grid](
         x,
         x_sums,
         weight.data,

@@ -1,6 +1,7 @@
-"""The tensor-core quantized GEMM (kernels/gguf_mma.py) vs dequantize_ref-then-matmul: every
-config form (split K, the magic nibbles, row tiles past the last row), token counts across the
-tiles, bias, and half-precision activations; the dispatcher's choice."""
+"""The tensor-core quantized GEMM (kernels/gguf_mma.py), Q4_K and Q6_K, vs dequantize_ref-then-
+matmul: every config form (split K, the magic quants, row tiles past the last row), token counts
+across the tiles, bias, and half-precision activations; Q6_K's 2-byte aligned rows; the magic
+form's bit patterns in each dot dtype; the dispatcher's choice."""
 
 from __future__ import annotations
 
@@ -10,24 +11,27 @@ import torch
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, random_quantized
 from kvspill.kernels.gguf_mma import (
     MMA_CONFIGS,
+    MMA_MAX_TOKENS,
     MMA_TYPES,
     SPLIT_K_MAX_ROWS,
     MmaConfig,
+    _as_128_plus,
     mma_config,
     mma_t_pad,
     quant_matmul_mma,
 )
 from kvspill.kernels.quant_linear import quant_linear, quant_linear_path
+from kvspill.kernels.triton_compat import tl, triton
 
 ROWS = 37  # not a multiple of any row tile
-IN_FEATURES = 3 * 256  # three super-blocks: an odd count for split K
+IN_FEATURES = 3 * 256  # three super-blocks: an odd count for split K; Q6_K rows of 630 bytes
 
 
-def _case(qtype: str, num_tokens: int, dtype: torch.dtype, device: str, seed: int = 0):
+def _case(qtype: str, num_tokens: int, dtype: torch.dtype, device: str, seed: int = 0, rows: int = ROWS):
     gen = torch.Generator().manual_seed(seed)
-    weight = random_quantized(qtype, ROWS, IN_FEATURES, gen)
+    weight = random_quantized(qtype, rows, IN_FEATURES, gen)
     x = torch.randn((num_tokens, IN_FEATURES), generator=gen).to(dtype)
-    bias = torch.randn((ROWS,), generator=gen).to(dtype)
+    bias = torch.randn((rows,), generator=gen).to(dtype)
     w_ref = dequantize_ref(weight.data, qtype, IN_FEATURES).double()
     return weight.to(device), x.to(device), bias.to(device), w_ref
 
@@ -101,8 +105,12 @@ def test_dispatch_takes_the_measured_token_counts_only(device):
         False,
         False,
     ]
-    q6k, _, _, _ = _case("Q6_K", 1, torch.float32, device)
-    assert mma_config(q6k, 8) is None
+    # Q6_K won at 5-8 tokens only (its lane GEMV at 2-4, a tie at 16).
+    q6k, x6, _, _ = _case("Q6_K", MMA_MAX_TOKENS, torch.float32, device)
+    assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(q6k, n) is not None] == [5, 6, 7, 8]
+    if device == "cuda":  # on the CPU every count takes the reference path
+        paths = {n: quant_linear_path(x6[:n], q6k) for n in (1, 4, 8, 16)}
+        assert paths == {1: "gemv", 4: "gemv", 8: "mma", 16: "gemv"}
     rows = weight.data[:1].expand(SPLIT_K_MAX_ROWS + 1, -1)  # no copy: the dispatch reads no bytes
     wide = QuantizedWeight(rows, "Q4_K", SPLIT_K_MAX_ROWS + 1, weight.in_features)
     assert (
@@ -117,3 +125,45 @@ def test_quant_linear_mma_path(num_tokens, device):
     assert quant_linear_path(x, weight) == expected_path
     # Forced on the CPU: the kernel under Triton's interpreter, with the dispatcher's config.
     _check(quant_linear(x, weight, bias, path="mma"), x, w_ref, bias, rel=1e-5)
+
+
+def _shifted(weight: QuantizedWeight, shift: int) -> QuantizedWeight:
+    """`weight` with its bytes copied `shift` bytes past an aligned allocation."""
+    buf = torch.zeros(weight.nbytes + shift, dtype=torch.uint8, device=weight.device)
+    buf[shift:] = weight.data.flatten()
+    data = buf[shift:].view(weight.out_features, weight.bytes_per_row)
+    return QuantizedWeight(data, weight.qtype, weight.out_features, weight.in_features)
+
+
+@pytest.mark.parametrize("rows", [5, ROWS])  # fewer rows than a tile; a tile past the last row
+def test_mma_q6k_two_byte_aligned_rows(rows, device):
+    # 630-byte rows: odd rows and the second super-block of each row start at 2 mod 4, and the
+    # data starts at 2 mod 4: Q6_K reads only bytes and an fp16, so it runs there; Q4_K refuses.
+    weight, x, bias, w_ref = _case("Q6_K", 6, torch.float32, device, seed=7, rows=rows)
+    shifted = _shifted(weight, 2)
+    assert shifted.data.data_ptr() % 4 == 2
+    for config in (
+        MmaConfig(block_n=64, num_warps=4),
+        MmaConfig(block_n=16, num_warps=2, split_k=2, magic=True),
+    ):
+        _check(quant_matmul_mma(x, shifted, bias, config=config), x, w_ref, bias, rel=1e-5)
+    q4k = _shifted(_case("Q4_K", 6, torch.float32, device)[0], 2)
+    assert mma_config(q4k, 8) is None
+    with pytest.raises(AssertionError, match="4-byte aligned"):
+        quant_matmul_mma(x, q4k, config=MmaConfig(block_n=16, num_warps=2))
+
+
+@triton.jit
+def _as_128_plus_kernel(q_ptr, out_ptr, DOT_DTYPE: tl.constexpr):
+    i = tl.arange(0, 64)
+    tl.store(out_ptr + i, _as_128_plus(tl.load(q_ptr + i), DOT_DTYPE).to(tl.float32))
+
+
+@pytest.mark.parametrize("dot_dtype", [tl.float32, tl.bfloat16, tl.float16], ids=str)
+def test_magic_quants_are_128_plus_q(dot_dtype, device):
+    # Every 6-bit quant (Q6_K's range; Q4_K's nibbles are its first 16) in each dot dtype: on the
+    # CPU the kernel runs the fp32 form only, so the bf16 and fp16 bit patterns are checked here.
+    q = torch.arange(64, dtype=torch.uint8, device=device)
+    out = torch.empty(64, dtype=torch.float32, device=device)
+    _as_128_plus_kernel[(1,)](q, out, DOT_DTYPE=dot_dtype)
+    assert torch.equal(out.cpu(), 128 + torch.arange(64, dtype=torch.float32))
