@@ -37,7 +37,7 @@ class LiveLine:
 
     def __init__(self, tty: bool, min_interval_s: float = 0.2) -> None:
         self.tty, self.min_interval_s = tty, min_interval_s
-        self._last_draw = 0.0
+        self._last_draw = float("-inf")  # the first progress always draws (monotonic() may be near 0)
         self._last_tenth = 0
 
     def __call__(self, progress: Any) -> None:  # a loadgen.LoadProgress
