@@ -13,7 +13,10 @@ Invariants:
 - Aggregate decode tok/s counts only steps in which every request decoded exactly one token and
   every request was past its warm-up tokens: pure all-N decode steps, so it is comparable with the
   floor of N sequences decoding together. Each request's budget is raised by the number of
-  mixed steps it could decode in while the others prefill, so such steps exist for every run.
+  mixed steps it could decode in while the others prefill (at the prefill cap the ITL budget
+  starts the engine with: its floor, 256 tokens with the mixed-step graphs), so such steps exist
+  for every run the KV holds. Beside llama-batched-bench (which prefills every sequence before
+  decoding) pass `--target-itl-ms 0`: prefill then takes whole chunks, as there.
 - The floor is the placement's: one read of the weights and the hot KV over HBM per step, the
   cold KV (what the gpu tier cannot hold) over pinned H2D; N tokens per step.
 - TTFT, ITL and end-to-end latency are per request, from the moment all requests were added;
@@ -31,15 +34,16 @@ import time
 
 import torch
 
-from kvspill.bench.engine_bench import GIB, setup_engine
+from kvspill.bench.engine_bench import GIB, bench_flags, setup_engine
 from kvspill.bench.engine_flags import REQUIRED, add_engine_flags, token_count
 from kvspill.bench.loadgen import latency_stats
 from kvspill.engine.core import LLMEngine
+from kvspill.plan.choices import prefill_floor_tokens
 from kvspill.sampling_params import SamplingParams
 
 
 def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup: int, seed: int) -> dict:
-    chunk = engine.config.max_num_batched_tokens
+    chunk = _prefill_per_step(engine)
     # Steps in which an early request decodes while later ones prefill: its budget grows by them.
     mixed_steps = (n - 1) * (-(-ctx // chunk) + 1)
     gen = torch.Generator().manual_seed(seed)
@@ -97,6 +101,13 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
     )
 
 
+def _prefill_per_step(engine: LLMEngine) -> int:
+    """The fewest prompt tokens a step carries while requests decode: the chunk, or the ITL
+    budget's cap (it starts at its floor and only learns upward)."""
+    cap = engine.scheduler.prefill_token_cap
+    return min(engine.config.max_num_batched_tokens, cap or engine.config.max_num_batched_tokens)
+
+
 def _slowest(steps: list[tuple[float, int, int, int | None]], n: int = 8) -> list[dict]:
     """Where ITL p99 comes from: the `n` slowest steps' milliseconds, tokens out, requests still
     waiting for their first token, and the prefill cap the ITL budget set after them."""
@@ -120,6 +131,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         cold_attention="auto",
         sparse_budget_tokens="4096",
         hot_window_tokens="1024",
+        target_itl_ms=None,
     )
     ap.add_argument("--mode", default=None, help="label for the JSON lines (default from the options)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kvspill_concurrent.jsonl"))
@@ -129,13 +141,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     n_max = max(args.concurrency)
-    # Each request's budget grows by the mixed steps it may decode in while the others prefill.
+    # Each request's budget grows by the mixed steps it may decode in while the others prefill,
+    # at most one a prefill_floor_tokens chunk (the ITL budget's cap is never below it).
+    per_step = min(args.max_num_batched_tokens, prefill_floor_tokens(bench_flags(args)["block_size"]))
     max_len = (
         max(args.ctx)
         + 1
         + args.warmup_tokens
         + args.new_tokens
-        + (n_max - 1) * (max(args.ctx) // args.max_num_batched_tokens + 2)
+        + (n_max - 1) * (max(args.ctx) // per_step + 2)
     )
     bench = setup_engine(args, max_len, max_num_seqs=max(8, n_max))
     engine, base = bench.engine, dict(bench.base, new_tokens=args.new_tokens)

@@ -27,3 +27,24 @@ def test_run_concurrent_counts_all_n_decode_steps(tiny_llama_dir):
     assert rec["pure_decode_steps"] >= new and rec["decode_tok_s"] > 0
     assert rec["ttft_ms"]["p50"] is not None and rec["itl_ms"]["p99"] >= rec["itl_ms"]["p50"]
     assert rec["peak_gpu_gib"] is None  # no CUDA here
+
+
+def test_budgets_cover_prefill_at_the_itl_caps_floor(tiny_llama_dir):
+    # With an ITL target the engine starts prefill at the budget's floor (256 tokens a step while
+    # requests decode), not the whole chunk: the first request decodes through more mixed steps,
+    # and a budget sized by the chunk ran out before all three decoded together.
+    engine = LLMEngine(
+        EngineConfig(
+            model=str(tiny_llama_dir),
+            device="cpu",
+            dtype="float32",
+            max_model_len=1024,
+            max_num_batched_tokens=1024,
+            target_itl_ms=0.001,  # never met on the CPU: the cap stays at its floor
+        )
+    )
+    floor = engine.scheduler.prefill_token_cap
+    assert floor is not None and floor < 1024
+    n, ctx, new, warmup = 3, 3 * floor, 6, 1
+    rec = run_concurrent(engine, ctx, n, new, warmup, seed=0)
+    assert rec["ok"] and rec["pure_decode_steps"] >= new
