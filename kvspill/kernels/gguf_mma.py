@@ -38,9 +38,15 @@ dot, each byte read once; bench/results/2026-12-02-h200-q4km-peer/) wins only at
 llama-quantize Q4_K_M file 8.61 ms against 9.17; at 2-4 tokens the Q6_K lane GEMV is 1.8-2.5x
 faster and at 16 the two tie. The same sweep re-timed the Q4_K pick at 2 tokens: 397 us against
 the lane GEMV's 266, so 2 tokens keep the GEMV.
+The `whole` form (Q4_K; MmaConfig.whole) dequantizes a super-block's [BLOCK_N, 256] weights in
+registers (rounded to x's dtype, as the dense paths do) and takes one K = 256 dot: no x sums, 8x
+fewer dot-layout conversions. Every form swept so far took K = 32 (Q6_K: 16) dots, the
+dequantize-before-the-dot one too; this one has passed the interpreter tests only, and no config
+picks it until a GPU sweep measures it.
 
 Invariants:
-- The result equals dequantize_ref(weight) @ x.T up to fp32 rounding (the quant-times-x products
+- The result equals dequantize_ref(weight) @ x.T up to fp32 rounding (the `whole` form: up to
+  the rounding of the weights to x's dtype; the other forms: the quant-times-x products
   are exact in fp32; the magic form adds the rounding of (128 + offset) * sum(x) taken back out).
 - Weight bytes are read once per launch; Q4_K rows must be 4-byte aligned (its header is read as
   words), Q6_K rows 2-byte aligned (bytes and one fp16 are read).
@@ -72,6 +78,9 @@ class MmaConfig:
     split_k: int = 1  # programs per row tile along K (> 1: fp32 atomics); see SPLIT_K_MAX_ROWS
     num_stages: int = 1
     magic: bool = False  # quants become 128 + q by a mantissa OR, not an int-to-float convert
+    # Q4_K: each super-block's [block_n, 256] weights dequantized in registers (rounded to x's
+    # dtype), then one K = 256 dot, instead of 8 K = 32 dots with the scales after them.
+    whole: bool = False
 
 
 @triton.jit
@@ -186,6 +195,36 @@ def _q4k_super_block(
 
 
 @triton.jit
+def _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, k0, t, t_ok, DOT_DTYPE: tl.constexpr):
+    """acc += one Q4_K super-block of the program's rows as one K = 256 dot: the weights
+    d*sc * q - dmin*m dequantized in registers in the order (group j, byte l, nibble h), so
+    column c = 64 j + 2 l + h holds weight 64 j + 32 h + l (a reshape of the joined nibbles, no
+    permute), and x is loaded in that order. Sub-block s = 2 j + h's 6-bit (sc, m): bytes s and
+    s + 4 of scales[12] for s < 4, else nibbles of byte s + 4 and the top bits of bytes s - 4, s."""
+    d = tl.load((base + 0).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+    dmin = tl.load((base + 2).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+    s = tl.arange(0, 8)[None, :]
+    row_ok = n_ok[:, None]
+    b_s = tl.load(base[:, None] + 4 + s, mask=row_ok, other=0).to(tl.int32)  # byte s
+    b_s4 = tl.load(base[:, None] + 8 + s, mask=row_ok, other=0).to(tl.int32)  # byte s + 4
+    b_lo = tl.load(base[:, None] + 4 + (s % 4), mask=row_ok, other=0).to(tl.int32)  # byte s - 4 (s >= 4)
+    first = s < 4
+    sc = tl.where(first, b_s & 63, (b_s4 & 0xF) | ((b_lo >> 6) << 4))
+    m = tl.where(first, b_s4 & 63, (b_s4 >> 4) | ((b_s >> 6) << 4))
+    dsc = tl.reshape(d[:, None] * sc.to(tl.float32), (base.shape[0], 4, 1, 2))
+    dm = tl.reshape(dmin[:, None] * m.to(tl.float32), (base.shape[0], 4, 1, 2))
+    j = tl.arange(0, 4)[None, :, None]
+    byte = tl.arange(0, 32)[None, None, :]
+    qs = tl.load(base[:, None, None] + 16 + 32 * j + byte, mask=n_ok[:, None, None], other=0)
+    q = tl.join(qs & 0xF, qs >> 4).to(tl.float32)  # [BLOCK_N, 4, 32, 2]: (j, l, h)
+    w = tl.reshape((dsc * q - dm).to(DOT_DTYPE), (base.shape[0], 256))
+    c = tl.arange(0, 256)
+    k = k0 + 64 * (c // 64) + 32 * (c % 2) + (c % 64) // 2
+    x = tl.load(x_ptr + t[None, :] * stride_x + k[:, None], mask=t_ok[None, :], other=0.0)
+    return tl.dot(w, x.to(DOT_DTYPE), acc, input_precision="ieee")
+
+
+@triton.jit
 def _q6k_super_block(
     acc,
     base,
@@ -283,25 +322,19 @@ def _q4k_mma_kernel(
     MAGIC: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
+    WHOLE: tl.constexpr = False,
 ):
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + n.to(tl.int64) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
-        acc = _q4k_super_block(
-            acc,
-            row_ptr + sb * 144,
-            n_ok,
-            x_ptr,
-            stride_x,
-            xs_ptr,
-            stride_xs,
-            sb * 256,
-            t,
-            t_ok,
-            DOT_DTYPE,
-            MAGIC,
-        )
+        base = row_ptr + sb * 144
+        if WHOLE:
+            acc = _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, t, t_ok, DOT_DTYPE)
+        else:
+            acc = _q4k_super_block(
+                acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
+            )
     _store(acc, bias_ptr, out_ptr, stride_o, n, n_ok, t, t_ok, SPLIT_K, HAS_BIAS)
 
 
@@ -421,10 +454,11 @@ def quant_matmul_mma(
         dot_dtype = tl.float16 if x.dtype == torch.float16 else tl.bfloat16
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
     kernel, sub, _ = _KERNELS[weight.qtype]
+    assert not cfg.whole or weight.qtype == "Q4_K", "the whole-super-block form is Q4_K's"
     # The min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need each
-    # sub-block's sum of x, per token.
-    # One reduce kernel (x.float() first would add a copy per call: 128 a step of an 8B).
-    x_sums = torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
+    # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
+    # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.
+    x_sums = x if cfg.whole else torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
     kernel[grid](
         x,
         x_sums,
@@ -444,6 +478,7 @@ def quant_matmul_mma(
         MAGIC=cfg.magic,
         HAS_BIAS=bias is not None,
         DOT_DTYPE=dot_dtype,
+        **({"WHOLE": True} if cfg.whole else {}),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
