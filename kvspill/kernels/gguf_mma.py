@@ -38,9 +38,9 @@ dot, each byte read once; bench/results/2026-12-02-h200-q4km-peer/) wins only at
 llama-quantize Q4_K_M file 8.61 ms against 9.17; at 2-4 tokens the Q6_K lane GEMV is 1.8-2.5x
 faster and at 16 the two tie. The same sweep re-timed the Q4_K pick at 2 tokens: 397 us against
 the lane GEMV's 266, so 2 tokens keep the GEMV.
-The `whole` form (Q4_K; MmaConfig.whole) dequantizes a super-block's [BLOCK_N, 256] weights in
-registers (rounded to x's dtype, as the dense paths do) and takes one K = 256 dot: no x sums, 8x
-fewer dot-layout conversions. Every form swept so far took K = 32 (Q6_K: 16) dots, the
+The `whole` form (MmaConfig.whole) dequantizes a super-block's [BLOCK_N, 256] weights in
+registers (rounded to x's dtype, as the dense paths do) and takes one K = 256 dot (Q6_K: two of
+K = 128): no x sums, 8x fewer dot-layout conversions. Every form swept so far took K = 32 (Q6_K: 16) dots, the
 dequantize-before-the-dot one too; this one has passed the interpreter tests only, and no config
 picks it until a GPU sweep measures it.
 
@@ -78,8 +78,8 @@ class MmaConfig:
     split_k: int = 1  # programs per row tile along K (> 1: fp32 atomics); see SPLIT_K_MAX_ROWS
     num_stages: int = 1
     magic: bool = False  # quants become 128 + q by a mantissa OR, not an int-to-float convert
-    # Q4_K: each super-block's [block_n, 256] weights dequantized in registers (rounded to x's
-    # dtype), then one K = 256 dot, instead of 8 K = 32 dots with the scales after them.
+    # Each super-block's [block_n, 256] weights dequantized in registers (rounded to x's dtype),
+    # then one K = 256 dot (Q6_K: 2 of 128), instead of K = 32 (16) dots with the scales after.
     whole: bool = False
 
 
@@ -267,6 +267,38 @@ def _q6k_super_block(
 
 
 @triton.jit
+def _q6k_half_whole(
+    acc, base, n_ok, x_ptr, stride_x, k0, half: tl.constexpr, t, t_ok, DOT_DTYPE: tl.constexpr
+):
+    """acc += half `half` (128 weights) of one Q6_K super-block of the program's rows as one
+    K = 128 dot: byte l of ql[64 h:], ql[64 h + 32:] and qh[32 h:] holds the quants of weights
+    l + 32 i (i = 0..3: low / high nibble of either ql byte, bits 2 i of qh) with scale
+    scales[8 h + l // 16 + 2 i]; column c = 4 l + 2 nib + ab holds i = ab + 2 nib (a reshape of
+    the joined quants), and x is loaded in that order. w = d*scale * (q - 32), in x's dtype."""
+    N: tl.constexpr = base.shape[0]
+    d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+    byte = tl.arange(0, 32)[None, :]
+    row = base[:, None]
+    ql_a = tl.load(row + 64 * half + byte, mask=n_ok[:, None], other=0)
+    ql_b = tl.load(row + 64 * half + 32 + byte, mask=n_ok[:, None], other=0)
+    qh = tl.load(row + 128 + 32 * half + byte, mask=n_ok[:, None], other=0)
+    low = tl.join(ql_a & 0xF | ((qh & 3) << 4), (ql_a >> 4) | (((qh >> 4) & 3) << 4))  # i = 0, 2
+    high = tl.join(ql_b & 0xF | (((qh >> 2) & 3) << 4), (ql_b >> 4) | (((qh >> 6) & 3) << 4))  # 1, 3
+    q = tl.reshape(tl.join(low, high), (N, 2, 16, 2, 2))  # (l // 16, l % 16, nib, ab)
+    lg = tl.arange(0, 2)[None, :, None, None, None]
+    nib = tl.arange(0, 2)[None, None, None, :, None]
+    ab = tl.arange(0, 2)[None, None, None, None, :]
+    sc_at = base[:, None, None, None, None] + 192 + 8 * half + lg + 2 * (ab + 2 * nib)
+    sc = tl.load(sc_at.to(tl.pointer_type(tl.int8)), mask=n_ok[:, None, None, None, None], other=0)
+    scale = d[:, None, None, None, None] * sc.to(tl.float32)
+    w = tl.reshape((scale * (q.to(tl.float32) - 32.0)).to(DOT_DTYPE), (N, 128))
+    c = tl.arange(0, 128)
+    k = k0 + 128 * half + c // 4 + 32 * (c % 2 + 2 * ((c // 2) % 2))
+    x = tl.load(x_ptr + t[None, :] * stride_x + k[:, None], mask=t_ok[None, :], other=0.0)
+    return tl.dot(w, x.to(DOT_DTYPE), acc, input_precision="ieee")
+
+
+@triton.jit
 def _tile(rows, num_tokens, BLOCK_N: tl.constexpr, T_PAD: tl.constexpr):
     """The program's output tile: rows n [BLOCK_N] (n_ok: < rows) and tokens t [T_PAD] (t_ok)."""
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -358,25 +390,20 @@ def _q6k_mma_kernel(
     MAGIC: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
+    WHOLE: tl.constexpr = False,
 ):
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + n.to(tl.int64) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
-        acc = _q6k_super_block(
-            acc,
-            row_ptr + sb * 210,
-            n_ok,
-            x_ptr,
-            stride_x,
-            xs_ptr,
-            stride_xs,
-            sb * 256,
-            t,
-            t_ok,
-            DOT_DTYPE,
-            MAGIC,
-        )
+        base = row_ptr + sb * 210
+        if WHOLE:
+            for half in tl.static_range(2):
+                acc = _q6k_half_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, half, t, t_ok, DOT_DTYPE)
+        else:
+            acc = _q6k_super_block(
+                acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
+            )
     _store(acc, bias_ptr, out_ptr, stride_o, n, n_ok, t, t_ok, SPLIT_K, HAS_BIAS)
 
 
@@ -454,7 +481,6 @@ def quant_matmul_mma(
         dot_dtype = tl.float16 if x.dtype == torch.float16 else tl.bfloat16
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
     kernel, sub, _ = _KERNELS[weight.qtype]
-    assert not cfg.whole or weight.qtype == "Q4_K", "the whole-super-block form is Q4_K's"
     # The min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need each
     # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
     # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.

@@ -175,23 +175,25 @@ WHOLE_CONFIGS = [
 ]
 
 
+@pytest.mark.parametrize("qtype", MMA_TYPES)
 @pytest.mark.parametrize("config", WHOLE_CONFIGS, ids=lambda c: f"n{c.block_n}s{c.split_k}")
 @pytest.mark.parametrize("num_tokens", [1, 5, 17])
-def test_mma_q4k_whole_super_block_matches_reference(config, num_tokens, device):
+def test_mma_whole_super_block_matches_reference(qtype, config, num_tokens, device):
     # In fp32 the dequantized weights are exact: only the reduction order differs.
-    weight, x, bias, w_ref = _case("Q4_K", num_tokens, torch.float32, device, seed=11 + num_tokens)
+    weight, x, bias, w_ref = _case(qtype, num_tokens, torch.float32, device, seed=11 + num_tokens)
     _check(quant_matmul_mma(x, weight, bias, config=config), x, w_ref, bias, rel=1e-5)
 
 
+@pytest.mark.parametrize("qtype", MMA_TYPES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_mma_q4k_whole_super_block_half_activations(dtype, device):
+def test_mma_whole_super_block_half_activations(qtype, dtype, device):
     # The weights are rounded to x's dtype before the dot, as the dequantize-then-GEMM path does.
-    weight, x, bias, w_ref = _case("Q4_K", 8, dtype, device, seed=5)
+    weight, x, bias, w_ref = _case(qtype, 8, dtype, device, seed=5)
     out = quant_matmul_mma(x, weight, bias, config=WHOLE_CONFIGS[0])
     _check(out, x, w_ref, bias, rel=2e-2 if dtype == torch.bfloat16 else 4e-3)
 
 
-def test_mma_whole_super_block_is_q4k_only(device):
-    weight, x, _, _ = _case("Q6_K", 4, torch.float32, device)
-    with pytest.raises(AssertionError, match="Q4_K"):
-        quant_matmul_mma(x, weight, config=WHOLE_CONFIGS[0])
+def test_mma_q6k_whole_on_two_byte_aligned_rows(device):
+    weight, x, bias, w_ref = _case("Q6_K", 3, torch.float32, device, seed=9)
+    shifted = _shifted(weight, 2)
+    _check(quant_matmul_mma(x, shifted, bias, config=WHOLE_CONFIGS[1]), x, w_ref, bias, rel=1e-5)
