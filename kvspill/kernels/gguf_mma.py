@@ -56,7 +56,10 @@ Invariants:
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -81,6 +84,19 @@ class MmaConfig:
     # Each super-block's [block_n, 256] weights dequantized in registers (rounded to x's dtype),
     # then one K = 256 dot (Q6_K: 2 of 128), instead of K = 32 (16) dots with the scales after.
     whole: bool = False
+
+    def __post_init__(self) -> None:
+        def power_of_two(v: object, low: int) -> bool:
+            return type(v) is int and v >= low and v & (v - 1) == 0
+
+        ok = power_of_two(self.block_n, 16) and power_of_two(self.num_warps, 1)
+        ok = ok and type(self.split_k) is int and self.split_k >= 1
+        ok = ok and type(self.num_stages) is int and self.num_stages >= 1
+        if not ok or not isinstance(self.magic, bool) or not isinstance(self.whole, bool):
+            raise ValueError(
+                f"{self}: block_n a power of two >= 16, num_warps a power of two, split_k and "
+                "num_stages integers >= 1, magic and whole true or false"
+            )
 
 
 @triton.jit
@@ -444,6 +460,50 @@ MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
     **{("Q4_K", t): _Q4K_FEW_TOKENS for t in (4, 8, 16)},
     ("Q6_K", 8): MmaConfig(block_n=64, num_warps=2, split_k=4, num_stages=3, magic=True),
 }
+# A JSON file of configs tuned on this machine (`python -m kvspill.bench.mma_sweep` writes one):
+# {"Q6_K,16": {"block_n": 64, "num_warps": 2, ...}, "Q4_K,4": null, ...}; null sends that count
+# back to its old path. Read once, at import.
+MMA_CONFIGS_ENV = "KVSPILL_MMA_CONFIGS"
+
+
+def parse_mma_configs(text: str, source: str) -> dict[tuple[str, int], MmaConfig | None]:
+    """The entries of a tuned-configs JSON (see MMA_CONFIGS_ENV); ValueError says what is wrong."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{source}: not JSON ({e})") from e
+    if not isinstance(raw, dict):
+        raise ValueError(f'{source}: expected an object like {{"Q4_K,8": {{"block_n": 32, ...}}}}')
+    entries: dict[tuple[str, int], MmaConfig | None] = {}
+    for key, fields in raw.items():
+        qtype, _, count = str(key).partition(",")
+        if qtype not in MMA_TYPES or not count.isdigit() or int(count) not in (2, 4, 8, 16, 32, 64):
+            raise ValueError(
+                f"{source}: key {key!r} must be TYPE,TOKENS with TYPE in {MMA_TYPES} and TOKENS 2..64, a power of two"
+            )
+        try:
+            entries[(qtype, int(count))] = None if fields is None else MmaConfig(**fields)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{source}: {key}: {e}") from e
+    return entries
+
+
+def _tuned_configs() -> None:
+    path = os.environ.get(MMA_CONFIGS_ENV)
+    if not path:
+        return
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ValueError(f"{MMA_CONFIGS_ENV}={path}: {e.strerror}") from e
+    for key, config in parse_mma_configs(text, f"{MMA_CONFIGS_ENV}={path}").items():
+        if config is None:
+            MMA_CONFIGS.pop(key, None)
+        else:
+            MMA_CONFIGS[key] = config
+
+
+_tuned_configs()
 
 
 def mma_config(weight: QuantizedWeight, num_tokens: int) -> MmaConfig | None:

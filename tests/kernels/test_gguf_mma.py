@@ -18,6 +18,7 @@ from kvspill.kernels.gguf_mma import (
     _as_128_plus,
     mma_config,
     mma_t_pad,
+    parse_mma_configs,
     quant_matmul_mma,
 )
 from kvspill.kernels.quant_linear import quant_linear, quant_linear_path
@@ -197,3 +198,35 @@ def test_mma_q6k_whole_on_two_byte_aligned_rows(device):
     weight, x, bias, w_ref = _case("Q6_K", 3, torch.float32, device, seed=9)
     shifted = _shifted(weight, 2)
     _check(quant_matmul_mma(x, shifted, bias, config=WHOLE_CONFIGS[1]), x, w_ref, bias, rel=1e-5)
+
+
+def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "mma.json"
+    path.write_text('{"Q6_K,16": {"block_n": 64, "num_warps": 2, "whole": true}, "Q4_K,4": null}')
+    code = (
+        "from kvspill.kernels.gguf_mma import MMA_CONFIGS as C; print(C.get(('Q6_K', 16)), ('Q4_K', 4) in C)"
+    )
+    env = {"KVSPILL_MMA_CONFIGS": str(path), "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == (
+        "MmaConfig(block_n=64, num_warps=2, split_k=1, num_stages=1, magic=False, whole=True) False"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[1]", "expected an object"),
+        ('{"Q8_0,8": {}}', "TYPE,TOKENS"),
+        ('{"Q4_K,3": {}}', "TYPE,TOKENS"),
+        ('{"Q4_K,8": {"block_n": 24, "num_warps": 2}}', "block_n a power of two"),
+        ('{"Q4_K,8": {"block_n": 32}}', "num_warps"),
+        ("{oops", "not JSON"),
+    ],
+)
+def test_tuned_configs_file_errors_say_what_to_fix(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_mma_configs(text, "f.json")
