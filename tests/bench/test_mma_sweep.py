@@ -1,0 +1,82 @@
+"""The tensor-core kernel's tuning sweep (bench/mma_sweep.py) off the GPU: its grid, how the
+dispatcher runs a config on wide weights, the pick, the arguments, and its output read back as
+KVSPILL_MMA_CONFIGS."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from kvspill.bench import mma_sweep
+from kvspill.kernels.gguf_mma import SPLIT_K_MAX_ROWS, MmaConfig, parse_mma_configs
+
+
+def test_grid_has_every_form_once_and_the_known_region_first():
+    configs = mma_sweep.grid()
+    assert len(configs) == len(set(configs)) == 96
+    assert not any(c.magic and c.whole for c in configs)
+    assert {(c.magic, c.whole) for c in configs} == {(False, False), (True, False), (False, True)}
+    assert configs[0].block_n == 32 and configs[0].num_stages == 3 and configs[0].split_k == 4
+
+
+def test_split_k_is_dropped_past_the_dispatchers_row_limit():
+    cfg = MmaConfig(block_n=32, num_warps=2, split_k=4)
+    assert mma_sweep.effective(cfg, SPLIT_K_MAX_ROWS) == cfg
+    assert mma_sweep.effective(cfg, SPLIT_K_MAX_ROWS + 1).split_k == 1
+
+
+def test_pick_takes_the_fastest_config_only_when_it_beats_today():
+    a, b = MmaConfig(block_n=32, num_warps=2), MmaConfig(block_n=64, num_warps=4, whole=True)
+    assert mma_sweep.pick(100.0, {a: 120.0, b: 90.0}) == b
+    assert mma_sweep.pick(80.0, {a: 120.0, b: 90.0}) is None
+    assert mma_sweep.pick(80.0, {}) is None
+
+
+def test_picks_file_is_what_the_engine_reads():
+    cfg = MmaConfig(block_n=64, num_warps=2, split_k=4, num_stages=3, whole=True)
+    text = json.dumps({"Q6_K,16": dataclasses.asdict(cfg)})
+    assert parse_mma_configs(text, "mma_configs.json") == {("Q6_K", 16): cfg}
+
+
+def test_arguments_refuse_token_counts_the_dispatcher_has_no_key_for(capsys):
+    with pytest.raises(SystemExit):
+        mma_sweep._parse(["--tokens", "3"])
+    assert "powers of two from 2 to 64" in capsys.readouterr().err
+    assert mma_sweep._parse(["--types", "Q6_K", "--tokens", "8", "32"]).tokens == [8, 32]
+
+
+def test_main_without_a_gpu_says_so():
+    assert mma_sweep.main([]) == 1
+
+
+class _FakeBench:
+    """Times in us: a config's time is its block_n (smaller is faster); today's path takes 40 a
+    shape; a whole-super-block config fails (as one that does not compile would)."""
+
+    def mma(self, qtype, shape, tokens, cfg):
+        if cfg.whole:
+            return dict(cfg=dataclasses.asdict(cfg), err="does not compile")
+        return dict(cfg=dataclasses.asdict(cfg), us=float(cfg.block_n))
+
+    def today(self, qtype, shape, tokens):
+        return dict(path="gemv", us=40.0)
+
+
+def test_stages_rank_pick_and_log(tmp_path):
+    args = mma_sweep._parse(["--types", "Q6_K", "--tokens", "4", "8", "--out", str(tmp_path)])
+    sweep = mma_sweep.Sweep(args, bench=_FakeBench())
+    tops = sweep.stage1("Q6_K", mma_sweep.grid())
+    assert [c.block_n for c in tops] == [16, 16, 16] and not any(c.whole for c in tops)
+    picks: dict = {}
+    sweep.stage2("Q6_K", tops, picks)  # 16 us a shape against today's 40: picked at both counts
+    assert set(picks) == {"Q6_K,4", "Q6_K,8"} and picks["Q6_K,8"]["block_n"] == 16
+    assert parse_mma_configs(json.dumps(picks), "picks")[("Q6_K", 4)] == tops[0]
+    lines = (tmp_path / "stage1.jsonl").read_text().splitlines()
+    assert len(lines) == 3 * 96 and any('"err": "does not compile"' in ln for ln in lines)
+    assert len((tmp_path / "stage2.jsonl").read_text().splitlines()) == 2 * 5
+    slow = mma_sweep.Sweep(args, bench=_FakeBench())
+    picks = {}
+    slow.stage2("Q6_K", [MmaConfig(block_n=64, num_warps=2)], picks)  # 64 > 40: no pick
+    assert picks == {}
