@@ -40,9 +40,10 @@ faster and at 16 the two tie. The same sweep re-timed the Q4_K pick at 2 tokens:
 the lane GEMV's 266, so 2 tokens keep the GEMV.
 The `whole` form (MmaConfig.whole) dequantizes a super-block's [BLOCK_N, 256] weights in
 registers (rounded to x's dtype, as the dense paths do) and takes one K = 256 dot (Q6_K: two of
-K = 128): no x sums, 8x fewer dot-layout conversions. Every form swept so far took K = 32 (Q6_K: 16) dots, the
-dequantize-before-the-dot one too; this one has passed the interpreter tests only, and no config
-picks it until a GPU sweep measures it.
+K = 128): no x sums, 8x fewer dot-layout conversions. Every form swept so far took K = 32
+(Q6_K: 16) dots, the dequantize-before-the-dot one too; this one has passed the interpreter
+tests only, and no config picks it until a GPU sweep (bench/mma_sweep.py) measures it. Tuned
+configs of another card come in through KVSPILL_MMA_CONFIGS (below MMA_CONFIGS).
 
 Invariants:
 - The result equals dequantize_ref(weight) @ x.T up to fp32 rounding (the `whole` form: up to
