@@ -8,7 +8,11 @@ the completion of a step (waiting for its tokens, then the scheduler update and 
 the graph replay as the GPU saw it (CUDA events, read after the run: no extra sync), so the gap
 between measured decode speed and the HBM floor can be split into host overhead and GPU time.
 With async scheduling (the CUDA default) the launch of step N+1 overlaps the GPU work of step N;
-`--no-async-scheduling` shows the serial engine.
+`--no-async-scheduling` shows the serial engine. `--concurrency N` runs N sequences of `ctx`
+tokens and counts only the steps in which all N decode (pure decode steps, as
+llama-batched-bench's decode phase); `--kernels K` then profiles K such steps:
+
+    python -m kvspill.bench.profile_decode --model l8b-Q4_K_M.gguf --ctx 2048 --concurrency 8 --kernels 10
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 from kvspill.bench.engine_flags import add_engine_flags, engine_kwargs, token_count
 from kvspill.config import EngineConfig
 from kvspill.engine.core import LLMEngine
+from kvspill.plan.choices import PREFILL_FLOOR_TOKENS
 from kvspill.sampling_params import SamplingParams
 
 
@@ -47,6 +52,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ctx", type=token_count, default=8192)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--kernels", type=int, default=0, help="also profile this many decode steps per kernel")
+    ap.add_argument("--concurrency", type=int, default=1, help="sequences decoding together")
+    ap.add_argument("--kv-gib", type=float, default=4.0, help="GiB of GPU KV cache")
     add_engine_flags(ap, async_scheduling=True)
     return ap.parse_args(argv)
 
@@ -55,11 +62,11 @@ def _engine(args: argparse.Namespace) -> LLMEngine:
     return LLMEngine(
         EngineConfig(
             model=args.model or f"random:{args.shape}",
-            max_model_len=args.ctx + args.steps + 64,
+            max_model_len=args.ctx + _max_tokens(args) + 64,
             max_num_batched_tokens=4096,
-            max_num_seqs=8,
+            max_num_seqs=max(8, args.concurrency),
             enable_prefix_caching=False,
-            kv_cache_memory_bytes=4 * 2**30,
+            kv_cache_memory_bytes=int(args.kv_gib * 2**30),
             skip_tokenizer_init=True,  # token ids in, token ids out
             **engine_kwargs(args),
         )
@@ -94,33 +101,72 @@ def _instrument(
     return events
 
 
+def _max_tokens(args: argparse.Namespace) -> int:
+    """Each request's budget: the profiled steps, plus the steps it may decode while the others
+    prefill (at least PREFILL_FLOOR_TOKENS of prompt a step, the ITL budget's floor)."""
+    return 2 * args.steps + (args.concurrency - 1) * (args.ctx // PREFILL_FLOOR_TOKENS + 2)
+
+
+def _pure_decode(step: Any, n: int, tokens: dict[str, int]) -> bool:
+    """Whether all `n` requests decoded exactly one token in `step`, each past its first (the
+    step that prefills a prompt samples a token too); `tokens` counts each request's tokens."""
+    pure = len(step.outputs) == n and all(
+        tokens.get(out.req_id, 0) >= 1 and len(out.delta_token_ids) == 1 for out in step.outputs
+    )
+    for out in step.outputs:
+        tokens[out.req_id] = tokens.get(out.req_id, 0) + len(out.delta_token_ids)
+    return pure
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     engine = _engine(args)
     times: dict[str, list[float]] = defaultdict(list)
     events = _instrument(engine, times)
-    prompt = torch.randint(0, engine.vocab_size, (args.ctx,)).tolist()
-    engine.add_request(
-        prompt, SamplingParams(temperature=0, max_tokens=args.steps, ignore_eos=True, detokenize=False)
-    )
-    step_times = []
+    gen = torch.Generator().manual_seed(0)
+    params = SamplingParams(temperature=0, max_tokens=_max_tokens(args), ignore_eos=True, detokenize=False)
+    for _ in range(args.concurrency):
+        engine.add_request(torch.randint(0, engine.vocab_size, (args.ctx,), generator=gen).tolist(), params)
+    step_times: list[float] = []
+    first: dict[str, int] = {}  # where each phase's list stood at the first pure decode step
+    tokens: dict[str, int] = {}
     for step in engine.run():
+        if not _pure_decode(step, args.concurrency, tokens):
+            continue
+        first = first or {"events": len(events), **{name: len(v) for name, v in times.items()}}
         step_times.append(step.seconds)
         if args.kernels and len(step_times) == args.steps // 2:
             _kernel_table(engine, args.kernels)
-    torch.cuda.synchronize()
-    gpu_ms = [start.elapsed_time(end) for start, end in events]
+        if len(step_times) >= args.steps:
+            break
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    _report(
+        args,
+        engine,
+        step_times,
+        {name: v[first.get(name, 0) :] for name, v in times.items()},
+        [start.elapsed_time(end) for start, end in events[first.get("events", 0) :]],
+    )
+    return 0
+
+
+def _report(
+    args: argparse.Namespace, engine: LLMEngine, step_times: list[float], times: dict, gpu_ms: list[float]
+) -> None:
     skip = 10
     mode = "async" if engine.async_scheduling else "sync"
+    n = args.concurrency
     print(
-        f"{args.model or args.shape} ctx {args.ctx}: {len(step_times)} steps on {torch.cuda.get_device_name()} ({mode} scheduling)"
+        f"{args.model or args.shape} ctx {args.ctx} x {n}: {len(step_times)} pure decode steps on "
+        f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'the CPU'} ({mode} scheduling)"
     )
-    print(f"  engine.step        {statistics.median(step_times[skip:]) * 1e3:8.3f} ms")
+    step_ms = statistics.median(step_times[skip:]) * 1e3
+    print(f"  engine.step        {step_ms:8.3f} ms ({n / step_ms * 1e3:.1f} tok/s in all)")
     for name, values in times.items():
         print(f"  {name:<20} {statistics.median(values[skip:]) * 1e3:8.3f} ms")
     if gpu_ms:
         print(f"  graph GPU time     {statistics.median(gpu_ms[skip:]):8.3f} ms (events around copy+replay)")
-    return 0
 
 
 def _kernel_table(engine: LLMEngine, steps: int) -> None:

@@ -1,0 +1,25 @@
+"""profile_decode on the CPU with a tiny model: with several sequences it times only the steps in
+which all of them decode, and says how many."""
+
+from __future__ import annotations
+
+from kvspill.bench import profile_decode
+
+
+def test_concurrency_counts_pure_decode_steps_only(tiny_llama_dir, capsys, monkeypatch):
+    seen = []
+    original = profile_decode._pure_decode
+
+    def spy(step, n, tokens):
+        pure = original(step, n, tokens)
+        seen.append((pure, len(step.outputs), sum(len(o.delta_token_ids) for o in step.outputs)))
+        return pure
+
+    monkeypatch.setattr(profile_decode, "_pure_decode", spy)
+    argv = ["--model", str(tiny_llama_dir), "--ctx", "300", "--steps", "12", "--concurrency", "3"]
+    assert profile_decode.main([*argv, "--kv-gib", "0.05", "--no-async-scheduling"]) == 0
+    out = capsys.readouterr().out
+    assert "ctx 300 x 3: 12 pure decode steps on the CPU" in out and "tok/s in all" in out
+    assert sum(pure for pure, _, _ in seen) == 12
+    assert all(outputs == 3 and tokens == 3 for pure, outputs, tokens in seen if pure)
+    assert not seen[0][0]  # the first step prefills
