@@ -12,7 +12,7 @@ With async scheduling (the CUDA default) the launch of step N+1 overlaps the GPU
 tokens and counts only the steps in which all N decode (pure decode steps, as
 llama-batched-bench's decode phase); `--kernels K` then profiles K such steps:
 
-    python -m kvspill.bench.profile_decode --model l8b-Q4_K_M.gguf --ctx 2048 --concurrency 8 --kernels 10
+    python -m kvspill.bench.profile_decode --model l8b-Q4_K_M.gguf --ctx 2048 --concurrency 8 --kv-cache-memory 8GiB --kernels 10
 """
 
 from __future__ import annotations
@@ -53,8 +53,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--kernels", type=int, default=0, help="also profile this many decode steps per kernel")
     ap.add_argument("--concurrency", type=int, default=1, help="sequences decoding together")
-    ap.add_argument("--kv-gib", type=float, default=4.0, help="GiB of GPU KV cache")
-    add_engine_flags(ap, async_scheduling=True)
+    add_engine_flags(ap, async_scheduling=True, kv_cache_memory="4GiB")
     return ap.parse_args(argv)
 
 
@@ -66,7 +65,6 @@ def _engine(args: argparse.Namespace) -> LLMEngine:
             max_num_batched_tokens=4096,
             max_num_seqs=max(8, args.concurrency),
             enable_prefix_caching=False,
-            kv_cache_memory_bytes=int(args.kv_gib * 2**30),
             skip_tokenizer_init=True,  # token ids in, token ids out
             **engine_kwargs(args),
         )

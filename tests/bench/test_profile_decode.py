@@ -17,7 +17,7 @@ def test_concurrency_counts_pure_decode_steps_only(tiny_llama_dir, capsys, monke
 
     monkeypatch.setattr(profile_decode, "_pure_decode", spy)
     argv = ["--model", str(tiny_llama_dir), "--ctx", "300", "--steps", "12", "--concurrency", "3"]
-    assert profile_decode.main([*argv, "--kv-gib", "0.05", "--no-async-scheduling"]) == 0
+    assert profile_decode.main([*argv, "--kv-cache-memory", "50MiB", "--no-async-scheduling"]) == 0
     out = capsys.readouterr().out
     assert "ctx 300 x 3: 12 pure decode steps on the CPU" in out and "tok/s in all" in out
     assert sum(pure for pure, _, _ in seen) == 12
