@@ -43,9 +43,8 @@ from kvspill.sampling_params import SamplingParams
 
 
 def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup: int, seed: int) -> dict:
-    chunk = _prefill_per_step(engine)
     # Steps in which an early request decodes while later ones prefill: its budget grows by them.
-    mixed_steps = (n - 1) * (-(-ctx // chunk) + 1)
+    mixed_steps = decode_steps_during_prefill(n, ctx, _prefill_per_step(engine))
     gen = torch.Generator().manual_seed(seed)
     ids = []
     cuda = torch.cuda.is_available()
@@ -101,6 +100,12 @@ def run_concurrent(engine: LLMEngine, ctx: int, n: int, new_tokens: int, warmup:
     )
 
 
+def decode_steps_during_prefill(n: int, ctx: int, per_step: int) -> int:
+    """Steps the first of `n` requests of `ctx` prompt tokens may decode in while the other n - 1
+    prefill, `per_step` prompt tokens a step (and one step each to start decoding)."""
+    return (n - 1) * (-(-ctx // per_step) + 1)
+
+
 def _prefill_per_step(engine: LLMEngine) -> int:
     """The fewest prompt tokens a step carries while requests decode: the chunk, or the ITL
     budget's cap (it starts at its floor and only learns upward)."""
@@ -144,13 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     # Each request's budget grows by the mixed steps it may decode in while the others prefill,
     # at most one a prefill_floor_tokens chunk (the ITL budget's cap is never below it).
     per_step = min(args.max_num_batched_tokens, prefill_floor_tokens(bench_flags(args)["block_size"]))
-    max_len = (
-        max(args.ctx)
-        + 1
-        + args.warmup_tokens
-        + args.new_tokens
-        + (n_max - 1) * (max(args.ctx) // per_step + 2)
-    )
+    extra = decode_steps_during_prefill(n_max, max(args.ctx), per_step)
+    max_len = max(args.ctx) + 1 + args.warmup_tokens + args.new_tokens + extra
     bench = setup_engine(args, max_len, max_num_seqs=max(8, n_max))
     engine, base = bench.engine, dict(bench.base, new_tokens=args.new_tokens)
     weight_bytes, kv_per_token, gpu_kv_tokens = bench.weight_bytes, bench.kv_per_token, bench.gpu_kv_tokens

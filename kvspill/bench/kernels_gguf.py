@@ -60,20 +60,25 @@ def _copies(weight: QuantizedWeight) -> list[QuantizedWeight]:
 
 def time_gemv_us(weights: list[QuantizedWeight], x: torch.Tensor) -> float:
     """Median us of one GEMV, from graph replays of one GEMV over each of `weights` in turn."""
+    return time_rotating_us(quant_matmul_gemv, weights, x)
+
+
+def time_rotating_us(fn, weights: list[QuantizedWeight], x: torch.Tensor, rep: int = 50) -> float:
+    """Median us of one `fn(x, w)`, from graph replays of it over each of `weights` in turn."""
 
     def step() -> None:
         for w in weights:
-            quant_matmul_gemv(x, w)
+            fn(x, w)
 
-    quant_matmul_gemv(x, weights[0])  # compile outside the graph
-    return _bench_ms(step) * 1e3 / len(weights)
+    fn(x, weights[0])  # compile outside the graph
+    return _bench_ms(step, rep=rep) * 1e3 / len(weights)
 
 
-def _bench_ms(fn, graph: bool = True) -> float:
+def _bench_ms(fn, graph: bool = True, rep: int = 50) -> float:
     import triton.testing
 
     if graph:
-        return float(triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median"))
+        return float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 

@@ -30,7 +30,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from kvspill.kernels.gguf_mma import MMA_TYPES, SPLIT_K_MAX_ROWS, MmaConfig
+from kvspill.kernels.gguf_mma import MMA_TOKEN_KEYS, MMA_TYPES, MmaConfig, for_rows
 
 STAGE1_SHAPES = ("qkv", "down", "lm_head")
 STAGE1_TOKENS = 8
@@ -49,11 +49,6 @@ def grid() -> list[MmaConfig]:
         for bn, (mg, wh), nw, ns, sk in itertools.product((32, 64, 16, 128), forms, (2, 4), (3, 1), (4, 1))
     ]
     return configs
-
-
-def effective(cfg: MmaConfig, rows: int) -> MmaConfig:
-    """`cfg` as the dispatcher runs it on `rows` rows (no split K past SPLIT_K_MAX_ROWS)."""
-    return dataclasses.replace(cfg, split_k=1) if rows > SPLIT_K_MAX_ROWS else cfg
 
 
 def pick(today_us: float, sums: dict[MmaConfig, float]) -> MmaConfig | None:
@@ -97,19 +92,10 @@ class Bench:
         return self.refs[key]
 
     def time_us(self, fn: Any, qtype: str, shape: str, tokens: int) -> dict:
-        import torch
-        import triton.testing
+        from kvspill.bench.kernels_gguf import time_rotating_us
 
         ws = self.copies(qtype, shape)
-        x, _ = self.case(qtype, shape, tokens)
-        fn(x, ws[0])
-        torch.cuda.synchronize()
-
-        def replay() -> None:
-            for w in ws:
-                fn(x, w)
-
-        us = float(triton.testing.do_bench_cudagraph(replay, rep=20, return_mode="median")) * 1e3 / len(ws)
+        us = time_rotating_us(fn, ws, self.case(qtype, shape, tokens)[0], rep=20)
         gbs = ws[0].nbytes / us / 1e3
         return dict(us=round(us, 2), gbs=round(gbs), pct=round(100 * gbs / self.ceiling, 1))
 
@@ -117,7 +103,7 @@ class Bench:
         """Check, then time, the kernel with `cfg` as the dispatcher would run it on `shape`."""
         from kvspill.kernels.gguf_mma import quant_matmul_mma
 
-        cfg = effective(cfg, self.copies(qtype, shape)[0].out_features)
+        cfg = for_rows(cfg, self.copies(qtype, shape)[0].out_features)
         x, ref = self.case(qtype, shape, tokens)
         try:
             got = quant_matmul_mma(x, self.copies(qtype, shape)[0], config=cfg).float()
@@ -227,7 +213,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--workers", type=int, default=max(0, min(12, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--out", default="mma-sweep", help="folder for the JSON files")
     args = ap.parse_args(argv)
-    bad = [t for t in args.tokens if t not in (2, 4, 8, 16, 32, 64)]
+    bad = [t for t in args.tokens if t not in MMA_TOKEN_KEYS]
     if bad:
         ap.error(f"--tokens takes powers of two from 2 to 64 (the dispatcher's keys), got {bad}")
     return args

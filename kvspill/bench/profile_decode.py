@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from kvspill.bench.concurrent_bench import decode_steps_during_prefill
 from kvspill.bench.engine_flags import add_engine_flags, engine_kwargs, token_count
 from kvspill.config import EngineConfig
 from kvspill.engine.core import LLMEngine
@@ -102,7 +103,7 @@ def _instrument(
 def _max_tokens(args: argparse.Namespace) -> int:
     """Each request's budget: the profiled steps, plus the steps it may decode while the others
     prefill (at least PREFILL_FLOOR_TOKENS of prompt a step, the ITL budget's floor)."""
-    return 2 * args.steps + (args.concurrency - 1) * (args.ctx // PREFILL_FLOOR_TOKENS + 2)
+    return 2 * args.steps + decode_steps_during_prefill(args.concurrency, args.ctx, PREFILL_FLOOR_TOKENS)
 
 
 def _pure_decode(step: Any, n: int, tokens: dict[str, int]) -> bool:

@@ -73,6 +73,8 @@ MMA_TYPES = ("Q4_K", "Q6_K")
 # A config's split_k applies to weights of at most this many rows (an 8B's qkv, o and down): with
 # more, the row tiles alone fill the card and a split only adds the atomics.
 SPLIT_K_MAX_ROWS = 8192
+# MMA_CONFIGS' token counts: a call's count rounded up to a power of two.
+MMA_TOKEN_KEYS = (2, 4, 8, 16, 32, 64)
 
 
 @dataclass(frozen=True)
@@ -478,7 +480,7 @@ def parse_mma_configs(text: str, source: str) -> dict[tuple[str, int], MmaConfig
     entries: dict[tuple[str, int], MmaConfig | None] = {}
     for key, fields in raw.items():
         qtype, _, count = str(key).partition(",")
-        if qtype not in MMA_TYPES or not count.isdigit() or int(count) not in (2, 4, 8, 16, 32, 64):
+        if qtype not in MMA_TYPES or not count.isdigit() or int(count) not in MMA_TOKEN_KEYS:
             raise ValueError(
                 f"{source}: key {key!r} must be TYPE,TOKENS with TYPE in {MMA_TYPES} and TOKENS 2..64, a power of two"
             )
@@ -515,9 +517,12 @@ def mma_config(weight: QuantizedWeight, num_tokens: int) -> MmaConfig | None:
     if not _aligned(weight, _KERNELS[weight.qtype][2]):
         return None
     config = MMA_CONFIGS.get((weight.qtype, triton.next_power_of_2(num_tokens)))
-    if config is not None and weight.out_features > SPLIT_K_MAX_ROWS:
-        config = replace(config, split_k=1)
-    return config
+    return None if config is None else for_rows(config, weight.out_features)
+
+
+def for_rows(config: MmaConfig, rows: int) -> MmaConfig:
+    """`config` as it runs on a weight of `rows` rows: no split K past SPLIT_K_MAX_ROWS."""
+    return replace(config, split_k=1) if rows > SPLIT_K_MAX_ROWS else config
 
 
 def quant_matmul_mma(

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from kvspill.bench import mma_sweep
-from kvspill.kernels.gguf_mma import SPLIT_K_MAX_ROWS, MmaConfig, parse_mma_configs
+from kvspill.kernels.gguf_mma import SPLIT_K_MAX_ROWS, MmaConfig, for_rows, parse_mma_configs
 
 
 def test_grid_has_every_form_once_and_the_known_region_first():
@@ -23,8 +23,8 @@ def test_grid_has_every_form_once_and_the_known_region_first():
 
 def test_split_k_is_dropped_past_the_dispatchers_row_limit():
     cfg = MmaConfig(block_n=32, num_warps=2, split_k=4)
-    assert mma_sweep.effective(cfg, SPLIT_K_MAX_ROWS) == cfg
-    assert mma_sweep.effective(cfg, SPLIT_K_MAX_ROWS + 1).split_k == 1
+    assert for_rows(cfg, SPLIT_K_MAX_ROWS) == cfg
+    assert for_rows(cfg, SPLIT_K_MAX_ROWS + 1).split_k == 1
 
 
 def test_pick_takes_the_fastest_config_only_when_it_beats_today():
