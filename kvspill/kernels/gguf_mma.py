@@ -350,8 +350,9 @@ def _store(
         tl.atomic_add(out, acc, mask=mask, sem="relaxed")
 
 
-# The two kernels differ in the super-block's bytes and arithmetic only. Grid: (cdiv(rows,
-# BLOCK_N), SPLIT_K). Program (i, s) takes rows [i*BLOCK_N, +BLOCK_N) and the super-blocks s,
+# The two kernels differ in the super-block's bytes and arithmetic only; they stay two so that a
+# profile names each type's time (an 8-sequence step: Q4_K 3.98 ms, Q6_K 2.93; bench/results/
+# 2026-12-02-h200-q4km-peer/). Grid: (cdiv(rows, BLOCK_N), SPLIT_K). Program (i, s) takes rows [i*BLOCK_N, +BLOCK_N) and the super-blocks s,
 # s + SPLIT_K, ...; x_sums [tokens, K / 32] (Q4_K) or [tokens, K / 16] (Q6_K).
 @triton.jit
 def _q4k_mma_kernel(
