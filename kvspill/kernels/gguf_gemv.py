@@ -19,6 +19,10 @@ Kernels (`quant_matmul_gemv` picks one):
   several tokens dequantize each weight once (s * q - m) and then take one FMA a token.
   Loads are 2-D tiles [rows * lanes, run] reshaped to 4-D, so the lane mapping does not depend
   on how a Triton version orders the dimensions of a >2-D tile (3.6 and 3.9 differ).
+  One token of bf16 / fp16 x on Q4_K (`Q4K_ONE_TOKEN_CONFIG`) takes `q4k_one_token_kernel`: the
+  same lanes, but nibbles become 2**E + q with no subtract (E = 7 low, 11 high) and 2**E * sc
+  joins the min term; the kernel is issue-bound (ncu, H200: 51-57% of SM issue at 46-51% of DRAM
+  bandwidth), so a quarter fewer instructions in the loop is 12% less time.
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -35,10 +39,17 @@ Llama-3.1-8B:
        2 tokens ~1250-1840, 4 tokens 873-1324 (dot: 362-781);
   Q8_0 1 token (generic) 1718 / 1582 / 2217 / 1974 / 2308; 4 and 16 tokens (dot) 640-1400.
 The small shapes (o: 9 MB of Q4_K, ~8 us) pay the launch and the tail of the grid.
+NVIDIA H200, Triton 3.6, 2026-12-03 (bench/results/2026-12-03-h200-gemv-one-token; a read-only
+kernel streams the same bytes at 67-105% of the 4.25 TB/s copy ceiling), us for the same shapes,
+one bf16 token: Q4_K q4k_gemv_kernel 9.07 / 7.24 / 31.32 / 18.67 / 124.8, q4k_one_token_kernel
+8.41 / 6.78 / 26.71 / 16.36 / 105.9; Q6_K CHUNK 2048 15.55 / 9.54 / 52.25 / 28.12 / 217.4, CHUNK
+512 (now) 12.38 / 9.42 / 42.51 / 27.51 / 179.3.
 
 Invariants:
 - The result equals dequantize_ref(weight) @ x.T up to fp32 reduction order; the dot kernel
-  rounds the dequantized weight to x's dtype first (as a dense bf16 layer would hold it).
+  rounds the dequantized weight to x's dtype first (as a dense bf16 layer would hold it);
+  q4k_one_token_kernel's sums carry 2**E * x, so its fp32 rounding is ~2**-13 of sum |x| (within
+  1e-4 of the largest output, far under the bf16 / fp16 output's rounding; fp32 x does not take it).
 - Weight bytes are read once per launch: programs split the rows, never K.
 - Inline PTX runs only on the GPU (Triton's interpreter takes the plain-Triton twin of each
   helper). Every packed PTX helper is elementwise per packed position, so its result does not
@@ -51,7 +62,7 @@ import torch
 
 from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
-from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
+from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q4k_one_token_kernel, q6k_gemv_kernel
 from kvspill.kernels.triton_compat import tl, triton
 
 MAX_GEMV_TOKENS = 16
@@ -169,6 +180,9 @@ FMA_CONFIG = {
     "Q5_K": (1024, 4, 1),
 }
 FMA_CONFIG.update({"Q8_0": (2048, 2, 2), "Q4_K": (2048, 4, 1), "Q6_K": (2048, 2, 1)})
+# One token of bf16 / fp16 x on a Q4_K weight: q4k_one_token_kernel (CHUNK, BLOCK_N, warps); fp32 x
+# takes q4k_gemv_kernel with FMA_CONFIG's (exact sums). None: always q4k_gemv_kernel (a baseline).
+Q4K_ONE_TOKEN_CONFIG: tuple[int, int, int] | None = (2048, 4, 1)
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -211,7 +225,37 @@ def _lane_kernel_config(x: torch.Tensor, weight: QuantizedWeight) -> tuple[int, 
     return LANE_MULTI_CONFIG[qtype].get(triton.next_power_of_2(num_tokens))
 
 
+def _one_token_q4k(x: torch.Tensor, weight: QuantizedWeight) -> bool:
+    """Whether `quant_matmul_gemv(x, weight)` takes q4k_one_token_kernel."""
+    half = x.dtype in (torch.bfloat16, torch.float16)
+    return weight.qtype == "Q4_K" and x.shape[0] == 1 and half and Q4K_ONE_TOKEN_CONFIG is not None
+
+
+def _launch_q4k_one_token(x, weight, bias, out) -> None:
+    assert Q4K_ONE_TOKEN_CONFIG is not None
+    chunk, block_n, num_warps = Q4K_ONE_TOKEN_CONFIG
+    rows = weight.out_features
+    q4k_one_token_kernel[(triton.cdiv(rows, block_n),)](
+        x,
+        weight.data,
+        bias if bias is not None else x,
+        out,
+        rows,
+        weight.in_features // 256,
+        weight.data.stride(0),
+        HAS_LINEAR_BIAS=bias is not None,
+        SB=max(1, chunk // 256),
+        BLOCK_N=block_n,
+        USE_ASM=not _interpreted(x),
+        X_ASM=X_ASM and not _interpreted(x),
+        num_warps=num_warps,
+    )
+
+
 def _launch_lane_kernel(x, weight, bias, out, config) -> None:
+    if _one_token_q4k(x, weight):
+        _launch_q4k_one_token(x, weight, bias, out)
+        return
     chunk, block_n, num_warps = config
     num_tokens, rows = x.shape[0], weight.out_features
     args = (

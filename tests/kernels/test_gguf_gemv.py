@@ -70,6 +70,26 @@ def test_gemv_half_activations(qtype, dtype, num_tokens, device):
     _assert_close(out, _expected(x, w_ref, bias), rel=1e-2 if dtype == torch.bfloat16 else 2e-3)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("chunk", [512, 2048])
+def test_q4k_one_token_kernel_offset_sums(dtype, chunk, device, monkeypatch):
+    # The one-token Q4_K kernel sums (2**E + q) * x and moves 2**E into the min term: with x far
+    # from zero mean (large sums of x), written to an fp32 output, it stays within 1e-4 of the largest
+    # output. 9 super-blocks: the K loop's last step reads past the end (chunk 2048: 8 + 1).
+    monkeypatch.setattr(gguf_gemv, "Q4K_ONE_TOKEN_CONFIG", (chunk, 4, 1))
+    gen = torch.Generator().manual_seed(3)
+    weight = random_quantized("Q4_K", ROWS, 9 * 256, gen)
+    x = (torch.randn((1, 9 * 256), generator=gen) + 3.0).to(dtype)
+    bias = torch.randn((ROWS,), generator=gen).to(dtype)
+    w_ref = dequantize_ref(weight.data, "Q4_K", 9 * 256).double()
+    weight, x, bias = weight.to(device), x.to(device), bias.to(device)
+    assert gguf_gemv._one_token_q4k(x, weight)
+    assert not gguf_gemv._one_token_q4k(x.float(), weight)  # fp32 x: the exact kernel
+    out = torch.empty((1, ROWS), dtype=torch.float32, device=device)
+    gguf_gemv._launch_lane_kernel(x, weight, bias, out, gguf_gemv.FMA_CONFIG["Q4_K"])
+    _assert_close(out, _expected(x, w_ref, bias), rel=1e-4)
+
+
 def test_gemv_rejects_too_many_tokens(device):
     weight, x, _, _ = _case("Q8_0", 17, torch.float32, device)
     with pytest.raises(AssertionError, match="<= 16 tokens"):
