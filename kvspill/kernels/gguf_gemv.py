@@ -179,7 +179,7 @@ FMA_CONFIG = {
     "Q5_1": _FMA_LEGACY,
     "Q5_K": (1024, 4, 1),
 }
-FMA_CONFIG.update({"Q8_0": (2048, 2, 2), "Q4_K": (2048, 4, 1), "Q6_K": (2048, 2, 1)})
+FMA_CONFIG.update({"Q8_0": (2048, 2, 2), "Q4_K": (2048, 4, 1), "Q6_K": (512, 2, 1)})
 # One token of bf16 / fp16 x on a Q4_K weight: q4k_one_token_kernel (CHUNK, BLOCK_N, warps); fp32 x
 # takes q4k_gemv_kernel with FMA_CONFIG's (exact sums). None: always q4k_gemv_kernel (a baseline).
 Q4K_ONE_TOKEN_CONFIG: tuple[int, int, int] | None = (2048, 4, 1)
