@@ -38,12 +38,17 @@ def _worst_case_states(num_seqs: int, prompt: list[int], vocab: int) -> list[Sam
 def _forward(
     model: LlamaForCausalLM, storage: KVStorage, num_tokens: int, device: torch.device
 ) -> torch.Tensor:
-    """One prefill of `num_tokens` tokens into `storage` -> hidden [num_tokens, hidden]."""
+    """One prefill of `num_tokens` tokens into `storage` -> hidden [num_tokens, hidden]. The largest
+    step may hold more tokens than one sequence's max_model_len (several sequences' chunks): the
+    positions wrap at the RoPE table's length, which the rotary kernel reads unchecked on the GPU
+    (positions past it were an illegal memory access at startup, e.g. --max-model-len 1024 with
+    4096 batched tokens); the memory peak does not depend on their values."""
     num_blocks = storage.num_blocks
-    positions = np.arange(num_tokens, dtype=np.int64)
+    slots = np.arange(num_tokens, dtype=np.int64)
+    positions = slots % model.model.rotary_emb.max_positions
     block_table = torch.arange(num_blocks, dtype=torch.int32, device=device).view(1, -1)
     meta = AttentionMetadata(
-        slot_mapping=torch.from_numpy(positions).to(device),
+        slot_mapping=torch.from_numpy(slots).to(device),
         num_decodes=0,
         decode_block_tables=block_table[:0],
         decode_seq_lens=torch.zeros(0, dtype=torch.int32, device=device),
