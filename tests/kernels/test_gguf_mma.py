@@ -209,7 +209,10 @@ def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
     code = (
         "from kvspill.kernels.gguf_mma import MMA_CONFIGS as C; print(C.get(('Q6_K', 16)), ('Q4_K', 4) in C)"
     )
+    import os
+
     env = {"KVSPILL_MMA_CONFIGS": str(path), "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")  # where kvspill comes from a path, not an install
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == (
         "MmaConfig(block_n=64, num_warps=2, split_k=1, num_stages=1, magic=False, whole=True) False"
