@@ -60,10 +60,13 @@ def choose_num_splits(
 
 
 def default_min_split_tokens(head_dim: int) -> int:
-    """Shortest split: 128 keys for head_dim <= 64, 256 above. On an H100 (2026-11-26, bf16,
-    32/8 heads, graph-replayed, 16K-wide block table) 128 cut batch-1 8K decode from 10.7 to 9.3 us
-    for head_dim 64 and was equal from 32K up and at batch 8; for head_dim 128 it lost at batch 8."""
-    return 128 if head_dim <= 64 else 256
+    """Shortest split: 16 KB of each K and V row run (8192 // head_dim keys: 128 for head_dim 64,
+    64 for 128). On an H200 (2026-12-03, bf16, 32/8 heads, graph-replayed over 8 layers' KV, a
+    block table as wide as the context) batch-1 8K decode for head_dim 128 took 15.7 / 16.8 /
+    17.6 / 21.1 us (split, merge included) at 64 / 128 / 256 / 512 keys, and was equal within 1%
+    at 32K and at batch 4 and 8 (bench/results/2026-12-03-h200-gemv-one-token, attn_sweep.py); on
+    an H100 128 against 256 cut head_dim 64's batch-1 8K from 10.7 to 9.3 us."""
+    return max(16, 8192 // head_dim)
 
 
 def paged_decode_attention_ref(
