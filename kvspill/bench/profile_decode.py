@@ -163,8 +163,10 @@ def _report(
     step_ms = statistics.median(step_times[skip:]) * 1e3
     print(f"  engine.step        {step_ms:8.3f} ms ({n / step_ms * 1e3:.1f} tok/s in all)")
     for name, values in times.items():
-        print(f"  {name:<20} {statistics.median(values[skip:]) * 1e3:8.3f} ms")
-    if gpu_ms:
+        # a phase some steps skip (no graph replay when the KV is partly off the GPU) may have none
+        shown = f"{statistics.median(values[skip:]) * 1e3:8.3f} ms" if values[skip:] else "     (not run)"
+        print(f"  {name:<20} {shown}")
+    if gpu_ms[skip:]:
         print(f"  graph GPU time     {statistics.median(gpu_ms[skip:]):8.3f} ms (events around copy+replay)")
 
 

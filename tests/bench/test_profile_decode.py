@@ -23,3 +23,16 @@ def test_concurrency_counts_pure_decode_steps_only(tiny_llama_dir, capsys, monke
     assert sum(pure for pure, _, _ in seen) == 12
     assert all(outputs == 3 and tokens == 3 for pure, outputs, tokens in seen if pure)
     assert not seen[0][0]  # the first step prefills
+
+
+def test_report_names_a_phase_no_step_ran(capsys):
+    # At 32K with a 4 GiB KV cache (H200, 2026-12-03) no step replayed a graph: the report died on
+    # the empty phase's median instead of printing the steps it had timed.
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(model=None, shape="llama-8b", ctx=32768, concurrency=1)
+    times = {"launch (host)": [0.001] * 20, "graph copy+replay": []}
+    profile_decode._report(args, SimpleNamespace(async_scheduling=True), [0.005] * 20, times, [])
+    out = capsys.readouterr().out
+    assert "engine.step" in out and "200.0 tok/s" in out
+    assert "graph copy+replay" in out and "(not run)" in out and "graph GPU time" not in out
