@@ -19,7 +19,7 @@ Kernels (`quant_matmul_gemv` picks one):
   several tokens dequantize each weight once (s * q - m) and then take one FMA a token.
   Loads are 2-D tiles [rows * lanes, run] reshaped to 4-D, so the lane mapping does not depend
   on how a Triton version orders the dimensions of a >2-D tile (3.6 and 3.9 differ).
-  One token of bf16 / fp16 x on Q4_K (`Q4K_ONE_TOKEN_CONFIG`) takes `q4k_one_token_kernel`: the
+  One token of bf16 / fp16 x on Q4_K (`Q4K_ONE_TOKEN_CONFIG`) takes gguf_gemv_offset's kernel: the
   same lanes, but nibbles become 2**E + q with no subtract (E = 7 low, 11 high) and 2**E * sc
   joins the min term; the kernel is issue-bound (ncu, H200: 51-57% of SM issue at 46-51% of DRAM
   bandwidth), so a quarter fewer instructions in the loop is 12% less time.
@@ -62,7 +62,8 @@ import torch
 
 from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
-from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q4k_one_token_kernel, q6k_gemv_kernel
+from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
+from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
 from kvspill.kernels.triton_compat import tl, triton
 
 MAX_GEMV_TOKENS = 16
