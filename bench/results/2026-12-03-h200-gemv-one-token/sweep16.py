@@ -4,18 +4,14 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 import torch
 
-VARIANTS = [("prod",), ("ns16", 8, 4, 1), ("ns16", 8, 2, 1), ("ns16", 16, 4, 2), ("ns16", 4, 4, 1)]
+VARIANTS = [  # call 4's list; call 2 ran g16 variants, call 3 ns ones (their tables name them)
+    ("ns", 8, 4, 1), ("ns", 2, 16, 1), ("ns", 2, 8, 1), ("ns", 4, 16, 2), ("ns", 2, 32, 2), ("ns", 2, 16, 2),
+    ("ns", 1, 16, 1), ("ns", 1, 32, 1),
+]
 
 
 def run(x, w, v, out=None):
     from q4k16 import gemv16, gemv_ns
-    from ns16 import ns16
-    if v[0] == "prod":
-        from kvspill.kernels.gguf_gemv import quant_matmul_gemv
-        return quant_matmul_gemv(x, w)
-    if v[0] == "ns16":
-        _, sb, bn, nw = v
-        return ns16(x, w, sb=sb, block_n=bn, num_warps=nw, out=out)
     if v[0] == "g16":
         _, sb, bn, vec, item, nw = v
         return gemv16(x, w, sb=sb, block_n=bn, vec16=vec, item=item, num_warps=nw, out=out)
@@ -44,7 +40,7 @@ def main():
     from kvspill.bench.mma_sweep import Bench
     from kvspill.bench.kernels_gguf import SHAPES
     from kvspill.kernels.gguf_gemv import quant_matmul_gemv
-    from q4k16 import q4k_gemv_ns_kernel as q4k_gemv16_kernel
+    from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel as q4k_gemv16_kernel
     bench = Bench()
     log = open(f"{out_dir}/sweep16.jsonl", "w")
     table = {}
