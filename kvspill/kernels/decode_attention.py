@@ -38,6 +38,7 @@ from kvspill.kernels.attention_common import (
     resolve_out,
 )
 from kvspill.kernels.kv_quant import kv_strides, scale_view
+from kvspill.kernels.pdl import pdl_meta, pdl_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 # Programs per SM that stage 1 aims for: enough CTAs in flight to keep HBM busy. 4 beat 2 and 8
@@ -120,7 +121,9 @@ def _decode_split_kernel(
     DOT_PRECISION: tl.constexpr,
     DOT_IN_F32: tl.constexpr,
     INT8: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
+    pdl_wait(PDL)
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -209,7 +212,9 @@ def _decode_merge_kernel(
     stride_lh,
     HEAD_DIM: tl.constexpr,
     SPLITS_PAD: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_wait(PDL)
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     splits = tl.arange(0, SPLITS_PAD)
@@ -371,6 +376,7 @@ def _launch_split_stage(
         INT8=kv_layer.dtype == torch.int8,
         num_warps=num_warps,
         num_stages=num_stages,
+        **pdl_meta(q.device),
     )
 
 
@@ -400,4 +406,5 @@ def _merge_splits(
         HEAD_DIM=head_dim,
         SPLITS_PAD=triton.next_power_of_2(num_splits),
         num_warps=4 if head_dim >= 128 else 2,
+        **pdl_meta(o.device),
     )

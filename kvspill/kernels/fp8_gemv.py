@@ -1,4 +1,5 @@
-"""fp8 weight-only GEMV for decode: y = x @ (W_fp8 * scale).T (+ bias), 1-16 tokens.
+"""fp8 weight-only GEMV for decode: y = x @ (W_fp8 * scale).T (+ bias), 1-16 tokens; `dense_gemv`
+runs the same kernel on bf16 / fp16 weights without a scale (model/layers.dense_linear's one token).
 
 Shapes: x [num_tokens, K] bf16 / fp16 (rows contiguous); w_fp8 [N, K] float8_e4m3fn row-major;
 w_scale [N] float32; bias [N] in x's dtype or None -> [num_tokens, N] in x's dtype.
@@ -28,10 +29,13 @@ from typing import NamedTuple
 
 import torch
 
+from kvspill.kernels.pdl import pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 MAX_GEMV_TOKENS = 16  # more tokens: the GEMM (`torch._scaled_mm`) path
 DOT_ROWS = 16  # tl.dot's smallest M: 2-16 tokens pad to it
+# With PDL (kernels/pdl.py) a program asks L2 for the first 8 KB of its rows before it waits.
+PREFETCH_LINES = tl.constexpr(64)
 
 
 class GemvConfig(NamedTuple):
@@ -82,10 +86,13 @@ def _fp8_gemv_kernel(
     BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     INTERPRETER: tl.constexpr,
+    HAS_SCALE: tl.constexpr = True,
+    PDL: tl.constexpr = False,
 ):
     # Grid: (cdiv(N, BLOCK_N),). Rows past N are masked (N need not divide BLOCK_N); K chunks are
     # masked unless EVEN_K.
     pid = tl.program_id(0)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, N, stride_w, BLOCK_N, PDL, PREFETCH_LINES)
     n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = n < N
     kk = tl.arange(0, BLOCK_K)
@@ -100,7 +107,8 @@ def _fp8_gemv_kernel(
         t = tl.arange(0, 1)
         t_ok = t < 1
         out = _fma_over_k(x_ptr, w_rows, n_ok, kk, K, EVEN_K, BLOCK_N, BLOCK_K, NUM_STAGES)
-    out = out * tl.load(scale_ptr + n, mask=n_ok, other=0.0)[None, :]
+    if HAS_SCALE:
+        out = out * tl.load(scale_ptr + n, mask=n_ok, other=0.0)[None, :]
     if HAS_BIAS:
         out += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     out_ptrs = out_ptr + t[:, None] * stride_o + n[None, :]
@@ -178,23 +186,44 @@ def fp8_gemv(
     config: GemvConfig | None = None,  # benchmarks sweep it; None = gemv_config's choice
 ) -> torch.Tensor:
     """Triton wrapper; same contract as `fp8_gemv_ref`."""
+    return _launch_gemv(x, w_fp8, w_scale, bias, config)
+
+
+def dense_gemv(
+    x: torch.Tensor,  # [num_tokens, K], 1 <= num_tokens <= MAX_GEMV_TOKENS
+    w: torch.Tensor,  # [N, K] in x's dtype, rows contiguous
+    bias: torch.Tensor | None = None,  # [N] in x's dtype
+    config: GemvConfig | None = None,
+) -> torch.Tensor:
+    """The same kernel on weights in x's dtype (no scale): x @ w.T (+ bias), fp32 sums."""
+    assert w.dtype == x.dtype, f"w {w.dtype} must be x's dtype {x.dtype}"
+    return _launch_gemv(x, w, None, bias, config)
+
+
+def _launch_gemv(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    config: GemvConfig | None,
+) -> torch.Tensor:
     num_tokens, k = x.shape
-    n = w_fp8.shape[0]
+    n = w.shape[0]
     assert 1 <= num_tokens <= MAX_GEMV_TOKENS, f"{num_tokens} tokens: the GEMV takes 1..{MAX_GEMV_TOKENS}"
     assert x.dtype in (torch.bfloat16, torch.float16) and x.stride(1) == 1, f"x {x.dtype} {x.stride()}"
-    assert w_fp8.shape[1] == k and w_fp8.stride(1) == 1
+    assert w.shape[1] == k and w.stride(1) == 1
     cfg = config or gemv_config(num_tokens, n, k)
     out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
     _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         x,
-        w_fp8,
-        w_scale,
-        bias if bias is not None else w_scale,  # never read without HAS_BIAS
+        w,
+        w_scale if w_scale is not None else w,  # never read without HAS_SCALE
+        bias if bias is not None else w,  # never read without HAS_BIAS
         out,
         n,
         k,
         x.stride(0),
-        w_fp8.stride(0),
+        w.stride(0),
         out.stride(0),
         NUM_TOKENS=num_tokens,
         HAS_BIAS=bias is not None,
@@ -204,6 +233,8 @@ def fp8_gemv(
         BLOCK_K=cfg.block_k,
         NUM_STAGES=cfg.num_stages,
         INTERPRETER=x.device.type == "cpu",  # Triton on CPU tensors is the interpreter
+        HAS_SCALE=w_scale is not None,
         num_warps=cfg.num_warps,
+        **pdl_meta(x.device),
     )
     return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.pdl import pdl_meta, pdl_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -55,8 +56,10 @@ def _rms_norm_kernel(
     stride_o,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     # One program per token row; the whole row lives in registers (hidden_size <= BLOCK).
+    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < hidden_size
@@ -107,6 +110,7 @@ def rms_norm(
             HAS_RESIDUAL=residual is not None,
             BLOCK=block,
             num_warps=min(16, max(1, block // 512)),
+            **pdl_meta(x.device),
         )
     return out if residual is None else (out, residual)
 
@@ -118,8 +122,11 @@ def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, inter_size, stride_x, stride_o, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(
+    x_ptr, out_ptr, inter_size, stride_x, stride_o, BLOCK: tl.constexpr, PDL: tl.constexpr = False
+):
     # Grid: (num_tokens, cdiv(inter_size, BLOCK)).
+    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < inter_size
@@ -139,7 +146,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if num_tokens > 0:
         block = min(1024, triton.next_power_of_2(inter_size))
         _silu_and_mul_kernel[(num_tokens, triton.cdiv(inter_size, block))](
-            x, out, inter_size, x.stride(0), out.stride(0), BLOCK=block
+            x, out, inter_size, x.stride(0), out.stride(0), BLOCK=block, **pdl_meta(x.device)
         )
     return out
 
@@ -208,8 +215,10 @@ def _rope_kernel(
     HALF: tl.constexpr,
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     # One program per token: q and k heads share the token's cos/sin row.
+    pdl_wait(PDL)
     token = tl.program_id(0).to(tl.int64)
     cos, sin = _rope_cos_sin(cache_ptr, pos_ptr, token, stride_cache, HALF)
     _rope_rotate(q_ptr, token, stride_qt, stride_qh, num_heads, cos, sin, HALF, BLOCK_HQ)
@@ -266,5 +275,6 @@ def apply_rope(
             HALF=head_dim // 2,
             BLOCK_HQ=triton.next_power_of_2(num_heads),
             BLOCK_HK=triton.next_power_of_2(k.shape[1]),
+            **pdl_meta(q.device),
         )
     return q, k

@@ -64,9 +64,12 @@ from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
+from kvspill.kernels.pdl import pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 MAX_GEMV_TOKENS = 16
+# With PDL (kernels/pdl.py) a program of several warps asks L2 for the first 8 KB of its rows first.
+PREFETCH_LINES = tl.constexpr(64)
 
 
 def _interpreted(x: torch.Tensor) -> bool:
@@ -93,10 +96,12 @@ def _gemv_fma_kernel(
     KB: tl.constexpr,
     HAS_LINEAR_BIAS: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     # One token. Grid: (cdiv(rows, BLOCK_N),). acc holds per-sub-block partial sums; the one
     # cross-thread reduction happens after the K loop.
     pid = tl.program_id(0)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, PREFETCH_LINES)
     n, kb0, a, b = tile_coords(pid, BLOCK_N, KB, NA, NB)
     row_ptr = w_ptr + n.to(tl.int64) * stride_w
     acc = tl.zeros((BLOCK_N, KB, NA, 1), dtype=tl.float32)
@@ -140,10 +145,12 @@ def _gemv_dot_kernel(
     HAS_LINEAR_BIAS: tl.constexpr,
     DOT_F32: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     # Several tokens. Grid: (cdiv(rows, BLOCK_N),). The dequantized [BLOCK_N, KB * QK] tile (in
     # x's dtype, element order) meets x's [T_PAD >= 16, KB * QK] tile on the tensor cores.
     pid = tl.program_id(0)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, PREFETCH_LINES)
     n, kb0, a, b = tile_coords(pid, BLOCK_N, KB, NA, NB)
     row_ptr = w_ptr + n.to(tl.int64) * stride_w
     tok = tl.arange(0, T_PAD)[:, None]
@@ -250,6 +257,7 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
         USE_ASM=not _interpreted(x),
         X_ASM=X_ASM and not _interpreted(x),
         num_warps=num_warps,
+        **pdl_meta(x.device),
     )
 
 
@@ -276,6 +284,7 @@ def _launch_lane_kernel(x, weight, bias, out, config) -> None:
         X_ASM=X_ASM and not _interpreted(x),
         DEQUANT=num_tokens > 1,
         num_warps=num_warps,
+        **pdl_meta(x.device),
     )
     strides = (x.stride(0), weight.data.stride(0), out.stride(0))
     grid = (triton.cdiv(rows, block_n),)
@@ -315,6 +324,7 @@ def quant_matmul_gemv(
             HAS_LINEAR_BIAS=bias is not None,
             BLOCK_N=block_n,
             num_warps=num_warps,
+            **pdl_meta(x.device),
         )
     else:
         chunk, block_n, num_warps = DOT_CONFIG
@@ -335,5 +345,6 @@ def quant_matmul_gemv(
             DOT_F32=x.dtype == torch.float32 or _interpreted(x),
             BLOCK_N=block_n,
             num_warps=num_warps,
+            **pdl_meta(x.device),
         )
     return out

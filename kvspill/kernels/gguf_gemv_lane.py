@@ -11,7 +11,11 @@ gguf_gemv.py's docstring has the design and the measured GB/s.
 
 from __future__ import annotations
 
+from kvspill.kernels.pdl import prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
+
+# With PDL (kernels/pdl.py) a one-warp program asks L2 for the first 4 KB of its rows before it waits.
+LANE_PREFETCH_LINES = tl.constexpr(32)
 
 
 @triton.jit
@@ -106,11 +110,13 @@ def q4k_gemv_kernel(
     USE_ASM: tl.constexpr,
     X_ASM: tl.constexpr,
     DEQUANT: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     # Q4_K, 1..T_PAD tokens, CUDA-core FMAs. Grid: (cdiv(rows, BLOCK_N),). The lanes' work items:
     # _q4k_weight_lanes. Per sub-block: sum_l (sc * q_l - m) * x_l = sc * sum_l q_l x_l - m * sum_l x_l.
     KL: tl.constexpr = 4 * SB
     pid = tl.program_id(0)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
     row, b_off, h_off, sb_w, row_ok, sh, low = _q4k_weight_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL)
     x_off, sb_x, tok_ok = _q4k_token_lanes(stride_x, NUM_TOKENS, T_PAD, KL)
     acc = tl.zeros((T_PAD, BLOCK_N, KL, 1), dtype=tl.float32)
@@ -378,11 +384,13 @@ def q6k_gemv_kernel(
     USE_ASM: tl.constexpr,
     X_ASM: tl.constexpr,
     DEQUANT: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     # Q6_K, 1..T_PAD tokens, as q4k_gemv_kernel; the lanes' work items: _q6k_weight_lanes. A warp's
     # loads of one kind cover 32 contiguous bytes of each (block, half). NSUB pairs of blocks a loop step.
     KL: tl.constexpr = 32
     pid = tl.program_id(0)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
     row_off, sb_w, ql_off, qh_off, sc_off = _q6k_weight_lanes(pid, rows, stride_w, BLOCK_N, KL)
     x_off, sb_x, tok_ok = _q6k_token_lanes(stride_x, NUM_TOKENS, T_PAD, KL)
     acc = tl.zeros((T_PAD, BLOCK_N, KL, 1), dtype=tl.float32)

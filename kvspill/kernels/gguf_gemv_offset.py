@@ -14,7 +14,14 @@ of the largest output), not 2**-24: fp32 x takes the exact lane kernel instead.
 
 from __future__ import annotations
 
-from kvspill.kernels.gguf_gemv_lane import _q4k_decode, _split4, _store_lane_sums, _to_f32
+from kvspill.kernels.gguf_gemv_lane import (
+    LANE_PREFETCH_LINES,
+    _q4k_decode,
+    _split4,
+    _store_lane_sums,
+    _to_f32,
+)
+from kvspill.kernels.pdl import prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -32,12 +39,14 @@ def q4k_one_token_kernel(
     BLOCK_N: tl.constexpr,
     USE_ASM: tl.constexpr,
     X_ASM: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     # Q4_K, one token. Grid: (cdiv(rows, BLOCK_N),). Low nibbles become 128 + q, high ones 2048 + q
     # (_word_nibbles), so per sub-block
     #     sum_l (sc * q_l - m) * x_l = sc * sum_l (2**E + q_l) * x_l - (m + 2**E * sc) * sum_l x_l.
     KL: tl.constexpr = 4 * SB
     pid = tl.program_id(0)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
     i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl, kl = 4 * (super-block) + g
     n = pid * BLOCK_N + i_w // KL
     # Rows past the end read row 0 (their sums are not stored), super-blocks past the end block 0

@@ -15,6 +15,7 @@ import torch
 
 from kvspill.kernels.fused_ops import _rope_cos_sin, _rope_rotate, apply_rope_ref, check_rope_args
 from kvspill.kernels.kv_quant import fp8_max, kv_strides, scale_view
+from kvspill.kernels.pdl import pdl_meta, pdl_wait
 from kvspill.kernels.store_kv import (
     check_store_args,
     int8_quantize,
@@ -101,8 +102,10 @@ def _rope_store_kernel(
     BLOCK_HK: tl.constexpr,
     FP8_MAX: tl.constexpr = 0.0,  # > 0: the cache is fp8 (--kv-cache-dtype), values saturate
     INT8: tl.constexpr = False,  # the cache holds int8 rows with their scales (kv_quant.py)
+    PDL: tl.constexpr = False,
 ):
     # One program per token: its q heads, then its k heads (rotated once, written twice) and v.
+    pdl_wait(PDL)
     token = tl.program_id(0).to(tl.int64)
     cos, sin = _rope_cos_sin(cos_sin_ptr, pos_ptr, token, stride_cos, HALF)
     _rope_rotate(q_ptr, token, stride_qt, stride_qh, num_heads, cos, sin, HALF, BLOCK_HQ)
@@ -236,4 +239,5 @@ def rope_and_store_kv(
         BLOCK_HK=triton.next_power_of_2(num_kv_heads),
         FP8_MAX=fp8_max(kv_layer.dtype),
         INT8=kv_layer.dtype == torch.int8,
+        **pdl_meta(q.device),
     )

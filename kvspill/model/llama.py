@@ -25,7 +25,14 @@ from transformers import PretrainedConfig
 
 from kvspill.errors import UnsupportedModelError
 from kvspill.model.base import AttentionFn, copy_param
-from kvspill.model.layers import RMSNorm, RotaryEmbedding, SiluAndMul, rope_parameters
+from kvspill.model.layers import (
+    DenseLinear,
+    RMSNorm,
+    RotaryEmbedding,
+    SiluAndMul,
+    dense_linear,
+    rope_parameters,
+)
 from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding, check_splits, shard_weight
 
 # HF name piece -> (fused parameter, shard index). Shard order = row order in the fused weight.
@@ -80,8 +87,8 @@ class LlamaAttention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         hidden = config.hidden_size
-        self.qkv_proj = nn.Linear(hidden, self.q_size + 2 * self.kv_size, bias=spec.qkv_bias, dtype=dtype)
-        self.o_proj = nn.Linear(self.q_size, hidden, bias=spec.o_bias, dtype=dtype)
+        self.qkv_proj = DenseLinear(hidden, self.q_size + 2 * self.kv_size, bias=spec.qkv_bias, dtype=dtype)
+        self.o_proj = DenseLinear(self.q_size, hidden, bias=spec.o_bias, dtype=dtype)
         self.q_norm: RMSNorm | None = None
         self.k_norm: RMSNorm | None = None
         if spec.qk_norm:
@@ -115,8 +122,8 @@ class LlamaMLP(nn.Module):
         bias = bool(getattr(config, "mlp_bias", False))
         self.tp = tp
         inter = tp.split(config.intermediate_size, "the MLP's intermediate size")
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * inter, bias=bias, dtype=dtype)
-        self.down_proj = nn.Linear(inter, config.hidden_size, bias=bias, dtype=dtype)
+        self.gate_up_proj = DenseLinear(config.hidden_size, 2 * inter, bias=bias, dtype=dtype)
+        self.down_proj = DenseLinear(inter, config.hidden_size, bias=bias, dtype=dtype)
         self.act_fn = SiluAndMul()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -233,7 +240,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head: nn.Module = self.model.embed_tokens  # one tensor, one name
         else:
             rows = tp.vocab_shard(config.vocab_size) if n > 1 else config.vocab_size
-            self.lm_head = nn.Linear(config.hidden_size, rows, bias=False, dtype=dtype)
+            self.lm_head = DenseLinear(config.hidden_size, rows, bias=False, dtype=dtype)
 
     @classmethod
     def attention_spec(cls, config: PretrainedConfig) -> AttentionSpec:
@@ -273,7 +280,7 @@ class LlamaForCausalLM(nn.Module):
         else:
             weight = self.lm_head.weight
             assert isinstance(weight, Tensor)
-            logits = torch.matmul(hidden, weight.t()).float()
+            logits = dense_linear(hidden, weight).float()
         if self.tp.size == 1:
             return logits
         # [num_tokens, vocab_shard] per rank -> [num_tokens, vocab_size] on every rank

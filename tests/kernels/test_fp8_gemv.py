@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspill.kernels.fp8_gemv import GemvConfig, fp8_gemv, fp8_gemv_ref, gemv_config
+from kvspill.kernels.fp8_gemv import GemvConfig, dense_gemv, fp8_gemv, fp8_gemv_ref, gemv_config
 from kvspill.kernels.fp8_linear import fp8_linear, fp8_linear_ref, quantize_weight_fp8
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter runs: CPU tensors only")
@@ -54,3 +54,20 @@ def test_configs_fit_the_kernel_variants():
     for num_tokens in (1, 2, 16):
         cfg = gemv_config(num_tokens, 4096, 4096)
         assert num_tokens == 1 or cfg.block_n >= 16  # tl.dot's smallest N
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("n", "k", "config"), [(40, 96, GemvConfig(8, 32, 1, 1)), (24, 64, None)])
+def test_dense_gemv_matches_a_float32_matmul(dtype, n, k, config):
+    """The same kernel on weights in x's dtype (the bf16 / fp16 decode path of model/layers.py's
+    dense_linear): no scale, fp32 sums."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, k, generator=g).to(dtype)
+    w = (torch.randn(n, k, generator=g) * 0.05).to(dtype)
+    bias = torch.randn(n, generator=g).to(dtype)
+    out = dense_gemv(x, w, bias, config=config)
+    want = (x.float() @ w.float().t() + bias.float()).to(dtype)
+    assert out.shape == (1, n) and out.dtype == dtype
+    torch.testing.assert_close(out, want, rtol=1e-2, atol=1e-2)
+    with pytest.raises(AssertionError, match="must be x's dtype"):
+        dense_gemv(x, w.float())

@@ -1,0 +1,91 @@
+"""Programmatic dependent launch (PDL) for the decode step's kernels (sm_90 and later).
+
+Why: a batch-1 decode step is 200-350 kernels of 1-60 us. Between two of them HBM idles while the
+next kernel launches and its first wave ramps up, and the small kernels (RMSNorm, SiLU, RoPE, the
+attention merge) are almost all latency. A kernel launched with the PDL attribute may start while
+the kernel before it is still running: it prefetches its weights into L2 (weights never depend on
+the kernel before), then waits (`griddepcontrol.wait`: the previous kernel complete and its writes
+visible) and lets the kernel after it launch (`griddepcontrol.launch_dependents`). CUDA graphs keep
+these launches as programmatic edges.
+
+The contract of a kernel that takes `PDL` (every caller passes `pdl_meta(device)`): nothing it
+loads that another kernel writes, and nothing it stores, before `pdl_wait(PDL)`; only `prefetch_l2`
+of read-only data (weights) may come first. Waiting is transitive (the kernel before waited for its
+own predecessor), so a kernel that follows a non-PDL launch, a copy or a torch kernel is ordered as
+usual. Off: `KVSPILL_PDL=0`, on GPUs before sm_90, and under Triton's interpreter; then `PDL` is
+False and the kernels compile without these instructions.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+
+import torch
+
+from kvspill.kernels.triton_compat import tl, triton
+
+PREFETCH_LINE_BYTES = 128
+
+
+@cache
+def _device_supports_pdl(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (9, 0)
+
+
+def pdl_enabled(device: torch.device) -> bool:
+    """Whether kernels on `device` launch with PDL (read per call: KVSPILL_PDL=0 switches it off)."""
+    if device.type != "cuda" or os.environ.get("KVSPILL_PDL", "1") == "0":
+        return False
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return False
+    return _device_supports_pdl(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def pdl_meta(device: torch.device) -> dict[str, bool]:
+    """Launch keywords of a PDL-aware kernel: the kernel's `PDL` constexpr and Triton's
+    `launch_pdl` option always agree (a PDL launch of a kernel without the wait would race)."""
+    if pdl_enabled(device):
+        return {"PDL": True, "launch_pdl": True}
+    return {"PDL": False}
+
+
+@triton.jit
+def pdl_wait(PDL: tl.constexpr):
+    """Wait for the previous kernel (complete, writes visible), then let the next one launch."""
+    if PDL:
+        tl.inline_asm_elementwise(
+            "griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+        )
+        tl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+        )
+
+
+@triton.jit
+def prefetch_l2(base, nbytes, PDL: tl.constexpr, LINES: tl.constexpr):
+    """Ask L2 for the first min(nbytes, LINES * 128) bytes at `base` (a read-only range): one
+    `prefetch.global.L2` a 128-byte line, addresses clamped to the range. Only with PDL: without
+    it the kernel has no earlier kernel's time to hide the reads in."""
+    if PDL:
+        offsets = tl.minimum(tl.arange(0, LINES) * 128, tl.maximum(nbytes - 1, 0))
+        tl.inline_asm_elementwise(
+            "prefetch.global.L2 [$1]; // $0",
+            "=r,l",
+            [base.to(tl.pointer_type(tl.int8)) + offsets],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+
+@triton.jit
+def prefetch_rows_then_wait(
+    w_ptr, first_row, rows, stride_w, BLOCK_N: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr
+):
+    """A GEMV program's prologue: prefetch the start of its weight rows [first_row, first_row +
+    BLOCK_N) (of `rows`, `stride_w` elements apart, read-only), then `pdl_wait`."""
+    rows_here = tl.minimum(rows - first_row, BLOCK_N)
+    elem_bytes: tl.constexpr = w_ptr.dtype.element_ty.primitive_bitwidth // 8
+    prefetch_l2(w_ptr + first_row.to(tl.int64) * stride_w, rows_here * stride_w * elem_bytes, PDL, LINES)
+    pdl_wait(PDL)
