@@ -87,7 +87,8 @@ async def _started(engine: StepEngine, **kw) -> AsyncEngine:  # type: ignore[no-
     return ae
 
 
-async def _next(aq: asyncio.Queue, timeout: float = 5) -> object:
+async def _next(aq: asyncio.Queue, timeout: float = 30) -> object:
+    # A bound on a hang, not a speed check: on a loaded 2-core CI host 5 s ran out once (2026-12-03).
     return await asyncio.wait_for(aq.get(), timeout)
 
 
