@@ -29,13 +29,11 @@ from typing import NamedTuple
 
 import torch
 
-from kvspill.kernels.pdl import pdl_meta, prefetch_rows_then_wait
+from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 MAX_GEMV_TOKENS = 16  # more tokens: the GEMM (`torch._scaled_mm`) path
 DOT_ROWS = 16  # tl.dot's smallest M: 2-16 tokens pad to it
-# With PDL (kernels/pdl.py) a program asks L2 for the first 8 KB of its rows before it waits.
-PREFETCH_LINES = tl.constexpr(64)
 
 
 class GemvConfig(NamedTuple):

@@ -64,12 +64,10 @@ from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
-from kvspill.kernels.pdl import pdl_meta, prefetch_rows_then_wait
+from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 MAX_GEMV_TOKENS = 16
-# With PDL (kernels/pdl.py) a program of several warps asks L2 for the first 8 KB of its rows first.
-PREFETCH_LINES = tl.constexpr(64)
 
 
 def _interpreted(x: torch.Tensor) -> bool:

@@ -11,11 +11,8 @@ gguf_gemv.py's docstring has the design and the measured GB/s.
 
 from __future__ import annotations
 
-from kvspill.kernels.pdl import prefetch_rows_then_wait
+from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
-
-# With PDL (kernels/pdl.py) a one-warp program asks L2 for the first 4 KB of its rows before it waits.
-LANE_PREFETCH_LINES = tl.constexpr(32)
 
 
 @triton.jit

@@ -14,14 +14,8 @@ of the largest output), not 2**-24: fp32 x takes the exact lane kernel instead.
 
 from __future__ import annotations
 
-from kvspill.kernels.gguf_gemv_lane import (
-    LANE_PREFETCH_LINES,
-    _q4k_decode,
-    _split4,
-    _store_lane_sums,
-    _to_f32,
-)
-from kvspill.kernels.pdl import prefetch_rows_then_wait
+from kvspill.kernels.gguf_gemv_lane import _q4k_decode, _split4, _store_lane_sums, _to_f32
+from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 

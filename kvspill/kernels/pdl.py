@@ -25,7 +25,10 @@ import torch
 
 from kvspill.kernels.triton_compat import tl, triton
 
-PREFETCH_LINE_BYTES = 128
+# How much of its weight rows a GEMV program asks L2 for before it waits (128-byte lines): 8 KB
+# for a program of several warps, 4 KB for a one-warp (lane) program.
+PREFETCH_LINES = tl.constexpr(64)
+LANE_PREFETCH_LINES = tl.constexpr(32)
 
 
 @cache
