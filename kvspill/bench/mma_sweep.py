@@ -3,8 +3,8 @@
     python -m kvspill.bench.mma_sweep --types Q4_K Q6_K --tokens 2 4 8 16 --budget-s 300 --out sweep/
     KVSPILL_MMA_CONFIGS=sweep/mma_configs.json kvspill serve ...      # the engine takes the picks
 
-Stage 1, per type: every config of `grid()` (row tile, warps, magic quants, whole super-blocks,
-pipeline stages, split K) at 8 tokens on the qkv / down / lm_head shapes of Llama-3.1-8B, ranked
+Stage 1, per type: every config of `grid()` (form: words, sub-blocks with or without magic
+quants, whole super-blocks; row tile, warps, pipeline stages, split K) at 8 tokens on the qkv / down / lm_head shapes of Llama-3.1-8B, ranked
 by the summed time. Stage 2: the best TOP configs on all five shapes at each token count, beside
 the path `quant_linear` takes today. A count whose best config beats that path on the sum gets it
 in `mma_configs.json` (the KVSPILL_MMA_CONFIGS format). Timing as kernels_gguf: medians of CUDA-graph replays over
@@ -40,13 +40,25 @@ STAGE_END = {1: 0.55, 2: 0.97}  # the share of the budget after which a stage st
 COMPILE_ROWS = 64  # rows of the weights the workers compile on (the same Triton specialization)
 
 
-def grid() -> list[MmaConfig]:
-    """Stage 1's configs (96), the region that won before first (the budget may end stage 1): the
-    whole-super-block form has no magic variant."""
-    forms = ((False, False), (True, False), (False, True))  # (magic, whole)
-    configs = [
+FORMS = ("words", "sub", "whole")  # grid()'s forms: see MmaConfig
+
+
+def grid(qtype: str, forms: tuple[str, ...] = FORMS) -> list[MmaConfig]:
+    """Stage 1's configs of `qtype`, in `forms`' order (the budget may end stage 1): the words
+    form (Q4_K only) in wider row tiles, the sub-block form with and without magic quants, and
+    the whole-super-block form, which has no magic variant."""
+    configs = []
+    if "words" in forms and qtype == "Q4_K":
+        configs += [
+            MmaConfig(block_n=bn, num_warps=nw, split_k=sk, num_stages=ns, words=True)
+            for bn, nw, ns, sk in itertools.product((64, 128, 32), (4, 8), (3, 4), (4, 2, 1))
+            if nw * 16 <= bn * 2  # 8 warps on 32 rows leave warps without an MMA tile
+        ]
+    old = [(False, False), (True, False)] if "sub" in forms else []
+    old += [(False, True)] if "whole" in forms else []  # (magic, whole)
+    configs += [
         MmaConfig(block_n=bn, num_warps=nw, split_k=sk, num_stages=ns, magic=mg, whole=wh)
-        for bn, (mg, wh), nw, ns, sk in itertools.product((32, 64, 16, 128), forms, (2, 4), (3, 1), (4, 1))
+        for bn, (mg, wh), nw, ns, sk in itertools.product((32, 64, 16, 128), old, (2, 4), (3, 1), (4, 1))
     ]
     return configs
 
@@ -208,6 +220,7 @@ class Sweep:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--types", nargs="+", default=list(MMA_TYPES), choices=MMA_TYPES)
+    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS, help="kernel forms to sweep")
     ap.add_argument("--tokens", nargs="+", type=int, default=[2, 4, 8, 16])
     ap.add_argument("--budget-s", type=float, default=300.0, help="seconds the sweep may take")
     ap.add_argument("--workers", type=int, default=max(0, min(12, (os.cpu_count() or 2) - 2)))
@@ -228,16 +241,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from kvspill.bench.kernels_gguf import SHAPES
 
-    configs = grid()
+    configs = {q: grid(q, tuple(args.forms)) for q in args.types}
     ins = sorted({k for _, k in SHAPES.values()})
     sweep = Sweep(args)  # the budget counts the compiles too
     picks: dict[str, dict] = {}
     precompile(
-        [(q, k, STAGE1_TOKENS, dataclasses.asdict(c)) for q in args.types for c in configs for k in ins],
+        [(q, k, STAGE1_TOKENS, dataclasses.asdict(c)) for q in args.types for c in configs[q] for k in ins],
         args.workers,
     )
     for qtype in args.types:
-        sweep.stage2(qtype, sweep.stage1(qtype, configs), picks)
+        sweep.stage2(qtype, sweep.stage1(qtype, configs[qtype]), picks)
     (sweep.out / "mma_configs.json").write_text(json.dumps(picks, indent=1) + "\n")
     print(f"{len(picks)} picks in {sweep.out / 'mma_configs.json'} ({time.time() - sweep.t0:.0f} s)")
     return 0

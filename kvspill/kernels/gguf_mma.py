@@ -38,6 +38,15 @@ dot, each byte read once; bench/results/2026-12-02-h200-q4km-peer/) wins only at
 llama-quantize Q4_K_M file 8.61 ms against 9.17; at 2-4 tokens the Q6_K lane GEMV is 1.8-2.5x
 faster and at 16 the two tie. The same sweep re-timed the Q4_K pick at 2 tokens: 397 us against
 the lane GEMV's 266, so 2 tokens keep the GEMV.
+The `words` form (MmaConfig.words, Q4_K; the pick at 3-16 tokens) reads a super-block's quants
+as 32 int32 words a row (16-byte loads, pipelined through shared memory) and dequantizes them in
+registers into 8 planes by a magic-number asm (two bf16/fp16 weights an instruction pair, the
+scale and min applied there: weights rounded once to x's dtype); x comes permuted to the planes'
+order by one small kernel a call (`q4k_words_x`), so each plane is one K = 32 dot with no gather
+and no x sums. Its loop is about 690 SASS instructions a super-block per thread against 1,300 for
+the magic sub-block form (sm_90, Triton 3.6), and it ran the 5 shapes at 8 tokens in 288 us
+against 410 (H200, 2026-12-03; bench/results/2026-12-03-h200-q4k-words/): 15-40% of the copy
+ceiling, still issue-bound (each thread spends ~5 instructions a weight).
 The `whole` form (MmaConfig.whole) dequantizes a super-block's [BLOCK_N, 256] weights in
 registers (rounded to x's dtype, as the dense paths do) and takes one K = 256 dot (Q6_K: two of
 K = 128): no x sums, 8x fewer dot-layout conversions. Every form swept so far took K = 32
@@ -66,6 +75,7 @@ import torch
 
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_lane import _f16_bits
+from kvspill.kernels.pdl import pdl_meta, pdl_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 MMA_MAX_TOKENS = 64
@@ -87,6 +97,9 @@ class MmaConfig:
     # Each super-block's [block_n, 256] weights dequantized in registers (rounded to x's dtype),
     # then one K = 256 dot (Q6_K: 2 of 128), instead of K = 32 (16) dots with the scales after.
     whole: bool = False
+    # Q4_K only: qs read as int32 words, dequantized in registers (half x: by magic-number asm)
+    # into 8 planes, each one K = 32 dot against x permuted to match (`q4k_words_x`).
+    words: bool = False
 
     def __post_init__(self) -> None:
         def power_of_two(v: object, low: int) -> bool:
@@ -95,10 +108,12 @@ class MmaConfig:
         ok = power_of_two(self.block_n, 16) and power_of_two(self.num_warps, 1)
         ok = ok and type(self.split_k) is int and self.split_k >= 1
         ok = ok and type(self.num_stages) is int and self.num_stages >= 1
-        if not ok or not isinstance(self.magic, bool) or not isinstance(self.whole, bool):
+        flags = (self.magic, self.whole, self.words)
+        ok = ok and all(isinstance(f, bool) for f in flags) and not (self.whole and self.words)
+        if not ok:
             raise ValueError(
                 f"{self}: block_n a power of two >= 16, num_warps a power of two, split_k and "
-                "num_stages integers >= 1, magic and whole true or false"
+                "num_stages integers >= 1, magic, whole and words true or false (not whole and words)"
             )
 
 
@@ -214,12 +229,10 @@ def _q4k_super_block(
 
 
 @triton.jit
-def _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, k0, t, t_ok, DOT_DTYPE: tl.constexpr):
-    """acc += one Q4_K super-block of the program's rows as one K = 256 dot: the weights
-    d*sc * q - dmin*m dequantized in registers in the order (group j, byte l, nibble h), so
-    column c = 64 j + 2 l + h holds weight 64 j + 32 h + l (a reshape of the joined nibbles, no
-    permute), and x is loaded in that order. Sub-block s = 2 j + h's 6-bit (sc, m): bytes s and
-    s + 4 of scales[12] for s < 4, else nibbles of byte s + 4 and the top bits of bytes s - 4, s."""
+def _q4k_dsc_dm(base, n_ok):
+    """(d*sc, dmin*m) [BLOCK_N, 8] fp32 of the 8 sub-blocks of the Q4_K super-blocks at `base`
+    [BLOCK_N]: sub-block s's 6-bit (sc, m) are bytes s and s + 4 of scales[12] for s < 4, else
+    the nibbles of byte s + 4 and the top bits of bytes s - 4 and s (ggml's get_scale_min_k4)."""
     d = tl.load((base + 0).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
     dmin = tl.load((base + 2).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
     s = tl.arange(0, 8)[None, :]
@@ -230,8 +243,18 @@ def _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, k0, t, t_ok, DOT_DT
     first = s < 4
     sc = tl.where(first, b_s & 63, (b_s4 & 0xF) | ((b_lo >> 6) << 4))
     m = tl.where(first, b_s4 & 63, (b_s4 >> 4) | ((b_s >> 6) << 4))
-    dsc = tl.reshape(d[:, None] * sc.to(tl.float32), (base.shape[0], 4, 1, 2))
-    dm = tl.reshape(dmin[:, None] * m.to(tl.float32), (base.shape[0], 4, 1, 2))
+    return d[:, None] * sc.to(tl.float32), dmin[:, None] * m.to(tl.float32)
+
+
+@triton.jit
+def _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, k0, t, t_ok, DOT_DTYPE: tl.constexpr):
+    """acc += one Q4_K super-block of the program's rows as one K = 256 dot: the weights
+    d*sc * q - dmin*m dequantized in registers in the order (group j, byte l, nibble h), so
+    column c = 64 j + 2 l + h holds weight 64 j + 32 h + l (a reshape of the joined nibbles, no
+    permute), and x is loaded in that order."""
+    dsc, dm = _q4k_dsc_dm(base, n_ok)
+    dsc = tl.reshape(dsc, (base.shape[0], 4, 1, 2))
+    dm = tl.reshape(dm, (base.shape[0], 4, 1, 2))
     j = tl.arange(0, 4)[None, :, None]
     byte = tl.arange(0, 32)[None, None, :]
     qs = tl.load(base[:, None, None] + 16 + 32 * j + byte, mask=n_ok[:, None, None], other=0)
@@ -241,6 +264,151 @@ def _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, k0, t, t_ok, DOT_DT
     k = k0 + 64 * (c // 64) + 32 * (c % 2) + (c % 64) // 2
     x = tl.load(x_ptr + t[None, :] * stride_x + k[:, None], mask=t_ok[None, :], other=0.0)
     return tl.dot(w, x.to(DOT_DTYPE), acc, input_precision="ieee")
+
+
+# The words form's dequantization (`_q4k_words_half`), per two qs words A and B (4 bytes each)
+# of one row and 32-byte group: output m = 2 b + h is the pair (nibble h of byte b of A, the same
+# of B) in x's half dtype. prmt brings byte b of A and of B into the two 16-bit halves (the other
+# bytes are masked off), a lop3 keeps nibble h and ORs it into the mantissa of 128.0 (bf16
+# 0x4300; fp16 1024.0 = 0x6400, step 1 there), one fma takes the 128 (1024) back out exactly and
+# one applies the sub-block's scale and min: w = q * (d*sc) + (-dmin*m), rounded once. Two
+# weights an instruction pair: about 2 instructions a weight, against 10-16 for the forms that
+# extract bytes and convert each quant (SASS of Triton 3.6, sm_90).
+_Q4_WORDS_ASM = """{
+.reg .b32 p, q, one, minus;
+mov.b32 one, ONE;
+mov.b32 minus, MINUS;
+PAIRS
+}"""
+_Q4_WORDS_PAIR = """prmt.b32 p, $8, $9, SEL;
+lop3.b32 q, p, 0x000F000F, MAGIC, 0xEA;
+fma.rn.TYPE q, q, one, minus;
+fma.rn.TYPE $LO, q, $10, $11;
+shr.u32 p, p, 4;
+lop3.b32 q, p, 0x000F000F, MAGIC, 0xEA;
+fma.rn.TYPE q, q, one, minus;
+fma.rn.TYPE $HI, q, $12, $13;"""
+
+
+def _q4_words_asm(kind: str, magic: str, one: str, minus: str) -> str:
+    """The asm above for one half type: its pair type, the magic float, 1.0 and -magic as pairs.
+    Byte b's selector takes A's byte b into bytes 0-1 and B's into bytes 2-3."""
+    pairs = []
+    for b in range(4):
+        sel = f"0x{4 + b:x}{4 + b:x}{b:x}{b:x}"
+        pair = _Q4_WORDS_PAIR.replace("SEL", sel).replace("$LO", f"${2 * b}").replace("$HI", f"${2 * b + 1}")
+        pairs.append(pair)
+    text = _Q4_WORDS_ASM.replace("PAIRS", "\n".join(pairs))
+    return text.replace("TYPE", kind).replace("MAGIC", magic).replace("ONE", one).replace("MINUS", minus)
+
+
+_Q4_WORDS_BF16 = tl.constexpr(_q4_words_asm("bf16x2", "0x43004300", "0x3F803F80", "0xC300C300"))
+_Q4_WORDS_F16 = tl.constexpr(_q4_words_asm("f16x2", "0x64006400", "0x3C003C00", "0xE400E400"))
+_Q4_WORDS_CONSTRAINTS = tl.constexpr("=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r")
+
+
+@triton.jit
+def _q4k_words_half(words, dsc_lo, ndm_lo, dsc_hi, ndm_hi, DOT_DTYPE: tl.constexpr):
+    """The 8 (byte b, nibble h) planes of the qs `words` [BLOCK_N, 4, 8] int32 dequantized in x's
+    half dtype by the asm above; scales and negated mins [BLOCK_N, 4, 1] (per group j) in fp32."""
+    args = [words, dsc_lo.to(DOT_DTYPE), ndm_lo.to(DOT_DTYPE), dsc_hi.to(DOT_DTYPE), ndm_hi.to(DOT_DTYPE)]
+    if DOT_DTYPE == tl.bfloat16:
+        planes = tl.inline_asm_elementwise(
+            _Q4_WORDS_BF16, _Q4_WORDS_CONSTRAINTS, args, dtype=(tl.bfloat16,) * 8, is_pure=True, pack=2
+        )
+    else:
+        planes = tl.inline_asm_elementwise(
+            _Q4_WORDS_F16, _Q4_WORDS_CONSTRAINTS, args, dtype=(tl.float16,) * 8, is_pure=True, pack=2
+        )
+    return planes
+
+
+@triton.jit
+def _q4k_plane_f32(words, dsc, dm, b: tl.constexpr, h: tl.constexpr):
+    """Plane (b, h) of `words` dequantized in fp32 (x in fp32, and Triton's interpreter)."""
+    return ((words >> (8 * b + 4 * h)) & 0xF).to(tl.float32) * dsc - dm
+
+
+@triton.jit
+def _dot_plane(acc, w, xt_ptr, sb, m: tl.constexpr, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """acc += plane m's weights [BLOCK_N, 32] (words in order j, i) @ its 32 x columns, read from
+    the permuted x^T (`q4k_words_x`) [super-block, m, 32, T_PAD]."""
+    r = tl.arange(0, 32)
+    x = tl.load(xt_ptr + ((sb * 8 + m) * 32 + r)[:, None] * T_PAD + t[None, :])
+    w2 = tl.reshape(w, (w.shape[0], 32)).to(DOT_DTYPE)
+    return tl.dot(w2, x.to(DOT_DTYPE), acc, input_precision="ieee")
+
+
+@triton.jit
+def _q4k_super_block_words(
+    acc, base, n_ok, xt_ptr, sb, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr, ASM: tl.constexpr
+):
+    """acc += one Q4_K super-block of the program's rows, its qs read as 32 int32 words a row
+    (16-byte loads) and cut into 8 planes: plane m = 2 b + h holds nibble h of byte b of every
+    word, i.e. word w = 8 j + i gives weight 64 j + 32 h + 4 i + b (sub-block 2 j + h); x comes
+    permuted to that order (`q4k_words_x`), so each plane is one K = 32 dot, no gather."""
+    N: tl.constexpr = base.shape[0]
+    dsc, dm = _q4k_dsc_dm(base, n_ok)
+    dsc_lo, dsc_hi = tl.split(tl.reshape(dsc, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
+    dm_lo, dm_hi = tl.split(tl.reshape(dm, (N, 4, 2)))
+    dsc_lo, dsc_hi = dsc_lo[:, :, None], dsc_hi[:, :, None]
+    dm_lo, dm_hi = dm_lo[:, :, None], dm_hi[:, :, None]
+    w = tl.arange(0, 32)
+    words = tl.load(
+        (base + 16).to(tl.pointer_type(tl.int32))[:, None] + w[None, :], mask=n_ok[:, None], other=0
+    )
+    words = tl.reshape(words, (N, 4, 8))
+    if ASM:
+        p0, p1, p2, p3, p4, p5, p6, p7 = _q4k_words_half(words, dsc_lo, -dm_lo, dsc_hi, -dm_hi, DOT_DTYPE)
+    else:
+        p0 = _q4k_plane_f32(words, dsc_lo, dm_lo, 0, 0)
+        p1 = _q4k_plane_f32(words, dsc_hi, dm_hi, 0, 1)
+        p2 = _q4k_plane_f32(words, dsc_lo, dm_lo, 1, 0)
+        p3 = _q4k_plane_f32(words, dsc_hi, dm_hi, 1, 1)
+        p4 = _q4k_plane_f32(words, dsc_lo, dm_lo, 2, 0)
+        p5 = _q4k_plane_f32(words, dsc_hi, dm_hi, 2, 1)
+        p6 = _q4k_plane_f32(words, dsc_lo, dm_lo, 3, 0)
+        p7 = _q4k_plane_f32(words, dsc_hi, dm_hi, 3, 1)
+    acc = _dot_plane(acc, p0, xt_ptr, sb, 0, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane(acc, p1, xt_ptr, sb, 1, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane(acc, p2, xt_ptr, sb, 2, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane(acc, p3, xt_ptr, sb, 3, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane(acc, p4, xt_ptr, sb, 4, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane(acc, p5, xt_ptr, sb, 5, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane(acc, p6, xt_ptr, sb, 6, t, T_PAD, DOT_DTYPE)
+    return _dot_plane(acc, p7, xt_ptr, sb, 7, t, T_PAD, DOT_DTYPE)
+
+
+def q4k_words_x_ref(x: torch.Tensor, t_pad: int) -> torch.Tensor:
+    """x [tokens, K] permuted for the words form: [K / 256, 8 planes, 32, t_pad], zero past the
+    tokens; plane m = 2 b + h, row r = 8 j + i holds x's column 64 j + 32 h + 4 i + b."""
+    tokens, k = x.shape
+    xt = x.new_zeros((k // 256, 4, 2, 4, 8, t_pad))  # (super-block, b, h, j, i, token)
+    xt[..., :tokens] = x.reshape(tokens, k // 256, 4, 2, 8, 4).permute(1, 5, 3, 2, 4, 0)
+    return xt.view(k // 256, 8, 32, t_pad)
+
+
+@triton.jit
+def _q4k_words_x_kernel(x_ptr, xt_ptr, num_tokens, stride_x, T_PAD: tl.constexpr, PDL: tl.constexpr):
+    """One program per super-block: `q4k_words_x_ref`'s [8 * 32, T_PAD] slab, in one pass."""
+    pdl_wait(PDL)
+    sb = tl.program_id(0)
+    c = tl.arange(0, 256)  # (m, r): m = 2 b + h, r = 8 j + i
+    b, h, j, i = c // 64, (c // 32) % 2, (c % 32) // 8, c % 8
+    col = sb * 256 + 64 * j + 32 * h + 4 * i + b
+    t = tl.arange(0, T_PAD)
+    x = tl.load(x_ptr + t[None, :] * stride_x + col[:, None], mask=(t < num_tokens)[None, :], other=0.0)
+    tl.store(xt_ptr + (sb * 256 + c)[:, None] * T_PAD + t[None, :], x)
+
+
+def q4k_words_x(x: torch.Tensor, t_pad: int) -> torch.Tensor:
+    """`q4k_words_x_ref` in one kernel launch (a PDL launch where the card has it)."""
+    tokens, k = x.shape
+    xt = torch.empty((k // 256, 8, 32, t_pad), dtype=x.dtype, device=x.device)
+    _q4k_words_x_kernel[(k // 256,)](
+        x, xt, tokens, x.stride(0), T_PAD=t_pad, num_warps=4, **pdl_meta(x.device)
+    )
+    return xt
 
 
 @triton.jit
@@ -375,13 +543,20 @@ def _q4k_mma_kernel(
     HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     WHOLE: tl.constexpr = False,
+    WORDS: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
+    pdl_wait(PDL)  # the launch overlaps the kernel before (x comes from it: nothing read earlier)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + n.to(tl.int64) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
         base = row_ptr + sb * 144
-        if WHOLE:
+        if WORDS:
+            acc = _q4k_super_block_words(
+                acc, base, n_ok, xs_ptr, sb, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32
+            )
+        elif WHOLE:
             acc = _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, t, t_ok, DOT_DTYPE)
         else:
             acc = _q4k_super_block(
@@ -411,7 +586,9 @@ def _q6k_mma_kernel(
     HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     WHOLE: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
+    pdl_wait(PDL)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + n.to(tl.int64) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
@@ -455,11 +632,13 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
 
 
 # Per (type, token count rounded up to a power of two): the config measured fastest on the
-# Llama-3.1-8B shapes where it beat the other paths (bench/results/2026-12-02-h200-gguf-mma/).
-# A count without an entry keeps its old path (kernels/quant_linear.py): Q4_K at 2 tokens (the
-# lane GEMV: 266 us against 397 on the 5 shapes) and 17-64 (dequantize-then-GEMM is 1.4x
-# faster); Q6_K but at 5-8 tokens (bench/results/2026-12-02-h200-q4km-peer/).
-_Q4K_FEW_TOKENS = MmaConfig(block_n=32, num_warps=2, split_k=4, num_stages=3, magic=True)
+# Llama-3.1-8B shapes where it beat the other paths. Q4_K 3-16 tokens: the words form, the 5
+# shapes 288 us against the sub-block form's 410 at 8 tokens (bench/results/2026-12-03-h200-
+# q4k-words/). A count without an entry keeps its old path (kernels/quant_linear.py): Q4_K at 2
+# tokens (the lane GEMV: 266 us against the sub-block form's 397 on the 5 shapes) and 17-64
+# (dequantize-then-GEMM was 1.4x faster than the sub-block form); Q6_K but at 5-8 tokens
+# (bench/results/2026-12-02-h200-q4km-peer/).
+_Q4K_FEW_TOKENS = MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3, words=True)
 MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
     **{("Q4_K", t): _Q4K_FEW_TOKENS for t in (4, 8, 16)},
     ("Q6_K", 8): MmaConfig(block_n=64, num_warps=2, split_k=4, num_stages=3, magic=True),
@@ -534,6 +713,7 @@ def quant_matmul_mma(
 ) -> torch.Tensor:
     """Triton tensor-core x @ W.T (+ bias) -> [num_tokens, out_features] in x's dtype."""
     check_mma_args(x, weight, bias)
+    assert not (config and config.words and weight.qtype != "Q4_K"), "the words form is Q4_K's only"
     num_tokens, rows = x.shape[0], weight.out_features
     t_pad = mma_t_pad(num_tokens)
     cfg = config or mma_config(weight, num_tokens) or MmaConfig(block_n=32, num_warps=4)
@@ -551,7 +731,10 @@ def quant_matmul_mma(
     # The min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need each
     # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
     # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.
-    x_sums = x if cfg.whole else torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
+    if cfg.words:  # the words form reads x permuted, in place of x's sums
+        x_sums = q4k_words_x(x, t_pad)
+    else:
+        x_sums = x if cfg.whole else torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
     kernel[grid](
         x,
         x_sums,
@@ -572,7 +755,9 @@ def quant_matmul_mma(
         HAS_BIAS=bias is not None,
         DOT_DTYPE=dot_dtype,
         **({"WHOLE": True} if cfg.whole else {}),
+        **({"WORDS": True} if cfg.words else {}),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **pdl_meta(x.device),
     )
     return out if cfg.split_k == 1 else out.to(x.dtype)

@@ -19,6 +19,8 @@ from kvspill.kernels.gguf_mma import (
     mma_config,
     mma_t_pad,
     parse_mma_configs,
+    q4k_words_x,
+    q4k_words_x_ref,
     quant_matmul_mma,
 )
 from kvspill.kernels.quant_linear import quant_linear, quant_linear_path
@@ -200,6 +202,48 @@ def test_mma_q6k_whole_on_two_byte_aligned_rows(device):
     _check(quant_matmul_mma(x, shifted, bias, config=WHOLE_CONFIGS[1]), x, w_ref, bias, rel=1e-5)
 
 
+WORDS_CONFIGS = [
+    MmaConfig(block_n=16, num_warps=1, words=True),
+    MmaConfig(block_n=64, num_warps=4, split_k=2, num_stages=3, words=True),
+]
+
+
+@pytest.mark.parametrize("config", WORDS_CONFIGS, ids=lambda c: f"n{c.block_n}s{c.split_k}")
+@pytest.mark.parametrize("num_tokens", [1, 5, 17])
+def test_mma_q4k_words_matches_reference(config, num_tokens, device):
+    weight, x, bias, w_ref = _case("Q4_K", num_tokens, torch.float32, device, seed=21 + num_tokens)
+    _check(quant_matmul_mma(x, weight, bias, config=config), x, w_ref, bias, rel=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_mma_q4k_words_half_activations(dtype, device):
+    # On a GPU the magic-number asm dequantizes: weights rounded to x's dtype once, as the
+    # dequantize-then-GEMM path rounds them (its scales rounded to x's dtype first).
+    weight, x, bias, w_ref = _case("Q4_K", 8, dtype, device, seed=7)
+    out = quant_matmul_mma(x, weight, bias, config=WORDS_CONFIGS[1])
+    _check(out, x, w_ref, bias, rel=2e-2 if dtype == torch.bfloat16 else 4e-3)
+
+
+def test_q4k_words_x_permutes_each_super_block(device):
+    x = torch.arange(2 * 512, dtype=torch.float32).view(2, 512)
+    xt = q4k_words_x_ref(x, 16)
+    assert xt.shape == (2, 8, 32, 16) and not xt[..., 2:].any()
+    for sb, m, r in [(0, 0, 0), (0, 1, 0), (0, 2, 9), (1, 7, 31), (1, 5, 17)]:
+        b, h, j, i = m // 2, m % 2, r // 8, r % 8
+        column = 256 * sb + 64 * j + 32 * h + 4 * i + b
+        assert xt[sb, m, r, :2].tolist() == x[:, column].tolist()
+    wide = torch.randn((3, 600), dtype=torch.bfloat16).to(device)[:, :512]  # rows of x, strided
+    assert torch.equal(q4k_words_x(wide, 16).cpu(), q4k_words_x_ref(wide.cpu(), 16))
+
+
+def test_words_form_is_q4k_only(device):
+    weight, x, _, _ = _case("Q6_K", 3, torch.float32, device)
+    with pytest.raises(AssertionError, match="Q4_K's only"):
+        quant_matmul_mma(x, weight, config=WORDS_CONFIGS[0])
+    with pytest.raises(ValueError, match="not whole and words"):
+        MmaConfig(block_n=16, num_warps=1, whole=True, words=True)
+
+
 def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
     import subprocess
     import sys
@@ -215,7 +259,7 @@ def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")  # where kvspill comes from a path, not an install
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == (
-        "MmaConfig(block_n=64, num_warps=2, split_k=1, num_stages=1, magic=False, whole=True) False"
+        "MmaConfig(block_n=64, num_warps=2, split_k=1, num_stages=1, magic=False, whole=True, words=False) False"
     )
 
 
