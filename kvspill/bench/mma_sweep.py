@@ -45,10 +45,10 @@ FORMS = ("words", "sub", "whole")  # grid()'s forms: see MmaConfig
 
 def grid(qtype: str, forms: tuple[str, ...] = FORMS) -> list[MmaConfig]:
     """Stage 1's configs of `qtype`, in `forms`' order (the budget may end stage 1): the words
-    form (Q4_K only) in wider row tiles, the sub-block form with and without magic quants, and
-    the whole-super-block form, which has no magic variant."""
+    form in wider row tiles, the sub-block form with and without magic quants, and the
+    whole-super-block form, which has no magic variant."""
     configs = []
-    if "words" in forms and qtype == "Q4_K":
+    if "words" in forms:
         configs += [
             MmaConfig(block_n=bn, num_warps=nw, split_k=sk, num_stages=ns, words=True)
             for bn, nw, ns, sk in itertools.product((64, 128, 32), (4, 8), (3, 4), (4, 2, 1))

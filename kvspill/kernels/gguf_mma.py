@@ -42,7 +42,7 @@ The `words` form (MmaConfig.words, Q4_K; the pick at 3-16 tokens) reads a super-
 as 32 int32 words a row (16-byte loads, pipelined through shared memory) and dequantizes them in
 registers into 8 planes by a magic-number asm (two bf16/fp16 weights an instruction pair, the
 scale and min applied there: weights rounded once to x's dtype); x comes permuted to the planes'
-order by one small kernel a call (`q4k_words_x`), so each plane is one K = 32 dot with no gather
+order by one small kernel a call (`words_x`), so each plane is one K = 32 dot with no gather
 and no x sums. Its loop is about 690 SASS instructions a super-block per thread against 1,300 for
 the magic sub-block form (sm_90, Triton 3.6), and it ran the 5 shapes at 8 tokens in 288 us
 against 410 (H200, 2026-12-03; bench/results/2026-12-03-h200-q4k-words/): 15-40% of the copy
@@ -97,8 +97,8 @@ class MmaConfig:
     # Each super-block's [block_n, 256] weights dequantized in registers (rounded to x's dtype),
     # then one K = 256 dot (Q6_K: 2 of 128), instead of K = 32 (16) dots with the scales after.
     whole: bool = False
-    # Q4_K only: qs read as int32 words, dequantized in registers (half x: by magic-number asm)
-    # into 8 planes, each one K = 32 dot against x permuted to match (`q4k_words_x`).
+    # Quants read as whole words (Q4_K: int32; Q6_K: halfwords), dequantized in registers (half
+    # x: by magic-number asm) into planes, each one dot against x permuted to match (`words_x`).
     words: bool = False
 
     def __post_init__(self) -> None:
@@ -332,7 +332,7 @@ def _q4k_plane_f32(words, dsc, dm, b: tl.constexpr, h: tl.constexpr):
 @triton.jit
 def _dot_plane(acc, w, xt_ptr, sb, m: tl.constexpr, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """acc += plane m's weights [BLOCK_N, 32] (words in order j, i) @ its 32 x columns, read from
-    the permuted x^T (`q4k_words_x`) [super-block, m, 32, T_PAD]."""
+    the permuted x^T (`words_x`) [super-block, m, 32, T_PAD]."""
     r = tl.arange(0, 32)
     x = tl.load(xt_ptr + ((sb * 8 + m) * 32 + r)[:, None] * T_PAD + t[None, :])
     w2 = tl.reshape(w, (w.shape[0], 32)).to(DOT_DTYPE)
@@ -346,7 +346,7 @@ def _q4k_super_block_words(
     """acc += one Q4_K super-block of the program's rows, its qs read as 32 int32 words a row
     (16-byte loads) and cut into 8 planes: plane m = 2 b + h holds nibble h of byte b of every
     word, i.e. word w = 8 j + i gives weight 64 j + 32 h + 4 i + b (sub-block 2 j + h); x comes
-    permuted to that order (`q4k_words_x`), so each plane is one K = 32 dot, no gather."""
+    permuted to that order (`words_x`), so each plane is one K = 32 dot, no gather."""
     N: tl.constexpr = base.shape[0]
     dsc, dm = _q4k_dsc_dm(base, n_ok)
     dsc_lo, dsc_hi = tl.split(tl.reshape(dsc, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
@@ -399,16 +399,6 @@ def _q4k_words_x_kernel(x_ptr, xt_ptr, num_tokens, stride_x, T_PAD: tl.constexpr
     t = tl.arange(0, T_PAD)
     x = tl.load(x_ptr + t[None, :] * stride_x + col[:, None], mask=(t < num_tokens)[None, :], other=0.0)
     tl.store(xt_ptr + (sb * 256 + c)[:, None] * T_PAD + t[None, :], x)
-
-
-def q4k_words_x(x: torch.Tensor, t_pad: int) -> torch.Tensor:
-    """`q4k_words_x_ref` in one kernel launch (a PDL launch where the card has it)."""
-    tokens, k = x.shape
-    xt = torch.empty((k // 256, 8, 32, t_pad), dtype=x.dtype, device=x.device)
-    _q4k_words_x_kernel[(k // 256,)](
-        x, xt, tokens, x.stride(0), T_PAD=t_pad, num_warps=4, **pdl_meta(x.device)
-    )
-    return xt
 
 
 @triton.jit
@@ -483,6 +473,161 @@ def _q6k_half_whole(
     k = k0 + 128 * half + c // 4 + 32 * (c % 2 + 2 * ((c // 2) % 2))
     x = tl.load(x_ptr + t[None, :] * stride_x + k[:, None], mask=t_ok[None, :], other=0.0)
     return tl.dot(w, x.to(DOT_DTYPE), acc, input_precision="ieee")
+
+
+# The Q6_K words form's dequantization (`_q6k_words_half`), per two elements A and B of one half
+# super-block (2-byte aligned rows: halfwords, two per register): ql_a = ql[64 h + 2 p : +2],
+# ql_b = ql[64 h + 32 + 2 p : +2], qh = qh[32 h + 2 p : +2] hold, for byte e of each, the quants of
+# weights 32 i + 2 p + e (i = 0..3: the low nibble of ql_a, of ql_b, the high of ql_a, of ql_b,
+# with bits 2 i of qh above). Output (i, e) is that quant's pair (A's, B's): the nibble and the
+# two qh bits (shifted to bits 4-5) ORed into the mantissa of 128.0 (fp16 1024.0), one fma takes
+# 128 + 32 (1024 + 32) out exactly (q - 32 in -32..31), one fma applies d * scale: rounded once.
+_Q6_WORDS_PAIR = """shr.u32 a, QL, QLS;
+QHOP b, $10, QHS;
+lop3.b32 b, b, 0x00300030, MAGIC, 0xEA;
+lop3.b32 q, a, 0x000F000F, b, 0xEA;
+fma.rn.TYPE q, q, one, minus;
+fma.rn.TYPE $OUT, q, SC, zero;"""
+
+
+def _q6_words_asm(kind: str, magic: str, one: str, minus: str) -> str:
+    """The Q6_K asm for one half type (the pair type, the magic float, 1.0, -(magic + 32))."""
+    pairs = []
+    for i in range(4):
+        for e in range(2):
+            shift = 2 * i + 8 * e - 4  # qh's bits 2 i (+ 8 e) to bits 4-5 of each halfword
+            pair = _Q6_WORDS_PAIR.replace("QLS", str(4 * (i // 2) + 8 * e)).replace("QL", f"${8 + i % 2}")
+            qh_op = "shr.u32" if shift >= 0 else "shl.b32"
+            pair = pair.replace("QHOP", qh_op).replace("QHS", str(abs(shift)))
+            pairs.append(pair.replace("$OUT", f"${2 * i + e}").replace("SC", f"${11 + i}"))
+    text = "{\n.reg .b32 a, b, q, one, minus, zero;\nmov.b32 one, ONE;\nmov.b32 minus, MINUS;\n"
+    text += "mov.b32 zero, 0;\n" + "\n".join(pairs) + "\n}"
+    return text.replace("TYPE", kind).replace("MAGIC", magic).replace("ONE", one).replace("MINUS", minus)
+
+
+_Q6_WORDS_BF16 = tl.constexpr(_q6_words_asm("bf16x2", "0x43004300", "0x3F803F80", "0xC320C320"))
+_Q6_WORDS_F16 = tl.constexpr(_q6_words_asm("f16x2", "0x64006400", "0x3C003C00", "0xE420E420"))
+_Q6_WORDS_CONSTRAINTS = tl.constexpr("=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r")
+
+
+@triton.jit
+def _q6k_words_half(ql_a, ql_b, qh, s0, s1, s2, s3, DOT_DTYPE: tl.constexpr):
+    """The 8 (i, e) planes [BLOCK_N, 16] of one half super-block in x's half dtype, by the asm
+    above; s0..s3: d * scale of each element's weight, per i, fp32."""
+    args = [ql_a, ql_b, qh, s0.to(DOT_DTYPE), s1.to(DOT_DTYPE), s2.to(DOT_DTYPE), s3.to(DOT_DTYPE)]
+    if DOT_DTYPE == tl.bfloat16:
+        planes = tl.inline_asm_elementwise(
+            _Q6_WORDS_BF16, _Q6_WORDS_CONSTRAINTS, args, dtype=(tl.bfloat16,) * 8, is_pure=True, pack=2
+        )
+    else:
+        planes = tl.inline_asm_elementwise(
+            _Q6_WORDS_F16, _Q6_WORDS_CONSTRAINTS, args, dtype=(tl.float16,) * 8, is_pure=True, pack=2
+        )
+    return planes
+
+
+@triton.jit
+def _q6k_plane_f32(ql, qh, scale, i: tl.constexpr, e: tl.constexpr):
+    """Plane (i, e) of one half super-block in fp32 (x in fp32, and Triton's interpreter)."""
+    low = (ql.to(tl.int32) >> (4 * (i // 2) + 8 * e)) & 0xF
+    high = (qh.to(tl.int32) >> (2 * i + 8 * e)) & 3
+    return ((low | (high << 4)) - 32).to(tl.float32) * scale
+
+
+@triton.jit
+def _q6k_scales(base, n_ok, d, half: tl.constexpr, i: tl.constexpr):
+    """d * scales[8 half + 2 i + p // 8] for the 16 elements p of plane i: [BLOCK_N, 16] fp32."""
+    g = tl.arange(0, 2)[None, :]
+    sc = tl.load(
+        (base[:, None] + 192 + 8 * half + 2 * i + g).to(tl.pointer_type(tl.int8)), mask=n_ok[:, None], other=0
+    )
+    scale = d[:, None] * sc.to(tl.float32)  # [BLOCK_N, 2]
+    return tl.reshape(tl.broadcast_to(scale[:, :, None], (base.shape[0], 2, 8)), (base.shape[0], 16))
+
+
+@triton.jit
+def _q6k_half_words(
+    acc,
+    base,
+    n_ok,
+    d,
+    xt_ptr,
+    sb,
+    half: tl.constexpr,
+    t,
+    T_PAD: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    ASM: tl.constexpr,
+):
+    """acc += half `half` of one Q6_K super-block: ql and qh read as halfwords [BLOCK_N, 16] (the
+    rows are only 2-byte aligned), cut into 8 planes (i, e) of 16 weights 128 half + 32 i + 2 p + e,
+    each one K = 16 dot against its rows of the permuted x (`words_x`)."""
+    p = tl.arange(0, 16)[None, :]
+    row = base[:, None]
+    ql_a = tl.load((row + 64 * half).to(tl.pointer_type(tl.int16)) + p, mask=n_ok[:, None], other=0)
+    ql_b = tl.load((row + 64 * half + 32).to(tl.pointer_type(tl.int16)) + p, mask=n_ok[:, None], other=0)
+    qh = tl.load((row + 128 + 32 * half).to(tl.pointer_type(tl.int16)) + p, mask=n_ok[:, None], other=0)
+    s0 = _q6k_scales(base, n_ok, d, half, 0)
+    s1 = _q6k_scales(base, n_ok, d, half, 1)
+    s2 = _q6k_scales(base, n_ok, d, half, 2)
+    s3 = _q6k_scales(base, n_ok, d, half, 3)
+    if ASM:
+        w0, w1, w2, w3, w4, w5, w6, w7 = _q6k_words_half(ql_a, ql_b, qh, s0, s1, s2, s3, DOT_DTYPE)
+    else:
+        w0, w1 = _q6k_plane_f32(ql_a, qh, s0, 0, 0), _q6k_plane_f32(ql_a, qh, s0, 0, 1)
+        w2, w3 = _q6k_plane_f32(ql_b, qh, s1, 1, 0), _q6k_plane_f32(ql_b, qh, s1, 1, 1)
+        w4, w5 = _q6k_plane_f32(ql_a, qh, s2, 2, 0), _q6k_plane_f32(ql_a, qh, s2, 2, 1)
+        w6, w7 = _q6k_plane_f32(ql_b, qh, s3, 3, 0), _q6k_plane_f32(ql_b, qh, s3, 3, 1)
+    first = sb * 16 + half * 8  # plane index of (half, 0, 0) in x's [super-block, 16 planes] rows
+    acc = _dot_plane16(acc, w0, xt_ptr, first + 0, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane16(acc, w1, xt_ptr, first + 1, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane16(acc, w2, xt_ptr, first + 2, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane16(acc, w3, xt_ptr, first + 3, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane16(acc, w4, xt_ptr, first + 4, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane16(acc, w5, xt_ptr, first + 5, t, T_PAD, DOT_DTYPE)
+    acc = _dot_plane16(acc, w6, xt_ptr, first + 6, t, T_PAD, DOT_DTYPE)
+    return _dot_plane16(acc, w7, xt_ptr, first + 7, t, T_PAD, DOT_DTYPE)
+
+
+@triton.jit
+def _dot_plane16(acc, w, xt_ptr, plane, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """acc += one Q6_K plane's weights [BLOCK_N, 16] @ its 16 rows of the permuted x."""
+    r = tl.arange(0, 16)
+    x = tl.load(xt_ptr + (plane * 16 + r)[:, None] * T_PAD + t[None, :])
+    return tl.dot(w.to(DOT_DTYPE), x.to(DOT_DTYPE), acc, input_precision="ieee")
+
+
+def q6k_words_x_ref(x: torch.Tensor, t_pad: int) -> torch.Tensor:
+    """x [tokens, K] permuted for the Q6_K words form: [K / 256 * 16 planes, 16, t_pad], zero past
+    the tokens; plane (half, i, e), row p holds x's column 128 half + 32 i + 2 p + e."""
+    tokens, k = x.shape
+    xt = x.new_zeros((k // 256, 2, 4, 2, 16, t_pad))  # (super-block, half, i, e, p, token)
+    xt[..., :tokens] = x.reshape(tokens, k // 256, 2, 4, 16, 2).permute(1, 2, 3, 5, 4, 0)
+    return xt.view(k // 256 * 16, 16, t_pad)
+
+
+@triton.jit
+def _q6k_words_x_kernel(x_ptr, xt_ptr, num_tokens, stride_x, T_PAD: tl.constexpr, PDL: tl.constexpr):
+    """One program per super-block: `q6k_words_x_ref`'s [16 * 16, T_PAD] slab, in one pass."""
+    pdl_wait(PDL)
+    sb = tl.program_id(0)
+    c = tl.arange(0, 256)  # (half, i, e, p)
+    half, i, e, p = c // 128, (c // 32) % 4, (c // 16) % 2, c % 16
+    col = sb * 256 + 128 * half + 32 * i + 2 * p + e
+    t = tl.arange(0, T_PAD)
+    x = tl.load(x_ptr + t[None, :] * stride_x + col[:, None], mask=(t < num_tokens)[None, :], other=0.0)
+    tl.store(xt_ptr + (sb * 256 + c)[:, None] * T_PAD + t[None, :], x)
+
+
+def words_x(x: torch.Tensor, qtype: str, t_pad: int) -> torch.Tensor:
+    """x permuted for `qtype`'s words form (`q4k_words_x_ref`, `q6k_words_x_ref`) in one kernel
+    launch (a PDL launch where the card has it)."""
+    tokens, k = x.shape
+    shape = (k // 256, 8, 32, t_pad) if qtype == "Q4_K" else (k // 256 * 16, 16, t_pad)
+    kernel = _q4k_words_x_kernel if qtype == "Q4_K" else _q6k_words_x_kernel
+    xt = torch.empty(shape, dtype=x.dtype, device=x.device)
+    kernel[(k // 256,)](x, xt, tokens, x.stride(0), T_PAD=t_pad, num_warps=4, **pdl_meta(x.device))
+    return xt
 
 
 @triton.jit
@@ -586,6 +731,7 @@ def _q6k_mma_kernel(
     HAS_BIAS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     WHOLE: tl.constexpr = False,
+    WORDS: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
     pdl_wait(PDL)
@@ -594,7 +740,13 @@ def _q6k_mma_kernel(
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
         base = row_ptr + sb * 210
-        if WHOLE:
+        if WORDS:
+            d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+            for half in tl.static_range(2):
+                acc = _q6k_half_words(
+                    acc, base, n_ok, d, xs_ptr, sb, half, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32
+                )
+        elif WHOLE:
             for half in tl.static_range(2):
                 acc = _q6k_half_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, half, t, t_ok, DOT_DTYPE)
         else:
@@ -713,7 +865,6 @@ def quant_matmul_mma(
 ) -> torch.Tensor:
     """Triton tensor-core x @ W.T (+ bias) -> [num_tokens, out_features] in x's dtype."""
     check_mma_args(x, weight, bias)
-    assert not (config and config.words and weight.qtype != "Q4_K"), "the words form is Q4_K's only"
     num_tokens, rows = x.shape[0], weight.out_features
     t_pad = mma_t_pad(num_tokens)
     cfg = config or mma_config(weight, num_tokens) or MmaConfig(block_n=32, num_warps=4)
@@ -732,7 +883,7 @@ def quant_matmul_mma(
     # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
     # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.
     if cfg.words:  # the words form reads x permuted, in place of x's sums
-        x_sums = q4k_words_x(x, t_pad)
+        x_sums = words_x(x, weight.qtype, t_pad)
     else:
         x_sums = x if cfg.whole else torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
     kernel[grid](

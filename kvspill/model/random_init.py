@@ -2,7 +2,9 @@
 
 `random:SHAPE:QTYPE` (e.g. `random:llama-8b:q4_k`) keeps every linear layer and the embedding in
 that GGUF type (kernels/gguf_formats.py) with random but valid blocks: the quantized decode path
-at a real 7-8B shape without a multi-GB file. `random:SHAPE:fp8` holds the decoder layers'
+at a real 7-8B shape without a multi-GB file. `random:SHAPE:q4_k_m` mixes the types as
+llama-quantize's Q4_K_M does (`q4_k_m_type`): Q6_K for the lm_head and for attn_v and ffn_down of
+half the layers, Q4_K elsewhere. `random:SHAPE:fp8` holds the decoder layers'
 projections in fp8 (model/fp8.py), as `--quantization fp8` does with a checkpoint.
 
 Decode and prefill speed do not depend on weight values, so the benchmark workloads (the
@@ -82,15 +84,57 @@ def _quantize_randomly(net: LlamaForCausalLM, qtype: str, dtype: torch.dtype) ->
         net.lm_head = QuantLinear(head.in_features, [head.out_features], False, dtype)
 
 
+MIXED_Q4_K_M = "Q4_K_M"
+
+
+def q4_k_m_type(name: str, layer: int, num_layers: int) -> str:
+    """The GGUF type llama-quantize gives tensor `name` (HF-style: lm_head, v_proj, down_proj,
+    ...) of `layer` in a Q4_K_M file (llama.cpp's llama_tensor_get_type): Q6_K for the output
+    and, where `use_more_bits` holds (the first and last eighth of the layers and every third
+    between), for attn_v and ffn_down; Q4_K elsewhere."""
+    if name == "lm_head":
+        return "Q6_K"
+    eighth = num_layers // 8
+    more_bits = layer < eighth or layer >= 7 * num_layers // 8 or (layer - eighth) % 3 == 2
+    return "Q6_K" if name in ("v_proj", "down_proj") and more_bits else "Q4_K"
+
+
+def _shard_types(net: LlamaForCausalLM, qtype: str) -> dict[int, list[str]]:
+    """id(QuantLinear) -> the type of each of its shards (one type everywhere but Q4_K_M)."""
+    types: dict[int, list[str]] = {}
+    num_layers = len(net.model.layers)
+    for i, layer in enumerate(net.model.layers):
+        names = {
+            layer.self_attn.qkv_proj: ("q_proj", "k_proj", "v_proj"),
+            layer.self_attn.o_proj: ("o_proj",),
+            layer.mlp.gate_up_proj: ("gate_proj", "up_proj"),
+            layer.mlp.down_proj: ("down_proj",),
+        }
+        for module, shard_names in names.items():
+            types[id(module)] = [
+                q4_k_m_type(n, i, num_layers) if qtype == MIXED_Q4_K_M else qtype for n in shard_names
+            ]
+    types[id(net.lm_head)] = [q4_k_m_type("lm_head", 0, num_layers) if qtype == MIXED_Q4_K_M else qtype]
+    return types
+
+
 def _fill_quantized(net: LlamaForCausalLM, qtype: str, gen: torch.Generator) -> None:
+    shard_types = _shard_types(net, qtype)
+    single = qtype  # the embedding: Q4_K in a Q4_K_M file, Q6_K where it is also the output
+    if qtype == MIXED_Q4_K_M:
+        single = "Q6_K" if net.tie_word_embeddings else "Q4_K"
     for module in net.modules():
         if isinstance(module, QuantLinear):
+            types = shard_types[id(module)]
             module.set_weight(
-                [random_quantized(qtype, n, module.in_features, gen, _QUANT_SCALE) for n in module.out_sizes]
+                [
+                    random_quantized(t, n, module.in_features, gen, _QUANT_SCALE)
+                    for t, n in zip(types, module.out_sizes, strict=True)
+                ]
             )
         elif isinstance(module, QuantEmbedding):
             module.set_weight(
-                random_quantized(qtype, module.shard_rows, module.embedding_dim, gen, _QUANT_SCALE)
+                random_quantized(single, module.shard_rows, module.embedding_dim, gen, _QUANT_SCALE)
             )
 
 
@@ -139,6 +183,9 @@ def _check_random_name(name: str, qtype: str | None, device: torch.device) -> No
     """The weight type runs on `device` and the shape is a known one."""
     if qtype == "FP8":
         check_fp8_supported(device)
+    elif qtype == MIXED_Q4_K_M:
+        check_supported("Q4_K")
+        check_supported("Q6_K")
     elif qtype is not None:
         check_supported(qtype)
     if name not in KNOWN_SHAPES:

@@ -14,19 +14,19 @@ from kvspill.kernels.gguf_mma import SPLIT_K_MAX_ROWS, MmaConfig, for_rows, pars
 
 
 def test_grid_has_every_form_once_and_the_known_region_first():
-    configs = mma_sweep.grid("Q6_K")
+    configs = mma_sweep.grid("Q6_K", ("sub", "whole"))
     assert len(configs) == len(set(configs)) == 96
     assert not any(c.magic and c.whole for c in configs) and not any(c.words for c in configs)
     assert {(c.magic, c.whole) for c in configs} == {(False, False), (True, False), (False, True)}
     assert configs[0].block_n == 32 and configs[0].num_stages == 3 and configs[0].split_k == 4
 
 
-def test_grid_sweeps_the_words_form_first_and_for_q4k_only():
+def test_grid_sweeps_the_words_form_first():
     q4k = mma_sweep.grid("Q4_K")
     words = [c for c in q4k if c.words]
     assert len(q4k) == len(set(q4k)) == 96 + len(words) and q4k[: len(words)] == words
     assert words[0].block_n == 64 and all(c.num_warps * 16 <= 2 * c.block_n for c in words)
-    assert mma_sweep.grid("Q4_K", ("words",)) == words
+    assert mma_sweep.grid("Q4_K", ("words",)) == words == mma_sweep.grid("Q6_K", ("words",))
     assert not any(c.words for c in mma_sweep.grid("Q4_K", ("sub", "whole")))
 
 
@@ -76,7 +76,7 @@ class _FakeBench:
 def test_stages_rank_pick_and_log(tmp_path):
     args = mma_sweep._parse(["--types", "Q6_K", "--tokens", "4", "8", "--out", str(tmp_path)])
     sweep = mma_sweep.Sweep(args, bench=_FakeBench())
-    tops = sweep.stage1("Q6_K", mma_sweep.grid("Q6_K"))
+    tops = sweep.stage1("Q6_K", mma_sweep.grid("Q6_K", ("sub", "whole")))
     assert [c.block_n for c in tops] == [16, 16, 16] and not any(c.whole for c in tops)
     picks: dict = {}
     sweep.stage2("Q6_K", tops, picks)  # 16 us a shape against today's 40: picked at both counts

@@ -19,9 +19,10 @@ from kvspill.kernels.gguf_mma import (
     mma_config,
     mma_t_pad,
     parse_mma_configs,
-    q4k_words_x,
     q4k_words_x_ref,
+    q6k_words_x_ref,
     quant_matmul_mma,
+    words_x,
 )
 from kvspill.kernels.quant_linear import quant_linear, quant_linear_path
 from kvspill.kernels.triton_compat import tl, triton
@@ -208,20 +209,28 @@ WORDS_CONFIGS = [
 ]
 
 
+@pytest.mark.parametrize("qtype", MMA_TYPES)
 @pytest.mark.parametrize("config", WORDS_CONFIGS, ids=lambda c: f"n{c.block_n}s{c.split_k}")
 @pytest.mark.parametrize("num_tokens", [1, 5, 17])
-def test_mma_q4k_words_matches_reference(config, num_tokens, device):
-    weight, x, bias, w_ref = _case("Q4_K", num_tokens, torch.float32, device, seed=21 + num_tokens)
+def test_mma_words_matches_reference(qtype, config, num_tokens, device):
+    weight, x, bias, w_ref = _case(qtype, num_tokens, torch.float32, device, seed=21 + num_tokens)
     _check(quant_matmul_mma(x, weight, bias, config=config), x, w_ref, bias, rel=1e-5)
 
 
+@pytest.mark.parametrize("qtype", MMA_TYPES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_mma_q4k_words_half_activations(dtype, device):
+def test_mma_words_half_activations(qtype, dtype, device):
     # On a GPU the magic-number asm dequantizes: weights rounded to x's dtype once, as the
     # dequantize-then-GEMM path rounds them (its scales rounded to x's dtype first).
-    weight, x, bias, w_ref = _case("Q4_K", 8, dtype, device, seed=7)
+    weight, x, bias, w_ref = _case(qtype, 8, dtype, device, seed=7)
     out = quant_matmul_mma(x, weight, bias, config=WORDS_CONFIGS[1])
     _check(out, x, w_ref, bias, rel=2e-2 if dtype == torch.bfloat16 else 4e-3)
+
+
+def test_mma_q6k_words_on_two_byte_aligned_rows(device):
+    weight, x, bias, w_ref = _case("Q6_K", 3, torch.float32, device, seed=9)
+    shifted = _shifted(weight, 2)
+    _check(quant_matmul_mma(x, shifted, bias, config=WORDS_CONFIGS[1]), x, w_ref, bias, rel=1e-5)
 
 
 def test_q4k_words_x_permutes_each_super_block(device):
@@ -233,13 +242,23 @@ def test_q4k_words_x_permutes_each_super_block(device):
         column = 256 * sb + 64 * j + 32 * h + 4 * i + b
         assert xt[sb, m, r, :2].tolist() == x[:, column].tolist()
     wide = torch.randn((3, 600), dtype=torch.bfloat16).to(device)[:, :512]  # rows of x, strided
-    assert torch.equal(q4k_words_x(wide, 16).cpu(), q4k_words_x_ref(wide.cpu(), 16))
+    assert torch.equal(words_x(wide, "Q4_K", 16).cpu(), q4k_words_x_ref(wide.cpu(), 16))
 
 
-def test_words_form_is_q4k_only(device):
-    weight, x, _, _ = _case("Q6_K", 3, torch.float32, device)
-    with pytest.raises(AssertionError, match="Q4_K's only"):
-        quant_matmul_mma(x, weight, config=WORDS_CONFIGS[0])
+def test_q6k_words_x_permutes_each_super_block(device):
+    x = torch.arange(2 * 512, dtype=torch.float32).view(2, 512)
+    xt = q6k_words_x_ref(x, 16)
+    assert xt.shape == (2 * 16, 16, 16) and not xt[..., 2:].any()
+    cases = [(0, 0, 0, 0, 0), (0, 0, 0, 1, 0), (0, 1, 2, 0, 9), (1, 1, 3, 1, 15), (1, 0, 1, 1, 7)]
+    for sb, half, i, e, p in cases:
+        plane = sb * 16 + half * 8 + 2 * i + e
+        column = 256 * sb + 128 * half + 32 * i + 2 * p + e
+        assert xt[plane, p, :2].tolist() == x[:, column].tolist()
+    wide = torch.randn((3, 600), dtype=torch.bfloat16).to(device)[:, :512]
+    assert torch.equal(words_x(wide, "Q6_K", 16).cpu(), q6k_words_x_ref(wide.cpu(), 16))
+
+
+def test_words_and_whole_are_two_forms():
     with pytest.raises(ValueError, match="not whole and words"):
         MmaConfig(block_n=16, num_warps=1, whole=True, words=True)
 
