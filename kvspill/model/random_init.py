@@ -25,7 +25,7 @@ from kvspill.gguf.cache import light_config_class
 from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.kernels.gguf_formats import check_supported, random_quantized
 from kvspill.model.fp8 import fill_fp8_randomly, install_fp8_modules
-from kvspill.model.llama import LlamaForCausalLM, replace_projections
+from kvspill.model.llama import LlamaDecoderLayer, LlamaForCausalLM, replace_projections
 from kvspill.model.loader import LoadedModel, apply_rope_override
 from kvspill.model.offload import offload_layers, place_with_offload
 from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding
@@ -104,6 +104,7 @@ def _shard_types(net: LlamaForCausalLM, qtype: str) -> dict[int, list[str]]:
     types: dict[int, list[str]] = {}
     num_layers = len(net.model.layers)
     for i, layer in enumerate(net.model.layers):
+        assert isinstance(layer, LlamaDecoderLayer)
         names = {
             layer.self_attn.qkv_proj: ("q_proj", "k_proj", "v_proj"),
             layer.self_attn.o_proj: ("o_proj",),
