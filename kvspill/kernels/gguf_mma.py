@@ -784,16 +784,17 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
 
 
 # Per (type, token count rounded up to a power of two): the config measured fastest on the
-# Llama-3.1-8B shapes where it beat the other paths. Q4_K 3-16 tokens: the words form, the 5
-# shapes 288 us against the sub-block form's 410 at 8 tokens (bench/results/2026-12-03-h200-
-# q4k-words/). A count without an entry keeps its old path (kernels/quant_linear.py): Q4_K at 2
-# tokens (the lane GEMV: 266 us against the sub-block form's 397 on the 5 shapes) and 17-64
-# (dequantize-then-GEMM was 1.4x faster than the sub-block form); Q6_K but at 5-8 tokens
-# (bench/results/2026-12-02-h200-q4km-peer/).
-_Q4K_FEW_TOKENS = MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3, words=True)
+# Llama-3.1-8B shapes where it beat the other paths; the 5 shapes' summed us (H200, 2026-12-03,
+# bench/results/2026-12-03-h200-q4k-words/): the words form, Q4_K at 3-32 tokens (8: 288 against
+# the sub-block form's 410; 32: 358 against dequantize-then-GEMM's 1,039) and Q6_K at 5-32 (8: 552
+# against the sub-block form's 910; 32: 786 against 1,483). A count without an entry keeps its old
+# path (kernels/quant_linear.py): 2 tokens (Q4_K: the lane GEMV 278 against the words form's 284),
+# Q6_K at 3-4 (the lane GEMV 487 against 549) and 33-64 (dequantize-then-GEMM; the words form
+# untimed there).
+_WORDS = MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3, words=True)
 MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
-    **{("Q4_K", t): _Q4K_FEW_TOKENS for t in (4, 8, 16)},
-    ("Q6_K", 8): MmaConfig(block_n=64, num_warps=2, split_k=4, num_stages=3, magic=True),
+    **{("Q4_K", t): _WORDS for t in (4, 8, 16, 32)},
+    **{("Q6_K", t): _WORDS for t in (8, 16, 32)},
 }
 # A JSON file of configs tuned on this machine (`python -m kvspill.bench.mma_sweep` writes one):
 # {"Q6_K,16": {"block_n": 64, "num_warps": 2, ...}, "Q4_K,4": null, ...}; null sends that count
