@@ -8,60 +8,43 @@ Shapes:
 Why: at 2-64 tokens a step still reads every weight once, so it should cost about what one token
 costs. The dequantize-then-GEMM path writes and reads a dense copy (3.5x the bytes), and the
 CUDA-core GEMV spends one FMA per weight per token. Here (as Marlin does for int4) each program
-streams BLOCK_N rows of super-blocks once and feeds them to the tensor cores against all tokens,
-one sub-block at a time (T_PAD: 16, 32, 64):
+streams BLOCK_N rows of super-blocks once and feeds them to the tensor cores against all tokens
+(padded to T_PAD: 16, 32, 64). Programs split the rows and, with SPLIT_K > 1, the super-blocks.
 
-    Q4_K: out^T[BLOCK_N, T_PAD] += d*sc * (q[BLOCK_N, 32] @ x^T[32, T_PAD]) - dmin*m * sum(x)
-    Q6_K: out^T[BLOCK_N, T_PAD] += d*sc * (q[BLOCK_N, 16] @ x^T[16, T_PAD] - 32 * sum(x))
+Forms (MmaConfig):
+- `words` (the picks, MMA_CONFIGS): the quants are read as whole words (Q4_K: 32 int32 a row and
+  super-block, 16-byte loads pipelined through shared memory; Q6_K, whose 210-byte rows are only
+  2-byte aligned: ql and qh as halfwords) and dequantized in registers by a magic-number asm into
+  planes (Q4_K: 8 of 32 weights, nibble h of byte b of every word; Q6_K: 8 of 16 a half
+  super-block), two half-precision weights an instruction pair, the scale and min applied there:
+  w = q * bf16(d*sc) - bf16(dmin*m), rounded once to x's dtype. x comes permuted to the planes'
+  order by one small kernel a call (`words_x`), so each plane is one dot with no gather. Split K
+  without atomics on the output: the last split of a row tile adds the fp32 partials in split
+  order (`_store_reduced`), so a batch's tokens are the same on every run.
+- `sub`: one sub-block at a time, the integer quants to the tensor cores as they are and the
+  sub-block's scale after the dot, the min (Q4_K) or offset (Q6_K) through each sub-block's sum of
+  x (one reduce kernel a call); `magic` makes a quant 128 + q by a mantissa OR and takes
+  128 * sum(x) back out. Split K adds fp32 partials with atomics (the caller casts).
+- `whole`: a super-block's [BLOCK_N, 256] weights dequantized in fp32, rounded to x's dtype, one
+  K = 256 dot (Q6_K: two of 128).
 
-The integer quants (Q4_K 0..15, Q6_K 0..63: exact in bf16 and fp16) go to the tensor cores as
-they are and the sub-block's scale multiplies the product afterwards; the min (Q4_K) or offset
-(Q6_K) term takes the per-token sum of the sub-block's x, computed once per call:
-    sum_k (d*sc*q_k - dmin*m) x_k = d*sc * sum_k q_k x_k - dmin*m * sum_k x_k.
-The `magic` form turns a quant into 128 + q by OR-ing it into the mantissa of 128.0 (no
-int-to-float convert) and subtracts 128 * sum(x) (Q6_K: 160 * sum(x)) after the dot. Programs
-split the rows and, with SPLIT_K > 1, the super-blocks: partial sums are then added into an fp32
-output with atomics (the caller casts it). Q6_K's 16-column quant tiles are composed from ql and
-qh bytes loaded as [BLOCK_N, 16] uint8 tiles (its 210-byte rows are only 2-byte aligned).
-
-Measured (NVIDIA H200, Triton 3.6, 2026-12-02; bench/results/2026-12-02-h200-gguf-mma/): Q4_K at
-4-16 tokens, per Llama-3.1-8B shape (qkv / o / gate_up / down / lm_head), us against the previous
-path (the dot kernel): 25 / 21 / 82 / 46 / 267 against 38 / 28 / 130 / 88 / 539 at 8 tokens, an 8B
-step's projections 5.9 ms against 9.6; 10-27% of the card's copy bandwidth, far from the 80% of
-Marlin-class kernels: the dots are small (K = 32 a sub-block) and each program converts its x
-tile to the dot layout. At 32-64 tokens the dequantize-then-GEMM path stays faster. That sweep also
-tried the dequantize-before-the-dot form, unrolled super-blocks and a first Q6_K form (signed
-q - 32 into the dot, each qh byte read four times, no magic form): all slower (their code: commit
-afabc76, kernels/gguf_mma.py). The Q6_K form here (unsigned q, the 32 * sum(x) offset after the
-dot, each byte read once; bench/results/2026-12-02-h200-q4km-peer/) wins only at 5-8 tokens: the
-5 shapes 912 us against the dot kernel's 957 at 8 tokens (0.67 TB/s), an 8-sequence step on a
-llama-quantize Q4_K_M file 8.61 ms against 9.17; at 2-4 tokens the Q6_K lane GEMV is 1.8-2.5x
-faster and at 16 the two tie. The same sweep re-timed the Q4_K pick at 2 tokens: 397 us against
-the lane GEMV's 266, so 2 tokens keep the GEMV.
-The `words` form (MmaConfig.words, Q4_K; the pick at 3-16 tokens) reads a super-block's quants
-as 32 int32 words a row (16-byte loads, pipelined through shared memory) and dequantizes them in
-registers into 8 planes by a magic-number asm (two bf16/fp16 weights an instruction pair, the
-scale and min applied there: weights rounded once to x's dtype); x comes permuted to the planes'
-order by one small kernel a call (`words_x`), so each plane is one K = 32 dot with no gather
-and no x sums. Its loop is about 690 SASS instructions a super-block per thread against 1,300 for
-the magic sub-block form (sm_90, Triton 3.6), and it ran the 5 shapes at 8 tokens in 288 us
-against 410 (H200, 2026-12-03; bench/results/2026-12-03-h200-q4k-words/): 15-40% of the copy
-ceiling, still issue-bound (each thread spends ~5 instructions a weight).
-The `whole` form (MmaConfig.whole) dequantizes a super-block's [BLOCK_N, 256] weights in
-registers (rounded to x's dtype, as the dense paths do) and takes one K = 256 dot (Q6_K: two of
-K = 128): no x sums, 8x fewer dot-layout conversions. Every form swept so far took K = 32
-(Q6_K: 16) dots, the dequantize-before-the-dot one too; this one has passed the interpreter
-tests only, and no config picks it until a GPU sweep (bench/mma_sweep.py) measures it. Tuned
-configs of another card come in through KVSPILL_MMA_CONFIGS (below MMA_CONFIGS).
+Measured (H200, Triton 3.6): the words form's loop is about 690 SASS instructions a super-block
+per thread against 1,300 for the magic sub-block form; the 5 Llama-3.1-8B shapes at 8 tokens,
+Q4_K 288 us against the sub-block form's 410, Q6_K 552 against 910, still issue-bound at 15-40%
+of the copy ceiling (bench/results/2026-12-03-h200-q4k-words/; the sub-block and whole forms'
+sweeps: bench/results/2026-12-02-h200-gguf-mma/, 2026-12-02-h200-q4km-peer/). Tuned configs of
+another card come in through KVSPILL_MMA_CONFIGS (below MMA_CONFIGS).
 
 Invariants:
-- The result equals dequantize_ref(weight) @ x.T up to fp32 rounding (the `whole` form: up to
-  the rounding of the weights to x's dtype; the other forms: the quant-times-x products
-  are exact in fp32; the magic form adds the rounding of (128 + offset) * sum(x) taken back out).
+- The result equals dequantize_ref(weight) @ x.T up to fp32 rounding and, for the half-precision
+  weights of the `words` and `whole` forms, their rounding to x's dtype (the `sub` form's
+  quant-times-x products are exact in fp32; its magic variant adds the rounding of
+  (128 + offset) * sum(x) taken back out).
 - Weight bytes are read once per launch; Q4_K rows must be 4-byte aligned (its header is read as
-  words), Q6_K rows 2-byte aligned (bytes and one fp16 are read).
-- Under Triton's interpreter (CPU tensors) the dots run in fp32: its tl.dot of a bf16 tile made in
-  the kernel is wrong (see gguf_gemv._interpreted).
+  words), Q6_K rows 2-byte aligned.
+- Under Triton's interpreter (CPU tensors) the dots run in fp32 and the words form dequantizes in
+  fp32 (no asm there): its tl.dot of a bf16 tile made in the kernel is wrong (see
+  gguf_gemv._interpreted).
 """
 
 from __future__ import annotations
@@ -389,7 +372,9 @@ def q4k_words_x_ref(x: torch.Tensor, t_pad: int) -> torch.Tensor:
 
 
 @triton.jit
-def _q4k_words_x_kernel(x_ptr, xt_ptr, num_tokens, stride_x, T_PAD: tl.constexpr, PDL: tl.constexpr):
+def _q4k_words_x_kernel(
+    x_ptr, xt_ptr, counter_ptr, num_counters, num_tokens, stride_x, T_PAD: tl.constexpr, PDL: tl.constexpr
+):
     """One program per super-block: `q4k_words_x_ref`'s [8 * 32, T_PAD] slab, in one pass."""
     pdl_wait(PDL)
     sb = tl.program_id(0)
@@ -399,6 +384,7 @@ def _q4k_words_x_kernel(x_ptr, xt_ptr, num_tokens, stride_x, T_PAD: tl.constexpr
     t = tl.arange(0, T_PAD)
     x = tl.load(x_ptr + t[None, :] * stride_x + col[:, None], mask=(t < num_tokens)[None, :], other=0.0)
     tl.store(xt_ptr + (sb * 256 + c)[:, None] * T_PAD + t[None, :], x)
+    _zero_counters(counter_ptr, num_counters)
 
 
 @triton.jit
@@ -590,6 +576,17 @@ def _q6k_half_words(
 
 
 @triton.jit
+def _q6k_super_block_words(acc, base, n_ok, xt_ptr, sb, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """acc += one Q6_K super-block of the program's rows in the words form (both halves)."""
+    d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+    for half in tl.static_range(2):
+        acc = _q6k_half_words(
+            acc, base, n_ok, d, xt_ptr, sb, half, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32
+        )
+    return acc
+
+
+@triton.jit
 def _dot_plane16(acc, w, xt_ptr, plane, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """acc += one Q6_K plane's weights [BLOCK_N, 16] @ its 16 rows of the permuted x."""
     r = tl.arange(0, 16)
@@ -607,7 +604,9 @@ def q6k_words_x_ref(x: torch.Tensor, t_pad: int) -> torch.Tensor:
 
 
 @triton.jit
-def _q6k_words_x_kernel(x_ptr, xt_ptr, num_tokens, stride_x, T_PAD: tl.constexpr, PDL: tl.constexpr):
+def _q6k_words_x_kernel(
+    x_ptr, xt_ptr, counter_ptr, num_counters, num_tokens, stride_x, T_PAD: tl.constexpr, PDL: tl.constexpr
+):
     """One program per super-block: `q6k_words_x_ref`'s [16 * 16, T_PAD] slab, in one pass."""
     pdl_wait(PDL)
     sb = tl.program_id(0)
@@ -617,16 +616,33 @@ def _q6k_words_x_kernel(x_ptr, xt_ptr, num_tokens, stride_x, T_PAD: tl.constexpr
     t = tl.arange(0, T_PAD)
     x = tl.load(x_ptr + t[None, :] * stride_x + col[:, None], mask=(t < num_tokens)[None, :], other=0.0)
     tl.store(xt_ptr + (sb * 256 + c)[:, None] * T_PAD + t[None, :], x)
+    _zero_counters(counter_ptr, num_counters)
 
 
-def words_x(x: torch.Tensor, qtype: str, t_pad: int) -> torch.Tensor:
+@triton.jit
+def _zero_counters(counter_ptr, num_counters):
+    """This program's share of the split-K arrival counters set to 0 (`_store_reduced`)."""
+    per = tl.cdiv(num_counters, tl.num_programs(0))
+    first = tl.program_id(0) * per
+    for start in range(first, first + per, 256):
+        c = start + tl.arange(0, 256)
+        tl.store(
+            counter_ptr + c, tl.zeros([256], dtype=tl.int32), mask=(c < first + per) & (c < num_counters)
+        )
+
+
+def words_x(x: torch.Tensor, qtype: str, t_pad: int, counters: torch.Tensor | None = None) -> torch.Tensor:
     """x permuted for `qtype`'s words form (`q4k_words_x_ref`, `q6k_words_x_ref`) in one kernel
-    launch (a PDL launch where the card has it)."""
+    launch (a PDL launch where the card has it), which also zeroes `counters` (int32)."""
     tokens, k = x.shape
     shape = (k // 256, 8, 32, t_pad) if qtype == "Q4_K" else (k // 256 * 16, 16, t_pad)
     kernel = _q4k_words_x_kernel if qtype == "Q4_K" else _q6k_words_x_kernel
     xt = torch.empty(shape, dtype=x.dtype, device=x.device)
-    kernel[(k // 256,)](x, xt, tokens, x.stride(0), T_PAD=t_pad, num_warps=4, **pdl_meta(x.device))
+    zeroed = counters if counters is not None else xt  # num_counters 0: never written
+    num_counters = 0 if counters is None else counters.numel()
+    kernel[(k // 256,)](
+        x, xt, zeroed, num_counters, tokens, x.stride(0), T_PAD=t_pad, num_warps=4, **pdl_meta(x.device)
+    )
     return xt
 
 
@@ -663,6 +679,45 @@ def _store(
         tl.atomic_add(out, acc, mask=mask, sem="relaxed")
 
 
+@triton.jit
+def _store_reduced(
+    acc,
+    bias_ptr,
+    out_ptr,
+    part_ptr,
+    counter_ptr,
+    stride_o,
+    rows,
+    num_tokens,
+    n,
+    n_ok,
+    t,
+    t_ok,
+    SPLIT_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """SPLIT_K > 1 without atomics on the output: each split stores its fp32 partial [tokens, rows]
+    plane of `part_ptr`, and the last split of the row tile to arrive (the tile's counter, zeroed
+    by `words_x` before this kernel) adds the planes in split order, so the sum, and the tokens
+    that come of it, are the same on every run; it writes out (+ bias) in out's dtype, so no zero
+    fill or cast kernel comes with the call. The barrier orders all threads' partial stores before
+    thread 0's atomic (Triton issues a scalar atomic once), whose release publishes them; the last
+    split's acquire reaches its threads through Triton's broadcast of the atomic's result."""
+    offsets = t[None, :] * rows + n[:, None]
+    mask = n_ok[:, None] & t_ok[None, :]
+    plane = rows * num_tokens
+    tl.store(part_ptr + tl.program_id(1) * plane + offsets, acc, mask=mask)
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counter_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu")
+    if arrived == SPLIT_K - 1:
+        total = tl.zeros_like(acc)
+        for split in tl.static_range(SPLIT_K):
+            total += tl.load(part_ptr + split * plane + offsets, mask=mask, other=0.0, cache_modifier=".cg")
+        if HAS_BIAS:
+            total += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+        tl.store(out_ptr + t[None, :] * stride_o + n[:, None], total.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 # The two kernels differ in the super-block's bytes and arithmetic only; they stay two so that a
 # profile names each type's time (an 8-sequence step: Q4_K 3.98 ms, Q6_K 2.93; bench/results/
 # 2026-12-02-h200-q4km-peer/). Grid: (cdiv(rows, BLOCK_N), SPLIT_K). Program (i, s) takes rows [i*BLOCK_N, +BLOCK_N) and the super-blocks s,
@@ -681,6 +736,8 @@ def _q4k_mma_kernel(
     stride_xs,
     stride_w,
     stride_o,
+    part_ptr,  # the words form with SPLIT_K > 1: fp32 partials [SPLIT_K, tokens, rows]
+    counter_ptr,  # and the row tiles' arrival counters, zeroed by words_x
     T_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT_K: tl.constexpr,
@@ -707,7 +764,25 @@ def _q4k_mma_kernel(
             acc = _q4k_super_block(
                 acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
             )
-    _store(acc, bias_ptr, out_ptr, stride_o, n, n_ok, t, t_ok, SPLIT_K, HAS_BIAS)
+    if WORDS and SPLIT_K > 1:
+        _store_reduced(
+            acc,
+            bias_ptr,
+            out_ptr,
+            part_ptr,
+            counter_ptr,
+            stride_o,
+            rows,
+            num_tokens,
+            n,
+            n_ok,
+            t,
+            t_ok,
+            SPLIT_K,
+            HAS_BIAS,
+        )
+    else:
+        _store(acc, bias_ptr, out_ptr, stride_o, n, n_ok, t, t_ok, SPLIT_K, HAS_BIAS)
 
 
 @triton.jit
@@ -724,6 +799,8 @@ def _q6k_mma_kernel(
     stride_xs,
     stride_w,
     stride_o,
+    part_ptr,  # the words form with SPLIT_K > 1: fp32 partials [SPLIT_K, tokens, rows]
+    counter_ptr,  # and the row tiles' arrival counters, zeroed by words_x
     T_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT_K: tl.constexpr,
@@ -741,11 +818,7 @@ def _q6k_mma_kernel(
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
         base = row_ptr + sb * 210
         if WORDS:
-            d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
-            for half in tl.static_range(2):
-                acc = _q6k_half_words(
-                    acc, base, n_ok, d, xs_ptr, sb, half, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32
-                )
+            acc = _q6k_super_block_words(acc, base, n_ok, xs_ptr, sb, t, T_PAD, DOT_DTYPE)
         elif WHOLE:
             for half in tl.static_range(2):
                 acc = _q6k_half_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, half, t, t_ok, DOT_DTYPE)
@@ -753,7 +826,25 @@ def _q6k_mma_kernel(
             acc = _q6k_super_block(
                 acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
             )
-    _store(acc, bias_ptr, out_ptr, stride_o, n, n_ok, t, t_ok, SPLIT_K, HAS_BIAS)
+    if WORDS and SPLIT_K > 1:
+        _store_reduced(
+            acc,
+            bias_ptr,
+            out_ptr,
+            part_ptr,
+            counter_ptr,
+            stride_o,
+            rows,
+            num_tokens,
+            n,
+            n_ok,
+            t,
+            t_ok,
+            SPLIT_K,
+            HAS_BIAS,
+        )
+    else:
+        _store(acc, bias_ptr, out_ptr, stride_o, n, n_ok, t, t_ok, SPLIT_K, HAS_BIAS)
 
 
 # Per type: (kernel, weights a sub-block, so a column of x_sums; the rows' byte alignment).
@@ -858,6 +949,22 @@ def for_rows(config: MmaConfig, rows: int) -> MmaConfig:
     return replace(config, split_k=1) if rows > SPLIT_K_MAX_ROWS else config
 
 
+def _outputs(x: torch.Tensor, rows: int, cfg: MmaConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, part, counters) of one call: out in x's dtype, or zeroed fp32 for split K by atomics
+    (the sub-block and whole forms); the words form's split K gets fp32 partials [split_k,
+    tokens, rows] and a counter a row tile (zeroed by words_x); unused ones are `out`."""
+    num_tokens = x.shape[0]
+    atomics = cfg.split_k > 1 and not cfg.words
+    out = torch.empty((num_tokens, rows), dtype=torch.float32 if atomics else x.dtype, device=x.device)
+    if atomics:
+        out.zero_()
+    if not (cfg.words and cfg.split_k > 1):
+        return out, out, out
+    part = torch.empty((cfg.split_k, num_tokens, rows), dtype=torch.float32, device=x.device)
+    counters = torch.empty(triton.cdiv(rows, cfg.block_n), dtype=torch.int32, device=x.device)
+    return out, part, counters
+
+
 def quant_matmul_mma(
     x: torch.Tensor,  # [num_tokens <= MMA_MAX_TOKENS, in_features]
     weight: QuantizedWeight,
@@ -870,10 +977,7 @@ def quant_matmul_mma(
     t_pad = mma_t_pad(num_tokens)
     cfg = config or mma_config(weight, num_tokens) or MmaConfig(block_n=32, num_warps=4)
     interpreted = x.device.type == "cpu"
-    if cfg.split_k > 1:
-        out = torch.zeros((num_tokens, rows), dtype=torch.float32, device=x.device)
-    else:
-        out = torch.empty((num_tokens, rows), dtype=x.dtype, device=x.device)
+    out, part, counters = _outputs(x, rows, cfg)
     if x.dtype == torch.float32 or interpreted:
         dot_dtype = tl.float32
     else:
@@ -884,7 +988,7 @@ def quant_matmul_mma(
     # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
     # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.
     if cfg.words:  # the words form reads x permuted, in place of x's sums
-        x_sums = words_x(x, weight.qtype, t_pad)
+        x_sums = words_x(x, weight.qtype, t_pad, counters if counters is not out else None)
     else:
         x_sums = x if cfg.whole else torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
     kernel[grid](
@@ -900,6 +1004,8 @@ def quant_matmul_mma(
         x_sums.stride(0),
         weight.data.stride(0),
         out.stride(0),
+        part,
+        counters,
         T_PAD=t_pad,
         BLOCK_N=cfg.block_n,
         SPLIT_K=cfg.split_k,
@@ -912,4 +1018,4 @@ def quant_matmul_mma(
         num_stages=cfg.num_stages,
         **pdl_meta(x.device),
     )
-    return out if cfg.split_k == 1 else out.to(x.dtype)
+    return out.to(x.dtype) if out.dtype != x.dtype else out

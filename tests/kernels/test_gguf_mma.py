@@ -251,6 +251,26 @@ def test_q6k_words_x_permutes_each_super_block(device):
     assert torch.equal(words_x(wide, "Q6_K", 16).cpu(), q6k_words_x_ref(wide.cpu(), 16))
 
 
+@pytest.mark.parametrize("num_counters", [0, 3, 600])
+def test_words_x_zeroes_the_split_counters(num_counters, device):
+    # 2 programs (K = 512): 300 counters each at 600, more than one 256-wide store a program.
+    counters = torch.full((max(num_counters, 1),), 7, dtype=torch.int32).to(device)
+    x = torch.randn((2, 512)).to(device)
+    words_x(x, "Q4_K", 16, counters[:num_counters] if num_counters else None)
+    assert counters[:num_counters].eq(0).all() and (num_counters or counters.item() == 7)
+
+
+def test_words_split_k_adds_the_bias_once_and_matches_one_split(device):
+    weight, x, bias, w_ref = _case("Q4_K", 4, torch.float32, device, seed=31)
+    three = quant_matmul_mma(
+        x, weight, bias, config=MmaConfig(block_n=16, num_warps=1, split_k=3, words=True)
+    )
+    one = quant_matmul_mma(x, weight, bias, config=MmaConfig(block_n=16, num_warps=1, words=True))
+    _check(three, x, w_ref, bias, rel=1e-5)
+    # Only the fp32 summation order differs (the GPU's dots group the products otherwise).
+    torch.testing.assert_close(three, one, rtol=0, atol=2e-5 * float(one.abs().max()))
+
+
 def test_words_and_whole_are_two_forms():
     with pytest.raises(ValueError, match="not whole and words"):
         MmaConfig(block_n=16, num_warps=1, whole=True, words=True)
