@@ -1,6 +1,6 @@
 """Tune the tensor-core GGUF kernel (kernels/gguf_mma.py) on this GPU: `python -m kvspill.bench.mma_sweep`.
 
-    python -m kvspill.bench.mma_sweep --types Q4_K Q6_K --tokens 2 4 8 16 --budget-s 300 --out sweep/
+    python -m kvspill.bench.mma_sweep --types Q4_K Q6_K --tokens 2 4 8 16 32 --budget-s 300 --out sweep/
     KVSPILL_MMA_CONFIGS=sweep/mma_configs.json kvspill serve ...      # the engine takes the picks
 
 Stage 1, per type: every config of `grid()` (form: words, sub-blocks with or without magic
@@ -221,7 +221,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--types", nargs="+", default=list(MMA_TYPES), choices=MMA_TYPES)
     ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS, help="kernel forms to sweep")
-    ap.add_argument("--tokens", nargs="+", type=int, default=[2, 4, 8, 16])
+    ap.add_argument("--tokens", nargs="+", type=int, default=[2, 4, 8, 16, 32])
     ap.add_argument("--budget-s", type=float, default=300.0, help="seconds the sweep may take")
     ap.add_argument("--workers", type=int, default=max(0, min(12, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--out", default="mma-sweep", help="folder for the JSON files")
