@@ -4,8 +4,8 @@
     KVSPILL_MMA_CONFIGS=sweep/mma_configs.json kvspill serve ...      # the engine takes the picks
 
 Stage 1, per type: every config of `grid()` (form: words, sub-blocks with or without magic
-quants, whole super-blocks; row tile, warps, pipeline stages, split K) at 8 tokens on the qkv / down / lm_head shapes of Llama-3.1-8B, ranked
-by the summed time. Stage 2: the best TOP configs on all five shapes at each token count, beside
+quants, whole super-blocks; row tile, warps, pipeline stages, split K) at 8 tokens on the qkv /
+down / lm_head shapes of Llama-3.1-8B, ranked by the summed time. Stage 2: the best TOP configs on all five shapes at each token count, beside
 the path `quant_linear` takes today. A count whose best config beats that path on the sum gets it
 in `mma_configs.json` (the KVSPILL_MMA_CONFIGS format). Timing as kernels_gguf: medians of CUDA-graph replays over
 rotating weight copies (>= 256 MB a replay); every config's result is checked once against
@@ -43,8 +43,8 @@ COMPILE_ROWS = 64  # rows of the weights the workers compile on (the same Triton
 FORMS = ("words", "sub", "whole")  # grid()'s forms: see MmaConfig
 
 
-def grid(qtype: str, forms: tuple[str, ...] = FORMS) -> list[MmaConfig]:
-    """Stage 1's configs of `qtype`, in `forms`' order (the budget may end stage 1): the words
+def grid(forms: tuple[str, ...] = FORMS) -> list[MmaConfig]:
+    """Stage 1's configs (either type), in `forms`' order (the budget may end stage 1): the words
     form in wider row tiles, the sub-block form with and without magic quants, and the
     whole-super-block form, which has no magic variant."""
     configs = []
@@ -241,16 +241,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from kvspill.bench.kernels_gguf import SHAPES
 
-    configs = {q: grid(q, tuple(args.forms)) for q in args.types}
+    configs = grid(tuple(args.forms))
     ins = sorted({k for _, k in SHAPES.values()})
     sweep = Sweep(args)  # the budget counts the compiles too
     picks: dict[str, dict] = {}
     precompile(
-        [(q, k, STAGE1_TOKENS, dataclasses.asdict(c)) for q in args.types for c in configs[q] for k in ins],
+        [(q, k, STAGE1_TOKENS, dataclasses.asdict(c)) for q in args.types for c in configs for k in ins],
         args.workers,
     )
     for qtype in args.types:
-        sweep.stage2(qtype, sweep.stage1(qtype, configs[qtype]), picks)
+        sweep.stage2(qtype, sweep.stage1(qtype, configs), picks)
     (sweep.out / "mma_configs.json").write_text(json.dumps(picks, indent=1) + "\n")
     print(f"{len(picks)} picks in {sweep.out / 'mma_configs.json'} ({time.time() - sweep.t0:.0f} s)")
     return 0

@@ -14,7 +14,7 @@ from kvspill.kernels.gguf_mma import SPLIT_K_MAX_ROWS, MmaConfig, for_rows, pars
 
 
 def test_grid_has_every_form_once_and_the_known_region_first():
-    configs = mma_sweep.grid("Q6_K", ("sub", "whole"))
+    configs = mma_sweep.grid(("sub", "whole"))
     assert len(configs) == len(set(configs)) == 96
     assert not any(c.magic and c.whole for c in configs) and not any(c.words for c in configs)
     assert {(c.magic, c.whole) for c in configs} == {(False, False), (True, False), (False, True)}
@@ -22,12 +22,12 @@ def test_grid_has_every_form_once_and_the_known_region_first():
 
 
 def test_grid_sweeps_the_words_form_first():
-    q4k = mma_sweep.grid("Q4_K")
-    words = [c for c in q4k if c.words]
-    assert len(q4k) == len(set(q4k)) == 96 + len(words) and q4k[: len(words)] == words
+    configs = mma_sweep.grid()
+    words = [c for c in configs if c.words]
+    assert len(configs) == len(set(configs)) == 96 + len(words) and configs[: len(words)] == words
     assert words[0].block_n == 64 and all(c.num_warps * 16 <= 2 * c.block_n for c in words)
-    assert mma_sweep.grid("Q4_K", ("words",)) == words == mma_sweep.grid("Q6_K", ("words",))
-    assert not any(c.words for c in mma_sweep.grid("Q4_K", ("sub", "whole")))
+    assert mma_sweep.grid(("words",)) == words
+    assert not any(c.words for c in mma_sweep.grid(("sub", "whole")))
 
 
 def test_split_k_is_dropped_past_the_dispatchers_row_limit():
@@ -76,7 +76,7 @@ class _FakeBench:
 def test_stages_rank_pick_and_log(tmp_path):
     args = mma_sweep._parse(["--types", "Q6_K", "--tokens", "4", "8", "--out", str(tmp_path)])
     sweep = mma_sweep.Sweep(args, bench=_FakeBench())
-    tops = sweep.stage1("Q6_K", mma_sweep.grid("Q6_K", ("sub", "whole")))
+    tops = sweep.stage1("Q6_K", mma_sweep.grid(("sub", "whole")))
     assert [c.block_n for c in tops] == [16, 16, 16] and not any(c.whole for c in tops)
     picks: dict = {}
     sweep.stage2("Q6_K", tops, picks)  # 16 us a shape against today's 40: picked at both counts
