@@ -74,9 +74,11 @@ MMA_TOKEN_KEYS = (2, 4, 8, 16, 32, 64)
 class MmaConfig:
     block_n: int  # weight rows per program
     num_warps: int
-    split_k: int = 1  # programs per row tile along K (> 1: fp32 atomics); see SPLIT_K_MAX_ROWS
+    # Programs per row tile along K (> 1: partial sums, added in order by the words form, by fp32
+    # atomics in the others); see SPLIT_K_MAX_ROWS.
+    split_k: int = 1
     num_stages: int = 1
-    magic: bool = False  # quants become 128 + q by a mantissa OR, not an int-to-float convert
+    magic: bool = False  # sub-block form: quants become 128 + q by a mantissa OR, not a convert
     # Each super-block's [block_n, 256] weights dequantized in registers (rounded to x's dtype),
     # then one K = 256 dot (Q6_K: 2 of 128), instead of K = 32 (16) dots with the scales after.
     whole: bool = False
