@@ -19,11 +19,9 @@ from kvspill.kernels.gguf_mma import (
     mma_config,
     mma_t_pad,
     parse_mma_configs,
-    q4k_words_x_ref,
-    q6k_words_x_ref,
     quant_matmul_mma,
-    words_x,
 )
+from kvspill.kernels.gguf_mma_words import q4k_words_x_ref, q6k_words_x_ref, words_x
 from kvspill.kernels.quant_linear import quant_linear, quant_linear_path
 from kvspill.kernels.triton_compat import tl, triton
 
