@@ -170,58 +170,42 @@ WHOLE_CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("qtype", MMA_TYPES)
-@pytest.mark.parametrize("config", WHOLE_CONFIGS, ids=lambda c: f"n{c.block_n}s{c.split_k}")
-@pytest.mark.parametrize("num_tokens", [1, 5, 17])
-def test_mma_whole_super_block_matches_reference(qtype, config, num_tokens, device):
-    # In fp32 the dequantized weights are exact: only the reduction order differs.
-    weight, x, bias, w_ref = _case(qtype, num_tokens, torch.float32, device, seed=11 + num_tokens)
-    _check(quant_matmul_mma(x, weight, bias, config=config), x, w_ref, bias, rel=1e-5)
-
-
-@pytest.mark.parametrize("qtype", MMA_TYPES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_mma_whole_super_block_half_activations(qtype, dtype, device):
-    # The weights are rounded to x's dtype before the dot, as the dequantize-then-GEMM path does.
-    weight, x, bias, w_ref = _case(qtype, 8, dtype, device, seed=5)
-    out = quant_matmul_mma(x, weight, bias, config=WHOLE_CONFIGS[0])
-    _check(out, x, w_ref, bias, rel=2e-2 if dtype == torch.bfloat16 else 4e-3)
-
-
-def test_mma_q6k_whole_on_two_byte_aligned_rows(device):
-    weight, x, bias, w_ref = _case("Q6_K", 3, torch.float32, device, seed=9)
-    shifted = _shifted(weight, 2)
-    _check(quant_matmul_mma(x, shifted, bias, config=WHOLE_CONFIGS[1]), x, w_ref, bias, rel=1e-5)
-
-
 WORDS_CONFIGS = [
     MmaConfig(block_n=16, num_warps=1, words=True),
     MmaConfig(block_n=64, num_warps=4, split_k=2, num_stages=3, words=True),
 ]
 
 
+def _form_id(c: MmaConfig) -> str:
+    return f"{'words' if c.words else 'whole'}-n{c.block_n}s{c.split_k}"
+
+
 @pytest.mark.parametrize("qtype", MMA_TYPES)
-@pytest.mark.parametrize("config", WORDS_CONFIGS, ids=lambda c: f"n{c.block_n}s{c.split_k}")
+@pytest.mark.parametrize("config", WHOLE_CONFIGS + WORDS_CONFIGS, ids=_form_id)
 @pytest.mark.parametrize("num_tokens", [1, 5, 17])
-def test_mma_words_matches_reference(qtype, config, num_tokens, device):
-    weight, x, bias, w_ref = _case(qtype, num_tokens, torch.float32, device, seed=21 + num_tokens)
+def test_mma_dequantizing_forms_match_reference(qtype, config, num_tokens, device):
+    # In fp32 the dequantized weights are exact: only the reduction order differs.
+    seed = (21 if config.words else 11) + num_tokens
+    weight, x, bias, w_ref = _case(qtype, num_tokens, torch.float32, device, seed=seed)
     _check(quant_matmul_mma(x, weight, bias, config=config), x, w_ref, bias, rel=1e-5)
 
 
 @pytest.mark.parametrize("qtype", MMA_TYPES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_mma_words_half_activations(qtype, dtype, device):
-    # On a GPU the magic-number asm dequantizes: weights rounded to x's dtype once, as the
-    # dequantize-then-GEMM path rounds them (its scales rounded to x's dtype first).
-    weight, x, bias, w_ref = _case(qtype, 8, dtype, device, seed=7)
-    out = quant_matmul_mma(x, weight, bias, config=WORDS_CONFIGS[1])
+@pytest.mark.parametrize("config", [WHOLE_CONFIGS[0], WORDS_CONFIGS[1]], ids=_form_id)
+def test_mma_dequantizing_forms_half_activations(qtype, dtype, config, device):
+    # The weights are rounded to x's dtype before the dot, as the dequantize-then-GEMM path does
+    # (on a GPU the words form's magic-number asm rounds its scales to x's dtype first).
+    weight, x, bias, w_ref = _case(qtype, 8, dtype, device, seed=7 if config.words else 5)
+    out = quant_matmul_mma(x, weight, bias, config=config)
     _check(out, x, w_ref, bias, rel=2e-2 if dtype == torch.bfloat16 else 4e-3)
 
 
-def test_mma_q6k_words_on_two_byte_aligned_rows(device):
+@pytest.mark.parametrize("config", [WHOLE_CONFIGS[1], WORDS_CONFIGS[1]], ids=_form_id)
+def test_mma_q6k_dequantizing_forms_on_two_byte_aligned_rows(config, device):
     weight, x, bias, w_ref = _case("Q6_K", 3, torch.float32, device, seed=9)
     shifted = _shifted(weight, 2)
-    _check(quant_matmul_mma(x, shifted, bias, config=WORDS_CONFIGS[1]), x, w_ref, bias, rel=1e-5)
+    _check(quant_matmul_mma(x, shifted, bias, config=config), x, w_ref, bias, rel=1e-5)
 
 
 def test_q4k_words_x_permutes_each_super_block(device):
