@@ -159,15 +159,22 @@ def _decode_split_kernel(
         DOT_IN_F32,
         INT8,
     )
-    dims = tl.arange(0, HEAD_DIM)
+    o_row = seq.to(tl.int64) * stride_os + head * stride_oh + split * stride_ok
+    lse_row = seq.to(tl.int64) * stride_ls + head * stride_lh + split * stride_lk
+    _store_split(acc, m_i, l_i, o_ptr + o_row, lse_ptr + lse_row, row_ok)
+
+
+@triton.jit
+def _store_split(acc, m_i, l_i, o_rows, lse_rows, row_ok):
+    """The split's o = acc / l and natural-log lse of its [GROUP_PAD] query rows (o_rows, lse_rows:
+    their pointers); a row without keys gets o = 0 and lse = -inf."""
+    dims = tl.arange(0, acc.shape[1])
     has_keys = l_i > 0
     l_safe = tl.where(has_keys, l_i, 1.0)
     o = acc / l_safe[:, None]
     lse = tl.where(has_keys, (m_i + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
-    row_off = seq.to(tl.int64) * stride_os + head * stride_oh + split * stride_ok
-    tl.store(o_ptr + row_off[:, None] + dims[None, :], o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-    lse_off = seq.to(tl.int64) * stride_ls + head * stride_lh + split * stride_lk
-    tl.store(lse_ptr + lse_off, lse, mask=row_ok)
+    tl.store(o_rows[:, None] + dims[None, :], o.to(o_rows.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(lse_rows, lse, mask=row_ok)
 
 
 @triton.jit
