@@ -208,15 +208,45 @@ def _k_quants(blocks: torch.Tensor, qtype: str) -> torch.Tensor:
         qh = _fields(blocks[..., 128:192].reshape(rows, nb, 2, 32), 2, 4)  # [rows, nb, 2, 4, 32]
         q = (ql.reshape(rows, nb, 2, 4, 32) | (qh << 4)).to(torch.int16) - 32
         return (scale * q.reshape(rows, nb, 16, 16).float()).reshape(rows, nb, 256)
+    scale, offset, q = _k_sub_blocks(blocks, qtype)
+    return (scale * q.float() - offset).reshape(rows, nb, 256)
+
+
+def _k_sub_blocks(blocks: torch.Tensor, qtype: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q4_K, Q5_K blocks -> (d * sc, dmin * m) float32 [rows, nb, 8, 1] each and q [rows, nb, 8, 32]
+    uint8 of the 8 sub-blocks: weight l of sub-block s is d * sc_s * q_sl - dmin * m_s."""
+    rows, nb = blocks.shape[:2]
     d, dmin = _f16(blocks, 0), _f16(blocks, 2)
     sc, mins = _k_scale_min(blocks[..., 4:16])
-    scale = (d * sc.float()).unsqueeze(-1)  # [rows, nb, 8, 1]
+    scale = (d * sc.float()).unsqueeze(-1)
     offset = (dmin * mins.float()).unsqueeze(-1)
     qs_at = 16 if qtype == "Q4_K" else 48
     q = _nibbles(blocks[..., qs_at : qs_at + 128].reshape(rows, nb, 4, 32)).reshape(rows, nb, 8, 32)
     if qtype == "Q5_K":
         q = q | (_fields(blocks[..., 16:48], 1, 8) << 4)
-    return (scale * q.float() - offset).reshape(rows, nb, 256)
+    return scale, offset, q
+
+
+def block_offsets(data: torch.Tensor, qtype: str, in_features: int) -> torch.Tensor:
+    """The constant term of each 32-weight block (weight = scaled quant + offset) -> float32
+    [rows, K / 32]: Q4_1 / Q5_1 m, Q4_K / Q5_K -dmin * m, 0 for the types without one."""
+    fmt = check_supported(qtype)
+    rows, nb = data.shape[0], in_features // fmt.block_size
+    blocks = data.reshape(rows, nb, fmt.type_size)
+    if qtype in ("Q4_1", "Q5_1"):
+        return _f16(blocks, 2).reshape(rows, nb)
+    if qtype in ("Q4_K", "Q5_K"):
+        return -_k_sub_blocks(blocks, qtype)[1].reshape(rows, nb * 8)
+    return torch.zeros((rows, in_features // 32), dtype=torch.float32, device=data.device)
+
+
+def q4k_fields(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q4_K data [rows, bytes] -> per sub-block of 32 (in K order): d * sc and dmin * m float32
+    [rows, K / 32] and the quants q uint8 [rows, K / 32, 32] (the reference of kernels that keep
+    the scale out of the sum)."""
+    rows = data.shape[0]
+    scale, offset, q = _k_sub_blocks(data.reshape(rows, in_features // 256, 144), "Q4_K")
+    return scale.reshape(rows, -1), offset.reshape(rows, -1), q.reshape(rows, -1, 32)
 
 
 def dequantize_ref(
