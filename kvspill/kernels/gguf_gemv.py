@@ -23,6 +23,10 @@ Kernels (`quant_matmul_gemv` picks one):
   same lanes, but nibbles become 2**E + q with no subtract (E = 7 low, 11 high) and 2**E * sc
   joins the min term; the kernel is issue-bound (ncu, H200: 51-57% of SM issue at 46-51% of DRAM
   bandwidth), so a quarter fewer instructions in the loop is 12% less time.
+- `KVSPILL_INT8_X=1` (`int8_x()`, off by default) takes gguf_gemv_int8x's kernel for that case
+  instead: the same lanes on x rounded to int8 per 32 values (llama.cpp's Q8_1 activations) and
+  dp4a, ~2 instructions a weight; an approximation of x, with its quality figure in
+  docs/performance.md (`python -m kvspill.bench.int8x_quality`).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -58,10 +62,13 @@ Invariants:
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
+from kvspill.kernels.gguf_gemv_int8x import q4k_int8x_kernel
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
@@ -189,6 +196,10 @@ FMA_CONFIG.update({"Q8_0": (2048, 2, 2), "Q4_K": (2048, 4, 1), "Q6_K": (512, 2, 
 # One token of bf16 / fp16 x on a Q4_K weight: q4k_one_token_kernel (CHUNK, BLOCK_N, warps); fp32 x
 # takes q4k_gemv_kernel with FMA_CONFIG's (exact sums). None: always q4k_gemv_kernel (a baseline).
 Q4K_ONE_TOKEN_CONFIG: tuple[int, int, int] | None = (2048, 4, 1)
+# q4k_int8x_kernel's (CHUNK, BLOCK_N, warps) by the weight's rows: the first whose row floor the
+# weight reaches (tall weights keep one warp a program; the others need two for enough bytes in
+# flight: H200 sweep, bench/results/2026-12-03-h200-int8x).
+Q4K_INT8X_CONFIGS: tuple[tuple[int, tuple[int, int, int]], ...] = ((16384, (2048, 16, 1)), (0, (4096, 16, 2)))
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -237,26 +248,34 @@ def _one_token_q4k(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     return weight.qtype == "Q4_K" and x.shape[0] == 1 and half and Q4K_ONE_TOKEN_CONFIG is not None
 
 
+def int8_x() -> bool:
+    """Whether one token on Q4_K takes the int8-x kernel (read per call: KVSPILL_INT8_X=1 switches
+    it on; gguf_gemv_int8x says what it approximates)."""
+    return os.environ.get("KVSPILL_INT8_X", "0") == "1"
+
+
+def _int8x_config(rows: int) -> tuple[int, int, int]:
+    return next(config for floor, config in Q4K_INT8X_CONFIGS if rows >= floor)
+
+
 def _launch_q4k_one_token(x, weight, bias, out) -> None:
     assert Q4K_ONE_TOKEN_CONFIG is not None
-    chunk, block_n, num_warps = Q4K_ONE_TOKEN_CONFIG
     rows = weight.out_features
-    q4k_one_token_kernel[(triton.cdiv(rows, block_n),)](
-        x,
-        weight.data,
-        bias if bias is not None else x,
-        out,
-        rows,
-        weight.in_features // 256,
-        weight.data.stride(0),
+    chunk, block_n, num_warps = _int8x_config(rows) if int8_x() else Q4K_ONE_TOKEN_CONFIG
+    args = (x, weight.data, bias if bias is not None else x, out, rows, weight.in_features // 256)
+    meta = dict(
         HAS_LINEAR_BIAS=bias is not None,
         SB=max(1, chunk // 256),
         BLOCK_N=block_n,
         USE_ASM=not _interpreted(x),
-        X_ASM=X_ASM and not _interpreted(x),
         num_warps=num_warps,
         **pdl_meta(x.device),
     )
+    grid = (triton.cdiv(rows, block_n),)
+    if int8_x():
+        q4k_int8x_kernel[grid](*args, weight.data.stride(0), **meta)
+    else:
+        q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)
 
 
 def _launch_lane_kernel(x, weight, bias, out, config) -> None:
