@@ -19,14 +19,15 @@ Kernels (`quant_matmul_gemv` picks one):
   several tokens dequantize each weight once (s * q - m) and then take one FMA a token.
   Loads are 2-D tiles [rows * lanes, run] reshaped to 4-D, so the lane mapping does not depend
   on how a Triton version orders the dimensions of a >2-D tile (3.6 and 3.9 differ).
-  One token of bf16 / fp16 x on Q4_K (`Q4K_ONE_TOKEN_CONFIG`) takes gguf_gemv_offset's kernel: the
-  same lanes, but nibbles become 2**E + q with no subtract (E = 7 low, 11 high) and 2**E * sc
+  With KVSPILL_INT16_X=0, one token of bf16 / fp16 x on Q4_K (`Q4K_ONE_TOKEN_CONFIG`) takes
+  gguf_gemv_offset's kernel: the same lanes, but nibbles become 2**E + q with no subtract (E = 7 low, 11 high) and 2**E * sc
   joins the min term; the kernel is issue-bound (ncu, H200: 51-57% of SM issue at 46-51% of DRAM
   bandwidth), so a quarter fewer instructions in the loop is 12% less time.
-- `KVSPILL_INT8_X=1` (`int8_x()`, off by default) takes gguf_gemv_int8x's kernel for that case
-  instead: the same lanes on x rounded to int8 per 32 values (llama.cpp's Q8_1 activations) and
-  dp4a, ~2 instructions a weight; an approximation of x, with its quality figure in
-  docs/performance.md (`python -m kvspill.bench.int8x_quality`).
+- One token of bf16 / fp16 x on Q4_K takes gguf_gemv_int16x's kernel unless KVSPILL_INT16_X=0:
+  the same lanes on x rounded per 32 values to 14-bit integers (a power-of-two scale; the error
+  is under bf16's own rounding of the block's largest value) and dp2a, under 1 instruction a
+  weight in the dot (`python -m kvspill.bench.int16x_quality`: the rounding on real weights).
+  Summed over the 5 Llama-3.1-8B shapes it takes 129 us against the offset kernel's 161 (H200).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -53,7 +54,8 @@ Invariants:
 - The result equals dequantize_ref(weight) @ x.T up to fp32 reduction order; the dot kernel
   rounds the dequantized weight to x's dtype first (as a dense bf16 layer would hold it);
   q4k_one_token_kernel's sums carry 2**E * x, so its fp32 rounding is ~2**-13 of sum |x| (within
-  1e-4 of the largest output, far under the bf16 / fp16 output's rounding; fp32 x does not take it).
+  1e-4 of the largest output, far under the bf16 / fp16 output's rounding; fp32 x does not take it);
+  q4k_int16x_kernel's x is off by <= 2**-14 of each 32 values' amax (gguf_gemv_int16x).
 - Weight bytes are read once per launch: programs split the rows, never K.
 - Inline PTX runs only on the GPU (Triton's interpreter takes the plain-Triton twin of each
   helper). Every packed PTX helper is elementwise per packed position, so its result does not
@@ -68,7 +70,7 @@ import torch
 
 from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
-from kvspill.kernels.gguf_gemv_int8x import q4k_int8x_kernel
+from kvspill.kernels.gguf_gemv_int16x import q4k_int16x_kernel
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
@@ -196,10 +198,15 @@ FMA_CONFIG.update({"Q8_0": (2048, 2, 2), "Q4_K": (2048, 4, 1), "Q6_K": (512, 2, 
 # One token of bf16 / fp16 x on a Q4_K weight: q4k_one_token_kernel (CHUNK, BLOCK_N, warps); fp32 x
 # takes q4k_gemv_kernel with FMA_CONFIG's (exact sums). None: always q4k_gemv_kernel (a baseline).
 Q4K_ONE_TOKEN_CONFIG: tuple[int, int, int] | None = (2048, 4, 1)
-# q4k_int8x_kernel's (CHUNK, BLOCK_N, warps) by the weight's rows: the first whose row floor the
-# weight reaches (tall weights keep one warp a program; the others need two for enough bytes in
-# flight: H200 sweep, bench/results/2026-12-03-h200-int8x).
-Q4K_INT8X_CONFIGS: tuple[tuple[int, tuple[int, int, int]], ...] = ((16384, (2048, 16, 1)), (0, (4096, 16, 2)))
+# q4k_int16x_kernel's (CHUNK, BLOCK_N, warps): the first entry whose (in_features, rows) floors the
+# weight reaches. Each is the best of 11 configs on the Llama-3.1-8B shapes it covers (down, lm_head,
+# qkv / gate_up, o; H200 sweep, bench/results/2026-12-03-h200-int16x).
+Q4K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
+    (8192, 0, (8192, 16, 4)),
+    (0, 65536, (1024, 16, 1)),
+    (0, 5120, (4096, 8, 2)),
+    (0, 0, (2048, 8, 2)),
+)
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -248,20 +255,24 @@ def _one_token_q4k(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     return weight.qtype == "Q4_K" and x.shape[0] == 1 and half and Q4K_ONE_TOKEN_CONFIG is not None
 
 
-def int8_x() -> bool:
-    """Whether one token on Q4_K takes the int8-x kernel (read per call: KVSPILL_INT8_X=1 switches
-    it on; gguf_gemv_int8x says what it approximates)."""
-    return os.environ.get("KVSPILL_INT8_X", "0") == "1"
+def int16_x() -> bool:
+    """Whether one token of bf16 / fp16 x on Q4_K takes the int16-x kernel (read per call:
+    KVSPILL_INT16_X=0 takes the float lanes; gguf_gemv_int16x says what it rounds)."""
+    return os.environ.get("KVSPILL_INT16_X", "1") != "0"
 
 
-def _int8x_config(rows: int) -> tuple[int, int, int]:
-    return next(config for floor, config in Q4K_INT8X_CONFIGS if rows >= floor)
+def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
+    return next(
+        config
+        for min_k, min_rows, config in Q4K_INT16X_CONFIGS
+        if weight.in_features >= min_k and weight.out_features >= min_rows
+    )
 
 
 def _launch_q4k_one_token(x, weight, bias, out) -> None:
     assert Q4K_ONE_TOKEN_CONFIG is not None
     rows = weight.out_features
-    chunk, block_n, num_warps = _int8x_config(rows) if int8_x() else Q4K_ONE_TOKEN_CONFIG
+    chunk, block_n, num_warps = _int16x_config(weight) if int16_x() else Q4K_ONE_TOKEN_CONFIG
     args = (x, weight.data, bias if bias is not None else x, out, rows, weight.in_features // 256)
     meta = dict(
         HAS_LINEAR_BIAS=bias is not None,
@@ -272,8 +283,8 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
         **pdl_meta(x.device),
     )
     grid = (triton.cdiv(rows, block_n),)
-    if int8_x():
-        q4k_int8x_kernel[grid](*args, weight.data.stride(0), **meta)
+    if int16_x():
+        q4k_int16x_kernel[grid](*args, weight.data.stride(0), **meta)
     else:
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)
 

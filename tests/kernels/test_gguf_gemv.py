@@ -77,6 +77,9 @@ def test_q4k_one_token_kernel_offset_sums(dtype, chunk, device, monkeypatch):
     # from zero mean (large sums of x), written to an fp32 output, it stays within 1e-4 of the largest
     # output. 9 super-blocks: the K loop's last step reads past the end (chunk 2048: 8 + 1).
     monkeypatch.setattr(gguf_gemv, "Q4K_ONE_TOKEN_CONFIG", (chunk, 4, 1))
+    monkeypatch.setenv(
+        "KVSPILL_INT16_X", "0"
+    )  # the float lanes (tests/kernels/test_gguf_int16x.py: the other)
     gen = torch.Generator().manual_seed(3)
     weight = random_quantized("Q4_K", ROWS, 9 * 256, gen)
     x = (torch.randn((1, 9 * 256), generator=gen) + 3.0).to(dtype)

@@ -1,22 +1,25 @@
-"""Quality of int8 x in the quantized GEMV (`KVSPILL_INT8_X`, kernels/gguf_gemv_int8x.py) on real
-weights: `python -m kvspill.bench.int8x_quality`.
+"""Quality of int16 x in the one-token Q4_K GEMV (kernels/gguf_gemv_int16x.py; `KVSPILL_INT16_X=0`
+turns it off) on real weights: `python -m kvspill.bench.int16x_quality`.
 
 The embedded SmolLM2-135M-Instruct at fp32 compute reads Python's standard-library sources
 (kv_quality's text; `--tokens` of them, teacher-forced: one causal pass) twice: with every
-quantized linear exact (x @ dequantize(W).T), and with x rounded as the int8-x kernel rounds it
-(`int8_x_blocks`: per 32 values, 255 steps of their amax; each block's constant term, the Q4_K
-min or the Q4_1 m, on the exact sum of x, as the kernel keeps it). The kernel exists for Q4_K;
+quantized linear exact (x @ dequantize(W).T), and with x rounded as the int16-x kernel rounds it
+(`int16_x_blocks`: per 32 values, to multiples of a power of two <= 2**-13 of their amax; each
+block's constant term, the Q4_K min or the Q4_1 m, on the exact sum of x, as the kernel keeps it). The kernel exists for Q4_K;
 the embedded file's linears are Q4_1 (same 32-value blocks, same min term), so this measures the
 rounding on a real model's activations with the kernel's arithmetic, not the kernel itself
-(tests/kernels/test_gguf_int8x.py ties the kernel to `q4k_int8x_ref` on the GPU and in the
+(tests/kernels/test_gguf_int16x.py ties the kernel to `q4k_int16x_ref` on the GPU and in the
 interpreter). Every token of the pass takes the rounding, as each decoded token would.
-Reported: top-1 agreement of the next-token argmax, mean and max KL(exact || int8 x), and both
-perplexities of the text.
+Reported: top-1 agreement of the next-token argmax, mean and max KL(exact || int16 x), and both
+perplexities of the text. The reference point is x itself: `--bits 8` rounds to 8-bit integers
+instead (llama.cpp's Q8_1 activations' width, with a power-of-two scale), and the model's own
+bf16 compute is another yardstick (docs/performance.md has the three).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sysconfig
@@ -27,7 +30,7 @@ import torch.nn.functional as F
 
 from kvspill.bench.kv_quality import STDLIB_FILES, StoredKVAttention, compare, stdlib_text, teacher_forced
 from kvspill.kernels.gguf_formats import QuantizedWeight, block_offsets, dequantize_ref
-from kvspill.kernels.gguf_gemv_int8x import int8_x_blocks
+from kvspill.kernels.gguf_gemv_int16x import X_BITS, int16_x_blocks
 from kvspill.kernels.quant_linear import QuantLinearPath
 from kvspill.model import quant
 from kvspill.model.loader import load_model
@@ -35,19 +38,20 @@ from kvspill.model.resolve import resolve_model
 from kvspill.text.tokenizer import load_tokenizer
 
 
-def int8x_linear(
+def int16x_linear(
     x: torch.Tensor,
     weight: QuantizedWeight,
     bias: torch.Tensor | None = None,
     scratch: torch.Tensor | None = None,
     path: QuantLinearPath | None = None,
+    bits: int = X_BITS,
 ) -> torch.Tensor:
-    """x @ W.T with x rounded per 32 as the int8-x kernel does and each block's constant term on
+    """x @ W.T with x rounded per 32 as the int16-x kernel does and each block's constant term on
     the exact sum of x: sum_b (W_b - c_b) . (dx_b * xq_b) + c_b * sum(x_b)."""
     w = dequantize_ref(weight.data, weight.qtype, weight.in_features, torch.float32)
     offsets = block_offsets(weight.data, weight.qtype, weight.in_features)  # [rows, K / 32]
     scaled = w - offsets.repeat_interleave(32, dim=1)
-    xq, dx = int8_x_blocks(x)  # [..., K / 32, 32], [..., K / 32]
+    xq, dx = int16_x_blocks(x, bits)  # [..., K / 32, 32], [..., K / 32]
     x_rounded = (xq * dx[..., None]).flatten(-2)
     x_sums = x.float().reshape(*x.shape[:-1], -1, 32).sum(dim=-1)
     out = x_rounded @ scaled.t() + x_sums @ offsets.t()
@@ -63,6 +67,9 @@ def perplexity(logits: torch.Tensor, ids: list[int]) -> float:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument(
+        "--bits", type=int, default=X_BITS, help="the integers' width: the kernel's 14, or a what-if"
+    )
     ap.add_argument("--out", help="write the figures here as JSON")
     args = ap.parse_args(argv)
     resolved = resolve_model(None)
@@ -71,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     attention = StoredKVAttention(None, set())
     exact_linear = quant.quant_linear
     ref = teacher_forced(loaded.model, ids, attention)
-    quant.quant_linear = int8x_linear
+    quant.quant_linear = functools.partial(int16x_linear, bits=args.bits)
     try:
         rounded = teacher_forced(loaded.model, ids, attention)
     finally:
@@ -79,10 +86,11 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "model": resolved.display_name,
         "num_tokens": len(ids),
+        "bits": args.bits,
         "text": f"Python {sysconfig.get_python_version()} stdlib: {', '.join(STDLIB_FILES)}",
         **compare(ref, rounded),
         "perplexity_exact": perplexity(ref, ids),
-        "perplexity_int8x": perplexity(rounded, ids),
+        "perplexity_int16x": perplexity(rounded, ids),
     }
     print(json.dumps(result))
     if args.out:

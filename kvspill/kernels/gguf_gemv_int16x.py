@@ -1,0 +1,227 @@
+"""The one-token Q4_K GEMV on int16 x (dp2a): gguf_gemv's lanes with integer dot products
+(kernels/gguf_gemv.py dispatches to it; `KVSPILL_INT16_X=0` takes the float lanes instead).
+
+Each lane rounds the 64 x values of its 32-byte group in registers, per 32 (one Q4_K
+sub-block each), to integers of 14 bits: xq = round(x * 2**-e), the power of two 2**e that puts
+the sub-block's amax in [2**13, 2**14) (no division, so the rounding is the same everywhere:
+GPU, Triton's interpreter, `q4k_int16x_ref`), for all BLOCK_N rows it holds. A weight word then
+takes two ANDs (low nibbles; the high ones stay in place, 16 q) and four dp2a for its 8 weights,
+under 1 instruction a weight against 3-4 for the float lanes (gguf_gemv_offset), which are
+issue-bound at half the card's bandwidth. Per sub-block
+
+    sum_l (sc * q_l - m) * x_l  ~=  sc * 2**e * sum_l q_l * xq_l  -  m * sum_l x_l,
+
+the min term on the exact sum of x. |x - 2**e xq| <= 2**e / 2 <= 2**-14 amax: below bf16's own
+rounding of the sub-block's largest value (2**-9 of it), so the kernel is as exact as the float
+lanes for bf16 / fp16 x (quality: `python -m kvspill.bench.int16x_quality`). Under Triton's
+interpreter the PTX has a plain-Triton twin.
+
+Invariant: the result equals `q4k_int16x_ref` (the same x rounding, exact integer sums) to fp32
+rounding of the scaled terms.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvspill.kernels.gguf_formats import q4k_fields
+from kvspill.kernels.gguf_gemv_lane import _q4k_decode, _split4, _store_lane_sums, _to_f32
+from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
+from kvspill.kernels.triton_compat import tl, triton
+
+# 1.5 * 2**23: fma(x, 2**-e, MAGIC) rounds x * 2**-e (|.| < 2**22) to an integer held in the
+# float's low mantissa bits, two's complement: the low half is the int16, no float-to-int convert.
+_ROUND_MAGIC = tl.constexpr(12582912.0)
+# xq's largest magnitude is below 2**X_BITS (amax * 2**-e in [2**13, 2**14)).
+X_BITS = 14
+
+
+@triton.jit
+def q4k_int16x_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    rows,
+    num_blocks,
+    stride_w,
+    HAS_LINEAR_BIAS: tl.constexpr,
+    SB: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    # Q4_K, one token. Grid: (cdiv(rows, BLOCK_N),). Lane kl = 4 * (super-block) + g of the K
+    # step owns group g's 32 bytes of each of the program's rows and the 64 x values they meet.
+    KL: tl.constexpr = 4 * SB
+    pid = tl.program_id(0)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
+    n = pid * BLOCK_N + i_w // KL
+    # Rows past the end read row 0 (their sums are not stored), super-blocks past the end block 0
+    # (they meet x = 0), so the weight loads need no mask.
+    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
+    sb_w = (i_w % KL) // 4
+    g = i_w % 4
+    i_x = tl.arange(0, KL)[:, None]
+    x_off = (i_x // 4) * 256 + (i_x % 4) * 64 + tl.arange(0, 8)[None, :]  # [KL, 8]
+    acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
+    for k in range(0, num_blocks, SB):
+        words = (row + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 144, 0)).to(tl.pointer_type(tl.int32))
+        x_ok = (k + i_x // 4) < num_blocks
+        acc += _q4k_int16x_group(words, g, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
+    out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
+    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+
+
+@triton.jit
+def _q4k_int16x_group(words, g, x_ptrs, x_ok, BLOCK_N: tl.constexpr, KL: tl.constexpr, USE_ASM: tl.constexpr):
+    """One K step: each lane's group g (`words` at its super-block, [BLOCK_N * KL, 1] int32
+    pointers) against its 64 x values (`x_ptrs` [KL, 8] at the group's first 8) -> the lane's
+    [BLOCK_N, KL] share of the output."""
+    h0, h1, h2, h3 = _split4(tl.load(words + tl.arange(0, 4)[None, :]))
+    sc_lo, sc_hi, mn_lo, mn_hi = _q4k_decode(h0, h1, h2, h3, 16 * (g % 2), g < 2)
+    xl0, xl1, xl2, xl3, inv_lo, dx_lo, sum_lo = _load_sub_block_x(x_ptrs, x_ok, USE_ASM)
+    xh0, xh1, xh2, xh3, inv_hi, dx_hi, sum_hi = _load_sub_block_x(x_ptrs + 32, x_ok, USE_ASM)
+    q_words = words + 4 + g * 8 + tl.arange(0, 2)[None, :]  # words 2 p, 2 p + 1 of the group
+    i_lo = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
+    i_hi = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
+    i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words, xl0, xh0, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
+    i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words + 2, xl1, xh1, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
+    i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words + 4, xl2, xh2, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
+    i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words + 6, xl3, xh3, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
+    shape: tl.constexpr = (BLOCK_N, KL)
+    lane: tl.constexpr = (1, KL)
+    # i_hi holds 16 * q of the high nibbles (masked in place, not shifted down).
+    part = tl.reshape(sc_lo, shape) * tl.reshape(dx_lo, lane) * tl.sum(i_lo, axis=2).to(tl.float32)
+    part += tl.reshape(sc_hi, shape) * tl.reshape(dx_hi * 0.0625, lane) * tl.sum(i_hi, axis=2).to(tl.float32)
+    part -= tl.reshape(mn_lo, shape) * tl.reshape(sum_lo, lane)
+    part -= tl.reshape(mn_hi, shape) * tl.reshape(sum_hi, lane)
+    return part
+
+
+@triton.jit
+def _load_sub_block_x(x_ptrs, x_ok, USE_ASM: tl.constexpr):
+    """A sub-block's 32 x values as 4 fp32 tiles [KL, 8] (elements 8 p + e), and per lane
+    ([KL, 1]) 2**-e, 2**e (`_power_of_two_scale`) and the exact sum of the 32."""
+    x0 = _to_f32(tl.load(x_ptrs, mask=x_ok, other=0.0), USE_ASM)
+    x1 = _to_f32(tl.load(x_ptrs + 8, mask=x_ok, other=0.0), USE_ASM)
+    x2 = _to_f32(tl.load(x_ptrs + 16, mask=x_ok, other=0.0), USE_ASM)
+    x3 = _to_f32(tl.load(x_ptrs + 24, mask=x_ok, other=0.0), USE_ASM)
+    amax = tl.maximum(tl.maximum(tl.abs(x0), tl.abs(x1)), tl.maximum(tl.abs(x2), tl.abs(x3)))
+    inv, scale = _power_of_two_scale(tl.max(amax, axis=1, keep_dims=True))
+    total = tl.sum((x0 + x1) + (x2 + x3), axis=1, keep_dims=True)
+    return x0, x1, x2, x3, inv, scale, total
+
+
+@triton.jit
+def _power_of_two_scale(amax):
+    """(2**-e, 2**e) with amax * 2**-e in [2**13, 2**14), from amax's exponent bits (biased b:
+    e = b - 127 - 13); b is floored at 14 so tiny and zero blocks get finite scales."""
+    b = tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, 14)
+    inv = ((267 - b) << 23).to(tl.float32, bitcast=True)
+    return inv, ((b - 13) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _dp2a_step(
+    i_lo,
+    i_hi,
+    q_words,
+    x_lo,
+    x_hi,
+    inv_lo,
+    inv_hi,
+    BLOCK_N: tl.constexpr,
+    KL: tl.constexpr,
+    USE_ASM: tl.constexpr,
+):
+    """2 quant words of each lane's group ([BLOCK_N * KL, 2] pointers) against the 8 + 8 x values
+    they meet (x_lo, x_hi [KL, 8] fp32; byte b of word c meets element 4 c + b): the int32 sums
+    i_lo [BLOCK_N, KL, 2] += low nibbles * xq_lo, i_hi += 16 * high nibbles * xq_hi, per word.
+    A masked word's bytes 0-1 meet one int16 pair of x (dp2a.lo), bytes 2-3 the next (.hi)."""
+    qw = tl.reshape(tl.load(q_words), (BLOCK_N, KL, 2))
+    shape: tl.constexpr = (BLOCK_N, KL, 2)
+    a_lo, b_lo = _int16_pairs(x_lo, inv_lo, KL, USE_ASM)  # pairs (4 c, 4 c + 1), (4 c + 2, 4 c + 3)
+    a_hi, b_hi = _int16_pairs(x_hi, inv_hi, KL, USE_ASM)
+    a_lo = tl.broadcast_to(tl.reshape(a_lo, (1, KL, 2)), shape)
+    b_lo = tl.broadcast_to(tl.reshape(b_lo, (1, KL, 2)), shape)
+    a_hi = tl.broadcast_to(tl.reshape(a_hi, (1, KL, 2)), shape)
+    b_hi = tl.broadcast_to(tl.reshape(b_hi, (1, KL, 2)), shape)
+    if USE_ASM:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t;
+            and.b32 t, $2, 0x0F0F0F0F;
+            dp2a.lo.s32.u32 $0, $3, t, $7;
+            dp2a.hi.s32.u32 $0, $4, t, $0;
+            and.b32 t, $2, 0xF0F0F0F0;
+            dp2a.lo.s32.u32 $1, $5, t, $8;
+            dp2a.hi.s32.u32 $1, $6, t, $1;
+            }""",
+            constraints="=r,=r,r,r,r,r,r,r,r",
+            args=[qw, a_lo, b_lo, a_hi, b_hi, i_lo, i_hi],
+            dtype=(tl.int32, tl.int32),
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        lo = qw & 0x0F0F0F0F
+        hi = qw & -0x0F0F0F10  # 0xF0F0F0F0
+        return i_lo + _dp2a_twin(a_lo, b_lo, lo), i_hi + _dp2a_twin(a_hi, b_hi, hi)
+
+
+@triton.jit
+def _dp2a_twin(a, b, w):
+    """dp2a.lo(a, w) + dp2a.hi(b, w) in plain Triton: signed 16-bit pairs a, b, unsigned bytes w."""
+    s = ((a << 16) >> 16) * (w & 0xFF) + (a >> 16) * ((w >> 8) & 0xFF)
+    return s + ((b << 16) >> 16) * ((w >> 16) & 0xFF) + (b >> 16) * ((w >> 24) & 0xFF)
+
+
+@triton.jit
+def _int16_pairs(x, inv, KL: tl.constexpr, USE_ASM: tl.constexpr):
+    """x [KL, 8] fp32 times inv [KL, 1] (|x * inv| < 2**14) rounded to the nearest integer (ties
+    to even; one fma, exact as x * inv is), two to a word: ([KL, 2] pairs of elements (4 c, 4 c + 1),
+    [KL, 2] pairs (4 c + 2, 4 c + 3)), the first of a pair in bits 0-15."""
+    r = tl.fma(x, inv, _ROUND_MAGIC).to(tl.int32, bitcast=True)
+    even, odd = tl.split(tl.reshape(r, (KL, 2, 2, 2)))  # elements 4 c + 2 u / 4 c + 2 u + 1
+    b0, b2 = tl.split(even)
+    b1, b3 = tl.split(odd)
+    return _pack16(b0, b1, USE_ASM), _pack16(b2, b3, USE_ASM)
+
+
+@triton.jit
+def _pack16(lo, hi, USE_ASM: tl.constexpr):
+    """The low halves of lo and hi in one word (lo's in bits 0-15): one PRMT on the GPU."""
+    if USE_ASM:
+        return tl.inline_asm_elementwise(
+            asm="prmt.b32 $0, $1, $2, 0x5410;",
+            constraints="=r,r,r",
+            args=[lo, hi],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        return (lo & 0xFFFF) | (hi << 16)
+
+
+def int16_x_blocks(x: torch.Tensor, bits: int = X_BITS) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., K] as the kernel rounds it, per 32 values: (xq [..., K / 32, 32] float32 integers,
+    |xq| <= 2**bits, and 2**e [..., K / 32]) with x ~= 2**e * xq (`_power_of_two_scale`; other
+    `bits` show what a narrower integer would do)."""
+    xf = x.float().reshape(*x.shape[:-1], -1, 32)
+    biased = (xf.abs().amax(dim=-1).view(torch.int32) >> 23) & 0xFF
+    e = biased.clamp(min=14) - 127 - (bits - 1)
+    scale = torch.pow(2.0, e.float())
+    return torch.round(xf / scale[..., None]), scale  # exact division by a power of two; half to even
+
+
+def q4k_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int) -> torch.Tensor:
+    """What q4k_int16x_kernel computes, in torch: x [1, K] rounded by `int16_x_blocks`, the Q4_K
+    rows' (d * sc, dmin * m, q) from gguf's layout, exact integer sums -> [1, rows] fp32."""
+    xq, dx = int16_x_blocks(x[0])  # [K / 32, 32], [K / 32]
+    scale, minimum, q = q4k_fields(weight_data, in_features)  # [rows, K / 32] x2, [rows, K / 32, 32]
+    int_sums = (q.double() * xq.double()[None]).sum(dim=2).float()  # integers < 2**24: exact
+    x_sums = x[0].float().reshape(-1, 32).sum(dim=1)
+    return ((scale * dx[None]) * int_sums - minimum * x_sums[None]).sum(dim=1)[None]

@@ -1,0 +1,104 @@
+"""The int16-x one-token Q4_K kernel (kernels/gguf_gemv_int16x.py): its reference, the exact product
+within x's int16 rounding, and the switch that picks it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kvspill.kernels import gguf_gemv
+from kvspill.kernels.gguf_formats import dequantize_ref, q4k_fields, random_quantized
+from kvspill.kernels.gguf_gemv_int16x import int16_x_blocks, q4k_int16x_ref
+
+ROWS = 19  # not a multiple of BLOCK_N
+
+
+def _case(super_blocks: int, seed: int, device: str, dtype=torch.bfloat16):
+    gen = torch.Generator().manual_seed(seed)
+    k = super_blocks * 256
+    weight = random_quantized("Q4_K", ROWS, k, gen)
+    x = (torch.randn((1, k), generator=gen) * 4 + 1).to(dtype)
+    x[0, 64:96] = 0  # an all-zero sub-block: scale 0, no NaN
+    x[0, 100] = 300.0  # an outlier: its sub-block's scale is large, the others' are not
+    return weight.to(device), x.to(device)
+
+
+def _int16x(x: torch.Tensor, weight, bias=None) -> torch.Tensor:
+    """The kernel's fp32 output (no rounding to x's dtype)."""
+    out = torch.empty((1, weight.out_features), dtype=torch.float32, device=x.device)
+    gguf_gemv._launch_lane_kernel(x, weight, bias, out, gguf_gemv.FMA_CONFIG["Q4_K"])
+    return out
+
+
+@pytest.mark.parametrize("config", [(2048, 8, 1), (512, 4, 1), (1024, 16, 2), (8192, 16, 4)])
+def test_int16x_kernel_matches_its_reference(config, device, monkeypatch):
+    # 9 super-blocks: the K loop's last step reads past the end for every chunk here.
+    monkeypatch.setenv("KVSPILL_INT16_X", "1")
+    monkeypatch.setattr(gguf_gemv, "Q4K_INT16X_CONFIGS", ((0, 0, config),))
+    weight, x = _case(9, seed=1, device=device)
+    bias = torch.randn((ROWS,), generator=torch.Generator().manual_seed(2)).to(device)
+    out = _int16x(x, weight, bias).cpu()
+    want = q4k_int16x_ref(x.cpu(), weight.data.cpu(), weight.in_features) + bias.cpu()
+    assert torch.isfinite(out).all()
+    # The same integer sums; only fp32 rounding of the scaled terms differs.
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+
+
+def test_int16x_error_is_bounded_by_x_rounding(device, monkeypatch):
+    # |x @ W - int16x| <= sum over sub-blocks of (2**e / 2) * sum |d * sc * q| per row: the kernel
+    # approximates only x (rounded to a multiple of 2**e <= 2**-13 amax of its sub-block).
+    monkeypatch.setenv("KVSPILL_INT16_X", "1")
+    weight, x = _case(3, seed=3, device=device)
+    out = _int16x(x, weight).cpu().double()
+    data, xf = weight.data.cpu(), x.cpu().double()
+    exact = xf @ dequantize_ref(data, "Q4_K", weight.in_features).double().t()
+    scale, _, q = q4k_fields(data, weight.in_features)
+    _, dx = int16_x_blocks(x.cpu())
+    dx = dx[0].double()  # [K / 32]
+    amax = xf.reshape(-1, 32).abs().amax(dim=1)
+    assert ((dx <= amax * 2**-13) | (amax == 0)).all()
+    bound = ((scale.double().abs() * q.double().sum(dim=2)) * (dx / 2)[None]).sum(dim=1)[None]
+    err = (out - exact).abs()
+    assert (err <= bound * 1.001 + 1e-6 * float(exact.abs().max())).all()
+    assert float(err.max()) > 0  # x really was rounded: the kernel is not the exact one
+
+
+class _Spy:
+    """Stands in for a Triton kernel in gguf_gemv: records its launches, then launches it."""
+
+    def __init__(self, kernel, name: str, launched: list[str]) -> None:
+        self.kernel, self.name, self.launched = kernel, name, launched
+
+    def __getitem__(self, grid):
+        self.launched.append(self.name)
+        return self.kernel[grid]
+
+
+def test_int16x_switch_picks_the_kernel(device, monkeypatch):
+    launched: list[str] = []
+    for name in ("q4k_int16x_kernel", "q4k_one_token_kernel"):
+        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    weight, x = _case(2, seed=4, device=device)
+    want_exact = x.cpu().double() @ dequantize_ref(weight.data.cpu(), "Q4_K", weight.in_features).double().t()
+    want_int16x = q4k_int16x_ref(x.cpu(), weight.data.cpu(), weight.in_features).double()
+    scale = float(want_exact.abs().max())
+    monkeypatch.delenv("KVSPILL_INT16_X", raising=False)  # the default: on
+    on = _int16x(x, weight).cpu().double()
+    monkeypatch.setenv("KVSPILL_INT16_X", "0")
+    off = _int16x(x, weight).cpu().double()
+    assert launched == ["q4k_int16x_kernel", "q4k_one_token_kernel"]
+    torch.testing.assert_close(on, want_int16x, rtol=0, atol=1e-5 * scale)
+    torch.testing.assert_close(off, want_exact, rtol=0, atol=1e-4 * scale)
+
+
+def test_int16x_configs_cover_every_shape():
+    # The table's last entry takes any weight; the 8B shapes get the entries swept for them.
+    shapes = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
+    picked = {
+        name: gguf_gemv._int16x_config(SimpleNamespace(out_features=n, in_features=k))
+        for name, (n, k) in shapes.items()
+    }
+    assert picked == {"qkv": (4096, 8, 2), "o": (2048, 8, 2), "gate_up": (4096, 8, 2), "down": (8192, 16, 4)}
+    assert gguf_gemv._int16x_config(SimpleNamespace(out_features=1, in_features=256)) == (2048, 8, 2)
