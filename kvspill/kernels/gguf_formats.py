@@ -202,12 +202,8 @@ def _k_quants(blocks: torch.Tensor, qtype: str) -> torch.Tensor:
     """Q4_K, Q5_K, Q6_K -> float32 [rows, num_blocks, 256]."""
     rows, nb = blocks.shape[:2]
     if qtype == "Q6_K":
-        d = _f16(blocks, 208)
-        scale = (d * blocks[..., 192:208].view(torch.int8).float()).unsqueeze(-1)  # [rows, nb, 16, 1]
-        ql = _nibbles(blocks[..., 0:128].reshape(rows, nb, 2, 64))  # [rows, nb, 2, 128]
-        qh = _fields(blocks[..., 128:192].reshape(rows, nb, 2, 32), 2, 4)  # [rows, nb, 2, 4, 32]
-        q = (ql.reshape(rows, nb, 2, 4, 32) | (qh << 4)).to(torch.int16) - 32
-        return (scale * q.reshape(rows, nb, 16, 16).float()).reshape(rows, nb, 256)
+        scale, q = _q6k_sub_blocks(blocks)
+        return (scale.unsqueeze(-1) * (q.float() - 32)).reshape(rows, nb, 256)
     scale, offset, q = _k_sub_blocks(blocks, qtype)
     return (scale * q.float() - offset).reshape(rows, nb, 256)
 
@@ -238,6 +234,23 @@ def block_offsets(data: torch.Tensor, qtype: str, in_features: int) -> torch.Ten
     if qtype in ("Q4_K", "Q5_K"):
         return -_k_sub_blocks(blocks, qtype)[1].reshape(rows, nb * 8)
     return torch.zeros((rows, in_features // 32), dtype=torch.float32, device=data.device)
+
+
+def _q6k_sub_blocks(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q6_K blocks [rows, nb, 210] -> d * scale float32 [rows, nb, 16] and the unsigned quants q
+    uint8 [rows, nb, 16, 16] of the 16-weight groups (weight = d * scale * (q - 32))."""
+    rows, nb = blocks.shape[:2]
+    scale = _f16(blocks, 208) * blocks[..., 192:208].view(torch.int8).float()
+    ql = _nibbles(blocks[..., 0:128].reshape(rows, nb, 2, 64))  # [rows, nb, 2, 128]
+    qh = _fields(blocks[..., 128:192].reshape(rows, nb, 2, 32), 2, 4)  # [rows, nb, 2, 4, 32]
+    return scale, (ql.reshape(rows, nb, 2, 4, 32) | (qh << 4)).reshape(rows, nb, 16, 16)
+
+
+def q6k_fields(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q6_K data [rows, bytes] -> `_q6k_sub_blocks` in K order: [rows, K / 16], [rows, K / 16, 16]."""
+    rows = data.shape[0]
+    scale, q = _q6k_sub_blocks(data.reshape(rows, in_features // 256, 210))
+    return scale.reshape(rows, -1), q.reshape(rows, -1, 16)
 
 
 def q4k_fields(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -70,7 +70,7 @@ import torch
 
 from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
-from kvspill.kernels.gguf_gemv_int16x import q4k_int16x_kernel
+from kvspill.kernels.gguf_gemv_int16x import q4k_int16x_kernel, q6k_int16x_kernel
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
@@ -207,6 +207,9 @@ Q4K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (0, 5120, (4096, 8, 2)),
     (0, 0, (2048, 8, 2)),
 )
+# One token of bf16 / fp16 x on Q6_K in q6k_int16x_kernel (CHUNK, BLOCK_N, warps); None: the float
+# lanes. None until the kernel is timed on a GPU (written 2026-12-03 without one; tests pass).
+Q6K_INT16X_CONFIG: tuple[int, int, int] | None = None
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -289,9 +292,39 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)
 
 
+def _one_token_q6k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
+    """Whether `quant_matmul_gemv(x, weight)` takes q6k_int16x_kernel."""
+    half = x.dtype in (torch.bfloat16, torch.float16)
+    return weight.qtype == "Q6_K" and x.shape[0] == 1 and half and Q6K_INT16X_CONFIG is not None and int16_x()
+
+
+def _launch_q6k_int16x(x, weight, bias, out) -> None:
+    assert Q6K_INT16X_CONFIG is not None
+    chunk, block_n, num_warps = Q6K_INT16X_CONFIG
+    rows = weight.out_features
+    q6k_int16x_kernel[(triton.cdiv(rows, block_n),)](
+        x,
+        weight.data,
+        bias if bias is not None else x,
+        out,
+        rows,
+        weight.in_features // 256,
+        weight.data.stride(0),
+        NSUB=max(1, chunk // 512),
+        BLOCK_N=block_n,
+        HAS_LINEAR_BIAS=bias is not None,
+        USE_ASM=not _interpreted(x),
+        num_warps=num_warps,
+        **pdl_meta(x.device),
+    )
+
+
 def _launch_lane_kernel(x, weight, bias, out, config) -> None:
     if _one_token_q4k(x, weight):
         _launch_q4k_one_token(x, weight, bias, out)
+        return
+    if _one_token_q6k_int16x(x, weight):
+        _launch_q6k_int16x(x, weight, bias, out)
         return
     chunk, block_n, num_warps = config
     num_tokens, rows = x.shape[0], weight.out_features

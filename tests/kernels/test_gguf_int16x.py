@@ -10,7 +10,7 @@ import torch
 
 from kvspill.kernels import gguf_gemv
 from kvspill.kernels.gguf_formats import dequantize_ref, q4k_fields, random_quantized
-from kvspill.kernels.gguf_gemv_int16x import int16_x_blocks, q4k_int16x_ref
+from kvspill.kernels.gguf_gemv_int16x import int16_x_blocks, q4k_int16x_ref, q6k_int16x_ref
 
 ROWS = 19  # not a multiple of BLOCK_N
 
@@ -102,3 +102,27 @@ def test_int16x_configs_cover_every_shape():
     }
     assert picked == {"qkv": (4096, 8, 2), "o": (2048, 8, 2), "gate_up": (4096, 8, 2), "down": (8192, 16, 4)}
     assert gguf_gemv._int16x_config(SimpleNamespace(out_features=1, in_features=256)) == (2048, 8, 2)
+
+
+@pytest.mark.parametrize("config", [(512, 2, 1), (2048, 8, 2)])
+def test_q6k_int16x_kernel_matches_its_reference(config, device, monkeypatch):
+    # 9 super-blocks (an odd count: the lanes' second block of the last pair reads past the end).
+    monkeypatch.setattr(gguf_gemv, "Q6K_INT16X_CONFIG", config)
+    gen = torch.Generator().manual_seed(5)
+    weight = random_quantized("Q6_K", ROWS, 9 * 256, gen).to(device)
+    x = ((torch.randn((1, 9 * 256), generator=gen) * 4 + 1).to(torch.bfloat16)).to(device)
+    x[0, 40:44] = 0  # an all-zero group of 4
+    assert gguf_gemv._one_token_q6k_int16x(x, weight)
+    out = torch.empty((1, ROWS), dtype=torch.float32, device=device)
+    gguf_gemv._launch_lane_kernel(x, weight, None, out, gguf_gemv.FMA_CONFIG["Q6_K"])
+    out = out.cpu()
+    want = q6k_int16x_ref(x.cpu(), weight.data.cpu(), weight.in_features)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    exact = x.cpu().double() @ dequantize_ref(weight.data.cpu(), "Q6_K", weight.in_features).double().t()
+    torch.testing.assert_close(out.double(), exact, rtol=0, atol=1e-4 * float(exact.abs().max()))
+
+
+def test_q6k_int16x_is_off_until_timed():
+    weight = random_quantized("Q6_K", 4, 256)
+    assert gguf_gemv.Q6K_INT16X_CONFIG is None
+    assert not gguf_gemv._one_token_q6k_int16x(torch.zeros((1, 256), dtype=torch.bfloat16), weight)
