@@ -33,11 +33,12 @@ def _int16x(x: torch.Tensor, weight, bias=None) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("config", [(2048, 8, 1), (512, 4, 1), (1024, 16, 2), (8192, 16, 4)])
-def test_int16x_kernel_matches_its_reference(config, device, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_int16x_kernel_matches_its_reference(config, dtype, device, monkeypatch):
     # 9 super-blocks: the K loop's last step reads past the end for every chunk here.
     monkeypatch.setenv("KVSPILL_INT16_X", "1")
     monkeypatch.setattr(gguf_gemv, "Q4K_INT16X_CONFIGS", ((0, 0, config),))
-    weight, x = _case(9, seed=1, device=device)
+    weight, x = _case(9, seed=1, device=device, dtype=dtype)
     bias = torch.randn((ROWS,), generator=torch.Generator().manual_seed(2)).to(device)
     out = _int16x(x, weight, bias).cpu()
     want = q4k_int16x_ref(x.cpu(), weight.data.cpu(), weight.in_features) + bias.cpu()
