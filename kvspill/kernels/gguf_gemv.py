@@ -20,8 +20,8 @@ Kernels (`quant_matmul_gemv` picks one):
   Loads are 2-D tiles [rows * lanes, run] reshaped to 4-D, so the lane mapping does not depend
   on how a Triton version orders the dimensions of a >2-D tile (3.6 and 3.9 differ).
   With KVSPILL_INT16_X=0, one token of bf16 / fp16 x on Q4_K (`Q4K_ONE_TOKEN_CONFIG`) takes
-  gguf_gemv_offset's kernel: the same lanes, but nibbles become 2**E + q with no subtract (E = 7 low, 11 high) and 2**E * sc
-  joins the min term; the kernel is issue-bound (ncu, H200: 51-57% of SM issue at 46-51% of DRAM
+  gguf_gemv_offset's kernel: the same lanes, but nibbles become 2**E + q with no subtract
+  (E = 7 low, 11 high) and 2**E * sc joins the min term; the kernel is issue-bound (ncu, H200: 51-57% of SM issue at 46-51% of DRAM
   bandwidth), so a quarter fewer instructions in the loop is 12% less time.
 - One token of bf16 / fp16 x on Q4_K takes gguf_gemv_int16x's kernel unless KVSPILL_INT16_X=0:
   the same lanes on x rounded per 32 values to 14-bit integers (a power-of-two scale; the error
@@ -274,8 +274,8 @@ def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
 
 def _launch_q4k_one_token(x, weight, bias, out) -> None:
     assert Q4K_ONE_TOKEN_CONFIG is not None
-    rows = weight.out_features
-    chunk, block_n, num_warps = _int16x_config(weight) if int16_x() else Q4K_ONE_TOKEN_CONFIG
+    rows, integer_x = weight.out_features, int16_x()
+    chunk, block_n, num_warps = _int16x_config(weight) if integer_x else Q4K_ONE_TOKEN_CONFIG
     args = (x, weight.data, bias if bias is not None else x, out, rows, weight.in_features // 256)
     meta = dict(
         HAS_LINEAR_BIAS=bias is not None,
@@ -286,7 +286,7 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
         **pdl_meta(x.device),
     )
     grid = (triton.cdiv(rows, block_n),)
-    if int16_x():
+    if integer_x:
         q4k_int16x_kernel[grid](*args, weight.data.stride(0), **meta)
     else:
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)
