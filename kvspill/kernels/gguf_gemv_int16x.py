@@ -37,6 +37,7 @@ from kvspill.kernels.gguf_gemv_lane import (
     _store_lane_sums,
     _to_f32,
 )
+from kvspill.kernels.gguf_gemv_offset import q4k_one_token_lanes
 from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -66,16 +67,7 @@ def q4k_int16x_kernel(
     # step owns group g's 32 bytes of each of the program's rows and the 64 x values they meet.
     KL: tl.constexpr = 4 * SB
     pid = tl.program_id(0)
-    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
-    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
-    n = pid * BLOCK_N + i_w // KL
-    # Rows past the end read row 0 (their sums are not stored), super-blocks past the end block 0
-    # (they meet x = 0), so the weight loads need no mask.
-    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
-    sb_w = (i_w % KL) // 4
-    g = i_w % 4
-    i_x = tl.arange(0, KL)[:, None]
-    x_off = (i_x // 4) * 256 + (i_x % 4) * 64 + tl.arange(0, 8)[None, :]  # [KL, 8]
+    row, sb_w, g, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for k in range(0, num_blocks, SB):
         words = (row + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 144, 0)).to(tl.pointer_type(tl.int32))

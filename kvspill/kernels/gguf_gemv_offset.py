@@ -40,16 +40,7 @@ def q4k_one_token_kernel(
     #     sum_l (sc * q_l - m) * x_l = sc * sum_l (2**E + q_l) * x_l - (m + 2**E * sc) * sum_l x_l.
     KL: tl.constexpr = 4 * SB
     pid = tl.program_id(0)
-    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
-    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl, kl = 4 * (super-block) + g
-    n = pid * BLOCK_N + i_w // KL
-    # Rows past the end read row 0 (their sums are not stored), super-blocks past the end block 0
-    # (they meet x = 0), so the weight loads need no mask.
-    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
-    sb_w = (i_w % KL) // 4
-    g = i_w % 4
-    i_x = tl.arange(0, KL)[:, None]
-    x_off = (i_x // 4) * 256 + (i_x % 4) * 64 + tl.arange(0, 8)[None, :]  # [KL, 8]
+    row, sb_w, g, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
     acc = tl.zeros((BLOCK_N, KL, 1), dtype=tl.float32)
     for k in range(0, num_blocks, SB):
         words = (row + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 144, 0)).to(tl.pointer_type(tl.int32))
@@ -58,6 +49,25 @@ def q4k_one_token_kernel(
         )
     out = tl.reshape(tl.sum(tl.sum(acc, axis=2), axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+
+
+@triton.jit
+def q4k_one_token_lanes(
+    w_ptr, pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.constexpr, PDL: tl.constexpr
+):
+    """The one-token Q4_K lanes (this kernel's and gguf_gemv_int16x's): prefetch the program's
+    rows, then per element r * KL + kl of [BLOCK_N * KL, 1] its row pointer, super-block of the K
+    step and group g (kl = 4 * super-block + g), and per lane [KL, 1] its x offsets [KL, 8] (the
+    group's first 8 of 64). Returns (row, sb_w, g, i_x, x_off)."""
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
+    n = pid * BLOCK_N + i_w // KL
+    # Rows past the end read row 0 (their sums are not stored), super-blocks past the end block 0
+    # (they meet x = 0), so the weight loads need no mask.
+    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
+    i_x = tl.arange(0, KL)[:, None]
+    x_off = (i_x // 4) * 256 + (i_x % 4) * 64 + tl.arange(0, 8)[None, :]  # [KL, 8]
+    return row, (i_w % KL) // 4, i_w % 4, i_x, x_off
 
 
 @triton.jit
