@@ -8,9 +8,10 @@ Each lane rounds the 64 x values of its 32-byte group in registers, per 32 (one 
 sub-block each), to integers of 14 bits: xq = round(x * 2**-e), the power of two 2**e that puts
 the sub-block's amax in [2**13, 2**14) (no division, so the rounding is the same everywhere:
 GPU, Triton's interpreter, `q4k_int16x_ref`), for all BLOCK_N rows it holds. A weight word then
-takes two ANDs (low nibbles; the high ones stay in place, 16 q) and four dp2a for its 8 weights,
-under 1 instruction a weight against 3-4 for the float lanes (gguf_gemv_offset), which are
-issue-bound at half the card's bandwidth. Per sub-block
+takes two ANDs (low nibbles; the high ones stay in place, 16 q) and four dp2a for its 8 weights.
+The whole loop compiles (sm_90, Triton 3.6) to 2.5 / 2.2 SASS instructions a weight at 8 / 16
+rows against 4.3 for the float lanes (gguf_gemv_offset), which are issue-bound at half the
+card's bandwidth. Per sub-block
 
     sum_l (sc * q_l - m) * x_l  ~=  sc * 2**e * sum_l q_l * xq_l  -  m * sum_l x_l,
 
