@@ -37,6 +37,7 @@ from kvspill.kernels.gguf_gemv_lane import (
     _split4,
     _store_lane_sums,
     _to_f32,
+    q6k_quant_bytes,
 )
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_lanes
 from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
@@ -152,43 +153,18 @@ def _dp2a_step(
     b_lo = tl.broadcast_to(tl.reshape(b_lo, (1, KL, 2)), shape)
     a_hi = tl.broadcast_to(tl.reshape(a_hi, (1, KL, 2)), shape)
     b_hi = tl.broadcast_to(tl.reshape(b_hi, (1, KL, 2)), shape)
-    if USE_ASM:
-        return tl.inline_asm_elementwise(
-            asm="""{
-            .reg .b32 t;
-            and.b32 t, $2, 0x0F0F0F0F;
-            dp2a.lo.s32.u32 $0, $3, t, $7;
-            dp2a.hi.s32.u32 $0, $4, t, $0;
-            and.b32 t, $2, 0xF0F0F0F0;
-            dp2a.lo.s32.u32 $1, $5, t, $8;
-            dp2a.hi.s32.u32 $1, $6, t, $1;
-            }""",
-            constraints="=r,=r,r,r,r,r,r,r,r",
-            args=[qw, a_lo, b_lo, a_hi, b_hi, i_lo, i_hi],
-            dtype=(tl.int32, tl.int32),
-            is_pure=True,
-            pack=1,
-        )
-    else:
-        lo = qw & 0x0F0F0F0F
-        hi = qw & -0x0F0F0F10  # 0xF0F0F0F0
-        return i_lo + _dp2a_twin(a_lo, b_lo, lo), i_hi + _dp2a_twin(a_hi, b_hi, hi)
-
-
-@triton.jit
-def _dp2a_twin(a, b, w):
-    """dp2a.lo(a, w) + dp2a.hi(b, w) in plain Triton: signed 16-bit pairs a, b, unsigned bytes w."""
-    s = ((a << 16) >> 16) * (w & 0xFF) + (a >> 16) * ((w >> 8) & 0xFF)
-    return s + ((b << 16) >> 16) * ((w >> 16) & 0xFF) + (b >> 16) * ((w >> 24) & 0xFF)
+    lo = qw & 0x0F0F0F0F
+    hi = qw & -0x0F0F0F10  # 0xF0F0F0F0: the high nibbles in place
+    return _dp2a_pair(i_lo, a_lo, b_lo, lo, USE_ASM), _dp2a_pair(i_hi, a_hi, b_hi, hi, USE_ASM)
 
 
 @triton.jit
 def _int16_pairs(x, inv, KL: tl.constexpr, USE_ASM: tl.constexpr):
-    """x [KL, 8] fp32 times inv [KL, 1] (|x * inv| < 2**14) rounded to the nearest integer (ties
-    to even; one fma, exact as x * inv is), two to a word: ([KL, 2] pairs of elements (4 c, 4 c + 1),
-    [KL, 2] pairs (4 c + 2, 4 c + 3)), the first of a pair in bits 0-15."""
+    """x [KL, 4 C] fp32 times inv [KL, 1] (|x * inv| < 2**14) rounded to the nearest integer (ties
+    to even; one fma, exact as x * inv is), two to a word: ([KL, C] pairs of elements (4 c, 4 c + 1),
+    [KL, C] pairs (4 c + 2, 4 c + 3)), the first of a pair in bits 0-15."""
     r = tl.fma(x, inv, _ROUND_MAGIC).to(tl.int32, bitcast=True)
-    even, odd = tl.split(tl.reshape(r, (KL, 2, 2, 2)))  # elements 4 c + 2 u / 4 c + 2 u + 1
+    even, odd = tl.split(tl.reshape(r, (KL, x.shape[1] // 4, 2, 2)))  # elements 4 c + 2 u / 4 c + 2 u + 1
     b0, b2 = tl.split(even)
     b1, b3 = tl.split(odd)
     return _pack16(b0, b1, USE_ASM), _pack16(b2, b3, USE_ASM)
@@ -261,52 +237,40 @@ def _q6k_int16x_block(
     d = tl.load((blk + 208).to(tl.pointer_type(tl.uint16))).to(tl.float16, bitcast=True).to(tl.float32)
     part = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for Q in tl.static_range(4):
-        lo = ql_a if Q % 2 == 0 else ql_b
-        if Q >= 2:
-            lo = lo >> 4
-        hi = qh >> 2 if Q == 3 else qh << (4 - 2 * Q)
-        u = tl.reshape((lo & 0x0F0F0F0F) | (hi & 0x30303030), (BLOCK_N, KL))  # 4 quants q in [0, 63]
+        u = tl.reshape(q6k_quant_bytes(ql_a, ql_b, qh, Q), (BLOCK_N, KL))  # 4 quants q in [0, 63]
         sc = tl.reshape(
             d * tl.load((blk + sc_off + 2 * Q).to(tl.pointer_type(tl.int8))).to(tl.float32), (BLOCK_N, KL)
         )
         x = _to_f32(tl.load(x_ptrs + 32 * Q, mask=x_ok, other=0.0), USE_ASM)  # [KL, 4]
         inv, scale = _power_of_two_scale(tl.max(tl.abs(x), axis=1, keep_dims=True))
-        a, b = _int16_pairs4(x, inv, KL, USE_ASM)  # [KL, 1] each
+        a, b = _int16_pairs(x, inv, KL, USE_ASM)  # [KL, 1] each
         a = tl.broadcast_to(tl.reshape(a, (1, KL)), (BLOCK_N, KL))
         b = tl.broadcast_to(tl.reshape(b, (1, KL)), (BLOCK_N, KL))
-        q_sums = _dp2a_pair(a, b, u, USE_ASM).to(tl.float32)
+        q_sums = _dp2a_pair(tl.zeros((BLOCK_N, KL), dtype=tl.int32), a, b, u, USE_ASM).to(tl.float32)
         x_sums = tl.reshape(tl.sum(x, axis=1), (1, KL))
         part += sc * (tl.reshape(scale, (1, KL)) * q_sums - 32.0 * x_sums)
     return part
 
 
 @triton.jit
-def _int16_pairs4(x, inv, KL: tl.constexpr, USE_ASM: tl.constexpr):
-    """x [KL, 4] times inv [KL, 1] rounded as `_int16_pairs` does: ([KL, 1] pair (0, 1), [KL, 1] pair (2, 3))."""
-    r = tl.fma(x, inv, _ROUND_MAGIC).to(tl.int32, bitcast=True)
-    even, odd = tl.split(tl.reshape(r, (KL, 2, 2)))  # elements 0, 2 / 1, 3
-    b0, b2 = tl.split(even)
-    b1, b3 = tl.split(odd)
-    return _pack16(b0, b1, USE_ASM)[:, None], _pack16(b2, b3, USE_ASM)[:, None]
-
-
-@triton.jit
-def _dp2a_pair(a, b, w, USE_ASM: tl.constexpr):
-    """dp2a.lo(a, w) + dp2a.hi(b, w): signed 16-bit pairs a, b times the unsigned bytes of w."""
+def _dp2a_pair(acc, a, b, w, USE_ASM: tl.constexpr):
+    """acc + dp2a.lo(a, w) + dp2a.hi(b, w): signed 16-bit pairs a, b times the unsigned bytes of w
+    (bytes 0-1 meet a's halves, bytes 2-3 b's)."""
     if USE_ASM:
         return tl.inline_asm_elementwise(
             asm="""{
-            dp2a.lo.s32.u32 $0, $1, $3, 0;
-            dp2a.hi.s32.u32 $0, $2, $3, $0;
+            dp2a.lo.s32.u32 $0, $2, $4, $1;
+            dp2a.hi.s32.u32 $0, $3, $4, $0;
             }""",
-            constraints="=r,r,r,r",
-            args=[a, b, w],
+            constraints="=r,r,r,r,r",
+            args=[acc, a, b, w],
             dtype=tl.int32,
             is_pure=True,
             pack=1,
         )
     else:
-        return _dp2a_twin(a, b, w)
+        s = ((a << 16) >> 16) * (w & 0xFF) + (a >> 16) * ((w >> 8) & 0xFF)
+        return acc + s + ((b << 16) >> 16) * ((w >> 16) & 0xFF) + (b >> 16) * ((w >> 24) & 0xFF)
 
 
 def q6k_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int) -> torch.Tensor:

@@ -458,8 +458,14 @@ def _q6k_token_lanes(stride_x, NUM_TOKENS, T_PAD: tl.constexpr, KL: tl.constexpr
 
 @triton.jit
 def _q6k_quants(ql_a, ql_b, qh, Q: tl.constexpr, USE_ASM: tl.constexpr):
-    """The 6-bit quants of quarter Q minus 32, 4 bytes at a time, as 4 float32 tensors: 4 bits of
-    ql (low nibbles for Q < 2), 2 bits of qh (bits 2 Q, 2 Q + 1 of each byte) on top."""
+    """The 6-bit quants of quarter Q minus 32, 4 bytes at a time, as 4 float32 tensors."""
+    return _bytes_minus_32(q6k_quant_bytes(ql_a, ql_b, qh, Q), USE_ASM)
+
+
+@triton.jit
+def q6k_quant_bytes(ql_a, ql_b, qh, Q: tl.constexpr):
+    """The 6-bit quants (0..63) of quarter Q, one a byte of an int32 word: 4 bits of ql (low
+    nibbles for Q < 2), 2 bits of qh (bits 2 Q, 2 Q + 1 of each byte) on top."""
     lo = ql_a if Q % 2 == 0 else ql_b
     if Q >= 2:
         lo = lo >> 4
@@ -467,8 +473,7 @@ def _q6k_quants(ql_a, ql_b, qh, Q: tl.constexpr, USE_ASM: tl.constexpr):
         hi = qh >> 2
     else:
         hi = qh << (4 - 2 * Q)
-    u = (lo & 0x0F0F0F0F) | (hi & 0x30303030)
-    return _bytes_minus_32(u, USE_ASM)
+    return (lo & 0x0F0F0F0F) | (hi & 0x30303030)
 
 
 @triton.jit
