@@ -208,8 +208,9 @@ Q4K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (0, 0, (2048, 8, 2)),
 )
 # One token of bf16 / fp16 x on Q6_K in q6k_int16x_kernel (CHUNK, BLOCK_N, warps); None: the float
-# lanes. None until the kernel is timed on a GPU (written 2026-12-03 without one; tests pass).
-Q6K_INT16X_CONFIG: tuple[int, int, int] | None = None
+# lanes. The best of 8 configs on the 8B shapes, 272 us summed against the float lanes' 275; in the
+# engine 0.8% a step at 8K and 32K (H200, bench/results/2026-12-03-h200-int16x-engine).
+Q6K_INT16X_CONFIG: tuple[int, int, int] | None = (512, 2, 1)
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -259,8 +260,8 @@ def _one_token_q4k(x: torch.Tensor, weight: QuantizedWeight) -> bool:
 
 
 def int16_x() -> bool:
-    """Whether one token of bf16 / fp16 x on Q4_K takes the int16-x kernel (read per call:
-    KVSPILL_INT16_X=0 takes the float lanes; gguf_gemv_int16x says what it rounds)."""
+    """Whether one token of bf16 / fp16 x on Q4_K and Q6_K takes the int16-x kernels (read per
+    call: KVSPILL_INT16_X=0 takes the float lanes; gguf_gemv_int16x says what they round)."""
     return os.environ.get("KVSPILL_INT16_X", "1") != "0"
 
 

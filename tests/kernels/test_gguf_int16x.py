@@ -123,7 +123,10 @@ def test_q6k_int16x_kernel_matches_its_reference(config, device, monkeypatch):
     torch.testing.assert_close(out.double(), exact, rtol=0, atol=1e-4 * float(exact.abs().max()))
 
 
-def test_q6k_int16x_is_off_until_timed():
+def test_q6k_int16x_is_the_default_and_the_switch_turns_it_off(monkeypatch):
     weight = random_quantized("Q6_K", 4, 256)
-    assert gguf_gemv.Q6K_INT16X_CONFIG is None
-    assert not gguf_gemv._one_token_q6k_int16x(torch.zeros((1, 256), dtype=torch.bfloat16), weight)
+    x = torch.zeros((1, 256), dtype=torch.bfloat16)
+    assert gguf_gemv._one_token_q6k_int16x(x, weight)
+    assert not gguf_gemv._one_token_q6k_int16x(x.float(), weight)  # fp32 x keeps the exact lanes
+    monkeypatch.setenv("KVSPILL_INT16_X", "0")
+    assert not gguf_gemv._one_token_q6k_int16x(x, weight)
