@@ -57,12 +57,26 @@ PREFILL_FLOOR_TOKENS = 256
 # Mixed steps with more decodes than this run eagerly: their decode rows make the step long anyway.
 # (At 16, 32-sequence runs still had eager mixed steps: ITL p99 3-4x p50, H200 2026-12-02.)
 MIXED_GRAPH_DECODES = 64
+# Prefill chunks a mixed step holds: a chunk may end one prompt and start the next.
+MIXED_GRAPH_PREFILLS = 2
 
 
 def prefill_floor_tokens(block_size: int) -> int:
     """Prefill tokens a step carries at least while requests decode (a GPU chunk below a few
     hundred tokens wastes its matmuls), and the mixed graphs' chunk."""
     return max(PREFILL_FLOOR_BLOCKS * block_size, PREFILL_FLOOR_TOKENS)
+
+
+def batch_buckets(max_num_seqs: int) -> list[int]:
+    """The decode batch sizes captured in CUDA graphs up to `max_num_seqs` (a step pads to the next)."""
+    buckets = [b for b in (1, 2, 4, 8, 16, 24, 32) if b <= max_num_seqs]
+    b = 48
+    while b <= max_num_seqs:
+        buckets.append(b)
+        b += 16
+    if buckets[-1] != max_num_seqs:
+        buckets.append(max_num_seqs)
+    return buckets
 
 
 def mixed_decodes(max_num_seqs: int) -> int:

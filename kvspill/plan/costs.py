@@ -164,6 +164,23 @@ def cold_staging_bytes(spec: ModelSpec, kv_bytes: int, cold_stage_tokens: int = 
     return 2 * cold_stage_tokens * 2 * spec.kv_heads_dim * kv_bytes
 
 
+def _layer_transient_bytes(spec: ModelSpec, num_tokens: int, act_bytes: int) -> tuple[int, int, int]:
+    """(residual, attention, mlp) bytes alive at once while `num_tokens` tokens go through a layer.
+
+    t = num_tokens, h = hidden, a = activation bytes, I = intermediate, q = num_heads*head_dim,
+    kv = num_kv_heads*head_dim."""
+    t, h, d = num_tokens, spec.hidden_size, spec.head_dim
+    q_width, kv_width = spec.num_heads * d, spec.kv_heads_dim
+    residual = 3 * t * h * act_bytes  # residual stream, its normed copy, the block's output
+    # attention: fused qkv [t, q+2kv], q and k after rope [t, q+kv], output [t, q]; fp32 partials
+    # (o, lse) of the gpu part and the cold part before the log-sum-exp merge
+    attn = t * (q_width + 2 * kv_width + q_width + kv_width + q_width) * act_bytes
+    attn += 2 * t * spec.num_heads * (d + 1) * 4
+    # mlp: fused gate_up [t, 2I], silu(gate) [t, I], silu(gate) * up [t, I]
+    mlp = 4 * t * spec.intermediate_size * act_bytes
+    return residual, attn, mlp
+
+
 def activation_peak_bytes(
     spec: ModelSpec,
     num_tokens: int,
@@ -176,28 +193,39 @@ def activation_peak_bytes(
     """Peak live transients of the largest step: `num_tokens` tokens of `num_seqs` sequences
     (flash-style attention, no [T, ctx] scores), each sequence's next token sampled.
 
-    The largest of three phases, each counting what is alive at once; t = num_tokens, h = hidden,
-    a = activation bytes, I = intermediate, q = num_heads*head_dim, kv = num_kv_heads*head_dim.
-    `dequant_bytes`: a quantized weight's dense slice a projection holds while it multiplies
-    (GGUF past the GEMV's rows; kernels/quant_linear.py), in the mlp and the logits phase.
+    The largest of three phases, each counting what is alive at once (_layer_transient_bytes):
+    attention adds the double-buffered staging of one layer's cold K and V streamed in
+    (cold_stage_tokens each). `dequant_bytes`: a quantized weight's dense slice a projection holds
+    while it multiplies (GGUF past the GEMV's rows; kernels/quant_linear.py), in the mlp and the
+    logits phase.
     """
-    t, h, d = num_tokens, spec.hidden_size, spec.head_dim
-    q_width, kv_width = spec.num_heads * d, spec.kv_heads_dim
-    residual = 3 * t * h * act_bytes  # residual stream, its normed copy, the block's output
-    # attention: fused qkv [t, q+2kv], q and k after rope [t, q+kv], output [t, q]; fp32 partials
-    # (o, lse) of the gpu part and the cold part before the log-sum-exp merge; double-buffered
-    # staging of one layer's cold K and V streamed in (cold_stage_tokens each)
-    attn = t * (q_width + 2 * kv_width + q_width + kv_width + q_width) * act_bytes
-    attn += 2 * t * spec.num_heads * (d + 1) * 4
+    residual, attn, mlp = _layer_transient_bytes(spec, num_tokens, act_bytes)
     attn += cold_staging_bytes(spec, kv_bytes, cold_stage_tokens)
-    # mlp: fused gate_up [t, 2I], silu(gate) [t, I], silu(gate) * up [t, I]
-    mlp = 4 * t * spec.intermediate_size * act_bytes + dequant_bytes
+    mlp += dequant_bytes
     # logits: the sampled rows (one per sequence) through the sampler, or one slice of prompt
     # logprobs (its fp32 logits and their log-softmax)
+    t = num_tokens
     rows = max(num_seqs, min(t, PROMPT_LOGPROB_ROWS))
     sampled = max(num_seqs * SAMPLER_BYTES_PER_LOGIT, min(t, PROMPT_LOGPROB_ROWS) * 8) * spec.vocab_size
-    logits = rows * h * act_bytes + sampled + dequant_bytes
+    logits = rows * spec.hidden_size * act_bytes + sampled + dequant_bytes
     return residual + max(attn, mlp, logits)
+
+
+def mixed_graph_bytes(spec: ModelSpec, buckets: list[int], chunk: int, prefills: int, act_bytes: int) -> int:
+    """What the mixed-step CUDA graphs (runner/mixed_graphs.py) add to the decode graphs' memory
+    pool: each decode bucket b's outputs, kept for its replays (fp32 logits and int64 greedy ids of
+    b + `prefills` rows), and the largest graph's step (b + `chunk` tokens through a layer; the
+    lm_head reads only the sampled rows, the sampler runs outside the graph, the cold staging
+    buffers are the runner's). Counted beside the decode graphs' peak, not within it: on an H200
+    (W3 8B 128K fp8, 8 sequences, bench/results/2026-12-03-h200-int16x-engine) the mixed graphs
+    took 0.045 GiB more of the card than decode graphs alone; this counts 0.045 GiB there, where
+    the peak of a whole step of those tokens (the sampler's and prompt logprobs' rows) gave 0.19."""
+    if not buckets:
+        return 0
+    outputs = sum((b + prefills) * (spec.vocab_size * 4 + 8) for b in buckets)
+    residual, attn, mlp = _layer_transient_bytes(spec, buckets[-1] + chunk, act_bytes)
+    lm_head_input = (buckets[-1] + prefills) * spec.hidden_size * act_bytes
+    return outputs + residual + max(attn, mlp, lm_head_input)
 
 
 def decode_floor(

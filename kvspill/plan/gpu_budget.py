@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvspill.plan.choices import MAX_GRAPH_BATCH, MIXED_GRAPH_DECODES
-from kvspill.plan.costs import activation_peak_bytes, cold_staging_bytes
+from kvspill.plan.choices import MAX_GRAPH_BATCH, MIXED_GRAPH_DECODES, MIXED_GRAPH_PREFILLS, batch_buckets
+from kvspill.plan.costs import activation_peak_bytes, cold_staging_bytes, mixed_graph_bytes
 from kvspill.plan.request import PlanRequest
 from kvspill.plan.spec import ModelSpec
 from kvspill.plan.units import MiB
@@ -65,7 +65,7 @@ def gpu_budget(
     """The reserves of `request` beside `weight_bytes`; `graph_batch`: the largest decode batch
     the engine captures (`RuntimeChoices.graph_batch`, 0: no graphs; None: as the request says);
     `mixed_graph_tokens`: the rows of the mixed-step graphs (`RuntimeChoices.mixed_graph_tokens`),
-    which share the decode graphs' pool: the pool holds the larger of the two."""
+    which share the decode graphs' pool and add their outputs and step to it (mixed_graph_bytes)."""
     if graph_batch is None:
         graph_batch = 0 if request.enforce_eager else min(request.max_num_seqs, MAX_GRAPH_BATCH)
     spec, kv_bytes = request.spec, request.kv_dtype_bytes
@@ -88,12 +88,12 @@ def gpu_budget(
         if graph_batch:
             batch = graph_batch
             peak = activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
-            if mixed_graph_tokens:
-                seqs = min(MIXED_GRAPH_DECODES, batch) + 2  # decodes and up to two prompts' chunks
-                peak = max(
-                    peak, activation_peak_bytes(spec, mixed_graph_tokens, seqs, act_bytes, kv_bytes, 0)
-                )
             graph = CUDA_GRAPH_BASE_BYTES + peak
+            if mixed_graph_tokens:
+                decodes = min(MIXED_GRAPH_DECODES, batch)
+                buckets = [b for b in batch_buckets(batch) if b <= decodes]
+                chunk = mixed_graph_tokens - decodes
+                graph += mixed_graph_bytes(spec, buckets, chunk, MIXED_GRAPH_PREFILLS, act_bytes)
             if request.graph_scratch_bytes is not None:
                 graph += request.graph_scratch_bytes
             elif gguf and max(batch, mixed_graph_tokens) > GGUF_GEMV_MAX_ROWS:

@@ -29,6 +29,7 @@ import torch
 
 from kvspill.attention.cold.dispatch import ColdStep
 from kvspill.model.base import CausalLM
+from kvspill.plan.choices import batch_buckets
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.inputs import StepInputs
@@ -40,17 +41,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 _Out = TypeVar("_Out")
-
-
-def batch_buckets(max_num_seqs: int) -> list[int]:
-    buckets = [b for b in (1, 2, 4, 8, 16, 24, 32) if b <= max_num_seqs]
-    b = 48
-    while b <= max_num_seqs:
-        buckets.append(b)
-        b += 16
-    if buckets[-1] != max_num_seqs:
-        buckets.append(max_num_seqs)
-    return buckets
 
 
 def reset_graphs(graphs: dict[int, torch.cuda.CUDAGraph]) -> None:

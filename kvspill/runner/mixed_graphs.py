@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from kvspill.model.base import CausalLM
+from kvspill.plan.choices import MIXED_GRAPH_PREFILLS
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.cuda_graphs import DecodeGraphs, HostSets, capture_graph, reset_graphs
@@ -39,7 +40,7 @@ from kvspill.storage.storage import KVStorage
 
 logger = logging.getLogger(__name__)
 
-MAX_PREFILLS = 2  # a chunk may end one prompt and start the next
+MAX_PREFILLS = MIXED_GRAPH_PREFILLS  # a chunk may end one prompt and start the next
 
 
 @dataclass(frozen=True)

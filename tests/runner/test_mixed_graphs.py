@@ -17,9 +17,8 @@ import pytest
 import torch
 
 from kvspill.llm import LLM
-from kvspill.plan.choices import MIXED_GRAPH_DECODES, mixed_decodes, prefill_floor_tokens
+from kvspill.plan.choices import MIXED_GRAPH_DECODES, batch_buckets, mixed_decodes, prefill_floor_tokens
 from kvspill.runner.async_output import DeviceFeed
-from kvspill.runner.cuda_graphs import batch_buckets
 from kvspill.runner.inputs import StepInputs
 from kvspill.runner.mixed_graphs import (
     MAX_PREFILLS,
