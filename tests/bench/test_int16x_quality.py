@@ -26,11 +26,26 @@ def test_q4k_linear_is_the_kernels_reference():
     assert float((got - exact).abs().max()) > 1e-6 * float(exact.abs().max())  # x was rounded
 
 
+def test_q4_1_linear_rounds_per_group_as_the_q6k_kernel_does():
+    """Per 4 values (Q6_K's kernel): the Q4_1 weight's quants times x rounded per 4, its m on exact
+    sums; a finer group rounds less than one of 32."""
+    weight, x = _case("Q4_1")
+    w = dequantize_ref(weight.data, "Q4_1", weight.in_features)
+    exact = x @ w.t()
+    got4 = int16x_quality.int16x_linear(x, weight, group=4)
+    xq, dx = int16x_quality.int16_x_blocks(x, 14, 4)
+    m = int16x_quality.block_offsets(weight.data, "Q4_1", weight.in_features).repeat_interleave(32, dim=1)
+    want = (xq * dx[..., None]).flatten(-2) @ (w - m).t() + x @ m.t()
+    torch.testing.assert_close(got4, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    got32 = int16x_quality.int16x_linear(x, weight)
+    assert float((got4 - exact).abs().max()) < float((got32 - exact).abs().max())
+
+
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q4_K", "Q6_K", "Q8_0"])
 def test_linear_without_rounding_is_exact(qtype, monkeypatch):
     # The split into scaled quants and block constants adds back up to x @ W.T.
-    def unrounded(x, bits):
-        xf = x.float().reshape(*x.shape[:-1], -1, 32)
+    def unrounded(x, bits, group):
+        xf = x.float().reshape(*x.shape[:-1], -1, group)
         return xf, torch.ones(xf.shape[:-1])
 
     monkeypatch.setattr(int16x_quality, "int16_x_blocks", unrounded)
