@@ -3,8 +3,8 @@
 A GGUF file's quantized tensors (Q4_0 ... Q6_K, `kernels/gguf_formats.py`) go to the device as
 they are. `QuantLinear` stands in for `nn.Linear` (a fused qkv_proj or gate_up_proj included):
 its weight is one `QuantizedWeight`, or, when the fused shards have different types (Q4_K_M
-files keep some attn_v / ffn_down in Q6_K), one per shard, computed one after the other and
-concatenated. `QuantEmbedding` gathers the quantized rows of the ids and dequantizes only
+files keep some attn_v / ffn_down in Q6_K), one per run of adjacent shards of one type (q and k
+together, v apart), computed one after the other and concatenated. `QuantEmbedding` gathers the quantized rows of the ids and dequantizes only
 those; with tied embeddings it is also the lm_head (`project`).
 
 Invariants:
@@ -39,14 +39,18 @@ class QuantLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(self.out_features, dtype=dtype)) if bias else None
 
     def set_weight(self, shards: list[QuantizedWeight]) -> None:
-        """The shards in row order; merged into one weight when they share a type."""
+        """The shards in row order; each run of adjacent shards of one type merged into one weight
+        (a Q4_K_M layer's Q4_K q and k, beside its Q6_K v: one launch for q and k, not two)."""
         assert [s.out_features for s in shards] == self.out_sizes, "shards must match the fused row sizes"
         assert all(s.in_features == self.in_features for s in shards)
-        if len({s.qtype for s in shards}) == 1 and len(shards) > 1:
-            data = torch.cat([s.data for s in shards])
-            shards = [QuantizedWeight(data, shards[0].qtype, self.out_features, self.in_features)]
-        self.parts = shards
-        for i, part in enumerate(shards):
+        runs: list[list[QuantizedWeight]] = []
+        for shard in shards:
+            if runs and runs[-1][0].qtype == shard.qtype:
+                runs[-1].append(shard)
+            else:
+                runs.append([shard])
+        self.parts = [_merged(run) for run in runs]
+        for i, part in enumerate(self.parts):
             self.register_buffer(f"qweight_{i}", part.data, persistent=False)
 
     @property
@@ -65,6 +69,15 @@ class QuantLinear(nn.Module):
     def extra_repr(self) -> str:
         types = ",".join(p.qtype for p in self.parts) or "empty"
         return f"in_features={self.in_features}, out_features={self.out_features}, qtype={types}"
+
+
+def _merged(shards: list[QuantizedWeight]) -> QuantizedWeight:
+    """Shards of one type (same in_features) as one weight: their rows in order."""
+    if len(shards) == 1:
+        return shards[0]
+    rows = sum(s.out_features for s in shards)
+    data = torch.cat([s.data for s in shards])
+    return QuantizedWeight(data, shards[0].qtype, rows, shards[0].in_features)
 
 
 class QuantEmbedding(nn.Module):
