@@ -4,8 +4,9 @@ A GGUF file's quantized tensors (Q4_0 ... Q6_K, `kernels/gguf_formats.py`) go to
 they are. `QuantLinear` stands in for `nn.Linear` (a fused qkv_proj or gate_up_proj included):
 its weight is one `QuantizedWeight`, or, when the fused shards have different types (Q4_K_M
 files keep some attn_v / ffn_down in Q6_K), one per run of adjacent shards of one type (q and k
-together, v apart), computed one after the other and concatenated. `QuantEmbedding` gathers the quantized rows of the ids and dequantizes only
-those; with tied embeddings it is also the lm_head (`project`).
+together, v apart), computed one after the other and concatenated. `QuantEmbedding` gathers the
+quantized rows of the ids and dequantizes only those; with tied embeddings it is also the lm_head
+(`project`).
 
 Invariants:
 - The raw bytes are registered buffers (`qweight_0`, ...), so the model's memory and
