@@ -40,12 +40,14 @@ from kvspill.plan.spec import ModelSpec
 
 # Per decode step and layer, what the kernels cost beyond their bytes (about ten graph-replayed
 # launches of a few microseconds each and the GEMVs' shortfall from the copy bandwidth). With
-# async scheduling (the CUDA default) the host's work runs under the GPU's and adds nothing:
-# measured on 2026-11-26 as (step time - HBM floor) / layers, 37 us for W1 8K on both an H100 and
-# an H200, 38-40 us for W2 8K/32K (H200), 33 us for W3 32K (H100); the plan lands within 2% of
-# those (docs/performance-history.md). The serial engine (--no-async-scheduling) adds 0.2-0.3 ms of host
-# work per step on top (47 us per layer was the fit before async scheduling).
-STEP_OVERHEAD_PER_LAYER_S = 38e-6
+# async scheduling (the CUDA default) the host's work runs under the GPU's and adds nothing.
+# (step time - bytes at the plan's HBM rate) / layers on an H200 on 2026-12-03, after programmatic
+# dependent launch and the one-token dense GEMV: 19 us for W3 32K (187.3 tok/s), 17 us for 8B bf16
+# at 8K (220.9), 25 us for W1 8K (958.0); 22 us plans them at 0.98 / 0.97 / 1.06 and 8B fp8 at 8K
+# at 1.00 (bench/results/2026-12-03-h200-int16x-engine). It was 37-40 us on 2026-11-26 (H100 and
+# H200, docs/performance-history.md). The serial engine (--no-async-scheduling) adds 0.2-0.3 ms of
+# host work per step on top (47 us per layer was the fit before async scheduling).
+STEP_OVERHEAD_PER_LAYER_S = 22e-6
 # Decode over fp8 or int8 KV in the gpu tier (CUDA): the decode kernel widens the values in
 # registers and its time follows the KV's bf16 bytes, not the stored ones; int8 also turns q, k, v
 # and the output by its Hadamard basis in every layer (runner/attention.py). Fit to two all-GPU

@@ -18,28 +18,22 @@ GGUF_BITS_PER_WEIGHT = {
     "q4_k_m": 4.89, "q5_k_m": 5.70,
 }  # fmt: skip
 # Weight bytes a second that decode reads quantized weights at: the dequantize-GEMV kernels are
-# bound by their instructions, not by HBM, so this is a rate of its own (capped at HBM's):
-# - Q4_K (the lane kernel, kernels/gguf_gemv_lane.py): random llama-8b Q4_K in 16 GiB at 8K on an
-#   H100, 286.7 tok/s = weights at 2.37 TB/s once KV and the per-layer overhead are taken out
-#   (bench/results/2026-11-26-h100-gemv);
-#   x 1.146 since q4k_one_token_kernel: its Q4_K GEMV time over the same 10 H200 decode steps, 22.75
-#   before / 19.86 ms after (bench/results/2026-12-03-h200-gemv-one-token; plan 319.6 tok/s against
-#   334.4 measured at 8K on the H200); x 1.248 since the int16-x kernel (kernels/gguf_gemv_int16x.py:
-#   the 8B shapes' summed time, 161.3 -> 129.2 us, bench/results/2026-12-03-h200-int16x): an estimate
-#   that the Q4_K_M file's run below bears out (its Q4_K and Q6_K shares predict x 1.175, measured 1.186);
-# - Q6_K (lane kernel): 0.8 of Q4_K's rate in the kernel sweep (same run): an estimate; x 1.19 since
-#   its CHUNK 512 config (the 8B shapes' summed time, same folder); x 1.011 since its int16-x kernel
-#   (274.95 -> 271.98 us, bench/results/2026-12-03-h200-int16x-engine);
-# - Q4_K_M: fit to llama-quantize's Q4_K_M file of a random Llama-3.1-8B in 16 GiB on an H200, 327.9 /
-#   262.7 tok/s at 8K / 32K: the weights at 3.10 / 3.09 TB/s once the plan's KV and per-layer terms
-#   are taken out (bench/results/2026-12-03-h200-int16x-engine; 2605 planned 0.91 / 0.93 of them);
-# - Q8_0: llama-8b Q8_0 at 8K on an H200, 216.9 tok/s = 2.72 TB/s (bench/results/2026-11-26-h200-quant);
-# - the other GGUF types (generic kernel; AWQ/GPTQ run as Q4_1): the generic kernel's Q4_K rate,
-#   215.7 tok/s on the H100 = 1.48 TB/s (same H100 run, --generic);
+# bound by their instructions, not by HBM, so this is a rate of its own (capped at HBM's), beside
+# costs.STEP_OVERHEAD_PER_LAYER_S (22 us since 2026-12-03; each rate below is fit with it):
+# - Q4_K_M: llama-quantize's Q4_K_M file of a random Llama-3.1-8B in 16 GiB on an H200, 327.9 /
+#   262.7 tok/s at 8K / 32K, random `llama-8b:q4_k_m` 330.4 / 265.1: 2360 plans them at 0.99-1.01
+#   (bench/results/2026-12-03-h200-int16x-engine; int16-x GEMVs for one token, kernels/gguf_gemv_int16x.py);
+# - Q4_K and Q6_K: Q4_K_M's rate split by its bytes (Q6_K ~27%) in the ratio of the two one-token
+#   kernels' own rates on the 8B shapes (Q4_K 3.24 TB/s, Q6_K 2.24 TB/s: 129.2 and 272.0 us, same
+#   folder and bench/results/2026-12-03-h200-int16x): estimates, not fit to their own rows;
+# - Q8_0: llama-8b Q8_0 at 8K on an H200, 216.9 tok/s (bench/results/2026-11-26-h200-quant), the rate
+#   that keeps that plan with the new per-layer overhead (the engine has gained since: not re-measured);
+# - the other GGUF types (generic kernel; AWQ/GPTQ run as Q4_1): the generic kernel's Q4_K row,
+#   215.7 tok/s on an H100 (bench/results/2026-11-26-h100-gemv, --generic), kept the same way;
 # fp8 has no entry: its decode GEMV (kernels/fp8_gemv.py) reads at HBM speed like a dense matmul
-# (llama-8b at 8K on an H200: 306 tok/s, 0.75 of the HBM floor, bf16 0.82-0.85; bench/results/2026-11-26-h200-fp8-gemv).
-QUANT_READ_GBS = {"q4_k": 3390.0, "q4_k_m": 3090.0, "q6_k": 2286.0, "q8_0": 2720.0}
-QUANT_READ_GBS_GENERIC = 1480.0
+# (8B fp8 at 8K on an H200: 324.6 tok/s, planned 1.00 with the per-layer overhead).
+QUANT_READ_GBS = {"q4_k": 2643.0, "q4_k_m": 2360.0, "q6_k": 1829.0, "q8_0": 2338.0}
+QUANT_READ_GBS_GENERIC = 1267.0
 # A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
 _GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0"}
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.

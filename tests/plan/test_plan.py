@@ -109,9 +109,9 @@ def test_hand_computed_llama_8b_24gib_128k() -> None:
     assert plan.decode.cold_kv_s == pytest.approx(5_083_812_068 / 20e9 + 32 * 0.45e-3)
     assert plan.decode.cold_kv_s == pytest.approx(6_714_765_084 / 25e9)
     # 32 layers x (the per-layer step overhead + what an eager split step adds per layer)
-    assert plan.decode.overhead_s == pytest.approx(32 * (38e-6 + 0.7e-3))
-    assert plan.decode.total_s == pytest.approx(0.2924148 + 32 * (38e-6 + 0.7e-3), rel=1e-6)
-    assert plan.decode_tok_s == pytest.approx(3.164, abs=1e-3)
+    assert plan.decode.overhead_s == pytest.approx(32 * (22e-6 + 0.7e-3))
+    assert plan.decode.total_s == pytest.approx(0.2924148 + 32 * (22e-6 + 0.7e-3), rel=1e-6)
+    assert plan.decode_tok_s == pytest.approx(3.169, abs=1e-3)
     assert plan.decode.stream_fraction == pytest.approx(1 - 0.4308835, abs=1e-6)
     assert plan.fits and plan.advice == []
 
@@ -212,18 +212,18 @@ def test_a_stream_step_under_a_graph_gathers_beneath_the_hbm_work() -> None:
     assert graphed.cold_graphs
     assert graphed.cold_kv_s == pytest.approx(4.0 / (GATHER_EFFICIENCY * 50.0))
     assert graphed.overlap_s == pytest.approx(6e-3)  # the hbm part, shorter than the gather
-    assert graphed.total_s == pytest.approx(graphed.cold_kv_s + 32 * 38e-6)
+    assert graphed.total_s == pytest.approx(graphed.cold_kv_s + 32 * 22e-6)
     eager = decode_floor(weights, hot, cold, 0, bw, "stream", 32)
     assert not eager.cold_graphs and eager.overlap_s == 0.0
     assert eager.cold_kv_s == pytest.approx(4.0 / 40.0)  # the stream path's calibrated rate
-    assert eager.total_s == pytest.approx(6e-3 + 4.0 / 40.0 + 32 * 38e-6)  # bytes outlast the launches
+    assert eager.total_s == pytest.approx(6e-3 + 4.0 / 40.0 + 32 * 22e-6)  # bytes outlast the launches
     small = decode_floor(weights, hot, 10**8, 0, bw, "stream", 32)  # 8.5 ms of bytes: launch-bound
     assert small.total_s == pytest.approx(32 * EAGER_STREAM_HOST_PER_LAYER_S)
     # disk blocks never replay a graph
     assert not decode_floor(weights, hot, cold, 10**6, bw, "stream", 32, cold_graphs=True).cold_graphs
     split = decode_floor(weights, hot, cold, 0, bw, "split", 32, cold_graphs=True)
     assert not split.cold_graphs and split.overhead_s == pytest.approx(
-        32 * (38e-6 + SPLIT_EXTRA_PER_LAYER_S["bf16"])
+        32 * (22e-6 + SPLIT_EXTRA_PER_LAYER_S["bf16"])
     )
 
 
@@ -259,7 +259,7 @@ def test_auto_splits_a_graphable_step_only_where_split_beats_the_graph() -> None
     # fp8's split pays more per layer (SPLIT_EXTRA_PER_LAYER_S): it starts later at the same rates
     assert graphed_split_min_layer_bytes(bw, 65.2, 0.49e-3, "fp8") > least
     fp8 = decode_floor(0, 0, above, 0, bw, "split", 32, kv_format="fp8")
-    assert fp8.overhead_s == pytest.approx(32 * (38e-6 + SPLIT_EXTRA_PER_LAYER_S["fp8"]))
+    assert fp8.overhead_s == pytest.approx(32 * (22e-6 + SPLIT_EXTRA_PER_LAYER_S["fp8"]))
 
 
 def test_doctor_says_what_auto_does_on_the_calibrated_host() -> None:
