@@ -84,6 +84,11 @@ def mixed_decodes(max_num_seqs: int) -> int:
     return min(MIXED_GRAPH_DECODES, max_num_seqs)
 
 
+def mixed_buckets(decode_buckets: list[int], max_decodes: int) -> list[int]:
+    """The decode buckets the mixed graphs capture: the decode graphs' up to `max_decodes`."""
+    return [b for b in decode_buckets if b <= max_decodes]
+
+
 @dataclass(frozen=True)
 class DeviceFacts:
     """What the choices need to know of the machine, read once by the caller."""

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvspill.plan.choices import MAX_GRAPH_BATCH, MIXED_GRAPH_DECODES, MIXED_GRAPH_PREFILLS, batch_buckets
+from kvspill.plan.choices import (
+    MAX_GRAPH_BATCH,
+    MIXED_GRAPH_PREFILLS,
+    batch_buckets,
+    mixed_buckets,
+    mixed_decodes,
+)
 from kvspill.plan.costs import activation_peak_bytes, cold_staging_bytes, mixed_graph_bytes
 from kvspill.plan.request import PlanRequest
 from kvspill.plan.spec import ModelSpec
@@ -90,8 +96,8 @@ def gpu_budget(
             peak = activation_peak_bytes(spec, batch, batch, act_bytes, kv_bytes, 0)
             graph = CUDA_GRAPH_BASE_BYTES + peak
             if mixed_graph_tokens:
-                decodes = min(MIXED_GRAPH_DECODES, batch)
-                buckets = [b for b in batch_buckets(batch) if b <= decodes]
+                decodes = mixed_decodes(batch)
+                buckets = mixed_buckets(batch_buckets(batch), decodes)
                 chunk = mixed_graph_tokens - decodes
                 graph += mixed_graph_bytes(spec, buckets, chunk, MIXED_GRAPH_PREFILLS, act_bytes)
             if request.graph_scratch_bytes is not None:

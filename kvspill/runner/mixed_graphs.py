@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from kvspill.model.base import CausalLM
-from kvspill.plan.choices import MIXED_GRAPH_PREFILLS
+from kvspill.plan.choices import MIXED_GRAPH_PREFILLS, mixed_buckets
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.cuda_graphs import DecodeGraphs, HostSets, capture_graph, reset_graphs
@@ -162,7 +162,7 @@ class MixedGraphs:
 
     def __init__(self, decode: DecodeGraphs, chunk: int, max_decodes: int) -> None:
         self.model, self.storage, self.scale = decode.model, decode.storage, decode.scale
-        self.buckets = [b for b in decode.buckets if b <= max_decodes]
+        self.buckets = mixed_buckets(decode.buckets, max_decodes)
         self.shape = MixedShape(self.buckets[-1], chunk, decode.max_blocks_per_seq)
         dev = self.storage.device
         self.i64 = torch.zeros((4, self.shape.rows), dtype=torch.int64, device=dev)

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvspill.plan.choices import MIXED_GRAPH_PREFILLS, batch_buckets, mixed_decodes, prefill_floor_tokens
+from kvspill.plan.choices import (
+    MIXED_GRAPH_PREFILLS,
+    batch_buckets,
+    mixed_buckets,
+    mixed_decodes,
+    prefill_floor_tokens,
+)
 from kvspill.plan.costs import activation_peak_bytes, mixed_graph_bytes
 from kvspill.plan.gpu_budget import CUDA_GRAPH_BASE_BYTES, gpu_budget
 from kvspill.plan.request import PlanRequest
@@ -19,7 +25,7 @@ SPEC = KNOWN_SHAPES["llama-8b"]
 
 def _mixed(max_num_seqs: int) -> int:
     decodes = mixed_decodes(max_num_seqs)
-    buckets = [b for b in batch_buckets(max_num_seqs) if b <= decodes]
+    buckets = mixed_buckets(batch_buckets(max_num_seqs), decodes)
     return mixed_graph_bytes(SPEC, buckets, prefill_floor_tokens(16), MIXED_GRAPH_PREFILLS, 2)
 
 
