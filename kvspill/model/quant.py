@@ -17,6 +17,8 @@ Invariants:
 
 from __future__ import annotations
 
+from itertools import groupby
+
 import torch
 from torch import Tensor, nn
 
@@ -44,13 +46,7 @@ class QuantLinear(nn.Module):
         (a Q4_K_M layer's Q4_K q and k, beside its Q6_K v: one launch for q and k, not two)."""
         assert [s.out_features for s in shards] == self.out_sizes, "shards must match the fused row sizes"
         assert all(s.in_features == self.in_features for s in shards)
-        runs: list[list[QuantizedWeight]] = []
-        for shard in shards:
-            if runs and runs[-1][0].qtype == shard.qtype:
-                runs[-1].append(shard)
-            else:
-                runs.append([shard])
-        self.parts = [_merged(run) for run in runs]
+        self.parts = [_merged(list(run)) for _, run in groupby(shards, key=lambda s: s.qtype)]
         for i, part in enumerate(self.parts):
             self.register_buffer(f"qweight_{i}", part.data, persistent=False)
 
