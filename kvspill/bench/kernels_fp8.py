@@ -24,8 +24,8 @@ from kvspill.kernels.fp8_linear import FP8_DTYPE, fp8_linear
 
 SWEEP_ONE_TOKEN = [
     GemvConfig(bn, bk, w, s)
-    for bn, bk, w, s in itertools.product([4, 8, 16], [512, 1024], [4, 8], [2, 3])
-    if bn * bk <= 8192
+    for bn, bk, w, s in itertools.product([4, 8, 16, 32], [256, 512, 1024, 2048], [4, 8], [3])
+    if bn * bk <= 16384
 ]
 SWEEP_DOT = [
     GemvConfig(bn, bk, w, s) for bn, bk, w, s in itertools.product([16, 32, 64], [128, 256], [4], [3, 4])
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         gemv = n * k / time_us(fp8_gemv, weights, x) / 1e3
         scaled = n * k / time_us(lambda a, w, s: fp8_linear(a, w, s, path="scaled_mm"), weights, x) / 1e3
         dense_gbps = bench_dense(n, k, t)[1]
-        line = f"{name:8s} {n}x{k} t={t:2d}: gemv {gemv:6.0f} GB/s ({gemv_config(t, n, k)}), "
+        line = f"{name:8s} {n}x{k} t={t:2d}: gemv {gemv:6.0f} GB/s ({gemv_config(t, n, k, 1)}), "
         print(line + f"scaled_mm {scaled:6.0f}, bf16 dense {dense_gbps:6.0f} GB/s")
         if args.sweep and name != "lm_head":
             cfg, best = sweep(n, k, t)

@@ -17,7 +17,7 @@ Two variants, one kernel (constexpr USE_DOT):
   accumulated over K and reduced once after the loop (no cross-lane work inside the loop);
 - 2-16 tokens: x padded to 16 rows, `tl.dot` of x [16, BLOCK_K] with the converted weight tile
   [BLOCK_K, BLOCK_N] (tensor cores; the padding costs FLOPs, which decode has to spare, not bytes).
-Configurations come from `gemv_config`: measured on an H100 by `python -m kvspill.bench.kernels_fp8`.
+Configurations come from `gemv_config`: measured on an H200 by `python -m kvspill.bench.kernels_fp8 --sweep`.
 
 Invariant: equals `fp8_gemv_ref` (fp32 products of exact weights, scaled per row, rounded once)
 up to fp32 summation order.
@@ -43,15 +43,25 @@ class GemvConfig(NamedTuple):
     num_stages: int
 
 
-def gemv_config(num_tokens: int, n: int, k: int) -> GemvConfig:
-    """Tile sizes by token count and shape, from `python -m kvspill.bench.kernels_fp8 --sweep` on an H200 (2026-11-26).
-    One token: 8-row blocks so even N = 4096 gives 512 programs to cover the SMs; 1024-wide K
-    chunks where N is small (o, down: +1-6%), 512 for qkv (1024: -10%) and the wide gate_up. Several tokens: tl.dot
-    needs BLOCK_N >= 16; 32 x 256 was best or within 1% for every 8B shape."""
-    if num_tokens == 1:
-        block_k = 1024 if n <= 4096 and k % 1024 == 0 else 512
-        return GemvConfig(block_n=8, block_k=block_k, num_warps=4, num_stages=3)
-    return GemvConfig(block_n=32, block_k=256, num_warps=4, num_stages=3)
+def gemv_config(num_tokens: int, n: int, k: int, weight_bytes: int = 2) -> GemvConfig:
+    """Tile sizes by token count, shape and weight element size (1: fp8, 2: bf16 / fp16).
+    One token, 16-bit weights (`python -m kvspill.bench.kernels_fp8 --sweep`, H200, 2026-11-26):
+    8-row blocks so even N = 4096 gives 512 programs to cover the SMs; 1024-wide K chunks where N
+    is small (o, down: +1-6%), 512 for qkv (1024: -10%) and the wide gate_up. One token, fp8 (H200,
+    PDL on, 2026-12-03, bench/results/2026-12-03-h200-gemv-tiles/): 16-row blocks except down's
+    long rows; gate_up 29.9 us against 32.1 at 8 x 512, qkv 8.0 against 8.7, 8B fp8 decode at 8K
+    +1.7%. Several tokens: tl.dot needs BLOCK_N >= 16; 32 x 256 was best or within 1% for every
+    8B shape."""
+    if num_tokens > 1:
+        return GemvConfig(block_n=32, block_k=256, num_warps=4, num_stages=3)
+    wide_k = 1024 if k % 1024 == 0 else 512
+    if weight_bytes == 1:
+        if n <= 4096:
+            return GemvConfig(block_n=16 if k <= 4096 else 8, block_k=wide_k, num_warps=4, num_stages=3)
+        if n >= 16384:
+            return GemvConfig(block_n=16, block_k=256, num_warps=4, num_stages=3)
+        return GemvConfig(block_n=16, block_k=512, num_warps=8, num_stages=3)
+    return GemvConfig(block_n=8, block_k=wide_k if n <= 4096 else 512, num_warps=4, num_stages=3)
 
 
 def fp8_gemv_ref(
@@ -210,7 +220,7 @@ def _launch_gemv(
     assert 1 <= num_tokens <= MAX_GEMV_TOKENS, f"{num_tokens} tokens: the GEMV takes 1..{MAX_GEMV_TOKENS}"
     assert x.dtype in (torch.bfloat16, torch.float16) and x.stride(1) == 1, f"x {x.dtype} {x.stride()}"
     assert w.shape[1] == k and w.stride(1) == 1
-    cfg = config or gemv_config(num_tokens, n, k)
+    cfg = config or gemv_config(num_tokens, n, k, w.element_size())
     out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
     _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         x,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -51,9 +53,21 @@ def test_the_gemv_path_of_fp8_linear_is_weight_only():
 
 
 def test_configs_fit_the_kernel_variants():
-    for num_tokens in (1, 2, 16):
-        cfg = gemv_config(num_tokens, 4096, 4096)
+    for num_tokens, weight_bytes in itertools.product((1, 2, 16), (1, 2)):
+        cfg = gemv_config(num_tokens, 4096, 4096, weight_bytes)
         assert num_tokens == 1 or cfg.block_n >= 16  # tl.dot's smallest N
+    # fp8's one-token tiles (H200 sweep): 16 rows but for long rows, K chunks by the row count
+    assert gemv_config(1, 28672, 4096, 1) == GemvConfig(16, 256, 4, 3)
+    assert gemv_config(1, 4096, 14336, 1).block_n == 8
+
+
+@pytest.mark.parametrize(("n", "k"), [(24, 1536), (40, 2048), (16392, 256)])
+def test_fp8_default_tiles_cover_ragged_shapes(n, k):
+    """gemv_config's fp8 picks (masked K chunks where K is not a multiple of 1024) stay exact."""
+    x, w_fp8, w_scale, bias = _operands(1, n, k, torch.bfloat16, True)
+    torch.testing.assert_close(
+        fp8_gemv(x, w_fp8, w_scale, bias), fp8_gemv_ref(x, w_fp8, w_scale, bias), rtol=1e-2, atol=2e-2
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
