@@ -306,12 +306,12 @@ def _engine_factories(
     from kvspill.bench.suites import configs
     from kvspill.bench.suites.compare import IsolatedEngine
     from kvspill.bench.suites.targets import EngineTarget
-    from kvspill.plan.startup import model_spec_for
+    from kvspill.plan.spec import ModelSpec
     from kvspill.plan.units import format_bytes, parse_bytes
 
     length = config.max_model_len
     if length is None and config.rope_scaling is None:
-        length = model_spec_for(config.model).max_position_embeddings
+        length = ModelSpec.from_model_arg(config.model).max_position_embeddings
     configs.check_contexts(ctx_list, new_tokens, length)
     cap = parse_bytes(tier_cap, "--tier-cap") if tier_cap is not None else None
     # The engine's start-up plan checks its whole --max-model-len: size the presets for that

@@ -41,7 +41,7 @@ from kvspill.config import EngineConfig
 from kvspill.engine.setup import build_engine_parts, uses_async_scheduling
 from kvspill.errors import InvalidParameterError
 from kvspill.model.parallel import TensorParallel, valid_sizes
-from kvspill.plan.startup import model_spec_for
+from kvspill.plan.spec import ModelSpec
 from kvspill.runner.async_output import PendingStepOutput
 from kvspill.types import ScheduledBatch
 
@@ -55,7 +55,7 @@ def check_splits_before_start(config: EngineConfig) -> None:
     """Refuse a size the model's heads or MLP cannot split, before any process starts."""
     n = config.tensor_parallel_size
     try:
-        spec = model_spec_for(config.model)
+        spec = ModelSpec.from_model_arg(config.model)
     except Exception as e:  # the loader reports a missing or broken model with its own message
         logger.debug("no shapes before start: %s", e)
         return

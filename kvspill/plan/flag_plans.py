@@ -40,7 +40,7 @@ from kvspill.plan import (
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.fit import AutoTiers, HostRoom, fit_tiers, longest_context, mode_context
 from kvspill.plan.host_rates import cpu_engine_request, cpu_host_bandwidths, host_has_cuda_gpu
-from kvspill.plan.spec import ModelSpec
+from kvspill.plan.spec import RANDOM_PREFIX, ModelSpec, random_shape
 from kvspill.plan.startup import host_pool_bytes
 from kvspill.plan.units import GiB, format_bytes, parse_bytes, parse_tokens
 
@@ -177,8 +177,16 @@ def _plan_flags(flags: dict[str, Any], ram_budget: str | None, context: str | No
     return given
 
 
+def _held_format(model: str | None) -> str:
+    """The weight format without --quantization: a random shape's type (dense without one), else
+    the file's own as the engine holds it on CUDA (a GGUF stays quantized)."""
+    if model is not None and model.startswith(RANDOM_PREFIX):
+        return random_shape(model)[1] or "none"
+    return "gguf"
+
+
 def _base_request(
-    spec: ModelSpec, vram: int, flags: dict[str, Any], context: str | None, kv_dtype: str
+    model: str | None, spec: ModelSpec, vram: int, flags: dict[str, Any], context: str | None, kv_dtype: str
 ) -> PlanRequest:
     """What every column shares: the model, the VRAM budget, the context and the engine flags."""
     return PlanRequest(
@@ -197,8 +205,7 @@ def _base_request(
         kv_dtype=kv_dtype if kv_dtype != "auto" else flags.get("kv_cache_dtype", "auto"),
         kv_skip_layers=len(flags.get("kv_cache_dtype_skip_layers", ())),
         weight_dtype=flags.get("dtype", "auto"),
-        # Unset: the file's own format, as the engine holds it on CUDA (a GGUF stays quantized).
-        quantization=flags.get("quantization") or "gguf",
+        quantization=flags.get("quantization") or _held_format(model),
         # the engine's block cache of sparse attention
         sparse_cache_seqs=sparse_cache_groups(
             flags.get("cold_attention", EngineConfig.cold_attention),
@@ -281,7 +288,7 @@ def plans_for_flags(
             "every token's KV (its KV heads); the budgets are per GPU, the token counts the model's; "
             "all-reduce time is not modeled"
         )
-    base = _base_request(spec, vram, flags, context, kv_dtype)
+    base = _base_request(model, spec, vram, flags, context, kv_dtype)
     if bandwidths.device == "cpu":  # the engine on this CPU (plan/host_rates.py)
         base = cpu_engine_request(base, bandwidths, vram)
     room = read_host_room(flags.get("kv_disk_dir"))

@@ -248,6 +248,8 @@ class ModelSpec:
         """Resolve the CLI's MODEL: None (embedded GGUF), a known shape, a dir, a file, an HF id."""
         if model is None:
             return cls.from_gguf(embedded_gguf_path())
+        if model.startswith(RANDOM_PREFIX):
+            return random_shape(model)[0]
         if model in KNOWN_SHAPES:
             return KNOWN_SHAPES[model]
         path = Path(model).expanduser()
@@ -265,6 +267,22 @@ class ModelSpec:
                 return cls.from_gguf(path)
             return cls.from_config_file(path)
         return _from_hf_cache(model)
+
+
+# `random:SHAPE[:QTYPE]`: a known shape with random weights (model/random_init.py builds it).
+RANDOM_PREFIX = "random:"
+
+
+def random_shape(model: str) -> tuple[ModelSpec, str]:
+    """(the spec, the weight type lower-cased or "" for dense) of `random:SHAPE[:QTYPE]`;
+    ModelNotFoundError names the shapes there are."""
+    name, _, qtype = model.removeprefix(RANDOM_PREFIX).partition(":")
+    if name not in KNOWN_SHAPES:
+        raise ModelNotFoundError(
+            f"{model!r}: no shape {name!r}; random models are random:SHAPE or random:SHAPE:QTYPE with SHAPE "
+            f"one of {', '.join(KNOWN_SHAPES)}"
+        )
+    return KNOWN_SHAPES[name], qtype.lower()
 
 
 def embedded_gguf_path() -> Path:

@@ -38,7 +38,7 @@ from kvspill.plan import (
 from kvspill.plan.choices import vram_budget
 from kvspill.plan.fit import AutoTiers, HostRoom, fit_tiers, longest_context, mode_context
 from kvspill.plan.host_rates import planning_rates
-from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
+from kvspill.plan.spec import RANDOM_PREFIX, ModelSpec, random_shape
 from kvspill.plan.weights import INT4_CHECKPOINT_METHODS
 
 logger = logging.getLogger(__name__)
@@ -64,18 +64,11 @@ class StartupPlan:
     table: str
 
 
-def model_spec_for(model: str | None) -> ModelSpec:
-    if model is not None and model.startswith("random:"):
-        return KNOWN_SHAPES[model.removeprefix("random:").partition(":")[0]]
-    return ModelSpec.from_model_arg(model)
-
-
 def _weight_format(config: EngineConfig, device: str, spec: ModelSpec) -> str:
     """PlanRequest.quantization for this engine: a random model's GGUF type, the file's own, or dense."""
     model = config.model or ""
-    if model.startswith("random:"):
-        qtype = model.removeprefix("random:").partition(":")[2].lower()
-        return qtype or "none"
+    if model.startswith(RANDOM_PREFIX):
+        return random_shape(model)[1] or "none"
     if config.quantization == "fp8":
         return "fp8"
     if spec.quant_method in INT4_CHECKPOINT_METHODS and config.quantization in (None, spec.quant_method):
@@ -185,7 +178,7 @@ def _spec_of(config: EngineConfig, spec: ModelSpec | None) -> ModelSpec | None:
     """One rank's shapes (the whole model with one rank); None where they cannot be read yet."""
     if spec is None:
         try:
-            spec = model_spec_for(config.model)
+            spec = ModelSpec.from_model_arg(config.model)
         except Exception as e:  # the loader will report the real problem with its own message
             logger.debug("no plan before loading: %s", e)
             return None

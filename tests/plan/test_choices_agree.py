@@ -15,7 +15,8 @@ from kvspill.config import COLD_ATTENTION, EngineConfig, with_attention_mode
 from kvspill.engine.setup import runtime_choices
 from kvspill.plan import Bandwidths
 from kvspill.plan.choices import ColdGraphs, ColdPath, DeviceFacts, RuntimeChoices, resolve_choices
-from kvspill.plan.startup import model_spec_for, startup_plan
+from kvspill.plan.spec import ModelSpec
+from kvspill.plan.startup import startup_plan
 from kvspill.plan.units import GiB
 from kvspill.storage.layout import engine_layout
 
@@ -62,7 +63,7 @@ def _both(
     startup = startup_plan(config, total, name, calibration, device=device, host_available_bytes=64 * GiB)
     assert startup is not None and startup.plan.choices is not None
     tp = config.tensor_parallel_size
-    spec = model_spec_for(config.model)
+    spec = ModelSpec.from_model_arg(config.model)
     layout = engine_layout(
         config, spec.num_layers, spec.num_kv_heads // tp, spec.head_dim, DTYPES[config.dtype]
     )

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from kvspill.config import EngineConfig
-from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
+from kvspill.errors import InvalidParameterError, ModelNotFoundError, OutOfKVMemoryError
 from kvspill.modes import MODES
 from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, compute_plan
 from kvspill.plan import flag_plans as flag_plans_module
@@ -166,3 +166,18 @@ def test_the_longest_context_a_mode_picks_fits(
         if trained[mode].fits:
             assert plans[mode].fits, (mode, plans[mode].advice)
             assert plans[mode].context_len >= 131072
+
+
+def test_kvspill_plan_takes_the_random_models_serve_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kvspill plan random:llama-8b:q4_k_m` plans what `kvspill serve --model random:llama-8b:q4_k_m`
+    starts: the shape's quantized weights, the same GPU tier as the engine's start-up plan."""
+    monkeypatch.setattr(flag_plans_module, "read_host_room", lambda kv_disk_dir=None: ROOM)
+    flags = {"vram_budget_bytes": 16 * GiB, "max_model_len": 8192}
+    _, quantized, _ = plans_for_flags("random:llama-8b:q4_k_m", flags)
+    _, dense, _ = plans_for_flags("random:llama-8b", flags)
+    assert quantized["yours"].weight_bytes < dense["yours"].weight_bytes / 3
+    config = EngineConfig(model="random:llama-8b:q4_k_m", vram_budget_bytes=16 * GiB, max_model_len=8192)
+    engine = startup_plan(config, 141 * GiB, None, device="cuda", host_available_bytes=100 * GiB)
+    assert engine is not None and engine.plan.gpu_kv_tokens == quantized["yours"].gpu_kv_tokens
+    with pytest.raises(ModelNotFoundError, match="SHAPE one of llama-1b"):
+        plans_for_flags("random:llama-9b", flags)

@@ -168,9 +168,9 @@ def _cold_tier_bytes(config: EngineConfig, sizing: Sizing) -> int:
     """The user's --cpu-kv-budget, else enough for one sequence of the largest context."""
     if config.cpu_kv_budget_bytes:
         return config.cpu_kv_budget_bytes
-    from kvspill.plan.startup import model_spec_for
+    from kvspill.plan.spec import ModelSpec
 
-    spec = model_spec_for(config.model)
+    spec = ModelSpec.from_model_arg(config.model)
     blocks = -(-sizing.max_tokens // config.block_size)
     return blocks * config.block_size * spec.kv_bytes_per_token(_kv_dtype_bytes(config))
 
@@ -200,9 +200,9 @@ def _mode_options(name: str, config: EngineConfig, sizing: Sizing, vram_bytes: i
 
 def _quarter_of_weights_gib(config: EngineConfig) -> float:
     from kvspill.plan import request_from_engine_config
-    from kvspill.plan.startup import model_spec_for
+    from kvspill.plan.spec import ModelSpec
 
-    request = request_from_engine_config(config, model_spec_for(config.model), vram_budget_bytes=1)
+    request = request_from_engine_config(config, ModelSpec.from_model_arg(config.model), vram_budget_bytes=1)
     return round(request.stored_weight_bytes / 4 / 2**30, 2)
 
 
