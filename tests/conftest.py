@@ -26,6 +26,23 @@ if not torch.cuda.is_available():
 SEED = 1234
 
 
+@pytest.fixture(autouse=True)
+def _release_the_gpu() -> Any:
+    """On a CUDA machine, each test's engines give their memory back before the next test, and
+    the VRAM ceiling an engine set (`torch.cuda.set_per_process_memory_fraction`, engine/checks.py)
+    is lifted: a GPU run of several test files in one process ran out of memory in a later test
+    with 121.9 GiB held by earlier ones under the 69.9 GiB an earlier engine allowed
+    (bench/results/2026-12-03-h200-qk-merge-reserve). Nothing happens without CUDA."""
+    yield
+    if torch.cuda.is_available():
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.set_per_process_memory_fraction(1.0, index)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files that hold a `slow` test run first (in their order; the rest keep theirs). `make test`
     runs two workers that take whole files: longest first keeps one worker from running the
