@@ -30,12 +30,11 @@ from kvspill.model.loader import LoadedModel, apply_rope_override
 from kvspill.model.offload import offload_layers, place_with_offload
 from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding
 from kvspill.model.quant import QuantEmbedding, QuantLinear
-from kvspill.plan.spec import KNOWN_SHAPES, LLAMA3_ROPE_FACTORS
+from kvspill.plan.spec import KNOWN_SHAPES, LLAMA3_ROPE_FACTORS, RANDOM_PREFIX
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-PREFIX = "random:"
 # LlamaConfig's defaults for the fields a shape does not set (checked by tests/model/test_random_config.py).
 LLAMA_CONFIG_DEFAULTS: dict[str, Any] = {
     "hidden_act": "silu",
@@ -56,12 +55,12 @@ _QUANT_SCALE = 0.002
 
 
 def is_random_model(model: str | None) -> bool:
-    return model is not None and model.startswith(PREFIX)
+    return model is not None and model.startswith(RANDOM_PREFIX)
 
 
 def split_random_name(model: str) -> tuple[str, str | None]:
     """`random:llama-8b:q4_k` -> ("llama-8b", "Q4_K"); the type is None for dense weights."""
-    name, _, qtype = model[len(PREFIX) :].partition(":")
+    name, _, qtype = model[len(RANDOM_PREFIX) :].partition(":")
     return name, (qtype.upper() or None)
 
 
