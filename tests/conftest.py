@@ -28,19 +28,16 @@ SEED = 1234
 
 @pytest.fixture(autouse=True)
 def _release_the_gpu() -> Any:
-    """On a CUDA machine, each test's engines give their memory back before the next test, and
-    the VRAM ceiling an engine set (`torch.cuda.set_per_process_memory_fraction`, engine/checks.py)
-    is lifted: a GPU run of several test files in one process ran out of memory in a later test
-    with 121.9 GiB held by earlier ones under the 69.9 GiB an earlier engine allowed
-    (bench/results/2026-12-03-h200-qk-merge-reserve). Nothing happens without CUDA."""
+    """Once CUDA is in use, the engines a test dropped give their memory back before the next test:
+    a GPU run of three test files in one process ran out of memory in the third, 121.9 GiB held
+    by earlier tests' engines (bench/results/2026-12-03-h200-qk-merge-reserve). Each engine sets
+    its own VRAM ceiling when it starts (engine/checks.py); a module's engine keeps its memory."""
     yield
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
         import gc
 
         gc.collect()
         torch.cuda.empty_cache()
-        for index in range(torch.cuda.device_count()):
-            torch.cuda.set_per_process_memory_fraction(1.0, index)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
