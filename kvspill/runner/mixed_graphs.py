@@ -14,10 +14,10 @@ previous step's sampled ids, a view of a graph output that the replay rewrites.
 
 Static rows, in this order: [0, b) the decode rows (padding rows: slot -1 stores nothing, seq_len 0
 attends to nothing), [b, b + chunk) the prefill tokens in step order, then padding (id 0,
-position 0, slot -1). The prefill kernel's grid is sized for `chunk` queries of MAX_PREFILLS
+position 0, slot -1). The prefill kernel's grid is sized for `chunk` queries of MIXED_GRAPH_PREFILLS
 sequences; its tiles past a sequence's length return at once, and an absent sequence has no
 queries. The logits rows are the b decode rows and each prefill's last token (the rows a step
-may sample), so the lm_head reads b + MAX_PREFILLS rows. Padding rows' outputs are never read.
+may sample), so the lm_head reads b + MIXED_GRAPH_PREFILLS rows. Padding rows' outputs are never read.
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ from kvspill.storage.storage import KVStorage
 
 logger = logging.getLogger(__name__)
 
-MAX_PREFILLS = MIXED_GRAPH_PREFILLS  # a chunk may end one prompt and start the next
-
 
 @dataclass(frozen=True)
 class MixedShape:
@@ -60,19 +58,19 @@ class MixedShape:
         """decode seq_lens | decode tables | prefill query starts | prefill seq_lens | prefill tables."""
         return (
             self.max_decodes * (1 + self.max_blocks)
-            + (MAX_PREFILLS + 1)
-            + MAX_PREFILLS * (1 + self.max_blocks)
+            + (MIXED_GRAPH_PREFILLS + 1)
+            + MIXED_GRAPH_PREFILLS * (1 + self.max_blocks)
         )
 
 
 def mixed_fits(inputs: StepInputs, shape: MixedShape) -> bool:
-    """Whether a step has the graphs' form: 1..max_decodes decodes, 1..MAX_PREFILLS prefill chunks
+    """Whether a step has the graphs' form: 1..max_decodes decodes, 1..MIXED_GRAPH_PREFILLS prefill chunks
     of `chunk` tokens in all, no cold blocks, block tables no wider than the graphs'."""
     nd = inputs.num_decodes
     prefills = len(inputs.req_ids) - nd
     return (
         0 < nd <= shape.max_decodes
-        and 0 < prefills <= MAX_PREFILLS
+        and 0 < prefills <= MIXED_GRAPH_PREFILLS
         and inputs.num_tokens - nd <= shape.chunk
         and inputs.block_tables.shape[1] <= shape.max_blocks
         and not inputs.cold_seqs
@@ -105,12 +103,12 @@ def fill_mixed_rows(
     pre_lens[:prefills], pre_lens[prefills:] = inputs.gpu_seq_lens[nd:], 0
     pre_tables[:prefills, :w] = inputs.block_tables[nd:]
     rows[:nd], rows[nd:bucket] = np.arange(nd), 0
-    rows[bucket : bucket + MAX_PREFILLS] = bucket + np.maximum(qsl[1:] - 1, 0)
+    rows[bucket : bucket + MIXED_GRAPH_PREFILLS] = bucket + np.maximum(qsl[1:] - 1, 0)
 
 
 def _i32_views(i32: Any, shape: MixedShape) -> tuple[Any, Any, Any, Any, Any]:
     """(decode seq_lens, decode tables, prefill query starts, prefill seq_lens, prefill tables) of `i32`."""
-    m, mb, p = shape.max_decodes, shape.max_blocks, MAX_PREFILLS
+    m, mb, p = shape.max_decodes, shape.max_blocks, MIXED_GRAPH_PREFILLS
     o1 = m
     o2 = o1 + m * mb
     o3 = o2 + p + 1
@@ -141,13 +139,13 @@ def run_mixed_model(
     bucket: int,
     shape: MixedShape,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits [bucket + MAX_PREFILLS, vocab], their argmax) over the static `buffers` (i64, i32):
+    """(logits [bucket + MIXED_GRAPH_PREFILLS, vocab], their argmax) over the static `buffers` (i64, i32):
     what a capture records."""
     i64, i32 = buffers
     n = bucket + shape.chunk
     attention = PagedAttention(storage, mixed_metadata(i64, i32, bucket, shape), scale)
     hidden = model(i64[0, :n], i64[1, :n], attention)
-    logits = model.compute_logits(hidden.index_select(0, i64[3, : bucket + MAX_PREFILLS]))
+    logits = model.compute_logits(hidden.index_select(0, i64[3, : bucket + MIXED_GRAPH_PREFILLS]))
     return logits, greedy_argmax(logits)
 
 

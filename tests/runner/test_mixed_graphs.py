@@ -18,10 +18,10 @@ import torch
 
 from kvspill.llm import LLM
 from kvspill.plan.choices import MIXED_GRAPH_DECODES, batch_buckets, mixed_decodes, prefill_floor_tokens
+from kvspill.plan.choices import MIXED_GRAPH_PREFILLS as MAX_PREFILLS
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.inputs import StepInputs
 from kvspill.runner.mixed_graphs import (
-    MAX_PREFILLS,
     MixedGraphs,
     MixedShape,
     fill_mixed_rows,
