@@ -30,7 +30,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from kvspill.kernels.gguf_mma import MMA_TOKEN_KEYS, MMA_TYPES, MmaConfig, for_rows
+from kvspill.kernels.gguf_mma import MMA_TOKEN_KEYS, MMA_TYPES, MmaConfig, for_shape
 
 STAGE1_SHAPES = ("qkv", "down", "lm_head")
 STAGE1_TOKENS = 8
@@ -115,7 +115,8 @@ class Bench:
         """Check, then time, the kernel with `cfg` as the dispatcher would run it on `shape`."""
         from kvspill.kernels.gguf_mma import quant_matmul_mma
 
-        cfg = for_rows(cfg, self.copies(qtype, shape)[0].out_features)
+        w = self.copies(qtype, shape)[0]
+        cfg = for_shape(cfg, w.out_features, w.in_features)
         x, ref = self.case(qtype, shape, tokens)
         try:
             got = quant_matmul_mma(x, self.copies(qtype, shape)[0], config=cfg).float()

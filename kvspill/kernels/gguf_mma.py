@@ -77,7 +77,7 @@ class MmaConfig:
     block_n: int  # weight rows per program
     num_warps: int
     # Programs per row tile along K (> 1: partial sums, added in order by the words form, by fp32
-    # atomics in the others); see SPLIT_K_MAX_ROWS.
+    # atomics in the others); see SPLIT_K_MAX_ROWS. With sb_per_split, the most it may be.
     split_k: int = 1
     num_stages: int = 1
     magic: bool = False  # sub-block form: quants become 128 + q by a mantissa OR, not a convert
@@ -87,6 +87,9 @@ class MmaConfig:
     # Quants read as whole words (Q4_K: int32; Q6_K: halfwords), dequantized in registers (half
     # x: by magic-number asm) into planes, each one dot against x permuted to match (`words_x`).
     words: bool = False
+    # > 0: split K by the weight's depth (`for_shape`): about this many super-blocks a program,
+    # the split a power of two, at most split_k. 0: split_k as it is.
+    sb_per_split: int = 0
 
     def __post_init__(self) -> None:
         def power_of_two(v: object, low: int) -> bool:
@@ -95,12 +98,14 @@ class MmaConfig:
         ok = power_of_two(self.block_n, 16) and power_of_two(self.num_warps, 1)
         ok = ok and type(self.split_k) is int and self.split_k >= 1
         ok = ok and type(self.num_stages) is int and self.num_stages >= 1
+        ok = ok and type(self.sb_per_split) is int and self.sb_per_split >= 0
         flags = (self.magic, self.whole, self.words)
         ok = ok and all(isinstance(f, bool) for f in flags) and not (self.whole and self.words)
         if not ok:
             raise ValueError(
                 f"{self}: block_n a power of two >= 16, num_warps a power of two, split_k and "
-                "num_stages integers >= 1, magic, whole and words true or false (not whole and words)"
+                "num_stages integers >= 1, sb_per_split an integer >= 0, magic, whole and words true "
+                "or false (not whole and words)"
             )
 
 
@@ -564,11 +569,16 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
 # against the sub-block form's 910; 32: 786 against 1,483). A count without an entry keeps its old
 # path (kernels/quant_linear.py): 2 tokens (Q4_K: the lane GEMV 278 against the words form's 284),
 # Q6_K at 3-4 (the lane GEMV 487 against 549) and 33-64 (dequantize-then-GEMM; the words form
-# untimed there).
-_WORDS = MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3, words=True)
+# untimed there). Split K by depth (sb_per_split): Q4_K about 4 super-blocks a program (up to 16
+# splits; 8 at 32 tokens), Q6_K one (up to 16): on the 8B's Q4_K_M shapes at 8 tokens, down
+# (K 14,336) Q4_K 35.7 -> 31.8 us and Q6_K 74.8 -> 47.3, Q6_K v (1,024 x 4,096) 18.8 -> 9.5 against a
+# fixed split of 4; decode of 8 / 16 / 32 x 2K +10 / +9 / +9% (H200, 2026-12-03,
+# bench/results/2026-12-03-h200-mma-split-depth/).
+_WORDS = MmaConfig(block_n=64, num_warps=4, split_k=16, num_stages=3, words=True, sb_per_split=4)
 MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
-    **{("Q4_K", t): _WORDS for t in (4, 8, 16, 32)},
-    **{("Q6_K", t): _WORDS for t in (8, 16, 32)},
+    **{("Q4_K", t): _WORDS for t in (4, 8, 16)},
+    ("Q4_K", 32): replace(_WORDS, split_k=8),
+    **{("Q6_K", t): replace(_WORDS, sb_per_split=1) for t in (8, 16, 32)},
 }
 # A JSON file of configs tuned on this machine (`python -m kvspill.bench.mma_sweep` writes one):
 # {"Q6_K,16": {"block_n": 64, "num_warps": 2, ...}, "Q4_K,4": null, ...}; null sends that count
@@ -624,12 +634,21 @@ def mma_config(weight: QuantizedWeight, num_tokens: int) -> MmaConfig | None:
     if not _aligned(weight, _KERNELS[weight.qtype][2]):
         return None
     config = MMA_CONFIGS.get((weight.qtype, triton.next_power_of_2(num_tokens)))
-    return None if config is None else for_rows(config, weight.out_features)
+    return None if config is None else for_shape(config, weight.out_features, weight.in_features)
 
 
-def for_rows(config: MmaConfig, rows: int) -> MmaConfig:
-    """`config` as it runs on a weight of `rows` rows: no split K past SPLIT_K_MAX_ROWS."""
-    return replace(config, split_k=1) if rows > SPLIT_K_MAX_ROWS else config
+def for_shape(config: MmaConfig, rows: int, in_features: int) -> MmaConfig:
+    """`config` as it runs on a [rows, in_features] weight: no split K past SPLIT_K_MAX_ROWS;
+    with sb_per_split, split K to about that many super-blocks a program (a power of two, at
+    most config.split_k and the super-block count: no program without a super-block)."""
+    if rows > SPLIT_K_MAX_ROWS:
+        return replace(config, split_k=1, sb_per_split=0)
+    if config.sb_per_split == 0:
+        return config
+    super_blocks = max(in_features // 256, 1)
+    splits = triton.next_power_of_2(triton.cdiv(super_blocks, config.sb_per_split))
+    splits = min(splits, config.split_k, 1 << (super_blocks.bit_length() - 1))
+    return replace(config, split_k=splits, sb_per_split=0)
 
 
 def _outputs(x: torch.Tensor, rows: int, cfg: MmaConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -659,6 +678,7 @@ def quant_matmul_mma(
     num_tokens, rows = x.shape[0], weight.out_features
     t_pad = mma_t_pad(num_tokens)
     cfg = config or mma_config(weight, num_tokens) or MmaConfig(block_n=32, num_warps=4)
+    cfg = for_shape(cfg, rows, weight.in_features) if cfg.sb_per_split else cfg
     interpreted = x.device.type == "cpu"
     out, part, counters = _outputs(x, rows, cfg)
     if x.dtype == torch.float32 or interpreted:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from kvspill.bench import mma_sweep
-from kvspill.kernels.gguf_mma import SPLIT_K_MAX_ROWS, MmaConfig, for_rows, parse_mma_configs
+from kvspill.kernels.gguf_mma import SPLIT_K_MAX_ROWS, MmaConfig, for_shape, parse_mma_configs
 
 
 def test_grid_has_every_form_once_and_the_known_region_first():
@@ -32,8 +32,27 @@ def test_grid_sweeps_the_words_form_first():
 
 def test_split_k_is_dropped_past_the_dispatchers_row_limit():
     cfg = MmaConfig(block_n=32, num_warps=2, split_k=4)
-    assert for_rows(cfg, SPLIT_K_MAX_ROWS) == cfg
-    assert for_rows(cfg, SPLIT_K_MAX_ROWS + 1).split_k == 1
+    assert for_shape(cfg, SPLIT_K_MAX_ROWS, 4096) == cfg
+    assert for_shape(cfg, SPLIT_K_MAX_ROWS + 1, 4096).split_k == 1
+
+
+@pytest.mark.parametrize(
+    ("in_features", "sb_per_split", "most", "expected"),
+    [
+        (4096, 4, 16, 4),  # 16 super-blocks, 4 a program
+        (14336, 4, 16, 16),  # 56 / 4 = 14 -> the next power of two
+        (14336, 4, 8, 8),  # capped by split_k
+        (3072, 4, 16, 4),  # 12 / 4 = 3 -> 4
+        (4096, 1, 16, 16),
+        (3072, 1, 16, 8),  # 12 super-blocks: at most 8 programs, each with one or more
+        (256, 4, 16, 1),  # one super-block: no split
+    ],
+)
+def test_split_k_follows_the_weights_depth(in_features, sb_per_split, most, expected):
+    cfg = MmaConfig(block_n=64, num_warps=4, split_k=most, sb_per_split=sb_per_split, words=True)
+    got = for_shape(cfg, 4096, in_features)
+    assert (got.split_k, got.sb_per_split) == (expected, 0)
+    assert for_shape(cfg, SPLIT_K_MAX_ROWS + 1, in_features).split_k == 1
 
 
 def test_pick_takes_the_fastest_config_only_when_it_beats_today():

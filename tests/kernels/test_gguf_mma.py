@@ -16,6 +16,7 @@ from kvspill.kernels.gguf_mma import (
     SPLIT_K_MAX_ROWS,
     MmaConfig,
     _as_128_plus,
+    for_shape,
     mma_config,
     mma_t_pad,
     parse_mma_configs,
@@ -108,9 +109,9 @@ def test_dispatch_takes_the_measured_token_counts_only(device):
         assert paths == {1: "gemv", 4: "gemv", 8: "mma", 16: "mma", 40: "dequant_matmul"}
     rows = weight.data[:1].expand(SPLIT_K_MAX_ROWS + 1, -1)  # no copy: the dispatch reads no bytes
     wide = QuantizedWeight(rows, "Q4_K", SPLIT_K_MAX_ROWS + 1, weight.in_features)
-    assert (
-        mma_config(wide, 8).split_k == 1 and mma_config(weight, 8).split_k == MMA_CONFIGS[("Q4_K", 8)].split_k
-    )
+    table = MMA_CONFIGS[("Q4_K", 8)]
+    assert mma_config(wide, 8).split_k == 1
+    assert mma_config(weight, 8) == for_shape(table, weight.out_features, weight.in_features)
 
 
 @pytest.mark.parametrize("num_tokens", [3, 8])
@@ -273,7 +274,8 @@ def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")  # where kvspill comes from a path, not an install
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == (
-        "MmaConfig(block_n=64, num_warps=2, split_k=1, num_stages=1, magic=False, whole=True, words=False) False"
+        "MmaConfig(block_n=64, num_warps=2, split_k=1, num_stages=1, magic=False, whole=True, words=False, "
+        "sb_per_split=0) False"
     )
 
 
