@@ -572,7 +572,7 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
 # untimed there). Split K by depth (sb_per_split): Q4_K about 4 super-blocks a program (up to 16
 # splits; 8 at 32 tokens), Q6_K one (up to 16): on the 8B's Q4_K_M shapes at 8 tokens, down
 # (K 14,336) Q4_K 35.7 -> 31.8 us and Q6_K 74.8 -> 47.3, Q6_K v (1,024 x 4,096) 18.8 -> 9.5 against a
-# fixed split of 4; decode of 8 / 16 / 32 x 2K +10 / +9 / +9% (H200, 2026-12-03,
+# fixed split of 4; decode of 8 / 16 / 32 x 2K +10 / +9 / +6% (H200, 2026-12-03,
 # bench/results/2026-12-03-h200-mma-split-depth/).
 _WORDS = MmaConfig(block_n=64, num_warps=4, split_k=16, num_stages=3, words=True, sb_per_split=4)
 MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
