@@ -308,7 +308,10 @@ def _add_monitor_routes(
 def _add_child_routes(
     app: FastAPI, supervisor: Supervisor, auth: Any, api_key: str, http: httpx.AsyncClient
 ) -> None:
-    @app.api_route("/api/child/{route:path}", methods=["GET", "POST"], dependencies=[Depends(auth)])
+    # Two routes, one handler: each method gets its own OpenAPI operation id (one api_route with
+    # both methods gave the two the same id, which client generators reject).
+    @app.get("/api/child/{route:path}", dependencies=[Depends(auth)], operation_id="child_get")
+    @app.post("/api/child/{route:path}", dependencies=[Depends(auth)], operation_id="child_post")
     async def child(route: str, request: Request) -> Response:
         if CHILD_ROUTES.get(route) != request.method:
             names = ", ".join(sorted(CHILD_ROUTES))

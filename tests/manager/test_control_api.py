@@ -51,6 +51,15 @@ def test_every_api_route_needs_the_key(client: TestClient):
     assert client.get("/").status_code == 200  # the page itself holds no data
 
 
+def test_openapi_operation_ids_are_unique(client: TestClient):
+    ops = [
+        op["operationId"]
+        for path in client.get("/openapi.json").json()["paths"].values()
+        for op in path.values()
+    ]
+    assert len(ops) == len(set(ops)) and {"child_get", "child_post"} <= set(ops)
+
+
 def test_plan_endpoint_returns_the_plan_json(
     client: TestClient, smollm2_gguf_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
