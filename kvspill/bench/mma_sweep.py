@@ -30,7 +30,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from kvspill.kernels.gguf_mma import MMA_TOKEN_KEYS, MMA_TYPES, MmaConfig, for_shape
+from kvspill.kernels.gguf_mma_configs import MMA_TOKEN_KEYS, MMA_TYPES, MmaConfig, for_shape
 
 STAGE1_SHAPES = ("qkv", "down", "lm_head")
 STAGE1_TOKENS = 8

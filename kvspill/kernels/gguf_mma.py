@@ -12,7 +12,7 @@ streams BLOCK_N rows of super-blocks once and feeds them to the tensor cores aga
 (padded to T_PAD: 16, 32, 64). Programs split the rows and, with SPLIT_K > 1, the super-blocks.
 
 Forms (MmaConfig):
-- `words` (the picks, MMA_CONFIGS; kernels/gguf_mma_words.py): the quants read as whole words
+- `words` (the picks, gguf_mma_configs.MMA_CONFIGS; kernels/gguf_mma_words.py): the quants read as whole words
   and dequantized in registers by a magic-number asm into planes, x permuted once per call to
   their order (`words_x`), one dot a plane. Split K without atomics on the output: the last
   split of a row tile adds the fp32 partials in split order (`_store_reduced`), so a batch's
@@ -28,8 +28,8 @@ Measured (H200, Triton 3.6): the words form's loop is about 690 SASS instruction
 per thread against 1,300 for the magic sub-block form; the 5 Llama-3.1-8B shapes at 8 tokens,
 Q4_K 288 us against the sub-block form's 410, Q6_K 552 against 910, still issue-bound at 15-40%
 of the copy ceiling (bench/results/2026-12-03-h200-q4k-words/; the sub-block and whole forms'
-sweeps: bench/results/2026-12-02-h200-gguf-mma/, 2026-12-02-h200-q4km-peer/). Tuned configs of
-another card come in through KVSPILL_MMA_CONFIGS (below MMA_CONFIGS).
+sweeps: bench/results/2026-12-02-h200-gguf-mma/, 2026-12-02-h200-q4km-peer/). Which config a
+call runs, and tuned configs of another card (KVSPILL_MMA_CONFIGS): kernels/gguf_mma_configs.py.
 
 Invariants:
 - The result equals dequantize_ref(weight) @ x.T up to fp32 rounding and, for the half-precision
@@ -45,15 +45,19 @@ Invariants:
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import dataclass, replace
-from pathlib import Path
-
 import torch
 
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_lane import _f16_bits
+from kvspill.kernels.gguf_mma_configs import (
+    MMA_MAX_TOKENS,
+    MMA_TYPES,
+    ROW_ALIGN,
+    MmaConfig,
+    for_shape,
+    mma_config,
+    rows_aligned,
+)
 from kvspill.kernels.gguf_mma_words import (
     q4k_scales_mins,
     q4k_super_block_words,
@@ -62,51 +66,6 @@ from kvspill.kernels.gguf_mma_words import (
 )
 from kvspill.kernels.pdl import pdl_meta, pdl_wait
 from kvspill.kernels.triton_compat import tl, triton
-
-MMA_MAX_TOKENS = 64
-MMA_TYPES = ("Q4_K", "Q6_K")
-# A config's split_k applies to weights of at most this many rows (an 8B's qkv, o and down): with
-# more, the row tiles alone fill the card and a split only adds the atomics.
-SPLIT_K_MAX_ROWS = 8192
-# MMA_CONFIGS' token counts: a call's count rounded up to a power of two.
-MMA_TOKEN_KEYS = (2, 4, 8, 16, 32, 64)
-
-
-@dataclass(frozen=True)
-class MmaConfig:
-    block_n: int  # weight rows per program
-    num_warps: int
-    # Programs per row tile along K (> 1: partial sums, added in order by the words form, by fp32
-    # atomics in the others); see SPLIT_K_MAX_ROWS. With sb_per_split, the most it may be.
-    split_k: int = 1
-    num_stages: int = 1
-    magic: bool = False  # sub-block form: quants become 128 + q by a mantissa OR, not a convert
-    # Each super-block's [block_n, 256] weights dequantized in registers (rounded to x's dtype),
-    # then one K = 256 dot (Q6_K: 2 of 128), instead of K = 32 (16) dots with the scales after.
-    whole: bool = False
-    # Quants read as whole words (Q4_K: int32; Q6_K: halfwords), dequantized in registers (half
-    # x: by magic-number asm) into planes, each one dot against x permuted to match (`words_x`).
-    words: bool = False
-    # > 0: split K by the weight's depth (`for_shape`): about this many super-blocks a program,
-    # the split a power of two, at most split_k. 0: split_k as it is.
-    sb_per_split: int = 0
-
-    def __post_init__(self) -> None:
-        def power_of_two(v: object, low: int) -> bool:
-            return type(v) is int and v >= low and v & (v - 1) == 0
-
-        ok = power_of_two(self.block_n, 16) and power_of_two(self.num_warps, 1)
-        ok = ok and type(self.split_k) is int and self.split_k >= 1
-        ok = ok and type(self.num_stages) is int and self.num_stages >= 1
-        ok = ok and type(self.sb_per_split) is int and self.sb_per_split >= 0
-        flags = (self.magic, self.whole, self.words)
-        ok = ok and all(isinstance(f, bool) for f in flags) and not (self.whole and self.words)
-        if not ok:
-            raise ValueError(
-                f"{self}: block_n a power of two >= 16, num_warps a power of two, split_k and "
-                "num_stages integers >= 1, sb_per_split an integer >= 0, magic, whole and words true "
-                "or false (not whole and words)"
-            )
 
 
 @triton.jit
@@ -535,17 +494,13 @@ def _q6k_mma_kernel(
     )
 
 
-# Per type: (kernel, weights a sub-block, so a column of x_sums; the rows' byte alignment).
-_KERNELS = {"Q4_K": (_q4k_mma_kernel, 32, 4), "Q6_K": (_q6k_mma_kernel, 16, 2)}
+# Per type: (kernel, weights a sub-block, so a column of x_sums).
+_KERNELS = {"Q4_K": (_q4k_mma_kernel, 32), "Q6_K": (_q6k_mma_kernel, 16)}
 
 
 def mma_t_pad(num_tokens: int) -> int:
     """The token tile of `num_tokens` (the dot needs >= 16)."""
     return max(16, triton.next_power_of_2(num_tokens))
-
-
-def _aligned(weight: QuantizedWeight, align: int) -> bool:
-    return weight.data.data_ptr() % align == 0 and weight.data.stride(0) % align == 0
 
 
 def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None) -> None:
@@ -556,99 +511,9 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
     assert x.shape[1] == weight.in_features, f"x has {x.shape[1]} features, weight {weight.in_features}"
     assert x.dtype in (torch.float32, torch.float16, torch.bfloat16), f"unsupported x dtype {x.dtype}"
     assert x.device == weight.device, f"x on {x.device}, weight on {weight.device}"
-    align = _KERNELS[weight.qtype][2]
-    assert _aligned(weight, align), f"{weight.qtype} rows must be {align}-byte aligned"
+    assert rows_aligned(weight), f"{weight.qtype} rows must be {ROW_ALIGN[weight.qtype]}-byte aligned"
     if bias is not None:
         assert bias.shape == (weight.out_features,) and bias.device == x.device, "bias must be [out_features]"
-
-
-# Per (type, token count rounded up to a power of two): the config measured fastest on the
-# Llama-3.1-8B shapes where it beat the other paths; the 5 shapes' summed us (H200, 2026-12-03,
-# bench/results/2026-12-03-h200-q4k-words/): the words form, Q4_K at 3-32 tokens (8: 288 against
-# the sub-block form's 410; 32: 358 against dequantize-then-GEMM's 1,039) and Q6_K at 5-32 (8: 552
-# against the sub-block form's 910; 32: 786 against 1,483). A count without an entry keeps its old
-# path (kernels/quant_linear.py): 2 tokens (Q4_K: the lane GEMV 278 against the words form's 284),
-# Q6_K at 3-4 (the lane GEMV 487 against 549) and 33-64 (dequantize-then-GEMM; the words form
-# untimed there). Split K by depth (sb_per_split): Q4_K about 4 super-blocks a program (up to 16
-# splits; 8 at 32 tokens), Q6_K one (up to 16): on the 8B's Q4_K_M shapes at 8 tokens, down
-# (K 14,336) Q4_K 35.7 -> 31.8 us and Q6_K 74.8 -> 47.3, Q6_K v (1,024 x 4,096) 18.8 -> 9.5 against a
-# fixed split of 4; decode of 8 / 16 / 32 x 2K +10 / +9 / +6% (H200, 2026-12-03,
-# bench/results/2026-12-03-h200-mma-split-depth/).
-_WORDS = MmaConfig(block_n=64, num_warps=4, split_k=16, num_stages=3, words=True, sb_per_split=4)
-MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
-    **{("Q4_K", t): _WORDS for t in (4, 8, 16)},
-    ("Q4_K", 32): replace(_WORDS, split_k=8),
-    **{("Q6_K", t): replace(_WORDS, sb_per_split=1) for t in (8, 16, 32)},
-}
-# A JSON file of configs tuned on this machine (`python -m kvspill.bench.mma_sweep` writes one):
-# {"Q6_K,16": {"block_n": 64, "num_warps": 2, ...}, "Q4_K,4": null, ...}; null sends that count
-# back to its old path. Read once, at import.
-MMA_CONFIGS_ENV = "KVSPILL_MMA_CONFIGS"
-
-
-def parse_mma_configs(text: str, source: str) -> dict[tuple[str, int], MmaConfig | None]:
-    """The entries of a tuned-configs JSON (see MMA_CONFIGS_ENV); ValueError says what is wrong."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{source}: not JSON ({e})") from e
-    if not isinstance(raw, dict):
-        raise ValueError(f'{source}: expected an object like {{"Q4_K,8": {{"block_n": 32, ...}}}}')
-    entries: dict[tuple[str, int], MmaConfig | None] = {}
-    for key, fields in raw.items():
-        qtype, _, count = str(key).partition(",")
-        if qtype not in MMA_TYPES or not count.isdigit() or int(count) not in MMA_TOKEN_KEYS:
-            raise ValueError(
-                f"{source}: key {key!r} must be TYPE,TOKENS with TYPE in {MMA_TYPES} and TOKENS 2..64, a power of two"
-            )
-        try:
-            entries[(qtype, int(count))] = None if fields is None else MmaConfig(**fields)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{source}: {key}: {e}") from e
-    return entries
-
-
-def _tuned_configs() -> None:
-    path = os.environ.get(MMA_CONFIGS_ENV)
-    if not path:
-        return
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ValueError(f"{MMA_CONFIGS_ENV}={path}: {e.strerror}") from e
-    for key, config in parse_mma_configs(text, f"{MMA_CONFIGS_ENV}={path}").items():
-        if config is None:
-            MMA_CONFIGS.pop(key, None)
-        else:
-            MMA_CONFIGS[key] = config
-
-
-_tuned_configs()
-
-
-def mma_config(weight: QuantizedWeight, num_tokens: int) -> MmaConfig | None:
-    """The config `quant_linear` runs `num_tokens` tokens of `weight` with, or None: that count
-    takes another path."""
-    if weight.qtype not in MMA_TYPES or not 2 <= num_tokens <= MMA_MAX_TOKENS:
-        return None
-    if not _aligned(weight, _KERNELS[weight.qtype][2]):
-        return None
-    config = MMA_CONFIGS.get((weight.qtype, triton.next_power_of_2(num_tokens)))
-    return None if config is None else for_shape(config, weight.out_features, weight.in_features)
-
-
-def for_shape(config: MmaConfig, rows: int, in_features: int) -> MmaConfig:
-    """`config` as it runs on a [rows, in_features] weight: no split K past SPLIT_K_MAX_ROWS;
-    with sb_per_split, split K to about that many super-blocks a program (a power of two, at
-    most config.split_k and the super-block count: no program without a super-block)."""
-    if rows > SPLIT_K_MAX_ROWS:
-        return replace(config, split_k=1, sb_per_split=0)
-    if config.sb_per_split == 0:
-        return config
-    super_blocks = max(in_features // 256, 1)
-    splits = triton.next_power_of_2(triton.cdiv(super_blocks, config.sb_per_split))
-    splits = min(splits, config.split_k, 1 << (super_blocks.bit_length() - 1))
-    return replace(config, split_k=splits, sb_per_split=0)
 
 
 def _outputs(x: torch.Tensor, rows: int, cfg: MmaConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -686,7 +551,7 @@ def quant_matmul_mma(
     else:
         dot_dtype = tl.float16 if x.dtype == torch.float16 else tl.bfloat16
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
-    kernel, sub, _ = _KERNELS[weight.qtype]
+    kernel, sub = _KERNELS[weight.qtype]
     # The min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need each
     # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
     # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.

@@ -4,7 +4,7 @@ Shapes: x [..., in_features] bf16 / fp16 / fp32; weight QuantizedWeight [out_fea
 bias [out_features] or None -> [..., out_features] in x's dtype.
 
 Paths (`quant_linear_path` says which one a call takes):
-- "mma": 2-64 tokens of a Q4_K weight where `gguf_mma.MMA_CONFIGS` has a measured config
+- "mma": 2-64 tokens of a Q4_K weight where `gguf_mma_configs.MMA_CONFIGS` has a measured config
   for that count: the tensor-core kernel, which reads the quantized bytes once for all tokens;
 - "gemv": <= MAX_GEMV_TOKENS tokens on a Triton device, otherwise: the fused dequantize-GEMV, which reads
   the quantized bytes once (decode is weight-bandwidth bound);
@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS, quant_matmul_gemv
-from kvspill.kernels.gguf_mma import mma_config, quant_matmul_mma
+from kvspill.kernels.gguf_mma import quant_matmul_mma
+from kvspill.kernels.gguf_mma_configs import mma_config
 from kvspill.kernels.triton_compat import HAS_TRITON
 
 # The most of one weight dequantized at once (dense bytes). 64 MiB: an 8B's fused qkv (48 MiB)

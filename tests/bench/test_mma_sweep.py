@@ -10,7 +10,7 @@ import json
 import pytest
 
 from kvspill.bench import mma_sweep
-from kvspill.kernels.gguf_mma import SPLIT_K_MAX_ROWS, MmaConfig, for_shape, parse_mma_configs
+from kvspill.kernels.gguf_mma_configs import SPLIT_K_MAX_ROWS, MmaConfig, for_shape, parse_mma_configs
 
 
 def test_grid_has_every_form_once_and_the_known_region_first():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspill.kernels import gguf_gemv, gguf_mma
+from kvspill.kernels import gguf_gemv, gguf_mma_configs
 from kvspill.kernels import quant_linear as quant_linear_module
 from kvspill.kernels.gguf_formats import FORMATS, SUPPORTED_TYPES, dequantize_ref, random_quantized
 from kvspill.kernels.gguf_gemv import quant_matmul_gemv
@@ -117,7 +117,7 @@ def _spy_paths(monkeypatch) -> list[str]:
 def test_quant_linear_gemv_path(qtype, device, monkeypatch):
     weight, x, bias, w_ref = _case(qtype, 4, torch.float32, device)
     calls = _spy_paths(monkeypatch)
-    monkeypatch.setattr(gguf_mma, "MMA_CONFIGS", {})  # counts with a tensor-core pick take "mma"
+    monkeypatch.setattr(gguf_mma_configs, "MMA_CONFIGS", {})  # counts with a tensor-core pick take "mma"
     x3 = x.reshape(2, 2, -1)  # leading dims are flattened and restored
     assert quant_linear_path(x3, weight) == ("gemv" if device == "cuda" else "reference")
     out = quant_linear(x3, weight, bias, path=None if device == "cuda" else "gemv")
@@ -129,7 +129,7 @@ def test_quant_linear_gemv_path(qtype, device, monkeypatch):
 def test_quant_linear_dequant_matmul_path(qtype, device, monkeypatch):
     weight, x, bias, w_ref = _case(qtype, 20, torch.float32, device)
     calls = _spy_paths(monkeypatch)
-    monkeypatch.setattr(gguf_mma, "MMA_CONFIGS", {})
+    monkeypatch.setattr(gguf_mma_configs, "MMA_CONFIGS", {})
     assert quant_linear_path(x, weight) == ("dequant_matmul" if device == "cuda" else "reference")
     scratch = torch.empty(ROWS * x.shape[1] + 7, device=device)
     path = None if device == "cuda" else "dequant_matmul"

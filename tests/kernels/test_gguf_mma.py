@@ -9,18 +9,16 @@ import pytest
 import torch
 
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, random_quantized
-from kvspill.kernels.gguf_mma import (
+from kvspill.kernels.gguf_mma import _as_128_plus, mma_t_pad, quant_matmul_mma
+from kvspill.kernels.gguf_mma_configs import (
     MMA_CONFIGS,
     MMA_MAX_TOKENS,
     MMA_TYPES,
     SPLIT_K_MAX_ROWS,
     MmaConfig,
-    _as_128_plus,
     for_shape,
     mma_config,
-    mma_t_pad,
     parse_mma_configs,
-    quant_matmul_mma,
 )
 from kvspill.kernels.gguf_mma_words import q4k_words_x_ref, q6k_words_x_ref, words_x
 from kvspill.kernels.quant_linear import quant_linear, quant_linear_path
@@ -265,9 +263,7 @@ def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
 
     path = tmp_path / "mma.json"
     path.write_text('{"Q6_K,16": {"block_n": 64, "num_warps": 2, "whole": true}, "Q4_K,4": null}')
-    code = (
-        "from kvspill.kernels.gguf_mma import MMA_CONFIGS as C; print(C.get(('Q6_K', 16)), ('Q4_K', 4) in C)"
-    )
+    code = "from kvspill.kernels.gguf_mma_configs import MMA_CONFIGS as C; print(C.get(('Q6_K', 16)), ('Q4_K', 4) in C)"
     import os
 
     env = {"KVSPILL_MMA_CONFIGS": str(path), "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"}
