@@ -51,7 +51,7 @@ def grid(forms: tuple[str, ...] = FORMS) -> list[MmaConfig]:
     if "words" in forms:
         configs += [
             MmaConfig(block_n=bn, num_warps=nw, split_k=sk, num_stages=ns, words=True)
-            for bn, nw, ns, sk in itertools.product((64, 128, 32), (4, 8), (3, 4), (4, 2, 1))
+            for bn, nw, ns, sk in itertools.product((64, 128, 32), (4, 8, 2), (3, 4), (4, 2, 1))
             if nw * 16 <= bn * 2  # 8 warps on 32 rows leave warps without an MMA tile
         ]
     old = [(False, False), (True, False)] if "sub" in forms else []

@@ -28,8 +28,10 @@ Measured (H200, Triton 3.6): the words form's loop is about 690 SASS instruction
 per thread against 1,300 for the magic sub-block form; the 5 Llama-3.1-8B shapes at 8 tokens,
 Q4_K 288 us against the sub-block form's 410, Q6_K 552 against 910, still issue-bound at 15-40%
 of the copy ceiling (bench/results/2026-12-03-h200-q4k-words/; the sub-block and whole forms'
-sweeps: bench/results/2026-12-02-h200-gguf-mma/, 2026-12-02-h200-q4km-peer/). Which config a
-call runs, and tuned configs of another card (KVSPILL_MMA_CONFIGS): kernels/gguf_mma_configs.py.
+sweeps: bench/results/2026-12-02-h200-gguf-mma/, 2026-12-02-h200-q4km-peer/). On two warps the
+dots are mma.sync, not wgmma, and at 4-8 tokens faster still (bench/results/2026-12-03-h200-mma-sync/).
+Which config a call runs, and tuned configs of another card (KVSPILL_MMA_CONFIGS):
+kernels/gguf_mma_configs.py.
 
 Invariants:
 - The result equals dequantize_ref(weight) @ x.T up to fp32 rounding and, for the half-precision
@@ -499,8 +501,8 @@ _KERNELS = {"Q4_K": (_q4k_mma_kernel, 32), "Q6_K": (_q6k_mma_kernel, 16)}
 
 
 def mma_t_pad(num_tokens: int) -> int:
-    """The token tile of `num_tokens` (the dot needs >= 16)."""
-    return max(16, triton.next_power_of_2(num_tokens))
+    """The token tile of `num_tokens`: 8 at least (an mma.sync tile is 8 tokens wide)."""
+    return max(8, triton.next_power_of_2(num_tokens))
 
 
 def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None) -> None:

@@ -73,22 +73,30 @@ def rows_aligned(weight: QuantizedWeight) -> bool:
 
 
 # Per (type, token count rounded up to a power of two): the config measured fastest on the
-# Llama-3.1-8B shapes where it beat the other paths; the 5 shapes' summed us (H200, 2026-12-03,
-# bench/results/2026-12-03-h200-q4k-words/): the words form, Q4_K at 3-32 tokens (8: 288 against
-# the sub-block form's 410; 32: 358 against dequantize-then-GEMM's 1,039) and Q6_K at 5-32 (8: 552
-# against the sub-block form's 910; 32: 786 against 1,483). A count without an entry keeps its old
-# path (kernels/quant_linear.py): 2 tokens (Q4_K: the lane GEMV 278 against the words form's 284),
-# Q6_K at 3-4 (the lane GEMV 487 against 549) and 33-64 (dequantize-then-GEMM; the words form
-# untimed there). Split K by depth (sb_per_split): Q4_K about 4 super-blocks a program (up to 16
-# splits; 8 at 32 tokens), Q6_K one (up to 16): on the 8B's Q4_K_M shapes at 8 tokens, down
-# (K 14,336) Q4_K 35.7 -> 31.8 us and Q6_K 74.8 -> 47.3, Q6_K v (1,024 x 4,096) 18.8 -> 9.5 against a
-# fixed split of 4; decode of 8 / 16 / 32 x 2K +10 / +9 / +6% (H200, 2026-12-03,
-# bench/results/2026-12-03-h200-mma-split-depth/).
+# Llama-3.1-8B shapes where it beat the other paths. The words form (2026-12-03,
+# bench/results/2026-12-03-h200-q4k-words/) took Q4_K at 3-32 tokens and Q6_K at 5-32 from the
+# sub-block form and dequantize-then-GEMM (8 tokens, the 5 shapes: Q4_K 288 us against 410, Q6_K
+# 552 against 910). Split K by depth (sb_per_split; bench/results/2026-12-03-h200-mma-split-depth/):
+# Q4_K about 4 super-blocks a program, Q6_K one; no split past SPLIT_K_MAX_ROWS.
+# Two warps (`_SYNC`): Triton runs the dots as mma.sync, which the warps issue and go on (its
+# wgmma, 4 warps, waited for each K = 32 dot), with 8-token tiles (`gguf_mma.mma_t_pad`); the loop
+# is 520 SASS instructions per 128 weights a thread against 632 (sm_90). The step's quantized
+# weights of random Llama-3.1-8B Q4_K_M at 8 tokens 4.24 -> 3.49 ms, 4 tokens 4.01 -> 3.40 (Q6_K
+# there from its lane GEMV); at 16 Q4_K keeps wgmma (equal in the engine), at 32 wgmma wins Q4_K
+# and 64 rows on two warps Q6_K. Decode of 8 / 16 / 32 x 2K: 1,479 / 2,623 / 3,425 -> 1,729 /
+# 2,659 / 3,539 tok/s in all (H200, 2026-12-03, bench/results/2026-12-03-h200-mma-sync/).
 _WORDS = MmaConfig(block_n=64, num_warps=4, split_k=16, num_stages=3, words=True, sb_per_split=4)
+_SYNC = MmaConfig(block_n=32, num_warps=2, split_k=8, num_stages=3, words=True, sb_per_split=4)
+_SYNC_Q6K = replace(_SYNC, split_k=16, sb_per_split=1)
 MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
-    **{("Q4_K", t): _WORDS for t in (4, 8, 16)},
+    ("Q4_K", 4): _SYNC,
+    ("Q4_K", 8): _SYNC,
+    ("Q4_K", 16): _WORDS,
     ("Q4_K", 32): replace(_WORDS, split_k=8),
-    **{("Q6_K", t): replace(_WORDS, sb_per_split=1) for t in (8, 16, 32)},
+    ("Q6_K", 4): _SYNC_Q6K,
+    ("Q6_K", 8): _SYNC_Q6K,
+    ("Q6_K", 16): _SYNC_Q6K,
+    ("Q6_K", 32): replace(_SYNC, block_n=64, sb_per_split=1),
 }
 # A JSON file of configs tuned on this machine (`python -m kvspill.bench.mma_sweep` writes one):
 # {"Q6_K,16": {"block_n": 64, "num_warps": 2, ...}, "Q4_K,4": null, ...}; null sends that count

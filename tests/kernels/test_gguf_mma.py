@@ -81,7 +81,7 @@ def test_mma_half_activations(qtype, dtype, device):
 
 
 def test_mma_token_tile_sizes():
-    assert [mma_t_pad(n) for n in (1, 2, 16, 17, 32, 33, 64)] == [16, 16, 16, 32, 32, 64, 64]
+    assert [mma_t_pad(n) for n in (1, 2, 8, 9, 16, 17, 32, 33, 64)] == [8, 8, 8, 16, 16, 32, 32, 64, 64]
 
 
 def test_mma_rejects_other_types_and_too_many_tokens(device):
@@ -99,12 +99,12 @@ def test_dispatch_takes_the_measured_token_counts_only(device):
     # The lane GEMV (2 tokens) and dequantize-then-GEMM (33+, the words form untimed) keep their paths.
     taken = [mma_config(weight, n) is not None for n in (1, 2, 3, 8, 16, 17, 32, 33, 64)]
     assert taken == [False, False, True, True, True, True, True, False, False]
-    # Q6_K: its lane GEMV at 2-4 tokens, the words form at 5-32.
+    # Q6_K: its lane GEMV at 2 tokens, the words form at 3-32.
     q6k, x6, _, _ = _case("Q6_K", MMA_MAX_TOKENS, torch.float32, device)
-    assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(q6k, n) is not None] == list(range(5, 33))
+    assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(q6k, n) is not None] == list(range(3, 33))
     if device == "cuda":  # on the CPU every count takes the reference path
-        paths = {n: quant_linear_path(x6[:n], q6k) for n in (1, 4, 8, 16, 40)}
-        assert paths == {1: "gemv", 4: "gemv", 8: "mma", 16: "mma", 40: "dequant_matmul"}
+        paths = {n: quant_linear_path(x6[:n], q6k) for n in (1, 2, 4, 8, 16, 40)}
+        assert paths == {1: "gemv", 2: "gemv", 4: "mma", 8: "mma", 16: "mma", 40: "dequant_matmul"}
     rows = weight.data[:1].expand(SPLIT_K_MAX_ROWS + 1, -1)  # no copy: the dispatch reads no bytes
     wide = QuantizedWeight(rows, "Q4_K", SPLIT_K_MAX_ROWS + 1, weight.in_features)
     table = MMA_CONFIGS[("Q4_K", 8)]
