@@ -45,13 +45,14 @@ FORMS = ("words", "sub", "whole")  # grid()'s forms: see MmaConfig
 
 def grid(forms: tuple[str, ...] = FORMS) -> list[MmaConfig]:
     """Stage 1's configs (either type), in `forms`' order (the budget may end stage 1): the words
-    form in wider row tiles, the sub-block form with and without magic quants, and the
-    whole-super-block form, which has no magic variant."""
+    form (from 32 rows on 2 warps, where Triton's dots are mma.sync, up to 128 rows on 8), the
+    sub-block form with and without magic quants, and the whole-super-block form, which has no
+    magic variant."""
     configs = []
     if "words" in forms:
         configs += [
             MmaConfig(block_n=bn, num_warps=nw, split_k=sk, num_stages=ns, words=True)
-            for bn, nw, ns, sk in itertools.product((64, 128, 32), (4, 8, 2), (3, 4), (4, 2, 1))
+            for bn, nw, ns, sk in itertools.product((32, 64, 128), (2, 4, 8), (3, 4), (4, 2, 1))
             if nw * 16 <= bn * 2  # 8 warps on 32 rows leave warps without an MMA tile
         ]
     old = [(False, False), (True, False)] if "sub" in forms else []

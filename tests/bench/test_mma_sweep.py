@@ -25,7 +25,9 @@ def test_grid_sweeps_the_words_form_first():
     configs = mma_sweep.grid()
     words = [c for c in configs if c.words]
     assert len(configs) == len(set(configs)) == 96 + len(words) and configs[: len(words)] == words
-    assert words[0].block_n == 64 and all(c.num_warps * 16 <= 2 * c.block_n for c in words)
+    # The table's pick at a few tokens first (32 rows on 2 warps: mma.sync), in case the budget ends.
+    assert (words[0].block_n, words[0].num_warps) == (32, 2)
+    assert all(c.num_warps * 16 <= 2 * c.block_n for c in words)
     assert mma_sweep.grid(("words",)) == words
     assert not any(c.words for c in mma_sweep.grid(("sub", "whole")))
 
