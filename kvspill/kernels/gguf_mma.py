@@ -9,7 +9,7 @@ Why: at 2-64 tokens a step still reads every weight once, so it should cost abou
 costs. The dequantize-then-GEMM path writes and reads a dense copy (3.5x the bytes), and the
 CUDA-core GEMV spends one FMA per weight per token. Here (as Marlin does for int4) each program
 streams BLOCK_N rows of super-blocks once and feeds them to the tensor cores against all tokens
-(padded to T_PAD: 16, 32, 64). Programs split the rows and, with SPLIT_K > 1, the super-blocks.
+(padded to T_PAD: 8, 16, 32, 64). Programs split the rows and, with SPLIT_K > 1, the super-blocks.
 
 Forms (MmaConfig):
 - `words` (the picks, gguf_mma_configs.MMA_CONFIGS; kernels/gguf_mma_words.py): the quants read as whole words
