@@ -399,17 +399,19 @@ def _q4k_mma_kernel(
     DOT_DTYPE: tl.constexpr,
     WHOLE: tl.constexpr = False,
     WORDS: tl.constexpr = False,
+    TWO_ACC: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
     pdl_wait(PDL)  # the launch overlaps the kernel before (x comes from it: nothing read earlier)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + n.to(tl.int64) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
         base = row_ptr + sb * 144
         if WORDS:
-            acc = q4k_super_block_words(
-                acc, base, n_ok, xs_ptr, sb, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32
+            acc, acc2 = q4k_super_block_words(
+                acc, acc2, base, n_ok, xs_ptr, sb, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32, TWO_ACC
             )
         elif WHOLE:
             acc = _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, t, t_ok, DOT_DTYPE)
@@ -417,6 +419,8 @@ def _q4k_mma_kernel(
             acc = _q4k_super_block(
                 acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
             )
+    if TWO_ACC:
+        acc += acc2
     _store(
         acc,
         bias_ptr,
@@ -460,16 +464,18 @@ def _q6k_mma_kernel(
     DOT_DTYPE: tl.constexpr,
     WHOLE: tl.constexpr = False,
     WORDS: tl.constexpr = False,
+    TWO_ACC: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
     pdl_wait(PDL)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + n.to(tl.int64) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
         base = row_ptr + sb * 210
         if WORDS:
-            acc = q6k_super_block_words(acc, base, n_ok, xs_ptr, sb, t, T_PAD, DOT_DTYPE)
+            acc, acc2 = q6k_super_block_words(acc, acc2, base, n_ok, xs_ptr, sb, t, T_PAD, DOT_DTYPE, TWO_ACC)
         elif WHOLE:
             for half in tl.static_range(2):
                 acc = _q6k_half_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, half, t, t_ok, DOT_DTYPE)
@@ -477,6 +483,8 @@ def _q6k_mma_kernel(
             acc = _q6k_super_block(
                 acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
             )
+    if TWO_ACC:
+        acc += acc2
     _store(
         acc,
         bias_ptr,
@@ -584,6 +592,7 @@ def quant_matmul_mma(
         DOT_DTYPE=dot_dtype,
         **({"WHOLE": True} if cfg.whole else {}),
         **({"WORDS": True} if cfg.words else {}),
+        **({"TWO_ACC": True} if cfg.two_acc else {}),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **pdl_meta(x.device),

@@ -43,6 +43,12 @@ class MmaConfig:
     # > 0: split K by the weight's depth (`for_shape`): about this many super-blocks a program,
     # the split a power of two, at most split_k. 0: split_k as it is.
     sb_per_split: int = 0
+    # The words form's planes alternate between two accumulators: two independent mma chains a
+    # super-block instead of one.
+    two_acc: bool = False
+    # The split of weights past SPLIT_K_MAX_ROWS (an 8B's gate_up and lm_head): 1 but where a
+    # measured token count gained from more.
+    wide_split_k: int = 1
 
     def __post_init__(self) -> None:
         def power_of_two(v: object, low: int) -> bool:
@@ -52,13 +58,15 @@ class MmaConfig:
         ok = ok and type(self.split_k) is int and self.split_k >= 1
         ok = ok and type(self.num_stages) is int and self.num_stages >= 1
         ok = ok and type(self.sb_per_split) is int and self.sb_per_split >= 0
-        flags = (self.magic, self.whole, self.words)
+        ok = ok and type(self.wide_split_k) is int and self.wide_split_k >= 1
+        flags = (self.magic, self.whole, self.words, self.two_acc)
         ok = ok and all(isinstance(f, bool) for f in flags) and not (self.whole and self.words)
+        ok = ok and (self.words or not self.two_acc)
         if not ok:
             raise ValueError(
                 f"{self}: block_n a power of two >= 16, num_warps a power of two, split_k and "
-                "num_stages integers >= 1, sb_per_split an integer >= 0, magic, whole and words true "
-                "or false (not whole and words)"
+                "num_stages integers >= 1, sb_per_split an integer >= 0, wide_split_k >= 1, magic, whole, words and "
+                "two_acc true or false (not whole and words; two_acc only with words)"
             )
 
 
@@ -85,18 +93,25 @@ def rows_aligned(weight: QuantizedWeight) -> bool:
 # there from its lane GEMV); at 16 Q4_K keeps wgmma (equal in the engine), at 32 wgmma wins Q4_K
 # and 64 rows on two warps Q6_K. Decode of 8 / 16 / 32 x 2K: 1,479 / 2,623 / 3,425 -> 1,729 /
 # 2,659 / 3,539 tok/s in all (H200, 2026-12-03, bench/results/2026-12-03-h200-mma-sync/).
-_WORDS = MmaConfig(block_n=64, num_warps=4, split_k=16, num_stages=3, words=True, sb_per_split=4)
-_SYNC = MmaConfig(block_n=32, num_warps=2, split_k=8, num_stages=3, words=True, sb_per_split=4)
-_SYNC_Q6K = replace(_SYNC, split_k=16, sb_per_split=1)
+# Q4_K with two accumulator chains (`two_acc`), Q6_K with two pipeline stages, and Q4_K's gate_up
+# (past SPLIT_K_MAX_ROWS) split in two at 17-32 tokens: at 8 / 32 tokens the step's quantized
+# weights 3.55 -> 3.45 / 5.39 -> 4.99 ms, the 128K-row Q6_K lm_head 284 -> 257 / 486 -> 341 us
+# (two_acc lost on Q6_K at 32 tokens: 57 -> 89 us on down); decode of 32 x 2K 3,516 -> 3,629 tok/s
+# from the split alone (H200, 2026-12-03, bench/results/2026-12-03-h200-mma-two-acc/).
+_WORDS = MmaConfig(
+    block_n=64, num_warps=4, split_k=16, num_stages=3, words=True, sb_per_split=4, two_acc=True
+)
+_SYNC = MmaConfig(block_n=32, num_warps=2, split_k=8, num_stages=3, words=True, sb_per_split=4, two_acc=True)
+_SYNC_Q6K = replace(_SYNC, split_k=16, sb_per_split=1, num_stages=2, two_acc=False)
 MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
     ("Q4_K", 4): _SYNC,
     ("Q4_K", 8): _SYNC,
     ("Q4_K", 16): _WORDS,
-    ("Q4_K", 32): replace(_WORDS, split_k=8),
+    ("Q4_K", 32): replace(_WORDS, split_k=8, wide_split_k=2),
     ("Q6_K", 4): _SYNC_Q6K,
     ("Q6_K", 8): _SYNC_Q6K,
     ("Q6_K", 16): _SYNC_Q6K,
-    ("Q6_K", 32): replace(_SYNC, block_n=64, sb_per_split=1),
+    ("Q6_K", 32): replace(_SYNC_Q6K, block_n=64, split_k=8),
 }
 # A JSON file of configs tuned on this machine (`python -m kvspill.bench.mma_sweep` writes one):
 # {"Q6_K,16": {"block_n": 64, "num_warps": 2, ...}, "Q4_K,4": null, ...}; null sends that count
@@ -156,14 +171,14 @@ def mma_config(weight: QuantizedWeight, num_tokens: int) -> MmaConfig | None:
 
 
 def for_shape(config: MmaConfig, rows: int, in_features: int) -> MmaConfig:
-    """`config` as it runs on a [rows, in_features] weight: no split K past SPLIT_K_MAX_ROWS;
-    with sb_per_split, split K to about that many super-blocks a program (a power of two, at
-    most config.split_k and the super-block count: no program without a super-block)."""
+    """`config` as it runs on a [rows, in_features] weight: past SPLIT_K_MAX_ROWS rows its
+    wide_split_k; with sb_per_split, split K to about that many super-blocks a program (a power
+    of two, at most config.split_k); never more splits than super-blocks (no empty program)."""
+    super_blocks = max(in_features // 256, 1)
+    most = 1 << (super_blocks.bit_length() - 1)
     if rows > SPLIT_K_MAX_ROWS:
-        return replace(config, split_k=1, sb_per_split=0)
+        return replace(config, split_k=min(config.wide_split_k, most), sb_per_split=0)
     if config.sb_per_split == 0:
         return config
-    super_blocks = max(in_features // 256, 1)
     splits = triton.next_power_of_2(triton.cdiv(super_blocks, config.sb_per_split))
-    splits = min(splits, config.split_k, 1 << (super_blocks.bit_length() - 1))
-    return replace(config, split_k=splits, sb_per_split=0)
+    return replace(config, split_k=min(splits, config.split_k, most), sb_per_split=0)

@@ -122,7 +122,17 @@ def _dot_plane(acc, w, xt_ptr, sb, m: tl.constexpr, t, T_PAD: tl.constexpr, DOT_
 
 @triton.jit
 def q4k_super_block_words(
-    acc, base, n_ok, xt_ptr, sb, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr, ASM: tl.constexpr
+    acc,
+    acc2,
+    base,
+    n_ok,
+    xt_ptr,
+    sb,
+    t,
+    T_PAD: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    ASM: tl.constexpr,
+    TWO_ACC: tl.constexpr,
 ):
     """acc += one Q4_K super-block of the program's rows, its qs read as 32 int32 words a row
     (16-byte loads) and cut into 8 planes: plane m = 2 b + h holds nibble h of byte b of every
@@ -150,14 +160,33 @@ def q4k_super_block_words(
         p5 = _q4k_plane_f32(words, dsc_hi, dm_hi, 2, 1)
         p6 = _q4k_plane_f32(words, dsc_lo, dm_lo, 3, 0)
         p7 = _q4k_plane_f32(words, dsc_hi, dm_hi, 3, 1)
-    acc = _dot_plane(acc, p0, xt_ptr, sb, 0, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane(acc, p1, xt_ptr, sb, 1, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane(acc, p2, xt_ptr, sb, 2, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane(acc, p3, xt_ptr, sb, 3, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane(acc, p4, xt_ptr, sb, 4, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane(acc, p5, xt_ptr, sb, 5, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane(acc, p6, xt_ptr, sb, 6, t, T_PAD, DOT_DTYPE)
-    return _dot_plane(acc, p7, xt_ptr, sb, 7, t, T_PAD, DOT_DTYPE)
+    acc, acc2 = _dot_plane_pair(acc, acc2, p0, p1, xt_ptr, sb, 0, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane_pair(acc, acc2, p2, p3, xt_ptr, sb, 2, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane_pair(acc, acc2, p4, p5, xt_ptr, sb, 4, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    return _dot_plane_pair(acc, acc2, p6, p7, xt_ptr, sb, 6, t, T_PAD, DOT_DTYPE, TWO_ACC)
+
+
+@triton.jit
+def _dot_plane_pair(
+    acc,
+    acc2,
+    w_even,
+    w_odd,
+    xt_ptr,
+    sb,
+    m: tl.constexpr,
+    t,
+    T_PAD: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    TWO_ACC: tl.constexpr,
+):
+    """Planes m and m + 1: the second into acc2 with TWO_ACC (two independent mma chains)."""
+    acc = _dot_plane(acc, w_even, xt_ptr, sb, m, t, T_PAD, DOT_DTYPE)
+    if TWO_ACC:
+        acc2 = _dot_plane(acc2, w_odd, xt_ptr, sb, m + 1, t, T_PAD, DOT_DTYPE)
+    else:
+        acc = _dot_plane(acc, w_odd, xt_ptr, sb, m + 1, t, T_PAD, DOT_DTYPE)
+    return acc, acc2
 
 
 def q4k_words_x_ref(x: torch.Tensor, t_pad: int) -> torch.Tensor:
@@ -241,6 +270,7 @@ def _q6k_scales(base, n_ok, d, half: tl.constexpr, i: tl.constexpr):
 @triton.jit
 def _q6k_half_words(
     acc,
+    acc2,
     base,
     n_ok,
     d,
@@ -251,6 +281,7 @@ def _q6k_half_words(
     T_PAD: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     ASM: tl.constexpr,
+    TWO_ACC: tl.constexpr,
 ):
     """acc += half `half` of one Q6_K super-block: ql and qh read as halfwords [BLOCK_N, 16] (the
     rows are only 2-byte aligned), cut into 8 planes (i, e) of 16 weights 128 half + 32 i + 2 p + e,
@@ -272,25 +303,45 @@ def _q6k_half_words(
         w4, w5 = _q6k_plane_f32(ql_a, qh, s2, 2, 0), _q6k_plane_f32(ql_a, qh, s2, 2, 1)
         w6, w7 = _q6k_plane_f32(ql_b, qh, s3, 3, 0), _q6k_plane_f32(ql_b, qh, s3, 3, 1)
     first = sb * 16 + half * 8  # plane index of (half, 0, 0) in x's [super-block, 16 planes] rows
-    acc = _dot_plane16(acc, w0, xt_ptr, first + 0, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane16(acc, w1, xt_ptr, first + 1, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane16(acc, w2, xt_ptr, first + 2, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane16(acc, w3, xt_ptr, first + 3, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane16(acc, w4, xt_ptr, first + 4, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane16(acc, w5, xt_ptr, first + 5, t, T_PAD, DOT_DTYPE)
-    acc = _dot_plane16(acc, w6, xt_ptr, first + 6, t, T_PAD, DOT_DTYPE)
-    return _dot_plane16(acc, w7, xt_ptr, first + 7, t, T_PAD, DOT_DTYPE)
+    acc, acc2 = _dot_plane16_pair(acc, acc2, w0, w1, xt_ptr, first + 0, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane16_pair(acc, acc2, w2, w3, xt_ptr, first + 2, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane16_pair(acc, acc2, w4, w5, xt_ptr, first + 4, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    return _dot_plane16_pair(acc, acc2, w6, w7, xt_ptr, first + 6, t, T_PAD, DOT_DTYPE, TWO_ACC)
 
 
 @triton.jit
-def q6k_super_block_words(acc, base, n_ok, xt_ptr, sb, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
+def q6k_super_block_words(
+    acc, acc2, base, n_ok, xt_ptr, sb, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr, TWO_ACC: tl.constexpr
+):
     """acc += one Q6_K super-block of the program's rows in the words form (both halves)."""
     d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
     for half in tl.static_range(2):
-        acc = _q6k_half_words(
-            acc, base, n_ok, d, xt_ptr, sb, half, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32
+        acc, acc2 = _q6k_half_words(
+            acc, acc2, base, n_ok, d, xt_ptr, sb, half, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32, TWO_ACC
         )
-    return acc
+    return acc, acc2
+
+
+@triton.jit
+def _dot_plane16_pair(
+    acc,
+    acc2,
+    w_even,
+    w_odd,
+    xt_ptr,
+    plane,
+    t,
+    T_PAD: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    TWO_ACC: tl.constexpr,
+):
+    """Q6_K planes `plane` and `plane` + 1: the second into acc2 with TWO_ACC."""
+    acc = _dot_plane16(acc, w_even, xt_ptr, plane, t, T_PAD, DOT_DTYPE)
+    if TWO_ACC:
+        acc2 = _dot_plane16(acc2, w_odd, xt_ptr, plane + 1, t, T_PAD, DOT_DTYPE)
+    else:
+        acc = _dot_plane16(acc, w_odd, xt_ptr, plane + 1, t, T_PAD, DOT_DTYPE)
+    return acc, acc2
 
 
 @triton.jit

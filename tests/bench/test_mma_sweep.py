@@ -110,3 +110,10 @@ def test_stages_rank_pick_and_log(tmp_path):
     picks = {}
     slow.stage2("Q6_K", [MmaConfig(block_n=64, num_warps=2)], picks)  # 64 > 40: no pick
     assert picks == {}
+
+
+def test_wide_weights_take_their_own_split():
+    cfg = MmaConfig(block_n=64, num_warps=4, split_k=8, sb_per_split=4, words=True, wide_split_k=2)
+    assert for_shape(cfg, SPLIT_K_MAX_ROWS + 1, 4096).split_k == 2
+    assert for_shape(cfg, SPLIT_K_MAX_ROWS + 1, 256).split_k == 1  # one super-block: no split
+    assert for_shape(cfg, SPLIT_K_MAX_ROWS, 4096).split_k == 4

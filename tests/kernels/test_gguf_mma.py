@@ -172,11 +172,12 @@ WHOLE_CONFIGS = [
 WORDS_CONFIGS = [
     MmaConfig(block_n=16, num_warps=1, words=True),
     MmaConfig(block_n=64, num_warps=4, split_k=2, num_stages=3, words=True),
+    MmaConfig(block_n=32, num_warps=2, split_k=2, num_stages=2, words=True, two_acc=True),
 ]
 
 
 def _form_id(c: MmaConfig) -> str:
-    return f"{'words' if c.words else 'whole'}-n{c.block_n}s{c.split_k}"
+    return f"{'words' if c.words else 'whole'}-n{c.block_n}s{c.split_k}{'-two' if c.two_acc else ''}"
 
 
 @pytest.mark.parametrize("qtype", MMA_TYPES)
@@ -191,7 +192,7 @@ def test_mma_dequantizing_forms_match_reference(qtype, config, num_tokens, devic
 
 @pytest.mark.parametrize("qtype", MMA_TYPES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("config", [WHOLE_CONFIGS[0], WORDS_CONFIGS[1]], ids=_form_id)
+@pytest.mark.parametrize("config", [WHOLE_CONFIGS[0], *WORDS_CONFIGS[1:]], ids=_form_id)
 def test_mma_dequantizing_forms_half_activations(qtype, dtype, config, device):
     # The weights are rounded to x's dtype before the dot, as the dequantize-then-GEMM path does
     # (on a GPU the words form's magic-number asm rounds its scales to x's dtype first).
@@ -255,6 +256,8 @@ def test_words_split_k_adds_the_bias_once_and_matches_one_split(device):
 def test_words_and_whole_are_two_forms():
     with pytest.raises(ValueError, match="not whole and words"):
         MmaConfig(block_n=16, num_warps=1, whole=True, words=True)
+    with pytest.raises(ValueError, match="two_acc only with words"):
+        MmaConfig(block_n=16, num_warps=1, two_acc=True)
 
 
 def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
@@ -271,7 +274,7 @@ def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == (
         "MmaConfig(block_n=64, num_warps=2, split_k=1, num_stages=1, magic=False, whole=True, words=False, "
-        "sb_per_split=0) False"
+        "sb_per_split=0, two_acc=False, wide_split_k=1) False"
     )
 
 
