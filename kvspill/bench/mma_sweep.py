@@ -4,11 +4,13 @@
     KVSPILL_MMA_CONFIGS=sweep/mma_configs.json kvspill serve ...      # the engine takes the picks
 
 Stage 1, per type: every config of `grid()` (form: words, sub-blocks with or without magic
-quants, whole super-blocks; row tile, warps, pipeline stages, split K) at 8 tokens on the qkv /
-down / lm_head shapes of Llama-3.1-8B, ranked by the summed time. Stage 2: the best TOP configs on all five shapes at each token count, beside
-the path `quant_linear` takes today. A count whose best config beats that path on the sum gets it
-in `mma_configs.json` (the KVSPILL_MMA_CONFIGS format). Timing as kernels_gguf: medians of CUDA-graph replays over
-rotating weight copies (>= 256 MB a replay); every config's result is checked once against
+quants, whole super-blocks; row tile, warps, pipeline stages, split K, the words form's
+accumulator chains) at 8 tokens on the qkv / down / lm_head shapes of Llama-3.1-8B, ranked by
+the summed time. Stage 2: the best TOP configs (words-form ones also with wide weights split in
+two) on all five shapes at each token count, beside the path `quant_linear` takes today. A count
+whose best config beats that path on the sum gets it in `mma_configs.json` (the
+KVSPILL_MMA_CONFIGS format). Timing as kernels_gguf: medians of CUDA-graph replays over rotating
+weight copies (>= 256 MB a replay); every config's result is checked once against
 x @ dequantize(W).T (max error <= MAX_REL_ERR of the largest output), a wrong one is not timed.
 Before stage 1, worker processes compile the configs into Triton's cache (`--workers 0`: off).
 Writes stage1.jsonl, stage2.jsonl and mma_configs.json under --out. No new measurement starts
@@ -30,7 +32,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from kvspill.kernels.gguf_mma_configs import MMA_TOKEN_KEYS, MMA_TYPES, MmaConfig, for_shape
+from kvspill.kernels.gguf_mma_configs import MMA_TOKEN_KEYS, MMA_TYPES, SPLIT_K_MAX_ROWS, MmaConfig, for_shape
 
 STAGE1_SHAPES = ("qkv", "down", "lm_head")
 STAGE1_TOKENS = 8
@@ -45,14 +47,16 @@ FORMS = ("words", "sub", "whole")  # grid()'s forms: see MmaConfig
 
 def grid(forms: tuple[str, ...] = FORMS) -> list[MmaConfig]:
     """Stage 1's configs (either type), in `forms`' order (the budget may end stage 1): the words
-    form (from 32 rows on 2 warps, where Triton's dots are mma.sync, up to 128 rows on 8), the
-    sub-block form with and without magic quants, and the whole-super-block form, which has no
-    magic variant."""
+    form (from 32 rows on 2 warps, where Triton's dots are mma.sync, up to 128 rows on 8; one
+    accumulator chain or two), the sub-block form with and without magic quants, and the
+    whole-super-block form, which has no magic variant."""
     configs = []
     if "words" in forms:
         configs += [
-            MmaConfig(block_n=bn, num_warps=nw, split_k=sk, num_stages=ns, words=True)
-            for bn, nw, ns, sk in itertools.product((32, 64, 128), (2, 4, 8), (3, 4), (4, 2, 1))
+            MmaConfig(block_n=bn, num_warps=nw, split_k=sk, num_stages=ns, words=True, two_acc=two)
+            for bn, nw, ns, sk, two in itertools.product(
+                (32, 64, 128), (2, 4, 8), (3, 2, 4), (4, 2, 1), (False, True)
+            )
             if nw * 16 <= bn * 2  # 8 warps on 32 rows leave warps without an MMA tile
         ]
     old = [(False, False), (True, False)] if "sub" in forms else []
@@ -200,17 +204,26 @@ class Sweep:
         """Each token count: the tops and today's path on every shape; the verdict into `picks`."""
         from kvspill.bench.kernels_gguf import SHAPES
 
+        # Each words-form top also with wide weights split in two (wide_split_k), timed only where
+        # it differs: on weights past the dispatcher's row limit.
+        wide = {c: dataclasses.replace(c, wide_split_k=2) for c in tops if c.words and c.wide_split_k == 1}
         for t in self.args.tokens:
             if self.spent(2):
                 print(f"{qtype} stage 2: the budget is spent before {t} tokens")
                 return
-            base, sums = 0.0, dict.fromkeys(tops, 0.0)
-            for shape in SHAPES:
+            base, sums = 0.0, dict.fromkeys([*tops, *wide.values()], 0.0)
+            for shape, (rows, _) in SHAPES.items():
                 today = self.bench.today(qtype, shape, t)
-                runs = [self.bench.mma(qtype, shape, t, cfg) for cfg in tops]
-                self.log("stage2.jsonl", dict(qtype=qtype, shape=shape, t=t, today=today, mma=runs))
+                runs = {cfg: self.bench.mma(qtype, shape, t, cfg) for cfg in tops}
+                for top, twin in wide.items():
+                    runs[twin] = (
+                        self.bench.mma(qtype, shape, t, twin) if rows > SPLIT_K_MAX_ROWS else runs[top]
+                    )
+                self.log(
+                    "stage2.jsonl", dict(qtype=qtype, shape=shape, t=t, today=today, mma=list(runs.values()))
+                )
                 base += today["us"]
-                for cfg, r in zip(tops, runs, strict=True):
+                for cfg, r in runs.items():
                     sums[cfg] += r.get("us", float("inf"))
             picked = pick(base, {c: s for c, s in sums.items() if s < float("inf")})
             if picked is not None:

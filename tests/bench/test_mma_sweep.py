@@ -28,6 +28,7 @@ def test_grid_sweeps_the_words_form_first():
     # The table's pick at a few tokens first (32 rows on 2 warps: mma.sync), in case the budget ends.
     assert (words[0].block_n, words[0].num_warps) == (32, 2)
     assert all(c.num_warps * 16 <= 2 * c.block_n for c in words)
+    assert {c.two_acc for c in words} == {False, True} and {c.num_stages for c in words} == {2, 3, 4}
     assert mma_sweep.grid(("words",)) == words
     assert not any(c.words for c in mma_sweep.grid(("sub", "whole")))
 
@@ -117,3 +118,24 @@ def test_wide_weights_take_their_own_split():
     assert for_shape(cfg, SPLIT_K_MAX_ROWS + 1, 4096).split_k == 2
     assert for_shape(cfg, SPLIT_K_MAX_ROWS + 1, 256).split_k == 1  # one super-block: no split
     assert for_shape(cfg, SPLIT_K_MAX_ROWS, 4096).split_k == 4
+
+
+class _WideBench(_FakeBench):
+    """A words-form config split in two on wide weights is faster there (block_n / 2 us)."""
+
+    def __init__(self) -> None:
+        self.timed: list[tuple[str, int]] = []
+
+    def mma(self, qtype, shape, tokens, cfg):
+        self.timed.append((shape, cfg.wide_split_k))
+        return dict(cfg=dataclasses.asdict(cfg), us=cfg.block_n / cfg.wide_split_k)
+
+
+def test_stage2_tries_wide_weights_split_in_two_only_where_it_differs(tmp_path):
+    args = mma_sweep._parse(["--types", "Q4_K", "--tokens", "8", "--out", str(tmp_path)])
+    bench = _WideBench()
+    picks: dict = {}
+    top = MmaConfig(block_n=32, num_warps=2, words=True)
+    mma_sweep.Sweep(args, bench=bench).stage2("Q4_K", [top], picks)
+    assert picks["Q4_K,8"]["wide_split_k"] == 2
+    assert {shape for shape, wide in bench.timed if wide == 2} == {"gate_up", "lm_head"}
