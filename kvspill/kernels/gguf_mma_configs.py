@@ -94,10 +94,12 @@ def rows_aligned(weight: QuantizedWeight) -> bool:
 # and 64 rows on two warps Q6_K. Decode of 8 / 16 / 32 x 2K: 1,479 / 2,623 / 3,425 -> 1,729 /
 # 2,659 / 3,539 tok/s in all (H200, 2026-12-03, bench/results/2026-12-03-h200-mma-sync/).
 # Q4_K with two accumulator chains (`two_acc`), Q6_K with two pipeline stages, and Q4_K's gate_up
-# (past SPLIT_K_MAX_ROWS) split in two at 17-32 tokens: at 8 / 32 tokens the step's quantized
-# weights 3.55 -> 3.45 / 5.39 -> 4.99 ms, the 128K-row Q6_K lm_head 284 -> 257 / 486 -> 341 us
-# (two_acc lost on Q6_K at 32 tokens: 57 -> 89 us on down); decode of 32 x 2K 3,516 -> 3,629 tok/s
-# from the split alone (H200, 2026-12-03, bench/results/2026-12-03-h200-mma-two-acc/).
+# (past SPLIT_K_MAX_ROWS) split in two at 17-32 tokens: the step's quantized weights, shape by
+# shape, 3.55 -> 3.45 ms at 8 tokens and 5.63 -> 5.11 at 32 (the 128K-row Q6_K lm_head 284 -> 257
+# and 486 -> 341 us; two_acc on Q6_K at 32 tokens lost: down 57 -> 89 us); decode of 8 / 32 x 2K
+# 1,720 -> 1,741 / 3,531 -> 3,741 tok/s in all. At 9-16 tokens (4-warp wgmma for Q4_K, not timed
+# per shape) the engine's 16 x 2K lost 6%, so those entries keep their old configs (H200,
+# 2026-12-03, bench/results/2026-12-03-h200-mma-two-acc/).
 _WORDS = MmaConfig(
     block_n=64, num_warps=4, split_k=16, num_stages=3, words=True, sb_per_split=4, two_acc=True
 )
@@ -106,11 +108,11 @@ _SYNC_Q6K = replace(_SYNC, split_k=16, sb_per_split=1, num_stages=2, two_acc=Fal
 MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
     ("Q4_K", 4): _SYNC,
     ("Q4_K", 8): _SYNC,
-    ("Q4_K", 16): _WORDS,
+    ("Q4_K", 16): replace(_WORDS, two_acc=False),
     ("Q4_K", 32): replace(_WORDS, split_k=8, wide_split_k=2),
     ("Q6_K", 4): _SYNC_Q6K,
     ("Q6_K", 8): _SYNC_Q6K,
-    ("Q6_K", 16): _SYNC_Q6K,
+    ("Q6_K", 16): replace(_SYNC_Q6K, num_stages=3),
     ("Q6_K", 32): replace(_SYNC_Q6K, block_n=64, split_k=8),
 }
 # A JSON file of configs tuned on this machine (`python -m kvspill.bench.mma_sweep` writes one):
