@@ -137,7 +137,8 @@ def q4k_super_block_words(
     """acc += one Q4_K super-block of the program's rows, its qs read as 32 int32 words a row
     (16-byte loads) and cut into 8 planes: plane m = 2 b + h holds nibble h of byte b of every
     word, i.e. word w = 8 j + i gives weight 64 j + 32 h + 4 i + b (sub-block 2 j + h); x comes
-    permuted to that order (`words_x`), so each plane is one K = 32 dot, no gather."""
+    permuted to that order (`words_x`), so each plane is one K = 32 dot, no gather. With TWO_ACC
+    the odd planes add into acc2 (two independent mma chains); returns (acc, acc2)."""
     N: tl.constexpr = base.shape[0]
     dsc, dm = q4k_scales_mins(base, n_ok)
     dsc_lo, dsc_hi = tl.split(tl.reshape(dsc, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
@@ -313,7 +314,8 @@ def _q6k_half_words(
 def q6k_super_block_words(
     acc, acc2, base, n_ok, xt_ptr, sb, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr, TWO_ACC: tl.constexpr
 ):
-    """acc += one Q6_K super-block of the program's rows in the words form (both halves)."""
+    """acc += one Q6_K super-block of the program's rows in the words form (both halves); with
+    TWO_ACC the odd planes go to acc2. Returns (acc, acc2)."""
     d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
     for half in tl.static_range(2):
         acc, acc2 = _q6k_half_words(
