@@ -419,10 +419,8 @@ def _q4k_mma_kernel(
             acc = _q4k_super_block(
                 acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
             )
-    if TWO_ACC:
-        acc += acc2
     _store(
-        acc,
+        acc + acc2 if TWO_ACC else acc,
         bias_ptr,
         out_ptr,
         part_ptr,
@@ -483,10 +481,8 @@ def _q6k_mma_kernel(
             acc = _q6k_super_block(
                 acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
             )
-    if TWO_ACC:
-        acc += acc2
     _store(
-        acc,
+        acc + acc2 if TWO_ACC else acc,
         bias_ptr,
         out_ptr,
         part_ptr,

@@ -111,12 +111,12 @@ def _q4k_plane_f32(words, dsc, dm, b: tl.constexpr, h: tl.constexpr):
 
 
 @triton.jit
-def _dot_plane(acc, w, xt_ptr, sb, m: tl.constexpr, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """acc += plane m's weights [BLOCK_N, 32] (words in order j, i) @ its 32 x columns, read from
-    the permuted x^T (`words_x`) [super-block, m, 32, T_PAD]."""
-    r = tl.arange(0, 32)
-    x = tl.load(xt_ptr + ((sb * 8 + m) * 32 + r)[:, None] * T_PAD + t[None, :])
-    w2 = tl.reshape(w, (w.shape[0], 32)).to(DOT_DTYPE)
+def _dot_plane(acc, w, xt_ptr, plane, K: tl.constexpr, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """acc += one plane's weights [BLOCK_N, K] (any shape of BLOCK_N x K) @ its K rows of the
+    permuted x^T (`words_x`; K = 32 a Q4_K plane, 16 a Q6_K one): rows plane * K ... + K - 1."""
+    r = tl.arange(0, K)
+    x = tl.load(xt_ptr + (plane * K + r)[:, None] * T_PAD + t[None, :])
+    w2 = tl.reshape(w, (w.shape[0], K)).to(DOT_DTYPE)
     return tl.dot(w2, x.to(DOT_DTYPE), acc, input_precision="ieee")
 
 
@@ -161,10 +161,10 @@ def q4k_super_block_words(
         p5 = _q4k_plane_f32(words, dsc_hi, dm_hi, 2, 1)
         p6 = _q4k_plane_f32(words, dsc_lo, dm_lo, 3, 0)
         p7 = _q4k_plane_f32(words, dsc_hi, dm_hi, 3, 1)
-    acc, acc2 = _dot_plane_pair(acc, acc2, p0, p1, xt_ptr, sb, 0, t, T_PAD, DOT_DTYPE, TWO_ACC)
-    acc, acc2 = _dot_plane_pair(acc, acc2, p2, p3, xt_ptr, sb, 2, t, T_PAD, DOT_DTYPE, TWO_ACC)
-    acc, acc2 = _dot_plane_pair(acc, acc2, p4, p5, xt_ptr, sb, 4, t, T_PAD, DOT_DTYPE, TWO_ACC)
-    return _dot_plane_pair(acc, acc2, p6, p7, xt_ptr, sb, 6, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane_pair(acc, acc2, p0, p1, xt_ptr, sb * 8 + 0, 32, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane_pair(acc, acc2, p2, p3, xt_ptr, sb * 8 + 2, 32, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane_pair(acc, acc2, p4, p5, xt_ptr, sb * 8 + 4, 32, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    return _dot_plane_pair(acc, acc2, p6, p7, xt_ptr, sb * 8 + 6, 32, t, T_PAD, DOT_DTYPE, TWO_ACC)
 
 
 @triton.jit
@@ -174,19 +174,20 @@ def _dot_plane_pair(
     w_even,
     w_odd,
     xt_ptr,
-    sb,
-    m: tl.constexpr,
+    plane,
+    K: tl.constexpr,
     t,
     T_PAD: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     TWO_ACC: tl.constexpr,
 ):
-    """Planes m and m + 1: the second into acc2 with TWO_ACC (two independent mma chains)."""
-    acc = _dot_plane(acc, w_even, xt_ptr, sb, m, t, T_PAD, DOT_DTYPE)
+    """Planes `plane` and `plane` + 1: the second into acc2 with TWO_ACC (two independent mma
+    chains), else into acc as well."""
+    acc = _dot_plane(acc, w_even, xt_ptr, plane, K, t, T_PAD, DOT_DTYPE)
     if TWO_ACC:
-        acc2 = _dot_plane(acc2, w_odd, xt_ptr, sb, m + 1, t, T_PAD, DOT_DTYPE)
+        acc2 = _dot_plane(acc2, w_odd, xt_ptr, plane + 1, K, t, T_PAD, DOT_DTYPE)
     else:
-        acc = _dot_plane(acc, w_odd, xt_ptr, sb, m + 1, t, T_PAD, DOT_DTYPE)
+        acc = _dot_plane(acc, w_odd, xt_ptr, plane + 1, K, t, T_PAD, DOT_DTYPE)
     return acc, acc2
 
 
@@ -304,10 +305,10 @@ def _q6k_half_words(
         w4, w5 = _q6k_plane_f32(ql_a, qh, s2, 2, 0), _q6k_plane_f32(ql_a, qh, s2, 2, 1)
         w6, w7 = _q6k_plane_f32(ql_b, qh, s3, 3, 0), _q6k_plane_f32(ql_b, qh, s3, 3, 1)
     first = sb * 16 + half * 8  # plane index of (half, 0, 0) in x's [super-block, 16 planes] rows
-    acc, acc2 = _dot_plane16_pair(acc, acc2, w0, w1, xt_ptr, first + 0, t, T_PAD, DOT_DTYPE, TWO_ACC)
-    acc, acc2 = _dot_plane16_pair(acc, acc2, w2, w3, xt_ptr, first + 2, t, T_PAD, DOT_DTYPE, TWO_ACC)
-    acc, acc2 = _dot_plane16_pair(acc, acc2, w4, w5, xt_ptr, first + 4, t, T_PAD, DOT_DTYPE, TWO_ACC)
-    return _dot_plane16_pair(acc, acc2, w6, w7, xt_ptr, first + 6, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane_pair(acc, acc2, w0, w1, xt_ptr, first + 0, 16, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane_pair(acc, acc2, w2, w3, xt_ptr, first + 2, 16, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    acc, acc2 = _dot_plane_pair(acc, acc2, w4, w5, xt_ptr, first + 4, 16, t, T_PAD, DOT_DTYPE, TWO_ACC)
+    return _dot_plane_pair(acc, acc2, w6, w7, xt_ptr, first + 6, 16, t, T_PAD, DOT_DTYPE, TWO_ACC)
 
 
 @triton.jit
@@ -322,36 +323,6 @@ def q6k_super_block_words(
             acc, acc2, base, n_ok, d, xt_ptr, sb, half, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32, TWO_ACC
         )
     return acc, acc2
-
-
-@triton.jit
-def _dot_plane16_pair(
-    acc,
-    acc2,
-    w_even,
-    w_odd,
-    xt_ptr,
-    plane,
-    t,
-    T_PAD: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
-    TWO_ACC: tl.constexpr,
-):
-    """Q6_K planes `plane` and `plane` + 1: the second into acc2 with TWO_ACC."""
-    acc = _dot_plane16(acc, w_even, xt_ptr, plane, t, T_PAD, DOT_DTYPE)
-    if TWO_ACC:
-        acc2 = _dot_plane16(acc2, w_odd, xt_ptr, plane + 1, t, T_PAD, DOT_DTYPE)
-    else:
-        acc = _dot_plane16(acc, w_odd, xt_ptr, plane + 1, t, T_PAD, DOT_DTYPE)
-    return acc, acc2
-
-
-@triton.jit
-def _dot_plane16(acc, w, xt_ptr, plane, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """acc += one Q6_K plane's weights [BLOCK_N, 16] @ its 16 rows of the permuted x."""
-    r = tl.arange(0, 16)
-    x = tl.load(xt_ptr + (plane * 16 + r)[:, None] * T_PAD + t[None, :])
-    return tl.dot(w.to(DOT_DTYPE), x.to(DOT_DTYPE), acc, input_precision="ieee")
 
 
 def q6k_words_x_ref(x: torch.Tensor, t_pad: int) -> torch.Tensor:
