@@ -100,16 +100,14 @@ def rows_aligned(weight: QuantizedWeight) -> bool:
 # 1,720 -> 1,741 / 3,531 -> 3,741 tok/s in all. At 9-16 tokens (4-warp wgmma for Q4_K, not timed
 # per shape) the engine's 16 x 2K lost 6%, so those entries keep their old configs (H200,
 # 2026-12-03, bench/results/2026-12-03-h200-mma-two-acc/).
-_WORDS = MmaConfig(
-    block_n=64, num_warps=4, split_k=16, num_stages=3, words=True, sb_per_split=4, two_acc=True
-)
-_SYNC = MmaConfig(block_n=32, num_warps=2, split_k=8, num_stages=3, words=True, sb_per_split=4, two_acc=True)
-_SYNC_Q6K = replace(_SYNC, split_k=16, sb_per_split=1, num_stages=2, two_acc=False)
+_WORDS = MmaConfig(block_n=64, num_warps=4, split_k=16, num_stages=3, words=True, sb_per_split=4)
+_SYNC = MmaConfig(block_n=32, num_warps=2, split_k=8, num_stages=3, words=True, sb_per_split=4)
+_SYNC_Q6K = replace(_SYNC, split_k=16, sb_per_split=1, num_stages=2)
 MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
-    ("Q4_K", 4): _SYNC,
-    ("Q4_K", 8): _SYNC,
-    ("Q4_K", 16): replace(_WORDS, two_acc=False),
-    ("Q4_K", 32): replace(_WORDS, split_k=8, wide_split_k=2),
+    ("Q4_K", 4): replace(_SYNC, two_acc=True),
+    ("Q4_K", 8): replace(_SYNC, two_acc=True),
+    ("Q4_K", 16): _WORDS,
+    ("Q4_K", 32): replace(_WORDS, split_k=8, two_acc=True, wide_split_k=2),
     ("Q6_K", 4): _SYNC_Q6K,
     ("Q6_K", 8): _SYNC_Q6K,
     ("Q6_K", 16): replace(_SYNC_Q6K, num_stages=3),
