@@ -29,7 +29,6 @@ from typing import NamedTuple
 
 import torch
 
-from kvspill.kernels.gated_gemv import gated_rows, prefetch_gated_rows_then_wait, store_gated
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -96,19 +95,14 @@ def _fp8_gemv_kernel(
     NUM_STAGES: tl.constexpr,
     INTERPRETER: tl.constexpr,
     HAS_SCALE: tl.constexpr = True,
-    GATED: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
-    # Grid: (cdiv(N, BLOCK_N),), GATED (one token, N = 2 I): (cdiv(I, BLOCK_N / 2),). Rows past N
-    # are masked (N need not divide BLOCK_N); K chunks are masked unless EVEN_K.
+    # Grid: (cdiv(N, BLOCK_N),). Rows past N are masked (N need not divide BLOCK_N); K chunks are
+    # masked unless EVEN_K.
     pid = tl.program_id(0)
-    if GATED:  # silu(gate) * up in the epilogue: kernels/gated_gemv.py
-        prefetch_gated_rows_then_wait(w_ptr, pid, N // 2, stride_w, BLOCK_N, PDL, PREFETCH_LINES)
-        n, n_ok = gated_rows(pid, tl.arange(0, BLOCK_N), N // 2, BLOCK_N)
-    else:
-        prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, N, stride_w, BLOCK_N, PDL, PREFETCH_LINES)
-        n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = n < N
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, N, stride_w, BLOCK_N, PDL, PREFETCH_LINES)
+    n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = n < N
     kk = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + n.to(tl.int64)[:, None] * stride_w  # [BLOCK_N, 1]
     if USE_DOT:
@@ -125,11 +119,8 @@ def _fp8_gemv_kernel(
         out = out * tl.load(scale_ptr + n, mask=n_ok, other=0.0)[None, :]
     if HAS_BIAS:
         out += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    if GATED:
-        store_gated(out_ptr, bias_ptr, out, pid, N // 2, BLOCK_N, False)
-    else:
-        out_ptrs = out_ptr + t[:, None] * stride_o + n[None, :]
-        tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=t_ok[:, None] & n_ok[None, :])
+    out_ptrs = out_ptr + t[:, None] * stride_o + n[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=t_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
@@ -201,10 +192,9 @@ def fp8_gemv(
     w_scale: torch.Tensor,  # [N] float32
     bias: torch.Tensor | None = None,  # [N] in x's dtype
     config: GemvConfig | None = None,  # benchmarks sweep it; None = gemv_config's choice
-    silu_mul: bool = False,  # one token of a gate_up weight: silu(gate) * up -> [1, N / 2]
 ) -> torch.Tensor:
-    """Triton wrapper; same contract as `fp8_gemv_ref` (then `silu_and_mul` with silu_mul)."""
-    return _launch_gemv(x, w_fp8, w_scale, bias, config, silu_mul)
+    """Triton wrapper; same contract as `fp8_gemv_ref`."""
+    return _launch_gemv(x, w_fp8, w_scale, bias, config)
 
 
 def dense_gemv(
@@ -212,11 +202,10 @@ def dense_gemv(
     w: torch.Tensor,  # [N, K] in x's dtype, rows contiguous
     bias: torch.Tensor | None = None,  # [N] in x's dtype
     config: GemvConfig | None = None,
-    silu_mul: bool = False,  # as fp8_gemv's
 ) -> torch.Tensor:
     """The same kernel on weights in x's dtype (no scale): x @ w.T (+ bias), fp32 sums."""
     assert w.dtype == x.dtype, f"w {w.dtype} must be x's dtype {x.dtype}"
-    return _launch_gemv(x, w, None, bias, config, silu_mul)
+    return _launch_gemv(x, w, None, bias, config)
 
 
 def _launch_gemv(
@@ -225,20 +214,15 @@ def _launch_gemv(
     w_scale: torch.Tensor | None,
     bias: torch.Tensor | None,
     config: GemvConfig | None,
-    silu_mul: bool = False,
 ) -> torch.Tensor:
     num_tokens, k = x.shape
     n = w.shape[0]
     assert 1 <= num_tokens <= MAX_GEMV_TOKENS, f"{num_tokens} tokens: the GEMV takes 1..{MAX_GEMV_TOKENS}"
     assert x.dtype in (torch.bfloat16, torch.float16) and x.stride(1) == 1, f"x {x.dtype} {x.stride()}"
     assert w.shape[1] == k and w.stride(1) == 1
-    assert not silu_mul or (num_tokens == 1 and n % 2 == 0), (
-        f"silu_mul takes one token and even rows, got {x.shape} {n}"
-    )
     cfg = config or gemv_config(num_tokens, n, k, w.element_size())
-    out = torch.empty((num_tokens, n // 2 if silu_mul else n), dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(n // 2, cfg.block_n // 2) if silu_mul else triton.cdiv(n, cfg.block_n),)
-    _fp8_gemv_kernel[grid](
+    out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
+    _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         x,
         w,
         w_scale if w_scale is not None else w,  # never read without HAS_SCALE
@@ -258,7 +242,6 @@ def _launch_gemv(
         NUM_STAGES=cfg.num_stages,
         INTERPRETER=x.device.type == "cpu",  # Triton on CPU tensors is the interpreter
         HAS_SCALE=w_scale is not None,
-        GATED=silu_mul,
         num_warps=cfg.num_warps,
         **pdl_meta(x.device),
     )

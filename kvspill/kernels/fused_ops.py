@@ -132,16 +132,8 @@ def _silu_and_mul_kernel(
     ok = cols < inter_size
     gate = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x + inter_size + cols, mask=ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_o + cols, silu_mul(gate, up, out_ptr.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def silu_mul(gate, up, DTYPE: tl.constexpr):
-    """silu(gate) * up in DTYPE from fp32 gate and up (values of DTYPE): silu rounded to DTYPE
-    first, as torch's silu then multiply does. The gate_up GEMV's fused epilogue
-    (kernels/gated_gemv.py) calls this too, so both paths round alike."""
-    silu = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
-    return (silu * up).to(DTYPE)
+    silu = (gate / (1.0 + tl.exp(-gate))).to(out_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + cols, (silu * up).to(out_ptr.dtype.element_ty), mask=ok)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

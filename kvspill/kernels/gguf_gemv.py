@@ -273,18 +273,7 @@ def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
     )
 
 
-def fuses_silu_mul(x: torch.Tensor, weight: QuantizedWeight) -> bool:
-    """Whether `quant_matmul_gemv(x, weight, silu_mul=True)` runs: one bf16 / fp16 token on a
-    Q4_K gate_up weight that takes the int16-x kernel (kernels/gated_gemv.py)."""
-    return (
-        _lane_kernel_config(x, weight) is not None
-        and _one_token_q4k(x, weight)
-        and int16_x()
-        and weight.out_features % 2 == 0
-    )
-
-
-def _launch_q4k_one_token(x, weight, bias, out, gated: bool = False) -> None:
+def _launch_q4k_one_token(x, weight, bias, out) -> None:
     assert Q4K_ONE_TOKEN_CONFIG is not None
     rows, integer_x = weight.out_features, int16_x()
     chunk, block_n, num_warps = _int16x_config(weight) if integer_x else Q4K_ONE_TOKEN_CONFIG
@@ -297,9 +286,9 @@ def _launch_q4k_one_token(x, weight, bias, out, gated: bool = False) -> None:
         num_warps=num_warps,
         **pdl_meta(x.device),
     )
-    grid = (triton.cdiv(rows // 2, block_n // 2) if gated else triton.cdiv(rows, block_n),)
+    grid = (triton.cdiv(rows, block_n),)
     if integer_x:
-        q4k_int16x_kernel[grid](*args, weight.data.stride(0), GATED=gated, **meta)
+        q4k_int16x_kernel[grid](*args, weight.data.stride(0), **meta)
     else:
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)
 
@@ -371,16 +360,10 @@ def quant_matmul_gemv(
     x: torch.Tensor,  # [num_tokens <= 16, in_features]
     weight: QuantizedWeight,
     bias: torch.Tensor | None = None,  # [out_features]
-    silu_mul: bool = False,  # W = [gate; up] where `fuses_silu_mul`: silu(gate) * up, [1, rows / 2]
 ) -> torch.Tensor:
     """Triton fused dequantize + x @ W.T (+ bias) -> [num_tokens, out_features] in x's dtype."""
     check_gemv_args(x, weight, bias)
     num_tokens, rows = x.shape[0], weight.out_features
-    if silu_mul:
-        assert fuses_silu_mul(x, weight), f"silu_mul: no fused kernel for {weight.qtype} {tuple(x.shape)}"
-        out = torch.empty((1, rows // 2), dtype=x.dtype, device=x.device)
-        _launch_q4k_one_token(x, weight, bias, out, gated=True)
-        return out
     out = torch.empty((num_tokens, rows), dtype=x.dtype, device=x.device)
     num_blocks = weight.in_features // weight.format.block_size
     if num_tokens == 0 or rows == 0:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import torch
 
-from kvspill.kernels.gated_gemv import store_gated
 from kvspill.kernels.gguf_formats import q4k_fields, q6k_fields
 from kvspill.kernels.gguf_gemv_lane import (
     _load_word_2b,
@@ -64,25 +63,20 @@ def q4k_int16x_kernel(
     SB: tl.constexpr,
     BLOCK_N: tl.constexpr,
     USE_ASM: tl.constexpr,
-    GATED: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
-    # Q4_K, one token. Grid: (cdiv(rows, BLOCK_N),), GATED (rows = 2 I, silu(gate) * up stored,
-    # kernels/gated_gemv.py): (cdiv(I, BLOCK_N / 2),). Lane kl = 4 * (super-block) + g of the K
+    # Q4_K, one token. Grid: (cdiv(rows, BLOCK_N),). Lane kl = 4 * (super-block) + g of the K
     # step owns group g's 32 bytes of each of the program's rows and the 64 x values they meet.
     KL: tl.constexpr = 4 * SB
     pid = tl.program_id(0)
-    row, sb_w, g, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL, GATED)
+    row, sb_w, g, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for k in range(0, num_blocks, SB):
         words = (row + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 144, 0)).to(tl.pointer_type(tl.int32))
         x_ok = (k + i_x // 4) < num_blocks
         acc += _q4k_int16x_group(words, g, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
-    if GATED:
-        store_gated(out_ptr, bias_ptr, out, pid, rows // 2, BLOCK_N, HAS_LINEAR_BIAS)
-    else:
-        _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit

@@ -14,7 +14,6 @@ of the largest output), not 2**-24: fp32 x takes the exact lane kernel instead.
 
 from __future__ import annotations
 
-from kvspill.kernels.gated_gemv import gated_rows, prefetch_gated_rows_then_wait
 from kvspill.kernels.gguf_gemv_lane import _q4k_decode, _split4, _store_lane_sums, _to_f32
 from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
@@ -54,31 +53,18 @@ def q4k_one_token_kernel(
 
 @triton.jit
 def q4k_one_token_lanes(
-    w_ptr,
-    pid,
-    rows,
-    stride_w,
-    BLOCK_N: tl.constexpr,
-    KL: tl.constexpr,
-    PDL: tl.constexpr,
-    GATED: tl.constexpr = False,
+    w_ptr, pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.constexpr, PDL: tl.constexpr
 ):
     """The one-token Q4_K lanes (this kernel's and gguf_gemv_int16x's): prefetch the program's
-    rows (GATED: gate and up rows interleaved, kernels/gated_gemv.py), then per element r * KL + kl
-    of [BLOCK_N * KL, 1] its row pointer, super-block of the K step and group g (kl = 4 *
-    super-block + g), and per lane [KL, 1] its x offsets [KL, 8] (the group's first 8 of 64).
-    Returns (row, sb_w, g, i_x, x_off)."""
+    rows, then per element r * KL + kl of [BLOCK_N * KL, 1] its row pointer, super-block of the K
+    step and group g (kl = 4 * super-block + g), and per lane [KL, 1] its x offsets [KL, 8] (the
+    group's first 8 of 64). Returns (row, sb_w, g, i_x, x_off)."""
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
     i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
-    if GATED:
-        prefetch_gated_rows_then_wait(w_ptr, pid, rows // 2, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
-        n, n_ok = gated_rows(pid, i_w // KL, rows // 2, BLOCK_N)
-    else:
-        prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
-        n = pid * BLOCK_N + i_w // KL
-        n_ok = n < rows
+    n = pid * BLOCK_N + i_w // KL
     # Rows past the end read row 0 (their sums are not stored), super-blocks past the end block 0
     # (they meet x = 0), so the weight loads need no mask.
-    row = w_ptr + tl.where(n_ok, n, 0).to(tl.int64) * stride_w
+    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
     i_x = tl.arange(0, KL)[:, None]
     x_off = (i_x // 4) * 256 + (i_x % 4) * 64 + tl.arange(0, 8)[None, :]  # [KL, 8]
     return row, (i_w % KL) // 4, i_w % 4, i_x, x_off

@@ -31,14 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from kvspill.errors import ModelNotFoundError
-from kvspill.kernels.fp8_gemv import fp8_gemv
-from kvspill.kernels.fp8_linear import (
-    FP8_DTYPE,
-    dequantize_fp8,
-    fp8_linear,
-    fp8_linear_path,
-    quantize_weight_fp8,
-)
+from kvspill.kernels.fp8_linear import FP8_DTYPE, dequantize_fp8, fp8_linear, quantize_weight_fp8
 from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
 from kvspill.model.parallel import is_row_parallel, shard_weight
 
@@ -100,19 +93,6 @@ class Fp8Linear(nn.Module):
         return fp8_linear(x, self.weight_fp8, self.weight_scale, self.bias)
 
     project = forward  # as an lm_head (unused: vLLM keeps the lm_head dense, so do we)
-
-    def gemv_silu_and_mul(self, x: Tensor) -> Tensor | None:
-        """As a gate_up_proj: silu(gate) * up of one token in one fp8 GEMV launch, or None where
-        this x takes another path (layers.silu_and_mul_projection)."""
-        if (
-            x.dim() != 2
-            or x.shape[0] != 1
-            or self.out_features % 2
-            or fp8_linear_path(x, self.weight_fp8) != "gemv"
-        ):
-            return None
-        x = x if x.stride(1) == 1 else x.contiguous()
-        return fp8_gemv(x, self.weight_fp8, self.weight_scale, self.bias, silu_mul=True)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, dtype=float8_e4m3fn"

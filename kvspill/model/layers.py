@@ -32,7 +32,6 @@ from kvspill.kernels.fused_ops import apply_rope as fused_apply_rope
 from kvspill.kernels.fused_ops import rms_norm as fused_rms_norm
 from kvspill.kernels.fused_ops import silu_and_mul as fused_silu_and_mul
 from kvspill.kernels.fused_ops import silu_and_mul_ref
-from kvspill.kernels.gated_gemv import fused_silu_enabled
 
 # Tokens up to which a CUDA bf16 / fp16 DenseLinear takes the Triton GEMV instead of cuBLAS.
 DENSE_GEMV_MAX_TOKENS = 1
@@ -83,13 +82,7 @@ def dense_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tenso
     kernels/fp8_gemv.dense_gemv: 1.0-1.4x cuBLAS's speed on the 1B / 8B shapes, and it launches
     with PDL (kernels/pdl.py), prefetching its weights while the kernel before it finishes; W1's
     8K decode 804 -> 955 tok/s on an H200 (bench/results/2026-12-03-h200-pdl-dense-gemv)."""
-    if _takes_dense_gemv(x, weight):
-        return dense_gemv(x, weight, bias)
-    return nn.functional.linear(x, weight, bias)
-
-
-def _takes_dense_gemv(x: Tensor, weight: Tensor) -> bool:
-    return (
+    if (
         x.is_cuda
         and x.dim() == 2
         and 0 < x.shape[0] <= DENSE_GEMV_MAX_TOKENS
@@ -97,7 +90,9 @@ def _takes_dense_gemv(x: Tensor, weight: Tensor) -> bool:
         and x.dtype in (torch.bfloat16, torch.float16)
         and x.stride(1) == 1
         and weight.stride(1) == 1
-    )
+    ):
+        return dense_gemv(x, weight, bias)
+    return nn.functional.linear(x, weight, bias)
 
 
 class DenseLinear(nn.Linear):
@@ -105,18 +100,6 @@ class DenseLinear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return dense_linear(x, self.weight, self.bias)
-
-    def gemv_silu_and_mul(self, x: Tensor) -> Tensor | None:
-        """As a gate_up_proj: silu(gate) * up of one token in one GEMV launch, or None where this
-        x takes another path (`silu_and_mul_projection`)."""
-        if (
-            x.dim() == 2
-            and x.shape[0] == 1
-            and self.out_features % 2 == 0
-            and _takes_dense_gemv(x, self.weight)
-        ):
-            return dense_gemv(x, self.weight, self.bias, silu_mul=True)
-        return None
 
 
 class SiluAndMul(nn.Module):
@@ -126,18 +109,6 @@ class SiluAndMul(nn.Module):
         if x.is_cuda and x.dim() == 2:
             return fused_silu_and_mul(x)
         return silu_and_mul_ref(x)
-
-
-def silu_and_mul_projection(gate_up: nn.Module, act: SiluAndMul, x: Tensor) -> Tensor:
-    """act(gate_up(x)): one launch where the projection's one-token GEMV fuses SiLU-and-mul into
-    its epilogue (its `gemv_silu_and_mul`, kernels/gated_gemv.py; the same bits, one kernel boundary
-    fewer a layer), else the projection then `act`. KVSPILL_FUSED_SILU=0 keeps two launches."""
-    fused = getattr(gate_up, "gemv_silu_and_mul", None)
-    if fused is not None and fused_silu_enabled():
-        out = fused(x)
-        if out is not None:
-            return out
-    return act(gate_up(x))
 
 
 def rope_parameters(config: PretrainedConfig) -> dict[str, Any]:

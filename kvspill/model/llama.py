@@ -32,7 +32,6 @@ from kvspill.model.layers import (
     SiluAndMul,
     dense_linear,
     rope_parameters,
-    silu_and_mul_projection,
 )
 from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding, check_splits, shard_weight
 
@@ -129,7 +128,7 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         # x: [num_tokens, hidden_size] -> [num_tokens, 2 * intermediate] -> [num_tokens, hidden_size]
-        return self.tp.all_reduce(self.down_proj(silu_and_mul_projection(self.gate_up_proj, self.act_fn, x)))
+        return self.tp.all_reduce(self.down_proj(self.act_fn(self.gate_up_proj(x))))
 
 
 class LlamaDecoderLayer(nn.Module):

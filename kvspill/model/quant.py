@@ -24,8 +24,8 @@ from torch import Tensor, nn
 
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
-from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS, fuses_silu_mul, quant_matmul_gemv
-from kvspill.kernels.quant_linear import dequant_slice_rows, quant_linear, quant_linear_path
+from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
+from kvspill.kernels.quant_linear import dequant_slice_rows, quant_linear
 from kvspill.model.fp8 import Fp8Linear
 from kvspill.model.parallel import SINGLE, TensorParallel
 
@@ -62,18 +62,6 @@ class QuantLinear(nn.Module):
         return out if self.bias is None else out + self.bias
 
     project = forward  # as the lm_head
-
-    def gemv_silu_and_mul(self, x: Tensor) -> Tensor | None:
-        """As a gate_up_proj of one type: silu(gate) * up of one token in one GEMV launch where
-        the type's one-token kernel fuses it (gguf_gemv.fuses_silu_mul), else None
-        (layers.silu_and_mul_projection)."""
-        if len(self.parts) != 1 or x.dim() != 2 or quant_linear_path(x, self.parts[0]) != "gemv":
-            return None
-        if not fuses_silu_mul(x, self.parts[0]):
-            return None
-        return quant_matmul_gemv(
-            x if x.stride(1) == 1 else x.contiguous(), self.parts[0], self.bias, silu_mul=True
-        )
 
     def extra_repr(self) -> str:
         types = ",".join(p.qtype for p in self.parts) or "empty"

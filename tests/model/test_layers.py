@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from kvspill.model.layers import RMSNorm, RotaryEmbedding, SiluAndMul, build_cos_sin_cache, compute_inv_freq
 from kvspill.model.loader import apply_rope_override
@@ -157,27 +156,3 @@ def test_rms_norm_matches_hf(dtype: torch.dtype) -> None:
 def test_silu_and_mul() -> None:
     x = torch.randn(3, 2 * 16)
     torch.testing.assert_close(SiluAndMul()(x), F.silu(x[:, :16]) * x[:, 16:])
-
-
-def test_silu_and_mul_projection_takes_the_fused_gemv_where_it_runs(monkeypatch) -> None:
-    """The gate_up projection's `gemv_silu_and_mul` when it answers (and KVSPILL_FUSED_SILU is not
-    0), else the projection then the activation; a DenseLinear on the CPU does not fuse."""
-    from kvspill.model.layers import DenseLinear, silu_and_mul_projection
-
-    x = torch.randn(1, 8)
-    dense = DenseLinear(8, 2 * 4, bias=False)
-    assert dense.gemv_silu_and_mul(x) is None  # CPU: the torch path
-    torch.testing.assert_close(silu_and_mul_projection(dense, SiluAndMul(), x), SiluAndMul()(dense(x)))
-
-    class Fused(nn.Module):
-        def forward(self, x):
-            return torch.zeros(x.shape[0], 8)
-
-        def gemv_silu_and_mul(self, x):
-            return torch.full((1, 4), 7.0) if x.shape[0] == 1 else None
-
-    monkeypatch.setenv("KVSPILL_FUSED_SILU", "1")
-    assert silu_and_mul_projection(Fused(), SiluAndMul(), x).eq(7.0).all()
-    assert silu_and_mul_projection(Fused(), SiluAndMul(), torch.randn(2, 8)).eq(0.0).all()
-    monkeypatch.setenv("KVSPILL_FUSED_SILU", "0")
-    assert silu_and_mul_projection(Fused(), SiluAndMul(), x).eq(0.0).all()
