@@ -243,6 +243,17 @@ def check_gemv_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor
         assert bias.device == x.device, f"bias on {bias.device}, x on {x.device}"
 
 
+def check_out(out: torch.Tensor | None, x: torch.Tensor, rows: int) -> None:
+    """The contract of a kernel wrapper's `out`: [num_tokens, rows] in x's dtype on x's device,
+    elements of a row contiguous (rows may be strided: a column slice of a wider output)."""
+    if out is not None:
+        assert out.shape == (x.shape[0], rows) and out.dtype == x.dtype and out.stride(1) == 1, (
+            f"out must be [{x.shape[0]}, {rows}] {x.dtype} with contiguous rows, got {tuple(out.shape)} "
+            f"{out.dtype} strides {out.stride()}"
+        )
+        assert out.device == x.device, f"out on {out.device}, x on {x.device}"
+
+
 def _lane_kernel_config(x: torch.Tensor, weight: QuantizedWeight) -> tuple[int, int, int] | None:
     """(CHUNK, BLOCK_N, warps) if `quant_matmul_gemv(x, weight)` takes a lane kernel, else None."""
     qtype, num_tokens = weight.qtype, x.shape[0]
@@ -360,11 +371,13 @@ def quant_matmul_gemv(
     x: torch.Tensor,  # [num_tokens <= 16, in_features]
     weight: QuantizedWeight,
     bias: torch.Tensor | None = None,  # [out_features]
+    out: torch.Tensor | None = None,  # where to write it (`check_out`: rows may be strided)
 ) -> torch.Tensor:
     """Triton fused dequantize + x @ W.T (+ bias) -> [num_tokens, out_features] in x's dtype."""
     check_gemv_args(x, weight, bias)
+    check_out(out, x, weight.out_features)
     num_tokens, rows = x.shape[0], weight.out_features
-    out = torch.empty((num_tokens, rows), dtype=x.dtype, device=x.device)
+    out = out if out is not None else torch.empty((num_tokens, rows), dtype=x.dtype, device=x.device)
     num_blocks = weight.in_features // weight.format.block_size
     if num_tokens == 0 or rows == 0:
         return out

@@ -50,6 +50,7 @@ from __future__ import annotations
 import torch
 
 from kvspill.kernels.gguf_formats import QuantizedWeight
+from kvspill.kernels.gguf_gemv import check_out
 from kvspill.kernels.gguf_gemv_lane import _f16_bits
 from kvspill.kernels.gguf_mma_configs import (
     MMA_MAX_TOKENS,
@@ -522,13 +523,19 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
         assert bias.shape == (weight.out_features,) and bias.device == x.device, "bias must be [out_features]"
 
 
-def _outputs(x: torch.Tensor, rows: int, cfg: MmaConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out, part, counters) of one call: out in x's dtype, or zeroed fp32 for split K by atomics
-    (the sub-block and whole forms); the words form's split K gets fp32 partials [split_k,
-    tokens, rows] and a counter a row tile (zeroed by words_x); unused ones are `out`."""
+def _outputs(
+    x: torch.Tensor, rows: int, cfg: MmaConfig, dest: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, part, counters) of one call: out in x's dtype (`dest` where given), or zeroed fp32
+    for split K by atomics (the sub-block and whole forms); the words form's split K gets fp32
+    partials [split_k, tokens, rows] and a counter a row tile (zeroed by words_x); unused ones are
+    `out`."""
     num_tokens = x.shape[0]
     atomics = cfg.split_k > 1 and not cfg.words
-    out = torch.empty((num_tokens, rows), dtype=torch.float32 if atomics else x.dtype, device=x.device)
+    if dest is not None and not atomics:
+        out = dest
+    else:
+        out = torch.empty((num_tokens, rows), dtype=torch.float32 if atomics else x.dtype, device=x.device)
     if atomics:
         out.zero_()
     if not (cfg.words and cfg.split_k > 1):
@@ -543,15 +550,19 @@ def quant_matmul_mma(
     weight: QuantizedWeight,
     bias: torch.Tensor | None = None,  # [out_features]
     config: MmaConfig | None = None,
+    out: torch.Tensor | None = None,  # where to write it: [num_tokens, out_features], rows may be strided
 ) -> torch.Tensor:
-    """Triton tensor-core x @ W.T (+ bias) -> [num_tokens, out_features] in x's dtype."""
+    """Triton tensor-core x @ W.T (+ bias) -> [num_tokens, out_features] in x's dtype (`out`
+    where given: a column slice of a wider output, so a fused projection of several types needs
+    no concatenation)."""
     check_mma_args(x, weight, bias)
+    check_out(out, x, weight.out_features)
     num_tokens, rows = x.shape[0], weight.out_features
     t_pad = mma_t_pad(num_tokens)
     cfg = config or mma_config(weight, num_tokens) or MmaConfig(block_n=32, num_warps=4)
     cfg = for_shape(cfg, rows, weight.in_features) if cfg.sb_per_split else cfg
     interpreted = x.device.type == "cpu"
-    out, part, counters = _outputs(x, rows, cfg)
+    result, part, counters = _outputs(x, rows, cfg, out)
     if x.dtype == torch.float32 or interpreted:
         dot_dtype = tl.float32
     else:
@@ -562,7 +573,7 @@ def quant_matmul_mma(
     # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
     # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.
     if cfg.words:  # the words form reads x permuted, in place of x's sums
-        x_sums = words_x(x, weight.qtype, t_pad, counters if counters is not out else None)
+        x_sums = words_x(x, weight.qtype, t_pad, counters if counters is not result else None)
     else:
         x_sums = x if cfg.whole else torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
     kernel[grid](
@@ -570,14 +581,14 @@ def quant_matmul_mma(
         x_sums,
         weight.data,
         bias if bias is not None else x,
-        out,
+        result,
         rows,
         weight.in_features // 256,
         num_tokens,
         x.stride(0),
         x_sums.stride(0),
         weight.data.stride(0),
-        out.stride(0),
+        result.stride(0),
         part,
         counters,
         T_PAD=t_pad,
@@ -593,4 +604,6 @@ def quant_matmul_mma(
         num_stages=cfg.num_stages,
         **pdl_meta(x.device),
     )
-    return out.to(x.dtype) if out.dtype != x.dtype else out
+    if result.dtype == x.dtype:
+        return result
+    return result.to(x.dtype) if out is None else out.copy_(result)

@@ -101,18 +101,23 @@ def quant_linear(
     bias: torch.Tensor | None = None,  # [out_features]
     scratch: torch.Tensor | None = None,  # the dequant_matmul path's slice buffer (else a new one)
     path: QuantLinearPath | None = None,  # force a path (kernel tests on the CPU interpreter)
+    out: torch.Tensor | None = None,  # [tokens, out_features] to write into (rows may be strided)
 ) -> torch.Tensor:
-    """x @ W.T (+ bias) -> [..., out_features] in x's dtype; see the module docstring for paths."""
+    """x @ W.T (+ bias) -> [..., out_features] in x's dtype; see the module docstring for paths.
+    With `out` (2-D x): written there, in place on the kernel paths, and returned; a fused
+    projection of several types writes each part into its columns of one output."""
     assert x.shape[-1] == weight.in_features, f"x has {x.shape[-1]} features, weight {weight.in_features}"
     lead = x.shape[:-1]
     x2 = x.reshape(-1, weight.in_features)
     path = path or quant_linear_path(x2, weight)
     if path == "mma":
-        out = quant_matmul_mma(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias)
+        y = quant_matmul_mma(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias, out=out)
     elif path == "gemv":
-        out = quant_matmul_gemv(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias)
+        y = quant_matmul_gemv(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias, out=out)
     elif path == "dequant_matmul":
-        out = _dequant_matmul(x2, weight, bias, scratch)
+        y = _dequant_matmul(x2, weight, bias, scratch)
     else:
-        out = F.linear(x2, dequantize_ref(weight.data, weight.qtype, weight.in_features, x.dtype), bias)
-    return out.reshape(*lead, weight.out_features)
+        y = F.linear(x2, dequantize_ref(weight.data, weight.qtype, weight.in_features, x.dtype), bias)
+    if out is not None:
+        return y if y is out else out.copy_(y)
+    return y.reshape(*lead, weight.out_features)

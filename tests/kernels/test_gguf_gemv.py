@@ -169,3 +169,29 @@ def test_quant_linear_reference_path_on_cpu(monkeypatch):
     bf16 = quant_linear(x.bfloat16(), weight, bias.bfloat16())
     assert bf16.dtype == torch.bfloat16
     _assert_close(bf16, _expected(x.bfloat16(), w_ref, bias.bfloat16()), rel=2e-2)
+
+
+@pytest.mark.parametrize(
+    ("path", "qtype", "tokens", "dtype"),
+    [
+        ("gemv", "Q4_K", 1, torch.bfloat16),  # the one-token int16-x kernel
+        ("gemv", "Q6_K", 2, torch.float32),  # the multi-token lanes (strided rows)
+        ("gemv", "Q8_0", 3, torch.float32),  # the dot kernel
+        ("mma", "Q4_K", 5, torch.float32),
+        ("mma", "Q6_K", 9, torch.float32),
+        ("dequant_matmul", "Q4_K", 20, torch.float32),
+        ("reference", "Q6_K", 3, torch.float32),
+    ],
+)
+def test_each_path_writes_its_columns_of_a_wider_output(path, qtype, tokens, dtype, device) -> None:
+    """quant_linear(out=a column slice): what a mixed QuantLinear's parts do instead of a
+    concatenation; the Triton paths run under the interpreter on the CPU."""
+    weight = random_quantized(qtype, 48, 256, torch.Generator().manual_seed(3)).to(device)
+    x = torch.randn(tokens, 256, generator=torch.Generator().manual_seed(6)).to(dtype).to(device)
+    alone = quant_linear(x, weight, path=path)
+    wide = torch.full((tokens, 100), float("nan"), dtype=dtype, device=device)
+    got = quant_linear(x, weight, path=path, out=wide[:, 20:68])
+    assert got.data_ptr() == wide[:, 20:68].data_ptr()
+    # The same kernel either way (split-K atomics may add in another order on a GPU).
+    torch.testing.assert_close(wide[:, 20:68], alone, rtol=0, atol=1e-5 * float(alone.abs().max()))
+    assert wide[:, :20].isnan().all() and wide[:, 68:].isnan().all()  # nothing written outside
