@@ -66,16 +66,31 @@ def floor_and_plan(
     return out
 
 
+def sized_plan_at(sized: MemoryPlan, ctx: int) -> MemoryPlan:
+    """The plan the engine sized its tiers with, at context `ctx` (the loaded model's RoPE table)."""
+    from kvspill.plan.arithmetic import compute_plan
+
+    request = sized.request
+    return compute_plan(
+        replace(request, context_len=ctx, rope_positions=request.rope_table_positions), sized.bandwidths
+    )
+
+
+def batched_plan_tok_s(sized: MemoryPlan, ctx: int, num_seqs: int) -> float | None:
+    """What the sized plan predicts for `num_seqs` sequences of `ctx` decoding at once, tokens a
+    second in all (plan/batched.py; None where it does not predict)."""
+    from kvspill.plan.batched import batched_decode
+
+    step = batched_decode(sized_plan_at(sized, ctx), num_seqs)
+    return step.tok_s if step is not None else None
+
+
 def sized_plan_figures(sized: MemoryPlan, ctx: int, measured: float) -> dict[str, float | list[int]]:
     """The plan the engine sized its tiers with (measured weights, activations and runtime memory,
     so its placement is the engine's), at `ctx`: the startup plan's error less its placement's
     (before the plan counted the RoPE table, the startup plan put 0.19 GiB more KV on the GPU
     at W3 128K fp8: 17% fewer cold tokens)."""
-    from kvspill.plan.arithmetic import compute_plan
-
-    request = sized.request  # the RoPE table stays the loaded model's at any context
-    request = replace(request, context_len=ctx, rope_positions=request.rope_table_positions)
-    at_ctx = compute_plan(request, sized.bandwidths)
+    at_ctx = sized_plan_at(sized, ctx)  # the RoPE table stays the loaded model's at any context
     return dict(
         sized_plan_decode_tok_s=round(at_ctx.decode_tok_s, 2),
         sized_plan_vs_measured=round(at_ctx.decode_tok_s / measured, 3),

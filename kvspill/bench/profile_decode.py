@@ -30,6 +30,7 @@ import torch
 
 from kvspill.bench.concurrent_bench import decode_steps_during_prefill
 from kvspill.bench.engine_flags import add_engine_flags, engine_kwargs, token_count
+from kvspill.bench.plan_figures import batched_plan_tok_s
 from kvspill.config import EngineConfig
 from kvspill.engine.core import LLMEngine
 from kvspill.plan.choices import PREFILL_FLOOR_TOKENS
@@ -162,6 +163,11 @@ def _report(
     )
     step_ms = statistics.median(step_times[skip:]) * 1e3
     print(f"  engine.step        {step_ms:8.3f} ms ({n / step_ms * 1e3:.1f} tok/s in all)")
+    planned = batched_plan_tok_s(engine.memory_plan, args.ctx, n) if engine.memory_plan is not None else None
+    if planned is not None:  # the sized plan at this batch (plan/batched.py)
+        print(
+            f"  plan               {planned:8.1f} tok/s in all (plan / measured {planned * step_ms / n / 1e3:.3f})"
+        )
     for name, values in times.items():
         # a phase some steps skip (no graph replay when the KV is partly off the GPU) may have none
         shown = f"{statistics.median(values[skip:]) * 1e3:8.3f} ms" if values[skip:] else "     (not run)"

@@ -17,6 +17,7 @@ from typing import Any
 
 from kvspill.plan.arithmetic import MemoryPlan, PlanRequest, compute_plan
 from kvspill.plan.bandwidths import CPU_RATE_FIELDS, Bandwidths
+from kvspill.plan.batched import batched_decode
 from kvspill.plan.costs import DecodeFloor
 from kvspill.plan.sparse import sparse_eager_reason
 from kvspill.plan.units import GiB, format_bytes, format_tokens
@@ -311,6 +312,7 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
         ),
         (f"TTFT @ context ({source})", f"{plan.ttft_s:.3g} s" if plan.fits else "-"),
         (f"decode @ context ({source})", f"{plan.decode_tok_s:.3g} tok/s" if plan.fits else "-"),
+        _batched_row(plan),
         (
             "cold split stream/cpu",
             f"{d.stream_fraction:.0%}/{1 - d.stream_fraction:.0%}"
@@ -320,6 +322,16 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
         _step_row(d, on_cpu),
         ("fits", "yes" if plan.fits else "NO"),
     ]
+
+
+def _batched_row(plan: MemoryPlan) -> tuple[str, str]:
+    """Tokens a second with as many sequences of the context decoding at once as --max-num-seqs
+    allows and fit (plan/batched.py); "-" where that is one, or not predicted."""
+    seqs = min(plan.request.max_num_seqs, plan.max_concurrent_seqs)
+    step = batched_decode(plan, seqs) if plan.fits and seqs > 1 else None
+    if step is None:
+        return "decode @ max seqs, in all", "-"
+    return "decode @ max seqs, in all", f"{step.tok_s:,.0f} tok/s ({seqs} x {step.tok_s / seqs:.3g})"
 
 
 def _step_row(d: DecodeFloor, on_cpu: bool) -> tuple[str, str]:

@@ -34,6 +34,15 @@ GGUF_BITS_PER_WEIGHT = {
 # (8B fp8 at 8K on an H200: 324.6 tok/s, planned 1.00 with the per-layer overhead).
 QUANT_READ_GBS = {"q4_k": 2643.0, "q4_k_m": 2360.0, "q6_k": 1829.0, "q8_0": 2338.0}
 QUANT_READ_GBS_GENERIC = 1267.0
+# The same for a step of several tokens (one per sequence decoding together), by token count:
+# Q4_K_M's tensor-core kernel (kernels/gguf_mma.py: each weight dequantized once for all tokens,
+# so bound by its instructions, more so as tokens are added). Fit like the rates above (the step
+# less its KV over HBM and the per-layer overhead) to random `llama-8b:q4_k_m` on an H200:
+# 8 / 16 / 32 x 2K at 4.551 / 5.989 / 8.478 ms a step (bench/results/2026-12-04-h200-mixed-qkv-out,
+# 2026-12-04-h200-q4km-peer), 4 x 2K at 920 tok/s (2026-12-03-h200-mma-sync). Other counts take
+# the next larger entry's rate (2-3 tokens run the lane GEMV: not measured in the engine); other
+# types' multi-token kernels are not measured (`multi_token_read_gbs`).
+Q4_K_M_READ_GBS_BY_TOKENS = {1: 2360.0, 4: 1452.0, 8: 1476.0, 16: 1157.0, 32: 862.0}
 # A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
 _GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0"}
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
@@ -68,6 +77,21 @@ def stored_weight_bytes(spec: ModelSpec, quantization: str, dtype_bytes: int) ->
         rows = spec.num_layers * (rows + 2 * spec.intermediate_size)  # + gate_up
         return linear + 4 * rows + dense
     return spec.weight_bytes(dtype_bytes)
+
+
+def multi_token_read_gbs(spec: ModelSpec, quantization: str, num_tokens: int) -> tuple[bool, float | None]:
+    """(known, GB/s) a decode step of `num_tokens` tokens reads the weights at (GB/s None: HBM's);
+    known False where the engine's kernels at that count are not measured: past one token, every
+    format but Q4_K_M (dense and fp8 steps of several tokens run cuBLAS / the fp8 GEMV's tensor-core
+    path, whose rates no engine row has fit yet), and Q4_K_M past its largest entry."""
+    rate = weight_read_gbs(spec, quantization)
+    if num_tokens <= 1:
+        return True, rate
+    main = spec.gguf_main_type if _file_is_quantized_gguf(spec, quantization) else None
+    if quantization != "q4_k_m" and main != "Q4_K":
+        return False, None
+    counts = [n for n in sorted(Q4_K_M_READ_GBS_BY_TOKENS) if n >= num_tokens]
+    return (True, Q4_K_M_READ_GBS_BY_TOKENS[counts[0]]) if counts else (False, None)
 
 
 def weight_read_gbs(spec: ModelSpec, quantization: str) -> float | None:

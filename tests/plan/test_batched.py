@@ -1,0 +1,84 @@
+"""Decode of several sequences at once in the plan (plan/batched.py): the H200 rows it was fit to,
+the one-sequence plan it extends, and where it declines to guess."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, make_plan
+from kvspill.plan.batched import batched_decode
+from kvspill.plan.report import format_plan_table
+from kvspill.plan.spec import KNOWN_SHAPES
+
+GiB = 2**30
+# The H200 of the measured rows (its device copy, `hbm_copy_gbs` in their JSON lines).
+H200 = replace(DEFAULT_BANDWIDTHS, hbm_gbs=4133.1, h2d_gbs=54.3, source="H200 rows")
+
+
+def _plan(**changes):
+    base = dict(
+        spec=KNOWN_SHAPES["llama-8b"],
+        vram_budget_bytes=24 * GiB,
+        context_len=2048,
+        quantization="q4_k_m",
+        max_num_seqs=32,
+        gpu_memory_utilization=1.0,
+    )
+    return make_plan(PlanRequest(**{**base, **changes}), H200)
+
+
+# Random llama-8b:q4_k_m, N x 2K decoding together, tok/s in all (profile_decode): 1 / 8 / 16 / 32
+# from bench/results/2026-12-04-h200-q4km-peer and -mixed-qkv-out, 4 from 2026-12-03-h200-mma-sync.
+@pytest.mark.parametrize(
+    ("seqs", "measured"), [(1, 346.4), (4, 920.0), (8, 1757.8), (16, 2671.6), (32, 3774.7)]
+)
+def test_q4_k_m_rows_within_the_issue_bar(seqs, measured):
+    step = batched_decode(_plan(), seqs)
+    assert step is not None and step.num_seqs == seqs and step.context_len == 2048
+    assert step.tok_s == pytest.approx(measured, rel=0.1)  # issue 54: the plan within 10% of every row
+
+
+def test_one_sequence_is_the_plans_own_step():
+    plan = _plan(context_len=8192)
+    assert batched_decode(plan, 1).tok_s == pytest.approx(plan.decode_tok_s)
+
+
+def test_more_sequences_more_tokens_in_all_fewer_each():
+    plan = _plan()
+    rates = [batched_decode(plan, n).tok_s for n in (1, 4, 8, 16, 32)]
+    assert rates == sorted(rates)
+    each = [r / n for r, n in zip(rates, (1, 4, 8, 16, 32), strict=True)]
+    assert each == sorted(each, reverse=True)
+
+
+def test_no_guess_where_nothing_was_measured_or_the_sequences_spill():
+    plan = _plan()
+    assert batched_decode(plan, 33) is None  # past the largest measured token count
+    assert batched_decode(_plan(quantization="none"), 8) is None  # dense: cuBLAS at 8 tokens, not fit
+    assert batched_decode(_plan(quantization="q8_0"), 8) is None
+    assert batched_decode(_plan(quantization="none"), 1) is not None
+    small = _plan(vram_budget_bytes=8 * GiB)
+    fits = small.gpu_kv_tokens // 2048
+    assert batched_decode(small, fits) is not None and batched_decode(small, fits + 1) is None
+
+
+def test_the_report_shows_max_seqs_in_all():
+    table = format_plan_table([_plan(max_num_seqs=8)], with_advice=False)
+    row = next(line for line in table.splitlines() if line.startswith("decode @ max seqs, in all"))
+    assert "1,759 tok/s (8 x 220)" in row
+    dense = format_plan_table([_plan(quantization="none", max_num_seqs=8)], with_advice=False)
+    assert (
+        next(line for line in dense.splitlines() if line.startswith("decode @ max seqs"))
+        .rstrip()
+        .endswith("-")
+    )
+
+
+def test_profile_decode_prints_the_sized_plan_at_its_batch():
+    from kvspill.bench.plan_figures import batched_plan_tok_s
+
+    plan = _plan(context_len=8192)  # sized at another context: the profile's is 2K
+    assert batched_plan_tok_s(plan, 2048, 8) == pytest.approx(batched_decode(_plan(), 8).tok_s)
+    assert batched_plan_tok_s(plan, 2048, 40) is None
