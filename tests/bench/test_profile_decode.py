@@ -36,3 +36,20 @@ def test_report_names_a_phase_no_step_ran(capsys):
     out = capsys.readouterr().out
     assert "engine.step" in out and "200.0 tok/s" in out
     assert "graph copy+replay" in out and "(not run)" in out and "graph GPU time" not in out
+
+
+def test_report_prints_the_sized_plan_at_its_batch(capsys):
+    """A CUDA plan (built here, no GPU needed) that predicts 8 x 2K: its line beside the measured."""
+    from types import SimpleNamespace
+
+    from kvspill.plan.batched import batched_decode
+    from tests.plan.test_batched import _plan
+
+    plan = _plan()
+    args = SimpleNamespace(model=None, shape="llama-8b:q4_k_m", ctx=2048, concurrency=8)
+    engine = SimpleNamespace(async_scheduling=True, memory_plan=plan)
+    profile_decode._report(args, engine, [0.004551] * 20, {}, [])
+    out = capsys.readouterr().out
+    planned = batched_decode(plan, 8).tok_s
+    assert f"plan               {planned:8.1f} tok/s in all (plan / measured" in out
+    assert "1.00" in out.split("plan / measured")[1]
