@@ -71,3 +71,10 @@ def batched_decode(plan: MemoryPlan, num_seqs: int, context_len: int | None = No
         + num_seqs * turns_s
         + collectives_s(layers, r.tensor_parallel_size),
     )
+
+
+def max_seqs_decode(plan: MemoryPlan) -> BatchedDecode | None:
+    """`batched_decode` of as many sequences of the plan's context as --max-num-seqs allows and fit
+    at once (what `kvspill plan` reports); None where that is one sequence or not predicted."""
+    seqs = min(plan.request.max_num_seqs, plan.max_concurrent_seqs)
+    return batched_decode(plan, seqs) if plan.fits and seqs > 1 else None

@@ -17,7 +17,7 @@ from typing import Any
 
 from kvspill.plan.arithmetic import MemoryPlan, PlanRequest, compute_plan
 from kvspill.plan.bandwidths import CPU_RATE_FIELDS, Bandwidths
-from kvspill.plan.batched import batched_decode
+from kvspill.plan.batched import max_seqs_decode
 from kvspill.plan.costs import DecodeFloor
 from kvspill.plan.sparse import sparse_eager_reason
 from kvspill.plan.units import GiB, format_bytes, format_tokens
@@ -327,11 +327,13 @@ def _tiers(plan: MemoryPlan) -> list[tuple[str, str]]:
 def _batched_row(plan: MemoryPlan) -> tuple[str, str]:
     """Tokens a second with as many sequences of the context decoding at once as --max-num-seqs
     allows and fit (plan/batched.py); "-" where that is one, or not predicted."""
-    seqs = min(plan.request.max_num_seqs, plan.max_concurrent_seqs)
-    step = batched_decode(plan, seqs) if plan.fits and seqs > 1 else None
+    step = max_seqs_decode(plan)
     if step is None:
         return "decode @ max seqs, in all", "-"
-    return "decode @ max seqs, in all", f"{step.tok_s:,.0f} tok/s ({seqs} x {step.tok_s / seqs:.3g})"
+    return (
+        "decode @ max seqs, in all",
+        f"{step.tok_s:,.0f} tok/s ({step.num_seqs} x {step.tok_s / step.num_seqs:.3g})",
+    )
 
 
 def _step_row(d: DecodeFloor, on_cpu: bool) -> tuple[str, str]:
@@ -387,4 +389,8 @@ def plan_to_json(plan: MemoryPlan) -> dict[str, Any]:
     data["bandwidths"]["filled"] = list(plan.bandwidths.filled)  # JSON has lists, not tuples
     data["request"]["spec"]["rope_scaling"] = dict(plan.request.spec.rope_scaling)  # pairs -> object
     data["figure_source"] = figure_source(plan)  # TTFT and decode: measured (how) or defaults
+    step = max_seqs_decode(plan)  # several sequences at once (plan/batched.py); None: not predicted
+    data["max_seqs_decode"] = (
+        None if step is None else {**asdict(step), "step_s": step.step_s, "tok_s": step.tok_s}
+    )
     return data

@@ -82,3 +82,12 @@ def test_profile_decode_prints_the_sized_plan_at_its_batch():
     plan = _plan(context_len=8192)  # sized at another context: the profile's is 2K
     assert batched_plan_tok_s(plan, 2048, 8) == pytest.approx(batched_decode(_plan(), 8).tok_s)
     assert batched_plan_tok_s(plan, 2048, 40) is None
+
+
+def test_the_json_plan_carries_it():
+    from kvspill.plan.report import plan_to_json
+
+    data = plan_to_json(_plan(max_num_seqs=8))
+    assert data["max_seqs_decode"]["num_seqs"] == 8
+    assert data["max_seqs_decode"]["tok_s"] == pytest.approx(batched_decode(_plan(), 8).tok_s)
+    assert plan_to_json(_plan(quantization="none", max_num_seqs=8))["max_seqs_decode"] is None
