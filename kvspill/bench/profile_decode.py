@@ -163,9 +163,8 @@ def _report(
     )
     step_ms = statistics.median(step_times[skip:]) * 1e3
     print(f"  engine.step        {step_ms:8.3f} ms ({n / step_ms * 1e3:.1f} tok/s in all)")
-    sized = getattr(engine, "memory_plan", None)  # the plan that sized the tiers (None: not planned)
-    planned = batched_plan_tok_s(sized, args.ctx, n) if sized is not None else None
-    if planned is not None:  # the sized plan at this batch (plan/batched.py)
+    planned = batched_plan_tok_s(engine.memory_plan, args.ctx, n)  # the sized plan at this batch
+    if planned is not None:
         print(
             f"  plan               {planned:8.1f} tok/s in all (plan / measured {planned * step_ms / n / 1e3:.3f})"
         )

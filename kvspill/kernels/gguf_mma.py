@@ -545,6 +545,13 @@ def _outputs(
     return out, part, counters
 
 
+def _dot_dtype(x: torch.Tensor) -> tl.dtype:
+    """The tensor cores' operand type: x's half type; fp32 for fp32 x and under the interpreter."""
+    if x.dtype == torch.float32 or x.device.type == "cpu":
+        return tl.float32
+    return tl.float16 if x.dtype == torch.float16 else tl.bfloat16
+
+
 def quant_matmul_mma(
     x: torch.Tensor,  # [num_tokens <= MMA_MAX_TOKENS, in_features]
     weight: QuantizedWeight,
@@ -561,12 +568,7 @@ def quant_matmul_mma(
     t_pad = mma_t_pad(num_tokens)
     cfg = config or mma_config(weight, num_tokens) or MmaConfig(block_n=32, num_warps=4)
     cfg = for_shape(cfg, rows, weight.in_features) if cfg.sb_per_split else cfg
-    interpreted = x.device.type == "cpu"
     result, part, counters = _outputs(x, rows, cfg, out)
-    if x.dtype == torch.float32 or interpreted:
-        dot_dtype = tl.float32
-    else:
-        dot_dtype = tl.float16 if x.dtype == torch.float16 else tl.bfloat16
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
     kernel, sub = _KERNELS[weight.qtype]
     # The min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need each
@@ -596,7 +598,7 @@ def quant_matmul_mma(
         SPLIT_K=cfg.split_k,
         MAGIC=cfg.magic,
         HAS_BIAS=bias is not None,
-        DOT_DTYPE=dot_dtype,
+        DOT_DTYPE=_dot_dtype(x),
         **({"WHOLE": True} if cfg.whole else {}),
         **({"WORDS": True} if cfg.words else {}),
         **({"TWO_ACC": True} if cfg.two_acc else {}),

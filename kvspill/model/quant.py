@@ -62,10 +62,9 @@ class QuantLinear(nn.Module):
         # Q4_K_M 8B, whose mixed layers' v is Q6_K).
         x2 = x.reshape(-1, self.in_features)
         out = torch.empty((x2.shape[0], self.out_features), dtype=x.dtype, device=x.device)
-        start = 0
-        for part in self.parts:
-            quant_linear(x2, part, out=out[:, start : start + part.out_features])
-            start += part.out_features
+        widths = [part.out_features for part in self.parts]
+        for part, columns in zip(self.parts, out.split(widths, dim=1), strict=True):
+            quant_linear(x2, part, out=columns)
         if self.bias is not None:
             out += self.bias
         return out.reshape(*x.shape[:-1], self.out_features)

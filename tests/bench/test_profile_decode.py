@@ -32,7 +32,10 @@ def test_report_names_a_phase_no_step_ran(capsys):
 
     args = SimpleNamespace(model=None, shape="llama-8b", ctx=32768, concurrency=1)
     times = {"launch (host)": [0.001] * 20, "graph copy+replay": []}
-    profile_decode._report(args, SimpleNamespace(async_scheduling=True), [0.005] * 20, times, [])
+    from tests.plan.test_batched import _plan
+
+    engine = SimpleNamespace(async_scheduling=True, memory_plan=_plan())
+    profile_decode._report(args, engine, [0.005] * 20, times, [])
     out = capsys.readouterr().out
     assert "engine.step" in out and "200.0 tok/s" in out
     assert "graph copy+replay" in out and "(not run)" in out and "graph GPU time" not in out
