@@ -192,6 +192,20 @@ def _measure(
     return Measured(weights, activation, runtime, graph_scratch_bytes=scratch)
 
 
+def sized_spec(config: EngineConfig, loaded_config: dict, device_type: str) -> ModelSpec:
+    """The shapes the tiers are planned with: the loaded model's config (its RoPE and context
+    options applied) and, for a GGUF file kept in its blocks, the file's weight storage (no one
+    float width, its bytes, its main quantized type), which the config alone does not carry: from
+    the config a Q4_K_M 8B read as dense at HBM bandwidth, its plan 1.5x too fast
+    (bench/results/2026-12-04-h200-words-x-in-place)."""
+    spec = ModelSpec.from_hf_config(loaded_config)
+    if is_random_model(config.model) or not keeps_gguf_quantized(config, device_type):
+        return spec  # a random model's format is its name's (plan/startup._weight_format)
+    if resolve_model(config.model).kind != "gguf":
+        return spec
+    return spec.with_stored_weights(ModelSpec.from_model_arg(config.model))
+
+
 def _size_tiers(
     config: EngineConfig,
     choices: RuntimeChoices,
@@ -204,7 +218,7 @@ def _size_tiers(
     """The plan, with what was measured, that the tiers are allocated from."""
     graph_rows = max(choices.graph_batch, choices.mixed_graph_tokens)  # the decode and mixed graphs' pool
     measured = _measure(config, graph_rows, loaded, layout, device, allocated_before)
-    spec = ModelSpec.from_hf_config(loaded.hf_config.to_dict())
+    spec = sized_spec(config, loaded.hf_config.to_dict(), device.type)
     startup = _plan(config, device, calibration, (measured, spec, loaded.max_model_len))
     assert startup is not None, "a plan with a device budget always exists after loading"
     plan = startup.plan

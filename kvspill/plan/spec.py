@@ -243,6 +243,16 @@ class ModelSpec:
             raise ModelNotFoundError(f"cannot read GGUF file {path}: {e.strerror or e}") from e
         return _read_gguf_spec(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
 
+    def with_stored_weights(self, stored: ModelSpec) -> ModelSpec:
+        """These shapes with the weights as `stored` holds them (a file's spec: float width,
+        bytes, GGUF main type)."""
+        return replace(
+            self,
+            weight_dtype_bytes=stored.weight_dtype_bytes,
+            stored_weight_bytes=stored.stored_weight_bytes,
+            gguf_main_type=stored.gguf_main_type,
+        )
+
     @classmethod
     def from_model_arg(cls, model: str | None) -> ModelSpec:
         """Resolve the CLI's MODEL: None (embedded GGUF), a known shape, a dir, a file, an HF id."""

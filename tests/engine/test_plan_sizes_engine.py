@@ -8,6 +8,7 @@ plans and `kv_stats()` agree block for block.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,3 +89,32 @@ def test_fixed_kv_size_is_never_more_than_the_budget_leaves(tiny_llama_dir: Path
     plan = engine.memory_plan
     assert plan.gpu_kv_bytes <= 256 * MiB - plan.weight_bytes - plan.activation_peak_bytes
     assert _tier_tokens(engine)["gpu"] == plan.gpu_kv_tokens
+
+
+def test_a_gguf_kept_in_blocks_is_planned_with_the_files_weights(
+    smollm2_gguf_path: Path, tiny_llama_dir: Path
+) -> None:
+    # The loaded config names a float dtype; the file holds quantized blocks, which set the plan's
+    # weight read rate (plan/weights.weight_read_gbs): on the GPU the sized plan must see them.
+    from kvspill.engine.setup import sized_spec
+    from kvspill.gguf.cache import gguf_hf_config
+    from kvspill.plan.spec import ModelSpec
+    from kvspill.plan.weights import weight_read_gbs
+
+    loaded = gguf_hf_config(smollm2_gguf_path).to_dict()
+    config = EngineConfig(model=str(smollm2_gguf_path))
+    on_gpu = sized_spec(config, loaded, "cuda")
+    from_file = ModelSpec.from_gguf(smollm2_gguf_path)
+    assert on_gpu.gguf_main_type == from_file.gguf_main_type is not None
+    assert on_gpu.stored_weight_bytes == from_file.stored_weight_bytes and on_gpu.weight_dtype_bytes is None
+    assert on_gpu.num_layers == from_file.num_layers and weight_read_gbs(on_gpu, "gguf") is not None
+    # Dequantized (the CPU, or --quantization none) and not a GGUF: the loaded config as it is.
+    assert sized_spec(config, loaded, "cpu") == ModelSpec.from_hf_config(loaded)
+    assert sized_spec(replace(config, quantization="none"), loaded, "cuda") == ModelSpec.from_hf_config(
+        loaded
+    )
+    dense = (tiny_llama_dir / "config.json").read_text()
+    dense_config = json.loads(dense)
+    assert sized_spec(
+        EngineConfig(model=str(tiny_llama_dir)), dense_config, "cuda"
+    ) == ModelSpec.from_hf_config(dense_config)
