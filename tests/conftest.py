@@ -23,6 +23,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Workers share the cores: each takes its share of threads (and passes it to the servers and
+# CLIs the tests start), not all of them: 2 workers of 2 threads each on 2 cores oversubscribe.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    os.environ.setdefault("OMP_NUM_THREADS", _THREADS)
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 SEED = 1234
 
 
