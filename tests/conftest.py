@@ -27,8 +27,7 @@ if not torch.cuda.is_available():
 # CLIs the tests start), not all of them: 2 workers of 2 threads each on 2 cores oversubscribe.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
-    _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
-    os.environ.setdefault("OMP_NUM_THREADS", _THREADS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 SEED = 1234

@@ -199,9 +199,9 @@ def sized_spec(config: EngineConfig, loaded_config: dict, device_type: str) -> M
     the config a Q4_K_M 8B read as dense at HBM bandwidth, its plan 1.5x too fast
     (bench/results/2026-12-04-h200-words-x-in-place)."""
     spec = ModelSpec.from_hf_config(loaded_config)
-    if is_random_model(config.model) or not keeps_gguf_quantized(config, device_type):
-        return spec  # a random model's format is its name's (plan/startup._weight_format)
-    if resolve_model(config.model).kind != "gguf":
+    # a random model's format is its name's (plan/startup._weight_format); a dequantized one is dense
+    in_blocks = not is_random_model(config.model) and keeps_gguf_quantized(config, device_type)
+    if not in_blocks or resolve_model(config.model).kind != "gguf":
         return spec
     return spec.with_stored_weights(ModelSpec.from_model_arg(config.model))
 
