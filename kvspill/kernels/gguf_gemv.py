@@ -211,6 +211,12 @@ Q4K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
 # lanes. The best of 8 configs on the 8B shapes, 272 us summed against the float lanes' 275; in the
 # engine 0.8% a step at 8K and 32K (H200, bench/results/2026-12-03-h200-int16x-engine).
 Q6K_INT16X_CONFIG: tuple[int, int, int] | None = (512, 2, 1)
+# Weights of fewer rows (an 8B Q4_K_M file's Q6_K v, 1024 rows) take one row a program instead of
+# two: 1024 one-warp programs, not 512, for a weight too small to fill the card otherwise. The v
+# GEMV 6.3 -> 4.6 us, a random 8B Q4_K_M step at 8K 3.030 -> 2.967 ms (H200,
+# bench/results/2026-12-04-h200-q6k-few-rows). 4096-row weights keep two (27.6 us against 35).
+Q6K_FEW_ROWS = 4096
+Q6K_FEW_ROWS_CONFIG = (1024, 1, 1)
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -312,8 +318,8 @@ def _one_token_q6k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
 
 def _launch_q6k_int16x(x, weight, bias, out) -> None:
     assert Q6K_INT16X_CONFIG is not None
-    chunk, block_n, num_warps = Q6K_INT16X_CONFIG
     rows = weight.out_features
+    chunk, block_n, num_warps = Q6K_FEW_ROWS_CONFIG if rows < Q6K_FEW_ROWS else Q6K_INT16X_CONFIG
     q6k_int16x_kernel[(triton.cdiv(rows, block_n),)](
         x,
         weight.data,

@@ -105,10 +105,11 @@ def test_int16x_configs_cover_every_shape():
     assert gguf_gemv._int16x_config(SimpleNamespace(out_features=1, in_features=256)) == (2048, 8, 2)
 
 
-@pytest.mark.parametrize("config", [(512, 2, 1), (2048, 8, 2)])
+@pytest.mark.parametrize("config", [(512, 2, 1), (2048, 8, 2), gguf_gemv.Q6K_FEW_ROWS_CONFIG])
 def test_q6k_int16x_kernel_matches_its_reference(config, device, monkeypatch):
     # 9 super-blocks (an odd count: the lanes' second block of the last pair reads past the end).
     monkeypatch.setattr(gguf_gemv, "Q6K_INT16X_CONFIG", config)
+    monkeypatch.setattr(gguf_gemv, "Q6K_FEW_ROWS", 0)  # this config for these 19 rows
     gen = torch.Generator().manual_seed(5)
     weight = random_quantized("Q6_K", ROWS, 9 * 256, gen).to(device)
     x = ((torch.randn((1, 9 * 256), generator=gen) * 4 + 1).to(torch.bfloat16)).to(device)
@@ -121,6 +122,25 @@ def test_q6k_int16x_kernel_matches_its_reference(config, device, monkeypatch):
     torch.testing.assert_close(out, want, rtol=0, atol=1e-5 * float(want.abs().max()))
     exact = x.cpu().double() @ dequantize_ref(weight.data.cpu(), "Q6_K", weight.in_features).double().t()
     torch.testing.assert_close(out.double(), exact, rtol=0, atol=1e-4 * float(exact.abs().max()))
+
+
+def test_q6k_int16x_takes_one_row_a_program_below_few_rows(monkeypatch):
+    launched = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **meta: launched.append((grid, meta["BLOCK_N"], meta["NSUB"]))
+
+    monkeypatch.setattr(gguf_gemv, "q6k_int16x_kernel", Recorder())
+    x = torch.zeros((1, 512), dtype=torch.bfloat16)
+    for rows in (gguf_gemv.Q6K_FEW_ROWS - 1, gguf_gemv.Q6K_FEW_ROWS):
+        weight = SimpleNamespace(
+            out_features=rows, in_features=512, data=torch.zeros((rows, 420), dtype=torch.uint8)
+        )
+        gguf_gemv._launch_q6k_int16x(x, weight, None, torch.empty((1, rows)))
+    few, many = launched
+    assert few == ((gguf_gemv.Q6K_FEW_ROWS - 1,), 1, 2)  # (1024, 1, 1): one row a program, 2 blocks a step
+    assert many[1:] == (gguf_gemv.Q6K_INT16X_CONFIG[1], 1)
 
 
 def test_q6k_int16x_is_the_default_and_the_switch_turns_it_off(monkeypatch):
