@@ -1,11 +1,11 @@
 """Quality of int16 x in the one-token Q4_K and Q6_K GEMVs (kernels/gguf_gemv_int16x.py;
 `KVSPILL_INT16_X=0` turns them off) on real weights: `python -m kvspill.bench.int16x_quality`
-(Q4_K's rounding per 32 values; `--group 4`: Q6_K's per 4).
+(Q4_K's rounding per 16 values; `--group 4`: Q6_K's per 4).
 
 The embedded SmolLM2-135M-Instruct at fp32 compute reads Python's standard-library sources
 (kv_quality's text; `--tokens` of them, teacher-forced: one causal pass) twice: with every
 quantized linear exact (x @ dequantize(W).T), and with x rounded as the int16-x kernels round it
-(`int16_x_blocks`: per 32 values, or `--group`, to multiples of a power of two <= 2**-13 of their
+(`int16_x_blocks`: per 16 values, or `--group`, to multiples of a power of two <= 2**-13 of their
 amax; each block's constant term, the Q4_K min or the Q4_1 m, on the exact sum of x, as the
 kernels keep it). The kernels exist for Q4_K and Q6_K; the embedded file's linears are Q4_1 (same
 32-value blocks, same min term; Q6_K's -32 * scale is such a term on exact sums too), so this
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from kvspill.bench.kv_quality import STDLIB_FILES, StoredKVAttention, compare, stdlib_text, teacher_forced
 from kvspill.kernels.gguf_formats import QuantizedWeight, block_offsets, dequantize_ref
-from kvspill.kernels.gguf_gemv_int16x import X_BITS, int16_x_blocks
+from kvspill.kernels.gguf_gemv_int16x import Q4K_X_GROUP, X_BITS, int16_x_blocks
 from kvspill.kernels.quant_linear import QuantLinearPath
 from kvspill.model import quant
 from kvspill.model.loader import load_model
@@ -47,9 +47,9 @@ def int16x_linear(
     scratch: torch.Tensor | None = None,
     path: QuantLinearPath | None = None,
     bits: int = X_BITS,
-    group: int = 32,
+    group: int = Q4K_X_GROUP,
 ) -> torch.Tensor:
-    """x @ W.T with x rounded per `group` values as the int16-x kernels do (Q4_K 32, Q6_K 4) and
+    """x @ W.T with x rounded per `group` values as the int16-x kernels do (Q4_K 16, Q6_K 4) and
     each 32-weight block's constant term on the exact sum of x: sum_b (W_b - c_b) . (dx_b * xq_b)
     + c_b * sum(x_b)."""
     w = dequantize_ref(weight.data, weight.qtype, weight.in_features, torch.float32)
@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--group",
         type=int,
-        default=32,
+        default=Q4K_X_GROUP,
         choices=(4, 8, 16, 32),
-        help="values per rounding scale: the Q4_K kernel's 32, or the Q6_K kernel's 4",
+        help="values per rounding scale: the Q4_K kernel's 16, or the Q6_K kernel's 4",
     )
     ap.add_argument("--out", help="write the figures here as JSON")
     args = ap.parse_args(argv)

@@ -55,7 +55,7 @@ Invariants:
   rounds the dequantized weight to x's dtype first (as a dense bf16 layer would hold it);
   q4k_one_token_kernel's sums carry 2**E * x, so its fp32 rounding is ~2**-13 of sum |x| (within
   1e-4 of the largest output, far under the bf16 / fp16 output's rounding; fp32 x does not take it);
-  q4k_int16x_kernel's x is off by <= 2**-14 of each 32 values' amax (gguf_gemv_int16x).
+  q4k_int16x_kernel's x is off by <= 2**-14 of each 16 values' amax (gguf_gemv_int16x).
 - Weight bytes are read once per launch: programs split the rows, never K.
 - Inline PTX runs only on the GPU (Triton's interpreter takes the plain-Triton twin of each
   helper). Every packed PTX helper is elementwise per packed position, so its result does not

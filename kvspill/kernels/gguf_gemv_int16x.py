@@ -4,21 +4,25 @@ instead). The Q6_K kernel rounds x per 4 values (a lane's columns): compiled for
 12-17% fewer SASS instructions than the float Q6_K lanes, a smaller cut than Q4_K's, and on an
 H200 it is 1% faster (`gguf_gemv.Q6K_INT16X_CONFIG`; bench/results/2026-12-03-h200-int16x-engine).
 
-Each lane rounds the 64 x values of its 32-byte group in registers, per 32 (one Q4_K
-sub-block each), to integers of 14 bits: xq = round(x * 2**-e), the power of two 2**e that puts
-the sub-block's amax in [2**13, 2**14) (no division, so the rounding is the same everywhere:
-GPU, Triton's interpreter, `q4k_int16x_ref`), for all BLOCK_N rows it holds. A weight word then
-takes two ANDs (low nibbles; the high ones stay in place, 16 q) and four dp2a for its 8 weights.
-The whole loop compiles (sm_90, Triton 3.6) to 2.5 / 2.2 SASS instructions a weight at 8 / 16
-rows against 4.3 for the float lanes (gguf_gemv_offset), which are issue-bound at half the
-card's bandwidth. Per sub-block
+The Q4_K kernel's lane owns half of one 32-byte group of a super-block (16 bytes: 4 words, 32
+weights, 16 of each of the group's two sub-blocks) for all BLOCK_N rows it holds, so a warp's
+quant load is 16 contiguous bytes a lane, 4 super-blocks' quants. Owning a whole group (8 bytes a
+lane a load, a warp's load across 32 groups and 9-10 lines), the 8B shapes qkv / q+k / o /
+gate_up / down took 6.94 / 7.16 / 5.92 / 23.24 / 13.18 us, now 5.78 / 5.69 / 5.20 / 21.58 / 13.45,
+and the engine's step at 8K 2.967 -> 2.859 ms (H200, bench/results/2026-12-04-h200-q4k-half-lanes),
+where 31% fewer instructions, more occupancy and prefetching had changed nothing
+(bench/results/2026-12-04-h200-q6k-few-rows). Each lane rounds its 16 + 16 x values in registers,
+per 16 (Q4K_X_GROUP), to integers of 14 bits: xq = round(x * 2**-e), the power of two 2**e that
+puts the 16 values' amax in [2**13, 2**14) (no division, so the rounding is the same everywhere:
+GPU, Triton's interpreter, `q4k_int16x_ref`). A weight word then takes two ANDs (low nibbles; the
+high ones stay in place, 16 q) and four dp2a for its 8 weights. Per sub-block half
 
     sum_l (sc * q_l - m) * x_l  ~=  sc * 2**e * sum_l q_l * xq_l  -  m * sum_l x_l,
 
 the min term on the exact sum of x. |x - 2**e xq| <= 2**e / 2 <= 2**-14 amax: below bf16's own
-rounding of the sub-block's largest value (2**-9 of it), so the kernel is as exact as the float
-lanes for bf16 / fp16 x (quality: `python -m kvspill.bench.int16x_quality`). Under Triton's
-interpreter the PTX has a plain-Triton twin.
+rounding of the group's largest value (2**-9 of it), so the kernel is as exact as the float lanes
+for bf16 / fp16 x (quality: `python -m kvspill.bench.int16x_quality`). Under Triton's interpreter
+the PTX has a plain-Triton twin.
 
 Invariant: the result equals `q4k_int16x_ref` (the same x rounding, exact integer sums) to fp32
 rounding of the scaled terms.
@@ -39,7 +43,6 @@ from kvspill.kernels.gguf_gemv_lane import (
     _to_f32,
     q6k_quant_bytes,
 )
-from kvspill.kernels.gguf_gemv_offset import q4k_one_token_lanes
 from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -48,6 +51,8 @@ from kvspill.kernels.triton_compat import tl, triton
 _ROUND_MAGIC = tl.constexpr(12582912.0)
 # xq's largest magnitude is below 2**X_BITS (amax * 2**-e in [2**13, 2**14)).
 X_BITS = 14
+# The Q4_K kernel's x values a rounding scale (a lane's share of a sub-block).
+Q4K_X_GROUP = 16
 
 
 @triton.jit
@@ -65,36 +70,48 @@ def q4k_int16x_kernel(
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
-    # Q4_K, one token. Grid: (cdiv(rows, BLOCK_N),). Lane kl = 4 * (super-block) + g of the K
-    # step owns group g's 32 bytes of each of the program's rows and the 64 x values they meet.
-    KL: tl.constexpr = 4 * SB
+    # Q4_K, one token. Grid: (cdiv(rows, BLOCK_N),). Lane kl = 8 * (super-block) + 2 g + hh of the
+    # K step (SB super-blocks) owns half hh (16 bytes) of group g of each of the program's rows and
+    # the 16 + 16 x values they meet.
+    KL: tl.constexpr = 8 * SB
     pid = tl.program_id(0)
-    row, sb_w, g, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
+    n = pid * BLOCK_N + i_w // KL
+    # Rows past the end read row 0 (their sums are not stored), super-blocks past the end block 0
+    # (they meet x = 0), so the weight loads need no mask (masked ones cost 5% of a step).
+    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
+    kl = i_w % KL
+    sb_w = kl // 8
+    g = (kl // 2) % 4
+    hh = kl % 2
+    i_x = tl.arange(0, KL)[:, None]
+    x_off = (i_x // 8) * 256 + ((i_x // 2) % 4) * 64 + (i_x % 2) * 16 + tl.arange(0, 8)[None, :]  # [KL, 8]
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for k in range(0, num_blocks, SB):
         words = (row + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 144, 0)).to(tl.pointer_type(tl.int32))
-        x_ok = (k + i_x // 4) < num_blocks
-        acc += _q4k_int16x_group(words, g, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
+        x_ok = (k + i_x // 8) < num_blocks
+        acc += _q4k_int16x_step(words, g, hh, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit
-def _q4k_int16x_group(words, g, x_ptrs, x_ok, BLOCK_N: tl.constexpr, KL: tl.constexpr, USE_ASM: tl.constexpr):
-    """One K step: each lane's group g (`words` at its super-block, [BLOCK_N * KL, 1] int32
-    pointers) against its 64 x values (`x_ptrs` [KL, 8] at the group's first 8) -> the lane's
-    [BLOCK_N, KL] share of the output."""
+def _q4k_int16x_step(
+    words, g, hh, x_ptrs, x_ok, BLOCK_N: tl.constexpr, KL: tl.constexpr, USE_ASM: tl.constexpr
+):
+    """One K step: each lane's half hh of group g (`words` at its super-block, [BLOCK_N * KL, 1]
+    int32 pointers; quant words 4 hh .. 4 hh + 3 of the group) against the 16 + 16 x values they
+    meet (`x_ptrs` [KL, 8] at the first 8) -> the lane's [BLOCK_N, KL] share of the output."""
     h0, h1, h2, h3 = _split4(tl.load(words + tl.arange(0, 4)[None, :]))
     sc_lo, sc_hi, mn_lo, mn_hi = _q4k_decode(h0, h1, h2, h3, 16 * (g % 2), g < 2)
-    xl0, xl1, xl2, xl3, inv_lo, dx_lo, sum_lo = _load_sub_block_x(x_ptrs, x_ok, USE_ASM)
-    xh0, xh1, xh2, xh3, inv_hi, dx_hi, sum_hi = _load_sub_block_x(x_ptrs + 32, x_ok, USE_ASM)
-    q_words = words + 4 + g * 8 + tl.arange(0, 2)[None, :]  # words 2 p, 2 p + 1 of the group
+    xl0, xl1, inv_lo, dx_lo, sum_lo = _load_half_x(x_ptrs, x_ok, USE_ASM)
+    xh0, xh1, inv_hi, dx_hi, sum_hi = _load_half_x(x_ptrs + 32, x_ok, USE_ASM)
+    q_words = words + 4 + g * 8 + hh * 4 + tl.arange(0, 2)[None, :]
     i_lo = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
     i_hi = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
     i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words, xl0, xh0, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
     i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words + 2, xl1, xh1, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
-    i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words + 4, xl2, xh2, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
-    i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words + 6, xl3, xh3, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
     shape: tl.constexpr = (BLOCK_N, KL)
     lane: tl.constexpr = (1, KL)
     # i_hi holds 16 * q of the high nibbles (masked in place, not shifted down).
@@ -106,17 +123,14 @@ def _q4k_int16x_group(words, g, x_ptrs, x_ok, BLOCK_N: tl.constexpr, KL: tl.cons
 
 
 @triton.jit
-def _load_sub_block_x(x_ptrs, x_ok, USE_ASM: tl.constexpr):
-    """A sub-block's 32 x values as 4 fp32 tiles [KL, 8] (elements 8 p + e), and per lane
-    ([KL, 1]) 2**-e, 2**e (`_power_of_two_scale`) and the exact sum of the 32."""
+def _load_half_x(x_ptrs, x_ok, USE_ASM: tl.constexpr):
+    """A lane's 16 x values as 2 fp32 tiles [KL, 8] and, per lane ([KL, 1]), 2**-e, 2**e
+    (`_power_of_two_scale`) and the exact sum of the 16."""
     x0 = _to_f32(tl.load(x_ptrs, mask=x_ok, other=0.0), USE_ASM)
     x1 = _to_f32(tl.load(x_ptrs + 8, mask=x_ok, other=0.0), USE_ASM)
-    x2 = _to_f32(tl.load(x_ptrs + 16, mask=x_ok, other=0.0), USE_ASM)
-    x3 = _to_f32(tl.load(x_ptrs + 24, mask=x_ok, other=0.0), USE_ASM)
-    amax = tl.maximum(tl.maximum(tl.abs(x0), tl.abs(x1)), tl.maximum(tl.abs(x2), tl.abs(x3)))
+    amax = tl.maximum(tl.abs(x0), tl.abs(x1))
     inv, scale = _power_of_two_scale(tl.max(amax, axis=1, keep_dims=True))
-    total = tl.sum((x0 + x1) + (x2 + x3), axis=1, keep_dims=True)
-    return x0, x1, x2, x3, inv, scale, total
+    return x0, x1, inv, scale, tl.sum(x0 + x1, axis=1, keep_dims=True)
 
 
 @triton.jit
@@ -297,10 +311,14 @@ def int16_x_blocks(x: torch.Tensor, bits: int = X_BITS, group: int = 32) -> tupl
 
 
 def q4k_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int) -> torch.Tensor:
-    """What q4k_int16x_kernel computes, in torch: x [1, K] rounded by `int16_x_blocks`, the Q4_K
-    rows' (d * sc, dmin * m, q) from gguf's layout, exact integer sums -> [1, rows] fp32."""
-    xq, dx = int16_x_blocks(x[0])  # [K / 32, 32], [K / 32]
+    """What q4k_int16x_kernel computes, in torch: x [1, K] rounded by `int16_x_blocks` per
+    Q4K_X_GROUP values, the Q4_K rows' (d * sc, dmin * m, q) from gguf's layout, exact integer
+    sums -> [1, rows] fp32."""
+    group = Q4K_X_GROUP
+    xq, dx = int16_x_blocks(x[0], group=group)  # [K / group, group], [K / group]
     scale, minimum, q = q4k_fields(weight_data, in_features)  # [rows, K / 32] x2, [rows, K / 32, 32]
-    int_sums = (q.double() * xq.double()[None]).sum(dim=2).float()  # integers < 2**24: exact
+    rows = q.shape[0]
+    int_sums = (q.double().reshape(rows, -1, group) * xq.double()[None]).sum(dim=2).float()  # exact
     x_sums = x[0].float().reshape(-1, 32).sum(dim=1)
-    return ((scale * dx[None]) * int_sums - minimum * x_sums[None]).sum(dim=1)[None]
+    scaled = (scale.repeat_interleave(32 // group, dim=1) * dx[None]) * int_sums
+    return (scaled.sum(dim=1) - (minimum * x_sums[None]).sum(dim=1))[None]

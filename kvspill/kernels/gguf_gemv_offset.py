@@ -55,10 +55,10 @@ def q4k_one_token_kernel(
 def q4k_one_token_lanes(
     w_ptr, pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.constexpr, PDL: tl.constexpr
 ):
-    """The one-token Q4_K lanes (this kernel's and gguf_gemv_int16x's): prefetch the program's
-    rows, then per element r * KL + kl of [BLOCK_N * KL, 1] its row pointer, super-block of the K
-    step and group g (kl = 4 * super-block + g), and per lane [KL, 1] its x offsets [KL, 8] (the
-    group's first 8 of 64). Returns (row, sb_w, g, i_x, x_off)."""
+    """This kernel's one-token Q4_K lanes: prefetch the program's rows, then per element
+    r * KL + kl of [BLOCK_N * KL, 1] its row pointer, super-block of the K step and group g
+    (kl = 4 * super-block + g), and per lane [KL, 1] its x offsets [KL, 8] (the group's first 8 of
+    64). Returns (row, sb_w, g, i_x, x_off)."""
     prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
     i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
     n = pid * BLOCK_N + i_w // KL

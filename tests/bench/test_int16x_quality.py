@@ -28,7 +28,7 @@ def test_q4k_linear_is_the_kernels_reference():
 
 def test_q4_1_linear_rounds_per_group_as_the_q6k_kernel_does():
     """Per 4 values (Q6_K's kernel): the Q4_1 weight's quants times x rounded per 4, its m on exact
-    sums; a finer group rounds less than one of 32."""
+    sums; a finer group rounds less than the Q4_K kernel's 16."""
     weight, x = _case("Q4_1")
     w = dequantize_ref(weight.data, "Q4_1", weight.in_features)
     exact = x @ w.t()
@@ -37,8 +37,8 @@ def test_q4_1_linear_rounds_per_group_as_the_q6k_kernel_does():
     m = int16x_quality.block_offsets(weight.data, "Q4_1", weight.in_features).repeat_interleave(32, dim=1)
     want = (xq * dx[..., None]).flatten(-2) @ (w - m).t() + x @ m.t()
     torch.testing.assert_close(got4, want, rtol=0, atol=1e-5 * float(want.abs().max()))
-    got32 = int16x_quality.int16x_linear(x, weight)
-    assert float((got4 - exact).abs().max()) < float((got32 - exact).abs().max())
+    got16 = int16x_quality.int16x_linear(x, weight)
+    assert float((got4 - exact).abs().max()) < float((got16 - exact).abs().max())
 
 
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q4_K", "Q6_K", "Q8_0"])

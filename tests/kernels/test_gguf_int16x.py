@@ -10,7 +10,7 @@ import torch
 
 from kvspill.kernels import gguf_gemv
 from kvspill.kernels.gguf_formats import dequantize_ref, q4k_fields, random_quantized
-from kvspill.kernels.gguf_gemv_int16x import int16_x_blocks, q4k_int16x_ref, q6k_int16x_ref
+from kvspill.kernels.gguf_gemv_int16x import Q4K_X_GROUP, int16_x_blocks, q4k_int16x_ref, q6k_int16x_ref
 
 ROWS = 19  # not a multiple of BLOCK_N
 
@@ -48,19 +48,24 @@ def test_int16x_kernel_matches_its_reference(config, dtype, device, monkeypatch)
 
 
 def test_int16x_error_is_bounded_by_x_rounding(device, monkeypatch):
-    # |x @ W - int16x| <= sum over sub-blocks of (2**e / 2) * sum |d * sc * q| per row: the kernel
-    # approximates only x (rounded to a multiple of 2**e <= 2**-13 amax of its sub-block).
+    # |x @ W - int16x| <= sum over groups of Q4K_X_GROUP x values of (2**e / 2) * sum |d * sc * q|
+    # per row: the kernel approximates only x (rounded to a multiple of 2**e <= 2**-13 amax of its
+    # group).
     monkeypatch.setenv("KVSPILL_INT16_X", "1")
     weight, x = _case(3, seed=3, device=device)
     out = _int16x(x, weight).cpu().double()
     data, xf = weight.data.cpu(), x.cpu().double()
     exact = xf @ dequantize_ref(data, "Q4_K", weight.in_features).double().t()
     scale, _, q = q4k_fields(data, weight.in_features)
-    _, dx = int16_x_blocks(x.cpu())
-    dx = dx[0].double()  # [K / 32]
-    amax = xf.reshape(-1, 32).abs().amax(dim=1)
+    _, dx = int16_x_blocks(x.cpu(), group=Q4K_X_GROUP)
+    dx = dx[0].double()  # [K / group]
+    amax = xf.reshape(-1, Q4K_X_GROUP).abs().amax(dim=1)
     assert ((dx <= amax * 2**-13) | (amax == 0)).all()
-    bound = ((scale.double().abs() * q.double().sum(dim=2)) * (dx / 2)[None]).sum(dim=1)[None]
+    rows, halves = q.shape[0], 32 // Q4K_X_GROUP
+    q_sums = q.double().reshape(rows, -1, Q4K_X_GROUP).sum(dim=2)  # [rows, K / group]
+    bound = ((scale.double().abs().repeat_interleave(halves, dim=1) * q_sums) * (dx / 2)[None]).sum(dim=1)[
+        None
+    ]
     err = (out - exact).abs()
     assert (err <= bound * 1.001 + 1e-6 * float(exact.abs().max())).all()
     assert float(err.max()) > 0  # x really was rounded: the kernel is not the exact one
