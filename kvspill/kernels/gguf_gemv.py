@@ -214,7 +214,8 @@ Q6K_INT16X_CONFIG: tuple[int, int, int] | None = (512, 2, 1)
 # Weights of fewer rows (an 8B Q4_K_M file's Q6_K v, 1024 rows) take one row a program instead of
 # two: 1024 one-warp programs, not 512, for a weight too small to fill the card otherwise. The v
 # GEMV 6.3 -> 4.6 us, a random 8B Q4_K_M step at 8K 3.030 -> 2.967 ms (H200,
-# bench/results/2026-12-04-h200-q6k-few-rows). 4096-row weights keep two (27.6 us against 35).
+# bench/results/2026-12-04-h200-q6k-few-rows). 4096-row weights keep two (the only one-row variant
+# timed there, with a register prefetch, took 35.2 us against 27.6).
 Q6K_FEW_ROWS = 4096
 Q6K_FEW_ROWS_CONFIG = (1024, 1, 1)
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
