@@ -43,6 +43,7 @@ from kvspill.kernels.gguf_gemv_lane import (
     _to_f32,
     q6k_quant_bytes,
 )
+from kvspill.kernels.gguf_gemv_offset import q4k_one_token_lanes
 from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -75,18 +76,7 @@ def q4k_int16x_kernel(
     # the 16 + 16 x values they meet.
     KL: tl.constexpr = 8 * SB
     pid = tl.program_id(0)
-    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
-    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
-    n = pid * BLOCK_N + i_w // KL
-    # Rows past the end read row 0 (their sums are not stored), super-blocks past the end block 0
-    # (they meet x = 0), so the weight loads need no mask (masked ones cost 5% of a step).
-    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
-    kl = i_w % KL
-    sb_w = kl // 8
-    g = (kl // 2) % 4
-    hh = kl % 2
-    i_x = tl.arange(0, KL)[:, None]
-    x_off = (i_x // 8) * 256 + ((i_x // 2) % 4) * 64 + (i_x % 2) * 16 + tl.arange(0, 8)[None, :]  # [KL, 8]
+    row, sb_w, g, hh, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL, 2)
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for k in range(0, num_blocks, SB):
         words = (row + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 144, 0)).to(tl.pointer_type(tl.int32))

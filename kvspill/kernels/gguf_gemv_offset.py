@@ -40,7 +40,7 @@ def q4k_one_token_kernel(
     #     sum_l (sc * q_l - m) * x_l = sc * sum_l (2**E + q_l) * x_l - (m + 2**E * sc) * sum_l x_l.
     KL: tl.constexpr = 4 * SB
     pid = tl.program_id(0)
-    row, sb_w, g, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
+    row, sb_w, g, _, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
     acc = tl.zeros((BLOCK_N, KL, 1), dtype=tl.float32)
     for k in range(0, num_blocks, SB):
         words = (row + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 144, 0)).to(tl.pointer_type(tl.int32))
@@ -53,21 +53,33 @@ def q4k_one_token_kernel(
 
 @triton.jit
 def q4k_one_token_lanes(
-    w_ptr, pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.constexpr, PDL: tl.constexpr
+    w_ptr,
+    pid,
+    rows,
+    stride_w,
+    BLOCK_N: tl.constexpr,
+    KL: tl.constexpr,
+    PDL: tl.constexpr,
+    PARTS: tl.constexpr = 1,
 ):
-    """This kernel's one-token Q4_K lanes: prefetch the program's rows, then per element
-    r * KL + kl of [BLOCK_N * KL, 1] its row pointer, super-block of the K step and group g
-    (kl = 4 * super-block + g), and per lane [KL, 1] its x offsets [KL, 8] (the group's first 8 of
-    64). Returns (row, sb_w, g, i_x, x_off)."""
+    """The one-token Q4_K lanes (this kernel's, PARTS 1, and gguf_gemv_int16x's, PARTS 2): a 32-byte
+    group of a super-block split in PARTS lanes. Prefetch the program's rows, then per element
+    r * KL + kl of [BLOCK_N * KL, 1] its row pointer, super-block of the K step, group g and part
+    (kl = PARTS * (4 * super-block + g) + part), and per lane [KL, 1] its x offsets [KL, 8] (the
+    first 8 of the part's 64 / PARTS x values, low nibbles' half; the high ones' are 32 on).
+    Returns (row, sb_w, g, part, i_x, x_off)."""
     prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
     i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
     n = pid * BLOCK_N + i_w // KL
     # Rows past the end read row 0 (their sums are not stored), super-blocks past the end block 0
-    # (they meet x = 0), so the weight loads need no mask.
+    # (they meet x = 0), so the weight loads need no mask (masked ones cost 5% of a step:
+    # bench/results/2026-12-04-h200-q6k-few-rows).
     row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
+    kl = i_w % KL
     i_x = tl.arange(0, KL)[:, None]
-    x_off = (i_x // 4) * 256 + (i_x % 4) * 64 + tl.arange(0, 8)[None, :]  # [KL, 8]
-    return row, (i_w % KL) // 4, i_w % 4, i_x, x_off
+    part_x = (i_x % PARTS) * (32 // PARTS)
+    x_off = (i_x // (4 * PARTS)) * 256 + ((i_x // PARTS) % 4) * 64 + part_x + tl.arange(0, 8)[None, :]
+    return row, kl // (4 * PARTS), (kl // PARTS) % 4, kl % PARTS, i_x, x_off
 
 
 @triton.jit

@@ -63,9 +63,8 @@ def test_int16x_error_is_bounded_by_x_rounding(device, monkeypatch):
     assert ((dx <= amax * 2**-13) | (amax == 0)).all()
     rows, halves = q.shape[0], 32 // Q4K_X_GROUP
     q_sums = q.double().reshape(rows, -1, Q4K_X_GROUP).sum(dim=2)  # [rows, K / group]
-    bound = ((scale.double().abs().repeat_interleave(halves, dim=1) * q_sums) * (dx / 2)[None]).sum(dim=1)[
-        None
-    ]
+    per_group = scale.double().abs().repeat_interleave(halves, dim=1) * q_sums * (dx / 2)[None]
+    bound = per_group.sum(dim=1)[None]
     err = (out - exact).abs()
     assert (err <= bound * 1.001 + 1e-6 * float(exact.abs().max())).all()
     assert float(err.max()) > 0  # x really was rounded: the kernel is not the exact one
