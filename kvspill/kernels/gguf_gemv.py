@@ -199,12 +199,15 @@ FMA_CONFIG.update({"Q8_0": (2048, 2, 2), "Q4_K": (2048, 4, 1), "Q6_K": (512, 2, 
 # takes q4k_gemv_kernel with FMA_CONFIG's (exact sums). None: always q4k_gemv_kernel (a baseline).
 Q4K_ONE_TOKEN_CONFIG: tuple[int, int, int] | None = (2048, 4, 1)
 # q4k_int16x_kernel's (CHUNK, BLOCK_N, warps): the first entry whose (in_features, rows) floors the
-# weight reaches. Each is the best of 11 configs on the Llama-3.1-8B shapes it covers (down, lm_head,
-# qkv / gate_up, o; H200 sweep, bench/results/2026-12-03-h200-int16x).
+# weight reaches. Each is the best of 31 configs (2-16 lanes a thread) for the half-group lanes on the
+# Llama-3.1-8B / 3.2-1B shapes it covers: down, lm_head, gate_up (both), qkv / q+k, o, 1B qkv
+# (H200 sweep, bench/results/2026-12-04-h200-q4k-resweep).
 Q4K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
-    (8192, 0, (8192, 16, 4)),
-    (0, 65536, (1024, 16, 1)),
-    (0, 5120, (4096, 8, 2)),
+    (8192, 0, (4096, 8, 4)),
+    (0, 65536, (1024, 8, 1)),
+    (0, 16384, (2048, 8, 2)),
+    (4096, 5120, (4096, 16, 4)),
+    (4096, 0, (4096, 8, 4)),
     (0, 0, (2048, 8, 2)),
 )
 # One token of bf16 / fp16 x on Q6_K in q6k_int16x_kernel (CHUNK, BLOCK_N, warps); None: the float

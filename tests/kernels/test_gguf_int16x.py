@@ -32,7 +32,7 @@ def _int16x(x: torch.Tensor, weight, bias=None) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("config", [(2048, 8, 1), (512, 4, 1), (1024, 16, 2), (8192, 16, 4)])
+@pytest.mark.parametrize("config", [(2048, 8, 2), (512, 4, 1), (1024, 8, 1), (4096, 16, 4), (8192, 4, 4)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_int16x_kernel_matches_its_reference(config, dtype, device, monkeypatch):
     # 9 super-blocks: the K loop's last step reads past the end for every chunk here.
@@ -100,13 +100,28 @@ def test_int16x_switch_picks_the_kernel(device, monkeypatch):
 
 def test_int16x_configs_cover_every_shape():
     # The table's last entry takes any weight; the 8B shapes get the entries swept for them.
-    shapes = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
+    shapes = {
+        "qkv": (6144, 4096),
+        "o": (4096, 4096),
+        "gate_up": (28672, 4096),
+        "down": (4096, 14336),
+        "lm_head": (128256, 4096),
+        "1b_gate_up": (16384, 2048),
+    }
     picked = {
         name: gguf_gemv._int16x_config(SimpleNamespace(out_features=n, in_features=k))
         for name, (n, k) in shapes.items()
     }
-    assert picked == {"qkv": (4096, 8, 2), "o": (2048, 8, 2), "gate_up": (4096, 8, 2), "down": (8192, 16, 4)}
-    assert gguf_gemv._int16x_config(SimpleNamespace(out_features=1, in_features=256)) == (2048, 8, 2)
+    assert picked == {
+        "qkv": (4096, 16, 4),
+        "o": (4096, 8, 4),
+        "gate_up": (2048, 8, 2),
+        "down": (4096, 8, 4),
+        "lm_head": (1024, 8, 1),
+        "1b_gate_up": (2048, 8, 2),
+    }
+    tiny = SimpleNamespace(out_features=1, in_features=256)
+    assert gguf_gemv._int16x_config(tiny) == (2048, 8, 2)
 
 
 @pytest.mark.parametrize("config", [(512, 2, 1), (2048, 8, 2), gguf_gemv.Q6K_FEW_ROWS_CONFIG])
