@@ -210,17 +210,25 @@ Q4K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (4096, 0, (4096, 8, 4)),
     (0, 0, (2048, 8, 2)),
 )
-# One token of bf16 / fp16 x on Q6_K in q6k_int16x_kernel (CHUNK, BLOCK_N, warps); None: the float
-# lanes. The best of 8 configs on the 8B shapes, 272 us summed against the float lanes' 275; in the
-# engine 0.8% a step at 8K and 32K (H200, bench/results/2026-12-03-h200-int16x-engine).
-Q6K_INT16X_CONFIG: tuple[int, int, int] | None = (512, 2, 1)
-# Weights of fewer rows (an 8B Q4_K_M file's Q6_K v, 1024 rows) take one row a program instead of
-# two: 1024 one-warp programs, not 512, for a weight too small to fill the card otherwise. The v
-# GEMV 6.3 -> 4.6 us, a random 8B Q4_K_M step at 8K 3.030 -> 2.967 ms (H200,
-# bench/results/2026-12-04-h200-q6k-few-rows). 4096-row weights keep two (the only one-row variant
-# timed there, with a register prefetch, took 35.2 us against 27.6).
-Q6K_FEW_ROWS = 4096
-Q6K_FEW_ROWS_CONFIG = (1024, 1, 1)
+# One token of bf16 / fp16 x on Q6_K in q6k_int16x_kernel: (CHUNK, BLOCK_N, warps), CHUNK // 256
+# blocks of a row side by side in a loop step, the first entry whose (in_features, rows) floors the
+# weight reaches; Q6K_INT16X = False takes the float lanes. Picked from 51 configs on the
+# Llama-3.1-8B Q4_K_M file's Q6_K shapes (lm_head, down, v) and 3.2-1B's (lm_head, down), then
+# checked on the other 8B / 1B shapes (H200, bench/results/2026-12-04-h200-q6k-side-by-side): a
+# weight of few rows wants many of its blocks in flight (down 27.5 -> 23.8 us, v 4.6 -> 3.4, 8B
+# qkv / o as Q6_K 14.3 / 9.6 -> 12.2 / 8.6, 1B v 2.6 -> 1.9), one of many rows or of short rows
+# with 2048 or more the old (512, 2, 1) (lm_head 172 us either way; 14336 x 4096 23.6 old, 25.0
+# with (2048, 2, 4); 1B qkv 5.2 -> 4.1).
+Q6K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
+    (4096, 65536, (512, 2, 1)),
+    (0, 65536, (512, 4, 1)),
+    (0, 8192, (512, 2, 1)),
+    (4096, 4096, (2048, 2, 4)),
+    (4096, 0, (4096, 2, 4)),
+    (0, 2048, (512, 2, 1)),
+    (0, 0, (2048, 2, 4)),
+)
+Q6K_INT16X = True
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -287,9 +295,11 @@ def int16_x() -> bool:
 
 
 def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
+    """The int16-x kernel's (CHUNK, BLOCK_N, warps) for a Q4_K or Q6_K weight (its type's table)."""
+    table = Q6K_INT16X_CONFIGS if weight.qtype == "Q6_K" else Q4K_INT16X_CONFIGS
     return next(
         config
-        for min_k, min_rows, config in Q4K_INT16X_CONFIGS
+        for min_k, min_rows, config in table
         if weight.in_features >= min_k and weight.out_features >= min_rows
     )
 
@@ -317,13 +327,12 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
 def _one_token_q6k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     """Whether `quant_matmul_gemv(x, weight)` takes q6k_int16x_kernel."""
     half = x.dtype in (torch.bfloat16, torch.float16)
-    return weight.qtype == "Q6_K" and x.shape[0] == 1 and half and Q6K_INT16X_CONFIG is not None and int16_x()
+    return weight.qtype == "Q6_K" and x.shape[0] == 1 and half and Q6K_INT16X and int16_x()
 
 
 def _launch_q6k_int16x(x, weight, bias, out) -> None:
-    assert Q6K_INT16X_CONFIG is not None
     rows = weight.out_features
-    chunk, block_n, num_warps = Q6K_FEW_ROWS_CONFIG if rows < Q6K_FEW_ROWS else Q6K_INT16X_CONFIG
+    chunk, block_n, num_warps = _int16x_config(weight)
     q6k_int16x_kernel[(triton.cdiv(rows, block_n),)](
         x,
         weight.data,
@@ -332,7 +341,7 @@ def _launch_q6k_int16x(x, weight, bias, out) -> None:
         rows,
         weight.in_features // 256,
         weight.data.stride(0),
-        NSUB=max(1, chunk // 512),
+        NB=max(1, chunk // 256),
         BLOCK_N=block_n,
         HAS_LINEAR_BIAS=bias is not None,
         USE_ASM=not _interpreted(x),

@@ -2,7 +2,11 @@
 products (kernels/gguf_gemv.py dispatches to them; `KVSPILL_INT16_X=0` takes the float lanes
 instead). The Q6_K kernel rounds x per 4 values (a lane's columns): compiled for sm_90 it has
 12-17% fewer SASS instructions than the float Q6_K lanes, a smaller cut than Q4_K's, and on an
-H200 it is 1% faster (`gguf_gemv.Q6K_INT16X_CONFIG`; bench/results/2026-12-03-h200-int16x-engine).
+H200 it was 1% faster (bench/results/2026-12-03-h200-int16x-engine). Its lanes take CHUNK // 256
+blocks of a row side by side, where the float lanes unroll pairs of blocks one after the other:
+all of a step's loads are in flight before their sums, which a weight of few rows (too few
+programs to fill the card) needs: the 8B down 27.5 -> 23.8 us, v 4.6 -> 3.4 (H200,
+bench/results/2026-12-04-h200-q6k-side-by-side; `gguf_gemv.Q6K_INT16X_CONFIGS`).
 
 The Q4_K kernel's lane owns half of one 32-byte group of a super-block (16 bytes: 4 words, 32
 weights, 16 of each of the group's two sub-blocks) for all BLOCK_N rows it holds, so a warp's
@@ -199,32 +203,32 @@ def q6k_int16x_kernel(
     rows,
     num_blocks,
     stride_w,
-    NSUB: tl.constexpr,
+    NB: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HAS_LINEAR_BIAS: tl.constexpr,
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     # Q6_K, one token, in gguf_gemv_lane.q6k_gemv_kernel's lanes (_q6k_weight_lanes: a lane's 4
-    # columns of a half-block, 4 quarters Q). x is rounded per lane and quarter, 4 values at a
-    # time (a Q6_K scale spans 16 columns over 4 lanes; 4 keeps the rounding in the lane), so
+    # columns of a half-block, 4 quarters Q), 16 lanes a block and NB blocks of each row a loop
+    # step side by side, so one step's loads are all issued before their sums need them. x is
+    # rounded per lane and quarter, 4 values at a time (a Q6_K scale spans 16 columns over 4
+    # lanes; 4 keeps the rounding in the lane), so
     #     sum_c sc * (q_c - 32) * x_c  ~=  sc * (2**e * sum_c q_c * xq_c  -  32 * sum_c x_c)
     # with q_c the unsigned 6-bit quants of one word: two dp2a, no per-weight float work.
-    KL: tl.constexpr = 32
+    KL: tl.constexpr = 16 * NB
     pid = tl.program_id(0)
     prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
     row_off, sb_w, ql_off, qh_off, sc_off = _q6k_weight_lanes(pid, rows, stride_w, BLOCK_N, KL)
     x_off, sb_x, _ = _q6k_token_lanes(0, 1, 1, KL)
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
-    for k in range(0, num_blocks, 2 * NSUB):
-        for j in tl.static_range(NSUB):
-            kj = k + 2 * j
-            # Blocks past the end read block 0 of the row and meet x = 0.
-            blk = w_ptr + row_off + tl.where((kj + sb_w) < num_blocks, (kj + sb_w) * 210, 0)
-            x_ok = (kj + sb_x) < num_blocks
-            acc += _q6k_int16x_block(
-                blk, ql_off, qh_off, sc_off, x_ptr + kj * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM
-            )
+    for k in range(0, num_blocks, NB):
+        # Blocks past the end read block 0 of the row and meet x = 0.
+        blk = w_ptr + row_off + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 210, 0)
+        x_ok = (k + sb_x) < num_blocks
+        acc += _q6k_int16x_block(
+            blk, ql_off, qh_off, sc_off, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM
+        )
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
 

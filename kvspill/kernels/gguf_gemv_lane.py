@@ -419,8 +419,8 @@ def q6k_gemv_kernel(
 
 @triton.jit
 def _q6k_weight_lanes(pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.constexpr):
-    """Where each lane reads its weights, per element r * KL + kl of [BLOCK_N * KL, 1]: 32 work
-    items kl = (block sb of 2, half h, 4-element column group lam of 8), one per lane. Item
+    """Where each lane reads its weights, per element r * KL + kl of [BLOCK_N * KL, 1]: KL work
+    items kl = (block sb of KL // 16, half h, 4-element column group lam of 8), one per lane. Item
     (sb, h, lam) takes l = 4 lam .. 4 lam + 3 of half h: the words ql[64 h + l],
     ql[64 h + 32 + l] and qh[32 h + l] (blocks are 210 bytes, so 2-byte aligned: _load_word_2b),
     giving elements 128 h + 32 Q + l (Q = 0..3) with scales sc[8 h + 2 Q + l // 16]. Returns

@@ -20,22 +20,22 @@ GGUF_BITS_PER_WEIGHT = {
 # Weight bytes a second that decode reads quantized weights at: the dequantize-GEMV kernels are
 # bound by their instructions, not by HBM, so this is a rate of its own (capped at HBM's), beside
 # costs.STEP_OVERHEAD_PER_LAYER_S (22 us since 2026-12-03; each rate below is fit with it):
-# - Q4_K_M: random `llama-8b:q4_k_m` on an H200 at 8K, 362.6 tok/s (2.758 ms a step) with the
-#   half-group Q4_K lanes and their re-swept configs (bench/results/2026-12-04-h200-q4k-resweep):
-#   2750 plans it at 1.00 and the 32K row (286.5 tok/s) at 0.995; 2600, the fit before the re-sweep,
-#   planned them at 0.97;
-# - Q6_K: Q4_K_M's rate of 2026-12-03 split by its bytes (Q6_K ~27%) in the ratio of the two
-#   one-token kernels' own rates on the 8B shapes that day (Q4_K 3.24 TB/s, Q6_K 2.24 TB/s:
-#   129.2 and 272.0 us, bench/results/2026-12-03-h200-int16x); Q4_K: what is left of today's
-#   Q4_K_M rate beside that Q6_K rate (the Q6_K kernel has not changed since but for v). Both
-#   estimates, not fit to rows of their own;
+# - Q4_K_M: random `llama-8b:q4_k_m` on an H200 at 8K, 376.5-377.8 tok/s (2.652 ms a step) with
+#   the re-swept half-group Q4_K lanes and the Q6_K blocks side by side
+#   (bench/results/2026-12-04-h200-q6k-side-by-side): 2910 plans it at 1.00, 32K (293.7 tok/s) at
+#   1.00, 1 x 2K (404 tok/s) at 1.00; 2750, the fit before the Q6_K change, planned them at 0.96-0.97;
+# - Q4_K: Q4_K_M's rate of 2026-12-03 split by its bytes (Q6_K ~27%) in the ratio of the two
+#   one-token kernels' own rates on the 8B shapes that day (Q4_K 3.24 TB/s, Q6_K 2.24 TB/s,
+#   bench/results/2026-12-03-h200-int16x), moved with the Q4_K kernel's gain since (the re-sweep:
+#   2600 -> 2750 for Q4_K_M); Q6_K: what is left of today's Q4_K_M rate beside that Q4_K rate.
+#   Both estimates, not fit to rows of their own;
 # - Q8_0: llama-8b Q8_0 at 8K on an H200, 216.9 tok/s (bench/results/2026-11-26-h200-quant), the rate
 #   that keeps that plan with the new per-layer overhead (the engine has gained since: not re-measured);
 # - the other GGUF types (generic kernel; AWQ/GPTQ run as Q4_1): the generic kernel's Q4_K row,
 #   215.7 tok/s on an H100 (bench/results/2026-11-26-h100-gemv, --generic), kept the same way;
 # fp8 has no entry: its decode GEMV (kernels/fp8_gemv.py) reads at HBM speed like a dense matmul
 # (8B fp8 at 8K on an H200: 324.6 tok/s, planned 1.00 with the per-layer overhead).
-QUANT_READ_GBS = {"q4_k": 3180.0, "q4_k_m": 2750.0, "q6_k": 2014.0, "q8_0": 2338.0}
+QUANT_READ_GBS = {"q4_k": 3180.0, "q4_k_m": 2910.0, "q6_k": 2370.0, "q8_0": 2338.0}
 QUANT_READ_GBS_GENERIC = 1267.0
 # The same for a step of several tokens (one per sequence decoding together), by token count:
 # Q4_K_M's tensor-core kernel (kernels/gguf_mma.py: each weight dequantized once for all tokens,
@@ -45,7 +45,7 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # 2026-12-04-h200-q4km-peer), 4 x 2K at 920 tok/s (2026-12-03-h200-mma-sync). Other counts take
 # the next larger entry's rate (2-3 tokens run the lane GEMV: not measured in the engine); other
 # types' multi-token kernels are not measured (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
-Q4_K_M_READ_GBS_BY_TOKENS = {1: 2750.0, 4: 1452.0, 8: 1476.0, 16: 1157.0, 32: 862.0}
+Q4_K_M_READ_GBS_BY_TOKENS = {1: 2910.0, 4: 1452.0, 8: 1476.0, 16: 1157.0, 32: 862.0}
 # A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
 _GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0"}
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.

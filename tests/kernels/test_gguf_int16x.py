@@ -109,7 +109,7 @@ def test_int16x_configs_cover_every_shape():
         "1b_gate_up": (16384, 2048),
     }
     picked = {
-        name: gguf_gemv._int16x_config(SimpleNamespace(out_features=n, in_features=k))
+        name: gguf_gemv._int16x_config(SimpleNamespace(qtype="Q4_K", out_features=n, in_features=k))
         for name, (n, k) in shapes.items()
     }
     assert picked == {
@@ -120,15 +120,15 @@ def test_int16x_configs_cover_every_shape():
         "lm_head": (1024, 8, 1),
         "1b_gate_up": (2048, 8, 2),
     }
-    tiny = SimpleNamespace(out_features=1, in_features=256)
+    tiny = SimpleNamespace(qtype="Q4_K", out_features=1, in_features=256)
     assert gguf_gemv._int16x_config(tiny) == (2048, 8, 2)
 
 
-@pytest.mark.parametrize("config", [(512, 2, 1), (2048, 8, 2), gguf_gemv.Q6K_FEW_ROWS_CONFIG])
+@pytest.mark.parametrize("config", [(512, 2, 1), (512, 4, 1), (2048, 2, 4), (4096, 2, 4), (256, 8, 1)])
 def test_q6k_int16x_kernel_matches_its_reference(config, device, monkeypatch):
-    # 9 super-blocks (an odd count: the lanes' second block of the last pair reads past the end).
-    monkeypatch.setattr(gguf_gemv, "Q6K_INT16X_CONFIG", config)
-    monkeypatch.setattr(gguf_gemv, "Q6K_FEW_ROWS", 0)  # this config for these 19 rows
+    # 9 super-blocks: an odd count, and fewer than (4096, 2, 4)'s 16 side by side (lanes past the
+    # end read block 0 and meet x = 0).
+    monkeypatch.setattr(gguf_gemv, "Q6K_INT16X_CONFIGS", ((0, 0, config),))
     gen = torch.Generator().manual_seed(5)
     weight = random_quantized("Q6_K", ROWS, 9 * 256, gen).to(device)
     x = ((torch.randn((1, 9 * 256), generator=gen) * 4 + 1).to(torch.bfloat16)).to(device)
@@ -143,23 +143,52 @@ def test_q6k_int16x_kernel_matches_its_reference(config, device, monkeypatch):
     torch.testing.assert_close(out.double(), exact, rtol=0, atol=1e-4 * float(exact.abs().max()))
 
 
-def test_q6k_int16x_takes_one_row_a_program_below_few_rows(monkeypatch):
+def test_q6k_int16x_configs_cover_every_shape(monkeypatch):
+    # The timed shapes get their picks (many rows, or short rows of 2048 or more: the old default).
+    shapes = {
+        "lm_head": (128256, 4096),
+        "1b_lm_head": (128256, 2048),
+        "gate_up": (28672, 4096),
+        "down": (4096, 14336),
+        "v": (1024, 4096),
+        "1b_down": (2048, 8192),
+        "1b_qkv": (3072, 2048),
+        "1b_v": (512, 2048),
+    }
+    picked = {
+        name: gguf_gemv._int16x_config(SimpleNamespace(qtype="Q6_K", out_features=n, in_features=k))
+        for name, (n, k) in shapes.items()
+    }
+    assert picked == {
+        "lm_head": (512, 2, 1),
+        "1b_lm_head": (512, 4, 1),
+        "gate_up": (512, 2, 1),
+        "down": (2048, 2, 4),
+        "v": (4096, 2, 4),
+        "1b_down": (4096, 2, 4),
+        "1b_qkv": (512, 2, 1),
+        "1b_v": (2048, 2, 4),
+    }
+    # The launch: CHUNK // 256 blocks side by side, BLOCK_N rows a program.
     launched = []
 
     class Recorder:
         def __getitem__(self, grid):
-            return lambda *args, **meta: launched.append((grid, meta["BLOCK_N"], meta["NSUB"]))
+            return lambda *args, **meta: launched.append(
+                (grid, meta["BLOCK_N"], meta["NB"], meta["num_warps"])
+            )
 
     monkeypatch.setattr(gguf_gemv, "q6k_int16x_kernel", Recorder())
-    x = torch.zeros((1, 512), dtype=torch.bfloat16)
-    for rows in (gguf_gemv.Q6K_FEW_ROWS - 1, gguf_gemv.Q6K_FEW_ROWS):
-        weight = SimpleNamespace(
-            out_features=rows, in_features=512, data=torch.zeros((rows, 420), dtype=torch.uint8)
-        )
-        gguf_gemv._launch_q6k_int16x(x, weight, None, torch.empty((1, rows)))
-    few, many = launched
-    assert few == ((gguf_gemv.Q6K_FEW_ROWS - 1,), 1, 2)  # (1024, 1, 1): one row a program, 2 blocks a step
-    assert many[1:] == (gguf_gemv.Q6K_INT16X_CONFIG[1], 1)
+    weight = SimpleNamespace(
+        qtype="Q6_K",
+        out_features=4097,
+        in_features=4096,
+        data=torch.zeros((4097, 16 * 210), dtype=torch.uint8),
+    )
+    gguf_gemv._launch_q6k_int16x(
+        torch.zeros((1, 4096), dtype=torch.bfloat16), weight, None, torch.empty((1, 4097))
+    )
+    assert launched == [((2049,), 2, 8, 4)]
 
 
 def test_q6k_int16x_is_the_default_and_the_switch_turns_it_off(monkeypatch):

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Q6_K int16x config sweep, then the engine with per-shape Q6_K picks vs today's (8K / 32K alternated), then kernel tables.
+set -u
+T0=$(date +%s)
+[ -d /tmp/site/fastapi ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+S=bench/results/2026-12-04-h200-q6k-side-by-side/scripts; L=$OUT/callA.log
+{ date -u; git log --oneline | head -1; git status --short | head; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee -a $L
+SWEEP_S=200 timeout 280 python3 $S/q6sweep.py $OUT 2>&1 | grep -v Warn | tee -a $L
+A="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB"
+Q6PICKS=$OUT/q6picks.json timeout 90 python3 $S/prof_q6.py $A --ctx 8192 > $OUT/warm.txt 2>&1
+for i in 1 2; do for ctx in 8192 32768; do for v in today picks; do
+  [ $(( $(date +%s) - T0 )) -lt 470 ] || break 3
+  if [ $v = picks ]; then E="Q6PICKS=$OUT/q6picks.json"; else E="Q6PICKS="; fi
+  env $E timeout 40 python3 $S/prof_q6.py $A --ctx $ctx > $OUT/prof_${v}_${ctx}_$i.txt 2>&1
+  echo "$v $ctx $i rc $?: $(grep -E 'engine.step|plan ' $OUT/prof_${v}_${ctx}_$i.txt | tr '\n' ' ')" | tee -a $L
+done; done; done
+[ $(( $(date +%s) - T0 )) -lt 520 ] && KVSPILL_PDL=0 Q6PICKS=$OUT/q6picks.json timeout 50 python3 $S/prof_q6.py $A --ctx 8192 --kernels 20 > $OUT/k_c1_8k.txt 2>&1
+[ $(( $(date +%s) - T0 )) -lt 555 ] && KVSPILL_PDL=0 Q6PICKS=$OUT/q6picks.json timeout 40 python3 $S/prof_q6.py --shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048 --concurrency 8 --kernels 20 > $OUT/k_c8_2k.txt 2>&1
+(cd $OUT && tar czf all.tgz *.txt *.jsonl && rm -f prof_*.txt warm.txt)
+echo "done at $(( $(date +%s) - T0 )) s" | tee -a $L
