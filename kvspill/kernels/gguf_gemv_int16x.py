@@ -293,8 +293,10 @@ def q6k_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int)
     return (scale.repeat_interleave(4, dim=1) * per4).sum(dim=1)[None]
 
 
-def int16_x_blocks(x: torch.Tensor, bits: int = X_BITS, group: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [..., K] as the kernels round it, per `group` values (Q4_K 32, Q6_K 4): (xq [..., K / group,
+def int16_x_blocks(
+    x: torch.Tensor, bits: int = X_BITS, group: int = Q4K_X_GROUP
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., K] as the kernels round it, per `group` values (Q4_K 16, Q6_K 4): (xq [..., K / group,
     group] float32 integers, |xq| <= 2**bits, and 2**e [..., K / group]) with x ~= 2**e * xq
     (`_power_of_two_scale`; other `bits` show what a narrower integer would do)."""
     xf = x.float().reshape(*x.shape[:-1], -1, group)
@@ -309,7 +311,7 @@ def q4k_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int)
     Q4K_X_GROUP values, the Q4_K rows' (d * sc, dmin * m, q) from gguf's layout, exact integer
     sums -> [1, rows] fp32."""
     group = Q4K_X_GROUP
-    xq, dx = int16_x_blocks(x[0], group=group)  # [K / group, group], [K / group]
+    xq, dx = int16_x_blocks(x[0])  # [K / group, group], [K / group]
     scale, minimum, q = q4k_fields(weight_data, in_features)  # [rows, K / 32] x2, [rows, K / 32, 32]
     rows = q.shape[0]
     int_sums = (q.double().reshape(rows, -1, group) * xq.double()[None]).sum(dim=2).float()  # exact

@@ -45,7 +45,7 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # 2026-12-04-h200-q4km-peer), 4 x 2K at 920 tok/s (2026-12-03-h200-mma-sync). Other counts take
 # the next larger entry's rate (2-3 tokens run the lane GEMV: not measured in the engine); other
 # types' multi-token kernels are not measured (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
-Q4_K_M_READ_GBS_BY_TOKENS = {1: 2910.0, 4: 1452.0, 8: 1476.0, 16: 1157.0, 32: 862.0}
+Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1452.0, 8: 1476.0, 16: 1157.0, 32: 862.0}
 # A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
 _GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0"}
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
