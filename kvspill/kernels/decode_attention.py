@@ -20,7 +20,9 @@ Stage 1, grid (num_seqs, num_kv_heads, num_splits): split i of a seq covers keys
 [i * T, min((i + 1) * T, seq_len)) with T = max(min_split_tokens, seq_len / num_splits rounded up
 to BLOCK_N); programs whose range is empty write o = 0, lse = -inf. Stage 2, grid
 (num_seqs, num_heads): merge the splits by their lse. With num_splits == 1, stage 1 writes o and
-lse directly and stage 2 is skipped.
+lse directly and stage 2 is skipped. With `new_kv` (kernels/rope_store.NewKV) stage 1 also does
+rope_store's work: q rotated in registers, the new key rotated and stored with its value by the
+program whose split holds it, before that program reads its keys.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from kvspill.kernels.attention_common import (
     gather_seq_kv,
     resolve_out,
 )
-from kvspill.kernels.kv_quant import kv_strides, scale_view
+from kvspill.kernels.kv_quant import fp8_max, kv_strides, scale_view
 from kvspill.kernels.pdl import pdl_meta, pdl_wait
+from kvspill.kernels.rope_store import NewKV, rope_and_store_kv_ref, rope_group_rows, store_new_kv
 from kvspill.kernels.triton_compat import tl, triton
 
 # Programs per SM that stage 1 aims for: enough CTAs in flight to keep HBM busy. 4 beat 2 and 8
@@ -78,9 +81,23 @@ def paged_decode_attention_ref(
     scale: float,
     num_splits: int | None = None,
     out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+    *,
+    new_kv: NewKV | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Torch reference (also the CPU engine's path); num_splits is accepted and ignored."""
+    """Torch reference (also the CPU engine's path); num_splits is accepted and ignored. With
+    `new_kv`: `rope_and_store_kv_ref` on copies of q and k first (q, k stay as they are)."""
     o, lse = resolve_out(out, q)
+    if new_kv is not None:
+        q = q.clone()
+        rope_and_store_kv_ref(
+            q,
+            new_kv.k.clone(),
+            new_kv.v,
+            new_kv.positions,
+            new_kv.cos_sin_cache,
+            kv_layer,
+            new_kv.slot_mapping,
+        )
     for s, seq_len in enumerate(seq_lens.tolist()):
         k, v = gather_seq_kv(kv_layer, block_tables[s], seq_len)
         o_s, lse_s = dense_attention_ref(q[s : s + 1], k, v, scale)
@@ -113,6 +130,16 @@ def _decode_split_kernel(
     stride_ls,
     stride_lh,
     stride_lk,
+    new_k_ptr,  # ROPE: NewKV's tensors and strides (else unused)
+    new_v_ptr,
+    pos_ptr,
+    cos_sin_ptr,
+    slot_ptr,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cos,
     BLOCK_SIZE: tl.constexpr,
     GROUP: tl.constexpr,
     GROUP_PAD: tl.constexpr,
@@ -121,6 +148,8 @@ def _decode_split_kernel(
     DOT_PRECISION: tl.constexpr,
     DOT_IN_F32: tl.constexpr,
     INT8: tl.constexpr = False,
+    ROPE: tl.constexpr = False,  # rope_store's work too (NewKV): q, k unrotated; k, v not stored yet
+    FP8_MAX: tl.constexpr = 0.0,
     PDL: tl.constexpr = False,
 ):
     pdl_wait(PDL)
@@ -133,11 +162,38 @@ def _decode_split_kernel(
     rows = tl.arange(0, GROUP_PAD)
     head = kv_head * GROUP + rows
     row_ok = rows < GROUP
-    q = _load_group_query(q_ptr, seq, head, row_ok, stride_qs, stride_qh, HEAD_DIM)
+    head_off = kv_head * stride_ch
+    if ROPE:
+        pos = tl.load(pos_ptr + seq)
+        q_rows = q_ptr + seq.to(tl.int64) * stride_qs + head * stride_qh
+        q = rope_group_rows(q_rows, row_ok, cos_sin_ptr, pos, stride_cos, HEAD_DIM)
+        # The split that holds the new key (seq_len - 1) stores it before any of its keys are read;
+        # the barrier makes the CTA's stores visible to all its threads (the branch is the same for
+        # all of them). No other split reads that key, so no other program waits.
+        slot = tl.load(slot_ptr + seq)
+        if (start < end) & (end == seq_len) & (slot >= 0):
+            store_new_kv(
+                new_k_ptr + seq.to(tl.int64) * stride_kt + kv_head * stride_kh,
+                new_v_ptr + seq.to(tl.int64) * stride_vt + kv_head * stride_vh,
+                kv_ptr,
+                slot,
+                cos_sin_ptr,
+                pos,
+                stride_cos,
+                head_off,
+                stride_cb,
+                stride_ckv,
+                stride_cs,
+                BLOCK_SIZE,
+                HEAD_DIM,
+                FP8_MAX,
+            )
+            tl.debug_barrier()
+    else:
+        q = _load_group_query(q_ptr, seq, head, row_ok, stride_qs, stride_qh, HEAD_DIM)
     # Keys >= end belong to the next split: masking at end - 1 is the causal mask of attend_tile.
     q_pos = tl.full([GROUP_PAD], 0, dtype=tl.int32) + end - 1
     bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
-    head_off = kv_head * stride_ch
     acc, m_i, l_i = attend_keys(
         q,
         kv_ptr,
@@ -274,15 +330,20 @@ def paged_decode_attention(
     out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     *,
     min_split_tokens: int | None = None,
+    new_kv: NewKV | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton wrapper; returns (o, lse), see the module docstring for shapes.
 
     num_splits is the fixed number of stage-1 splits per seq; None chooses it with
     `choose_num_splits` from the block table's width (no device sync). `out` is o alone or
     (o, lse), preallocated. min_split_tokens (rounded up to whole key tiles; default
-    `default_min_split_tokens`) stops short seqs from being cut into tiny splits.
+    `default_min_split_tokens`) stops short seqs from being cut into tiny splits. `new_kv`: the
+    kernel does rope_store's work as well (q and k given unrotated, k and v not stored yet;
+    kernels/rope_store.py), one launch fewer.
     """
     _check_decode_args(q, kv_layer, block_tables, seq_lens)
+    if new_kv is not None:
+        new_kv.check(q, kv_layer)
     o, lse = resolve_out(out, q)
     num_seqs, num_heads, head_dim = q.shape
     if num_seqs == 0:
@@ -302,7 +363,7 @@ def paged_decode_attention(
         part_o = q.new_empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32)
         part_lse = q.new_empty((num_seqs, num_heads, num_splits), dtype=torch.float32)
     _launch_split_stage(
-        q, kv_layer, block_tables, seq_lens, scale, part_o, part_lse, min_split_tokens, launch
+        q, kv_layer, block_tables, seq_lens, scale, part_o, part_lse, min_split_tokens, launch, new_kv
     )
     if num_splits > 1:
         _merge_splits(part_o, part_lse, o, lse)
@@ -347,12 +408,19 @@ def _launch_split_stage(
     part_lse: torch.Tensor,  # [num_seqs, num_heads, num_splits]
     min_split_tokens: int,
     launch: tuple[int, int, int],  # _launch_config's (BLOCK_N, num_warps, num_stages)
+    new_kv: NewKV | None,
 ) -> None:
     """Stage 1: one program per (seq, KV head, split) writes its split's o and lse."""
     num_seqs, num_heads, head_dim = q.shape
     _, _, block_size, num_kv_heads, _ = kv_layer.shape
     block_n, num_warps, num_stages = launch
     group = num_heads // num_kv_heads
+    if new_kv is None:  # unused pointers and strides: q's
+        rope_args: tuple[torch.Tensor | int, ...] = (q, q, q, q, q, 0, 0, 0, 0, 0)
+    else:
+        k, v, cos_sin = new_kv.k, new_kv.v, new_kv.cos_sin_cache
+        rope_args = (k, v, new_kv.positions, cos_sin, new_kv.slot_mapping)
+        rope_args += (k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos_sin.stride(0))
     _decode_split_kernel[(num_seqs, num_kv_heads, part_o.shape[2])](
         q,
         kv_layer,
@@ -373,6 +441,7 @@ def _launch_split_stage(
         part_lse.stride(0),
         part_lse.stride(1),
         part_lse.stride(2),
+        *rope_args,
         BLOCK_SIZE=block_size,
         GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)),
@@ -381,6 +450,8 @@ def _launch_split_stage(
         DOT_PRECISION=dot_precision(q.dtype),
         DOT_IN_F32=not q.is_cuda,
         INT8=kv_layer.dtype == torch.int8,
+        ROPE=new_kv is not None,
+        FP8_MAX=fp8_max(kv_layer.dtype),
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_meta(q.device),

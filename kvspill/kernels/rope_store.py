@@ -7,9 +7,17 @@ fusing the two saves about 1.5 us per layer. Same contracts as the two it replac
 - rotated k and v go to slot = block_id * block_size + offset of `kv_layer`; a negative slot
   is padding and writes nothing (`store_kv_ref`); an int8 cache gets each row quantized with its
   own scale (`kv_quant.py`), as `store_kv` writes it.
+
+`NewKV` hands the same work to decode attention instead (kernels/decode_attention.py): a pure
+decode step's q is rotated in the attention programs' registers (never written back) and the
+program whose split holds the new key rotates and stores it and v before it reads its keys
+(`rope_group_rows`, `store_new_kv`), so the step has one kernel fewer a layer. The rotation is
+the same fp32 expression per half as `_rope_rotate`'s, so q and the stored k round the same.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -25,6 +33,25 @@ from kvspill.kernels.store_kv import (
     store_kv_ref,
 )
 from kvspill.kernels.triton_compat import tl, triton
+
+
+@dataclass(frozen=True)
+class NewKV:
+    """A decode step's new k and v (not rotated yet) and what RoPE and the store need: decode
+    attention rotates q and k and writes k, v to `slot_mapping` itself (rows are the decode rows,
+    in order; a negative slot writes nothing). q and k are left as they are."""
+
+    k: torch.Tensor  # [num_seqs, num_kv_heads, head_dim]
+    v: torch.Tensor  # [num_seqs, num_kv_heads, head_dim]
+    positions: torch.Tensor  # [num_seqs] int64
+    cos_sin_cache: torch.Tensor  # [max_positions, head_dim] float32
+    slot_mapping: torch.Tensor  # [num_seqs] int64
+
+    def check(self, q: torch.Tensor, kv_layer: torch.Tensor) -> None:
+        """The contract of the rope_store kernel, for these rows (asserts, no device sync)."""
+        assert kv_layer.dtype != torch.int8, "int8 pools rotate to their basis first: rope_and_store_kv"
+        check_rope_args(q, self.k, self.positions, self.cos_sin_cache)
+        check_store_args(self.k, self.v, kv_layer, self.slot_mapping)
 
 
 def rope_and_store_kv_ref(
@@ -46,6 +73,52 @@ def _to_cache(x, cache_ptr, FP8_MAX: tl.constexpr):
     if FP8_MAX > 0:
         x = saturate_round_fp8(x.to(tl.float32), FP8_MAX)
     return x.to(cache_ptr.dtype.element_ty)
+
+
+@triton.jit
+def rope_group_rows(rows, ok, cos_sin_ptr, pos, stride_cos, HEAD_DIM: tl.constexpr):
+    """The rows at `rows` [R] (pointers to each row's first element; rows off `ok` give 0) rotated
+    for position `pos`: [R, HEAD_DIM] in their dtype. The halves are `_rope_rotate`'s expressions
+    on separate tensors, joined after: written over whole rows, the shared x * cos let the GPU
+    compiler fuse the other product into an fma and round differently (H200: other greedy tokens)."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    dims = tl.arange(0, HALF)
+    cos = tl.load(cos_sin_ptr + pos * stride_cos + dims)[None, :]
+    sin = tl.load(cos_sin_ptr + pos * stride_cos + HALF + dims)[None, :]
+    ptrs = rows[:, None] + dims[None, :]
+    x1 = tl.load(ptrs, mask=ok[:, None], other=0.0).to(tl.float32)
+    x2 = tl.load(ptrs + HALF, mask=ok[:, None], other=0.0).to(tl.float32)
+    out1 = (x1 * cos - x2 * sin).to(rows.dtype.element_ty)
+    out2 = (x2 * cos + x1 * sin).to(rows.dtype.element_ty)
+    both = tl.permute(tl.join(out1, out2), (0, 2, 1))  # [R, 2, HALF]: the halves in order
+    return tl.reshape(both, (rows.shape[0], HEAD_DIM))
+
+
+@triton.jit
+def store_new_kv(
+    k_row,
+    v_row,
+    cache_ptr,
+    slot,
+    cos_sin_ptr,
+    pos,
+    stride_cos,
+    head_off,
+    stride_cb,
+    stride_ckv,
+    stride_cs,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+):
+    """One KV head of a new token: k at `k_row` rotated for `pos`, and v at `v_row`, into cache
+    slot `slot` (>= 0) of the model dtype or fp8, as `_store_kv` writes them."""
+    dims = tl.arange(0, HEAD_DIM)
+    one = tl.arange(0, 1)
+    k = rope_group_rows(k_row + one, one == 0, cos_sin_ptr, pos, stride_cos, HEAD_DIM)
+    dst = cache_ptr + (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_cs + head_off + dims
+    tl.store(dst[None, :], _to_cache(k, cache_ptr, FP8_MAX))
+    tl.store(dst + stride_ckv, _to_cache(tl.load(v_row + dims), cache_ptr, FP8_MAX))
 
 
 @triton.jit

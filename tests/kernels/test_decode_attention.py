@@ -12,6 +12,7 @@ from kvspill.kernels.decode_attention import (
     paged_decode_attention_ref,
 )
 from kvspill.kernels.kv_quant import dequantize_kv, quantize_kv
+from kvspill.kernels.rope_store import NewKV, rope_and_store_kv
 
 # Empty seq, one token, one short of a block, not a block multiple, several splits' worth.
 SEQ_LENS = [0, 1, 15, 37, 70]
@@ -176,3 +177,90 @@ def test_kernel_reads_int8_cache(make_paged_kv, tol, dtype, num_splits, device):
     torch.testing.assert_close(o_ref.float(), o_want.float(), **tol[dtype])
     torch.testing.assert_close(o.float(), o_want.float(), **tol[dtype])
     torch.testing.assert_close(lse, lse_want, atol=1e-3, rtol=1e-4)
+
+
+def _new_kv_rows(paged, num_kv_heads, head_dim, dtype, device, seed=3):
+    """A decode step's unrotated k, v for the new key of each seq (at seq_len - 1), their
+    positions (not seq_len - 1: RoPE positions may differ, as after a context shift) and slots."""
+    gen = torch.Generator().manual_seed(seed)
+    num_seqs = paged.seq_lens.shape[0]
+    k = torch.randn((num_seqs, num_kv_heads, head_dim), generator=gen).to(dtype).to(device)
+    v = torch.randn((num_seqs, num_kv_heads, head_dim), generator=gen).to(dtype).to(device)
+    angles = torch.rand((500, head_dim // 2), generator=gen) * 6.28
+    cos_sin = torch.cat((angles.cos(), angles.sin()), dim=-1).to(device)
+    positions = torch.randint(0, 500, (num_seqs,), generator=gen).to(device)
+    block_size = paged.kv_layer.shape[2]
+    slots = []
+    for s, n in enumerate(paged.seq_lens.tolist()):
+        block = int(paged.block_tables[s, (n - 1) // block_size]) if n else -1
+        slots.append(block * block_size + (n - 1) % block_size if n else -1)
+    slots = torch.tensor(slots, dtype=torch.int64, device=device)
+    return NewKV(k, v, positions, cos_sin, slots)
+
+
+@pytest.mark.parametrize(
+    "dtype, num_heads, num_kv_heads, head_dim, num_splits, cache_dtype",
+    [
+        (torch.float32, 4, 2, 16, 1, None),
+        (torch.float32, 8, 2, 32, 3, None),
+        (torch.bfloat16, 8, 2, 32, 4, None),
+        (torch.bfloat16, 6, 1, 64, None, None),
+        (torch.bfloat16, 8, 2, 32, 2, torch.float8_e4m3fn),  # --kv-cache-dtype fp8: values saturate
+    ],
+)
+def test_new_kv_equals_rope_store_then_attention(
+    make_paged_kv, dtype, num_heads, num_kv_heads, head_dim, num_splits, cache_dtype, device
+):
+    """NewKV: the kernel rotates q and k and stores k, v itself; the cache, o and lse equal
+    rope_and_store_kv followed by the kernel, to the bit, and q, k are left unrotated."""
+    paged, q = _make_batch(make_paged_kv, SEQ_LENS, num_heads, num_kv_heads, head_dim, 16, dtype, device)
+    new = _new_kv_rows(paged, num_kv_heads, head_dim, dtype, device)
+    cache = paged.kv_cache if cache_dtype is None else paged.kv_cache.float().clamp(-448, 448).to(cache_dtype)
+    tables = (paged.block_tables, paged.seq_lens, 0.2)
+    kw = dict(num_splits=num_splits, min_split_tokens=16)
+
+    cache_a, q_a, k_a = cache.clone(), q.clone(), new.k.clone()
+    rope_and_store_kv(q_a, k_a, new.v, new.positions, new.cos_sin_cache, cache_a[:, 1], new.slot_mapping)
+    o_a, lse_a = paged_decode_attention(q_a, cache_a[:, 1], *tables, **kw)
+
+    cache_b, q_b, k_b = cache.clone(), q.clone(), new.k.clone()
+    fused = NewKV(k_b, new.v, new.positions, new.cos_sin_cache, new.slot_mapping)
+    o_b, lse_b = paged_decode_attention(q_b, cache_b[:, 1], *tables, **kw, out=_poisoned_out(q), new_kv=fused)
+
+    assert torch.equal(q_b, q) and torch.equal(k_b, new.k), "q and k must stay unrotated"
+    assert torch.equal(cache_b.view(torch.uint8), cache_a.view(torch.uint8)), (
+        "cache differs from rope_store's"
+    )
+    assert not torch.equal(cache_b.view(torch.uint8), cache.view(torch.uint8))
+    # On the CPU to the bit; on a GPU the attention's fp32 rounding may move a last bit (H200)
+    torch.testing.assert_close(o_b, o_a, atol=2e-6 if q.is_cuda else 0, rtol=0)
+    torch.testing.assert_close(lse_b, lse_a, atol=2e-6 if q.is_cuda else 0, rtol=0)
+    cache_r = cache.clone()
+    o_r, lse_r = paged_decode_attention_ref(q, cache_r[:, 1], *tables, new_kv=new)
+    # the reference rounds fp32 to bf16 where Triton's interpreter truncates: a step apart at most
+    tol = {torch.float32: dict(atol=3e-5, rtol=1e-5), torch.bfloat16: dict(atol=3e-2, rtol=2e-2)}[dtype]
+    cache_tol = tol if cache_dtype is None else dict(atol=0.02, rtol=2.0**-3)  # may round to the next fp8
+    torch.testing.assert_close(cache_r[:, 1].float(), cache_a[:, 1].float(), equal_nan=True, **cache_tol)
+    torch.testing.assert_close(o_b.float(), o_r.float(), **tol)
+    torch.testing.assert_close(lse_b, lse_r, **tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("seq_lens", [[750], [750, 2000, 9], [8192]])
+def test_new_kv_engine_shapes_on_gpu(make_paged_kv, seq_lens):
+    """The engine's shapes (32 / 8 heads of 128, 16-token blocks, automatic splits, bf16): the
+    fused path stores the same bytes and its o, lse stay within a last fp32 bit of rope_store's."""
+    paged, q = _make_batch(make_paged_kv, seq_lens, 32, 8, 128, 16, torch.bfloat16, "cuda")
+    new = _new_kv_rows(paged, 8, 128, torch.bfloat16, "cuda")
+    tables = (paged.block_tables, paged.seq_lens, 128**-0.5)
+    cache_a, q_a, k_a = paged.kv_cache.clone(), q.clone(), new.k.clone()
+    rope_and_store_kv(q_a, k_a, new.v, new.positions, new.cos_sin_cache, cache_a[:, 1], new.slot_mapping)
+    o_a, lse_a = paged_decode_attention(q_a, cache_a[:, 1], *tables)
+    cache_b = paged.kv_cache.clone()
+    o_b, lse_b = paged_decode_attention(q, cache_b[:, 1], *tables, out=_poisoned_out(q), new_kv=new)
+    assert torch.equal(cache_b.view(torch.uint8), cache_a.view(torch.uint8))
+    # Scores a last fp32 bit apart may round a key's bf16 probability one step the other way: on an
+    # H200 0.3% of o moved, at most 2.4e-4 (|o| ~ 0.01-0.1 here); a wrong key or row moves it by 1e-2+
+    torch.testing.assert_close(o_b, o_a, atol=2.0**-11, rtol=2.0**-7)
+    torch.testing.assert_close(lse_b, lse_a, atol=2e-6, rtol=0)
