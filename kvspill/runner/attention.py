@@ -3,7 +3,8 @@
 A step's tokens are ordered decodes first (one query each), then prefill chunks. Each layer
 call stores the new K/V into the paged cache through `slot_mapping`, then runs the split-KV
 decode kernel over the decode queries and the paged prefill kernel over the rest, both
-returning (o, lse). On CUDA the Triton kernels run; elsewhere their torch references (the same
+returning (o, lse). A pure decode step over gpu-tier KV hands RoPE and the store to the decode
+kernel itself (`NewKV`, `fused_rope_decode`). On CUDA the Triton kernels run; elsewhere their torch references (the same
 math, the tests' oracle), except that decode rows over a host pool read it in place with the
 C++ kernel (`host_decode.py`) when it could be built.
 
@@ -27,6 +28,7 @@ global state, so the same object can be captured in a CUDA graph with static buf
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,11 +42,18 @@ from kvspill.kernels.decode_attention import paged_decode_attention, paged_decod
 from kvspill.kernels.fused_ops import apply_rope
 from kvspill.kernels.kv_quant import rotate, rotate_rows
 from kvspill.kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
-from kvspill.kernels.rope_store import rope_and_store_kv
+from kvspill.kernels.rope_store import NewKV, rope_and_store_kv
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
 from kvspill.runner.host_decode import DecodeParts, paged_decode_attention_host
 from kvspill.runner.inputs import StepInputs
 from kvspill.storage.storage import KVStorage
+
+
+def fused_rope_decode() -> bool:
+    """Whether pure decode steps hand RoPE and the K/V store to the decode kernel (read per call;
+    KVSPILL_FUSED_ROPE_DECODE=0 keeps the rope_store kernel): one launch a layer fewer, measured in
+    bench/results/2026-12-04-h200-rope-in-decode/."""
+    return os.environ.get("KVSPILL_FUSED_ROPE_DECODE", "1") != "0"
 
 
 @dataclass
@@ -137,10 +146,30 @@ class PagedAttention:
             return rotate(o, basis).to(q.dtype)
         return self._attend(layer_idx, q, k, v, rope)
 
+    def _decode_takes_rope(self, kv_layer: torch.Tensor) -> bool:
+        """Whether the decode kernel does RoPE and the K/V store itself (`NewKV`): a pure decode
+        step on the Triton path whose q is seen by nothing else (no cold tier, no anchor capture)."""
+        meta = self.metadata
+        return (
+            fused_rope_decode()
+            and self.use_triton
+            and not self.host_kernel
+            and meta.num_prefills == 0
+            and meta.cold is None
+            and meta.anchor_capture is None
+            and kv_layer.dtype != torch.int8
+        )
+
     def _decode_rows(
-        self, q: torch.Tensor, kv_layer: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
+        self,
+        q: torch.Tensor,
+        kv_layer: torch.Tensor,
+        out: torch.Tensor,
+        lse: torch.Tensor,
+        new_kv: NewKV | None = None,
     ) -> None:
-        """The decode rows (one query each) over their gpu-tier blocks, into (out, lse)."""
+        """The decode rows (one query each) over their gpu-tier blocks, into (out, lse); with
+        `new_kv`, the kernel rotates q and k and stores k, v first."""
         meta = self.metadata
         if self.host_kernel:
             if self._host_parts is None:
@@ -158,6 +187,7 @@ class PagedAttention:
             self.scale,
             num_splits=meta.decode_num_splits,
             out=(out, lse),
+            new_kv=new_kv,
         )
 
     def _prefill_rows(
@@ -184,7 +214,10 @@ class PagedAttention:
         """Store k, v and attend (see `__call__`), all on the KV device."""
         meta = self.metadata
         kv_layer = self.storage.layer(layer_idx)
-        if rope is not None:
+        new_kv = None
+        if rope is not None and self._decode_takes_rope(kv_layer):
+            new_kv = NewKV(k, v, rope[0], rope[1], meta.slot_mapping)
+        elif rope is not None:
             rope_and_store_kv(q, k, v, rope[0], rope[1], kv_layer, meta.slot_mapping)
         if meta.anchor_capture is not None:  # q as every attention path sees it (RoPE, int8's basis)
             meta.anchor_capture.store(layer_idx, q)
@@ -195,7 +228,7 @@ class PagedAttention:
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)  # [num_tokens, num_heads]
         nd = meta.num_decodes
         if nd:
-            self._decode_rows(q[:nd], kv_layer, out[:nd], lse[:nd])
+            self._decode_rows(q[:nd], kv_layer, out[:nd], lse[:nd], new_kv)
         if meta.num_prefills and meta.skip_prefill_attention:
             out[nd:] = 0
         elif meta.num_prefills:
