@@ -39,6 +39,7 @@ from kvspill.kernels.attention_common import (
     gather_seq_kv,
     resolve_out,
 )
+from kvspill.kernels.fused_ops import _rope_cos_sin
 from kvspill.kernels.kv_quant import fp8_max, kv_strides, scale_view
 from kvspill.kernels.pdl import pdl_meta, pdl_wait
 from kvspill.kernels.rope_store import NewKV, rope_and_store_kv_ref, rope_group_rows, store_new_kv
@@ -164,31 +165,34 @@ def _decode_split_kernel(
     row_ok = rows < GROUP
     head_off = kv_head * stride_ch
     if ROPE:
-        pos = tl.load(pos_ptr + seq)
-        q_rows = q_ptr + seq.to(tl.int64) * stride_qs + head * stride_qh
-        q = rope_group_rows(q_rows, row_ok, cos_sin_ptr, pos, stride_cos, HEAD_DIM)
-        # The split that holds the new key (seq_len - 1) stores it before any of its keys are read;
-        # the barrier makes the CTA's stores visible to all its threads (the branch is the same for
-        # all of them). No other split reads that key, so no other program waits.
-        slot = tl.load(slot_ptr + seq)
-        if (start < end) & (end == seq_len) & (slot >= 0):
-            store_new_kv(
-                new_k_ptr + seq.to(tl.int64) * stride_kt + kv_head * stride_kh,
-                new_v_ptr + seq.to(tl.int64) * stride_vt + kv_head * stride_vh,
-                kv_ptr,
-                slot,
-                cos_sin_ptr,
-                pos,
-                stride_cos,
-                head_off,
-                stride_cb,
-                stride_ckv,
-                stride_cs,
-                BLOCK_SIZE,
-                HEAD_DIM,
-                FP8_MAX,
-            )
-            tl.debug_barrier()
+        q = _rotate_query_and_store_new_kv(
+            q_ptr,
+            kv_ptr,
+            new_k_ptr,
+            new_v_ptr,
+            pos_ptr,
+            cos_sin_ptr,
+            slot_ptr,
+            seq,
+            kv_head,
+            head,
+            row_ok,
+            (start < end) & (end == seq_len),
+            head_off,
+            stride_qs,
+            stride_qh,
+            stride_kt,
+            stride_kh,
+            stride_vt,
+            stride_vh,
+            stride_cos,
+            stride_cb,
+            stride_ckv,
+            stride_cs,
+            BLOCK_SIZE,
+            HEAD_DIM,
+            FP8_MAX,
+        )
     else:
         q = _load_group_query(q_ptr, seq, head, row_ok, stride_qs, stride_qh, HEAD_DIM)
     # Keys >= end belong to the next split: masking at end - 1 is the causal mask of attend_tile.
@@ -218,6 +222,63 @@ def _decode_split_kernel(
     o_row = seq.to(tl.int64) * stride_os + head * stride_oh + split * stride_ok
     lse_row = seq.to(tl.int64) * stride_ls + head * stride_lh + split * stride_lk
     _store_split(acc, m_i, l_i, o_ptr + o_row, lse_ptr + lse_row, row_ok)
+
+
+@triton.jit
+def _rotate_query_and_store_new_kv(
+    q_ptr,
+    kv_ptr,
+    new_k_ptr,
+    new_v_ptr,
+    pos_ptr,
+    cos_sin_ptr,
+    slot_ptr,
+    seq,
+    kv_head,
+    head,
+    row_ok,
+    holds_new_key,
+    head_off,
+    stride_qs,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cos,
+    stride_cb,
+    stride_ckv,
+    stride_cs,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+):
+    """rope_store's work in a split program (NewKV): its GQA group's q [GROUP_PAD, HEAD_DIM] rotated
+    in registers; the split that holds the new key (seq_len - 1) also rotates and stores it and v
+    before any of its keys are read, the barrier making the CTA's stores visible to all its threads
+    (the branch is the same for all of them). No other split reads that key, so no other waits."""
+    cos, sin = _rope_cos_sin(cos_sin_ptr, pos_ptr, seq, stride_cos, HEAD_DIM // 2)
+    q_rows = q_ptr + seq.to(tl.int64) * stride_qs + head * stride_qh
+    q = rope_group_rows(q_rows, row_ok, cos, sin, HEAD_DIM)
+    slot = tl.load(slot_ptr + seq)
+    if holds_new_key & (slot >= 0):
+        store_new_kv(
+            new_k_ptr + seq.to(tl.int64) * stride_kt + kv_head * stride_kh,
+            new_v_ptr + seq.to(tl.int64) * stride_vt + kv_head * stride_vh,
+            kv_ptr,
+            slot,
+            cos,
+            sin,
+            head_off,
+            stride_cb,
+            stride_ckv,
+            stride_cs,
+            BLOCK_SIZE,
+            HEAD_DIM,
+            FP8_MAX,
+        )
+        tl.debug_barrier()
+    return q
 
 
 @triton.jit

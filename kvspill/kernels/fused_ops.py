@@ -181,6 +181,13 @@ def _rope_cos_sin(cache_ptr, pos_ptr, token, stride_cache, HALF: tl.constexpr):
 
 
 @triton.jit
+def rope_halves(x1, x2, cos, sin):
+    """The two halves of rows rotated (fp32; cos, sin broadcast over the rows): every RoPE kernel's
+    one expression, so they all round alike (kernels/rope_store.py's decode path relies on it)."""
+    return x1 * cos - x2 * sin, x2 * cos + x1 * sin
+
+
+@triton.jit
 def _rope_rotate(
     x_ptr, token, stride_t, stride_h, num_heads, cos, sin, HALF: tl.constexpr, BLOCK_H: tl.constexpr
 ):
@@ -192,8 +199,8 @@ def _rope_rotate(
     ok = (heads[:, None] < num_heads) & (dims[None, :] < HALF)
     x1 = tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)  # x1, x2: [BLOCK_H, HALF]
     x2 = tl.load(ptrs + HALF, mask=ok, other=0.0).to(tl.float32)
-    out1 = (x1 * cos[None, :] - x2 * sin[None, :]).to(x_ptr.dtype.element_ty)
-    out2 = (x2 * cos[None, :] + x1 * sin[None, :]).to(x_ptr.dtype.element_ty)
+    out1, out2 = rope_halves(x1, x2, cos[None, :], sin[None, :])
+    out1, out2 = out1.to(x_ptr.dtype.element_ty), out2.to(x_ptr.dtype.element_ty)
     tl.store(ptrs, out1, mask=ok)
     tl.store(ptrs + HALF, out2, mask=ok)
     return out1, out2

@@ -11,8 +11,8 @@ fusing the two saves about 1.5 us per layer. Same contracts as the two it replac
 `NewKV` hands the same work to decode attention instead (kernels/decode_attention.py): a pure
 decode step's q is rotated in the attention programs' registers (never written back) and the
 program whose split holds the new key rotates and stores it and v before it reads its keys
-(`rope_group_rows`, `store_new_kv`), so the step has one kernel fewer a layer. The rotation is
-the same fp32 expression per half as `_rope_rotate`'s, so q and the stored k round the same.
+(`rope_group_rows`, `store_new_kv`), so the step has one kernel fewer a layer. Both rotate with
+`_rope_rotate`'s `rope_halves`, so q and the stored k round the same.
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from dataclasses import dataclass
 
 import torch
 
-from kvspill.kernels.fused_ops import _rope_cos_sin, _rope_rotate, apply_rope_ref, check_rope_args
+from kvspill.kernels.fused_ops import (
+    _rope_cos_sin,
+    _rope_rotate,
+    apply_rope_ref,
+    check_rope_args,
+    rope_halves,
+)
 from kvspill.kernels.kv_quant import fp8_max, kv_strides, scale_view
 from kvspill.kernels.pdl import pdl_meta, pdl_wait
 from kvspill.kernels.store_kv import (
@@ -76,20 +82,17 @@ def _to_cache(x, cache_ptr, FP8_MAX: tl.constexpr):
 
 
 @triton.jit
-def rope_group_rows(rows, ok, cos_sin_ptr, pos, stride_cos, HEAD_DIM: tl.constexpr):
+def rope_group_rows(rows, ok, cos, sin, HEAD_DIM: tl.constexpr):
     """The rows at `rows` [R] (pointers to each row's first element; rows off `ok` give 0) rotated
-    for position `pos`: [R, HEAD_DIM] in their dtype. The halves are `_rope_rotate`'s expressions
-    on separate tensors, joined after: written over whole rows, the shared x * cos let the GPU
-    compiler fuse the other product into an fma and round differently (H200: other greedy tokens)."""
+    by `cos`, `sin` ([HEAD_DIM // 2] fp32, `_rope_cos_sin`): [R, HEAD_DIM] in their dtype. The halves
+    go through `rope_halves` as separate tensors, joined after: written over whole rows, a shared
+    x * cos let the GPU compiler fuse the other product into an fma and round differently."""
     HALF: tl.constexpr = HEAD_DIM // 2
-    dims = tl.arange(0, HALF)
-    cos = tl.load(cos_sin_ptr + pos * stride_cos + dims)[None, :]
-    sin = tl.load(cos_sin_ptr + pos * stride_cos + HALF + dims)[None, :]
-    ptrs = rows[:, None] + dims[None, :]
+    ptrs = rows[:, None] + tl.arange(0, HALF)[None, :]
     x1 = tl.load(ptrs, mask=ok[:, None], other=0.0).to(tl.float32)
     x2 = tl.load(ptrs + HALF, mask=ok[:, None], other=0.0).to(tl.float32)
-    out1 = (x1 * cos - x2 * sin).to(rows.dtype.element_ty)
-    out2 = (x2 * cos + x1 * sin).to(rows.dtype.element_ty)
+    out1, out2 = rope_halves(x1, x2, cos[None, :], sin[None, :])
+    out1, out2 = out1.to(rows.dtype.element_ty), out2.to(rows.dtype.element_ty)
     both = tl.permute(tl.join(out1, out2), (0, 2, 1))  # [R, 2, HALF]: the halves in order
     return tl.reshape(both, (rows.shape[0], HEAD_DIM))
 
@@ -100,9 +103,8 @@ def store_new_kv(
     v_row,
     cache_ptr,
     slot,
-    cos_sin_ptr,
-    pos,
-    stride_cos,
+    cos,
+    sin,
     head_off,
     stride_cb,
     stride_ckv,
@@ -111,11 +113,11 @@ def store_new_kv(
     HEAD_DIM: tl.constexpr,
     FP8_MAX: tl.constexpr,
 ):
-    """One KV head of a new token: k at `k_row` rotated for `pos`, and v at `v_row`, into cache
-    slot `slot` (>= 0) of the model dtype or fp8, as `_store_kv` writes them."""
+    """One KV head of a new token: k at `k_row` rotated by `cos`, `sin`, and v at `v_row`, into
+    cache slot `slot` (>= 0) of the model dtype or fp8, as `_store_kv` writes them."""
     dims = tl.arange(0, HEAD_DIM)
     one = tl.arange(0, 1)
-    k = rope_group_rows(k_row + one, one == 0, cos_sin_ptr, pos, stride_cos, HEAD_DIM)
+    k = rope_group_rows(k_row + one, one == 0, cos, sin, HEAD_DIM)
     dst = cache_ptr + (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_cs + head_off + dims
     tl.store(dst[None, :], _to_cache(k, cache_ptr, FP8_MAX))
     tl.store(dst + stride_ckv, _to_cache(tl.load(v_row + dims), cache_ptr, FP8_MAX))
