@@ -48,6 +48,7 @@ import transformers
 from transformers import PretrainedConfig, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from kvspill.env import env_settings
+from kvspill.gguf.merge_rebuild import linear_merge_rebuild
 from kvspill.gguf.reader import shared_readers
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def gguf_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     def build() -> PreTrainedTokenizerBase:
         from transformers.models.auto.tokenization_auto import AutoTokenizer  # heavy: see gguf_hf_config
 
-        with shared_readers():
+        with shared_readers(), linear_merge_rebuild():
             return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
     tokenizer = _cached(path, "tokenizer", build, load_saved_tokenizer)
