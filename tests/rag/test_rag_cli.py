@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import io
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -90,13 +91,21 @@ def test_index_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch
 
 def test_ctrl_c_cancels_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stderr", io.StringIO())
+    # interrupt_main() does nothing where SIGINT is ignored, as in a job a shell started with `&`:
+    # give the main thread Python's own handler for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def interrupted(progress: IndexProgress) -> str:
         time.sleep(0.1)
         _thread.interrupt_main()  # Ctrl-C, while the main thread waits for this one
-        while True:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
             progress.check()  # raises once the main thread asked for the cancel
             time.sleep(0.01)
+        return "never cancelled"  # fails the test below instead of hanging it
 
-    with pytest.raises(IndexCancelledError, match="Ctrl-C"):
-        rag_cmd._index_with_progress(interrupted)
+    try:
+        with pytest.raises(IndexCancelledError, match="Ctrl-C"):
+            rag_cmd._index_with_progress(interrupted)
+    finally:
+        signal.signal(signal.SIGINT, previous)
