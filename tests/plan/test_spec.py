@@ -158,11 +158,12 @@ def test_embedded_gguf_header(smollm2: ModelSpec) -> None:
 
 
 def test_gguf_counts_match_file_and_transformers(smollm2: ModelSpec) -> None:
-    from gguf import GGUFReader
     from transformers import AutoConfig
 
+    from kvspill.gguf.fast import FastGGUFReader  # gguf's tensors (tests/model/test_gguf_fast.py), fast
+
     path = embedded_gguf_path()
-    reader = GGUFReader(path)
+    reader = FastGGUFReader(path)
     assert smollm2.num_params == sum(int(t.n_elements) for t in reader.tensors)
     assert smollm2.stored_weight_bytes == sum(int(t.n_bytes) for t in reader.tensors)
     config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)

@@ -25,8 +25,10 @@ from .conftest import Server, start_server, stop_server
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES_PER_MODE = 100  # per POST operation and mode: 4 operations x 2 modes x 100 = 800 cases
-MIN_CASES = 500
+# Per POST operation and mode: 4 operations x 2 modes x 64 = 512 cases. 100 (800 cases, 77 s of a
+# 2-core CI worker) put the suite past its 15 minutes on 2026-12-04.
+EXAMPLES_PER_MODE = 64
+MIN_CASES = 320
 
 
 @pytest.fixture(scope="module")
