@@ -6,12 +6,13 @@ import logging
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
 import transformers
 
 from kvspill.env import env_settings
 from kvspill.gguf import cache as gguf_cache
+
+from .conftest import write_tiny_llama_gguf
 
 TEXTS = [
     "Hello world!",
@@ -35,29 +36,28 @@ def tiny_gguf(tmp_path) -> Path:
     """A 32-token byte-level BPE vocabulary with merges, special tokens and a chat template."""
     path = tmp_path / "tiny" / "tiny.gguf"
     path.parent.mkdir()
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_context_length(256)
-    w.add_embedding_length(32)
-    w.add_block_count(1)
-    w.add_feed_forward_length(64)
-    w.add_head_count(2)
-    w.add_head_count_kv(1)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *"abcdefghijklmnopqrstuvwxyz", "Ġ", "ab", "Ġa"]
-    w.add_token_list(tokens)
-    w.add_token_types([3, 3, 3] + [1] * (len(tokens) - 3))
-    w.add_token_merges(["a b", "Ġ a"])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}")
-    w.add_tensor("token_embd.weight", np.zeros((len(tokens), 32), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+
+    def add_tokenizer(w: gguf.GGUFWriter) -> int:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("smollm")
+        tokens = [
+            "<|endoftext|>",
+            "<|im_start|>",
+            "<|im_end|>",
+            *"abcdefghijklmnopqrstuvwxyz",
+            "Ġ",
+            "ab",
+            "Ġa",
+        ]
+        w.add_token_list(tokens)
+        w.add_token_types([3, 3, 3] + [1] * (len(tokens) - 3))
+        w.add_token_merges(["a b", "Ġ a"])
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}")
+        return len(tokens)
+
+    return write_tiny_llama_gguf(path, add_tokenizer)
 
 
 @pytest.fixture

@@ -8,13 +8,14 @@ import re
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
 from transformers import AutoTokenizer
 from transformers.integrations import ggml
 
 from kvspill.gguf import cache as gguf_cache
 from kvspill.gguf.merge_rebuild import IndexedTokens, linear_merge_rebuild
+
+from .conftest import write_tiny_llama_gguf
 
 PROSE = """The cache keeps a running sequence's keys and values in tiers: hot blocks on the GPU,
 pinned host memory, then disk. Attention is computed where the data lives, exactly, or on the
@@ -42,32 +43,19 @@ def _spm_vocab() -> tuple[list[str], list[float], list[int]]:
 @pytest.fixture(scope="module")
 def spm_gguf(tmp_path_factory) -> Path:
     """A one-layer llama GGUF whose tokenizer is a sentencepiece vocabulary without merges."""
-    path = tmp_path_factory.mktemp("spm") / "spm.gguf"
     tokens, scores, types = _spm_vocab()
-    w = gguf.GGUFWriter(str(path), "llama")
-    for add, value in (
-        (w.add_context_length, 256),
-        (w.add_embedding_length, 32),
-        (w.add_block_count, 1),
-        (w.add_feed_forward_length, 64),
-        (w.add_head_count, 2),
-        (w.add_head_count_kv, 1),
-    ):
-        add(value)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_unk_token_id(0)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_tensor("token_embd.weight", np.zeros((len(tokens), 32), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+
+    def add_tokenizer(w: gguf.GGUFWriter) -> int:
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_unk_token_id(0)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        return len(tokens)
+
+    return write_tiny_llama_gguf(tmp_path_factory.mktemp("spm") / "spm.gguf", add_tokenizer)
 
 
 def test_indexed_tokens_is_the_list_with_a_set_behind_in() -> None:
