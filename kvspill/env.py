@@ -62,10 +62,19 @@ def cuda_graphs_on(kind: str, default: bool = True) -> bool:
     return default if value is None else value != "0"
 
 
+def switch_on(name: str) -> bool:
+    """A default-on switch of the engine's fast paths: False where KVSPILL_<name>=0, to compare.
+    Read at each call, like `cuda_graphs_on`. The switches: PDL (programmatic dependent launch,
+    kernels/pdl.py), INT16_X (the one-token Q4_K / Q6_K int16-x GEMVs, kernels/gguf_gemv.py),
+    FUSED_ROPE_DECODE (decode attention does RoPE and the K/V store, runner/attention.py),
+    GPU_WAITS_FOR_CPU (storage/stream_flag.py), SPARSE_OVERLAP (`sparse_overlap_on`)."""
+    return os.environ.get(f"KVSPILL_{name}", "1") != "0"
+
+
 def sparse_overlap_on() -> bool:
     """False where KVSPILL_SPARSE_OVERLAP=0: a sparse step selects and fetches each layer's cold
     blocks on the compute stream, after the gpu-resident attention, instead of beside it."""
-    return os.environ.get("KVSPILL_SPARSE_OVERLAP", "1") != "0"
+    return switch_on("SPARSE_OVERLAP")
 
 
 def sparse_hot_after() -> str:

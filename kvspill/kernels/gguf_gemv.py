@@ -64,10 +64,9 @@ Invariants:
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from kvspill.env import switch_on
 from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_int16x import q4k_int16x_kernel, q6k_int16x_kernel
@@ -291,7 +290,7 @@ def _one_token_q4k(x: torch.Tensor, weight: QuantizedWeight) -> bool:
 def int16_x() -> bool:
     """Whether one token of bf16 / fp16 x on Q4_K and Q6_K takes the int16-x kernels (read per
     call: KVSPILL_INT16_X=0 takes the float lanes; gguf_gemv_int16x says what they round)."""
-    return os.environ.get("KVSPILL_INT16_X", "1") != "0"
+    return switch_on("INT16_X")
 
 
 def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:

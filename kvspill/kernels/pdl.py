@@ -23,6 +23,7 @@ from functools import cache
 
 import torch
 
+from kvspill.env import switch_on
 from kvspill.kernels.triton_compat import tl, triton
 
 # How much of its weight rows a GEMV program asks L2 for before it waits (128-byte lines): 8 KB
@@ -38,7 +39,7 @@ def _device_supports_pdl(index: int) -> bool:
 
 def pdl_enabled(device: torch.device) -> bool:
     """Whether kernels on `device` launch with PDL (read per call: KVSPILL_PDL=0 switches it off)."""
-    if device.type != "cuda" or os.environ.get("KVSPILL_PDL", "1") == "0":
+    if device.type != "cuda" or not switch_on("PDL"):
         return False
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         return False

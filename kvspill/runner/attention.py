@@ -28,7 +28,6 @@ global state, so the same object can be captured in a CUDA graph with static buf
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +36,7 @@ import torch
 from kvspill.attention.cold.dispatch import ColdStep
 from kvspill.attention.cold.merge import merge_partials
 from kvspill.attention.sparse.anchor import AnchorCapture
+from kvspill.env import switch_on
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.fused_ops import apply_rope
@@ -53,7 +53,7 @@ def fused_rope_decode() -> bool:
     """Whether pure decode steps hand RoPE and the K/V store to the decode kernel (read per call;
     KVSPILL_FUSED_ROPE_DECODE=0 keeps the rope_store kernel): one launch a layer fewer, measured in
     bench/results/2026-12-04-h200-rope-in-decode/."""
-    return os.environ.get("KVSPILL_FUSED_ROPE_DECODE", "1") != "0"
+    return switch_on("FUSED_ROPE_DECODE")
 
 
 @dataclass

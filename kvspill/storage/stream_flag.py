@@ -36,10 +36,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import os
 import threading
 
 import torch
+
+from kvspill.env import switch_on
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class StreamFlag:
     def create(cls, device: torch.device) -> StreamFlag | None:
         """A flag for `device`'s streams, or None (logged once) where the driver cannot wait on
         host memory; checked by one wait that is already satisfied."""
-        if device.type != "cuda" or os.environ.get("KVSPILL_GPU_WAITS_FOR_CPU", "1") == "0":
+        if device.type != "cuda" or not switch_on("GPU_WAITS_FOR_CPU"):
             return None
         fn = _driver_wait()
         if fn is None:
