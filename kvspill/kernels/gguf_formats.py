@@ -82,12 +82,16 @@ def check_supported(qtype: str | int | GGMLQuantizationType) -> QuantFormat:
 
 @dataclass(frozen=True)
 class QuantizedWeight:
-    """A linear layer's weight kept in GGUF bytes: data uint8 [out_features, bytes_per_row]."""
+    """A linear layer's weight kept in GGUF bytes: data uint8 [out_features, bytes_per_row].
+    A Q4_K weight may carry its `scale_pairs` (kernels/gguf_mma_words.pack_scales: bf16 or fp16
+    [out_features, in_features / 16]), which the tensor-core kernel reads in place of the
+    super-blocks' scale bytes when x has their dtype."""
 
     data: torch.Tensor
     qtype: str
     out_features: int
     in_features: int
+    scale_pairs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         fmt = check_supported(self.qtype)
@@ -100,6 +104,16 @@ class QuantizedWeight:
             f"{fmt.name} data must be uint8 {expected}, got {self.data.dtype} {tuple(self.data.shape)}"
         )
         assert self.data.stride(1) == 1, "rows of a quantized weight must be contiguous"
+        pairs = self.scale_pairs
+        assert pairs is None or (
+            self.qtype == "Q4_K"
+            and pairs.dtype in (torch.bfloat16, torch.float16)
+            and tuple(pairs.shape) == (self.out_features, self.in_features // 16)
+            and pairs.is_contiguous()
+            and pairs.device == self.data.device
+        ), (
+            "scale_pairs are pack_scales' contiguous bf16 / fp16 [out_features, in_features / 16] of a Q4_K weight"
+        )
 
     @property
     def format(self) -> QuantFormat:
@@ -111,14 +125,17 @@ class QuantizedWeight:
 
     @property
     def nbytes(self) -> int:
-        return self.out_features * self.bytes_per_row
+        """The bytes held: the blocks and, where attached, the scale pairs."""
+        pairs = 0 if self.scale_pairs is None else self.scale_pairs.numel() * self.scale_pairs.element_size()
+        return self.out_features * self.bytes_per_row + pairs
 
     @property
     def device(self) -> torch.device:
         return self.data.device
 
     def to(self, device: torch.device | str) -> QuantizedWeight:
-        return QuantizedWeight(self.data.to(device), self.qtype, self.out_features, self.in_features)
+        pairs = None if self.scale_pairs is None else self.scale_pairs.to(device)
+        return QuantizedWeight(self.data.to(device), self.qtype, self.out_features, self.in_features, pairs)
 
     @classmethod
     def from_raw(cls, raw: np.ndarray | torch.Tensor, qtype: str | int) -> QuantizedWeight:
@@ -260,6 +277,16 @@ def q4k_fields(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torc
     rows = data.shape[0]
     scale, offset, q = _k_sub_blocks(data.reshape(rows, in_features // 256, 144), "Q4_K")
     return scale.reshape(rows, -1), offset.reshape(rows, -1), q.reshape(rows, -1, 32)
+
+
+def q4k_scales(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_K data [rows, bytes] -> d * sc and dmin * m float32 [rows, K / 32] (in K order), from
+    the super-blocks' headers alone: `q4k_fields` without the quants."""
+    rows = data.shape[0]
+    header = data.reshape(rows, in_features // 256, 144)[..., :16]
+    sc, mins = _k_scale_min(header[..., 4:16])
+    scale = _f16(header, 0) * sc.float()
+    return scale.reshape(rows, -1), (_f16(header, 2) * mins.float()).reshape(rows, -1)
 
 
 def dequantize_ref(

@@ -392,6 +392,7 @@ def _q4k_mma_kernel(
     stride_o,
     part_ptr,  # the words form with SPLIT_K > 1: fp32 partials [SPLIT_K, tokens, rows]
     counter_ptr,  # and the row tiles' arrival counters, zeroed by words_x
+    pairs_ptr,  # Q4_K's words form with PAIR_DTYPE: pack_scales' pairs, int32 [rows, K / 32]
     T_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT_K: tl.constexpr,
@@ -402,6 +403,7 @@ def _q4k_mma_kernel(
     WORDS: tl.constexpr = False,
     TWO_ACC: tl.constexpr = False,
     PDL: tl.constexpr = False,
+    PAIR_DTYPE: tl.constexpr = None,
 ):
     pdl_wait(PDL)  # the launch overlaps the kernel before (x comes from it: nothing read earlier)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
@@ -412,7 +414,19 @@ def _q4k_mma_kernel(
         base = row_ptr + sb * 144
         if WORDS:
             acc, acc2 = q4k_super_block_words(
-                acc, acc2, base, n_ok, xs_ptr, sb, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32, TWO_ACC
+                acc,
+                acc2,
+                base,
+                n_ok,
+                xs_ptr,
+                sb,
+                t,
+                T_PAD,
+                DOT_DTYPE,
+                DOT_DTYPE != tl.float32,
+                TWO_ACC,
+                pairs_ptr + n.to(tl.int64) * (num_blocks * 8),
+                PAIR_DTYPE,
             )
         elif WHOLE:
             acc = _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, t, t_ok, DOT_DTYPE)
@@ -455,6 +469,7 @@ def _q6k_mma_kernel(
     stride_o,
     part_ptr,  # the words form with SPLIT_K > 1: fp32 partials [SPLIT_K, tokens, rows]
     counter_ptr,  # and the row tiles' arrival counters, zeroed by words_x
+    pairs_ptr,  # Q4_K's words form with PAIR_DTYPE: pack_scales' pairs, int32 [rows, K / 32]
     T_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT_K: tl.constexpr,
@@ -465,6 +480,7 @@ def _q6k_mma_kernel(
     WORDS: tl.constexpr = False,
     TWO_ACC: tl.constexpr = False,
     PDL: tl.constexpr = False,
+    PAIR_DTYPE: tl.constexpr = None,
 ):
     pdl_wait(PDL)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
@@ -561,7 +577,8 @@ def quant_matmul_mma(
 ) -> torch.Tensor:
     """Triton tensor-core x @ W.T (+ bias) -> [num_tokens, out_features] in x's dtype (`out`
     where given: a column slice of a wider output, so a fused projection of several types needs
-    no concatenation)."""
+    no concatenation). The words form reads a Q4_K weight's `scale_pairs` when they are in x's
+    dtype (the same products: the pairs are the values the asm rounds the header's scales to)."""
     check_mma_args(x, weight, bias)
     check_out(out, x, weight.out_features)
     num_tokens, rows = x.shape[0], weight.out_features
@@ -571,6 +588,8 @@ def quant_matmul_mma(
     result, part, counters = _outputs(x, rows, cfg, out)
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
     kernel, sub = _KERNELS[weight.qtype]
+    pairs = weight.scale_pairs if cfg.words and weight.scale_pairs is not None else None
+    pairs = pairs.view(torch.int32) if pairs is not None and pairs.dtype == x.dtype else None
     # The min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need each
     # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
     # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.
@@ -593,6 +612,7 @@ def quant_matmul_mma(
         result.stride(0),
         part,
         counters,
+        pairs if pairs is not None else x,
         T_PAD=t_pad,
         BLOCK_N=cfg.block_n,
         SPLIT_K=cfg.split_k,
@@ -602,6 +622,11 @@ def quant_matmul_mma(
         **({"WHOLE": True} if cfg.whole else {}),
         **({"WORDS": True} if cfg.words else {}),
         **({"TWO_ACC": True} if cfg.two_acc else {}),
+        **(
+            {"PAIR_DTYPE": tl.float16 if x.dtype == torch.float16 else tl.bfloat16}
+            if pairs is not None
+            else {}
+        ),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **pdl_meta(x.device),

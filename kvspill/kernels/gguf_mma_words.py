@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.gguf_formats import QuantizedWeight, q4k_scales
 from kvspill.kernels.pdl import pdl_meta, pdl_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -65,26 +66,47 @@ PAIRS
 _Q4_WORDS_PAIR = """prmt.b32 p, $8, $9, SEL;
 lop3.b32 q, p, 0x000F000F, MAGIC, 0xEA;
 fma.rn.TYPE q, q, one, minus;
-fma.rn.TYPE $LO, q, $10, $11;
+fma.rn.TYPE $LO, q, SCALE_LO, MIN_LO;
 shr.u32 p, p, 4;
 lop3.b32 q, p, 0x000F000F, MAGIC, 0xEA;
 fma.rn.TYPE q, q, one, minus;
-fma.rn.TYPE $HI, q, $12, $13;"""
+fma.rn.TYPE $HI, q, SCALE_HI, MIN_HI;"""
+# With the scale pairs of `pack_scales` (one int32 a sub-block: d*sc in the low half, -dmin*m in
+# the high one, already in x's half type), four prmt regroup them as the fma wants them, in place
+# of the scale tensors' converts: with pack=2, $10 / $11 are words A's and B's even sub-block
+# pairs, $12 / $13 their odd ones, and sl = (A's scale, B's scale), ml = (A's -min, B's -min), the
+# same for sh and mh (A and B lie in one group j in the layouts Triton picks for sm_90 today, so
+# the two pairs are equal there; the asm does not rely on it).
+_Q4_UNPAIR = """.reg .b32 sl, ml, sh, mh;
+prmt.b32 sl, $10, $11, 0x5410;
+prmt.b32 ml, $10, $11, 0x7632;
+prmt.b32 sh, $12, $13, 0x5410;
+prmt.b32 mh, $12, $13, 0x7632;
+"""
 
 
-def _q4_words_asm(kind: str, magic: str, one: str, minus: str) -> str:
-    """The asm above for one half type: its pair type, the magic float, 1.0 and -magic as pairs.
-    Byte b's selector takes A's byte b into bytes 0-1 and B's into bytes 2-3."""
-    pairs = []
+def _q4_words_asm(kind: str, magic: str, one: str, minus: str, paired: bool = False) -> str:
+    """The asm above for one half type: its pair type, the magic float, 1.0 and -magic as pairs;
+    `paired`: the scales come as `pack_scales` pairs ($10-$13), else as four half tensors
+    ($10-$13: scale and negated min of the even, then the odd sub-blocks). Byte b's selector
+    takes A's byte b into bytes 0-1 and B's into bytes 2-3."""
+    scales = ("sl", "ml", "sh", "mh") if paired else ("$10", "$11", "$12", "$13")
+    body = _Q4_WORDS_PAIR
+    for name, reg in zip(("SCALE_LO", "MIN_LO", "SCALE_HI", "MIN_HI"), scales, strict=True):
+        body = body.replace(name, reg)
+    pairs = [_Q4_UNPAIR] if paired else []
     for b in range(4):
         sel = f"0x{4 + b:x}{4 + b:x}{b:x}{b:x}"
-        pair = _Q4_WORDS_PAIR.replace("SEL", sel).replace("$LO", f"${2 * b}").replace("$HI", f"${2 * b + 1}")
-        pairs.append(pair)
+        pairs.append(body.replace("SEL", sel).replace("$LO", f"${2 * b}").replace("$HI", f"${2 * b + 1}"))
     return _fill_asm(_Q4_WORDS_ASM.replace("PAIRS", "\n".join(pairs)), kind, magic, one, minus)
 
 
-_Q4_WORDS_BF16 = tl.constexpr(_q4_words_asm("bf16x2", "0x43004300", "0x3F803F80", "0xC300C300"))
-_Q4_WORDS_F16 = tl.constexpr(_q4_words_asm("f16x2", "0x64006400", "0x3C003C00", "0xE400E400"))
+_BF16_CONSTANTS = ("bf16x2", "0x43004300", "0x3F803F80", "0xC300C300")
+_F16_CONSTANTS = ("f16x2", "0x64006400", "0x3C003C00", "0xE400E400")
+_Q4_WORDS_BF16 = tl.constexpr(_q4_words_asm(*_BF16_CONSTANTS))
+_Q4_WORDS_F16 = tl.constexpr(_q4_words_asm(*_F16_CONSTANTS))
+_Q4_PAIRS_BF16 = tl.constexpr(_q4_words_asm(*_BF16_CONSTANTS, paired=True))
+_Q4_PAIRS_F16 = tl.constexpr(_q4_words_asm(*_F16_CONSTANTS, paired=True))
 _Q4_WORDS_CONSTRAINTS = tl.constexpr("=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r")
 
 
@@ -102,6 +124,40 @@ def _q4k_words_half(words, dsc_lo, ndm_lo, dsc_hi, ndm_hi, DOT_DTYPE: tl.constex
             _Q4_WORDS_F16, _Q4_WORDS_CONSTRAINTS, args, dtype=(tl.float16,) * 8, is_pure=True, pack=2
         )
     return planes
+
+
+@triton.jit
+def _q4k_words_paired(words, pair_lo, pair_hi, DOT_DTYPE: tl.constexpr):
+    """`_q4k_words_half` with the `pack_scales` pairs [BLOCK_N, 4, 1] int32 of the even and the
+    odd sub-blocks of each group j."""
+    if DOT_DTYPE == tl.bfloat16:
+        planes = tl.inline_asm_elementwise(
+            _Q4_PAIRS_BF16,
+            _Q4_WORDS_CONSTRAINTS,
+            [words, pair_lo, pair_hi],
+            dtype=(tl.bfloat16,) * 8,
+            is_pure=True,
+            pack=2,
+        )
+    else:
+        planes = tl.inline_asm_elementwise(
+            _Q4_PAIRS_F16,
+            _Q4_WORDS_CONSTRAINTS,
+            [words, pair_lo, pair_hi],
+            dtype=(tl.float16,) * 8,
+            is_pure=True,
+            pack=2,
+        )
+    return planes
+
+
+@triton.jit
+def _unpair_f32(pair, PAIR_DTYPE: tl.constexpr):
+    """(d*sc, dmin*m) fp32 of `pack_scales` pairs (halves of PAIR_DTYPE: scale low, -min high):
+    the interpreter's and fp32's form of the paired asm."""
+    scale = (pair & 0xFFFF).to(tl.int16).to(PAIR_DTYPE, bitcast=True).to(tl.float32)
+    neg_min = ((pair >> 16) & 0xFFFF).to(tl.int16).to(PAIR_DTYPE, bitcast=True).to(tl.float32)
+    return scale, -neg_min
 
 
 @triton.jit
@@ -133,24 +189,38 @@ def q4k_super_block_words(
     DOT_DTYPE: tl.constexpr,
     ASM: tl.constexpr,
     TWO_ACC: tl.constexpr,
+    pairs_rows=None,  # PAIR_DTYPE set: pointers to each row's `pack_scales` pairs (int32)
+    PAIR_DTYPE: tl.constexpr = None,  # the pairs' half type; None: the scales from the header
 ):
     """acc += one Q4_K super-block of the program's rows, its qs read as 32 int32 words a row
     (16-byte loads) and cut into 8 planes: plane m = 2 b + h holds nibble h of byte b of every
     word, i.e. word w = 8 j + i gives weight 64 j + 32 h + 4 i + b (sub-block 2 j + h); x comes
     permuted to that order (`words_x`), so each plane is one K = 32 dot, no gather. With TWO_ACC
-    the odd planes add into acc2 (two independent mma chains); returns (acc, acc2)."""
+    the odd planes add into acc2 (two independent mma chains); returns (acc, acc2). With
+    PAIR_DTYPE the scales come from `pack_scales` (32 bytes a row, loaded in the planes' layout)
+    instead of the header's bytes, whose loads cost a third of the kernel
+    (bench/results/2026-12-04-h200-mma-dequant-cost)."""
     N: tl.constexpr = base.shape[0]
-    dsc, dm = q4k_scales_mins(base, n_ok)
-    dsc_lo, dsc_hi = tl.split(tl.reshape(dsc, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
-    dm_lo, dm_hi = tl.split(tl.reshape(dm, (N, 4, 2)))
-    dsc_lo, dsc_hi = dsc_lo[:, :, None], dsc_hi[:, :, None]
-    dm_lo, dm_hi = dm_lo[:, :, None], dm_hi[:, :, None]
+    if PAIR_DTYPE is not None:
+        pairs = tl.load(pairs_rows[:, None] + sb * 8 + tl.arange(0, 8)[None, :], mask=n_ok[:, None], other=0)
+        pair_lo, pair_hi = tl.split(tl.reshape(pairs, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
+        pair_lo, pair_hi = pair_lo[:, :, None], pair_hi[:, :, None]
+        dsc_lo, dm_lo = _unpair_f32(pair_lo, PAIR_DTYPE)
+        dsc_hi, dm_hi = _unpair_f32(pair_hi, PAIR_DTYPE)
+    else:
+        dsc, dm = q4k_scales_mins(base, n_ok)
+        dsc_lo, dsc_hi = tl.split(tl.reshape(dsc, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
+        dm_lo, dm_hi = tl.split(tl.reshape(dm, (N, 4, 2)))
+        dsc_lo, dsc_hi = dsc_lo[:, :, None], dsc_hi[:, :, None]
+        dm_lo, dm_hi = dm_lo[:, :, None], dm_hi[:, :, None]
     w = tl.arange(0, 32)
     words = tl.load(
         (base + 16).to(tl.pointer_type(tl.int32))[:, None] + w[None, :], mask=n_ok[:, None], other=0
     )
     words = tl.reshape(words, (N, 4, 8))
-    if ASM:
+    if ASM and PAIR_DTYPE is not None:
+        p0, p1, p2, p3, p4, p5, p6, p7 = _q4k_words_paired(words, pair_lo, pair_hi, DOT_DTYPE)
+    elif ASM:
         p0, p1, p2, p3, p4, p5, p6, p7 = _q4k_words_half(words, dsc_lo, -dm_lo, dsc_hi, -dm_hi, DOT_DTYPE)
     else:
         p0 = _q4k_plane_f32(words, dsc_lo, dm_lo, 0, 0)
@@ -396,3 +466,23 @@ def words_x(x: torch.Tensor, qtype: str, t_pad: int, counters: torch.Tensor | No
         **pdl_meta(x.device),
     )
     return xt
+
+
+def pack_scales(weight: QuantizedWeight, dtype: torch.dtype) -> torch.Tensor:
+    """A Q4_K weight's scale pairs for the words form: [rows, K / 16] of `dtype` (bf16 / fp16),
+    per sub-block of 32 (in K order) d*sc then -dmin*m, each rounded once to `dtype` as the asm
+    rounds them; viewed as int32 [rows, K / 32], d*sc is the low half. Computed once at load
+    (model/quant.attach_scale_pairs), a few thousand rows at a time: 32 bytes a super-block
+    beside its 144."""
+    assert weight.qtype == "Q4_K", f"scale pairs are for Q4_K weights, not {weight.qtype}"
+    assert dtype in (torch.bfloat16, torch.float16), f"scale pairs are bf16 or fp16, not {dtype}"
+    rows, k = weight.out_features, weight.in_features
+    pairs = torch.empty((rows, k // 32, 2), dtype=dtype, device=weight.device)
+    for start in range(0, rows, _PACK_ROWS):
+        scale, offset = q4k_scales(weight.data[start : start + _PACK_ROWS], k)
+        pairs[start : start + _PACK_ROWS, :, 0] = scale
+        pairs[start : start + _PACK_ROWS, :, 1] = -offset
+    return pairs.view(rows, k // 16)
+
+
+_PACK_ROWS = 4096  # rows of a weight whose scales are computed at once (transient fp32 tensors)

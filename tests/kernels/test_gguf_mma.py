@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, random_quantized
+from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, q4k_fields, random_quantized
 from kvspill.kernels.gguf_mma import _as_128_plus, mma_t_pad, quant_matmul_mma
 from kvspill.kernels.gguf_mma_configs import (
     MMA_CONFIGS,
@@ -20,7 +20,7 @@ from kvspill.kernels.gguf_mma_configs import (
     mma_config,
     parse_mma_configs,
 )
-from kvspill.kernels.gguf_mma_words import q4k_words_x_ref, q6k_words_x_ref, words_x
+from kvspill.kernels.gguf_mma_words import pack_scales, q4k_words_x_ref, q6k_words_x_ref, words_x
 from kvspill.kernels.quant_linear import quant_linear, quant_linear_path
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -251,6 +251,49 @@ def test_words_split_k_adds_the_bias_once_and_matches_one_split(device):
     _check(three, x, w_ref, bias, rel=1e-5)
     # Only the fp32 summation order differs (the GPU's dots group the products otherwise).
     torch.testing.assert_close(three, one, rtol=0, atol=2e-5 * float(one.abs().max()))
+
+
+def _with_pairs(weight: QuantizedWeight, pairs: torch.Tensor) -> QuantizedWeight:
+    return QuantizedWeight(weight.data, weight.qtype, weight.out_features, weight.in_features, pairs)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_pack_scales_are_the_headers_scales_rounded_once(dtype, device):
+    weight = _case("Q4_K", 1, torch.float32, device, seed=41)[0]
+    pairs = pack_scales(weight, dtype)
+    scale, offset, _ = q4k_fields(weight.data, IN_FEATURES)
+    assert pairs.shape == (ROWS, IN_FEATURES // 16) and pairs.dtype == dtype
+    assert torch.equal(pairs[:, 0::2], scale.to(dtype)) and torch.equal(pairs[:, 1::2], (-offset).to(dtype))
+    low = pairs.view(torch.int32) & 0xFFFF  # the kernel's int32 view: d*sc in the low half
+    assert torch.equal(low.to(torch.int16), scale.to(dtype).view(torch.int16))
+    held = _with_pairs(weight, pairs)
+    assert held.nbytes == weight.nbytes + ROWS * IN_FEATURES // 8
+    assert held.to("cpu").scale_pairs is not None
+    with pytest.raises(AssertionError, match="scale_pairs"):
+        _with_pairs(weight, pairs[:, :-2].contiguous())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("config", WORDS_CONFIGS, ids=_form_id)
+def test_words_form_reads_the_scale_pairs(dtype, config, device):
+    weight, x, bias, w_ref = _case("Q4_K", 8, dtype, device, seed=43)
+    paired = _with_pairs(weight, pack_scales(weight, dtype))
+    out = quant_matmul_mma(x, paired, bias, config=config)
+    _check(out, x, w_ref, bias, rel=2e-2 if dtype == torch.bfloat16 else 4e-3)
+    header = quant_matmul_mma(x, weight, bias, config=config)
+    if (
+        device == "cuda" and dtype == torch.bfloat16
+    ):  # the asm rounds the header's scales to the pairs' values
+        assert torch.equal(out, header)
+    elif device == "cuda":  # fp16 was not bit-equal on an H200, cause not found (2026-12-04-h200-scale-pairs)
+        torch.testing.assert_close(out, header, rtol=0, atol=2e-3 * float(header.abs().max()))
+    # the pairs, not the header, scale the quants: zero pairs leave the bias alone
+    zero = _with_pairs(weight, torch.zeros_like(paired.scale_pairs))
+    assert torch.equal(quant_matmul_mma(x, zero, bias, config=config), bias.expand(8, -1))
+    # pairs of another dtype than x's are not read
+    other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
+    mismatched = _with_pairs(weight, torch.zeros((ROWS, IN_FEATURES // 16), dtype=other, device=device))
+    assert torch.equal(quant_matmul_mma(x, mismatched, bias, config=config), header)
 
 
 def test_words_and_whole_are_two_forms():
