@@ -67,7 +67,8 @@ def switch_on(name: str) -> bool:
     Read at each call, like `cuda_graphs_on`. The switches: PDL (programmatic dependent launch,
     kernels/pdl.py), INT16_X (the one-token Q4_K / Q6_K int16-x GEMVs, kernels/gguf_gemv.py),
     FUSED_ROPE_DECODE (decode attention does RoPE and the K/V store, runner/attention.py),
-    GPU_WAITS_FOR_CPU (storage/stream_flag.py), SPARSE_OVERLAP (`sparse_overlap_on`)."""
+    GPU_WAITS_FOR_CPU (storage/stream_flag.py), SPARSE_OVERLAP (`sparse_overlap_on`), SCALE_PAIRS
+    (Q4_K scale pairs for batched steps, plan/weights.scale_pairs_held: read at start-up)."""
     return os.environ.get(f"KVSPILL_{name}", "1") != "0"
 
 

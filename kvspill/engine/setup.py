@@ -39,6 +39,7 @@ from kvspill.engine.checks import (
     use_expandable_segments,
 )
 from kvspill.engine.phases import StartupPhases
+from kvspill.env import switch_on
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf.reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
@@ -46,7 +47,7 @@ from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.model.layers import rope_table_bytes
 from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.parallel import SINGLE, TensorParallel
-from kvspill.model.quant import dequant_scratch_bytes, model_weight_bytes
+from kvspill.model.quant import attach_scale_pairs, dequant_scratch_bytes, model_weight_bytes
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import EMBEDDED_FILE, resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
@@ -69,6 +70,7 @@ from kvspill.plan.startup import (
     mode_config,
     startup_plan,
 )
+from kvspill.plan.weights import scale_pairs_held
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.mixed_graphs import MixedGraphs
 from kvspill.runner.model_runner import ModelRunner
@@ -342,6 +344,21 @@ def uses_async_scheduling(config: EngineConfig, device: torch.device) -> bool:
 
 
 def _load(
+    config: EngineConfig, device: torch.device, dtype: torch.dtype, tp: TensorParallel
+) -> tuple[LoadedModel, TokenizerBundle | None]:
+    """The model and its tokenizer; with batched steps on CUDA, the Q4_K weights' scale pairs
+    (plan/weights.scale_pairs_held: the plan counts them too)."""
+    loaded, tokenizer = _load_model(config, device, dtype, tp)
+    if scale_pairs_held(device.type, config.max_num_seqs, switch_on("SCALE_PAIRS")):
+        added = attach_scale_pairs(loaded.model, dtype)
+        if added:
+            logger.info(
+                "Q4_K scale pairs for batched steps: %.2f GiB (KVSPILL_SCALE_PAIRS=0: none)", added / GIB
+            )
+    return loaded, tokenizer
+
+
+def _load_model(
     config: EngineConfig, device: torch.device, dtype: torch.dtype, tp: TensorParallel
 ) -> tuple[LoadedModel, TokenizerBundle | None]:
     if config.cpu_offload_gb and device.type != "cuda":

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
+from kvspill.kernels.gguf_mma_words import pack_scales
 from kvspill.kernels.quant_linear import dequant_slice_rows, quant_linear
 from kvspill.model.fp8 import Fp8Linear
 from kvspill.model.parallel import SINGLE, TensorParallel
@@ -135,6 +136,40 @@ class QuantEmbedding(nn.Module):
         num_embeddings with one rank; the model gathers the ranks' logits)."""
         assert self.qweight is not None, "QuantEmbedding used before set_weight"
         return quant_linear(hidden, self.qweight)
+
+
+def attach_scale_pairs(model: nn.Module, dtype: torch.dtype) -> int:
+    """Give every Q4_K weight of `model` that multiplies (projections, lm_head, a tied embedding;
+    not an untied embedding, which only gathers rows) its scale pairs in `dtype` (the
+    activations'; kernels/gguf_mma_words.pack_scales), registered as buffers beside the blocks so
+    the model's memory counts them; the tensor-core kernel of batched steps reads them in place of
+    the blocks' scale bytes (bench/results/2026-12-04-h200-mma-dequant-cost). Returns the bytes
+    added: 32 a 144-byte super-block (plan/weights.q4k_matmul_bytes counts the same weights)."""
+    added = 0
+    tied = bool(getattr(model, "tie_word_embeddings", False))
+    for module in model.modules():
+        if isinstance(module, QuantLinear):
+            for i, part in enumerate(module.parts):
+                if _wants_pairs(part, dtype):
+                    module.parts[i] = _paired(part, dtype)
+                    module.register_buffer(f"scale_pairs_{i}", module.parts[i].scale_pairs, persistent=False)
+                    added += module.parts[i].nbytes - part.nbytes
+        elif isinstance(module, QuantEmbedding) and module.qweight is not None and tied:
+            if _wants_pairs(module.qweight, dtype):
+                before = module.qweight.nbytes
+                module.qweight = _paired(module.qweight, dtype)
+                module.register_buffer("scale_pairs_0", module.qweight.scale_pairs, persistent=False)
+                added += module.qweight.nbytes - before
+    return added
+
+
+def _wants_pairs(weight: QuantizedWeight, dtype: torch.dtype) -> bool:
+    return weight.qtype == "Q4_K" and weight.scale_pairs is None and dtype in (torch.bfloat16, torch.float16)
+
+
+def _paired(weight: QuantizedWeight, dtype: torch.dtype) -> QuantizedWeight:
+    pairs = pack_scales(weight, dtype)
+    return QuantizedWeight(weight.data, weight.qtype, weight.out_features, weight.in_features, pairs)
 
 
 def dequant_scratch_bytes(model: nn.Module, dtype: torch.dtype, num_tokens: int) -> int:

@@ -30,6 +30,7 @@ from kvspill.model.offload import offload_layers, place_with_offload
 from kvspill.model.parallel import SINGLE, TensorParallel, VocabParallelEmbedding
 from kvspill.model.quant import QuantEmbedding, QuantLinear
 from kvspill.plan.spec import KNOWN_SHAPES, LLAMA3_ROPE_FACTORS, RANDOM_PREFIX, random_shape
+from kvspill.plan.weights import q4_k_m_type
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -84,18 +85,6 @@ def _quantize_randomly(net: LlamaForCausalLM, qtype: str, dtype: torch.dtype) ->
 
 
 MIXED_Q4_K_M = "Q4_K_M"
-
-
-def q4_k_m_type(name: str, layer: int, num_layers: int) -> str:
-    """The GGUF type llama-quantize gives tensor `name` (HF-style: lm_head, v_proj, down_proj,
-    ...) of `layer` in a Q4_K_M file (llama.cpp's llama_tensor_get_type): Q6_K for the output
-    and, where `use_more_bits` holds (the first and last eighth of the layers and every third
-    between), for attn_v and ffn_down; Q4_K elsewhere."""
-    if name == "lm_head":
-        return "Q6_K"
-    eighth = num_layers // 8
-    more_bits = layer < eighth or layer >= 7 * num_layers // 8 or (layer - eighth) % 3 == 2
-    return "Q6_K" if name in ("v_proj", "down_proj") and more_bits else "Q4_K"
 
 
 def _shard_types(net: LlamaForCausalLM, qtype: str) -> dict[int, list[str]]:

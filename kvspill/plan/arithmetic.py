@@ -220,10 +220,11 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     )
     tiers = _tiers(request, budget)
     at = _place(request, tiers)
-    floor = _decode(request, bw, choices, weight_bytes, tiers, at)
+    read = request.weight_read_bytes  # a step streams the blocks (not the scale pairs beside them)
+    floor = _decode(request, bw, choices, read, tiers, at)
     share = PREFILL_ATTENTION_SHARE[request.kv_format] if request.device == "cuda" else 1.0
     chunk = request.max_num_batched_tokens
-    ttft = prefill_seconds(request.spec, request.context_len, chunk, tiers.gpu, tiers.cpu, weight_bytes, kvpt, bw, share)  # fmt: skip
+    ttft = prefill_seconds(request.spec, request.context_len, chunk, tiers.gpu, tiers.cpu, read, kvpt, bw, share)  # fmt: skip
     fits = tiers.kv_left >= 0 and tiers.gpu > 0 and at.unplaced == 0 and at.max_seqs >= 1
     return MemoryPlan(
         preset=request.preset,

@@ -54,7 +54,7 @@ def batched_decode(plan: MemoryPlan, num_seqs: int, context_len: int | None = No
     )
     if num_seqs < 1 or r.device != "cuda" or spilled:
         return None
-    known, rate = multi_token_read_gbs(r.spec, r.quantization, num_seqs)
+    known, rate = multi_token_read_gbs(r.spec, r.quantization, num_seqs, r.scale_pair_bytes > 0)
     if not known:
         return None
     hbm = plan.bandwidths.hbm_gbs or 1.0
@@ -65,7 +65,7 @@ def batched_decode(plan: MemoryPlan, num_seqs: int, context_len: int | None = No
     return BatchedDecode(
         num_seqs=num_seqs,
         context_len=ctx,
-        weights_s=plan.weight_bytes / (min(hbm, rate or hbm) * GB),
+        weights_s=r.weight_read_bytes / (min(hbm, rate or hbm) * GB),
         gpu_kv_s=num_seqs * ctx * read_per_token / (hbm * GB),
         overhead_s=layers * STEP_OVERHEAD_PER_LAYER_S
         + num_seqs * turns_s

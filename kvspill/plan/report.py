@@ -95,13 +95,20 @@ def _gpu_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
             )
             break
         chunk //= 2
+    if r.scale_pair_bytes:
+        without = _replan(plan, bandwidths, scale_pairs=False)
+        lines.append(
+            f"KVSPILL_SCALE_PAIRS=0 frees the Q4_K scale pairs ({format_bytes(r.scale_pair_bytes)}; "
+            "steps of several sequences about 10% slower)" + (" and fits" if without.fits else "")
+        )
     seqs = r.max_num_seqs // 2
     while seqs >= 1:
         fewer = _replan(plan, bandwidths, max_num_seqs=seqs)
         if _gpu_ok(fewer):
             freed = _fixed_bytes(plan) - _fixed_bytes(fewer)
+            pairs = " and the Q4_K scale pairs" if fewer.request.scale_pair_bytes < r.scale_pair_bytes else ""
             lines.append(
-                f"--max-num-seqs {seqs}: frees {format_bytes(freed)} of logits and CUDA-graph memory"
+                f"--max-num-seqs {seqs}: frees {format_bytes(freed)} of logits and CUDA-graph memory{pairs}"
             )
             break
         seqs //= 2
@@ -228,6 +235,8 @@ def _weights_cell(plan: MemoryPlan) -> str:
     if kind == "none" or (kind == "gguf" and r.spec.stored_weight_bytes is None):  # dense: its dtype
         kind = {1: "fp8", 2: "bf16/fp16", 4: "fp32"}.get(r.weight_dtype_bytes, r.weight_dtype)
     cell = f"{format_bytes(plan.weight_bytes)} {kind}"
+    if r.scale_pair_bytes:  # kept for batched steps (plan/weights.scale_pairs_held)
+        cell += f" ({format_bytes(r.scale_pair_bytes)} of it scale pairs)"
     if plan.offloaded_weight_bytes:
         cell += f" + {format_bytes(plan.offloaded_weight_bytes)}"
     return cell

@@ -17,7 +17,14 @@ from kvspill.plan.choices import ChoiceFlags, DeviceFacts, RuntimeChoices, resol
 from kvspill.plan.cold_rates import cpu_kv_rate
 from kvspill.plan.spec import DTYPE_BYTES, ModelSpec
 from kvspill.plan.units import GiB
-from kvspill.plan.weights import WEIGHT_QUANTIZATIONS, stored_weight_bytes, weight_read_gbs
+from kvspill.plan.weights import (
+    WEIGHT_QUANTIZATIONS,
+    q4k_matmul_bytes,
+    scale_pair_bytes,
+    scale_pairs_held,
+    stored_weight_bytes,
+    weight_read_gbs,
+)
 
 KV_DTYPES = (
     "auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"
@@ -87,6 +94,7 @@ class PlanRequest:
     tp_graphs: bool = True  # tensor-parallel steps may replay CUDA graphs (KVSPILL_TP_CUDA_GRAPHS)
     rope_positions: int | None = None  # positions of the model's RoPE table (None: context_len)
     rope_scaling: str | None = None  # --rope-scaling's type ("yarn", ...), None: the model's own RoPE
+    scale_pairs: bool = True  # Q4_K scale pairs may be kept for batched steps (KVSPILL_SCALE_PAIRS)
 
     def __post_init__(self) -> None:
         def check(ok: bool, param: str, message: str) -> None:
@@ -170,7 +178,22 @@ class PlanRequest:
         if self.measured_weight_bytes is not None:
             return self.measured_weight_bytes
         slots = 2 * self.layer_weight_bytes if self.offloaded_layers else 0
-        return self.stored_weight_bytes - self.offloaded_weight_bytes + slots
+        return self.stored_weight_bytes - self.offloaded_weight_bytes + slots + self.scale_pair_bytes
+
+    @property
+    def weight_read_bytes(self) -> int:
+        """The weights a step streams: those on the GPU less the scale pairs (a one-token step's
+        GEMV reads the blocks alone; the batched steps' rates, plan/weights, are fit to the
+        blocks' bytes)."""
+        return self.weight_bytes - self.scale_pair_bytes
+
+    @property
+    def scale_pair_bytes(self) -> int:
+        """The Q4_K weights' scale pairs the engine keeps beside them for batched steps
+        (plan/weights.scale_pairs_held); 0 where it keeps none."""
+        if not scale_pairs_held(self.device, self.max_num_seqs, self.scale_pairs):
+            return 0
+        return scale_pair_bytes(q4k_matmul_bytes(self.spec, self.quantization))
 
     @property
     def rope_table_positions(self) -> int:

@@ -69,6 +69,8 @@ class ModelSpec:
     stored_weight_bytes: int | None = None  # bytes of tensor data in the file (GGUF: quantized)
     quant_method: str | None = None  # config.json's quantization_config.quant_method (awq, gptq, ...)
     gguf_main_type: str | None = None  # a GGUF file's quantized type holding the most bytes (e.g. Q4_K)
+    # a GGUF file's Q4_K tensors that multiply: projections, lm_head (plan/weights.q4k_matmul_bytes)
+    gguf_q4k_bytes: int | None = None
     name: str = ""  # where the spec came from (path, HF id or known-shape name)
     # the model's own RoPE scaling as (key, value) pairs, rope_type first; () for a plain RoPE
     # (what `--mode extended|extreme` raises: plan/fit.py mode_rope_scaling)
@@ -121,6 +123,7 @@ class ModelSpec:
             intermediate_size=self.intermediate_size // n,
             vocab_size=-(-self.vocab_size // n),
             stored_weight_bytes=None if stored is None else -(-stored // n),
+            gguf_q4k_bytes=None if self.gguf_q4k_bytes is None else -(-self.gguf_q4k_bytes // n),
         )
 
     # -- parameter counts -------------------------------------------------------------------
@@ -251,6 +254,7 @@ class ModelSpec:
             weight_dtype_bytes=stored.weight_dtype_bytes,
             stored_weight_bytes=stored.stored_weight_bytes,
             gguf_main_type=stored.gguf_main_type,
+            gguf_q4k_bytes=stored.gguf_q4k_bytes,
         )
 
     @classmethod
@@ -348,6 +352,16 @@ def _main_type(tensors: Any) -> str | None:
     return max(by_type, key=lambda n: by_type[n]) if by_type else None
 
 
+def _q4k_matmul_bytes(tensors: Any, tied: bool) -> int:
+    """Bytes of the Q4_K tensors a step multiplies by: all but an untied token embedding (which
+    only gathers rows)."""
+    return sum(
+        int(t.n_bytes)
+        for t in tensors
+        if t.tensor_type.name == "Q4_K" and (tied or t.name != "token_embd.weight")
+    )
+
+
 def _quant_method(config: dict[str, Any]) -> str | None:
     quant = config.get("quantization_config")
     method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
@@ -440,6 +454,7 @@ def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
         else None,
         stored_weight_bytes=sum(int(t.n_bytes) for t in reader.tensors),
         gguf_main_type=_main_type(reader.tensors),
+        gguf_q4k_bytes=_q4k_matmul_bytes(reader.tensors, tied="output.weight" not in tensors),
         name=path,
         rope_scaling=_gguf_rope(key, tensors),
     )

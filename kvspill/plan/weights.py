@@ -39,13 +39,24 @@ QUANT_READ_GBS = {"q4_k": 3180.0, "q4_k_m": 2910.0, "q6_k": 2370.0, "q8_0": 2338
 QUANT_READ_GBS_GENERIC = 1267.0
 # The same for a step of several tokens (one per sequence decoding together), by token count:
 # Q4_K_M's tensor-core kernel (kernels/gguf_mma.py: each weight dequantized once for all tokens,
-# so bound by its instructions, more so as tokens are added). Fit like the rates above (the step
-# less its KV over HBM and the per-layer overhead) to random `llama-8b:q4_k_m` on an H200:
-# 8 / 16 / 32 x 2K at 4.551 / 5.989 / 8.478 ms a step (bench/results/2026-12-04-h200-mixed-qkv-out,
-# 2026-12-04-h200-q4km-peer), 4 x 2K at 920 tok/s (2026-12-03-h200-mma-sync). Other counts take
-# the next larger entry's rate (2-3 tokens run the lane GEMV: not measured in the engine); other
-# types' multi-token kernels are not measured (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
-Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1452.0, 8: 1476.0, 16: 1157.0, 32: 862.0}
+# so bound by its instructions and loads, more so as tokens are added). Fit like the rates above
+# (the step less its KV over HBM and the per-layer overhead, over the blocks' bytes) to random
+# `llama-8b:q4_k_m` on an H200, N x 2K: with the Q4_K scale pairs (the default where steps batch,
+# `scale_pairs_held`) 4 / 8 / 16 / 32 at 3.620 / 4.014 / 5.172 / 7.835 ms a step
+# (bench/results/2026-12-04-h200-scale-pairs); with the scales read from the blocks' headers
+# (KVSPILL_SCALE_PAIRS=0) 8 / 16 / 32 at 4.551 / 5.989 / 8.478 ms (2026-12-04-h200-mixed-qkv-out,
+# 2026-12-04-h200-q4km-peer; 4.472-4.483 and 8.446 ms again beside the pairs), 4 at 920 tok/s
+# (2026-12-03-h200-mma-sync). Other counts take the next larger entry's rate (2-3 tokens run the
+# lane GEMV: not measured in the engine); other types' multi-token kernels are not measured
+# (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
+Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1759.0, 16: 1432.0, 32: 972.0}
+Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS = {
+    1: QUANT_READ_GBS["q4_k_m"],
+    4: 1452.0,
+    8: 1476.0,
+    16: 1157.0,
+    32: 862.0,
+}
 # A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
 _GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0"}
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
@@ -82,19 +93,67 @@ def stored_weight_bytes(spec: ModelSpec, quantization: str, dtype_bytes: int) ->
     return spec.weight_bytes(dtype_bytes)
 
 
-def multi_token_read_gbs(spec: ModelSpec, quantization: str, num_tokens: int) -> tuple[bool, float | None]:
+def q4_k_m_type(name: str, layer: int, num_layers: int) -> str:
+    """The GGUF type llama-quantize gives tensor `name` (HF-style: lm_head, v_proj, down_proj,
+    ...) of `layer` in a Q4_K_M file (llama.cpp's llama_tensor_get_type): Q6_K for the output
+    and, where `use_more_bits` holds (the first and last eighth of the layers and every third
+    between), for attn_v and ffn_down; Q4_K elsewhere."""
+    if name == "lm_head":
+        return "Q6_K"
+    eighth = num_layers // 8
+    more_bits = layer < eighth or layer >= 7 * num_layers // 8 or (layer - eighth) % 3 == 2
+    return "Q6_K" if name in ("v_proj", "down_proj") and more_bits else "Q4_K"
+
+
+def q4k_matmul_bytes(spec: ModelSpec, quantization: str) -> int:
+    """Bytes of the Q4_K blocks a step multiplies by (projections, a tied embedding as lm_head; an
+    untied embedding only gathers rows): a GGUF file's own, or those of a what-if q4_k / q4_k_m
+    (its projections as `q4_k_m_type` gives them; its tied embedding is Q6_K); else 0."""
+    if _file_is_quantized_gguf(spec, quantization):
+        return spec.gguf_q4k_bytes or 0
+    embedding = spec.vocab_size * spec.hidden_size
+    if quantization == "q4_k":
+        gathered = 0 if spec.tie_word_embeddings else embedding
+        return stored_weight_bytes(spec, quantization, 2) - -(-gathered * 9 // 16)
+    if quantization != "q4_k_m":
+        return 0
+    layers = spec.num_layers
+    v_down = spec.hidden_size * (spec.kv_heads_dim + spec.intermediate_size)
+    six_bit = sum(1 for i in range(layers) if q4_k_m_type("v_proj", i, layers) == "Q6_K")
+    params = layers * spec.layer_linear_params - six_bit * v_down
+    return -(-params * 9 // 16)  # 4.5 bits a weight
+
+
+def scale_pairs_held(device: str, max_num_seqs: int, switch: bool) -> bool:
+    """Whether the engine keeps Q4_K weights' scale pairs beside their blocks
+    (kernels/gguf_mma_words.pack_scales): on CUDA when steps decode several sequences (the
+    tensor-core kernel reads them; one sequence runs the GEMV, which reads the blocks alone),
+    unless KVSPILL_SCALE_PAIRS=0 (`switch`). Their price: 32 bytes a 144-byte super-block."""
+    return switch and device == "cuda" and max_num_seqs > 1
+
+
+def scale_pair_bytes(q4k_bytes: int) -> int:
+    """What the scale pairs of `q4k_bytes` of Q4_K blocks take (2 half floats a sub-block of 32)."""
+    return q4k_bytes * 32 // 144
+
+
+def multi_token_read_gbs(
+    spec: ModelSpec, quantization: str, num_tokens: int, scale_pairs: bool = True
+) -> tuple[bool, float | None]:
     """(known, GB/s) a decode step of `num_tokens` tokens reads the weights at (GB/s None: HBM's);
     known False where the engine's kernels at that count are not measured: past one token, every
     format but Q4_K_M (dense and fp8 steps of several tokens run cuBLAS / the fp8 GEMV's tensor-core
-    path, whose rates no engine row has fit yet), and Q4_K_M past its largest entry."""
+    path, whose rates no engine row has fit yet), and Q4_K_M past its largest entry.
+    `scale_pairs`: whether the engine keeps the Q4_K scale pairs (`scale_pairs_held`)."""
     rate = weight_read_gbs(spec, quantization)
     if num_tokens <= 1:
         return True, rate
     main = spec.gguf_main_type if _file_is_quantized_gguf(spec, quantization) else None
     if quantization != "q4_k_m" and main != "Q4_K":
         return False, None
-    counts = [n for n in sorted(Q4_K_M_READ_GBS_BY_TOKENS) if n >= num_tokens]
-    return (True, Q4_K_M_READ_GBS_BY_TOKENS[counts[0]]) if counts else (False, None)
+    rates = Q4_K_M_READ_GBS_BY_TOKENS if scale_pairs else Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS
+    counts = [n for n in sorted(rates) if n >= num_tokens]
+    return (True, rates[counts[0]]) if counts else (False, None)
 
 
 def weight_read_gbs(spec: ModelSpec, quantization: str) -> float | None:

@@ -1,13 +1,20 @@
-"""`random:SHAPE:q4_k_m`: the per-tensor GGUF types of llama-quantize's Q4_K_M recipe."""
+"""`random:SHAPE:q4_k_m`: the per-tensor GGUF types of llama-quantize's Q4_K_M recipe; the Q4_K
+weights' scale pairs for batched steps, as the engine attaches them and the plan counts them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 import torch
 
-from kvspill.kernels.gguf_formats import random_quantized
+from kvspill.kernels.gguf_formats import QuantizedWeight, random_quantized
 from kvspill.model import random_init
-from kvspill.model.quant import QuantEmbedding, QuantLinear
-from kvspill.model.random_init import MIXED_Q4_K_M, q4_k_m_type, split_random_name
+from kvspill.model.quant import QuantEmbedding, QuantLinear, attach_scale_pairs, model_weight_bytes
+from kvspill.model.random_init import MIXED_Q4_K_M, split_random_name
+from kvspill.plan.request import PlanRequest
+from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
+from kvspill.plan.weights import q4_k_m_type, q4k_matmul_bytes, scale_pair_bytes
 
 
 def test_q4_k_m_gives_q6_k_to_the_output_and_half_of_attn_v_and_ffn_down():
@@ -45,3 +52,85 @@ def test_random_q4_k_m_model_holds_the_mixed_shards(monkeypatch):
 
 def _record_types(self, shards):
     self.types = [s.qtype for s in shards]
+
+
+_SHAPE = ModelSpec(
+    architecture="llama",
+    num_layers=8,  # Q6_K v / down in layers 0, 3, 6 and 7 (use_more_bits)
+    hidden_size=256,
+    intermediate_size=512,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=64,
+    vocab_size=300,
+    tie_word_embeddings=False,  # the embedding in Q4_K, the lm_head in Q6_K
+    max_position_embeddings=128,
+    name="q4km-pairs",
+)
+
+
+def _q4k_parts(model: torch.nn.Module) -> list[QuantizedWeight]:
+    return [p for m in model.modules() if isinstance(m, QuantLinear) for p in m.parts if p.qtype == "Q4_K"]
+
+
+def test_scale_pairs_attach_to_every_q4_k_matmul_as_the_plan_counts_them(monkeypatch):
+    monkeypatch.setitem(KNOWN_SHAPES, "q4km-pairs", _SHAPE)
+    model = random_init.build_random_model(
+        "random:q4km-pairs:q4_k_m", torch.device("cpu"), torch.bfloat16, max_model_len=128
+    ).model
+    q4k = _q4k_parts(model)
+    # the plan's what-if q4_k_m holds exactly the Q4_K blocks the recipe gives the model
+    assert sum(p.nbytes for p in q4k) == q4k_matmul_bytes(_SHAPE, "q4_k_m")
+    before = model_weight_bytes(model)
+    added = attach_scale_pairs(model, torch.bfloat16)
+    assert added == scale_pair_bytes(q4k_matmul_bytes(_SHAPE, "q4_k_m")) > 0
+    assert model_weight_bytes(model) == before + added
+    paired = _q4k_parts(model)
+    assert all(p.scale_pairs is not None and p.scale_pairs.dtype == torch.bfloat16 for p in paired)
+    buffers = {n for n, _ in model.named_buffers()}
+    assert "model.layers.0.mlp.gate_up_proj.scale_pairs_0" in buffers
+    # the untied embedding (Q4_K) only gathers rows: no pairs
+    embedding = model.model.embed_tokens.qweight
+    assert embedding.qtype == "Q4_K" and embedding.scale_pairs is None
+    assert "model.embed_tokens.scale_pairs_0" not in buffers
+    assert attach_scale_pairs(model, torch.bfloat16) == 0  # once
+    # the Q6_K weights (lm_head, the more-bits layers' v / down) carry none
+    assert model.lm_head.parts[0].qtype == "Q6_K" and model.lm_head.parts[0].scale_pairs is None
+
+
+def test_the_plan_counts_scale_pairs_only_where_the_engine_keeps_them():
+    def request(**kw) -> PlanRequest:
+        return PlanRequest(spec=_SHAPE, vram_budget_bytes=2**30, context_len=128, quantization="q4_k_m", **kw)
+
+    pairs = scale_pair_bytes(q4k_matmul_bytes(_SHAPE, "q4_k_m"))
+    assert request().scale_pair_bytes == pairs
+    assert request().weight_bytes == request(max_num_seqs=1).weight_bytes + pairs
+    assert request(max_num_seqs=1).scale_pair_bytes == 0  # one sequence: the GEMV reads the blocks alone
+    assert request(device="cpu").scale_pair_bytes == 0
+    assert request(scale_pairs=False).scale_pair_bytes == 0  # KVSPILL_SCALE_PAIRS=0
+    assert (
+        PlanRequest(
+            spec=_SHAPE, vram_budget_bytes=2**30, context_len=128, quantization="q6_k"
+        ).scale_pair_bytes
+        == 0
+    )
+    # a GGUF file: its own Q4_K bytes
+    gguf = replace(_SHAPE, stored_weight_bytes=10**6, gguf_q4k_bytes=144 * 1000, gguf_main_type="Q4_K")
+    assert (
+        PlanRequest(spec=gguf, vram_budget_bytes=2**30, context_len=128, quantization="gguf").scale_pair_bytes
+        == 32 * 1000
+    )
+
+
+def test_a_tied_q4_k_embedding_is_the_lm_head_and_gets_pairs(monkeypatch):
+    tied = replace(_SHAPE, tie_word_embeddings=True, name="q4k-tied")
+    monkeypatch.setitem(KNOWN_SHAPES, "q4k-tied", tied)
+    model = random_init.build_random_model(
+        "random:q4k-tied:q4_k", torch.device("cpu"), torch.float16, max_model_len=128
+    ).model
+    matmul = sum(p.nbytes for p in _q4k_parts(model)) + model.model.embed_tokens.qweight.nbytes
+    added = attach_scale_pairs(model, torch.float16)
+    assert added == scale_pair_bytes(matmul)
+    assert model.model.embed_tokens.qweight.scale_pairs.dtype == torch.float16
+    # the plan's what-if q4_k counts the norms at 4.5 bits too: within a percent
+    assert q4k_matmul_bytes(tied, "q4_k") == pytest.approx(matmul, rel=0.01)

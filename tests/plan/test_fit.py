@@ -175,7 +175,7 @@ def test_kvspill_plan_takes_the_random_models_serve_runs(monkeypatch: pytest.Mon
     flags = {"vram_budget_bytes": 16 * GiB, "max_model_len": 8192}
     _, quantized, _ = plans_for_flags("random:llama-8b:q4_k_m", flags)
     _, dense, _ = plans_for_flags("random:llama-8b", flags)
-    assert quantized["yours"].weight_bytes < dense["yours"].weight_bytes / 3
+    assert quantized["yours"].request.weight_read_bytes < dense["yours"].weight_bytes / 3  # + its scale pairs
     config = EngineConfig(model="random:llama-8b:q4_k_m", vram_budget_bytes=16 * GiB, max_model_len=8192)
     engine = startup_plan(config, 141 * GiB, None, device="cuda", host_available_bytes=100 * GiB)
     assert engine is not None and engine.plan.gpu_kv_tokens == quantized["yours"].gpu_kv_tokens

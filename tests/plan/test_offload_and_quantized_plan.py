@@ -50,7 +50,15 @@ def test_advice_names_the_offload_and_the_quantized_file_that_fit():
 
 
 def test_gguf_types_give_their_bits_per_weight():
-    assert _plan(quantization="q4_k").weight_bytes == pytest.approx(SPEC.num_params * 4.5 / 8, abs=1)
+    assert _plan(quantization="q4_k").request.weight_read_bytes == pytest.approx(
+        SPEC.num_params * 4.5 / 8, abs=1
+    )
+    assert _plan(quantization="q4_k").request.scale_pair_bytes == pytest.approx(
+        SPEC.num_params * 1 / 8, abs=1
+    )
+    assert _plan(quantization="q4_k", max_num_seqs=1).weight_bytes == pytest.approx(
+        SPEC.num_params * 4.5 / 8, abs=1
+    )
     assert _plan(quantization="q8_0").weight_bytes == pytest.approx(SPEC.num_params * 8.5 / 8, abs=1)
     assert _plan(quantization="q4_k_m").fits
     with pytest.raises(InvalidParameterError, match="--quantization must be one of"):

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Call B: the fixed pairs asm (each word's own pair: A and B may lie in different groups j) on the
+# GPU: the kernel tests (bit-equal to the header's scales in bf16 and fp16), the Q4_K_M rows again
+# with and without the pairs; llama.cpp's build and the llama-quantize Q4_K_M file beside them
+# (niced, for call C's same-file comparison).
+set -u
+T0=$(date +%s)
+[ -d /tmp/site/fastapi ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+L=$OUT/callB.log
+{ date -u; git log --oneline | head -1; git status --short | head -20; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee -a $L
+S=bench/results/2026-12-04-h200-scale-pairs/scripts
+(nice -n 19 bash .peer/llamacpp_peer.sh build > /tmp/build.log 2>&1; echo "build done at $(( $(date +%s) - T0 )) s" >> /tmp/build.log) &
+(SHAPE=8b nice -n 10 bash .peer/llamacpp_peer.sh model > /tmp/model.log 2>&1) &
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gguf_mma.py -k "pairs or pack_scales or half_activations" tests/model/test_random_q4km.py > $OUT/pytest.txt 2>&1
+echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest.txt)" | tee -a $L
+P="python3 -m kvspill.bench.profile_decode"
+run() {  # run NAME LIMIT ARGS...
+  local name=$1 lim=$2; shift 2
+  timeout $lim "$@" > $OUT/$name.txt 2>&1
+  echo "$name rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'engine.step|plan ' $OUT/$name.txt | tr -s ' ' | tr '\n' ' ' | cut -c1-300)" | tee -a $L
+}
+Q="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048"
+run q8x2k_pairs 80 $P $Q --concurrency 8
+run q8x2k_off 50 env KVSPILL_SCALE_PAIRS=0 $P $Q --concurrency 8
+run q1x2k 50 $P $Q
+run q32x2k_pairs 60 $P $Q --concurrency 32
+run q8x2k_pairs2 50 $P $Q --concurrency 8
+run q8k 60 $P --shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192
+(cd $OUT && tar czf allB.tgz q*.txt && rm -f q*.txt)
+wait
+cat /tmp/build.log /tmp/model.log | tail -6 | tee -a $L
+[ -f /tmp/lcpp-build/bin/llama-quantize ] && timeout $(( 590 - $(date +%s) + T0 )) bash -c "SHAPE=8b QUANT=Q4_K_M bash .peer/llamacpp_peer.sh model" 2>&1 | tail -3 | tee -a $L
+echo "call B done at $(( $(date +%s) - T0 )) s" | tee -a $L
