@@ -67,9 +67,19 @@ def switch_on(name: str) -> bool:
     Read at each call, like `cuda_graphs_on`. The switches: PDL (programmatic dependent launch,
     kernels/pdl.py), INT16_X (the one-token Q4_K / Q6_K int16-x GEMVs, kernels/gguf_gemv.py),
     FUSED_ROPE_DECODE (decode attention does RoPE and the K/V store, runner/attention.py),
-    GPU_WAITS_FOR_CPU (storage/stream_flag.py), SPARSE_OVERLAP (`sparse_overlap_on`), SCALE_PAIRS
-    (Q4_K scale pairs for batched steps, plan/weights.scale_pairs_held: read at start-up)."""
+    GPU_WAITS_FOR_CPU (storage/stream_flag.py), SPARSE_OVERLAP (`sparse_overlap_on`)."""
     return os.environ.get(f"KVSPILL_{name}", "1") != "0"
+
+
+def scale_pairs_mode() -> str:
+    """KVSPILL_SCALE_PAIRS: whether a GGUF model's Q4_K weights keep scale pairs for batched steps
+    (kernels/gguf_mma_words.pack_scales): unset "auto" (where the plan still fits a whole context
+    on the GPU beside them, plan/arithmetic.compute_plan), "1" "on", "0" "off"."""
+    value = os.environ.get("KVSPILL_SCALE_PAIRS")
+    modes = {None: "auto", "": "auto", "1": "on", "0": "off"}
+    if value not in modes:
+        raise ValueError(f"KVSPILL_SCALE_PAIRS must be 0, 1 or unset, got {value!r}")
+    return modes[value]
 
 
 def sparse_overlap_on() -> bool:

@@ -39,7 +39,7 @@ from kvspill.engine.checks import (
     use_expandable_segments,
 )
 from kvspill.engine.phases import StartupPhases
-from kvspill.env import switch_on
+from kvspill.env import scale_pairs_mode
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf.reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
@@ -47,7 +47,12 @@ from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.model.layers import rope_table_bytes
 from kvspill.model.loader import LoadedModel, load_model
 from kvspill.model.parallel import SINGLE, TensorParallel
-from kvspill.model.quant import attach_scale_pairs, dequant_scratch_bytes, model_weight_bytes
+from kvspill.model.quant import (
+    attach_scale_pairs,
+    dequant_scratch_bytes,
+    held_scale_pair_bytes,
+    model_weight_bytes,
+)
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import EMBEDDED_FILE, resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
@@ -70,7 +75,7 @@ from kvspill.plan.startup import (
     mode_config,
     startup_plan,
 )
-from kvspill.plan.weights import scale_pairs_held
+from kvspill.plan.weights import scale_pairs_possible
 from kvspill.runner.cuda_graphs import DecodeGraphs
 from kvspill.runner.mixed_graphs import MixedGraphs
 from kvspill.runner.model_runner import ModelRunner
@@ -153,14 +158,27 @@ def plan_before_start(config: EngineConfig) -> tuple[EngineConfig, StartupPlan |
     return config, startup
 
 
-def _plan_and_cap(config: EngineConfig, device: torch.device, calibration: Bandwidths | None) -> None:
-    """Print the memory plan before loading; on CUDA stop if it cannot fit, and cap the allocator."""
+def _plan_and_cap(
+    config: EngineConfig, device: torch.device, calibration: Bandwidths | None
+) -> StartupPlan | None:
+    """Print the memory plan before loading; on CUDA stop if it cannot fit, and cap the allocator.
+    Returns the plan (None where the model's shapes cannot be read before loading)."""
     startup = _plan(config, device, calibration)
     if startup is not None:
         check_skip_layers(config.kv_cache_dtype_skip_layers, startup.plan.request.spec.num_layers)
         logger.info("memory plan (bandwidths: %s):\n%s", startup.bandwidths.source, startup.table)
         enforce(startup, config, on_gpu=device.type == "cuda")
     cap_allocator(config, device)
+    return startup
+
+
+def _keeps_scale_pairs(config: EngineConfig, device: torch.device, startup: StartupPlan | None) -> bool:
+    """Whether the loaded model gets its Q4_K scale pairs: as the plan before loading decided
+    (KVSPILL_SCALE_PAIRS; "auto" keeps them where a whole context still fits the GPU tier), or,
+    without a plan, where they may be kept and the switch is not off."""
+    if startup is not None:
+        return startup.plan.request.scale_pair_bytes > 0
+    return scale_pairs_possible(device.type, config.max_num_seqs) and scale_pairs_mode() != "off"
 
 
 def _measure(
@@ -177,7 +195,7 @@ def _measure(
     context, other engines of this process) and what other processes leave short of the budget
     are runtime memory the pool cannot have (`runtime_bytes_beside`)."""
     if device.type != "cuda":
-        return Measured(weight_bytes=model_weight_bytes(loaded.model))
+        return Measured(weight_bytes=model_weight_bytes(loaded.model), scale_pair_bytes=0)
     # the largest step the scheduler builds: a budget's worth of tokens (several sequences'
     # prefill chunks and decodes together), every sequence sampled
     tokens = min(config.max_num_batched_tokens, config.max_num_seqs * loaded.max_model_len)
@@ -191,7 +209,8 @@ def _measure(
     runtime = runtime_bytes_beside(config, device, loaded_bytes)
     # the most rows a captured graph runs (the record's; 0 without graphs) sizes the graphs' scratch
     scratch = dequant_scratch_bytes(loaded.model, loaded.dtype, graph_rows)
-    return Measured(weights, activation, runtime, graph_scratch_bytes=scratch)
+    pairs = held_scale_pair_bytes(loaded.model)  # inside `weights`, read by batched steps only
+    return Measured(weights, activation, runtime, graph_scratch_bytes=scratch, scale_pair_bytes=pairs)
 
 
 def sized_spec(config: EngineConfig, loaded_config: dict, device_type: str) -> ModelSpec:
@@ -344,12 +363,12 @@ def uses_async_scheduling(config: EngineConfig, device: torch.device) -> bool:
 
 
 def _load(
-    config: EngineConfig, device: torch.device, dtype: torch.dtype, tp: TensorParallel
+    config: EngineConfig, device: torch.device, dtype: torch.dtype, tp: TensorParallel, scale_pairs: bool
 ) -> tuple[LoadedModel, TokenizerBundle | None]:
-    """The model and its tokenizer; with batched steps on CUDA, the Q4_K weights' scale pairs
-    (plan/weights.scale_pairs_held: the plan counts them too)."""
+    """The model and its tokenizer; with `scale_pairs` (`_keeps_scale_pairs`), the Q4_K weights'
+    scale pairs for batched steps."""
     loaded, tokenizer = _load_model(config, device, dtype, tp)
-    if scale_pairs_held(device.type, config.max_num_seqs, switch_on("SCALE_PAIRS")):
+    if scale_pairs:
         added = attach_scale_pairs(loaded.model, dtype)
         if added:
             logger.info(
@@ -511,10 +530,10 @@ def build_engine_parts(
     config, device, dtype, facts, calibration = _prelude(config, phases, tp)
     with shared_readers():  # a .gguf file is parsed once for the plan, config, tokenizer and weights
         with phases.phase("memory plan"):
-            _plan_and_cap(config, device, calibration)
+            startup = _plan_and_cap(config, device, calibration)
         allocated_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         with phases.phase("load weights and tokenizer"):
-            loaded, tokenizer = _load(config, device, dtype, tp)
+            loaded, tokenizer = _load(config, device, dtype, tp, _keeps_scale_pairs(config, device, startup))
     if tokenizer is not None:
         override = _read_chat_template(config.chat_template) if config.chat_template is not None else None
         # the embedded model also when it is given by its path

@@ -163,6 +163,15 @@ def attach_scale_pairs(model: nn.Module, dtype: torch.dtype) -> int:
     return added
 
 
+def held_scale_pair_bytes(model: nn.Module) -> int:
+    """Bytes of the scale pairs `model`'s quantized weights hold (`attach_scale_pairs`)."""
+    weights = [p for m in model.modules() if isinstance(m, QuantLinear) for p in m.parts]
+    weights += [m.qweight for m in model.modules() if isinstance(m, QuantEmbedding) and m.qweight is not None]
+    return sum(
+        w.scale_pairs.numel() * w.scale_pairs.element_size() for w in weights if w.scale_pairs is not None
+    )
+
+
 def _wants_pairs(weight: QuantizedWeight, dtype: torch.dtype) -> bool:
     return weight.qtype == "Q4_K" and weight.scale_pairs is None and dtype in (torch.bfloat16, torch.float16)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvspill.config import EngineConfig, rope_type_of
-from kvspill.env import cuda_graphs_on, switch_on
+from kvspill.env import cuda_graphs_on, scale_pairs_mode
 from kvspill.plan.arithmetic import (
     MemoryPlan,
     PlanRequest,
@@ -128,7 +128,7 @@ def request_from_engine_config(
         tp_graphs=cuda_graphs_on("TP"),
         mixed_graphs=cuda_graphs_on("MIXED"),
         rope_scaling=rope_type_of(config.rope_scaling),
-        scale_pairs=switch_on("SCALE_PAIRS"),
+        scale_pairs=scale_pairs_mode(),
     )
 
 

@@ -211,7 +211,18 @@ def _decode(
 
 def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     """The plan's figures without advice (see `make_plan`): the reserves, the tiers, one sequence
-    placed in them, then its decode step and prefill on the path the engine will choose."""
+    placed in them, then its decode step and prefill on the path the engine will choose. With
+    `scale_pairs="auto"` the Q4_K scale pairs are planned only where a whole context still fits
+    the GPU tier beside them: where it spills, their room holds KV instead (each token kept on
+    the GPU is one a decode step need not fetch over PCIe), and `plan.request` says "off"."""
+    plan = _compute_plan(request, bandwidths)
+    auto = request.scale_pairs == "auto" and request.measured_scale_pair_bytes is None
+    if auto and request.scale_pair_bytes and plan.gpu_kv_tokens < plan.context_len:
+        return _compute_plan(replace(request, scale_pairs="off"), bandwidths)
+    return plan
+
+
+def _compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     bw = bandwidths.complete(DEFAULT_BANDWIDTHS)
     choices = request.runtime_choices(bandwidths)
     bs, kvpt, weight_bytes = request.block_size, request.kv_bytes_per_token, request.weight_bytes

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kvspill.config import EngineConfig, block_size_of, rope_type_of, sparse_cache_groups, with_attention_mode
-from kvspill.env import switch_on
+from kvspill.env import scale_pairs_mode
 from kvspill.errors import InvalidParameterError
 from kvspill.modes import MODES
 from kvspill.plan import (
@@ -209,7 +209,7 @@ def _base_request(
         ),
         gpu_kv_blocks=flags.get("num_kv_blocks"),
         rope_scaling=rope_type_of(flags.get("rope_scaling")),
-        scale_pairs=switch_on("SCALE_PAIRS"),
+        scale_pairs=scale_pairs_mode(),
         # the engine's own defaults where a flag is left out (PlanRequest's suit other callers)
         **{plan: flags.get(name, getattr(EngineConfig, name)) for name, plan in _ENGINE_KNOBS.items()},
     )

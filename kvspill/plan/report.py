@@ -96,7 +96,7 @@ def _gpu_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
             break
         chunk //= 2
     if r.scale_pair_bytes:
-        without = _replan(plan, bandwidths, scale_pairs=False)
+        without = _replan(plan, bandwidths, scale_pairs="off")
         lines.append(
             f"KVSPILL_SCALE_PAIRS=0 frees the Q4_K scale pairs ({format_bytes(r.scale_pair_bytes)}; "
             "steps of several sequences about 10% slower)" + (" and fits" if without.fits else "")

@@ -18,10 +18,11 @@ from kvspill.plan.cold_rates import cpu_kv_rate
 from kvspill.plan.spec import DTYPE_BYTES, ModelSpec
 from kvspill.plan.units import GiB
 from kvspill.plan.weights import (
+    SCALE_PAIR_MODES,
     WEIGHT_QUANTIZATIONS,
     q4k_matmul_bytes,
     scale_pair_bytes,
-    scale_pairs_held,
+    scale_pairs_possible,
     stored_weight_bytes,
     weight_read_gbs,
 )
@@ -94,13 +95,21 @@ class PlanRequest:
     tp_graphs: bool = True  # tensor-parallel steps may replay CUDA graphs (KVSPILL_TP_CUDA_GRAPHS)
     rope_positions: int | None = None  # positions of the model's RoPE table (None: context_len)
     rope_scaling: str | None = None  # --rope-scaling's type ("yarn", ...), None: the model's own RoPE
-    scale_pairs: bool = True  # Q4_K scale pairs may be kept for batched steps (KVSPILL_SCALE_PAIRS)
+    # Q4_K scale pairs for batched steps (KVSPILL_SCALE_PAIRS, env.scale_pairs_mode): "auto" (where a
+    # context fits the GPU tier beside them, arithmetic.compute_plan), "on" or "off"
+    scale_pairs: str = "auto"
+    measured_scale_pair_bytes: int | None = None  # what the loaded model holds (engine/setup.py)
 
     def __post_init__(self) -> None:
         def check(ok: bool, param: str, message: str) -> None:
             if not ok:
                 raise InvalidParameterError(param, message)
 
+        check(
+            self.scale_pairs in SCALE_PAIR_MODES,
+            "scale_pairs",
+            f"KVSPILL_SCALE_PAIRS must be 0, 1 or unset (auto), got {self.scale_pairs!r}",
+        )
         check(
             self.vram_budget_bytes > 0,
             "vram_budget",
@@ -189,9 +198,11 @@ class PlanRequest:
 
     @property
     def scale_pair_bytes(self) -> int:
-        """The Q4_K weights' scale pairs the engine keeps beside them for batched steps
-        (plan/weights.scale_pairs_held); 0 where it keeps none."""
-        if not scale_pairs_held(self.device, self.max_num_seqs, self.scale_pairs):
+        """The Q4_K weights' scale pairs the engine keeps beside them for batched steps: measured,
+        else estimated where they may be kept (plan/weights.scale_pairs_possible, not "off")."""
+        if self.measured_scale_pair_bytes is not None:
+            return self.measured_scale_pair_bytes
+        if self.scale_pairs == "off" or not scale_pairs_possible(self.device, self.max_num_seqs):
             return 0
         return scale_pair_bytes(q4k_matmul_bytes(self.spec, self.quantization))
 

@@ -55,6 +55,7 @@ class Measured:
     activation_bytes: int | None = None  # peak of one profiled prefill chunk (CUDA); None: estimate
     runtime_bytes: int | None = None  # in use outside torch's tensors: CUDA context, other processes
     graph_scratch_bytes: int | None = None  # a weight dequantized inside a captured decode step (GGUF)
+    scale_pair_bytes: int | None = None  # the Q4_K scale pairs among weight_bytes (None: not measured)
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ def _plan_request(
             measured_activation_bytes=measured.activation_bytes,
             measured_runtime_bytes=measured.runtime_bytes,
             graph_scratch_bytes=measured.graph_scratch_bytes,
+            measured_scale_pair_bytes=measured.scale_pair_bytes,
         )
     return _device_budget(config, request, device, device_total_bytes, room.ram_available_bytes)
 

@@ -124,12 +124,16 @@ def q4k_matmul_bytes(spec: ModelSpec, quantization: str) -> int:
     return -(-params * 9 // 16)  # 4.5 bits a weight
 
 
-def scale_pairs_held(device: str, max_num_seqs: int, switch: bool) -> bool:
-    """Whether the engine keeps Q4_K weights' scale pairs beside their blocks
+SCALE_PAIR_MODES = ("auto", "on", "off")
+
+
+def scale_pairs_possible(device: str, max_num_seqs: int) -> bool:
+    """Whether the engine may keep Q4_K weights' scale pairs beside their blocks
     (kernels/gguf_mma_words.pack_scales): on CUDA when steps decode several sequences (the
-    tensor-core kernel reads them; one sequence runs the GEMV, which reads the blocks alone),
-    unless KVSPILL_SCALE_PAIRS=0 (`switch`). Their price: 32 bytes a 144-byte super-block."""
-    return switch and device == "cuda" and max_num_seqs > 1
+    tensor-core kernel reads them; one sequence runs the GEMV, which reads the blocks alone). Their
+    price: 32 bytes a 144-byte super-block; KVSPILL_SCALE_PAIRS and the plan decide
+    (PlanRequest.scale_pairs)."""
+    return device == "cuda" and max_num_seqs > 1
 
 
 def scale_pair_bytes(q4k_bytes: int) -> int:

@@ -107,7 +107,8 @@ def test_the_plan_counts_scale_pairs_only_where_the_engine_keeps_them():
     assert request().weight_bytes == request(max_num_seqs=1).weight_bytes + pairs
     assert request(max_num_seqs=1).scale_pair_bytes == 0  # one sequence: the GEMV reads the blocks alone
     assert request(device="cpu").scale_pair_bytes == 0
-    assert request(scale_pairs=False).scale_pair_bytes == 0  # KVSPILL_SCALE_PAIRS=0
+    assert request(scale_pairs="off").scale_pair_bytes == 0  # KVSPILL_SCALE_PAIRS=0
+    assert request(measured_scale_pair_bytes=123).scale_pair_bytes == 123  # as loaded
     assert (
         PlanRequest(
             spec=_SHAPE, vram_budget_bytes=2**30, context_len=128, quantization="q6_k"

@@ -45,14 +45,15 @@ def _plan(**changes):
     ],
 )
 def test_q4_k_m_rows_within_the_issue_bar(seqs, measured, pairs):
-    step = batched_decode(_plan(scale_pairs=pairs), seqs)
+    step = batched_decode(_plan(scale_pairs="on" if pairs else "off"), seqs)
     assert step is not None and step.num_seqs == seqs and step.context_len == 2048
     assert step.tok_s == pytest.approx(measured, rel=0.1)  # issue 54: the plan within 10% of every row
 
 
 def test_scale_pairs_are_held_not_streamed():
     # 0.70 GiB more on the GPU for an 8B Q4_K_M; a one-token step streams the blocks alone
-    with_pairs, without = _plan(), _plan(scale_pairs=False)
+    with_pairs, without = _plan(), _plan(scale_pairs="off")
+    assert with_pairs.request.scale_pairs == "auto"  # 2K fits the GPU beside them: kept
     assert with_pairs.weight_bytes - without.weight_bytes == with_pairs.request.scale_pair_bytes > 0.69 * GiB
     assert with_pairs.decode_tok_s == pytest.approx(without.decode_tok_s)
     assert with_pairs.gpu_kv_tokens < without.gpu_kv_tokens
@@ -109,3 +110,37 @@ def test_the_json_plan_carries_it():
     assert data["max_seqs_decode"]["num_seqs"] == 8
     assert data["max_seqs_decode"]["tok_s"] == pytest.approx(batched_decode(_plan(), 8).tok_s)
     assert plan_to_json(_plan(quantization="none", max_num_seqs=8))["max_seqs_decode"] is None
+
+
+def test_auto_gives_the_scale_pairs_room_to_kv_where_the_context_spills():
+    # 128K of an 8B in 16 GiB spills to RAM: the pairs' 0.70 GiB holds 5.7K more hot tokens instead
+    long = _plan(vram_budget_bytes=16 * GiB, context_len=131072, ram_budget_bytes=64 * GiB)
+    forced = _plan(
+        vram_budget_bytes=16 * GiB, context_len=131072, ram_budget_bytes=64 * GiB, scale_pairs="on"
+    )
+    assert long.request.scale_pairs == "off" and long.request.scale_pair_bytes == 0
+    assert forced.request.scale_pair_bytes > 0
+    assert long.gpu_kv_tokens - forced.gpu_kv_tokens == pytest.approx(
+        forced.request.scale_pair_bytes / long.kv_bytes_per_token, abs=16
+    )
+    # measured pairs (the engine attached them) are taken as they are
+    loaded = _plan(
+        vram_budget_bytes=16 * GiB,
+        context_len=131072,
+        measured_scale_pair_bytes=forced.request.scale_pair_bytes,
+    )
+    assert loaded.request.scale_pair_bytes == forced.request.scale_pair_bytes
+
+
+def test_scale_pairs_mode_reads_the_switch(monkeypatch):
+    from kvspill.env import scale_pairs_mode
+
+    for value, mode in ((None, "auto"), ("1", "on"), ("0", "off")):
+        if value is None:
+            monkeypatch.delenv("KVSPILL_SCALE_PAIRS", raising=False)
+        else:
+            monkeypatch.setenv("KVSPILL_SCALE_PAIRS", value)
+        assert scale_pairs_mode() == mode
+    monkeypatch.setenv("KVSPILL_SCALE_PAIRS", "yes")
+    with pytest.raises(ValueError, match="KVSPILL_SCALE_PAIRS must be 0, 1 or unset"):
+        scale_pairs_mode()

@@ -181,3 +181,37 @@ def test_kvspill_plan_takes_the_random_models_serve_runs(monkeypatch: pytest.Mon
     assert engine is not None and engine.plan.gpu_kv_tokens == quantized["yours"].gpu_kv_tokens
     with pytest.raises(ModelNotFoundError, match="SHAPE one of llama-1b"):
         plans_for_flags("random:llama-9b", flags)
+
+
+@pytest.mark.parametrize(
+    ("max_model_len", "max_num_seqs", "env", "kept"),
+    [
+        (8192, 64, None, True),  # a context fits the GPU beside the pairs
+        (131072, 64, None, False),  # 128K spills to RAM: the room holds KV instead
+        (131072, 64, "1", True),  # KVSPILL_SCALE_PAIRS=1 keeps them anyway
+        (8192, 64, "0", False),
+        (8192, 1, "1", False),  # one sequence: the GEMV never reads them
+    ],
+)
+def test_the_engine_keeps_the_scale_pairs_its_plan_counts(
+    monkeypatch, max_model_len, max_num_seqs, env, kept
+):
+    import torch
+
+    from kvspill.engine.setup import _keeps_scale_pairs
+
+    if env is None:
+        monkeypatch.delenv("KVSPILL_SCALE_PAIRS", raising=False)
+    else:
+        monkeypatch.setenv("KVSPILL_SCALE_PAIRS", env)
+    config = EngineConfig(
+        model="random:llama-8b:q4_k_m",
+        vram_budget_bytes=16 * GiB,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        cpu_kv_budget_bytes=64 * GiB,
+    )
+    startup = startup_plan(config, 141 * GiB, None, device="cuda", host_available_bytes=100 * GiB)
+    assert startup is not None and (startup.plan.request.scale_pair_bytes > 0) is kept
+    assert _keeps_scale_pairs(config, torch.device("cuda"), startup) is kept
+    assert _keeps_scale_pairs(config, torch.device("cpu"), None) is False
