@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Call B: the fixed pairs asm (each word's own pair: A and B may lie in different groups j) on the
-# GPU: the kernel tests (bit-equal to the header's scales in bf16 and fp16), the Q4_K_M rows again
+# Call B: the final pairs asm (each packed word's own pair) on the GPU: the kernel tests, the pairs against the header path on the 8B's shapes (pairs_vs_header.py:
+# which outputs differ, by how many ulps, each path's error against fp64, each run twice), the Q4_K_M rows again
 # with and without the pairs; llama.cpp's build and the llama-quantize Q4_K_M file beside them
 # (niced, for call C's same-file comparison).
 set -u
@@ -14,6 +14,8 @@ S=bench/results/2026-12-04-h200-scale-pairs/scripts
 (SHAPE=8b nice -n 10 bash .peer/llamacpp_peer.sh model > /tmp/model.log 2>&1) &
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gguf_mma.py -k "pairs or pack_scales or half_activations" tests/model/test_random_q4km.py > $OUT/pytest.txt 2>&1
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest.txt)" | tee -a $L
+timeout 120 python3 $S/pairs_vs_header.py > $OUT/pairs_vs_header.jsonl 2>&1
+echo "pairs_vs_header rc $? at $(( $(date +%s) - T0 )) s: $(grep -c '"differ": 0' $OUT/pairs_vs_header.jsonl) of $(grep -c shape $OUT/pairs_vs_header.jsonl) bit-equal" | tee -a $L
 P="python3 -m kvspill.bench.profile_decode"
 run() {  # run NAME LIMIT ARGS...
   local name=$1 lim=$2; shift 2
