@@ -16,6 +16,9 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gguf_mma
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest.txt)" | tee -a $L
 timeout 120 python3 $S/pairs_vs_header.py > $OUT/pairs_vs_header.jsonl 2>&1
 echo "pairs_vs_header rc $? at $(( $(date +%s) - T0 )) s: $(grep -c '"differ": 0' $OUT/pairs_vs_header.jsonl) of $(grep -c shape $OUT/pairs_vs_header.jsonl) bit-equal" | tee -a $L
+git apply $S/q6k_prescaled.diff && timeout 90 python3 $S/q6k_scale_cost.py > $OUT/q6k_scale_cost.jsonl 2>&1
+echo "q6k_scale_cost rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/q6k_scale_cost.jsonl | cut -c1-300)" | tee -a $L
+git apply -R $S/q6k_prescaled.diff
 P="python3 -m kvspill.bench.profile_decode"
 run() {  # run NAME LIMIT ARGS...
   local name=$1 lim=$2; shift 2
