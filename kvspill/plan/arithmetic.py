@@ -212,14 +212,22 @@ def _decode(
 def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
     """The plan's figures without advice (see `make_plan`): the reserves, the tiers, one sequence
     placed in them, then its decode step and prefill on the path the engine will choose. With
-    `scale_pairs="auto"` the Q4_K scale pairs are planned only where a whole context still fits
-    the GPU tier beside them: where it spills, their room holds KV instead (each token kept on
-    the GPU is one a decode step need not fetch over PCIe), and `plan.request` says "off"."""
+    `scale_pairs="auto"` the Q4_K scale pairs are planned only where the plan fits with them, a
+    whole context still fits the GPU tier beside them and a fixed GPU KV size (--kv-cache-memory)
+    stays whole: elsewhere their room holds KV (each token kept on the GPU is one a decode step
+    need not fetch over PCIe), and `plan.request` says "off"."""
     plan = _compute_plan(request, bandwidths)
-    auto = request.scale_pairs == "auto" and request.measured_scale_pair_bytes is None
-    if auto and request.scale_pair_bytes and plan.gpu_kv_tokens < plan.context_len:
-        return _compute_plan(replace(request, scale_pairs="off"), bandwidths)
-    return plan
+    if (
+        request.scale_pairs != "auto"
+        or request.measured_scale_pair_bytes is not None
+        or not request.scale_pair_bytes
+    ):
+        return plan
+    without = _compute_plan(replace(request, scale_pairs="off"), bandwidths)
+    kept = plan.fits and plan.gpu_kv_tokens >= plan.context_len
+    if request.gpu_kv_budget_bytes is not None:
+        kept = kept and plan.gpu_kv_tokens >= without.gpu_kv_tokens
+    return plan if kept else without
 
 
 def _compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:

@@ -123,6 +123,15 @@ def test_auto_gives_the_scale_pairs_room_to_kv_where_the_context_spills():
     assert long.gpu_kv_tokens - forced.gpu_kv_tokens == pytest.approx(
         forced.request.scale_pair_bytes / long.kv_bytes_per_token, abs=16
     )
+    # a fixed GPU KV size (--kv-cache-memory) the budget holds whole only without them
+    fixed = dict(vram_budget_bytes=8 * GiB, context_len=2048, max_num_seqs=8)
+    kv = _plan(**fixed, scale_pairs="off").gpu_kv_bytes - int(0.3 * GiB)  # 0.4 GiB short with pairs
+    forced = _plan(**fixed, gpu_kv_budget_bytes=kv, scale_pairs="on")
+    assert forced.gpu_kv_bytes < kv - 0.35 * GiB  # the pairs took from the KV asked for
+    auto = _plan(**fixed, gpu_kv_budget_bytes=kv)
+    assert auto.request.scale_pairs == "off" and auto.gpu_kv_bytes > kv - 0.01 * GiB
+    roomy = _plan(**fixed, gpu_kv_budget_bytes=kv - GiB)  # the pairs fit beside it
+    assert roomy.request.scale_pair_bytes > 0 and roomy.gpu_kv_bytes > kv - 1.01 * GiB
     # measured pairs (the engine attached them) are taken as they are
     loaded = _plan(
         vram_budget_bytes=16 * GiB,
