@@ -235,7 +235,7 @@ def _weights_cell(plan: MemoryPlan) -> str:
     if kind == "none" or (kind == "gguf" and r.spec.stored_weight_bytes is None):  # dense: its dtype
         kind = {1: "fp8", 2: "bf16/fp16", 4: "fp32"}.get(r.weight_dtype_bytes, r.weight_dtype)
     cell = f"{format_bytes(plan.weight_bytes)} {kind}"
-    if r.scale_pair_bytes:  # kept for batched steps (plan/weights.scale_pairs_held)
+    if r.scale_pair_bytes:  # kept for batched steps (arithmetic.compute_plan decides)
         cell += f" ({format_bytes(r.scale_pair_bytes)} of it scale pairs)"
     if plan.offloaded_weight_bytes:
         cell += f" + {format_bytes(plan.offloaded_weight_bytes)}"

@@ -41,8 +41,8 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # Q4_K_M's tensor-core kernel (kernels/gguf_mma.py: each weight dequantized once for all tokens,
 # so bound by its instructions and loads, more so as tokens are added). Fit like the rates above
 # (the step less its KV over HBM and the per-layer overhead, over the blocks' bytes) to random
-# `llama-8b:q4_k_m` on an H200, N x 2K: with the Q4_K scale pairs (the default where steps batch,
-# `scale_pairs_held`) 4 / 8 / 16 / 32 at 3.620 / 4.014 / 5.172 / 7.835 ms a step
+# `llama-8b:q4_k_m` on an H200, N x 2K: with the Q4_K scale pairs (kept where steps batch and room allows,
+# `arithmetic.compute_plan`) 4 / 8 / 16 / 32 at 3.620 / 4.014 / 5.172 / 7.835 ms a step
 # (bench/results/2026-12-04-h200-scale-pairs); with the scales read from the blocks' headers
 # (KVSPILL_SCALE_PAIRS=0) 8 / 16 / 32 at 4.551 / 5.989 / 8.478 ms (2026-12-04-h200-mixed-qkv-out,
 # 2026-12-04-h200-q4km-peer; 4.472-4.483 and 8.446 ms again beside the pairs), 4 at 920 tok/s
@@ -148,7 +148,7 @@ def multi_token_read_gbs(
     known False where the engine's kernels at that count are not measured: past one token, every
     format but Q4_K_M (dense and fp8 steps of several tokens run cuBLAS / the fp8 GEMV's tensor-core
     path, whose rates no engine row has fit yet), and Q4_K_M past its largest entry.
-    `scale_pairs`: whether the engine keeps the Q4_K scale pairs (`scale_pairs_held`)."""
+    `scale_pairs`: whether the engine keeps the Q4_K scale pairs (PlanRequest.scale_pair_bytes)."""
     rate = weight_read_gbs(spec, quantization)
     if num_tokens <= 1:
         return True, rate
