@@ -48,7 +48,7 @@ from kvspill.config import EngineConfig
 from kvspill.engine.core import LLMEngine
 from kvspill.hardware.calibrate import measure_copy_gbs
 from kvspill.model.parallel import CollectiveTimer
-from kvspill.model.quant import model_weight_bytes
+from kvspill.model.quant import held_scale_pair_bytes, model_weight_bytes
 from kvspill.sampling_params import SamplingParams
 from kvspill.stats import ColdAttentionCounters
 
@@ -331,8 +331,10 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         fill_only.apply(engine)
     offloader = engine.bundle.loaded.offloader
     offloaded_bytes = offloader.host_bytes if offloader is not None else 0
-    # What HBM reads each step: the resident weights (offloaded ones cross PCIe: see the floor).
-    weight_bytes = model_weight_bytes(engine.bundle.loaded.model) - offloaded_bytes
+    # What HBM reads each step: the resident weights (offloaded ones cross PCIe: see the floor),
+    # not the Q4_K scale pairs (held for batched steps; one sequence's GEMV reads the blocks alone).
+    scale_pair_bytes = held_scale_pair_bytes(engine.bundle.loaded.model)
+    weight_bytes = model_weight_bytes(engine.bundle.loaded.model) - offloaded_bytes - scale_pair_bytes
     gpu_kv_tokens = engine.bundle.num_blocks * config.block_size
     flags = bench_flags(args)
     base = dict(
@@ -346,6 +348,7 @@ def setup_engine(args: argparse.Namespace, max_len: int, max_num_seqs: int = 8) 
         h2d_gbs=round(h2d_gbs, 1),
         weight_gib=round(weight_bytes / GIB, 3),
         offloaded_weight_gib=round(offloaded_bytes / GIB, 3),
+        scale_pair_gib=round(scale_pair_bytes / GIB, 3),  # held beside weight_gib (model/quant.py)
         gpu_kv_gib=round(engine.bundle.storage.nbytes / GIB, 3),
         cpu_kv_gib=flags["cpu_kv_budget_bytes"] / GIB,
         chunk=flags["max_num_batched_tokens"],
