@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,27 +12,6 @@ from torch import Tensor
 
 from kvspill.env import env_settings
 from kvspill.model.base import AttentionFn
-
-
-def write_tiny_llama_gguf(path: Path, add_tokenizer: Callable[[gguf.GGUFWriter], int]) -> Path:
-    """A one-layer llama GGUF at `path` (embedding 32, 2 heads, 1 KV head; token embeddings its
-    only tensor): `add_tokenizer(writer)` adds the tokenizer's metadata and returns its vocabulary
-    size."""
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_context_length(256)
-    w.add_embedding_length(32)
-    w.add_block_count(1)
-    w.add_feed_forward_length(64)
-    w.add_head_count(2)
-    w.add_head_count_kv(1)
-    w.add_layer_norm_rms_eps(1e-5)
-    vocab_size = add_tokenizer(w)
-    w.add_tensor("token_embd.weight", np.zeros((vocab_size, 32), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 class DenseCausalAttention:

@@ -8,11 +8,10 @@ from pathlib import Path
 import gguf
 import pytest
 import transformers
+from tiny_gguf import write_tiny_gguf
 
 from kvspill.env import env_settings
 from kvspill.gguf import cache as gguf_cache
-
-from .conftest import write_tiny_llama_gguf
 
 TEXTS = [
     "Hello world!",
@@ -57,7 +56,7 @@ def tiny_gguf(tmp_path) -> Path:
         w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}")
         return len(tokens)
 
-    return write_tiny_llama_gguf(path, add_tokenizer)
+    return write_tiny_gguf(path, add_tokenizer=add_tokenizer)
 
 
 @pytest.fixture

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import gguf
 import pytest
+from tiny_gguf import write_tiny_gguf
 from transformers import AutoTokenizer
 from transformers.integrations import ggml
 
 from kvspill.gguf import cache as gguf_cache
 from kvspill.gguf.merge_rebuild import IndexedTokens, linear_merge_rebuild
-
-from .conftest import write_tiny_llama_gguf
 
 PROSE = """The cache keeps a running sequence's keys and values in tiers: hot blocks on the GPU,
 pinned host memory, then disk. Attention is computed where the data lives, exactly, or on the
@@ -55,7 +54,7 @@ def spm_gguf(tmp_path_factory) -> Path:
         w.add_eos_token_id(2)
         return len(tokens)
 
-    return write_tiny_llama_gguf(tmp_path_factory.mktemp("spm") / "spm.gguf", add_tokenizer)
+    return write_tiny_gguf(tmp_path_factory.mktemp("spm") / "spm.gguf", add_tokenizer=add_tokenizer)
 
 
 def test_indexed_tokens_is_the_list_with_a_set_behind_in() -> None:
