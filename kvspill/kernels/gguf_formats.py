@@ -225,14 +225,18 @@ def _k_quants(blocks: torch.Tensor, qtype: str) -> torch.Tensor:
     return (scale * q.float() - offset).reshape(rows, nb, 256)
 
 
+def _k_scales(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_K, Q5_K blocks (or their first 16 bytes) -> (d * sc, dmin * m) float32 [..., 8]."""
+    sc, mins = _k_scale_min(blocks[..., 4:16])
+    return _f16(blocks, 0) * sc.float(), _f16(blocks, 2) * mins.float()
+
+
 def _k_sub_blocks(blocks: torch.Tensor, qtype: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Q4_K, Q5_K blocks -> (d * sc, dmin * m) float32 [rows, nb, 8, 1] each and q [rows, nb, 8, 32]
     uint8 of the 8 sub-blocks: weight l of sub-block s is d * sc_s * q_sl - dmin * m_s."""
     rows, nb = blocks.shape[:2]
-    d, dmin = _f16(blocks, 0), _f16(blocks, 2)
-    sc, mins = _k_scale_min(blocks[..., 4:16])
-    scale = (d * sc.float()).unsqueeze(-1)
-    offset = (dmin * mins.float()).unsqueeze(-1)
+    scale, offset = _k_scales(blocks)
+    scale, offset = scale.unsqueeze(-1), offset.unsqueeze(-1)
     qs_at = 16 if qtype == "Q4_K" else 48
     q = _nibbles(blocks[..., qs_at : qs_at + 128].reshape(rows, nb, 4, 32)).reshape(rows, nb, 8, 32)
     if qtype == "Q5_K":
@@ -283,10 +287,8 @@ def q4k_scales(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torc
     """Q4_K data [rows, bytes] -> d * sc and dmin * m float32 [rows, K / 32] (in K order), from
     the super-blocks' headers alone: `q4k_fields` without the quants."""
     rows = data.shape[0]
-    header = data.reshape(rows, in_features // 256, 144)[..., :16]
-    sc, mins = _k_scale_min(header[..., 4:16])
-    scale = _f16(header, 0) * sc.float()
-    return scale.reshape(rows, -1), (_f16(header, 2) * mins.float()).reshape(rows, -1)
+    scale, offset = _k_scales(data.reshape(rows, in_features // 256, 144)[..., :16])
+    return scale.reshape(rows, -1), offset.reshape(rows, -1)
 
 
 def dequantize_ref(

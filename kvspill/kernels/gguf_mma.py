@@ -568,6 +568,24 @@ def _dot_dtype(x: torch.Tensor) -> tl.dtype:
     return tl.float16 if x.dtype == torch.float16 else tl.bfloat16
 
 
+def _scale_pairs(weight: QuantizedWeight, cfg: MmaConfig, x: torch.Tensor) -> torch.Tensor | None:
+    """The weight's `scale_pairs` as the words form reads them (int32 [rows, K / 32]), where that
+    form runs and they are in x's dtype; else None (the header's scales)."""
+    pairs = weight.scale_pairs
+    if not cfg.words or pairs is None or pairs.dtype != x.dtype:
+        return None
+    return pairs.view(torch.int32)
+
+
+def _form_flags(cfg: MmaConfig, x: torch.Tensor, paired: bool) -> dict[str, object]:
+    """The kernel's form constexprs that differ from their defaults (each value a compiled variant)."""
+    forms = {"WHOLE": cfg.whole, "WORDS": cfg.words, "TWO_ACC": cfg.two_acc}
+    flags: dict[str, object] = {name: True for name, on in forms.items() if on}
+    if paired:
+        flags["PAIR_DTYPE"] = tl.float16 if x.dtype == torch.float16 else tl.bfloat16
+    return flags
+
+
 def quant_matmul_mma(
     x: torch.Tensor,  # [num_tokens <= MMA_MAX_TOKENS, in_features]
     weight: QuantizedWeight,
@@ -588,8 +606,7 @@ def quant_matmul_mma(
     result, part, counters = _outputs(x, rows, cfg, out)
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
     kernel, sub = _KERNELS[weight.qtype]
-    pairs = weight.scale_pairs if cfg.words and weight.scale_pairs is not None else None
-    pairs = pairs.view(torch.int32) if pairs is not None and pairs.dtype == x.dtype else None
+    pairs = _scale_pairs(weight, cfg, x)
     # The min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need each
     # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
     # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.
@@ -619,14 +636,7 @@ def quant_matmul_mma(
         MAGIC=cfg.magic,
         HAS_BIAS=bias is not None,
         DOT_DTYPE=_dot_dtype(x),
-        **({"WHOLE": True} if cfg.whole else {}),
-        **({"WORDS": True} if cfg.words else {}),
-        **({"TWO_ACC": True} if cfg.two_acc else {}),
-        **(
-            {"PAIR_DTYPE": tl.float16 if x.dtype == torch.float16 else tl.bfloat16}
-            if pairs is not None
-            else {}
-        ),
+        **_form_flags(cfg, x, pairs is not None),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **pdl_meta(x.device),

@@ -138,6 +138,14 @@ class QuantEmbedding(nn.Module):
         return quant_linear(hidden, self.qweight)
 
 
+def quantized_weights(model: nn.Module) -> list[QuantizedWeight]:
+    """Every GGUF-block weight `model` holds: the QuantLinear parts and the QuantEmbedding tables."""
+    weights = [p for m in model.modules() if isinstance(m, QuantLinear) for p in m.parts]
+    return weights + [
+        m.qweight for m in model.modules() if isinstance(m, QuantEmbedding) and m.qweight is not None
+    ]
+
+
 def attach_scale_pairs(model: nn.Module, dtype: torch.dtype) -> int:
     """Give every Q4_K weight of `model` that multiplies (projections, lm_head, a tied embedding;
     not an untied embedding, which only gathers rows) its scale pairs in `dtype` (the
@@ -145,7 +153,7 @@ def attach_scale_pairs(model: nn.Module, dtype: torch.dtype) -> int:
     the model's memory counts them; the tensor-core kernel of batched steps reads them in place of
     the blocks' scale bytes (bench/results/2026-12-04-h200-mma-dequant-cost). Returns the bytes
     added: 32 a 144-byte super-block (plan/weights.q4k_matmul_bytes counts the same weights)."""
-    added = 0
+    before = held_scale_pair_bytes(model)
     tied = bool(getattr(model, "tie_word_embeddings", False))
     for module in model.modules():
         if isinstance(module, QuantLinear):
@@ -153,23 +161,17 @@ def attach_scale_pairs(model: nn.Module, dtype: torch.dtype) -> int:
                 if _wants_pairs(part, dtype):
                     module.parts[i] = _paired(part, dtype)
                     module.register_buffer(f"scale_pairs_{i}", module.parts[i].scale_pairs, persistent=False)
-                    added += module.parts[i].nbytes - part.nbytes
-        elif isinstance(module, QuantEmbedding) and module.qweight is not None and tied:
+        elif tied and isinstance(module, QuantEmbedding) and module.qweight is not None:
             if _wants_pairs(module.qweight, dtype):
-                before = module.qweight.nbytes
                 module.qweight = _paired(module.qweight, dtype)
                 module.register_buffer("scale_pairs_0", module.qweight.scale_pairs, persistent=False)
-                added += module.qweight.nbytes - before
-    return added
+    return held_scale_pair_bytes(model) - before
 
 
 def held_scale_pair_bytes(model: nn.Module) -> int:
     """Bytes of the scale pairs `model`'s quantized weights hold (`attach_scale_pairs`)."""
-    weights = [p for m in model.modules() if isinstance(m, QuantLinear) for p in m.parts]
-    weights += [m.qweight for m in model.modules() if isinstance(m, QuantEmbedding) and m.qweight is not None]
-    return sum(
-        w.scale_pairs.numel() * w.scale_pairs.element_size() for w in weights if w.scale_pairs is not None
-    )
+    pairs = (w.scale_pairs for w in quantized_weights(model) if w.scale_pairs is not None)
+    return sum(p.numel() * p.element_size() for p in pairs)
 
 
 def _wants_pairs(weight: QuantizedWeight, dtype: torch.dtype) -> bool:
@@ -189,8 +191,7 @@ def dequant_scratch_bytes(model: nn.Module, dtype: torch.dtype, num_tokens: int)
     its memory pool."""
     if num_tokens <= MAX_GEMV_TOKENS:
         return 0
-    parts = [p for m in model.modules() if isinstance(m, QuantLinear) for p in m.parts]
-    parts += [m.qweight for m in model.modules() if isinstance(m, QuantEmbedding) and m.qweight is not None]
+    parts = quantized_weights(model)
     slices = (dequant_slice_rows(p.out_features, p.in_features, dtype) * p.in_features for p in parts)
     return max(slices, default=0) * dtype.itemsize
 

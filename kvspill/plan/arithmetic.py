@@ -223,11 +223,12 @@ def compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:
         or not request.scale_pair_bytes
     ):
         return plan
-    without = _compute_plan(replace(request, scale_pairs="off"), bandwidths)
     kept = plan.fits and plan.gpu_kv_tokens >= plan.context_len
-    if request.gpu_kv_budget_bytes is not None:
-        kept = kept and plan.gpu_kv_tokens >= without.gpu_kv_tokens
-    return plan if kept else without
+    if kept and request.gpu_kv_budget_bytes is None:
+        return plan
+    without = _compute_plan(replace(request, scale_pairs="off"), bandwidths)
+    # a fixed GPU KV size stays whole where the pairs take nothing from it
+    return plan if kept and plan.gpu_kv_tokens >= without.gpu_kv_tokens else without
 
 
 def _compute_plan(request: PlanRequest, bandwidths: Bandwidths) -> MemoryPlan:

@@ -95,6 +95,13 @@ def _gpu_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
             )
             break
         chunk //= 2
+    return lines + _held_memory_advice(plan, bandwidths)
+
+
+def _held_memory_advice(plan: MemoryPlan, bandwidths: Bandwidths) -> list[str]:
+    """What the Q4_K scale pairs and fewer sequences (logits, graphs, the pairs) would free."""
+    r = plan.request
+    lines: list[str] = []
     if r.scale_pair_bytes:
         without = _replan(plan, bandwidths, scale_pairs="off")
         lines.append(
