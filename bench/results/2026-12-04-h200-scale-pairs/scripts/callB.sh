@@ -30,7 +30,7 @@ run q8x2k_pairs 80 $P $Q --concurrency 8
 run q8x2k_off 50 env KVSPILL_SCALE_PAIRS=0 $P $Q --concurrency 8
 run q1x2k 50 $P $Q
 run q32x2k_pairs 60 $P $Q --concurrency 32
-run q8x2k_pairs2 50 $P $Q --concurrency 8
+run q8x2k_pairs2 70 $P $Q --concurrency 8 --kernels 10  # the step's kernel table with the pairs
 run q8k 60 $P --shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192
 (cd $OUT && tar czf allB.tgz q*.txt && rm -f q*.txt)
 wait
