@@ -32,17 +32,31 @@ def _fill_asm(text: str, kind: str, magic: str, one: str, minus: str) -> str:
 
 
 @triton.jit
-def q4k_scales_mins(base, n_ok):
+def _load_or_zero(ptrs, mask):
+    """tl.load(ptrs), 0 where `mask` is false; mask None: every pointer in bounds, no mask."""
+    if mask is None:
+        values = tl.load(ptrs)
+    else:
+        values = tl.load(ptrs, mask=mask, other=0)
+    return values
+
+
+@triton.jit
+def q4k_scales_mins(base, n_ok=None):
     """(d*sc, dmin*m) [BLOCK_N, 8] fp32 of the 8 sub-blocks of the Q4_K super-blocks at `base`
     [BLOCK_N]: sub-block s's 6-bit (sc, m) are bytes s and s + 4 of scales[12] for s < 4, else
-    the nibbles of byte s + 4 and the top bits of bytes s - 4 and s (ggml's get_scale_min_k4)."""
-    d = tl.load((base + 0).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
-    dmin = tl.load((base + 2).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+    the nibbles of byte s + 4 and the top bits of bytes s - 4 and s (ggml's get_scale_min_k4).
+    n_ok: the rows to read (others give 0); None: every row of `base` is in bounds."""
+    d = _load_or_zero((base + 0).to(tl.pointer_type(tl.float16)), n_ok).to(tl.float32)
+    dmin = _load_or_zero((base + 2).to(tl.pointer_type(tl.float16)), n_ok).to(tl.float32)
     s = tl.arange(0, 8)[None, :]
-    row_ok = n_ok[:, None]
-    b_s = tl.load(base[:, None] + 4 + s, mask=row_ok, other=0).to(tl.int32)  # byte s
-    b_s4 = tl.load(base[:, None] + 8 + s, mask=row_ok, other=0).to(tl.int32)  # byte s + 4
-    b_lo = tl.load(base[:, None] + 4 + (s % 4), mask=row_ok, other=0).to(tl.int32)  # byte s - 4 (s >= 4)
+    if n_ok is None:
+        row_ok = None
+    else:
+        row_ok = n_ok[:, None]
+    b_s = _load_or_zero(base[:, None] + 4 + s, row_ok).to(tl.int32)  # byte s
+    b_s4 = _load_or_zero(base[:, None] + 8 + s, row_ok).to(tl.int32)  # byte s + 4
+    b_lo = _load_or_zero(base[:, None] + 4 + (s % 4), row_ok).to(tl.int32)  # byte s - 4 (s >= 4)
     first = s < 4
     sc = tl.where(first, b_s & 63, (b_s4 & 0xF) | ((b_lo >> 6) << 4))
     m = tl.where(first, b_s4 & 63, (b_s4 >> 4) | ((b_s >> 6) << 4))
@@ -181,7 +195,6 @@ def q4k_super_block_words(
     acc,
     acc2,
     base,
-    n_ok,
     xt_ptr,
     sb,
     t,
@@ -196,27 +209,27 @@ def q4k_super_block_words(
     (16-byte loads) and cut into 8 planes: plane m = 2 b + h holds nibble h of byte b of every
     word, i.e. word w = 8 j + i gives weight 64 j + 32 h + 4 i + b (sub-block 2 j + h); x comes
     permuted to that order (`words_x`), so each plane is one K = 32 dot, no gather. With TWO_ACC
-    the odd planes add into acc2 (two independent mma chains); returns (acc, acc2). With
+    the odd planes add into acc2 (two independent mma chains); returns (acc, acc2). Every row at
+    `base` must be in bounds (the kernel reads the last row for those past the end), so no load
+    is masked. With
     PAIR_DTYPE the scales come from `pack_scales` (32 bytes a row, loaded in the planes' layout)
     instead of the header's bytes, whose loads cost a third of the kernel
     (bench/results/2026-12-04-h200-mma-dequant-cost)."""
     N: tl.constexpr = base.shape[0]
     if PAIR_DTYPE is not None:
-        pairs = tl.load(pairs_rows[:, None] + sb * 8 + tl.arange(0, 8)[None, :], mask=n_ok[:, None], other=0)
+        pairs = tl.load(pairs_rows[:, None] + sb * 8 + tl.arange(0, 8)[None, :])
         pair_lo, pair_hi = tl.split(tl.reshape(pairs, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
         pair_lo, pair_hi = pair_lo[:, :, None], pair_hi[:, :, None]
         dsc_lo, dm_lo = _unpair_f32(pair_lo, PAIR_DTYPE)
         dsc_hi, dm_hi = _unpair_f32(pair_hi, PAIR_DTYPE)
     else:
-        dsc, dm = q4k_scales_mins(base, n_ok)
+        dsc, dm = q4k_scales_mins(base)
         dsc_lo, dsc_hi = tl.split(tl.reshape(dsc, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
         dm_lo, dm_hi = tl.split(tl.reshape(dm, (N, 4, 2)))
         dsc_lo, dsc_hi = dsc_lo[:, :, None], dsc_hi[:, :, None]
         dm_lo, dm_hi = dm_lo[:, :, None], dm_hi[:, :, None]
     w = tl.arange(0, 32)
-    words = tl.load(
-        (base + 16).to(tl.pointer_type(tl.int32))[:, None] + w[None, :], mask=n_ok[:, None], other=0
-    )
+    words = tl.load((base + 16).to(tl.pointer_type(tl.int32))[:, None] + w[None, :])
     words = tl.reshape(words, (N, 4, 8))
     if ASM and PAIR_DTYPE is not None:
         p0, p1, p2, p3, p4, p5, p6, p7 = _q4k_words_paired(words, pair_lo, pair_hi, DOT_DTYPE)
@@ -329,12 +342,10 @@ def _q6k_plane_f32(ql, qh, scale, i: tl.constexpr, e: tl.constexpr):
 
 
 @triton.jit
-def _q6k_scales(base, n_ok, d, half: tl.constexpr, i: tl.constexpr):
+def _q6k_scales(base, d, half: tl.constexpr, i: tl.constexpr):
     """d * scales[8 half + 2 i + p // 8] for the 16 elements p of plane i: [BLOCK_N, 16] fp32."""
     g = tl.arange(0, 2)[None, :]
-    sc = tl.load(
-        (base[:, None] + 192 + 8 * half + 2 * i + g).to(tl.pointer_type(tl.int8)), mask=n_ok[:, None], other=0
-    )
+    sc = tl.load((base[:, None] + 192 + 8 * half + 2 * i + g).to(tl.pointer_type(tl.int8)))
     scale = d[:, None] * sc.to(tl.float32)  # [BLOCK_N, 2]
     return tl.reshape(tl.broadcast_to(scale[:, :, None], (base.shape[0], 2, 8)), (base.shape[0], 16))
 
@@ -344,7 +355,6 @@ def _q6k_half_words(
     acc,
     acc2,
     base,
-    n_ok,
     d,
     xt_ptr,
     sb,
@@ -360,13 +370,13 @@ def _q6k_half_words(
     each one K = 16 dot against its rows of the permuted x (`words_x`)."""
     p = tl.arange(0, 16)[None, :]
     row = base[:, None]
-    ql_a = tl.load((row + 64 * half).to(tl.pointer_type(tl.int16)) + p, mask=n_ok[:, None], other=0)
-    ql_b = tl.load((row + 64 * half + 32).to(tl.pointer_type(tl.int16)) + p, mask=n_ok[:, None], other=0)
-    qh = tl.load((row + 128 + 32 * half).to(tl.pointer_type(tl.int16)) + p, mask=n_ok[:, None], other=0)
-    s0 = _q6k_scales(base, n_ok, d, half, 0)
-    s1 = _q6k_scales(base, n_ok, d, half, 1)
-    s2 = _q6k_scales(base, n_ok, d, half, 2)
-    s3 = _q6k_scales(base, n_ok, d, half, 3)
+    ql_a = tl.load((row + 64 * half).to(tl.pointer_type(tl.int16)) + p)
+    ql_b = tl.load((row + 64 * half + 32).to(tl.pointer_type(tl.int16)) + p)
+    qh = tl.load((row + 128 + 32 * half).to(tl.pointer_type(tl.int16)) + p)
+    s0 = _q6k_scales(base, d, half, 0)
+    s1 = _q6k_scales(base, d, half, 1)
+    s2 = _q6k_scales(base, d, half, 2)
+    s3 = _q6k_scales(base, d, half, 3)
     if ASM:
         w0, w1, w2, w3, w4, w5, w6, w7 = _q6k_words_half(ql_a, ql_b, qh, s0, s1, s2, s3, DOT_DTYPE)
     else:
@@ -383,14 +393,15 @@ def _q6k_half_words(
 
 @triton.jit
 def q6k_super_block_words(
-    acc, acc2, base, n_ok, xt_ptr, sb, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr, TWO_ACC: tl.constexpr
+    acc, acc2, base, xt_ptr, sb, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr, TWO_ACC: tl.constexpr
 ):
     """acc += one Q6_K super-block of the program's rows in the words form (both halves); with
-    TWO_ACC the odd planes go to acc2. Returns (acc, acc2)."""
-    d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+    TWO_ACC the odd planes go to acc2. Returns (acc, acc2). Every row at `base` must be in bounds
+    (as in `q4k_super_block_words`): no load is masked."""
+    d = tl.load((base + 208).to(tl.pointer_type(tl.float16))).to(tl.float32)
     for half in tl.static_range(2):
         acc, acc2 = _q6k_half_words(
-            acc, acc2, base, n_ok, d, xt_ptr, sb, half, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32, TWO_ACC
+            acc, acc2, base, d, xt_ptr, sb, half, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32, TWO_ACC
         )
     return acc, acc2
 
