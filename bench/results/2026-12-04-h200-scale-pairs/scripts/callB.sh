@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Call B: the final pairs asm (each packed word's own pair) on the GPU: the kernel tests, the pairs against the header path on the 8B's shapes (pairs_vs_header.py:
-# which outputs differ, by how many ulps, each path's error against fp64, each run twice), the Q4_K_M rows again
-# with and without the pairs; llama.cpp's build and the llama-quantize Q4_K_M file beside them
-# (niced, for call C's same-file comparison).
+# Call B: the final pairs asm (each packed word's own pair) on the GPU: the kernel tests; the words
+# form with rows clamped against the masked loads before 2c55335 (words_rows.py, the tree as it is,
+# then with unmasked_rows.diff reversed, then as it is again); the pairs against the header path on
+# the 8B's shapes (pairs_vs_header.py: which outputs differ, by how many ulps, each path's error
+# against fp64, each run twice); Q6_K's precomputed scales (q6k_prescaled.diff); the Q4_K_M rows with
+# and without the pairs; llama.cpp's build and the llama-quantize Q4_K_M file beside them (niced,
+# for call C's same-file comparison, which also runs the 32 x 2K and 8K rows).
 set -u
 T0=$(date +%s)
 [ -d /tmp/site/fastapi ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
@@ -14,6 +17,12 @@ S=bench/results/2026-12-04-h200-scale-pairs/scripts
 (SHAPE=8b nice -n 10 bash .peer/llamacpp_peer.sh model > /tmp/model.log 2>&1) &
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gguf_mma.py -k "pairs or pack_scales or half_activations" tests/model/test_random_q4km.py > $OUT/pytest.txt 2>&1
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest.txt)" | tee -a $L
+for label in unmasked masked unmasked_again; do
+  [ $label = masked ] && git apply -R $S/unmasked_rows.diff
+  timeout 120 python3 $S/words_rows.py $label >> $OUT/words_rows.jsonl 2>&1
+  echo "words_rows $label rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/words_rows.jsonl | cut -c1-400)" | tee -a $L
+  [ $label = masked ] && git apply $S/unmasked_rows.diff
+done
 timeout 120 python3 $S/pairs_vs_header.py > $OUT/pairs_vs_header.jsonl 2>&1
 echo "pairs_vs_header rc $? at $(( $(date +%s) - T0 )) s: $(grep -c '"differ": 0' $OUT/pairs_vs_header.jsonl) of $(grep -c shape $OUT/pairs_vs_header.jsonl) bit-equal" | tee -a $L
 git apply $S/q6k_prescaled.diff && timeout 90 python3 $S/q6k_scale_cost.py > $OUT/q6k_scale_cost.jsonl 2>&1
@@ -26,12 +35,10 @@ run() {  # run NAME LIMIT ARGS...
   echo "$name rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'engine.step|plan ' $OUT/$name.txt | tr -s ' ' | tr '\n' ' ' | cut -c1-300)" | tee -a $L
 }
 Q="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048"
-run q8x2k_pairs 80 $P $Q --concurrency 8
+run q8x2k_pairs 120 $P $Q --concurrency 8  # the first run compiles the clamped-rows kernels
 run q8x2k_off 50 env KVSPILL_SCALE_PAIRS=0 $P $Q --concurrency 8
 run q1x2k 50 $P $Q
-run q32x2k_pairs 60 $P $Q --concurrency 32
 run q8x2k_pairs2 70 $P $Q --concurrency 8 --kernels 10  # the step's kernel table with the pairs
-run q8k 60 $P --shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192
 (cd $OUT && tar czf allB.tgz q*.txt && rm -f q*.txt)
 wait
 cat /tmp/build.log /tmp/model.log | tail -6 | tee -a $L
