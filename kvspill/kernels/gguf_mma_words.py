@@ -85,30 +85,18 @@ shr.u32 p, p, 4;
 lop3.b32 q, p, 0x000F000F, MAGIC, 0xEA;
 fma.rn.TYPE q, q, one, minus;
 fma.rn.TYPE $HI, q, SCALE_HI, MIN_HI;"""
-# With the scale pairs of `pack_scales` (one int32 a sub-block: d*sc in the low half, -dmin*m in
-# the high one, already in x's half type), four prmt regroup them as the fma wants them, in place
-# of the scale tensors' converts: with pack=2, $10 / $11 are words A's and B's even sub-block
-# pairs, $12 / $13 their odd ones, and sl = (A's scale, B's scale), ml = (A's -min, B's -min), the
-# same for sh and mh (A and B lie in one group j in the layouts Triton picks for sm_90 today, so
-# the two pairs are equal there; the asm does not rely on it).
-_Q4_UNPAIR = """.reg .b32 sl, ml, sh, mh;
-prmt.b32 sl, $10, $11, 0x5410;
-prmt.b32 ml, $10, $11, 0x7632;
-prmt.b32 sh, $12, $13, 0x5410;
-prmt.b32 mh, $12, $13, 0x7632;
-"""
 
 
-def _q4_words_asm(kind: str, magic: str, one: str, minus: str, paired: bool = False) -> str:
+def _q4_words_asm(kind: str, magic: str, one: str, minus: str) -> str:
     """The asm above for one half type: its pair type, the magic float, 1.0 and -magic as pairs;
-    `paired`: the scales come as `pack_scales` pairs ($10-$13), else as four half tensors
-    ($10-$13: scale and negated min of the even, then the odd sub-blocks). Byte b's selector
-    takes A's byte b into bytes 0-1 and B's into bytes 2-3."""
-    scales = ("sl", "ml", "sh", "mh") if paired else ("$10", "$11", "$12", "$13")
+    the scales come as four half tensors ($10-$13: scale and negated min of the even, then the odd
+    sub-blocks). Byte b's selector takes A's byte b into bytes 0-1 and B's into bytes 2-3."""
     body = _Q4_WORDS_PAIR
-    for name, reg in zip(("SCALE_LO", "MIN_LO", "SCALE_HI", "MIN_HI"), scales, strict=True):
+    for name, reg in zip(
+        ("SCALE_LO", "MIN_LO", "SCALE_HI", "MIN_HI"), ("$10", "$11", "$12", "$13"), strict=True
+    ):
         body = body.replace(name, reg)
-    pairs = [_Q4_UNPAIR] if paired else []
+    pairs = []
     for b in range(4):
         sel = f"0x{4 + b:x}{4 + b:x}{b:x}{b:x}"
         pairs.append(body.replace("SEL", sel).replace("$LO", f"${2 * b}").replace("$HI", f"${2 * b + 1}"))
@@ -119,15 +107,14 @@ _BF16_CONSTANTS = ("bf16x2", "0x43004300", "0x3F803F80", "0xC300C300")
 _F16_CONSTANTS = ("f16x2", "0x64006400", "0x3C003C00", "0xE400E400")
 _Q4_WORDS_BF16 = tl.constexpr(_q4_words_asm(*_BF16_CONSTANTS))
 _Q4_WORDS_F16 = tl.constexpr(_q4_words_asm(*_F16_CONSTANTS))
-_Q4_PAIRS_BF16 = tl.constexpr(_q4_words_asm(*_BF16_CONSTANTS, paired=True))
-_Q4_PAIRS_F16 = tl.constexpr(_q4_words_asm(*_F16_CONSTANTS, paired=True))
 _Q4_WORDS_CONSTRAINTS = tl.constexpr("=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r")
 
 
 @triton.jit
 def _q4k_words_half(words, dsc_lo, ndm_lo, dsc_hi, ndm_hi, DOT_DTYPE: tl.constexpr):
     """The 8 (byte b, nibble h) planes of the qs `words` [BLOCK_N, 4, 8] int32 dequantized in x's
-    half dtype by the asm above; scales and negated mins [BLOCK_N, 4, 1] (per group j) in fp32."""
+    half dtype by the asm above; scales and negated mins [BLOCK_N, 4, 1] (per group j) in fp32, or
+    already in x's half type (`_unpair`)."""
     args = [words, dsc_lo.to(DOT_DTYPE), ndm_lo.to(DOT_DTYPE), dsc_hi.to(DOT_DTYPE), ndm_hi.to(DOT_DTYPE)]
     if DOT_DTYPE == tl.bfloat16:
         planes = tl.inline_asm_elementwise(
@@ -141,37 +128,15 @@ def _q4k_words_half(words, dsc_lo, ndm_lo, dsc_hi, ndm_hi, DOT_DTYPE: tl.constex
 
 
 @triton.jit
-def _q4k_words_paired(words, pair_lo, pair_hi, DOT_DTYPE: tl.constexpr):
-    """`_q4k_words_half` with the `pack_scales` pairs [BLOCK_N, 4, 1] int32 of the even and the
-    odd sub-blocks of each group j."""
-    if DOT_DTYPE == tl.bfloat16:
-        planes = tl.inline_asm_elementwise(
-            _Q4_PAIRS_BF16,
-            _Q4_WORDS_CONSTRAINTS,
-            [words, pair_lo, pair_hi],
-            dtype=(tl.bfloat16,) * 8,
-            is_pure=True,
-            pack=2,
-        )
-    else:
-        planes = tl.inline_asm_elementwise(
-            _Q4_PAIRS_F16,
-            _Q4_WORDS_CONSTRAINTS,
-            [words, pair_lo, pair_hi],
-            dtype=(tl.float16,) * 8,
-            is_pure=True,
-            pack=2,
-        )
-    return planes
-
-
-@triton.jit
-def _unpair_f32(pair, PAIR_DTYPE: tl.constexpr):
-    """(d*sc, dmin*m) fp32 of `pack_scales` pairs (halves of PAIR_DTYPE: scale low, -min high):
-    the interpreter's and fp32's form of the paired asm."""
-    scale = (pair & 0xFFFF).to(tl.int16).to(PAIR_DTYPE, bitcast=True).to(tl.float32)
-    neg_min = ((pair >> 16) & 0xFFFF).to(tl.int16).to(PAIR_DTYPE, bitcast=True).to(tl.float32)
-    return scale, -neg_min
+def _unpair(pair, PAIR_DTYPE: tl.constexpr):
+    """(d*sc, -dmin*m) in PAIR_DTYPE of `pack_scales` pairs (int32: scale low, -min high). The
+    words asm takes them as its half scale tensors: per (row, group) two bit ops here, and the
+    packing of words A's and B's equal values costs nothing, where four prmt inside the asm
+    (a variant that took the int32 pairs) were 32 of the Q4_K loop's 392 SASS instructions
+    (sm_90, Triton 3.6)."""
+    scale = (pair & 0xFFFF).to(tl.int16).to(PAIR_DTYPE, bitcast=True)
+    neg_min = ((pair >> 16) & 0xFFFF).to(tl.int16).to(PAIR_DTYPE, bitcast=True)
+    return scale, neg_min
 
 
 @triton.jit
@@ -220,8 +185,10 @@ def q4k_super_block_words(
         pairs = tl.load(pairs_rows[:, None] + sb * 8 + tl.arange(0, 8)[None, :])
         pair_lo, pair_hi = tl.split(tl.reshape(pairs, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
         pair_lo, pair_hi = pair_lo[:, :, None], pair_hi[:, :, None]
-        dsc_lo, dm_lo = _unpair_f32(pair_lo, PAIR_DTYPE)
-        dsc_hi, dm_hi = _unpair_f32(pair_hi, PAIR_DTYPE)
+        s_lo, nm_lo = _unpair(pair_lo, PAIR_DTYPE)
+        s_hi, nm_hi = _unpair(pair_hi, PAIR_DTYPE)
+        dsc_lo, dm_lo = s_lo.to(tl.float32), -nm_lo.to(tl.float32)
+        dsc_hi, dm_hi = s_hi.to(tl.float32), -nm_hi.to(tl.float32)
     else:
         dsc, dm = q4k_scales_mins(base)
         dsc_lo, dsc_hi = tl.split(tl.reshape(dsc, (N, 4, 2)))  # [N, 4]: sub-blocks 2 j and 2 j + 1
@@ -232,7 +199,7 @@ def q4k_super_block_words(
     words = tl.load((base + 16).to(tl.pointer_type(tl.int32))[:, None] + w[None, :])
     words = tl.reshape(words, (N, 4, 8))
     if ASM and PAIR_DTYPE is not None:
-        p0, p1, p2, p3, p4, p5, p6, p7 = _q4k_words_paired(words, pair_lo, pair_hi, DOT_DTYPE)
+        p0, p1, p2, p3, p4, p5, p6, p7 = _q4k_words_half(words, s_lo, nm_lo, s_hi, nm_hi, DOT_DTYPE)
     elif ASM:
         p0, p1, p2, p3, p4, p5, p6, p7 = _q4k_words_half(words, dsc_lo, -dm_lo, dsc_hi, -dm_hi, DOT_DTYPE)
     else:
