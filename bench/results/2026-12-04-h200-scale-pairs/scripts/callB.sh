@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Call B: the final pairs asm (each packed word's own pair) on the GPU: the kernel tests; the words
-# form with rows clamped against the masked loads before 2c55335 (words_rows.py, the tree as it is,
-# then with unmasked_rows.diff reversed, then as it is again); the pairs against the header path on
+# Call B: the words form as landed on the GPU: the kernel tests; the words form now (rows clamped
+# instead of masked loads, the Q4_K pairs as half tensors) against 0d44b15's (words_rows.py: the tree
+# as it is, then with words_since_0d44b15.diff reversed, then as it is again); the pairs against the header path on
 # the 8B's shapes (pairs_vs_header.py: which outputs differ, by how many ulps, each path's error
 # against fp64, each run twice); Q6_K's precomputed scales (q6k_prescaled.diff); the Q4_K_M rows with
 # and without the pairs; llama.cpp's build and the llama-quantize Q4_K_M file beside them (niced,
@@ -17,11 +17,11 @@ S=bench/results/2026-12-04-h200-scale-pairs/scripts
 (SHAPE=8b nice -n 10 bash .peer/llamacpp_peer.sh model > /tmp/model.log 2>&1) &
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gguf_mma.py -k "pairs or pack_scales or half_activations" tests/model/test_random_q4km.py > $OUT/pytest.txt 2>&1
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest.txt)" | tee -a $L
-for label in unmasked masked unmasked_again; do
-  [ $label = masked ] && git apply -R $S/unmasked_rows.diff
+for label in now before now_again; do
+  [ $label = before ] && git apply -R $S/words_since_0d44b15.diff
   timeout 120 python3 $S/words_rows.py $label >> $OUT/words_rows.jsonl 2>&1
   echo "words_rows $label rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/words_rows.jsonl | cut -c1-400)" | tee -a $L
-  [ $label = masked ] && git apply $S/unmasked_rows.diff
+  [ $label = before ] && git apply $S/words_since_0d44b15.diff
 done
 timeout 120 python3 $S/pairs_vs_header.py > $OUT/pairs_vs_header.jsonl 2>&1
 echo "pairs_vs_header rc $? at $(( $(date +%s) - T0 )) s: $(grep -c '"differ": 0' $OUT/pairs_vs_header.jsonl) of $(grep -c shape $OUT/pairs_vs_header.jsonl) bit-equal" | tee -a $L

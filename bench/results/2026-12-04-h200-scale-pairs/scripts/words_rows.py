@@ -1,8 +1,8 @@
 """The tensor-core words form at 8 bf16 tokens on the Llama-3.1-8B Q4_K and Q6_K shapes, us per
-call from graph replays over weight copies past L2, for the tree as it is (run once with
-`unmasked_rows.diff` applied, the landed kernels, and once with it reversed, the masked loads
-before 2c55335): Q4_K with the scale pairs and with the header's scales, Q6_K from the header.
-Prints one JSON line labelled by argv[1]."""
+call from graph replays over weight copies past L2, for the tree as it is (call B runs it on the
+landed kernels and with `words_since_0d44b15.diff` reversed: masked loads, the int32 pairs asm):
+Q4_K with the scale pairs and with the header's scales, Q6_K from the header. Prints one JSON line
+labelled by argv[1]."""
 
 import json
 import sys
