@@ -5,8 +5,9 @@
 
 Stage 1, per type: every config of `grid()` (form: words, sub-blocks with or without magic
 quants, whole super-blocks; row tile, warps, pipeline stages, split K, the words form's
-accumulator chains) at 8 tokens on the qkv / down / lm_head shapes of Llama-3.1-8B, ranked by
-the summed time. Stage 2: the best TOP configs (words-form ones also with wide weights split in
+accumulator chains) at `--stage1-tokens` tokens (8 unless given; 32 ranks the configs where
+32-sequence steps run) on the qkv / down / lm_head shapes of Llama-3.1-8B, ranked by the summed
+time. Stage 2: the best TOP configs (words-form ones also with wide weights split in
 two) on all five shapes at each token count, beside the path `quant_linear` takes today. A count
 whose best config beats that path on the sum gets it in `mma_configs.json` (the
 KVSPILL_MMA_CONFIGS format). Timing as kernels_gguf: medians of CUDA-graph replays over rotating
@@ -35,7 +36,7 @@ from typing import Any
 from kvspill.kernels.gguf_mma_configs import MMA_TOKEN_KEYS, MMA_TYPES, SPLIT_K_MAX_ROWS, MmaConfig, for_shape
 
 STAGE1_SHAPES = ("qkv", "down", "lm_head")
-STAGE1_TOKENS = 8
+STAGE1_TOKENS = 8  # stage 1's token count unless --stage1-tokens says otherwise
 TOP = 3
 MAX_REL_ERR = 2e-2
 STAGE_END = {1: 0.55, 2: 0.97}  # the share of the budget after which a stage starts nothing
@@ -55,7 +56,7 @@ def grid(forms: tuple[str, ...] = FORMS) -> list[MmaConfig]:
         configs += [
             MmaConfig(block_n=bn, num_warps=nw, split_k=sk, num_stages=ns, words=True, two_acc=two)
             for bn, nw, ns, sk, two in itertools.product(
-                (32, 64, 128), (2, 4, 8), (3, 2, 4), (4, 2, 1), (False, True)
+                (32, 64, 128), (2, 4, 8), (3, 2, 4), (4, 2, 1, 8), (False, True)
             )
             if nw * 16 <= bn * 2  # 8 warps on 32 rows leave warps without an MMA tile
         ]
@@ -185,15 +186,16 @@ class Sweep:
             f.write(json.dumps(rec) + "\n")
 
     def stage1(self, qtype: str, configs: list[MmaConfig]) -> list[MmaConfig]:
-        """The TOP configs of `qtype` by summed us on STAGE1_SHAPES at STAGE1_TOKENS."""
+        """The TOP configs of `qtype` by summed us on STAGE1_SHAPES at --stage1-tokens tokens."""
+        tokens = self.args.stage1_tokens
         sums: dict[MmaConfig, float] = {}
         for i, cfg in enumerate(configs):
             if self.spent(1) and len(sums) >= TOP:
                 print(f"{qtype} stage 1: the budget's share is spent after {i} of {len(configs)} configs")
                 break
-            runs = [self.bench.mma(qtype, shape, STAGE1_TOKENS, cfg) for shape in STAGE1_SHAPES]
+            runs = [self.bench.mma(qtype, shape, tokens, cfg) for shape in STAGE1_SHAPES]
             for shape, r in zip(STAGE1_SHAPES, runs, strict=True):
-                self.log("stage1.jsonl", dict(qtype=qtype, shape=shape, t=STAGE1_TOKENS, **r))
+                self.log("stage1.jsonl", dict(qtype=qtype, shape=shape, t=tokens, **r))
             if all("us" in r for r in runs):
                 sums[cfg] = sum(r["us"] for r in runs)
         ranked = sorted(sums, key=sums.__getitem__)
@@ -237,13 +239,21 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--types", nargs="+", default=list(MMA_TYPES), choices=MMA_TYPES)
     ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS, help="kernel forms to sweep")
     ap.add_argument("--tokens", nargs="+", type=int, default=[2, 4, 8, 16, 32])
+    ap.add_argument(
+        "--stage1-tokens",
+        type=int,
+        default=STAGE1_TOKENS,
+        help="the token count stage 1 ranks the configs at",
+    )
     ap.add_argument("--budget-s", type=float, default=300.0, help="seconds the sweep may take")
     ap.add_argument("--workers", type=int, default=max(0, min(12, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--out", default="mma-sweep", help="folder for the JSON files")
     args = ap.parse_args(argv)
-    bad = [t for t in args.tokens if t not in MMA_TOKEN_KEYS]
+    bad = [t for t in [*args.tokens, args.stage1_tokens] if t not in MMA_TOKEN_KEYS]
     if bad:
-        ap.error(f"--tokens takes powers of two from 2 to 64 (the dispatcher's keys), got {bad}")
+        ap.error(
+            f"--tokens and --stage1-tokens take powers of two from 2 to 64 (the dispatcher's keys), got {bad}"
+        )
     return args
 
 
@@ -261,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = Sweep(args)  # the budget counts the compiles too
     picks: dict[str, dict] = {}
     precompile(
-        [(q, k, STAGE1_TOKENS, dataclasses.asdict(c)) for q in args.types for c in configs for k in ins],
+        [(q, k, args.stage1_tokens, dataclasses.asdict(c)) for q in args.types for c in configs for k in ins],
         args.workers,
     )
     for qtype in args.types:

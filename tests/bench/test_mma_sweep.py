@@ -29,6 +29,7 @@ def test_grid_sweeps_the_words_form_first():
     assert (words[0].block_n, words[0].num_warps) == (32, 2)
     assert all(c.num_warps * 16 <= 2 * c.block_n for c in words)
     assert {c.two_acc for c in words} == {False, True} and {c.num_stages for c in words} == {2, 3, 4}
+    assert {c.split_k for c in words} == {1, 2, 4, 8}
     assert mma_sweep.grid(("words",)) == words
     assert not any(c.words for c in mma_sweep.grid(("sub", "whole")))
 
@@ -75,7 +76,12 @@ def test_arguments_refuse_token_counts_the_dispatcher_has_no_key_for(capsys):
     with pytest.raises(SystemExit):
         mma_sweep._parse(["--tokens", "3"])
     assert "powers of two from 2 to 64" in capsys.readouterr().err
-    assert mma_sweep._parse(["--types", "Q6_K", "--tokens", "8", "32"]).tokens == [8, 32]
+    with pytest.raises(SystemExit):
+        mma_sweep._parse(["--stage1-tokens", "12"])
+    assert "got [12]" in capsys.readouterr().err
+    args = mma_sweep._parse(["--types", "Q6_K", "--tokens", "8", "32"])
+    assert args.tokens == [8, 32] and args.stage1_tokens == 8
+    assert mma_sweep._parse(["--stage1-tokens", "32"]).stage1_tokens == 32
 
 
 def test_main_without_a_gpu_says_so():
@@ -106,6 +112,7 @@ def test_stages_rank_pick_and_log(tmp_path):
     assert parse_mma_configs(json.dumps(picks), "picks")[("Q6_K", 4)] == tops[0]
     lines = (tmp_path / "stage1.jsonl").read_text().splitlines()
     assert len(lines) == 3 * 96 and any('"err": "does not compile"' in ln for ln in lines)
+    assert {json.loads(ln)["t"] for ln in lines} == {8}
     assert len((tmp_path / "stage2.jsonl").read_text().splitlines()) == 2 * 5
     slow = mma_sweep.Sweep(args, bench=_FakeBench())
     picks = {}
@@ -139,3 +146,22 @@ def test_stage2_tries_wide_weights_split_in_two_only_where_it_differs(tmp_path):
     mma_sweep.Sweep(args, bench=bench).stage2("Q4_K", [top], picks)
     assert picks["Q4_K,8"]["wide_split_k"] == 2
     assert {shape for shape, wide in bench.timed if wide == 2} == {"gate_up", "lm_head"}
+
+
+class _TokensBench(_FakeBench):
+    """Records the token counts stage 1 times at."""
+
+    def __init__(self) -> None:
+        self.tokens: set[int] = set()
+
+    def mma(self, qtype, shape, tokens, cfg):
+        self.tokens.add(tokens)
+        return super().mma(qtype, shape, tokens, cfg)
+
+
+def test_stage1_ranks_at_the_token_count_given(tmp_path):
+    args = mma_sweep._parse(["--types", "Q4_K", "--stage1-tokens", "32", "--out", str(tmp_path)])
+    bench = _TokensBench()
+    mma_sweep.Sweep(args, bench=bench).stage1("Q4_K", mma_sweep.grid(("words",))[:4])
+    assert bench.tokens == {32}
+    assert {json.loads(ln)["t"] for ln in (tmp_path / "stage1.jsonl").read_text().splitlines()} == {32}
