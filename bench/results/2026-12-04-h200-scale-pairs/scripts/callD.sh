@@ -25,8 +25,8 @@ timeout 150 ncu --target-processes all -k regex:_q6k_mma_kernel --launch-skip 2 
   --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters \
   python3 $S/q6k_one_call.py > $OUT/ncu_q6k_down.txt 2>&1
 echo "ncu q6k rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'L1/TEX Cache Throughput|Memory Throughput|DRAM Throughput' $OUT/ncu_q6k_down.txt | tr -s ' ' | tr '\n' ' ' | cut -c1-300)" | tee -a $L
-timeout 260 python3 -m kvspill.bench.mma_sweep --types Q4_K Q6_K --forms words --stage1-tokens 32 --tokens 16 32 \
-  --budget-s 220 --out $OUT/sweep32 2>&1 | grep -v "^precompiled" | tail -8 | tee -a $L
+timeout 220 python3 -m kvspill.bench.mma_sweep --types Q4_K Q6_K --forms words --stage1-tokens 32 --tokens 16 32 \
+  --budget-s 180 --out $OUT/sweep32 2>&1 | grep -v "^precompiled" | tail -8 | tee -a $L
 P="python3 -m kvspill.bench.profile_decode --shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048"
 run() {  # run NAME ARGS...
   local name=$1; shift
