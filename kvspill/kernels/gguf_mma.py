@@ -288,7 +288,8 @@ def _tile(rows, num_tokens, BLOCK_N: tl.constexpr, T_PAD: tl.constexpr):
 def _read_rows(n, rows):
     """The weight row each of the tile's rows n reads: its own, or the last one past the end (read
     and never stored), so the words form's loads need no mask: masked loads were 128 of the Q6_K
-    loop's 828 SASS instructions a super-block (predicates, zero fills; sm_90, Triton 3.6)."""
+    loop's 828 SASS instructions a super-block (predicates, zero fills; sm_90, compiled by Triton
+    3.9 on the dev host)."""
     return tl.minimum(n, rows - 1).to(tl.int64)
 
 
