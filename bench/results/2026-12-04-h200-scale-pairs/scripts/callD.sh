@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Call D (after B and C, where device time is left):
-# 1. Q6_K's 8-token kernel on 16-byte aligned quants (q6k_split.diff, q6k_split_cost.py: the same
-#    bytes, each row's quant parts before its scale parts) against gguf's layout;
+# 1. Q6_K's 8-token tensor-core kernel and one-token int16-x GEMV on 16-byte aligned quants
+#    (q6k_split.diff, q6k_split_cost.py: the same bytes, each row's quant parts before its scale
+#    parts) against gguf's layout;
 # 2. ncu on the 8-token Q6_K down kernel: is it bound by its 2-byte loads, as the Q4_K one was by
 #    its scale loads?
 # 3. the words form's configs ranked at 32 tokens (`mma_sweep --stage1-tokens 32`, Q4_K and Q6_K,
