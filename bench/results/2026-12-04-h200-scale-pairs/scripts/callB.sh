@@ -15,7 +15,7 @@ L=$OUT/callB.log
 S=bench/results/2026-12-04-h200-scale-pairs/scripts
 (nice -n 19 bash .peer/llamacpp_peer.sh build > /tmp/build.log 2>&1; echo "build done at $(( $(date +%s) - T0 )) s" >> /tmp/build.log) &
 (SHAPE=8b nice -n 10 bash .peer/llamacpp_peer.sh model > /tmp/model.log 2>&1) &
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gguf_mma.py -k "pairs or pack_scales or half_activations" tests/model/test_random_q4km.py > $OUT/pytest.txt 2>&1
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gguf_mma.py -k "pairs or pack_scales or half_activations or two_byte or token_tiles or words_split_k" tests/model/test_random_q4km.py > $OUT/pytest.txt 2>&1
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest.txt)" | tee -a $L
 for label in now before now_again; do
   [ $label = before ] && git apply -R $S/words_since_0d44b15.diff
