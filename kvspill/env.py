@@ -82,6 +82,17 @@ def scale_pairs_mode() -> str:
     return modes[value]
 
 
+def q6k_split_on() -> bool:
+    """KVSPILL_Q6K_SPLIT=1: a GGUF model's Q6_K weights on a GPU are kept in the split layout
+    (kernels/gguf_formats.split_q6k_rows: the same bytes, the quants 16-byte aligned), which the
+    GPU kernels read with wider loads. Off unless set: not yet timed on a GPU
+    (bench/results/2026-12-04-h200-scale-pairs, call D)."""
+    value = os.environ.get("KVSPILL_Q6K_SPLIT", "0")
+    if value not in ("0", "1", ""):
+        raise ValueError(f"KVSPILL_Q6K_SPLIT must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 def sparse_overlap_on() -> bool:
     """False where KVSPILL_SPARSE_OVERLAP=0: a sparse step selects and fetches each layer's cold
     blocks on the compute stream, after the gpu-resident attention, instead of beside it."""

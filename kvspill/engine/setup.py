@@ -39,7 +39,7 @@ from kvspill.engine.checks import (
     use_expandable_segments,
 )
 from kvspill.engine.phases import StartupPhases
-from kvspill.env import scale_pairs_mode
+from kvspill.env import q6k_split_on, scale_pairs_mode
 from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
 from kvspill.gguf.reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
@@ -52,6 +52,7 @@ from kvspill.model.quant import (
     dequant_scratch_bytes,
     held_scale_pair_bytes,
     model_weight_bytes,
+    split_q6k_weights,
 )
 from kvspill.model.random_init import build_random_model, is_random_model
 from kvspill.model.resolve import EMBEDDED_FILE, resolve_model
@@ -368,6 +369,9 @@ def _load(
     """The model and its tokenizer; with `scale_pairs` (`_keeps_scale_pairs`), the Q4_K weights'
     scale pairs for batched steps."""
     loaded, tokenizer = _load_model(config, device, dtype, tp)
+    if device.type == "cuda" and q6k_split_on():
+        moved = split_q6k_weights(loaded.model)
+        logger.info("Q6_K weights in the split layout: %d (KVSPILL_Q6K_SPLIT=1)", moved)
     if scale_pairs:
         added = attach_scale_pairs(loaded.model, dtype)
         if added:

@@ -114,21 +114,37 @@ def _q45k_tile(blk, mask, a, b, QTYPE: tl.constexpr):
 
 
 @triton.jit
-def _q6k_tile(blk, mask, a, b):
-    """Q6_K with (NA, NB) = (16, 16): element j = a * 16 + b; half h = j // 128 (= a // 8)."""
+def _q6k_tile(blk, sblk, mask, a, b):
+    """Q6_K with (NA, NB) = (16, 16): element j = a * 16 + b; half h = j // 128 (= a // 8). The
+    quants at `blk`, the scales and d at sblk + 192 and + 208 (`block_at`)."""
     h = a // 8
     ql = (_u8(blk + h * 64 + (a % 4) * 16 + b, mask) >> (4 * ((a % 8) // 4))) & 0xF
     qh = (_u8(blk + 128 + h * 32 + (a % 2) * 16 + b, mask) >> (2 * ((a % 8) // 2))) & 3
-    scale = _f16(blk + 208, mask) * _i2f(_u8(blk + 192 + a, mask) ^ 0x80, 128.0)  # d * int8 sc
+    scale = _f16(sblk + 208, mask) * _i2f(_u8(sblk + 192 + a, mask) ^ 0x80, 128.0)  # d * int8 sc
     qf = _i2f(ql | (qh << 4), 32.0)
     return qf, scale, scale
 
 
 @triton.jit
-def dequant_tile(blk, mask, a, b, QTYPE: tl.constexpr):
-    """Block pointers blk [BN, KB, 1, 1] (uint8), mask [BN, KB, 1, 1], a [1, 1, NA, 1],
-    b [1, 1, 1, NB] -> (q [BN, KB, NA, NB], scale, bias [BN, KB, NA or 1, 1]), all float32,
-    with w = scale * q (+ or - bias, as kernel_meta's BIAS says). Masked blocks give zeros."""
+def block_at(row_ptr, kb, num_blocks, TYPE_SIZE: tl.constexpr, SPLIT: tl.constexpr):
+    """(blk, sblk) of blocks kb of the rows at row_ptr, for `dequant_tile`: the block and the block
+    again, or for Q6_K rows in the split layout (gguf_formats.split_q6k_rows) the block's quants
+    and a pointer 192 bytes before its scales and d (gguf_gemv_lane.q6k_block_parts)."""
+    if SPLIT:
+        blk = row_ptr + kb * 192
+        sblk = row_ptr + num_blocks * 192 + kb * 18 - 192
+    else:
+        blk = row_ptr + kb * TYPE_SIZE
+        sblk = blk
+    return blk, sblk
+
+
+@triton.jit
+def dequant_tile(blk, sblk, mask, a, b, QTYPE: tl.constexpr):
+    """Block pointers blk [BN, KB, 1, 1] (uint8) and sblk (`block_at`: blk but for split Q6_K
+    rows), mask [BN, KB, 1, 1], a [1, 1, NA, 1], b [1, 1, 1, NB] -> (q [BN, KB, NA, NB], scale,
+    bias [BN, KB, NA or 1, 1]), all float32, with w = scale * q (+ or - bias, as kernel_meta's BIAS
+    says). Masked blocks give zeros."""
     if QTYPE <= 3:
         q, scale, bias = _legacy_tile(blk, mask, a, b, QTYPE)
     elif QTYPE == 4:  # Q8_0: int8 qs[a * 16 + b] at 2
@@ -138,7 +154,7 @@ def dequant_tile(blk, mask, a, b, QTYPE: tl.constexpr):
     elif QTYPE <= 6:
         q, scale, bias = _q45k_tile(blk, mask, a, b, QTYPE)
     else:
-        q, scale, bias = _q6k_tile(blk, mask, a, b)
+        q, scale, bias = _q6k_tile(blk, sblk, mask, a, b)
     return q, scale, bias
 
 
@@ -168,13 +184,14 @@ def _dequant_kernel(
     BIAS: tl.constexpr,
     KB: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr = False,  # Q6_K rows in the split layout (block_at)
 ):
     # Grid: (cdiv(rows, BLOCK_N), cdiv(num_blocks, KB)); one [BLOCK_N, KB * QK] tile each.
     n, kb, a, b = tile_coords(tl.program_id(0), BLOCK_N, KB, NA, NB)
     kb = tl.program_id(1) * KB + kb
     mask = (n < rows) & (kb < num_blocks)  # [BLOCK_N, KB, 1, 1]
-    blk = w_ptr + n.to(tl.int64) * stride_w + kb * TYPE_SIZE
-    q, scale, bias = dequant_tile(blk, mask, a, b, QTYPE)
+    blk, sblk = block_at(w_ptr + n.to(tl.int64) * stride_w, kb, num_blocks, TYPE_SIZE, SPLIT)
+    q, scale, bias = dequant_tile(blk, sblk, mask, a, b, QTYPE)
     w = scale * q
     if BIAS == 1:
         w = w + bias
@@ -215,6 +232,7 @@ def dequantize(weight: QuantizedWeight, dtype: torch.dtype, out: torch.Tensor | 
             weight.data.stride(0),
             out.stride(0),
             **meta,
+            **({"SPLIT": True} if weight.split else {}),
             BLOCK_N=DEQUANT_BLOCK_N,
             num_warps=DEQUANT_NUM_WARPS,
             enable_fp_fusion=False,  # bit-exact: d * q + m must not become one FMA

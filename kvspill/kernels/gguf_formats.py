@@ -27,7 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -80,18 +80,31 @@ def check_supported(qtype: str | int | GGMLQuantizationType) -> QuantFormat:
     return FORMATS[name]
 
 
+# The split Q6_K layout (`QuantizedWeight.split`, `split_q6k_rows`): each row's super-blocks'
+# 192-byte quant parts (ql, qh) first, then their 18-byte scale parts (scales, d). The same bytes
+# as gguf's 210-byte super-blocks, but the quants 16-byte aligned where the row is, so the GPU
+# kernels load them in 16-byte words: gguf's layout leaves them 2-byte aligned (its 8-token
+# tensor-core loop: 57 two-byte loads and 48 shared-memory stores a super-block a thread against
+# 22 pipelined 16-byte copies; bench/results/2026-12-04-h200-scale-pairs/).
+Q6K_QUANT_BYTES = 192
+Q6K_SCALE_BYTES = 18
+
+
 @dataclass(frozen=True)
 class QuantizedWeight:
     """A linear layer's weight kept in GGUF bytes: data uint8 [out_features, bytes_per_row].
     A Q4_K weight may carry its `scale_pairs` (kernels/gguf_mma_words.pack_scales: bf16 or fp16
     [out_features, in_features / 16]), which the tensor-core kernel reads in place of the
-    super-blocks' scale bytes when x has their dtype."""
+    super-blocks' scale bytes when x has their dtype. A Q6_K weight's rows may be in the split
+    layout (`split`: `split_q6k_rows`), which the GPU kernels read; the torch references take
+    gguf's (`gguf_rows`)."""
 
     data: torch.Tensor
     qtype: str
     out_features: int
     in_features: int
     scale_pairs: torch.Tensor | None = None
+    split: bool = False
 
     def __post_init__(self) -> None:
         fmt = check_supported(self.qtype)
@@ -114,6 +127,7 @@ class QuantizedWeight:
         ), (
             "scale_pairs are pack_scales' contiguous bf16 / fp16 [out_features, in_features / 16] of a Q4_K weight"
         )
+        assert not self.split or self.qtype == "Q6_K", f"only Q6_K rows have a split layout, not {self.qtype}"
 
     @property
     def format(self) -> QuantFormat:
@@ -135,7 +149,15 @@ class QuantizedWeight:
 
     def to(self, device: torch.device | str) -> QuantizedWeight:
         pairs = None if self.scale_pairs is None else self.scale_pairs.to(device)
-        return QuantizedWeight(self.data.to(device), self.qtype, self.out_features, self.in_features, pairs)
+        return replace(self, data=self.data.to(device), scale_pairs=pairs)
+
+    def rows(self, start: int, end: int) -> QuantizedWeight:
+        """Rows [start, end) as a weight of their own (a view; the scale pairs are left behind)."""
+        return replace(self, data=self.data[start:end], out_features=end - start, scale_pairs=None)
+
+    def gguf_rows(self) -> torch.Tensor:
+        """The rows in gguf's layout (a copy where they are split): what the torch references read."""
+        return join_q6k_rows(self.data) if self.split else self.data
 
     @classmethod
     def from_raw(cls, raw: np.ndarray | torch.Tensor, qtype: str | int) -> QuantizedWeight:
@@ -167,6 +189,24 @@ def random_quantized(
         d = torch.randn((out_features, num_blocks, 1), device=device, generator=generator) * scale
         blocks[..., offset : offset + 2] = d.half().view(torch.uint8)
     return QuantizedWeight(blocks.reshape(out_features, -1), fmt.name, out_features, in_features)
+
+
+def split_q6k_rows(data: torch.Tensor) -> torch.Tensor:
+    """Q6_K rows [rows, nb * 210] in gguf's layout -> the split layout (a new tensor): each row's
+    nb quant parts (the first 192 bytes of each super-block), then its nb scale parts (the last 18)."""
+    rows, nbytes = data.shape
+    blocks = data.reshape(rows, nbytes // 210, 210)
+    quants = blocks[..., :Q6K_QUANT_BYTES].reshape(rows, -1)
+    return torch.cat([quants, blocks[..., Q6K_QUANT_BYTES:].reshape(rows, -1)], dim=1)
+
+
+def join_q6k_rows(data: torch.Tensor) -> torch.Tensor:
+    """The inverse of `split_q6k_rows` (a new tensor in gguf's layout)."""
+    rows, nbytes = data.shape
+    nb = nbytes // 210
+    quants = data[:, : nb * Q6K_QUANT_BYTES].reshape(rows, nb, Q6K_QUANT_BYTES)
+    scales = data[:, nb * Q6K_QUANT_BYTES :].reshape(rows, nb, Q6K_SCALE_BYTES)
+    return torch.cat([quants, scales], dim=2).reshape(rows, nbytes)
 
 
 # ---- torch references: fields of blocks [rows, num_blocks, type_size] uint8 ----

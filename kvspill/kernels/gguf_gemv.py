@@ -67,7 +67,7 @@ from __future__ import annotations
 import torch
 
 from kvspill.env import switch_on
-from kvspill.kernels.gguf_dequant import dequant_tile, kernel_meta, tile_coords
+from kvspill.kernels.gguf_dequant import block_at, dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_int16x import q4k_int16x_kernel, q6k_int16x_kernel
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
@@ -103,6 +103,7 @@ def _gemv_fma_kernel(
     HAS_LINEAR_BIAS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PDL: tl.constexpr = False,
+    SPLIT: tl.constexpr = False,  # Q6_K rows in the split layout (gguf_dequant.block_at)
 ):
     # One token. Grid: (cdiv(rows, BLOCK_N),). acc holds per-sub-block partial sums; the one
     # cross-thread reduction happens after the K loop.
@@ -114,7 +115,8 @@ def _gemv_fma_kernel(
     for k in range(0, num_blocks, KB):
         kb = k + kb0
         kb_ok = kb < num_blocks  # [1, KB, 1, 1]
-        q, scale, bias = dequant_tile(row_ptr + kb * TYPE_SIZE, (n < rows) & kb_ok, a, b, QTYPE)
+        blk, sblk = block_at(row_ptr, kb, num_blocks, TYPE_SIZE, SPLIT)
+        q, scale, bias = dequant_tile(blk, sblk, (n < rows) & kb_ok, a, b, QTYPE)
         x = tl.load(x_ptr + kb * QK + a * NB + b, mask=kb_ok, other=0.0).to(tl.float32)
         acc += scale * tl.sum(q * x, axis=3, keep_dims=True)
         if BIAS == 1:
@@ -152,6 +154,7 @@ def _gemv_dot_kernel(
     DOT_F32: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PDL: tl.constexpr = False,
+    SPLIT: tl.constexpr = False,  # Q6_K rows in the split layout (gguf_dequant.block_at)
 ):
     # Several tokens. Grid: (cdiv(rows, BLOCK_N),). The dequantized [BLOCK_N, KB * QK] tile (in
     # x's dtype, element order) meets x's [T_PAD >= 16, KB * QK] tile on the tensor cores.
@@ -164,7 +167,8 @@ def _gemv_dot_kernel(
     acc = tl.zeros((T_PAD, BLOCK_N), dtype=tl.float32)
     for k in range(0, num_blocks, KB):
         kb = k + kb0
-        q, scale, bias = dequant_tile(row_ptr + kb * TYPE_SIZE, (n < rows) & (kb < num_blocks), a, b, QTYPE)
+        blk, sblk = block_at(row_ptr, kb, num_blocks, TYPE_SIZE, SPLIT)
+        q, scale, bias = dequant_tile(blk, sblk, (n < rows) & (kb < num_blocks), a, b, QTYPE)
         w = scale * q
         if BIAS == 1:
             w += bias
@@ -346,7 +350,13 @@ def _launch_q6k_int16x(x, weight, bias, out) -> None:
         USE_ASM=not _interpreted(x),
         num_warps=num_warps,
         **pdl_meta(x.device),
+        **_split_meta(weight),
     )
+
+
+def _split_meta(weight: QuantizedWeight) -> dict[str, bool]:
+    """The SPLIT constexpr of a Q6_K kernel: only where the rows are split (one compiled variant more)."""
+    return {"SPLIT": True} if weight.split else {}
 
 
 def _launch_lane_kernel(x, weight, bias, out, config) -> None:
@@ -382,7 +392,7 @@ def _launch_lane_kernel(x, weight, bias, out, config) -> None:
     if weight.qtype == "Q4_K":
         q4k_gemv_kernel[grid](*args, *strides, SB=max(1, chunk // 256), **meta)
     else:  # Q6_K
-        q6k_gemv_kernel[grid](*args, *strides, NSUB=max(1, chunk // 512), **meta)
+        q6k_gemv_kernel[grid](*args, *strides, NSUB=max(1, chunk // 512), **meta, **_split_meta(weight))
 
 
 def quant_matmul_gemv(
@@ -418,6 +428,7 @@ def quant_matmul_gemv(
             BLOCK_N=block_n,
             num_warps=num_warps,
             **pdl_meta(x.device),
+            **_split_meta(weight),
         )
     else:
         chunk, block_n, num_warps = DOT_CONFIG
@@ -439,5 +450,6 @@ def quant_matmul_gemv(
             BLOCK_N=block_n,
             num_warps=num_warps,
             **pdl_meta(x.device),
+            **_split_meta(weight),
         )
     return out

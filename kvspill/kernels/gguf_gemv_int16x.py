@@ -38,13 +38,14 @@ import torch
 
 from kvspill.kernels.gguf_formats import q4k_fields, q6k_fields
 from kvspill.kernels.gguf_gemv_lane import (
-    _load_word_2b,
     _q4k_decode,
     _q6k_token_lanes,
     _q6k_weight_lanes,
     _split4,
     _store_lane_sums,
     _to_f32,
+    load_q6k_word,
+    q6k_block_parts,
     q6k_quant_bytes,
 )
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_lanes
@@ -208,6 +209,7 @@ def q6k_int16x_kernel(
     HAS_LINEAR_BIAS: tl.constexpr,
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
+    SPLIT: tl.constexpr = False,  # the rows in the split layout (gguf_gemv_lane.q6k_block_parts)
 ):
     # Q6_K, one token, in gguf_gemv_lane.q6k_gemv_kernel's lanes (_q6k_weight_lanes: a lane's 4
     # columns of a half-block, 4 quarters Q), 16 lanes a block and NB blocks of each row a loop
@@ -224,10 +226,11 @@ def q6k_int16x_kernel(
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for k in range(0, num_blocks, NB):
         # Blocks past the end read block 0 of the row and meet x = 0.
-        blk = w_ptr + row_off + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 210, 0)
+        sb = tl.where((k + sb_w) < num_blocks, k + sb_w, 0)
+        blk, sblk = q6k_block_parts(w_ptr, row_off, sb, num_blocks, SPLIT)
         x_ok = (k + sb_x) < num_blocks
         acc += _q6k_int16x_block(
-            blk, ql_off, qh_off, sc_off, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM
+            blk, sblk, ql_off, qh_off, sc_off, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM, SPLIT
         )
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
@@ -235,19 +238,30 @@ def q6k_int16x_kernel(
 
 @triton.jit
 def _q6k_int16x_block(
-    blk, ql_off, qh_off, sc_off, x_ptrs, x_ok, BLOCK_N: tl.constexpr, KL: tl.constexpr, USE_ASM: tl.constexpr
+    blk,
+    sblk,
+    ql_off,
+    qh_off,
+    sc_off,
+    x_ptrs,
+    x_ok,
+    BLOCK_N: tl.constexpr,
+    KL: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
-    """One lane item of a Q6_K block (`blk` [BLOCK_N * KL, 1] byte pointers at the rows' blocks)
-    against its 16 x values (`x_ptrs` [KL, 4] at quarter 0) -> [BLOCK_N, KL]."""
-    ql_a = _load_word_2b(blk + ql_off, USE_ASM)
-    ql_b = _load_word_2b(blk + ql_off + 32, USE_ASM)
-    qh = _load_word_2b(blk + qh_off, USE_ASM)
-    d = tl.load((blk + 208).to(tl.pointer_type(tl.uint16))).to(tl.float16, bitcast=True).to(tl.float32)
+    """One lane item of a Q6_K block (`blk`, `sblk` [BLOCK_N * KL, 1] byte pointers at the rows'
+    blocks: gguf_gemv_lane.q6k_block_parts) against its 16 x values (`x_ptrs` [KL, 4] at quarter
+    0) -> [BLOCK_N, KL]."""
+    ql_a = load_q6k_word(blk + ql_off, SPLIT, USE_ASM)
+    ql_b = load_q6k_word(blk + ql_off + 32, SPLIT, USE_ASM)
+    qh = load_q6k_word(blk + qh_off, SPLIT, USE_ASM)
+    d = tl.load((sblk + 208).to(tl.pointer_type(tl.uint16))).to(tl.float16, bitcast=True).to(tl.float32)
     part = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for Q in tl.static_range(4):
         u = tl.reshape(q6k_quant_bytes(ql_a, ql_b, qh, Q), (BLOCK_N, KL))  # 4 quants q in [0, 63]
         sc = tl.reshape(
-            d * tl.load((blk + sc_off + 2 * Q).to(tl.pointer_type(tl.int8))).to(tl.float32), (BLOCK_N, KL)
+            d * tl.load((sblk + sc_off + 2 * Q).to(tl.pointer_type(tl.int8))).to(tl.float32), (BLOCK_N, KL)
         )
         x = _to_f32(tl.load(x_ptrs + 32 * Q, mask=x_ok, other=0.0), USE_ASM)  # [KL, 4]
         inv, scale = _power_of_two_scale(tl.max(tl.abs(x), axis=1, keep_dims=True))

@@ -363,6 +363,33 @@ def _split4(v):
 
 
 @triton.jit
+def q6k_block_parts(w_ptr, row_off, sb, num_blocks, SPLIT: tl.constexpr):
+    """Super-block sb's two pointers for the lanes' offsets (`_q6k_weight_lanes`): `blk`, where
+    ql_off and qh_off read the quants, and `sblk`, where sc_off (192 + ...) and 208 read the scales
+    and d. In gguf's layout both are the block; in the split one (gguf_formats.split_q6k_rows) the
+    quants lie in the row's first part (192 bytes a block) and sblk is set 192 bytes before the
+    block's 18 in the second."""
+    if SPLIT:
+        blk = w_ptr + row_off + sb * 192
+        sblk = w_ptr + row_off + num_blocks * 192 + sb * 18 - 192
+    else:
+        blk = w_ptr + row_off + sb * 210
+        sblk = blk
+    return blk, sblk
+
+
+@triton.jit
+def load_q6k_word(ptr, SPLIT: tl.constexpr, USE_ASM: tl.constexpr):
+    """A quant word of a Q6_K block: 4-byte aligned in the split layout (one plain load), 2-byte
+    aligned in gguf's (`_load_word_2b`)."""
+    if SPLIT:
+        word = tl.load(ptr.to(tl.pointer_type(tl.int32)))
+    else:
+        word = _load_word_2b(ptr, USE_ASM)
+    return word
+
+
+@triton.jit
 def q6k_gemv_kernel(
     x_ptr,
     w_ptr,
@@ -382,6 +409,7 @@ def q6k_gemv_kernel(
     X_ASM: tl.constexpr,
     DEQUANT: tl.constexpr,
     PDL: tl.constexpr = False,
+    SPLIT: tl.constexpr = False,  # the rows in the split layout (q6k_block_parts)
 ):
     # Q6_K, 1..T_PAD tokens, as q4k_gemv_kernel; the lanes' work items: _q6k_weight_lanes. A warp's
     # loads of one kind cover 32 contiguous bytes of each (block, half). NSUB pairs of blocks a loop step.
@@ -397,19 +425,19 @@ def q6k_gemv_kernel(
             # Blocks past the end read block 0 of the row and meet x = 0.
             kb_ok = (kj + sb_w) < num_blocks
             x_ok = tok_ok & ((kj + sb_x) < num_blocks)
-            blk = w_ptr + row_off + tl.where(kb_ok, (kj + sb_w) * 210, 0)  # [BLOCK_N * KL, 1]
-            ql_a = _load_word_2b(blk + ql_off, USE_ASM)
-            ql_b = _load_word_2b(blk + ql_off + 32, USE_ASM)
-            qh = _load_word_2b(blk + qh_off, USE_ASM)
+            blk, sblk = q6k_block_parts(w_ptr, row_off, tl.where(kb_ok, kj + sb_w, 0), num_blocks, SPLIT)
+            ql_a = load_q6k_word(blk + ql_off, SPLIT, USE_ASM)
+            ql_b = load_q6k_word(blk + ql_off + 32, SPLIT, USE_ASM)
+            qh = load_q6k_word(blk + qh_off, SPLIT, USE_ASM)
             d = (
-                tl.load((blk + 208).to(tl.pointer_type(tl.uint16)))
+                tl.load((sblk + 208).to(tl.pointer_type(tl.uint16)))
                 .to(tl.float16, bitcast=True)
                 .to(tl.float32)
             )
             xk = x_ptr + kj * 256 + x_off
             for Q in tl.static_range(4):
                 q0, q1, q2, q3 = _q6k_quants(ql_a, ql_b, qh, Q, USE_ASM)
-                sc = d * tl.load((blk + sc_off + 2 * Q).to(tl.pointer_type(tl.int8))).to(tl.float32)
+                sc = d * tl.load((sblk + sc_off + 2 * Q).to(tl.pointer_type(tl.int8))).to(tl.float32)
                 x0, x1, x2, x3 = _split4(_to_f32(tl.load(xk + 32 * Q, mask=x_ok, other=0.0), X_ASM))
                 sc = tl.reshape(sc, (1, BLOCK_N, KL, 1))
                 acc = _q6k_fma(acc, sc, q0, q1, q2, q3, x0, x1, x2, x3, T_PAD, BLOCK_N, KL, DEQUANT)

@@ -206,6 +206,7 @@ def _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, k0, t, t_ok, DOT_DT
 def _q6k_super_block(
     acc,
     base,
+    sblk,
     n_ok,
     x_ptr,
     stride_x,
@@ -217,12 +218,13 @@ def _q6k_super_block(
     DOT_DTYPE: tl.constexpr,
     MAGIC: tl.constexpr,
 ):
-    """acc += one Q6_K super-block of the program's rows (256 weights a row, 210 bytes at `base`
-    [BLOCK_N], only 2-byte aligned: bytes and one fp16): ql[128]@0 | qh[64]@128 | scales
-    int8[16]@192 | d@208. Sub-block s = 8*h + 2*j + g (16 weights; half h, quarter j, 16-group g)
+    """acc += one Q6_K super-block of the program's rows (256 weights a row; in gguf's layout 210
+    bytes at `base` [BLOCK_N], only 2-byte aligned: bytes and one fp16): ql[128]@0 | qh[64]@128
+    at `base`, scales int8[16]@192 | d@208 at `sblk` (`_q6k_parts`). Sub-block s = 8*h + 2*j + g
+    (16 weights; half h, quarter j, 16-group g)
     takes nibble j // 2 of ql[64h + 32(j % 2) + 16g : +16] and bits 2j..2j+1 of
     qh[32h + 16g : +16] << 4 (ggml's dequantize_row_q6_K); w = d*scales[s] * (q - 32)."""
-    d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+    d = tl.load((sblk + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
     col = tl.arange(0, 16)[None, :]
     row_ok = n_ok[:, None]
     for h in tl.static_range(2):
@@ -235,7 +237,7 @@ def _q6k_super_block(
                 low = ql & 0xF if j < 2 else ql >> 4
                 q = low | (((qh >> (2 * j)) & 3) << 4)
                 s = 8 * h + 2 * j + g
-                sc = tl.load((base + 192 + s).to(tl.pointer_type(tl.int8)), mask=n_ok, other=0)
+                sc = tl.load((sblk + 192 + s).to(tl.pointer_type(tl.int8)), mask=n_ok, other=0)
                 k = k0 + 16 * s
                 p, _ = _dot_sub_block(
                     q, x_ptr, stride_x, xs_ptr, stride_xs, k, t, t_ok, 16, 32, DOT_DTYPE, MAGIC
@@ -246,15 +248,16 @@ def _q6k_super_block(
 
 @triton.jit
 def _q6k_half_whole(
-    acc, base, n_ok, x_ptr, stride_x, k0, half: tl.constexpr, t, t_ok, DOT_DTYPE: tl.constexpr
+    acc, base, sblk, n_ok, x_ptr, stride_x, k0, half: tl.constexpr, t, t_ok, DOT_DTYPE: tl.constexpr
 ):
     """acc += half `half` (128 weights) of one Q6_K super-block of the program's rows as one
     K = 128 dot: byte l of ql[64 h:], ql[64 h + 32:] and qh[32 h:] holds the quants of weights
     l + 32 i (i = 0..3: low / high nibble of either ql byte, bits 2 i of qh) with scale
     scales[8 h + l // 16 + 2 i]; column c = 4 l + 2 nib + ab holds i = ab + 2 nib (a reshape of
-    the joined quants), and x is loaded in that order. w = d*scale * (q - 32), in x's dtype."""
+    the joined quants), and x is loaded in that order. w = d*scale * (q - 32), in x's dtype.
+    `base` / `sblk`: as in `_q6k_super_block`."""
     N: tl.constexpr = base.shape[0]
-    d = tl.load((base + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
+    d = tl.load((sblk + 208).to(tl.pointer_type(tl.float16)), mask=n_ok, other=0.0).to(tl.float32)
     byte = tl.arange(0, 32)[None, :]
     row = base[:, None]
     ql_a = tl.load(row + 64 * half + byte, mask=n_ok[:, None], other=0)
@@ -266,7 +269,7 @@ def _q6k_half_whole(
     lg = tl.arange(0, 2)[None, :, None, None, None]
     nib = tl.arange(0, 2)[None, None, None, :, None]
     ab = tl.arange(0, 2)[None, None, None, None, :]
-    sc_at = base[:, None, None, None, None] + 192 + 8 * half + lg + 2 * (ab + 2 * nib)
+    sc_at = sblk[:, None, None, None, None] + 192 + 8 * half + lg + 2 * (ab + 2 * nib)
     sc = tl.load(sc_at.to(tl.pointer_type(tl.int8)), mask=n_ok[:, None, None, None, None], other=0)
     scale = d[:, None, None, None, None] * sc.to(tl.float32)
     w = tl.reshape((scale * (q.to(tl.float32) - 32.0)).to(DOT_DTYPE), (N, 128))
@@ -274,6 +277,22 @@ def _q6k_half_whole(
     k = k0 + 128 * half + c // 4 + 32 * (c % 2 + 2 * ((c // 2) % 2))
     x = tl.load(x_ptr + t[None, :] * stride_x + k[:, None], mask=t_ok[None, :], other=0.0)
     return tl.dot(w, x.to(DOT_DTYPE), acc, input_precision="ieee")
+
+
+@triton.jit
+def _q6k_parts(row_ptr, sb, num_blocks, SPLIT: tl.constexpr):
+    """Super-block sb's (base, sblk) in each row: the quants (ql, qh) at base + 0..191, the scales
+    and d at sblk + 192..209. In gguf's layout both are the super-block (the kernel compiles as it
+    did before the split layout); in the split one (gguf_formats.split_q6k_rows) the quants lie in
+    the row's first part, 192 bytes a super-block, and sblk is set 192 bytes before the
+    super-block's 18 in the second (as gguf_gemv_lane.q6k_block_parts)."""
+    if SPLIT:
+        base = row_ptr + sb * 192
+        sblk = row_ptr + num_blocks * 192 + sb * 18 - 192
+    else:
+        base = row_ptr + sb * 210
+        sblk = base
+    return base, sblk
 
 
 @triton.jit
@@ -489,6 +508,7 @@ def _q6k_mma_kernel(
     TWO_ACC: tl.constexpr = False,
     PDL: tl.constexpr = False,
     PAIR_DTYPE: tl.constexpr = None,
+    SPLIT: tl.constexpr = False,  # the weight's rows in the split layout (gguf_formats.split_q6k_rows)
 ):
     pdl_wait(PDL)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
@@ -496,15 +516,29 @@ def _q6k_mma_kernel(
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
-        base = row_ptr + sb * 210
+        base, sblk = _q6k_parts(row_ptr, sb, num_blocks, SPLIT)
         if WORDS:
-            acc, acc2 = q6k_super_block_words(acc, acc2, base, xs_ptr, sb, t, T_PAD, DOT_DTYPE, TWO_ACC)
+            acc, acc2 = q6k_super_block_words(acc, acc2, base, sblk, xs_ptr, sb, t, T_PAD, DOT_DTYPE, TWO_ACC)
         elif WHOLE:
             for half in tl.static_range(2):
-                acc = _q6k_half_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, half, t, t_ok, DOT_DTYPE)
+                acc = _q6k_half_whole(
+                    acc, base, sblk, n_ok, x_ptr, stride_x, sb * 256, half, t, t_ok, DOT_DTYPE
+                )
         else:
             acc = _q6k_super_block(
-                acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
+                acc,
+                base,
+                sblk,
+                n_ok,
+                x_ptr,
+                stride_x,
+                xs_ptr,
+                stride_xs,
+                sb * 256,
+                t,
+                t_ok,
+                DOT_DTYPE,
+                MAGIC,
             )
     _store(
         acc + acc2 if TWO_ACC else acc,
@@ -645,6 +679,7 @@ def quant_matmul_mma(
         HAS_BIAS=bias is not None,
         DOT_DTYPE=_dot_dtype(x),
         **_form_flags(cfg, x, pairs is not None),
+        **({"SPLIT": True} if weight.split else {}),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **pdl_meta(x.device),

@@ -309,12 +309,13 @@ def _q6k_plane_f32(ql, qh, scale, i: tl.constexpr, e: tl.constexpr):
 
 
 @triton.jit
-def _q6k_scales(base, d, half: tl.constexpr, i: tl.constexpr):
-    """d * scales[8 half + 2 i + p // 8] for the 16 elements p of plane i: [BLOCK_N, 16] fp32."""
+def _q6k_scales(sblk, d, half: tl.constexpr, i: tl.constexpr):
+    """d * scales[8 half + 2 i + p // 8] for the 16 elements p of plane i: [BLOCK_N, 16] fp32
+    (the scales at sblk + 192: gguf_mma._q6k_parts)."""
     g = tl.arange(0, 2)[None, :]
-    sc = tl.load((base[:, None] + 192 + 8 * half + 2 * i + g).to(tl.pointer_type(tl.int8)))
+    sc = tl.load((sblk[:, None] + 192 + 8 * half + 2 * i + g).to(tl.pointer_type(tl.int8)))
     scale = d[:, None] * sc.to(tl.float32)  # [BLOCK_N, 2]
-    return tl.reshape(tl.broadcast_to(scale[:, :, None], (base.shape[0], 2, 8)), (base.shape[0], 16))
+    return tl.reshape(tl.broadcast_to(scale[:, :, None], (sblk.shape[0], 2, 8)), (sblk.shape[0], 16))
 
 
 @triton.jit
@@ -322,6 +323,7 @@ def _q6k_half_words(
     acc,
     acc2,
     base,
+    sblk,
     d,
     xt_ptr,
     sb,
@@ -332,18 +334,19 @@ def _q6k_half_words(
     ASM: tl.constexpr,
     TWO_ACC: tl.constexpr,
 ):
-    """acc += half `half` of one Q6_K super-block: ql and qh read as halfwords [BLOCK_N, 16] (the
-    rows are only 2-byte aligned), cut into 8 planes (i, e) of 16 weights 128 half + 32 i + 2 p + e,
+    """acc += half `half` of one Q6_K super-block: ql and qh read as halfwords [BLOCK_N, 16] (in
+    gguf's layout the rows are only 2-byte aligned; in the split one the quants are 16-byte aligned
+    and Triton loads them in 16-byte words), cut into 8 planes (i, e) of 16 weights 128 half + 32 i + 2 p + e,
     each one K = 16 dot against its rows of the permuted x (`words_x`)."""
     p = tl.arange(0, 16)[None, :]
     row = base[:, None]
     ql_a = tl.load((row + 64 * half).to(tl.pointer_type(tl.int16)) + p)
     ql_b = tl.load((row + 64 * half + 32).to(tl.pointer_type(tl.int16)) + p)
     qh = tl.load((row + 128 + 32 * half).to(tl.pointer_type(tl.int16)) + p)
-    s0 = _q6k_scales(base, d, half, 0)
-    s1 = _q6k_scales(base, d, half, 1)
-    s2 = _q6k_scales(base, d, half, 2)
-    s3 = _q6k_scales(base, d, half, 3)
+    s0 = _q6k_scales(sblk, d, half, 0)
+    s1 = _q6k_scales(sblk, d, half, 1)
+    s2 = _q6k_scales(sblk, d, half, 2)
+    s3 = _q6k_scales(sblk, d, half, 3)
     if ASM:
         w0, w1, w2, w3, w4, w5, w6, w7 = _q6k_words_half(ql_a, ql_b, qh, s0, s1, s2, s3, DOT_DTYPE)
     else:
@@ -360,15 +363,37 @@ def _q6k_half_words(
 
 @triton.jit
 def q6k_super_block_words(
-    acc, acc2, base, xt_ptr, sb, t, T_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr, TWO_ACC: tl.constexpr
+    acc,
+    acc2,
+    base,
+    sblk,
+    xt_ptr,
+    sb,
+    t,
+    T_PAD: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    TWO_ACC: tl.constexpr,
 ):
     """acc += one Q6_K super-block of the program's rows in the words form (both halves); with
-    TWO_ACC the odd planes go to acc2. Returns (acc, acc2). Every row at `base` must be in bounds
-    (as in `q4k_super_block_words`): no load is masked."""
-    d = tl.load((base + 208).to(tl.pointer_type(tl.float16))).to(tl.float32)
+    TWO_ACC the odd planes go to acc2. Returns (acc, acc2). Each row's quants (ql, qh) of this
+    super-block at `base`, its scales and d at `sblk` + 192 and + 208 (gguf_mma._q6k_parts). Every
+    row must be in bounds (as in `q4k_super_block_words`): no load is masked."""
+    d = tl.load((sblk + 208).to(tl.pointer_type(tl.float16))).to(tl.float32)
     for half in tl.static_range(2):
         acc, acc2 = _q6k_half_words(
-            acc, acc2, base, d, xt_ptr, sb, half, t, T_PAD, DOT_DTYPE, DOT_DTYPE != tl.float32, TWO_ACC
+            acc,
+            acc2,
+            base,
+            sblk,
+            d,
+            xt_ptr,
+            sb,
+            half,
+            t,
+            T_PAD,
+            DOT_DTYPE,
+            DOT_DTYPE != tl.float32,
+            TWO_ACC,
         )
     return acc, acc2
 

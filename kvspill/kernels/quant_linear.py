@@ -89,8 +89,7 @@ def _dequant_matmul(
     out = torch.empty((x2.shape[0], weight.out_features), dtype=x2.dtype, device=x2.device)
     for start in range(0, weight.out_features, rows):
         end = min(start + rows, weight.out_features)
-        part = QuantizedWeight(weight.data[start:end], weight.qtype, end - start, weight.in_features)
-        w = dequantize(part, x2.dtype, out=buffer[: end - start])
+        w = dequantize(weight.rows(start, end), x2.dtype, out=buffer[: end - start])
         torch.matmul(x2, w.t(), out=out[:, start:end])  # cuBLAS writes the strided columns in place
     return out if bias is None else out.add_(bias)
 
@@ -117,7 +116,7 @@ def quant_linear(
     elif path == "dequant_matmul":
         y = _dequant_matmul(x2, weight, bias, scratch)
     else:
-        y = F.linear(x2, dequantize_ref(weight.data, weight.qtype, weight.in_features, x.dtype), bias)
+        y = F.linear(x2, dequantize_ref(weight.gguf_rows(), weight.qtype, weight.in_features, x.dtype), bias)
     if out is not None:
         return y if y is out else out.copy_(y)
     return y.reshape(*lead, weight.out_features)

@@ -17,13 +17,14 @@ Invariants:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import groupby
 
 import torch
 from torch import Tensor, nn
 
 from kvspill.kernels.gguf_dequant import dequantize
-from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
+from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, split_q6k_rows
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
 from kvspill.kernels.gguf_mma_words import pack_scales
 from kvspill.kernels.quant_linear import dequant_slice_rows, quant_linear
@@ -126,9 +127,9 @@ class QuantEmbedding(nn.Module):
 
     def _rows(self, w: QuantizedWeight, ids: Tensor) -> Tensor:
         rows = w.data.index_select(0, ids)  # [num_tokens, bytes_per_row]
+        gathered = replace(w, data=rows, out_features=rows.shape[0], scale_pairs=None)
         if rows.device.type == "cpu":
-            return dequantize_ref(rows, w.qtype, w.in_features, self.dtype)
-        gathered = QuantizedWeight(rows, w.qtype, rows.shape[0], w.in_features)
+            return dequantize_ref(gathered.gguf_rows(), w.qtype, w.in_features, self.dtype)
         return dequantize(gathered, self.dtype)
 
     def project(self, hidden: Tensor) -> Tensor:
@@ -168,6 +169,35 @@ def attach_scale_pairs(model: nn.Module, dtype: torch.dtype) -> int:
     return held_scale_pair_bytes(model) - before
 
 
+def split_q6k_weights(model: nn.Module) -> int:
+    """Put the Q6_K weights of `model` that multiply (as `attach_scale_pairs` picks them) in the
+    split layout (kernels/gguf_formats.split_q6k_rows), in place, a few thousand rows at a time;
+    the GPU kernels read it with wider loads. The same bytes. Returns how many weights moved."""
+    moved = 0
+    tied = bool(getattr(model, "tie_word_embeddings", False))
+    for module in model.modules():
+        if isinstance(module, QuantLinear):
+            for i, part in enumerate(module.parts):
+                if part.qtype == "Q6_K" and not part.split:
+                    module.parts[i] = _split_in_place(part)
+                    moved += 1
+        elif tied and isinstance(module, QuantEmbedding) and module.qweight is not None:
+            if module.qweight.qtype == "Q6_K" and not module.qweight.split:
+                module.qweight = _split_in_place(module.qweight)
+                moved += 1
+    return moved
+
+
+def _split_in_place(weight: QuantizedWeight) -> QuantizedWeight:
+    for start in range(0, weight.out_features, _SPLIT_ROWS):
+        rows = weight.data[start : start + _SPLIT_ROWS]
+        rows.copy_(split_q6k_rows(rows))
+    return replace(weight, split=True)
+
+
+_SPLIT_ROWS = 4096  # rows moved at once (one transient copy of them)
+
+
 def held_scale_pair_bytes(model: nn.Module) -> int:
     """Bytes of the scale pairs `model`'s quantized weights hold (`attach_scale_pairs`)."""
     pairs = (w.scale_pairs for w in quantized_weights(model) if w.scale_pairs is not None)
@@ -180,7 +210,7 @@ def _wants_pairs(weight: QuantizedWeight, dtype: torch.dtype) -> bool:
 
 def _paired(weight: QuantizedWeight, dtype: torch.dtype) -> QuantizedWeight:
     pairs = pack_scales(weight, dtype)
-    return QuantizedWeight(weight.data, weight.qtype, weight.out_features, weight.in_features, pairs)
+    return replace(weight, scale_pairs=pairs)
 
 
 def dequant_scratch_bytes(model: nn.Module, dtype: torch.dtype, num_tokens: int) -> int:

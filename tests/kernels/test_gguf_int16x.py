@@ -184,6 +184,7 @@ def test_q6k_int16x_configs_cover_every_shape(monkeypatch):
         out_features=4097,
         in_features=4096,
         data=torch.zeros((4097, 16 * 210), dtype=torch.uint8),
+        split=False,
     )
     gguf_gemv._launch_q6k_int16x(
         torch.zeros((1, 4096), dtype=torch.bfloat16), weight, None, torch.empty((1, 4097))

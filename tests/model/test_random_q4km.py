@@ -10,7 +10,13 @@ import torch
 
 from kvspill.kernels.gguf_formats import QuantizedWeight, random_quantized
 from kvspill.model import random_init
-from kvspill.model.quant import QuantEmbedding, QuantLinear, attach_scale_pairs, model_weight_bytes
+from kvspill.model.quant import (
+    QuantEmbedding,
+    QuantLinear,
+    attach_scale_pairs,
+    model_weight_bytes,
+    split_q6k_weights,
+)
 from kvspill.model.random_init import MIXED_Q4_K_M, split_random_name
 from kvspill.plan.request import PlanRequest
 from kvspill.plan.spec import KNOWN_SHAPES, ModelSpec
@@ -135,3 +141,26 @@ def test_a_tied_q4_k_embedding_is_the_lm_head_and_gets_pairs(monkeypatch):
     assert model.model.embed_tokens.qweight.scale_pairs.dtype == torch.float16
     # the plan's what-if q4_k counts the norms at 4.5 bits too: within a percent
     assert q4k_matmul_bytes(tied, "q4_k") == pytest.approx(matmul, rel=0.01)
+
+
+def test_q6k_weights_split_in_place_and_multiply_the_same(monkeypatch):
+    monkeypatch.setitem(KNOWN_SHAPES, "q4km-pairs", _SHAPE)
+    model = random_init.build_random_model(
+        "random:q4km-pairs:q4_k_m", torch.device("cpu"), torch.float32, max_model_len=128
+    ).model
+    mixed = [
+        m for m in model.modules() if isinstance(m, QuantLinear) and any(p.qtype == "Q6_K" for p in m.parts)
+    ]
+    x = {
+        id(m): torch.randn(3, m.parts[0].in_features, generator=torch.Generator().manual_seed(0))
+        for m in mixed
+    }
+    before = {id(m): m(x[id(m)]) for m in mixed}
+    buffers = {n: b.data_ptr() for n, b in model.named_buffers()}
+    q6k = sum(p.qtype == "Q6_K" for m in mixed for p in m.parts)
+    assert q6k >= 5 and split_q6k_weights(model) == q6k  # lm_head and the more-bits layers' v / down
+    assert all(p.split == (p.qtype == "Q6_K") for m in mixed for p in m.parts)
+    assert {n: b.data_ptr() for n, b in model.named_buffers()} == buffers  # in place: the same buffers
+    for m in mixed:  # the CPU's torch reference reads the rows back in gguf's layout
+        assert torch.equal(m(x[id(m)]), before[id(m)])
+    assert split_q6k_weights(model) == 0  # once
