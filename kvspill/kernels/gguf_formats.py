@@ -128,6 +128,10 @@ class QuantizedWeight:
             "scale_pairs are pack_scales' contiguous bf16 / fp16 [out_features, in_features / 16] of a Q4_K weight"
         )
         assert not self.split or self.qtype == "Q6_K", f"only Q6_K rows have a split layout, not {self.qtype}"
+        assert not self.split or split_rows_aligned(self.data), (
+            "split Q6_K rows must start 4-byte aligned (an even count of super-blocks a row): the GPU "
+            "kernels load their quants as 4-byte words"
+        )
 
     @property
     def format(self) -> QuantFormat:
@@ -189,6 +193,12 @@ def random_quantized(
         d = torch.randn((out_features, num_blocks, 1), device=device, generator=generator) * scale
         blocks[..., offset : offset + 2] = d.half().view(torch.uint8)
     return QuantizedWeight(blocks.reshape(out_features, -1), fmt.name, out_features, in_features)
+
+
+def split_rows_aligned(data: torch.Tensor) -> bool:
+    """Whether Q6_K rows `data` may take the split layout: every row starts 4-byte aligned, so its
+    quant part is (an even count of super-blocks a row; 16-byte aligned from a multiple of 8)."""
+    return data.data_ptr() % 4 == 0 and (data.shape[0] <= 1 or data.stride(0) % 4 == 0)
 
 
 def split_q6k_rows(data: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from kvspill.kernels.gguf_dequant import dequantize
-from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, split_q6k_rows
+from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, split_q6k_rows, split_rows_aligned
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
 from kvspill.kernels.gguf_mma_words import pack_scales
 from kvspill.kernels.quant_linear import dequant_slice_rows, quant_linear
@@ -172,20 +172,25 @@ def attach_scale_pairs(model: nn.Module, dtype: torch.dtype) -> int:
 def split_q6k_weights(model: nn.Module) -> int:
     """Put the Q6_K weights of `model` that multiply (as `attach_scale_pairs` picks them) in the
     split layout (kernels/gguf_formats.split_q6k_rows), in place, a few thousand rows at a time;
-    the GPU kernels read it with wider loads. The same bytes. Returns how many weights moved."""
+    the GPU kernels read it with wider loads. The same bytes. Rows of an odd count of super-blocks
+    (2 mod 4 bytes apart) stay as they are. Returns how many weights moved."""
     moved = 0
     tied = bool(getattr(model, "tie_word_embeddings", False))
     for module in model.modules():
         if isinstance(module, QuantLinear):
             for i, part in enumerate(module.parts):
-                if part.qtype == "Q6_K" and not part.split:
+                if _wants_split(part):
                     module.parts[i] = _split_in_place(part)
                     moved += 1
         elif tied and isinstance(module, QuantEmbedding) and module.qweight is not None:
-            if module.qweight.qtype == "Q6_K" and not module.qweight.split:
+            if _wants_split(module.qweight):
                 module.qweight = _split_in_place(module.qweight)
                 moved += 1
     return moved
+
+
+def _wants_split(weight: QuantizedWeight) -> bool:
+    return weight.qtype == "Q6_K" and not weight.split and split_rows_aligned(weight.data)
 
 
 def _split_in_place(weight: QuantizedWeight) -> QuantizedWeight:

@@ -16,7 +16,7 @@ from kvspill.kernels.gguf_mma_configs import MmaConfig
 from kvspill.kernels.quant_linear import quant_linear
 
 ROWS = 37  # not a multiple of any row tile
-IN_FEATURES = 3 * 256  # 630-byte rows: 2-byte aligned in gguf's layout
+IN_FEATURES = 2 * 256  # 420-byte rows: 4-byte aligned, as split rows must be
 
 
 def _pair(device: str, seed: int = 0) -> tuple[QuantizedWeight, QuantizedWeight]:
@@ -52,6 +52,9 @@ def test_a_split_weight_keeps_its_layout_and_gives_gguf_rows_back():
     q4k = random_quantized("Q4_K", 4, 256)
     with pytest.raises(AssertionError, match="only Q6_K"):
         QuantizedWeight(q4k.data, "Q4_K", 4, 256, split=True)
+    odd = random_quantized("Q6_K", 4, 3 * 256)  # 630-byte rows: every other one 2 mod 4
+    with pytest.raises(AssertionError, match="4-byte aligned"):
+        QuantizedWeight(split_q6k_rows(odd.data), "Q6_K", 4, 3 * 256, split=True)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> None:
