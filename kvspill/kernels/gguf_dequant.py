@@ -127,9 +127,11 @@ def _q6k_tile(blk, sblk, mask, a, b):
 
 @triton.jit
 def block_at(row_ptr, kb, num_blocks, TYPE_SIZE: tl.constexpr, SPLIT: tl.constexpr):
-    """(blk, sblk) of blocks kb of the rows at row_ptr, for `dequant_tile`: the block and the block
-    again, or for Q6_K rows in the split layout (gguf_formats.split_q6k_rows) the block's quants
-    and a pointer 192 bytes before its scales and d (gguf_gemv_lane.q6k_block_parts)."""
+    """(blk, sblk) of blocks kb of the rows at row_ptr: where every Q6_K kernel reads a block's
+    quants (ql, qh at blk + 0..191) and its scales and d (sblk + 192..209). In gguf's layout both
+    are the block (TYPE_SIZE bytes apart; `dequant_tile` takes any type's this way); in the split
+    layout (gguf_formats.split_q6k_rows) the quants lie in the row's first part, 192 bytes a
+    block, and sblk is set 192 bytes before the block's 18 in the second."""
     if SPLIT:
         blk = row_ptr + kb * 192
         sblk = row_ptr + num_blocks * 192 + kb * 18 - 192

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.gguf_dequant import block_at
 from kvspill.kernels.gguf_formats import q4k_fields, q6k_fields
 from kvspill.kernels.gguf_gemv_lane import (
     _q4k_decode,
@@ -45,7 +46,6 @@ from kvspill.kernels.gguf_gemv_lane import (
     _store_lane_sums,
     _to_f32,
     load_q6k_word,
-    q6k_block_parts,
     q6k_quant_bytes,
 )
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_lanes
@@ -209,7 +209,7 @@ def q6k_int16x_kernel(
     HAS_LINEAR_BIAS: tl.constexpr,
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
-    SPLIT: tl.constexpr = False,  # the rows in the split layout (gguf_gemv_lane.q6k_block_parts)
+    SPLIT: tl.constexpr = False,  # the rows in the split layout (gguf_dequant.block_at)
 ):
     # Q6_K, one token, in gguf_gemv_lane.q6k_gemv_kernel's lanes (_q6k_weight_lanes: a lane's 4
     # columns of a half-block, 4 quarters Q), 16 lanes a block and NB blocks of each row a loop
@@ -227,7 +227,7 @@ def q6k_int16x_kernel(
     for k in range(0, num_blocks, NB):
         # Blocks past the end read block 0 of the row and meet x = 0.
         sb = tl.where((k + sb_w) < num_blocks, k + sb_w, 0)
-        blk, sblk = q6k_block_parts(w_ptr, row_off, sb, num_blocks, SPLIT)
+        blk, sblk = block_at(w_ptr + row_off, sb, num_blocks, 210, SPLIT)
         x_ok = (k + sb_x) < num_blocks
         acc += _q6k_int16x_block(
             blk, sblk, ql_off, qh_off, sc_off, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM, SPLIT
@@ -251,7 +251,7 @@ def _q6k_int16x_block(
     SPLIT: tl.constexpr,
 ):
     """One lane item of a Q6_K block (`blk`, `sblk` [BLOCK_N * KL, 1] byte pointers at the rows'
-    blocks: gguf_gemv_lane.q6k_block_parts) against its 16 x values (`x_ptrs` [KL, 4] at quarter
+    blocks: gguf_dequant.block_at) against its 16 x values (`x_ptrs` [KL, 4] at quarter
     0) -> [BLOCK_N, KL]."""
     ql_a = load_q6k_word(blk + ql_off, SPLIT, USE_ASM)
     ql_b = load_q6k_word(blk + ql_off + 32, SPLIT, USE_ASM)

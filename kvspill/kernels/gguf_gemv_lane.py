@@ -11,6 +11,7 @@ gguf_gemv.py's docstring has the design and the measured GB/s.
 
 from __future__ import annotations
 
+from kvspill.kernels.gguf_dequant import block_at
 from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -363,22 +364,6 @@ def _split4(v):
 
 
 @triton.jit
-def q6k_block_parts(w_ptr, row_off, sb, num_blocks, SPLIT: tl.constexpr):
-    """Super-block sb's two pointers for the lanes' offsets (`_q6k_weight_lanes`): `blk`, where
-    ql_off and qh_off read the quants, and `sblk`, where sc_off (192 + ...) and 208 read the scales
-    and d. In gguf's layout both are the block; in the split one (gguf_formats.split_q6k_rows) the
-    quants lie in the row's first part (192 bytes a block) and sblk is set 192 bytes before the
-    block's 18 in the second."""
-    if SPLIT:
-        blk = w_ptr + row_off + sb * 192
-        sblk = w_ptr + row_off + num_blocks * 192 + sb * 18 - 192
-    else:
-        blk = w_ptr + row_off + sb * 210
-        sblk = blk
-    return blk, sblk
-
-
-@triton.jit
 def load_q6k_word(ptr, SPLIT: tl.constexpr, USE_ASM: tl.constexpr):
     """A quant word of a Q6_K block: 4-byte aligned in the split layout (one plain load), 2-byte
     aligned in gguf's (`_load_word_2b`)."""
@@ -409,7 +394,7 @@ def q6k_gemv_kernel(
     X_ASM: tl.constexpr,
     DEQUANT: tl.constexpr,
     PDL: tl.constexpr = False,
-    SPLIT: tl.constexpr = False,  # the rows in the split layout (q6k_block_parts)
+    SPLIT: tl.constexpr = False,  # the rows in the split layout (gguf_dequant.block_at)
 ):
     # Q6_K, 1..T_PAD tokens, as q4k_gemv_kernel; the lanes' work items: _q6k_weight_lanes. A warp's
     # loads of one kind cover 32 contiguous bytes of each (block, half). NSUB pairs of blocks a loop step.
@@ -425,7 +410,7 @@ def q6k_gemv_kernel(
             # Blocks past the end read block 0 of the row and meet x = 0.
             kb_ok = (kj + sb_w) < num_blocks
             x_ok = tok_ok & ((kj + sb_x) < num_blocks)
-            blk, sblk = q6k_block_parts(w_ptr, row_off, tl.where(kb_ok, kj + sb_w, 0), num_blocks, SPLIT)
+            blk, sblk = block_at(w_ptr + row_off, tl.where(kb_ok, kj + sb_w, 0), num_blocks, 210, SPLIT)
             ql_a = load_q6k_word(blk + ql_off, SPLIT, USE_ASM)
             ql_b = load_q6k_word(blk + ql_off + 32, SPLIT, USE_ASM)
             qh = load_q6k_word(blk + qh_off, SPLIT, USE_ASM)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.gguf_dequant import block_at
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv import check_out
 from kvspill.kernels.gguf_gemv_lane import _f16_bits
@@ -220,7 +221,7 @@ def _q6k_super_block(
 ):
     """acc += one Q6_K super-block of the program's rows (256 weights a row; in gguf's layout 210
     bytes at `base` [BLOCK_N], only 2-byte aligned: bytes and one fp16): ql[128]@0 | qh[64]@128
-    at `base`, scales int8[16]@192 | d@208 at `sblk` (`_q6k_parts`). Sub-block s = 8*h + 2*j + g
+    at `base`, scales int8[16]@192 | d@208 at `sblk` (`gguf_dequant.block_at`). Sub-block s = 8*h + 2*j + g
     (16 weights; half h, quarter j, 16-group g)
     takes nibble j // 2 of ql[64h + 32(j % 2) + 16g : +16] and bits 2j..2j+1 of
     qh[32h + 16g : +16] << 4 (ggml's dequantize_row_q6_K); w = d*scales[s] * (q - 32)."""
@@ -277,22 +278,6 @@ def _q6k_half_whole(
     k = k0 + 128 * half + c // 4 + 32 * (c % 2 + 2 * ((c // 2) % 2))
     x = tl.load(x_ptr + t[None, :] * stride_x + k[:, None], mask=t_ok[None, :], other=0.0)
     return tl.dot(w, x.to(DOT_DTYPE), acc, input_precision="ieee")
-
-
-@triton.jit
-def _q6k_parts(row_ptr, sb, num_blocks, SPLIT: tl.constexpr):
-    """Super-block sb's (base, sblk) in each row: the quants (ql, qh) at base + 0..191, the scales
-    and d at sblk + 192..209. In gguf's layout both are the super-block (the kernel compiles as it
-    did before the split layout); in the split one (gguf_formats.split_q6k_rows) the quants lie in
-    the row's first part, 192 bytes a super-block, and sblk is set 192 bytes before the
-    super-block's 18 in the second (as gguf_gemv_lane.q6k_block_parts)."""
-    if SPLIT:
-        base = row_ptr + sb * 192
-        sblk = row_ptr + num_blocks * 192 + sb * 18 - 192
-    else:
-        base = row_ptr + sb * 210
-        sblk = base
-    return base, sblk
 
 
 @triton.jit
@@ -516,7 +501,7 @@ def _q6k_mma_kernel(
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
-        base, sblk = _q6k_parts(row_ptr, sb, num_blocks, SPLIT)
+        base, sblk = block_at(row_ptr, sb, num_blocks, 210, SPLIT)
         if WORDS:
             acc, acc2 = q6k_super_block_words(acc, acc2, base, sblk, xs_ptr, sb, t, T_PAD, DOT_DTYPE, TWO_ACC)
         elif WHOLE:

@@ -311,7 +311,7 @@ def _q6k_plane_f32(ql, qh, scale, i: tl.constexpr, e: tl.constexpr):
 @triton.jit
 def _q6k_scales(sblk, d, half: tl.constexpr, i: tl.constexpr):
     """d * scales[8 half + 2 i + p // 8] for the 16 elements p of plane i: [BLOCK_N, 16] fp32
-    (the scales at sblk + 192: gguf_mma._q6k_parts)."""
+    (the scales at sblk + 192: gguf_dequant.block_at)."""
     g = tl.arange(0, 2)[None, :]
     sc = tl.load((sblk[:, None] + 192 + 8 * half + 2 * i + g).to(tl.pointer_type(tl.int8)))
     scale = d[:, None] * sc.to(tl.float32)  # [BLOCK_N, 2]
@@ -376,7 +376,7 @@ def q6k_super_block_words(
 ):
     """acc += one Q6_K super-block of the program's rows in the words form (both halves); with
     TWO_ACC the odd planes go to acc2. Returns (acc, acc2). Each row's quants (ql, qh) of this
-    super-block at `base`, its scales and d at `sblk` + 192 and + 208 (gguf_mma._q6k_parts). Every
+    super-block at `base`, its scales and d at `sblk` + 192 and + 208 (gguf_dequant.block_at). Every
     row must be in bounds (as in `q4k_super_block_words`): no load is masked."""
     d = tl.load((sblk + 208).to(tl.pointer_type(tl.float16))).to(tl.float32)
     for half in tl.static_range(2):
