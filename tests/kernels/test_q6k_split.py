@@ -57,8 +57,8 @@ def test_a_split_weight_keeps_its_layout_and_gives_gguf_rows_back():
         QuantizedWeight(split_q6k_rows(odd.data), "Q6_K", 4, 3 * 256, split=True)
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> None:
-    assert a.shape == b.shape and torch.equal(a, b)
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a, b)
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,7 @@ def test_the_lane_gemvs_read_split_rows(tokens, dtype, int16_x, device, monkeypa
     monkeypatch.setenv("KVSPILL_INT16_X", "1" if int16_x else "0")
     weight, split = _pair(device)
     x = _x(tokens, dtype, device)
-    _same(gguf_gemv.quant_matmul_gemv(x, split), gguf_gemv.quant_matmul_gemv(x, weight))
+    assert _same(gguf_gemv.quant_matmul_gemv(x, split), gguf_gemv.quant_matmul_gemv(x, weight))
 
 
 @pytest.mark.parametrize("tokens", [1, 5])  # the generic FMA kernel, the dot kernel
@@ -81,7 +81,7 @@ def test_the_generic_gemvs_read_split_rows(tokens, device, monkeypatch):
     monkeypatch.setattr(gguf_gemv, "LANE_KERNELS", {"Q4_K"})
     weight, split = _pair(device, seed=1)
     x = _x(tokens, torch.float32, device)
-    _same(gguf_gemv.quant_matmul_gemv(x, split), gguf_gemv.quant_matmul_gemv(x, weight))
+    assert _same(gguf_gemv.quant_matmul_gemv(x, split), gguf_gemv.quant_matmul_gemv(x, weight))
 
 
 @pytest.mark.parametrize(
@@ -96,15 +96,15 @@ def test_the_generic_gemvs_read_split_rows(tokens, device, monkeypatch):
 def test_the_tensor_core_forms_read_split_rows(config, device):
     weight, split = _pair(device, seed=2)
     x = _x(6, torch.float32, device)
-    _same(quant_matmul_mma(x, split, config=config), quant_matmul_mma(x, weight, config=config))
+    assert _same(quant_matmul_mma(x, split, config=config), quant_matmul_mma(x, weight, config=config))
 
 
 def test_dequantize_and_the_reference_read_split_rows(device):
     weight, split = _pair(device, seed=3)
-    _same(dequantize(split, torch.float32), dequantize(weight, torch.float32))
-    _same(dequantize(split.rows(5, 20), torch.float32), dequantize(weight.rows(5, 20), torch.float32))
+    assert _same(dequantize(split, torch.float32), dequantize(weight, torch.float32))
+    assert _same(dequantize(split.rows(5, 20), torch.float32), dequantize(weight.rows(5, 20), torch.float32))
     x = _x(2, torch.float32, "cpu")
-    _same(quant_linear(x, split.to("cpu")), quant_linear(x, weight.to("cpu")))  # the torch reference
+    assert _same(quant_linear(x, split.to("cpu")), quant_linear(x, weight.to("cpu")))  # the torch reference
 
 
 def test_the_switch_is_off_unless_set(monkeypatch):
