@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from itertools import groupby
 
@@ -148,45 +149,48 @@ def quantized_weights(model: nn.Module) -> list[QuantizedWeight]:
 
 
 def attach_scale_pairs(model: nn.Module, dtype: torch.dtype) -> int:
-    """Give every Q4_K weight of `model` that multiplies (projections, lm_head, a tied embedding;
-    not an untied embedding, which only gathers rows) its scale pairs in `dtype` (the
-    activations'; kernels/gguf_mma_words.pack_scales), registered as buffers beside the blocks so
-    the model's memory counts them; the tensor-core kernel of batched steps reads them in place of
-    the blocks' scale bytes (bench/results/2026-12-04-h200-mma-dequant-cost). Returns the bytes
-    added: 32 a 144-byte super-block (plan/weights.q4k_matmul_bytes counts the same weights)."""
+    """Give every Q4_K weight of `model` that multiplies (`_replace_matmul_weights`) its scale pairs
+    in `dtype` (the activations'; kernels/gguf_mma_words.pack_scales), registered as buffers beside
+    the blocks so the model's memory counts them; the tensor-core kernel of batched steps reads them
+    in place of the blocks' scale bytes (bench/results/2026-12-04-h200-mma-dequant-cost). Returns
+    the bytes added: 32 a 144-byte super-block (plan/weights.q4k_matmul_bytes counts the same
+    weights)."""
     before = held_scale_pair_bytes(model)
-    tied = bool(getattr(model, "tie_word_embeddings", False))
-    for module in model.modules():
-        if isinstance(module, QuantLinear):
-            for i, part in enumerate(module.parts):
-                if _wants_pairs(part, dtype):
-                    module.parts[i] = _paired(part, dtype)
-                    module.register_buffer(f"scale_pairs_{i}", module.parts[i].scale_pairs, persistent=False)
-        elif tied and isinstance(module, QuantEmbedding) and module.qweight is not None:
-            if _wants_pairs(module.qweight, dtype):
-                module.qweight = _paired(module.qweight, dtype)
-                module.register_buffer("scale_pairs_0", module.qweight.scale_pairs, persistent=False)
+    paired = _replace_matmul_weights(model, lambda w: _paired(w, dtype) if _wants_pairs(w, dtype) else None)
+    for module, i, weight in paired:
+        module.register_buffer(f"scale_pairs_{i}", weight.scale_pairs, persistent=False)
     return held_scale_pair_bytes(model) - before
 
 
 def split_q6k_weights(model: nn.Module) -> int:
-    """Put the Q6_K weights of `model` that multiply (as `attach_scale_pairs` picks them) in the
-    split layout (kernels/gguf_formats.split_q6k_rows), in place, a few thousand rows at a time;
-    the GPU kernels read it with wider loads. The same bytes. Rows of an odd count of super-blocks
-    (2 mod 4 bytes apart) stay as they are. Returns how many weights moved."""
-    moved = 0
+    """Put the Q6_K weights of `model` that multiply (`_replace_matmul_weights`) in the split layout
+    (kernels/gguf_formats.split_q6k_rows), in place, a few thousand rows at a time; the GPU kernels
+    read it with wider loads. The same bytes. Rows of an odd count of super-blocks (2 mod 4 bytes
+    apart) stay as they are. Returns how many weights moved."""
+    return len(_replace_matmul_weights(model, lambda w: _split_in_place(w) if _wants_split(w) else None))
+
+
+def _replace_matmul_weights(
+    model: nn.Module, change: Callable[[QuantizedWeight], QuantizedWeight | None]
+) -> list[tuple[nn.Module, int, QuantizedWeight]]:
+    """Replace each weight of `model` that multiplies (the QuantLinear parts, a tied embedding's
+    table; not an untied embedding, which only gathers rows) by `change(weight)` where that is not
+    None. Returns (module, part index, new weight) of each one replaced (an embedding's index: 0)."""
+    changed: list[tuple[nn.Module, int, QuantizedWeight]] = []
     tied = bool(getattr(model, "tie_word_embeddings", False))
     for module in model.modules():
         if isinstance(module, QuantLinear):
             for i, part in enumerate(module.parts):
-                if _wants_split(part):
-                    module.parts[i] = _split_in_place(part)
-                    moved += 1
+                new = change(part)
+                if new is not None:
+                    module.parts[i] = new
+                    changed.append((module, i, new))
         elif tied and isinstance(module, QuantEmbedding) and module.qweight is not None:
-            if _wants_split(module.qweight):
-                module.qweight = _split_in_place(module.qweight)
-                moved += 1
-    return moved
+            new = change(module.qweight)
+            if new is not None:
+                module.qweight = new
+                changed.append((module, 0, new))
+    return changed
 
 
 def _wants_split(weight: QuantizedWeight) -> bool:
