@@ -7,12 +7,7 @@
 # and without the pairs; llama.cpp's build and the llama-quantize Q4_K_M file beside them (niced,
 # for call C's same-file comparison, which also runs the 32 x 2K and 8K rows).
 set -u
-T0=$(date +%s)
-[ -d /tmp/site/fastapi ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-L=$OUT/callB.log
-{ date -u; git log --oneline | head -1; git status --short | head -20; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee -a $L
-S=bench/results/2026-12-04-h200-scale-pairs/scripts
+. bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh callB
 (nice -n 19 bash .peer/llamacpp_peer.sh build > /tmp/build.log 2>&1; echo "build done at $(( $(date +%s) - T0 )) s" >> /tmp/build.log) &
 (SHAPE=8b nice -n 10 bash .peer/llamacpp_peer.sh model > /tmp/model.log 2>&1) &
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gguf_mma.py -k "pairs or pack_scales or half_activations or two_byte or token_tiles or words_split_k" tests/model/test_random_q4km.py > $OUT/pytest.txt 2>&1

@@ -3,10 +3,8 @@
 # (llama-batched-bench) and kvspill (profile_decode, the scale pairs on), 1 / 8 / 32 x 2K; then the
 # random-weight 32 x 2K and 8K batch-1 rows (moved here from call B, which ran near the 600 s limit).
 set -u
-T0=$(date +%s)
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-L=$OUT/callC.log; F=/tmp/l8b-Q4_K_M.gguf
-{ date -u; git log --oneline | head -1; } | tee -a $L
+. bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh callC
+F=/tmp/l8b-Q4_K_M.gguf
 [ -f $F ] || timeout 200 bash -c "SHAPE=8b QUANT=Q4_K_M bash .peer/llamacpp_peer.sh model" 2>&1 | tail -3 | tee -a $L
 ls -la $F | tee -a $L
 SHAPE=8b QUANT=Q4_K_M NPL=1,8,32 NPP=2048 NGEN=128 OUT=$OUT PEER=.peer T_BATCHED=150 bash .peer/llamacpp_peer.sh batched 2>&1 | tee -a $L

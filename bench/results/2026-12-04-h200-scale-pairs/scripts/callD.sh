@@ -7,12 +7,7 @@
 # 2. ncu on the 8-token Q6_K down kernel (gguf's layout): bound by its 2-byte loads?
 # (The 32-token sweep is call E.)
 set -u
-T0=$(date +%s)
-[ -d /tmp/site/fastapi ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-L=$OUT/callD.log
-{ date -u; git log --oneline | head -1; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee -a $L
-S=bench/results/2026-12-04-h200-scale-pairs/scripts
+. bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh callD
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_q6k_split.py > $OUT/pytest_split.txt 2>&1
 echo "pytest split rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest_split.txt)" | tee -a $L
 timeout 150 python3 $S/q6k_split_cost.py both >> $OUT/q6k_split.jsonl 2>&1

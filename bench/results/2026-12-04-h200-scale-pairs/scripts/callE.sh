@@ -5,11 +5,7 @@
 # alternated: whether the 32-sequence step (1.51x llama-batched-bench at the last estimate, bar 2x)
 # has a faster config than the table's, ranked at 8 tokens.
 set -u
-T0=$(date +%s)
-[ -d /tmp/site/fastapi ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-L=$OUT/callE.log
-{ date -u; git log --oneline | head -1; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee -a $L
+. bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh callE
 timeout 220 python3 -m kvspill.bench.mma_sweep --types Q4_K Q6_K --forms words --stage1-tokens 32 --tokens 16 32 \
   --budget-s 180 --out $OUT/sweep32 2>&1 | grep -v "^precompiled" | tail -8 | tee -a $L
 P="python3 -m kvspill.bench.profile_decode --shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048"
