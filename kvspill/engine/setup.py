@@ -369,7 +369,7 @@ def _load(
     """The model and its tokenizer; with `scale_pairs` (`_keeps_scale_pairs`), the Q4_K weights'
     scale pairs for batched steps."""
     loaded, tokenizer = _load_model(config, device, dtype, tp)
-    if device.type == "cuda" and q6k_split_on():
+    if device.type == "cuda" and q6k_split_on() and loaded.offloader is None:  # offloaded: not measured
         moved = split_q6k_weights(loaded.model)
         logger.info("Q6_K weights in the split layout: %d (KVSPILL_Q6K_SPLIT=1)", moved)
     if scale_pairs:
