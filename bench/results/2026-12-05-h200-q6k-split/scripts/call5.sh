@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Call 5 (prepared for a later session): whether the one-token Q6_K GEMV's loss in the split layout
+# is the scale parts' first read: scale_prefetch.diff asks L2 for each program's rows' scale parts
+# (past the quants in the split layout) before the PDL wait, as the row-start prefetch already
+# does for gguf's layout, where a block's scales follow its quants. Kernels (q6k_split_cost.py) and
+# the engine's 8K batch-1 row: gguf's layout, split, split with the prefetch, alternated.
+set -u
+. bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call5
+N=bench/results/2026-12-05-h200-q6k-split/scripts
+A="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192"
+for run in split0 split1 prefetch split0b split1b prefetchb; do
+  case $run in
+    prefetch*) git apply $N/scale_prefetch.diff; v=1 ;;
+    split0*) v=0 ;;
+    split1*) v=1 ;;
+  esac
+  [ $run = prefetch ] && timeout 100 python3 $S/q6k_split_cost.py prefetch >> $OUT/q6k_split.jsonl 2>&1
+  [ $run = split1 ] && timeout 100 python3 $S/q6k_split_cost.py split >> $OUT/q6k_split.jsonl 2>&1
+  timeout 45 env KVSPILL_Q6K_SPLIT=$v python3 -m kvspill.bench.profile_decode $A > $OUT/$run.txt 2>&1
+  echo "$run rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'engine.step' $OUT/$run.txt | tr -s ' ')" | tee -a $L
+  case $run in prefetch*) git apply -R $N/scale_prefetch.diff ;; esac
+done
+grep -o '"[a-z_ ]*1 token": [0-9.]*' $OUT/q6k_split.jsonl | tee -a $L
+(cd $OUT && tar czf all5.tgz split*.txt prefetch*.txt && rm -f split*.txt prefetch*.txt)
+echo "call 5 done at $(( $(date +%s) - T0 )) s" | tee -a $L
