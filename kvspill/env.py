@@ -87,7 +87,9 @@ def q6k_split_on() -> bool:
     (kernels/gguf_formats.split_q6k_rows: the same bytes, the quants 16-byte aligned, which the
     tensor-core kernel copies with 16-byte loads). Off unless set: on an H200 it made steps of 8
     and 32 sequences 6-7% faster and one-sequence steps 1.5-2% slower (the one-token GEMV on the
-    few-row v and down weights; bench/results/2026-12-05-h200-q6k-split)."""
+    few-row v and down weights, then on gguf's configs; with the split's own,
+    kernels/gguf_gemv.Q6K_INT16X_SPLIT_CONFIGS, those kernels are faster than gguf's layout, the
+    engine's step not yet measured: bench/results/2026-12-05-h200-q6k-split)."""
     value = os.environ.get("KVSPILL_Q6K_SPLIT", "0")
     if value not in ("0", "1", ""):
         raise ValueError(f"KVSPILL_Q6K_SPLIT must be 0 or 1, got {value!r}")

@@ -231,6 +231,22 @@ Q6K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (0, 2048, (512, 2, 1)),
     (0, 0, (2048, 2, 4)),
 )
+# The same for Q6_K weights in the split layout (QuantizedWeight.split: each row's quants, then its
+# scales): the 8B file's down and v re-swept split (35-36 configs each, H200,
+# bench/results/2026-12-05-h200-q6k-split, call 4), bit-equal outputs: down 25.1 us with the table's
+# pick -> 22.3 (gguf's layout: 23.9), v 4.59 -> 3.85 (gguf's: 3.42); every other shape keeps the
+# table's pick (not re-swept split).
+Q6K_INT16X_SPLIT_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
+    (4096, 65536, (512, 2, 1)),
+    (0, 65536, (512, 4, 1)),
+    (0, 8192, (512, 2, 1)),
+    (14336, 4096, (2048, 4, 4)),
+    (4096, 4096, (2048, 2, 4)),
+    (4096, 2048, (4096, 2, 4)),
+    (4096, 0, (2048, 1, 1)),
+    (0, 2048, (512, 2, 1)),
+    (0, 0, (2048, 2, 4)),
+)
 Q6K_INT16X = True
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
@@ -298,8 +314,11 @@ def int16_x() -> bool:
 
 
 def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
-    """The int16-x kernel's (CHUNK, BLOCK_N, warps) for a Q4_K or Q6_K weight (its type's table)."""
-    table = Q6K_INT16X_CONFIGS if weight.qtype == "Q6_K" else Q4K_INT16X_CONFIGS
+    """The int16-x kernel's (CHUNK, BLOCK_N, warps) for a Q4_K or Q6_K weight (its type's and
+    layout's table)."""
+    table = Q4K_INT16X_CONFIGS
+    if weight.qtype == "Q6_K":
+        table = Q6K_INT16X_SPLIT_CONFIGS if getattr(weight, "split", False) else Q6K_INT16X_CONFIGS
     return next(
         config
         for min_k, min_rows, config in table

@@ -124,7 +124,9 @@ def test_int16x_configs_cover_every_shape():
     assert gguf_gemv._int16x_config(tiny) == (2048, 8, 2)
 
 
-@pytest.mark.parametrize("config", [(512, 2, 1), (512, 4, 1), (2048, 2, 4), (4096, 2, 4), (256, 8, 1)])
+@pytest.mark.parametrize(
+    "config", [(512, 2, 1), (512, 4, 1), (2048, 2, 4), (4096, 2, 4), (256, 8, 1), (2048, 1, 1), (2048, 4, 4)]
+)
 def test_q6k_int16x_kernel_matches_its_reference(config, device, monkeypatch):
     # 9 super-blocks: an odd count, and fewer than (4096, 2, 4)'s 16 side by side (lanes past the
     # end read block 0 and meet x = 0).
@@ -169,6 +171,14 @@ def test_q6k_int16x_configs_cover_every_shape(monkeypatch):
         "1b_qkv": (512, 2, 1),
         "1b_v": (2048, 2, 4),
     }
+    # Split rows (QuantizedWeight.split): the 8B's down and v re-swept, the rest as gguf's layout.
+    split_picked = {
+        name: gguf_gemv._int16x_config(
+            SimpleNamespace(qtype="Q6_K", out_features=n, in_features=k, split=True)
+        )
+        for name, (n, k) in shapes.items()
+    }
+    assert split_picked == {**picked, "down": (2048, 4, 4), "v": (2048, 1, 1)}
     # The launch: CHUNK // 256 blocks side by side, BLOCK_N rows a program.
     launched = []
 

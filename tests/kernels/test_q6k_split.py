@@ -76,6 +76,16 @@ def test_the_lane_gemvs_read_split_rows(tokens, dtype, int16_x, device, monkeypa
     assert _same(gguf_gemv.quant_matmul_gemv(x, split), gguf_gemv.quant_matmul_gemv(x, weight))
 
 
+@pytest.mark.parametrize("config", [(2048, 1, 1), (2048, 4, 4)])  # the split table's own picks
+def test_the_int16x_gemv_reads_split_rows_at_the_split_picks(config, device, monkeypatch):
+    monkeypatch.setenv("KVSPILL_INT16_X", "1")
+    monkeypatch.setattr(gguf_gemv, "Q6K_INT16X_CONFIGS", ((0, 0, config),))
+    monkeypatch.setattr(gguf_gemv, "Q6K_INT16X_SPLIT_CONFIGS", ((0, 0, config),))
+    weight, split = _pair(device, seed=7)
+    x = _x(1, torch.bfloat16, device)
+    assert _same(gguf_gemv.quant_matmul_gemv(x, split), gguf_gemv.quant_matmul_gemv(x, weight))
+
+
 @pytest.mark.parametrize("tokens", [1, 5])  # the generic FMA kernel, the dot kernel
 def test_the_generic_gemvs_read_split_rows(tokens, device, monkeypatch):
     monkeypatch.setattr(gguf_gemv, "LANE_KERNELS", {"Q4_K"})
