@@ -3,7 +3,8 @@
 # is the scale parts' first read: scale_prefetch.diff asks L2 for each program's rows' scale parts
 # (past the quants in the split layout) before the PDL wait, as the row-start prefetch already
 # does for gguf's layout, where a block's scales follow its quants. Kernels (q6k_split_cost.py) and
-# the engine's 8K batch-1 row: gguf's layout, split, split with the prefetch, alternated.
+# the engine's 8K batch-1 row: gguf's layout, split (the split configs, Q6K_INT16X_SPLIT_CONFIGS, since call 4),
+# split with the prefetch, alternated (80 s a run: a fresh machine compiles on the first).
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call5
 N=bench/results/2026-12-05-h200-q6k-split/scripts
@@ -16,7 +17,7 @@ for run in split0 split1 prefetch split0b split1b prefetchb; do
   esac
   [ $run = prefetch ] && timeout 100 python3 $S/q6k_split_cost.py prefetch >> $OUT/q6k_split.jsonl 2>&1
   [ $run = split1 ] && timeout 100 python3 $S/q6k_split_cost.py split >> $OUT/q6k_split.jsonl 2>&1
-  timeout 45 env KVSPILL_Q6K_SPLIT=$v python3 -m kvspill.bench.profile_decode $A > $OUT/$run.txt 2>&1
+  timeout 80 env KVSPILL_Q6K_SPLIT=$v python3 -m kvspill.bench.profile_decode $A > $OUT/$run.txt 2>&1
   echo "$run rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'engine.step' $OUT/$run.txt | tr -s ' ')" | tee -a $L
   case $run in prefetch*) git apply -R $N/scale_prefetch.diff ;; esac
 done
