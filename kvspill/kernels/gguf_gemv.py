@@ -318,7 +318,7 @@ def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
     layout's table)."""
     table = Q4K_INT16X_CONFIGS
     if weight.qtype == "Q6_K":
-        table = Q6K_INT16X_SPLIT_CONFIGS if getattr(weight, "split", False) else Q6K_INT16X_CONFIGS
+        table = Q6K_INT16X_SPLIT_CONFIGS if weight.split else Q6K_INT16X_CONFIGS
     return next(
         config
         for min_k, min_rows, config in table

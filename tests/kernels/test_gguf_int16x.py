@@ -109,7 +109,9 @@ def test_int16x_configs_cover_every_shape():
         "1b_gate_up": (16384, 2048),
     }
     picked = {
-        name: gguf_gemv._int16x_config(SimpleNamespace(qtype="Q4_K", out_features=n, in_features=k))
+        name: gguf_gemv._int16x_config(
+            SimpleNamespace(qtype="Q4_K", out_features=n, in_features=k, split=False)
+        )
         for name, (n, k) in shapes.items()
     }
     assert picked == {
@@ -120,7 +122,7 @@ def test_int16x_configs_cover_every_shape():
         "lm_head": (1024, 8, 1),
         "1b_gate_up": (2048, 8, 2),
     }
-    tiny = SimpleNamespace(qtype="Q4_K", out_features=1, in_features=256)
+    tiny = SimpleNamespace(qtype="Q4_K", out_features=1, in_features=256, split=False)
     assert gguf_gemv._int16x_config(tiny) == (2048, 8, 2)
 
 
@@ -158,7 +160,9 @@ def test_q6k_int16x_configs_cover_every_shape(monkeypatch):
         "1b_v": (512, 2048),
     }
     picked = {
-        name: gguf_gemv._int16x_config(SimpleNamespace(qtype="Q6_K", out_features=n, in_features=k))
+        name: gguf_gemv._int16x_config(
+            SimpleNamespace(qtype="Q6_K", out_features=n, in_features=k, split=False)
+        )
         for name, (n, k) in shapes.items()
     }
     assert picked == {
