@@ -22,5 +22,5 @@ for run in split0 split1 prefetch split0b split1b prefetchb; do
   case $run in prefetch*) git apply -R $N/scale_prefetch.diff ;; esac
 done
 grep -o '"[a-z_ ]*1 token": [0-9.]*' $OUT/q6k_split.jsonl | tee -a $L
-(cd $OUT && tar czf all5.tgz split*.txt prefetch*.txt && rm -f split*.txt prefetch*.txt)
+(cd $OUT && tar czf all5.tgz split*.txt prefetch*.txt k_*.txt && rm -f split*.txt prefetch*.txt k_*.txt)
 echo "call 5 done at $(( $(date +%s) - T0 )) s" | tee -a $L
