@@ -21,6 +21,17 @@ for run in split0 split1 prefetch split0b split1b prefetchb; do
   echo "$run rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'engine.step' $OUT/$run.txt | tr -s ' ')" | tee -a $L
   case $run in prefetch*) git apply -R $N/scale_prefetch.diff ;; esac
 done
+# The kernel tables the remaining bars need (none is recorded at 32 x 2K, W1 or fp8): 32 x 2K split,
+# W1 8K, the 8B fp8 8K; then decode attention's splits and tiles at 1 x 8K, 8 and 32 x 2K.
+for t in "c32 1 --shape llama-8b:q4_k_m --ctx 2048 --concurrency 32 --kv-cache-memory 16GiB" \
+         "w1 0 --shape llama-1b --ctx 8192 --kv-cache-memory 16GiB" \
+         "fp8 0 --shape llama-8b:fp8 --ctx 8192 --kv-cache-memory 16GiB"; do
+  set -- $t; name=$1; v=$2; shift 2
+  timeout 90 env KVSPILL_Q6K_SPLIT=$v python3 -m kvspill.bench.profile_decode "$@" --steps 60 --kernels 5 > $OUT/k_$name.txt 2>&1
+  echo "k_$name rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'engine.step' $OUT/k_$name.txt | tr -s ' ')" | tee -a $L
+done
+timeout 200 python3 $N/attn_splits.py $OUT/attn_splits.json 2>&1 | tee -a $L | tail -5
+echo "attn_splits done at $(( $(date +%s) - T0 )) s" | tee -a $L
 grep -o '"[a-z_ ]*1 token": [0-9.]*' $OUT/q6k_split.jsonl | tee -a $L
 (cd $OUT && tar czf all5.tgz split*.txt prefetch*.txt k_*.txt && rm -f split*.txt prefetch*.txt k_*.txt)
 echo "call 5 done at $(( $(date +%s) - T0 )) s" | tee -a $L
