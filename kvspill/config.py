@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from kvspill.errors import InvalidParameterError
@@ -23,6 +24,8 @@ KV_CACHE_DTYPES = (
     "int8",
 )  # kernels/kv_quant.py (config stays torch-free)
 DEVICES = ("auto", "cpu", "cuda")
+# --generation-config: the model's sampling values, or none (vLLM's "vllm" too); else a folder
+GENERATION_CONFIGS = ("auto", "none", "vllm")
 QUANTIZATIONS = (None, "none", "gguf", "fp8", "awq", "gptq")
 # Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
@@ -144,6 +147,10 @@ class EngineConfig:
     target_itl_ms: float | None = None
     seed: int = 0
     chat_template: str | None = None  # a Jinja chat template file used instead of the model's
+    # Sampling values for what a request leaves out (vLLM's --generation-config): "auto" = the
+    # model's recommended ones (generation_config.json, GGUF general.sampling.*), "none" (or "vllm")
+    # = OpenAI's, or a folder holding a generation_config.json (text/sampling_defaults.py)
+    generation_config: str = "auto"
     trust_remote_code: bool = False  # never executes model code; kept False (documented)
     # ---- KV tiers (docs/architecture.md, "KV tiers") ----
     vram_budget_bytes: int | None = None  # hard ceiling for everything on the GPU (--vram-budget)
@@ -211,6 +218,15 @@ class EngineConfig:
             raise bad("dtype", f"--dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.mode not in MODE_NAMES:
             raise bad("mode", f"--mode must be one of {', '.join(MODE_NAMES)}, got {self.mode!r}")
+        if (
+            self.generation_config not in GENERATION_CONFIGS
+            and not (Path(self.generation_config) / "generation_config.json").is_file()
+        ):
+            raise bad(
+                "generation_config",
+                f"--generation-config must be auto, none or a folder holding generation_config.json; "
+                f"{self.generation_config!r} is none of them",
+            )
         if self.cold_attention == "auto" and self.attention == "auto":  # extreme: auto is sparse
             object.__setattr__(self, "cold_attention", MODES[self.mode].auto_cold_attention)
         if self.block_size == 0:

@@ -12,7 +12,7 @@ token-id prompts only, with `SamplingParams(detokenize=False)`; what needs text 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -47,6 +47,18 @@ class LLM:
             )
         return self.engine.tokenizer
 
+    @property
+    def sampling_defaults(self) -> Mapping[str, float | int]:
+        """The model's recommended sampling values (--generation-config), by SamplingParams field;
+        {} where it has none or no tokenizer."""
+        tokenizer = self.engine.tokenizer
+        return tokenizer.sampling_defaults if tokenizer is not None else {}
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """What `generate` and `chat` use without params (vLLM's name): SamplingParams() with the
+        model's recommended values (--generation-config, text/sampling_defaults.py)."""
+        return self.engine.default_sampling_params()
+
     def generate(
         self,
         prompts: str | list[int] | Sequence[str | list[int]],
@@ -59,7 +71,7 @@ class LLM:
             prompts = [prompts]
         prompt_list = list(prompts)
         if params is None or isinstance(params, SamplingParams):
-            params_list = [params or SamplingParams()] * len(prompt_list)
+            params_list = [params or self.engine.default_sampling_params()] * len(prompt_list)
         else:
             params_list = list(params)
             if len(params_list) != len(prompt_list):

@@ -115,6 +115,12 @@ class EngineOptions:
         default="the model's",
     )
     engine_seed: int | None = _flag("Seed of the sampler for requests that bring none.", "seed")
+    generation_config: str | None = _flag(
+        "Sampling values for what a request leaves out (temperature, top_p, top_k, min_p, "
+        "repetition_penalty): auto (the model's recommended ones, from generation_config.json or a "
+        "GGUF's general.sampling.*), none (OpenAI's: temperature 1, top_p 1; vllm is the same) or a "
+        "folder holding a generation_config.json (vLLM's option).",
+    )
     vram_budget: str | None = _flag(
         "Hard ceiling for everything on the GPU, e.g. 16GiB (at least 256MiB).",
         "vram_budget_bytes",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -40,6 +41,10 @@ def _make_llm(model: str | None, engine: EngineOptions, offline: bool) -> Any:
     model = local_model(model, offline)  # a hub id not here is pulled first, with its progress bars
     with startup_display():
         return LLM(model, **engine_kwargs(engine))
+
+
+# `kvspill chat`'s sampling where neither a flag nor the model (--generation-config) sets it
+_CHAT_SAMPLING: dict[str, Any] = {"temperature": 0.7, "top_p": 0.95, "top_k": 0}
 
 
 def _sampling(
@@ -100,9 +105,11 @@ def generate(
 def chat_cmd(
     model: ModelOpt = None,
     max_tokens: int = 512,
-    temperature: float = 0.7,
-    top_p: float = 0.95,
-    top_k: int = 0,
+    temperature: Annotated[
+        float | None, typer.Option(help="0 = greedy. [default: the model's recommended value, else 0.7]")
+    ] = None,
+    top_p: Annotated[float | None, typer.Option(help="[default: the model's, else 0.95]")] = None,
+    top_k: Annotated[int | None, typer.Option(help="[default: the model's, else off]")] = None,
     seed: int | None = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
     offline: OfflineOpt = False,
@@ -110,9 +117,15 @@ def chat_cmd(
     engine: EngineOptions,
 ) -> None:
     """Interactive chat with streaming output and line editing; Ctrl-C stops a reply, /reset clears history."""
+    given = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+    given = {name: value for name, value in given.items() if value is not None}
     try:
-        params = _sampling(max_tokens, temperature, top_p, top_k, seed, None)
+        params = _sampling(
+            max_tokens, **{**_CHAT_SAMPLING, **given}, seed=seed, stop=None
+        )  # checked before loading
         llm = _make_llm(model, engine, offline)
+        # the model's recommended values (--generation-config) where no flag is given
+        params = replace(params, **{**_CHAT_SAMPLING, **llm.sampling_defaults, **given})
     except KvspillError as e:
         _fail(e)
         return

@@ -17,7 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from kvspill.guided.spec import GuidedSpec
@@ -48,6 +48,9 @@ class TokenizerClient(Protocol):
 
     @property
     def chat_template(self) -> str | None: ...  # None: a base model (no chat)
+
+    @property
+    def sampling_defaults(self) -> Mapping[str, float | int]: ...  # for what a request leaves out
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
 

@@ -196,6 +196,11 @@ class LLMEngine:
             raise InvalidParameterError("prompt", "this model has no tokenizer: send token ids")
         return list(self.tokenizer.hf.encode(prompt))
 
+    def default_sampling_params(self) -> SamplingParams:
+        """SamplingParams() with the model's recommended values (text/sampling_defaults.py), as a
+        request that sets nothing gets them."""
+        return self.tokenizer.default_sampling_params() if self.tokenizer is not None else SamplingParams()
+
     def add_request(
         self,
         prompt: str | list[int],
@@ -205,7 +210,7 @@ class LLMEngine:
     ) -> str:
         """Queue a request; returns its id. Raises a KvspillError subclass on bad input; with
         `admission`, also when its KV cannot fit the tiers (see `check_admission`)."""
-        params = params or SamplingParams()
+        params = params or self.default_sampling_params()
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._texts:
             raise InvalidParameterError("request_id", f"request id {req_id!r} is already in use")

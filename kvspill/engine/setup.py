@@ -55,7 +55,7 @@ from kvspill.model.quant import (
     split_q6k_weights,
 )
 from kvspill.model.random_init import build_random_model, is_random_model
-from kvspill.model.resolve import EMBEDDED_FILE, resolve_model
+from kvspill.model.resolve import EMBEDDED_FILE, ResolvedModel, resolve_model
 from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.choices import (
@@ -85,6 +85,7 @@ from kvspill.storage.layout import check_skip_layers, engine_layout
 from kvspill.storage.persist import kv_fingerprint, model_identity
 from kvspill.storage.storage import KVLayout, KVStorage, TieredKVStorage
 from kvspill.text.chat_templates import choose_chat_template
+from kvspill.text.sampling_defaults import describe, model_sampling_defaults
 from kvspill.text.tokenizer import TokenizerBundle, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -417,7 +418,25 @@ def _load_model(
         fp8=config.quantization == "fp8",
         tp=tp,
     )
-    return loaded, None if config.skip_tokenizer_init else load_tokenizer(resolved, loaded.hf_config)
+    if config.skip_tokenizer_init:
+        return loaded, None
+    tokenizer = load_tokenizer(resolved, loaded.hf_config)
+    return loaded, replace(
+        tokenizer, sampling_defaults=_sampling_defaults(resolved, config.generation_config)
+    )
+
+
+def _sampling_defaults(resolved: ResolvedModel, source: str) -> dict[str, float | int]:
+    """The model's recommended sampling values (text/sampling_defaults.py), said once at start-up."""
+    defaults = model_sampling_defaults(resolved, source)
+    if defaults:
+        where = {"dir": "generation_config.json", "gguf": "the GGUF's general.sampling.*"}[resolved.kind]
+        logger.info(
+            "sampling defaults from %s: %s (a request's own values win; --generation-config none: OpenAI's)",
+            where if source == "auto" else source,
+            describe(defaults),
+        )
+    return defaults
 
 
 def _read_chat_template(path: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -210,6 +210,12 @@ async def _serve_job(
     return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
 
 
+def _sampling_defaults(engine: EngineClient) -> Mapping[str, float | int]:
+    """The model's recommended sampling values for what a request leaves out (none without a
+    tokenizer: random-weight shapes)."""
+    return engine.tokenizer.sampling_defaults if engine.tokenizer is not None else {}
+
+
 async def _completion_job(ctx: _Context, body: CompletionRequest, request: Request) -> Job:
     engine = ctx.engine_or_503()
     model_name = ctx.settings.model_name
@@ -219,7 +225,7 @@ async def _completion_job(ctx: _Context, body: CompletionRequest, request: Reque
     echo = await ctx.workers.run(
         make_echo, body.echo, body.max_tokens, sent, engine.tokenizer, engine.vocab_size
     )
-    params = await ctx.gate.prepare(engine, body.sampling_params(), request)
+    params = await ctx.gate.prepare(engine, body.sampling_params(_sampling_defaults(engine)), request)
     if engine.tokenizer is None:
         # A model without a tokenizer (random-weight benchmark shapes) takes token ids and
         # answers token ids, as vLLM does with --skip-tokenizer-init: text stays empty.
@@ -232,7 +238,7 @@ async def _completion_job(ctx: _Context, body: CompletionRequest, request: Reque
 
 async def _chat_job(ctx: _Context, body: ChatCompletionRequest, request: Request) -> Job | Response:
     engine = ctx.engine_or_503()
-    params = body.sampling_params()
+    params = body.sampling_params(_sampling_defaults(engine))
     ctx.check_num_choices(1, body.num_samples)
     if engine.tokenizer is None:
         return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")

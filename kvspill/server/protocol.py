@@ -12,10 +12,14 @@ Invariants:
   validates again (and its `InvalidParameterError` names the param too).
 - `prompt` may be a batch (a list of strings or of token-id lists): one choice per prompt and
   sample, index = prompt_index * n + sample_index.
+- A sampling field the request leaves out takes the model's recommended value where the server
+  has one (`sampling_params(defaults)`: text/sampling_defaults.py), else SamplingParams' default.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +32,7 @@ from kvspill.server.structured import StructuredFields
 from kvspill.server.tools import Tool, ToolChoice
 
 MAX_N = 128  # OpenAI's own bound on `n`
+_NO_DEFAULTS: Mapping[str, float | int] = MappingProxyType({})
 
 
 class StreamOptions(BaseModel):
@@ -69,8 +74,11 @@ class _Sampling(StructuredFields):
     def num_samples(self) -> int:
         return self.n or 1
 
-    def _params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-        opts: dict[str, Any] = {"max_tokens": max_tokens, "logprobs": logprobs}
+    def _params(
+        self, max_tokens: int | None, logprobs: int | None, defaults: Mapping[str, float | int]
+    ) -> SamplingParams:
+        """The request's values over `defaults` (the model's recommended sampling values)."""
+        opts: dict[str, Any] = {**defaults, "max_tokens": max_tokens, "logprobs": logprobs}
         for name in (
             "temperature",
             "top_p",
@@ -109,13 +117,13 @@ class CompletionRequest(_Sampling):
             return list(p)
         return [p]  # type: ignore[list-item]  # a str or one token-id list (mypy cannot narrow by p[0])
 
-    def sampling_params(self) -> SamplingParams:
+    def sampling_params(self, defaults: Mapping[str, float | int] = _NO_DEFAULTS) -> SamplingParams:
         if self.best_of not in (None, 1):
             raise InvalidParameterError("best_of", f"best_of={self.best_of} is not supported")
         # max_tokens=0 (echo only) runs one token that the answer leaves out (echo.py)
         max_tokens = 1 if self.max_tokens == 0 else self.max_tokens
         return echo_sampling_params(
-            self._params(max_tokens, self.logprobs),
+            self._params(max_tokens, self.logprobs, defaults),
             echo=self.echo,
             max_tokens=self.max_tokens,
             stream=self.stream,
@@ -177,12 +185,12 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
 
-    def sampling_params(self) -> SamplingParams:
+    def sampling_params(self, defaults: Mapping[str, float | int] = _NO_DEFAULTS) -> SamplingParams:
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidParameterError("top_logprobs", "top_logprobs needs logprobs=true")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        return self._params(max_tokens, logprobs)
+        return self._params(max_tokens, logprobs, defaults)
 
 
 class TokenizeRequest(BaseModel):

@@ -14,8 +14,8 @@ Loading never touches the network: the model was resolved to local files first.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
 from kvspill.gguf.cache import gguf_tokenizer
 from kvspill.model.resolve import ResolvedModel
+from kvspill.sampling_params import SamplingParams
 
 # (prefix, suffix, middle) spellings seen in released vocabularies, most common first.
 _FIM_SPELLINGS = (
@@ -51,6 +52,12 @@ class TokenizerBundle:
     add_bos_token: bool  # True when encode(text) prepends bos_token_id
     chat_template: str | None
     fim_tokens: FimTokens | None
+    # the model's recommended values for what a request leaves out (text/sampling_defaults.py)
+    sampling_defaults: Mapping[str, float | int] = field(default_factory=dict)
+
+    def default_sampling_params(self, **given: Any) -> SamplingParams:
+        """SamplingParams of `given`, the model's recommended values for the fields it leaves out."""
+        return SamplingParams(**{**self.sampling_defaults, **given})
 
     @property
     def vocab_size(self) -> int:
