@@ -75,7 +75,10 @@ class _Sampling(StructuredFields):
         return self.n or 1
 
     def _params(
-        self, max_tokens: int | None, logprobs: int | None, defaults: Mapping[str, float | int]
+        self,
+        max_tokens: int | None,
+        logprobs: int | None,
+        defaults: Mapping[str, float | int] = _NO_DEFAULTS,
     ) -> SamplingParams:
         """The request's values over `defaults` (the model's recommended sampling values)."""
         opts: dict[str, Any] = {**defaults, "max_tokens": max_tokens, "logprobs": logprobs}
