@@ -25,7 +25,8 @@ KV_CACHE_DTYPES = (
 )  # kernels/kv_quant.py (config stays torch-free)
 DEVICES = ("auto", "cpu", "cuda")
 # --generation-config: the model's sampling values, or none (vLLM's "vllm" too); else a folder
-GENERATION_CONFIGS = ("auto", "none", "vllm")
+GENERATION_CONFIGS_OFF = ("none", "vllm")
+GENERATION_CONFIGS = ("auto", *GENERATION_CONFIGS_OFF)
 QUANTIZATIONS = (None, "none", "gguf", "fp8", "awq", "gptq")
 # Every rope_type transformers knows (ROPE_INIT_FUNCTIONS), plus "default".
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")

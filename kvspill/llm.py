@@ -51,8 +51,7 @@ class LLM:
     def sampling_defaults(self) -> Mapping[str, float | int]:
         """The model's recommended sampling values (--generation-config), by SamplingParams field;
         {} where it has none or no tokenizer."""
-        tokenizer = self.engine.tokenizer
-        return tokenizer.sampling_defaults if tokenizer is not None else {}
+        return self.engine.sampling_defaults
 
     def get_default_sampling_params(self) -> SamplingParams:
         """What `generate` and `chat` use without params (vLLM's name): SamplingParams() with the

@@ -24,8 +24,9 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kvspill.config import EngineConfig, with_attention_mode
 from kvspill.engine.checks import check_context_shift, check_prompt
@@ -196,10 +197,15 @@ class LLMEngine:
             raise InvalidParameterError("prompt", "this model has no tokenizer: send token ids")
         return list(self.tokenizer.hf.encode(prompt))
 
+    @property
+    def sampling_defaults(self) -> Mapping[str, float | int]:
+        """The model's recommended sampling values (text/sampling_defaults.py); {} without a tokenizer."""
+        return self.tokenizer.sampling_defaults if self.tokenizer is not None else {}
+
     def default_sampling_params(self) -> SamplingParams:
-        """SamplingParams() with the model's recommended values (text/sampling_defaults.py), as a
-        request that sets nothing gets them."""
-        return self.tokenizer.default_sampling_params() if self.tokenizer is not None else SamplingParams()
+        """SamplingParams() with the model's recommended values, as a request that sets nothing gets them."""
+        defaults: dict[str, Any] = dict(self.sampling_defaults)  # SamplingParams field names
+        return SamplingParams(**defaults)
 
     def add_request(
         self,

@@ -24,20 +24,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from kvspill.config import GENERATION_CONFIGS_OFF
 from kvspill.errors import InvalidParameterError
 from kvspill.model.resolve import ResolvedModel
 from kvspill.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
-# SamplingParams field <- generation_config.json key / GGUF metadata key
-_JSON_KEYS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-}
+# SamplingParams fields a model may recommend, named alike in generation_config.json
+_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+# SamplingParams field <- GGUF metadata key
 _GGUF_KEYS = {
     "temperature": "general.sampling.temp",
     "top_p": "general.sampling.top_p",
@@ -50,7 +46,7 @@ _GGUF_KEYS = {
 def model_sampling_defaults(resolved: ResolvedModel | None, source: str = "auto") -> dict[str, float | int]:
     """The recommended values of `resolved` per `source` (see the module docstring), by
     SamplingParams field name; {} where there are none. `resolved` None: a model without files."""
-    if source in ("none", "vllm"):
+    if source in GENERATION_CONFIGS_OFF:
         return {}
     if source != "auto":
         return _valid(_from_json(Path(source) / "generation_config.json"), f"{source}/generation_config.json")
@@ -76,7 +72,7 @@ def _from_json(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {name: data[key] for name, key in _JSON_KEYS.items() if data.get(key) is not None}
+    return {name: data[name] for name in _FIELDS if data.get(name) is not None}
 
 
 def _from_gguf(path: Path) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from kvspill.errors import ModelNotFoundError, UnsupportedModelError
 from kvspill.gguf.cache import gguf_tokenizer
 from kvspill.model.resolve import ResolvedModel
-from kvspill.sampling_params import SamplingParams
 
 # (prefix, suffix, middle) spellings seen in released vocabularies, most common first.
 _FIM_SPELLINGS = (
@@ -54,10 +53,6 @@ class TokenizerBundle:
     fim_tokens: FimTokens | None
     # the model's recommended values for what a request leaves out (text/sampling_defaults.py)
     sampling_defaults: Mapping[str, float | int] = field(default_factory=dict)
-
-    def default_sampling_params(self, **given: Any) -> SamplingParams:
-        """SamplingParams of `given`, the model's recommended values for the fields it leaves out."""
-        return SamplingParams(**{**self.sampling_defaults, **given})
 
     @property
     def vocab_size(self) -> int:
