@@ -101,15 +101,32 @@ class LLM:
         finally:
             self.engine.abort_request(req_id)
 
-    def chat_prompt(self, messages: list[Message]) -> list[int]:
-        return self._tokenizer_bundle().apply_chat_template(messages)
+    def chat_prompt(self, messages: list[Message], **template_kwargs: Any) -> list[int]:
+        """Token ids of one conversation through the chat template (`chat`'s keyword arguments)."""
+        return self._tokenizer_bundle().apply_chat_template(messages, **template_kwargs)
 
     def chat(
         self,
         messages: list[Message] | Sequence[list[Message]],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
-        """Apply the model's chat template to one conversation (or several) and generate."""
+        """Apply the model's chat template to one conversation (or several) and generate.
+
+        The keyword arguments are vLLM's `LLM.chat` ones: `continue_final_message` (with
+        add_generation_prompt=False) continues the last, assistant, message; `tools` (OpenAI's
+        function shape) and `chat_template_kwargs` (e.g. {"enable_thinking": False}) reach the
+        template."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        prompts = [self.chat_prompt(conv) for conv in conversations]  # type: ignore[arg-type]
+        template_kwargs = {
+            **(chat_template_kwargs or {}),
+            "add_generation_prompt": add_generation_prompt,
+            "continue_final_message": continue_final_message,
+            **({"tools": tools} if tools is not None else {}),
+        }
+        prompts = [self.chat_prompt(conv, **template_kwargs) for conv in conversations]  # type: ignore[arg-type]
         return self.generate(prompts, params)

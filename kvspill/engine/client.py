@@ -58,7 +58,7 @@ class TokenizerClient(Protocol):
 
     def apply_chat_template(
         self, messages: Sequence[dict[str, Any]], **template_kwargs: Any
-    ) -> list[int]: ...  # with the generation prompt; raises for messages the template rejects
+    ) -> list[int]: ...  # with the generation prompt unless told otherwise; raises for rejected messages
 
 
 class GrammarCompilerClient(Protocol):

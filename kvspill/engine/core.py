@@ -69,6 +69,8 @@ class _TextState:
     output: RequestOutput
     detokenizer: IncrementalDetokenizer | None  # None: the request asked for token ids only
     stop_checker: StopChecker
+    # vLLM's: the eos or stop token id that ends the request is text only with this
+    keep_stop_token_text: bool
 
 
 @dataclass(frozen=True)
@@ -252,19 +254,24 @@ class LLMEngine:
             output=output,
             detokenizer=detok,
             stop_checker=StopChecker(params.stop, params.include_stop_str_in_output),
+            keep_stop_token_text=params.include_stop_str_in_output,
         )
         self.scheduler.add_request(request)
         return req_id
 
     def _validate_logits_processing(self, params: SamplingParams) -> None:
-        """logit_bias ids inside the vocabulary; a guided request's grammar compiles (cached for
+        """logit_bias and stop_token_ids inside the vocabulary; a guided request's grammar compiles (cached for
         the runner, which makes its matcher from it). A spec that carries its grammar (the
         server compiled it off this thread) is not compiled again."""
-        bad = next((t for t, _ in params.logit_bias if t >= self.vocab_size), None)
-        if bad is not None:
-            raise InvalidParameterError(
-                "logit_bias", f"token id {bad} is outside the model's vocabulary [0, {self.vocab_size})"
-            )
+        for param, ids in (
+            ("logit_bias", (t for t, _ in params.logit_bias)),
+            ("stop_token_ids", iter(params.stop_token_ids)),
+        ):
+            bad = next((t for t in ids if t >= self.vocab_size), None)
+            if bad is not None:
+                raise InvalidParameterError(
+                    param, f"token id {bad} is outside the model's vocabulary [0, {self.vocab_size})"
+                )
         if params.guided is not None:
             if self.runner.guided is None:
                 raise InvalidParameterError(
@@ -438,9 +445,10 @@ class LLMEngine:
             out.token_ids.extend(upd.new_token_ids)
             out.logprobs.extend(logprobs.get(upd.req_id, []))
             out.num_cached_tokens = upd.num_cached_tokens
-            delta = (
-                state.detokenizer.add(upd.new_token_ids) if state.detokenizer and upd.new_token_ids else ""
-            )
+            text_ids = upd.new_token_ids
+            if upd.finish_reason == "stop" and not state.keep_stop_token_text:
+                text_ids = text_ids[:-1]  # the scheduler stops only on an eos or stop token id
+            delta = state.detokenizer.add(text_ids) if state.detokenizer and text_ids else ""
             emit, matched = state.stop_checker.add(delta)
             if matched is not None and not upd.finished:
                 self.scheduler.finish_requests([upd.req_id], RequestStatus.FINISHED_STOPPED)

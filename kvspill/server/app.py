@@ -250,7 +250,8 @@ async def _chat_job(ctx: _Context, body: ChatCompletionRequest, request: Request
             )
         params = replace(params, guided=tools.guided)
     params = await ctx.gate.prepare(engine, params, request)
-    ids = await ctx.workers.run(_chat_ids, engine.tokenizer, body.messages, tools)
+    template_kwargs = body.template_kwargs(body.messages)
+    ids = await ctx.workers.run(_chat_ids, engine.tokenizer, body.messages, template_kwargs, tools)
     return Job(
         True, ctx.settings.model_name, [ids], params, body.stream, body.include_usage, engine.tokenizer,
         n=body.num_samples, tools=tools,
@@ -359,13 +360,20 @@ def _installed_version() -> str:
         return "unknown"
 
 
-def _chat_ids(tok: TokenizerClient, messages: list[ChatMessage], tools: ToolPlan | None = None) -> list[int]:
+def _chat_ids(
+    tok: TokenizerClient,
+    messages: list[ChatMessage],
+    template_kwargs: dict[str, Any],
+    tools: ToolPlan | None = None,
+) -> list[int]:
     """Token ids of `messages` (and `tools`) through the model's chat template; a template that
     rejects them (jinja's raise_exception, e.g. roles that do not alternate) is the client's error."""
     from jinja2 import TemplateError
 
     dicts = [m.as_template_dict() for m in messages]
-    kwargs = {"tools": tools.template_tools} if tools is not None else {}
+    kwargs = dict(template_kwargs)
+    if tools is not None:
+        kwargs["tools"] = tools.template_tools
     try:
         return list(tok.apply_chat_template(dicts, **kwargs))
     except (TemplateError, ValueError) as e:
@@ -376,7 +384,7 @@ def _chat_ids(tok: TokenizerClient, messages: list[ChatMessage], tools: ToolPlan
 
 def _tokenize(tok: TokenizerClient, body: TokenizeRequest) -> list[int]:
     if body.messages is not None:
-        return _chat_ids(tok, body.messages)
+        return _chat_ids(tok, body.messages, body.template_kwargs(body.messages))
     assert body.prompt is not None
     return tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
 

@@ -32,6 +32,7 @@ from kvspill.server.structured import StructuredFields
 from kvspill.server.tools import Tool, ToolChoice
 
 MAX_N = 128  # OpenAI's own bound on `n`
+MAX_STOP_TOKEN_IDS = 1024  # a bound on a list every step of the request looks through
 _NO_DEFAULTS: Mapping[str, float | int] = MappingProxyType({})
 
 
@@ -55,6 +56,11 @@ class _Sampling(StructuredFields):
     repetition_penalty: float | None = Field(None, gt=0, le=10)
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
+    # vLLM's extras, with its SamplingParams' meaning: token ids that end the output (as eos
+    # does), the matched stop string kept in the text, special tokens kept in the text
+    stop_token_ids: list[int] | None = Field(None, max_length=MAX_STOP_TOKEN_IDS)
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
     # kvspill's extra: go on past a full context by dropping its middle (--context-shift's default)
     context_shift: bool | None = None
     # kvspill's extras: this request's window on the gpu tier, at most the server's flags (a
@@ -93,6 +99,8 @@ class _Sampling(StructuredFields):
             "repetition_penalty",
             "min_tokens",
             "ignore_eos",
+            "include_stop_str_in_output",
+            "skip_special_tokens",
             "context_shift",
             "hot_window_tokens",
             "num_sink_blocks",
@@ -102,6 +110,8 @@ class _Sampling(StructuredFields):
                 opts[name] = value
         if self.stop is not None:
             opts["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if self.stop_token_ids is not None:
+            opts["stop_token_ids"] = tuple(self.stop_token_ids)
         return SamplingParams(**opts, **self.constraint_options())
 
 
@@ -179,7 +189,56 @@ def _template_tool_call(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "type": "function", "function": {"name": function["name"], "arguments": args}}
 
 
-class ChatCompletionRequest(_Sampling):
+# apply_chat_template's own arguments and what the request's other fields set: not template variables
+_RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+        "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
+        "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs",
+    }
+)  # fmt: skip
+
+
+class ChatTemplateFields(BaseModel):
+    """vLLM's extras for rendering the messages: the generation prompt, continuing the final
+    (assistant) message, and variables for the template (Qwen3's `enable_thinking`)."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def template_kwargs(self, messages: list[ChatMessage]) -> dict[str, Any]:
+        """apply_chat_template's keyword arguments for these fields (raises for a bad combination)."""
+        if self.continue_final_message:
+            if self.add_generation_prompt:
+                raise InvalidParameterError(
+                    "continue_final_message",
+                    "continue_final_message cannot be combined with add_generation_prompt: "
+                    "send add_generation_prompt=false to continue the last message",
+                )
+            if messages[-1].role != "assistant":
+                raise InvalidParameterError(
+                    "continue_final_message",
+                    f"continue_final_message continues the last message, which must be the assistant's "
+                    f"(it is the {messages[-1].role}'s)",
+                )
+        extra = self.chat_template_kwargs or {}
+        clash = sorted(set(extra) & _RESERVED_TEMPLATE_KWARGS)
+        if clash:
+            raise InvalidParameterError(
+                "chat_template_kwargs",
+                f"chat_template_kwargs may not set `{clash[0]}`: it is the request's own field or "
+                "the server's to set",
+            )
+        check_json_depth(extra, "chat_template_kwargs", "chat_template_kwargs object")
+        return {
+            **extra,
+            "add_generation_prompt": self.add_generation_prompt,
+            "continue_final_message": self.continue_final_message,
+        }
+
+
+class ChatCompletionRequest(_Sampling, ChatTemplateFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
@@ -196,7 +255,7 @@ class ChatCompletionRequest(_Sampling):
         return self._params(max_tokens, logprobs, defaults)
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(ChatTemplateFields):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None

@@ -65,7 +65,9 @@ class TokenizerBundle:
         return str(self.hf.decode(list(token_ids), skip_special_tokens=skip_special_tokens))
 
     def apply_chat_template(self, messages: Sequence[dict[str, Any]], **template_kwargs: Any) -> list[int]:
-        """Token ids of `messages` rendered with add_generation_prompt=True."""
+        """Token ids of `messages` rendered with the generation prompt unless `template_kwargs`
+        says otherwise (add_generation_prompt=False, continue_final_message=True); the other
+        keyword arguments are the template's variables (Qwen3's enable_thinking)."""
         if self.chat_template is None:
             raise UnsupportedModelError(
                 "This model has no chat template (it is probably a base model), so it cannot take chat "
@@ -74,10 +76,9 @@ class TokenizerBundle:
         ids = self.hf.apply_chat_template(
             list(messages),
             chat_template=self.chat_template,
-            add_generation_prompt=True,
             tokenize=True,
             return_dict=False,
-            **template_kwargs,
+            **{"add_generation_prompt": True, **template_kwargs},
         )
         return [int(i) for i in ids]  # type: ignore[arg-type]  # list[int] with return_dict=False
 

@@ -46,6 +46,28 @@ def test_chat_answers_and_stops_at_end_of_turn(smol_llm):
     assert "<|im_end|>" not in out.text
 
 
+def test_chat_continues_the_final_message_as_vllm(smol_llm):
+    """`continue_final_message` leaves the assistant's message open (no <|im_end|> after it) and
+    generation goes on from its text; the template's variables and `tools` reach it."""
+    partial = [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "The capital of France is"},
+    ]
+    kwargs = {"add_generation_prompt": False, "continue_final_message": True}
+    prompt = smol_llm.chat_prompt(partial, **kwargs)
+    assert smol_llm.chat_prompt(partial[:1])[-1] != prompt[-1]
+    assert smol_llm.engine.tokenizer.decode(prompt).endswith("The capital of France is")
+    out = smol_llm.chat(partial, SamplingParams(temperature=0, max_tokens=8), **kwargs)[0]
+    assert "Paris" in out.text and out.prompt_token_ids == prompt
+    with pytest.raises(ValueError, match="continue_final_message"):
+        smol_llm.chat(partial, continue_final_message=True)  # with the generation prompt
+    variable = smol_llm.chat_prompt(partial[:1], chat_template_kwargs={"enable_thinking": False})
+    assert variable == smol_llm.chat_prompt(partial[:1])  # SmolLM2's template has no such variable
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    with_tools = smol_llm.tokenizer.decode(smol_llm.chat_prompt(partial[:1], tools=[weather]))
+    assert "get_weather" in with_tools
+
+
 def test_stop_string_cuts_the_text(smol_llm):
     prompt = smol_llm.chat_prompt([{"role": "user", "content": "Count from 1 to 10, separated by commas."}])
     full = smol_llm.generate([prompt], SamplingParams(temperature=0, max_tokens=40))[0].text
