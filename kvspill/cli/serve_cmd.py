@@ -141,6 +141,15 @@ CompileBudgetOpt = Annotated[
         "GUIDED_COMPILE_BUDGET",
     ),
 ]
+ReasoningParserOpt = Annotated[
+    str,
+    _opt(
+        "A thinking model's <think> block as `reasoning_content` apart from `content` on chat: auto "
+        "(when the chat template mentions <think>: Qwen3, QwQ, DeepSeek-R1 distills), none (left "
+        "in content), or vLLM's deepseek_r1 / qwen3 (always).",
+        "REASONING_PARSER",
+    ),
+]
 ProfileOpt = Annotated[
     str | None, _opt("Saved registry profile: its model and engine flags (flags given win).", "PROFILE")
 ]
@@ -170,6 +179,7 @@ def serve_command(
     max_connections_per_client: PerClientOpt = DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     guided_compile_timeout: CompileTimeoutOpt = DEFAULT_COMPILE_TIMEOUT_S,
     guided_compile_budget: CompileBudgetOpt = DEFAULT_COMPILE_BUDGET_S,
+    reasoning_parser: ReasoningParserOpt = "auto",
     profile: ProfileOpt = None,
     offline: OfflineOpt = False,
     *,
@@ -186,6 +196,7 @@ def serve_command(
             max_connections_per_client,
         ))  # fmt: skip
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
+        _check_reasoning_parser(reasoning_parser)
         model, engine, served_model_name = _served_model(
             (model, model_option), profile, engine, served_model_name, offline, fetch=not print_config
         )
@@ -211,7 +222,15 @@ def serve_command(
         limits,
         rag_service,
         (guided_compile_timeout, guided_compile_budget),
+        reasoning_parser,
     )
+
+
+def _check_reasoning_parser(name: str) -> None:
+    from kvspill.server.reasoning import PARSERS
+
+    if name not in PARSERS:
+        raise KvspillError(f"--reasoning-parser must be one of {', '.join(PARSERS)}, got {name!r}")
 
 
 def _mode_expansion(config: Any) -> str:
@@ -349,6 +368,7 @@ def run_server(
     connection: ConnectionLimits | None = None,
     rag_service: Any = None,
     guided_compile: tuple[float, float] = (DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_BUDGET_S),
+    reasoning_parser: str = "auto",
 ) -> None:
     """Check, build the app (the engine loads on its thread), serve until SIGTERM, exit 1 when the
     engine failed to load. `guided_compile`: (--guided-compile-timeout, --guided-compile-budget)."""
@@ -373,6 +393,7 @@ def run_server(
         max_request_bytes=limits.max_request_bytes,
         allowed_hosts=limits.allowed_hosts,
         guided=GateSettings(timeout_s=guided_compile[0], budget_s=guided_compile[1]),
+        reasoning_parser=reasoning_parser,
     )
     app = create_app(_engine_factory(config), settings)
     rag_jobs = None

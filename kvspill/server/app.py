@@ -50,6 +50,7 @@ from kvspill.server.protocol import (
     DetokenizeRequest,
     TokenizeRequest,
 )
+from kvspill.server.reasoning import parser_on, prompt_opens_block
 from kvspill.server.serving import Job, run_job
 from kvspill.server.tools import ToolPlan, plan_tools
 from kvspill.server.workers import TextWorkers
@@ -67,6 +68,7 @@ class ServerSettings:
     max_request_bytes: int | None = None  # None: sized from max_model_len (limits.py)
     allowed_hosts: set[str] | None = None  # Host names answered (None: any; hosts.py)
     guided: GateSettings = field(default_factory=GateSettings)  # grammar compiles (grammar_gate.py)
+    reasoning_parser: str = "auto"  # reasoning_content apart from content (reasoning.py)
 
 
 @dataclass
@@ -252,9 +254,12 @@ async def _chat_job(ctx: _Context, body: ChatCompletionRequest, request: Request
     params = await ctx.gate.prepare(engine, params, request)
     template_kwargs = body.template_kwargs(body.messages)
     ids = await ctx.workers.run(_chat_ids, engine.tokenizer, body.messages, template_kwargs, tools)
+    reasoning_opened = None
+    if parser_on(ctx.settings.reasoning_parser, engine.tokenizer.chat_template, params):
+        reasoning_opened = await ctx.workers.run(prompt_opens_block, engine.tokenizer, ids)
     return Job(
         True, ctx.settings.model_name, [ids], params, body.stream, body.include_usage, engine.tokenizer,
-        n=body.num_samples, tools=tools,
+        n=body.num_samples, tools=tools, reasoning_opened=reasoning_opened,
     )  # fmt: skip
 
 

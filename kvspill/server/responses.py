@@ -20,6 +20,7 @@ from typing import Any
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.echo import Echo, join_legacy, legacy_prompt_logprobs
 from kvspill.server.echo import finite as _finite
+from kvspill.server.reasoning import ReasoningStream, split_reasoning
 from kvspill.server.tools import ToolDeltaStream, ToolPlan, answer_message
 from kvspill.server.tools import finish_reason as finish_reason_with_tools
 from kvspill.types import RequestOutput
@@ -36,6 +37,7 @@ class Choice:
     sent_logprobs: int = 0
     text_offset: int = 0
     tool_stream: ToolDeltaStream | None = None  # a streamed chat choice with tools
+    reasoning: ReasoningStream | None = None  # a streamed chat choice of a thinking model
 
 
 @dataclass
@@ -52,6 +54,8 @@ class Job:
     n: int = 1
     tools: ToolPlan | None = None  # a chat request with tools (tools.py)
     echo: Echo | None = None  # a completions request with echo=true (echo.py)
+    # A chat request whose reasoning is parsed (reasoning.py): whether the prompt opened the block
+    reasoning_opened: bool | None = None
     choices: list[Choice] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -62,9 +66,11 @@ class Job:
             for i in range(len(self.prompts))
             for j in range(self.n)
         ]
-        if self.tools is not None:
-            for c in self.choices:
+        for c in self.choices:
+            if self.tools is not None:
                 c.tool_stream = ToolDeltaStream(self.tools)
+            if self.reasoning_opened is not None:
+                c.reasoning = ReasoningStream(self.reasoning_opened)
 
     def usage(self) -> dict[str, Any]:
         """OpenAI's usage; `prompt_tokens_details.cached_tokens`: prompt tokens found in the prefix
@@ -122,13 +128,11 @@ def chunk(job: Job, choice: Choice, out: RequestOutput) -> str | None:
         return None
     finish_reason = out.finish_reason if out.finished else None
     if job.chat:
-        delta: dict[str, Any] = {"content": out.delta_text}
+        delta = _chat_delta(choice, out, logprobs is not None)
+        if delta is None:
+            return None
         if choice.tool_stream is not None:
-            content, calls = choice.tool_stream.feed(out.delta_text, out.finished)
-            delta = {"content": content or None, "tool_calls": calls} if calls else {"content": content}
             finish_reason = finish_reason_with_tools(finish_reason, choice.tool_stream.num_calls > 0)
-            if not (content or calls or out.finished or logprobs is not None):
-                return None
         body = _base(job, "chat.completion.chunk")
         body["choices"] = [
             {
@@ -153,6 +157,24 @@ def chunk(job: Job, choice: Choice, out: RequestOutput) -> str | None:
     return sse(body)
 
 
+def _chat_delta(choice: Choice, out: RequestOutput, has_logprobs: bool) -> dict[str, Any] | None:
+    """A chat chunk's `delta` (reasoning, content, tool calls), or None when it would be empty."""
+    reasoning, content = "", out.delta_text
+    if choice.reasoning is not None:
+        reasoning, content = choice.reasoning.feed(content, out.finished)
+    delta: dict[str, Any] = {"reasoning_content": reasoning} if reasoning else {}
+    calls: list[dict[str, Any]] = []
+    if choice.tool_stream is not None:
+        content, calls = choice.tool_stream.feed(content, out.finished)
+    if calls:
+        delta.update(content=content or None, tool_calls=calls)
+    elif content or not reasoning:
+        delta["content"] = content
+    if not (reasoning or content or calls or out.finished or has_logprobs):
+        return None
+    return delta
+
+
 def usage_chunk(job: Job) -> str:
     body = _base(job, "chat.completion.chunk" if job.chat else "text_completion")
     body["choices"] = []
@@ -168,16 +190,7 @@ def full_body(job: Job) -> dict[str, Any]:
         assert c.final is not None
         logprobs = _logprobs(job, c, c.final)
         if job.chat:
-            message: dict[str, Any] = {"role": "assistant", "content": c.final.text}
-            reason = c.final.finish_reason
-            if job.tools is not None:
-                content, calls = answer_message(job.tools, c.final.text)
-                message = {
-                    "role": "assistant",
-                    "content": content,
-                    "tool_calls": [t.as_openai() for t in calls],
-                }
-                reason = finish_reason_with_tools(reason, bool(calls))
+            message, reason = _chat_message(job, c.final)
             choices.append(
                 {"index": c.index, "message": message, "logprobs": logprobs, "finish_reason": reason}
             )
@@ -193,6 +206,24 @@ def full_body(job: Job) -> dict[str, Any]:
     body["choices"] = choices
     body["usage"] = job.usage()
     return body
+
+
+def _chat_message(job: Job, final: RequestOutput) -> tuple[dict[str, Any], str | None]:
+    """A finished chat choice's `message` (content, reasoning, tool calls) and finish reason."""
+    reasoning, content = None, final.text
+    if job.reasoning_opened is not None:
+        reasoning, content = split_reasoning(final.text, job.reasoning_opened)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    reason = final.finish_reason
+    if job.tools is not None:
+        parsed, calls = answer_message(job.tools, content)
+        message.update(content=parsed, tool_calls=[t.as_openai() for t in calls])
+        reason = finish_reason_with_tools(reason, bool(calls))
+    if job.reasoning_opened is not None:
+        if reasoning is not None and not message["content"]:
+            message["content"] = None  # vLLM's: all of it was thinking
+        message["reasoning_content"] = reasoning
+    return message, reason
 
 
 def _echoed(
