@@ -18,8 +18,9 @@ Invariants:
   always admitted when nothing waits, so one large request is never refused forever.
 - `abort_all` (shutdown) ends every open request's queue at once from the event loop, even
   while a long step runs; the engine aborts them when the step returns.
-- Every way a request ends (finished, aborted, failed) calls `on_end(req_id)` on the engine
-  thread, so per-request state outside the engine (metrics) is freed.
+- Every way a request ends calls `on_end(req_id, how)` on the engine thread, `how` one of
+  "finished" (its last output went out), "abort" (the client left, or shutdown) or "error" (a
+  failed step), so per-request state outside the engine (metrics) is freed and counted.
 - `kv_stats()` answers within KV_FRESH_WAIT_S whatever the loop is doing: fresh when the loop is
   between steps, else the snapshot the loop thread publishes at most every KV_SNAPSHOT_INTERVAL_S
   (at most that interval plus one step old; it says its age in `snapshot_age_s`). A long prefill
@@ -105,7 +106,7 @@ class AsyncEngine:
         max_waiting: int = 64,
         on_output: Callable[[RequestOutput, RequestTimes], None] | None = None,
         max_queued_tokens: int | None = None,
-        on_end: Callable[[str], None] | None = None,
+        on_end: Callable[[str, str], None] | None = None,
     ) -> None:
         self._factory = factory
         self.max_waiting = max_waiting
@@ -284,7 +285,7 @@ class AsyncEngine:
             if engine.has_unfinished_requests():
                 self._step()
             self._publish_kv()
-        self._abort_all(StepFailedError("the server is shutting down"))
+        self._abort_all(StepFailedError("the server is shutting down"), "abort")
         close = getattr(engine, "close", None)
         if close is not None:  # LLMEngine: finish writing --kv-persist-dir (a crash mid-write is safe)
             close()
@@ -311,10 +312,10 @@ class AsyncEngine:
         elif kind == "abort":
             for req_id in cmd[1]:
                 if self._tracked.pop(req_id, None) is not None:
-                    self._ended(req_id)
+                    self._ended(req_id, "abort")
                 self._engine.abort_request(req_id)
         elif kind == "abort_all":
-            self._abort_all(EngineUnavailableError(cmd[1]))
+            self._abort_all(EngineUnavailableError(cmd[1]), "abort")
         elif kind == "call":
             _, fn, fut = cmd
             if not fut.set_running_or_notify_cancel():
@@ -368,11 +369,11 @@ class AsyncEngine:
             outputs = self._engine.step()
         except StepError as e:
             logger.exception("engine step failed; ending the %d requests it ran", len(e.req_ids))
-            self._fail(e.req_ids, StepFailedError(f"the engine step failed: {e}"))
+            self._fail(e.req_ids, StepFailedError(f"the engine step failed: {e}"), "error")
             return
         except Exception as e:  # noqa: BLE001 - a failing step must not kill the loop
             logger.exception("engine step failed; ending the requests in flight")
-            self._abort_all(StepFailedError(f"the engine step failed: {type(e).__name__}: {e}"))
+            self._abort_all(StepFailedError(f"the engine step failed: {type(e).__name__}: {e}"), "error")
             return
         now = time.monotonic()
         for out in outputs:
@@ -390,13 +391,13 @@ class AsyncEngine:
             self._push(tracked.aqueue, out)
             if out.finished:
                 self._tracked.pop(out.req_id, None)
-                self._ended(out.req_id)
+                self._ended(out.req_id, "finished")
 
-    def _abort_all(self, error: Exception) -> None:
-        self._fail(list(self._tracked), error)
+    def _abort_all(self, error: Exception, how: str) -> None:
+        self._fail(list(self._tracked), error, how)
 
-    def _fail(self, req_ids: Sequence[str], error: Exception) -> None:
-        """Abort these requests in the engine and hand their handlers `error`."""
+    def _fail(self, req_ids: Sequence[str], error: Exception, how: str) -> None:
+        """Abort these requests in the engine and hand their handlers `error` (`how`: on_end's)."""
         for req_id in req_ids:
             tracked = self._tracked.pop(req_id, None)
             try:
@@ -405,14 +406,14 @@ class AsyncEngine:
                 logger.exception("aborting %s failed", req_id)
             if tracked is not None:
                 self._push(tracked.aqueue, error)
-                self._ended(req_id)
+                self._ended(req_id, how)
 
-    def _ended(self, req_id: str) -> None:
+    def _ended(self, req_id: str, how: str) -> None:
         """A request left the engine (engine thread): free what is kept for it outside."""
         self._call_front(self._desk.ended, (req_id,))
         if self._on_end is not None:
             try:
-                self._on_end(req_id)
+                self._on_end(req_id, how)
             except Exception:  # noqa: BLE001 - metrics must not break serving
                 logger.exception("on_end callback failed")
 

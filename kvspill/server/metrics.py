@@ -163,9 +163,14 @@ class ServerMetrics:
                 reason, now - times.arrival, decode, out.num_prompt_tokens, out.num_output_tokens
             )
 
-    def forget(self, req_id: str) -> None:
-        """A request ended without a finished output (aborted, failed): drop its entry."""
+    def forget(self, req_id: str, how: str = "finished") -> None:
+        """A request left the engine (`how`: async_engine's on_end): drop its entry; one that
+        ended without a finished output (aborted by its client or shutdown, failed in a step)
+        counts as finished for that reason ("abort", "error"), as vLLM's finished_reason."""
         self._last.pop(req_id, None)
+        if how != "finished":
+            self.success.labels(self.model_name, how).inc()
+            self.vllm.ended_without_output(how)
 
     @property
     def num_tracked(self) -> int:

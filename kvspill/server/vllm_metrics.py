@@ -140,6 +140,10 @@ class VllmMetrics:
         self.prompt_len.observe(num_prompt)
         self.gen_len.observe(num_generated)
 
+    def ended_without_output(self, reason: str) -> None:
+        """A request aborted or failed before its last output: counted, not timed."""
+        self._success.labels(*self._ids, reason).inc()
+
     def refresh(self, kv: KVStats) -> None:
         if kv.scheduler is not None:
             self.running.set(kv.scheduler.num_running)

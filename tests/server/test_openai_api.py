@@ -292,8 +292,18 @@ def _wait_no_requests(server, within: float) -> dict:
 LONG = {"prompt": "hello " * 20, "max_tokens": 1000, "ignore_eos": True, "temperature": 1.0, "seed": 1}
 
 
+def _aborted(server) -> float:
+    """kvspill's and vLLM's request_success_total{finished_reason="abort"}, summed."""
+    text = httpx.get(server.url + "/metrics").text
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if "request_success_total{" in line and 'finished_reason="abort"' in line
+    )
+
+
 def test_streaming_disconnect_aborts(server):
-    before = _generated(server)
+    before, aborted = _generated(server), _aborted(server)
     with httpx.stream(
         "POST", server.url + "/v1/completions", json={**LONG, "stream": True, "logprobs": 0}, timeout=30
     ) as r:
@@ -305,16 +315,18 @@ def test_streaming_disconnect_aborts(server):
     assert kv["tiers"]["gpu"]["used_blocks"] == 0
     time.sleep(0.2)
     assert _generated(server) - before < 900  # aborted, not run to its 1000 tokens
+    assert _aborted(server) - aborted == 2  # counted once under each name (docs/metrics.md)
 
 
 def test_non_streaming_disconnect_aborts(server):
-    before = _generated(server)
+    before, aborted = _generated(server), _aborted(server)
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(server.url + "/v1/completions", json=LONG, timeout=httpx.Timeout(30, read=0.15))
     kv = _wait_no_requests(server, 1.0)
     assert kv["requests"] == {}
     time.sleep(0.2)
     assert _generated(server) - before < 900
+    assert _aborted(server) - aborted == 2
 
 
 def test_concurrent_async_clients(server):
