@@ -36,10 +36,15 @@ JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print JSON (one line per refresh) instead of the live view.")
 ]
 CountOpt = Annotated[int, typer.Option(help="Stop after N refreshes (0: run until Ctrl-C).", min=0)]
+ApiKeyOpt = Annotated[
+    str | None, typer.Option(envvar="KVSPILL_API_KEY", help="The server's --api-key (for --url).")
+]
 TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the server per request.", min=0.01)]
 
 
-def _open_session(url: str | None, log: Path | None, log_format: str, timeout: float) -> MonitorSession:
+def _open_session(
+    url: str | None, log: Path | None, log_format: str, timeout: float, api_key: str | None
+) -> MonitorSession:
     from kvspill.monitor.gpu import open_gpu_source
     from kvspill.monitor.log import SnapshotLogger, resolve_format
     from kvspill.monitor.sampler import Sampler
@@ -52,7 +57,7 @@ def _open_session(url: str | None, log: Path | None, log_format: str, timeout: f
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
     source, reason = open_gpu_source()
-    probe = None if url is None else ServerProbe(url, timeout_s=timeout)
+    probe = None if url is None else ServerProbe(url, timeout_s=timeout, api_key=api_key)
     return MonitorSession(Sampler(source, reason, probe), logger=logger)
 
 
@@ -122,9 +127,10 @@ def monitor(
     json_out: JsonOpt = False,
     count: CountOpt = 0,
     timeout: TimeoutOpt = 0.5,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Live VRAM monitor: per-GPU bars and alerts, host RAM/pinned/swap, the server's KV tiers."""
-    session = _open_session(url, log, log_format, timeout)
+    session = _open_session(url, log, log_format, timeout, api_key)
     count = 1 if once else count
     try:
         if json_out:

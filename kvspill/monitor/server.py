@@ -25,8 +25,10 @@ from kvspill.stats import KVStats, KVTiers
 _METRIC = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$")
 
 
-def _get(url: str, timeout_s: float) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (user-given URL)
+def _get(url: str, timeout_s: float, api_key: str | None = None) -> bytes:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 (user-given URL)
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
         return response.read()
 
 
@@ -68,9 +70,10 @@ def _tiers(tiers: KVTiers) -> dict[str, TierReading]:
 class ServerProbe:
     """Reads one server each refresh and turns its cumulative counters into rates."""
 
-    def __init__(self, url: str, timeout_s: float = 0.5) -> None:
+    def __init__(self, url: str, timeout_s: float = 0.5, api_key: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.api_key = api_key  # the server's --api-key: every route but /health asks for it
         self._last: tuple[float, int, int] | None = None  # (time, block moves, bytes moved)
 
     def _rates(self, now: float, moves: int, moved: int) -> tuple[float | None, float | None]:
@@ -82,13 +85,13 @@ class ServerProbe:
 
     def _queue_from_metrics(self) -> tuple[int | None, int | None]:
         try:
-            return _prometheus_queue(_get(self.url + "/metrics", self.timeout_s).decode("utf-8", "replace"))
+            return _prometheus_queue(_get(self.url + "/metrics", self.timeout_s, self.api_key).decode("utf-8", "replace"))
         except Exception:  # /metrics is optional: /v1/kv already said what it could
             return None, None
 
     def read(self, now: float) -> ServerReading:
         try:
-            kv = KVStats.from_json(json.loads(_get(self.url + "/v1/kv", self.timeout_s)))
+            kv = KVStats.from_json(json.loads(_get(self.url + "/v1/kv", self.timeout_s, self.api_key)))
         except Exception as e:  # every failure is reported in the view, none is fatal
             self._last = None
             return ServerReading(url=self.url, ok=False, error=f"/v1/kv {_describe(e)}")

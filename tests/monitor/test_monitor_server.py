@@ -43,6 +43,10 @@ def kv_server():
             if self.path != "/v1/kv":
                 self.send_error(404)
                 return
+            key = payloads[0].get("api_key") if payloads else None
+            if key is not None and self.headers.get("Authorization") != f"Bearer {key}":
+                self.send_error(401)
+                return
             body = json.dumps(payloads.pop(0) if len(payloads) > 1 else payloads[0]).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -79,6 +83,16 @@ def test_tiers_queue_and_rates(kv_server):
     assert second.block_moves_per_s == pytest.approx(10.0)
     assert second.bytes_moved_per_s == pytest.approx(20 * MiB)
     assert (first.bytes_moved_total, second.bytes_moved_total) == (20 * MiB, 60 * MiB)
+
+
+def test_a_server_with_an_api_key(kv_server):
+    """`kvspill monitor --api-key` (KVSPILL_API_KEY): the probe sends it; without it a 401 is shown."""
+    url, payloads = kv_server
+    payloads.append({**_kv(moves=1, moved=MiB), "api_key": "k1"})
+    refused = ServerProbe(url).read(0.0)
+    assert not refused.ok and "HTTP 401" in refused.error
+    reading = ServerProbe(url, api_key="k1").read(0.0)
+    assert reading.ok and reading.tiers["gpu"].used_blocks == 6
 
 
 def test_session_keeps_going_without_the_server(make_session):
