@@ -29,9 +29,13 @@ def check_before_binding(config: EngineConfig, host: str, port: int) -> None:
         usable_dir(Path(config.kv_persist_dir))
 
 
-def check_port(host: str, port: int) -> None:
+def check_port_number(port: int) -> None:
     if not 0 <= port < 65536:
         raise KvspillError(f"--port {port} is not a TCP port: give one from 0 (any free port) to 65535")
+
+
+def check_port(host: str, port: int) -> None:
+    check_port_number(port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds

@@ -37,8 +37,8 @@ from kvspill.cli.config_file import config_option, format_effective_config, prin
 from kvspill.cli.dialects import DialectCommand
 from kvspill.cli.engine_options import OfflineOpt, local_model, with_engine_options
 from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
-from kvspill.cli.serve_checks import check_before_binding
-from kvspill.errors import KvspillError
+from kvspill.cli.serve_checks import check_before_binding, check_port_number
+from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.guided.compile_pool import DEFAULT_TIMEOUT_S as DEFAULT_COMPILE_TIMEOUT_S
 from kvspill.options import EngineOptions, engine_config
 from kvspill.plan.units import GiB
@@ -190,6 +190,7 @@ def serve_command(
     if print_config:
         typer.echo(format_effective_config(ctx))
     try:  # every flag checked before anything loads or listens: a bad one is exit 2
+        check_port_number(port)
         _check_admission_flags(max_waiting_requests, max_queued_tokens, shutdown_timeout)
         connection = _checked_connection(ConnectionLimits(
             None, max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout, body_timeout,
@@ -201,6 +202,7 @@ def serve_command(
             (model, model_option), profile, engine, served_model_name, offline, fetch=not print_config
         )
         config = engine_config(engine, model)
+        _check_context_flag(config)
         rag_service = build_rag_service(rag) if rag.enabled else None
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
@@ -224,6 +226,22 @@ def serve_command(
         (guided_compile_timeout, guided_compile_budget),
         reasoning_parser,
     )
+
+
+def _check_context_flag(config: Any) -> None:
+    """--max-model-len against the model's RoPE (with --rope-scaling and the mode's choices): a
+    flag to change (exit 2, which systemd does not restart), found before anything listens. A
+    model that cannot be found or read is left to the checks before binding (exit 1)."""
+    if config.max_model_len is None:
+        return
+    from kvspill.engine.setup import plan_before_start
+
+    try:
+        plan_before_start(config)
+    except InvalidParameterError:
+        raise
+    except KvspillError:
+        return
 
 
 def _check_reasoning_parser(name: str) -> None:

@@ -45,7 +45,7 @@ from kvspill.gguf.reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kernels.cpu_attention import load_kernel
 from kvspill.model.layers import rope_table_bytes
-from kvspill.model.loader import LoadedModel, load_model
+from kvspill.model.loader import LoadedModel, check_max_model_len, load_model
 from kvspill.model.parallel import SINGLE, TensorParallel
 from kvspill.model.quant import (
     attach_scale_pairs,
@@ -154,6 +154,9 @@ def plan_before_start(config: EngineConfig) -> tuple[EngineConfig, StartupPlan |
     config = replace(config, dtype=str(pick_dtype(config, device)).removeprefix("torch."))
     config = with_attention_mode(config, device.type)
     config = mode_config(config, device.type, _card(device)[0], host_room(config))
+    if config.max_model_len is not None and not is_random_model(config.model):
+        # --max-model-len past the model's RoPE: refused here, not after serve has bound its port
+        check_max_model_len(resolve_model(config.model), config.rope_scaling, config.max_model_len)
     startup = _plan(config, device, load_calibration())
     if startup is not None:
         enforce(startup, config, on_gpu=device.type == "cuda")

@@ -245,6 +245,17 @@ def apply_rope_override(config: PretrainedConfig, rope_scaling: dict[str, Any]) 
     config.max_position_embeddings = int(new_max) if new_max is not None else int(original * factor)
 
 
+def check_max_model_len(
+    resolved: ResolvedModel, rope_scaling: dict[str, Any] | None, max_model_len: int | None
+) -> int:
+    """The context `load_model` will give this model, from its config alone (no weights): an
+    InvalidParameterError past what its RoPE (with `rope_scaling`) supports, before loading."""
+    config = load_hf_config(resolved)
+    if rope_scaling is not None:
+        apply_rope_override(config, dict(rope_scaling))
+    return _max_model_len(config, max_model_len)
+
+
 def _max_model_len(config: PretrainedConfig, max_model_len: int | None) -> int:
     params = rope_parameters(config)
     limit = config.max_position_embeddings

@@ -85,7 +85,9 @@ class ServerProbe:
 
     def _queue_from_metrics(self) -> tuple[int | None, int | None]:
         try:
-            return _prometheus_queue(_get(self.url + "/metrics", self.timeout_s, self.api_key).decode("utf-8", "replace"))
+            return _prometheus_queue(
+                _get(self.url + "/metrics", self.timeout_s, self.api_key).decode("utf-8", "replace")
+            )
         except Exception:  # /metrics is optional: /v1/kv already said what it could
             return None, None
 

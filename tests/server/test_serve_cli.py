@@ -47,6 +47,33 @@ def test_env_var_flags_are_validated():
     assert out.exit_code == 2 and "--max-queued-tokens" in out.output
 
 
+def test_flags_the_service_cannot_run_with_exit_2_before_binding(tiny_llama_dir: Path):
+    """Exit 2 (systemd's RestartPreventExitStatus) for a port out of range and a context past the
+    model's RoPE, under --print-config too (what `kvspill service install` runs), not exit 1 after
+    the port is bound and the model loaded."""
+    for args in (["--port", "99999"], ["--port", "-1"]):
+        out = CliRunner().invoke(serve_app(), ["serve", str(tiny_llama_dir), *args, "--print-config"])
+        assert out.exit_code == 2 and "is not a TCP port" in out.output, out.output
+    # the tiny Llama: 1024 positions (llama3 RoPE from 64)
+    for extra in ([], ["--print-config"]):
+        args = ["serve", str(tiny_llama_dir), "--device", "cpu", "--max-model-len", "2048", *extra]
+        out = CliRunner().invoke(serve_app(), args)
+        assert out.exit_code == 2 and "exceeds what this model's RoPE supports (1024" in out.output, (
+            out.output
+        )
+    args = [
+        "serve",
+        str(tiny_llama_dir),
+        "--device",
+        "cpu",
+        "--max-model-len",
+        "2048",
+        "--rope-scaling",
+        "yarn:2",
+    ]
+    assert CliRunner().invoke(serve_app(), [*args, "--print-config"]).exit_code == 0
+
+
 def test_sigterm_lets_in_flight_request_finish(tiny_llama_dir: Path, tmp_path: Path):
     server = start_server(tiny_llama_dir, "--shutdown-timeout", "20", log=tmp_path / "server.log")
     result: list[httpx.Response] = []
