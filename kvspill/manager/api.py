@@ -167,7 +167,7 @@ def _add_registry_routes(app: FastAPI, registry: Registry, auth: Any) -> None:
     @app.get("/api/models", dependencies=guard)
     def models() -> dict[str, Any]:
         return {
-            "models": [m.to_json() for m in registry.models()],
+            "models": [m.to_json() for m in registry.listed_models()],
             "profiles": [p.to_json() for p in registry.profiles()],
         }
 

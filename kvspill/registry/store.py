@@ -200,21 +200,41 @@ class Registry:
         return entry
 
     def models(self) -> list[ModelEntry]:
+        """The stored models (`listed_models` adds the embedded one)."""
         return [ModelEntry(**dict(r)) for r in self.db.execute("SELECT * FROM models ORDER BY name")]
 
-    def find_model(self, name: str) -> ModelEntry | None:
+    def listed_models(self) -> list[ModelEntry]:
+        """What `kvspill models ls` and the dashboard list: the embedded model first (never
+        stored: it comes with kvspill), unless a stored one has its name or file, then the rest."""
+        stored = self.models()
+        embedded = _embedded_entry()
+        if embedded is None or any(m.name == embedded.name or m.source == embedded.source for m in stored):
+            return stored
+        return [embedded, *stored]
+
+    def _stored(self, name: str) -> ModelEntry | None:
         row = self.db.execute("SELECT * FROM models WHERE name = ?", (name,)).fetchone()
         return None if row is None else ModelEntry(**dict(row))
+
+    def find_model(self, name: str) -> ModelEntry | None:
+        """A stored model, or the embedded one by its name (profiles, plans and starts take it)."""
+        if (stored := self._stored(name)) is not None:
+            return stored
+        embedded = _embedded_entry()
+        return embedded if embedded is not None and embedded.name == name else None
 
     def model(self, name: str) -> ModelEntry:
         found = self.find_model(name)
         if found is None:
-            known = ", ".join(m.name for m in self.models()) or "none yet: `kvspill models add` or `scan`"
+            known = (
+                ", ".join(m.name for m in self.listed_models()) or "none yet: `kvspill models add` or `scan`"
+            )
             raise RegistryError(f"no model named {name!r} in the registry (registered: {known})")
         return found
 
     def remove_model(self, name: str) -> None:
-        self.model(name)
+        if self.model(name).kind == "embedded":
+            raise RegistryError(f"{name} is the embedded model that comes with kvspill: it cannot be removed")
         self.db.execute("DELETE FROM models WHERE name = ?", (name,))
 
     # profiles
@@ -222,7 +242,9 @@ class Registry:
     def save_profile(
         self, name: str, model_name: str, flags: dict[str, Any], *, replace: bool = False
     ) -> Profile:
-        self.model(model_name)
+        model = self.model(model_name)
+        if model.kind == "embedded" and self._stored(model_name) is None:
+            self.add_model(model)  # a profile's row refers to a stored model
         profile = Profile(name, model_name, dict(flags), time.time())
         verb = "INSERT OR REPLACE" if replace else "INSERT"
         try:
@@ -277,3 +299,9 @@ def open_registry(data_dir: str | Path | None = None) -> Registry:
         registry.close()
         raise unavailable(root / DB_FILE, e) from e
     return registry
+
+
+def _embedded_entry() -> ModelEntry | None:
+    from kvspill.registry.sources import embedded_entry  # sources reads this module's types
+
+    return embedded_entry()

@@ -22,6 +22,23 @@ def _entry(name: str, source: str = "/m.gguf") -> ModelEntry:
     return ModelEntry(name, source, "gguf", "gguf", "Q4_1", 123, 1.0)
 
 
+def test_the_embedded_model_is_listed_found_and_kept(tmp_path: Path, smollm2_gguf_path: Path):
+    """A fresh registry (the dashboard's /api/models, `models ls`) lists the embedded model; its
+    name finds it for profiles, plans and starts; it cannot be removed; a stored row with its
+    file or name stands in for it."""
+    reg = open_registry(tmp_path)
+    listed = reg.listed_models()
+    assert [(m.name, m.kind) for m in listed] == [("SmolLM2-135M-Instruct", "embedded")]
+    assert reg.models() == [] and reg.model("SmolLM2-135M-Instruct").source == str(smollm2_gguf_path)
+    reg.save_profile("smol-short", "SmolLM2-135M-Instruct", {"max_model_len": 512})  # stores its row
+    assert reg.listed_models() == reg.models() == listed
+    with pytest.raises(RegistryError, match="cannot be removed"):
+        reg.remove_model("SmolLM2-135M-Instruct")
+    other = open_registry(tmp_path / "other")
+    other.add_model(_entry("smol", str(smollm2_gguf_path)))
+    assert [m.name for m in other.listed_models()] == ["smol"]
+
+
 def test_model_and_profile_crud(tmp_path: Path):
     reg = open_registry(tmp_path)
     assert reg.version == SCHEMA_VERSION and reg.models() == []
