@@ -96,6 +96,7 @@ def plan_command(
     are checked, then ignored.
     """
     try:
+        model = _registered_or_given(model)
         payload, plans, header = plan_json(model, engine, ram_budget, context, kv_dtype, gpu)
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
@@ -106,6 +107,18 @@ def plan_command(
         typer.echo(_text_report(plans, header + _not_planned(engine)))
     if not plans["yours"].fits:
         raise typer.Exit(1)
+
+
+def _registered_or_given(model: str | None) -> str | None:
+    """A registry name's files (the embedded model's name too); anything else as given, for the
+    plan to read or to say what MODEL may be. `plan` never downloads."""
+    from kvspill.errors import ModelNotFoundError
+    from kvspill.registry.pull import ensure_local_model
+
+    try:
+        return ensure_local_model(model, offline=True)
+    except ModelNotFoundError:
+        return model
 
 
 def register(app: typer.Typer) -> None:

@@ -466,6 +466,27 @@ def test_cli_table(cli: typer.Typer) -> None:
     assert "kvspill doctor --calibrate" in result.output
 
 
+def test_cli_plans_a_registry_name(cli: typer.Typer, tmp_path: Path, monkeypatch) -> None:
+    """`kvspill plan NAME` plans a registered model's files (the embedded model by its name), as
+    generate and serve take NAME; a name that is nothing here still says what MODEL may be."""
+    from kvspill.registry import open_registry
+    from kvspill.registry.store import ModelEntry
+
+    monkeypatch.setenv("KVSPILL_DATA_DIR", str(tmp_path))
+    env_settings.cache_clear()
+    embedded = CliRunner().invoke(cli, ["plan", "SmolLM2-135M-Instruct", "--json"])
+    assert embedded.exit_code == 0, embedded.output
+    default = CliRunner().invoke(cli, ["plan", "--json"])
+    assert json.loads(embedded.output)["plans"] == json.loads(default.output)["plans"]
+    open_registry(tmp_path).add_model(ModelEntry("one-b", "llama-1b", "shape", "shape", None, 0, 0.0))
+    named = CliRunner().invoke(cli, ["plan", "one-b", "--vram-budget", "16GiB", "--json"])
+    by_shape = CliRunner().invoke(cli, ["plan", "llama-1b", "--vram-budget", "16GiB", "--json"])
+    assert named.exit_code == by_shape.exit_code == 0, named.output
+    assert json.loads(named.output)["plans"] == json.loads(by_shape.output)["plans"]
+    unknown = CliRunner().invoke(cli, ["plan", "org/not-here"])
+    assert unknown.exit_code == 2 and "is not a local directory" in unknown.output
+
+
 def test_cli_json_uses_calibration(cli: typer.Typer) -> None:
     calibration = Bandwidths(
         hbm_gbs=1000.0,
