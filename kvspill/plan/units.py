@@ -39,8 +39,9 @@ _UNITS = {
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
-def parse_bytes(text: str | int, param: str = "bytes") -> int:
-    """Parse a byte size such as `16GiB`, `24G`, `512MiB`, `1.5TB` or `1024` into an int."""
+def parse_bytes(text: str | int, param: str = "bytes", *, unit_required: bool = False) -> int:
+    """Parse a byte size such as `16GiB`, `24G`, `512MiB`, `1.5TB` or `1024` into an int
+    (`unit_required`: only how the error reads, for `parse_size`'s callers)."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise InvalidParameterError(param, f"{param} must not be negative, got {text}")
@@ -48,10 +49,11 @@ def parse_bytes(text: str | int, param: str = "bytes") -> int:
     match = _PATTERN.match(str(text))
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNITS:
+        how = "a number and a unit" if unit_required else "a number with an optional unit"
         raise InvalidParameterError(
             param,
-            f"{param}: cannot read {text!r} as a size; write a number with an optional unit, "
-            "e.g. 16GiB, 24G (= GiB), 512MiB, 1.5TB (= 10**12), 1024",
+            f"{param}: cannot read {text!r} as a size; write {how}, "
+            "e.g. 16GiB, 24G (= GiB), 512MiB, 1.5TB (= 10**12)" + ("" if unit_required else ", 1024"),
         )
     value = float(match.group(1)) * _UNITS[unit]
     if not math.isfinite(value):
@@ -72,7 +74,7 @@ def parse_size(text: str | int, param: str = "bytes") -> int:
                 f"{param}: {text!r} has no unit: write {number}GiB (binary: 2**30 bytes), "
                 f"{number}GB (10**9 bytes) or {number}MiB; {number}B for bytes",
             )
-    return parse_bytes(text, param)
+    return parse_bytes(text, param, unit_required=True)
 
 
 def format_bytes(num_bytes: int | float) -> str:

@@ -17,7 +17,7 @@ from kvspill.cli import main as cli_main
 from kvspill.cli import serve_cmd
 from kvspill.cli.engine_options import PANEL
 from kvspill.config import EngineConfig
-from kvspill.errors import KvspillError
+from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.options import EngineOptions, config_field, engine_config, engine_kwargs, flag_name
 
 # EngineConfig fields without an engine flag, and why.
@@ -315,6 +315,18 @@ def test_a_bad_value_is_one_line_and_exit_2(monkeypatch, args, env, message):
     out = CliRunner().invoke(_serve_app(), ["serve", *args], env=env)
     assert out.exit_code == 2 and message in out.output, out.output
     assert out.output.startswith("error: ") and out.output.count("\n") == 1, out.output
+
+
+def test_a_size_error_suggests_only_what_the_flag_takes():
+    """A size flag needs a unit: its error's examples are all ones it takes (not a bare 1024)."""
+    from kvspill.plan.units import parse_size
+
+    with pytest.raises(InvalidParameterError) as bad:
+        parse_size("16XB", "--vram-budget")
+    examples = str(bad.value).split("e.g. ")[1].split(", ")
+    assert examples and "1024" not in examples
+    for example in examples:
+        assert parse_size(example.split(" ")[0], "--vram-budget") > 0
 
 
 @pytest.mark.parametrize(
