@@ -175,7 +175,7 @@ def build_rag_service(options: RagOptions, lazy_model: bool = False) -> Any:
         raise KvspillError("--embedding-threads must be at least 1")
     if not options.rag_root:
         raise KvspillError(
-            "--rag needs --rag-root DIR: the directory whose subdirectories /precache/repo may index "
+            "the RAG service needs --rag-root DIR: the directory whose subdirectories /precache/repo may index "
             "(there is no default: the current directory may hold keys and credentials)"
         )
     root = Path(options.rag_root).expanduser()

@@ -164,7 +164,7 @@ def test_symlink_loops_are_skipped_and_the_rest_indexed(tmp_path: Path) -> None:
 
 
 def test_a_server_needs_its_root_and_does_not_expand_home(tmp_path: Path) -> None:
-    with pytest.raises(KvspillError, match="--rag needs --rag-root"):
+    with pytest.raises(KvspillError, match="the RAG service needs --rag-root"):
         build_rag_service(RagOptions(True, rag_db=str(tmp_path / "rag.sqlite3")))
     root = write_repo(tmp_path / "root", {"a.py": "a = 1\n"})
     with pytest.raises(InvalidParameterError, match="is missing"):
