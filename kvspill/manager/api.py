@@ -28,6 +28,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvspill.dashboard.page import dashboard_router
 from kvspill.errors import KvspillError
@@ -139,9 +140,30 @@ def _add_error_handlers(app: FastAPI, registry: Registry) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(request: Request, e: RequestValidationError) -> JSONResponse:
+        content_type = request.headers.get("content-type", "")
+        if request.method == "POST" and "json" not in content_type:
+            # FastAPI reads a body only as JSON: without the header a JSON object is "missing"
+            sent = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+            return _error(
+                400,
+                f"send the body as JSON with Content-Type: application/json ({sent})",
+                "invalid_request_error",
+            )
         where = ".".join(str(p) for p in e.errors()[0].get("loc", ()) if p != "body") or "body"
         return _error(
             400, f"{where}: {e.errors()[0].get('msg')} (send a JSON object)", "invalid_request_error"
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        if e.status_code == 404:
+            message = f"no route {request.method} {request.url.path}"
+        elif e.status_code == 405:
+            message = f"{request.url.path} does not take {request.method}"
+        else:
+            message = str(e.detail)
+        return _error(
+            e.status_code, message, "not_found_error" if e.status_code == 404 else "invalid_request_error"
         )
 
     @app.exception_handler(KvspillError)

@@ -51,6 +51,20 @@ def test_every_api_route_needs_the_key(client: TestClient):
     assert client.get("/").status_code == 200  # the page itself holds no data
 
 
+def test_route_and_body_errors_have_the_error_shape(client: TestClient):
+    """An unknown route, a wrong method and a JSON body sent without its Content-Type answer the
+    `{"error": {...}}` shape every other error has, saying what to change."""
+    missing = client.get("/api/nope", headers=AUTH)
+    assert missing.status_code == 404 and missing.json()["error"]["message"] == "no route GET /api/nope"
+    wrong = client.delete("/api/plan", headers=AUTH)
+    assert wrong.status_code == 405 and "does not take DELETE" in wrong.json()["error"]["message"]
+    body = b'{"name": "p", "model": "smol", "flags": {}}'
+    untyped = client.post("/api/profiles", headers={**AUTH, "Content-Type": "text/plain"}, content=body)
+    assert (
+        untyped.status_code == 400 and "Content-Type: application/json" in untyped.json()["error"]["message"]
+    )
+
+
 def test_openapi_operation_ids_are_unique(client: TestClient):
     ops = [
         op["operationId"]
