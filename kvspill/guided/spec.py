@@ -6,9 +6,10 @@ xgrammar's EBNF dialect). `param` is the request field it came from: errors name
 
 Invariants:
 - A spec's identity (equality, hash, `cache_key`) is (kind, value, param); a JSON schema's value
-  is its canonical JSON (keys sorted, annotations dropped: `schema_check.canonical_schema`);
-  with `keep_order` the keys stay in the schema's order, because xgrammar makes the model write an
-  object's properties in that order (a tool call's `name` before its `arguments`).
+  is its canonical JSON (annotations dropped: `schema_check.canonical_schema`) with the keys in
+  the schema's order, because xgrammar makes the model write an object's properties in that
+  order, as OpenAI's strict mode and vLLM do (`reasoning` before `answer`, a tool call's `name`
+  before its `arguments`).
 - A schema nested deeper than `bounded_json.MAX_JSON_DEPTH` is refused before anything walks it.
 - `compiled` (the grammar compiled for it, off the engine thread) is not part of its identity and
   never leaves its process: a pickled spec (tensor-parallel workers get the step's requests
@@ -44,13 +45,11 @@ class GuidedSpec:
             raise InvalidParameterError(self.param, f"{self.param}: the {self.kind} must not be empty")
 
     @classmethod
-    def json_schema(
-        cls, schema: object, param: str = "response_format", *, keep_order: bool = False
-    ) -> GuidedSpec:
+    def json_schema(cls, schema: object, param: str = "response_format") -> GuidedSpec:
         if not isinstance(schema, dict):
             raise InvalidParameterError(param, f"{param}: a JSON schema must be an object")
         check_json_depth(schema, param, "schema")  # before json.dumps or any walk recurses into it
-        return cls("json_schema", json.dumps(canonical_schema(schema), sort_keys=not keep_order), param)
+        return cls("json_schema", json.dumps(canonical_schema(schema)), param)
 
     @classmethod
     def choice(cls, options: list[str], param: str = "guided_choice") -> GuidedSpec:

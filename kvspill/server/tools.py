@@ -125,11 +125,11 @@ def plan_tools(
         return _generic_plan(plan, by_name)
     if mode == "named":
         assert named is not None
-        spec = GuidedSpec.json_schema(_schema(by_name[named]), "tools", keep_order=True)
+        spec = GuidedSpec.json_schema(_schema(by_name[named]), "tools")
         return replace(plan, guided=spec)
     if mode == "required":
         array = calls_array({name: _schema(t) for name, t in by_name.items()}, max_calls)
-        return replace(plan, guided=GuidedSpec.json_schema(array, "tools", keep_order=True))
+        return replace(plan, guided=GuidedSpec.json_schema(array, "tools"))
     return replace(plan, fmt=format_for_template(template))
 
 
@@ -149,7 +149,7 @@ def _generic_plan(plan: ToolPlan, by_name: dict[str, Tool]) -> ToolPlan:
     schema = generic_schema(
         {name: _schema(by_name[name]) for name in names}, plan.max_calls, allow_text=plan.mode == "auto"
     )
-    spec = GuidedSpec.json_schema(schema, "tools", keep_order=True)
+    spec = GuidedSpec.json_schema(schema, "tools")
     return replace(plan, fmt="generic", template_tools=tool_lines(plan.template_tools), guided=spec)
 
 
