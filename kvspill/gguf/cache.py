@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1  # bump when what is saved changes
+CACHE_FORMAT = 2  # bump when what is saved changes (2: the config has the file's RoPE scaling)
 WEIGHTS_FORMAT = 1  # bump when the saved weights' layout or conversion changes
 _SAFETENSORS_DTYPES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}
 _T = TypeVar("_T")
@@ -76,11 +76,29 @@ def gguf_hf_config(path: Path) -> PretrainedConfig:
         from transformers.models.auto.configuration_auto import AutoConfig
 
         with shared_readers():  # transformers reads the file with our fast reader
-            return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+            config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+            _add_rope_scaling(config, path)
+        return config
 
     config = _cached(path, "config", build, load_saved_config)
     config.name_or_path = str(path.parent)  # what a fresh load sets, not the cache directory
     return config
+
+
+def _add_rope_scaling(config: PretrainedConfig, path: Path) -> None:
+    """The file's RoPE scaling, which transformers' conversion leaves out (gguf/rope.py)."""
+    from kvspill.gguf.reader import read_gguf
+    from kvspill.gguf.rope import apply_gguf_rope, gguf_rope_parameters
+
+    reader = read_gguf(path)
+    field = reader.get_field("general.architecture")
+    arch = str(field.contents()) if field is not None else ""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    old = dict(getattr(config, "rope_parameters", None) or {})
+    theta = float(old.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+    params = gguf_rope_parameters(reader, arch, head_dim, theta)
+    if params is not None:
+        apply_gguf_rope(config, params)
 
 
 def gguf_tokenizer(path: Path) -> PreTrainedTokenizerBase:
