@@ -7,8 +7,10 @@ Invariants:
 - `precache_repo` chunks only files whose content hash changed, embeds only chunks whose text
   is not cached, and drops the chunks of files that are gone (or can no longer be read).
 - A path must resolve inside one of the access policy's roots (symlinks resolved first); anything
-  else is a `ForbiddenPathError` naming the field (HTTP 403). Search and stats see only the repos
-  under those roots, named relative to their root (`rag/access.py`).
+  else is a `ForbiddenPathError` naming the field (HTTP 403). So is a directory to index that the
+  policy leaves out: hidden, `.git` or deny-listed at any component below its root
+  (`rag/files.py` `PathRules`). Search and stats see only the repos under those roots, named
+  relative to their root (`rag/access.py`).
 - A re-index that would drop more files than it adds needs `allow_removal` (a filter that
   matches nothing must not empty an index another client built).
 - An index reports its progress and stops at its cancel flag (`IndexProgress`) between
@@ -34,7 +36,7 @@ import numpy as np
 from kvspill.errors import InvalidParameterError
 from kvspill.rag.access import AccessPolicy, secret_reason
 from kvspill.rag.chunker import chunk_embedding_text, chunk_lines
-from kvspill.rag.files import FileFilter, check_filter, iter_sources, read_text, walk_files
+from kvspill.rag.files import FileFilter, PathRules, check_filter, iter_sources, read_text, walk_files
 from kvspill.rag.fusion import CANDIDATES, reciprocal_rank_fusion
 from kvspill.rag.index import DEFAULT_ANN_THRESHOLD, IndexCache
 from kvspill.rag.lexical import match_expression
@@ -94,6 +96,7 @@ class RagService:
         self.access = (
             access if isinstance(access, AccessPolicy) else AccessPolicy.create([access], db_path=store.path)
         )
+        self.path_rules = PathRules(self.access)  # the policy's hidden and deny-list rules, compiled
         self.limits = limits or RagLimits()
         self.counters = _Counters()
         self.indexes = IndexCache(self._load_vectors, store.generation, ann_threshold)
@@ -175,9 +178,11 @@ class RagService:
 
     # paths
 
-    def resolve_path(self, path: str, param: str = "path") -> Path:
+    def resolve_path(self, path: str, param: str = "path", to_index: bool = True) -> Path:
         """`path` (absolute, or relative to the first root) as an absolute directory inside a root.
-        `~` is not expanded: a client names directories of the server's roots, not its home."""
+        `~` is not expanded: a client names directories of the server's roots, not its home.
+        `to_index`: also refuse (403) a path the policy leaves out, at any component below its
+        root (a hidden or deny-listed folder, or file, asked for by name: `PathRules`)."""
         if not path.strip():
             raise InvalidParameterError(param, f"`{param}` is empty: give a directory under the allowed root")
         candidate = Path(path)
@@ -185,7 +190,10 @@ class RagService:
             resolved = (candidate if candidate.is_absolute() else self.allowed_root / candidate).resolve()
         except (OSError, RuntimeError, ValueError) as e:  # a symlink loop; a NUL byte in the path
             raise InvalidParameterError(param, f"{path} cannot be resolved: {e}") from e
-        self.access.check_inside(resolved, path, param)
+        if to_index:
+            self.path_rules.check_requested(resolved, path, param)
+        else:
+            self.access.check_inside(resolved, path, param)
         if not resolved.is_dir():
             what = "a file" if resolved.exists() else "missing"
             raise InvalidParameterError(
@@ -243,7 +251,10 @@ class RagService:
         progress.phase = "listing"
         deadline = time.monotonic() + self.limits.max_walk_seconds
         rel_paths = []
-        for rel in walk_files(root, file_filter, self.access, deadline, report.skipped, progress.check):
+        walk = walk_files(
+            root, file_filter, self.access, deadline, report.skipped, progress.check, self.path_rules
+        )
+        for rel in walk:
             rel_paths.append(rel)
             progress.num_files_listed = len(rel_paths)
             if len(rel_paths) > self.limits.max_files:
@@ -266,7 +277,7 @@ class RagService:
         progress.phase = "reading"
         kept: set[str] = set()
         updates: list[FileUpdate] = []
-        for source in iter_sources(root, rel_paths, self.limits.max_file_bytes):
+        for source in iter_sources(root, rel_paths, self.limits.max_file_bytes, self.access, self.path_rules):
             progress.check()
             progress.num_files_read += 1
             if isinstance(source, SkippedFile):
@@ -398,7 +409,7 @@ class RagService:
         repos = self._visible_repos()
         if repo is None:
             return repos
-        wanted = str(self.resolve_path(repo, "repo"))
+        wanted = str(self.resolve_path(repo, "repo", to_index=False))  # reads the index, not files
         if wanted not in repos:
             raise InvalidParameterError(
                 "repo", f"{repo} is not indexed: POST /precache/repo (or `kvspill rag index`) first"
