@@ -96,6 +96,8 @@ def parse_generic(text: str) -> GenericAnswer:
         return GenericAnswer(None, [], False)
     if (m := _RESPONSE_HEAD.match(text)) is not None:
         return GenericAnswer(_string_prefix(text[m.end() :]), [], False)
+    if text.lstrip().startswith("{"):
+        return GenericAnswer(None, [], False)  # the wrapper cut before its key: nothing to show
     return GenericAnswer(text or None, [], False)  # not guided (it cannot happen with a grammar)
 
 

@@ -119,6 +119,10 @@ def test_generic_answers_whole_and_cut():
     content, calls = answer_message(plan, full[:-25])  # max_tokens inside the second call
     assert content is None and [c.name for c in calls] == ["get_weather"]
     assert answer_message(plan, full[:30]) == (None, [])
+    for cut in range(1, 16):  # max_tokens before the wrapper's key is whole: no JSON as content
+        assert answer_message(plan, full[:cut]) == (None, []), full[:cut]
+    for cut in range(1, 15):  # '{"response": "' is 14 characters: the text starts after them
+        assert parse_generic('{"response": "hi"}'[:cut]).content in (None, "")
     assert parse_generic('{"response": "a \\"b\\" \\u00e9"}').content == 'a "b" é'
     assert parse_generic('{"response": "cut \\u00').content == "cut "
     assert parse_generic('{"response": "pair \\ud83d\\ude00').content == "pair \U0001f600"
