@@ -7,6 +7,7 @@ and schemas bound their strings so answers end well inside max_tokens."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -180,3 +181,42 @@ def test_langchain_bind_tools_and_with_structured_output(server):
 
     pet = llm.with_structured_output(Pet).invoke("A pet?")
     assert isinstance(pet, Pet)
+
+
+def test_vllm_structured_outputs_constrain_the_answer(client, server):
+    """vLLM's `structured_outputs` (its guided_* fields since 0.10): json, regex and choice hold;
+    two constraints in it, or beside another field, are a 400 naming it."""
+    schema = WEATHER["function"]["parameters"]
+    out = _ask(client, server, temperature=1.0, seed=3, extra_body={"structured_outputs": {"json": schema}})
+    jsonschema.validate(json.loads(out.choices[0].message.content), schema)
+    regex = _ask(
+        client, server, temperature=1.0, extra_body={"structured_outputs": {"regex": r"[a-c]{3}-\d"}}
+    )
+    assert re.fullmatch(r"[a-c]{3}-\d", regex.choices[0].message.content)
+    choice = _ask(
+        client, server, temperature=1.0, extra_body={"structured_outputs": {"choice": ["yes", "no"]}}
+    )
+    assert choice.choices[0].message.content in ("yes", "no")
+    for body in (
+        {"structured_outputs": {"regex": "a", "choice": ["b"]}},
+        {"structured_outputs": {"regex": "a"}, "guided_choice": ["b"]},
+        {"structured_outputs": {"yaml": "a"}},
+    ):
+        with pytest.raises(openai.BadRequestError) as bad:
+            _ask(client, server, extra_body=body)
+        assert bad.value.body["param"].split(".")[0] in ("structured_outputs", "guided_choice"), body
+
+
+def test_fields_that_change_nothing_are_accepted_and_others_named(client, server):
+    """OpenAI's and vLLM's fields at values that change nothing here (and any field at null) are
+    accepted; another value of them, or a field the server lacks, is a 400 naming it."""
+    fine = {
+        "store": False, "service_tier": "auto", "metadata": {"team": "a"}, "prompt_cache_key": "k",
+        "safety_identifier": "u1", "modalities": ["text"], "prediction": None, "audio": None,
+        "use_beam_search": False, "priority": 0, "web_search_options": None,
+    }  # fmt: skip
+    assert _ask(client, server, max_tokens=2, extra_body=fine).choices[0].finish_reason
+    for field, value in (("store", True), ("service_tier", "flex"), ("priority", 5), ("bad_words", ["x"])):
+        with pytest.raises(openai.BadRequestError) as bad:
+            _ask(client, server, max_tokens=2, extra_body={field: value})
+        assert bad.value.body["param"] == field and field in bad.value.body["message"]
