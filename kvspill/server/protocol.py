@@ -37,7 +37,10 @@ _NO_DEFAULTS: Mapping[str, float | int] = MappingProxyType({})
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: every chunk carries the usage so far
 
 
 class _Sampling(StructuredFields):
@@ -77,6 +80,17 @@ class _Sampling(StructuredFields):
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
     @property
+    def continuous_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.continuous_usage_stats)
+
+    def check_stream_options(self) -> None:
+        """OpenAI's and vLLM's rule: stream_options only with stream."""
+        if self.stream_options is not None and not self.stream:
+            raise InvalidParameterError(
+                "stream_options", "stream_options is only allowed with stream: true (or leave it out)"
+            )
+
+    @property
     def num_samples(self) -> int:
         return self.n or 1
 
@@ -87,6 +101,7 @@ class _Sampling(StructuredFields):
         defaults: Mapping[str, float | int] = _NO_DEFAULTS,
     ) -> SamplingParams:
         """The request's values over `defaults` (the model's recommended sampling values)."""
+        self.check_stream_options()
         opts: dict[str, Any] = {**defaults, "max_tokens": max_tokens, "logprobs": logprobs}
         for name in (
             "temperature",

@@ -56,6 +56,7 @@ class Job:
     echo: Echo | None = None  # a completions request with echo=true (echo.py)
     # A chat request whose reasoning is parsed (reasoning.py): whether the prompt opened the block
     reasoning_opened: bool | None = None
+    continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats
     choices: list[Choice] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -154,6 +155,13 @@ def chunk(job: Job, choice: Choice, out: RequestOutput) -> str | None:
         ]
         if ids_only:
             body["choices"][0]["token_ids"] = list(out.delta_token_ids)
+    if job.continuous_usage:
+        completion = out.num_output_tokens
+        body["usage"] = {
+            "prompt_tokens": out.num_prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": out.num_prompt_tokens + completion,
+        }  # this choice's, so far (vLLM's)
     return sse(body)
 
 

@@ -5,6 +5,7 @@ the CPU) whose chat template reads a template variable."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -135,3 +136,18 @@ def test_skip_special_tokens(server):
     # the eos that ends a request is not text (vLLM), special tokens shown or not
     eos = _completion(server, max_tokens=3, logit_bias={str(IM_END): 100}, skip_special_tokens=False)
     assert (eos["choices"][0]["text"], eos["choices"][0]["finish_reason"]) == ("", "stop")
+
+
+def test_stream_options_need_a_stream_and_continuous_usage_counts_every_chunk(server):
+    r = _chat(server, messages=USER, max_tokens=2, stream_options={"include_usage": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream_options"
+    r = _chat(server, messages=USER, max_tokens=2, stream=True, stream_options={"usage": True})
+    assert r.status_code == 400 and r.json()["error"]["param"].startswith("stream_options")
+    body = {"model": server.model, "prompt": "the cat", "max_tokens": 4, "ignore_eos": True, "stream": True,
+            "stream_options": {"continuous_usage_stats": True}}  # fmt: skip
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    counts = [c["usage"]["completion_tokens"] for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == 4 and all("usage" in c for c in chunks)
+    assert {c["usage"]["prompt_tokens"] for c in chunks} == {chunks[0]["usage"]["prompt_tokens"]}
