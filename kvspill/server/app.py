@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -168,12 +168,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         first = errors[0] if errors else {}
         if first.get("type") == "json_invalid":
             return invalid(f"malformed JSON body: {first.get('ctx', {}).get('error', 'parse error')}")
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        param = ".".join(loc) or None
-        msg = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
-            for e in errors[:5]
-        )
+        param = _field_path(first.get("loc", ())) or None
+        msg = "; ".join(f"{_field_path(e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors[:5])
         return invalid(f"invalid request: {msg}", param)
 
     @app.exception_handler(Exception)
@@ -181,22 +177,38 @@ def _add_error_handlers(app: FastAPI) -> None:
         return exception_response(exc)
 
 
+# pydantic names a union's member in an error's location (`stop.str`, `stop.list[str].0`):
+# the request's field path stops before it
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "tuple", "none"})
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if p == "body" and not parts:
+            continue
+        if isinstance(p, str) and (p in _TYPE_TAGS or "[" in p or "-" in p):
+            break
+        parts.append(str(p))
+    return ".".join(parts)
+
+
 def _add_generation_routes(app: FastAPI, ctx: _Context) -> None:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
         if (bad := ctx.check_model(body.model)) is not None:
             return bad
-        return await _serve_job(ctx, request, lambda: _completion_job(ctx, body, request))
+        return await _serve_job(ctx, request, lambda: _completion_job(ctx, body, request), "prompt")
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
         if (bad := ctx.check_model(body.model)) is not None:
             return bad
-        return await _serve_job(ctx, request, lambda: _chat_job(ctx, body, request))
+        return await _serve_job(ctx, request, lambda: _chat_job(ctx, body, request), "messages")
 
 
 async def _serve_job(
-    ctx: _Context, request: Request, build: Callable[[], Awaitable[Job | Response]]
+    ctx: _Context, request: Request, build: Callable[[], Awaitable[Job | Response]], prompt_param: str
 ) -> Response:
     """Build a request's job (a refusal is its error response), then run it on the engine."""
     try:
@@ -206,7 +218,7 @@ async def _serve_job(
     except CompileBudgetError as e:
         return budget_response(e)
     except (KvspillError, EngineUnavailableError, ServerBusyError) as e:
-        return exception_response(e)
+        return exception_response(e, prompt_param)
     if isinstance(job, Response):
         return job
     return await run_job(ctx.ae, job, request, ctx.metrics.rejected)
@@ -297,11 +309,7 @@ def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
 def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
     ae = ctx.ae
 
-    @app.get("/health")
-    @app.head("/health", include_in_schema=False)  # load balancers probe with HEAD
-    async def health() -> Response:
-        if ae.ready:
-            return Response(status_code=200)
+    def unavailable() -> JSONResponse:
         return error_response(
             503,
             ae.load_error or "the engine is still loading",
@@ -310,24 +318,35 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
             headers={"Retry-After": "1"},
         )
 
-    def model_card() -> dict[str, Any]:
+    @app.get("/health")
+    @app.head("/health", include_in_schema=False)  # load balancers probe with HEAD
+    async def health() -> Response:
+        return Response(status_code=200) if ae.ready else unavailable()
+
+    def model_card(max_model_len: int) -> dict[str, Any]:
         return {
             "id": ctx.settings.model_name,
             "object": "model",
             "created": ctx.created,
             "owned_by": "kvspill",
-            "max_model_len": ae.engine.max_model_len if ae.engine is not None else None,
+            "max_model_len": max_model_len,
         }
 
+    # A 503 while loading, as every route that needs the engine: clients that poll /v1/models
+    # for readiness (not /health) wait for a model that can answer.
     @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [model_card()]}
+    async def models() -> Response:
+        if not ae.ready or ae.engine is None:
+            return unavailable()
+        return JSONResponse({"object": "list", "data": [model_card(ae.engine.max_model_len)]})
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> Response:
         if (bad := ctx.check_model(model_id)) is not None:
             return bad
-        return JSONResponse(model_card())
+        if not ae.ready or ae.engine is None:
+            return unavailable()
+        return JSONResponse(model_card(ae.engine.max_model_len))
 
     @app.get("/v1/kv")
     async def kv() -> Response:

@@ -44,10 +44,13 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
     return error_response(400, message, "invalid_request_error", code, param)
 
 
-def exception_status(e: BaseException) -> tuple[int, dict, dict[str, str] | None]:
-    """(status, body, headers) for an exception raised while serving a request."""
+def exception_status(
+    e: BaseException, prompt_param: str = "messages"
+) -> tuple[int, dict, dict[str, str] | None]:
+    """(status, body, headers) for an exception raised while serving a request; `prompt_param`:
+    the field a context-length error names (`prompt` on completions)."""
     if isinstance(e, ContextLengthExceededError):
-        return 400, error_body(str(e), "invalid_request_error", "context_length_exceeded", "messages"), None
+        return 400, error_body(str(e), "invalid_request_error", "context_length_exceeded", prompt_param), None
     if isinstance(e, InvalidParameterError):
         return 400, error_body(str(e), "invalid_request_error", "invalid_value", e.param), None
     if isinstance(e, ForbiddenPathError):
@@ -67,8 +70,8 @@ def exception_status(e: BaseException) -> tuple[int, dict, dict[str, str] | None
     return 500, error_body(f"internal error: {type(e).__name__}: {e}", "server_error", "server_error"), None
 
 
-def exception_response(e: BaseException) -> JSONResponse:
-    status, body, headers = exception_status(e)
+def exception_response(e: BaseException, prompt_param: str = "messages") -> JSONResponse:
+    status, body, headers = exception_status(e, prompt_param)
     return JSONResponse(body, status_code=status, headers=headers)
 
 

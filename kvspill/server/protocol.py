@@ -39,39 +39,39 @@ _NO_DEFAULTS: Mapping[str, float | int] = MappingProxyType({})
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    include_usage: bool = False
-    continuous_usage_stats: bool = False  # vLLM's: every chunk carries the usage so far
+    include_usage: bool = Field(False, strict=True)
+    continuous_usage_stats: bool = Field(False, strict=True)  # vLLM's: every chunk carries the usage so far
 
 
 class _Sampling(StructuredFields):
     model_config = ConfigDict(extra="allow")  # kept to be refused by name (reject_unknown_fields)
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, strict=True)
     temperature: float | None = Field(None, ge=0, le=100)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, strict=True)
     min_p: float | None = Field(None, ge=0, le=1)
     stop: str | list[str] | None = None
-    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64, strict=True)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     repetition_penalty: float | None = Field(None, gt=0, le=10)
-    min_tokens: int | None = Field(None, ge=0)
-    ignore_eos: bool | None = None
+    min_tokens: int | None = Field(None, ge=0, strict=True)
+    ignore_eos: bool | None = Field(None, strict=True)
     # vLLM's extras, with its SamplingParams' meaning: token ids that end the output (as eos
     # does), the matched stop string kept in the text, special tokens kept in the text
     stop_token_ids: list[int] | None = Field(None, max_length=MAX_STOP_TOKEN_IDS)
-    include_stop_str_in_output: bool | None = None
-    skip_special_tokens: bool | None = None
+    include_stop_str_in_output: bool | None = Field(None, strict=True)
+    skip_special_tokens: bool | None = Field(None, strict=True)
     # kvspill's extra: go on past a full context by dropping its middle (--context-shift's default)
-    context_shift: bool | None = None
+    context_shift: bool | None = Field(None, strict=True)
     # kvspill's extras: this request's window on the gpu tier, at most the server's flags (a
     # larger value is a 400 from the engine, which knows them: scheduler/request_window.py)
-    hot_window_tokens: int | None = Field(None, ge=0)
-    num_sink_blocks: int | None = Field(None, ge=0)
-    n: int | None = Field(1, ge=1, le=MAX_N)
-    stream: bool = False
+    hot_window_tokens: int | None = Field(None, ge=0, strict=True)
+    num_sink_blocks: int | None = Field(None, ge=0, strict=True)
+    n: int | None = Field(1, ge=1, le=MAX_N, strict=True)
+    stream: bool = Field(False, strict=True)
     stream_options: StreamOptions | None = None
     user: str | None = None
 
@@ -133,10 +133,10 @@ class _Sampling(StructuredFields):
 class CompletionRequest(_Sampling):
     prompt: str | list[int] | list[str] | list[list[int]]
     suffix: str | None = None
-    max_tokens: int | None = Field(16, ge=0)  # 0: only with echo (score the prompt)
-    logprobs: int | None = Field(None, ge=0, le=20)
-    echo: bool = False
-    best_of: int | None = None
+    max_tokens: int | None = Field(16, ge=0, strict=True)  # 0: only with echo (score the prompt)
+    logprobs: int | None = Field(None, ge=0, le=20)  # lax: some clients send true (1)
+    echo: bool = Field(False, strict=True)
+    best_of: int | None = Field(None, strict=True)
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts of the request: a string or a token-id list is one; a list of them is a batch."""
@@ -218,8 +218,8 @@ class ChatTemplateFields(BaseModel):
     """vLLM's extras for rendering the messages: the generation prompt, continuing the final
     (assistant) message, and variables for the template (Qwen3's `enable_thinking`)."""
 
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
+    add_generation_prompt: bool = Field(True, strict=True)
+    continue_final_message: bool = Field(False, strict=True)
     chat_template_kwargs: dict[str, Any] | None = None
 
     def template_kwargs(self, messages: list[ChatMessage]) -> dict[str, Any]:
@@ -255,12 +255,12 @@ class ChatTemplateFields(BaseModel):
 
 class ChatCompletionRequest(_Sampling, ChatTemplateFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    max_completion_tokens: int | None = Field(None, ge=1, strict=True)
+    logprobs: bool = Field(False, strict=True)
+    top_logprobs: int | None = Field(None, ge=0, le=20, strict=True)
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: bool | None = Field(None, strict=True)
 
     def sampling_params(self, defaults: Mapping[str, float | int] = _NO_DEFAULTS) -> SamplingParams:
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -276,7 +276,7 @@ class TokenizeRequest(ChatTemplateFields):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(None, min_length=1)
-    add_special_tokens: bool = True
+    add_special_tokens: bool = Field(True, strict=True)
 
 
 class DetokenizeRequest(BaseModel):

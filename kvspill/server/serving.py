@@ -41,7 +41,7 @@ async def run_job(
     except Exception as e:  # noqa: BLE001 - mapped to the OpenAI error shape
         if on_reject is not None:
             on_reject(type(e).__name__)
-        return exception_response(e)
+        return exception_response(e, "messages" if job.chat else "prompt")
     by_id = dict(zip(req_ids, job.choices, strict=True))
     if job.stream:
         return StreamingResponse(

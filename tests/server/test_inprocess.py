@@ -129,6 +129,9 @@ def test_unavailable_until_loaded(app_server):
     assert r.status_code == 503 and r.json()["error"]["type"] == "unavailable"
     r = httpx.post(url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 2})
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
+    for route in ("/v1/models", "/v1/models/fake"):  # clients poll it for readiness too
+        r = httpx.get(url + route)
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1", route
     loaded.set()
     deadline = time.monotonic() + 5
     while httpx.get(url + "/health").status_code != 200:
@@ -136,6 +139,7 @@ def test_unavailable_until_loaded(app_server):
         time.sleep(0.02)
     r = httpx.post(url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 2})
     assert r.status_code == 200 and r.json()["choices"][0]["text"] == "x"
+    assert httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"] == 64
 
 
 def _wait_ready(url: str) -> None:

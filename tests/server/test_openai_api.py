@@ -160,9 +160,15 @@ def test_context_length_exceeded(server, client):
     assert e.value.body["message"].startswith(
         "This model's maximum context length is 1024 tokens. However, your request has 1100 input tokens"
     )
+    assert e.value.body["param"] == "prompt"  # the completions field (chat names messages)
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=server.model, prompt="hello", max_tokens=5000)
-    assert e.value.body["code"] == "context_length_exceeded"
+    assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "prompt"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=5000
+        )
+    assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "messages"
 
 
 @pytest.mark.parametrize(

@@ -151,3 +151,19 @@ def test_stream_options_need_a_stream_and_continuous_usage_counts_every_chunk(se
     counts = [c["usage"]["completion_tokens"] for c in chunks]
     assert counts == sorted(counts) and counts[-1] == 4 and all("usage" in c for c in chunks)
     assert {c["usage"]["prompt_tokens"] for c in chunks} == {chunks[0]["usage"]["prompt_tokens"]}
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"max_tokens": True}, "max_tokens"),  # not coerced to 1
+        ({"stream": "yes"}, "stream"),
+        ({"n": "2"}, "n"),
+        ({"stop": 5}, "stop"),  # the field, not pydantic's union member (`stop.str`)
+        ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+    ],
+)
+def test_wrong_types_are_400s_naming_the_field(server, body, param):
+    r = _chat(server, **{"messages": USER, **body})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
