@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -242,6 +243,11 @@ class Registry:
     def save_profile(
         self, name: str, model_name: str, flags: dict[str, Any], *, replace: bool = False
     ) -> Profile:
+        if not _PROFILE_NAME.fullmatch(name) or ".." in name.split("/"):
+            raise RegistryError(
+                f"profile name {name!r}: use letters, digits and _ . - : / (a model's name, as "
+                "org/name:TAG-default), starting with a letter or digit, no '..' part, up to 200"
+            )
         model = self.model(model_name)
         if model.kind == "embedded" and self._stored(model_name) is None:
             self.add_model(model)  # a profile's row refers to a stored model
@@ -299,6 +305,10 @@ def open_registry(data_dir: str | Path | None = None) -> Registry:
         registry.close()
         raise unavailable(root / DB_FILE, e) from e
     return registry
+
+
+# a profile's name goes into commands, logs and the dashboard: a model's name and a suffix
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
 
 
 def _embedded_entry() -> ModelEntry | None:

@@ -39,6 +39,15 @@ def test_the_embedded_model_is_listed_found_and_kept(tmp_path: Path, smollm2_ggu
     assert [m.name for m in other.listed_models()] == ["smol"]
 
 
+def test_profile_names_are_checked(tmp_path: Path):
+    reg = open_registry(tmp_path)
+    reg.add_model(_entry("org/name:Q4_K_M"))
+    reg.save_profile("org/name:Q4_K_M-default", "org/name:Q4_K_M", {})  # what default_profile makes
+    for bad in ("", " x", "../../x", "a/../b", "-x", "a b", "a\nb"):
+        with pytest.raises(RegistryError, match="profile name"):
+            reg.save_profile(bad, "org/name:Q4_K_M", {})
+
+
 def test_model_and_profile_crud(tmp_path: Path):
     reg = open_registry(tmp_path)
     assert reg.version == SCHEMA_VERSION and reg.models() == []
