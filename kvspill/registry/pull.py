@@ -215,7 +215,12 @@ def _registered(registry: Registry, model: str) -> ModelEntry | None:
 
 
 def _cached(repo_id: str, cache_dir: str | Path | None) -> bool:
-    """A checkpoint of `repo_id` (its config.json at `main`) is in the HF cache; no network."""
-    from huggingface_hub import try_to_load_from_cache
+    """A snapshot of `repo_id` in the HF cache that loads as it is (a config.json, or one GGUF
+    file; `main` or, without refs, the newest snapshot), as `resolve_model` finds it; no network."""
+    from kvspill.model.resolve import resolve_model
 
-    return isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir), str)
+    try:
+        resolve_model(repo_id, hf_cache_dir=cache_dir)
+    except ModelNotFoundError:
+        return False
+    return True

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 from registry.hub_server import Hub
+from tiny_gguf import write_tiny_gguf
 
 from kvspill.errors import ModelNotFoundError
 from kvspill.model.resolve import resolve_model
@@ -179,6 +180,21 @@ def test_ensure_local_model_finds_the_hf_cache_without_the_registry(hub: Hub, tm
     assert fresh == "org/tiny" and len(hub.state.requests) == seen
     # resolve_model finds it by id, though the cache's file list names the .bin files not pulled
     assert resolve_model("org/tiny", hf_cache_dir=hub.cache).kind == "dir"
+
+
+def test_a_cached_gguf_only_repo_without_refs_is_found_offline(hub: Hub, tmp_path: Path):
+    """A snapshot `hf download` left (one GGUF, no config.json, no refs/main) is what resolve_model
+    loads, so the CLI takes it too, offline or not, without a request to the hub."""
+    cache = tmp_path / "hf-cache"
+    snapshot = cache / "models--org--only-gguf" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    write_tiny_gguf(snapshot / "only.Q8_0.gguf")
+    for offline in (True, False):
+        found = ensure_local_model(
+            "org/only-gguf", offline=offline, data_dir=tmp_path / "d", cache_dir=cache, endpoint=hub.url
+        )
+        assert found == "org/only-gguf"
+    assert hub.state.requests == []
 
 
 def test_offline_refuses_to_download(hub: Hub, monkeypatch: pytest.MonkeyPatch):
