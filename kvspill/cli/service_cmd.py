@@ -99,8 +99,29 @@ def _kvspill_command() -> tuple[str, ...]:
     return (str(Path(sys.executable).absolute()), "-m", "kvspill")
 
 
-def _resolved_shutdown_timeout(command: tuple[str, ...], serve_args: list[str]) -> float:
-    """Run `kvspill serve ARGS --print-config` as the service would: exit as it does on a bad
+def _environment_file_settings(path: Path) -> dict[str, str]:
+    """The KVSPILL_* lines of an EnvironmentFile (KEY=VALUE, # comments, optional quotes), as
+    systemd passes them; none when the file is missing or unreadable."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    settings = {}
+    for line in lines:
+        key, sep, value = line.strip().partition("=")
+        if sep and key.startswith("KVSPILL_"):
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            settings[key.strip()] = value
+    return settings
+
+
+def _resolved_shutdown_timeout(
+    command: tuple[str, ...], serve_args: list[str], environment_file: Path
+) -> float:
+    """Run `kvspill serve ARGS --print-config` as the service would (with the EnvironmentFile's
+    KVSPILL_* settings, e.g. KVSPILL_SHUTDOWN_TIMEOUT, as it stands now): exit as it does on a bad
     argument; else its --shutdown-timeout."""
     shell_only = sorted(k for k, v in os.environ.items() if k.startswith("KVSPILL_") and v)
     if shell_only:
@@ -110,6 +131,7 @@ def _resolved_shutdown_timeout(command: tuple[str, ...], serve_args: list[str]) 
             err=True,
         )
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSPILL_")}
+    env.update(_environment_file_settings(environment_file))
     argv = [*command, "serve", *serve_args, "--print-config"]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -164,14 +186,17 @@ def _unit_spec(bare: str, user: bool, args: list[str], run_as: str | None) -> Un
     from kvspill import __version__
 
     command = _kvspill_command()
+    environment_file = default_environment_file(bare, user)
     spec = UnitSpec(
         name=bare,
         user_mode=user,
         command=command,
         serve_args=tuple(args),
         working_directory=str(Path.cwd()),
-        shutdown_timeout_s=_resolved_shutdown_timeout(command, args),
-        environment_file=default_environment_file(bare, user),
+        shutdown_timeout_s=_resolved_shutdown_timeout(
+            command, args, Path(environment_file.replace("%h", str(Path.home())))
+        ),
+        environment_file=environment_file,
         run_as=run_as,
         version=__version__,
     )

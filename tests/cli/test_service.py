@@ -185,6 +185,18 @@ def test_install_warns_of_shell_settings_the_service_will_not_see(fake_systemd):
     assert "TimeoutStopSec=45" in result.output  # the service's 30 s default, not the shell's 99
 
 
+def test_the_drain_time_follows_the_environment_file(fake_systemd, tmp_path, monkeypatch):
+    """KVSPILL_SHUTDOWN_TIMEOUT in the unit's EnvironmentFile (where the docs put KVSPILL_*
+    settings) sets TimeoutStopSec as a flag would: systemd must not kill a server still draining."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    env_file = tmp_path / ".config" / "kvspill" / "kvspill.env"
+    env_file.parent.mkdir(parents=True)
+    env_file.write_text('# settings\nKVSPILL_SHUTDOWN_TIMEOUT="90"\nKVSPILL_API_KEY=k\n')
+    result = _kvspill("service", "install", "--user", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "TimeoutStopSec=105" in result.output  # 90 s + the margin
+
+
 def test_install_writes_reloads_and_enables_a_user_unit(fake_systemd, tmp_path):
     result = _kvspill("service", "install", "--user", "--name", "llm", "--", "--port", "9001")
     assert result.exit_code == 0, result.output
