@@ -98,15 +98,37 @@ def plan_command(
     try:
         model = _registered_or_given(model)
         payload, plans, header = plan_json(model, engine, ram_budget, context, kv_dtype, gpu)
+        refusals = _host_refusals(engine) if gpu is None else []
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
     if as_json:
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(json.dumps({**payload, "host_refusals": refusals}, indent=2))
     else:
-        typer.echo(_text_report(plans, header + _not_planned(engine)))
-    if not plans["yours"].fits:
+        report = _text_report(plans, header + _not_planned(engine))
+        typer.echo("\n".join([report, *(f"serve would refuse on this host: {r}" for r in refusals)]))
+    if not plans["yours"].fits or refusals:
         raise typer.Exit(1)
+
+
+def _host_refusals(engine: EngineOptions) -> list[str]:
+    """What `serve` with these flags refuses on this host before loading (a cpu tier past the
+    available RAM, a disk tier past the free space: engine/host_budgets.py), which the plan,
+    a plan for any host, does not check."""
+    from kvspill.engine.host_budgets import HostBudgetError, check_cpu_kv_budget, check_disk_kv_budget
+    from kvspill.options import engine_config
+
+    config = engine_config(engine, None)
+    refusals = []
+    for check in (
+        lambda: check_cpu_kv_budget(config.cpu_kv_budget_bytes),
+        lambda: check_disk_kv_budget(config.kv_disk_dir, config.disk_kv_budget_bytes),
+    ):
+        try:
+            check()
+        except HostBudgetError as e:
+            refusals.append(str(e))
+    return refusals
 
 
 def _registered_or_given(model: str | None) -> str | None:

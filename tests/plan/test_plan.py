@@ -469,9 +469,13 @@ def test_cli_table(cli: typer.Typer) -> None:
 def test_cli_plans_a_registry_name(cli: typer.Typer, tmp_path: Path, monkeypatch) -> None:
     """`kvspill plan NAME` plans a registered model's files (the embedded model by its name), as
     generate and serve take NAME; a name that is nothing here still says what MODEL may be."""
+    from kvspill.plan import flag_plans
     from kvspill.registry import open_registry
     from kvspill.registry.store import ModelEntry
 
+    # every plan reads the host's available RAM: one reading for all, or they differ by the drift
+    room = flag_plans.HostRoom(20 * 2**30, 100 * 2**30)
+    monkeypatch.setattr(flag_plans, "read_host_room", lambda kv_disk_dir=None: room)
     monkeypatch.setenv("KVSPILL_DATA_DIR", str(tmp_path))
     env_settings.cache_clear()
     embedded = CliRunner().invoke(cli, ["plan", "SmolLM2-135M-Instruct", "--json"])
@@ -485,6 +489,18 @@ def test_cli_plans_a_registry_name(cli: typer.Typer, tmp_path: Path, monkeypatch
     assert json.loads(named.output)["plans"] == json.loads(by_shape.output)["plans"]
     unknown = CliRunner().invoke(cli, ["plan", "org/not-here"])
     assert unknown.exit_code == 2 and "is not a local directory" in unknown.output
+
+
+def test_cli_says_what_serve_would_refuse_on_this_host(cli: typer.Typer) -> None:
+    """A cpu tier past this host's RAM plans (any host's plan) but serve refuses it: plan says so
+    and exits 1; with --gpu (another machine's figures) the host is not checked."""
+    args = ["plan", "llama-1b", "--vram-budget", "16GiB", "--cpu-kv-budget", "99999GiB"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and "serve would refuse on this host: --cpu-kv-budget" in result.output
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    assert "of RAM available" in data["host_refusals"][0]
+    other_host = CliRunner().invoke(cli, [*args, "--gpu", "h100", "--json"])
+    assert json.loads(other_host.output)["host_refusals"] == []
 
 
 def test_cli_json_uses_calibration(cli: typer.Typer) -> None:
