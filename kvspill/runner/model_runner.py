@@ -326,10 +326,7 @@ class ModelRunner:
             )
         # Checked on the CPU only (on CUDA it would cost a sync per step): fp16 is the CPU default.
         if self.device.type == "cpu" and not torch.isfinite(logits).all():
-            message = (
-                "the model produced non-finite logits: its activations overflow in "
-                f"{self.storage.layout.dtype}; restart with --dtype bfloat16 or --dtype float32"
-            )
+            message = _non_finite_message(self.storage.layout.dtype)
             return PendingStepOutput(
                 StepOutput(sampled_token_ids={}, failed={r: message for r in inputs.req_ids})
             )
@@ -351,3 +348,17 @@ class ModelRunner:
         return PendingStepOutput(
             req_ids=inputs.req_ids, sampled=self._last_sampled, logprobs=logprobs, prompt_logprobs=prompt_lps
         )
+
+
+def _non_finite_message(dtype: torch.dtype) -> str:
+    """What to do about NaN or inf logits: a wider dtype, unless float32 holds them already (then
+    the weights themselves hold NaN or inf)."""
+    if dtype == torch.float32:
+        return (
+            "the model produced non-finite logits in float32: its weights hold NaN or inf values, "
+            "or overflow even float32; check the checkpoint (download it again)"
+        )
+    return (
+        f"the model produced non-finite logits: its activations overflow in {dtype}; "
+        "restart with --dtype bfloat16 or --dtype float32"
+    )
