@@ -147,6 +147,6 @@ def register(app: typer.Typer) -> None:
             "  kvspill serve                      # OpenAI-compatible API on 127.0.0.1:8000\n"
             "  kvspill status                     # what the server runs, its KV tiers\n"
             "  kvspill monitor --url http://127.0.0.1:8000   # live VRAM and KV tiers\n"
-            "  kvspill plan MODEL --vram-budget 16GiB --ram-budget 32GiB --context 128K\n"
+            "  kvspill plan MODEL --vram-budget 16GiB --cpu-kv-budget 32GiB --max-model-len 128K\n"
             "  kvspill doctor --calibrate         # measure this host for the planner"
         )
