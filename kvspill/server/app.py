@@ -259,8 +259,13 @@ async def _chat_job(ctx: _Context, body: ChatCompletionRequest, request: Request
     tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, engine.tokenizer.chat_template)
     if tools is not None and tools.guided is not None:
         if params.guided is not None:
+            why = (
+                "tool_choice required or named"
+                if tools.mode != "auto"
+                else "tools on this model (its template has no tool support, so a grammar writes its answers)"
+            )
             raise InvalidParameterError(
-                params.guided.param, "cannot be combined with tool_choice required or named"
+                params.guided.param, f"{params.guided.param} cannot be combined with {why}"
             )
         params = replace(params, guided=tools.guided)
     params = await ctx.gate.prepare(engine, params, request)

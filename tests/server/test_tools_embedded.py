@@ -57,6 +57,13 @@ def test_auto_answers_a_call_or_text(client, server):
     assert "Tokyo" in text.message.content and not text.message.content.startswith("{")
 
 
+def test_response_format_beside_generic_tools_is_a_400_saying_why(client, server):
+    with pytest.raises(openai.BadRequestError) as bad:
+        _ask(client, server, "Hi", response_format={"type": "json_object"})
+    assert bad.value.body["param"] == "response_format"
+    assert "cannot be combined with tools on this model" in bad.value.body["message"]
+
+
 def test_required_parallel_is_bounded_and_a_cut_keeps_the_finished_calls(client, server):
     both = _ask(client, server, BOTH, tool_choice="required").choices[0]
     assert both.finish_reason == "tool_calls"
