@@ -31,6 +31,15 @@ class InvalidParameterError(KvspillError, ValueError):
         self.param = param
 
 
+class ChatTemplateError(InvalidParameterError):
+    """The model's chat template refused the messages (its raise_exception: roles that do not
+    alternate, a role it does not take) or does not compile; the message is the template's own.
+    An InvalidParameterError of `messages`: the server answers 400."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("messages", message)
+
+
 class ContextLengthExceededError(KvspillError, ValueError):
     """The prompt (or prompt + max_tokens) does not fit the model's context."""
 

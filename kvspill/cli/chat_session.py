@@ -42,8 +42,10 @@ class ChatSession:
         self.stop_reply.clear()
         previous = _set_sigint(lambda *_: self.stop_reply.set())
         reply = ""
-        stream = self.llm.stream(self.llm.chat_prompt(self.history), self.params)
+        stream: Iterator[Any] | None = None
         try:
+            # a chat-template error (a role it refuses) drops the turn as an engine error does
+            stream = self.llm.stream(self.llm.chat_prompt(self.history), self.params)
             for out in stream:
                 self.out.write(out.delta_text)
                 self.out.flush()
@@ -51,12 +53,12 @@ class ChatSession:
                 if self.stop_reply.is_set():
                     self.out.write(" [stopped]")
                     break
-        except Exception as e:  # a KvspillError from the engine: the turn is dropped, the session stays
+        except Exception as e:  # a KvspillError (template or engine): the turn is dropped, the session stays
             on_error(e)
             self.history.pop()
             return
         finally:
-            if hasattr(stream, "close"):
+            if stream is not None and hasattr(stream, "close"):
                 stream.close()  # aborts the request if it is still running
             _set_sigint(previous)
         self.out.write("\n")

@@ -126,6 +126,7 @@ def chat_cmd(
         llm = _make_llm(model, engine, offline)
         # the model's recommended values (--generation-config) where no flag is given
         params = replace(params, **{**_CHAT_SAMPLING, **llm.sampling_defaults, **given})
+        _check_chat_template(llm, system)
     except KvspillError as e:
         _fail(e)
         return
@@ -137,6 +138,30 @@ def chat_cmd(
         "Ctrl-D, an empty line or /exit quits."
     )
     ChatSession(llm, params, system).run(input, lambda e: typer.echo(f"\nerror: {e}", err=True))
+
+
+def _check_chat_template(llm: Any, system: str | None) -> None:
+    """Before the first prompt: the model has a chat template, and it takes a first turn (with
+    the --system message): a KvspillError saying so otherwise."""
+    from kvspill.errors import ChatTemplateError
+
+    user = {"role": "user", "content": "Hello"}
+    first = [{"role": "system", "content": system}] if system else []
+    try:
+        llm.chat_prompt([*first, user])
+        return
+    except ChatTemplateError as e:
+        refused = e
+    if system:
+        try:
+            llm.chat_prompt([user])
+        except ChatTemplateError:
+            pass
+        else:
+            raise ChatTemplateError(
+                f"the model's chat template takes no system message ({refused}): drop --system"
+            ) from refused
+    raise ChatTemplateError(f"the model's chat template refuses a first turn: {refused}") from refused
 
 
 @app.command()
@@ -273,7 +298,10 @@ def main() -> None:
     try:
         app()
     except KvspillError as e:  # one a command did not catch itself: still one line
-        _fail(e)
+        try:
+            _fail(e)
+        except typer.Exit as stop:  # outside app(): nothing turns typer's Exit into the exit code
+            sys.exit(stop.exit_code)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,15 @@
   generation_config.json's when present, and the tokenizer's eos token;
 - `bos_token_id` / `add_bos_token`: whether `encode` prepends BOS (chat templates carry their
   own BOS in the template text, so `apply_chat_template` never adds a second one);
-- `chat_template` (from tokenizer_config / chat_template.jinja, or GGUF metadata);
+- `chat_template` (from tokenizer_config / chat_template.jinja, or GGUF metadata; a model's named
+  templates as one: text/chat_templates.py `model_template`);
 - `fim_tokens`: fill-in-the-middle token strings and ids when the vocab has them.
 
 Loading never touches the network: the model was resolved to local files first.
+
+A template's refusal (jinja's raise_exception: roles that do not alternate, a system message it
+takes none of) and a template that does not compile are a `ChatTemplateError` (a KvspillError and a
+ValueError) with the template's own message, never jinja's exception.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from typing import Any
 
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-from kvspill.errors import ModelNotFoundError, UnsupportedModelError
+from kvspill.errors import ChatTemplateError, ModelNotFoundError, UnsupportedModelError
 from kvspill.gguf.cache import gguf_tokenizer
 from kvspill.model.resolve import ResolvedModel
+from kvspill.text.chat_templates import TOOLS_IN_USER, is_generic, model_template
 
 # (prefix, suffix, middle) spellings seen in released vocabularies, most common first.
 _FIM_SPELLINGS = (
@@ -73,12 +79,30 @@ class TokenizerBundle:
                 "This model has no chat template (it is probably a base model), so it cannot take chat "
                 "messages. Send a plain text prompt (completions) instead, or use an instruct model."
             )
+        from jinja2 import TemplateError, TemplateSyntaxError
+
+        kwargs = {"add_generation_prompt": True, **template_kwargs}
+        try:
+            return self._render(messages, kwargs)
+        except TemplateSyntaxError as e:
+            raise ChatTemplateError(f"the chat template does not compile: {e} (line {e.lineno})") from e
+        except TemplateError as e:
+            if kwargs.get("tools") and is_generic(self.chat_template):
+                # The generic tools text goes into a system message, and this template takes none
+                # (Mistral v0.1/v0.2): the text goes in front of the first user message instead.
+                try:
+                    return self._render(messages, {**kwargs, TOOLS_IN_USER: True})
+                except TemplateError:
+                    pass
+            raise ChatTemplateError(str(e) or type(e).__name__) from e
+
+    def _render(self, messages: Sequence[dict[str, Any]], kwargs: dict[str, Any]) -> list[int]:
         ids = self.hf.apply_chat_template(
             list(messages),
             chat_template=self.chat_template,
             tokenize=True,
             return_dict=False,
-            **{"add_generation_prompt": True, **template_kwargs},
+            **kwargs,
         )
         return [int(i) for i in ids]  # type: ignore[arg-type]  # list[int] with return_dict=False
 
@@ -100,13 +124,13 @@ def load_tokenizer(resolved: ResolvedModel, hf_config: PretrainedConfig | None =
         )
     bos_id = tokenizer.bos_token_id
     add_bos = bos_id is not None and tokenizer.encode("", add_special_tokens=True)[:1] == [bos_id]
-    template = getattr(tokenizer, "chat_template", None)
     return TokenizerBundle(
         hf=tokenizer,
         eos_token_ids=frozenset(eos),
         bos_token_id=bos_id,
         add_bos_token=add_bos,
-        chat_template=template if isinstance(template, str) else None,
+        # several named templates (a dict): one that picks among them as transformers does
+        chat_template=model_template(getattr(tokenizer, "chat_template", None)),
         fim_tokens=_find_fim_tokens(tokenizer),
     )
 
