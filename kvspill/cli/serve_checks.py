@@ -51,16 +51,25 @@ def check_port(host: str, port: int) -> None:
 
 
 def check_model(model: str | None) -> None:
-    """Found (ModelNotFoundError) and, for a Hugging Face directory, an architecture kvspill runs."""
+    """Found (ModelNotFoundError) and an architecture kvspill runs (a Hugging Face directory's
+    config.json, a GGUF file's header)."""
     if model is not None and model.startswith("random:"):
         return
+    from kvspill.model.registry import supported_architectures, supported_model_types
     from kvspill.model.resolve import resolve_model
 
     resolved = resolve_model(model)
-    if resolved.kind != "dir":
-        return  # a GGUF file's architecture is read with its header by the loader
+    if resolved.kind == "gguf":
+        from kvspill.gguf.header import read_header
+
+        arch = read_header(resolved.path).architecture  # read (and cached) by resolve_model
+        if arch is not None and arch not in supported_model_types():
+            raise UnsupportedModelError(
+                f"{resolved.display_name} is a GGUF of architecture {arch!r}, which kvspill does not "
+                f"run; it runs: {', '.join(supported_model_types())}"
+            )
+        return
     config = json.loads((resolved.path / "config.json").read_text(encoding="utf-8"))
-    from kvspill.model.registry import supported_architectures
 
     archs = config.get("architectures") or []
     if archs and archs[0] not in supported_architectures():

@@ -463,6 +463,10 @@ def _prelude(
         # extended/extreme: the context and RoPE scaling of the mode, before anything loads
         config = mode_config(config, device.type, _card(device)[0], host_room(config))
         check_kv_cache_dtype(config, device)  # before loading anything
+        if not is_random_model(config.model):
+            # found and readable (headers only: a GGUF cut short or in a type kvspill cannot read),
+            # before the memory plan is printed
+            resolve_model(config.model)
         preflight(config)
         facts = DeviceFacts.read(device.type, _card(device)[0], tp.size)
         calibration = load_calibration()  # read once: the plans and the cold path use it

@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,11 +88,11 @@ def load_model(
     `keep_quantized` (a GGUF file): the quantized tensors stay in their blocks (gguf_weights.py).
     `tp`: this rank's shard only (model/parallel.py); every rank reads the whole file."""
     config = load_hf_config(resolved)
+    arch = architecture_of(config)  # first: an architecture kvspill does not run is the error, not its RoPE
+    cls = get_model_class(arch)
     if rope_scaling is not None:
         apply_rope_override(config, rope_scaling)
     max_len = _max_model_len(config, max_model_len)
-    arch = architecture_of(config)
-    cls = get_model_class(arch)
     source = _weight_source(resolved, config, device, keep_quantized, fp8)
     with torch.device("meta"):
         model = cls(config, max_model_len=max_len, dtype=dtype, tp=tp)
@@ -191,8 +192,13 @@ def load_hf_config(resolved: ResolvedModel) -> PretrainedConfig:
         from transformers.models.auto.configuration_auto import AutoConfig
 
         return AutoConfig.from_pretrained(str(path))
+    except struct.error as e:  # a read past the end: resolve_model's header walk missed it
+        raise ModelNotFoundError(
+            f"Cannot read the config of {str(path)!r}: the file is truncated or corrupt ({e}): download it again."
+        ) from e
     except (ValueError, KeyError) as e:
         # Unknown model_type / GGUF architecture: transformers cannot describe it, nor can we.
+        # (A GGUF file cut short was refused by resolve_model, which walks its header.)
         from kvspill.model.registry import supported_architectures
 
         raise UnsupportedModelError(
@@ -249,8 +255,10 @@ def check_max_model_len(
     resolved: ResolvedModel, rope_scaling: dict[str, Any] | None, max_model_len: int | None
 ) -> int:
     """The context `load_model` will give this model, from its config alone (no weights): an
-    InvalidParameterError past what its RoPE (with `rope_scaling`) supports, before loading."""
+    InvalidParameterError past what its RoPE (with `rope_scaling`) supports, before loading. An
+    architecture kvspill does not run is refused first, as `load_model` refuses it."""
     config = load_hf_config(resolved)
+    get_model_class(architecture_of(config))
     if rope_scaling is not None:
         apply_rope_override(config, dict(rope_scaling))
     return _max_model_len(config, max_model_len)

@@ -31,6 +31,11 @@ def supported_architectures() -> list[str]:
     return sorted(_ARCHITECTURES)
 
 
+def supported_model_types() -> list[str]:
+    """The `model_type`s kvspill runs; a GGUF file's `general.architecture` is one of them."""
+    return sorted(_MODEL_TYPES)
+
+
 def get_model_class(architecture: str) -> type[LlamaForCausalLM]:
     cls = _ARCHITECTURES.get(architecture)
     if cls is None:

