@@ -236,6 +236,14 @@ class EngineConfig:
             )
         if self.block_size not in (8, 16, 32, 64, 128):
             raise bad("block_size", f"--block-size must be 8, 16, 32, 64 or 128, got {self.block_size}")
+        if self.max_model_len is not None and (
+            not isinstance(self.max_model_len, int) or isinstance(self.max_model_len, bool)
+        ):
+            raise bad(
+                "max_model_len",
+                f"max_model_len is a token count: an int such as 16384 (LLM() also takes the command "
+                f"line's text, e.g. '16K'), got {self.max_model_len!r}",
+            )
         if self.max_model_len is not None and self.max_model_len < 16:
             raise bad("max_model_len", f"--max-model-len must be at least 16, got {self.max_model_len}")
         if self.max_num_batched_tokens < 1:
@@ -265,6 +273,12 @@ class EngineConfig:
         bad = InvalidParameterError
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise bad("num_kv_blocks", f"num_kv_blocks must be at least 2, got {self.num_kv_blocks}")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, Mapping):
+            raise bad(
+                "rope_scaling",
+                "rope_scaling is a dict such as {'rope_type': 'yarn', 'factor': 4.0} (LLM() also takes the "
+                f"command line's TYPE:FACTOR or JSON text, e.g. 'yarn:4'), got {self.rope_scaling!r}",
+            )
         if self.rope_scaling is not None:
             rope_type = rope_type_of(self.rope_scaling)
             if rope_type not in ROPE_TYPES:

@@ -8,28 +8,81 @@
 All prompts are queued at once and run through the engine's one step loop (`LLMEngine.run()`)
 together; outputs come back in the order of the prompts. A model without a tokenizer (`random:` shapes) takes
 token-id prompts only, with `SamplingParams(detokenize=False)`; what needs text raises.
+
+vLLM's call shapes work too: a prompt may be vLLM's TextPrompt `{"prompt": str}` or TokensPrompt
+`{"prompt_token_ids": [int, ...]}`; `sampling_params=` is `params`. The engine options take the
+command line's text forms as well (`max_model_len="16K"`, `rope_scaling="yarn:4"`,
+`cpu_kv_budget_bytes="32GiB"`: `options.python_engine_kwargs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import operator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
 from kvspill.config import EngineConfig
 from kvspill.engine.core import LLMEngine
-from kvspill.errors import UnsupportedModelError
+from kvspill.errors import InvalidParameterError, UnsupportedModelError
+from kvspill.options import python_engine_kwargs
 from kvspill.sampling_params import SamplingParams
 from kvspill.text.tokenizer import TokenizerBundle
 from kvspill.types import RequestOutput
 
 Message = dict[str, Any]
+# vLLM's TextPrompt {"prompt": str} and TokensPrompt {"prompt_token_ids": [int, ...]}
+PromptDict = Mapping[str, Any]
+Prompt = str | list[int] | PromptDict
+_ACCEPTED = (
+    "a prompt is a str, a list of token ids, or vLLM's {'prompt': str} / {'prompt_token_ids': [int, ...]}"
+)
+
+
+def _prompt(value: Any) -> str | list[int]:
+    """One prompt as the engine takes it: text, or token ids (vLLM's prompt dicts unwrapped)."""
+    if isinstance(value, Mapping):
+        extra = sorted(set(value) - {"prompt", "prompt_token_ids"})
+        if extra:
+            raise InvalidParameterError(
+                "prompt", f"a prompt dict takes 'prompt' or 'prompt_token_ids'; kvspill takes no {extra}"
+            )
+        if "prompt_token_ids" in value:  # vLLM: the token ids win over a 'prompt' beside them
+            value = value["prompt_token_ids"]
+        elif "prompt" in value:
+            value = value["prompt"]
+            if not isinstance(value, str):
+                raise InvalidParameterError("prompt", f"'prompt' must be a str, got {type(value).__name__}")
+        else:
+            raise InvalidParameterError("prompt", f"an empty prompt dict: {_ACCEPTED}")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
+        ids = list(value)
+        for t in ids:
+            if not hasattr(t, "__index__"):
+                raise InvalidParameterError(
+                    "prompt", f"token ids are ints; got {t!r} ({type(t).__name__}). {_ACCEPTED}"
+                )
+        return [operator.index(t) for t in ids]  # Python ints (numpy's and torch's converted)
+    raise InvalidParameterError("prompt", f"got a {type(value).__name__}: {_ACCEPTED}")
+
+
+def _params_arg(params: Any, sampling_params: Any) -> Any:
+    """`params`, or vLLM's name for it, `sampling_params` (not both)."""
+    if sampling_params is None:
+        return params
+    if params is not None:
+        raise InvalidParameterError(
+            "sampling_params", "give params or sampling_params (its vLLM name), not both"
+        )
+    return sampling_params
 
 
 class LLM:
     def __init__(self, model: str | None = None, **engine_options: Any) -> None:
-        self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
+        self.engine = LLMEngine(EngineConfig(model=model, **python_engine_kwargs(engine_options)))
 
     def close(self) -> None:
         """Stop the engine's tensor-parallel workers, if any (engine/parallel.py)."""
@@ -60,15 +113,21 @@ class LLM:
 
     def generate(
         self,
-        prompts: str | list[int] | Sequence[str | list[int]],
+        prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
-        """Run every prompt (text or token ids) to completion; outputs in prompt order."""
-        if isinstance(prompts, str) or (
+        """Run every prompt (text, token ids, or vLLM's prompt dicts) to completion; outputs in
+        prompt order. `sampling_params` is vLLM's name for `params`."""
+        params = _params_arg(params, sampling_params)
+        if isinstance(prompts, (str, Mapping)) or (
             prompts and isinstance(prompts, list) and isinstance(prompts[0], int)
         ):
-            prompts = [prompts]
-        prompt_list = list(prompts)
+            prompts = [prompts]  # one prompt
+        if not isinstance(prompts, Iterable):
+            raise InvalidParameterError("prompts", f"prompts are one prompt or a list of them; {_ACCEPTED}")
+        prompt_list = [_prompt(p) for p in prompts]
         if params is None or isinstance(params, SamplingParams):
             params_list = [params or self.engine.default_sampling_params()] * len(prompt_list)
         else:
@@ -87,10 +146,14 @@ class LLM:
         return [finals[r] for r in req_ids]
 
     def stream(
-        self, prompt: str | list[int], params: SamplingParams | None = None
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        *,
+        sampling_params: SamplingParams | None = None,
     ) -> Iterator[RequestOutput]:
         """Yield one output per step for a single prompt (deltas in `delta_text`)."""
-        req_id = self.engine.add_request(prompt, params)
+        req_id = self.engine.add_request(_prompt(prompt), _params_arg(params, sampling_params))
         try:
             for step in self.engine.run():
                 for out in step.outputs:
@@ -114,13 +177,15 @@ class LLM:
         continue_final_message: bool = False,
         tools: list[dict[str, Any]] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
         """Apply the model's chat template to one conversation (or several) and generate.
 
-        The keyword arguments are vLLM's `LLM.chat` ones: `continue_final_message` (with
-        add_generation_prompt=False) continues the last, assistant, message; `tools` (OpenAI's
-        function shape) and `chat_template_kwargs` (e.g. {"enable_thinking": False}) reach the
-        template."""
+        The keyword arguments are vLLM's `LLM.chat` ones: `sampling_params` (`params`);
+        `continue_final_message` (with add_generation_prompt=False) continues the last,
+        assistant, message; `tools` (OpenAI's function shape) and `chat_template_kwargs` (e.g.
+        {"enable_thinking": False}) reach the template."""
+        params = _params_arg(params, sampling_params)
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         template_kwargs = {
             **(chat_template_kwargs or {}),

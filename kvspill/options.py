@@ -26,7 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -282,6 +282,19 @@ def engine_kwargs(options: EngineOptions) -> dict[str, Any]:
     for name, value in options.given().items():
         parse = flag_meta(name)["parse"]
         out[config_field(name)] = parse(value, flag_name(name)) if parse else value
+    return out
+
+
+def python_engine_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """EngineConfig keyword arguments as the Python API (`LLM(model, **kwargs)`) takes them: the
+    text a flag takes is read as the flag reads it, for the field the flag sets
+    (max_model_len="16K", rope_scaling="yarn:4", cpu_kv_budget_bytes="32GiB"); other values
+    as they are, for EngineConfig to check."""
+    out = dict(kwargs)
+    for name in option_names():
+        parse, field_name = flag_meta(name)["parse"], config_field(name)
+        if parse is not None and isinstance(out.get(field_name), str):
+            out[field_name] = parse(out[field_name], field_name)
     return out
 
 
