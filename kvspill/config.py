@@ -49,6 +49,12 @@ def parse_rope_scaling(text: str) -> dict[str, Any]:
             raise InvalidParameterError("rope_scaling", "--rope-scaling JSON must be an object")
         return value
     rope_type, _, factor = text.partition(":")
+    if not factor and rope_type not in ("default", "none"):
+        raise InvalidParameterError(
+            "rope_scaling",
+            f"--rope-scaling {text!r} has no factor: write TYPE:FACTOR such as {rope_type or 'yarn'}:4 "
+            "(the context grows by FACTOR)",
+        )
     try:
         return {"rope_type": rope_type, "factor": float(factor or "1")}
     except ValueError as e:

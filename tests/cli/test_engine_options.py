@@ -306,6 +306,11 @@ def test_flags_reach_generate_and_the_bench_suites(monkeypatch, tmp_path):
         (["--vram-budget", "lots"], {}, "--vram-budget: cannot read 'lots' as a size"),
         (["--cpu-kv-budget", "much"], {}, "--cpu-kv-budget: cannot read 'much' as a size"),
         (["--rope-scaling", "yarn:x"], {}, "--rope-scaling expects TYPE:FACTOR"),
+        (
+            ["--rope-scaling", "yarn"],
+            {},
+            "--rope-scaling 'yarn' has no factor: write TYPE:FACTOR such as yarn:4",
+        ),
         (["--num-sink-blocks", "-1"], {}, "--num-sink-blocks and --hot-window-tokens must not be negative"),
         (["--block-size", "7"], {}, "--block-size must be 8, 16, 32, 64 or 128, got 7"),
     ],
