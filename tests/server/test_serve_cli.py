@@ -89,7 +89,12 @@ def test_sigterm_lets_in_flight_request_finish(tiny_llama_dir: Path, tmp_path: P
 
     t = threading.Thread(target=request)
     t.start()
-    time.sleep(0.3)
+    # SIGTERM once the request runs: one still on its way in is closed unanswered, as uvicorn
+    # does on shutdown (a fixed 0.3 s sleep lost that race on a loaded 2-core CI machine)
+    deadline = time.monotonic() + 20
+    while not result and not httpx.get(server.url + "/v1/kv", timeout=5).json()["requests"]:
+        assert time.monotonic() < deadline, "the request never started"
+        time.sleep(0.05)
     server.proc.send_signal(signal.SIGTERM)
     t.join(60)
     try:
@@ -101,6 +106,12 @@ def test_sigterm_lets_in_flight_request_finish(tiny_llama_dir: Path, tmp_path: P
     assert result[0].json()["usage"]["completion_tokens"] == 400
     with pytest.raises(httpx.HTTPError):
         httpx.get(server.url + "/health", timeout=1)
+
+
+def _num_requests(server) -> int:
+    """Requests the engine holds, running or waiting."""
+    scheduler = httpx.get(server.url + "/v1/kv", timeout=5).json()["scheduler"]
+    return int(scheduler["num_running"] + scheduler["num_waiting"])
 
 
 def test_warns_without_api_key_beyond_loopback(monkeypatch, caplog):
@@ -151,7 +162,10 @@ def test_sigterm_aborts_requests_past_shutdown_timeout(tiny_llama_dir: Path, tmp
     for t in threads:
         t.start()
         time.sleep(0.05)
-    time.sleep(0.2)
+    deadline = time.monotonic() + 20  # every request in (one that is not would get no answer)
+    while _num_requests(server) < len(threads):
+        assert time.monotonic() < deadline, "the requests never all arrived"
+        time.sleep(0.05)
     sent = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     try:
