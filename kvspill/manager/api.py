@@ -45,6 +45,7 @@ from kvspill.registry.profiles import default_profile, validate_flags
 from kvspill.registry.results import list_results, result_models
 from kvspill.registry.sources import inspect_source
 from kvspill.registry.store import Registry, RegistryError, RegistryUnavailableError, unavailable
+from kvspill.server.limits import http_error_message
 
 CHILD_ROUTES = {"v1/kv": "GET", "metrics": "GET", "v1/models": "GET", "v1/chat/completions": "POST"}
 
@@ -156,15 +157,8 @@ def _add_error_handlers(app: FastAPI, registry: Registry) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        if e.status_code == 404:
-            message = f"no route {request.method} {request.url.path}"
-        elif e.status_code == 405:
-            message = f"{request.url.path} does not take {request.method}"
-        else:
-            message = str(e.detail)
-        return _error(
-            e.status_code, message, "not_found_error" if e.status_code == 404 else "invalid_request_error"
-        )
+        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
+        return _error(e.status_code, http_error_message(request, e), kind)
 
     @app.exception_handler(KvspillError)
     async def user_error(request: Request, e: KvspillError) -> JSONResponse:

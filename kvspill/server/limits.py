@@ -135,17 +135,23 @@ def _replay(body: bytes, receive: Callable) -> Callable:
     return replay
 
 
+def http_error_message(request: Request, exc: StarletteHTTPException) -> str:
+    """What Starlette's own error (no route, wrong method) says to the client (the manager's too)."""
+    if exc.status_code == 404:
+        return f"no route {request.method} {request.url.path}"
+    if exc.status_code == 405:
+        return f"{request.url.path} does not take {request.method}"
+    return str(exc.detail)
+
+
 def add_http_error_handlers(app: FastAPI) -> None:
     """Starlette's own errors (no route, wrong method, an unparsable body) in OpenAI's shape."""
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = http_error_message(request, exc)
         if exc.status_code == 404:
-            message = f"no route {request.method} {request.url.path} (see /docs for the API)"
-        elif exc.status_code == 405:
-            message = f"{request.url.path} does not take {request.method}"
-        else:
-            message = str(exc.detail)
+            message += " (see /docs for the API)"
         code = _HTTP_CODES.get(exc.status_code, "invalid_request")
         headers = dict(exc.headers) if exc.headers else None
         return error_response(exc.status_code, message, "invalid_request_error", code, headers=headers)
