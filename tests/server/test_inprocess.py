@@ -3,14 +3,13 @@ keep-alives while waiting for the first token, and a mid-stream step failure as 
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
+from inprocess_app import served
 
 from kvspill.engine.client import EngineClient
 from kvspill.sampling_params import SamplingParams
@@ -104,20 +103,9 @@ def app_server(monkeypatch) -> Iterator[tuple[str, SlowEngine, threading.Event]]
         loaded.wait(10)
         return engine
 
-    app = create_app(factory, ServerSettings("fake"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    while not server.started:
-        time.sleep(0.02)
-    yield url, engine, loaded
-    loaded.set()
-    server.should_exit = True
-    thread.join(10)
+    with served(create_app(factory, ServerSettings("fake"))) as url:
+        yield url, engine, loaded
+        loaded.set()
 
 
 BODY = {"prompt": [1, 2, 3], "max_tokens": 3, "stream": True}

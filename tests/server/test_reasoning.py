@@ -4,15 +4,14 @@ chat template thinks, driven by the openai client, streaming and not."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import httpx
 import openai
 import pytest
-import uvicorn
+from inprocess_app import served
 
 from kvspill.guided.spec import GuidedSpec
 from kvspill.sampling_params import SamplingParams
@@ -141,24 +140,12 @@ class ThinkingEngine:
 
 
 def _serve(engine: ThinkingEngine, settings: ServerSettings) -> Iterator[openai.OpenAI]:
-    app = create_app(lambda: engine, settings)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=30)
-    deadline = time.monotonic() + 10
-    while client.with_raw_response.models.list().http_response.status_code != 200:
-        assert time.monotonic() < deadline
-    try:
-        yield client
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with served(create_app(lambda: engine, settings)) as url:
+        deadline = time.monotonic() + 10
+        while httpx.get(url + "/health").status_code != 200:  # the engine thread took the engine
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        yield openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=30)
 
 
 R1_ANSWER = "First, 2 + 2 is 4.\n</think>\n\nThe answer is 4."
