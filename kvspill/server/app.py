@@ -311,22 +311,16 @@ def _add_token_routes(app: FastAPI, ctx: _Context) -> None:
         return JSONResponse({"prompt": text})
 
 
-def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
+def _unavailable(ae: AsyncEngine) -> JSONResponse:
+    """Still loading, or the engine failed to load: a 503 saying which."""
+    return error_response(
+        503, ae.load_error or "the engine is still loading", "unavailable", "unavailable",
+        headers={"Retry-After": "1"},
+    )  # fmt: skip
+
+
+def _add_model_routes(app: FastAPI, ctx: _Context) -> None:
     ae = ctx.ae
-
-    def unavailable() -> JSONResponse:
-        return error_response(
-            503,
-            ae.load_error or "the engine is still loading",
-            "unavailable",
-            "unavailable",
-            headers={"Retry-After": "1"},
-        )
-
-    @app.get("/health")
-    @app.head("/health", include_in_schema=False)  # load balancers probe with HEAD
-    async def health() -> Response:
-        return Response(status_code=200) if ae.ready else unavailable()
 
     def model_card(max_model_len: int) -> dict[str, Any]:
         return {
@@ -342,7 +336,7 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
     @app.get("/v1/models")
     async def models() -> Response:
         if not ae.ready or ae.engine is None:
-            return unavailable()
+            return _unavailable(ae)
         return JSONResponse({"object": "list", "data": [model_card(ae.engine.max_model_len)]})
 
     @app.get("/v1/models/{model_id:path}")
@@ -350,8 +344,18 @@ def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
         if (bad := ctx.check_model(model_id)) is not None:
             return bad
         if not ae.ready or ae.engine is None:
-            return unavailable()
+            return _unavailable(ae)
         return JSONResponse(model_card(ae.engine.max_model_len))
+
+
+def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
+    ae = ctx.ae
+    _add_model_routes(app, ctx)
+
+    @app.get("/health")
+    @app.head("/health", include_in_schema=False)  # load balancers probe with HEAD
+    async def health() -> Response:
+        return Response(status_code=200) if ae.ready else _unavailable(ae)
 
     @app.get("/v1/kv")
     async def kv() -> Response:
