@@ -7,6 +7,7 @@ max_tokens 16. `temperature` below GREEDY_TEMPERATURE_EPS (0 included) means gre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvspill.errors import InvalidParameterError
@@ -20,6 +21,7 @@ GREEDY_TEMPERATURE_EPS = 1e-5
 # Stop strings a request may give and their length (OpenAI takes 4; vLLM clients send more).
 MAX_STOP_STRINGS = 64
 MAX_STOP_STRING_CHARS = 1024
+MAX_BAD_WORDS = 256  # each step of the request compares the output's tail with every word
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,15 @@ class SamplingParams:
     context_shift: bool | None = None
     guided: GuidedSpec | None = None  # the grammar the output must match (kvspill/guided)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
+    # vLLM's: only these token ids may be sampled (None: all)
+    allowed_token_ids: tuple[int, ...] | None = None
+    # vLLM's: words the output must not contain. The engine tokenizes each (bare and after a
+    # space) into `bad_words_token_ids` at add_request; the sampler bans a word's last token
+    # where the output so far ends with the rest of it (sampling/token_bans.py).
+    bad_words: tuple[str, ...] = ()
+    bad_words_token_ids: tuple[tuple[int, ...], ...] = ()
+    # vLLM's: keep only the prompt's last k tokens (-1: the last max_model_len - 1); None: all
+    truncate_prompt_tokens: int | None = None
     # This request's window on the gpu tier (kv/tiers.py): None takes the engine's
     # --hot-window-tokens / --num-sink-blocks, which are also the most it may ask
     # (scheduler/request_window.py checks that, as only the engine knows its flags).
@@ -66,6 +77,14 @@ class SamplingParams:
             object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
         if isinstance(self.logit_bias, dict):
             object.__setattr__(self, "logit_bias", tuple(sorted(self.logit_bias.items())))
+        if isinstance(self.bad_words, str):
+            object.__setattr__(self, "bad_words", (self.bad_words,))
+        for name in ("allowed_token_ids", "bad_words", "bad_words_token_ids"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+        if self.bad_words_token_ids and not all(isinstance(w, tuple) for w in self.bad_words_token_ids):
+            object.__setattr__(self, "bad_words_token_ids", tuple(tuple(w) for w in self.bad_words_token_ids))
         self._validate()
 
     def _validate(self) -> None:
@@ -112,6 +131,7 @@ class SamplingParams:
                 raise bad("logit_bias", f"keys must be non-negative token ids, got {token!r}")
             if not (-LOGIT_BIAS_LIMIT <= bias <= LOGIT_BIAS_LIMIT):
                 raise bad("logit_bias", f"values must be in [-100, 100], got {bias} for token {token}")
+        self._validate_token_bans(bad)
         for name in ("hot_window_tokens", "num_sink_blocks"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -122,6 +142,25 @@ class SamplingParams:
                 "ignore_eos" if self.ignore_eos else "min_tokens", "cannot be combined with guided decoding"
             )
 
+    def _validate_token_bans(self, bad: Callable[[str, str], InvalidParameterError]) -> None:
+        """allowed_token_ids, bad_words and truncate_prompt_tokens (vLLM's extras)."""
+        if self.allowed_token_ids is not None:
+            if not self.allowed_token_ids:
+                raise bad("allowed_token_ids", "must list at least one token id (or leave it out)")
+            if any(not _is_token_id(t) for t in self.allowed_token_ids):
+                raise bad("allowed_token_ids", "must be non-negative token ids")
+        if any(not isinstance(w, str) or not w.strip() for w in self.bad_words):
+            raise bad("bad_words", "must be non-empty words (not only spaces)")
+        if len(self.bad_words) > MAX_BAD_WORDS:
+            raise bad("bad_words", f"at most {MAX_BAD_WORDS} words, got {len(self.bad_words)}")
+        if any(len(w) > MAX_STOP_STRING_CHARS for w in self.bad_words):
+            raise bad("bad_words", f"each word may have at most {MAX_STOP_STRING_CHARS} characters")
+        if any(not w or not all(_is_token_id(t) for t in w) for w in self.bad_words_token_ids):
+            raise bad("bad_words", "each word's token ids must be a non-empty list of non-negative ids")
+        k = self.truncate_prompt_tokens
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not (k == -1 or k >= 1)):
+            raise bad("truncate_prompt_tokens", f"must be -1 (the model's length) or at least 1, got {k!r}")
+
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_TEMPERATURE_EPS
@@ -129,11 +168,21 @@ class SamplingParams:
     @property
     def needs_logits_processing(self) -> bool:
         """Anything that edits the logits before the draw (penalties, bias, grammar)."""
-        return self.needs_penalties or bool(self.logit_bias) or self.guided is not None
+        return (
+            self.needs_penalties
+            or bool(self.logit_bias)
+            or self.guided is not None
+            or self.allowed_token_ids is not None
+            or bool(self.bad_words_token_ids)
+        )
 
     @property
     def needs_penalties(self) -> bool:
         return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+
+def _is_token_id(t: object) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool) and t >= 0
 
 
 GREEDY = SamplingParams(temperature=0.0)

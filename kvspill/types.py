@@ -146,11 +146,14 @@ class ScheduledBatch:
 
 @dataclass(frozen=True)
 class TokenLogprobs:
-    """Logprob of the sampled token and the top-k alternatives (token_id, logprob), best first."""
+    """Logprob of the sampled token and the top-k alternatives (token_id, logprob), best first.
+    `rank`: the token's place in the vocabulary by logprob (1: the most likely), where computed
+    (prompt logprobs: vLLM's answer carries it)."""
 
     token_id: int
     logprob: float
     top: list[tuple[int, float]]
+    rank: int | None = None
 
 
 @dataclass(frozen=True)

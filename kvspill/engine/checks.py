@@ -305,3 +305,10 @@ def check_prompt(
         raise ContextLengthExceededError(max_model_len, n)
     if not shifts and params.max_tokens is not None and n + params.max_tokens > max_model_len:
         raise ContextLengthExceededError(max_model_len, n, params.max_tokens)
+
+
+def truncate_prompt(token_ids: list[int], keep: int, max_model_len: int) -> list[int]:
+    """vLLM's truncate_prompt_tokens: the prompt's last `keep` tokens (-1: as many as the model's
+    length leaves room for beside one output token)."""
+    keep = max_model_len - 1 if keep == -1 else keep
+    return token_ids[-keep:]

@@ -97,6 +97,7 @@ class EngineClient(Protocol):
     def guided_compiler(self) -> GrammarCompilerClient | None: ...  # None: no guided decoding
 
     def encode(self, prompt: str) -> list[int]: ...
+    def prompt_ids(self, prompt: str | list[int], params: SamplingParams) -> list[int]: ...
 
     def add_request(
         self,

@@ -25,11 +25,11 @@ import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvspill.config import EngineConfig, with_attention_mode
-from kvspill.engine.checks import check_context_shift, check_prompt
+from kvspill.engine.checks import check_context_shift, check_prompt, truncate_prompt
 from kvspill.engine.itl_budget import itl_budget_for
 from kvspill.engine.parallel import TensorParallelGroup
 from kvspill.engine.persist import PrefixPersister
@@ -48,6 +48,7 @@ from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kv.prefix_control import PrefixControl
 from kvspill.prefix_records import LookupResult, OpResult, PrefixInfo
 from kvspill.runner.async_output import PendingStepOutput
+from kvspill.sampling.token_bans import bad_word_sequences
 from kvspill.sampling_params import SamplingParams
 from kvspill.scheduler.config import SchedulerConfig
 from kvspill.scheduler.context_shift import resolves_on
@@ -199,6 +200,13 @@ class LLMEngine:
             raise InvalidParameterError("prompt", "this model has no tokenizer: send token ids")
         return list(self.tokenizer.hf.encode(prompt))
 
+    def prompt_ids(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
+        """The token ids a request runs: the prompt encoded, cut to `truncate_prompt_tokens`."""
+        token_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if params.truncate_prompt_tokens is None:
+            return token_ids
+        return truncate_prompt(token_ids, params.truncate_prompt_tokens, self.max_model_len)
+
     @property
     def sampling_defaults(self) -> Mapping[str, float | int]:
         """The model's recommended sampling values (text/sampling_defaults.py); {} without a tokenizer."""
@@ -222,8 +230,9 @@ class LLMEngine:
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._texts:
             raise InvalidParameterError("request_id", f"request id {req_id!r} is already in use")
-        prompt_text = prompt if isinstance(prompt, str) else None
-        token_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        token_ids = self.prompt_ids(prompt, params)
+        prompt_text = prompt if isinstance(prompt, str) and params.truncate_prompt_tokens is None else None
+        params = self._tokenize_bad_words(params)
         shifts = resolves_on(params, self.config.context_shift, self._has_cold_tiers)  # or a 400
         check_prompt(token_ids, params, self.vocab_size, self.max_model_len, shifts)
         request_window(params, self.scheduler.config)  # past the engine's window: refused before any state
@@ -259,13 +268,27 @@ class LLMEngine:
         self.scheduler.add_request(request)
         return req_id
 
+    def _tokenize_bad_words(self, params: SamplingParams) -> SamplingParams:
+        """params with `bad_words_token_ids` from its `bad_words` (token_bans.py); needs the tokenizer."""
+        if not params.bad_words or params.bad_words_token_ids:
+            return params
+        if self.tokenizer is None:
+            raise InvalidParameterError("bad_words", "this model has no tokenizer: bad_words needs one")
+        hf = self.tokenizer.hf
+        sequences = bad_word_sequences(
+            params.bad_words, lambda text: list(hf.encode(text, add_special_tokens=False))
+        )
+        return replace(params, bad_words_token_ids=sequences)
+
     def _validate_logits_processing(self, params: SamplingParams) -> None:
-        """logit_bias and stop_token_ids inside the vocabulary; a guided request's grammar compiles (cached for
+        """logit_bias, stop_token_ids, allowed_token_ids and bad words inside the vocabulary; a guided request's grammar compiles (cached for
         the runner, which makes its matcher from it). A spec that carries its grammar (the
         server compiled it off this thread) is not compiled again."""
         for param, ids in (
             ("logit_bias", (t for t, _ in params.logit_bias)),
             ("stop_token_ids", iter(params.stop_token_ids)),
+            ("allowed_token_ids", iter(params.allowed_token_ids or ())),
+            ("bad_words", (t for word in params.bad_words_token_ids for t in word)),
         ):
             bad = next((t for t in ids if t >= self.vocab_size), None)
             if bad is not None:

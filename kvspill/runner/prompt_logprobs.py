@@ -81,15 +81,17 @@ def compute_prompt_logprobs(
             logprobs = score_rows(compute_logits, hidden[row0 + off : row0 + off + m])  # [m, vocab]
             targets = prompt[first + off : first + off + m]
             target_ids = torch.tensor(targets, dtype=torch.long, device=logprobs.device).unsqueeze(1)
-            chosen = logprobs.gather(1, target_ids).squeeze(1).tolist()
+            chosen_t = logprobs.gather(1, target_ids)  # [m, 1]
+            chosen = chosen_t.squeeze(1).tolist()
+            ranks = ((logprobs > chosen_t).sum(dim=-1) + 1).tolist()  # ties share the better rank
             top_ids: list[list[int]] = [[] for _ in range(m)]
             top_vals: list[list[float]] = [[] for _ in range(m)]
             if k > 0:
                 vals, ids = logprobs.topk(k, dim=-1)  # [m, k], best first
                 top_vals, top_ids = vals.tolist(), ids.tolist()
             entries.extend(
-                TokenLogprobs(token_id=t, logprob=lp, top=list(zip(ti, tv, strict=True)))
-                for t, lp, ti, tv in zip(targets, chosen, top_ids, top_vals, strict=True)
+                TokenLogprobs(token_id=t, logprob=lp, top=list(zip(ti, tv, strict=True)), rank=r)
+                for t, lp, ti, tv, r in zip(targets, chosen, top_ids, top_vals, ranks, strict=True)
             )
         out[req_id] = PromptLogprobs(start=first, entries=entries)
     return out

@@ -4,7 +4,8 @@ The model runner calls `Sampler.sample(logits, states, generator)` once per step
 of logits per sequence that reached the end of its known tokens; `generator` (the engine-level
 one, on the logits' device) draws for unseeded rows. The pipeline (vLLM's order):
 
-0. logit_bias (OpenAI: added to the raw logits), then the grammar mask of guided rows
+0. logit_bias (OpenAI: added to the raw logits), vLLM's allowed_token_ids and bad_words
+   (`token_bans.py`: the rest, or the word's last token, -inf), then the grammar mask of guided rows
    (`kvspill/guided/bitmask.py`: forbidden tokens -inf), so every later step, greedy or random,
    only ever sees allowed tokens;
 1. penalties: repetition (multiplicative, HF semantics, over prompt + output tokens), then
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kvspill.guided.bitmask import GuideState, guided_mask_logits, to_device
+from kvspill.sampling.token_bans import apply_token_bans
 from kvspill.sampling_params import SamplingParams
 from kvspill.types import TokenLogprobs
 
@@ -264,9 +266,9 @@ class Sampler:
             return (greedy_ids if greedy_ids is not None else greedy_argmax(logits)), [None] * len(states)
         generator = generator if generator is not None else self.generator
 
-        logits = guided_mask_logits(
-            apply_logit_bias(logits, states), [s.guide for s in states], [s.output_token_ids for s in states]
-        )
+        outputs = [s.output_token_ids for s in states]
+        logits = apply_token_bans(apply_logit_bias(logits, states), [s.params for s in states], outputs)
+        logits = guided_mask_logits(logits, [s.guide for s in states], outputs)
         logits = apply_min_tokens(apply_penalties(logits, states), states)
         lp_rows = [i for i, s in enumerate(states) if s.params.logprobs is not None]
         logprobs_all = None

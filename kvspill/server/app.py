@@ -247,6 +247,7 @@ async def _completion_job(ctx: _Context, body: CompletionRequest, request: Reque
     return Job(
         False, model_name, prompts, params, body.stream, body.include_usage, engine.tokenizer,
         n=body.num_samples, echo=echo, continuous_usage=body.continuous_usage,
+        prompt_logprobs=body.prompt_logprobs,
     )  # fmt: skip
 
 
@@ -277,7 +278,7 @@ async def _chat_job(ctx: _Context, body: ChatCompletionRequest, request: Request
     return Job(
         True, ctx.settings.model_name, [ids], params, body.stream, body.include_usage, engine.tokenizer,
         n=body.num_samples, tools=tools, reasoning_opened=reasoning_opened,
-        continuous_usage=body.continuous_usage,
+        continuous_usage=body.continuous_usage, prompt_logprobs=body.prompt_logprobs,
     )  # fmt: skip
 
 

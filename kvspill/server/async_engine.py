@@ -178,6 +178,8 @@ class AsyncEngine:
             raise EngineUnavailableError(self.load_error or "the engine is loading or shutting down")
         assert self.engine is not None  # ready
         for prompt, params in items:  # a 400 that no retry passes, before the queue may say 503
+            if isinstance(prompt, list) and params.truncate_prompt_tokens is not None:
+                prompt = self.engine.prompt_ids(prompt, params)
             shifts = self.engine.context_shift if params.context_shift is None else params.context_shift
             check_fits_context(prompt, None if shifts else params.max_tokens, self.engine.max_model_len)
         req_ids = [f"srv-{next(self._ids)}" for _ in items]
@@ -335,10 +337,7 @@ class AsyncEngine:
     ) -> None:
         added: list[str] = []
         try:
-            ids = [
-                prompt if isinstance(prompt, list) else self._engine.encode(prompt)
-                for _, (prompt, _) in group
-            ]
+            ids = [self._engine.prompt_ids(prompt, params) for _, (prompt, params) in group]
             if len(group) > 1:
                 self._check_group_fits(ids, [params for _, (_, params) in group])
             for (req_id, (_, params)), token_ids in zip(group, ids, strict=True):

@@ -57,7 +57,8 @@ def echo_sampling_params(
         )
     if suffix:
         raise InvalidParameterError("echo", "echo=true cannot be combined with suffix")
-    return replace(params, prompt_logprobs=params.logprobs)
+    asked = [k for k in (params.logprobs, params.prompt_logprobs) if k is not None]
+    return replace(params, prompt_logprobs=max(asked) if asked else None)  # each answer slices its own k
 
 
 def make_echo(

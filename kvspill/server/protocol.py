@@ -26,13 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvspill.errors import InvalidParameterError
 from kvspill.guided.bounded_json import check_json_depth, loads_bounded
-from kvspill.sampling_params import SamplingParams
+from kvspill.sampling_params import MAX_BAD_WORDS, SamplingParams
 from kvspill.server.echo import echo_sampling_params
 from kvspill.server.structured import StructuredFields
 from kvspill.server.tools import Tool, ToolChoice
 
 MAX_N = 128  # OpenAI's own bound on `n`
 MAX_STOP_TOKEN_IDS = 1024  # a bound on a list every step of the request looks through
+MAX_ALLOWED_TOKEN_IDS = 1 << 20  # more than any vocabulary: a bound on the body, not a policy
 _NO_DEFAULTS: Mapping[str, float | int] = MappingProxyType({})
 
 
@@ -64,6 +65,12 @@ class _Sampling(StructuredFields):
     stop_token_ids: list[int] | None = Field(None, max_length=MAX_STOP_TOKEN_IDS)
     include_stop_str_in_output: bool | None = Field(None, strict=True)
     skip_special_tokens: bool | None = Field(None, strict=True)
+    # vLLM's token extras: only these ids may be sampled; words the output must not contain;
+    # keep the prompt's last k tokens (-1: as many as fit); the prompt tokens' logprobs
+    allowed_token_ids: list[int] | None = Field(None, min_length=1, max_length=MAX_ALLOWED_TOKEN_IDS)
+    bad_words: list[str] | None = Field(None, max_length=MAX_BAD_WORDS)
+    truncate_prompt_tokens: int | None = Field(None, ge=-1, strict=True)
+    prompt_logprobs: int | None = Field(None, ge=0, le=20, strict=True)
     # kvspill's extra: go on past a full context by dropping its middle (--context-shift's default)
     context_shift: bool | None = Field(None, strict=True)
     # kvspill's extras: this request's window on the gpu tier, at most the server's flags (a
@@ -88,6 +95,10 @@ class _Sampling(StructuredFields):
         if self.stream_options is not None and not self.stream:
             raise InvalidParameterError(
                 "stream_options", "stream_options is only allowed with stream: true (or leave it out)"
+            )
+        if self.prompt_logprobs is not None and self.stream:
+            raise InvalidParameterError(
+                "prompt_logprobs", "prompt_logprobs is not available with stream=true: send stream=false"
             )
 
     @property
@@ -119,6 +130,8 @@ class _Sampling(StructuredFields):
             "context_shift",
             "hot_window_tokens",
             "num_sink_blocks",
+            "truncate_prompt_tokens",
+            "prompt_logprobs",
         ):
             value = getattr(self, name)
             if value is not None:
@@ -127,6 +140,10 @@ class _Sampling(StructuredFields):
             opts["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if self.stop_token_ids is not None:
             opts["stop_token_ids"] = tuple(self.stop_token_ids)
+        if self.allowed_token_ids is not None:
+            opts["allowed_token_ids"] = tuple(self.allowed_token_ids)
+        if self.bad_words is not None:
+            opts["bad_words"] = tuple(self.bad_words)
         return SamplingParams(**opts, **self.constraint_options())
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.echo import Echo, join_legacy, legacy_prompt_logprobs
 from kvspill.server.echo import finite as _finite
+from kvspill.server.prompt_logprobs import vllm_prompt_logprobs
 from kvspill.server.reasoning import ReasoningStream, split_reasoning
 from kvspill.server.tools import ToolDeltaStream, ToolPlan, answer_message
 from kvspill.server.tools import finish_reason as finish_reason_with_tools
@@ -57,6 +58,7 @@ class Job:
     # A chat request whose reasoning is parsed (reasoning.py): whether the prompt opened the block
     reasoning_opened: bool | None = None
     continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats
+    prompt_logprobs: int | None = None  # vLLM's: the prompt tokens' logprobs, k top tokens each
     choices: list[Choice] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -212,8 +214,20 @@ def full_body(job: Job) -> dict[str, Any]:
             if job.tokenizer is None:
                 choices[-1]["token_ids"] = list(c.final.token_ids)
     body["choices"] = choices
+    if job.prompt_logprobs is not None:
+        lists = [_prompt_logprobs(job, c.final) for c in job.choices if c.final is not None]
+        if job.chat:
+            body["prompt_logprobs"] = lists[0]  # one prompt per chat request
+        else:
+            for entry, lps in zip(choices, lists, strict=True):
+                entry["prompt_logprobs"] = lps
     body["usage"] = job.usage()
     return body
+
+
+def _prompt_logprobs(job: Job, final: RequestOutput) -> list[dict[str, dict[str, Any]] | None]:
+    assert final.prompt_logprobs is not None and job.prompt_logprobs is not None
+    return vllm_prompt_logprobs(final.prompt_logprobs, job.prompt_logprobs, lambda t: _tok(job, t))
 
 
 def _chat_message(job: Job, final: RequestOutput) -> tuple[dict[str, Any], str | None]:
@@ -241,6 +255,8 @@ def _echoed(
     out = choice.final
     assert out is not None
     prompt_text = echo.texts[choice.prompt_index]
+    if job.params.truncate_prompt_tokens is not None:  # the prompt the model read: its kept tokens
+        prompt_text = job.tokenizer.hf.decode(out.prompt_token_ids, skip_special_tokens=False)
     text = prompt_text if echo.score_only else prompt_text + out.text
     if job.params.logprobs is None:
         return text, None

@@ -49,6 +49,9 @@ class StepEngine:
     def encode(self, prompt: str) -> list[int]:
         return [1] * len(prompt.split())
 
+    def prompt_ids(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
+        return self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+
     def add_request(self, prompt, params=None, req_id=None, admission=False) -> str:  # type: ignore[no-untyped-def]
         self.live[req_id] = params.max_tokens
         return req_id

@@ -42,6 +42,9 @@ class FakeEngine:
     def encode(self, prompt: str) -> list[int]:
         return [len(w) for w in prompt.split()]
 
+    def prompt_ids(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
+        return self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+
     def add_request(
         self,
         prompt: str | list[int],

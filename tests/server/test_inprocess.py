@@ -56,6 +56,9 @@ class SlowEngine:
     def encode(self, prompt: str) -> list[int]:
         return [1] * len(prompt.split())
 
+    def prompt_ids(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
+        return self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+
     def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int:
         return num_prompt_tokens + (params.max_tokens or 0)
 

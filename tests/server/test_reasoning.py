@@ -103,6 +103,9 @@ class ThinkingEngine:
     def encode(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(prompt)
 
+    def prompt_ids(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
+        return self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+
     def add_request(
         self, prompt: str | list[int], params: SamplingParams | None = None, req_id: str | None = None,
         admission: bool = False,

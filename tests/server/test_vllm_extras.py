@@ -1,6 +1,7 @@
 """vLLM's request extras that clients of vLLM send: `chat_template_kwargs` (Qwen3's
 `enable_thinking`), `add_generation_prompt`, `continue_final_message`, `stop_token_ids`,
-`include_stop_str_in_output`, `skip_special_tokens`; over one real server process (tiny Llama on
+`include_stop_str_in_output`, `skip_special_tokens`, `allowed_token_ids`, `bad_words`,
+`truncate_prompt_tokens`, `prompt_logprobs`; over one real server process (tiny Llama on
 the CPU) whose chat template reads a template variable."""
 
 from __future__ import annotations
@@ -98,6 +99,12 @@ def test_add_generation_prompt_and_continue_final_message(server):
         ({"stop_token_ids": [10**6]}, "stop_token_ids"),
         ({"stop_token_ids": [-1]}, "stop_token_ids"),
         ({"stop_token_ids": "4"}, "stop_token_ids"),
+        ({"allowed_token_ids": [10**6]}, "allowed_token_ids"),
+        ({"allowed_token_ids": []}, "allowed_token_ids"),
+        ({"bad_words": [" "]}, "bad_words"),
+        ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+        ({"prompt_logprobs": 21}, "prompt_logprobs"),
+        ({"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
     ],
 )
 def test_bad_extras_are_400_naming_the_field(server, body, param):
@@ -167,3 +174,59 @@ def test_wrong_types_are_400s_naming_the_field(server, body, param):
     r = _chat(server, **{"messages": USER, **body})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def _sampled_ids(server, **body) -> list[int]:
+    """The output's token ids, through their logprobs' token texts (one word a token here)."""
+    tokens = _completion(server, logprobs=0, **body)["choices"][0]["logprobs"]["tokens"]
+    return [_tokens(server, prompt=t, add_special_tokens=False)[0] for t in tokens]
+
+
+def test_allowed_token_ids_and_bad_words_shape_the_output(server):
+    allowed = [CAT, HELLO]
+    ids = _sampled_ids(
+        server, max_tokens=8, ignore_eos=True, temperature=1.0, seed=3, allowed_token_ids=allowed
+    )
+    assert len(ids) == 8 and set(ids) <= set(allowed)
+    words = {HELLO: "hello", 9: "world", 10: "the", CAT: "cat", 13: "sat", 14: "on", 15: "mat"}
+    greedy = _sampled_ids(server, max_tokens=4, ignore_eos=True, allowed_token_ids=list(words))
+    banned = _sampled_ids(
+        server, max_tokens=4, ignore_eos=True, allowed_token_ids=list(words), bad_words=[words[greedy[0]]]
+    )
+    assert len(banned) == 4 and set(banned) <= set(words) and greedy[0] not in banned
+
+
+def test_truncate_prompt_tokens_keeps_the_prompt_tail(server):
+    full = _tokens(server, prompt="the cat sat on the mat")
+    cut = _completion(server, prompt="the cat sat on the mat", max_tokens=3, truncate_prompt_tokens=3)
+    assert cut["usage"]["prompt_tokens"] == 3
+    assert (
+        cut["choices"][0]["text"] == _completion(server, prompt=full[-3:], max_tokens=3)["choices"][0]["text"]
+    )
+    echoed = _completion(
+        server, prompt="the cat sat on the mat", max_tokens=1, truncate_prompt_tokens=2, echo=True
+    )
+    assert echoed["choices"][0]["text"].startswith("the mat")  # the prompt the model read
+    r = _chat(server, messages=USER, max_tokens=1, truncate_prompt_tokens=2)
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 2
+
+
+def test_prompt_logprobs_score_every_prompt_token_but_the_first(server):
+    prompt = "the cat sat on the mat"
+    ids = _tokens(server, prompt=prompt)
+    out = _completion(server, prompt=prompt, max_tokens=1, prompt_logprobs=2)
+    lists = out["choices"][0]["prompt_logprobs"]
+    echo = _completion(server, prompt=prompt, max_tokens=0, echo=True, logprobs=1)["choices"][0]["logprobs"]
+    assert len(lists) == len(ids) == len(echo["token_logprobs"]) and lists[0] is None
+    for token, entry, echoed in zip(ids[1:], lists[1:], echo["token_logprobs"][1:], strict=True):
+        assert str(token) in entry and len(entry) in (2, 3)
+        assert entry[str(token)]["logprob"] == pytest.approx(echoed, abs=1e-5)
+        ranks = sorted(e["rank"] for e in entry.values())
+        assert ranks[:2] == [1, 2] and all(
+            e["logprob"] <= 0 and isinstance(e["decoded_token"], str) for e in entry.values()
+        )
+    assert all(lp is None or len(lp) <= 3 for lp in lists)
+    r = _chat(server, messages=USER, max_tokens=1, prompt_logprobs=0)
+    assert r.status_code == 200, r.text
+    chat = r.json()["prompt_logprobs"]
+    assert len(chat) == r.json()["usage"]["prompt_tokens"] and all(len(e) == 1 for e in chat[1:])
