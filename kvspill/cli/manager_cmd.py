@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from kvspill.cli.user_errors import refuse_empty_key
 from kvspill.errors import KvspillError
 
 logger = logging.getLogger("kvspill.manager")
@@ -65,6 +66,7 @@ def manager_command(
     except KvspillError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
+    refuse_empty_key(api_key, env="KVSPILL_MANAGER_API_KEY")
     key = api_key or secrets.token_urlsafe(24)
     supervisor = Supervisor(registry.path.parent / "logs", registry.path.parent)
     app = create_manager_app(registry, supervisor, key, serve_port, probe_ports=ports)

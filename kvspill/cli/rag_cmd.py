@@ -34,6 +34,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from kvspill.cli.user_errors import fail as _fail
+from kvspill.cli.user_errors import refuse_empty_key
 from kvspill.errors import KvspillError
 
 logger = logging.getLogger("kvspill.rag")
@@ -440,6 +441,7 @@ def embed_serve(
 
     if shutdown_timeout < 0:
         _fail("--shutdown-timeout must be 0 or more seconds")
+    refuse_empty_key(api_key)
     try:
         service = build_rag_service(
             RagOptions(

@@ -38,6 +38,7 @@ from kvspill.cli.dialects import DialectCommand
 from kvspill.cli.engine_options import OfflineOpt, local_model, with_engine_options
 from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
 from kvspill.cli.serve_checks import check_before_binding, check_port_number
+from kvspill.cli.user_errors import refuse_empty_key
 from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.guided.compile_pool import DEFAULT_TIMEOUT_S as DEFAULT_COMPILE_TIMEOUT_S
 from kvspill.options import EngineOptions, engine_config
@@ -197,6 +198,7 @@ def serve_command(
             max_connections_per_client,
         ))  # fmt: skip
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
+        refuse_empty_key(api_key)
         _check_reasoning_parser(reasoning_parser)
         model, engine, served_model_name = _served_model(
             (model, model_option), profile, engine, served_model_name, offline, fetch=not print_config

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from kvspill.cli.engine_options import with_engine_options
+from kvspill.cli.user_errors import refuse_empty_key
 from kvspill.config import EngineConfig
 from kvspill.errors import KvspillError
 from kvspill.options import EngineOptions, engine_config
@@ -173,6 +174,7 @@ def serve_ray_command(
     engine: EngineOptions,
 ) -> None:
     """Serve MODEL from several replicas on Ray Serve, routed by prompt prefix (docs/distributed.md)."""
+    refuse_empty_key(api_key)
     try:
         config = engine_config(engine, model)
         app = build_ray_app(config, model or "SmolLM2-135M-Instruct", replicas, prefix_chars, api_key)

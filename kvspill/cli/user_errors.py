@@ -22,3 +22,12 @@ def fail(e: Exception | str, code: int = 2) -> NoReturn:
         traceback.print_exception(e)
     typer.echo(f"error: {e}", err=True)
     raise typer.Exit(code)
+
+
+def refuse_empty_key(key: str | None, flag: str = "--api-key", env: str = "KVSPILL_API_KEY") -> None:
+    """An empty key (often a variable set to nothing) would serve with no key at all: exit 2."""
+    if key is not None and not key.strip():
+        fail(
+            f"{flag} is empty (is {env} set to an empty value?): give a key, or leave out both the "
+            "flag and the variable to run without one"
+        )

@@ -185,3 +185,16 @@ def test_sigterm_aborts_requests_past_shutdown_timeout(tiny_llama_dir: Path, tmp
     (r,) = plain
     assert r.status_code == 503 and r.json()["error"]["type"] == "unavailable", r.text
     assert "--shutdown-timeout" in r.json()["error"]["message"]
+
+
+def test_an_empty_api_key_is_refused_not_served_without_one(tiny_llama_dir: Path):
+    """`--api-key ''` (or KVSPILL_API_KEY set to nothing) used to serve with no key at all."""
+    for args, env in (
+        (["--api-key", ""], {}),
+        (["--api-key", "  "], {}),
+        ([], {"KVSPILL_API_KEY": " "}),
+    ):
+        out = CliRunner().invoke(
+            serve_app(), ["serve", str(tiny_llama_dir), *args, "--print-config"], env=env
+        )
+        assert out.exit_code == 2 and "--api-key is empty" in out.output, (args, env, out.output)
