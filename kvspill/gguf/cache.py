@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = 2  # bump when what is saved changes (2: the config has the file's RoPE scaling)
+CACHE_FORMAT = 3  # bump when what is saved changes (2: the file's RoPE scaling; 3: named chat templates)
 WEIGHTS_FORMAT = 1  # bump when the saved weights' layout or conversion changes
 _SAFETENSORS_DTYPES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}
 _T = TypeVar("_T")
@@ -108,11 +108,36 @@ def gguf_tokenizer(path: Path) -> PreTrainedTokenizerBase:
         from transformers.models.auto.tokenization_auto import AutoTokenizer  # heavy: see gguf_hf_config
 
         with shared_readers(), linear_merge_rebuild():
-            return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        _add_named_chat_templates(tokenizer, path)
+        return tokenizer
 
     tokenizer = _cached(path, "tokenizer", build, load_saved_tokenizer)
     tokenizer.name_or_path = str(path.parent)
     return tokenizer
+
+
+def _add_named_chat_templates(tokenizer: PreTrainedTokenizerBase, path: Path) -> None:
+    """The file's named chat templates (`tokenizer.chat_template.<name>`, listed in
+    `tokenizer.chat_templates`: llama.cpp's converter writes a model's `tool_use` one there), which
+    transformers' conversion leaves out: with them the tokenizer's template is the dict of named
+    ones transformers gives for a model directory's (text/chat_templates.py picks among them)."""
+    from kvspill.gguf.reader import read_gguf
+
+    reader = read_gguf(path)
+    names = reader.get_field("tokenizer.chat_templates")
+    if names is None:
+        return
+    named = {}
+    for name in names.contents():
+        field = reader.get_field(f"tokenizer.chat_template.{name}")
+        if field is not None:
+            named[str(name)] = str(field.contents())
+    if not named:
+        return
+    if isinstance(tokenizer.chat_template, str):
+        named["default"] = tokenizer.chat_template
+    tokenizer.chat_template = named
 
 
 @functools.cache

@@ -59,6 +59,50 @@ def tiny_gguf(tmp_path) -> Path:
     return write_tiny_gguf(path, add_tokenizer=add_tokenizer)
 
 
+TOOL_USE = "{% for t in tools %}<|im_start|>{{ t['function']['name'] }}<|im_end|>{% endfor %}"
+
+
+@pytest.fixture
+def named_templates_gguf(tiny_gguf) -> Path:
+    """tiny_gguf's tokenizer with a default and a tool_use template, as llama.cpp's converter
+    writes a model's named ones (`tokenizer.chat_template.tool_use`, `tokenizer.chat_templates`)."""
+    base = tiny_gguf.parent.parent / "named" / "named.gguf"
+    reader = gguf.GGUFReader(tiny_gguf)
+
+    def add_tokenizer(w: gguf.GGUFWriter) -> int:
+        tokens = [str(t) for t in reader.get_field("tokenizer.ggml.tokens").contents()]
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("smollm")
+        w.add_token_list(tokens)
+        w.add_token_types(list(reader.get_field("tokenizer.ggml.token_type").contents()))
+        w.add_token_merges(["a b", "Ġ a"])
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        default = str(reader.get_field("tokenizer.chat_template").contents())
+        w.add_chat_template(
+            [{"name": "default", "template": default}, {"name": "tool_use", "template": TOOL_USE}]
+        )
+        return len(tokens)
+
+    return write_tiny_gguf(base, add_tokenizer=add_tokenizer)
+
+
+def test_named_chat_templates_of_a_gguf_file(cache_dir, tiny_gguf, named_templates_gguf) -> None:
+    from kvspill.model.resolve import resolve_model
+    from kvspill.text.tokenizer import load_tokenizer
+
+    default = gguf_cache.gguf_tokenizer(tiny_gguf).chat_template
+    tokenizer = gguf_cache.gguf_tokenizer(named_templates_gguf)
+    assert tokenizer.chat_template == {"default": default, "tool_use": TOOL_USE}
+    assert gguf_cache.gguf_tokenizer(named_templates_gguf).chat_template == tokenizer.chat_template  # cached
+    bundle = load_tokenizer(resolve_model(str(named_templates_gguf)))
+    messages = [{"role": "user", "content": "ab"}]
+    tools = [{"type": "function", "function": {"name": "ba", "parameters": {"type": "object"}}}]
+    plain = bundle.apply_chat_template(messages)
+    assert bundle.apply_chat_template(messages, tools=tools) != plain
+    assert tokenizer.decode(bundle.apply_chat_template(messages, tools=tools)) == "<|im_start|>ba<|im_end|>"
+
+
 @pytest.fixture
 def conversions(monkeypatch) -> list[str]:
     """What transformers was asked to convert from a .gguf file (one entry per conversion)."""
