@@ -43,6 +43,7 @@ from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.guided.compile_pool import DEFAULT_TIMEOUT_S as DEFAULT_COMPILE_TIMEOUT_S
 from kvspill.options import EngineOptions, engine_config
 from kvspill.plan.units import GiB
+from kvspill.server.access_log import AccessLog
 from kvspill.server.compile_budget import DEFAULT_BUDGET_S as DEFAULT_COMPILE_BUDGET_S
 from kvspill.server.connection_limits import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -151,6 +152,21 @@ ReasoningParserOpt = Annotated[
         "REASONING_PARSER",
     ),
 ]
+NoAccessLogOpt = Annotated[
+    bool,
+    _opt(
+        "Log no request lines (vLLM's flag); errors and warnings are still logged.",
+        "DISABLE_UVICORN_ACCESS_LOG",
+    ),
+]
+QuietEndpointsOpt = Annotated[
+    str | None,
+    _opt(
+        "Comma-separated paths whose requests are not logged, e.g. /health,/metrics,/v1/models "
+        "(health checks, scrapes and the manager's probes; vLLM's flag).",
+        "DISABLE_ACCESS_LOG_FOR_ENDPOINTS",
+    ),
+]
 ProfileOpt = Annotated[
     str | None, _opt("Saved registry profile: its model and engine flags (flags given win).", "PROFILE")
 ]
@@ -181,6 +197,8 @@ def serve_command(
     guided_compile_timeout: CompileTimeoutOpt = DEFAULT_COMPILE_TIMEOUT_S,
     guided_compile_budget: CompileBudgetOpt = DEFAULT_COMPILE_BUDGET_S,
     reasoning_parser: ReasoningParserOpt = "auto",
+    disable_uvicorn_access_log: NoAccessLogOpt = False,
+    disable_access_log_for_endpoints: QuietEndpointsOpt = None,
     profile: ProfileOpt = None,
     offline: OfflineOpt = False,
     *,
@@ -199,6 +217,7 @@ def serve_command(
         ))  # fmt: skip
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         refuse_empty_key(api_key)
+        access_log = _access_log(disable_uvicorn_access_log, disable_access_log_for_endpoints)
         _check_reasoning_parser(reasoning_parser)
         model, engine, served_model_name = _served_model(
             (model, model_option), profile, engine, served_model_name, offline, fetch=not print_config
@@ -227,6 +246,7 @@ def serve_command(
         rag_service,
         (guided_compile_timeout, guided_compile_budget),
         reasoning_parser,
+        access_log,
     )
 
 
@@ -244,6 +264,13 @@ def _check_context_flag(config: Any) -> None:
         raise
     except KvspillError:
         return
+
+
+def _access_log(disable_all: bool, quiet_endpoints: str | None) -> AccessLog:
+    try:
+        return AccessLog.from_flags(disable_all, quiet_endpoints)
+    except ValueError as e:
+        raise KvspillError(str(e)) from None
 
 
 def _check_reasoning_parser(name: str) -> None:
@@ -389,6 +416,7 @@ def run_server(
     rag_service: Any = None,
     guided_compile: tuple[float, float] = (DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_BUDGET_S),
     reasoning_parser: str = "auto",
+    access_log: AccessLog | None = None,
 ) -> None:
     """Check, build the app (the engine loads on its thread), serve until SIGTERM, exit 1 when the
     engine failed to load. `guided_compile`: (--guided-compile-timeout, --guided-compile-budget)."""
@@ -429,6 +457,7 @@ def run_server(
         http=guarded_protocol(limits.header_timeout, limits.body_timeout, limits.max_connections_per_client),
         limit_concurrency=limits.limit_concurrency,
         timeout_keep_alive=limits.timeout_keep_alive,
+        access_log=access_log or AccessLog(),
     )
     _leave(app, rag_jobs, shutdown_timeout)
 

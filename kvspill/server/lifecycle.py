@@ -24,6 +24,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from kvspill.server.access_log import AccessLog
+from kvspill.server.access_log import install as install_access_log
 from kvspill.server.async_engine import AsyncEngine
 
 logger = logging.getLogger(__name__)
@@ -63,7 +65,14 @@ class _DrainingServer(uvicorn.Server):
         self._ae.abort_all(message)
 
 
-def serve(app: FastAPI, host: str, port: int, shutdown_timeout: float, **uvicorn_options: Any) -> None:
+def serve(
+    app: FastAPI,
+    host: str,
+    port: int,
+    shutdown_timeout: float,
+    access_log: AccessLog = AccessLog(),
+    **uvicorn_options: Any,
+) -> None:
     """Serve `app` (from `create_app`) until SIGTERM/SIGINT, then drain as the module says."""
     config = uvicorn.Config(
         app,
@@ -71,6 +80,8 @@ def serve(app: FastAPI, host: str, port: int, shutdown_timeout: float, **uvicorn
         port=port,
         log_level="info",
         timeout_graceful_shutdown=math.ceil(shutdown_timeout) + BACKSTOP_S,
+        access_log=access_log.enabled,
         **uvicorn_options,
     )
+    install_access_log(access_log)  # after Config: it configures uvicorn's loggers
     _DrainingServer(config, app.state.engine, shutdown_timeout).run()

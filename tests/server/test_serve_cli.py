@@ -198,3 +198,15 @@ def test_an_empty_api_key_is_refused_not_served_without_one(tiny_llama_dir: Path
             serve_app(), ["serve", str(tiny_llama_dir), *args, "--print-config"], env=env
         )
         assert out.exit_code == 2 and "--api-key is empty" in out.output, (args, env, out.output)
+
+
+def test_quiet_endpoints_must_be_paths(tiny_llama_dir: Path):
+    args = [
+        "serve",
+        str(tiny_llama_dir),
+        "--disable-access-log-for-endpoints",
+        "/health,metrics",
+        "--print-config",
+    ]
+    out = CliRunner().invoke(serve_app(), args)
+    assert out.exit_code == 2 and "start with '/'" in out.output and "'metrics'" in out.output, out.output

@@ -39,7 +39,16 @@ def server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("extras")
     template = folder / "template.jinja"
     template.write_text(TEMPLATE)
-    s = start_server(tiny_llama_dir, "--chat-template", str(template), log=folder / "server.log")
+    log = folder / "server.log"
+    s = start_server(
+        tiny_llama_dir,
+        "--chat-template",
+        str(template),
+        "--disable-access-log-for-endpoints",
+        "/health,/x",
+        log=log,
+    )
+    s.log = log  # type: ignore[attr-defined]
     yield s
     stop_server(s)
 
@@ -230,3 +239,11 @@ def test_prompt_logprobs_score_every_prompt_token_but_the_first(server):
     assert r.status_code == 200, r.text
     chat = r.json()["prompt_logprobs"]
     assert len(chat) == r.json()["usage"]["prompt_tokens"] and all(len(e) == 1 for e in chat[1:])
+
+
+def test_disable_access_log_for_endpoints(server):
+    """vLLM's flag: the server started with /health (polled by start_server) left out of its log."""
+    assert httpx.get(server.url + "/health?probe=1", timeout=10).status_code == 200
+    _tokens(server, prompt="the cat")
+    log = server.log.read_text()
+    assert '"POST /tokenize HTTP/1.1" 200' in log and "GET /health" not in log
