@@ -134,6 +134,23 @@ def _trust_remote_code(value: str | None, given: Mapping[str, str]) -> Reading:
     )
 
 
+def _auto_tool_choice(value: str | None, given: Mapping[str, str]) -> Reading:
+    return Reading((), "a chat request with tools has its tool calls read (the format: --tool-call-parser)")
+
+
+def _no_request_log(value: str | None, given: Mapping[str, str]) -> Reading:
+    return Reading(
+        (), "kvspill logs neither requests' contents nor periodic stats (/metrics has the numbers)"
+    )
+
+
+def _request_log(value: str | None, given: Mapping[str, str]) -> Reading:
+    raise DialectError(
+        "--enable-log-requests: kvspill has no log of requests' contents; leave it out (the access log "
+        "has a line per request, /metrics the counts and latencies)"
+    )
+
+
 def _chunked_prefill_size(value: str | None, given: Mapping[str, str]) -> Reading:
     if value is not None and value.strip() == "-1":
         raise DialectError(
@@ -220,6 +237,12 @@ ALIASES: tuple[Alias, ...] = (
           "--max-num-batched-tokens", _chunked_prefill_off, takes_value=False),
     Alias(("--trust-remote-code",), "vLLM, SGLang", "accepted: kvspill runs no model code",
           _trust_remote_code, takes_value=False),
+    Alias(("--enable-auto-tool-choice",), "vLLM", "accepted: tool calls are read whenever a request has tools",
+          _auto_tool_choice, takes_value=False, commands=SERVE),
+    Alias(("--disable-log-requests", "--disable-log-stats"), "vLLM", "accepted: kvspill logs neither",
+          _no_request_log, takes_value=False, commands=SERVE),
+    Alias(("--enable-log-requests",), "vLLM", "refused: no log of requests' contents", _request_log,
+          takes_value=False, commands=SERVE),
     Alias(("--kv-transfer-config",), "vLLM", "--cpu-kv-budget cpu_bytes_to_use B of the OffloadingConnector "
           "JSON (per GPU); other connectors refused", _kv_transfer_config, "--cpu-kv-budget"),
     Alias(("--kv-offloading-size",), "vLLM", "--cpu-kv-budget (N GiB over all GPUs) / --tensor-parallel-size",

@@ -167,6 +167,14 @@ QuietEndpointsOpt = Annotated[
         "DISABLE_ACCESS_LOG_FOR_ENDPOINTS",
     ),
 ]
+ToolCallParserOpt = Annotated[
+    str,
+    _opt(
+        "How tool calls are read from a chat answer: auto (the format the chat template teaches), or "
+        "hermes (<tool_call> tags), mistral ([TOOL_CALLS]) or llama3_json (vLLM's parser names).",
+        "TOOL_CALL_PARSER",
+    ),
+]
 ProfileOpt = Annotated[
     str | None, _opt("Saved registry profile: its model and engine flags (flags given win).", "PROFILE")
 ]
@@ -197,6 +205,7 @@ def serve_command(
     guided_compile_timeout: CompileTimeoutOpt = DEFAULT_COMPILE_TIMEOUT_S,
     guided_compile_budget: CompileBudgetOpt = DEFAULT_COMPILE_BUDGET_S,
     reasoning_parser: ReasoningParserOpt = "auto",
+    tool_call_parser: ToolCallParserOpt = "auto",
     disable_uvicorn_access_log: NoAccessLogOpt = False,
     disable_access_log_for_endpoints: QuietEndpointsOpt = None,
     profile: ProfileOpt = None,
@@ -218,7 +227,7 @@ def serve_command(
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         refuse_empty_key(api_key)
         access_log = _access_log(disable_uvicorn_access_log, disable_access_log_for_endpoints)
-        _check_reasoning_parser(reasoning_parser)
+        _check_parsers(reasoning_parser, tool_call_parser)
         model, engine, served_model_name = _served_model(
             (model, model_option), profile, engine, served_model_name, offline, fetch=not print_config
         )
@@ -245,7 +254,7 @@ def serve_command(
         limits,
         rag_service,
         (guided_compile_timeout, guided_compile_budget),
-        reasoning_parser,
+        (reasoning_parser, tool_call_parser),
         access_log,
     )
 
@@ -273,11 +282,17 @@ def _access_log(disable_all: bool, quiet_endpoints: str | None) -> AccessLog:
         raise KvspillError(str(e)) from None
 
 
-def _check_reasoning_parser(name: str) -> None:
+def _check_parsers(reasoning: str, tool_calls: str) -> None:
     from kvspill.server.reasoning import PARSERS
+    from kvspill.server.tool_parsers import FORMATS
 
-    if name not in PARSERS:
-        raise KvspillError(f"--reasoning-parser must be one of {', '.join(PARSERS)}, got {name!r}")
+    if reasoning not in PARSERS:
+        raise KvspillError(f"--reasoning-parser must be one of {', '.join(PARSERS)}, got {reasoning!r}")
+    if tool_calls != "auto" and tool_calls not in FORMATS:
+        raise KvspillError(
+            f"--tool-call-parser {tool_calls}: kvspill reads tool calls as auto (from the chat template), "
+            f"{', '.join(FORMATS)}; give one of those"
+        )
 
 
 def _mode_expansion(config: Any) -> str:
@@ -415,7 +430,7 @@ def run_server(
     connection: ConnectionLimits | None = None,
     rag_service: Any = None,
     guided_compile: tuple[float, float] = (DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_BUDGET_S),
-    reasoning_parser: str = "auto",
+    parsers: tuple[str, str] = ("auto", "auto"),
     access_log: AccessLog | None = None,
 ) -> None:
     """Check, build the app (the engine loads on its thread), serve until SIGTERM, exit 1 when the
@@ -441,7 +456,8 @@ def run_server(
         max_request_bytes=limits.max_request_bytes,
         allowed_hosts=limits.allowed_hosts,
         guided=GateSettings(timeout_s=guided_compile[0], budget_s=guided_compile[1]),
-        reasoning_parser=reasoning_parser,
+        reasoning_parser=parsers[0],
+        tool_call_parser=parsers[1],
     )
     app = create_app(_engine_factory(config), settings)
     rag_jobs = None

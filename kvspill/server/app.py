@@ -69,6 +69,7 @@ class ServerSettings:
     allowed_hosts: set[str] | None = None  # Host names answered (None: any; hosts.py)
     guided: GateSettings = field(default_factory=GateSettings)  # grammar compiles (grammar_gate.py)
     reasoning_parser: str = "auto"  # reasoning_content apart from content (reasoning.py)
+    tool_call_parser: str = "auto"  # the tool-call format; auto: the chat template's (tool_parsers.py)
 
 
 @dataclass
@@ -257,7 +258,10 @@ async def _chat_job(ctx: _Context, body: ChatCompletionRequest, request: Request
     ctx.check_num_choices(1, body.num_samples)
     if engine.tokenizer is None:
         return invalid("this model has no tokenizer, so it cannot take chat messages", "messages")
-    tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, engine.tokenizer.chat_template)
+    tools = plan_tools(
+        body.tools, body.tool_choice, body.parallel_tool_calls, engine.tokenizer.chat_template,
+        ctx.settings.tool_call_parser,
+    )  # fmt: skip
     if tools is not None and tools.guided is not None:
         if params.guided is not None:
             why = (

@@ -96,9 +96,14 @@ def _schema(tool: Tool) -> dict[str, Any]:
 
 
 def plan_tools(
-    tools: list[Tool] | None, choice: ToolChoice | None, parallel: bool | None, template: str | None
+    tools: list[Tool] | None,
+    choice: ToolChoice | None,
+    parallel: bool | None,
+    template: str | None,
+    parser: str = "auto",
 ) -> ToolPlan | None:
-    """The plan of a request's tools, or None when it has none (or tool_choice is none)."""
+    """The plan of a request's tools, or None when it has none (or tool_choice is none).
+    `parser`: --tool-call-parser (auto: the format the template teaches)."""
     if not tools:
         if choice not in (None, "none"):
             raise InvalidParameterError("tool_choice", "tool_choice needs `tools`")
@@ -130,7 +135,7 @@ def plan_tools(
     if mode == "required":
         array = calls_array({name: _schema(t) for name, t in by_name.items()}, max_calls)
         return replace(plan, guided=GuidedSpec.json_schema(array, "tools"))
-    return replace(plan, fmt=format_for_template(template))
+    return replace(plan, fmt=format_for_template(template) if parser == "auto" else parser)
 
 
 def _named_tool(choice: ToolChoice | None, by_name: dict[str, Tool]) -> str | None:

@@ -66,6 +66,10 @@ def _served_config(served: list[tuple], *args: str) -> tuple[EngineConfig, list[
         (["--trust-remote-code"], "trust_remote_code", False,
          "--trust-remote-code (vLLM, SGLang) accepted: kvspill runs no code from a model repository"),
         (["--kv-offloading-backend", "native"], "cpu_kv_budget_bytes", None, "accepted: kvspill's own cpu tier"),
+        (["--disable-log-requests"], "seed", EngineConfig().seed, "(vLLM) accepted: kvspill logs neither"),
+        (["--disable-log-stats"], "seed", EngineConfig().seed, "(vLLM) accepted: kvspill logs neither"),
+        (["--enable-auto-tool-choice"], "seed", EngineConfig().seed,
+         "(vLLM) accepted: a chat request with tools has its tool calls read"),
     ],
 )  # fmt: skip
 def test_each_alias_sets_its_field_and_says_so(served, args, field, value, note):
@@ -126,6 +130,8 @@ def test_several_aliases_at_once_keep_the_other_flags(served):
         (["--model-path", "a", "-m", "b"], "both set --model"),
         (["--swap-space"], "--swap-space (vLLM) needs a value"),
         (["--trust-remote-code=true"], "takes no value"),
+        (["--enable-log-requests"], "no log of requests' contents"),
+        (["--tool-call-parser", "pythonic"], "give one of those"),
     ],
 )  # fmt: skip
 def test_what_cannot_map_is_one_error_line(served, args, message):
@@ -199,3 +205,8 @@ def test_every_alias_is_documented_in_flags_md() -> None:
     aliases = text.split("## Aliases", 1)[1].split("\n## ", 1)[0]
     for alias in ALIASES:
         assert all(f"`{name}`" in aliases for name in alias.names), alias.names
+
+
+def test_tool_call_parser_reaches_the_server(served):
+    assert _serve("--enable-auto-tool-choice", "--tool-call-parser", "llama3_json").exit_code == 0
+    assert served[-1][11] == ("auto", "llama3_json")  # run_server's parsers: (reasoning, tool calls)

@@ -31,6 +31,13 @@ def test_auto_parses_the_template_format():
     assert content == "hi" and calls[0].name == "f"
 
 
+def test_a_tool_call_parser_overrides_the_template_format():
+    plan = plan_tools(TOOLS, None, None, TEMPLATE, "llama3_json")
+    assert plan is not None and plan.fmt == "llama3_json"
+    _, calls = answer_message(plan, '{"name": "f", "parameters": {"a": 1}}')
+    assert calls[0].name == "f" and json.loads(calls[0].arguments) == {"a": 1}
+
+
 def test_required_schema_lists_every_tool_and_parallel_false_allows_one():
     plan = plan_tools(TOOLS, "required", False, TEMPLATE)
     assert plan is not None and plan.guided is not None
