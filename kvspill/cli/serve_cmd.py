@@ -100,6 +100,14 @@ AllowedHostsOpt = Annotated[
         "ALLOWED_HOSTS",
     ),
 ]
+AllowedOriginsOpt = Annotated[
+    str | None,
+    _opt(
+        "Web pages (origins) whose scripts may call the server from a browser, comma-separated or "
+        "vLLM's JSON list ('*': any); default: pages served from this machine's localhost.",
+        "ALLOWED_ORIGINS",
+    ),
+]
 MaxRequestBytesOpt = Annotated[
     int | None,
     _opt(
@@ -196,6 +204,7 @@ def serve_command(
     config_file: Annotated[Path | None, config_option()] = None,
     print_config: Annotated[bool, print_config_option()] = False,
     allowed_hosts: AllowedHostsOpt = None,
+    allowed_origins: AllowedOriginsOpt = None,
     max_request_bytes: MaxRequestBytesOpt = None,
     limit_concurrency: LimitConcurrencyOpt = 1024,
     timeout_keep_alive: KeepAliveOpt = 5,
@@ -222,7 +231,7 @@ def serve_command(
         _check_admission_flags(max_waiting_requests, max_queued_tokens, shutdown_timeout)
         connection = _checked_connection(ConnectionLimits(
             None, max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout, body_timeout,
-            max_connections_per_client,
+            max_connections_per_client, _origins(allowed_origins),
         ))  # fmt: skip
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         refuse_empty_key(api_key)
@@ -321,6 +330,17 @@ def _mode_expansion(config: Any) -> str:
             f"#   {fit_line(startup.plan)}",
         ]
     return "\n".join(lines)
+
+
+def _origins(text: str | None) -> tuple[str, ...] | None:
+    from kvspill.server.cors import parse_origins
+
+    try:
+        return parse_origins(text)
+    except ValueError as e:  # json's errors are ValueErrors too
+        raise KvspillError(
+            f"--allowed-origins: {e}" if "--allowed-origins" not in str(e) else str(e)
+        ) from None
 
 
 def _checked_connection(limits: ConnectionLimits) -> ConnectionLimits:
@@ -455,6 +475,7 @@ def run_server(
         max_queued_tokens,
         max_request_bytes=limits.max_request_bytes,
         allowed_hosts=limits.allowed_hosts,
+        allowed_origins=limits.allowed_origins,
         guided=GateSettings(timeout_s=guided_compile[0], budget_s=guided_compile[1]),
         reasoning_parser=parsers[0],
         tool_call_parser=parsers[1],

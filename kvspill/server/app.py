@@ -34,6 +34,7 @@ from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError
 from kvspill.server.auth import ApiKeyMiddleware
 from kvspill.server.compile_budget import CompileBudgetError
+from kvspill.server.cors import add_cors
 from kvspill.server.echo import make_echo
 from kvspill.server.errors import document_400s, error_response, exception_response, invalid
 from kvspill.server.grammar_gate import ClientGoneError, GateSettings, GrammarGate, budget_response
@@ -70,6 +71,7 @@ class ServerSettings:
     guided: GateSettings = field(default_factory=GateSettings)  # grammar compiles (grammar_gate.py)
     reasoning_parser: str = "auto"  # reasoning_content apart from content (reasoning.py)
     tool_call_parser: str = "auto"  # the tool-call format; auto: the chat template's (tool_parsers.py)
+    allowed_origins: tuple[str, ...] | None = None  # browser pages that may call (None: loopback; cors.py)
 
 
 @dataclass
@@ -142,6 +144,7 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
     app.add_middleware(BodyLimitMiddleware, max_bytes=lambda: _max_request_bytes(ctx))
     if settings.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key, open_paths=_OPEN_PATHS)
+    add_cors(app, settings.allowed_origins)  # outside the key check: a preflight carries no key
     if settings.allowed_hosts is not None:  # outermost: a refused Host learns nothing else
         app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     _add_generation_routes(app, ctx)

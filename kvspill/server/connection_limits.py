@@ -28,3 +28,4 @@ class ConnectionLimits:
     header_timeout: float = DEFAULT_HEADER_TIMEOUT_S
     body_timeout: float = DEFAULT_BODY_TIMEOUT_S
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    allowed_origins: tuple[str, ...] | None = None  # browser pages that may call (None: loopback; cors.py)

@@ -210,3 +210,11 @@ def test_quiet_endpoints_must_be_paths(tiny_llama_dir: Path):
     ]
     out = CliRunner().invoke(serve_app(), args)
     assert out.exit_code == 2 and "start with '/'" in out.output and "'metrics'" in out.output, out.output
+
+
+def test_allowed_origins_must_be_origins(tiny_llama_dir: Path):
+    for value, message in (("app.example", "is not an origin"), ('["x"', "--allowed-origins")):
+        out = CliRunner().invoke(
+            serve_app(), ["serve", str(tiny_llama_dir), "--allowed-origins", value, "--print-config"]
+        )
+        assert out.exit_code == 2 and message in out.output, out.output
