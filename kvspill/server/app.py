@@ -286,6 +286,7 @@ async def _chat_job(ctx: _Context, body: ChatCompletionRequest, request: Request
         True, ctx.settings.model_name, [ids], params, body.stream, body.include_usage, engine.tokenizer,
         n=body.num_samples, tools=tools, reasoning_opened=reasoning_opened,
         continuous_usage=body.continuous_usage, prompt_logprobs=body.prompt_logprobs,
+        chat_echo=body.echoed_text(),
     )  # fmt: skip
 
 

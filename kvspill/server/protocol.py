@@ -278,6 +278,17 @@ class ChatCompletionRequest(_Sampling, ChatTemplateFields):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = Field(None, strict=True)
+    echo: bool = Field(
+        False, strict=True
+    )  # vLLM's: the answer starts with the last message if it is the assistant's
+
+    def echoed_text(self) -> str | None:
+        """What vLLM's `echo` puts in front of the answer: the last message's text when it is the
+        assistant's (an answer being continued), else nothing."""
+        last = self.messages[-1]
+        if not self.echo or last.role != "assistant":
+            return None
+        return str(last.as_template_dict()["content"])
 
     def sampling_params(self, defaults: Mapping[str, float | int] = _NO_DEFAULTS) -> SamplingParams:
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

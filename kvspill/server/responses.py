@@ -59,6 +59,7 @@ class Job:
     reasoning_opened: bool | None = None
     continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats
     prompt_logprobs: int | None = None  # vLLM's: the prompt tokens' logprobs, k top tokens each
+    chat_echo: str | None = None  # vLLM's chat `echo`: the continued assistant message, before the answer
     choices: list[Choice] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -114,7 +115,7 @@ def role_chunks(job: Job) -> list[str]:
     body["choices"] = [
         {
             "index": c.index,
-            "delta": {"role": "assistant", "content": ""},
+            "delta": {"role": "assistant", "content": job.chat_echo or ""},
             "logprobs": None,
             "finish_reason": None,
         }
@@ -201,6 +202,8 @@ def full_body(job: Job) -> dict[str, Any]:
         logprobs = _logprobs(job, c, c.final)
         if job.chat:
             message, reason = _chat_message(job, c.final)
+            if job.chat_echo:
+                message["content"] = job.chat_echo + (message["content"] or "")
             choices.append(
                 {"index": c.index, "message": message, "logprobs": logprobs, "finish_reason": reason}
             )

@@ -247,3 +247,21 @@ def test_disable_access_log_for_endpoints(server):
     _tokens(server, prompt="the cat")
     log = server.log.read_text()
     assert '"POST /tokenize HTTP/1.1" 200' in log and "GET /health" not in log
+
+
+def test_chat_echo_puts_the_continued_message_first(server):
+    partial = [*USER, {"role": "assistant", "content": "the cat"}]
+    body = {"messages": partial, "max_tokens": 2, "ignore_eos": True, "add_generation_prompt": False, "temperature": 0,
+            "continue_final_message": True}  # fmt: skip
+    plain = _chat(server, **body).json()["choices"][0]["message"]["content"]
+    echoed = _chat(server, echo=True, **body).json()["choices"][0]["message"]["content"]
+    assert echoed == "the cat" + plain
+    stream = {"model": server.model, "stream": True, "echo": True, **body}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=stream, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == echoed
+    # the last message is the user's: nothing to echo
+    assert (
+        _chat(server, messages=USER, max_tokens=2, echo=True).json()["choices"][0]["message"]["content"]
+        == (_chat(server, messages=USER, max_tokens=2).json()["choices"][0]["message"]["content"])
+    )
