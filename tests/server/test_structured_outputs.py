@@ -216,7 +216,12 @@ def test_fields_that_change_nothing_are_accepted_and_others_named(client, server
         "use_beam_search": False, "priority": 0, "web_search_options": None,
     }  # fmt: skip
     assert _ask(client, server, max_tokens=2, extra_body=fine).choices[0].finish_reason
-    for field, value in (("store", True), ("service_tier", "flex"), ("priority", 5), ("bad_words", ["x"])):
+    for field, value in (
+        ("store", True),
+        ("service_tier", "flex"),
+        ("priority", 5),
+        ("guided_whitespace_pattern", " "),
+    ):
         with pytest.raises(openai.BadRequestError) as bad:
             _ask(client, server, max_tokens=2, extra_body={field: value})
         assert bad.value.body["param"] == field and field in bad.value.body["message"]
