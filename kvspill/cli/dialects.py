@@ -262,6 +262,10 @@ ALIASES: tuple[Alias, ...] = (
     Alias(("--model-path",), "SGLang", "--model PATH", _rename("--model"), "--model"),
     Alias(("-c", "--ctx-size"), "llama-server", "--max-model-len N (0: the model's trained context)",
           _ctx_size, "--max-model-len"),
+    Alias(("--ssl-key-file",), "llama-server", "--ssl-keyfile PATH", _rename("--ssl-keyfile"), "--ssl-keyfile",
+          commands=SERVE),
+    Alias(("--ssl-cert-file",), "llama-server", "--ssl-certfile PATH", _rename("--ssl-certfile"), "--ssl-certfile",
+          commands=SERVE),
     Alias(("--version",), "llama-server", "prints kvspill's version and exits (as `kvspill --version`)",
           _version, takes_value=False, commands=SERVE, in_files=False),
 )  # fmt: skip

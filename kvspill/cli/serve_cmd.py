@@ -49,6 +49,7 @@ from kvspill.server.connection_limits import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     ConnectionLimits,
+    check_tls_files,
 )
 
 logger = logging.getLogger("kvspill.serve")
@@ -107,6 +108,12 @@ AllowedOriginsOpt = Annotated[
         "vLLM's JSON list ('*': any); default: pages served from this machine's localhost.",
         "ALLOWED_ORIGINS",
     ),
+]
+SslKeyOpt = Annotated[
+    str | None, _opt("Private key file (PEM) for HTTPS, with --ssl-certfile.", "SSL_KEYFILE")
+]
+SslCertOpt = Annotated[
+    str | None, _opt("Certificate file (PEM) for HTTPS, with --ssl-keyfile.", "SSL_CERTFILE")
 ]
 MaxRequestBytesOpt = Annotated[
     int | None,
@@ -205,6 +212,8 @@ def serve_command(
     print_config: Annotated[bool, print_config_option()] = False,
     allowed_hosts: AllowedHostsOpt = None,
     allowed_origins: AllowedOriginsOpt = None,
+    ssl_keyfile: SslKeyOpt = None,
+    ssl_certfile: SslCertOpt = None,
     max_request_bytes: MaxRequestBytesOpt = None,
     limit_concurrency: LimitConcurrencyOpt = 1024,
     timeout_keep_alive: KeepAliveOpt = 5,
@@ -231,7 +240,7 @@ def serve_command(
         _check_admission_flags(max_waiting_requests, max_queued_tokens, shutdown_timeout)
         connection = _checked_connection(ConnectionLimits(
             None, max_request_bytes, limit_concurrency, timeout_keep_alive, header_timeout, body_timeout,
-            max_connections_per_client, _origins(allowed_origins),
+            max_connections_per_client, _origins(allowed_origins), _tls(ssl_keyfile, ssl_certfile),
         ))  # fmt: skip
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         refuse_empty_key(api_key)
@@ -341,6 +350,13 @@ def _origins(text: str | None) -> tuple[str, ...] | None:
         raise KvspillError(
             f"--allowed-origins: {e}" if "--allowed-origins" not in str(e) else str(e)
         ) from None
+
+
+def _tls(keyfile: str | None, certfile: str | None) -> tuple[str, str] | None:
+    try:
+        return check_tls_files(keyfile, certfile)
+    except ValueError as e:
+        raise KvspillError(str(e)) from None
 
 
 def _checked_connection(limits: ConnectionLimits) -> ConnectionLimits:
@@ -495,6 +511,7 @@ def run_server(
         limit_concurrency=limits.limit_concurrency,
         timeout_keep_alive=limits.timeout_keep_alive,
         access_log=access_log or AccessLog(),
+        **({"ssl_keyfile": limits.tls[0], "ssl_certfile": limits.tls[1]} if limits.tls else {}),
     )
     _leave(app, rag_jobs, shutdown_timeout)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -28,7 +29,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(model_dir: Path, *flags: str, log: Path, env: dict[str, str] | None = None) -> Server:
+def start_server(
+    model_dir: Path,
+    *flags: str,
+    log: Path,
+    env: dict[str, str] | None = None,
+    scheme: str = "http",
+    verify: ssl.SSLContext | bool = True,
+) -> Server:
+    """A `kvspill serve` process on a free port, once /health answers (`verify`: httpx's, for https)."""
     port = _free_port()
     cmd = [
         sys.executable,
@@ -46,13 +55,13 @@ def start_server(model_dir: Path, *flags: str, log: Path, env: dict[str, str] | 
     # two torch threads stall each other for a scheduler tick per op and a 1 ms step becomes 100 ms.
     env.setdefault("OMP_NUM_THREADS", "1")
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{scheme}://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()}")
         try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
+            if httpx.get(url + "/health", timeout=1, verify=verify).status_code == 200:
                 return Server(url, str(model_dir), proc)
         except httpx.HTTPError:
             pass
