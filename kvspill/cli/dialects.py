@@ -72,6 +72,9 @@ class Alias:
     takes_value: bool = True
     commands: frozenset[str] = ENGINE_COMMANDS
     in_files: bool = True  # also a config-file key (an action is not)
+    # A flag whose next word is its value only when it is one of these (llama-server's `-fa on`,
+    # which older builds took as `-fa` alone)
+    optional_values: frozenset[str] = frozenset()
 
 
 def _number(value: str | None, flag: str, unit: str) -> float:
@@ -164,6 +167,86 @@ def _ctx_size(value: str | None, given: Mapping[str, str]) -> Reading:
     if value is not None and value.strip() == "0":
         return Reading((), "0 is the model's trained context, kvspill's default (no --max-model-len)")
     return Reading(("--max-model-len", str(value)))
+
+
+def _gpu_layers(value: str | None, given: Mapping[str, str]) -> Reading:
+    text = (value or "").strip().lower()
+    if text == "0":
+        return Reading(("--device", "cpu"), "no layer on the GPU")
+    if text in ("all", "auto", "-1") or (text.isdigit() and int(text) > 0):
+        return Reading(
+            (),
+            "kvspill puts the weights on the GPU by its memory plan, the rest in RAM "
+            "(an explicit split: --cpu-offload-gb N, a limit: --vram-budget SIZE)",
+        )
+    raise DialectError(f"-ngl / --n-gpu-layers takes a number of layers, all or auto, got {value!r}")
+
+
+def _flash_attn(value: str | None, given: Mapping[str, str]) -> Reading:
+    return Reading((), "kvspill's attention kernels are its own, fused the same way; there is no other path")
+
+
+_LLAMA_KV_TYPES = {"f16": "auto", "bf16": "auto", "f32": "auto", "q8_0": "int8"}
+
+
+def _cache_type(
+    flag: str, other: tuple[str, ...], defers: bool
+) -> Callable[[str | None, Mapping[str, str]], Reading]:
+    """-ctk / -ctv: kvspill quantizes K and V alike (--kv-cache-dtype), so the two must agree; the
+    one that `defers` sets nothing when the other is given."""
+
+    def read(value: str | None, given: Mapping[str, str]) -> Reading:
+        kind = _LLAMA_KV_TYPES.get((value or "").strip().lower())
+        if kind is None:
+            raise DialectError(
+                f"{flag} {value}: kvspill's KV types are the model's (f16, bf16), int8 (for q8_0) and fp8; "
+                "give one of f16, bf16, q8_0, or --kv-cache-dtype fp8"
+            )
+        mine = (value or "").strip().lower()
+        theirs = next((given[o].strip().lower() for o in other if o in given), None)
+        if theirs is not None and _LLAMA_KV_TYPES.get(theirs) != kind:
+            raise DialectError(
+                f"{flag} {value} and {'/'.join(other)} {theirs}: kvspill quantizes K and V alike; give both the same type"
+            )
+        if "--kv-cache-dtype" in given:
+            raise DialectError(f"{flag} and --kv-cache-dtype both set the KV type: give one of them")
+        if theirs is not None and defers:
+            return Reading((), f"the same type as {'/'.join(other)}")  # that flag sets it
+        why = (
+            "kvspill's 8-bit KV: one scale per token and head"
+            if kind == "int8"
+            else f"{mine} is the model's dtype"
+        )
+        if theirs is None and kind != "auto":
+            why += "; K and V alike"
+        return Reading(("--kv-cache-dtype", kind), why)
+
+    return read
+
+
+def _jinja(value: str | None, given: Mapping[str, str]) -> Reading:
+    return Reading((), "kvspill always renders the model's Jinja chat template")
+
+
+def _cont_batching(value: str | None, given: Mapping[str, str]) -> Reading:
+    return Reading((), "kvspill always batches continuously")
+
+
+def _no_cont_batching(value: str | None, given: Mapping[str, str]) -> Reading:
+    raise DialectError(
+        "--no-cont-batching: kvspill always batches continuously; for one sequence at a time give --max-num-seqs 1"
+    )
+
+
+def _ubatch(value: str | None, given: Mapping[str, str]) -> Reading:
+    return Reading((), "kvspill sizes a prefill step by --max-num-batched-tokens (llama-server's -b)")
+
+
+def _threads(value: str | None, given: Mapping[str, str]) -> Reading:
+    raise DialectError(
+        "-t / --threads: kvspill sizes its CPU threads itself; leave it out (OMP_NUM_THREADS=N sets torch's "
+        "for a model on the CPU, --cpu-attention-threads the cold tiers' attention)"
+    )
 
 
 def _version(value: str | None, given: Mapping[str, str]) -> Reading:
@@ -262,6 +345,30 @@ ALIASES: tuple[Alias, ...] = (
     Alias(("--model-path",), "SGLang", "--model PATH", _rename("--model"), "--model"),
     Alias(("-c", "--ctx-size"), "llama-server", "--max-model-len N (0: the model's trained context)",
           _ctx_size, "--max-model-len"),
+    Alias(("-ngl", "--n-gpu-layers", "--gpu-layers"), "llama-server", "accepted: the memory plan places the "
+          "weights (0: --device cpu)", _gpu_layers),
+    Alias(("-fa", "--flash-attn"), "llama-server", "accepted: kvspill's attention is fused", _flash_attn,
+          takes_value=False, optional_values=frozenset({"on", "off", "auto"})),
+    Alias(("-ctk", "--cache-type-k"), "llama-server", "--kv-cache-dtype (f16/bf16: the model's, q8_0: int8)",
+          _cache_type("-ctk", ("-ctv", "--cache-type-v"), defers=False)),
+    Alias(("-ctv", "--cache-type-v"), "llama-server", "--kv-cache-dtype, as -ctk (K and V alike)",
+          _cache_type("-ctv", ("-ctk", "--cache-type-k"), defers=True)),
+    Alias(("-b", "--batch-size"), "llama-server", "--max-num-batched-tokens N", _rename("--max-num-batched-tokens"),
+          "--max-num-batched-tokens"),
+    Alias(("-ub", "--ubatch-size"), "llama-server", "accepted: the step is -b's", _ubatch),
+    Alias(("-t", "--threads"), "llama-server", "refused: kvspill sizes its CPU threads", _threads),
+    Alias(("-np", "--parallel"), "llama-server", "--max-num-seqs N", _rename("--max-num-seqs"), "--max-num-seqs",
+          commands=SERVE),
+    Alias(("-cb", "--cont-batching"), "llama-server", "accepted: always continuous", _cont_batching,
+          takes_value=False, commands=SERVE),
+    Alias(("-nocb", "--no-cont-batching"), "llama-server", "refused: always continuous", _no_cont_batching,
+          takes_value=False, commands=SERVE),
+    Alias(("--jinja",), "llama-server", "accepted: the model's template is always rendered", _jinja,
+          takes_value=False),
+    Alias(("-a", "--alias"), "llama-server", "--served-model-name NAME", _rename("--served-model-name"),
+          "--served-model-name", commands=SERVE),
+    Alias(("--chat-template-file",), "llama-server", "--chat-template PATH", _rename("--chat-template"),
+          "--chat-template"),
     Alias(("--ssl-key-file",), "llama-server", "--ssl-keyfile PATH", _rename("--ssl-keyfile"), "--ssl-keyfile",
           commands=SERVE),
     Alias(("--ssl-cert-file",), "llama-server", "--ssl-certfile PATH", _rename("--ssl-certfile"), "--ssl-certfile",
@@ -319,7 +426,8 @@ def rewrite_args(command: str, args: list[str], value_options: frozenset[str]) -
     """`args` of `command` with every alias replaced by the kvspill flags it reads as, and one
     note per alias. `value_options`: the command's own options that take a value (their values
     are never aliases). Raises DialectError for an alias that cannot map or a flag set twice."""
-    given = _given(args, value_options)
+    alias_values = frozenset(n for a in ALIASES if a.takes_value and command in a.commands for n in a.names)
+    given = _given(args, value_options | alias_values)
     out: list[str] = []
     notes: list[str] = []
     targets: dict[str, str] = {}  # kvspill flag -> the alias that set it
@@ -343,7 +451,15 @@ def rewrite_args(command: str, args: list[str], value_options: frozenset[str]) -
                 raise DialectError(f"{name} ({alias.origin}) needs a value: {name} VALUE")
             value = args[i + 1]
             i += 1
-        elif not alias.takes_value and value is not None:
+        elif (
+            not alias.takes_value
+            and value is None
+            and i + 1 < len(args)
+            and args[i + 1] in alias.optional_values
+        ):
+            value = args[i + 1]
+            i += 1
+        elif not alias.takes_value and value is not None and value not in alias.optional_values:
             raise DialectError(f"{name} ({alias.origin}) takes no value: give {name} alone")
         reading = alias.read(value, given)
         _claim(alias, name, targets, given)

@@ -70,6 +70,16 @@ def _served_config(served: list[tuple], *args: str) -> tuple[EngineConfig, list[
         (["--disable-log-stats"], "seed", EngineConfig().seed, "(vLLM) accepted: kvspill logs neither"),
         (["--enable-auto-tool-choice"], "seed", EngineConfig().seed,
          "(vLLM) accepted: a chat request with tools has its tool calls read"),
+        (["-ngl", "99"], "device", "auto", "-ngl 99 (llama-server) accepted: kvspill puts the weights on the GPU"),
+        (["--n-gpu-layers", "0"], "device", "cpu", "read as --device cpu"),
+        (["-fa"], "device", "auto", "-fa (llama-server) accepted"),
+        (["-fa", "on"], "device", "auto", "-fa on (llama-server) accepted"),
+        (["--flash-attn=off"], "device", "auto", "--flash-attn off (llama-server) accepted"),
+        (["-np", "4"], "max_num_seqs", 4, "-np 4 (llama-server) read as --max-num-seqs 4"),
+        (["-b", "1024"], "max_num_batched_tokens", 1024, "read as --max-num-batched-tokens 1024"),
+        (["-ctk", "q8_0"], "kv_cache_dtype", "int8", "read as --kv-cache-dtype int8"),
+        (["-ctv", "f16"], "kv_cache_dtype", "auto", "read as --kv-cache-dtype auto"),
+        (["--jinja"], "device", "auto", "accepted: kvspill always renders the model's Jinja chat template"),
     ],
 )  # fmt: skip
 def test_each_alias_sets_its_field_and_says_so(served, args, field, value, note):
@@ -131,6 +141,13 @@ def test_several_aliases_at_once_keep_the_other_flags(served):
         (["--swap-space"], "--swap-space (vLLM) needs a value"),
         (["--trust-remote-code=true"], "takes no value"),
         (["--enable-log-requests"], "no log of requests' contents"),
+        (["-ngl", "many"], "takes a number of layers"),
+        (["-ctk", "q4_0"], "give one of f16, bf16, q8_0"),
+        (["-ctk", "q8_0", "-ctv", "f16"], "give both the same type"),
+        (["-ctk", "f16", "--kv-cache-dtype", "fp8"], "both set the KV type"),
+        (["-t", "8"], "kvspill sizes its CPU threads itself"),
+        (["-nocb"], "always batches continuously"),
+        (["-np", "2", "--max-num-seqs", "4"], "both set --max-num-seqs"),
         (["--tool-call-parser", "pythonic"], "give one of those"),
     ],
 )  # fmt: skip
@@ -210,3 +227,19 @@ def test_every_alias_is_documented_in_flags_md() -> None:
 def test_tool_call_parser_reaches_the_server(served):
     assert _serve("--enable-auto-tool-choice", "--tool-call-parser", "llama3_json").exit_code == 0
     assert served[-1][11] == ("auto", "llama3_json")  # run_server's parsers: (reasoning, tool calls)
+
+
+def test_a_llama_server_line(served, tmp_path):
+    """The line a llama-server user brings: each flag read, K and V types from one -ctk/-ctv pair."""
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages }}")
+    result = _serve(
+        "-c", "4096", "-ngl", "999", "-fa", "on", "-np", "4", "--jinja", "-ctk", "q8_0", "-ctv", "q8_0",
+        "-a", "coder", "--chat-template-file", str(template), "--port", "8081",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    config, settings = served[-1][0], served[-1]
+    assert (config.max_model_len, config.max_num_seqs, config.kv_cache_dtype) == (4096, 4, "int8")
+    assert settings[2] == 8081 and settings[6] == "coder"
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 9 and any("-ctv q8_0 (llama-server) accepted: the same type" in n for n in notes)
