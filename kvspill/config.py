@@ -154,6 +154,9 @@ class EngineConfig:
     target_itl_ms: float | None = None
     seed: int = 0
     chat_template: str | None = None  # a Jinja chat template file used instead of the model's
+    # The tokenizer (and its chat template) of another directory, .gguf file or cached Hugging Face
+    # id instead of the model's own (vLLM's --tokenizer; model/resolve.resolve_tokenizer)
+    tokenizer: str | None = None
     # Sampling values for what a request leaves out (vLLM's --generation-config): "auto" = the
     # model's recommended ones (generation_config.json, GGUF general.sampling.*), "none" (or "vllm")
     # = OpenAI's, or a folder holding a generation_config.json (text/sampling_defaults.py)

@@ -114,6 +114,11 @@ class EngineOptions:
         "A Jinja chat template file to use instead of the model's (e.g. one that takes `tools`).",
         default="the model's",
     )
+    tokenizer: str | None = _flag(
+        "The tokenizer of another directory, .gguf file or cached Hugging Face id (e.g. the base model "
+        "of a GGUF file), with its chat template, instead of the model's own (vLLM's option).",
+        default="the model's",
+    )
     engine_seed: int | None = _flag("Seed of the sampler for requests that bring none.", "seed")
     generation_config: str | None = _flag(
         "Sampling values for what a request leaves out (temperature, top_p, top_k, min_p, "

@@ -40,7 +40,7 @@ from kvspill.engine.checks import (
 )
 from kvspill.engine.phases import StartupPhases
 from kvspill.env import q6k_split_on, scale_pairs_mode
-from kvspill.errors import InvalidParameterError, OutOfKVMemoryError
+from kvspill.errors import InvalidParameterError, OutOfKVMemoryError, UnsupportedModelError
 from kvspill.gguf.reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kernels.cpu_attention import load_kernel
@@ -55,7 +55,7 @@ from kvspill.model.quant import (
     split_q6k_weights,
 )
 from kvspill.model.random_init import build_random_model, is_random_model
-from kvspill.model.resolve import EMBEDDED_FILE, ResolvedModel, resolve_model
+from kvspill.model.resolve import EMBEDDED_FILE, ResolvedModel, resolve_model, resolve_tokenizer
 from kvspill.plan import Bandwidths, MemoryPlan
 from kvspill.plan.calibrate import load_calibration
 from kvspill.plan.choices import (
@@ -423,10 +423,25 @@ def _load_model(
     )
     if config.skip_tokenizer_init:
         return loaded, None
-    tokenizer = load_tokenizer(resolved, loaded.hf_config)
+    tokenizer = _tokenizer(config, resolved, loaded)
     return loaded, replace(
         tokenizer, sampling_defaults=_sampling_defaults(resolved, config.generation_config)
     )
+
+
+def _tokenizer(config: EngineConfig, resolved: ResolvedModel, loaded: LoadedModel) -> TokenizerBundle:
+    """The model's tokenizer, or --tokenizer's, whose ids must fit the model's vocabulary."""
+    if config.tokenizer is None:
+        return load_tokenizer(resolved, loaded.hf_config)
+    tokenizer = load_tokenizer(resolve_tokenizer(config.tokenizer), loaded.hf_config)
+    vocab = int(loaded.hf_config.vocab_size)
+    if len(tokenizer.hf) > vocab:
+        raise UnsupportedModelError(
+            f"--tokenizer {config.tokenizer} has {len(tokenizer.hf)} tokens, more than the "
+            f"{vocab} of {resolved.display_name}'s vocabulary: give the tokenizer of this model (its base model)"
+        )
+    logger.info("tokenizer and chat template from %s (--tokenizer)", config.tokenizer)
+    return tokenizer
 
 
 def _sampling_defaults(resolved: ResolvedModel, source: str) -> dict[str, float | int]:

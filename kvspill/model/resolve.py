@@ -58,6 +58,39 @@ def resolve_model(model: str | None, *, hf_cache_dir: str | Path | None = None) 
     )
 
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
+
+def resolve_tokenizer(name: str, *, hf_cache_dir: str | Path | None = None) -> ResolvedModel:
+    """Resolve `--tokenizer`: a directory holding tokenizer files (no weights needed), a .gguf
+    file, or a Hugging Face id whose snapshot is in the local cache (no network)."""
+    path = Path(name).expanduser()
+    if not path.exists() and _HF_ID.match(name) and not name.startswith("."):
+        from huggingface_hub import constants
+
+        cache = Path(hf_cache_dir) if hf_cache_dir is not None else Path(constants.HF_HUB_CACHE)
+        snapshot = _cached_snapshot(name, cache)
+        if snapshot is None:
+            raise ModelNotFoundError(
+                f"Tokenizer {name!r} was not found: no such path, and no snapshot of it in the Hugging "
+                f"Face cache {str(cache)!r}. Get its files with `huggingface-cli download {name} "
+                "tokenizer.json tokenizer_config.json`, or pass a local directory."
+            )
+        path = snapshot
+    if path.is_dir():
+        if not any((path / f).is_file() for f in _TOKENIZER_FILES):
+            raise ModelNotFoundError(
+                f"--tokenizer {name}: {str(path)!r} has none of {', '.join(_TOKENIZER_FILES)}"
+            )
+        return ResolvedModel("dir", path.resolve(), name)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        _check_gguf(path)
+        return ResolvedModel("gguf", path.resolve(), path.stem)
+    raise ModelNotFoundError(
+        f"--tokenizer {name}: not a directory with tokenizer files, a .gguf file or a cached Hugging Face id"
+    )
+
+
 def _embedded() -> ResolvedModel:
     # find_spec locates the package without importing it (its __init__ needs the `llm` CLI).
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
