@@ -86,7 +86,7 @@ def test_a_flag_names_the_file_over_kvspill_config(tmp_path, served):
     [
         (
             'vram_budgett = "1GiB"',
-            "unknown key 'vram_budgett' (did you mean 'vram-budget'?); valid keys: allowed-hosts, api-key,",
+            "unknown key 'vram_budgett' (did you mean 'vram-budget'?); valid keys: allowed-hosts, allowed-origins,",
         ),
         ("config = 'x.toml'", "unknown key 'config'"),
         ("port = 9.5", "'port' must be an integer, got 9.5"),
