@@ -177,6 +177,12 @@ class SamplingParams:
         )
 
     @property
+    def reads_output_values(self) -> bool:
+        """Whether sampling looks at the values of earlier output tokens (penalties, bad words),
+        so an async step must have the previous step's token first (runner/model_runner.py)."""
+        return self.needs_penalties or bool(self.bad_words_token_ids)
+
+    @property
     def needs_penalties(self) -> bool:
         return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 

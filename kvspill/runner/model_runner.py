@@ -334,10 +334,10 @@ class ModelRunner:
         states = [self.states[r] for r in sample_req_ids]
         sampling = [st.sampling for st in states]
         if self._last_sampled is not None and any(
-            (s.params.needs_penalties or s.guide is not None) and PLACEHOLDER in s.output_token_ids[-1:]
+            (s.params.reads_output_values or s.guide is not None) and PLACEHOLDER in s.output_token_ids[-1:]
             for s in sampling
         ):
-            # Penalties count the values of earlier outputs; a grammar matcher must accept them. This
+            # Penalties count the values of earlier outputs, bad words compare them; a grammar matcher must accept them. This
             # runs after this step's forward was launched: the GPU computes it while the host waits
             # for the previous step's tokens (already computed before it, in stream order) and then
             # builds the grammar bitmask (guided/bitmask.py).
