@@ -33,6 +33,7 @@ from kvspill.errors import KvspillError
 
 ENGINE_COMMANDS = frozenset({"serve", "generate", "chat"})
 SERVE = frozenset({"serve"})
+CLI = frozenset({"generate", "chat"})  # llama-cli's sampling flags
 _TP_NAMES = ("--tensor-parallel-size", "-tp", "--tp-size")
 
 
@@ -249,6 +250,15 @@ def _threads(value: str | None, given: Mapping[str, str]) -> Reading:
     )
 
 
+def _prompt(value: str | None, given: Mapping[str, str]) -> Reading:
+    text = str(value)
+    if text.startswith("-"):
+        raise DialectError(
+            "-p / --prompt: a prompt that starts with '-' reads as a flag; give it after -- instead"
+        )
+    return Reading((text,), "the PROMPT argument")
+
+
 def _version(value: str | None, given: Mapping[str, str]) -> Reading:
     from kvspill import __version__
 
@@ -369,6 +379,10 @@ ALIASES: tuple[Alias, ...] = (
           "--served-model-name", commands=SERVE),
     Alias(("--chat-template-file",), "llama-server", "--chat-template PATH", _rename("--chat-template"),
           "--chat-template"),
+    Alias(("-n", "--n-predict"), "llama-cli", "--max-tokens N", _rename("--max-tokens"), "--max-tokens",
+          commands=CLI),
+    Alias(("--temp",), "llama-cli", "--temperature T", _rename("--temperature"), "--temperature", commands=CLI),
+    Alias(("-p", "--prompt"), "llama-cli", "the PROMPT argument", _prompt, commands=frozenset({"generate"})),
     Alias(("--ssl-key-file",), "llama-server", "--ssl-keyfile PATH", _rename("--ssl-keyfile"), "--ssl-keyfile",
           commands=SERVE),
     Alias(("--ssl-cert-file",), "llama-server", "--ssl-certfile PATH", _rename("--ssl-certfile"), "--ssl-certfile",

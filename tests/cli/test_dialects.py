@@ -243,3 +243,13 @@ def test_a_llama_server_line(served, tmp_path):
     assert settings[2] == 8081 and settings[6] == "coder"
     notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
     assert len(notes) == 9 and any("-ctv q8_0 (llama-server) accepted: the same type" in n for n in notes)
+
+
+def test_llama_cli_sampling_flags_on_generate_and_chat() -> None:
+    args, notes = rewrite_args("generate", ["-p", "hi there", "-n", "8", "--temp", "0.5"], frozenset())
+    assert args == ["hi there", "--max-tokens", "8", "--temperature", "0.5"] and len(notes) == 3
+    args, _ = rewrite_args("chat", ["-n", "8"], frozenset())
+    assert args == ["--max-tokens", "8"]
+    assert rewrite_args("serve", ["-n", "8"], frozenset())[0] == ["-n", "8"]  # not serve's
+    with pytest.raises(DialectError, match="after --"):
+        rewrite_args("generate", ["-p", "-x"], frozenset())
