@@ -258,7 +258,7 @@ def serve_command(
     if print_config:
         typer.echo(_mode_expansion(config))
         return
-    _warn_if_open(host, api_key)
+    _warn_if_open(host, api_key, connection.allowed_origins)
     limits = _with_allowed_hosts(connection, host, api_key, allowed_hosts)
     run_server(
         config,
@@ -405,13 +405,15 @@ def _check_guided_flags(guided_compile_timeout: float, guided_compile_budget: fl
         )
 
 
-def _warn_if_open(host: str, api_key: str | None) -> None:
+def _warn_if_open(host: str, api_key: str | None, origins: tuple[str, ...] | None = None) -> None:
     from kvspill.server.hosts import LOOPBACK_BINDS
 
     if host not in LOOPBACK_BINDS and not api_key:
         logger.warning(
             "binding to %s without --api-key: anyone who can reach this port can use the model", host
         )
+    if origins is not None and "*" in origins and not api_key:
+        logger.warning("--allowed-origins * without --api-key: any web page a user opens can use this server")
 
 
 def _with_allowed_hosts(

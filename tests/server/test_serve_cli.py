@@ -129,6 +129,9 @@ def test_warns_without_api_key_beyond_loopback(monkeypatch, caplog):
     assert out.exit_code == 0, out.output
     assert calls[1][1:4] == ("0.0.0.0", 9001, "k")
     assert "without --api-key" not in caplog.text
+    monkeypatch.delenv("KVSPILL_API_KEY")
+    out = CliRunner().invoke(serve_app(), ["serve", "--allowed-origins", "*"])
+    assert out.exit_code == 0 and "any web page a user opens can use this server" in caplog.text
 
 
 def test_sigterm_aborts_requests_past_shutdown_timeout(tiny_llama_dir: Path, tmp_path: Path):
