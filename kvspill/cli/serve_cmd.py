@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -92,7 +92,14 @@ MaxQueuedTokensOpt = Annotated[
 ShutdownTimeoutOpt = Annotated[
     float, _opt("Seconds in-flight requests get on SIGTERM before they are aborted.", "SHUTDOWN_TIMEOUT")
 ]
-ServedNameOpt = Annotated[str | None, _opt("Model name clients send (default: MODEL).", "SERVED_MODEL_NAME")]
+ServedNameOpt = Annotated[
+    str | None,
+    _opt(
+        "Model name clients send (default: MODEL); comma-separated names are all answered, the first "
+        "one reported (vLLM's several names).",
+        "SERVED_MODEL_NAME",
+    ),
+]
 AllowedHostsOpt = Annotated[
     str | None,
     _opt(
@@ -249,6 +256,7 @@ def serve_command(
         model, engine, served_model_name = _served_model(
             (model, model_option), profile, engine, served_model_name, offline, fetch=not print_config
         )
+        served_model_name, *other_names = _served_names(served_model_name)
         config = engine_config(engine, model)
         _check_context_flag(config)
         rag_service = build_rag_service(rag) if rag.enabled else None
@@ -274,6 +282,7 @@ def serve_command(
         (guided_compile_timeout, guided_compile_budget),
         (reasoning_parser, tool_call_parser),
         access_log,
+        other_names,
     )
 
 
@@ -450,6 +459,16 @@ def _served_model(
     return (local_model(model, offline) if fetch else model), engine, name
 
 
+def _served_names(name: str) -> list[str]:
+    """--served-model-name's names: comma-separated ones (a path with a comma is one name)."""
+    if "," not in name or Path(name).exists():
+        return [name]
+    names = [n.strip() for n in name.split(",")]
+    if not all(names):
+        raise KvspillError(f"--served-model-name {name!r} has an empty name: give names like a,b")
+    return names
+
+
 def _default_name(model: str | None) -> str:
     if model is None:
         return "SmolLM2-135M-Instruct"
@@ -470,6 +489,7 @@ def run_server(
     guided_compile: tuple[float, float] = (DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_BUDGET_S),
     parsers: tuple[str, str] = ("auto", "auto"),
     access_log: AccessLog | None = None,
+    other_names: Sequence[str] = (),
 ) -> None:
     """Check, build the app (the engine loads on its thread), serve until SIGTERM, exit 1 when the
     engine failed to load. `guided_compile`: (--guided-compile-timeout, --guided-compile-budget)."""
@@ -489,7 +509,7 @@ def run_server(
         model_name,
         api_key,
         max_waiting_requests,
-        {Path(model_name).name} if model_name else set(),
+        ({Path(model_name).name} if model_name else set()) | set(other_names),
         max_queued_tokens,
         max_request_bytes=limits.max_request_bytes,
         allowed_hosts=limits.allowed_hosts,

@@ -221,3 +221,15 @@ def test_allowed_origins_must_be_origins(tiny_llama_dir: Path):
             serve_app(), ["serve", str(tiny_llama_dir), "--allowed-origins", value, "--print-config"]
         )
         assert out.exit_code == 2 and message in out.output, out.output
+
+
+def test_several_served_model_names(monkeypatch, tiny_llama_dir: Path):
+    calls: list[tuple] = []
+    monkeypatch.setattr(serve_cmd, "run_server", lambda *a: calls.append(a))
+    out = CliRunner().invoke(
+        serve_app(), ["serve", str(tiny_llama_dir), "--served-model-name", "coder, coder-large"]
+    )
+    assert out.exit_code == 0, out.output
+    assert calls[0][6] == "coder" and list(calls[0][13]) == ["coder-large"]
+    out = CliRunner().invoke(serve_app(), ["serve", str(tiny_llama_dir), "--served-model-name", "a,,b"])
+    assert out.exit_code == 2 and "has an empty name" in out.output
