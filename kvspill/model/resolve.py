@@ -66,9 +66,7 @@ def resolve_tokenizer(name: str, *, hf_cache_dir: str | Path | None = None) -> R
     file, or a Hugging Face id whose snapshot is in the local cache (no network)."""
     path = Path(name).expanduser()
     if not path.exists() and _HF_ID.match(name) and not name.startswith("."):
-        from huggingface_hub import constants
-
-        cache = Path(hf_cache_dir) if hf_cache_dir is not None else Path(constants.HF_HUB_CACHE)
+        cache = _hub_cache(hf_cache_dir)
         snapshot = _cached_snapshot(name, cache)
         if snapshot is None:
             raise ModelNotFoundError(
@@ -232,10 +230,15 @@ def _check_gguf(path: Path) -> None:
         )
 
 
-def _from_hf_cache(repo_id: str, local: Path, hf_cache_dir: str | Path | None) -> ResolvedModel:
+def _hub_cache(hf_cache_dir: str | Path | None) -> Path:
+    """The Hugging Face cache folder: `hf_cache_dir`, else huggingface_hub's (HF_HUB_CACHE, HF_HOME)."""
     from huggingface_hub import constants
 
-    cache = Path(hf_cache_dir) if hf_cache_dir is not None else Path(constants.HF_HUB_CACHE)
+    return Path(hf_cache_dir) if hf_cache_dir is not None else Path(constants.HF_HUB_CACHE)
+
+
+def _from_hf_cache(repo_id: str, local: Path, hf_cache_dir: str | Path | None) -> ResolvedModel:
+    cache = _hub_cache(hf_cache_dir)
     snapshot = _cached_snapshot(repo_id, cache)
     if snapshot is None:
         raise ModelNotFoundError(
