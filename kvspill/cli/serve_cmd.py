@@ -509,7 +509,7 @@ def run_server(
         model_name,
         api_key,
         max_waiting_requests,
-        ({Path(model_name).name} if model_name else set()) | set(other_names),
+        {Path(model_name).name} if model_name else set(),
         max_queued_tokens,
         max_request_bytes=limits.max_request_bytes,
         allowed_hosts=limits.allowed_hosts,
@@ -517,6 +517,7 @@ def run_server(
         guided=GateSettings(timeout_s=guided_compile[0], budget_s=guided_compile[1]),
         reasoning_parser=parsers[0],
         tool_call_parser=parsers[1],
+        more_names=tuple(other_names),
     )
     app = create_app(_engine_factory(config), settings)
     rag_jobs = None

@@ -65,6 +65,7 @@ class ServerSettings:
     api_key: str | None = None
     max_waiting_requests: int = 64
     aliases: set[str] = field(default_factory=set)  # other names accepted for `model`
+    more_names: tuple[str, ...] = ()  # --served-model-name's others: accepted and listed in /v1/models
     max_queued_tokens: int | None = None  # None: async_engine.default_queued_tokens
     max_request_bytes: int | None = None  # None: sized from max_model_len (limits.py)
     allowed_hosts: set[str] | None = None  # Host names answered (None: any; hosts.py)
@@ -86,7 +87,11 @@ class _Context:
     gate: GrammarGate  # guided requests' grammars, compiled before admission
 
     def check_model(self, model: str | None) -> JSONResponse | None:
-        if model is None or model in {self.settings.model_name, *self.settings.aliases}:
+        if model is None or model in {
+            self.settings.model_name,
+            *self.settings.aliases,
+            *self.settings.more_names,
+        }:
             return None
         return error_response(
             404,
@@ -331,9 +336,11 @@ def _unavailable(ae: AsyncEngine) -> JSONResponse:
 def _add_model_routes(app: FastAPI, ctx: _Context) -> None:
     ae = ctx.ae
 
-    def model_card(max_model_len: int) -> dict[str, Any]:
+    listed = (ctx.settings.model_name, *ctx.settings.more_names)
+
+    def model_card(max_model_len: int, name: str = ctx.settings.model_name) -> dict[str, Any]:
         return {
-            "id": ctx.settings.model_name,
+            "id": name,
             "object": "model",
             "created": ctx.created,
             "owned_by": "kvspill",
@@ -346,7 +353,8 @@ def _add_model_routes(app: FastAPI, ctx: _Context) -> None:
     async def models() -> Response:
         if not ae.ready or ae.engine is None:
             return _unavailable(ae)
-        return JSONResponse({"object": "list", "data": [model_card(ae.engine.max_model_len)]})
+        cards = [model_card(ae.engine.max_model_len, name) for name in listed]
+        return JSONResponse({"object": "list", "data": cards})
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> Response:
@@ -354,7 +362,8 @@ def _add_model_routes(app: FastAPI, ctx: _Context) -> None:
             return bad
         if not ae.ready or ae.engine is None:
             return _unavailable(ae)
-        return JSONResponse(model_card(ae.engine.max_model_len))
+        name = model_id if model_id in listed else ctx.settings.model_name
+        return JSONResponse(model_card(ae.engine.max_model_len, name))
 
 
 def _add_info_routes(app: FastAPI, ctx: _Context) -> None:
