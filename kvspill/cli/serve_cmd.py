@@ -43,7 +43,6 @@ from kvspill.errors import InvalidParameterError, KvspillError
 from kvspill.guided.compile_pool import DEFAULT_TIMEOUT_S as DEFAULT_COMPILE_TIMEOUT_S
 from kvspill.options import EngineOptions, engine_config
 from kvspill.plan.units import GiB
-from kvspill.server.access_log import AccessLog
 from kvspill.server.compile_budget import DEFAULT_BUDGET_S as DEFAULT_COMPILE_BUDGET_S
 from kvspill.server.connection_limits import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -51,6 +50,8 @@ from kvspill.server.connection_limits import (
     ConnectionLimits,
     check_tls_files,
 )
+from kvspill.server.http_log import LEVELS as HTTP_LOG_LEVELS
+from kvspill.server.http_log import HttpLog
 
 logger = logging.getLogger("kvspill.serve")
 
@@ -197,6 +198,12 @@ ToolCallParserOpt = Annotated[
         "TOOL_CALL_PARSER",
     ),
 ]
+UvicornLevelOpt = Annotated[
+    str,
+    _opt(
+        "Level of the HTTP server's own log lines: " + ", ".join(HTTP_LOG_LEVELS) + ".", "UVICORN_LOG_LEVEL"
+    ),
+]
 ProfileOpt = Annotated[
     str | None, _opt("Saved registry profile: its model and engine flags (flags given win).", "PROFILE")
 ]
@@ -233,6 +240,7 @@ def serve_command(
     tool_call_parser: ToolCallParserOpt = "auto",
     disable_uvicorn_access_log: NoAccessLogOpt = False,
     disable_access_log_for_endpoints: QuietEndpointsOpt = None,
+    uvicorn_log_level: UvicornLevelOpt = "info",
     profile: ProfileOpt = None,
     offline: OfflineOpt = False,
     *,
@@ -251,7 +259,7 @@ def serve_command(
         ))  # fmt: skip
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         refuse_empty_key(api_key)
-        access_log = _access_log(disable_uvicorn_access_log, disable_access_log_for_endpoints)
+        http_log = _http_log(disable_uvicorn_access_log, disable_access_log_for_endpoints, uvicorn_log_level)
         _check_parsers(reasoning_parser, tool_call_parser)
         model, engine, served_model_name = _served_model(
             (model, model_option), profile, engine, served_model_name, offline, fetch=not print_config
@@ -281,7 +289,7 @@ def serve_command(
         rag_service,
         (guided_compile_timeout, guided_compile_budget),
         (reasoning_parser, tool_call_parser),
-        access_log,
+        http_log,
         other_names,
     )
 
@@ -302,9 +310,9 @@ def _check_context_flag(config: Any) -> None:
         return
 
 
-def _access_log(disable_all: bool, quiet_endpoints: str | None) -> AccessLog:
+def _http_log(disable_access: bool, quiet_endpoints: str | None, level: str) -> HttpLog:
     try:
-        return AccessLog.from_flags(disable_all, quiet_endpoints)
+        return HttpLog.from_flags(disable_access, quiet_endpoints, level)
     except ValueError as e:
         raise KvspillError(str(e)) from None
 
@@ -488,7 +496,7 @@ def run_server(
     rag_service: Any = None,
     guided_compile: tuple[float, float] = (DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_BUDGET_S),
     parsers: tuple[str, str] = ("auto", "auto"),
-    access_log: AccessLog | None = None,
+    http_log: HttpLog | None = None,
     other_names: Sequence[str] = (),
 ) -> None:
     """Check, build the app (the engine loads on its thread), serve until SIGTERM, exit 1 when the
@@ -507,10 +515,10 @@ def run_server(
     limits = connection or ConnectionLimits()
     settings = ServerSettings(
         model_name,
-        api_key,
-        max_waiting_requests,
-        {Path(model_name).name} if model_name else set(),
-        max_queued_tokens,
+        api_key=api_key,
+        max_waiting_requests=max_waiting_requests,
+        aliases={Path(model_name).name} if model_name else set(),
+        max_queued_tokens=max_queued_tokens,
         max_request_bytes=limits.max_request_bytes,
         allowed_hosts=limits.allowed_hosts,
         allowed_origins=limits.allowed_origins,
@@ -533,7 +541,7 @@ def run_server(
         http=guarded_protocol(limits.header_timeout, limits.body_timeout, limits.max_connections_per_client),
         limit_concurrency=limits.limit_concurrency,
         timeout_keep_alive=limits.timeout_keep_alive,
-        access_log=access_log or AccessLog(),
+        http_log=http_log or HttpLog(),
         **({"ssl_keyfile": limits.tls[0], "ssl_certfile": limits.tls[1]} if limits.tls else {}),
     )
     _leave(app, rag_jobs, shutdown_timeout)

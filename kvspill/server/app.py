@@ -65,7 +65,6 @@ class ServerSettings:
     api_key: str | None = None
     max_waiting_requests: int = 64
     aliases: set[str] = field(default_factory=set)  # other names accepted for `model`
-    more_names: tuple[str, ...] = ()  # --served-model-name's others: accepted and listed in /v1/models
     max_queued_tokens: int | None = None  # None: async_engine.default_queued_tokens
     max_request_bytes: int | None = None  # None: sized from max_model_len (limits.py)
     allowed_hosts: set[str] | None = None  # Host names answered (None: any; hosts.py)
@@ -73,6 +72,7 @@ class ServerSettings:
     reasoning_parser: str = "auto"  # reasoning_content apart from content (reasoning.py)
     tool_call_parser: str = "auto"  # the tool-call format; auto: the chat template's (tool_parsers.py)
     allowed_origins: tuple[str, ...] | None = None  # browser pages that may call (None: loopback; cors.py)
+    more_names: tuple[str, ...] = ()  # --served-model-name's others: accepted and listed in /v1/models
 
 
 @dataclass

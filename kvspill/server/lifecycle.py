@@ -24,9 +24,9 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from kvspill.server.access_log import AccessLog
-from kvspill.server.access_log import install as install_access_log
 from kvspill.server.async_engine import AsyncEngine
+from kvspill.server.http_log import HttpLog
+from kvspill.server.http_log import install as install_http_log
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def serve(
     host: str,
     port: int,
     shutdown_timeout: float,
-    access_log: AccessLog = AccessLog(),
+    http_log: HttpLog = HttpLog(),
     **uvicorn_options: Any,
 ) -> None:
     """Serve `app` (from `create_app`) until SIGTERM/SIGINT, then drain as the module says."""
@@ -78,10 +78,10 @@ def serve(
         app,
         host=host,
         port=port,
-        log_level="info",
+        log_level=http_log.level,
         timeout_graceful_shutdown=math.ceil(shutdown_timeout) + BACKSTOP_S,
-        access_log=access_log.enabled,
+        access_log=http_log.access,
         **uvicorn_options,
     )
-    install_access_log(access_log)  # after Config: it configures uvicorn's loggers
+    install_http_log(http_log)  # after Config: it configures uvicorn's loggers
     _DrainingServer(config, app.state.engine, shutdown_timeout).run()

@@ -233,3 +233,17 @@ def test_several_served_model_names(monkeypatch, tiny_llama_dir: Path):
     assert calls[0][6] == "coder" and list(calls[0][13]) == ["coder-large"]
     out = CliRunner().invoke(serve_app(), ["serve", str(tiny_llama_dir), "--served-model-name", "a,,b"])
     assert out.exit_code == 2 and "has an empty name" in out.output
+
+
+def test_uvicorn_log_level(monkeypatch, tiny_llama_dir: Path):
+    calls: list[tuple] = []
+    monkeypatch.setattr(serve_cmd, "run_server", lambda *a: calls.append(a))
+    assert (
+        CliRunner()
+        .invoke(serve_app(), ["serve", str(tiny_llama_dir), "--uvicorn-log-level", "warning"])
+        .exit_code
+        == 0
+    )
+    assert calls[0][12].level == "warning" and calls[0][12].access
+    out = CliRunner().invoke(serve_app(), ["serve", str(tiny_llama_dir), "--uvicorn-log-level", "loud"])
+    assert out.exit_code == 2 and "--uvicorn-log-level must be one of" in out.output
