@@ -83,17 +83,16 @@ def scale_pairs_mode() -> str:
 
 
 def q6k_split_on() -> bool:
-    """KVSPILL_Q6K_SPLIT=1: a GGUF model's Q6_K weights on a GPU are kept in the split layout
+    """A GGUF model's Q6_K weights on a GPU are kept in the split layout
     (kernels/gguf_formats.split_q6k_rows: the same bytes, the quants 16-byte aligned, which the
-    tensor-core kernel copies with 16-byte loads). Off unless set: on an H200 it made steps of 8
-    and 32 sequences 6-7% faster and one-sequence steps 1.5-2% slower (the one-token GEMV on the
-    few-row v and down weights, then on gguf's configs; with the split's own,
-    kernels/gguf_gemv.Q6K_INT16X_SPLIT_CONFIGS, those kernels are faster than gguf's layout, the
-    engine's step not yet measured: bench/results/2026-12-05-h200-q6k-split)."""
-    value = os.environ.get("KVSPILL_Q6K_SPLIT", "0")
+    tensor-core kernel copies with 16-byte loads) unless KVSPILL_Q6K_SPLIT=0 (gguf's layout). On an
+    H200 the split made steps of 8 and 32 sequences 6-7% faster and, with its own one-token GEMV
+    configs (kernels/gguf_gemv.Q6K_INT16X_SPLIT_CONFIGS), one-sequence steps 0.7% faster too
+    (bench/results/2026-12-05-h200-q6k-split, call 6)."""
+    value = os.environ.get("KVSPILL_Q6K_SPLIT", "1")
     if value not in ("0", "1", ""):
         raise ValueError(f"KVSPILL_Q6K_SPLIT must be 0 or 1, got {value!r}")
-    return value == "1"
+    return value != "0"
 
 
 def sparse_overlap_on() -> bool:

@@ -375,7 +375,7 @@ def _load(
     loaded, tokenizer = _load_model(config, device, dtype, tp)
     if device.type == "cuda" and q6k_split_on() and loaded.offloader is None:  # offloaded: not measured
         moved = split_q6k_weights(loaded.model)
-        logger.info("Q6_K weights in the split layout: %d (KVSPILL_Q6K_SPLIT=1)", moved)
+        logger.info("Q6_K weights in the split layout: %d (KVSPILL_Q6K_SPLIT=0: gguf's layout)", moved)
     if scale_pairs:
         added = attach_scale_pairs(loaded.model, dtype)
         if added:

@@ -43,13 +43,16 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # (the step less its KV over HBM and the per-layer overhead, over the blocks' bytes) to random
 # `llama-8b:q4_k_m` on an H200, N x 2K: with the Q4_K scale pairs (kept where steps batch and room allows,
 # `arithmetic.compute_plan`) 4 / 8 / 16 / 32 at 3.620 / 4.014 / 5.172 / 7.835 ms a step
-# (bench/results/2026-12-04-h200-scale-pairs); with the scales read from the blocks' headers
+# (bench/results/2026-12-04-h200-scale-pairs), then 8 and 32 again with Q6_K in the split layout
+# (the default on CUDA since 2026-12-05): 2,130.9 / 2,128.0 / 2,104.7 and 4,277.9 / 4,280 / 4,241.1
+# tok/s in all over three calls, fit to their means, 2,120 and 4,266
+# (bench/results/2026-12-05-h200-q6k-split); with the scales read from the blocks' headers
 # (KVSPILL_SCALE_PAIRS=0) 8 / 16 / 32 at 4.551 / 5.989 / 8.478 ms (2026-12-04-h200-mixed-qkv-out,
 # 2026-12-04-h200-q4km-peer; 4.472-4.483 and 8.446 ms again beside the pairs), 4 at 920 tok/s
 # (2026-12-03-h200-mma-sync). Other counts take the next larger entry's rate (2-3 tokens run the
 # lane GEMV: not measured in the engine); other types' multi-token kernels are not measured
 # (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
-Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1759.0, 16: 1432.0, 32: 972.0}
+Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 16: 1432.0, 32: 1040.0}
 Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS = {
     1: QUANT_READ_GBS["q4_k_m"],
     4: 1452.0,

@@ -117,8 +117,10 @@ def test_dequantize_and_the_reference_read_split_rows(device):
     assert _same(quant_linear(x, split.to("cpu")), quant_linear(x, weight.to("cpu")))  # the torch reference
 
 
-def test_the_switch_is_off_unless_set(monkeypatch):
+def test_the_switch_is_on_unless_set_to_0(monkeypatch):
     monkeypatch.delenv("KVSPILL_Q6K_SPLIT", raising=False)
+    assert q6k_split_on()
+    monkeypatch.setenv("KVSPILL_Q6K_SPLIT", "0")
     assert not q6k_split_on()
     monkeypatch.setenv("KVSPILL_Q6K_SPLIT", "1")
     assert q6k_split_on()
