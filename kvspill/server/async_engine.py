@@ -274,6 +274,7 @@ class AsyncEngine:
         if self.max_queued_tokens is None:
             self.max_queued_tokens = default_queued_tokens(engine)
         self._desk.max_queued_tokens = self.max_queued_tokens
+        self._publish_kv()  # before ready: a /v1/kv poll that finds the loop busy has a snapshot, not a 503
         self._ready.set()
         logger.info(
             "engine ready (max_model_len=%d, max_queued_tokens=%d)",
