@@ -95,6 +95,20 @@ def _tensor_parallel(given: Mapping[str, str]) -> int:
     return 1
 
 
+def _accepted(why: str) -> Callable[[str | None, Mapping[str, str]], Reading]:
+    """An alias that sets nothing: what kvspill does anyway, said in `why`."""
+    return lambda value, given: Reading((), why)
+
+
+def _refused(message: str) -> Callable[[str | None, Mapping[str, str]], Reading]:
+    """An alias kvspill cannot honour: DialectError with `message` (what to use instead)."""
+
+    def read(value: str | None, given: Mapping[str, str]) -> Reading:
+        raise DialectError(message)
+
+    return read
+
+
 def _rename(target: str, why: str = "") -> Callable[[str | None, Mapping[str, str]], Reading]:
     """An alias whose value is the target flag's value as it stands."""
     return lambda value, given: Reading((target, str(value)), why)
@@ -119,40 +133,6 @@ def _kv_offloading_backend(value: str | None, given: Mapping[str, str]) -> Readi
             "leave it out and size the cpu tier with --cpu-kv-budget SIZE (and a disk tier with --disk-kv-budget)"
         )
     return Reading((), "kvspill's own cpu tier is the native backend (its size: --kv-offloading-size)")
-
-
-def _chunked_prefill_on(value: str | None, given: Mapping[str, str]) -> Reading:
-    return Reading((), "kvspill always chunks prefill (the chunk: --max-num-batched-tokens)")
-
-
-def _chunked_prefill_off(value: str | None, given: Mapping[str, str]) -> Reading:
-    raise DialectError(
-        "--no-enable-chunked-prefill: kvspill always chunks prefill; leave it out and set the "
-        "chunk with --max-num-batched-tokens N (e.g. the longest prompt, for one chunk)"
-    )
-
-
-def _trust_remote_code(value: str | None, given: Mapping[str, str]) -> Reading:
-    return Reading(
-        (), "kvspill runs no code from a model repository; its supported architectures run natively"
-    )
-
-
-def _auto_tool_choice(value: str | None, given: Mapping[str, str]) -> Reading:
-    return Reading((), "a chat request with tools has its tool calls read (the format: --tool-call-parser)")
-
-
-def _no_request_log(value: str | None, given: Mapping[str, str]) -> Reading:
-    return Reading(
-        (), "kvspill logs neither requests' contents nor periodic stats (/metrics has the numbers)"
-    )
-
-
-def _request_log(value: str | None, given: Mapping[str, str]) -> Reading:
-    raise DialectError(
-        "--enable-log-requests: kvspill has no log of requests' contents; leave it out (the access log "
-        "has a line per request, /metrics the counts and latencies)"
-    )
 
 
 def _chunked_prefill_size(value: str | None, given: Mapping[str, str]) -> Reading:
@@ -181,10 +161,6 @@ def _gpu_layers(value: str | None, given: Mapping[str, str]) -> Reading:
             "(an explicit split: --cpu-offload-gb N, a limit: --vram-budget SIZE)",
         )
     raise DialectError(f"-ngl / --n-gpu-layers takes a number of layers, all or auto, got {value!r}")
-
-
-def _flash_attn(value: str | None, given: Mapping[str, str]) -> Reading:
-    return Reading((), "kvspill's attention kernels are its own, fused the same way; there is no other path")
 
 
 _LLAMA_KV_TYPES = {"f16": "auto", "bf16": "auto", "f32": "auto", "q8_0": "int8"}
@@ -223,31 +199,6 @@ def _cache_type(
         return Reading(("--kv-cache-dtype", kind), why)
 
     return read
-
-
-def _jinja(value: str | None, given: Mapping[str, str]) -> Reading:
-    return Reading((), "kvspill always renders the model's Jinja chat template")
-
-
-def _cont_batching(value: str | None, given: Mapping[str, str]) -> Reading:
-    return Reading((), "kvspill always batches continuously")
-
-
-def _no_cont_batching(value: str | None, given: Mapping[str, str]) -> Reading:
-    raise DialectError(
-        "--no-cont-batching: kvspill always batches continuously; for one sequence at a time give --max-num-seqs 1"
-    )
-
-
-def _ubatch(value: str | None, given: Mapping[str, str]) -> Reading:
-    return Reading((), "kvspill sizes a prefill step by --max-num-batched-tokens (llama-server's -b)")
-
-
-def _threads(value: str | None, given: Mapping[str, str]) -> Reading:
-    raise DialectError(
-        "-t / --threads: kvspill sizes its CPU threads itself; leave it out (OMP_NUM_THREADS=N sets torch's "
-        "for a model on the CPU, --cpu-attention-threads the cold tiers' attention)"
-    )
 
 
 def _prompt(value: str | None, given: Mapping[str, str]) -> Reading:
@@ -324,17 +275,19 @@ ALIASES: tuple[Alias, ...] = (
           "--cpu-kv-budget"),
     Alias(("--seed",), "vLLM", "--engine-seed N (serve only: in generate and chat --seed is the sampling seed)",
           _rename("--engine-seed"), "--engine-seed", commands=SERVE),
-    Alias(("--enable-chunked-prefill",), "vLLM", "accepted: prefill is always chunked", _chunked_prefill_on,
+    Alias(("--enable-chunked-prefill",), "vLLM", "accepted: prefill is always chunked", _accepted("kvspill always chunks prefill (the chunk: --max-num-batched-tokens)"),
           takes_value=False),
     Alias(("--no-enable-chunked-prefill",), "vLLM", "refused: prefill is always chunked; set "
-          "--max-num-batched-tokens", _chunked_prefill_off, takes_value=False),
+          "--max-num-batched-tokens", _refused("--no-enable-chunked-prefill: kvspill always chunks prefill; leave it out and set the "
+        "chunk with --max-num-batched-tokens N (e.g. the longest prompt, for one chunk)"), takes_value=False),
     Alias(("--trust-remote-code",), "vLLM, SGLang", "accepted: kvspill runs no model code",
-          _trust_remote_code, takes_value=False),
+          _accepted("kvspill runs no code from a model repository; its supported architectures run natively"), takes_value=False),
     Alias(("--enable-auto-tool-choice",), "vLLM", "accepted: tool calls are read whenever a request has tools",
-          _auto_tool_choice, takes_value=False, commands=SERVE),
+          _accepted("a chat request with tools has its tool calls read (the format: --tool-call-parser)"), takes_value=False, commands=SERVE),
     Alias(("--disable-log-requests", "--disable-log-stats"), "vLLM", "accepted: kvspill logs neither",
-          _no_request_log, takes_value=False, commands=SERVE),
-    Alias(("--enable-log-requests",), "vLLM", "refused: no log of requests' contents", _request_log,
+          _accepted("kvspill logs neither requests' contents nor periodic stats (/metrics has the numbers)"), takes_value=False, commands=SERVE),
+    Alias(("--enable-log-requests",), "vLLM", "refused: no log of requests' contents", _refused("--enable-log-requests: kvspill has no log of requests' contents; leave it out (the access log "
+        "has a line per request, /metrics the counts and latencies)"),
           takes_value=False, commands=SERVE),
     Alias(("--kv-transfer-config",), "vLLM", "--cpu-kv-budget cpu_bytes_to_use B of the OffloadingConnector "
           "JSON (per GPU); other connectors refused", _kv_transfer_config, "--cpu-kv-budget"),
@@ -357,7 +310,7 @@ ALIASES: tuple[Alias, ...] = (
           _ctx_size, "--max-model-len"),
     Alias(("-ngl", "--n-gpu-layers", "--gpu-layers"), "llama-server", "accepted: the memory plan places the "
           "weights (0: --device cpu)", _gpu_layers),
-    Alias(("-fa", "--flash-attn"), "llama-server", "accepted: kvspill's attention is fused", _flash_attn,
+    Alias(("-fa", "--flash-attn"), "llama-server", "accepted: kvspill's attention is fused", _accepted("kvspill's attention kernels are its own, fused the same way; there is no other path"),
           takes_value=False, optional_values=frozenset({"on", "off", "auto"})),
     Alias(("-ctk", "--cache-type-k"), "llama-server", "--kv-cache-dtype (f16/bf16: the model's, q8_0: int8)",
           _cache_type("-ctk", ("-ctv", "--cache-type-v"), defers=False)),
@@ -365,15 +318,16 @@ ALIASES: tuple[Alias, ...] = (
           _cache_type("-ctv", ("-ctk", "--cache-type-k"), defers=True)),
     Alias(("-b", "--batch-size"), "llama-server", "--max-num-batched-tokens N", _rename("--max-num-batched-tokens"),
           "--max-num-batched-tokens"),
-    Alias(("-ub", "--ubatch-size"), "llama-server", "accepted: the step is -b's", _ubatch),
-    Alias(("-t", "--threads"), "llama-server", "refused: kvspill sizes its CPU threads", _threads),
+    Alias(("-ub", "--ubatch-size"), "llama-server", "accepted: the step is -b's", _accepted("kvspill sizes a prefill step by --max-num-batched-tokens (llama-server's -b)")),
+    Alias(("-t", "--threads"), "llama-server", "refused: kvspill sizes its CPU threads", _refused("-t / --threads: kvspill sizes its CPU threads itself; leave it out (OMP_NUM_THREADS=N sets torch's "
+        "for a model on the CPU, --cpu-attention-threads the cold tiers' attention)")),
     Alias(("-np", "--parallel"), "llama-server", "--max-num-seqs N", _rename("--max-num-seqs"), "--max-num-seqs",
           commands=SERVE),
-    Alias(("-cb", "--cont-batching"), "llama-server", "accepted: always continuous", _cont_batching,
+    Alias(("-cb", "--cont-batching"), "llama-server", "accepted: always continuous", _accepted("kvspill always batches continuously"),
           takes_value=False, commands=SERVE),
-    Alias(("-nocb", "--no-cont-batching"), "llama-server", "refused: always continuous", _no_cont_batching,
+    Alias(("-nocb", "--no-cont-batching"), "llama-server", "refused: always continuous", _refused("--no-cont-batching: kvspill always batches continuously; for one sequence at a time give --max-num-seqs 1"),
           takes_value=False, commands=SERVE),
-    Alias(("--jinja",), "llama-server", "accepted: the model's template is always rendered", _jinja,
+    Alias(("--jinja",), "llama-server", "accepted: the model's template is always rendered", _accepted("kvspill always renders the model's Jinja chat template"),
           takes_value=False),
     Alias(("-a", "--alias"), "llama-server", "--served-model-name NAME", _rename("--served-model-name"),
           "--served-model-name", commands=SERVE),
