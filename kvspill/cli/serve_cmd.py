@@ -117,6 +117,14 @@ AllowedOriginsOpt = Annotated[
         "ALLOWED_ORIGINS",
     ),
 ]
+RootPathOpt = Annotated[
+    str,
+    _opt(
+        "URL prefix a reverse proxy serves this server under, e.g. /llm (vLLM's flag): routes answer "
+        "with and without it, and the /ui page and /docs name it.",
+        "ROOT_PATH",
+    ),
+]
 SslKeyOpt = Annotated[
     str | None, _opt("Private key file (PEM) for HTTPS, with --ssl-certfile.", "SSL_KEYFILE")
 ]
@@ -226,6 +234,7 @@ def serve_command(
     print_config: Annotated[bool, print_config_option()] = False,
     allowed_hosts: AllowedHostsOpt = None,
     allowed_origins: AllowedOriginsOpt = None,
+    root_path: RootPathOpt = "",
     ssl_keyfile: SslKeyOpt = None,
     ssl_certfile: SslCertOpt = None,
     max_request_bytes: MaxRequestBytesOpt = None,
@@ -259,6 +268,7 @@ def serve_command(
         ))  # fmt: skip
         _check_guided_flags(guided_compile_timeout, guided_compile_budget)
         refuse_empty_key(api_key)
+        root_path = _root_path(root_path)
         http_log = _http_log(disable_uvicorn_access_log, disable_access_log_for_endpoints, uvicorn_log_level)
         _check_parsers(reasoning_parser, tool_call_parser)
         model, engine, served_model_name = _served_model(
@@ -291,6 +301,7 @@ def serve_command(
         (reasoning_parser, tool_call_parser),
         http_log,
         other_names,
+        root_path,
     )
 
 
@@ -313,6 +324,15 @@ def _check_context_flag(config: Any) -> None:
 def _http_log(disable_access: bool, quiet_endpoints: str | None, level: str) -> HttpLog:
     try:
         return HttpLog.from_flags(disable_access, quiet_endpoints, level)
+    except ValueError as e:
+        raise KvspillError(str(e)) from None
+
+
+def _root_path(value: str) -> str:
+    from kvspill.server.root_path import normalize_root_path
+
+    try:
+        return normalize_root_path(value)
     except ValueError as e:
         raise KvspillError(str(e)) from None
 
@@ -498,6 +518,7 @@ def run_server(
     parsers: tuple[str, str] = ("auto", "auto"),
     http_log: HttpLog | None = None,
     other_names: Sequence[str] = (),
+    root_path: str = "",
 ) -> None:
     """Check, build the app (the engine loads on its thread), serve until SIGTERM, exit 1 when the
     engine failed to load. `guided_compile`: (--guided-compile-timeout, --guided-compile-budget)."""
@@ -526,6 +547,7 @@ def run_server(
         reasoning_parser=parsers[0],
         tool_call_parser=parsers[1],
         more_names=tuple(other_names),
+        root_path=root_path,
     )
     app = create_app(_engine_factory(config), settings)
     rag_jobs = None

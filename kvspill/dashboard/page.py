@@ -34,7 +34,7 @@ POLL_QUERY = "kvspill_poll=1"
 UI_OPEN_PATHS = frozenset({UI_PREFIX, *(f"{UI_PREFIX}/static/{name}" for name in STATIC_FILES)})
 
 # Where the page's script reads each kind of data, relative to the page's host.
-_SOURCES = {
+_SOURCES: dict[str, dict[str, str | None]] = {
     "manager": {
         "api": "/api",
         "system": "/api/system",
@@ -58,20 +58,23 @@ _SOURCES = {
 }
 
 
-def _render(mode: str, static: str) -> str:
+def _render(mode: str, static: str, url_prefix: str) -> str:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
-    config = {"mode": mode, "sources": _SOURCES[mode]}
+    sources = {name: url_prefix + url if url else url for name, url in _SOURCES[mode].items()}
+    config = {"mode": mode, "sources": sources}
     return env.get_template("dashboard.html").render(mode=mode, static=static, config=json.dumps(config))
 
 
-def dashboard_router(mode: str) -> APIRouter:
-    """`manager`: the full dashboard at `/`; `serve`: the read-only one at `/ui`."""
+def dashboard_router(mode: str, url_prefix: str = "") -> APIRouter:
+    """`manager`: the full dashboard at `/`; `serve`: the read-only one at `/ui`. `url_prefix`
+    (`kvspill serve --root-path`) goes before every URL the page itself names, so the page works
+    behind the proxy that serves it under that prefix."""
     if mode not in _SOURCES:
         raise ValueError(f"mode must be one of {sorted(_SOURCES)}, not {mode!r}")
     page = "/" if mode == "manager" else UI_PREFIX
     static = "/static" if mode == "manager" else f"{UI_PREFIX}/static"
     router = APIRouter(include_in_schema=False)
-    html = _render(mode, static)
+    html = _render(mode, url_prefix + static, url_prefix)
 
     @router.get(page)
     def dashboard() -> HTMLResponse:

@@ -52,6 +52,7 @@ from kvspill.server.protocol import (
     TokenizeRequest,
 )
 from kvspill.server.reasoning import parser_on, prompt_opens_block
+from kvspill.server.root_path import RootPathMiddleware
 from kvspill.server.serving import Job, run_job
 from kvspill.server.tools import ToolPlan, plan_tools
 from kvspill.server.workers import TextWorkers
@@ -73,6 +74,7 @@ class ServerSettings:
     tool_call_parser: str = "auto"  # the tool-call format; auto: the chat template's (tool_parsers.py)
     allowed_origins: tuple[str, ...] | None = None  # browser pages that may call (None: loopback; cors.py)
     more_names: tuple[str, ...] = ()  # --served-model-name's others: accepted and listed in /v1/models
+    root_path: str = ""  # --root-path: the URL prefix a reverse proxy serves this under (root_path.py)
 
 
 @dataclass
@@ -152,12 +154,14 @@ def create_app(factory: Callable[[], EngineClient], settings: ServerSettings) ->
     add_cors(app, settings.allowed_origins)  # outside the key check: a preflight carries no key
     if settings.allowed_hosts is not None:  # outermost: a refused Host learns nothing else
         app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
+    if settings.root_path:  # before anything reads a path
+        app.add_middleware(RootPathMiddleware, root_path=settings.root_path)
     _add_generation_routes(app, ctx)
     _add_token_routes(app, ctx)
     _add_info_routes(app, ctx)
     app.include_router(precache_router(ae))  # POST /v1/precache
     app.include_router(kv_router(ae, metrics, ctx.workers))  # /v1/kv/*: cache management by prefix
-    app.include_router(dashboard_router("serve"))  # read-only dashboard at /ui
+    app.include_router(dashboard_router("serve", settings.root_path))  # read-only dashboard at /ui
     app.include_router(log_router())  # GET /logs: the recent log lines the /ui page shows
     document_400s(app)
     return app

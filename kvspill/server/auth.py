@@ -1,5 +1,6 @@
 """The API key check of `kvspill serve --api-key`: `Authorization: Bearer <key>`, compared in
-constant time; the open paths (health, metrics, the read-only page) need none."""
+constant time; the open paths (health, metrics, the read-only page) need none, with or without
+--root-path's prefix."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from kvspill.server.errors import error_response
+from kvspill.server.root_path import route_path
 
 
 class ApiKeyMiddleware:
@@ -19,7 +21,7 @@ class ApiKeyMiddleware:
         self.open_paths = frozenset(open_paths)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+        if scope["type"] == "http" and route_path(scope) not in self.open_paths:
             header = dict(scope.get("headers", [])).get(b"authorization", b"")
             token = header[7:] if header[:7].lower() == b"bearer " else b""
             if not hmac.compare_digest(token, self.key):
