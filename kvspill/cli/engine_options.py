@@ -44,12 +44,33 @@ OfflineOpt = Annotated[
 ]
 
 
-def local_model(model: str | None, offline: bool) -> str | None:
+RevisionOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="KVSPILL_REVISION",
+        help="The Hugging Face revision (branch, tag or commit) of a hub MODEL, found or pulled as "
+        "that revision (vLLM's flag).",
+    ),
+]
+DownloadDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="KVSPILL_DOWNLOAD_DIR",
+        help="Hugging Face cache folder a hub MODEL is found or pulled in (vLLM's flag; default "
+        "HF_HUB_CACHE).",
+    ),
+]
+
+
+def local_model(
+    model: str | None, offline: bool, revision: str | None = None, download_dir: str | None = None
+) -> str | None:
     """`--model` as `resolve_model` finds it on disk: a registry name gives its files, a hub id
-    that is not here is pulled (`kvspill pull`'s core) unless `offline`."""
+    that is not here is pulled (`kvspill pull`'s core) unless `offline`; with `revision` or
+    `download_dir`, that revision in that cache folder (its snapshot's path)."""
     from kvspill.registry.pull import ensure_local_model
 
-    return ensure_local_model(model, offline=offline)
+    return ensure_local_model(model, offline=offline, revision=revision, download_dir=download_dir)
 
 
 def _parameter(name: str, annotation: Any) -> inspect.Parameter:

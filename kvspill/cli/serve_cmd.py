@@ -35,7 +35,13 @@ import typer
 
 from kvspill.cli.config_file import config_option, format_effective_config, print_config_option
 from kvspill.cli.dialects import DialectCommand
-from kvspill.cli.engine_options import OfflineOpt, local_model, with_engine_options
+from kvspill.cli.engine_options import (
+    DownloadDirOpt,
+    OfflineOpt,
+    RevisionOpt,
+    local_model,
+    with_engine_options,
+)
 from kvspill.cli.rag_cmd import RagOptions, build_rag_service, with_rag_options
 from kvspill.cli.serve_checks import check_before_binding, check_port_number
 from kvspill.cli.user_errors import refuse_empty_key
@@ -252,6 +258,8 @@ def serve_command(
     uvicorn_log_level: UvicornLevelOpt = "info",
     profile: ProfileOpt = None,
     offline: OfflineOpt = False,
+    revision: RevisionOpt = None,
+    download_dir: DownloadDirOpt = None,
     *,
     engine: EngineOptions,
     rag: RagOptions,
@@ -272,7 +280,12 @@ def serve_command(
         http_log = _http_log(disable_uvicorn_access_log, disable_access_log_for_endpoints, uvicorn_log_level)
         _check_parsers(reasoning_parser, tool_call_parser)
         model, engine, served_model_name = _served_model(
-            (model, model_option), profile, engine, served_model_name, offline, fetch=not print_config
+            (model, model_option),
+            profile,
+            engine,
+            served_model_name,
+            (offline, revision, download_dir),
+            fetch=not print_config,
         )
         served_model_name, *other_names = _served_names(served_model_name)
         config = engine_config(engine, model)
@@ -473,18 +486,18 @@ def _served_model(
     profile: str | None,
     engine: EngineOptions,
     served_model_name: str | None,
-    offline: bool,
+    source: tuple[bool, str | None, str | None],
     fetch: bool,
 ) -> tuple[str | None, EngineOptions, str]:
     """(the model's local source, engine options, served name) of MODEL / --model or --profile: a
     registry name gives its files, a hub id not on this machine is pulled unless `offline`; either
-    keeps the name it was given as the served name, as in vLLM. Without `fetch` (--print-config)
-    the model stays as given."""
+    keeps the name it was given as the served name, as in vLLM. `source`: (--offline, --revision,
+    --download-dir). Without `fetch` (--print-config) the model stays as given."""
     model = _one_model(*given)
     if profile is not None:  # the registry's model and flags; those given on the command line win
         model, engine, served_model_name = _profile(profile, model, engine, served_model_name)
     name = served_model_name or _default_name(model)
-    return (local_model(model, offline) if fetch else model), engine, name
+    return (local_model(model, *source) if fetch else model), engine, name
 
 
 def _served_names(name: str) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -158,6 +159,8 @@ def ensure_local_model(
     data_dir: str | Path | None = None,
     cache_dir: str | Path | None = None,
     endpoint: str | None = None,
+    revision: str | None = None,
+    download_dir: str | Path | None = None,
 ) -> str | None:
     """`model` as a string `resolve_model` finds on disk, pulling a hub model that is not local.
 
@@ -165,13 +168,25 @@ def ensure_local_model(
     None; a registry name gives its source; a hub id in the HF cache comes back unchanged; any
     other hub reference (org/name, org/name:TAG, org/name/file.gguf) is pulled and registered,
     unless `offline` or HF_HUB_OFFLINE forbids it (ModelNotFoundError naming `kvspill pull`).
-    Anything else comes back unchanged for `resolve_model` to say what is wrong with it."""
+    Anything else comes back unchanged for `resolve_model` to say what is wrong with it.
+
+    `revision` or `download_dir` (vLLM's --revision, --download-dir: a cache folder in place of
+    `cache_dir`): a hub reference is looked up or pulled at that revision in that folder, without
+    the registry, and its snapshot's path comes back (what loads is then exactly that)."""
     from huggingface_hub import constants
 
     from kvspill.registry.store import embedded_entry
 
     if model is None or model.startswith("random:") or Path(model).expanduser().exists():
+        if revision is not None:
+            logger.warning(
+                "--revision %s applies to a Hugging Face id; %s is not one: loaded as it is", revision, model
+            )
         return model
+    ref = parse_ref(model)
+    if ref is not None and (revision is not None or download_dir is not None):
+        folder = download_dir if download_dir is not None else cache_dir
+        return _hub_snapshot(model, ref, revision, folder, offline or constants.is_offline_mode(), endpoint)
     embedded = embedded_entry()
     if embedded is not None and model == embedded.name:
         return None
@@ -179,7 +194,6 @@ def ensure_local_model(
     entry = _registered(registry, model) if registry is not None else None
     if entry is not None and (entry.kind != "pulled" or Path(entry.source).exists()):
         return entry.source
-    ref = parse_ref(model)
     if ref is None:
         return model
     if entry is None and ref.tag is None and ref.filename is None and _cached(ref.repo_id, cache_dir):
@@ -194,6 +208,55 @@ def ensure_local_model(
     if registry is None:
         return download_model(model, cache_dir=cache_dir, endpoint=endpoint).entry.source
     return pull_model(model, registry, cache_dir=cache_dir, endpoint=endpoint).entry.source
+
+
+def _hub_snapshot(
+    model: str,
+    ref: HubRef,
+    revision: str | None,
+    cache_dir: str | Path | None,
+    offline: bool,
+    endpoint: str | None,
+) -> str:
+    """The local source of hub reference `model` at `revision` in `cache_dir`: a snapshot already
+    there that loads (a bare repo id), else a download (not registered: the registry names one
+    revision a model)."""
+    from kvspill.model.resolve import resolve_model
+
+    if ref.tag is None and ref.filename is None:
+        snapshot = _local_snapshot(ref.repo_id, revision, cache_dir)
+        if snapshot is not None:
+            try:
+                resolve_model(snapshot)
+                return snapshot
+            except ModelNotFoundError:
+                pass
+    if offline:
+        where = f" at revision {revision}" if revision else ""
+        folder = f" in {cache_dir}" if cache_dir else ""
+        raise ModelNotFoundError(
+            f"{model}{where} is not on this machine{folder} and offline mode forbids downloading it: "
+            "drop --offline / HF_HUB_OFFLINE, or pull it where the network is reachable"
+        )
+    logger.info(
+        "pulling %s%s from the Hugging Face Hub", model, f" at revision {revision}" if revision else ""
+    )
+    return download_model(model, revision=revision, cache_dir=cache_dir, endpoint=endpoint).entry.source
+
+
+def _local_snapshot(repo_id: str, revision: str | None, cache_dir: str | Path | None) -> str | None:
+    """The cached snapshot folder of `repo_id` at `revision` (a commit, or a branch or tag the
+    cache's refs/ name; None: main), or None. The folder itself: huggingface_hub's own lookup
+    calls a snapshot holding only the files a pull selected incomplete."""
+    from huggingface_hub import constants
+
+    repo = Path(cache_dir or constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    commit = revision or "main"
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        ref = repo / "refs" / commit
+        commit = ref.read_text().strip() if ref.is_file() else ""
+    snapshot = repo / "snapshots" / commit
+    return str(snapshot) if commit and snapshot.is_dir() else None
 
 
 def _registry_or_none(data_dir: str | Path | None) -> Registry | None:

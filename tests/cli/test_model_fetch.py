@@ -20,8 +20,12 @@ def fetched(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[tuple]:
     """ensure_local_model's calls; a hub id comes back as a local directory."""
     calls: list[tuple] = []
 
-    def ensure(model: str | None, *, offline: bool) -> str | None:
-        calls.append((model, offline))
+    def ensure(model: str | None, *, offline: bool, revision=None, download_dir=None) -> str | None:  # type: ignore[no-untyped-def]
+        calls.append(
+            (model, offline)
+            if revision is None and download_dir is None
+            else (model, offline, revision, download_dir)
+        )
         if offline:
             raise ModelNotFoundError(f"{model} is not on this machine and --offline forbids downloading it")
         return str(tmp_path)
@@ -67,3 +71,14 @@ def test_generate_and_chat_fetch_before_loading(fetched, monkeypatch, command, t
     assert result.exit_code != 0 and fetched == [("org/model", True)] and loaded == []
     CliRunner().invoke(cli_main.app, [*command, "--model", "org/model"], env={})
     assert fetched[-1] == ("org/model", False) and loaded == [str(tmp_path)]
+
+
+def test_serve_passes_vllms_revision_and_download_dir(fetched, monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(serve_cmd, "run_server", lambda *a: None)
+    args = ["serve", "org/model", "--revision", "v1.1", "--download-dir", str(tmp_path / "m")]
+    result = CliRunner().invoke(serve_app(), args, env={})
+    assert result.exit_code == 0, result.output
+    assert fetched == [("org/model", False, "v1.1", str(tmp_path / "m"))]
+    env = {"KVSPILL_REVISION": "abc", "KVSPILL_DOWNLOAD_DIR": "/d"}
+    assert CliRunner().invoke(serve_app(), ["serve", "org/model"], env=env).exit_code == 0
+    assert fetched[-1] == ("org/model", False, "abc", "/d")

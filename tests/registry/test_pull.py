@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import constants
-from registry.hub_server import Hub
+from registry.hub_server import COMMIT, Hub
 from tiny_gguf import write_tiny_gguf
 
 from kvspill.errors import ModelNotFoundError
@@ -208,3 +208,30 @@ def test_offline_refuses_to_download(hub: Hub, monkeypatch: pytest.MonkeyPatch):
     ):
         _ensure(hub, "org/tiny-GGUF:Q8_0")
     assert hub.state.requests == []
+
+
+def test_revision_and_download_dir_give_that_snapshot(hub: Hub, tmp_path: Path, caplog):
+    """vLLM's --revision / --download-dir: the snapshot's path, pulled once into that folder, not
+    registered (the registry names one revision a model), then found there offline."""
+    folder = tmp_path / "models"
+
+    def ensure(model: str, **kw) -> str | None:
+        return ensure_local_model(model, data_dir=hub.data, endpoint=hub.url, **kw)
+
+    with pytest.raises(
+        ModelNotFoundError, match=r"org/tiny at revision 0123.* is not on this machine in .*models"
+    ):
+        ensure("org/tiny", offline=True, revision=COMMIT, download_dir=folder)
+    source = ensure("org/tiny", offline=False, download_dir=folder)  # main, into that folder
+    assert source is not None and Path(source).is_relative_to(folder) and resolve_model(source).kind == "dir"
+    assert Path(source).name == COMMIT and open_registry(hub.data).find_model("org/tiny") is None
+    seen = len(hub.state.requests)
+    assert ensure("org/tiny", offline=True, download_dir=folder) == source
+    assert ensure("org/tiny", offline=True, revision=COMMIT, download_dir=folder) == source
+    assert ensure("org/tiny", offline=True, revision="main", download_dir=folder) == source
+    assert len(hub.state.requests) == seen
+    with pytest.raises(ModelNotFoundError, match="at revision v2 is not on this machine"):
+        ensure("org/tiny", offline=True, revision="v2", download_dir=folder)
+    assert _ensure(hub, "org/tiny") != source  # without the flags: the registry's own pull, elsewhere
+    assert ensure(str(tmp_path), offline=True, revision=COMMIT) == str(tmp_path)
+    assert f"--revision {COMMIT} applies to a Hugging Face id" in caplog.text
