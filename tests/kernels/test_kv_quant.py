@@ -16,7 +16,9 @@ from kvspill.kernels.kv_quant import (
 
 def test_int8_block_region_is_a_value_plane_then_a_scale_plane():
     block_size, heads, head_dim = 4, 2, 16
-    x = torch.randn(3, 2, 2, block_size, heads, head_dim)  # [blocks, layers, K/V, slots, heads, dim]
+    gen = torch.Generator().manual_seed(0)
+    # [blocks, layers, K/V, slots, heads, dim]
+    x = torch.randn(3, 2, 2, block_size, heads, head_dim, generator=gen)
     pool = quantize_kv(x, torch.int8)
     assert pool.shape == (3, 2, 2, block_size, heads, head_dim + INT8_SCALE_BYTES)
     region = pool[1, 0].flatten()  # block 1, layer 0: raw bytes
@@ -29,7 +31,9 @@ def test_int8_block_region_is_a_value_plane_then_a_scale_plane():
     values, scales = int8_planes(pool[:, 0])
     assert torch.equal(values[1], raw_values) and torch.equal(scales[1], raw_scales)
     err = (dequantize_kv(pool) - x).abs()
-    assert (err <= int8_planes(pool)[1][..., None] * 0.5 * (1 + 1e-6)).all()
+    # half a step, plus fp32's rounding of x / s and of q * s (|x| <= 127 s: 2 ulps of 127 s),
+    # which a value just off a half step showed (an unseeded run failed by that much)
+    assert (err <= int8_planes(pool)[1][..., None] * (0.5 + 127 * 2**-22)).all()
 
 
 def test_int8_value_rows_are_16_byte_aligned_for_the_kernels():
