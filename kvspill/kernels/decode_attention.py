@@ -22,7 +22,10 @@ to BLOCK_N); programs whose range is empty write o = 0, lse = -inf. Stage 2, gri
 (num_seqs, num_heads): merge the splits by their lse. With num_splits == 1, stage 1 writes o and
 lse directly and stage 2 is skipped. With `new_kv` (kernels/rope_store.NewKV) stage 1 also does
 rope_store's work: q rotated in registers, the new key rotated and stored with its value by the
-program whose split holds it, before that program reads its keys.
+program whose split holds it, before that program reads its keys. With `new_kv` and PDL
+(`pdl.early_reads`) stage 1 reads seq_lens, the block table, positions and cos/sin, and asks L2 for
+its first EARLY_KEYS keys' K and V rows, before its PDL wait: the caller's (the runner's step)
+are host copies made before the step's kernels, never the qkv GEMV's output.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from kvspill.kernels.attention_common import (
 )
 from kvspill.kernels.fused_ops import _rope_cos_sin
 from kvspill.kernels.kv_quant import fp8_max, kv_strides, scale_view
-from kvspill.kernels.pdl import pdl_meta, pdl_wait
+from kvspill.kernels.pdl import early_reads, pdl_meta, pdl_wait
 from kvspill.kernels.rope_store import NewKV, rope_and_store_kv_ref, rope_group_rows, store_new_kv
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -50,6 +53,10 @@ from kvspill.kernels.triton_compat import tl, triton
 _PROGRAMS_PER_SM = 4
 # Upper bound on splits: the stage-2 merge holds all splits of one head in registers.
 MAX_SPLITS = 128
+# Keys of its split whose K and V rows a stage-1 program asks of L2 before its PDL wait (EARLY):
+# 32 beat 16, 64 and 128 on an H100 (8K batch 1: 349.9-350.6 tok/s against 348.2-349.0, 348.7-348.8
+# and 343.3-343.4; bench/results/2026-12-05-h100-early-reads).
+EARLY_KEYS = tl.constexpr(32)
 
 
 def choose_num_splits(
@@ -151,27 +158,54 @@ def _decode_split_kernel(
     INT8: tl.constexpr = False,
     ROPE: tl.constexpr = False,  # rope_store's work too (NewKV): q, k unrotated; k, v not stored yet
     FP8_MAX: tl.constexpr = 0.0,
+    ROW_LINES: tl.constexpr = 2,  # 128-byte lines a K or V row spans (a power of two)
+    EARLY: tl.constexpr = False,  # with PDL: reads that do not need the kernel before ahead of the wait
     PDL: tl.constexpr = False,
 ):
-    pdl_wait(PDL)
+    if not EARLY:
+        pdl_wait(PDL)
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     num_splits = tl.num_programs(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     start, end, full_end = _split_keys(seq_len, split, num_splits, min_split_tokens, BLOCK_N)
+    head_off = kv_head * stride_ch
+    bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
+    if EARLY:
+        # The kernel before (the qkv GEMV) writes q, k and v only: seq_lens, the block table and
+        # positions are the step's host copies, the cos/sin table a buffer, and the cache rows were
+        # stored by earlier steps, so they are read (the rows asked of L2) while it ends
+        # (kernels/pdl.py's contract; bench/results/2026-12-05-h100-early-reads).
+        _prefetch_split_kv(
+            kv_ptr,
+            bt_row,
+            head_off,
+            start,
+            end,
+            stride_cb,
+            stride_ckv,
+            stride_cs,
+            BLOCK_SIZE,
+            EARLY_KEYS,
+            ROW_LINES,
+        )
+        if ROPE:
+            cos, sin = _rope_cos_sin(cos_sin_ptr, pos_ptr, seq, stride_cos, HEAD_DIM // 2)
+        pdl_wait(PDL)
+    elif ROPE:
+        cos, sin = _rope_cos_sin(cos_sin_ptr, pos_ptr, seq, stride_cos, HEAD_DIM // 2)
     rows = tl.arange(0, GROUP_PAD)
     head = kv_head * GROUP + rows
     row_ok = rows < GROUP
-    head_off = kv_head * stride_ch
     if ROPE:
         q = _rotate_query_and_store_new_kv(
             q_ptr,
             kv_ptr,
             new_k_ptr,
             new_v_ptr,
-            pos_ptr,
-            cos_sin_ptr,
+            cos,
+            sin,
             slot_ptr,
             seq,
             kv_head,
@@ -185,7 +219,6 @@ def _decode_split_kernel(
             stride_kh,
             stride_vt,
             stride_vh,
-            stride_cos,
             stride_cb,
             stride_ckv,
             stride_cs,
@@ -197,7 +230,6 @@ def _decode_split_kernel(
         q = _load_group_query(q_ptr, seq, head, row_ok, stride_qs, stride_qh, HEAD_DIM)
     # Keys >= end belong to the next split: masking at end - 1 is the causal mask of attend_tile.
     q_pos = tl.full([GROUP_PAD], 0, dtype=tl.int32) + end - 1
-    bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
     acc, m_i, l_i = attend_keys(
         q,
         kv_ptr,
@@ -225,13 +257,45 @@ def _decode_split_kernel(
 
 
 @triton.jit
+def _prefetch_split_kv(
+    kv_ptr,
+    bt_row,
+    head_off,
+    start,
+    end,
+    stride_cb,
+    stride_ckv,
+    stride_cs,
+    BLOCK_SIZE: tl.constexpr,
+    KEYS: tl.constexpr,
+    ROW_LINES: tl.constexpr,
+):
+    """`prefetch.global.L2` of the K and V rows of keys [start, min(start + KEYS, end)) of one KV
+    head, ROW_LINES 128-byte lines a row (keys past end ask for block 0's first row again)."""
+    keys = start + tl.arange(0, KEYS)
+    blocks = tl.maximum(tl.load(bt_row + keys // BLOCK_SIZE, mask=keys < end, other=0), 0).to(tl.int64)
+    k_rows = kv_ptr + (blocks * stride_cb + (keys % BLOCK_SIZE) * stride_cs + head_off)
+    lines = tl.arange(0, ROW_LINES) * 128
+    for plane in tl.static_range(2):
+        row_bytes = (k_rows + plane * stride_ckv).to(tl.pointer_type(tl.int8))
+        tl.inline_asm_elementwise(
+            "prefetch.global.L2 [$1]; // $0",
+            "=r,l",
+            [row_bytes[:, None] + lines[None, :]],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+
+@triton.jit
 def _rotate_query_and_store_new_kv(
     q_ptr,
     kv_ptr,
     new_k_ptr,
     new_v_ptr,
-    pos_ptr,
-    cos_sin_ptr,
+    cos,
+    sin,
     slot_ptr,
     seq,
     kv_head,
@@ -245,7 +309,6 @@ def _rotate_query_and_store_new_kv(
     stride_kh,
     stride_vt,
     stride_vh,
-    stride_cos,
     stride_cb,
     stride_ckv,
     stride_cs,
@@ -257,7 +320,6 @@ def _rotate_query_and_store_new_kv(
     in registers; the split that holds the new key (seq_len - 1) also rotates and stores it and v
     before any of its keys are read, the barrier making the CTA's stores visible to all its threads
     (the branch is the same for all of them). No other split reads that key, so no other waits."""
-    cos, sin = _rope_cos_sin(cos_sin_ptr, pos_ptr, seq, stride_cos, HEAD_DIM // 2)
     q_rows = q_ptr + seq.to(tl.int64) * stride_qs + head * stride_qh
     q = rope_group_rows(q_rows, row_ok, cos, sin, HEAD_DIM)
     slot = tl.load(slot_ptr + seq)
@@ -513,6 +575,10 @@ def _launch_split_stage(
         INT8=kv_layer.dtype == torch.int8,
         ROPE=new_kv is not None,
         FP8_MAX=fp8_max(kv_layer.dtype),
+        ROW_LINES=triton.next_power_of_2(triton.cdiv(head_dim * kv_layer.element_size(), 128)),
+        # only in the runner's step (new_kv), whose seq_lens, block table and positions are the
+        # step's host copies: no caller's kernel just before writes them
+        EARLY=new_kv is not None and early_reads(q.device),
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_meta(q.device),

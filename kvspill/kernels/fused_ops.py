@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from kvspill.kernels.pdl import pdl_meta, pdl_wait
+from kvspill.kernels.pdl import early_reads, pdl_meta, pdl_wait
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -57,12 +57,15 @@ def _rms_norm_kernel(
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr = False,
+    EARLY: tl.constexpr = False,  # the weight read before the wait (read-only: kernels/pdl.py)
 ):
     # One program per token row; the whole row lives in registers (hidden_size <= BLOCK).
-    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < hidden_size
+    if EARLY:  # while the kernel before ends, not after the row's sum
+        w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    pdl_wait(PDL)
     x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0)
     if HAS_RESIDUAL:
         x = x.to(tl.float32) + tl.load(res_ptr + row * stride_r + cols, mask=ok, other=0.0).to(tl.float32)
@@ -71,7 +74,8 @@ def _rms_norm_kernel(
     xf = x.to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, 0) / hidden_size + eps)
     normed = (xf * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    if not EARLY:
+        w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * stride_o + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=ok)
 
 
@@ -110,6 +114,7 @@ def rms_norm(
             HAS_RESIDUAL=residual is not None,
             BLOCK=block,
             num_warps=min(16, max(1, block // 512)),
+            EARLY=early_reads(x.device),
             **pdl_meta(x.device),
         )
     return out if residual is None else (out, residual)

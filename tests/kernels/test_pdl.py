@@ -28,6 +28,20 @@ def test_pdl_is_off_on_the_cpu_and_under_the_switch(monkeypatch):
     assert pdl.pdl_meta(torch.device("cuda", 0)) == {"PDL": False}
 
 
+def test_early_reads_need_pdl_and_follow_their_switch(monkeypatch):
+    assert not pdl.early_reads(torch.device("cpu"))
+    monkeypatch.setattr(pdl, "_device_supports_pdl", lambda index: True)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("KVSPILL_EARLY_READS", raising=False)
+    monkeypatch.setenv("KVSPILL_PDL", "1")
+    assert pdl.early_reads(torch.device("cuda", 0))
+    monkeypatch.setenv("KVSPILL_EARLY_READS", "0")
+    assert not pdl.early_reads(torch.device("cuda", 0))
+    monkeypatch.setenv("KVSPILL_EARLY_READS", "1")
+    monkeypatch.setenv("KVSPILL_PDL", "0")  # nothing runs ahead of a wait that is not there
+    assert not pdl.early_reads(torch.device("cuda", 0))
+
+
 def _decode_mlp_chain(x, residual, norm_w, up, down):
     """RMSNorm (+ residual) -> fp8 gate_up -> SiLU-and-mul -> fp8 down -> RMSNorm (+ residual), 4 times:
     every kernel reads what the one before it wrote."""
