@@ -190,11 +190,10 @@ def _decode_split_kernel(
             EARLY_KEYS,
             ROW_LINES,
         )
-        if ROPE:
-            cos, sin = _rope_cos_sin(cos_sin_ptr, pos_ptr, seq, stride_cos, HEAD_DIM // 2)
-        pdl_wait(PDL)
-    elif ROPE:
+    if ROPE:
         cos, sin = _rope_cos_sin(cos_sin_ptr, pos_ptr, seq, stride_cos, HEAD_DIM // 2)
+    if EARLY:
+        pdl_wait(PDL)
     rows = tl.arange(0, GROUP_PAD)
     head = kv_head * GROUP + rows
     row_ok = rows < GROUP
