@@ -135,6 +135,38 @@ def _kv_offloading_backend(value: str | None, given: Mapping[str, str]) -> Readi
     return Reading((), "kvspill's own cpu tier is the native backend (its size: --kv-offloading-size)")
 
 
+def _load_format(value: str | None, given: Mapping[str, str]) -> Reading:
+    if value in ("auto", "safetensors", "gguf"):
+        return Reading((), "kvspill reads a model's safetensors or its GGUF file, whichever it has")
+    if value == "dummy":
+        raise DialectError(
+            "--load-format dummy: give the model as random:<shape> for random weights (random:llama-8b, "
+            "random:llama-8b:q4_k_m; the shapes: docs/architecture.md)"
+        )
+    raise DialectError(
+        f"--load-format {value}: kvspill loads safetensors and GGUF files only; convert the checkpoint "
+        "(transformers' save_pretrained(safe_serialization=True)) or leave the flag out"
+    )
+
+
+def _tokenizer_mode(value: str | None, given: Mapping[str, str]) -> Reading:
+    if value in ("auto", "hf"):
+        return Reading((), "kvspill uses the model's Hugging Face tokenizer (tokenizer.json, or the GGUF's)")
+    raise DialectError(
+        f"--tokenizer-mode {value}: kvspill uses the model's Hugging Face tokenizer only (tokenizer.json, "
+        "or the GGUF's own); leave the flag out, or give another with --tokenizer"
+    )
+
+
+def _pipeline_parallel_size(value: str | None, given: Mapping[str, str]) -> Reading:
+    if value is not None and value.strip() == "1":
+        return Reading((), "one pipeline stage, as kvspill runs")
+    raise DialectError(
+        f"--pipeline-parallel-size {value}: kvspill splits a model over GPUs by tensor parallelism; "
+        "give --tensor-parallel-size N instead (docs/distributed.md)"
+    )
+
+
 def _chunked_prefill_size(value: str | None, given: Mapping[str, str]) -> Reading:
     if value is not None and value.strip() == "-1":
         raise DialectError(
@@ -297,6 +329,15 @@ ALIASES: tuple[Alias, ...] = (
           _kv_offloading_backend, takes_value=True),
     Alias(("-tp",), "vLLM", "--tensor-parallel-size N", _rename("--tensor-parallel-size"),
           "--tensor-parallel-size"),
+    Alias(("--load-format",), "vLLM", "auto, safetensors, gguf accepted (what the model has); others refused",
+          _load_format),
+    Alias(("--tokenizer-mode",), "vLLM", "auto, hf accepted (the model's Hugging Face tokenizer); others refused",
+          _tokenizer_mode),
+    Alias(("--pipeline-parallel-size", "-pp"), "vLLM", "1 accepted; more refused (--tensor-parallel-size)",
+          _pipeline_parallel_size),
+    Alias(("--disable-custom-all-reduce",), "vLLM", "accepted: tensor parallel sums with NCCL",
+          _accepted("kvspill's tensor-parallel all-reduce is NCCL's (torch.distributed), no custom kernel"),
+          takes_value=False),
     Alias(("--mem-fraction-static",), "SGLang", "--gpu-memory-utilization F (the card's share kvspill uses)",
           _rename("--gpu-memory-utilization", "the share of the card for weights, KV and activations"),
           "--gpu-memory-utilization"),

@@ -80,6 +80,10 @@ def _served_config(served: list[tuple], *args: str) -> tuple[EngineConfig, list[
         (["-ctk", "q8_0"], "kv_cache_dtype", "int8", "read as --kv-cache-dtype int8"),
         (["-ctv", "f16"], "kv_cache_dtype", "auto", "read as --kv-cache-dtype auto"),
         (["--jinja"], "device", "auto", "accepted: kvspill always renders the model's Jinja chat template"),
+        (["--load-format", "safetensors"], "device", "auto", "(vLLM) accepted: kvspill reads a model's safetensors"),
+        (["--tokenizer-mode=auto"], "device", "auto", "(vLLM) accepted: kvspill uses the model's Hugging Face"),
+        (["-pp", "1"], "tensor_parallel_size", 1, "-pp 1 (vLLM) accepted: one pipeline stage"),
+        (["--disable-custom-all-reduce"], "device", "auto", "accepted: kvspill's tensor-parallel all-reduce is NCCL's"),
     ],
 )  # fmt: skip
 def test_each_alias_sets_its_field_and_says_so(served, args, field, value, note):
@@ -149,6 +153,10 @@ def test_several_aliases_at_once_keep_the_other_flags(served):
         (["-nocb"], "always batches continuously"),
         (["-np", "2", "--max-num-seqs", "4"], "both set --max-num-seqs"),
         (["--tool-call-parser", "pythonic"], "give one of those"),
+        (["--load-format", "pt"], "kvspill loads safetensors and GGUF files only"),
+        (["--load-format", "dummy"], "give the model as random:<shape>"),
+        (["--tokenizer-mode", "mistral"], "give another with --tokenizer"),
+        (["--pipeline-parallel-size", "2"], "give --tensor-parallel-size N instead"),
     ],
 )  # fmt: skip
 def test_what_cannot_map_is_one_error_line(served, args, message):
