@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Call A: decode attention's K/V asked of L2 before the PDL wait (KVSPILL_KV_PREFETCH keys a split,
 # 0 = today) and the programs an SM that set num_splits (KVSPILL_ATTN_PPS, 4 = today), in the
-# engine (random llama-8b:q4_k_m, alternated; fp8, 8 x 2K, 32 x 2K, W1 on and off), cos/sin read before the wait (KVSPILL_ROPE_EARLY=1), and alone (attn_prefetch.py); the 8K step's kernel
+# engine (random llama-8b:q4_k_m, alternated; fp8, 8 x 2K, 32 x 2K, W1 on and off), cos/sin read before the wait (KVSPILL_ROPE_EARLY=1); the 8K step's kernel
 # table with PDL off; RMSNorm's weight and residual read before the wait (KVSPILL_NORM_EARLY=1) (each kernel's own time).
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh callA
