@@ -155,7 +155,7 @@ def _row_scales(
 
 
 @triton.jit
-def _key_rows(bt_row, keys, last_pos, stride_cs, head_off, BLOCK_SIZE: tl.constexpr, MASKED: tl.constexpr):
+def key_rows(bt_row, keys, last_pos, stride_cs, head_off, BLOCK_SIZE: tl.constexpr, MASKED: tl.constexpr):
     """Where each key of the tile lies: (block_ids [BLOCK_N] int64 through the block table,
     in_block [BLOCK_N] the row's offset within its block). MASKED: keys past last_pos read
     block 0 instead of table entries that may not exist."""
@@ -222,7 +222,7 @@ def attend_tile(
     scales, read through `scale_ptr` (the same memory as fp32: `int8_scale_index`)."""
     keys = start + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
-    block_ids, in_block = _key_rows(bt_row, keys, last_pos, stride_cs, head_off, BLOCK_SIZE, MASKED)
+    block_ids, in_block = key_rows(bt_row, keys, last_pos, stride_cs, head_off, BLOCK_SIZE, MASKED)
     kv_off = block_ids * stride_cb + in_block
     kv_ptrs = kv_ptr + kv_off[:, None] + dims[None, :]  # [BLOCK_N, HEAD_DIM]
     # fp8 KV (--kv-cache-dtype, scale 1): widened in registers; otherwise a no-op

@@ -40,11 +40,12 @@ from kvspill.kernels.attention_common import (
     dense_attention_ref,
     dot_precision,
     gather_seq_kv,
+    key_rows,
     resolve_out,
 )
 from kvspill.kernels.fused_ops import _rope_cos_sin
 from kvspill.kernels.kv_quant import fp8_max, kv_strides, scale_view
-from kvspill.kernels.pdl import early_reads, pdl_meta, pdl_wait
+from kvspill.kernels.pdl import early_reads, pdl_meta, pdl_wait, prefetch_lines
 from kvspill.kernels.rope_store import NewKV, rope_and_store_kv_ref, rope_group_rows, store_new_kv
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -272,19 +273,12 @@ def _prefetch_split_kv(
     """`prefetch.global.L2` of the K and V rows of keys [start, min(start + KEYS, end)) of one KV
     head, ROW_LINES 128-byte lines a row (keys past end ask for block 0's first row again)."""
     keys = start + tl.arange(0, KEYS)
-    blocks = tl.maximum(tl.load(bt_row + keys // BLOCK_SIZE, mask=keys < end, other=0), 0).to(tl.int64)
-    k_rows = kv_ptr + (blocks * stride_cb + (keys % BLOCK_SIZE) * stride_cs + head_off)
+    blocks, in_block = key_rows(bt_row, keys, end - 1, stride_cs, head_off, BLOCK_SIZE, True)
+    k_rows = kv_ptr + (tl.maximum(blocks, 0) * stride_cb + in_block)
     lines = tl.arange(0, ROW_LINES) * 128
     for plane in tl.static_range(2):
         row_bytes = (k_rows + plane * stride_ckv).to(tl.pointer_type(tl.int8))
-        tl.inline_asm_elementwise(
-            "prefetch.global.L2 [$1]; // $0",
-            "=r,l",
-            [row_bytes[:, None] + lines[None, :]],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
+        prefetch_lines(row_bytes[:, None] + lines[None, :])
 
 
 @triton.jit

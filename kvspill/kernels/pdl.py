@@ -86,14 +86,16 @@ def prefetch_l2(base, nbytes, PDL: tl.constexpr, LINES: tl.constexpr):
     it the kernel has no earlier kernel's time to hide the reads in."""
     if PDL:
         offsets = tl.minimum(tl.arange(0, LINES) * 128, tl.maximum(nbytes - 1, 0))
-        tl.inline_asm_elementwise(
-            "prefetch.global.L2 [$1]; // $0",
-            "=r,l",
-            [base.to(tl.pointer_type(tl.int8)) + offsets],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
+        prefetch_lines(base.to(tl.pointer_type(tl.int8)) + offsets)
+
+
+@triton.jit
+def prefetch_lines(byte_ptrs):
+    """One `prefetch.global.L2` for the 128-byte line of each address in `byte_ptrs` (any shape,
+    int8 pointers): a hint, nothing read into registers."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1]; // $0", "=r,l", [byte_ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )
 
 
 @triton.jit
