@@ -22,7 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +109,20 @@ def _refused(message: str) -> Callable[[str | None, Mapping[str, str]], Reading]
     return read
 
 
+def _accepted_values(
+    values: Collection[str], why: str, refusal: str, refusals: Mapping[str, str] | None = None
+) -> Callable[[str | None, Mapping[str, str]], Reading]:
+    """An alias that sets nothing for `values` (what kvspill does anyway, said in `why`) and is
+    refused for any other: DialectError with `refusals[value]` or `refusal`, `{value}` filled in."""
+
+    def read(value: str | None, given: Mapping[str, str]) -> Reading:
+        if value is not None and value.strip() in values:
+            return Reading((), why)
+        raise DialectError((refusals or {}).get(str(value), refusal).format(value=value))
+
+    return read
+
+
 def _rename(target: str, why: str = "") -> Callable[[str | None, Mapping[str, str]], Reading]:
     """An alias whose value is the target flag's value as it stands."""
     return lambda value, given: Reading((target, str(value)), why)
@@ -124,47 +138,6 @@ def _kv_offloading_size(value: str | None, given: Mapping[str, str]) -> Reading:
     tp = _tensor_parallel(given)
     why = "vLLM's size is over all GPUs, --cpu-kv-budget is per GPU" if tp > 1 else ""
     return Reading(("--cpu-kv-budget", f"{gib / tp:g}GiB"), why)
-
-
-def _kv_offloading_backend(value: str | None, given: Mapping[str, str]) -> Reading:
-    if value != "native":
-        raise DialectError(
-            f"--kv-offloading-backend {value}: kvspill has its own tiers and no {value} backend; "
-            "leave it out and size the cpu tier with --cpu-kv-budget SIZE (and a disk tier with --disk-kv-budget)"
-        )
-    return Reading((), "kvspill's own cpu tier is the native backend (its size: --kv-offloading-size)")
-
-
-def _load_format(value: str | None, given: Mapping[str, str]) -> Reading:
-    if value in ("auto", "safetensors", "gguf"):
-        return Reading((), "kvspill reads a model's safetensors or its GGUF file, whichever it has")
-    if value == "dummy":
-        raise DialectError(
-            "--load-format dummy: give the model as random:<shape> for random weights (random:llama-8b, "
-            "random:llama-8b:q4_k_m; the shapes: docs/architecture.md)"
-        )
-    raise DialectError(
-        f"--load-format {value}: kvspill loads safetensors and GGUF files only; convert the checkpoint "
-        "(transformers' save_pretrained(safe_serialization=True)) or leave the flag out"
-    )
-
-
-def _tokenizer_mode(value: str | None, given: Mapping[str, str]) -> Reading:
-    if value in ("auto", "hf"):
-        return Reading((), "kvspill uses the model's Hugging Face tokenizer (tokenizer.json, or the GGUF's)")
-    raise DialectError(
-        f"--tokenizer-mode {value}: kvspill uses the model's Hugging Face tokenizer only (tokenizer.json, "
-        "or the GGUF's own); leave the flag out, or give another with --tokenizer"
-    )
-
-
-def _pipeline_parallel_size(value: str | None, given: Mapping[str, str]) -> Reading:
-    if value is not None and value.strip() == "1":
-        return Reading((), "one pipeline stage, as kvspill runs")
-    raise DialectError(
-        f"--pipeline-parallel-size {value}: kvspill splits a model over GPUs by tensor parallelism; "
-        "give --tensor-parallel-size N instead (docs/distributed.md)"
-    )
 
 
 def _chunked_prefill_size(value: str | None, given: Mapping[str, str]) -> Reading:
@@ -326,15 +299,37 @@ ALIASES: tuple[Alias, ...] = (
     Alias(("--kv-offloading-size",), "vLLM", "--cpu-kv-budget (N GiB over all GPUs) / --tensor-parallel-size",
           _kv_offloading_size, "--cpu-kv-budget"),
     Alias(("--kv-offloading-backend",), "vLLM", "native accepted (kvspill's own tiers); lmcache refused",
-          _kv_offloading_backend, takes_value=True),
+          _accepted_values(
+              {"native"},
+              "kvspill's own cpu tier is the native backend (its size: --kv-offloading-size)",
+              "--kv-offloading-backend {value}: kvspill has its own tiers and no {value} backend; leave it out "
+              "and size the cpu tier with --cpu-kv-budget SIZE (and a disk tier with --disk-kv-budget)",
+          ), takes_value=True),
     Alias(("-tp",), "vLLM", "--tensor-parallel-size N", _rename("--tensor-parallel-size"),
           "--tensor-parallel-size"),
     Alias(("--load-format",), "vLLM", "auto, safetensors, gguf accepted (what the model has); others refused",
-          _load_format),
+          _accepted_values(
+              {"auto", "safetensors", "gguf"},
+              "kvspill reads a model's safetensors or its GGUF file, whichever it has",
+              "--load-format {value}: kvspill loads safetensors and GGUF files only; convert the checkpoint "
+              "(transformers' save_pretrained(safe_serialization=True)) or leave the flag out",
+              {"dummy": "--load-format dummy: give the model as random:<shape> for random weights "
+               "(random:llama-8b, random:llama-8b:q4_k_m; the shapes: docs/architecture.md)"},
+          )),
     Alias(("--tokenizer-mode",), "vLLM", "auto, hf accepted (the model's Hugging Face tokenizer); others refused",
-          _tokenizer_mode),
+          _accepted_values(
+              {"auto", "hf"},
+              "kvspill uses the model's Hugging Face tokenizer (tokenizer.json, or the GGUF's)",
+              "--tokenizer-mode {value}: kvspill uses the model's Hugging Face tokenizer only (tokenizer.json, "
+              "or the GGUF's own); leave the flag out, or give another with --tokenizer",
+          )),
     Alias(("--pipeline-parallel-size", "-pp"), "vLLM", "1 accepted; more refused (--tensor-parallel-size)",
-          _pipeline_parallel_size),
+          _accepted_values(
+              {"1"},
+              "one pipeline stage, as kvspill runs",
+              "--pipeline-parallel-size {value}: kvspill splits a model over GPUs by tensor parallelism; "
+              "give --tensor-parallel-size N instead (docs/distributed.md)",
+          )),
     Alias(("--disable-custom-all-reduce",), "vLLM", "accepted: tensor parallel sums with NCCL",
           _accepted("kvspill's tensor-parallel all-reduce is NCCL's (torch.distributed), no custom kernel"),
           takes_value=False),
