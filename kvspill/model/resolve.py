@@ -267,11 +267,12 @@ def _from_hf_cache(repo_id: str, local: Path, hf_cache_dir: str | Path | None) -
 def _cached_snapshot(repo_id: str, cache: Path) -> Path | None:
     """The snapshot dir for repo_id's `main` (else its newest snapshot), or None. No network."""
     from huggingface_hub import snapshot_download
+    from huggingface_hub.file_download import repo_folder_name
 
     try:
         return Path(snapshot_download(repo_id, cache_dir=str(cache), local_files_only=True))
     except Exception:  # LocalEntryNotFoundError, or a cache without refs/main
         pass
-    snapshots = cache / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    snapshots = cache / repo_folder_name(repo_id=repo_id, repo_type="model") / "snapshots"
     candidates = [p for p in snapshots.iterdir() if p.is_dir()] if snapshots.is_dir() else []
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None

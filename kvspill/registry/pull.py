@@ -249,8 +249,9 @@ def _local_snapshot(repo_id: str, revision: str | None, cache_dir: str | Path | 
     cache's refs/ name; None: main), or None. The folder itself: huggingface_hub's own lookup
     calls a snapshot holding only the files a pull selected incomplete."""
     from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
 
-    repo = Path(cache_dir or constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    repo = Path(cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
     commit = revision or "main"
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         ref = repo / "refs" / commit
