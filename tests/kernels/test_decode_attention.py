@@ -104,7 +104,8 @@ def test_choose_num_splits():
     assert choose_num_splits(131072, 1, 8, 132) == 66
     assert choose_num_splits(8192, 1, 8, 132) == 32  # capped by 256-token splits
     assert choose_num_splits(1000, 1, 8, 132) == 4
-    assert choose_num_splits(131072, 8, 8, 132) == 9
+    assert choose_num_splits(131072, 8, 8, 132) == 8  # 512 programs: one wave of 528, not 576
+    assert choose_num_splits(2048, 32, 8, 132) == 2  # 512 programs, not 768 (1.45 waves)
     assert choose_num_splits(131072, 128, 8, 132) == 1  # enough programs without splitting
     assert choose_num_splits(0, 1, 8, 132) == 1
     assert choose_num_splits(10**7, 1, 1, 1000) == MAX_SPLITS
