@@ -49,10 +49,12 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # (bench/results/2026-12-05-h200-q6k-split); with the scales read from the blocks' headers
 # (KVSPILL_SCALE_PAIRS=0) 8 / 16 / 32 at 4.551 / 5.989 / 8.478 ms (2026-12-04-h200-mixed-qkv-out,
 # 2026-12-04-h200-q4km-peer; 4.472-4.483 and 8.446 ms again beside the pairs), 4 at 920 tok/s
-# (2026-12-03-h200-mma-sync). Other counts take the next larger entry's rate (2-3 tokens run the
+# (2026-12-03-h200-mma-sync). 32 is refit to 4,712.7 tok/s, the step with decode attention's splits
+# rounded down to one wave (2 splits, not 3: 6.790 ms against 7.425 / 7.411; 2026-12-05-h200-attn-splits);
+# the header-scales rates and 8 (2,191.8 with 8 splits, plan 0.97) stay as fit. Other counts take the next larger entry's rate (2-3 tokens run the
 # lane GEMV: not measured in the engine); other types' multi-token kernels are not measured
 # (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
-Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 16: 1432.0, 32: 1040.0}
+Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 16: 1432.0, 32: 1225.0}
 Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS = {
     1: QUANT_READ_GBS["q4_k_m"],
     4: 1452.0,
