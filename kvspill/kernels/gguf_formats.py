@@ -324,12 +324,15 @@ def q6k_fields(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torc
     return scale.reshape(rows, -1), q.reshape(rows, -1, 16)
 
 
-def q4k_fields(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Q4_K data [rows, bytes] -> per sub-block of 32 (in K order): d * sc and dmin * m float32
-    [rows, K / 32] and the quants q uint8 [rows, K / 32, 32] (the reference of kernels that keep
-    the scale out of the sum)."""
+def q4k_fields(
+    data: torch.Tensor, in_features: int, qtype: str = "Q4_K"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q4_K (or Q5_K) data [rows, bytes] -> per sub-block of 32 (in K order): d * sc and dmin * m
+    float32 [rows, K / 32] and the quants q uint8 [rows, K / 32, 32] (Q5_K's with their fifth bit;
+    the reference of kernels that keep the scale out of the sum)."""
     rows = data.shape[0]
-    scale, offset, q = _k_sub_blocks(data.reshape(rows, in_features // 256, 144), "Q4_K")
+    blocks = data.reshape(rows, in_features // 256, FORMATS[qtype].type_size)
+    scale, offset, q = _k_sub_blocks(blocks, qtype)
     return scale.reshape(rows, -1), offset.reshape(rows, -1), q.reshape(rows, -1, 32)
 
 

@@ -28,6 +28,8 @@ Kernels (`quant_matmul_gemv` picks one):
   is under bf16's own rounding of the block's largest value) and dp2a, under 1 instruction a
   weight in the dot (`python -m kvspill.bench.int16x_quality`: the rounding on real weights).
   Summed over the 5 Llama-3.1-8B shapes it takes 129 us against the offset kernel's 161 (H200).
+- One token of bf16 / fp16 x on Q5_K takes the same int16-x lanes, each quant's fifth bit OR-ed
+  into its byte from qh before the dp2a (`Q5K_INT16X`).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -248,6 +250,19 @@ Q6K_INT16X_SPLIT_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (0, 0, (2048, 2, 4)),
 )
 Q6K_INT16X = True
+# One token of bf16 / fp16 x on Q5_K (the Q5_K_M files' main type) takes q4k_int16x_kernel's lanes
+# with each quant's fifth bit joined from qh (Q5=True); False (or KVSPILL_INT16_X=0) takes the
+# generic FMA kernel. Its configs are Q4K_INT16X_CONFIGS' (swept for Q4_K's 144-byte super-blocks,
+# not for Q5_K's 176) but for (4096, 16, 4), which spills 528 bytes a thread with the qh words
+# (compiled for sm_90: 255 registers); (4096, 8, 4) takes its place (249 registers, no spill).
+Q5K_INT16X = True
+Q5K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
+    (8192, 0, (4096, 8, 4)),
+    (0, 65536, (1024, 8, 1)),
+    (0, 16384, (2048, 8, 2)),
+    (4096, 0, (4096, 8, 4)),
+    (0, 0, (2048, 8, 2)),
+)
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -314,9 +329,9 @@ def int16_x() -> bool:
 
 
 def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
-    """The int16-x kernel's (CHUNK, BLOCK_N, warps) for a Q4_K or Q6_K weight (its type's and
+    """The int16-x kernel's (CHUNK, BLOCK_N, warps) for a Q4_K, Q5_K or Q6_K weight (its type's and
     layout's table)."""
-    table = Q4K_INT16X_CONFIGS
+    table = Q5K_INT16X_CONFIGS if weight.qtype == "Q5_K" else Q4K_INT16X_CONFIGS
     if weight.qtype == "Q6_K":
         table = Q6K_INT16X_SPLIT_CONFIGS if weight.split else Q6K_INT16X_CONFIGS
     return next(
@@ -326,7 +341,16 @@ def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
     )
 
 
+def _one_token_q5k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
+    """Whether `quant_matmul_gemv(x, weight)` takes q4k_int16x_kernel with Q5=True (its words need
+    4-byte aligned data)."""
+    half = x.dtype in (torch.bfloat16, torch.float16)
+    aligned = weight.data.data_ptr() % 4 == 0
+    return weight.qtype == "Q5_K" and x.shape[0] == 1 and half and aligned and Q5K_INT16X and int16_x()
+
+
 def _launch_q4k_one_token(x, weight, bias, out) -> None:
+    """q4k_int16x_kernel (Q4_K and Q5_K) or, with KVSPILL_INT16_X=0, q4k_one_token_kernel (Q4_K)."""
     assert Q4K_ONE_TOKEN_CONFIG is not None
     rows, integer_x = weight.out_features, int16_x()
     chunk, block_n, num_warps = _int16x_config(weight) if integer_x else Q4K_ONE_TOKEN_CONFIG
@@ -340,7 +364,9 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
         **pdl_meta(x.device),
     )
     grid = (triton.cdiv(rows, block_n),)
-    if integer_x:
+    if weight.qtype == "Q5_K":
+        q4k_int16x_kernel[grid](*args, weight.data.stride(0), Q5=True, **meta)
+    elif integer_x:
         q4k_int16x_kernel[grid](*args, weight.data.stride(0), **meta)
     else:
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)
@@ -432,6 +458,8 @@ def quant_matmul_gemv(
     lane_config = _lane_kernel_config(x, weight)
     if lane_config is not None:
         _launch_lane_kernel(x, weight, bias, out, lane_config)
+    elif _one_token_q5k_int16x(x, weight):
+        _launch_q4k_one_token(x, weight, bias, out)
     elif num_tokens == 1:
         chunk, block_n, num_warps = FMA_CONFIG[weight.qtype]
         _gemv_fma_kernel[(triton.cdiv(rows, block_n),)](

@@ -75,43 +75,61 @@ def q4k_int16x_kernel(
     BLOCK_N: tl.constexpr,
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
+    Q5: tl.constexpr = False,  # Q5_K rows: 176-byte super-blocks, a fifth bit a quant from qh
 ):
-    # Q4_K, one token. Grid: (cdiv(rows, BLOCK_N),). Lane kl = 8 * (super-block) + 2 g + hh of the
-    # K step (SB super-blocks) owns half hh (16 bytes) of group g of each of the program's rows and
-    # the 16 + 16 x values they meet.
+    # Q4_K (or Q5_K), one token. Grid: (cdiv(rows, BLOCK_N),). Lane kl = 8 * (super-block) + 2 g + hh
+    # of the K step (SB super-blocks) owns half hh (16 bytes) of group g of each of the program's
+    # rows (Q5_K: and the 16 qh bytes of the same 16 columns) and the 16 + 16 x values they meet.
     KL: tl.constexpr = 8 * SB
     pid = tl.program_id(0)
     row, sb_w, g, hh, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL, 2)
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for k in range(0, num_blocks, SB):
-        words = (row + tl.where((k + sb_w) < num_blocks, (k + sb_w) * 144, 0)).to(tl.pointer_type(tl.int32))
+        sb_bytes = tl.where((k + sb_w) < num_blocks, (k + sb_w) * (176 if Q5 else 144), 0)
+        words = (row + sb_bytes).to(tl.pointer_type(tl.int32))
         x_ok = (k + i_x // 8) < num_blocks
-        acc += _q4k_int16x_step(words, g, hh, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
+        acc += _q4k_int16x_step(words, g, hh, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM, Q5)
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit
 def _q4k_int16x_step(
-    words, g, hh, x_ptrs, x_ok, BLOCK_N: tl.constexpr, KL: tl.constexpr, USE_ASM: tl.constexpr
+    words,
+    g,
+    hh,
+    x_ptrs,
+    x_ok,
+    BLOCK_N: tl.constexpr,
+    KL: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    Q5: tl.constexpr,
 ):
     """One K step: each lane's half hh of group g (`words` at its super-block, [BLOCK_N * KL, 1]
-    int32 pointers; quant words 4 hh .. 4 hh + 3 of the group) against the 16 + 16 x values they
-    meet (`x_ptrs` [KL, 8] at the first 8) -> the lane's [BLOCK_N, KL] share of the output."""
+    int32 pointers; quant words 4 hh .. 4 hh + 3 of the group; Q5_K: qh words 4 hh .. 4 hh + 3, whose
+    bits 2 g and 2 g + 1 are the fifth bits of the group's two sub-blocks) against the 16 + 16 x
+    values they meet (`x_ptrs` [KL, 8] at the first 8) -> the lane's [BLOCK_N, KL] share of the output."""
     h0, h1, h2, h3 = _split4(tl.load(words + tl.arange(0, 4)[None, :]))
     sc_lo, sc_hi, mn_lo, mn_hi = _q4k_decode(h0, h1, h2, h3, 16 * (g % 2), g < 2)
     xl0, xl1, inv_lo, dx_lo, sum_lo = _load_half_x(x_ptrs, x_ok, USE_ASM)
     xh0, xh1, inv_hi, dx_hi, sum_hi = _load_half_x(x_ptrs + 32, x_ok, USE_ASM)
-    q_words = words + 4 + g * 8 + hh * 4 + tl.arange(0, 2)[None, :]
+    pair = tl.arange(0, 2)[None, :]
+    q_words = words + (12 if Q5 else 4) + g * 8 + hh * 4 + pair
+    qh_words = words + 4 + hh * 4 + pair  # Q5_K's qh[16 hh .. 16 hh + 15] (unread for Q4_K)
     i_lo = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
     i_hi = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
-    i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words, xl0, xh0, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
-    i_lo, i_hi = _dp2a_step(i_lo, i_hi, q_words + 2, xl1, xh1, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM)
+    i_lo, i_hi = _dp2a_step(
+        i_lo, i_hi, q_words, qh_words, 2 * g, xl0, xh0, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM, Q5
+    )
+    i_lo, i_hi = _dp2a_step(
+        i_lo, i_hi, q_words + 2, qh_words + 2, 2 * g, xl1, xh1, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM, Q5
+    )
     shape: tl.constexpr = (BLOCK_N, KL)
     lane: tl.constexpr = (1, KL)
-    # i_hi holds 16 * q of the high nibbles (masked in place, not shifted down).
+    # Q4_K's i_hi holds 16 * q of the high nibbles (masked in place, not shifted down); Q5_K's q.
+    hi_unit: tl.constexpr = 1.0 if Q5 else 0.0625
     part = tl.reshape(sc_lo, shape) * tl.reshape(dx_lo, lane) * tl.sum(i_lo, axis=2).to(tl.float32)
-    part += tl.reshape(sc_hi, shape) * tl.reshape(dx_hi * 0.0625, lane) * tl.sum(i_hi, axis=2).to(tl.float32)
+    part += tl.reshape(sc_hi, shape) * tl.reshape(dx_hi * hi_unit, lane) * tl.sum(i_hi, axis=2).to(tl.float32)
     part -= tl.reshape(mn_lo, shape) * tl.reshape(sum_lo, lane)
     part -= tl.reshape(mn_hi, shape) * tl.reshape(sum_hi, lane)
     return part
@@ -142,6 +160,8 @@ def _dp2a_step(
     i_lo,
     i_hi,
     q_words,
+    qh_words,
+    qh_shift,
     x_lo,
     x_hi,
     inv_lo,
@@ -149,21 +169,30 @@ def _dp2a_step(
     BLOCK_N: tl.constexpr,
     KL: tl.constexpr,
     USE_ASM: tl.constexpr,
+    Q5: tl.constexpr,
 ):
     """2 quant words of each lane's group ([BLOCK_N * KL, 2] pointers) against the 8 + 8 x values
     they meet (x_lo, x_hi [KL, 8] fp32; byte b of word c meets element 4 c + b): the int32 sums
-    i_lo [BLOCK_N, KL, 2] += low nibbles * xq_lo, i_hi += 16 * high nibbles * xq_hi, per word.
-    A masked word's bytes 0-1 meet one int16 pair of x (dp2a.lo), bytes 2-3 the next (.hi)."""
-    qw = tl.reshape(tl.load(q_words), (BLOCK_N, KL, 2))
+    i_lo [BLOCK_N, KL, 2] += low quants * xq_lo, i_hi += high quants * xq_hi, per word (Q4_K: the
+    high nibbles in place, 16 q; Q5_K: each quant's fifth bit, bit qh_shift / qh_shift + 1 of its
+    qh byte, joined as 16 in its byte, so q <= 31). A masked word's bytes 0-1 meet one int16 pair
+    of x (dp2a.lo), bytes 2-3 the next (.hi)."""
     shape: tl.constexpr = (BLOCK_N, KL, 2)
+    qw = tl.reshape(tl.load(q_words), shape)
+    if Q5:
+        # bit 0 / 1 of each byte: the low / high quant's fifth bit
+        qh = tl.reshape(tl.load(qh_words) >> qh_shift, shape)
+        lo = (qw & 0x0F0F0F0F) | ((qh & 0x01010101) << 4)
+        hi = ((qw >> 4) & 0x0F0F0F0F) | ((qh & 0x02020202) << 3)
+    else:
+        lo = qw & 0x0F0F0F0F
+        hi = qw & -0x0F0F0F10  # 0xF0F0F0F0: the high nibbles in place
     a_lo, b_lo = _int16_pairs(x_lo, inv_lo, KL, USE_ASM)  # pairs (4 c, 4 c + 1), (4 c + 2, 4 c + 3)
     a_hi, b_hi = _int16_pairs(x_hi, inv_hi, KL, USE_ASM)
     a_lo = tl.broadcast_to(tl.reshape(a_lo, (1, KL, 2)), shape)
     b_lo = tl.broadcast_to(tl.reshape(b_lo, (1, KL, 2)), shape)
     a_hi = tl.broadcast_to(tl.reshape(a_hi, (1, KL, 2)), shape)
     b_hi = tl.broadcast_to(tl.reshape(b_hi, (1, KL, 2)), shape)
-    lo = qw & 0x0F0F0F0F
-    hi = qw & -0x0F0F0F10  # 0xF0F0F0F0: the high nibbles in place
     return _dp2a_pair(i_lo, a_lo, b_lo, lo, USE_ASM), _dp2a_pair(i_hi, a_hi, b_hi, hi, USE_ASM)
 
 
@@ -320,13 +349,15 @@ def int16_x_blocks(
     return torch.round(xf / scale[..., None]), scale  # exact division by a power of two; half to even
 
 
-def q4k_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int) -> torch.Tensor:
+def q4k_int16x_ref(
+    x: torch.Tensor, weight_data: torch.Tensor, in_features: int, qtype: str = "Q4_K"
+) -> torch.Tensor:
     """What q4k_int16x_kernel computes, in torch: x [1, K] rounded by `int16_x_blocks` per
-    Q4K_X_GROUP values, the Q4_K rows' (d * sc, dmin * m, q) from gguf's layout, exact integer
-    sums -> [1, rows] fp32."""
+    Q4K_X_GROUP values, the Q4_K (or Q5_K) rows' (d * sc, dmin * m, q) from gguf's layout, exact
+    integer sums -> [1, rows] fp32."""
     group = Q4K_X_GROUP
     xq, dx = int16_x_blocks(x[0])  # [K / group, group], [K / group]
-    scale, minimum, q = q4k_fields(weight_data, in_features)  # [rows, K / 32] x2, [rows, K / 32, 32]
+    scale, minimum, q = q4k_fields(weight_data, in_features, qtype)  # [rows, K / 32] x2, [rows, K / 32, 32]
     rows = q.shape[0]
     int_sums = (q.double().reshape(rows, -1, group) * xq.double()[None]).sum(dim=2).float()  # exact
     x_sums = x[0].float().reshape(-1, 32).sum(dim=1)

@@ -213,3 +213,61 @@ def test_q6k_int16x_is_the_default_and_the_switch_turns_it_off(monkeypatch):
     assert not gguf_gemv._one_token_q6k_int16x(x.float(), weight)  # fp32 x keeps the exact lanes
     monkeypatch.setenv("KVSPILL_INT16_X", "0")
     assert not gguf_gemv._one_token_q6k_int16x(x, weight)
+
+
+@pytest.mark.parametrize("config", [(2048, 8, 2), (1024, 8, 1), (4096, 8, 4), (8192, 4, 4)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_q5k_takes_the_int16x_lanes_with_its_fifth_bit(config, dtype, device, monkeypatch):
+    # Q5_K's quants are Q4_K's nibbles plus one bit each from qh: the same lanes, q <= 31. Random
+    # blocks set every qh bit pattern; 9 super-blocks make the last K step read past the end.
+    monkeypatch.delenv("KVSPILL_INT16_X", raising=False)
+    monkeypatch.setattr(gguf_gemv, "Q5K_INT16X_CONFIGS", ((0, 0, config),))
+    gen = torch.Generator().manual_seed(7)
+    weight = random_quantized("Q5_K", ROWS, 9 * 256, gen).to(device)
+    x = ((torch.randn((1, 9 * 256), generator=gen) * 4 + 1).to(dtype)).to(device)
+    x[0, 64:96] = 0  # an all-zero sub-block
+    bias = torch.randn((ROWS,), generator=gen).to(device)
+    assert gguf_gemv._one_token_q5k_int16x(x, weight)
+    got = torch.empty((1, ROWS), dtype=torch.float32, device=device)  # fp32: no output rounding
+    gguf_gemv._launch_q4k_one_token(x, weight, bias, got)
+    got = got.cpu()
+    want = q4k_int16x_ref(x.cpu(), weight.data.cpu(), weight.in_features, "Q5_K") + bias.cpu()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    exact = x.cpu().double() @ dequantize_ref(weight.data.cpu(), "Q5_K", weight.in_features).double().t()
+    exact += bias.cpu().double()
+    torch.testing.assert_close(got.double(), exact, rtol=0, atol=1e-4 * float(exact.abs().max()))
+    assert float((got.double() - exact).abs().max()) > 0  # x was rounded: not the generic kernel
+    public = gguf_gemv.quant_matmul_gemv(x, weight, bias).cpu()  # the same kernel, stored in x's dtype
+    torch.testing.assert_close(public.float(), got, rtol=2**-7, atol=0)  # within one bf16 step
+
+
+def test_q5k_int16x_switch(device, monkeypatch):
+    launched: list[str] = []
+    for name in ("q4k_int16x_kernel", "_gemv_fma_kernel"):
+        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    gen = torch.Generator().manual_seed(8)
+    weight = random_quantized("Q5_K", ROWS, 2 * 256, gen).to(device)
+    x = torch.randn((1, 2 * 256), generator=gen).to(torch.bfloat16).to(device)
+    exact = x.cpu().double() @ dequantize_ref(weight.data.cpu(), "Q5_K", weight.in_features).double().t()
+    runs = {}
+    for value in ("1", "0"):
+        monkeypatch.setenv("KVSPILL_INT16_X", value)
+        runs[value] = gguf_gemv.quant_matmul_gemv(x.float(), weight).cpu().double()  # fp32 x: generic
+        runs[value + "bf16"] = gguf_gemv.quant_matmul_gemv(x, weight).cpu().double()
+    monkeypatch.setattr(gguf_gemv, "Q5K_INT16X", False)
+    monkeypatch.setenv("KVSPILL_INT16_X", "1")
+    gguf_gemv.quant_matmul_gemv(x, weight)
+    assert launched == ["_gemv_fma_kernel", "q4k_int16x_kernel", "_gemv_fma_kernel", "_gemv_fma_kernel"] + [
+        "_gemv_fma_kernel"
+    ]
+    scale = float(exact.abs().max())
+    for got in runs.values():
+        torch.testing.assert_close(got, exact, rtol=0, atol=2e-2 * scale)  # bf16 outputs
+
+
+def test_q5k_int16x_configs_never_take_the_spilling_tile():
+    # (4096, 16, 4) spills with Q5_K's qh words (sm_90); every shape gets a config of the table.
+    for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096), (512, 256)):
+        weight = SimpleNamespace(qtype="Q5_K", out_features=n, in_features=k, split=False)
+        assert gguf_gemv._int16x_config(weight) in {c for _, _, c in gguf_gemv.Q5K_INT16X_CONFIGS}
+        assert gguf_gemv._int16x_config(weight) != (4096, 16, 4)
