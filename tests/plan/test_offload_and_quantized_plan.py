@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvspill.errors import InvalidParameterError
 from kvspill.model.offload import choose_layers
-from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, make_plan
+from kvspill.plan import DEFAULT_BANDWIDTHS, KNOWN_GPU_BANDWIDTHS, PlanRequest, make_plan
 from kvspill.plan.spec import KNOWN_SHAPES
+from kvspill.plan.weights import QUANT_READ_GBS_GENERIC, weight_read_gbs
 
 GiB = 2**30
 SPEC = KNOWN_SHAPES["llama-8b"]
@@ -66,3 +69,18 @@ def test_gguf_types_give_their_bits_per_weight():
     assert _plan(quantization="q4_k_m").fits
     with pytest.raises(InvalidParameterError, match="--quantization must be one of"):
         _plan(quantization="int3")
+
+
+def test_q5k_plans_its_int16x_lanes_row():
+    # Random llama-8b:q5_k at 8K on an H100 (bench/results/2026-12-05-q5k-int16x): 329.2 tok/s on the
+    # int16-x lanes, where the generic kernel's rate planned 184 (its own row: 162.1).
+    h100 = replace(KNOWN_GPU_BANDWIDTHS["h100"], hbm_gbs=3006.0)
+    request = PlanRequest(
+        spec=KNOWN_SHAPES["llama-8b"],
+        vram_budget_bytes=16 * GiB,
+        context_len=8192,
+        quantization="q5_k",
+        gpu_memory_utilization=1.0,
+    )
+    assert make_plan(request, h100).decode_tok_s == pytest.approx(329.2, rel=0.1)
+    assert weight_read_gbs(KNOWN_SHAPES["llama-8b"], "q5_k") > QUANT_READ_GBS_GENERIC
