@@ -1,8 +1,8 @@
-"""Tensor-core quantized GEMM for a few tokens (decode batches): Q4_K and Q6_K.
+"""Tensor-core quantized GEMM for a few tokens (decode batches): Q4_K, Q5_K and Q6_K.
 
 Shapes:
     quant_matmul_mma: x [num_tokens <= MMA_MAX_TOKENS, in_features] bf16 / fp16 / fp32, weight
-                      QuantizedWeight [out_features, in_features] (Q4_K or Q6_K), bias
+                      QuantizedWeight [out_features, in_features] (Q4_K, Q5_K or Q6_K), bias
                       [out_features] or None -> [num_tokens, out_features] in x's dtype
 
 Why: at 2-64 tokens a step still reads every weight once, so it should cost about what one token
@@ -23,6 +23,8 @@ Forms (MmaConfig):
   128 * sum(x) back out. Split K adds fp32 partials with atomics (the caller casts).
 - `whole`: a super-block's [BLOCK_N, 256] weights dequantized in fp32, rounded to x's dtype, one
   K = 256 dot (Q6_K: two of 128).
+- Q5_K runs Q4_K's `sub` and `whole` forms with each quant's fifth bit from the super-block's qh
+  (no words form: its asm takes nibbles).
 
 Measured (H200, Triton 3.6): the words form's loop is about 690 SASS instructions a super-block
 per thread against 1,300 for the magic sub-block form; the 5 Llama-3.1-8B shapes at 8 tokens,
@@ -155,10 +157,12 @@ def _q4k_super_block(
     t_ok,
     DOT_DTYPE: tl.constexpr,
     MAGIC: tl.constexpr,
+    Q5: tl.constexpr = False,
 ):
     """acc += one Q4_K super-block of the program's rows (256 weights a row, 144 bytes at `base`
     [BLOCK_N]): d@0 | dmin@2 | scales[12]@4 | qs[128]@16; sub-block s (32 weights) takes the
-    (s % 2) nibble of qs[(s // 2) * 32 : +32]; w = d*sc * q - dmin*m."""
+    (s % 2) nibble of qs[(s // 2) * 32 : +32]; w = d*sc * q - dmin*m. Q5: a Q5_K super-block
+    (176 bytes: qh[32]@16, qs@48), whose quant l of sub-block s also takes bit s of qh[l] as 16."""
     words = base.to(tl.pointer_type(tl.int32))
     w0 = tl.load(words, mask=n_ok, other=0)
     w1 = tl.load(words + 1, mask=n_ok, other=0)
@@ -167,14 +171,18 @@ def _q4k_super_block(
     d = _f16_bits(w0 & 0xFFFF)
     dmin = _f16_bits((w0 >> 16) & 0xFFFF)
     col = tl.arange(0, 32)
+    if Q5:
+        qh = tl.load(base[:, None] + 16 + col[None, :], mask=n_ok[:, None], other=0)
     for j in tl.static_range(4):
-        qs = tl.load(base[:, None] + 16 + 32 * j + col[None, :], mask=n_ok[:, None], other=0)
+        qs = tl.load(base[:, None] + (48 if Q5 else 16) + 32 * j + col[None, :], mask=n_ok[:, None], other=0)
         for h in tl.static_range(2):
             sc, m = _q4k_scale_min(w1, w2, w3, 2 * j + h)
             if h == 0:
                 q = qs & 0xF
             else:
                 q = qs >> 4
+            if Q5:
+                q = q | (((qh >> (2 * j + h)) & 1) << 4)
             k = k0 + 64 * j + 32 * h
             p, xsum = _dot_sub_block(
                 q, x_ptr, stride_x, xs_ptr, stride_xs, k, t, t_ok, 32, 0, DOT_DTYPE, MAGIC
@@ -184,18 +192,26 @@ def _q4k_super_block(
 
 
 @triton.jit
-def _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, k0, t, t_ok, DOT_DTYPE: tl.constexpr):
+def _q4k_super_block_whole(
+    acc, base, n_ok, x_ptr, stride_x, k0, t, t_ok, DOT_DTYPE: tl.constexpr, Q5: tl.constexpr = False
+):
     """acc += one Q4_K super-block of the program's rows as one K = 256 dot: the weights
     d*sc * q - dmin*m dequantized in registers in the order (group j, byte l, nibble h), so
     column c = 64 j + 2 l + h holds weight 64 j + 32 h + l (a reshape of the joined nibbles, no
-    permute), and x is loaded in that order."""
+    permute), and x is loaded in that order. Q5: a Q5_K super-block (qh[32]@16, qs@48; bit
+    2 j + h of qh[l] is the quant's 16)."""
     dsc, dm = q4k_scales_mins(base, n_ok)
     dsc = tl.reshape(dsc, (base.shape[0], 4, 1, 2))
     dm = tl.reshape(dm, (base.shape[0], 4, 1, 2))
     j = tl.arange(0, 4)[None, :, None]
     byte = tl.arange(0, 32)[None, None, :]
-    qs = tl.load(base[:, None, None] + 16 + 32 * j + byte, mask=n_ok[:, None, None], other=0)
-    q = tl.join(qs & 0xF, qs >> 4).to(tl.float32)  # [BLOCK_N, 4, 32, 2]: (j, l, h)
+    qs = tl.load(base[:, None, None] + (48 if Q5 else 16) + 32 * j + byte, mask=n_ok[:, None, None], other=0)
+    q = tl.join(qs & 0xF, qs >> 4)  # [BLOCK_N, 4, 32, 2]: (j, l, h)
+    if Q5:
+        qh = tl.load(base[:, None, None] + 16 + byte, mask=n_ok[:, None, None], other=0).to(tl.int32)
+        bit = 2 * tl.arange(0, 4)[:, None, None] + tl.arange(0, 2)[None, None, :]  # [4, 1, 2]: 2 j + h
+        q = q.to(tl.int32) | (((qh[:, :, :, None] >> bit[None, :, :, :]) & 1) << 4)
+    q = q.to(tl.float32)
     w = tl.reshape((dsc * q - dm).to(DOT_DTYPE), (base.shape[0], 256))
     c = tl.arange(0, 256)
     k = k0 + 64 * (c // 64) + 32 * (c % 2) + (c % 64) // 2
@@ -417,14 +433,16 @@ def _q4k_mma_kernel(
     TWO_ACC: tl.constexpr = False,
     PDL: tl.constexpr = False,
     PAIR_DTYPE: tl.constexpr = None,
+    Q5: tl.constexpr = False,  # Q5_K rows (176-byte super-blocks): the sub-block and whole forms
 ):
+    tl.static_assert(not (Q5 and WORDS), "Q5_K runs the sub-block and whole forms")
     pdl_wait(PDL)  # the launch overlaps the kernel before (x comes from it: nothing read earlier)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + _read_rows(n, rows) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
-        base = row_ptr + sb * 144
+        base = row_ptr + sb * (176 if Q5 else 144)
         if WORDS:
             acc, acc2 = q4k_super_block_words(
                 acc,
@@ -441,10 +459,10 @@ def _q4k_mma_kernel(
                 PAIR_DTYPE,
             )
         elif WHOLE:
-            acc = _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, t, t_ok, DOT_DTYPE)
+            acc = _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, t, t_ok, DOT_DTYPE, Q5)
         else:
             acc = _q4k_super_block(
-                acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
+                acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC, Q5
             )
     _store(
         acc + acc2 if TWO_ACC else acc,
@@ -545,7 +563,7 @@ def _q6k_mma_kernel(
 
 
 # Per type: (kernel, weights a sub-block, so a column of x_sums).
-_KERNELS = {"Q4_K": (_q4k_mma_kernel, 32), "Q6_K": (_q6k_mma_kernel, 16)}
+_KERNELS = {"Q4_K": (_q4k_mma_kernel, 32), "Q5_K": (_q4k_mma_kernel, 32), "Q6_K": (_q6k_mma_kernel, 16)}
 
 
 def mma_t_pad(num_tokens: int) -> int:
@@ -630,6 +648,7 @@ def quant_matmul_mma(
     t_pad = mma_t_pad(num_tokens)
     cfg = config or mma_config(weight, num_tokens) or MmaConfig(block_n=32, num_warps=4)
     cfg = for_shape(cfg, rows, weight.in_features) if cfg.sb_per_split else cfg
+    assert not (cfg.words and weight.qtype == "Q5_K"), "Q5_K runs the sub-block and whole forms, not words"
     result, part, counters = _outputs(x, rows, cfg, out)
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
     kernel, sub = _KERNELS[weight.qtype]
@@ -665,6 +684,7 @@ def quant_matmul_mma(
         DOT_DTYPE=_dot_dtype(x),
         **_form_flags(cfg, x, pairs is not None),
         **({"SPLIT": True} if weight.split else {}),
+        **({"Q5": True} if weight.qtype == "Q5_K" else {}),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **pdl_meta(x.device),

@@ -17,7 +17,9 @@ from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.triton_compat import triton
 
 MMA_MAX_TOKENS = 64
-MMA_TYPES = ("Q4_K", "Q6_K")
+MMA_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+# The types with a words form (Q5_K runs the sub-block and whole forms).
+WORDS_TYPES = ("Q4_K", "Q6_K")
 # A config's split_k applies to weights of at most this many rows (an 8B's qkv, o and down): with
 # more, the row tiles alone fill the card and a split only adds the atomics.
 SPLIT_K_MAX_ROWS = 8192
@@ -70,8 +72,8 @@ class MmaConfig:
             )
 
 
-# Per type: the byte alignment the kernel needs of each weight row (Q4_K's header is read as words).
-ROW_ALIGN = {"Q4_K": 4, "Q6_K": 2}
+# Per type: the byte alignment the kernel needs of each weight row (Q4_K's and Q5_K's headers are read as words).
+ROW_ALIGN = {"Q4_K": 4, "Q5_K": 4, "Q6_K": 2}
 
 
 def rows_aligned(weight: QuantizedWeight) -> bool:
@@ -138,6 +140,11 @@ def parse_mma_configs(text: str, source: str) -> dict[tuple[str, int], MmaConfig
             entries[(qtype, int(count))] = None if fields is None else MmaConfig(**fields)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{source}: {key}: {e}") from e
+        config = entries[(qtype, int(count))]
+        if config is not None and config.words and qtype not in WORDS_TYPES:
+            raise ValueError(
+                f"{source}: {key}: {qtype} has no words form (set words false: the sub-block form)"
+            )
     return entries
 
 

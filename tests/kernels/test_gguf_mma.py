@@ -15,6 +15,7 @@ from kvspill.kernels.gguf_mma_configs import (
     MMA_MAX_TOKENS,
     MMA_TYPES,
     SPLIT_K_MAX_ROWS,
+    WORDS_TYPES,
     MmaConfig,
     for_shape,
     mma_config,
@@ -180,8 +181,17 @@ def _form_id(c: MmaConfig) -> str:
     return f"{'words' if c.words else 'whole'}-n{c.block_n}s{c.split_k}{'-two' if c.two_acc else ''}"
 
 
-@pytest.mark.parametrize("qtype", MMA_TYPES)
-@pytest.mark.parametrize("config", WHOLE_CONFIGS + WORDS_CONFIGS, ids=_form_id)
+def _forms(configs: list[MmaConfig]) -> list:
+    """(type, config) for each type a config's form takes (Q5_K has no words form)."""
+    return [
+        pytest.param(qtype, c, id=f"{qtype}-{_form_id(c)}")
+        for qtype in MMA_TYPES
+        for c in configs
+        if qtype in WORDS_TYPES or not c.words
+    ]
+
+
+@pytest.mark.parametrize(("qtype", "config"), _forms(WHOLE_CONFIGS + WORDS_CONFIGS))
 @pytest.mark.parametrize("num_tokens", [1, 5, 17])
 def test_mma_dequantizing_forms_match_reference(qtype, config, num_tokens, device):
     # In fp32 the dequantized weights are exact: only the reduction order differs.
@@ -190,9 +200,8 @@ def test_mma_dequantizing_forms_match_reference(qtype, config, num_tokens, devic
     _check(quant_matmul_mma(x, weight, bias, config=config), x, w_ref, bias, rel=1e-5)
 
 
-@pytest.mark.parametrize("qtype", MMA_TYPES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("config", [WHOLE_CONFIGS[0], *WORDS_CONFIGS[1:]], ids=_form_id)
+@pytest.mark.parametrize(("qtype", "config"), _forms([WHOLE_CONFIGS[0], *WORDS_CONFIGS[1:]]))
 def test_mma_dequantizing_forms_half_activations(qtype, dtype, config, device):
     # The weights are rounded to x's dtype before the dot, as the dequantize-then-GEMM path does
     # (on a GPU the words form's magic-number asm rounds its scales to x's dtype first).
@@ -329,9 +338,43 @@ def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
         ('{"Q4_K,3": {}}', "TYPE,TOKENS"),
         ('{"Q4_K,8": {"block_n": 24, "num_warps": 2}}', "block_n a power of two"),
         ('{"Q4_K,8": {"block_n": 32}}', "num_warps"),
+        ('{"Q5_K,8": {"block_n": 32, "num_warps": 2, "words": true}}', "Q5_K has no words form"),
         ("{oops", "not JSON"),
     ],
 )
 def test_tuned_configs_file_errors_say_what_to_fix(text, message):
     with pytest.raises(ValueError, match=message):
         parse_mma_configs(text, "f.json")
+
+
+def test_q5k_takes_the_kernel_only_where_a_tuned_file_says(device):
+    # No measured Q5_K entry: its batched steps keep their path (the dot kernel); a tuned file's
+    # entry (KVSPILL_MMA_CONFIGS) sends that token count to the sub-block form. Words: refused.
+    weight, x, _, w_ref = _case("Q5_K", 8, torch.float32, device)
+    assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(weight, n) is not None] == []
+    tuned = parse_mma_configs('{"Q5_K,8": {"block_n": 32, "num_warps": 2, "magic": true}}', "f.json")
+    MMA_CONFIGS.update(tuned)
+    try:
+        assert mma_config(weight, 8) == tuned[("Q5_K", 8)]
+        if device == "cuda":
+            assert quant_linear_path(x, weight) == "mma"
+        _check(quant_matmul_mma(x, weight), x, w_ref, None, rel=1e-5)
+    finally:
+        del MMA_CONFIGS[("Q5_K", 8)]
+    with pytest.raises(AssertionError, match="not words"):
+        quant_matmul_mma(x, weight, config=WORDS_CONFIGS[0])
+
+
+@pytest.mark.parametrize(
+    "config", [CONFIGS[3], WHOLE_CONFIGS[1]], ids=lambda c: "whole" if c.whole else "magic"
+)
+def test_q5k_fifth_bits_count(config, device):
+    # Every qh bit set, then none: the two products differ by 16 * d*sc * sum(x) per sub-block,
+    # and both match the reference (a kernel that dropped the fifth bit passes only the second).
+    weight, x, _, _ = _case("Q5_K", 3, torch.float32, device, seed=13)
+    data = weight.data.cpu().clone().view(ROWS, -1, 176)
+    for fill in (255, 0):
+        data[..., 16:48] = fill
+        w = QuantizedWeight(data.view(ROWS, -1).to(device), "Q5_K", ROWS, IN_FEATURES)
+        w_ref = dequantize_ref(data.view(ROWS, -1), "Q5_K", IN_FEATURES).double()
+        _check(quant_matmul_mma(x, w, config=config), x, w_ref, None, rel=1e-5)
