@@ -33,7 +33,14 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from kvspill.kernels.gguf_mma_configs import MMA_TOKEN_KEYS, MMA_TYPES, SPLIT_K_MAX_ROWS, MmaConfig, for_shape
+from kvspill.kernels.gguf_mma_configs import (
+    MMA_TOKEN_KEYS,
+    MMA_TYPES,
+    SPLIT_K_MAX_ROWS,
+    WORDS_TYPES,
+    MmaConfig,
+    for_shape,
+)
 
 STAGE1_SHAPES = ("qkv", "down", "lm_head")
 STAGE1_TOKENS = 8  # stage 1's token count unless --stage1-tokens says otherwise
@@ -270,12 +277,18 @@ def main(argv: list[str] | None = None) -> int:
     ins = sorted({k for _, k in SHAPES.values()})
     sweep = Sweep(args)  # the budget counts the compiles too
     picks: dict[str, dict] = {}
+    forms = {q: [c for c in configs if q in WORDS_TYPES or not c.words] for q in args.types}
     precompile(
-        [(q, k, args.stage1_tokens, dataclasses.asdict(c)) for q in args.types for c in configs for k in ins],
+        [
+            (q, k, args.stage1_tokens, dataclasses.asdict(c))
+            for q in args.types
+            for c in forms[q]
+            for k in ins
+        ],
         args.workers,
     )
     for qtype in args.types:
-        sweep.stage2(qtype, sweep.stage1(qtype, configs), picks)
+        sweep.stage2(qtype, sweep.stage1(qtype, forms[qtype]), picks)
     (sweep.out / "mma_configs.json").write_text(json.dumps(picks, indent=1) + "\n")
     print(f"{len(picks)} picks in {sweep.out / 'mma_configs.json'} ({time.time() - sweep.t0:.0f} s)")
     return 0
