@@ -72,6 +72,17 @@ def switch_on(name: str) -> bool:
     return os.environ.get(f"KVSPILL_{name}", "1") != "0"
 
 
+def q41_int16x_on() -> bool:
+    """KVSPILL_Q41_INT16X=1: one token of bf16 / fp16 x on Q4_1 weights (int4 checkpoints, AWQ and
+    GPTQ, load as Q4_1) takes the int16-x lanes (kernels/gguf_gemv_int16x.q41_int16x_kernel) instead
+    of the generic FMA kernel. Off until the lanes are timed on a GPU
+    (bench/results/2026-12-05-q5k-mma/scripts/next_call.sh); KVSPILL_INT16_X=0 turns it off too."""
+    value = os.environ.get("KVSPILL_Q41_INT16X", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"KVSPILL_Q41_INT16X must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 def scale_pairs_mode() -> str:
     """KVSPILL_SCALE_PAIRS: whether a GGUF model's Q4_K weights keep scale pairs for batched steps
     (kernels/gguf_mma_words.pack_scales): unset "auto" (where the plan still fits a whole context

@@ -336,6 +336,16 @@ def q4k_fields(
     return scale.reshape(rows, -1), offset.reshape(rows, -1), q.reshape(rows, -1, 32)
 
 
+def q41_fields(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q4_1 data [rows, bytes] -> per block of 32 (in K order): d and m float32 [rows, K / 32] and
+    the quants q uint8 [rows, K / 32, 32] (w = d * q + m; the reference of kernels that keep d out
+    of the sum)."""
+    rows = data.shape[0]
+    blocks = data.reshape(rows, in_features // 32, 20)
+    q = _nibbles(blocks[..., 4:20])
+    return _f16(blocks, 0).reshape(rows, -1), _f16(blocks, 2).reshape(rows, -1), q
+
+
 def q4k_scales(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Q4_K data [rows, bytes] -> d * sc and dmin * m float32 [rows, K / 32] (in K order), from
     the super-blocks' headers alone: `q4k_fields` without the quants."""

@@ -29,7 +29,8 @@ Kernels (`quant_matmul_gemv` picks one):
   weight in the dot (`python -m kvspill.bench.int16x_quality`: the rounding on real weights).
   Summed over the 5 Llama-3.1-8B shapes it takes 129 us against the offset kernel's 161 (H200).
 - One token of bf16 / fp16 x on Q5_K takes the same int16-x lanes, each quant's fifth bit OR-ed
-  into its byte from qh before the dp2a (`Q5K_INT16X`).
+  into its byte from qh before the dp2a (`Q5K_INT16X`); on Q4_1 (int4 checkpoints), with
+  KVSPILL_Q41_INT16X=1 (untimed, off by default), lanes of one 32-weight block each.
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -68,10 +69,10 @@ from __future__ import annotations
 
 import torch
 
-from kvspill.env import switch_on
+from kvspill.env import q41_int16x_on, switch_on
 from kvspill.kernels.gguf_dequant import block_at, dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
-from kvspill.kernels.gguf_gemv_int16x import q4k_int16x_kernel, q6k_int16x_kernel
+from kvspill.kernels.gguf_gemv_int16x import q4k_int16x_kernel, q6k_int16x_kernel, q41_int16x_kernel
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
@@ -263,6 +264,11 @@ Q5K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (4096, 0, (4096, 8, 4)),
     (0, 0, (2048, 8, 2)),
 )
+# One token of bf16 / fp16 x on Q4_1 (int4 checkpoints) in q41_int16x_kernel with
+# KVSPILL_Q41_INT16X=1 (env.q41_int16x_on): (CHUNK, BLOCK_N, warps), CHUNK // 32 blocks a K step,
+# the first entry whose (in_features, rows) floors the weight reaches. Q5K_INT16X_CONFIGS' picks
+# (the same lanes: 16 + 16 x values and 4 quant words a lane), not swept for Q4_1.
+Q41_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = Q5K_INT16X_CONFIGS
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -347,6 +353,36 @@ def _one_token_q5k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     half = x.dtype in (torch.bfloat16, torch.float16)
     aligned = weight.data.data_ptr() % 4 == 0
     return weight.qtype == "Q5_K" and x.shape[0] == 1 and half and aligned and Q5K_INT16X and int16_x()
+
+
+def _one_token_q41_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
+    """Whether `quant_matmul_gemv(x, weight)` takes q41_int16x_kernel (its words need 4-byte
+    aligned data; a Q4_1 row, 20 bytes a block, always is)."""
+    half = x.dtype in (torch.bfloat16, torch.float16)
+    aligned = weight.data.data_ptr() % 4 == 0 and weight.data.stride(0) % 4 == 0
+    return weight.qtype == "Q4_1" and x.shape[0] == 1 and half and aligned and q41_int16x_on() and int16_x()
+
+
+def _launch_q41_int16x(x, weight, bias, out) -> None:
+    rows, k = weight.out_features, weight.in_features
+    chunk, block_n, num_warps = next(
+        c for min_k, min_rows, c in Q41_INT16X_CONFIGS if k >= min_k and rows >= min_rows
+    )
+    q41_int16x_kernel[(triton.cdiv(rows, block_n),)](
+        x,
+        weight.data,
+        bias if bias is not None else x,
+        out,
+        rows,
+        k // 32,
+        weight.data.stride(0),
+        HAS_LINEAR_BIAS=bias is not None,
+        KL=chunk // 32,
+        BLOCK_N=block_n,
+        USE_ASM=not _interpreted(x),
+        num_warps=num_warps,
+        **pdl_meta(x.device),
+    )
 
 
 def _launch_q4k_one_token(x, weight, bias, out) -> None:
@@ -460,6 +496,8 @@ def quant_matmul_gemv(
         _launch_lane_kernel(x, weight, bias, out, lane_config)
     elif _one_token_q5k_int16x(x, weight):
         _launch_q4k_one_token(x, weight, bias, out)
+    elif _one_token_q41_int16x(x, weight):
+        _launch_q41_int16x(x, weight, bias, out)
     elif num_tokens == 1:
         chunk, block_n, num_warps = FMA_CONFIG[weight.qtype]
         _gemv_fma_kernel[(triton.cdiv(rows, block_n),)](

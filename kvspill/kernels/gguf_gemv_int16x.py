@@ -37,8 +37,9 @@ from __future__ import annotations
 import torch
 
 from kvspill.kernels.gguf_dequant import block_at
-from kvspill.kernels.gguf_formats import q4k_fields, q6k_fields
+from kvspill.kernels.gguf_formats import q4k_fields, q6k_fields, q41_fields
 from kvspill.kernels.gguf_gemv_lane import (
+    _f16_bits,
     _q4k_decode,
     _q6k_token_lanes,
     _q6k_weight_lanes,
@@ -133,6 +134,69 @@ def _q4k_int16x_step(
     part -= tl.reshape(mn_lo, shape) * tl.reshape(sum_lo, lane)
     part -= tl.reshape(mn_hi, shape) * tl.reshape(sum_hi, lane)
     return part
+
+
+@triton.jit
+def q41_int16x_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    rows,
+    num_blocks,
+    stride_w,
+    HAS_LINEAR_BIAS: tl.constexpr,
+    KL: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    # Q4_1 (what int4 checkpoints, AWQ and GPTQ, load as), one token. Grid: (cdiv(rows, BLOCK_N),).
+    # Lane kl of a K step (KL blocks of 32) owns block k + kl of each of the program's rows: its
+    # header word (d | m << 16) and 4 quant words, whose 16 low nibbles meet the block's x[0:16]
+    # and high ones x[16:32]: Q4_K's half-group lane with a header of its own.
+    pid = tl.program_id(0)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
+    n = pid * BLOCK_N + i_w // KL
+    # Rows past the end read row 0 (not stored), blocks past the end block 0 (they meet x = 0).
+    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
+    kl = i_w % KL
+    i_x = tl.arange(0, KL)[:, None]
+    x_off = i_x * 32 + tl.arange(0, 8)[None, :]
+    acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
+    for k in range(0, num_blocks, KL):
+        words = (row + tl.where((k + kl) < num_blocks, (k + kl) * 20, 0)).to(tl.pointer_type(tl.int32))
+        x_ok = (k + i_x) < num_blocks
+        acc += _q41_int16x_block(words, x_ptr + k * 32 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
+    out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
+    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+
+
+@triton.jit
+def _q41_int16x_block(words, x_ptrs, x_ok, BLOCK_N: tl.constexpr, KL: tl.constexpr, USE_ASM: tl.constexpr):
+    """One Q4_1 block a lane (`words` [BLOCK_N * KL, 1] int32 pointers at the rows' blocks) against
+    its 32 x values (`x_ptrs` [KL, 8] at the first) -> [BLOCK_N, KL]:
+        sum_l (d * q_l + m) * x_l  ~=  d * (2**e_lo * sum_lo q xq + 2**e_hi * sum_hi q xq) + m * sum_l x_l."""
+    header = tl.load(words)
+    d = tl.reshape(_f16_bits(header & 0xFFFF), (BLOCK_N, KL))
+    m = tl.reshape(_f16_bits((header >> 16) & 0xFFFF), (BLOCK_N, KL))
+    xl0, xl1, inv_lo, dx_lo, sum_lo = _load_half_x(x_ptrs, x_ok, USE_ASM)
+    xh0, xh1, inv_hi, dx_hi, sum_hi = _load_half_x(x_ptrs + 16, x_ok, USE_ASM)
+    q_words = words + 1 + tl.arange(0, 2)[None, :]
+    i_lo = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
+    i_hi = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
+    i_lo, i_hi = _dp2a_step(
+        i_lo, i_hi, q_words, q_words, 0, xl0, xh0, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM, False
+    )
+    i_lo, i_hi = _dp2a_step(
+        i_lo, i_hi, q_words + 2, q_words + 2, 0, xl1, xh1, inv_lo, inv_hi, BLOCK_N, KL, USE_ASM, False
+    )
+    lane: tl.constexpr = (1, KL)
+    # i_hi holds 16 * q of the high nibbles (masked in place, not shifted down).
+    q_part = tl.reshape(dx_lo, lane) * tl.sum(i_lo, axis=2).to(tl.float32)
+    q_part += tl.reshape(dx_hi * 0.0625, lane) * tl.sum(i_hi, axis=2).to(tl.float32)
+    return d * q_part + m * tl.reshape(sum_lo + sum_hi, lane)
 
 
 @triton.jit
@@ -334,6 +398,19 @@ def q6k_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int)
     x_sums = x[0].float().reshape(-1, 4).sum(dim=1)
     per4 = dx[None] * int_sums - 32.0 * x_sums[None]
     return (scale.repeat_interleave(4, dim=1) * per4).sum(dim=1)[None]
+
+
+def q41_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int) -> torch.Tensor:
+    """What q41_int16x_kernel computes, in torch: x [1, K] rounded by `int16_x_blocks` per 16 values
+    (a block's low-nibble half, then its high one), the Q4_1 rows' (d, m, q), exact integer sums
+    -> [1, rows] fp32."""
+    xq, dx = int16_x_blocks(x[0])  # [K / 16, 16], [K / 16]
+    d, m, q = q41_fields(weight_data, in_features)  # [rows, K / 32] x2, [rows, K / 32, 32]
+    rows = q.shape[0]
+    int_sums = (q.double().reshape(rows, -1, 16) * xq.double()[None]).sum(dim=2).float()  # [rows, K / 16]
+    x_sums = x[0].float().reshape(-1, 32).sum(dim=1)
+    scaled = d.repeat_interleave(2, dim=1) * dx[None] * int_sums
+    return (scaled.sum(dim=1) + (m * x_sums[None]).sum(dim=1))[None]
 
 
 def int16_x_blocks(

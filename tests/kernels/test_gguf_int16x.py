@@ -10,7 +10,13 @@ import torch
 
 from kvspill.kernels import gguf_gemv
 from kvspill.kernels.gguf_formats import dequantize_ref, q4k_fields, random_quantized
-from kvspill.kernels.gguf_gemv_int16x import Q4K_X_GROUP, int16_x_blocks, q4k_int16x_ref, q6k_int16x_ref
+from kvspill.kernels.gguf_gemv_int16x import (
+    Q4K_X_GROUP,
+    int16_x_blocks,
+    q4k_int16x_ref,
+    q6k_int16x_ref,
+    q41_int16x_ref,
+)
 
 ROWS = 19  # not a multiple of BLOCK_N
 
@@ -271,3 +277,48 @@ def test_q5k_int16x_configs_never_take_the_spilling_tile():
         weight = SimpleNamespace(qtype="Q5_K", out_features=n, in_features=k, split=False)
         assert gguf_gemv._int16x_config(weight) in {c for _, _, c in gguf_gemv.Q5K_INT16X_CONFIGS}
         assert gguf_gemv._int16x_config(weight) != (4096, 16, 4)
+
+
+@pytest.mark.parametrize("config", [(2048, 8, 2), (1024, 8, 1), (4096, 8, 4), (256, 4, 1)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_q41_int16x_lanes_match_their_reference(config, dtype, device, monkeypatch):
+    # Q4_1, what AWQ / GPTQ checkpoints load as: 41 blocks of 32, so every chunk's last K step reads
+    # past the end; an all-zero block of x and an outlier in another.
+    monkeypatch.setenv("KVSPILL_Q41_INT16X", "1")
+    monkeypatch.setattr(gguf_gemv, "Q41_INT16X_CONFIGS", ((0, 0, config),))
+    gen = torch.Generator().manual_seed(11)
+    k = 41 * 32
+    weight = random_quantized("Q4_1", ROWS, k, gen).to(device)
+    x = ((torch.randn((1, k), generator=gen) * 4 + 1).to(dtype)).to(device)
+    x[0, 64:96] = 0
+    x[0, 200] = 300.0
+    bias = torch.randn((ROWS,), generator=gen).to(device)
+    assert gguf_gemv._one_token_q41_int16x(x, weight)
+    got = torch.empty((1, ROWS), dtype=torch.float32, device=device)
+    gguf_gemv._launch_q41_int16x(x, weight, bias, got)
+    got = got.cpu()
+    want = q41_int16x_ref(x.cpu(), weight.data.cpu(), k) + bias.cpu()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    exact = x.cpu().double() @ dequantize_ref(weight.data.cpu(), "Q4_1", k).double().t() + bias.cpu().double()
+    torch.testing.assert_close(got.double(), exact, rtol=0, atol=1e-4 * float(exact.abs().max()))
+    assert float((got.double() - exact).abs().max()) > 0  # x was rounded: not the generic kernel
+    public = gguf_gemv.quant_matmul_gemv(x, weight, bias).cpu()
+    torch.testing.assert_close(public.float(), got, rtol=2**-7, atol=0)
+
+
+def test_q41_int16x_is_opt_in(device, monkeypatch):
+    launched: list[str] = []
+    for name in ("q41_int16x_kernel", "_gemv_fma_kernel"):
+        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    weight = random_quantized("Q4_1", ROWS, 256, torch.Generator().manual_seed(12)).to(device)
+    x = torch.randn((1, 256), generator=torch.Generator().manual_seed(13)).to(torch.bfloat16).to(device)
+    monkeypatch.delenv("KVSPILL_Q41_INT16X", raising=False)
+    gguf_gemv.quant_matmul_gemv(x, weight)
+    monkeypatch.setenv("KVSPILL_Q41_INT16X", "1")
+    gguf_gemv.quant_matmul_gemv(x, weight)
+    monkeypatch.setenv("KVSPILL_INT16_X", "0")  # the master switch turns it off too
+    gguf_gemv.quant_matmul_gemv(x, weight)
+    assert launched == ["_gemv_fma_kernel", "q41_int16x_kernel", "_gemv_fma_kernel"]
+    monkeypatch.setenv("KVSPILL_Q41_INT16X", "yes")
+    with pytest.raises(ValueError, match="KVSPILL_Q41_INT16X must be 0 or 1"):
+        gguf_gemv.quant_matmul_gemv(x, weight)
