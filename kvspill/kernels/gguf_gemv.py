@@ -322,10 +322,19 @@ def _lane_kernel_config(x: torch.Tensor, weight: QuantizedWeight) -> tuple[int, 
     return LANE_MULTI_CONFIG[qtype].get(triton.next_power_of_2(num_tokens))
 
 
+def _one_half_token(x: torch.Tensor, weight: QuantizedWeight, qtype: str) -> bool:
+    """One token of bf16 / fp16 x on a `qtype` weight: what the one-token lanes below take."""
+    return weight.qtype == qtype and x.shape[0] == 1 and x.dtype in (torch.bfloat16, torch.float16)
+
+
+def _words_aligned(weight: QuantizedWeight) -> bool:
+    """The weight's rows can be read as int32 words (data pointer and row stride)."""
+    return weight.data.data_ptr() % 4 == 0 and weight.data.stride(0) % 4 == 0
+
+
 def _one_token_q4k(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     """Whether `quant_matmul_gemv(x, weight)` takes q4k_one_token_kernel."""
-    half = x.dtype in (torch.bfloat16, torch.float16)
-    return weight.qtype == "Q4_K" and x.shape[0] == 1 and half and Q4K_ONE_TOKEN_CONFIG is not None
+    return _one_half_token(x, weight, "Q4_K") and Q4K_ONE_TOKEN_CONFIG is not None
 
 
 def int16_x() -> bool:
@@ -348,19 +357,13 @@ def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
 
 
 def _one_token_q5k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
-    """Whether `quant_matmul_gemv(x, weight)` takes q4k_int16x_kernel with Q5=True (its words need
-    4-byte aligned data)."""
-    half = x.dtype in (torch.bfloat16, torch.float16)
-    aligned = weight.data.data_ptr() % 4 == 0
-    return weight.qtype == "Q5_K" and x.shape[0] == 1 and half and aligned and Q5K_INT16X and int16_x()
+    """Whether `quant_matmul_gemv(x, weight)` takes q4k_int16x_kernel with Q5=True."""
+    return _one_half_token(x, weight, "Q5_K") and _words_aligned(weight) and Q5K_INT16X and int16_x()
 
 
 def _one_token_q41_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
-    """Whether `quant_matmul_gemv(x, weight)` takes q41_int16x_kernel (its words need 4-byte
-    aligned data; a Q4_1 row, 20 bytes a block, always is)."""
-    half = x.dtype in (torch.bfloat16, torch.float16)
-    aligned = weight.data.data_ptr() % 4 == 0 and weight.data.stride(0) % 4 == 0
-    return weight.qtype == "Q4_1" and x.shape[0] == 1 and half and aligned and q41_int16x_on() and int16_x()
+    """Whether `quant_matmul_gemv(x, weight)` takes q41_int16x_kernel (opt-in: env.q41_int16x_on)."""
+    return _one_half_token(x, weight, "Q4_1") and _words_aligned(weight) and q41_int16x_on() and int16_x()
 
 
 def _launch_q41_int16x(x, weight, bias, out) -> None:
@@ -410,8 +413,7 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
 
 def _one_token_q6k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     """Whether `quant_matmul_gemv(x, weight)` takes q6k_int16x_kernel."""
-    half = x.dtype in (torch.bfloat16, torch.float16)
-    return weight.qtype == "Q6_K" and x.shape[0] == 1 and half and Q6K_INT16X and int16_x()
+    return _one_half_token(x, weight, "Q6_K") and Q6K_INT16X and int16_x()
 
 
 def _launch_q6k_int16x(x, weight, bias, out) -> None:
