@@ -67,6 +67,8 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from kvspill.env import q41_int16x_on, switch_on
@@ -344,11 +346,12 @@ def int16_x() -> bool:
 
 
 def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
-    """The int16-x kernel's (CHUNK, BLOCK_N, warps) for a Q4_K, Q5_K or Q6_K weight (its type's and
-    layout's table)."""
-    table = Q5K_INT16X_CONFIGS if weight.qtype == "Q5_K" else Q4K_INT16X_CONFIGS
+    """The int16-x kernel's (CHUNK, BLOCK_N, warps) for a Q4_K, Q5_K, Q6_K or Q4_1 weight (its
+    type's and layout's table)."""
     if weight.qtype == "Q6_K":
         table = Q6K_INT16X_SPLIT_CONFIGS if weight.split else Q6K_INT16X_CONFIGS
+    else:
+        table = {"Q5_K": Q5K_INT16X_CONFIGS, "Q4_1": Q41_INT16X_CONFIGS}.get(weight.qtype, Q4K_INT16X_CONFIGS)
     return next(
         config
         for min_k, min_rows, config in table
@@ -366,11 +369,19 @@ def _one_token_q41_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     return _one_half_token(x, weight, "Q4_1") and _words_aligned(weight) and q41_int16x_on() and int16_x()
 
 
+def _one_token_int16x_only(x: torch.Tensor, weight: QuantizedWeight) -> Callable[..., None] | None:
+    """The launcher of the one-token int16-x lanes of a type without float lanes (Q5_K, Q4_1) where
+    `quant_matmul_gemv(x, weight)` takes them, else None (the generic kernels)."""
+    if _one_token_q5k_int16x(x, weight):
+        return _launch_q4k_one_token
+    if _one_token_q41_int16x(x, weight):
+        return _launch_q41_int16x
+    return None
+
+
 def _launch_q41_int16x(x, weight, bias, out) -> None:
     rows, k = weight.out_features, weight.in_features
-    chunk, block_n, num_warps = next(
-        c for min_k, min_rows, c in Q41_INT16X_CONFIGS if k >= min_k and rows >= min_rows
-    )
+    chunk, block_n, num_warps = _int16x_config(weight)
     q41_int16x_kernel[(triton.cdiv(rows, block_n),)](
         x,
         weight.data,
@@ -403,10 +414,9 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
         **pdl_meta(x.device),
     )
     grid = (triton.cdiv(rows, block_n),)
-    if weight.qtype == "Q5_K":
-        q4k_int16x_kernel[grid](*args, weight.data.stride(0), Q5=True, **meta)
-    elif integer_x:
-        q4k_int16x_kernel[grid](*args, weight.data.stride(0), **meta)
+    if integer_x:  # Q5_K comes here only with it
+        q5 = {"Q5": True} if weight.qtype == "Q5_K" else {}
+        q4k_int16x_kernel[grid](*args, weight.data.stride(0), **q5, **meta)
     else:
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)
 
@@ -496,10 +506,8 @@ def quant_matmul_gemv(
     lane_config = _lane_kernel_config(x, weight)
     if lane_config is not None:
         _launch_lane_kernel(x, weight, bias, out, lane_config)
-    elif _one_token_q5k_int16x(x, weight):
-        _launch_q4k_one_token(x, weight, bias, out)
-    elif _one_token_q41_int16x(x, weight):
-        _launch_q41_int16x(x, weight, bias, out)
+    elif (launch_int16x := _one_token_int16x_only(x, weight)) is not None:
+        launch_int16x(x, weight, bias, out)
     elif num_tokens == 1:
         chunk, block_n, num_warps = FMA_CONFIG[weight.qtype]
         _gemv_fma_kernel[(triton.cdiv(rows, block_n),)](
