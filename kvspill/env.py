@@ -77,10 +77,15 @@ def q41_int16x_on() -> bool:
     GPTQ, load as Q4_1) takes the int16-x lanes (kernels/gguf_gemv_int16x.q41_int16x_kernel) instead
     of the generic FMA kernel. Off until the lanes are timed on a GPU
     (bench/results/2026-12-05-q5k-mma/scripts/next_call.sh); KVSPILL_INT16_X=0 turns it off too."""
-    value = os.environ.get("KVSPILL_Q41_INT16X", "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"KVSPILL_Q41_INT16X must be 0 or 1, got {value!r}")
-    return value == "1"
+    return _binary_switch("Q41_INT16X", default=False)
+
+
+def _binary_switch(name: str, default: bool) -> bool:
+    """KVSPILL_<name>: "1" on, "0" off, unset or empty `default`; anything else a ValueError."""
+    value = os.environ.get(f"KVSPILL_{name}", "")
+    if value not in ("0", "1", ""):
+        raise ValueError(f"KVSPILL_{name} must be 0 or 1, got {value!r}")
+    return default if value == "" else value == "1"
 
 
 def scale_pairs_mode() -> str:
@@ -101,10 +106,7 @@ def q6k_split_on() -> bool:
     H200 the split made steps of 8 and 32 sequences 6-7% faster and, with its own one-token GEMV
     configs (kernels/gguf_gemv.Q6K_INT16X_SPLIT_CONFIGS), one-sequence steps 0.7% faster too
     (bench/results/2026-12-05-h200-q6k-split, call 6)."""
-    value = os.environ.get("KVSPILL_Q6K_SPLIT", "1")
-    if value not in ("0", "1", ""):
-        raise ValueError(f"KVSPILL_Q6K_SPLIT must be 0 or 1, got {value!r}")
-    return value != "0"
+    return _binary_switch("Q6K_SPLIT", default=True)
 
 
 def sparse_overlap_on() -> bool:
