@@ -435,7 +435,6 @@ def _q4k_mma_kernel(
     PAIR_DTYPE: tl.constexpr = None,
     Q5: tl.constexpr = False,  # Q5_K rows (176-byte super-blocks): the sub-block and whole forms
 ):
-    tl.static_assert(not (Q5 and WORDS), "Q5_K runs the sub-block and whole forms")
     pdl_wait(PDL)  # the launch overlaps the kernel before (x comes from it: nothing read earlier)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + _read_rows(n, rows) * stride_w
