@@ -19,7 +19,8 @@ Invariants:
 Stage 1, grid (num_seqs, num_kv_heads, num_splits): split i of a seq covers keys
 [i * T, min((i + 1) * T, seq_len)) with T = max(min_split_tokens, seq_len / num_splits rounded up
 to BLOCK_N); programs whose range is empty write o = 0, lse = -inf. Stage 2, grid
-(num_seqs, num_heads): merge the splits by their lse. With num_splits == 1, stage 1 writes o and
+(num_seqs, num_heads, head_dim / merge_dim_block): merge the splits by their lse, a head's dims over
+several programs where the rows are fewer than the SMs. With num_splits == 1, stage 1 writes o and
 lse directly and stage 2 is skipped. With `new_kv` (kernels/rope_store.NewKV) stage 1 also does
 rope_store's work: q rotated in registers, the new key rotated and stored with its value by the
 program whose split holds it, before that program reads its keys. With `new_kv` and PDL
@@ -394,35 +395,49 @@ def _decode_merge_kernel(
     stride_oh,
     stride_ls,
     stride_lh,
-    HEAD_DIM: tl.constexpr,
+    DIM_BLOCK: tl.constexpr,
     SPLITS_PAD: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     pdl_wait(PDL)
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
+    dim_block = tl.program_id(2)
     splits = tl.arange(0, SPLITS_PAD)
-    dims = tl.arange(0, HEAD_DIM)
+    dims = dim_block * DIM_BLOCK + tl.arange(0, DIM_BLOCK)
+    in_range = splits < num_splits
+    # Both loads are issued at once: every split below num_splits was stored by stage 1 (an empty
+    # one as o = 0, lse = -inf), so part_o needs no mask from part_lse (one L2 round trip less).
     part_lse = tl.load(
-        part_lse_ptr + seq * stride_pls + head * stride_plh + splits,
-        mask=splits < num_splits,
-        other=float("-inf"),
+        part_lse_ptr + seq * stride_pls + head * stride_plh + splits, mask=in_range, other=float("-inf")
     )
+    part_o = tl.load(
+        part_o_ptr + seq * stride_pos + head * stride_poh + splits[:, None] * stride_pok + dims[None, :],
+        mask=in_range[:, None],
+        other=0.0,
+    )  # part_o: [SPLITS_PAD, DIM_BLOCK]
     valid = part_lse > float("-inf")
     m = tl.max(part_lse, 0)
     m_safe = tl.where(m > float("-inf"), m, 0.0)
     w = tl.where(valid, tl.exp(part_lse - m_safe), 0.0)
     denom = tl.sum(w, 0)
-    part_o = tl.load(
-        part_o_ptr + seq * stride_pos + head * stride_poh + splits[:, None] * stride_pok + dims[None, :],
-        mask=valid[:, None],
-        other=0.0,
-    )  # part_o: [SPLITS_PAD, HEAD_DIM]
     denom_safe = tl.where(denom > 0, denom, 1.0)
     o = tl.sum(part_o * w[:, None], 0) / denom_safe
-    lse = tl.where(denom > 0, m_safe + tl.log(denom_safe), float("-inf"))
     tl.store(o_ptr + seq * stride_os + head * stride_oh + dims, o.to(o_ptr.dtype.element_ty))
-    tl.store(lse_ptr + seq * stride_ls + head * stride_lh, lse)
+    if dim_block == 0:
+        lse = tl.where(denom > 0, m_safe + tl.log(denom_safe), float("-inf"))
+        tl.store(lse_ptr + seq * stride_ls + head * stride_lh, lse)
+
+
+def merge_dim_block(num_rows: int, head_dim: int, num_sms: int) -> int:
+    """Dims of a head that one merge program takes: the whole head, or a quarter (at least 32)
+        where (seq, head) rows are fewer than the SMs. At batch 1 the 32 programs of an 8B model would
+        each pull all splits of a head (66 x 512 bytes at 8K) from L2 on 32 SMs; four programs a head
+        share that pull over 128: decode attention alone at 1 x 8K 19.2 -> 17.3 us a layer, random 8B
+    Q4_K_M at 8K 351.4 -> 353.0 tok/s (H100, bench/results/2026-12-05-h200-merge)."""
+    if num_rows >= num_sms or head_dim < 64:
+        return head_dim
+    return max(32, head_dim // 4)
 
 
 def _launch_config(head_dim: int, is_cuda: bool) -> tuple[int, int, int]:
@@ -589,9 +604,12 @@ def _merge_splits(
     o: torch.Tensor,  # [num_seqs, num_heads, head_dim]
     lse: torch.Tensor,  # [num_seqs, num_heads] float32
 ) -> None:
-    """Stage 2: one program per (seq, head) merges its splits by lse into o and lse."""
+    """Stage 2: programs per (seq, head) (one, or one per merge_dim_block dims) merge its splits by
+    lse into o and lse."""
     num_seqs, num_heads, num_splits, head_dim = part_o.shape
-    _decode_merge_kernel[(num_seqs, num_heads)](
+    num_sms = torch.cuda.get_device_properties(o.device).multi_processor_count if o.is_cuda else 4
+    dim_block = merge_dim_block(num_seqs * num_heads, head_dim, num_sms)
+    _decode_merge_kernel[(num_seqs, num_heads, head_dim // dim_block)](
         part_o,
         part_lse,
         o,
@@ -606,8 +624,8 @@ def _merge_splits(
         o.stride(1),
         lse.stride(0),
         lse.stride(1),
-        HEAD_DIM=head_dim,
+        DIM_BLOCK=dim_block,
         SPLITS_PAD=triton.next_power_of_2(num_splits),
-        num_warps=4 if head_dim >= 128 else 2,
+        num_warps=4 if dim_block >= 128 else 2,
         **pdl_meta(o.device),
     )

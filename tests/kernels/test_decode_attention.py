@@ -8,6 +8,7 @@ import torch
 from kvspill.kernels.decode_attention import (
     MAX_SPLITS,
     choose_num_splits,
+    merge_dim_block,
     paged_decode_attention,
     paged_decode_attention_ref,
 )
@@ -83,6 +84,26 @@ def test_kernel_split_count_does_not_change_result(make_paged_kv, device):
     for o, lse in results[1:]:
         torch.testing.assert_close(o, results[0][0], atol=2e-6, rtol=1e-5)
         torch.testing.assert_close(lse, results[0][1], atol=2e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_merge_splits_a_head_over_programs_when_rows_are_few(make_paged_kv, tol, head_dim, device):
+    """Fewer (seq, head) rows than SMs: each head's merge runs over several programs (dims)."""
+    num_sms = torch.cuda.get_device_properties(device).multi_processor_count if device == "cuda" else 4
+    assert merge_dim_block(2, head_dim, num_sms) < head_dim
+    paged, q = _make_batch(make_paged_kv, [37], 2, 1, head_dim, 8, torch.bfloat16, device, seed=4)
+    args = (paged.kv_layer, paged.block_tables, paged.seq_lens, 0.2)
+    o_ref, lse_ref = paged_decode_attention_ref(q, *args)
+    o, lse = paged_decode_attention(q, *args, num_splits=3, out=_poisoned_out(q), min_split_tokens=16)
+    torch.testing.assert_close(o.float(), o_ref.float(), **tol[torch.bfloat16])
+    torch.testing.assert_close(lse, lse_ref, atol=1e-4, rtol=1e-5)
+
+
+def test_merge_dim_block():
+    assert merge_dim_block(32, 128, 132) == 32  # batch 1 of an 8B: 4 programs a head
+    assert merge_dim_block(256, 128, 132) == 128  # enough rows: one program a head
+    assert merge_dim_block(16, 64, 132) == 32
+    assert merge_dim_block(16, 32, 132) == 32
 
 
 def test_kernel_strided_q_and_out_o_only(make_paged_kv, tol, device):
