@@ -16,6 +16,12 @@ Invariants:
   first output; a new group is refused (`ServerBusyError`) when, counted with what already
   waits, it would pass `max_waiting` requests or `max_queued_tokens` prompt tokens. A group is
   always admitted when nothing waits, so one large request is never refused forever.
+- A group the KV tiers have no room for now (`KVCacheBusyError`: what running requests may grow
+  to leaves too little) waits on the loop thread, first come first served, and joins the engine
+  once finished requests free the room, as vLLM's waiting queue does; it still counts as waiting
+  for the front desk's bounds. (A 503 there sent 66 of 96 clients of `kvspill bench serve` at 32 x 2K
+  away while the running 30 held 65K of the pool's 66.6K tokens: H100, 2026-12-05,
+  bench/results/2026-12-05-h200-merge.) A group that could never fit is still refused (400).
 - `abort_all` (shutdown) ends every open request's queue at once from the event loop, even
   while a long step runs; the engine aborts them when the step returns.
 - Every way a request ends calls `on_end(req_id, how)` on the engine thread, `how` one of
@@ -30,6 +36,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import queue
@@ -41,7 +48,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar, cast
 
 from kvspill.engine.client import EngineClient, KVCacheControl
-from kvspill.errors import KvspillError, OutOfKVMemoryError, StepError
+from kvspill.errors import KVCacheBusyError, KvspillError, OutOfKVMemoryError, StepError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.admission import FrontDesk, check_fits_context, prompt_size
 from kvspill.server.admission import ServerBusyError as ServerBusyError  # re-exported: its home before
@@ -71,6 +78,20 @@ class _Tracked:
     aqueue: asyncio.Queue
     arrival: float  # monotonic seconds when `submit_many` queued it
     first_output: float | None = None
+
+
+@dataclass
+class _HeldGroup:
+    """A group accepted by the front desk that waits for KV room (loop thread)."""
+
+    group: list[tuple[str, tuple[str | list[int], SamplingParams]]]
+    aqueue: asyncio.Queue
+    arrival: float
+    token_ids: list[list[int]] | None = None  # the prompts' ids, once tokenized
+
+    @property
+    def req_ids(self) -> set[str]:
+        return {req_id for req_id, _ in self.group}
 
 
 @dataclass
@@ -118,6 +139,7 @@ class AsyncEngine:
         self.load_error: str | None = None
         self._commands: queue.Queue = queue.Queue()
         self._tracked: dict[str, _Tracked] = {}  # loop thread only
+        self._held: collections.deque[_HeldGroup] = collections.deque()  # loop thread only
         self._ids = itertools.count()
         self._stopping = False
         self._ready = threading.Event()
@@ -285,6 +307,7 @@ class AsyncEngine:
             busy = engine.has_unfinished_requests()
             if not self._drain_commands(block=not busy):
                 break
+            self._admit_held()
             if engine.has_unfinished_requests():
                 self._step()
             self._publish_kv()
@@ -313,6 +336,8 @@ class AsyncEngine:
         if kind == "add":
             self._add_group(cmd[1], cmd[2], cmd[3])
         elif kind == "abort":
+            gone = set(cmd[1])
+            self._held = collections.deque(h for h in self._held if not (h.req_ids & gone))
             for req_id in cmd[1]:
                 if self._tracked.pop(req_id, None) is not None:
                     self._ended(req_id, "abort")
@@ -336,22 +361,42 @@ class AsyncEngine:
         aq: asyncio.Queue,
         arrival: float,
     ) -> None:
+        """Hand the group to the engine, or hold it (behind any held before it) until KV room frees."""
+        self._held.append(_HeldGroup(group, aq, arrival))
+        self._admit_held()
+
+    def _admit_held(self) -> None:
+        """Add held groups in arrival order while the engine takes them (it says `KVCacheBusyError`
+        while what running requests may grow to leaves too little room)."""
+        while self._held and self._try_add(self._held[0]):
+            self._held.popleft()
+
+    def _try_add(self, held: _HeldGroup) -> bool:
+        """Add the group to the engine: True once it is added or refused for good (its handler has
+        the error), False when there is no KV room for it yet (nothing of it stays added)."""
         added: list[str] = []
         try:
-            ids = [self._engine.prompt_ids(prompt, params) for _, (prompt, params) in group]
-            if len(group) > 1:
-                self._check_group_fits(ids, [params for _, (_, params) in group])
-            for (req_id, (_, params)), token_ids in zip(group, ids, strict=True):
+            if held.token_ids is None:
+                held.token_ids = [
+                    self._engine.prompt_ids(prompt, params) for _, (prompt, params) in held.group
+                ]
+            ids = held.token_ids
+            if len(held.group) > 1:
+                self._check_group_fits(ids, [params for _, (_, params) in held.group])
+            for (req_id, (_, params)), token_ids in zip(held.group, ids, strict=True):
                 self._engine.add_request(token_ids, params, req_id, admission=True)
                 added.append(req_id)
         except Exception as e:  # noqa: BLE001 - handed to the request's handler
             for req_id in added:
                 self._engine.abort_request(req_id)
-            self._push(aq, e)
-            return
-        for req_id, _ in group:
-            self._tracked[req_id] = _Tracked(aq, arrival)
-        self._push(aq, ADDED)
+            if isinstance(e, KVCacheBusyError):
+                return False
+            self._push(held.aqueue, e)
+            return True
+        for req_id, _ in held.group:
+            self._tracked[req_id] = _Tracked(held.aqueue, held.arrival)
+        self._push(held.aqueue, ADDED)
+        return True
 
     def _check_group_fits(self, ids: list[list[int]], params: list[SamplingParams]) -> None:
         """A group whose KV together exceeds the tiers could never run: a client error (400), not a
@@ -394,6 +439,9 @@ class AsyncEngine:
                 self._ended(out.req_id, "finished")
 
     def _abort_all(self, error: Exception, how: str) -> None:
+        for held in self._held:
+            self._push(held.aqueue, error)
+        self._held.clear()
         self._fail(list(self._tracked), error, how)
 
     def _fail(self, req_ids: Sequence[str], error: Exception, how: str) -> None:

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from kvspill.engine.client import EngineClient
-from kvspill.errors import ContextLengthExceededError, InvalidParameterError
+from kvspill.errors import ContextLengthExceededError, InvalidParameterError, KVCacheBusyError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError, StepFailedError
 from kvspill.stats import KVStats
@@ -27,11 +27,17 @@ class FakeEngine:
     tokenizer = None
     guided_compiler = None
 
-    def __init__(self) -> None:
+    def __init__(self, kv_room: int | None = None) -> None:
         self.live: dict[str, int] = {}
         self.held: set[str] = set()
         self.fail_next = False
         self.aborted: list[str] = []
+        # With a room: requests commit prompt + max_tokens tokens of it, and a request past what is
+        # left raises KVCacheBusyError (LLMEngine.check_admission's rule).
+        self.kv_room = kv_room
+        self.committed: dict[str, int] = {}
+        self.refused: list[int] = []  # the first id of each prompt refused for room
+        self.added: list[int] = []  # the first id of each prompt added
 
     def kv_tokens_needed(self, num_prompt_tokens: int, params: SamplingParams) -> int:
         return num_prompt_tokens + (params.max_tokens or 0)
@@ -55,6 +61,12 @@ class FakeEngine:
         assert params is not None and params.max_tokens is not None and req_id is not None
         if prompt == [3]:  # "bad"
             raise InvalidParameterError("prompt", "bad prompt")
+        need = len(prompt) + params.max_tokens
+        if self.kv_room is not None and sum(self.committed.values()) + need > self.kv_room:
+            self.refused.append(prompt[0])
+            raise KVCacheBusyError("no KV room now: retry later")
+        self.committed[req_id] = need
+        self.added.append(prompt[0])
         self.live[req_id] = params.max_tokens
         if HOLD in prompt:
             self.held.add(req_id)
@@ -63,6 +75,7 @@ class FakeEngine:
     def abort_request(self, req_id: str) -> None:
         self.aborted.append(req_id)
         self.live.pop(req_id, None)
+        self.committed.pop(req_id, None)
         self.held.discard(req_id)
 
     def has_unfinished_requests(self) -> bool:
@@ -92,6 +105,7 @@ class FakeEngine:
             )
             if done:
                 del self.live[req_id]
+                self.committed.pop(req_id, None)
         return outs
 
 
@@ -153,6 +167,43 @@ def test_group_is_all_or_nothing():
 
     asyncio.run(main())
     assert len(fake.aborted) == 1  # the first request of the refused group was taken back
+
+
+def test_a_request_without_kv_room_waits_for_it_instead_of_a_503():
+    """Running requests have committed the KV room: the next waits (no ServerBusyError) and runs
+    once the first finishes; one that leaves while it waits never reaches the engine; shutdown
+    ends one that waits."""
+    fake = FakeEngine(kv_room=30)
+
+    async def main() -> None:
+        ae = await _started(fake)
+        first_id, first = await ae.submit([HOLD] * 10, SamplingParams(max_tokens=10))  # 20 of 30
+        second = asyncio.create_task(ae.submit([2] * 10, SamplingParams(max_tokens=10)))
+        while 2 not in fake.refused:
+            await asyncio.sleep(0.01)
+        fake.held.discard(first_id)  # the first runs to its end and frees its room
+        assert (await _drain(first)).finished
+        _, aq = await asyncio.wait_for(second, 5)
+        assert (await _drain(aq)).finished
+        holder, _ = await ae.submit([HOLD] * 10, SamplingParams(max_tokens=10))
+        gone = asyncio.create_task(ae.submit([4] * 10, SamplingParams(max_tokens=10)))
+        while 4 not in fake.refused:
+            await asyncio.sleep(0.01)
+        gone.cancel()  # the client left while it waited for room
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        stuck = asyncio.create_task(ae.submit([5] * 10, SamplingParams(max_tokens=10)))
+        while 5 not in fake.refused:
+            await asyncio.sleep(0.01)
+        ae.abort_all("shutting down")
+        with pytest.raises(EngineUnavailableError, match="shutting down"):
+            await asyncio.wait_for(stuck, 5)
+        await asyncio.to_thread(ae.shutdown)
+        assert holder in fake.aborted
+        assert 4 not in fake.added and 5 not in fake.added  # neither left the waiting line
+
+    asyncio.run(main())
+    assert fake.live == {} and fake.committed == {}
 
 
 def test_waiting_bounds_requests_and_tokens():
