@@ -29,8 +29,8 @@ Kernels (`quant_matmul_gemv` picks one):
   weight in the dot (`python -m kvspill.bench.int16x_quality`: the rounding on real weights).
   Summed over the 5 Llama-3.1-8B shapes it takes 129 us against the offset kernel's 161 (H200).
 - One token of bf16 / fp16 x on Q5_K takes the same int16-x lanes, each quant's fifth bit OR-ed
-  into its byte from qh before the dp2a (`Q5K_INT16X`); on Q4_1 (int4 checkpoints), with
-  KVSPILL_Q41_INT16X=1 (untimed, off by default), lanes of one 32-weight block each.
+  into its byte from qh before the dp2a (`Q5K_INT16X`); on Q4_1 (int4 checkpoints) lanes of one
+  32-weight block each unless KVSPILL_Q41_INT16X=0 (8B shapes 1.45-1.64x the generic kernel, H100).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -266,8 +266,8 @@ Q5K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (4096, 0, (4096, 8, 4)),
     (0, 0, (2048, 8, 2)),
 )
-# One token of bf16 / fp16 x on Q4_1 (int4 checkpoints) in q41_int16x_kernel with
-# KVSPILL_Q41_INT16X=1 (env.q41_int16x_on): (CHUNK, BLOCK_N, warps), CHUNK // 32 blocks a K step,
+# One token of bf16 / fp16 x on Q4_1 (int4 checkpoints) in q41_int16x_kernel (unless
+# KVSPILL_Q41_INT16X=0, env.q41_int16x_on): (CHUNK, BLOCK_N, warps), CHUNK // 32 blocks a K step,
 # the first entry whose (in_features, rows) floors the weight reaches. Q5K_INT16X_CONFIGS' picks
 # (the same lanes: 16 + 16 x values and 4 quant words a lane), not swept for Q4_1.
 Q41_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = Q5K_INT16X_CONFIGS
@@ -365,7 +365,7 @@ def _one_token_q5k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
 
 
 def _one_token_q41_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
-    """Whether `quant_matmul_gemv(x, weight)` takes q41_int16x_kernel (opt-in: env.q41_int16x_on)."""
+    """Whether `quant_matmul_gemv(x, weight)` takes q41_int16x_kernel (env.q41_int16x_on)."""
     return _one_half_token(x, weight, "Q4_1") and _words_aligned(weight) and q41_int16x_on() and int16_x()
 
 

@@ -35,7 +35,10 @@ GGUF_BITS_PER_WEIGHT = {
 #   lanes (bench/results/2026-12-05-q5k-int16x; the generic kernel: 162.1): 2800 plans it at 1.00 on
 #   that card's 3.0 TB/s (the H100 and H200 have the same SMs and clocks; an H200 row: not measured);
 #   Q5_K_M: that rate and Q6_K's by a Q5_K_M file's bytes (Q6_K ~25%), an estimate;
-# - the other GGUF types (generic kernel; AWQ/GPTQ run as Q4_1): the generic kernel's Q4_K row,
+# - Q4_1 (GGUF Q4_1 files; AWQ/GPTQ checkpoints run as Q4_1): random `llama-8b:q4_1` at 8K on an
+#   H100, 315.9 tok/s (3.166 ms a step) on the int16-x lanes (bench/results/2026-12-05-h200-merge,
+#   call 2; the generic kernel: 223.3): 2380 plans it at 1.00 (the generic rate planned 0.63);
+# - the other GGUF types (generic kernel): the generic kernel's Q4_K row,
 #   215.7 tok/s on an H100 (bench/results/2026-11-26-h100-gemv, --generic), kept the same way;
 # fp8 has no entry: its decode GEMV (kernels/fp8_gemv.py) reads at HBM speed like a dense matmul
 # (8B fp8 at 8K on an H200: 324.6 tok/s, planned 1.00 with the per-layer overhead).
@@ -44,6 +47,7 @@ QUANT_READ_GBS = {
     "q4_k_m": 2910.0,
     "q5_k": 2800.0,
     "q5_k_m": 2680.0,
+    "q4_1": 2380.0,
     "q6_k": 2370.0,
     "q8_0": 2338.0,
 }
@@ -74,7 +78,7 @@ Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS = {
     32: 862.0,
 }
 # A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
-_GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q5_K": "q5_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0"}
+_GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q5_K": "q5_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0", "Q4_1": "q4_1"}
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
 # int4 checkpoints (AWQ, GPTQ) run as Q4_1 blocks (model/int4_checkpoints.py): 5 bits a weight.
 INT4_CHECKPOINT_METHODS = ("awq", "gptq")
@@ -182,7 +186,7 @@ def weight_read_gbs(spec: ModelSpec, quantization: str) -> float | None:
         key = _GGUF_TYPE_RATE.get(spec.gguf_main_type or "")
         return QUANT_READ_GBS[key] if key else QUANT_READ_GBS_GENERIC
     if quantization in INT4_CHECKPOINT_METHODS:
-        return QUANT_READ_GBS_GENERIC  # as Q4_1 blocks
+        return QUANT_READ_GBS["q4_1"]  # as Q4_1 blocks
     if quantization in GGUF_BITS_PER_WEIGHT:
         return QUANT_READ_GBS.get(quantization, QUANT_READ_GBS_GENERIC)
     return None  # dense and fp8: HBM-bound

@@ -306,7 +306,7 @@ def test_q41_int16x_lanes_match_their_reference(config, dtype, device, monkeypat
     torch.testing.assert_close(public.float(), got, rtol=2**-7, atol=0)
 
 
-def test_q41_int16x_is_opt_in(device, monkeypatch):
+def test_q41_int16x_is_the_default_and_switches_off(device, monkeypatch):
     launched: list[str] = []
     for name in ("q41_int16x_kernel", "_gemv_fma_kernel"):
         monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
@@ -314,11 +314,12 @@ def test_q41_int16x_is_opt_in(device, monkeypatch):
     x = torch.randn((1, 256), generator=torch.Generator().manual_seed(13)).to(torch.bfloat16).to(device)
     monkeypatch.delenv("KVSPILL_Q41_INT16X", raising=False)
     gguf_gemv.quant_matmul_gemv(x, weight)
-    monkeypatch.setenv("KVSPILL_Q41_INT16X", "1")
+    monkeypatch.setenv("KVSPILL_Q41_INT16X", "0")
     gguf_gemv.quant_matmul_gemv(x, weight)
+    monkeypatch.setenv("KVSPILL_Q41_INT16X", "1")
     monkeypatch.setenv("KVSPILL_INT16_X", "0")  # the master switch turns it off too
     gguf_gemv.quant_matmul_gemv(x, weight)
-    assert launched == ["_gemv_fma_kernel", "q41_int16x_kernel", "_gemv_fma_kernel"]
+    assert launched == ["q41_int16x_kernel", "_gemv_fma_kernel", "_gemv_fma_kernel"]
     monkeypatch.setenv("KVSPILL_Q41_INT16X", "yes")
     with pytest.raises(ValueError, match="KVSPILL_Q41_INT16X must be 0 or 1"):
         gguf_gemv.quant_matmul_gemv(x, weight)

@@ -347,20 +347,23 @@ def test_tuned_configs_file_errors_say_what_to_fix(text, message):
         parse_mma_configs(text, "f.json")
 
 
-def test_q5k_takes_the_kernel_only_where_a_tuned_file_says(device):
-    # No measured Q5_K entry: its batched steps keep their path (the dot kernel); a tuned file's
-    # entry (KVSPILL_MMA_CONFIGS) sends that token count to the sub-block form. Words: refused.
+def test_q5k_takes_the_kernel_at_its_measured_count_and_where_a_tuned_file_says(device):
+    # The measured entry (5-8 tokens) takes the sub-block form; the other counts keep their path
+    # (the dot kernel) until a tuned file's entry (KVSPILL_MMA_CONFIGS) sends them. Words: refused.
     weight, x, _, w_ref = _case("Q5_K", 8, torch.float32, device)
-    assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(weight, n) is not None] == []
-    tuned = parse_mma_configs('{"Q5_K,8": {"block_n": 32, "num_warps": 2, "magic": true}}', "f.json")
+    assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(weight, n) is not None] == [5, 6, 7, 8]
+    assert not MMA_CONFIGS[("Q5_K", 8)].words
+    if device == "cuda":
+        assert quant_linear_path(x, weight) == "mma"
+    _check(quant_matmul_mma(x, weight), x, w_ref, None, rel=1e-5)
+    tuned = parse_mma_configs('{"Q5_K,16": {"block_n": 32, "num_warps": 2, "magic": true}}', "f.json")
     MMA_CONFIGS.update(tuned)
     try:
-        assert mma_config(weight, 8) == tuned[("Q5_K", 8)]
-        if device == "cuda":
-            assert quant_linear_path(x, weight) == "mma"
-        _check(quant_matmul_mma(x, weight), x, w_ref, None, rel=1e-5)
+        assert mma_config(weight, 12) == for_shape(
+            tuned[("Q5_K", 16)], weight.out_features, weight.in_features
+        )
     finally:
-        del MMA_CONFIGS[("Q5_K", 8)]
+        del MMA_CONFIGS[("Q5_K", 16)]
     with pytest.raises(AssertionError, match="not words"):
         quant_matmul_mma(x, weight, config=WORDS_CONFIGS[0])
 
