@@ -245,7 +245,7 @@ class AsyncEngine:
         """`engine.kv_stats()` now when the loop answers within `wait_s` (it is between steps),
         else the latest snapshot (a long step is running). Raises EngineUnavailableError."""
         try:
-            return await asyncio.wait_for(self.call(lambda e: e.kv_stats()), wait_s)
+            return await asyncio.wait_for(self.call(lambda _: self._kv_stats()), wait_s)
         except TimeoutError:
             snapshot = self.kv_snapshot()
             if snapshot is None:
@@ -268,12 +268,22 @@ class AsyncEngine:
         assert self.engine is not None, "the engine is used before the loop thread built it"
         return self.engine
 
+    def _kv_stats(self) -> KVStats:
+        """The engine's `kv_stats()`, its waiting count with the requests held for KV room."""
+        stats = self._engine.kv_stats()
+        held = sum(len(h.group) for h in self._held)
+        if not held or stats.scheduler is None:
+            return stats
+        return replace(
+            stats, scheduler=replace(stats.scheduler, num_waiting=stats.scheduler.num_waiting + held)
+        )
+
     def _publish_kv(self) -> None:
         now = time.monotonic()
         if self._kv_snapshot is not None and now - self._kv_snapshot[0] < KV_SNAPSHOT_INTERVAL_S:
             return
         try:
-            self._kv_snapshot = (now, self._engine.kv_stats())
+            self._kv_snapshot = (now, self._kv_stats())
         except Exception:  # noqa: BLE001 - stats must not break serving
             logger.exception("kv_stats failed")
 

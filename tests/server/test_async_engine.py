@@ -12,7 +12,7 @@ from kvspill.engine.client import EngineClient
 from kvspill.errors import ContextLengthExceededError, InvalidParameterError, KVCacheBusyError
 from kvspill.sampling_params import SamplingParams
 from kvspill.server.async_engine import AsyncEngine, EngineUnavailableError, ServerBusyError, StepFailedError
-from kvspill.stats import KVStats
+from kvspill.stats import KVStats, SchedulerStats
 from kvspill.types import RequestOutput
 
 HOLD = 7  # a prompt holding this token id gets no output (it keeps waiting) until released
@@ -174,6 +174,7 @@ def test_a_request_without_kv_room_waits_for_it_instead_of_a_503():
     once the first finishes; one that leaves while it waits never reaches the engine; shutdown
     ends one that waits."""
     fake = FakeEngine(kv_room=30)
+    fake.kv_stats = lambda: KVStats(scheduler=SchedulerStats())  # type: ignore[method-assign]
 
     async def main() -> None:
         ae = await _started(fake)
@@ -181,6 +182,8 @@ def test_a_request_without_kv_room_waits_for_it_instead_of_a_503():
         second = asyncio.create_task(ae.submit([2] * 10, SamplingParams(max_tokens=10)))
         while 2 not in fake.refused:
             await asyncio.sleep(0.01)
+        stats = await ae.kv_stats()  # the request held for room counts as waiting
+        assert stats.scheduler is not None and stats.scheduler.num_waiting == 1
         fake.held.discard(first_id)  # the first runs to its end and frees its room
         assert (await _drain(first)).finished
         _, aq = await asyncio.wait_for(second, 5)
