@@ -76,7 +76,7 @@ def q41_int16x_on() -> bool:
     """One token of bf16 / fp16 x on Q4_1 weights (int4 checkpoints, AWQ and GPTQ, load as Q4_1)
     takes the int16-x lanes (kernels/gguf_gemv_int16x.q41_int16x_kernel) unless KVSPILL_Q41_INT16X=0
     (or KVSPILL_INT16_X=0): the generic FMA kernel instead. Random 8B Q4_1 at 8K: 223.3 -> 315.9
-    tok/s, the 8B shapes' kernels 1.45-1.64x (H100, bench/results/2026-12-05-h200-merge, call 2)."""
+    tok/s, the 8B shapes' kernels 1.45-1.64x (H100, bench/results/2026-12-05-h100-merge-defaults, call 2)."""
     return _binary_switch("Q41_INT16X", default=True)
 
 

@@ -434,7 +434,7 @@ def merge_dim_block(num_rows: int, head_dim: int, num_sms: int) -> int:
         where (seq, head) rows are fewer than the SMs. At batch 1 the 32 programs of an 8B model would
         each pull all splits of a head (66 x 512 bytes at 8K) from L2 on 32 SMs; four programs a head
         share that pull over 128: decode attention alone at 1 x 8K 19.2 -> 17.3 us a layer, random 8B
-    Q4_K_M at 8K 351.4 -> 353.0 tok/s (H100, bench/results/2026-12-05-h200-merge)."""
+    Q4_K_M at 8K 351.4 -> 353.0 tok/s (H100, bench/results/2026-12-05-h100-merge-defaults)."""
     if num_rows >= num_sms or head_dim < 64:
         return head_dim
     return max(32, head_dim // 4)

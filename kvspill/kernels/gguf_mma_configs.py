@@ -116,7 +116,7 @@ MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
     ("Q6_K", 32): replace(_SYNC_Q6K, block_n=64, split_k=8),
     # Q5_K (Q5_K_M files' main type) at 5-8 tokens: the sub-block form with the Q4_K picks of
     # before the words form, against the dot kernel on the 8B shapes 1.6-2.3x, random 8B Q5_K at
-    # 8 x 2K 616.7 -> 1,165.4 tok/s in all (H100, 2026-12-05, bench/results/2026-12-05-h200-merge,
+    # 8 x 2K 616.7 -> 1,165.4 tok/s in all (H100, 2026-12-05, bench/results/2026-12-05-h100-merge-defaults,
     # call 2). 2-4 and 9-32 tokens: not timed, they keep the dot kernel / dequantize-then-GEMM.
     ("Q5_K", 8): MmaConfig(block_n=32, num_warps=2, split_k=4, num_stages=3, magic=True),
 }

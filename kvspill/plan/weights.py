@@ -36,7 +36,7 @@ GGUF_BITS_PER_WEIGHT = {
 #   that card's 3.0 TB/s (the H100 and H200 have the same SMs and clocks; an H200 row: not measured);
 #   Q5_K_M: that rate and Q6_K's by a Q5_K_M file's bytes (Q6_K ~25%), an estimate;
 # - Q4_1 (GGUF Q4_1 files; AWQ/GPTQ checkpoints run as Q4_1): random `llama-8b:q4_1` at 8K on an
-#   H100, 315.9 tok/s (3.166 ms a step) on the int16-x lanes (bench/results/2026-12-05-h200-merge,
+#   H100, 315.9 tok/s (3.166 ms a step) on the int16-x lanes (bench/results/2026-12-05-h100-merge-defaults,
 #   call 2; the generic kernel: 223.3): 2380 plans it at 1.00 (the generic rate planned 0.63);
 # - the other GGUF types (generic kernel): the generic kernel's Q4_K row,
 #   215.7 tok/s on an H100 (bench/results/2026-11-26-h100-gemv, --generic), kept the same way;

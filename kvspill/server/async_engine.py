@@ -21,7 +21,7 @@ Invariants:
   once finished requests free the room, as vLLM's waiting queue does; it still counts as waiting
   for the front desk's bounds. (A 503 there sent 66 of 96 clients of `kvspill bench serve` at 32 x 2K
   away while the running 30 held 65K of the pool's 66.6K tokens: H100, 2026-12-05,
-  bench/results/2026-12-05-h200-merge.) A group that could never fit is still refused (400).
+  bench/results/2026-12-05-h100-merge-defaults.) A group that could never fit is still refused (400).
 - `abort_all` (shutdown) ends every open request's queue at once from the event loop, even
   while a long step runs; the engine aborts them when the step returns.
 - Every way a request ends calls `on_end(req_id, how)` on the engine thread, `how` one of
