@@ -70,6 +70,13 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # lane GEMV: not measured in the engine); other types' multi-token kernels are not measured
 # (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
 Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 16: 1432.0, 32: 1225.0}
+# Q5_K at 5-8 tokens (gguf_mma_configs' ("Q5_K", 8): the tensor-core sub-block form): random
+# `llama-8b:q5_k` at 8 x 2K on an H100, 1,165.4 / 1,171.1 tok/s in all in two calls
+# (bench/results/2026-12-05-h100-merge-defaults): 1017 plans their mean at 1.00 (the H100 and
+# H200 have the same SMs and clocks: the kernel, not HBM, bounds it). A Q5_K_M file's: that rate
+# times Q5_K_M's one-token rate over Q5_K's (its Q6_K share), an estimate. Other counts run the dot
+# kernel (2-4, 9-16) or dequantize-then-GEMM: not measured.
+Q5_K_READ_GBS_5_TO_8_TOKENS = 1017.0
 Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS = {
     1: QUANT_READ_GBS["q4_k_m"],
     4: 1452.0,
@@ -166,13 +173,19 @@ def multi_token_read_gbs(
 ) -> tuple[bool, float | None]:
     """(known, GB/s) a decode step of `num_tokens` tokens reads the weights at (GB/s None: HBM's);
     known False where the engine's kernels at that count are not measured: past one token, every
-    format but Q4_K_M (dense and fp8 steps of several tokens run cuBLAS / the fp8 GEMV's tensor-core
-    path, whose rates no engine row has fit yet), and Q4_K_M past its largest entry.
+    format but Q4_K_M and Q5_K at 5-8 tokens (dense and fp8 steps of several tokens run cuBLAS / the
+    fp8 GEMV's tensor-core path, whose rates no engine row has fit yet), and Q4_K_M past its
+    largest entry.
     `scale_pairs`: whether the engine keeps the Q4_K scale pairs (PlanRequest.scale_pair_bytes)."""
     rate = weight_read_gbs(spec, quantization)
     if num_tokens <= 1:
         return True, rate
     main = spec.gguf_main_type if _file_is_quantized_gguf(spec, quantization) else None
+    if quantization in ("q5_k", "q5_k_m") or main == "Q5_K":
+        if not 5 <= num_tokens <= 8:
+            return False, None
+        key = "q5_k" if quantization == "q5_k" else "q5_k_m"  # a file whose main type is Q5_K: Q5_K_M
+        return True, Q5_K_READ_GBS_5_TO_8_TOKENS * QUANT_READ_GBS[key] / QUANT_READ_GBS["q5_k"]
     if quantization != "q4_k_m" and main != "Q4_K":
         return False, None
     rates = Q4_K_M_READ_GBS_BY_TOKENS if scale_pairs else Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS

@@ -57,6 +57,30 @@ def test_q4_k_m_rows_within_the_issue_bar(seqs, measured, pairs):
     assert step.tok_s == pytest.approx(measured, rel=0.1)  # issue 54: the plan within 10% of every row
 
 
+# The H100 of the Q5_K row (its device copy in the same call's JSON lines).
+H100 = replace(DEFAULT_BANDWIDTHS, hbm_gbs=2885.1, h2d_gbs=54.9, source="H100 rows")
+
+
+def test_q5_k_at_8_tokens_within_the_issue_bar_and_no_guess_at_other_counts():
+    # random llama-8b:q5_k, 8 x 2K on an H100: 1,165.4 / 1,171.1 tok/s in all (two calls,
+    # 2026-12-05-h100-merge-defaults), the tensor-core sub-block form at 5-8 tokens
+    request = PlanRequest(
+        spec=KNOWN_SHAPES["llama-8b"],
+        vram_budget_bytes=24 * GiB,
+        context_len=2048,
+        quantization="q5_k",
+        max_num_seqs=32,
+        gpu_memory_utilization=1.0,
+    )
+    plan = make_plan(request, H100)
+    for measured in (1165.4, 1171.1):
+        assert batched_decode(plan, 8).tok_s == pytest.approx(measured, rel=0.1)
+    assert batched_decode(plan, 5) is not None
+    assert all(batched_decode(plan, n) is None for n in (2, 4, 9, 16))  # the dot kernel: not fit
+    q5_k_m = make_plan(replace(request, quantization="q5_k_m"), H100)
+    assert batched_decode(q5_k_m, 8).tok_s < batched_decode(plan, 8).tok_s  # its Q6_K share
+
+
 def test_scale_pairs_are_held_not_streamed():
     # 0.70 GiB more on the GPU for an 8B Q4_K_M; a one-token step streams the blocks alone
     with_pairs, without = _plan(), _plan(scale_pairs="off")
