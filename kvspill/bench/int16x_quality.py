@@ -7,9 +7,9 @@ The embedded SmolLM2-135M-Instruct at fp32 compute reads Python's standard-libra
 quantized linear exact (x @ dequantize(W).T), and with x rounded as the int16-x kernels round it
 (`int16_x_blocks`: per 16 values, or `--group`, to multiples of a power of two <= 2**-13 of their
 amax; each block's constant term, the Q4_K min or the Q4_1 m, on the exact sum of x, as the
-kernels keep it). The kernels exist for Q4_K and Q6_K; the embedded file's linears are Q4_1 (same
-32-value blocks, same min term; Q6_K's -32 * scale is such a term on exact sums too), so this
-measures the rounding on a real model's activations with the kernels' arithmetic, not the kernels
+kernels keep it). The embedded file's linears are Q4_1, whose one-token kernel rounds x per 16 as
+Q4_K's and Q5_K's do (Q6_K's -32 * scale is a constant term on exact sums too), so this measures
+the rounding on a real model's activations with the kernels' arithmetic, not the kernels
 themselves (tests/kernels/test_gguf_int16x.py ties the kernels to `q4k_int16x_ref` and
 `q6k_int16x_ref` on the GPU and in the interpreter). Every token of the pass takes the rounding, as each decoded token would.
 Reported: top-1 agreement of the next-token argmax, mean and max KL(exact || int16 x), and both
