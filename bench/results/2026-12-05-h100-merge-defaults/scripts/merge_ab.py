@@ -2,6 +2,7 @@
 layers' KV: the merge as it was (KVSPILL_MERGE_OLD=1: part_o's load masked by part_lse, one program
 a head), the unmasked load alone (KVSPILL_MERGE_WHOLE=1) and the unmasked load with a head's dims
 over several programs (neither: merge_dim_block). Needs scripts/merge_switch.diff applied."""
+
 import json
 import os
 import sys
@@ -48,8 +49,17 @@ def main():
                 ref = out[0].clone()
             elif name == "old":
                 old_o = out[0].clone()
-        print(json.dumps({"batch": batch, "ctx": ctx, "us_a_layer": results,
-                          "equal_to_old": bool(torch.equal(ref, old_o))}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "batch": batch,
+                    "ctx": ctx,
+                    "us_a_layer": results,
+                    "equal_to_old": bool(torch.equal(ref, old_o)),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
