@@ -169,6 +169,15 @@ def test_group_is_all_or_nothing():
     assert len(fake.aborted) == 1  # the first request of the refused group was taken back
 
 
+async def _refused(fake: FakeEngine, first_id: int) -> None:
+    """Until the engine has refused (for room) a prompt starting with `first_id`: it is held."""
+    for _ in range(500):
+        if first_id in fake.refused:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the prompt starting with {first_id} was never held for room")
+
+
 def test_a_request_without_kv_room_waits_for_it_instead_of_a_503():
     """Running requests have committed the KV room: the next waits (no ServerBusyError) and runs
     once the first finishes; one that leaves while it waits never reaches the engine; shutdown
@@ -180,8 +189,7 @@ def test_a_request_without_kv_room_waits_for_it_instead_of_a_503():
         ae = await _started(fake)
         first_id, first = await ae.submit([HOLD] * 10, SamplingParams(max_tokens=10))  # 20 of 30
         second = asyncio.create_task(ae.submit([2] * 10, SamplingParams(max_tokens=10)))
-        while 2 not in fake.refused:
-            await asyncio.sleep(0.01)
+        await _refused(fake, 2)
         stats = await ae.kv_stats()  # the request held for room counts as waiting
         assert stats.scheduler is not None and stats.scheduler.num_waiting == 1
         fake.held.discard(first_id)  # the first runs to its end and frees its room
@@ -190,14 +198,12 @@ def test_a_request_without_kv_room_waits_for_it_instead_of_a_503():
         assert (await _drain(aq)).finished
         holder, _ = await ae.submit([HOLD] * 10, SamplingParams(max_tokens=10))
         gone = asyncio.create_task(ae.submit([4] * 10, SamplingParams(max_tokens=10)))
-        while 4 not in fake.refused:
-            await asyncio.sleep(0.01)
+        await _refused(fake, 4)
         gone.cancel()  # the client left while it waited for room
         with pytest.raises(asyncio.CancelledError):
             await gone
         stuck = asyncio.create_task(ae.submit([5] * 10, SamplingParams(max_tokens=10)))
-        while 5 not in fake.refused:
-            await asyncio.sleep(0.01)
+        await _refused(fake, 5)
         ae.abort_all("shutting down")
         with pytest.raises(EngineUnavailableError, match="shutting down"):
             await asyncio.wait_for(stuck, 5)
