@@ -17,7 +17,7 @@ GiB = 2**30
 H200 = replace(DEFAULT_BANDWIDTHS, hbm_gbs=4133.1, h2d_gbs=54.3, source="H200 rows")
 
 
-def _plan(**changes):
+def _plan(bandwidths=H200, **changes):
     base = dict(
         spec=KNOWN_SHAPES["llama-8b"],
         vram_budget_bytes=24 * GiB,
@@ -26,7 +26,7 @@ def _plan(**changes):
         max_num_seqs=32,
         gpu_memory_utilization=1.0,
     )
-    return make_plan(PlanRequest(**{**base, **changes}), H200)
+    return make_plan(PlanRequest(**{**base, **changes}), bandwidths)
 
 
 # Random llama-8b:q4_k_m, N x 2K decoding together, tok/s in all (profile_decode), on one H200:
@@ -64,20 +64,12 @@ H100 = replace(DEFAULT_BANDWIDTHS, hbm_gbs=2885.1, h2d_gbs=54.9, source="H100 ro
 def test_q5_k_at_8_tokens_within_the_issue_bar_and_no_guess_at_other_counts():
     # random llama-8b:q5_k, 8 x 2K on an H100: 1,165.4 / 1,171.1 tok/s in all (two calls,
     # 2026-12-05-h100-merge-defaults), the tensor-core sub-block form at 5-8 tokens
-    request = PlanRequest(
-        spec=KNOWN_SHAPES["llama-8b"],
-        vram_budget_bytes=24 * GiB,
-        context_len=2048,
-        quantization="q5_k",
-        max_num_seqs=32,
-        gpu_memory_utilization=1.0,
-    )
-    plan = make_plan(request, H100)
+    plan = _plan(H100, quantization="q5_k")
     for measured in (1165.4, 1171.1):
         assert batched_decode(plan, 8).tok_s == pytest.approx(measured, rel=0.1)
     assert batched_decode(plan, 5) is not None
     assert all(batched_decode(plan, n) is None for n in (2, 4, 9, 16))  # the dot kernel: not fit
-    q5_k_m = make_plan(replace(request, quantization="q5_k_m"), H100)
+    q5_k_m = _plan(H100, quantization="q5_k_m")
     assert batched_decode(q5_k_m, 8).tok_s < batched_decode(plan, 8).tok_s  # its Q6_K share
 
 
