@@ -64,7 +64,8 @@ class OutOfKVMemoryError(KvspillError):
 
 
 class KVCacheBusyError(KvspillError):
-    """The KV tiers have no room for this request now (others hold it); retry later (HTTP 503)."""
+    """The KV tiers have no room for this request now (others hold it). The server holds such a
+    request until running ones end (server/async_engine.py); an in-process caller retries later."""
 
 
 class DiskTierError(KvspillError):
