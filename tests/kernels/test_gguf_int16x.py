@@ -323,3 +323,43 @@ def test_q41_int16x_is_the_default_and_switches_off(device, monkeypatch):
     monkeypatch.setenv("KVSPILL_Q41_INT16X", "yes")
     with pytest.raises(ValueError, match="KVSPILL_Q41_INT16X must be 0 or 1"):
         gguf_gemv.quant_matmul_gemv(x, weight)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K"])
+@pytest.mark.parametrize("config, super_blocks", [((2048, 2, 2), 8), ((1024, 4, 1), 3), ((4096, 2, 4), 16)])
+def test_rows_loop_gives_the_one_tile_kernels_bits(qtype, config, super_blocks, device, monkeypatch):
+    # KVSPILL_GEMV_ROWS_LOOP (an experiment): a persistent row-tile loop over the same lanes and
+    # arithmetic, x rounded once a program; several tiles a program, the last one partial.
+    monkeypatch.delenv("KVSPILL_INT16_X", raising=False)
+    monkeypatch.setattr(
+        gguf_gemv, "Q5K_INT16X_CONFIGS" if qtype == "Q5_K" else "Q4K_INT16X_CONFIGS", ((0, 0, config),)
+    )
+    rows, gen = 37, torch.Generator().manual_seed(9)
+    weight = random_quantized(qtype, rows, super_blocks * 256, gen).to(device)
+    x = ((torch.randn((1, super_blocks * 256), generator=gen) * 4 + 1).to(torch.bfloat16)).to(device)
+    x[0, 64:96] = 0
+    bias = torch.randn((rows,), generator=gen).to(device)
+    launched: list[str] = []
+    for name in ("q4k_int16x_kernel", "q4k_int16x_rows_kernel"):
+        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    outs = []
+    for setting in ("0", "1,3"):
+        monkeypatch.setenv("KVSPILL_GEMV_ROWS_LOOP", setting)
+        got = torch.full((1, rows), float("nan"), dtype=torch.float32, device=device)
+        gguf_gemv._launch_q4k_one_token(x, weight, bias, got)
+        outs.append(got.cpu())
+    assert launched == ["q4k_int16x_kernel", "q4k_int16x_rows_kernel"]
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_rows_loop_setting():
+    from kvspill.env import gemv_rows_loop
+
+    with pytest.MonkeyPatch.context() as mp:
+        for value, want in (("", None), ("0", None), ("1", (2, 3)), ("4,2", (4, 2))):
+            mp.setenv("KVSPILL_GEMV_ROWS_LOOP", value)
+            assert gemv_rows_loop() == want
+        for bad in ("yes", "2", "0,3", "2,3,4"):
+            mp.setenv("KVSPILL_GEMV_ROWS_LOOP", bad)
+            with pytest.raises(ValueError, match="KVSPILL_GEMV_ROWS_LOOP must be"):
+                gemv_rows_loop()
