@@ -115,7 +115,11 @@ def q4k_int16x_rows_kernel(
     # takes the row tiles p, p + P, ... Its lanes' x is rounded to int16 pairs once, and the loop's
     # weight loads run STAGES deep (cp.async into shared memory: tiles in flight hold no
     # registers), where each program of the one-tile kernel has one tile's loads in flight and
-    # rounds x again. The same lanes and arithmetic: its output is the one-tile kernel's.
+    # rounds x again. The same lanes and arithmetic: its output is the one-tile kernel's. Its loop
+    # body is `_q4k_int16x_step` with the x pairs hoisted; one helper for both moved the one-tile
+    # kernel's x rounding after its quant loads and changed its sm_90 code (244 -> 219 registers,
+    # untimed; bench/results/2026-12-05-h100-merge-defaults), so they stay apart until call 8 says
+    # whether this kernel stays at all.
     KL: tl.constexpr = 8 * SB
     pid = tl.program_id(0)
     _, sb_w, g, hh, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL, 2)
