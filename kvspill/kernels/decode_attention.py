@@ -48,7 +48,7 @@ from kvspill.kernels.fused_ops import _rope_cos_sin
 from kvspill.kernels.kv_quant import fp8_max, kv_strides, scale_view
 from kvspill.kernels.pdl import early_reads, pdl_meta, pdl_wait, prefetch_lines
 from kvspill.kernels.rope_store import NewKV, rope_and_store_kv_ref, rope_group_rows, store_new_kv
-from kvspill.kernels.triton_compat import tl, triton
+from kvspill.kernels.triton_compat import num_sms, tl, triton
 
 # Programs per SM that stage 1 aims for: enough CTAs in flight to keep HBM busy. 4 beat 2 and 8
 # over batch 1-32, 4K-128K contexts on an H200 (2026-11, bf16, graph-replayed; see _launch_config).
@@ -528,9 +528,8 @@ def _auto_num_splits(
 ) -> int:
     """`choose_num_splits` for the longest seq the block table can hold: no device sync."""
     block_size, num_kv_heads = kv_layer.shape[2], kv_layer.shape[3]
-    num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
     return choose_num_splits(
-        block_tables.shape[1] * block_size, q.shape[0], num_kv_heads, num_sms, min_split_tokens
+        block_tables.shape[1] * block_size, q.shape[0], num_kv_heads, num_sms(q.device), min_split_tokens
     )
 
 
@@ -607,8 +606,7 @@ def _merge_splits(
     """Stage 2: programs per (seq, head) (one, or one per merge_dim_block dims) merge its splits by
     lse into o and lse."""
     num_seqs, num_heads, num_splits, head_dim = part_o.shape
-    num_sms = torch.cuda.get_device_properties(o.device).multi_processor_count if o.is_cuda else 4
-    dim_block = merge_dim_block(num_seqs * num_heads, head_dim, num_sms)
+    dim_block = merge_dim_block(num_seqs * num_heads, head_dim, num_sms(o.device))
     _decode_merge_kernel[(num_seqs, num_heads, head_dim // dim_block)](
         part_o,
         part_lse,

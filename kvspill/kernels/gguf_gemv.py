@@ -83,7 +83,7 @@ from kvspill.kernels.gguf_gemv_int16x import (
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
-from kvspill.kernels.triton_compat import tl, triton
+from kvspill.kernels.triton_compat import num_sms, tl, triton
 
 MAX_GEMV_TOKENS = 16
 
@@ -419,15 +419,13 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
         **pdl_meta(x.device),
     )
     grid = (triton.cdiv(rows, block_n),)
+    q5 = {"Q5": True} if weight.qtype == "Q5_K" else {}  # Q5_K comes here only with integer_x
     rows_loop = gemv_rows_loop() if integer_x and weight.in_features <= max(256, chunk) else None
     if rows_loop is not None:  # an experiment (env.gemv_rows_loop): a persistent row-tile loop
         programs_per_sm, stages = rows_loop
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
-        q5 = {"Q5": True} if weight.qtype == "Q5_K" else {}
-        grid = (min(grid[0], programs_per_sm * sms),)
+        grid = (min(grid[0], programs_per_sm * num_sms(x.device)),)
         q4k_int16x_rows_kernel[grid](*args, weight.data.stride(0), STAGES=stages, **q5, **meta)
-    elif integer_x:  # Q5_K comes here only with it
-        q5 = {"Q5": True} if weight.qtype == "Q5_K" else {}
+    elif integer_x:
         q4k_int16x_kernel[grid](*args, weight.data.stride(0), **q5, **meta)
     else:
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)

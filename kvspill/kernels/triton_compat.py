@@ -83,6 +83,23 @@ _CPU_TORCH = (
     "set TRITON_INTERPRET=1 to run the kernel in Triton's interpreter"
 )
 
+# The SMs a grid is sized for where kernels run in Triton's interpreter (CPU tensors): small, so
+# the tests' grids take the same branches (splits, several tiles a program) as a GPU's.
+INTERPRETER_SMS = 4
+
+
+def num_sms(device: Any) -> int:
+    """Streaming multiprocessors of `device` (a torch.device) for sizing a grid; INTERPRETER_SMS
+    off CUDA."""
+    import torch
+
+    return (
+        torch.cuda.get_device_properties(device).multi_processor_count
+        if device.type == "cuda"
+        else INTERPRETER_SMS
+    )
+
+
 triton: Any
 tl: Any
 if importlib.util.find_spec("triton") is not None and _cannot_launch():
@@ -97,4 +114,4 @@ else:
         # mypy sees triton as Any (no type information: see [tool.mypy] in pyproject.toml).
         triton, tl = _TritonStandIn(_NOT_INSTALLED, installed=False), _LanguageStandIn(installed=False)
 
-__all__ = ["HAS_TRITON", "tl", "triton"]
+__all__ = ["HAS_TRITON", "INTERPRETER_SMS", "num_sms", "tl", "triton"]
