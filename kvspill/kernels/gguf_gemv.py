@@ -273,9 +273,18 @@ Q5K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
 )
 # One token of bf16 / fp16 x on Q4_1 (int4 checkpoints) in q41_int16x_kernel (unless
 # KVSPILL_Q41_INT16X=0, env.q41_int16x_on): (CHUNK, BLOCK_N, warps), CHUNK // 32 blocks a K step,
-# the first entry whose (in_features, rows) floors the weight reaches. Q5K_INT16X_CONFIGS' picks
-# (the same lanes: 16 + 16 x values and 4 quant words a lane), not swept for Q4_1.
-Q41_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = Q5K_INT16X_CONFIGS
+# the first entry whose (in_features, rows) floors the weight reaches. Swept on the 8B shapes
+# (34-42 configs each, H200, bench/results/2026-12-05-h200-q41-configs): qkv 9.9 -> 8.3 us,
+# o 6.9 -> 6.2, gate_up 29.3 -> 23.0, down 17.0 -> 15.7 against Q5_K's picks it had before (short
+# Q4_1 blocks want more rows a program and fewer blocks a step than Q5_K's super-blocks); random
+# 8B Q4_1 at 8K 349 -> 400 tok/s. The lm_head's entry keeps Q5_K's pick.
+Q41_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
+    (0, 65536, (1024, 8, 1)),
+    (8192, 0, (2048, 16, 4)),
+    (0, 16384, (1024, 8, 1)),
+    (0, 6144, (1024, 8, 1)),
+    (0, 0, (2048, 16, 4)),
+)
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower

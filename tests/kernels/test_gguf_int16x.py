@@ -279,7 +279,7 @@ def test_q5k_int16x_configs_never_take_the_spilling_tile():
         assert gguf_gemv._int16x_config(weight) != (4096, 16, 4)
 
 
-@pytest.mark.parametrize("config", [(2048, 8, 2), (1024, 8, 1), (4096, 8, 4), (256, 4, 1)])
+@pytest.mark.parametrize("config", [(2048, 8, 2), (1024, 8, 1), (4096, 8, 4), (2048, 16, 4), (256, 4, 1)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_q41_int16x_lanes_match_their_reference(config, dtype, device, monkeypatch):
     # Q4_1, what AWQ / GPTQ checkpoints load as: 41 blocks of 32, so every chunk's last K step reads
