@@ -263,12 +263,15 @@ Q6K_INT16X = True
 # generic FMA kernel. Its configs are Q4K_INT16X_CONFIGS' (swept for Q4_K's 144-byte super-blocks,
 # not for Q5_K's 176) but for (4096, 16, 4), which spills 528 bytes a thread with the qh words
 # (compiled for sm_90: 255 registers); (4096, 8, 4) takes its place (249 registers, no spill).
+# Swept on the 8B shapes (19-39 configs each, H100, bench/results/2026-12-05-h200-q41-configs, call
+# 9): qkv 8.97 -> 8.59 us, o 5.72 -> 5.54, gate_up 32.2 -> 30.2 with half the rows a program,
+# (4096, 4, 2); down and the lm_head kept theirs; random 8B Q5_K at 8K 337.4 -> 343.7 tok/s.
 Q5K_INT16X = True
 Q5K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (8192, 0, (4096, 8, 4)),
     (0, 65536, (1024, 8, 1)),
-    (0, 16384, (2048, 8, 2)),
-    (4096, 0, (4096, 8, 4)),
+    (0, 16384, (4096, 4, 2)),
+    (4096, 0, (4096, 4, 2)),
     (0, 0, (2048, 8, 2)),
 )
 # One token of bf16 / fp16 x on Q4_1 (int4 checkpoints) in q41_int16x_kernel (unless

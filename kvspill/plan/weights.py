@@ -32,12 +32,17 @@ GGUF_BITS_PER_WEIGHT = {
 # - Q8_0: llama-8b Q8_0 at 8K on an H200, 216.9 tok/s (bench/results/2026-11-26-h200-quant), the rate
 #   that keeps that plan with the new per-layer overhead (the engine has gained since: not re-measured);
 # - Q5_K: random `llama-8b:q5_k` at 8K on an H100, 329.2 tok/s (3.038 ms a step) on the int16-x
-#   lanes (bench/results/2026-12-05-q5k-int16x; the generic kernel: 162.1): 2800 plans it at 1.00 on
-#   that card's 3.0 TB/s (the H100 and H200 have the same SMs and clocks; an H200 row: not measured);
+#   lanes (bench/results/2026-12-05-q5k-int16x; the generic kernel: 162.1): 2800 planned it at 1.00 on
+#   that card's 3.0 TB/s; with the table swept for Q5_K (bench/results/2026-12-05-h200-q41-configs,
+#   call 9) 343.7 on another H100 (2.89 TB/s): 2900, the H100's copy rate caps it, plans that at 0.97
+#   (an H200 row: not measured);
 #   Q5_K_M: that rate and Q6_K's by a Q5_K_M file's bytes (Q6_K ~25%), an estimate;
 # - Q4_1 (GGUF Q4_1 files; AWQ/GPTQ checkpoints run as Q4_1): random `llama-8b:q4_1` at 8K on an
 #   H100, 315.9 tok/s (3.166 ms a step) on the int16-x lanes (bench/results/2026-12-05-h100-merge-defaults,
-#   call 2; the generic kernel: 223.3): 2380 plans it at 1.00 (the generic rate planned 0.63);
+#   call 2; the generic kernel: 223.3), fit at 2380; with the table swept for Q4_1
+#   (bench/results/2026-12-05-h200-q41-configs) 400.1 tok/s on an H200 (349.0 the old table) and
+#   345.4 / 346.1 on an H100: 3250 plans the H200's at 1.00 and the H100's at 1.03 (capped by its
+#   copy rate: the kernels outrun HBM there);
 # - the other GGUF types (generic kernel): the generic kernel's Q4_K row,
 #   215.7 tok/s on an H100 (bench/results/2026-11-26-h100-gemv, --generic), kept the same way;
 # fp8 has no entry: its decode GEMV (kernels/fp8_gemv.py) reads at HBM speed like a dense matmul
@@ -45,9 +50,9 @@ GGUF_BITS_PER_WEIGHT = {
 QUANT_READ_GBS = {
     "q4_k": 3180.0,
     "q4_k_m": 2910.0,
-    "q5_k": 2800.0,
-    "q5_k_m": 2680.0,
-    "q4_1": 2380.0,
+    "q5_k": 2900.0,
+    "q5_k_m": 2750.0,
+    "q4_1": 3250.0,
     "q6_k": 2370.0,
     "q8_0": 2338.0,
 }

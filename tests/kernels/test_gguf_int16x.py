@@ -221,7 +221,7 @@ def test_q6k_int16x_is_the_default_and_the_switch_turns_it_off(monkeypatch):
     assert not gguf_gemv._one_token_q6k_int16x(x, weight)
 
 
-@pytest.mark.parametrize("config", [(2048, 8, 2), (1024, 8, 1), (4096, 8, 4), (8192, 4, 4)])
+@pytest.mark.parametrize("config", [(2048, 8, 2), (1024, 8, 1), (4096, 8, 4), (4096, 4, 2), (8192, 4, 4)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_q5k_takes_the_int16x_lanes_with_its_fifth_bit(config, dtype, device, monkeypatch):
     # Q5_K's quants are Q4_K's nibbles plus one bit each from qh: the same lanes, q <= 31. Random

@@ -84,3 +84,22 @@ def test_q5k_plans_its_int16x_lanes_row():
     )
     assert make_plan(request, h100).decode_tok_s == pytest.approx(329.2, rel=0.1)
     assert weight_read_gbs(KNOWN_SHAPES["llama-8b"], "q5_k") > QUANT_READ_GBS_GENERIC
+    # its table swept for Q5_K (2026-12-05-h200-q41-configs): 343.7 on an H100 of 2.89 TB/s
+    other_h100 = replace(h100, hbm_gbs=2885.1)
+    assert make_plan(request, other_h100).decode_tok_s == pytest.approx(343.7, rel=0.1)
+
+
+@pytest.mark.parametrize(("hbm_gbs", "measured"), [(4192.4, 400.1), (2885.1, 345.4), (2885.1, 346.1)])
+def test_q4_1_plans_its_swept_lanes_rows(hbm_gbs, measured):
+    # Random llama-8b:q4_1 at 8K (what AWQ / GPTQ checkpoints run as) on an H200 and an H100 with
+    # the table swept for Q4_1 (bench/results/2026-12-05-h200-q41-configs); the H100's copy rate
+    # caps the kernels' there.
+    card = replace(KNOWN_GPU_BANDWIDTHS["h200"], hbm_gbs=hbm_gbs)
+    request = PlanRequest(
+        spec=KNOWN_SHAPES["llama-8b"],
+        vram_budget_bytes=16 * GiB,
+        context_len=8192,
+        quantization="q4_1",
+        gpu_memory_utilization=1.0,
+    )
+    assert make_plan(request, card).decode_tok_s == pytest.approx(measured, rel=0.1)
