@@ -80,22 +80,6 @@ def q41_int16x_on() -> bool:
     return _binary_switch("Q41_INT16X", default=True)
 
 
-def gemv_rows_loop() -> tuple[int, int] | None:
-    """KVSPILL_GEMV_ROWS_LOOP: an experiment, off unless set. "P,S" (or "1": "2,3") runs the
-    one-token Q4_K / Q5_K int16-x GEMV of weights whose K fits one step as a persistent row-tile
-    loop (kernels/gguf_gemv_int16x.q4k_int16x_rows_kernel): P programs an SM, S pipeline stages.
-    Not timed on a GPU yet (bench/results/2026-12-05-h100-merge-defaults/scripts/call8.sh)."""
-    value = os.environ.get("KVSPILL_GEMV_ROWS_LOOP", "")
-    if value in ("", "0"):
-        return None
-    if value == "1":
-        return 2, 3
-    parts = value.split(",")
-    if len(parts) == 2 and all(p.isdigit() and int(p) >= 1 for p in parts):
-        return int(parts[0]), int(parts[1])
-    raise ValueError(f"KVSPILL_GEMV_ROWS_LOOP must be 0, 1 or P,S (programs an SM, stages), got {value!r}")
-
-
 def _binary_switch(name: str, default: bool) -> bool:
     """KVSPILL_<name>: "1" on, "0" off, unset or empty `default`; anything else a ValueError."""
     value = os.environ.get(f"KVSPILL_{name}", "")

@@ -71,19 +71,18 @@ from collections.abc import Callable
 
 import torch
 
-from kvspill.env import gemv_rows_loop, q41_int16x_on, switch_on
+from kvspill.env import q41_int16x_on, switch_on
 from kvspill.kernels.gguf_dequant import block_at, dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_int16x import (
     q4k_int16x_kernel,
-    q4k_int16x_rows_kernel,
     q6k_int16x_kernel,
     q41_int16x_kernel,
 )
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
-from kvspill.kernels.triton_compat import num_sms, tl, triton
+from kvspill.kernels.triton_compat import tl, triton
 
 MAX_GEMV_TOKENS = 16
 
@@ -432,12 +431,7 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
     )
     grid = (triton.cdiv(rows, block_n),)
     q5 = {"Q5": True} if weight.qtype == "Q5_K" else {}  # Q5_K comes here only with integer_x
-    rows_loop = gemv_rows_loop() if integer_x and weight.in_features <= max(256, chunk) else None
-    if rows_loop is not None:  # an experiment (env.gemv_rows_loop): a persistent row-tile loop
-        programs_per_sm, stages = rows_loop
-        grid = (min(grid[0], programs_per_sm * num_sms(x.device)),)
-        q4k_int16x_rows_kernel[grid](*args, weight.data.stride(0), STAGES=stages, **q5, **meta)
-    elif integer_x:
+    if integer_x:
         q4k_int16x_kernel[grid](*args, weight.data.stride(0), **q5, **meta)
     else:
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)

@@ -95,69 +95,6 @@ def q4k_int16x_kernel(
 
 
 @triton.jit
-def q4k_int16x_rows_kernel(
-    x_ptr,
-    w_ptr,
-    bias_ptr,
-    out_ptr,
-    rows,
-    num_blocks,
-    stride_w,
-    HAS_LINEAR_BIAS: tl.constexpr,
-    SB: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    USE_ASM: tl.constexpr,
-    STAGES: tl.constexpr,
-    PDL: tl.constexpr = False,
-    Q5: tl.constexpr = False,
-):
-    # q4k_int16x_kernel for a K of one step (num_blocks <= SB), persistent: grid (P,), program p
-    # takes the row tiles p, p + P, ... Its lanes' x is rounded to int16 pairs once, and the loop's
-    # weight loads run STAGES deep (cp.async into shared memory: tiles in flight hold no
-    # registers), where each program of the one-tile kernel has one tile's loads in flight and
-    # rounds x again. The same lanes and arithmetic: its output is the one-tile kernel's. Its loop
-    # body is `_q4k_int16x_step` with the x pairs hoisted; one helper for both moved the one-tile
-    # kernel's x rounding after its quant loads and changed its sm_90 code (244 -> 219 registers,
-    # untimed; bench/results/2026-12-05-h100-merge-defaults), so they stay apart until call 8 says
-    # whether this kernel stays at all.
-    KL: tl.constexpr = 8 * SB
-    pid = tl.program_id(0)
-    _, sb_w, g, hh, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL, 2)
-    x_ok = (i_x // 8) < num_blocks
-    xl0, xl1, inv_lo, dx_lo, sum_lo = _load_half_x(x_ptr + x_off, x_ok, USE_ASM)
-    xh0, xh1, inv_hi, dx_hi, sum_hi = _load_half_x(x_ptr + x_off + 32, x_ok, USE_ASM)
-    a0_lo, b0_lo = _int16_pairs(xl0, inv_lo, KL, USE_ASM)
-    a0_hi, b0_hi = _int16_pairs(xh0, inv_hi, KL, USE_ASM)
-    a1_lo, b1_lo = _int16_pairs(xl1, inv_lo, KL, USE_ASM)
-    a1_hi, b1_hi = _int16_pairs(xh1, inv_hi, KL, USE_ASM)
-    row_in_tile = tl.arange(0, BLOCK_N * KL)[:, None] // KL
-    sb_bytes = tl.where(sb_w < num_blocks, sb_w * (176 if Q5 else 144), 0)
-    pair = tl.arange(0, 2)[None, :]
-    for tile in tl.range(pid, tl.cdiv(rows, BLOCK_N), tl.num_programs(0), num_stages=STAGES):
-        n = tile * BLOCK_N + row_in_tile
-        # rows past the end read row 0 (not stored), as in q4k_one_token_lanes
-        words = (w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w + sb_bytes).to(
-            tl.pointer_type(tl.int32)
-        )
-        h0, h1, h2, h3 = _split4(tl.load(words + tl.arange(0, 4)[None, :]))
-        sc_lo, sc_hi, mn_lo, mn_hi = _q4k_decode(h0, h1, h2, h3, 16 * (g % 2), g < 2)
-        q_words = words + (12 if Q5 else 4) + g * 8 + hh * 4 + pair
-        qh_words = words + 4 + hh * 4 + pair
-        i_lo = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
-        i_hi = tl.zeros((BLOCK_N, KL, 2), dtype=tl.int32)
-        lo, hi = _quant_planes(q_words, qh_words, 2 * g, BLOCK_N, KL, Q5)
-        i_lo, i_hi = _dp2a_planes(i_lo, i_hi, lo, hi, a0_lo, b0_lo, a0_hi, b0_hi, BLOCK_N, KL, USE_ASM)
-        lo, hi = _quant_planes(q_words + 2, qh_words + 2, 2 * g, BLOCK_N, KL, Q5)
-        i_lo, i_hi = _dp2a_planes(i_lo, i_hi, lo, hi, a1_lo, b1_lo, a1_hi, b1_hi, BLOCK_N, KL, USE_ASM)
-        acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
-        acc += _q4k_lane_part(
-            sc_lo, sc_hi, mn_lo, mn_hi, dx_lo, dx_hi, sum_lo, sum_hi, i_lo, i_hi, BLOCK_N, KL, Q5
-        )
-        out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
-        _store_lane_sums(out_ptr, bias_ptr, out, tile, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
-
-
-@triton.jit
 def _q4k_int16x_step(
     words,
     g,
