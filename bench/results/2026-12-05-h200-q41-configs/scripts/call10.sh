@@ -10,7 +10,7 @@ prof() {  # name, limit, profile_decode args
   timeout 90 python3 -m kvspill.bench.profile_decode "$@" > $OUT/$name.txt 2>&1
   echo "$name rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'engine.step|plan ' $OUT/$name.txt | tr -s ' ' | tr '\n' ' ' | cut -c1-200)" | tee -a $L
 }
-timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_gguf_int16x.py -k "q5k or q41" > $OUT/pytest.txt 2>&1
+timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_gguf_int16x.py -k "q5k or q41 or int16x_kernel_matches" > $OUT/pytest.txt 2>&1
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest.txt)" | tee -a $L
 prof q5k_8k_a 130 --shape llama-8b:q5_k --steps 100 --kv-cache-memory 16GiB --ctx 8192
 prof q5k_8k_b 150 --shape llama-8b:q5_k --steps 100 --kv-cache-memory 16GiB --ctx 8192
