@@ -37,6 +37,7 @@ from kvspill.kernels.gguf_mma_configs import (
     MMA_TOKEN_KEYS,
     MMA_TYPES,
     SPLIT_K_MAX_ROWS,
+    WHOLE_TYPES,
     WORDS_TYPES,
     MmaConfig,
     for_shape,
@@ -277,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     ins = sorted({k for _, k in SHAPES.values()})
     sweep = Sweep(args)  # the budget counts the compiles too
     picks: dict[str, dict] = {}
-    forms = {q: [c for c in configs if q in WORDS_TYPES or not c.words] for q in args.types}
+    forms = {
+        q: [c for c in configs if (q in WORDS_TYPES or not c.words) and (q in WHOLE_TYPES or not c.whole)]
+        for q in args.types
+    }
     precompile(
         [
             (q, k, args.stage1_tokens, dataclasses.asdict(c))

@@ -1,8 +1,9 @@
-"""Tensor-core quantized GEMM for a few tokens (decode batches): Q4_K, Q5_K and Q6_K.
+"""Tensor-core quantized GEMM for a few tokens (decode batches): Q4_K, Q5_K, Q6_K and Q4_1.
 
 Shapes:
     quant_matmul_mma: x [num_tokens <= MMA_MAX_TOKENS, in_features] bf16 / fp16 / fp32, weight
-                      QuantizedWeight [out_features, in_features] (Q4_K, Q5_K or Q6_K), bias
+                      QuantizedWeight [out_features, in_features] (Q4_K, Q5_K, Q6_K or Q4_1;
+                      in_features a multiple of 256), bias
                       [out_features] or None -> [num_tokens, out_features] in x's dtype
 
 Why: at 2-64 tokens a step still reads every weight once, so it should cost about what one token
@@ -25,6 +26,8 @@ Forms (MmaConfig):
   K = 256 dot (Q6_K: two of 128).
 - Q5_K runs Q4_K's `sub` and `whole` forms with each quant's fifth bit from the super-block's qh
   (no words form: its asm takes nibbles).
+- Q4_1 (int4 checkpoints) runs the `sub` form over 8 of its 32-weight blocks at a time, each
+  block's nibble halves two K = 16 dots, d and m after them; no entry in the measured table yet.
 
 Measured (H200, Triton 3.6): the words form's loop is about 690 SASS instructions a super-block
 per thread against 1,300 for the magic sub-block form; the 5 Llama-3.1-8B shapes at 8 tokens,
@@ -59,6 +62,8 @@ from kvspill.kernels.gguf_mma_configs import (
     MMA_MAX_TOKENS,
     MMA_TYPES,
     ROW_ALIGN,
+    WHOLE_TYPES,
+    WORDS_TYPES,
     MmaConfig,
     for_shape,
     mma_config,
@@ -561,8 +566,117 @@ def _q6k_mma_kernel(
     )
 
 
+# Q4_1 (what int4 checkpoints, AWQ and GPTQ, load as): the sub-block form over 8 blocks of 32 a
+# "super-block" (256 weights, 160 bytes a row), each block's low and high nibbles two K = 16 dots.
+# No words or whole form. Untimed on a GPU (no MMA_CONFIGS entry: a tuned file, KVSPILL_MMA_CONFIGS,
+# turns it on; bench/results/2026-12-05-h200-q41-configs, call 14). Grid and x_sums as the others':
+# x_sums [tokens, K / 16].
+@triton.jit
+def _q41_super_block(
+    acc,
+    base,
+    n_ok,
+    x_ptr,
+    stride_x,
+    xs_ptr,
+    stride_xs,
+    k0,
+    t,
+    t_ok,
+    DOT_DTYPE: tl.constexpr,
+    MAGIC: tl.constexpr,
+):
+    """acc += 8 Q4_1 blocks of the program's rows (32 weights, 20 bytes each at `base` + 20 b
+    [BLOCK_N]): d@0 | m@2 | qs[16]@4; weight l of a block is qs[l] & 15, weight 16 + l qs[l] >> 4;
+    w = d * q + m."""
+    col = tl.arange(0, 16)
+    for b in tl.static_range(8):
+        blk = base + 20 * b
+        dm = tl.load(blk.to(tl.pointer_type(tl.int32)), mask=n_ok, other=0)
+        d = _f16_bits(dm & 0xFFFF)
+        m = _f16_bits((dm >> 16) & 0xFFFF)
+        qs = tl.load(blk[:, None] + 4 + col[None, :], mask=n_ok[:, None], other=0)
+        k = k0 + 32 * b
+        p_lo, xs_lo = _dot_sub_block(
+            qs & 0xF, x_ptr, stride_x, xs_ptr, stride_xs, k, t, t_ok, 16, 0, DOT_DTYPE, MAGIC
+        )
+        p_hi, xs_hi = _dot_sub_block(
+            qs >> 4, x_ptr, stride_x, xs_ptr, stride_xs, k + 16, t, t_ok, 16, 0, DOT_DTYPE, MAGIC
+        )
+        acc = acc + d[:, None] * (p_lo + p_hi) + m[:, None] * (xs_lo + xs_hi)
+    return acc
+
+
+@triton.jit
+def _q41_mma_kernel(
+    x_ptr,
+    xs_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    rows,
+    num_blocks,  # of 256 weights (8 Q4_1 blocks)
+    num_tokens,
+    stride_x,
+    stride_xs,
+    stride_w,
+    stride_o,
+    part_ptr,  # unused (the words form's)
+    counter_ptr,  # unused
+    pairs_ptr,  # unused
+    T_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    MAGIC: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    pdl_wait(PDL)
+    n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
+    row_ptr = w_ptr + _read_rows(n, rows) * stride_w
+    acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
+    for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
+        acc = _q41_super_block(
+            acc,
+            row_ptr + sb * 160,
+            n_ok,
+            x_ptr,
+            stride_x,
+            xs_ptr,
+            stride_xs,
+            sb * 256,
+            t,
+            t_ok,
+            DOT_DTYPE,
+            MAGIC,
+        )
+    _store(
+        acc,
+        bias_ptr,
+        out_ptr,
+        part_ptr,
+        counter_ptr,
+        stride_o,
+        rows,
+        num_tokens,
+        n,
+        n_ok,
+        t,
+        t_ok,
+        SPLIT_K,
+        HAS_BIAS,
+        False,
+    )
+
+
 # Per type: (kernel, weights a sub-block, so a column of x_sums).
-_KERNELS = {"Q4_K": (_q4k_mma_kernel, 32), "Q5_K": (_q4k_mma_kernel, 32), "Q6_K": (_q6k_mma_kernel, 16)}
+_KERNELS = {
+    "Q4_K": (_q4k_mma_kernel, 32),
+    "Q5_K": (_q4k_mma_kernel, 32),
+    "Q6_K": (_q6k_mma_kernel, 16),
+    "Q4_1": (_q41_mma_kernel, 16),
+}
 
 
 def mma_t_pad(num_tokens: int) -> int:
@@ -579,6 +693,9 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
     assert x.dtype in (torch.float32, torch.float16, torch.bfloat16), f"unsupported x dtype {x.dtype}"
     assert x.device == weight.device, f"x on {x.device}, weight on {weight.device}"
     assert rows_aligned(weight), f"{weight.qtype} rows must be {ROW_ALIGN[weight.qtype]}-byte aligned"
+    assert weight.in_features % 256 == 0, (
+        f"in_features {weight.in_features}: a multiple of 256 (super-blocks)"
+    )
     if bias is not None:
         assert bias.shape == (weight.out_features,) and bias.device == x.device, "bias must be [out_features]"
 
@@ -647,7 +764,8 @@ def quant_matmul_mma(
     t_pad = mma_t_pad(num_tokens)
     cfg = config or mma_config(weight, num_tokens) or MmaConfig(block_n=32, num_warps=4)
     cfg = for_shape(cfg, rows, weight.in_features) if cfg.sb_per_split else cfg
-    assert not (cfg.words and weight.qtype == "Q5_K"), "Q5_K runs the sub-block and whole forms, not words"
+    assert not (cfg.words and weight.qtype not in WORDS_TYPES), f"{weight.qtype} has no words form"
+    assert not (cfg.whole and weight.qtype not in WHOLE_TYPES), f"{weight.qtype} has no whole form"
     result, part, counters = _outputs(x, rows, cfg, out)
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
     kernel, sub = _KERNELS[weight.qtype]

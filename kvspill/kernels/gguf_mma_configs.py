@@ -1,4 +1,4 @@
-"""Which config the tensor-core Q4_K / Q6_K kernel (kernels/gguf_mma.py) runs a call with: the
+"""Which config the tensor-core quantized kernel (kernels/gguf_mma.py) runs a call with: the
 config's fields, the measured table per (type, token count), a tuned table from a file
 (KVSPILL_MMA_CONFIGS), and the config as it runs on one weight's shape (`for_shape`).
 
@@ -17,9 +17,11 @@ from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.triton_compat import triton
 
 MMA_MAX_TOKENS = 64
-MMA_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+MMA_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q4_1")
 # The types with a words form (Q5_K runs the sub-block and whole forms).
 WORDS_TYPES = ("Q4_K", "Q6_K")
+# The types with a whole-super-block form (Q4_1 runs the sub-block form only).
+WHOLE_TYPES = ("Q4_K", "Q5_K", "Q6_K")
 # A config's split_k applies to weights of at most this many rows (an 8B's qkv, o and down): with
 # more, the row tiles alone fill the card and a split only adds the atomics.
 SPLIT_K_MAX_ROWS = 8192
@@ -73,7 +75,7 @@ class MmaConfig:
 
 
 # Per type: the byte alignment the kernel needs of each weight row (Q4_K's and Q5_K's headers are read as words).
-ROW_ALIGN = {"Q4_K": 4, "Q5_K": 4, "Q6_K": 2}
+ROW_ALIGN = {"Q4_K": 4, "Q5_K": 4, "Q6_K": 2, "Q4_1": 4}
 
 
 def rows_aligned(weight: QuantizedWeight) -> bool:
@@ -150,6 +152,10 @@ def parse_mma_configs(text: str, source: str) -> dict[tuple[str, int], MmaConfig
             raise ValueError(
                 f"{source}: {key}: {qtype} has no words form (set words false: the sub-block form)"
             )
+        if config is not None and config.whole and qtype not in WHOLE_TYPES:
+            raise ValueError(
+                f"{source}: {key}: {qtype} has no whole form (set whole false: the sub-block form)"
+            )
     return entries
 
 
@@ -176,7 +182,7 @@ def mma_config(weight: QuantizedWeight, num_tokens: int) -> MmaConfig | None:
     takes another path."""
     if weight.qtype not in MMA_TYPES or not 2 <= num_tokens <= MMA_MAX_TOKENS:
         return None
-    if not rows_aligned(weight):
+    if not rows_aligned(weight) or weight.in_features % 256:  # Q4_1: 32-weight blocks, any count
         return None
     config = MMA_CONFIGS.get((weight.qtype, triton.next_power_of_2(num_tokens)))
     return None if config is None else for_shape(config, weight.out_features, weight.in_features)

@@ -15,6 +15,7 @@ from kvspill.kernels.gguf_mma_configs import (
     MMA_MAX_TOKENS,
     MMA_TYPES,
     SPLIT_K_MAX_ROWS,
+    WHOLE_TYPES,
     WORDS_TYPES,
     MmaConfig,
     for_shape,
@@ -182,12 +183,13 @@ def _form_id(c: MmaConfig) -> str:
 
 
 def _forms(configs: list[MmaConfig]) -> list:
-    """(type, config) for each type a config's form takes (Q5_K has no words form)."""
+    """(type, config) for each type a config's form takes (Q5_K has no words form, Q4_1 neither
+    words nor whole)."""
     return [
         pytest.param(qtype, c, id=f"{qtype}-{_form_id(c)}")
         for qtype in MMA_TYPES
         for c in configs
-        if qtype in WORDS_TYPES or not c.words
+        if (qtype in WORDS_TYPES or not c.words) and (qtype in WHOLE_TYPES or not c.whole)
     ]
 
 
@@ -339,6 +341,7 @@ def test_tuned_configs_file_overrides_and_removes_entries(tmp_path):
         ('{"Q4_K,8": {"block_n": 24, "num_warps": 2}}', "block_n a power of two"),
         ('{"Q4_K,8": {"block_n": 32}}', "num_warps"),
         ('{"Q5_K,8": {"block_n": 32, "num_warps": 2, "words": true}}', "Q5_K has no words form"),
+        ('{"Q4_1,8": {"block_n": 32, "num_warps": 2, "whole": true}}', "Q4_1 has no whole form"),
         ("{oops", "not JSON"),
     ],
 )
@@ -364,7 +367,7 @@ def test_q5k_takes_the_kernel_at_its_measured_count_and_where_a_tuned_file_says(
         )
     finally:
         del MMA_CONFIGS[("Q5_K", 16)]
-    with pytest.raises(AssertionError, match="not words"):
+    with pytest.raises(AssertionError, match="no words form"):
         quant_matmul_mma(x, weight, config=WORDS_CONFIGS[0])
 
 
@@ -381,3 +384,41 @@ def test_q5k_fifth_bits_count(config, device):
         w = QuantizedWeight(data.view(ROWS, -1).to(device), "Q5_K", ROWS, IN_FEATURES)
         w_ref = dequantize_ref(data.view(ROWS, -1), "Q5_K", IN_FEATURES).double()
         _check(quant_matmul_mma(x, w, config=config), x, w_ref, None, rel=1e-5)
+
+
+def test_q41_runs_the_sub_block_form_only_where_a_tuned_file_says(device):
+    # Q4_1 (AWQ / GPTQ checkpoints): no measured entry, so every count keeps its path (the dot
+    # kernel) until a tuned file (KVSPILL_MMA_CONFIGS) sends one; its rows of 32-weight blocks
+    # take the kernel only when K is whole super-blocks of 256; no words or whole form.
+    weight, x, bias, w_ref = _case("Q4_1", 8, torch.float32, device, seed=17)
+    assert all(mma_config(weight, n) is None for n in range(1, MMA_MAX_TOKENS + 1))
+    tuned = parse_mma_configs(
+        '{"Q4_1,8": {"block_n": 32, "num_warps": 2, "split_k": 2, "magic": true}}', "f.json"
+    )
+    MMA_CONFIGS.update(tuned)
+    try:
+        config = mma_config(weight, 8)
+        assert config == for_shape(tuned[("Q4_1", 8)], weight.out_features, weight.in_features)
+        _check(quant_matmul_mma(x, weight, bias), x, w_ref, bias, rel=1e-5)
+        gen = torch.Generator().manual_seed(3)
+        short = random_quantized("Q4_1", ROWS, 41 * 32, gen).to(device)  # 41 blocks: not whole super-blocks
+        assert mma_config(short, 8) is None
+    finally:
+        del MMA_CONFIGS[("Q4_1", 8)]
+    for other_form in (WORDS_CONFIGS[0], WHOLE_CONFIGS[0]):
+        with pytest.raises(AssertionError, match="Q4_1 has no"):
+            quant_matmul_mma(x, weight, config=other_form)
+
+
+def test_q41_nibbles_and_offsets_count(device):
+    # Each block's d and m and both nibble halves: all-15 quants with m = 0, then all-0 quants
+    # (only m * sum(x) left); a kernel that swapped the halves or dropped m passes neither.
+    weight, x, _, _ = _case("Q4_1", 3, torch.float32, device, seed=19)
+    data = weight.data.cpu().clone().view(ROWS, -1, 20)
+    for quants, offset in ((0xFF, 0.0), (0x00, 0.5)):
+        data[..., 4:] = quants
+        data[..., 2:4] = torch.tensor([offset], dtype=torch.float16).view(torch.uint8)
+        data[:, ::3, 4:6] = 0x0F  # a few high nibbles cleared apart from their low ones
+        w = QuantizedWeight(data.view(ROWS, -1).to(device), "Q4_1", ROWS, IN_FEATURES)
+        w_ref = dequantize_ref(data.view(ROWS, -1), "Q4_1", IN_FEATURES).double()
+        _check(quant_matmul_mma(x, w, config=CONFIGS[3]), x, w_ref, None, rel=1e-5)
