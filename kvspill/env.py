@@ -80,6 +80,14 @@ def q41_int16x_on() -> bool:
     return _binary_switch("Q41_INT16X", default=True)
 
 
+def q80_int16x_on() -> bool:
+    """KVSPILL_Q80_INT16X=1: one token of bf16 / fp16 x on Q8_0 weights of an even block count takes
+    the int16-x lanes (kernels/gguf_gemv_int16x.q80_int16x_kernel) instead of the generic FMA
+    kernel. Off by default: not timed on a GPU yet (bench/results/2026-12-05-h200-q41-configs,
+    call 15)."""
+    return _binary_switch("Q80_INT16X", default=False)
+
+
 def _binary_switch(name: str, default: bool) -> bool:
     """KVSPILL_<name>: "1" on, "0" off, unset or empty `default`; anything else a ValueError."""
     value = os.environ.get(f"KVSPILL_{name}", "")

@@ -346,6 +346,14 @@ def q41_fields(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torc
     return _f16(blocks, 0).reshape(rows, -1), _f16(blocks, 2).reshape(rows, -1), q
 
 
+def q80_fields(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q8_0 data [rows, bytes] -> per block of 32 (in K order): d float32 [rows, K / 32] and the
+    quants q int8 [rows, K / 32, 32] (w = d * q)."""
+    rows = data.shape[0]
+    blocks = data.reshape(rows, in_features // 32, 34)
+    return _f16(blocks, 0).reshape(rows, -1), blocks[..., 2:34].contiguous().view(torch.int8)
+
+
 def q4k_scales(data: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Q4_K data [rows, bytes] -> d * sc and dmin * m float32 [rows, K / 32] (in K order), from
     the super-blocks' headers alone: `q4k_fields` without the quants."""

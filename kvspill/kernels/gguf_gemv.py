@@ -71,13 +71,14 @@ from collections.abc import Callable
 
 import torch
 
-from kvspill.env import q41_int16x_on, switch_on
+from kvspill.env import q41_int16x_on, q80_int16x_on, switch_on
 from kvspill.kernels.gguf_dequant import block_at, dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_int16x import (
     q4k_int16x_kernel,
     q6k_int16x_kernel,
     q41_int16x_kernel,
+    q80_int16x_kernel,
 )
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
@@ -287,6 +288,10 @@ Q41_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (0, 6144, (1024, 8, 1)),
     (0, 0, (2048, 16, 4)),
 )
+# One token of bf16 / fp16 x on Q8_0 rows of an even block count in q80_int16x_kernel (with
+# KVSPILL_Q80_INT16X=1, env.q80_int16x_on; off until timed): (CHUNK, BLOCK_N, warps), CHUNK // 64
+# pairs of blocks a K step. Not swept: 2 lanes of 17 words a thread.
+Q80_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = ((0, 0, (2048, 8, 4)),)
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower
@@ -362,12 +367,13 @@ def int16_x() -> bool:
 
 
 def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
-    """The int16-x kernel's (CHUNK, BLOCK_N, warps) for a Q4_K, Q5_K, Q6_K or Q4_1 weight (its
+    """The int16-x kernel's (CHUNK, BLOCK_N, warps) for a Q4_K, Q5_K, Q6_K, Q4_1 or Q8_0 weight (its
     type's and layout's table)."""
     if weight.qtype == "Q6_K":
         table = Q6K_INT16X_SPLIT_CONFIGS if weight.split else Q6K_INT16X_CONFIGS
     else:
-        table = {"Q5_K": Q5K_INT16X_CONFIGS, "Q4_1": Q41_INT16X_CONFIGS}.get(weight.qtype, Q4K_INT16X_CONFIGS)
+        tables = {"Q5_K": Q5K_INT16X_CONFIGS, "Q4_1": Q41_INT16X_CONFIGS, "Q8_0": Q80_INT16X_CONFIGS}
+        table = tables.get(weight.qtype, Q4K_INT16X_CONFIGS)
     return next(
         config
         for min_k, min_rows, config in table
@@ -385,14 +391,48 @@ def _one_token_q41_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     return _one_half_token(x, weight, "Q4_1") and _words_aligned(weight) and q41_int16x_on() and int16_x()
 
 
+def _one_token_q80_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
+    """Whether `quant_matmul_gemv(x, weight)` takes q80_int16x_kernel (env.q80_int16x_on): rows of
+    an even block count (whole 68-byte pairs), 4-byte aligned."""
+    return (
+        _one_half_token(x, weight, "Q8_0")
+        and weight.in_features % 64 == 0
+        and _words_aligned(weight)
+        and q80_int16x_on()
+        and int16_x()
+    )
+
+
 def _one_token_int16x_only(x: torch.Tensor, weight: QuantizedWeight) -> Callable[..., None] | None:
-    """The launcher of the one-token int16-x lanes of a type without float lanes (Q5_K, Q4_1) where
-    `quant_matmul_gemv(x, weight)` takes them, else None (the generic kernels)."""
+    """The launcher of the one-token int16-x lanes of a type without float lanes (Q5_K, Q4_1, Q8_0)
+    where `quant_matmul_gemv(x, weight)` takes them, else None (the generic kernels)."""
     if _one_token_q5k_int16x(x, weight):
         return _launch_q4k_one_token
     if _one_token_q41_int16x(x, weight):
         return _launch_q41_int16x
+    if _one_token_q80_int16x(x, weight):
+        return _launch_q80_int16x
     return None
+
+
+def _launch_q80_int16x(x, weight, bias, out) -> None:
+    rows, k = weight.out_features, weight.in_features
+    chunk, block_n, num_warps = _int16x_config(weight)
+    q80_int16x_kernel[(triton.cdiv(rows, block_n),)](
+        x,
+        weight.data,
+        bias if bias is not None else x,
+        out,
+        rows,
+        k // 64,
+        weight.data.stride(0),
+        HAS_LINEAR_BIAS=bias is not None,
+        KL=chunk // 64,
+        BLOCK_N=block_n,
+        USE_ASM=not _interpreted(x),
+        num_warps=num_warps,
+        **pdl_meta(x.device),
+    )
 
 
 def _launch_q41_int16x(x, weight, bias, out) -> None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 
 from kvspill.kernels.gguf_dequant import block_at
-from kvspill.kernels.gguf_formats import q4k_fields, q6k_fields, q41_fields
+from kvspill.kernels.gguf_formats import q4k_fields, q6k_fields, q41_fields, q80_fields
 from kvspill.kernels.gguf_gemv_lane import (
     _f16_bits,
     _q4k_decode,
@@ -220,6 +220,155 @@ def _q41_int16x_block(words, x_ptrs, x_ok, BLOCK_N: tl.constexpr, KL: tl.constex
     q_part = tl.reshape(dx_lo, lane) * tl.sum(i_lo, axis=2).to(tl.float32)
     q_part += tl.reshape(dx_hi * 0.0625, lane) * tl.sum(i_hi, axis=2).to(tl.float32)
     return d * q_part + m * tl.reshape(sum_lo + sum_hi, lane)
+
+
+@triton.jit
+def q80_int16x_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    rows,
+    num_pairs,
+    stride_w,
+    HAS_LINEAR_BIAS: tl.constexpr,
+    KL: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    # Q8_0 rows of an even block count (4-byte aligned), one token. Grid: (cdiv(rows, BLOCK_N),).
+    # Lane kl of a K step (KL pairs of blocks) owns pair k + kl of each of the program's rows: 17
+    # words, 68 bytes (d0 | q0[32] | d1 | q1[32]). Block 1's quants are word aligned; block 0's
+    # start 2 bytes into a word, so its words meet x shifted by 2 instead (`_q80_int16x_pair`).
+    pid = tl.program_id(0)
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
+    n = pid * BLOCK_N + i_w // KL
+    # Rows past the end read row 0 (not stored), pairs past the end pair 0 (they meet x = 0).
+    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
+    kl = i_w % KL
+    i_x = tl.arange(0, KL)[:, None]
+    acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
+    for k in range(0, num_pairs, KL):
+        words = (row + tl.where((k + kl) < num_pairs, (k + kl) * 68, 0)).to(tl.pointer_type(tl.int32))
+        x_ok = (k + i_x) < num_pairs
+        acc += _q80_int16x_pair(words, x_ptr + (k + i_x) * 64, x_ok, BLOCK_N, KL, USE_ASM)
+    out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
+    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+
+
+@triton.jit
+def _q80_int16x_pair(words, x_pair, x_ok, BLOCK_N: tl.constexpr, KL: tl.constexpr, USE_ASM: tl.constexpr):
+    """Two Q8_0 blocks a lane (`words` [BLOCK_N * KL, 1] int32 pointers at the rows' pairs) against
+    their 64 x values (`x_pair` [KL, 1] at the first) -> [BLOCK_N, KL], x rounded per 16 values as
+    in the other lanes (4 halves h, 2**e_h):
+        d0 * (2**e_0 * sum q xq + 2**e_1 * ...) + d1 * (2**e_2 * ... + 2**e_3 * ...).
+    Word j < 8 holds bytes 4 j .. 4 j + 3 of the pair: block 0's quants 4 j - 2 .. 4 j + 1 (word 0:
+    d0, then quants 0-1), so its dp2a meets x0[4 j - 2 ..] (x before the block is 0, against d0);
+    word 4's bytes 0-1 are the first half's last two quants, its bytes 2-3 the second's first
+    two; word 8 holds quants 30-31 and d1 (against x = 0); words 9-16 block 1's quants as they are."""
+    cols = tl.arange(0, 32)[None, :]
+    x0 = _to_f32(tl.load(x_pair + cols, mask=x_ok, other=0.0), USE_ASM)  # [KL, 32]
+    x1 = _to_f32(tl.load(x_pair + 32 + cols, mask=x_ok, other=0.0), USE_ASM)
+    shifted = _to_f32(tl.load(x_pair - 2 + cols, mask=x_ok & (cols >= 2), other=0.0), USE_ASM)
+    inv0a, dx0a, inv0b, dx0b = _half_scales(x0, KL)
+    inv1a, dx1a, inv1b, dx1b = _half_scales(x1, KL)
+    # shifted column c is x0[c - 2]: the first half's below 18
+    a_s, b_s = _int16_pairs(shifted, tl.where(cols < 18, inv0a, inv0b), KL, USE_ASM)
+    _, b_0 = _int16_pairs(x0, tl.where(cols < 16, inv0a, inv0b), KL, USE_ASM)
+    a_1, b_1 = _int16_pairs(x1, tl.where(cols < 16, inv1a, inv1b), KL, USE_ASM)
+    shape: tl.constexpr = (BLOCK_N, KL, 8)
+    head = tl.reshape(tl.load(words + tl.arange(0, 8)[None, :]), shape)  # words 0-7
+    last = tl.reshape(tl.load(words + 8), (BLOCK_N, KL))  # word 8: quants 30-31 of block 0, d1
+    body = tl.reshape(tl.load(words + 9 + tl.arange(0, 8)[None, :]), shape)  # words 9-16
+    zero = tl.zeros(shape, dtype=tl.int32)
+    lo = _dp2a_pair_signed(zero, _lanes(a_s, KL), 0 * _lanes(b_s, KL), head, USE_ASM)  # bytes 0-1
+    hi = _dp2a_pair_signed(zero, 0 * _lanes(a_s, KL), _lanes(b_s, KL), head, USE_ASM)  # bytes 2-3
+    i0a, i0b = _half_sums(lo + hi, BLOCK_N, KL)  # columns 0-3 | 4-7
+    straddle = _fifth_col(lo)  # word 4's bytes 0-1: the first half's, not the second's
+    i0a += straddle
+    i0b += _dp2a_pair_signed(
+        tl.zeros((BLOCK_N, KL), dtype=tl.int32), _last_col(b_0, KL), 0 * last, last, USE_ASM
+    )
+    i0b -= straddle
+    i1a, i1b = _half_sums(
+        _dp2a_pair_signed(zero, _lanes(a_1, KL), _lanes(b_1, KL), body, USE_ASM), BLOCK_N, KL
+    )
+    d0 = _f16_bits(_first_col(head) & 0xFFFF)  # [BLOCK_N, KL]
+    d1 = _f16_bits((last >> 16) & 0xFFFF)
+    lane: tl.constexpr = (1, KL)
+    part0 = tl.reshape(dx0a, lane) * i0a.to(tl.float32) + tl.reshape(dx0b, lane) * i0b.to(tl.float32)
+    part1 = tl.reshape(dx1a, lane) * i1a.to(tl.float32) + tl.reshape(dx1b, lane) * i1b.to(tl.float32)
+    return d0 * part0 + d1 * part1
+
+
+@triton.jit
+def _half_scales(x, KL: tl.constexpr):
+    """(2**-e, 2**e) of each half of 16 of x [KL, 32]: four [KL, 1] tiles, the first half's first."""
+    amax_a, amax_b = tl.split(tl.max(tl.abs(tl.reshape(x, (KL, 2, 16))), axis=2))
+    inv_a, dx_a = _power_of_two_scale(tl.reshape(amax_a, (KL, 1)))
+    inv_b, dx_b = _power_of_two_scale(tl.reshape(amax_b, (KL, 1)))
+    return inv_a, dx_a, inv_b, dx_b
+
+
+@triton.jit
+def _half_sums(per_word, BLOCK_N: tl.constexpr, KL: tl.constexpr):
+    """The sums of columns 0-3 and 4-7 of per_word [BLOCK_N, KL, 8]."""
+    return tl.split(tl.sum(tl.reshape(per_word, (BLOCK_N, KL, 2, 4)), axis=3))
+
+
+@triton.jit
+def _fifth_col(t):
+    """Column 4 of t [BLOCK_N, KL, 8]."""
+    c0, _ = tl.split(tl.reshape(t, (t.shape[0], t.shape[1], 2, 2, 2)))
+    c00, _ = tl.split(c0)
+    _, c001 = tl.split(c00)
+    return c001
+
+
+@triton.jit
+def _lanes(pairs, KL: tl.constexpr):
+    """x pairs [KL, 8] as [1, KL, 8], to meet every row's words."""
+    return tl.reshape(pairs, (1, KL, 8))
+
+
+@triton.jit
+def _first_col(t):
+    """Column 0 of t [BLOCK_N, KL, 8] (a register pick: three splits of the last dimension)."""
+    c0, _ = tl.split(tl.reshape(t, (t.shape[0], t.shape[1], 2, 2, 2)))
+    c00, _ = tl.split(c0)
+    c000, _ = tl.split(c00)
+    return c000
+
+
+@triton.jit
+def _last_col(pairs, KL: tl.constexpr):
+    """Column 7 of pairs [KL, 8] as [1, KL]."""
+    _, c1 = tl.split(tl.reshape(pairs, (KL, 2, 2, 2)))
+    _, c11 = tl.split(c1)
+    _, c111 = tl.split(c11)
+    return tl.reshape(c111, (1, KL))
+
+
+@triton.jit
+def _dp2a_pair_signed(acc, a, b, w, USE_ASM: tl.constexpr):
+    """`_dp2a_pair` with the bytes of w signed (Q8_0's int8 quants)."""
+    if USE_ASM:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            dp2a.lo.s32.s32 $0, $2, $4, $1;
+            dp2a.hi.s32.s32 $0, $3, $4, $0;
+            }""",
+            constraints="=r,r,r,r,r",
+            args=[acc, a, b, w],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        s = ((a << 16) >> 16) * ((w << 24) >> 24) + (a >> 16) * ((w << 16) >> 24)
+        return acc + s + ((b << 16) >> 16) * ((w << 8) >> 24) + (b >> 16) * (w >> 24)
 
 
 @triton.jit
@@ -452,6 +601,16 @@ def q41_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int)
     x_sums = x[0].float().reshape(-1, 32).sum(dim=1)
     scaled = d.repeat_interleave(2, dim=1) * dx[None] * int_sums
     return (scaled.sum(dim=1) + (m * x_sums[None]).sum(dim=1))[None]
+
+
+def q80_int16x_ref(x: torch.Tensor, weight_data: torch.Tensor, in_features: int) -> torch.Tensor:
+    """What q80_int16x_kernel computes, in torch: x [1, K] rounded by `int16_x_blocks` per 16
+    values, the Q8_0 rows' (d, q), exact integer sums -> [1, rows] fp32."""
+    xq, dx = int16_x_blocks(x[0])  # [K / 16, 16], [K / 16]
+    d, q = q80_fields(weight_data, in_features)  # [rows, K / 32], [rows, K / 32, 32]
+    rows = q.shape[0]
+    int_sums = (q.double().reshape(rows, -1, 16) * xq.double()[None]).sum(dim=2).float()  # [rows, K / 16]
+    return (d.repeat_interleave(2, dim=1) * dx[None] * int_sums).sum(dim=1)[None]
 
 
 def int16_x_blocks(

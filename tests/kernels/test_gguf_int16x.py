@@ -16,6 +16,7 @@ from kvspill.kernels.gguf_gemv_int16x import (
     q4k_int16x_ref,
     q6k_int16x_ref,
     q41_int16x_ref,
+    q80_int16x_ref,
 )
 
 ROWS = 19  # not a multiple of BLOCK_N
@@ -323,3 +324,56 @@ def test_q41_int16x_is_the_default_and_switches_off(device, monkeypatch):
     monkeypatch.setenv("KVSPILL_Q41_INT16X", "yes")
     with pytest.raises(ValueError, match="KVSPILL_Q41_INT16X must be 0 or 1"):
         gguf_gemv.quant_matmul_gemv(x, weight)
+
+
+@pytest.mark.parametrize("config", [(2048, 8, 4), (1024, 4, 2), (512, 16, 1), (128, 2, 1)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_q80_int16x_lanes_match_their_reference(config, dtype, device, monkeypatch):
+    # Q8_0: 42 blocks of 32 (21 pairs), so the last K step of most chunks reads past the end; an
+    # all-zero block of x, an outlier, and the signed quants' extremes in the first row.
+    monkeypatch.setenv("KVSPILL_Q80_INT16X", "1")
+    monkeypatch.setattr(gguf_gemv, "Q80_INT16X_CONFIGS", ((0, 0, config),))
+    gen = torch.Generator().manual_seed(21)
+    k = 42 * 32
+    weight = random_quantized("Q8_0", ROWS, k, gen)
+    blocks = weight.data.view(ROWS, -1, 34)
+    blocks[0, :, 2:18] = 0x80  # -128
+    blocks[0, :, 18:34] = 0x7F  # 127
+    weight = weight.to(device)
+    x = ((torch.randn((1, k), generator=gen) * 4 + 1).to(dtype)).to(device)
+    x[0, 64:96] = 0
+    x[0, 200] = 300.0
+    bias = torch.randn((ROWS,), generator=gen).to(device)
+    assert gguf_gemv._one_token_q80_int16x(x, weight)
+    got = torch.empty((1, ROWS), dtype=torch.float32, device=device)
+    gguf_gemv._launch_q80_int16x(x, weight, bias, got)
+    got = got.cpu()
+    want = q80_int16x_ref(x.cpu(), weight.data.cpu(), k) + bias.cpu()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    exact = x.cpu().double() @ dequantize_ref(weight.data.cpu(), "Q8_0", k).double().t() + bias.cpu().double()
+    # x's rounding (2**-15 of its 16 values' amax: the outlier's group) meets quants up to 127,
+    # not Q4_1's 15: up to 1.2e-4 of the largest output here
+    torch.testing.assert_close(got.double(), exact, rtol=0, atol=2e-4 * float(exact.abs().max()))
+    assert float((got.double() - exact).abs().max()) > 0  # x was rounded: not the generic kernel
+    public = gguf_gemv.quant_matmul_gemv(x, weight, bias).cpu()
+    torch.testing.assert_close(public.float(), got, rtol=2**-7, atol=0)
+
+
+def test_q80_int16x_is_off_by_default_and_needs_whole_pairs(device, monkeypatch):
+    # Not timed on a GPU yet: the generic kernel unless KVSPILL_Q80_INT16X=1; an odd block count
+    # (rows of 34 * odd bytes, not word aligned) keeps the generic kernel either way.
+    launched: list[str] = []
+    for name in ("q80_int16x_kernel", "_gemv_fma_kernel"):
+        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    gen = torch.Generator().manual_seed(22)
+    weight = random_quantized("Q8_0", ROWS, 256, gen).to(device)
+    odd = random_quantized("Q8_0", ROWS, 7 * 32, gen).to(device)
+    x = torch.randn((1, 256), generator=gen).to(torch.bfloat16).to(device)
+    monkeypatch.delenv("KVSPILL_Q80_INT16X", raising=False)
+    gguf_gemv.quant_matmul_gemv(x, weight)
+    monkeypatch.setenv("KVSPILL_Q80_INT16X", "1")
+    gguf_gemv.quant_matmul_gemv(x, weight)
+    gguf_gemv.quant_matmul_gemv(x[:, : 7 * 32].contiguous(), odd)
+    monkeypatch.setenv("KVSPILL_INT16_X", "0")  # the master switch turns it off too
+    gguf_gemv.quant_matmul_gemv(x, weight)
+    assert launched == ["_gemv_fma_kernel", "q80_int16x_kernel", "_gemv_fma_kernel", "_gemv_fma_kernel"]

@@ -11,7 +11,7 @@ from kvspill.kernels import gguf_gemv
 
 path, qtype = os.environ.get("PICKS"), os.environ.get("TYPE", "Q5_K")
 if path:
-    name = {"Q5_K": "Q5K_INT16X_CONFIGS", "Q4_1": "Q41_INT16X_CONFIGS"}[qtype]
+    name = {"Q5_K": "Q5K_INT16X_CONFIGS", "Q4_1": "Q41_INT16X_CONFIGS", "Q8_0": "Q80_INT16X_CONFIGS"}[qtype]
     picks, table = json.load(open(path)), getattr(gguf_gemv, name)
 
     def cfg(shape, rows, k):

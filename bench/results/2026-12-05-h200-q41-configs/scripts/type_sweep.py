@@ -1,9 +1,10 @@
 """The one-token int16-x kernel's (CHUNK, BLOCK_N, warps) per 8B shape for Q5_K (q4k_int16x_kernel
-with Q5=True; its table is Q4_K's picks, never swept for Q5_K) or Q4_1 (q41_int16x_kernel): the
+with Q5=True; its table is Q4_K's picks, never swept for Q5_K), Q4_1 (q41_int16x_kernel) or Q8_0
+(q80_int16x_kernel, KVSPILL_Q80_INT16X=1): the
 table's config, then the others nearest it first within a deadline a shape, each output within 1e-2
 of the table's largest value; the best re-timed against the table -> OUT/TYPE_sweep.jsonl and
 OUT/TYPE_picks.json {shape: [chunk, block_n, warps] or "table"} (a pick must beat the table by 2%).
-    python3 type_sweep.py Q5_K|Q4_1 OUT_DIR [SHAPE...]"""
+    python3 type_sweep.py Q5_K|Q4_1|Q8_0 OUT_DIR [SHAPE...]"""
 
 import itertools
 import json
@@ -23,7 +24,7 @@ SHAPES = {
     "down": (4096, 14336),
     "lm_head": (128256, 4096),
 }
-TABLE_NAME = {"Q5_K": "Q5K_INT16X_CONFIGS", "Q4_1": "Q41_INT16X_CONFIGS"}
+TABLE_NAME = {"Q5_K": "Q5K_INT16X_CONFIGS", "Q4_1": "Q41_INT16X_CONFIGS", "Q8_0": "Q80_INT16X_CONFIGS"}
 DEADLINE_S = 22.0  # a shape
 
 
@@ -33,6 +34,12 @@ def configs(qtype):
             c
             for c in itertools.product((512, 1024, 2048, 4096), (1, 2, 4, 8, 16), (1, 2, 4, 8))
             if 2 <= c[1] * (c[0] // 32) // (32 * c[2]) <= 16
+        ]
+    if qtype == "Q8_0":  # pairs of blocks a thread: BLOCK_N * (CHUNK / 64) / (32 * warps)
+        return [
+            c
+            for c in itertools.product((512, 1024, 2048, 4096), (1, 2, 4, 8, 16), (1, 2, 4, 8))
+            if 1 <= c[1] * (c[0] // 64) // (32 * c[2]) <= 8
         ]
     # Q5_K: 16-byte lanes a thread, BLOCK_N * CHUNK / 1024 / warps (the Q4_K re-sweep's rule)
     return [
@@ -51,6 +58,8 @@ def run(qtype, cfg, x, w):
     try:
         if qtype == "Q4_1":
             gguf_gemv._launch_q41_int16x(x, w, None, out)
+        elif qtype == "Q8_0":
+            gguf_gemv._launch_q80_int16x(x, w, None, out)
         else:
             gguf_gemv._launch_q4k_one_token(x, w, None, out)
     finally:
