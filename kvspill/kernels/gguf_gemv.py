@@ -31,6 +31,8 @@ Kernels (`quant_matmul_gemv` picks one):
 - One token of bf16 / fp16 x on Q5_K takes the same int16-x lanes, each quant's fifth bit OR-ed
   into its byte from qh before the dp2a (`Q5K_INT16X`); on Q4_1 (int4 checkpoints) lanes of one
   32-weight block each unless KVSPILL_Q41_INT16X=0 (8B shapes 1.45-1.64x the generic kernel, H100).
+- On Q8_0 with KVSPILL_Q80_INT16X=1 (off until timed): int16-x lanes of two blocks each
+  (`q80_int16x_kernel`), rows of an even block count.
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
