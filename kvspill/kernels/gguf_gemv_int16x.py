@@ -286,16 +286,16 @@ def _q80_int16x_pair(words, x_pair, x_ok, BLOCK_N: tl.constexpr, KL: tl.constexp
     lo = _dp2a_pair_signed(zero, _lanes(a_s, KL), 0 * _lanes(b_s, KL), head, USE_ASM)  # bytes 0-1
     hi = _dp2a_pair_signed(zero, 0 * _lanes(a_s, KL), _lanes(b_s, KL), head, USE_ASM)  # bytes 2-3
     i0a, i0b = _half_sums(lo + hi, BLOCK_N, KL)  # columns 0-3 | 4-7
-    straddle = _fifth_col(lo)  # word 4's bytes 0-1: the first half's, not the second's
+    straddle = _column(lo, 4)  # word 4's bytes 0-1: the first half's, not the second's
     i0a += straddle
     i0b += _dp2a_pair_signed(
-        tl.zeros((BLOCK_N, KL), dtype=tl.int32), _last_col(b_0, KL), 0 * last, last, USE_ASM
+        tl.zeros((BLOCK_N, KL), dtype=tl.int32), _column(_lanes(b_0, KL), 7), 0 * last, last, USE_ASM
     )
     i0b -= straddle
     i1a, i1b = _half_sums(
         _dp2a_pair_signed(zero, _lanes(a_1, KL), _lanes(b_1, KL), body, USE_ASM), BLOCK_N, KL
     )
-    d0 = _f16_bits(_first_col(head) & 0xFFFF)  # [BLOCK_N, KL]
+    d0 = _f16_bits(_column(head, 0) & 0xFFFF)  # [BLOCK_N, KL]
     d1 = _f16_bits((last >> 16) & 0xFFFF)
     lane: tl.constexpr = (1, KL)
     part0 = tl.reshape(dx0a, lane) * i0a.to(tl.float32) + tl.reshape(dx0b, lane) * i0b.to(tl.float32)
@@ -319,36 +319,19 @@ def _half_sums(per_word, BLOCK_N: tl.constexpr, KL: tl.constexpr):
 
 
 @triton.jit
-def _fifth_col(t):
-    """Column 4 of t [BLOCK_N, KL, 8]."""
-    c0, _ = tl.split(tl.reshape(t, (t.shape[0], t.shape[1], 2, 2, 2)))
-    c00, _ = tl.split(c0)
-    _, c001 = tl.split(c00)
-    return c001
+def _column(t, C: tl.constexpr):
+    """Column C of t [A, B, 8] -> [A, B]: a register pick, three splits of the last dimension
+    (column 4 i + 2 j + k: k's split, then j's, then i's)."""
+    k0, k1 = tl.split(tl.reshape(t, (t.shape[0], t.shape[1], 2, 2, 2)))
+    j0, j1 = tl.split(k1 if C % 2 else k0)
+    i0, i1 = tl.split(j1 if (C // 2) % 2 else j0)
+    return i1 if C // 4 else i0
 
 
 @triton.jit
 def _lanes(pairs, KL: tl.constexpr):
     """x pairs [KL, 8] as [1, KL, 8], to meet every row's words."""
     return tl.reshape(pairs, (1, KL, 8))
-
-
-@triton.jit
-def _first_col(t):
-    """Column 0 of t [BLOCK_N, KL, 8] (a register pick: three splits of the last dimension)."""
-    c0, _ = tl.split(tl.reshape(t, (t.shape[0], t.shape[1], 2, 2, 2)))
-    c00, _ = tl.split(c0)
-    c000, _ = tl.split(c00)
-    return c000
-
-
-@triton.jit
-def _last_col(pairs, KL: tl.constexpr):
-    """Column 7 of pairs [KL, 8] as [1, KL]."""
-    _, c1 = tl.split(tl.reshape(pairs, (KL, 2, 2, 2)))
-    _, c11 = tl.split(c1)
-    _, c111 = tl.split(c11)
-    return tl.reshape(c111, (1, KL))
 
 
 @triton.jit
