@@ -197,6 +197,42 @@ def _q4k_super_block(
 
 
 @triton.jit
+def _q41_super_block(
+    acc,
+    base,
+    n_ok,
+    x_ptr,
+    stride_x,
+    xs_ptr,
+    stride_xs,
+    k0,
+    t,
+    t_ok,
+    DOT_DTYPE: tl.constexpr,
+    MAGIC: tl.constexpr,
+):
+    """acc += 8 Q4_1 blocks of the program's rows (32 weights, 20 bytes each at `base` + 20 b
+    [BLOCK_N]): d@0 | m@2 | qs[16]@4; weight l of a block is qs[l] & 15, weight 16 + l qs[l] >> 4;
+    w = d * q + m."""
+    col = tl.arange(0, 16)
+    for b in tl.static_range(8):
+        blk = base + 20 * b
+        dm = tl.load(blk.to(tl.pointer_type(tl.int32)), mask=n_ok, other=0)
+        d = _f16_bits(dm & 0xFFFF)
+        m = _f16_bits((dm >> 16) & 0xFFFF)
+        qs = tl.load(blk[:, None] + 4 + col[None, :], mask=n_ok[:, None], other=0)
+        k = k0 + 32 * b
+        p_lo, xs_lo = _dot_sub_block(
+            qs & 0xF, x_ptr, stride_x, xs_ptr, stride_xs, k, t, t_ok, 16, 0, DOT_DTYPE, MAGIC
+        )
+        p_hi, xs_hi = _dot_sub_block(
+            qs >> 4, x_ptr, stride_x, xs_ptr, stride_xs, k + 16, t, t_ok, 16, 0, DOT_DTYPE, MAGIC
+        )
+        acc = acc + d[:, None] * (p_lo + p_hi) + m[:, None] * (xs_lo + xs_hi)
+    return acc
+
+
+@triton.jit
 def _q4k_super_block_whole(
     acc, base, n_ok, x_ptr, stride_x, k0, t, t_ok, DOT_DTYPE: tl.constexpr, Q5: tl.constexpr = False
 ):
@@ -408,8 +444,10 @@ def _store_reduced(
 
 # The two kernels differ in the super-block's bytes and arithmetic only; they stay two so that a
 # profile names each type's time (an 8-sequence step: Q4_K 3.98 ms, Q6_K 2.93; bench/results/
-# 2026-12-02-h200-q4km-peer/). Grid: (cdiv(rows, BLOCK_N), SPLIT_K). Program (i, s) takes rows [i*BLOCK_N, +BLOCK_N) and the super-blocks s,
-# s + SPLIT_K, ...; x_sums [tokens, K / 32] (Q4_K) or [tokens, K / 16] (Q6_K).
+# 2026-12-02-h200-q4km-peer/). Q5_K and Q4_1 (never in one model with Q4_K's own kernel time to
+# tell apart) run the first with a flag. Grid: (cdiv(rows, BLOCK_N), SPLIT_K). Program (i, s) takes
+# rows [i*BLOCK_N, +BLOCK_N) and the super-blocks s, s + SPLIT_K, ...; x_sums [tokens, K / 32]
+# (Q4_K, Q5_K) or [tokens, K / 16] (Q6_K, Q4_1).
 @triton.jit
 def _q4k_mma_kernel(
     x_ptr,
@@ -439,6 +477,7 @@ def _q4k_mma_kernel(
     PDL: tl.constexpr = False,
     PAIR_DTYPE: tl.constexpr = None,
     Q5: tl.constexpr = False,  # Q5_K rows (176-byte super-blocks): the sub-block and whole forms
+    Q41: tl.constexpr = False,  # Q4_1 rows, 8 blocks (160 bytes) a super-block: the sub-block form
 ):
     pdl_wait(PDL)  # the launch overlaps the kernel before (x comes from it: nothing read earlier)
     n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
@@ -446,7 +485,7 @@ def _q4k_mma_kernel(
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
-        base = row_ptr + sb * (176 if Q5 else 144)
+        base = row_ptr + sb * (160 if Q41 else 176 if Q5 else 144)
         if WORDS:
             acc, acc2 = q4k_super_block_words(
                 acc,
@@ -464,6 +503,10 @@ def _q4k_mma_kernel(
             )
         elif WHOLE:
             acc = _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, t, t_ok, DOT_DTYPE, Q5)
+        elif Q41:
+            acc = _q41_super_block(
+                acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
+            )
         else:
             acc = _q4k_super_block(
                 acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC, Q5
@@ -566,116 +609,12 @@ def _q6k_mma_kernel(
     )
 
 
-# Q4_1 (what int4 checkpoints, AWQ and GPTQ, load as): the sub-block form over 8 blocks of 32 a
-# "super-block" (256 weights, 160 bytes a row), each block's low and high nibbles two K = 16 dots.
-# No words or whole form. Untimed on a GPU (no MMA_CONFIGS entry: a tuned file, KVSPILL_MMA_CONFIGS,
-# turns it on; bench/results/2026-12-05-h200-q41-configs, call 14). Grid and x_sums as the others':
-# x_sums [tokens, K / 16].
-@triton.jit
-def _q41_super_block(
-    acc,
-    base,
-    n_ok,
-    x_ptr,
-    stride_x,
-    xs_ptr,
-    stride_xs,
-    k0,
-    t,
-    t_ok,
-    DOT_DTYPE: tl.constexpr,
-    MAGIC: tl.constexpr,
-):
-    """acc += 8 Q4_1 blocks of the program's rows (32 weights, 20 bytes each at `base` + 20 b
-    [BLOCK_N]): d@0 | m@2 | qs[16]@4; weight l of a block is qs[l] & 15, weight 16 + l qs[l] >> 4;
-    w = d * q + m."""
-    col = tl.arange(0, 16)
-    for b in tl.static_range(8):
-        blk = base + 20 * b
-        dm = tl.load(blk.to(tl.pointer_type(tl.int32)), mask=n_ok, other=0)
-        d = _f16_bits(dm & 0xFFFF)
-        m = _f16_bits((dm >> 16) & 0xFFFF)
-        qs = tl.load(blk[:, None] + 4 + col[None, :], mask=n_ok[:, None], other=0)
-        k = k0 + 32 * b
-        p_lo, xs_lo = _dot_sub_block(
-            qs & 0xF, x_ptr, stride_x, xs_ptr, stride_xs, k, t, t_ok, 16, 0, DOT_DTYPE, MAGIC
-        )
-        p_hi, xs_hi = _dot_sub_block(
-            qs >> 4, x_ptr, stride_x, xs_ptr, stride_xs, k + 16, t, t_ok, 16, 0, DOT_DTYPE, MAGIC
-        )
-        acc = acc + d[:, None] * (p_lo + p_hi) + m[:, None] * (xs_lo + xs_hi)
-    return acc
-
-
-@triton.jit
-def _q41_mma_kernel(
-    x_ptr,
-    xs_ptr,
-    w_ptr,
-    bias_ptr,
-    out_ptr,
-    rows,
-    num_blocks,  # of 256 weights (8 Q4_1 blocks)
-    num_tokens,
-    stride_x,
-    stride_xs,
-    stride_w,
-    stride_o,
-    part_ptr,  # unused (the words form's)
-    counter_ptr,  # unused
-    pairs_ptr,  # unused
-    T_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-    MAGIC: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
-    PDL: tl.constexpr = False,
-):
-    pdl_wait(PDL)
-    n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
-    row_ptr = w_ptr + _read_rows(n, rows) * stride_w
-    acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
-    for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
-        acc = _q41_super_block(
-            acc,
-            row_ptr + sb * 160,
-            n_ok,
-            x_ptr,
-            stride_x,
-            xs_ptr,
-            stride_xs,
-            sb * 256,
-            t,
-            t_ok,
-            DOT_DTYPE,
-            MAGIC,
-        )
-    _store(
-        acc,
-        bias_ptr,
-        out_ptr,
-        part_ptr,
-        counter_ptr,
-        stride_o,
-        rows,
-        num_tokens,
-        n,
-        n_ok,
-        t,
-        t_ok,
-        SPLIT_K,
-        HAS_BIAS,
-        False,
-    )
-
-
 # Per type: (kernel, weights a sub-block, so a column of x_sums).
 _KERNELS = {
     "Q4_K": (_q4k_mma_kernel, 32),
     "Q5_K": (_q4k_mma_kernel, 32),
     "Q6_K": (_q6k_mma_kernel, 16),
-    "Q4_1": (_q41_mma_kernel, 16),
+    "Q4_1": (_q4k_mma_kernel, 16),
 }
 
 
@@ -747,6 +686,13 @@ def _form_flags(cfg: MmaConfig, x: torch.Tensor, paired: bool) -> dict[str, obje
     return flags
 
 
+def _type_flags(weight: QuantizedWeight) -> dict[str, bool]:
+    """The kernel's constexprs for the weight's type and layout (each a compiled variant): Q6_K's
+    split rows, Q5_K's and Q4_1's blocks in the Q4_K kernel."""
+    flags = {"SPLIT": weight.split, "Q5": weight.qtype == "Q5_K", "Q41": weight.qtype == "Q4_1"}
+    return {name: True for name, on in flags.items() if on}
+
+
 def quant_matmul_mma(
     x: torch.Tensor,  # [num_tokens <= MMA_MAX_TOKENS, in_features]
     weight: QuantizedWeight,
@@ -800,8 +746,7 @@ def quant_matmul_mma(
         HAS_BIAS=bias is not None,
         DOT_DTYPE=_dot_dtype(x),
         **_form_flags(cfg, x, pairs is not None),
-        **({"SPLIT": True} if weight.split else {}),
-        **({"Q5": True} if weight.qtype == "Q5_K" else {}),
+        **_type_flags(weight),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **pdl_meta(x.device),
