@@ -410,46 +410,26 @@ def _one_token_int16x_only(x: torch.Tensor, weight: QuantizedWeight) -> Callable
     where `quant_matmul_gemv(x, weight)` takes them, else None (the generic kernels)."""
     if _one_token_q5k_int16x(x, weight):
         return _launch_q4k_one_token
-    if _one_token_q41_int16x(x, weight):
-        return _launch_q41_int16x
-    if _one_token_q80_int16x(x, weight):
-        return _launch_q80_int16x
+    if _one_token_q41_int16x(x, weight) or _one_token_q80_int16x(x, weight):
+        return _launch_block_lanes
     return None
 
 
-def _launch_q80_int16x(x, weight, bias, out) -> None:
+def _launch_block_lanes(x, weight, bias, out) -> None:
+    """q41_int16x_kernel (lane items of one Q4_1 block) or q80_int16x_kernel (two Q8_0 blocks)."""
     rows, k = weight.out_features, weight.in_features
     chunk, block_n, num_warps = _int16x_config(weight)
-    q80_int16x_kernel[(triton.cdiv(rows, block_n),)](
+    kernel, item = (q41_int16x_kernel, 32) if weight.qtype == "Q4_1" else (q80_int16x_kernel, 64)
+    kernel[(triton.cdiv(rows, block_n),)](
         x,
         weight.data,
         bias if bias is not None else x,
         out,
         rows,
-        k // 64,
+        k // item,
         weight.data.stride(0),
         HAS_LINEAR_BIAS=bias is not None,
-        KL=chunk // 64,
-        BLOCK_N=block_n,
-        USE_ASM=not _interpreted(x),
-        num_warps=num_warps,
-        **pdl_meta(x.device),
-    )
-
-
-def _launch_q41_int16x(x, weight, bias, out) -> None:
-    rows, k = weight.out_features, weight.in_features
-    chunk, block_n, num_warps = _int16x_config(weight)
-    q41_int16x_kernel[(triton.cdiv(rows, block_n),)](
-        x,
-        weight.data,
-        bias if bias is not None else x,
-        out,
-        rows,
-        k // 32,
-        weight.data.stride(0),
-        HAS_LINEAR_BIAS=bias is not None,
-        KL=chunk // 32,
+        KL=chunk // item,
         BLOCK_N=block_n,
         USE_ASM=not _interpreted(x),
         num_warps=num_warps,

@@ -179,13 +179,7 @@ def q41_int16x_kernel(
     # header word (d | m << 16) and 4 quant words, whose 16 low nibbles meet the block's x[0:16]
     # and high ones x[16:32]: Q4_K's half-group lane with a header of its own.
     pid = tl.program_id(0)
-    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
-    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
-    n = pid * BLOCK_N + i_w // KL
-    # Rows past the end read row 0 (not stored), blocks past the end block 0 (they meet x = 0).
-    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
-    kl = i_w % KL
-    i_x = tl.arange(0, KL)[:, None]
+    row, kl, i_x = _block_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
     x_off = i_x * 32 + tl.arange(0, 8)[None, :]
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for k in range(0, num_blocks, KL):
@@ -194,6 +188,19 @@ def q41_int16x_kernel(
         acc += _q41_int16x_block(words, x_ptr + k * 32 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+
+
+@triton.jit
+def _block_lanes(w_ptr, pid, rows, stride_w, BLOCK_N: tl.constexpr, KL: tl.constexpr, PDL: tl.constexpr):
+    """The Q4_1 and Q8_0 lanes' places after the program's rows are prefetched and the previous
+    kernel waited for: each lane item's row pointer and K-step slot kl ([BLOCK_N * KL, 1], item
+    r * KL + kl), and the slots as [KL, 1] (x's side). Rows past the end read row 0 (not stored);
+    the kernels send items past the end to item 0, where they meet x = 0."""
+    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
+    i_w = tl.arange(0, BLOCK_N * KL)[:, None]
+    n = pid * BLOCK_N + i_w // KL
+    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
+    return row, i_w % KL, tl.arange(0, KL)[:, None]
 
 
 @triton.jit
@@ -242,13 +249,7 @@ def q80_int16x_kernel(
     # words, 68 bytes (d0 | q0[32] | d1 | q1[32]). Block 1's quants are word aligned; block 0's
     # start 2 bytes into a word, so its words meet x shifted by 2 instead (`_q80_int16x_pair`).
     pid = tl.program_id(0)
-    prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
-    i_w = tl.arange(0, BLOCK_N * KL)[:, None]  # r * KL + kl
-    n = pid * BLOCK_N + i_w // KL
-    # Rows past the end read row 0 (not stored), pairs past the end pair 0 (they meet x = 0).
-    row = w_ptr + tl.where(n < rows, n, 0).to(tl.int64) * stride_w
-    kl = i_w % KL
-    i_x = tl.arange(0, KL)[:, None]
+    row, kl, i_x = _block_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for k in range(0, num_pairs, KL):
         words = (row + tl.where((k + kl) < num_pairs, (k + kl) * 68, 0)).to(tl.pointer_type(tl.int32))

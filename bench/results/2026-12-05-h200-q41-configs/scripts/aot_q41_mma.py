@@ -55,5 +55,15 @@ def build(fn, t_pad, block_n, warps, stages, split, magic, name, extra=None):
 FLAGS = dict(WHOLE=False, WORDS=False, TWO_ACC=False, PAIR_DTYPE=None, Q5=False, Q41=False)
 for magic in (False, True):
     build(gm._q4k_mma_kernel, 8, 32, 2, 3, 4, magic, f"q41 t8 n32 w2 s4 magic={magic}", dict(FLAGS, Q41=True))
-    build(gm._q4k_mma_kernel, 8, 32, 2, 3, 4, magic, f"q5k-as-table t8 n32 w2 s4 magic={magic}", dict(FLAGS, Q5=True))
+    build(
+        gm._q4k_mma_kernel,
+        8,
+        32,
+        2,
+        3,
+        4,
+        magic,
+        f"q5k-as-table t8 n32 w2 s4 magic={magic}",
+        dict(FLAGS, Q5=True),
+    )
 build(gm._q4k_mma_kernel, 32, 64, 4, 3, 1, True, "q41 t32 n64 w4 magic", dict(FLAGS, Q41=True))

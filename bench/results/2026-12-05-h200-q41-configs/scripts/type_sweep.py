@@ -56,10 +56,8 @@ def run(qtype, cfg, x, w):
     if cfg != "table":
         setattr(gguf_gemv, name, ((0, 0, tuple(cfg)),))
     try:
-        if qtype == "Q4_1":
-            gguf_gemv._launch_q41_int16x(x, w, None, out)
-        elif qtype == "Q8_0":
-            gguf_gemv._launch_q80_int16x(x, w, None, out)
+        if qtype in ("Q4_1", "Q8_0"):
+            gguf_gemv._launch_block_lanes(x, w, None, out)
         else:
             gguf_gemv._launch_q4k_one_token(x, w, None, out)
     finally:
