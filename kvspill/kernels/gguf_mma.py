@@ -163,11 +163,17 @@ def _q4k_super_block(
     DOT_DTYPE: tl.constexpr,
     MAGIC: tl.constexpr,
     Q5: tl.constexpr = False,
+    Q41: tl.constexpr = False,
 ):
     """acc += one Q4_K super-block of the program's rows (256 weights a row, 144 bytes at `base`
     [BLOCK_N]): d@0 | dmin@2 | scales[12]@4 | qs[128]@16; sub-block s (32 weights) takes the
     (s % 2) nibble of qs[(s // 2) * 32 : +32]; w = d*sc * q - dmin*m. Q5: a Q5_K super-block
-    (176 bytes: qh[32]@16, qs@48), whose quant l of sub-block s also takes bit s of qh[l] as 16."""
+    (176 bytes: qh[32]@16, qs@48), whose quant l of sub-block s also takes bit s of qh[l] as 16.
+    Q41: 8 Q4_1 blocks (`_q41_super_block`)."""
+    if Q41:
+        return _q41_super_block(
+            acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, k0, t, t_ok, DOT_DTYPE, MAGIC
+        )
     words = base.to(tl.pointer_type(tl.int32))
     w0 = tl.load(words, mask=n_ok, other=0)
     w1 = tl.load(words + 1, mask=n_ok, other=0)
@@ -503,13 +509,22 @@ def _q4k_mma_kernel(
             )
         elif WHOLE:
             acc = _q4k_super_block_whole(acc, base, n_ok, x_ptr, stride_x, sb * 256, t, t_ok, DOT_DTYPE, Q5)
-        elif Q41:
-            acc = _q41_super_block(
-                acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC
-            )
         else:
             acc = _q4k_super_block(
-                acc, base, n_ok, x_ptr, stride_x, xs_ptr, stride_xs, sb * 256, t, t_ok, DOT_DTYPE, MAGIC, Q5
+                acc,
+                base,
+                n_ok,
+                x_ptr,
+                stride_x,
+                xs_ptr,
+                stride_xs,
+                sb * 256,
+                t,
+                t_ok,
+                DOT_DTYPE,
+                MAGIC,
+                Q5,
+                Q41,
             )
     _store(
         acc + acc2 if TWO_ACC else acc,
