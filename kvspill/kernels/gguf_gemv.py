@@ -31,8 +31,8 @@ Kernels (`quant_matmul_gemv` picks one):
 - One token of bf16 / fp16 x on Q5_K takes the same int16-x lanes, each quant's fifth bit OR-ed
   into its byte from qh before the dp2a (`Q5K_INT16X`); on Q4_1 (int4 checkpoints) lanes of one
   32-weight block each unless KVSPILL_Q41_INT16X=0 (8B shapes 1.45-1.64x the generic kernel, H100).
-- On Q8_0 with KVSPILL_Q80_INT16X=1 (off until timed): int16-x lanes of two blocks each
-  (`q80_int16x_kernel`), rows of an even block count.
+- One token on Q8_0 takes int16-x lanes of two blocks each (`q80_int16x_kernel`, rows of an even
+  block count) unless KVSPILL_Q80_INT16X=0 (8B shapes 1.16-1.39x the generic kernel, H100).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -290,10 +290,19 @@ Q41_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (0, 6144, (1024, 8, 1)),
     (0, 0, (2048, 16, 4)),
 )
-# One token of bf16 / fp16 x on Q8_0 rows of an even block count in q80_int16x_kernel (with
-# KVSPILL_Q80_INT16X=1, env.q80_int16x_on; off until timed): (CHUNK, BLOCK_N, warps), CHUNK // 64
-# pairs of blocks a K step. Not swept: 2 lanes of 17 words a thread.
-Q80_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = ((0, 0, (2048, 8, 4)),)
+# One token of bf16 / fp16 x on Q8_0 rows of an even block count in q80_int16x_kernel (unless
+# KVSPILL_Q80_INT16X=0, env.q80_int16x_on): (CHUNK, BLOCK_N, warps), CHUNK // 64 pairs of blocks a
+# K step, the first entry whose (in_features, rows) floors the weight reaches. Swept on the 8B
+# shapes (38-42 configs each, H100, bench/results/2026-12-05-h200-q41-configs, call 15): 16 rows a
+# program for qkv (13.3 -> 13.0 us) and the lm_head (200 -> 194), 8 elsewhere (o, gate_up, down
+# within 1-2% of their best); random 8B Q8_0 at 8K 243.5 -> 245.0 tok/s.
+Q80_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
+    (0, 65536, (2048, 16, 4)),
+    (8192, 0, (2048, 8, 4)),
+    (0, 16384, (2048, 8, 4)),
+    (0, 6144, (2048, 16, 4)),
+    (0, 0, (2048, 8, 4)),
+)
 # The generic kernel's configs for the lane kernels' types (a benchmark baseline).
 GENERIC_FMA_CONFIG = {"Q4_K": (2048, 2, 1), "Q6_K": (1024, 4, 2)}
 DOT_CONFIG = (256, 16, 2)  # tl.dot needs >= 16 rows; longer chunks or more warps were slower

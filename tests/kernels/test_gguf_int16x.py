@@ -359,9 +359,9 @@ def test_q80_int16x_lanes_match_their_reference(config, dtype, device, monkeypat
     torch.testing.assert_close(public.float(), got, rtol=2**-7, atol=0)
 
 
-def test_q80_int16x_is_off_by_default_and_needs_whole_pairs(device, monkeypatch):
-    # Not timed on a GPU yet: the generic kernel unless KVSPILL_Q80_INT16X=1; an odd block count
-    # (rows of 34 * odd bytes, not word aligned) keeps the generic kernel either way.
+def test_q80_int16x_is_on_by_default_and_needs_whole_pairs(device, monkeypatch):
+    # The lanes unless KVSPILL_Q80_INT16X=0; an odd block count (rows of 34 * odd bytes, not word
+    # aligned) keeps the generic kernel either way.
     launched: list[str] = []
     for name in ("q80_int16x_kernel", "_gemv_fma_kernel"):
         monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
@@ -369,9 +369,9 @@ def test_q80_int16x_is_off_by_default_and_needs_whole_pairs(device, monkeypatch)
     weight = random_quantized("Q8_0", ROWS, 256, gen).to(device)
     odd = random_quantized("Q8_0", ROWS, 7 * 32, gen).to(device)
     x = torch.randn((1, 256), generator=gen).to(torch.bfloat16).to(device)
-    monkeypatch.delenv("KVSPILL_Q80_INT16X", raising=False)
+    monkeypatch.setenv("KVSPILL_Q80_INT16X", "0")
     gguf_gemv.quant_matmul_gemv(x, weight)
-    monkeypatch.setenv("KVSPILL_Q80_INT16X", "1")
+    monkeypatch.delenv("KVSPILL_Q80_INT16X", raising=False)
     gguf_gemv.quant_matmul_gemv(x, weight)
     gguf_gemv.quant_matmul_gemv(x[:, : 7 * 32].contiguous(), odd)
     monkeypatch.setenv("KVSPILL_INT16_X", "0")  # the master switch turns it off too
