@@ -121,6 +121,15 @@ MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
     # 8 x 2K 616.7 -> 1,165.4 tok/s in all (H100, 2026-12-05, bench/results/2026-12-05-h100-merge-defaults,
     # call 2). 2-4 and 9-32 tokens: not timed, they keep the dot kernel / dequantize-then-GEMM.
     ("Q5_K", 8): MmaConfig(block_n=32, num_warps=2, split_k=4, num_stages=3, magic=True),
+    # Q4_1 (GGUF Q4_1 files; AWQ / GPTQ checkpoints load as Q4_1) at 3-32 tokens: the sub-block
+    # form (`mma_sweep --types Q4_1 --forms sub`), the 8B shapes' sum against the dot kernel /
+    # dequantize-then-GEMM they took: 4 tokens 949.5 -> 620.7 us, 8 944.2 -> 665.3, 16 901.4 ->
+    # 723.5, 32 1,343.3 -> 994.6; random 8B Q4_1 8 x 2K 592.9 -> 728.0 tok/s in all, 32 x 2K
+    # 1,862.2 -> 1,976.5 (H100, 2026-12-05, bench/results/2026-12-05-h200-q41-configs, call 14).
+    ("Q4_1", 4): MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3),
+    ("Q4_1", 8): MmaConfig(block_n=128, num_warps=4, split_k=4, num_stages=3, magic=True),
+    ("Q4_1", 16): MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3, magic=True),
+    ("Q4_1", 32): MmaConfig(block_n=128, num_warps=4, split_k=4, num_stages=3, magic=True),
 }
 # A JSON file of configs tuned on this machine (`python -m kvspill.bench.mma_sweep` writes one):
 # {"Q6_K,16": {"block_n": 64, "num_warps": 2, ...}, "Q4_K,4": null, ...}; null sends that count

@@ -4,9 +4,9 @@ Shapes: x [..., in_features] bf16 / fp16 / fp32; weight QuantizedWeight [out_fea
 bias [out_features] or None -> [..., out_features] in x's dtype.
 
 Paths (`quant_linear_path` says which one a call takes):
-- "mma": 2-64 tokens of a Q4_K or Q6_K weight where `gguf_mma_configs.MMA_CONFIGS` has a measured config
-  for that count (Q5_K: where a tuned KVSPILL_MMA_CONFIGS file gives one; no measured entry yet):
-  the tensor-core kernel, which reads the quantized bytes once for all tokens;
+- "mma": 2-64 tokens of a Q4_K, Q5_K, Q6_K or Q4_1 weight where `gguf_mma_configs.MMA_CONFIGS` (or a
+  tuned KVSPILL_MMA_CONFIGS file) has a config for that count: the tensor-core kernel, which reads
+  the quantized bytes once for all tokens;
 - "gemv": <= MAX_GEMV_TOKENS tokens on a Triton device, otherwise: the fused dequantize-GEMV, which reads
   the quantized bytes once (decode is weight-bandwidth bound);
 - "dequant_matmul": more tokens: the layer is dequantized, then multiplied densely (prefill is

@@ -386,25 +386,20 @@ def test_q5k_fifth_bits_count(config, device):
         _check(quant_matmul_mma(x, w, config=config), x, w_ref, None, rel=1e-5)
 
 
-def test_q41_runs_the_sub_block_form_only_where_a_tuned_file_says(device):
-    # Q4_1 (AWQ / GPTQ checkpoints): no measured entry, so every count keeps its path (the dot
-    # kernel) until a tuned file (KVSPILL_MMA_CONFIGS) sends one; its rows of 32-weight blocks
-    # take the kernel only when K is whole super-blocks of 256; no words or whole form.
-    weight, x, bias, w_ref = _case("Q4_1", 8, torch.float32, device, seed=17)
-    assert all(mma_config(weight, n) is None for n in range(1, MMA_MAX_TOKENS + 1))
-    tuned = parse_mma_configs(
-        '{"Q4_1,8": {"block_n": 32, "num_warps": 2, "split_k": 2, "magic": true}}', "f.json"
-    )
-    MMA_CONFIGS.update(tuned)
-    try:
-        config = mma_config(weight, 8)
-        assert config == for_shape(tuned[("Q4_1", 8)], weight.out_features, weight.in_features)
-        _check(quant_matmul_mma(x, weight, bias), x, w_ref, bias, rel=1e-5)
-        gen = torch.Generator().manual_seed(3)
-        short = random_quantized("Q4_1", ROWS, 41 * 32, gen).to(device)  # 41 blocks: not whole super-blocks
-        assert mma_config(short, 8) is None
-    finally:
-        del MMA_CONFIGS[("Q4_1", 8)]
+@pytest.mark.parametrize("num_tokens", [3, 8, 16, 32])
+def test_q41_takes_the_sub_block_form_at_its_measured_counts(num_tokens, device):
+    # Q4_1 (AWQ / GPTQ checkpoints): the measured entries take 3-32 tokens (1-2 keep the lane GEMV
+    # and the dot kernel, 33+ dequantize-then-GEMM); rows of 32-weight blocks take the kernel only
+    # when K is whole super-blocks of 256; no words or whole form.
+    weight, x, bias, w_ref = _case("Q4_1", num_tokens, torch.float32, device, seed=17)
+    taken = [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(weight, n) is not None]
+    assert taken == list(range(3, 33))
+    shipped = MMA_CONFIGS[("Q4_1", triton.next_power_of_2(num_tokens))]
+    assert mma_config(weight, num_tokens) == for_shape(shipped, weight.out_features, weight.in_features)
+    _check(quant_matmul_mma(x, weight, bias), x, w_ref, bias, rel=1e-5)
+    gen = torch.Generator().manual_seed(3)
+    short = random_quantized("Q4_1", ROWS, 41 * 32, gen).to(device)  # 41 blocks: not whole super-blocks
+    assert mma_config(short, num_tokens) is None
     for other_form in (WORDS_CONFIGS[0], WHOLE_CONFIGS[0]):
         with pytest.raises(AssertionError, match="Q4_1 has no"):
             quant_matmul_mma(x, weight, config=other_form)
