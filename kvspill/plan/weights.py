@@ -29,8 +29,9 @@ GGUF_BITS_PER_WEIGHT = {
 #   bench/results/2026-12-03-h200-int16x), moved with the Q4_K kernel's gain since (the re-sweep:
 #   2600 -> 2750 for Q4_K_M); Q6_K: what is left of today's Q4_K_M rate beside that Q4_K rate.
 #   Both estimates, not fit to rows of their own;
-# - Q8_0: llama-8b Q8_0 at 8K on an H200, 216.9 tok/s (bench/results/2026-11-26-h200-quant), the rate
-#   that keeps that plan with the new per-layer overhead (the engine has gained since: not re-measured);
+# - Q8_0: random `llama-8b:q8_0` at 8K on an H100 (2.89 TB/s), 245.0 / 245.5 tok/s on the int16-x
+#   lanes with their swept table (bench/results/2026-12-05-h200-q41-configs, call 15; the generic
+#   kernel: 207.6, which 2338 had planned): 2850 plans them at 1.00 (an H200 row: not measured);
 # - Q5_K: random `llama-8b:q5_k` at 8K on an H100, 329.2 tok/s (3.038 ms a step) on the int16-x
 #   lanes (bench/results/2026-12-05-q5k-int16x; the generic kernel: 162.1): 2800 planned it at 1.00 on
 #   that card's 3.0 TB/s; with the table swept for Q5_K (bench/results/2026-12-05-h200-q41-configs,
@@ -54,7 +55,7 @@ QUANT_READ_GBS = {
     "q5_k_m": 2750.0,
     "q4_1": 3250.0,
     "q6_k": 2370.0,
-    "q8_0": 2338.0,
+    "q8_0": 2850.0,
 }
 QUANT_READ_GBS_GENERIC = 1267.0
 # The same for a step of several tokens (one per sequence decoding together), by token count:
@@ -82,6 +83,12 @@ Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 
 # times Q5_K_M's one-token rate over Q5_K's (its Q6_K share), an estimate. Other counts run the dot
 # kernel (2-4, 9-16) or dequantize-then-GEMM: not measured.
 Q5_K_READ_GBS_5_TO_8_TOKENS = 1017.0
+# Q4_1 (and AWQ / GPTQ checkpoints, run as Q4_1) at 3-32 tokens (gguf_mma_configs' Q4_1 entries:
+# the tensor-core sub-block form), fit the same way to random `llama-8b:q4_1` at 8 and 32 x 2K on
+# an H100, 728.0 / 726.9 and 1,976.5 / 1,966.8 tok/s in all (bench/results/2026-12-05-h200-q41-configs,
+# call 14; the kernel, not HBM, bounds it, as for Q5_K). 3-8 tokens take 8's rate, 9-32 32's (4 and
+# 16 tokens timed per kernel only, both faster than the next entry: the plan is low there).
+Q4_1_READ_GBS_BY_TOKENS = {8: 526.0, 32: 400.0}
 Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS = {
     1: QUANT_READ_GBS["q4_k_m"],
     4: 1452.0,
@@ -178,14 +185,17 @@ def multi_token_read_gbs(
 ) -> tuple[bool, float | None]:
     """(known, GB/s) a decode step of `num_tokens` tokens reads the weights at (GB/s None: HBM's);
     known False where the engine's kernels at that count are not measured: past one token, every
-    format but Q4_K_M and Q5_K at 5-8 tokens (dense and fp8 steps of several tokens run cuBLAS / the
-    fp8 GEMV's tensor-core path, whose rates no engine row has fit yet), and Q4_K_M past its
-    largest entry.
+    format but Q4_K_M, Q5_K at 5-8 tokens and Q4_1 at 3-32 (dense and fp8 steps of several tokens
+    run cuBLAS / the fp8 GEMV's tensor-core path, whose rates no engine row has fit yet), and
+    Q4_K_M past its largest entry.
     `scale_pairs`: whether the engine keeps the Q4_K scale pairs (PlanRequest.scale_pair_bytes)."""
     rate = weight_read_gbs(spec, quantization)
     if num_tokens <= 1:
         return True, rate
     main = spec.gguf_main_type if _file_is_quantized_gguf(spec, quantization) else None
+    if quantization == "q4_1" or quantization in INT4_CHECKPOINT_METHODS or main == "Q4_1":
+        q41 = [n for n in sorted(Q4_1_READ_GBS_BY_TOKENS) if n >= num_tokens]
+        return (True, Q4_1_READ_GBS_BY_TOKENS[q41[0]]) if num_tokens >= 3 and q41 else (False, None)
     if quantization in ("q5_k", "q5_k_m") or main == "Q5_K":
         if not 5 <= num_tokens <= 8:
             return False, None

@@ -73,6 +73,22 @@ def test_q5_k_at_8_tokens_within_the_issue_bar_and_no_guess_at_other_counts():
     assert batched_decode(q5_k_m, 8).tok_s < batched_decode(plan, 8).tok_s  # its Q6_K share
 
 
+@pytest.mark.parametrize(("seqs", "measured"), [(8, 728.0), (8, 726.9), (32, 1976.5), (32, 1966.8)])
+def test_q4_1_rows_within_the_issue_bar(seqs, measured):
+    # random llama-8b:q4_1 (what AWQ / GPTQ checkpoints run as), N x 2K on an H100, the tensor-core
+    # sub-block form (2026-12-05-h200-q41-configs, call 14)
+    step = batched_decode(_plan(H100, quantization="q4_1"), seqs)
+    assert step is not None and step.tok_s == pytest.approx(measured, rel=0.1)
+    assert batched_decode(_plan(H100, quantization="awq"), seqs) is not None  # the same kernels
+
+
+def test_q4_1_declines_the_counts_its_kernel_does_not_take():
+    plan = _plan(H100, quantization="q4_1")
+    assert batched_decode(plan, 2) is None  # the dot kernel: not fit
+    assert batched_decode(plan, 3).tok_s < batched_decode(plan, 8).tok_s  # 8's rate, fewer tokens
+    assert batched_decode(plan, 9) is not None and batched_decode(plan, 33) is None
+
+
 def test_scale_pairs_are_held_not_streamed():
     # 0.70 GiB more on the GPU for an 8B Q4_K_M; a one-token step streams the blocks alone
     with_pairs, without = _plan(), _plan(scale_pairs="off")

@@ -103,3 +103,18 @@ def test_q4_1_plans_its_swept_lanes_rows(hbm_gbs, measured):
         gpu_memory_utilization=1.0,
     )
     assert make_plan(request, card).decode_tok_s == pytest.approx(measured, rel=0.1)
+
+
+@pytest.mark.parametrize("measured", [245.0, 245.5])
+def test_q8_0_plans_its_int16x_lanes_rows(measured):
+    # Random llama-8b:q8_0 at 8K on an H100 of 2.89 TB/s, the int16-x lanes with their swept table
+    # (bench/results/2026-12-05-h200-q41-configs, call 15); the generic kernel's rate planned 211.6.
+    card = replace(KNOWN_GPU_BANDWIDTHS["h100"], hbm_gbs=2885.1)
+    request = PlanRequest(
+        spec=KNOWN_SHAPES["llama-8b"],
+        vram_budget_bytes=16 * GiB,
+        context_len=8192,
+        quantization="q8_0",
+        gpu_memory_utilization=1.0,
+    )
+    assert make_plan(request, card).decode_tok_s == pytest.approx(measured, rel=0.1)
