@@ -45,23 +45,28 @@ class GemvConfig(NamedTuple):
 
 def gemv_config(num_tokens: int, n: int, k: int, weight_bytes: int = 2) -> GemvConfig:
     """Tile sizes by token count, shape and weight element size (1: fp8, 2: bf16 / fp16).
-    One token, 16-bit weights (`python -m kvspill.bench.kernels_fp8 --sweep`, H200, 2026-11-26):
-    8-row blocks so even N = 4096 gives 512 programs to cover the SMs; 1024-wide K chunks where N
-    is small (o, down: +1-6%), 512 for qkv (1024: -10%) and the wide gate_up. One token, fp8 (H200,
-    PDL on, 2026-12-03, bench/results/2026-12-03-h200-gemv-tiles/): 16-row blocks except down's
-    long rows; gate_up 29.9 us against 32.1 at 8 x 512, qkv 8.0 against 8.7, 8B fp8 decode at 8K
-    +1.7%. Several tokens: tl.dot needs BLOCK_N >= 16; 32 x 256 was best or within 1% for every
-    8B shape."""
+    One token, re-swept per shape with PDL and the early reads on (H100, 2026-12-05,
+    bench/results/2026-12-05-h200-q41-configs, call 12; 19-63 tiles a shape): 16-bit weights take
+    1024-wide K chunks on every 8B shape (qkv 19.2 -> 17.5 us, gate_up 77.5 -> 74.4, the lm_head
+    339 -> 327), 4 rows x 2048 on the 8B's o (11.8 -> 11.4), and 8 x 512 with 4 stages on a 1B's
+    short rows (qkv 6.6 -> 5.0, o 4.9 -> 3.7): 8B bf16 at 8K 171.0 -> 174.7 tok/s, Llama-3.2-1B
+    817.5 -> 831.1 with the per-shape picks (these rules within 1% of them on each shape). fp8: 16-row blocks (H200, 2026-12-03, bench/results/2026-12-03-h200-gemv-tiles/)
+    except rows of N <= 4096, 8 (the 8B's o 7.0 -> 6.5 us; down had 8 already). Several tokens:
+    tl.dot needs BLOCK_N >= 16; 32 x 256 was best or within 1% for every 8B shape."""
     if num_tokens > 1:
         return GemvConfig(block_n=32, block_k=256, num_warps=4, num_stages=3)
     wide_k = 1024 if k % 1024 == 0 else 512
     if weight_bytes == 1:
         if n <= 4096:
-            return GemvConfig(block_n=16 if k <= 4096 else 8, block_k=wide_k, num_warps=4, num_stages=3)
+            return GemvConfig(block_n=8, block_k=wide_k, num_warps=4, num_stages=3)
         if n >= 16384:
             return GemvConfig(block_n=16, block_k=256, num_warps=4, num_stages=3)
         return GemvConfig(block_n=16, block_k=512, num_warps=8, num_stages=3)
-    return GemvConfig(block_n=8, block_k=wide_k if n <= 4096 else 512, num_warps=4, num_stages=3)
+    if n <= 4096 and k <= 2048:
+        return GemvConfig(block_n=8, block_k=512, num_warps=4, num_stages=4)
+    if n <= 4096 and k <= 4096 and k % 2048 == 0:
+        return GemvConfig(block_n=4, block_k=2048, num_warps=4, num_stages=3)
+    return GemvConfig(block_n=8, block_k=wide_k, num_warps=4, num_stages=3)
 
 
 def fp8_gemv_ref(

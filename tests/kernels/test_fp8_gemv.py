@@ -70,6 +70,24 @@ def test_fp8_default_tiles_cover_ragged_shapes(n, k):
     )
 
 
+@pytest.mark.parametrize(("n", "k"), [(24, 1000), (40, 4096), (20, 5120), (4100, 256)])
+def test_dense_default_tiles_cover_each_rule_and_ragged_shapes(n, k):
+    """gemv_config's 16-bit one-token tiles (short rows: 8 x 512; N, K <= 4096: 4 x 2048; else
+    8 x 1024 / 512), masked where K or N is not a multiple of the tile, stay exact."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1, k, generator=g).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) * 0.05).to(torch.bfloat16)
+    want = (x.float() @ w.float().t()).to(torch.bfloat16)
+    torch.testing.assert_close(dense_gemv(x, w), want, rtol=1e-2, atol=1e-2)
+
+
+def test_dense_one_token_tiles_by_shape():
+    assert gemv_config(1, 2048, 2048) == GemvConfig(8, 512, 4, 4)  # a 1B's o
+    assert gemv_config(1, 4096, 4096) == GemvConfig(4, 2048, 4, 3)  # an 8B's o
+    assert gemv_config(1, 28672, 4096) == GemvConfig(8, 1024, 4, 3)  # an 8B's gate_up
+    assert gemv_config(1, 4096, 14336) == GemvConfig(8, 1024, 4, 3)  # an 8B's down
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("n", "k", "config"), [(40, 96, GemvConfig(8, 32, 1, 1)), (24, 64, None)])
 def test_dense_gemv_matches_a_float32_matmul(dtype, n, k, config):
