@@ -76,13 +76,14 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # lane GEMV: not measured in the engine); other types' multi-token kernels are not measured
 # (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
 Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 16: 1432.0, 32: 1225.0}
-# Q5_K at 5-8 tokens (gguf_mma_configs' ("Q5_K", 8): the tensor-core sub-block form): random
-# `llama-8b:q5_k` at 8 x 2K on an H100, 1,165.4 / 1,171.1 tok/s in all in two calls
-# (bench/results/2026-12-05-h100-merge-defaults): 1017 plans their mean at 1.00 (the H100 and
-# H200 have the same SMs and clocks: the kernel, not HBM, bounds it). A Q5_K_M file's: that rate
-# times Q5_K_M's one-token rate over Q5_K's (its Q6_K share), an estimate. Other counts run the dot
-# kernel (2-4, 9-16) or dequantize-then-GEMM: not measured.
-Q5_K_READ_GBS_5_TO_8_TOKENS = 1017.0
+# Q5_K at 3-32 tokens (gguf_mma_configs' Q5_K entries: the tensor-core sub-block form): random
+# `llama-8b:q5_k` at N x 2K on an H100, fit the same way: 8 from 1,165.4 / 1,171.1 tok/s in all
+# (bench/results/2026-12-05-h100-merge-defaults; 1,167.9 again in 2026-12-05-h200-q41-configs,
+# call 18), 4 / 16 / 32 from 628.1 / 628.7, 1,789.0 / 1,787.1 and 2,491.6 / 2,498.0 (same folder,
+# calls 17-18; the H100 and H200 have the same SMs and clocks: the kernel, not HBM, bounds it).
+# 3 tokens take 4's rate, 5-8 8's, and so on. A Q5_K_M file's: these times Q5_K_M's one-token rate
+# over Q5_K's (its Q6_K share), an estimate.
+Q5_K_READ_GBS_BY_TOKENS = {4: 1044.0, 8: 1017.0, 16: 817.0, 32: 604.0}
 # Q4_1 (and AWQ / GPTQ checkpoints, run as Q4_1) at 3-32 tokens (gguf_mma_configs' Q4_1 entries:
 # the tensor-core sub-block form), fit the same way to random `llama-8b:q4_1` at 8 and 32 x 2K on
 # an H100, 728.0 / 726.9 and 1,976.5 / 1,966.8 tok/s in all (bench/results/2026-12-05-h200-q41-configs,
@@ -185,7 +186,7 @@ def multi_token_read_gbs(
 ) -> tuple[bool, float | None]:
     """(known, GB/s) a decode step of `num_tokens` tokens reads the weights at (GB/s None: HBM's);
     known False where the engine's kernels at that count are not measured: past one token, every
-    format but Q4_K_M, Q5_K at 5-8 tokens and Q4_1 at 3-32 (dense and fp8 steps of several tokens
+    format but Q4_K_M, Q5_K and Q4_1 at 3-32 tokens (dense and fp8 steps of several tokens
     run cuBLAS / the fp8 GEMV's tensor-core path, whose rates no engine row has fit yet), and
     Q4_K_M past its largest entry.
     `scale_pairs`: whether the engine keeps the Q4_K scale pairs (PlanRequest.scale_pair_bytes)."""
@@ -197,10 +198,11 @@ def multi_token_read_gbs(
         q41 = [n for n in sorted(Q4_1_READ_GBS_BY_TOKENS) if n >= num_tokens]
         return (True, Q4_1_READ_GBS_BY_TOKENS[q41[0]]) if num_tokens >= 3 and q41 else (False, None)
     if quantization in ("q5_k", "q5_k_m") or main == "Q5_K":
-        if not 5 <= num_tokens <= 8:
+        q5k = [n for n in sorted(Q5_K_READ_GBS_BY_TOKENS) if n >= num_tokens]
+        if num_tokens < 3 or not q5k:
             return False, None
         key = "q5_k" if quantization == "q5_k" else "q5_k_m"  # a file whose main type is Q5_K: Q5_K_M
-        return True, Q5_K_READ_GBS_5_TO_8_TOKENS * QUANT_READ_GBS[key] / QUANT_READ_GBS["q5_k"]
+        return True, Q5_K_READ_GBS_BY_TOKENS[q5k[0]] * QUANT_READ_GBS[key] / QUANT_READ_GBS["q5_k"]
     if quantization != "q4_k_m" and main != "Q4_K":
         return False, None
     rates = Q4_K_M_READ_GBS_BY_TOKENS if scale_pairs else Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS

@@ -350,23 +350,33 @@ def test_tuned_configs_file_errors_say_what_to_fix(text, message):
         parse_mma_configs(text, "f.json")
 
 
-def test_q5k_takes_the_kernel_at_its_measured_count_and_where_a_tuned_file_says(device):
-    # The measured entry (5-8 tokens) takes the sub-block form; the other counts keep their path
-    # (the dot kernel) until a tuned file's entry (KVSPILL_MMA_CONFIGS) sends them. Words: refused.
-    weight, x, _, w_ref = _case("Q5_K", 8, torch.float32, device)
-    assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(weight, n) is not None] == [5, 6, 7, 8]
+@pytest.mark.parametrize("num_tokens", [3, 8, 16, 32])
+def test_q5k_takes_the_kernel_at_its_measured_counts_and_where_a_tuned_file_says(num_tokens, device):
+    # The measured entries (3-32 tokens) take the sub-block form; 2 tokens keeps the dot kernel
+    # until a tuned file's entry (KVSPILL_MMA_CONFIGS) sends it, null sends a count back. Words: refused.
+    weight, x, _, w_ref = _case("Q5_K", num_tokens, torch.float32, device)
+    assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(weight, n) is not None] == list(
+        range(3, 33)
+    )
     assert not MMA_CONFIGS[("Q5_K", 8)].words
     if device == "cuda":
         assert quant_linear_path(x, weight) == "mma"
     _check(quant_matmul_mma(x, weight), x, w_ref, None, rel=1e-5)
-    tuned = parse_mma_configs('{"Q5_K,16": {"block_n": 32, "num_warps": 2, "magic": true}}', "f.json")
-    MMA_CONFIGS.update(tuned)
+    tuned = parse_mma_configs(
+        '{"Q5_K,2": {"block_n": 32, "num_warps": 2, "magic": true}, "Q5_K,4": null}', "f.json"
+    )
+    saved = dict(MMA_CONFIGS)
     try:
-        assert mma_config(weight, 12) == for_shape(
-            tuned[("Q5_K", 16)], weight.out_features, weight.in_features
-        )
+        for key, config in tuned.items():
+            if config is None:
+                MMA_CONFIGS.pop(key)
+            else:
+                MMA_CONFIGS[key] = config
+        assert mma_config(weight, 2) == for_shape(tuned[("Q5_K", 2)], weight.out_features, weight.in_features)
+        assert mma_config(weight, 3) is None and mma_config(weight, 5) is not None
     finally:
-        del MMA_CONFIGS[("Q5_K", 16)]
+        MMA_CONFIGS.clear()
+        MMA_CONFIGS.update(saved)
     with pytest.raises(AssertionError, match="no words form"):
         quant_matmul_mma(x, weight, config=WORDS_CONFIGS[0])
 

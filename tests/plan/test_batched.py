@@ -61,14 +61,31 @@ def test_q4_k_m_rows_within_the_issue_bar(seqs, measured, pairs):
 H100 = replace(DEFAULT_BANDWIDTHS, hbm_gbs=2885.1, h2d_gbs=54.9, source="H100 rows")
 
 
-def test_q5_k_at_8_tokens_within_the_issue_bar_and_no_guess_at_other_counts():
-    # random llama-8b:q5_k, 8 x 2K on an H100: 1,165.4 / 1,171.1 tok/s in all (two calls,
-    # 2026-12-05-h100-merge-defaults), the tensor-core sub-block form at 5-8 tokens
+@pytest.mark.parametrize(
+    ("seqs", "measured"),
+    [
+        (4, 628.1),
+        (4, 628.7),
+        (8, 1165.4),
+        (8, 1171.1),
+        (8, 1167.9),
+        (16, 1789.0),
+        (16, 1787.1),
+        (32, 2491.6),
+        (32, 2498.0),
+    ],
+)
+def test_q5_k_rows_within_the_issue_bar(seqs, measured):
+    # random llama-8b:q5_k, N x 2K on H100s, the tensor-core sub-block form at 3-32 tokens
+    # (2026-12-05-h100-merge-defaults; 2026-12-05-h200-q41-configs, calls 17-18)
+    step = batched_decode(_plan(H100, quantization="q5_k"), seqs)
+    assert step is not None and step.tok_s == pytest.approx(measured, rel=0.1)
+
+
+def test_q5_k_declines_the_counts_its_kernel_does_not_take():
     plan = _plan(H100, quantization="q5_k")
-    for measured in (1165.4, 1171.1):
-        assert batched_decode(plan, 8).tok_s == pytest.approx(measured, rel=0.1)
-    assert batched_decode(plan, 5) is not None
-    assert all(batched_decode(plan, n) is None for n in (2, 4, 9, 16))  # the dot kernel: not fit
+    assert batched_decode(plan, 2) is None and batched_decode(plan, 33) is None  # not fit
+    assert batched_decode(plan, 3) is not None and batched_decode(plan, 12) is not None
     q5_k_m = _plan(H100, quantization="q5_k_m")
     assert batched_decode(q5_k_m, 8).tok_s < batched_decode(plan, 8).tok_s  # its Q6_K share
 
