@@ -195,8 +195,10 @@ def multi_token_read_gbs(
         return True, rate
     main = spec.gguf_main_type if _file_is_quantized_gguf(spec, quantization) else None
     if quantization == "q4_1" or quantization in INT4_CHECKPOINT_METHODS or main == "Q4_1":
+        # the tensor-core form takes rows of whole 256-weight super-blocks only (SmolLM2's 576: not)
+        whole = spec.hidden_size % 256 == 0 and spec.intermediate_size % 256 == 0
         q41 = [n for n in sorted(Q4_1_READ_GBS_BY_TOKENS) if n >= num_tokens]
-        return (True, Q4_1_READ_GBS_BY_TOKENS[q41[0]]) if num_tokens >= 3 and q41 else (False, None)
+        return (True, Q4_1_READ_GBS_BY_TOKENS[q41[0]]) if whole and num_tokens >= 3 and q41 else (False, None)
     if quantization in ("q5_k", "q5_k_m") or main == "Q5_K":
         q5k = [n for n in sorted(Q5_K_READ_GBS_BY_TOKENS) if n >= num_tokens]
         if num_tokens < 3 or not q5k:

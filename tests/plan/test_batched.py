@@ -104,6 +104,8 @@ def test_q4_1_declines_the_counts_its_kernel_does_not_take():
     assert batched_decode(plan, 2) is None  # the dot kernel: not fit
     assert batched_decode(plan, 3).tok_s < batched_decode(plan, 8).tok_s  # 8's rate, fewer tokens
     assert batched_decode(plan, 9) is not None and batched_decode(plan, 33) is None
+    odd = replace(KNOWN_SHAPES["llama-8b"], hidden_size=4096 + 32 * 18)  # rows of 32-weight blocks only
+    assert batched_decode(_plan(H100, spec=odd, quantization="q4_1"), 8) is None
 
 
 def test_scale_pairs_are_held_not_streamed():
