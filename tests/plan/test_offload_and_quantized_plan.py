@@ -71,22 +71,25 @@ def test_gguf_types_give_their_bits_per_weight():
         _plan(quantization="int3")
 
 
+def _8k_tok_s(quantization: str, card: str, hbm_gbs: float) -> float:
+    """The plan's tok/s of random llama-8b at 8K in 16 GiB on `card` with its measured copy rate."""
+    request = PlanRequest(
+        spec=SPEC,
+        vram_budget_bytes=16 * GiB,
+        context_len=8192,
+        quantization=quantization,
+        gpu_memory_utilization=1.0,
+    )
+    return make_plan(request, replace(KNOWN_GPU_BANDWIDTHS[card], hbm_gbs=hbm_gbs)).decode_tok_s
+
+
 def test_q5k_plans_its_int16x_lanes_row():
     # Random llama-8b:q5_k at 8K on an H100 (bench/results/2026-12-05-q5k-int16x): 329.2 tok/s on the
     # int16-x lanes, where the generic kernel's rate planned 184 (its own row: 162.1).
-    h100 = replace(KNOWN_GPU_BANDWIDTHS["h100"], hbm_gbs=3006.0)
-    request = PlanRequest(
-        spec=KNOWN_SHAPES["llama-8b"],
-        vram_budget_bytes=16 * GiB,
-        context_len=8192,
-        quantization="q5_k",
-        gpu_memory_utilization=1.0,
-    )
-    assert make_plan(request, h100).decode_tok_s == pytest.approx(329.2, rel=0.1)
-    assert weight_read_gbs(KNOWN_SHAPES["llama-8b"], "q5_k") > QUANT_READ_GBS_GENERIC
+    assert _8k_tok_s("q5_k", "h100", 3006.0) == pytest.approx(329.2, rel=0.1)
+    assert weight_read_gbs(SPEC, "q5_k") > QUANT_READ_GBS_GENERIC
     # its table swept for Q5_K (2026-12-05-h200-q41-configs): 343.7 on an H100 of 2.89 TB/s
-    other_h100 = replace(h100, hbm_gbs=2885.1)
-    assert make_plan(request, other_h100).decode_tok_s == pytest.approx(343.7, rel=0.1)
+    assert _8k_tok_s("q5_k", "h100", 2885.1) == pytest.approx(343.7, rel=0.1)
 
 
 @pytest.mark.parametrize(("hbm_gbs", "measured"), [(4192.4, 400.1), (2885.1, 345.4), (2885.1, 346.1)])
@@ -94,27 +97,11 @@ def test_q4_1_plans_its_swept_lanes_rows(hbm_gbs, measured):
     # Random llama-8b:q4_1 at 8K (what AWQ / GPTQ checkpoints run as) on an H200 and an H100 with
     # the table swept for Q4_1 (bench/results/2026-12-05-h200-q41-configs); the H100's copy rate
     # caps the kernels' there.
-    card = replace(KNOWN_GPU_BANDWIDTHS["h200"], hbm_gbs=hbm_gbs)
-    request = PlanRequest(
-        spec=KNOWN_SHAPES["llama-8b"],
-        vram_budget_bytes=16 * GiB,
-        context_len=8192,
-        quantization="q4_1",
-        gpu_memory_utilization=1.0,
-    )
-    assert make_plan(request, card).decode_tok_s == pytest.approx(measured, rel=0.1)
+    assert _8k_tok_s("q4_1", "h200", hbm_gbs) == pytest.approx(measured, rel=0.1)
 
 
-@pytest.mark.parametrize("measured", [245.0, 245.5])
+@pytest.mark.parametrize("measured", [245.0, 245.5, 241.2, 241.3])
 def test_q8_0_plans_its_int16x_lanes_rows(measured):
-    # Random llama-8b:q8_0 at 8K on an H100 of 2.89 TB/s, the int16-x lanes with their swept table
-    # (bench/results/2026-12-05-h200-q41-configs, call 15); the generic kernel's rate planned 211.6.
-    card = replace(KNOWN_GPU_BANDWIDTHS["h100"], hbm_gbs=2885.1)
-    request = PlanRequest(
-        spec=KNOWN_SHAPES["llama-8b"],
-        vram_budget_bytes=16 * GiB,
-        context_len=8192,
-        quantization="q8_0",
-        gpu_memory_utilization=1.0,
-    )
-    assert make_plan(request, card).decode_tok_s == pytest.approx(measured, rel=0.1)
+    # Random llama-8b:q8_0 at 8K on H100s of 2.89 TB/s, the int16-x lanes with their swept table
+    # (bench/results/2026-12-05-h200-q41-configs, calls 15-16); the generic kernel's rate planned 211.6.
+    assert _8k_tok_s("q8_0", "h100", 2885.1) == pytest.approx(measured, rel=0.1)
