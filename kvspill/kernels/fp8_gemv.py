@@ -50,9 +50,10 @@ def gemv_config(num_tokens: int, n: int, k: int, weight_bytes: int = 2) -> GemvC
     1024-wide K chunks on every 8B shape (qkv 19.2 -> 17.5 us, gate_up 77.5 -> 74.4, the lm_head
     339 -> 327), 4 rows x 2048 on the 8B's o (11.8 -> 11.4), and 8 x 512 with 4 stages on a 1B's
     short rows (qkv 6.6 -> 5.0, o 4.9 -> 3.7): 8B bf16 at 8K 171.0 -> 174.7 tok/s, Llama-3.2-1B
-    817.5 -> 831.1 with the per-shape picks (these rules within 1% of them on each shape). fp8: 16-row blocks (H200, 2026-12-03, bench/results/2026-12-03-h200-gemv-tiles/)
-    except rows of N <= 4096, 8 (the 8B's o 7.0 -> 6.5 us; down had 8 already). Several tokens:
-    tl.dot needs BLOCK_N >= 16; 32 x 256 was best or within 1% for every 8B shape."""
+    817.5 -> 831.1 with the per-shape picks (these rules within 1% of them on each shape).
+    fp8: 16-row blocks (H200, 2026-12-03, bench/results/2026-12-03-h200-gemv-tiles/) except rows of
+    N <= 4096, 8 (the 8B's o 7.0 -> 6.5 us; down had 8 already). Several tokens: tl.dot needs
+    BLOCK_N >= 16; 32 x 256 was best or within 1% for every 8B shape."""
     if num_tokens > 1:
         return GemvConfig(block_n=32, block_k=256, num_warps=4, num_stages=3)
     wide_k = 1024 if k % 1024 == 0 else 512

@@ -197,19 +197,26 @@ def multi_token_read_gbs(
     if quantization == "q4_1" or quantization in INT4_CHECKPOINT_METHODS or main == "Q4_1":
         # the tensor-core form takes rows of whole 256-weight super-blocks only (SmolLM2's 576: not)
         whole = spec.hidden_size % 256 == 0 and spec.intermediate_size % 256 == 0
-        q41 = [n for n in sorted(Q4_1_READ_GBS_BY_TOKENS) if n >= num_tokens]
-        return (True, Q4_1_READ_GBS_BY_TOKENS[q41[0]]) if whole and num_tokens >= 3 and q41 else (False, None)
+        q41 = _next_entry(Q4_1_READ_GBS_BY_TOKENS, num_tokens) if whole and num_tokens >= 3 else None
+        return q41 is not None, q41
     if quantization in ("q5_k", "q5_k_m") or main == "Q5_K":
-        q5k = [n for n in sorted(Q5_K_READ_GBS_BY_TOKENS) if n >= num_tokens]
-        if num_tokens < 3 or not q5k:
+        q5k = _next_entry(Q5_K_READ_GBS_BY_TOKENS, num_tokens) if num_tokens >= 3 else None
+        if q5k is None:
             return False, None
         key = "q5_k" if quantization == "q5_k" else "q5_k_m"  # a file whose main type is Q5_K: Q5_K_M
-        return True, Q5_K_READ_GBS_BY_TOKENS[q5k[0]] * QUANT_READ_GBS[key] / QUANT_READ_GBS["q5_k"]
+        return True, q5k * QUANT_READ_GBS[key] / QUANT_READ_GBS["q5_k"]
     if quantization != "q4_k_m" and main != "Q4_K":
         return False, None
-    rates = Q4_K_M_READ_GBS_BY_TOKENS if scale_pairs else Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS
+    q4k = _next_entry(
+        Q4_K_M_READ_GBS_BY_TOKENS if scale_pairs else Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS, num_tokens
+    )
+    return q4k is not None, q4k
+
+
+def _next_entry(rates: dict[int, float], num_tokens: int) -> float | None:
+    """The rate of the smallest token count in `rates` that is >= num_tokens (None past the last)."""
     counts = [n for n in sorted(rates) if n >= num_tokens]
-    return (True, rates[counts[0]]) if counts else (False, None)
+    return rates[counts[0]] if counts else None
 
 
 def weight_read_gbs(spec: ModelSpec, quantization: str) -> float | None:
