@@ -116,22 +116,25 @@ MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
     ("Q6_K", 8): _SYNC_Q6K,
     ("Q6_K", 16): replace(_SYNC_Q6K, num_stages=3),
     ("Q6_K", 32): replace(_SYNC_Q6K, block_n=64, split_k=8),
-    # Q5_K (Q5_K_M files' main type) at 3-32 tokens: the sub-block form with the Q4_K picks of
+    # Q5_K (Q5_K_M files' main type) at 2-32 tokens: the sub-block form with the Q4_K picks of
     # before the words form, against the dot kernel on the 8B shapes 1.6-2.3x, random 8B Q5_K at
     # 8 x 2K 616.7 -> 1,165.4 tok/s in all (H100, 2026-12-05, bench/results/2026-12-05-h100-merge-defaults,
     # call 2). `mma_sweep --types Q5_K --forms sub` picked the same config at 4 / 16 / 32 tokens
     # (the 8B shapes 873 -> 423, 847 -> 531, 1,410 -> 738 us against the dot kernel /
     # dequantize-then-GEMM): 4 / 16 / 32 x 2K 345.2 -> 628.4, 1,135.8 -> 1,788.0, 1,786.1 -> 2,494.8
-    # tok/s in all (H100, bench/results/2026-12-05-h200-q41-configs, calls 17-18).
+    # tok/s in all (H100, bench/results/2026-12-05-h200-q41-configs, calls 17-18); at 2 tokens the
+    # same config, against the dot kernel, 2 x 2K 176.8 -> 327.2 (call 20).
     **{
         ("Q5_K", n): MmaConfig(block_n=32, num_warps=2, split_k=4, num_stages=3, magic=True)
-        for n in (4, 8, 16, 32)
+        for n in (2, 4, 8, 16, 32)
     },
-    # Q4_1 (GGUF Q4_1 files; AWQ / GPTQ checkpoints load as Q4_1) at 3-32 tokens: the sub-block
+    # Q4_1 (GGUF Q4_1 files; AWQ / GPTQ checkpoints load as Q4_1) at 2-32 tokens: the sub-block
     # form (`mma_sweep --types Q4_1 --forms sub`), the 8B shapes' sum against the dot kernel /
     # dequantize-then-GEMM they took: 4 tokens 949.5 -> 620.7 us, 8 944.2 -> 665.3, 16 901.4 ->
     # 723.5, 32 1,343.3 -> 994.6; random 8B Q4_1 8 x 2K 592.9 -> 728.0 tok/s in all, 32 x 2K
-    # 1,862.2 -> 1,976.5 (H100, 2026-12-05, bench/results/2026-12-05-h200-q41-configs, call 14).
+    # 1,862.2 -> 1,976.5 (H100, 2026-12-05, bench/results/2026-12-05-h200-q41-configs, call 14); 2
+    # tokens with 4's config, 2 x 2K 172.0 -> 246.2 (call 20).
+    ("Q4_1", 2): MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3),
     ("Q4_1", 4): MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3),
     ("Q4_1", 8): MmaConfig(block_n=128, num_warps=4, split_k=4, num_stages=3, magic=True),
     ("Q4_1", 16): MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3, magic=True),

@@ -76,20 +76,21 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # lane GEMV: not measured in the engine); other types' multi-token kernels are not measured
 # (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
 Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 16: 1432.0, 32: 1225.0}
-# Q5_K at 3-32 tokens (gguf_mma_configs' Q5_K entries: the tensor-core sub-block form): random
+# Q5_K at 2-32 tokens (gguf_mma_configs' Q5_K entries: the tensor-core sub-block form): random
 # `llama-8b:q5_k` at N x 2K on an H100, fit the same way: 8 from 1,165.4 / 1,171.1 tok/s in all
 # (bench/results/2026-12-05-h100-merge-defaults; 1,167.9 again in 2026-12-05-h200-q41-configs,
 # call 18), 4 / 16 / 32 from 628.1 / 628.7, 1,789.0 / 1,787.1 and 2,491.6 / 2,498.0 (same folder,
-# calls 17-18; the H100 and H200 have the same SMs and clocks: the kernel, not HBM, bounds it).
-# 3 tokens take 4's rate, 5-8 8's, and so on. A Q5_K_M file's: these times Q5_K_M's one-token rate
+# calls 17-18; the H100 and H200 have the same SMs and clocks: the kernel, not HBM, bounds it),
+# 2 from 327.2 (call 20). 3 tokens take 4's rate, 5-8 8's, and so on. A Q5_K_M file's: these times Q5_K_M's one-token rate
 # over Q5_K's (its Q6_K share), an estimate.
-Q5_K_READ_GBS_BY_TOKENS = {4: 1044.0, 8: 1017.0, 16: 817.0, 32: 604.0}
-# Q4_1 (and AWQ / GPTQ checkpoints, run as Q4_1) at 3-32 tokens (gguf_mma_configs' Q4_1 entries:
-# the tensor-core sub-block form), fit the same way to random `llama-8b:q4_1` at 8 and 32 x 2K on
-# an H100, 728.0 / 726.9 and 1,976.5 / 1,966.8 tok/s in all (bench/results/2026-12-05-h200-q41-configs,
-# call 14; the kernel, not HBM, bounds it, as for Q5_K). 3-8 tokens take 8's rate, 9-32 32's (4 and
-# 16 tokens timed per kernel only, both faster than the next entry: the plan is low there).
-Q4_1_READ_GBS_BY_TOKENS = {8: 526.0, 32: 400.0}
+Q5_K_READ_GBS_BY_TOKENS = {2: 1057.0, 4: 1044.0, 8: 1017.0, 16: 817.0, 32: 604.0}
+# Q4_1 (and AWQ / GPTQ checkpoints, run as Q4_1) at 2-32 tokens (gguf_mma_configs' Q4_1 entries:
+# the tensor-core sub-block form), fit the same way to random `llama-8b:q4_1` at 2, 8 and 32 x 2K
+# on an H100, 246.2, 728.0 / 726.9 and 1,976.5 / 1,966.8 tok/s in all
+# (bench/results/2026-12-05-h200-q41-configs, calls 14, 20; the kernel, not HBM, bounds it, as for
+# Q5_K). 3-8 tokens take 8's rate, 9-32 32's (4 and 16 tokens timed per kernel only, both faster
+# than the next entry: the plan is low there).
+Q4_1_READ_GBS_BY_TOKENS = {2: 694.0, 8: 526.0, 32: 400.0}
 Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS = {
     1: QUANT_READ_GBS["q4_k_m"],
     4: 1452.0,
@@ -186,7 +187,7 @@ def multi_token_read_gbs(
 ) -> tuple[bool, float | None]:
     """(known, GB/s) a decode step of `num_tokens` tokens reads the weights at (GB/s None: HBM's);
     known False where the engine's kernels at that count are not measured: past one token, every
-    format but Q4_K_M, Q5_K and Q4_1 at 3-32 tokens (dense and fp8 steps of several tokens
+    format but Q4_K_M, Q5_K and Q4_1 at 2-32 tokens (dense and fp8 steps of several tokens
     run cuBLAS / the fp8 GEMV's tensor-core path, whose rates no engine row has fit yet), and
     Q4_K_M past its largest entry.
     `scale_pairs`: whether the engine keeps the Q4_K scale pairs (PlanRequest.scale_pair_bytes)."""
@@ -197,10 +198,10 @@ def multi_token_read_gbs(
     if quantization == "q4_1" or quantization in INT4_CHECKPOINT_METHODS or main == "Q4_1":
         # the tensor-core form takes rows of whole 256-weight super-blocks only (SmolLM2's 576: not)
         whole = spec.hidden_size % 256 == 0 and spec.intermediate_size % 256 == 0
-        q41 = _next_entry(Q4_1_READ_GBS_BY_TOKENS, num_tokens) if whole and num_tokens >= 3 else None
+        q41 = _next_entry(Q4_1_READ_GBS_BY_TOKENS, num_tokens) if whole else None
         return q41 is not None, q41
     if quantization in ("q5_k", "q5_k_m") or main == "Q5_K":
-        q5k = _next_entry(Q5_K_READ_GBS_BY_TOKENS, num_tokens) if num_tokens >= 3 else None
+        q5k = _next_entry(Q5_K_READ_GBS_BY_TOKENS, num_tokens)
         if q5k is None:
             return False, None
         key = "q5_k" if quantization == "q5_k" else "q5_k_m"  # a file whose main type is Q5_K: Q5_K_M

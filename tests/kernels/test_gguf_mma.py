@@ -350,20 +350,20 @@ def test_tuned_configs_file_errors_say_what_to_fix(text, message):
         parse_mma_configs(text, "f.json")
 
 
-@pytest.mark.parametrize("num_tokens", [3, 8, 16, 32])
+@pytest.mark.parametrize("num_tokens", [2, 8, 16, 32])
 def test_q5k_takes_the_kernel_at_its_measured_counts_and_where_a_tuned_file_says(num_tokens, device):
-    # The measured entries (3-32 tokens) take the sub-block form; 2 tokens keeps the dot kernel
-    # until a tuned file's entry (KVSPILL_MMA_CONFIGS) sends it, null sends a count back. Words: refused.
+    # The measured entries (2-32 tokens) take the sub-block form; 33-64 keep dequantize-then-GEMM
+    # until a tuned file's entry (KVSPILL_MMA_CONFIGS) sends them, null sends a count back. Words: refused.
     weight, x, _, w_ref = _case("Q5_K", num_tokens, torch.float32, device)
     assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(weight, n) is not None] == list(
-        range(3, 33)
+        range(2, 33)
     )
     assert not MMA_CONFIGS[("Q5_K", 8)].words
     if device == "cuda":
         assert quant_linear_path(x, weight) == "mma"
     _check(quant_matmul_mma(x, weight), x, w_ref, None, rel=1e-5)
     tuned = parse_mma_configs(
-        '{"Q5_K,2": {"block_n": 32, "num_warps": 2, "magic": true}, "Q5_K,4": null}', "f.json"
+        '{"Q5_K,64": {"block_n": 32, "num_warps": 2, "magic": true}, "Q5_K,4": null}', "f.json"
     )
     saved = dict(MMA_CONFIGS)
     try:
@@ -372,7 +372,9 @@ def test_q5k_takes_the_kernel_at_its_measured_counts_and_where_a_tuned_file_says
                 MMA_CONFIGS.pop(key)
             else:
                 MMA_CONFIGS[key] = config
-        assert mma_config(weight, 2) == for_shape(tuned[("Q5_K", 2)], weight.out_features, weight.in_features)
+        assert mma_config(weight, 40) == for_shape(
+            tuned[("Q5_K", 64)], weight.out_features, weight.in_features
+        )
         assert mma_config(weight, 3) is None and mma_config(weight, 5) is not None
     finally:
         MMA_CONFIGS.clear()
@@ -396,14 +398,14 @@ def test_q5k_fifth_bits_count(config, device):
         _check(quant_matmul_mma(x, w, config=config), x, w_ref, None, rel=1e-5)
 
 
-@pytest.mark.parametrize("num_tokens", [3, 8, 16, 32])
+@pytest.mark.parametrize("num_tokens", [2, 3, 8, 16, 32])
 def test_q41_takes_the_sub_block_form_at_its_measured_counts(num_tokens, device):
-    # Q4_1 (AWQ / GPTQ checkpoints): the measured entries take 3-32 tokens (1-2 keep the lane GEMV
-    # and the dot kernel, 33+ dequantize-then-GEMM); rows of 32-weight blocks take the kernel only
-    # when K is whole super-blocks of 256; no words or whole form.
+    # Q4_1 (AWQ / GPTQ checkpoints): the measured entries take 2-32 tokens (1 keeps the lane GEMV,
+    # 33+ dequantize-then-GEMM); rows of 32-weight blocks take the kernel only when K is whole
+    # super-blocks of 256; no words or whole form.
     weight, x, bias, w_ref = _case("Q4_1", num_tokens, torch.float32, device, seed=17)
     taken = [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(weight, n) is not None]
-    assert taken == list(range(3, 33))
+    assert taken == list(range(2, 33))
     shipped = MMA_CONFIGS[("Q4_1", triton.next_power_of_2(num_tokens))]
     assert mma_config(weight, num_tokens) == for_shape(shipped, weight.out_features, weight.in_features)
     _check(quant_matmul_mma(x, weight, bias), x, w_ref, bias, rel=1e-5)
