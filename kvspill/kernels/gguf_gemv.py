@@ -33,6 +33,9 @@ Kernels (`quant_matmul_gemv` picks one):
   32-weight block each unless KVSPILL_Q41_INT16X=0 (8B shapes 1.45-1.64x the generic kernel, H100).
 - One token on Q8_0 takes int16-x lanes of two blocks each (`q80_int16x_kernel`, rows of an even
   block count) unless KVSPILL_Q80_INT16X=0 (8B shapes 1.16-1.39x the generic kernel, H100).
+- With KVSPILL_LANE_PASSES=N (off until timed), 2..N tokens on Q5_K, Q4_1 or Q8_0 take those
+  one-token lanes once per token (`lane_passes_launcher`; quant_linear's dispatch puts it before
+  the tensor-core kernel).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -73,7 +76,7 @@ from collections.abc import Callable
 
 import torch
 
-from kvspill.env import q41_int16x_on, q80_int16x_on, switch_on
+from kvspill.env import lane_passes, q41_int16x_on, q80_int16x_on, switch_on
 from kvspill.kernels.gguf_dequant import block_at, dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_int16x import (
@@ -424,6 +427,14 @@ def _one_token_int16x_only(x: torch.Tensor, weight: QuantizedWeight) -> Callable
     return None
 
 
+def lane_passes_launcher(x: torch.Tensor, weight: QuantizedWeight) -> Callable[..., None] | None:
+    """The one-token lanes' launcher where a step of x's 2..N tokens runs them once per token
+    (env.lane_passes: KVSPILL_LANE_PASSES=N), else None."""
+    if not 2 <= x.shape[0] <= lane_passes():
+        return None
+    return _one_token_int16x_only(x[:1], weight)
+
+
 def _launch_block_lanes(x, weight, bias, out) -> None:
     """q41_int16x_kernel (lane items of one Q4_1 block) or q80_int16x_kernel (two Q8_0 blocks)."""
     rows, k = weight.out_features, weight.in_features
@@ -555,6 +566,9 @@ def quant_matmul_gemv(
         _launch_lane_kernel(x, weight, bias, out, lane_config)
     elif (launch_int16x := _one_token_int16x_only(x, weight)) is not None:
         launch_int16x(x, weight, bias, out)
+    elif (launch_pass := lane_passes_launcher(x, weight)) is not None:
+        for t in range(num_tokens):  # rows of x and out: contiguous columns (check_gemv_args, check_out)
+            launch_pass(x[t : t + 1], weight, bias, out[t : t + 1])
     elif num_tokens == 1:
         chunk, block_n, num_warps = FMA_CONFIG[weight.qtype]
         _gemv_fma_kernel[(triton.cdiv(rows, block_n),)](

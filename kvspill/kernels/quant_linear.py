@@ -8,7 +8,9 @@ Paths (`quant_linear_path` says which one a call takes):
   tuned KVSPILL_MMA_CONFIGS file) has a config for that count: the tensor-core kernel, which reads
   the quantized bytes once for all tokens;
 - "gemv": <= MAX_GEMV_TOKENS tokens on a Triton device, otherwise: the fused dequantize-GEMV, which reads
-  the quantized bytes once (decode is weight-bandwidth bound);
+  the quantized bytes once (decode is weight-bandwidth bound); with KVSPILL_LANE_PASSES=N, 2..N
+  tokens of a type with one-token int16-x lanes (Q5_K, Q4_1, Q8_0) come here before "mma" and run
+  those lanes once per token;
 - "dequant_matmul": more tokens: the layer is dequantized, then multiplied densely (prefill is
   compute bound; the dequantize costs one pass over the weight). A weight larger than
   DEQUANT_SLICE_BYTES dense goes in slices of rows, each dequantized into one reused buffer
@@ -32,7 +34,7 @@ import torch.nn.functional as F
 
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
-from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS, quant_matmul_gemv
+from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS, lane_passes_launcher, quant_matmul_gemv
 from kvspill.kernels.gguf_mma import quant_matmul_mma
 from kvspill.kernels.gguf_mma_configs import mma_config
 from kvspill.kernels.triton_compat import HAS_TRITON
@@ -51,6 +53,8 @@ def quant_linear_path(x: torch.Tensor, weight: QuantizedWeight) -> QuantLinearPa
     if x.device.type == "cpu" or not HAS_TRITON:
         return "reference"
     num_tokens = x.numel() // max(1, x.shape[-1])
+    if num_tokens <= MAX_GEMV_TOKENS and lane_passes_launcher(x.reshape(num_tokens, -1), weight) is not None:
+        return "gemv"  # KVSPILL_LANE_PASSES: the one-token lanes once per token
     if mma_config(weight, num_tokens) is not None:
         return "mma"
     return "gemv" if num_tokens <= MAX_GEMV_TOKENS else "dequant_matmul"

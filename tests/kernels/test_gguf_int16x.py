@@ -377,3 +377,36 @@ def test_q80_int16x_is_on_by_default_and_needs_whole_pairs(device, monkeypatch):
     monkeypatch.setenv("KVSPILL_INT16_X", "0")  # the master switch turns it off too
     gguf_gemv.quant_matmul_gemv(x, weight)
     assert launched == ["_gemv_fma_kernel", "q80_int16x_kernel", "_gemv_fma_kernel", "_gemv_fma_kernel"]
+
+
+@pytest.mark.parametrize(
+    ("qtype", "kernel"),
+    [("Q4_1", "q41_int16x_kernel"), ("Q8_0", "q80_int16x_kernel"), ("Q5_K", "q4k_int16x_kernel")],
+)
+def test_lane_passes_run_the_one_token_lanes_once_per_token(qtype, kernel, device, monkeypatch):
+    # KVSPILL_LANE_PASSES=N: 2..N tokens take the one-token lanes, one launch a token, each row the
+    # same bits as that token alone (into rows of a strided output); off by default, 3 tokens with
+    # N = 2 keep the dot kernel.
+    launched: list[str] = []
+    for name in (kernel, "_gemv_dot_kernel"):
+        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    gen = torch.Generator().manual_seed(31)
+    weight = random_quantized(qtype, ROWS, 512, gen).to(device)
+    x = torch.randn((3, 512), generator=gen).to(torch.bfloat16).to(device)
+    bias = torch.randn((ROWS,), generator=gen).to(torch.bfloat16).to(device)
+    monkeypatch.delenv("KVSPILL_LANE_PASSES", raising=False)
+    gguf_gemv.quant_matmul_gemv(x[:2], weight, bias)
+    assert launched == ["_gemv_dot_kernel"]
+    monkeypatch.setenv("KVSPILL_LANE_PASSES", "2")
+    wide = torch.zeros((2, ROWS + 5), dtype=torch.bfloat16, device=device)
+    got = gguf_gemv.quant_matmul_gemv(x[:2], weight, bias, out=wide[:, :ROWS])
+    alone = [gguf_gemv.quant_matmul_gemv(x[t : t + 1], weight, bias) for t in range(2)]
+    assert torch.equal(got.cpu(), torch.cat(alone).cpu()) and not wide[:, ROWS:].any()
+    exact = x[:2].cpu().double() @ dequantize_ref(weight.data.cpu(), qtype, 512).double().t()
+    exact += bias.cpu().double()
+    torch.testing.assert_close(got.cpu().double(), exact, rtol=0, atol=2e-2 * float(exact.abs().max()))
+    gguf_gemv.quant_matmul_gemv(x, weight, bias)  # 3 tokens: past N
+    assert launched == ["_gemv_dot_kernel"] + [kernel] * 4 + ["_gemv_dot_kernel"]
+    monkeypatch.setenv("KVSPILL_LANE_PASSES", "two")
+    with pytest.raises(ValueError, match="KVSPILL_LANE_PASSES must be a token count"):
+        gguf_gemv.quant_matmul_gemv(x[:2], weight, bias)
