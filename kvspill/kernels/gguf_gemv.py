@@ -34,8 +34,9 @@ Kernels (`quant_matmul_gemv` picks one):
 - One token on Q8_0 takes int16-x lanes of two blocks each (`q80_int16x_kernel`, rows of an even
   block count) unless KVSPILL_Q80_INT16X=0 (8B shapes 1.16-1.39x the generic kernel, H100).
 - With KVSPILL_LANE_PASSES=N (off until timed), 2..N tokens on Q5_K, Q4_1 or Q8_0 take those
-  one-token lanes once per token (`lane_passes_launcher`; quant_linear's dispatch puts it before
-  the tensor-core kernel).
+  lanes a pass per token, or per two tokens on Q4_1 and Q8_0 (`TWO_TOKEN_LANES`: their kernels'
+  TWO form reads each block once for both) (`lane_passes_launcher`; quant_linear's dispatch puts
+  it before the tensor-core kernel).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -427,19 +428,33 @@ def _one_token_int16x_only(x: torch.Tensor, weight: QuantizedWeight) -> Callable
     return None
 
 
+# Types whose int16-x lanes take two tokens in one pass (each block read once for both: the
+# kernels' TWO form); the others' lane passes take one token each.
+TWO_TOKEN_LANES = ("Q4_1", "Q8_0")
+
+
 def lane_passes_launcher(x: torch.Tensor, weight: QuantizedWeight) -> Callable[..., None] | None:
-    """The one-token lanes' launcher where a step of x's 2..N tokens runs them once per token
-    (env.lane_passes: KVSPILL_LANE_PASSES=N), else None."""
+    """The int16-x lanes' launcher where a step of x's 2..N tokens runs them a pass per token, or
+    per two tokens on TWO_TOKEN_LANES' types (env.lane_passes: KVSPILL_LANE_PASSES=N), else None."""
     if not 2 <= x.shape[0] <= lane_passes():
         return None
     return _one_token_int16x_only(x[:1], weight)
 
 
+def _run_lane_passes(launch: Callable[..., None], x, weight, bias, out) -> None:
+    """`lane_passes_launcher`'s passes over x's tokens (rows of x and out: contiguous columns)."""
+    step = 2 if weight.qtype in TWO_TOKEN_LANES else 1
+    for t in range(0, x.shape[0], step):
+        launch(x[t : t + step], weight, bias, out[t : t + step])
+
+
 def _launch_block_lanes(x, weight, bias, out) -> None:
-    """q41_int16x_kernel (lane items of one Q4_1 block) or q80_int16x_kernel (two Q8_0 blocks)."""
+    """q41_int16x_kernel (lane items of one Q4_1 block) or q80_int16x_kernel (two Q8_0 blocks), on
+    one token or (their TWO form) two."""
     rows, k = weight.out_features, weight.in_features
     chunk, block_n, num_warps = _int16x_config(weight)
     kernel, item = (q41_int16x_kernel, 32) if weight.qtype == "Q4_1" else (q80_int16x_kernel, 64)
+    assert x.shape[0] in (1, 2), f"the block lanes take 1 or 2 tokens, got {x.shape[0]}"
     kernel[(triton.cdiv(rows, block_n),)](
         x,
         weight.data,
@@ -448,7 +463,10 @@ def _launch_block_lanes(x, weight, bias, out) -> None:
         rows,
         k // item,
         weight.data.stride(0),
+        x.stride(0),
+        out.stride(0),
         HAS_LINEAR_BIAS=bias is not None,
+        TWO=x.shape[0] == 2,
         KL=chunk // item,
         BLOCK_N=block_n,
         USE_ASM=not _interpreted(x),
@@ -566,9 +584,8 @@ def quant_matmul_gemv(
         _launch_lane_kernel(x, weight, bias, out, lane_config)
     elif (launch_int16x := _one_token_int16x_only(x, weight)) is not None:
         launch_int16x(x, weight, bias, out)
-    elif (launch_pass := lane_passes_launcher(x, weight)) is not None:
-        for t in range(num_tokens):  # rows of x and out: contiguous columns (check_gemv_args, check_out)
-            launch_pass(x[t : t + 1], weight, bias, out[t : t + 1])
+    elif (launch_passes := lane_passes_launcher(x, weight)) is not None:
+        _run_lane_passes(launch_passes, x, weight, bias, out)
     elif num_tokens == 1:
         chunk, block_n, num_warps = FMA_CONFIG[weight.qtype]
         _gemv_fma_kernel[(triton.cdiv(rows, block_n),)](

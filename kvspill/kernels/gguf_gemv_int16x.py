@@ -168,26 +168,38 @@ def q41_int16x_kernel(
     rows,
     num_blocks,
     stride_w,
+    stride_x,  # TWO: the second token's row of x and of out
+    stride_o,
     HAS_LINEAR_BIAS: tl.constexpr,
     KL: tl.constexpr,
     BLOCK_N: tl.constexpr,
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
+    TWO: tl.constexpr = False,  # two tokens, each block's bytes read from HBM once
 ):
-    # Q4_1 (what int4 checkpoints, AWQ and GPTQ, load as), one token. Grid: (cdiv(rows, BLOCK_N),).
-    # Lane kl of a K step (KL blocks of 32) owns block k + kl of each of the program's rows: its
-    # header word (d | m << 16) and 4 quant words, whose 16 low nibbles meet the block's x[0:16]
-    # and high ones x[16:32]: Q4_K's half-group lane with a header of its own.
+    # Q4_1 (what int4 checkpoints, AWQ and GPTQ, load as), one token (or TWO). Grid:
+    # (cdiv(rows, BLOCK_N),). Lane kl of a K step (KL blocks of 32) owns block k + kl of each of the
+    # program's rows: its header word (d | m << 16) and 4 quant words, whose 16 low nibbles meet
+    # the block's x[0:16] and high ones x[16:32]: Q4_K's half-group lane with a header of its own.
+    # TWO runs the block again for the second token: its words come from L1, and the one-token
+    # form compiles as it did (loading the words once for both kept more registers live:
+    # AOT counts in bench/results/2026-12-05-h200-q41-configs, "Two-token lanes").
     pid = tl.program_id(0)
     row, kl, i_x = _block_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
     x_off = i_x * 32 + tl.arange(0, 8)[None, :]
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_N, KL), dtype=tl.float32)  # TWO's second token (else unused)
     for k in range(0, num_blocks, KL):
         words = (row + tl.where((k + kl) < num_blocks, (k + kl) * 20, 0)).to(tl.pointer_type(tl.int32))
         x_ok = (k + i_x) < num_blocks
         acc += _q41_int16x_block(words, x_ptr + k * 32 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
+        if TWO:
+            acc2 += _q41_int16x_block(words, x_ptr + stride_x + k * 32 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+    if TWO:
+        out2 = tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
+        _store_lane_sums(out_ptr + stride_o, bias_ptr, out2, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit
@@ -238,25 +250,35 @@ def q80_int16x_kernel(
     rows,
     num_pairs,
     stride_w,
+    stride_x,  # TWO: the second token's row of x and of out
+    stride_o,
     HAS_LINEAR_BIAS: tl.constexpr,
     KL: tl.constexpr,
     BLOCK_N: tl.constexpr,
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
+    TWO: tl.constexpr = False,  # two tokens, each pair's bytes read from HBM once (as Q4_1's)
 ):
-    # Q8_0 rows of an even block count (4-byte aligned), one token. Grid: (cdiv(rows, BLOCK_N),).
-    # Lane kl of a K step (KL pairs of blocks) owns pair k + kl of each of the program's rows: 17
-    # words, 68 bytes (d0 | q0[32] | d1 | q1[32]). Block 1's quants are word aligned; block 0's
-    # start 2 bytes into a word, so its words meet x shifted by 2 instead (`_q80_int16x_pair`).
+    # Q8_0 rows of an even block count (4-byte aligned), one token (or TWO). Grid:
+    # (cdiv(rows, BLOCK_N),). Lane kl of a K step (KL pairs of blocks) owns pair k + kl of each of
+    # the program's rows: 17 words, 68 bytes (d0 | q0[32] | d1 | q1[32]). Block 1's quants are word
+    # aligned; block 0's start 2 bytes into a word, so its words meet x shifted by 2 instead
+    # (`_q80_int16x_pair`).
     pid = tl.program_id(0)
     row, kl, i_x = _block_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL)
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_N, KL), dtype=tl.float32)  # TWO's second token (else unused)
     for k in range(0, num_pairs, KL):
         words = (row + tl.where((k + kl) < num_pairs, (k + kl) * 68, 0)).to(tl.pointer_type(tl.int32))
         x_ok = (k + i_x) < num_pairs
         acc += _q80_int16x_pair(words, x_ptr + (k + i_x) * 64, x_ok, BLOCK_N, KL, USE_ASM)
+        if TWO:
+            acc2 += _q80_int16x_pair(words, x_ptr + stride_x + (k + i_x) * 64, x_ok, BLOCK_N, KL, USE_ASM)
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+    if TWO:
+        out2 = tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
+        _store_lane_sums(out_ptr + stride_o, bias_ptr, out2, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit

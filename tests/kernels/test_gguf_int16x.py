@@ -380,33 +380,37 @@ def test_q80_int16x_is_on_by_default_and_needs_whole_pairs(device, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("qtype", "kernel"),
-    [("Q4_1", "q41_int16x_kernel"), ("Q8_0", "q80_int16x_kernel"), ("Q5_K", "q4k_int16x_kernel")],
+    ("qtype", "kernel", "per_pass"),
+    [("Q4_1", "q41_int16x_kernel", 2), ("Q8_0", "q80_int16x_kernel", 2), ("Q5_K", "q4k_int16x_kernel", 1)],
 )
-def test_lane_passes_run_the_one_token_lanes_once_per_token(qtype, kernel, device, monkeypatch):
-    # KVSPILL_LANE_PASSES=N: 2..N tokens take the one-token lanes, one launch a token, each row the
-    # same bits as that token alone (into rows of a strided output); off by default, 3 tokens with
-    # N = 2 keep the dot kernel.
+def test_lane_passes_run_the_lanes_a_pass_per_token_or_two(qtype, kernel, per_pass, device, monkeypatch):
+    # KVSPILL_LANE_PASSES=N: 2..N tokens take the int16-x lanes, a launch per token (Q5_K) or per
+    # two (Q4_1, Q8_0: the kernels' TWO form), each output row the same bits as that token alone
+    # (into rows of a strided output); off by default; past N the dot kernel.
     launched: list[str] = []
     for name in (kernel, "_gemv_dot_kernel"):
         monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
     gen = torch.Generator().manual_seed(31)
     weight = random_quantized(qtype, ROWS, 512, gen).to(device)
-    x = torch.randn((3, 512), generator=gen).to(torch.bfloat16).to(device)
+    x = torch.randn((4, 512), generator=gen).to(torch.bfloat16).to(device)
     bias = torch.randn((ROWS,), generator=gen).to(torch.bfloat16).to(device)
     monkeypatch.delenv("KVSPILL_LANE_PASSES", raising=False)
     gguf_gemv.quant_matmul_gemv(x[:2], weight, bias)
     assert launched == ["_gemv_dot_kernel"]
-    monkeypatch.setenv("KVSPILL_LANE_PASSES", "2")
-    wide = torch.zeros((2, ROWS + 5), dtype=torch.bfloat16, device=device)
-    got = gguf_gemv.quant_matmul_gemv(x[:2], weight, bias, out=wide[:, :ROWS])
-    alone = [gguf_gemv.quant_matmul_gemv(x[t : t + 1], weight, bias) for t in range(2)]
-    assert torch.equal(got.cpu(), torch.cat(alone).cpu()) and not wide[:, ROWS:].any()
-    exact = x[:2].cpu().double() @ dequantize_ref(weight.data.cpu(), qtype, 512).double().t()
+    alone = torch.cat([gguf_gemv.quant_matmul_gemv(x[t : t + 1], weight, bias) for t in range(3)]).cpu()
+    monkeypatch.setenv("KVSPILL_LANE_PASSES", "3")
+    for n in (2, 3):
+        launched.clear()
+        wide = torch.zeros((n, ROWS + 5), dtype=torch.bfloat16, device=device)
+        got = gguf_gemv.quant_matmul_gemv(x[:n], weight, bias, out=wide[:, :ROWS])
+        assert launched == [kernel] * -(-n // per_pass)
+        assert torch.equal(got.cpu(), alone[:n]) and not wide[:, ROWS:].any()
+    exact = x[:3].cpu().double() @ dequantize_ref(weight.data.cpu(), qtype, 512).double().t()
     exact += bias.cpu().double()
     torch.testing.assert_close(got.cpu().double(), exact, rtol=0, atol=2e-2 * float(exact.abs().max()))
-    gguf_gemv.quant_matmul_gemv(x, weight, bias)  # 3 tokens: past N
-    assert launched == ["_gemv_dot_kernel"] + [kernel] * 4 + ["_gemv_dot_kernel"]
+    launched.clear()
+    gguf_gemv.quant_matmul_gemv(x, weight, bias)  # 4 tokens: past N
+    assert launched == ["_gemv_dot_kernel"]
     monkeypatch.setenv("KVSPILL_LANE_PASSES", "two")
     with pytest.raises(ValueError, match="KVSPILL_LANE_PASSES must be a token count"):
         gguf_gemv.quant_matmul_gemv(x[:2], weight, bias)
