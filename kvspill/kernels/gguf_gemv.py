@@ -34,8 +34,8 @@ Kernels (`quant_matmul_gemv` picks one):
 - One token on Q8_0 takes int16-x lanes of two blocks each (`q80_int16x_kernel`, rows of an even
   block count) unless KVSPILL_Q80_INT16X=0 (8B shapes 1.16-1.39x the generic kernel, H100).
 - With KVSPILL_LANE_PASSES=N (off until timed), 2..N tokens on Q5_K, Q4_1 or Q8_0 take those
-  lanes a pass per token, or per two tokens on Q4_1 and Q8_0 (`TWO_TOKEN_LANES`: their kernels'
-  TWO form reads each block once for both) (`lane_passes_launcher`; quant_linear's dispatch puts
+  lanes a pass per two tokens (`TWO_TOKEN_LANES`: their kernels' TWO form reads each block from
+  HBM once for both) (`lane_passes_launcher`; quant_linear's dispatch puts
   it before the tensor-core kernel).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
@@ -280,6 +280,11 @@ Q5K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (4096, 0, (4096, 4, 2)),
     (0, 0, (2048, 8, 2)),
 )
+# Two tokens on Q5_K in one pass (q4k_int16x_kernel's TWO form, KVSPILL_LANE_PASSES): the
+# one-token picks spill there (sm_90 AOT, Triton 3.9: (4096, 4, 2) 64 bytes of stack, (4096, 8, 4)
+# 24); (2048, 4, 2) holds 144 registers, none spilled. Not swept
+# (bench/results/2026-12-05-h200-q41-configs, "Two-token lanes").
+Q5K_TWO_TOKEN_CONFIG = (2048, 4, 2)
 # One token of bf16 / fp16 x on Q4_1 (int4 checkpoints) in q41_int16x_kernel (unless
 # KVSPILL_Q41_INT16X=0, env.q41_int16x_on): (CHUNK, BLOCK_N, warps), CHUNK // 32 blocks a K step,
 # the first entry whose (in_features, rows) floors the weight reaches. Swept on the 8B shapes
@@ -430,7 +435,7 @@ def _one_token_int16x_only(x: torch.Tensor, weight: QuantizedWeight) -> Callable
 
 # Types whose int16-x lanes take two tokens in one pass (each block read once for both: the
 # kernels' TWO form); the others' lane passes take one token each.
-TWO_TOKEN_LANES = ("Q4_1", "Q8_0")
+TWO_TOKEN_LANES = ("Q4_1", "Q8_0", "Q5_K")
 
 
 def lane_passes_launcher(x: torch.Tensor, weight: QuantizedWeight) -> Callable[..., None] | None:
@@ -478,8 +483,10 @@ def _launch_block_lanes(x, weight, bias, out) -> None:
 def _launch_q4k_one_token(x, weight, bias, out) -> None:
     """q4k_int16x_kernel (Q4_K and Q5_K) or, with KVSPILL_INT16_X=0, q4k_one_token_kernel (Q4_K)."""
     assert Q4K_ONE_TOKEN_CONFIG is not None
-    rows, integer_x = weight.out_features, int16_x()
+    rows, integer_x, two = weight.out_features, int16_x(), x.shape[0] == 2
     chunk, block_n, num_warps = _int16x_config(weight) if integer_x else Q4K_ONE_TOKEN_CONFIG
+    if two:
+        chunk, block_n, num_warps = Q5K_TWO_TOKEN_CONFIG
     args = (x, weight.data, bias if bias is not None else x, out, rows, weight.in_features // 256)
     meta = dict(
         HAS_LINEAR_BIAS=bias is not None,
@@ -492,7 +499,9 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
     grid = (triton.cdiv(rows, block_n),)
     q5 = {"Q5": True} if weight.qtype == "Q5_K" else {}  # Q5_K comes here only with integer_x
     if integer_x:
-        q4k_int16x_kernel[grid](*args, weight.data.stride(0), **q5, **meta)
+        assert x.shape[0] in (1, 2), f"the int16-x lanes take 1 or 2 tokens, got {x.shape[0]}"
+        strides = (weight.data.stride(0), x.stride(0), out.stride(0))
+        q4k_int16x_kernel[grid](*args, *strides, **q5, TWO=two, **meta)
     else:
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)
 

@@ -71,27 +71,39 @@ def q4k_int16x_kernel(
     rows,
     num_blocks,
     stride_w,
+    stride_x,  # TWO: the second token's row of x and of out
+    stride_o,
     HAS_LINEAR_BIAS: tl.constexpr,
     SB: tl.constexpr,
     BLOCK_N: tl.constexpr,
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
     Q5: tl.constexpr = False,  # Q5_K rows: 176-byte super-blocks, a fifth bit a quant from qh
+    TWO: tl.constexpr = False,  # two tokens, each super-block's bytes read from HBM once
 ):
-    # Q4_K (or Q5_K), one token. Grid: (cdiv(rows, BLOCK_N),). Lane kl = 8 * (super-block) + 2 g + hh
-    # of the K step (SB super-blocks) owns half hh (16 bytes) of group g of each of the program's
-    # rows (Q5_K: and the 16 qh bytes of the same 16 columns) and the 16 + 16 x values they meet.
+    # Q4_K (or Q5_K), one token (or TWO). Grid: (cdiv(rows, BLOCK_N),). Lane kl = 8 * (super-block)
+    # + 2 g + hh of the K step (SB super-blocks) owns half hh (16 bytes) of group g of each of the
+    # program's rows (Q5_K: and the 16 qh bytes of the same 16 columns) and the 16 + 16 x values
+    # they meet. TWO runs each step again for the second token, its words from L1 (as
+    # q41_int16x_kernel's).
     KL: tl.constexpr = 8 * SB
     pid = tl.program_id(0)
     row, sb_w, g, hh, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL, 2)
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_N, KL), dtype=tl.float32)  # TWO's second token (else unused)
     for k in range(0, num_blocks, SB):
         sb_bytes = tl.where((k + sb_w) < num_blocks, (k + sb_w) * (176 if Q5 else 144), 0)
         words = (row + sb_bytes).to(tl.pointer_type(tl.int32))
         x_ok = (k + i_x // 8) < num_blocks
         acc += _q4k_int16x_step(words, g, hh, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM, Q5)
+        if TWO:
+            x2 = x_ptr + stride_x + k * 256 + x_off
+            acc2 += _q4k_int16x_step(words, g, hh, x2, x_ok, BLOCK_N, KL, USE_ASM, Q5)
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+    if TWO:
+        out2 = tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
+        _store_lane_sums(out_ptr + stride_o, bias_ptr, out2, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit

@@ -380,13 +380,16 @@ def test_q80_int16x_is_on_by_default_and_needs_whole_pairs(device, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("qtype", "kernel", "per_pass"),
-    [("Q4_1", "q41_int16x_kernel", 2), ("Q8_0", "q80_int16x_kernel", 2), ("Q5_K", "q4k_int16x_kernel", 1)],
+    ("qtype", "kernel"),
+    [("Q4_1", "q41_int16x_kernel"), ("Q8_0", "q80_int16x_kernel"), ("Q5_K", "q4k_int16x_kernel")],
 )
+@pytest.mark.parametrize("per_pass", [2, 1])
 def test_lane_passes_run_the_lanes_a_pass_per_token_or_two(qtype, kernel, per_pass, device, monkeypatch):
-    # KVSPILL_LANE_PASSES=N: 2..N tokens take the int16-x lanes, a launch per token (Q5_K) or per
-    # two (Q4_1, Q8_0: the kernels' TWO form), each output row the same bits as that token alone
-    # (into rows of a strided output); off by default; past N the dot kernel.
+    # KVSPILL_LANE_PASSES=N: 2..N tokens take the int16-x lanes, a launch per two tokens (the
+    # kernels' TWO form; per token with TWO_TOKEN_LANES emptied), each output row the same bits as
+    # that token alone, into rows of a strided output; off by default; past N the dot kernel.
+    if per_pass == 1:
+        monkeypatch.setattr(gguf_gemv, "TWO_TOKEN_LANES", ())
     launched: list[str] = []
     for name in (kernel, "_gemv_dot_kernel"):
         monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))

@@ -36,3 +36,14 @@ for two in forms:
     for chunk, bn, w in [(2048, 8, 4), (2048, 16, 4)]:
         out.append(comp(g.q80_int16x_kernel, dict(HAS_LINEAR_BIAS=False, KL=chunk // 64, BLOCK_N=bn, USE_ASM=True, PDL=True, **extra), lp, ("rows", "stride_w", "stride_x", "stride_o"), w, 3, f"q80 lanes {(chunk, bn, w)} two={two}"))
 open(sys.argv[1], "w").write("\n=====\n".join(out))
+
+
+if len(sys.argv) > 3:  # q4k_int16x_kernel: Q4_K's one-token configs, Q5_K's (and TWO where it takes it)
+    out = []
+    has_two = "TWO" in inspect.signature(g.q4k_int16x_kernel.fn).parameters
+    for q5, configs in ((False, [(4096, 8, 4), (1024, 8, 1), (2048, 8, 2), (4096, 16, 4)]), (True, [(4096, 8, 4), (1024, 8, 1), (4096, 4, 2), (2048, 8, 2)])):
+        for two in ([False, True] if has_two and q5 else [False]):
+            extra = {"TWO": True} if two else {}
+            for chunk, bn, w in configs:
+                out.append(comp(g.q4k_int16x_kernel, dict(HAS_LINEAR_BIAS=False, SB=chunk // 256, BLOCK_N=bn, USE_ASM=True, PDL=True, Q5=q5, **extra), lp, ("rows", "stride_w", "stride_x", "stride_o"), w, 3, f"q4k int16x q5={q5} {(chunk, bn, w)} two={two}"))
+    open(sys.argv[3], "w").write("\n=====\n".join(out))
