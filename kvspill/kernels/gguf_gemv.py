@@ -34,9 +34,9 @@ Kernels (`quant_matmul_gemv` picks one):
 - One token on Q8_0 takes int16-x lanes of two blocks each (`q80_int16x_kernel`, rows of an even
   block count) unless KVSPILL_Q80_INT16X=0 (8B shapes 1.16-1.39x the generic kernel, H100).
 - With KVSPILL_LANE_PASSES=N (off until timed), 2..N tokens on Q5_K, Q4_1 or Q8_0 take those
-  lanes a pass per two tokens (`TWO_TOKEN_LANES`: their kernels' TWO form reads each block from
-  HBM once for both) (`lane_passes_launcher`; quant_linear's dispatch puts
-  it before the tensor-core kernel).
+  lanes, a pass per two tokens: the kernels' TWO form reads each block from HBM once for both
+  (`lane_passes_launcher`, `TWO_TOKEN_LANES`; quant_linear's dispatch puts it before the
+  tensor-core kernel).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
