@@ -99,11 +99,17 @@ def q4k_int16x_kernel(
         if TWO:
             x2 = x_ptr + stride_x + k * 256 + x_off
             acc2 += _q4k_int16x_step(words, g, hh, x2, x_ok, BLOCK_N, KL, USE_ASM, Q5)
+    _store_lane_acc(out_ptr, bias_ptr, acc, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
+    if TWO:
+        _store_lane_acc(out_ptr + stride_o, bias_ptr, acc2, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
+
+
+@triton.jit
+def _store_lane_acc(out_ptr, bias_ptr, acc, pid, rows, BLOCK_N: tl.constexpr, HAS_LINEAR_BIAS: tl.constexpr):
+    """One token's output row of the program's rows: the lanes' partial sums acc [BLOCK_N, KL]
+    summed over the lanes (+ bias), stored at out_ptr."""
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
-    if TWO:
-        out2 = tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
-        _store_lane_sums(out_ptr + stride_o, bias_ptr, out2, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit
@@ -207,11 +213,9 @@ def q41_int16x_kernel(
         acc += _q41_int16x_block(words, x_ptr + k * 32 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
         if TWO:
             acc2 += _q41_int16x_block(words, x_ptr + stride_x + k * 32 + x_off, x_ok, BLOCK_N, KL, USE_ASM)
-    out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
-    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+    _store_lane_acc(out_ptr, bias_ptr, acc, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
     if TWO:
-        out2 = tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
-        _store_lane_sums(out_ptr + stride_o, bias_ptr, out2, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+        _store_lane_acc(out_ptr + stride_o, bias_ptr, acc2, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit
@@ -286,11 +290,9 @@ def q80_int16x_kernel(
         acc += _q80_int16x_pair(words, x_ptr + (k + i_x) * 64, x_ok, BLOCK_N, KL, USE_ASM)
         if TWO:
             acc2 += _q80_int16x_pair(words, x_ptr + stride_x + (k + i_x) * 64, x_ok, BLOCK_N, KL, USE_ASM)
-    out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
-    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+    _store_lane_acc(out_ptr, bias_ptr, acc, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
     if TWO:
-        out2 = tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
-        _store_lane_sums(out_ptr + stride_o, bias_ptr, out2, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+        _store_lane_acc(out_ptr + stride_o, bias_ptr, acc2, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit
@@ -533,8 +535,7 @@ def q6k_int16x_kernel(
         acc += _q6k_int16x_block(
             blk, sblk, ql_off, qh_off, sc_off, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM, SPLIT
         )
-    out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
-    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+    _store_lane_acc(out_ptr, bias_ptr, acc, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit
