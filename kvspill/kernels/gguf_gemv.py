@@ -484,9 +484,10 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
     """q4k_int16x_kernel (Q4_K and Q5_K) or, with KVSPILL_INT16_X=0, q4k_one_token_kernel (Q4_K)."""
     assert Q4K_ONE_TOKEN_CONFIG is not None
     rows, integer_x, two = weight.out_features, int16_x(), x.shape[0] == 2
-    chunk, block_n, num_warps = _int16x_config(weight) if integer_x else Q4K_ONE_TOKEN_CONFIG
-    if two:
+    if two:  # Q5_K's TWO form (lane passes)
         chunk, block_n, num_warps = Q5K_TWO_TOKEN_CONFIG
+    else:
+        chunk, block_n, num_warps = _int16x_config(weight) if integer_x else Q4K_ONE_TOKEN_CONFIG
     args = (x, weight.data, bias if bias is not None else x, out, rows, weight.in_features // 256)
     meta = dict(
         HAS_LINEAR_BIAS=bias is not None,
@@ -584,10 +585,8 @@ def quant_matmul_gemv(
     check_out(out, x, weight.out_features)
     num_tokens, rows = x.shape[0], weight.out_features
     out = out if out is not None else torch.empty((num_tokens, rows), dtype=x.dtype, device=x.device)
-    num_blocks = weight.in_features // weight.format.block_size
     if num_tokens == 0 or rows == 0:
         return out
-    bias_arg = bias if bias is not None else x
     lane_config = _lane_kernel_config(x, weight)
     if lane_config is not None:
         _launch_lane_kernel(x, weight, bias, out, lane_config)
@@ -596,42 +595,54 @@ def quant_matmul_gemv(
     elif (launch_passes := lane_passes_launcher(x, weight)) is not None:
         _run_lane_passes(launch_passes, x, weight, bias, out)
     elif num_tokens == 1:
-        chunk, block_n, num_warps = FMA_CONFIG[weight.qtype]
-        _gemv_fma_kernel[(triton.cdiv(rows, block_n),)](
-            x,
-            weight.data,
-            bias_arg,
-            out,
-            rows,
-            num_blocks,
-            weight.data.stride(0),
-            **kernel_meta(weight.qtype, chunk),
-            HAS_LINEAR_BIAS=bias is not None,
-            BLOCK_N=block_n,
-            num_warps=num_warps,
-            **pdl_meta(x.device),
-            **_split_meta(weight),
-        )
+        _launch_fma(x, weight, bias, out)
     else:
-        chunk, block_n, num_warps = DOT_CONFIG
-        _gemv_dot_kernel[(triton.cdiv(rows, block_n),)](
-            x,
-            weight.data,
-            bias_arg,
-            out,
-            rows,
-            num_blocks,
-            x.stride(0),
-            weight.data.stride(0),
-            out.stride(0),
-            **kernel_meta(weight.qtype, chunk),
-            NUM_TOKENS=num_tokens,
-            T_PAD=max(16, triton.next_power_of_2(num_tokens)),
-            HAS_LINEAR_BIAS=bias is not None,
-            DOT_F32=x.dtype == torch.float32 or _interpreted(x),
-            BLOCK_N=block_n,
-            num_warps=num_warps,
-            **pdl_meta(x.device),
-            **_split_meta(weight),
-        )
+        _launch_dot(x, weight, bias, out)
     return out
+
+
+def _launch_fma(x, weight, bias, out) -> None:
+    """_gemv_fma_kernel: one token, any type (blocks dequantized by gguf_dequant's helpers)."""
+    rows = weight.out_features
+    chunk, block_n, num_warps = FMA_CONFIG[weight.qtype]
+    _gemv_fma_kernel[(triton.cdiv(rows, block_n),)](
+        x,
+        weight.data,
+        bias if bias is not None else x,
+        out,
+        rows,
+        weight.in_features // weight.format.block_size,
+        weight.data.stride(0),
+        **kernel_meta(weight.qtype, chunk),
+        HAS_LINEAR_BIAS=bias is not None,
+        BLOCK_N=block_n,
+        num_warps=num_warps,
+        **pdl_meta(x.device),
+        **_split_meta(weight),
+    )
+
+
+def _launch_dot(x, weight, bias, out) -> None:
+    """_gemv_dot_kernel: up to MAX_GEMV_TOKENS tokens, any type, the dequantized tile on tl.dot."""
+    rows, num_tokens = weight.out_features, x.shape[0]
+    chunk, block_n, num_warps = DOT_CONFIG
+    _gemv_dot_kernel[(triton.cdiv(rows, block_n),)](
+        x,
+        weight.data,
+        bias if bias is not None else x,
+        out,
+        rows,
+        weight.in_features // weight.format.block_size,
+        x.stride(0),
+        weight.data.stride(0),
+        out.stride(0),
+        **kernel_meta(weight.qtype, chunk),
+        NUM_TOKENS=num_tokens,
+        T_PAD=max(16, triton.next_power_of_2(num_tokens)),
+        HAS_LINEAR_BIAS=bias is not None,
+        DOT_F32=x.dtype == torch.float32 or _interpreted(x),
+        BLOCK_N=block_n,
+        num_warps=num_warps,
+        **pdl_meta(x.device),
+        **_split_meta(weight),
+    )
