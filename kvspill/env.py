@@ -88,15 +88,14 @@ def q80_int16x_on() -> bool:
     return _binary_switch("Q80_INT16X", default=True)
 
 
-def lane_passes() -> int:
-    """KVSPILL_LANE_PASSES=N (0-16; unset or 0: off, until timed): a step of 2..N tokens on Q5_K,
-    Q4_1 or Q8_0 weights runs the one-token int16-x lanes once per token, reading the weights N
-    times, instead of the tensor-core or dot kernel that reads them once. At 2 x 2K on an H100 the
-    2-token step took 8.1 ms (Q4_1) / 6.1 ms (Q5_K) where one token's lanes take about 2.6 ms of
-    weights (bench/results/2026-12-05-h200-q41-configs, call 20). Read at each call."""
+def lane_passes() -> int | None:
+    """KVSPILL_LANE_PASSES=N (0-16) for every type: a step of 2..N tokens on Q5_K, Q4_1 or Q8_0
+    weights runs the one-token int16-x lanes a pass per two tokens (each pass reads the weights)
+    instead of the tensor-core or dot kernel that reads them once; 0 off. Unset: None, each type's
+    measured default (kernels/gguf_gemv.LANE_PASSES_MAX_TOKENS). Read at each call."""
     value = os.environ.get("KVSPILL_LANE_PASSES", "")
     if value == "":
-        return 0
+        return None
     if not value.isdigit() or int(value) > 16:
         raise ValueError(f"KVSPILL_LANE_PASSES must be a token count from 0 to 16, got {value!r}")
     return int(value)

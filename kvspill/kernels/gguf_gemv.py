@@ -33,10 +33,10 @@ Kernels (`quant_matmul_gemv` picks one):
   32-weight block each unless KVSPILL_Q41_INT16X=0 (8B shapes 1.45-1.64x the generic kernel, H100).
 - One token on Q8_0 takes int16-x lanes of two blocks each (`q80_int16x_kernel`, rows of an even
   block count) unless KVSPILL_Q80_INT16X=0 (8B shapes 1.16-1.39x the generic kernel, H100).
-- With KVSPILL_LANE_PASSES=N (off until timed), 2..N tokens on Q5_K, Q4_1 or Q8_0 take those
-  lanes, a pass per two tokens: the kernels' TWO form reads each block from HBM once for both
-  (`lane_passes_launcher`, `TWO_TOKEN_LANES`; quant_linear's dispatch puts it before the
-  tensor-core kernel).
+- 2-4 tokens on Q4_1 and 2 on Q5_K or Q8_0 take those lanes too, a pass per two tokens: the
+  kernels' TWO form reads each block from HBM once for both (`lane_passes_launcher`,
+  `LANE_PASSES_MAX_TOKENS`, KVSPILL_LANE_PASSES=N for 2..N on all three, 0 off; quant_linear's
+  dispatch puts it before the tensor-core kernel).
 - Generic FMA kernel (`_gemv_fma_kernel`, the other types, one token): one program per BLOCK_N
   rows walks K in chunks of whole blocks dequantized by gguf_dequant's per-type helpers;
   ~9-14 instructions a weight (ALU-bound).
@@ -436,12 +436,24 @@ def _one_token_int16x_only(x: torch.Tensor, weight: QuantizedWeight) -> Callable
 # Types whose int16-x lanes take two tokens in one pass (each block read once for both: the
 # kernels' TWO form); the others' lane passes take one token each.
 TWO_TOKEN_LANES = ("Q4_1", "Q8_0", "Q5_K")
+# The most tokens a step runs as lane passes on each type unless KVSPILL_LANE_PASSES says (above
+# it the tensor-core or dot kernel). Random 8B at N x 2K on an H100, tok/s in all, passes against
+# the kernel they replace, alternated twice (bench/results/2026-12-05-h200-q41-configs, calls 22-24):
+# Q4_1 2 / 3 / 4 tokens 595.4 / 491.6 / 650.2 against 245.8 / 347.9 / 460.8, 8 tokens 677.8
+# against 724.5 (the tensor cores win); Q5_K 2 tokens 566.4 against 323.4, 3 / 4 461.4 / 608.8
+# against 471.4 / 623.8; Q8_0 2 tokens 326.9 against 200.8, 3 / 4 259.3 / 345.4 against 303.7 /
+# 402.5. A 2 x 2K step of Q4_1 in one pass took 3.36 ms, one sequence of 8K 2.9.
+LANE_PASSES_MAX_TOKENS = {"Q4_1": 4, "Q5_K": 2, "Q8_0": 2}
 
 
 def lane_passes_launcher(x: torch.Tensor, weight: QuantizedWeight) -> Callable[..., None] | None:
-    """The int16-x lanes' launcher where a step of x's 2..N tokens runs them a pass per token, or
-    per two tokens on TWO_TOKEN_LANES' types (env.lane_passes: KVSPILL_LANE_PASSES=N), else None."""
-    if not 2 <= x.shape[0] <= lane_passes():
+    """The int16-x lanes' launcher where a step of x's 2..N tokens runs them a pass per two tokens
+    (a token each for types not in TWO_TOKEN_LANES), N the type's LANE_PASSES_MAX_TOKENS or
+    KVSPILL_LANE_PASSES (env.lane_passes), else None."""
+    limit = lane_passes()
+    if limit is None:
+        limit = LANE_PASSES_MAX_TOKENS.get(weight.qtype, 0)
+    if not 2 <= x.shape[0] <= limit:
         return None
     return _one_token_int16x_only(x[:1], weight)
 

@@ -8,9 +8,9 @@ Paths (`quant_linear_path` says which one a call takes):
   tuned KVSPILL_MMA_CONFIGS file) has a config for that count: the tensor-core kernel, which reads
   the quantized bytes once for all tokens;
 - "gemv": <= MAX_GEMV_TOKENS tokens on a Triton device, otherwise: the fused dequantize-GEMV, which reads
-  the quantized bytes once (decode is weight-bandwidth bound); with KVSPILL_LANE_PASSES=N, 2..N
-  tokens of a type with one-token int16-x lanes (Q5_K, Q4_1, Q8_0) come here before "mma" and run
-  those lanes once per token;
+  the quantized bytes once (decode is weight-bandwidth bound); 2-4 tokens of Q4_1 and 2 of Q5_K or
+  Q8_0 (`gguf_gemv.LANE_PASSES_MAX_TOKENS`, KVSPILL_LANE_PASSES=N) come here before "mma" and run
+  those types' one-token int16-x lanes a pass per two tokens;
 - "dequant_matmul": more tokens: the layer is dequantized, then multiplied densely (prefill is
   compute bound; the dequantize costs one pass over the weight). A weight larger than
   DEQUANT_SLICE_BYTES dense goes in slices of rows, each dequantized into one reused buffer
@@ -54,7 +54,7 @@ def quant_linear_path(x: torch.Tensor, weight: QuantizedWeight) -> QuantLinearPa
         return "reference"
     num_tokens = x.numel() // max(1, x.shape[-1])
     if num_tokens <= MAX_GEMV_TOKENS and lane_passes_launcher(x.reshape(num_tokens, -1), weight) is not None:
-        return "gemv"  # KVSPILL_LANE_PASSES: the one-token lanes once per token
+        return "gemv"  # the one-token lanes, a pass per two tokens
     if mma_config(weight, num_tokens) is not None:
         return "mma"
     return "gemv" if num_tokens <= MAX_GEMV_TOKENS else "dequant_matmul"

@@ -384,10 +384,11 @@ def test_q80_int16x_is_on_by_default_and_needs_whole_pairs(device, monkeypatch):
     [("Q4_1", "q41_int16x_kernel"), ("Q8_0", "q80_int16x_kernel"), ("Q5_K", "q4k_int16x_kernel")],
 )
 @pytest.mark.parametrize("per_pass", [2, 1])
-def test_lane_passes_run_the_lanes_a_pass_per_token_or_two(qtype, kernel, per_pass, device, monkeypatch):
-    # KVSPILL_LANE_PASSES=N: 2..N tokens take the int16-x lanes, a launch per two tokens (the
-    # kernels' TWO form; per token with TWO_TOKEN_LANES emptied), each output row the same bits as
-    # that token alone, into rows of a strided output; off by default; past N the dot kernel.
+def test_lane_passes_run_the_lanes_a_pass_per_two_tokens_or_one(qtype, kernel, per_pass, device, monkeypatch):
+    # 2..N tokens take the int16-x lanes, a launch per two tokens (the kernels' TWO form; per
+    # token with TWO_TOKEN_LANES emptied), each output row the same bits as that token alone, into
+    # rows of a strided output. N: the type's LANE_PASSES_MAX_TOKENS, or KVSPILL_LANE_PASSES (0
+    # off); past N the dot kernel.
     if per_pass == 1:
         monkeypatch.setattr(gguf_gemv, "TWO_TOKEN_LANES", ())
     launched: list[str] = []
@@ -395,11 +396,18 @@ def test_lane_passes_run_the_lanes_a_pass_per_token_or_two(qtype, kernel, per_pa
         monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
     gen = torch.Generator().manual_seed(31)
     weight = random_quantized(qtype, ROWS, 512, gen).to(device)
-    x = torch.randn((4, 512), generator=gen).to(torch.bfloat16).to(device)
+    x = torch.randn((5, 512), generator=gen).to(torch.bfloat16).to(device)
     bias = torch.randn((ROWS,), generator=gen).to(torch.bfloat16).to(device)
-    monkeypatch.delenv("KVSPILL_LANE_PASSES", raising=False)
+    monkeypatch.setenv("KVSPILL_LANE_PASSES", "0")
     gguf_gemv.quant_matmul_gemv(x[:2], weight, bias)
     assert launched == ["_gemv_dot_kernel"]
+    monkeypatch.delenv("KVSPILL_LANE_PASSES")
+    limit = gguf_gemv.LANE_PASSES_MAX_TOKENS[qtype]
+    for n in (limit, limit + 1):
+        launched.clear()
+        gguf_gemv.quant_matmul_gemv(x[:n], weight, bias)
+        expected = [kernel] * -(-n // per_pass) if n == limit else ["_gemv_dot_kernel"]
+        assert launched == expected, (n, launched)
     alone = torch.cat([gguf_gemv.quant_matmul_gemv(x[t : t + 1], weight, bias) for t in range(3)]).cpu()
     monkeypatch.setenv("KVSPILL_LANE_PASSES", "3")
     for n in (2, 3):
@@ -412,7 +420,7 @@ def test_lane_passes_run_the_lanes_a_pass_per_token_or_two(qtype, kernel, per_pa
     exact += bias.cpu().double()
     torch.testing.assert_close(got.cpu().double(), exact, rtol=0, atol=2e-2 * float(exact.abs().max()))
     launched.clear()
-    gguf_gemv.quant_matmul_gemv(x, weight, bias)  # 4 tokens: past N
+    gguf_gemv.quant_matmul_gemv(x[:4], weight, bias)  # 4 tokens: past N
     assert launched == ["_gemv_dot_kernel"]
     monkeypatch.setenv("KVSPILL_LANE_PASSES", "two")
     with pytest.raises(ValueError, match="KVSPILL_LANE_PASSES must be a token count"):
