@@ -73,7 +73,7 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # (2026-12-03-h200-mma-sync). 32 is refit to 4,712.7 tok/s, the step with decode attention's splits
 # rounded down to one wave (2 splits, not 3: 6.790 ms against 7.425 / 7.411; 2026-12-05-h200-attn-splits);
 # the header-scales rates and 8 (2,191.8 with 8 splits, plan 0.97) stay as fit. Other counts take the next larger entry's rate (2-3 tokens run the
-# lane GEMV: not measured in the engine); other types' multi-token kernels are not measured
+# lane GEMV: not measured in the engine); other types: the tables below, the rest not measured
 # (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
 Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 16: 1432.0, 32: 1225.0}
 # Q5_K at 2-32 tokens (gguf_mma_configs' Q5_K entries: the tensor-core sub-block form): random
@@ -81,16 +81,24 @@ Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 
 # (bench/results/2026-12-05-h100-merge-defaults; 1,167.9 again in 2026-12-05-h200-q41-configs,
 # call 18), 4 / 16 / 32 from 628.1 / 628.7, 1,789.0 / 1,787.1 and 2,491.6 / 2,498.0 (same folder,
 # calls 17-18; the H100 and H200 have the same SMs and clocks: the kernel, not HBM, bounds it),
-# 2 from 327.2 (call 20). 3 tokens take 4's rate, 5-8 8's, and so on. A Q5_K_M file's: these times Q5_K_M's one-token rate
+# 2 from 566.4 (the lane passes, one read of the weights for both tokens; call 22; the tensor-core
+# form there: 327.2, call 20). 3 tokens take 4's rate, 5-8 8's, and so on. A Q5_K_M file's: these times Q5_K_M's one-token rate
 # over Q5_K's (its Q6_K share), an estimate.
-Q5_K_READ_GBS_BY_TOKENS = {2: 1057.0, 4: 1044.0, 8: 1017.0, 16: 817.0, 32: 604.0}
-# Q4_1 (and AWQ / GPTQ checkpoints, run as Q4_1) at 2-32 tokens (gguf_mma_configs' Q4_1 entries:
-# the tensor-core sub-block form), fit the same way to random `llama-8b:q4_1` at 2, 8 and 32 x 2K
-# on an H100, 246.2, 728.0 / 726.9 and 1,976.5 / 1,966.8 tok/s in all
-# (bench/results/2026-12-05-h200-q41-configs, calls 14, 20; the kernel, not HBM, bounds it, as for
-# Q5_K). 3-8 tokens take 8's rate, 9-32 32's (4 and 16 tokens timed per kernel only, both faster
-# than the next entry: the plan is low there).
-Q4_1_READ_GBS_BY_TOKENS = {2: 694.0, 8: 526.0, 32: 400.0}
+Q5_K_READ_GBS_BY_TOKENS = {2: 2090.0, 4: 1044.0, 8: 1017.0, 16: 817.0, 32: 604.0}
+# Q4_1 (and AWQ / GPTQ checkpoints, run as Q4_1) at 2-4 tokens (the lane passes, a read of the
+# weights per two tokens) and 5-32 (gguf_mma_configs' Q4_1 entries: the tensor-core sub-block
+# form), fit the same way to random `llama-8b:q4_1` on an H100 at 2 and 4 x 2K, 595.4 and 649.7 /
+# 650.2 tok/s in all (3 x 2K: 491.6 / 491.4, planned with 4's rate; calls 22-23), at 8 and 32 x 2K
+# 728.0 / 726.9 and 1,976.5 / 1,966.8 (calls 14, 16; 724.5 / 723.7 again in call 24)
+# (bench/results/2026-12-05-h200-q41-configs; the kernels, not HBM, bound them, as for Q5_K). 5-8
+# tokens take 8's rate, 9-32 32's (16 tokens timed per kernel only, faster than the next entry:
+# the plan is low there).
+Q4_1_READ_GBS_BY_TOKENS = {2: 2033.0, 4: 988.0, 8: 526.0, 32: 400.0}
+# Q8_0 at 2 tokens (the lane passes: one read of the weights for both) and 3-4 (the dot kernel),
+# fit the same way to random `llama-8b:q8_0` at 2 and 4 x 2K on an H100, 326.9 and 402.1 / 403.0
+# tok/s in all (3 x 2K: 303.7 / 303.6, planned with 4's rate; bench/results/2026-12-05-h200-q41-configs,
+# calls 22-23). Past 4 tokens: not measured.
+Q8_0_READ_GBS_BY_TOKENS = {2: 1632.0, 4: 963.0}
 Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS = {
     1: QUANT_READ_GBS["q4_k_m"],
     4: 1452.0,
@@ -187,7 +195,7 @@ def multi_token_read_gbs(
 ) -> tuple[bool, float | None]:
     """(known, GB/s) a decode step of `num_tokens` tokens reads the weights at (GB/s None: HBM's);
     known False where the engine's kernels at that count are not measured: past one token, every
-    format but Q4_K_M, Q5_K and Q4_1 at 2-32 tokens (dense and fp8 steps of several tokens
+    format but Q4_K_M, Q5_K and Q4_1 at 2-32 tokens and Q8_0 at 2-4 (dense and fp8 steps of several tokens
     run cuBLAS / the fp8 GEMV's tensor-core path, whose rates no engine row has fit yet), and
     Q4_K_M past its largest entry.
     `scale_pairs`: whether the engine keeps the Q4_K scale pairs (PlanRequest.scale_pair_bytes)."""
@@ -200,6 +208,9 @@ def multi_token_read_gbs(
         whole = spec.hidden_size % 256 == 0 and spec.intermediate_size % 256 == 0
         q41 = _next_entry(Q4_1_READ_GBS_BY_TOKENS, num_tokens) if whole else None
         return q41 is not None, q41
+    if quantization == "q8_0" or main == "Q8_0":
+        q80 = _next_entry(Q8_0_READ_GBS_BY_TOKENS, num_tokens)
+        return q80 is not None, q80
     if quantization in ("q5_k", "q5_k_m") or main == "Q5_K":
         q5k = _next_entry(Q5_K_READ_GBS_BY_TOKENS, num_tokens)
         if q5k is None:

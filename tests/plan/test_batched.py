@@ -64,6 +64,7 @@ H100 = replace(DEFAULT_BANDWIDTHS, hbm_gbs=2885.1, h2d_gbs=54.9, source="H100 ro
 @pytest.mark.parametrize(
     ("seqs", "measured"),
     [
+        (2, 566.4),  # the lane passes
         (4, 628.1),
         (4, 628.7),
         (8, 1165.4),
@@ -76,8 +77,8 @@ H100 = replace(DEFAULT_BANDWIDTHS, hbm_gbs=2885.1, h2d_gbs=54.9, source="H100 ro
     ],
 )
 def test_q5_k_rows_within_the_issue_bar(seqs, measured):
-    # random llama-8b:q5_k, N x 2K on H100s, the tensor-core sub-block form at 2-32 tokens
-    # (2026-12-05-h100-merge-defaults; 2026-12-05-h200-q41-configs, calls 17-18, 20)
+    # random llama-8b:q5_k, N x 2K on H100s, the lane passes at 2 tokens, the tensor-core sub-block
+    # form at 3-32 (2026-12-05-h100-merge-defaults; 2026-12-05-h200-q41-configs, calls 17-18, 22-23)
     step = batched_decode(_plan(H100, quantization="q5_k"), seqs)
     assert step is not None and step.tok_s == pytest.approx(measured, rel=0.1)
 
@@ -91,11 +92,13 @@ def test_q5_k_declines_the_counts_its_kernel_does_not_take():
 
 
 @pytest.mark.parametrize(
-    ("seqs", "measured"), [(2, 246.2), (8, 728.0), (8, 726.9), (32, 1976.5), (32, 1966.8)]
+    ("seqs", "measured"),
+    [(2, 595.4), (3, 491.6), (4, 649.7), (4, 650.2), (8, 728.0), (8, 724.5), (32, 1976.5), (32, 1966.8)],
 )
 def test_q4_1_rows_within_the_issue_bar(seqs, measured):
-    # random llama-8b:q4_1 (what AWQ / GPTQ checkpoints run as), N x 2K on an H100, the tensor-core
-    # sub-block form (2026-12-05-h200-q41-configs, calls 14, 20)
+    # random llama-8b:q4_1 (what AWQ / GPTQ checkpoints run as), N x 2K on an H100: the lane passes
+    # at 2-4 tokens, the tensor-core sub-block form at 8 and 32 (2026-12-05-h200-q41-configs, calls
+    # 14, 22-24)
     step = batched_decode(_plan(H100, quantization="q4_1"), seqs)
     assert step is not None and step.tok_s == pytest.approx(measured, rel=0.1)
     assert batched_decode(_plan(H100, quantization="awq"), seqs) is not None  # the same kernels
@@ -103,10 +106,20 @@ def test_q4_1_rows_within_the_issue_bar(seqs, measured):
 
 def test_q4_1_declines_the_counts_its_kernel_does_not_take():
     plan = _plan(H100, quantization="q4_1")
-    assert batched_decode(plan, 3).tok_s < batched_decode(plan, 8).tok_s  # 8's rate, fewer tokens
+    assert batched_decode(plan, 6).tok_s < batched_decode(plan, 8).tok_s  # 8's rate, fewer tokens
     assert batched_decode(plan, 9) is not None and batched_decode(plan, 33) is None
     odd = replace(KNOWN_SHAPES["llama-8b"], hidden_size=4096 + 32 * 18)  # rows of 32-weight blocks only
     assert batched_decode(_plan(H100, spec=odd, quantization="q4_1"), 8) is None
+
+
+@pytest.mark.parametrize(("seqs", "measured"), [(2, 326.9), (3, 303.7), (4, 402.1), (4, 403.0)])
+def test_q8_0_rows_within_the_issue_bar(seqs, measured):
+    # random llama-8b:q8_0, N x 2K on an H100: the lane passes at 2 tokens, the dot kernel at 3-4
+    # (2026-12-05-h200-q41-configs, calls 22-23); past 4 not measured: declined
+    plan = _plan(H100, quantization="q8_0")
+    step = batched_decode(plan, seqs)
+    assert step is not None and step.tok_s == pytest.approx(measured, rel=0.1)
+    assert batched_decode(plan, 5) is None
 
 
 def test_scale_pairs_are_held_not_streamed():
