@@ -280,11 +280,12 @@ Q5K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
     (4096, 0, (4096, 4, 2)),
     (0, 0, (2048, 8, 2)),
 )
-# Two tokens on Q5_K in one pass (q4k_int16x_kernel's TWO form, KVSPILL_LANE_PASSES): the
-# one-token picks spill there (sm_90 AOT, Triton 3.9: (4096, 4, 2) 64 bytes of stack, (4096, 8, 4)
-# 24); (2048, 4, 2) holds 144 registers, none spilled. Not swept
+# Two tokens on Q5_K or Q4_K in one pass (q4k_int16x_kernel's TWO form, the lane passes): the
+# one-token picks spill there (sm_90 AOT, Triton 3.9: Q5_K (4096, 4, 2) 64 bytes of stack, (4096,
+# 8, 4) 24; Q4_K (4096, 8, 4) 32, (2048, 8, 2) 32, (4096, 16, 4) 712); (2048, 4, 2) holds 144
+# (Q5_K) / 177 (Q4_K) registers, none spilled. Not swept
 # (bench/results/2026-12-05-h200-q41-configs, "Two-token lanes").
-Q5K_TWO_TOKEN_CONFIG = (2048, 4, 2)
+K_QUANT_TWO_TOKEN_CONFIG = (2048, 4, 2)
 # One token of bf16 / fp16 x on Q4_1 (int4 checkpoints) in q41_int16x_kernel (unless
 # KVSPILL_Q41_INT16X=0, env.q41_int16x_on): (CHUNK, BLOCK_N, warps), CHUNK // 32 blocks a K step,
 # the first entry whose (in_features, rows) floors the weight reaches. Swept on the 8B shapes
@@ -435,15 +436,17 @@ def _one_token_int16x_only(x: torch.Tensor, weight: QuantizedWeight) -> Callable
 
 # Types whose int16-x lanes take two tokens in one pass (each block read once for both: the
 # kernels' TWO form); the others' lane passes take one token each.
-TWO_TOKEN_LANES = ("Q4_1", "Q8_0", "Q5_K")
+TWO_TOKEN_LANES = ("Q4_1", "Q8_0", "Q5_K", "Q4_K")
 # The most tokens a step runs as lane passes on each type unless KVSPILL_LANE_PASSES says (above
-# it the tensor-core or dot kernel). Random 8B at N x 2K on an H100, tok/s in all, passes against
-# the kernel they replace, alternated twice (bench/results/2026-12-05-h200-q41-configs, calls 22-24):
-# Q4_1 2 / 3 / 4 tokens 595.4 / 491.6 / 650.2 against 245.8 / 347.9 / 460.8, 8 tokens 677.8
-# against 724.5 (the tensor cores win); Q5_K 2 tokens 566.4 against 323.4, 3 / 4 461.4 / 608.8
-# against 471.4 / 623.8; Q8_0 2 tokens 326.9 against 200.8, 3 / 4 259.3 / 345.4 against 303.7 /
-# 402.5. A 2 x 2K step of Q4_1 in one pass took 3.36 ms, one sequence of 8K 2.9.
-LANE_PASSES_MAX_TOKENS = {"Q4_1": 4, "Q5_K": 2, "Q8_0": 2}
+# it the tensor-core, dot or float-lane kernel). Random 8B at N x 2K on an H100, tok/s in all,
+# passes against the kernel they replace, alternated twice
+# (bench/results/2026-12-05-h200-q41-configs, calls 22-24): Q4_1 2 / 3 / 4 tokens 595.4 / 491.6 /
+# 650.2 against 245.8 / 347.9 / 460.8, 8 tokens 677.8 against 724.5 (the tensor cores win); Q5_K 2
+# tokens 566.4 against 323.4, 3 / 4 461.4 / 608.8 against 471.4 / 623.8; Q8_0 2 tokens 326.9
+# against 200.8, 3 / 4 259.3 / 345.4 against 303.7 / 402.5. A 2 x 2K step of Q4_1 in one pass
+# took 3.36 ms, one sequence of 8K 2.9. Q4_K: 0 until timed (its 2 tokens take the float lanes,
+# LANE_MULTI_CONFIG).
+LANE_PASSES_MAX_TOKENS = {"Q4_1": 4, "Q5_K": 2, "Q8_0": 2, "Q4_K": 0}
 
 
 def lane_passes_launcher(x: torch.Tensor, weight: QuantizedWeight) -> Callable[..., None] | None:
@@ -455,6 +458,9 @@ def lane_passes_launcher(x: torch.Tensor, weight: QuantizedWeight) -> Callable[.
         limit = LANE_PASSES_MAX_TOKENS.get(weight.qtype, 0)
     if not 2 <= x.shape[0] <= limit:
         return None
+    if weight.qtype == "Q4_K":  # a LANE_KERNELS type: its integer-x lanes only
+        integer_lanes = _one_token_q4k(x[:1], weight) and _words_aligned(weight) and int16_x()
+        return _launch_q4k_one_token if integer_lanes else None
     return _one_token_int16x_only(x[:1], weight)
 
 
@@ -496,8 +502,8 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
     """q4k_int16x_kernel (Q4_K and Q5_K) or, with KVSPILL_INT16_X=0, q4k_one_token_kernel (Q4_K)."""
     assert Q4K_ONE_TOKEN_CONFIG is not None
     rows, integer_x, two = weight.out_features, int16_x(), x.shape[0] == 2
-    if two:  # Q5_K's TWO form (lane passes)
-        chunk, block_n, num_warps = Q5K_TWO_TOKEN_CONFIG
+    if two:  # the TWO form (lane passes)
+        chunk, block_n, num_warps = K_QUANT_TWO_TOKEN_CONFIG
     else:
         chunk, block_n, num_warps = _int16x_config(weight) if integer_x else Q4K_ONE_TOKEN_CONFIG
     args = (x, weight.data, bias if bias is not None else x, out, rows, weight.in_features // 256)
@@ -600,12 +606,12 @@ def quant_matmul_gemv(
     if num_tokens == 0 or rows == 0:
         return out
     lane_config = _lane_kernel_config(x, weight)
-    if lane_config is not None:
+    if (launch_passes := lane_passes_launcher(x, weight)) is not None:
+        _run_lane_passes(launch_passes, x, weight, bias, out)
+    elif lane_config is not None:
         _launch_lane_kernel(x, weight, bias, out, lane_config)
     elif (launch_int16x := _one_token_int16x_only(x, weight)) is not None:
         launch_int16x(x, weight, bias, out)
-    elif (launch_passes := lane_passes_launcher(x, weight)) is not None:
-        _run_lane_passes(launch_passes, x, weight, bias, out)
     elif num_tokens == 1:
         _launch_fma(x, weight, bias, out)
     else:
