@@ -89,10 +89,11 @@ def q80_int16x_on() -> bool:
 
 
 def lane_passes() -> int | None:
-    """KVSPILL_LANE_PASSES=N (0-16) for every type: a step of 2..N tokens on Q5_K, Q4_1 or Q8_0
-    weights runs the one-token int16-x lanes a pass per two tokens (each pass reads the weights)
-    instead of the tensor-core or dot kernel that reads them once; 0 off. Unset: None, each type's
-    measured default (kernels/gguf_gemv.LANE_PASSES_MAX_TOKENS). Read at each call."""
+    """KVSPILL_LANE_PASSES=N (0-16) for every type: a step of 2..N tokens on Q5_K, Q4_1, Q8_0 or
+    Q4_K weights runs the one-token int16-x lanes a pass per two tokens (each pass reads the
+    weights) instead of the tensor-core, dot or float-lane kernel that reads them once; 0 off.
+    Unset: None, each type's measured default (kernels/gguf_gemv.LANE_PASSES_MAX_TOKENS). Read at
+    each call."""
     value = os.environ.get("KVSPILL_LANE_PASSES", "")
     if value == "":
         return None
