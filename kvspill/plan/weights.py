@@ -94,6 +94,9 @@ Q5_K_READ_GBS_BY_TOKENS = {2: 2090.0, 4: 1044.0, 8: 1017.0, 16: 817.0, 32: 604.0
 # tokens take 8's rate, 9-32 32's (16 tokens timed per kernel only, faster than the next entry:
 # the plan is low there).
 Q4_1_READ_GBS_BY_TOKENS = {2: 2033.0, 4: 988.0, 8: 526.0, 32: 400.0}
+# Steps of up to this many Q4_1 tokens run the lane passes (kernels/gguf_gemv.LANE_PASSES_MAX_TOKENS),
+# which take rows of any whole 32-weight blocks; the tensor-core form above them whole super-blocks.
+Q4_1_LANE_PASS_TOKENS = 4
 # Q8_0 at 2 tokens (the lane passes: one read of the weights for both) and 3-4 (the dot kernel),
 # fit the same way to random `llama-8b:q8_0` at 2 and 4 x 2K on an H100, 326.9 and 402.1 / 403.0
 # tok/s in all (3 x 2K: 303.7 / 303.6, planned with 4's rate; bench/results/2026-12-05-h200-q41-configs,
@@ -206,7 +209,8 @@ def multi_token_read_gbs(
     if quantization == "q4_1" or quantization in INT4_CHECKPOINT_METHODS or main == "Q4_1":
         # the tensor-core form takes rows of whole 256-weight super-blocks only (SmolLM2's 576: not)
         whole = spec.hidden_size % 256 == 0 and spec.intermediate_size % 256 == 0
-        q41 = _next_entry(Q4_1_READ_GBS_BY_TOKENS, num_tokens) if whole else None
+        taken = whole or num_tokens <= Q4_1_LANE_PASS_TOKENS
+        q41 = _next_entry(Q4_1_READ_GBS_BY_TOKENS, num_tokens) if taken else None
         return q41 is not None, q41
     if quantization == "q8_0" or main == "Q8_0":
         q80 = _next_entry(Q8_0_READ_GBS_BY_TOKENS, num_tokens)

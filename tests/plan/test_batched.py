@@ -11,6 +11,7 @@ from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, make_plan
 from kvspill.plan.batched import batched_decode
 from kvspill.plan.report import format_plan_table
 from kvspill.plan.spec import KNOWN_SHAPES
+from kvspill.plan.weights import Q4_1_LANE_PASS_TOKENS
 
 GiB = 2**30
 # The H200 of the measured rows (its device copy, `hbm_copy_gbs` in their JSON lines).
@@ -110,6 +111,12 @@ def test_q4_1_declines_the_counts_its_kernel_does_not_take():
     assert batched_decode(plan, 9) is not None and batched_decode(plan, 33) is None
     odd = replace(KNOWN_SHAPES["llama-8b"], hidden_size=4096 + 32 * 18)  # rows of 32-weight blocks only
     assert batched_decode(_plan(H100, spec=odd, quantization="q4_1"), 8) is None
+    assert batched_decode(_plan(H100, spec=odd, quantization="q4_1"), 4) is not None  # the lane passes
+
+
+def test_q4_1_lane_pass_count_follows_the_kernels():
+    gguf_gemv = pytest.importorskip("kvspill.kernels.gguf_gemv")
+    assert Q4_1_LANE_PASS_TOKENS == gguf_gemv.LANE_PASSES_MAX_TOKENS["Q4_1"]
 
 
 @pytest.mark.parametrize(("seqs", "measured"), [(2, 326.9), (3, 303.7), (4, 402.1), (4, 403.0)])
