@@ -453,10 +453,12 @@ def lane_passes_launcher(x: torch.Tensor, weight: QuantizedWeight) -> Callable[.
     """The int16-x lanes' launcher where a step of x's 2..N tokens runs them a pass per two tokens
     (a token each for types not in TWO_TOKEN_LANES), N the type's LANE_PASSES_MAX_TOKENS or
     KVSPILL_LANE_PASSES (env.lane_passes), else None."""
+    if x.shape[0] < 2:  # one token: no passes (and no environment read on that path)
+        return None
     limit = lane_passes()
     if limit is None:
         limit = LANE_PASSES_MAX_TOKENS.get(weight.qtype, 0)
-    if not 2 <= x.shape[0] <= limit:
+    if x.shape[0] > limit:
         return None
     if weight.qtype == "Q4_K":  # a LANE_KERNELS type: its integer-x lanes only
         integer_lanes = _one_token_q4k(x[:1], weight) and _words_aligned(weight) and int16_x()
@@ -605,10 +607,9 @@ def quant_matmul_gemv(
     out = out if out is not None else torch.empty((num_tokens, rows), dtype=x.dtype, device=x.device)
     if num_tokens == 0 or rows == 0:
         return out
-    lane_config = _lane_kernel_config(x, weight)
     if (launch_passes := lane_passes_launcher(x, weight)) is not None:
         _run_lane_passes(launch_passes, x, weight, bias, out)
-    elif lane_config is not None:
+    elif (lane_config := _lane_kernel_config(x, weight)) is not None:
         _launch_lane_kernel(x, weight, bias, out, lane_config)
     elif (launch_int16x := _one_token_int16x_only(x, weight)) is not None:
         launch_int16x(x, weight, bias, out)

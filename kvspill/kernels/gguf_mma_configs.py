@@ -134,6 +134,10 @@ MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
     # 723.5, 32 1,343.3 -> 994.6; random 8B Q4_1 8 x 2K 592.9 -> 728.0 tok/s in all, 32 x 2K
     # 1,862.2 -> 1,976.5 (H100, 2026-12-05, bench/results/2026-12-05-h200-q41-configs, call 14); 2
     # tokens with 4's config, 2 x 2K 172.0 -> 246.2 (call 20).
+    # Where x is bf16 / fp16, Q4_1's 2-4 tokens and Q5_K's 2 take the lane passes before these
+    # entries (gguf_gemv.LANE_PASSES_MAX_TOKENS: 2.42 / 1.41 / 1.75x them, H100,
+    # bench/results/2026-12-05-h200-q41-configs, calls 22-23); they serve fp32 x and
+    # KVSPILL_LANE_PASSES=0.
     ("Q4_1", 2): MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3),
     ("Q4_1", 4): MmaConfig(block_n=64, num_warps=4, split_k=4, num_stages=3),
     ("Q4_1", 8): MmaConfig(block_n=128, num_warps=4, split_k=4, num_stages=3, magic=True),
