@@ -88,6 +88,14 @@ def q80_int16x_on() -> bool:
     return _binary_switch("Q80_INT16X", default=True)
 
 
+def gated_words_on() -> bool:
+    """KVSPILL_GATED_WORDS=1: an MLP's down projection on the tensor-core words form (2-64 tokens of
+    Q4_K / Q6_K) applies the SiLU in its x permutation (kernels/gguf_mma_words.words_x, gated), one
+    launch a layer less than the SiLU kernel then the permutation; the same values. Off by default
+    until timed on a card. Read when the model runs (a CUDA graph keeps what it captured)."""
+    return _binary_switch("GATED_WORDS", default=False)
+
+
 def lane_passes() -> int | None:
     """KVSPILL_LANE_PASSES=N (0-16) for every type: a step of 2..N tokens on Q5_K, Q4_1, Q8_0 or
     Q4_K weights runs the one-token int16-x lanes a pass per two tokens (each pass reads the

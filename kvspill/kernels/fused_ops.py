@@ -135,10 +135,19 @@ def _silu_and_mul_kernel(
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < inter_size
-    gate = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
-    up = tl.load(x_ptr + row * stride_x + inter_size + cols, mask=ok, other=0.0).to(tl.float32)
-    silu = (gate / (1.0 + tl.exp(-gate))).to(out_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(out_ptr + row * stride_o + cols, (silu * up).to(out_ptr.dtype.element_ty), mask=ok)
+    gate = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0)
+    up = tl.load(x_ptr + row * stride_x + inter_size + cols, mask=ok, other=0.0)
+    tl.store(out_ptr + row * stride_o + cols, silu_times(gate, up, out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def silu_times(gate, up, out_dtype: tl.constexpr):
+    """silu(gate) * up in out_dtype: silu rounded to out_dtype first, as torch's silu(gate) * up
+    rounds it. One definition for the SiLU kernel and gguf_mma_words' gated permutation, so the
+    two give the same bits."""
+    gate = gate.to(tl.float32)
+    silu = (gate / (1.0 + tl.exp(-gate))).to(out_dtype).to(tl.float32)
+    return (silu * up.to(tl.float32)).to(out_dtype)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.fused_ops import silu_and_mul
 from kvspill.kernels.gguf_dequant import block_at
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv import check_out
@@ -714,16 +715,21 @@ def quant_matmul_mma(
     bias: torch.Tensor | None = None,  # [out_features]
     config: MmaConfig | None = None,
     out: torch.Tensor | None = None,  # where to write it: [num_tokens, out_features], rows may be strided
+    gated: bool = False,  # x is [num_tokens, 2 * in_features], gate then up: silu(gate) * up @ W.T
 ) -> torch.Tensor:
     """Triton tensor-core x @ W.T (+ bias) -> [num_tokens, out_features] in x's dtype (`out`
     where given: a column slice of a wider output, so a fused projection of several types needs
     no concatenation). The words form reads a Q4_K weight's `scale_pairs` when they are in x's
-    dtype (the same products: the pairs are the values the asm rounds the header's scales to)."""
-    check_mma_args(x, weight, bias)
-    check_out(out, x, weight.out_features)
+    dtype (the same products: the pairs are the values the asm rounds the header's scales to).
+    `gated` (an MLP's down projection): the words form's x permutation also applies the SiLU, one
+    launch for both; the other forms run `silu_and_mul` first."""
     num_tokens, rows = x.shape[0], weight.out_features
-    t_pad = mma_t_pad(num_tokens)
     cfg = config or mma_config(weight, num_tokens) or MmaConfig(block_n=32, num_warps=4)
+    if gated and not cfg.words:
+        return quant_matmul_mma(silu_and_mul(x), weight, bias, config, out)
+    check_mma_args(x[:, : x.shape[1] // 2] if gated else x, weight, bias)
+    check_out(out, x, weight.out_features)
+    t_pad = mma_t_pad(num_tokens)
     cfg = for_shape(cfg, rows, weight.in_features) if cfg.sb_per_split else cfg
     assert not (cfg.words and weight.qtype not in WORDS_TYPES), f"{weight.qtype} has no words form"
     assert not (cfg.whole and weight.qtype not in WHOLE_TYPES), f"{weight.qtype} has no whole form"
@@ -735,7 +741,7 @@ def quant_matmul_mma(
     # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
     # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.
     if cfg.words:  # the words form reads x permuted, in place of x's sums
-        x_sums = words_x(x, weight.qtype, t_pad, counters if counters is not result else None)
+        x_sums = words_x(x, weight.qtype, t_pad, counters if counters is not result else None, gated)
     else:
         x_sums = x if cfg.whole else torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
     kernel[grid](

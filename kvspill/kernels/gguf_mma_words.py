@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.fused_ops import silu_times
 from kvspill.kernels.gguf_formats import QuantizedWeight, q4k_scales
 from kvspill.kernels.pdl import pdl_meta, pdl_wait
 from kvspill.kernels.triton_compat import tl, triton
@@ -418,9 +419,12 @@ def _words_x_kernel(
     Q6K: tl.constexpr,
     T_PAD: tl.constexpr,
     PDL: tl.constexpr,
+    GATED: tl.constexpr = False,
 ):
     """One program per super-block: its [256, T_PAD] slab of `q4k_words_x_ref` (rows (m, r)) or
-    `q6k_words_x_ref` (rows (half, i, e, p)), in one pass; zeroes its share of the counters."""
+    `q6k_words_x_ref` (rows (half, i, e, p)), in one pass; zeroes its share of the counters. GATED:
+    x holds [gate, up] (K columns each) and the slab is of silu(gate) * up, rounded as
+    kernels/fused_ops' SiLU kernel rounds it (the same values: the MLP's down projection)."""
     pdl_wait(PDL)
     sb = tl.program_id(0)
     c = tl.arange(0, 256)
@@ -431,7 +435,11 @@ def _words_x_kernel(
         b, h, j, i = c // 64, (c // 32) % 2, (c % 32) // 8, c % 8
         col = sb * 256 + 64 * j + 32 * h + 4 * i + b
     t = tl.arange(0, T_PAD)
-    x = tl.load(x_ptr + t[None, :] * stride_x + col[:, None], mask=(t < num_tokens)[None, :], other=0.0)
+    x_at = x_ptr + t[None, :] * stride_x + col[:, None]
+    x = tl.load(x_at, mask=(t < num_tokens)[None, :], other=0.0)
+    if GATED:  # padded tokens: silu(0) * 0 = 0, as words_x's zeros
+        up = tl.load(x_at + tl.num_programs(0) * 256, mask=(t < num_tokens)[None, :], other=0.0)
+        x = silu_times(x, up, xt_ptr.dtype.element_ty)
     tl.store(xt_ptr + (sb * 256 + c)[:, None] * T_PAD + t[None, :], x)
     _zero_counters(counter_ptr, num_counters)
 
@@ -448,10 +456,14 @@ def _zero_counters(counter_ptr, num_counters):
         )
 
 
-def words_x(x: torch.Tensor, qtype: str, t_pad: int, counters: torch.Tensor | None = None) -> torch.Tensor:
+def words_x(
+    x: torch.Tensor, qtype: str, t_pad: int, counters: torch.Tensor | None = None, gated: bool = False
+) -> torch.Tensor:
     """x permuted for `qtype`'s words form (`q4k_words_x_ref`, `q6k_words_x_ref`) in one kernel
-    launch (a PDL launch where the card has it), which also zeroes `counters` (int32)."""
-    tokens, k = x.shape
+    launch (a PDL launch where the card has it), which also zeroes `counters` (int32). `gated`: x
+    is [tokens, 2 K], gate then up, and the permuted values are `silu_and_mul(x)`'s (one launch
+    for the SiLU and the permutation)."""
+    tokens, k = x.shape[0], x.shape[1] // 2 if gated else x.shape[1]
     shape = (k // 256, 8, 32, t_pad) if qtype == "Q4_K" else (k // 256 * 16, 16, t_pad)
     xt = torch.empty(shape, dtype=x.dtype, device=x.device)
     zeroed = counters if counters is not None else xt  # num_counters 0: never written
@@ -465,6 +477,7 @@ def words_x(x: torch.Tensor, qtype: str, t_pad: int, counters: torch.Tensor | No
         x.stride(0),
         Q6K=qtype == "Q6_K",
         T_PAD=t_pad,
+        GATED=gated,
         num_warps=4,
         **pdl_meta(x.device),
     )

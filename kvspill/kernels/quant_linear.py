@@ -32,6 +32,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from kvspill.kernels.fused_ops import silu_and_mul, silu_and_mul_ref
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS, lane_passes_launcher, quant_matmul_gemv
@@ -106,16 +107,22 @@ def quant_linear(
     scratch: torch.Tensor | None = None,  # the dequant_matmul path's slice buffer (else a new one)
     path: QuantLinearPath | None = None,  # force a path (kernel tests on the CPU interpreter)
     out: torch.Tensor | None = None,  # [tokens, out_features] to write into (rows may be strided)
+    gated: bool = False,  # x is [..., 2 * in_features], gate then up: silu(gate) * up @ W.T
 ) -> torch.Tensor:
     """x @ W.T (+ bias) -> [..., out_features] in x's dtype; see the module docstring for paths.
     With `out` (2-D x): written there, in place on the kernel paths, and returned; a fused
-    projection of several types writes each part into its columns of one output."""
-    assert x.shape[-1] == weight.in_features, f"x has {x.shape[-1]} features, weight {weight.in_features}"
+    projection of several types writes each part into its columns of one output. `gated` (an
+    MLP's down projection): the "mma" path applies the SiLU in its x permutation (one launch
+    less where its words form runs); the others run `silu_and_mul` first."""
+    width = 2 * weight.in_features if gated else weight.in_features
+    assert x.shape[-1] == width, f"x has {x.shape[-1]} features, weight {weight.in_features} (gated: {gated})"
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, weight.in_features)
-    path = path or quant_linear_path(x2, weight)
+    x2 = x.reshape(-1, width)
+    path = path or quant_linear_path(x2[:, : weight.in_features], weight)
+    if gated and path != "mma":
+        x2, gated = silu_and_mul_ref(x2) if path == "reference" else silu_and_mul(x2), False
     if path == "mma":
-        y = quant_matmul_mma(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias, out=out)
+        y = quant_matmul_mma(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias, out=out, gated=gated)
     elif path == "gemv":
         y = quant_matmul_gemv(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias, out=out)
     elif path == "dequant_matmul":

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
+from kvspill.env import gated_words_on
 from kvspill.errors import UnsupportedModelError
 from kvspill.model.base import AttentionFn, copy_param
 from kvspill.model.layers import (
@@ -128,7 +129,11 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         # x: [num_tokens, hidden_size] -> [num_tokens, 2 * intermediate] -> [num_tokens, hidden_size]
-        return self.tp.all_reduce(self.down_proj(self.act_fn(self.gate_up_proj(x))))
+        gate_up = self.gate_up_proj(x)
+        down_gated = getattr(self.down_proj, "forward_gated", None)  # quantized (model/quant.py)
+        if down_gated is not None and gate_up.is_cuda and gated_words_on():
+            return self.tp.all_reduce(down_gated(gate_up))
+        return self.tp.all_reduce(self.down_proj(self.act_fn(gate_up)))
 
 
 class LlamaDecoderLayer(nn.Module):

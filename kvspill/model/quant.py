@@ -24,6 +24,7 @@ from itertools import groupby
 import torch
 from torch import Tensor, nn
 
+from kvspill.kernels.fused_ops import silu_and_mul, silu_and_mul_ref
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, split_q6k_rows, split_rows_aligned
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
@@ -73,6 +74,14 @@ class QuantLinear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
     project = forward  # as the lm_head
+
+    def forward_gated(self, x: Tensor) -> Tensor:
+        """silu(gate) * up @ W.T (+ bias) for x [num_tokens, 2 * in_features], gate then up (an
+        MLP's down projection): one weight gives the SiLU to `quant_linear` (gated), which fuses
+        it into the words form's x permutation; several run `silu_and_mul` first."""
+        if len(self.parts) != 1:
+            return self.forward(silu_and_mul(x) if x.is_cuda else silu_and_mul_ref(x))
+        return quant_linear(x, self.parts[0], self.bias, gated=True)
 
     def extra_repr(self) -> str:
         types = ",".join(p.qtype for p in self.parts) or "empty"

@@ -135,6 +135,35 @@ def test_quantized_weights_on_cuda_match_the_torch_reference(monkeypatch):
     assert ((logits.float() - want).abs() <= bound).all()
 
 
+def test_gated_down_projection_gives_the_same_tokens(monkeypatch):
+    """KVSPILL_GATED_WORDS=1 (the SiLU applied in the down projection's words-form x permutation)
+    against the SiLU kernel then the permutation: the same values, so the same greedy tokens, on
+    decode steps of 8 sequences (random:llama-1b:q4_k: Q4_K downs on the tensor-core words form)."""
+    from kvspill.kernels import gguf_mma
+
+    gated_calls = []
+    words_x = gguf_mma.words_x
+
+    def spy(x, qtype, t_pad, counters=None, gated=False):
+        gated_calls.append(gated)
+        return words_x(x, qtype, t_pad, counters, gated)
+
+    monkeypatch.setattr(gguf_mma, "words_x", spy)
+    prompts = _prompts([5, 9, 13, 17, 21, 25, 29, 33])
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, detokenize=False)
+    small = dict(device="cuda", max_model_len=256, gpu_memory_utilization=0.5, kv_cache_memory_bytes=2**28)
+    runs = []
+    for on in ("0", "1"):
+        monkeypatch.setenv("KVSPILL_GATED_WORDS", on)
+        gated_calls.clear()
+        llm = LLM("random:llama-1b:q4_k", **small)
+        runs.append([o.token_ids for o in llm.generate(prompts, params)])
+        assert any(gated_calls) == (on == "1")
+        del llm
+        _release()
+    assert runs[1] == runs[0]
+
+
 @pytest.mark.parametrize("offload_gb", [1e-6, 1e3])  # the first layer; every layer
 def test_cpu_offload_gives_the_resident_models_tokens(tiny_llama_dir, offload_gb):
     prompts = _prompts([5, 17, 33, 64])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvspill.kernels.fused_ops import silu_and_mul, silu_and_mul_ref
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, q4k_fields, random_quantized
 from kvspill.kernels.gguf_mma import _as_128_plus, mma_t_pad, quant_matmul_mma
 from kvspill.kernels.gguf_mma_configs import (
@@ -251,6 +252,47 @@ def test_words_x_zeroes_the_split_counters(num_counters, device):
     x = torch.randn((2, 512)).to(device)
     words_x(x, "Q4_K", 16, counters[:num_counters] if num_counters else None)
     assert counters[:num_counters].eq(0).all() and (num_counters or counters.item() == 7)
+
+
+@pytest.mark.parametrize("qtype", WORDS_TYPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gated_words_x_is_the_silu_kernels_output_permuted(qtype, dtype, device):
+    # One launch for the SiLU and the permutation: the same bits as silu_and_mul then words_x,
+    # padded tokens zero; rows of gate_up strided (a column slice of a wider output).
+    gate_up = (3 * torch.randn((3, 1100))).to(dtype).to(device)[:, :1024]
+    counters = torch.full((5,), 7, dtype=torch.int32).to(device)
+    gated = words_x(gate_up, qtype, 16, counters, gated=True)
+    assert torch.equal(gated.cpu(), words_x(silu_and_mul(gate_up), qtype, 16).cpu())
+    assert counters.eq(0).all()
+
+
+@pytest.mark.parametrize("qtype", WORDS_TYPES)
+@pytest.mark.parametrize("config", [*WORDS_CONFIGS[:2], CONFIGS[1]], ids=_form_id)
+def test_mma_gated_equals_the_silu_kernel_then_the_product(qtype, config, device):
+    # The words form applies the SiLU in its x permutation; the other forms run silu_and_mul first.
+    gen = torch.Generator().manual_seed(51)
+    weight = random_quantized(qtype, ROWS, IN_FEATURES, gen).to(device)
+    gate_up = torch.randn((5, 2 * IN_FEATURES), generator=gen).to(device)
+    bias = torch.randn((ROWS,), generator=gen).to(device)
+    gated = quant_matmul_mma(gate_up, weight, bias, config=config, gated=True)
+    assert torch.equal(gated, quant_matmul_mma(silu_and_mul(gate_up), weight, bias, config=config))
+
+
+@pytest.mark.parametrize("path", ["mma", "gemv", "reference"])
+def test_quant_linear_gated_on_every_path(path, device):
+    if path == "reference" and device != "cpu":
+        pytest.skip("the reference path takes CPU tensors")
+    gen = torch.Generator().manual_seed(53)
+    weight = random_quantized("Q4_K", ROWS, IN_FEATURES, gen).to(device)
+    gate_up = torch.randn((2, 3, 2 * IN_FEATURES), generator=gen).to(device)  # [..., 2 K]
+    gated = quant_linear(gate_up, weight, gated=True, path=path)
+    silu = (
+        silu_and_mul_ref(gate_up) if path == "reference" else silu_and_mul(gate_up.view(6, -1)).view(2, 3, -1)
+    )
+    assert gated.shape == (2, 3, ROWS)
+    assert torch.equal(gated, quant_linear(silu, weight, path=path))
+    with pytest.raises(AssertionError, match="gated: True"):
+        quant_linear(gate_up[..., :IN_FEATURES], weight, gated=True, path=path)
 
 
 def test_words_split_k_adds_the_bias_once_and_matches_one_split(device):
