@@ -89,11 +89,13 @@ def q80_int16x_on() -> bool:
 
 
 def gated_words_on() -> bool:
-    """KVSPILL_GATED_WORDS=1: an MLP's down projection on the tensor-core words form (2-64 tokens of
-    Q4_K / Q6_K) applies the SiLU in its x permutation (kernels/gguf_mma_words.words_x, gated), one
-    launch a layer less than the SiLU kernel then the permutation; the same values. Off by default
-    until timed on a card. Read when the model runs (a CUDA graph keeps what it captured)."""
-    return _binary_switch("GATED_WORDS", default=False)
+    """An MLP's down projection on the tensor-core words form (2-64 tokens of Q4_K / Q6_K) applies
+    the SiLU in its x permutation (kernels/gguf_mma_words.words_x, gated): one launch a layer less
+    than the SiLU kernel then the permutation, the same values. KVSPILL_GATED_WORDS=0 turns it off.
+    Random llama-8b:q4_k_m, H100: 4 / 8 / 32 x 2K +0.9 / +0.6 / +0.9%, 16 x 2K equal
+    (bench/results/2026-12-06-h100-gated-down, call 27). Read when the model runs (a CUDA graph keeps
+    what it captured)."""
+    return _binary_switch("GATED_WORDS", default=True)
 
 
 def lane_passes() -> int | None:

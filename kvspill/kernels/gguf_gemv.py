@@ -444,9 +444,10 @@ TWO_TOKEN_LANES = ("Q4_1", "Q8_0", "Q5_K", "Q4_K")
 # 650.2 against 245.8 / 347.9 / 460.8, 8 tokens 677.8 against 724.5 (the tensor cores win); Q5_K 2
 # tokens 566.4 against 323.4, 3 / 4 461.4 / 608.8 against 471.4 / 623.8; Q8_0 2 tokens 326.9
 # against 200.8, 3 / 4 259.3 / 345.4 against 303.7 / 402.5. A 2 x 2K step of Q4_1 in one pass
-# took 3.36 ms, one sequence of 8K 2.9. Q4_K: 0 until timed (its 2 tokens take the float lanes,
-# LANE_MULTI_CONFIG).
-LANE_PASSES_MAX_TOKENS = {"Q4_1": 4, "Q5_K": 2, "Q8_0": 2, "Q4_K": 0}
+# took 3.36 ms, one sequence of 8K 2.9. Q4_K at 2 tokens (a Q4_K_M file's Q4_K weights; random
+# llama-8b:q4_k_m 2 x 2K, H100, 2026-12-06): 541.3 / 541.8 against the float lanes'
+# (LANE_MULTI_CONFIG) 472.1 / 474.2 (bench/results/2026-12-06-h100-gated-down, call 25).
+LANE_PASSES_MAX_TOKENS = {"Q4_1": 4, "Q5_K": 2, "Q8_0": 2, "Q4_K": 2}
 
 
 def lane_passes_launcher(x: torch.Tensor, weight: QuantizedWeight) -> Callable[..., None] | None:

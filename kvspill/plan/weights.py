@@ -72,10 +72,20 @@ QUANT_READ_GBS_GENERIC = 1267.0
 # 2026-12-04-h200-q4km-peer; 4.472-4.483 and 8.446 ms again beside the pairs), 4 at 920 tok/s
 # (2026-12-03-h200-mma-sync). 32 is refit to 4,712.7 tok/s, the step with decode attention's splits
 # rounded down to one wave (2 splits, not 3: 6.790 ms against 7.425 / 7.411; 2026-12-05-h200-attn-splits);
-# the header-scales rates and 8 (2,191.8 with 8 splits, plan 0.97) stay as fit. Other counts take the next larger entry's rate (2-3 tokens run the
-# lane GEMV: not measured in the engine); other types: the tables below, the rest not measured
+# the header-scales rates and 8 (2,191.8 with 8 splits, plan 0.97) stay as fit. 2 tokens (the Q4_K
+# lane passes, one read of the weights for both; kernels/gguf_gemv.LANE_PASSES_MAX_TOKENS) fit to
+# random llama-8b:q4_k_m 2 x 2K on an H100, 541.3 / 541.8 tok/s in all
+# (bench/results/2026-12-06-h100-gated-down, call 25). Other counts take the next larger entry's
+# rate (3 tokens: 4's); other types: the tables below, the rest not measured
 # (`multi_token_read_gbs`). One token: QUANT_READ_GBS's.
-Q4_K_M_READ_GBS_BY_TOKENS = {1: QUANT_READ_GBS["q4_k_m"], 4: 1848.0, 8: 1925.0, 16: 1432.0, 32: 1225.0}
+Q4_K_M_READ_GBS_BY_TOKENS = {
+    1: QUANT_READ_GBS["q4_k_m"],
+    2: 1751.0,
+    4: 1848.0,
+    8: 1925.0,
+    16: 1432.0,
+    32: 1225.0,
+}
 # Q5_K at 2-32 tokens (gguf_mma_configs' Q5_K entries: the tensor-core sub-block form): random
 # `llama-8b:q5_k` at N x 2K on an H100, fit the same way: 8 from 1,165.4 / 1,171.1 tok/s in all
 # (bench/results/2026-12-05-h100-merge-defaults; 1,167.9 again in 2026-12-05-h200-q41-configs,

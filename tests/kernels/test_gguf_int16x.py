@@ -427,20 +427,20 @@ def test_lane_passes_run_the_lanes_a_pass_per_two_tokens_or_one(qtype, kernel, p
         gguf_gemv.quant_matmul_gemv(x[:2], weight, bias)
 
 
-def test_q4k_lane_passes_are_off_until_timed_and_match_one_token(device, monkeypatch):
-    # Q4_K's 2 tokens take the float lanes (LANE_MULTI_CONFIG) unless KVSPILL_LANE_PASSES asks for
-    # the integer-x lanes' TWO form: then each output row has the same bits as its token alone.
+def test_q4k_lane_passes_take_two_tokens_and_match_one_token(device, monkeypatch):
+    # Q4_K's 2 tokens take the integer-x lanes' TWO form (each output row the same bits as its
+    # token alone); KVSPILL_LANE_PASSES=0 sends them to the float lanes (LANE_MULTI_CONFIG).
     launched: list[str] = []
     for name in ("q4k_int16x_kernel", "q4k_gemv_kernel"):
         monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
     gen = torch.Generator().manual_seed(41)
     weight = random_quantized("Q4_K", ROWS, 512, gen).to(device)
     x = torch.randn((2, 512), generator=gen).to(torch.bfloat16).to(device)
-    monkeypatch.delenv("KVSPILL_LANE_PASSES", raising=False)
+    monkeypatch.setenv("KVSPILL_LANE_PASSES", "0")
     gguf_gemv.quant_matmul_gemv(x, weight)
     assert launched == ["q4k_gemv_kernel"]
     alone = torch.cat([gguf_gemv.quant_matmul_gemv(x[t : t + 1], weight) for t in range(2)]).cpu()
-    monkeypatch.setenv("KVSPILL_LANE_PASSES", "2")
+    monkeypatch.delenv("KVSPILL_LANE_PASSES")
     launched.clear()
     got = gguf_gemv.quant_matmul_gemv(x, weight)
     assert launched == ["q4k_int16x_kernel"] and torch.equal(got.cpu(), alone)

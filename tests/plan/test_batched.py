@@ -62,6 +62,13 @@ def test_q4_k_m_rows_within_the_issue_bar(seqs, measured, pairs):
 H100 = replace(DEFAULT_BANDWIDTHS, hbm_gbs=2885.1, h2d_gbs=54.9, source="H100 rows")
 
 
+@pytest.mark.parametrize("measured", [541.3, 541.8])
+def test_q4_k_m_two_tokens_within_the_issue_bar(measured):
+    # random llama-8b:q4_k_m, 2 x 2K on an H100: the Q4_K lane passes (2026-12-06-h100-gated-down, call 25)
+    step = batched_decode(_plan(H100), 2)
+    assert step is not None and step.tok_s == pytest.approx(measured, rel=0.1)
+
+
 @pytest.mark.parametrize(
     ("seqs", "measured"),
     [

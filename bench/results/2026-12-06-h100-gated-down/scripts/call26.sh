@@ -6,7 +6,7 @@
 # splits and a 128-wide merge), alternated; then call 25's rows (Q4_K lane passes, landed defaults).
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call26
-git apply bench/results/2026-12-06-h200-bars/scripts/attn_knobs.diff && echo "attn_knobs.diff applied" | tee -a $L
+git apply bench/results/2026-12-06-h100-gated-down/scripts/attn_knobs.diff && echo "attn_knobs.diff applied" | tee -a $L
 left() { [ $(( $(date +%s) - T0 )) -lt $1 ]; }
 prof() {  # name, env..., -- profile_decode args
   local name=$1; shift; local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
