@@ -29,5 +29,8 @@ if [ -f $F ]; then
   prof file_c32 600 X=1 -- --model $F --ctx 2048 --concurrency 32 --steps 100 --kv-cache-memory 12GiB
   SHAPE=8b QUANT=Q4_K_M NPL=1,8,32 NPP=2048 NGEN=128 OUT=$OUT PEER=.peer-bin T_BATCHED=60 bash .peer-bin/llamacpp_peer.sh batched 2>&1 | tee -a $L
 fi
+# Kernel tables with PDL off (each kernel's own time, no waits folded in), for the next steps at 8K
+prof k8_tab_pdl0 560 KVSPILL_PDL=0 -- --shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192 --kernels 10
+prof w1_tab_pdl0 575 KVSPILL_PDL=0 -- --shape llama-1b --steps 100 --kv-cache-memory 16GiB --ctx 8192 --kernels 10
 (cd $OUT && tar czf all30.tgz *.txt && rm -f *.txt)
 echo "call 30 done at $(( $(date +%s) - T0 )) s" | tee -a $L
