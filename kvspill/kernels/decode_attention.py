@@ -440,6 +440,14 @@ def merge_dim_block(num_rows: int, head_dim: int, num_sms: int) -> int:
     return max(32, head_dim // 4)
 
 
+# Sequences from which stage 1 (head_dim 128) runs three pipeline stages, not two. Random 8B
+# Q4_K_M at N x 2K, H100, alternated (bench/results/2026-12-06-h100-gated-down, calls 26, 28): 32
+# seqs +0.9% (8.403 / 8.401 -> 8.324 / 8.321 ms a step), 16 -0.2%, 8 +0.8%, 2 -0.7%, 8K batch 1
+# -1.0%; on an H200 the kernel alone at 32 x 2K 77.3 -> 69.4 us a layer but 8 x 2K slower
+# (bench/results/2026-12-05-h200-attn-splits): 32 is where both cards gain.
+STAGE3_MIN_SEQS = 32
+
+
 def _launch_config(head_dim: int, is_cuda: bool, num_seqs: int = 1) -> tuple[int, int, int]:
     """(BLOCK_N, num_warps, num_stages) of stage 1; small tiles under the interpreter.
 
@@ -455,14 +463,6 @@ def _launch_config(head_dim: int, is_cuda: bool, num_seqs: int = 1) -> tuple[int
     if head_dim <= 128:
         return 64, 4, 3 if num_seqs >= STAGE3_MIN_SEQS else 2
     return 32, 4, 2
-
-
-# Sequences from which stage 1 (head_dim 128) runs three pipeline stages, not two. Random 8B
-# Q4_K_M at N x 2K, H100, alternated (bench/results/2026-12-06-h100-gated-down, calls 26, 28): 32
-# seqs +0.9% (8.403 / 8.401 -> 8.324 / 8.321 ms a step), 16 -0.2%, 8 +0.8%, 2 -0.7%, 8K batch 1
-# -1.0%; on an H200 the kernel alone at 32 x 2K 77.3 -> 69.4 us a layer but 8 x 2K slower
-# (bench/results/2026-12-05-h200-attn-splits): 32 is where both cards gain.
-STAGE3_MIN_SEQS = 32
 
 
 def paged_decode_attention(

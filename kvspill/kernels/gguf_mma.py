@@ -709,6 +709,27 @@ def _type_flags(weight: QuantizedWeight) -> dict[str, bool]:
     return {name: True for name, on in flags.items() if on}
 
 
+def _x_side(
+    x: torch.Tensor,
+    qtype: str,
+    cfg: MmaConfig,
+    t_pad: int,
+    counters: torch.Tensor | None,
+    sub: int,
+    gated: bool,
+) -> torch.Tensor:
+    """What the kernel reads beside x (its `xs_ptr`): the words form's permuted x (`words_x`, which
+    zeroes the split counters and, gated, applies the SiLU); else each sub-block's sum of x per
+    token, which the min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need,
+    in one reduce kernel (x.float() first added a copy per call: 128 a step of an 8B); the
+    whole-super-block form folds them into its weights (x itself, unused)."""
+    if cfg.words:
+        return words_x(x, qtype, t_pad, counters, gated)
+    if cfg.whole:
+        return x
+    return torch.sum(x.view(x.shape[0], -1, sub), dim=-1, dtype=torch.float32)
+
+
 def quant_matmul_mma(
     x: torch.Tensor,  # [num_tokens <= MMA_MAX_TOKENS, in_features]
     weight: QuantizedWeight,
@@ -737,13 +758,7 @@ def quant_matmul_mma(
     grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
     kernel, sub = _KERNELS[weight.qtype]
     pairs = _scale_pairs(weight, cfg, x)
-    # The min term (Q4_K), the -32 offset (Q6_K) and the magic form's 128 * sum(x) need each
-    # sub-block's sum of x, per token, in one reduce kernel (x.float() first added a copy per
-    # call: 128 a step of an 8B); the whole-super-block form folds them into its weights.
-    if cfg.words:  # the words form reads x permuted, in place of x's sums
-        x_sums = words_x(x, weight.qtype, t_pad, counters if counters is not result else None, gated)
-    else:
-        x_sums = x if cfg.whole else torch.sum(x.view(num_tokens, -1, sub), dim=-1, dtype=torch.float32)
+    x_sums = _x_side(x, weight.qtype, cfg, t_pad, counters if counters is not result else None, sub, gated)
     kernel[grid](
         x,
         x_sums,

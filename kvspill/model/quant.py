@@ -24,7 +24,6 @@ from itertools import groupby
 import torch
 from torch import Tensor, nn
 
-from kvspill.kernels.fused_ops import silu_and_mul, silu_and_mul_ref
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, split_q6k_rows, split_rows_aligned
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
@@ -77,10 +76,9 @@ class QuantLinear(nn.Module):
 
     def forward_gated(self, x: Tensor) -> Tensor:
         """silu(gate) * up @ W.T (+ bias) for x [num_tokens, 2 * in_features], gate then up (an
-        MLP's down projection): one weight gives the SiLU to `quant_linear` (gated), which fuses
-        it into the words form's x permutation; several run `silu_and_mul` first."""
-        if len(self.parts) != 1:
-            return self.forward(silu_and_mul(x) if x.is_cuda else silu_and_mul_ref(x))
+        MLP's down projection, one GGUF tensor): `quant_linear` (gated) applies the SiLU, in the
+        words form's x permutation where that form runs."""
+        assert len(self.parts) == 1, "a gated projection is one weight (an MLP's down), not a fused one"
         return quant_linear(x, self.parts[0], self.bias, gated=True)
 
     def extra_repr(self) -> str:
