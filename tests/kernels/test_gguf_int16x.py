@@ -88,10 +88,16 @@ class _Spy:
         return self.kernel[grid]
 
 
-def test_int16x_switch_picks_the_kernel(device, monkeypatch):
+def _spy_on(monkeypatch, *names: str) -> list[str]:
+    """gguf_gemv's kernels `names` replaced by _Spy: the list their launches are recorded in."""
     launched: list[str] = []
-    for name in ("q4k_int16x_kernel", "q4k_one_token_kernel"):
+    for name in names:
         monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    return launched
+
+
+def test_int16x_switch_picks_the_kernel(device, monkeypatch):
+    launched = _spy_on(monkeypatch, "q4k_int16x_kernel", "q4k_one_token_kernel")
     weight, x = _case(2, seed=4, device=device)
     want_exact = x.cpu().double() @ dequantize_ref(weight.data.cpu(), "Q4_K", weight.in_features).double().t()
     want_int16x = q4k_int16x_ref(x.cpu(), weight.data.cpu(), weight.in_features).double()
@@ -249,9 +255,7 @@ def test_q5k_takes_the_int16x_lanes_with_its_fifth_bit(config, dtype, device, mo
 
 
 def test_q5k_int16x_switch(device, monkeypatch):
-    launched: list[str] = []
-    for name in ("q4k_int16x_kernel", "_gemv_fma_kernel"):
-        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    launched = _spy_on(monkeypatch, "q4k_int16x_kernel", "_gemv_fma_kernel")
     gen = torch.Generator().manual_seed(8)
     weight = random_quantized("Q5_K", ROWS, 2 * 256, gen).to(device)
     x = torch.randn((1, 2 * 256), generator=gen).to(torch.bfloat16).to(device)
@@ -308,9 +312,7 @@ def test_q41_int16x_lanes_match_their_reference(config, dtype, device, monkeypat
 
 
 def test_q41_int16x_is_the_default_and_switches_off(device, monkeypatch):
-    launched: list[str] = []
-    for name in ("q41_int16x_kernel", "_gemv_fma_kernel"):
-        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    launched = _spy_on(monkeypatch, "q41_int16x_kernel", "_gemv_fma_kernel")
     weight = random_quantized("Q4_1", ROWS, 256, torch.Generator().manual_seed(12)).to(device)
     x = torch.randn((1, 256), generator=torch.Generator().manual_seed(13)).to(torch.bfloat16).to(device)
     monkeypatch.delenv("KVSPILL_Q41_INT16X", raising=False)
@@ -362,9 +364,7 @@ def test_q80_int16x_lanes_match_their_reference(config, dtype, device, monkeypat
 def test_q80_int16x_is_on_by_default_and_needs_whole_pairs(device, monkeypatch):
     # The lanes unless KVSPILL_Q80_INT16X=0; an odd block count (rows of 34 * odd bytes, not word
     # aligned) keeps the generic kernel either way.
-    launched: list[str] = []
-    for name in ("q80_int16x_kernel", "_gemv_fma_kernel"):
-        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    launched = _spy_on(monkeypatch, "q80_int16x_kernel", "_gemv_fma_kernel")
     gen = torch.Generator().manual_seed(22)
     weight = random_quantized("Q8_0", ROWS, 256, gen).to(device)
     odd = random_quantized("Q8_0", ROWS, 7 * 32, gen).to(device)
@@ -391,9 +391,7 @@ def test_lane_passes_run_the_lanes_a_pass_per_two_tokens_or_one(qtype, kernel, p
     # off); past N the dot kernel.
     if per_pass == 1:
         monkeypatch.setattr(gguf_gemv, "TWO_TOKEN_LANES", ())
-    launched: list[str] = []
-    for name in (kernel, "_gemv_dot_kernel"):
-        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    launched = _spy_on(monkeypatch, kernel, "_gemv_dot_kernel")
     gen = torch.Generator().manual_seed(31)
     weight = random_quantized(qtype, ROWS, 512, gen).to(device)
     x = torch.randn((5, 512), generator=gen).to(torch.bfloat16).to(device)
@@ -430,9 +428,7 @@ def test_lane_passes_run_the_lanes_a_pass_per_two_tokens_or_one(qtype, kernel, p
 def test_q4k_lane_passes_take_two_tokens_and_match_one_token(device, monkeypatch):
     # Q4_K's 2 tokens take the integer-x lanes' TWO form (each output row the same bits as its
     # token alone); KVSPILL_LANE_PASSES=0 sends them to the float lanes (LANE_MULTI_CONFIG).
-    launched: list[str] = []
-    for name in ("q4k_int16x_kernel", "q4k_gemv_kernel"):
-        monkeypatch.setattr(gguf_gemv, name, _Spy(getattr(gguf_gemv, name), name, launched))
+    launched = _spy_on(monkeypatch, "q4k_int16x_kernel", "q4k_gemv_kernel")
     gen = torch.Generator().manual_seed(41)
     weight = random_quantized("Q4_K", ROWS, 512, gen).to(device)
     x = torch.randn((2, 512), generator=gen).to(torch.bfloat16).to(device)
