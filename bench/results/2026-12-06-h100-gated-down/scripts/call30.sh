@@ -6,13 +6,7 @@
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call30
 F=/tmp/l8b-Q4_K_M.gguf
-left() { [ $(( $(date +%s) - T0 )) -lt $1 ]; }
-prof() {  # name, limit, env..., -- profile_decode args
-  local name=$1 lim=$2; shift 2; local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
-  left $lim || { echo "$name skipped (time)" | tee -a $L; return; }
-  timeout 100 env "${envs[@]}" python3 -m kvspill.bench.profile_decode "$@" > $OUT/$name.txt 2>&1
-  echo "$name rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'engine.step|plan ' $OUT/$name.txt | tr -s ' ' | tr '\n' ' ' | cut -c1-200)" | tee -a $L
-}
+. bench/results/2026-12-06-h100-gated-down/scripts/prof.sh
 mkdir -p /tmp/lcpp-build && cat .peer-bin/lcpp-bin.txz.* | xz -d | tar x -C /tmp/lcpp-build
 (SHAPE=8b QUANT=Q4_K_M PEER=.peer-bin nice -n 10 bash .peer-bin/llamacpp_peer.sh model > /tmp/model.log 2>&1; echo "model done at $(( $(date +%s) - T0 )) s" >> /tmp/model.log) &
 prof k8 100 X=1 -- --shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192
