@@ -80,71 +80,12 @@ def _walk(buf: mmap.mmap, size: int) -> GGUFHeader:
         order, (version,) = ">", struct.unpack_from(">I", buf, 4)
     if version not in _VERSIONS:
         raise GGUFVersionError(f"it is GGUF version {version}; kvspill reads versions 2 and 3")
-    u32, u64 = struct.Struct(order + "I").unpack_from, struct.Struct(order + "Q").unpack_from
     num_tensors, num_fields = struct.unpack_from(order + "QQ", buf, 8)
-    pos = 24
-    architecture: str | None = None
-    alignment = _DEFAULT_ALIGNMENT
-
-    def string(pos: int) -> tuple[str, int]:
-        (n,) = u64(buf, pos)
-        end = pos + 8 + n
-        if end > size:
-            raise GGUFHeaderError("it ends inside its header")
-        return bytes(buf[pos + 8 : end]).decode("utf-8"), end
-
-    def skip(pos: int, vtype: int) -> int:
-        if vtype in _WIDTHS:
-            return pos + _WIDTHS[vtype]
-        if vtype == _STRING:
-            (n,) = u64(buf, pos)
-            return pos + 8 + n
-        if vtype != _ARRAY:
-            raise GGUFHeaderError(f"it has an unknown value type {vtype} at byte {pos}")
-        (item_type,) = u32(buf, pos)
-        (count,) = u64(buf, pos + 4)
-        pos += 12
-        if item_type in _WIDTHS:
-            return pos + count * _WIDTHS[item_type]
-        if item_type == _STRING:  # a vocabulary: only the length prefixes are read
-            for _ in range(count):
-                (n,) = u64(buf, pos)
-                pos += 8 + n
-            return pos
-        for _ in range(count):
-            pos = skip(pos, item_type)
-            if pos > size:
-                break
-        return pos
-
-    for _ in range(num_fields):
-        key, pos = string(pos)
-        (vtype,) = u32(buf, pos)
-        pos += 4
-        if key == "general.architecture" and vtype == _STRING:
-            architecture, pos = string(pos)
-        elif key == "general.alignment" and vtype == _UINT32:
-            (alignment,) = u32(buf, pos)
-            pos += 4
-        else:
-            pos = skip(pos, vtype)
-        if pos > size:
-            raise GGUFHeaderError("it ends inside its header")
-    infos: list[tuple[str, int, int, int]] = []  # name, type id, elements, offset
-    for _ in range(num_tensors):
-        name, pos = string(pos)
-        (num_dims,) = u32(buf, pos)
-        dims = struct.unpack_from(f"{order}{num_dims}Q", buf, pos + 4)
-        pos += 4 + 8 * num_dims
-        qtype, offset = struct.unpack_from(order + "IQ", buf, pos)
-        pos += 12
-        elements = 1
-        for d in dims:
-            elements *= d
-        infos.append((name, qtype, elements, offset))
-    if pos > size:
-        raise GGUFHeaderError("it ends inside its header")
-    header_end = pos
+    cursor = _Cursor(buf, size, order, pos=24)
+    architecture, alignment = cursor.fields(num_fields)
+    infos = [cursor.tensor_info() for _ in range(num_tensors)]
+    cursor.check_inside()
+    header_end = pos = cursor.pos
     if alignment > 0 and pos % alignment:
         pos += alignment - pos % alignment
     return GGUFHeader(
@@ -154,6 +95,93 @@ def _walk(buf: mmap.mmap, size: int) -> GGUFHeader:
         data_offset=pos,
         data_end=_data_end(pos, infos) if infos else header_end,  # no tensors: no padding needed
     )
+
+
+class _Cursor:
+    """A position in the header and the reads that move it (values of the file's byte order)."""
+
+    def __init__(self, buf: mmap.mmap, size: int, order: str, pos: int) -> None:
+        self.buf, self.size, self.order, self.pos = buf, size, order, pos
+        self._u32 = struct.Struct(order + "I").unpack_from
+        self._u64 = struct.Struct(order + "Q").unpack_from
+
+    def check_inside(self) -> None:
+        if self.pos > self.size:
+            raise GGUFHeaderError("it ends inside its header")
+
+    def u32(self) -> int:
+        (value,) = self._u32(self.buf, self.pos)
+        self.pos += 4
+        return int(value)
+
+    def u64(self) -> int:
+        (value,) = self._u64(self.buf, self.pos)
+        self.pos += 8
+        return int(value)
+
+    def string(self) -> str:
+        n = self.u64()
+        end = self.pos + n
+        if end > self.size:
+            raise GGUFHeaderError("it ends inside its header")
+        text = bytes(self.buf[self.pos : end]).decode("utf-8")
+        self.pos = end
+        return text
+
+    def fields(self, num_fields: int) -> tuple[str | None, int]:
+        """Walks the key/value fields; returns general.architecture and general.alignment."""
+        architecture: str | None = None
+        alignment = _DEFAULT_ALIGNMENT
+        for _ in range(num_fields):
+            key = self.string()
+            vtype = self.u32()
+            if key == "general.architecture" and vtype == _STRING:
+                architecture = self.string()
+            elif key == "general.alignment" and vtype == _UINT32:
+                alignment = self.u32()
+            else:
+                self.skip(vtype)
+            self.check_inside()
+        return architecture, alignment
+
+    def skip(self, vtype: int) -> None:
+        """Past one value of type `vtype` without making it (a vocabulary: its lengths only)."""
+        if vtype in _WIDTHS:
+            self.pos += _WIDTHS[vtype]
+        elif vtype == _STRING:
+            length = self.u64()  # moves pos past the length first
+            self.pos += length
+        elif vtype != _ARRAY:
+            raise GGUFHeaderError(f"it has an unknown value type {vtype} at byte {self.pos}")
+        else:
+            item_type = self.u32()
+            count = self.u64()
+            if item_type in _WIDTHS:
+                self.pos += count * _WIDTHS[item_type]
+                return
+            if item_type == _STRING:  # a vocabulary: a loop of its own (49K names in SmolLM2's)
+                buf, u64, pos = self.buf, self._u64, self.pos
+                for _ in range(count):
+                    pos += 8 + u64(buf, pos)[0]
+                self.pos = pos
+                return
+            for _ in range(count):
+                self.skip(item_type)
+                if self.pos > self.size:
+                    break
+
+    def tensor_info(self) -> tuple[str, int, int, int]:
+        """One tensor's (name, type id, elements, offset)."""
+        name = self.string()
+        num_dims = self.u32()
+        dims = struct.unpack_from(f"{self.order}{num_dims}Q", self.buf, self.pos)
+        self.pos += 8 * num_dims
+        qtype = self.u32()
+        offset = self.u64()
+        elements = 1
+        for d in dims:
+            elements *= d
+        return name, qtype, elements, offset
 
 
 def _data_end(data_offset: int, infos: list[tuple[str, int, int, int]]) -> int | None:
