@@ -18,10 +18,11 @@ while ! grep -q "model done" /tmp/model.log && left 230; do sleep 3; done
 tail -2 /tmp/model.log | tee -a $L
 if [ -f $F ]; then
   for c in 1 8; do prof file_c$c 600 X=1 -- --model $F --ctx 2048 --concurrency $c --steps 100 --kv-cache-memory 12GiB; done
-  timeout 70 python3 -m kvspill.bench --model $F --vram-budget 16GiB --ctx 8192 32768 --new-tokens 64 --out $OUT/w4_kvspill.jsonl > $OUT/w4.txt 2>&1; echo "w4 rc $? at $(( $(date +%s) - T0 )) s: $(grep -o '"decode_tok_s": [0-9.]*' $OUT/w4_kvspill.jsonl | tr '\n' ' ')" | tee -a $L
-  SHAPE=8b QUANT=Q4_K_M DEPTHS_GPU=8192,32768 NGEN=64 OUT=$OUT PEER=.peer-bin T_GPU=60 bash .peer-bin/llamacpp_peer.sh bench 2>&1 | tee -a $L
   prof file_c32 600 X=1 -- --model $F --ctx 2048 --concurrency 32 --steps 100 --kv-cache-memory 12GiB
   SHAPE=8b QUANT=Q4_K_M NPL=1,8,32 NPP=2048 NGEN=128 OUT=$OUT PEER=.peer-bin T_BATCHED=60 bash .peer-bin/llamacpp_peer.sh batched 2>&1 | tee -a $L
+  timeout 70 python3 -m kvspill.bench --model $F --vram-budget 16GiB --ctx 8192 32768 --new-tokens 64 --out $OUT/w4_kvspill.jsonl > $OUT/w4.txt 2>&1; echo "w4 rc $? at $(( $(date +%s) - T0 )) s: $(grep -o '"decode_tok_s": [0-9.]*' $OUT/w4_kvspill.jsonl | tr '\n' ' ')" | tee -a $L
+  SHAPE=8b QUANT=Q4_K_M DEPTHS_GPU=8192,32768 NGEN=64 OUT=$OUT PEER=.peer-bin T_GPU=60 bash .peer-bin/llamacpp_peer.sh bench 2>&1 | tee -a $L
+  for c in 1 8; do prof file_c${c}_b 600 X=1 -- --model $F --ctx 2048 --concurrency $c --steps 100 --kv-cache-memory 12GiB; done  # the 8 / 1 ratio twice
 fi
 # Kernel tables with PDL off (each kernel's own time, no waits folded in), for the next steps at 8K
 prof k8_tab_pdl0 560 KVSPILL_PDL=0 -- --shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192 --kernels 10
