@@ -13,6 +13,13 @@ tokens and counts only the steps in which all N decode (pure decode steps, as
 llama-batched-bench's decode phase); `--kernels K` then profiles K such steps:
 
     python -m kvspill.bench.profile_decode --model l8b-Q4_K_M.gguf --ctx 2048 --concurrency 8 --kv-cache-memory 8GiB --kernels 10
+
+`--profiler-window K` opens the CUDA profiler API's range (cudaProfilerStart / Stop) around K
+decode steps at the same point, so Nsight Compute measures only those kernels (each graph node
+apart) and not the model's set-up or prefill, which under ncu take minutes:
+
+    ncu --profile-from-start off --graph-profiling node --section SpeedOfLight --csv \
+        python -m kvspill.bench.profile_decode --shape llama-8b:q4_k_m --steps 20 --profiler-window 1
 """
 
 from __future__ import annotations
@@ -55,6 +62,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--kernels", type=int, default=0, help="also profile this many decode steps per kernel")
     ap.add_argument("--concurrency", type=int, default=1, help="sequences decoding together")
+    ap.add_argument(
+        "--profiler-window",
+        type=int,
+        default=0,
+        help="open the CUDA profiler range (ncu --profile-from-start off, nsys --capture-range=cudaProfilerApi) "
+        "around this many decode steps",
+    )
     add_engine_flags(ap, async_scheduling=True, kv_cache_memory="4GiB")
     return ap.parse_args(argv)
 
@@ -120,6 +134,10 @@ def _pure_decode(step: Any, n: int, tokens: dict[str, int]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.profiler_window and not torch.cuda.is_available():
+        raise SystemExit(
+            "--profiler-window needs a CUDA GPU (it brackets kernels for ncu / nsys); drop it on the CPU"
+        )
     engine = _engine(args)
     times: dict[str, list[float]] = defaultdict(list)
     events = _instrument(engine, times)
@@ -137,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         step_times.append(step.seconds)
         if args.kernels and len(step_times) == args.steps // 2:
             _kernel_table(engine, args.kernels)
+        if args.profiler_window and len(step_times) == args.steps // 2:
+            _profiler_window(engine, args.profiler_window)
         if len(step_times) >= args.steps:
             break
     if torch.cuda.is_available():
@@ -186,6 +206,20 @@ def _kernel_table(engine: LLMEngine, steps: int) -> None:
         torch.cuda.synchronize()
     print(f"kernels over {steps} decode steps (CUDA time):")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+
+
+def _profiler_window(engine: LLMEngine, steps: int) -> None:
+    """Run `steps` engine steps inside the CUDA profiler API's range: an external profiler started
+    with capture off (ncu --profile-from-start off) sees only these kernels."""
+    torch.cuda.synchronize()  # the window holds no kernel of an earlier step
+    torch.cuda.profiler.start()
+    try:
+        for _ in itertools.islice(engine.run(), steps):
+            pass
+        torch.cuda.synchronize()
+    finally:
+        torch.cuda.profiler.stop()
+    print(f"profiler window: {steps} engine steps between cudaProfilerStart and cudaProfilerStop")
 
 
 if __name__ == "__main__":

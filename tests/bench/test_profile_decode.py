@@ -3,6 +3,9 @@ which all of them decode, and says how many."""
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from kvspill.bench import profile_decode
 
 
@@ -56,3 +59,27 @@ def test_report_prints_the_sized_plan_at_its_batch(capsys):
     planned = batched_decode(plan, 8).tok_s
     assert f"plan               {planned:8.1f} tok/s in all (plan / measured" in out
     assert "1.00" in out.split("plan / measured")[1]
+
+
+def test_profiler_window_brackets_exactly_its_steps(monkeypatch, capsys):
+    """ncu --profile-from-start off sees the kernels between start and stop: the window's steps and
+    the GPU work they queued (synchronized before stop), none of an earlier step's."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
+
+    class Engine:
+        def run(self):
+            for i in range(10):
+                calls.append(f"step {i}")
+                yield i
+
+    profile_decode._profiler_window(Engine(), 3)
+    assert calls == ["sync", "start", "step 0", "step 1", "step 2", "sync", "stop"]
+    assert "3 engine steps" in capsys.readouterr().out
+
+
+def test_profiler_window_on_the_cpu_says_what_to_drop(tiny_llama_dir):
+    with pytest.raises(SystemExit, match="needs a CUDA GPU.*drop it"):
+        profile_decode.main(["--model", str(tiny_llama_dir), "--profiler-window", "2"])
