@@ -33,7 +33,7 @@ PARSERS = {
 OWN = {"--shape", "--model", "--ctx", "--new-tokens", "--warmup-tokens", "--mode", "--out", "--concurrency",
        "--fill-only-prefill", "--question-tokens", "--questions", "--phases", "--disk-phase-cpu-blocks",
        "--target-itl-ms", "--short-prompt", "--steady", "--chats", "--chat-tokens", "--settle", "--long",
-       "--long-prompt", "--skip-mixed", "--steps", "--kernels", "--tokens", "--per-layer", "--search-skip",
+       "--long-prompt", "--skip-mixed", "--steps", "--kernels", "--profiler-window", "--tokens", "--per-layer", "--search-skip",
        "--greedy-tokens", "--prompt", "--budgets", "--score", "--dense-layers", "--help"}  # fmt: skip
 
 
