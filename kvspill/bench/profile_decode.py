@@ -153,10 +153,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         first = first or {"events": len(events), **{name: len(v) for name, v in times.items()}}
         step_times.append(step.seconds)
-        if args.kernels and len(step_times) == args.steps // 2:
-            _kernel_table(engine, args.kernels)
-        if args.profiler_window and len(step_times) == args.steps // 2:
-            _profiler_window(engine, args.profiler_window)
+        if len(step_times) == args.steps // 2:  # the profilers look at the run's middle steps
+            if args.kernels:
+                _kernel_table(engine, args.kernels)
+            if args.profiler_window:
+                _profiler_window(engine, args.profiler_window)
         if len(step_times) >= args.steps:
             break
     if torch.cuda.is_available():
@@ -196,14 +197,19 @@ def _report(
         print(f"  graph GPU time     {statistics.median(gpu_ms[skip:]):8.3f} ms (events around copy+replay)")
 
 
+def _run_steps(engine: LLMEngine, steps: int) -> None:
+    """`steps` engine steps, then wait for the GPU work they queued."""
+    for _ in itertools.islice(engine.run(), steps):
+        pass
+    torch.cuda.synchronize()
+
+
 def _kernel_table(engine: LLMEngine, steps: int) -> None:
     """CUDA time per kernel over `steps` decode steps (kernels inside graph replays included)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in itertools.islice(engine.run(), steps):
-            pass
-        torch.cuda.synchronize()
+        _run_steps(engine, steps)
     print(f"kernels over {steps} decode steps (CUDA time):")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
 
@@ -214,9 +220,7 @@ def _profiler_window(engine: LLMEngine, steps: int) -> None:
     torch.cuda.synchronize()  # the window holds no kernel of an earlier step
     torch.cuda.profiler.start()
     try:
-        for _ in itertools.islice(engine.run(), steps):
-            pass
-        torch.cuda.synchronize()
+        _run_steps(engine, steps)
     finally:
         torch.cuda.profiler.stop()
     print(f"profiler window: {steps} engine steps between cudaProfilerStart and cudaProfilerStop")
