@@ -344,10 +344,29 @@ def _q6k_half_whole(
     return tl.dot(w, x.to(DOT_DTYPE), acc, input_precision="ieee")
 
 
+# Grid: (SPLIT_K, row tiles), the split the fast axis, so that a row tile's splits are launched
+# side by side and run at once, reading the rows' bytes together. Row tiles first, a tile's
+# second split ran a wave or more after its first, and each split reads every SPLIT_K-th 144-byte
+# super-block: under ncu (L2 flushed before each kernel) the 8B gate_up at 32 tokens (448 tiles x
+# 2 splits) read 113 MB from DRAM for 81 MB of weights and scale pairs, 81 MB split first (60.9 ->
+# 55.2 us); the engine's 4 / 8 / 16 / 32 x 2K steps were the same either way (H100,
+# bench/results/2026-12-06-h100-split-order/).
+@triton.jit
+def _row_tile():
+    """The program's row tile (grid axis 1)."""
+    return tl.program_id(1)
+
+
+@triton.jit
+def _split_index():
+    """The program's split along K (grid axis 0): it takes super-blocks split, split + SPLIT_K, ..."""
+    return tl.program_id(0)
+
+
 @triton.jit
 def _tile(rows, num_tokens, BLOCK_N: tl.constexpr, T_PAD: tl.constexpr):
     """The program's output tile: rows n [BLOCK_N] (n_ok: < rows) and tokens t [T_PAD] (t_ok)."""
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n = _row_tile() * BLOCK_N + tl.arange(0, BLOCK_N)
     t = tl.arange(0, T_PAD)
     return n, n < rows, t, t < num_tokens
 
@@ -400,7 +419,7 @@ def _store(
         )
     else:
         if HAS_BIAS:
-            if tl.program_id(1) == 0:
+            if _split_index() == 0:
                 acc += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
         out = out_ptr + t[None, :] * stride_o + n[:, None]
         mask = n_ok[:, None] & t_ok[None, :]
@@ -437,9 +456,9 @@ def _store_reduced(
     offsets = t[None, :] * rows + n[:, None]
     mask = n_ok[:, None] & t_ok[None, :]
     plane = rows * num_tokens
-    tl.store(part_ptr + tl.program_id(1) * plane + offsets, acc, mask=mask)
+    tl.store(part_ptr + _split_index() * plane + offsets, acc, mask=mask)
     tl.debug_barrier()
-    arrived = tl.atomic_add(counter_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu")
+    arrived = tl.atomic_add(counter_ptr + _row_tile(), 1, sem="acq_rel", scope="gpu")
     if arrived == SPLIT_K - 1:
         total = tl.zeros_like(acc)
         for split in tl.static_range(SPLIT_K):
@@ -452,7 +471,7 @@ def _store_reduced(
 # The two kernels differ in the super-block's bytes and arithmetic only; they stay two so that a
 # profile names each type's time (an 8-sequence step: Q4_K 3.98 ms, Q6_K 2.93; bench/results/
 # 2026-12-02-h200-q4km-peer/). Q5_K and Q4_1 (never in one model with Q4_K's own kernel time to
-# tell apart) run the first with a flag. Grid: (cdiv(rows, BLOCK_N), SPLIT_K). Program (i, s) takes
+# tell apart) run the first with a flag. Grid: (SPLIT_K, cdiv(rows, BLOCK_N)). Program (s, i) takes
 # rows [i*BLOCK_N, +BLOCK_N) and the super-blocks s, s + SPLIT_K, ...; x_sums [tokens, K / 32]
 # (Q4_K, Q5_K) or [tokens, K / 16] (Q6_K, Q4_1).
 @triton.jit
@@ -491,7 +510,7 @@ def _q4k_mma_kernel(
     row_ptr = w_ptr + _read_rows(n, rows) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
-    for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
+    for sb in range(_split_index(), num_blocks, SPLIT_K):
         base = row_ptr + sb * (160 if Q41 else 176 if Q5 else 144)
         if WORDS:
             acc, acc2 = q4k_super_block_words(
@@ -581,7 +600,7 @@ def _q6k_mma_kernel(
     row_ptr = w_ptr + _read_rows(n, rows) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
-    for sb in range(tl.program_id(1), num_blocks, SPLIT_K):
+    for sb in range(_split_index(), num_blocks, SPLIT_K):
         base, sblk = block_at(row_ptr, sb, num_blocks, 210, SPLIT)
         if WORDS:
             acc, acc2 = q6k_super_block_words(acc, acc2, base, sblk, xs_ptr, sb, t, T_PAD, DOT_DTYPE, TWO_ACC)
@@ -755,7 +774,7 @@ def quant_matmul_mma(
     assert not (cfg.words and weight.qtype not in WORDS_TYPES), f"{weight.qtype} has no words form"
     assert not (cfg.whole and weight.qtype not in WHOLE_TYPES), f"{weight.qtype} has no whole form"
     result, part, counters = _outputs(x, rows, cfg, out)
-    grid = (triton.cdiv(rows, cfg.block_n), cfg.split_k)
+    grid = (cfg.split_k, triton.cdiv(rows, cfg.block_n))
     kernel, sub = _KERNELS[weight.qtype]
     pairs = _scale_pairs(weight, cfg, x)
     x_sums = _x_side(x, weight.qtype, cfg, t_pad, counters if counters is not result else None, sub, gated)
