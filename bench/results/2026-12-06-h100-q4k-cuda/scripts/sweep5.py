@@ -19,7 +19,7 @@ from kvspill.kernels.quant_linear import quant_linear
 import q4k_mma_cuda as qc
 from sweep_common import copies, with_pairs
 
-LAYOUT = sys.argv[1]
+LAYOUT = sys.argv[1] if len(sys.argv) > 1 else "gguf"
 
 
 def interleaved(w):
@@ -29,22 +29,27 @@ def interleaved(w):
     return replace(w, data=t.data.contiguous().view(w.data.shape), scale_pairs=pairs)
 
 
-for shape in ("gate_up", "down", "qkv", "o"):
-    w = with_pairs(random_weight_cuda("Q4_K", *SHAPES[shape]))
-    ws = copies(w)
-    dense = dequantize(w, torch.float32)
-    if LAYOUT == "interleave":
-        ws = [interleaved(c) for c in ws]
-    for tokens in (1, 8, 16, 32):
-        x = torch.randn((tokens, w.in_features), dtype=torch.bfloat16, device="cuda")
-        ref = x.float() @ dense.t()
-        if tokens == 1:
-            fn = lambda x, w: quant_linear(x, w)  # noqa: E731
-        else:
-            cfg = mma_config(w, tokens)
-            fn = lambda x, w, c=cfg: quant_matmul_mma(x, w, config=c)  # noqa: E731
-        err = float((fn(x, ws[0]).float() - ref).abs().max()) / float(ref.abs().max())
-        us = time_rotating_us(fn, ws, x, rep=20)
-        print(json.dumps(dict(layout=LAYOUT, shape=shape, tokens=tokens, us=round(us, 2), err=round(err, 5))), flush=True)
-    del ws, dense
-    torch.cuda.empty_cache()
+def main() -> None:
+    for shape in ("gate_up", "down", "qkv", "o"):
+        w = with_pairs(random_weight_cuda("Q4_K", *SHAPES[shape]))
+        ws = copies(w)
+        dense = dequantize(w, torch.float32)
+        if LAYOUT == "interleave":
+            ws = [interleaved(c) for c in ws]
+        for tokens in (1, 8, 16, 32):
+            x = torch.randn((tokens, w.in_features), dtype=torch.bfloat16, device="cuda")
+            ref = x.float() @ dense.t()
+            if tokens == 1:
+                fn = lambda x, w: quant_linear(x, w)  # noqa: E731
+            else:
+                cfg = mma_config(w, tokens)
+                fn = lambda x, w, c=cfg: quant_matmul_mma(x, w, config=c)  # noqa: E731
+            err = float((fn(x, ws[0]).float() - ref).abs().max()) / float(ref.abs().max())
+            us = time_rotating_us(fn, ws, x, rep=20)
+            print(json.dumps(dict(layout=LAYOUT, shape=shape, tokens=tokens, us=round(us, 2), err=round(err, 5))), flush=True)
+        del ws, dense
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
