@@ -16,6 +16,7 @@ Invariant: importing this module does nothing; without CUDA `main` says so and r
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -50,11 +51,13 @@ def random_weight_cuda(qtype: str, out_features: int, in_features: int, seed: in
 
 
 def _copies(weight: QuantizedWeight) -> list[QuantizedWeight]:
-    """`weight` and enough clones of it to stream ROTATE_BYTES a replay."""
+    """`weight` and enough clones of it to stream ROTATE_BYTES a replay (each with its own copy of
+    the scale pairs, where it has them, and the same layout)."""
     n = max(1, -(-ROTATE_BYTES // weight.nbytes))
-    clones = [weight.data.clone() for _ in range(n - 1)]
+    pairs = weight.scale_pairs
     return [weight] + [
-        QuantizedWeight(c, weight.qtype, weight.out_features, weight.in_features) for c in clones
+        replace(weight, data=weight.data.clone(), scale_pairs=None if pairs is None else pairs.clone())
+        for _ in range(n - 1)
     ]
 
 

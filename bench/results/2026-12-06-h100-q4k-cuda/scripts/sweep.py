@@ -12,12 +12,12 @@ import torch
 
 sys.path.insert(0, "bench/results/2026-12-06-h100-q4k-cuda/scripts")
 import q4k_mma_cuda as qc  # noqa: E402
+from sweep_common import copies, with_pairs  # noqa: E402
 
-from kvspill.bench.kernels_gguf import ROTATE_BYTES, SHAPES, copy_ceiling_gbps, random_weight_cuda, time_rotating_us
+from kvspill.bench.kernels_gguf import SHAPES, copy_ceiling_gbps, random_weight_cuda, time_rotating_us
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_mma import quant_matmul_mma
 from kvspill.kernels.gguf_mma_configs import mma_config
-from kvspill.kernels.gguf_mma_words import pack_scales
 from kvspill.kernels.quant_linear import quant_linear
 
 QUICK = "quick" in sys.argv[1:]
@@ -25,15 +25,6 @@ print(json.dumps(dict(torch=torch.__version__, card=torch.cuda.get_device_name()
                       date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))), flush=True)
 print(json.dumps(dict(copy_ceiling_gbps=round(copy_ceiling_gbps()))), flush=True)
 print("unavailable:", qc._unavailable(0), flush=True)
-
-
-def with_pairs(w):
-    return replace(w, scale_pairs=pack_scales(w, torch.bfloat16))
-
-
-def copies(w):
-    n = max(1, -(-ROTATE_BYTES // w.nbytes))
-    return [w] + [replace(w, data=w.data.clone(), scale_pairs=w.scale_pairs.clone()) for _ in range(n - 1)]
 
 
 CONFIGS = [qc.CudaConfig(2, 4, 3), qc.CudaConfig(2, 4, 4), qc.CudaConfig(1, 4, 4), qc.CudaConfig(2, 8, 3),
