@@ -12,8 +12,7 @@
 // gives words s and s + 1. x's 16-byte chunks are stored XOR-swizzled (chunk k at k ^ bit 3 of k)
 // and tokens 576 bytes apart: those loads are free of bank conflicts.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
+#define M_TILES 1  // one 16-row tile a warp
 
 #define THREADS (WARPS * 32)
 #define ROWS (WARPS * 16)
@@ -21,68 +20,7 @@ typedef unsigned short u16;
 #define X_STRIDE 576  // bytes a token in a stage (512 used): 16 words mod 32 apart
 #define STAGE_BYTES (T_PAD * X_STRIDE)
 
-#if FP16
-#define HTYPE "f16"
-#define MAGIC 0x64006400u
-#define ONE 0x3C003C00u
-#define MINUS 0xE400E400u
-#else
-#define HTYPE "bf16"
-#define MAGIC 0x43004300u
-#define ONE 0x3F803F80u
-#define MINUS 0xC300C300u
-#endif
-
-struct __align__(16) W4 {
-    u32 x, y, z, w;
-};
-struct __align__(8) W2 {
-    u32 x, y;
-};
-
-__device__ __forceinline__ u32 shared_address(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
-    u32 d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-
-__device__ __forceinline__ u32 dequant_pair(u32 bits, u32 scale2, u32 neg_min2) {
-    u32 q, v, w;
-    const u32 one = ONE, minus = MINUS;
-    asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(q) : "r"(bits), "n"(MAGIC));
-    asm("fma.rn." HTYPE "x2 %0, %1, %2, %3;" : "=r"(v) : "r"(q), "r"(one), "r"(minus));
-    asm("fma.rn." HTYPE "x2 %0, %1, %2, %3;" : "=r"(w) : "r"(v), "r"(scale2), "r"(neg_min2));
-    return w;
-}
-
-__device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32." HTYPE "." HTYPE ".f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ u16 to_half(float v) {
-    u16 h;
-    asm("cvt.rn." HTYPE ".f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
-
-__device__ __forceinline__ float from_half(u16 h) {
-    float f;
-#if FP16
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-#else
-    asm("mov.b32 %0, %1;" : "=f"(f) : "r"(((u32)h) << 16));
-#endif
-    return f;
-}
+#include "q4k_mma_common.cuh"
 
 __device__ __forceinline__ W4 load16(const unsigned char* p) {
     W4 v;
@@ -185,51 +123,6 @@ __device__ __forceinline__ void compute(float (*acc)[4], const Weights& w, const
     }
 }
 
-// Calls f(row, token, n, v) for this thread's outputs that exist: acc[n][2h + e] is row g + 8h of
-// the warp's 16, token 8n + 2t + e.
-template <typename F>
-__device__ __forceinline__ void each_output(int row0, int rows, int num_tokens, F f) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int n = 0; n < N_TILES; ++n)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-            const int row = row0 + warp * 16 + g + 8 * (v >> 1), token = 8 * n + 2 * t + (v & 1);
-            if (row < rows && token < num_tokens) f(row, token, n, v);
-        }
-}
-
-__device__ __forceinline__ void store(float (*acc)[4], u16* out, const u16* bias, float* part, int* counters,
-                                      int row0, int rows, int num_tokens, int out_stride, int has_bias, int split,
-                                      int split_k) {
-    __shared__ int last;
-    if (split_k > 1) {
-        float* mine = part + (size_t)split * T_PAD * rows;
-        each_output(row0, rows, num_tokens,
-                    [&](int row, int token, int n, int v) { mine[(size_t)token * rows + row] = acc[n][v]; });
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.y, 1) == split_k - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        each_output(row0, rows, num_tokens, [&](int row, int token, int n, int v) {
-            float sum = 0.0f;
-            for (int s = 0; s < split_k; ++s) {
-                float p;
-                asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(p) : "l"(part + ((size_t)s * T_PAD + token) * rows + row));
-                sum += p;
-            }
-            acc[n][v] = sum;
-        });
-        if (threadIdx.x == 0) counters[blockIdx.y] = 0;
-    }
-    each_output(row0, rows, num_tokens, [&](int row, int token, int n, int v) {
-        const float b = has_bias ? from_half(bias[row]) : 0.0f;
-        out[(size_t)token * out_stride + row] = to_half(acc[n][v] + b);
-    });
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS) q4k_mma(
     const unsigned char* __restrict__ w, const u32* __restrict__ pairs, const u16* __restrict__ x,
     const u16* __restrict__ bias, u16* __restrict__ out, float* __restrict__ part, int* __restrict__ counters,
@@ -253,9 +146,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) q4k_mma(
 #endif
     }
     const u32 smem0 = shared_address(smem);
-    float acc[N_TILES][4];
+    float acc[1][N_TILES][4];  // the shared store's shape: M_TILES tiles a warp
 #pragma unroll
-    for (int n = 0; n < N_TILES; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int n = 0; n < N_TILES; ++n) acc[0][n][0] = acc[0][n][1] = acc[0][n][2] = acc[0][n][3] = 0.0f;
 #pragma unroll
     for (int s = 0; s < XSTAGES - 1; ++s) {
         if (s < count) load_x(smem0 + s * STAGE_BYTES, x, sb0 + s, num_tokens, x_stride);
@@ -280,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) q4k_mma(
         __syncthreads();  // x of super-block i landed; the stage of i - 1 is free to refill
         if (i + XSTAGES - 1 < count) load_x(smem0 + write * STAGE_BYTES, x, sb0 + i + XSTAGES - 1, num_tokens, x_stride);
         asm volatile("cp.async.commit_group;");
-        compute(acc, cur, smem + read * STAGE_BYTES);
+        compute(acc[0], cur, smem + read * STAGE_BYTES);
         cur = next;
         read = read == XSTAGES - 1 ? 0 : read + 1;
         write = write == XSTAGES - 1 ? 0 : write + 1;

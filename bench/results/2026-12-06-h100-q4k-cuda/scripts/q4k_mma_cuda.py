@@ -3,6 +3,8 @@ experiment of this folder (calls 1-6, ../README.md), kept here, not in the packa
 did not beat the Triton words form (kernels/gguf_mma_words.py) on the GGUF rows as they are.
 
 Designs (CudaConfig.design):
+Both sources include `q4k_mma_common.cuh` (types, asm, the split-K store), inlined before NVRTC.
+
 - "a" (`q4k_mma.cu`): weights, scale pairs and x staged through a cp.async ring in shared memory,
   M_TILES 16-row tiles a warp; x optionally read from global memory (x_global).
 - "b" (`q4k_mma_b.cu`): each thread loads its own weight words (16-byte loads, a super-block
@@ -70,7 +72,8 @@ def t_pad(num_tokens: int) -> int:
 
 
 def default_config(num_tokens: int) -> CudaConfig:
-    """The measured pick for this many tokens (bench/results/2026-12-06-h100-q4k-cuda/)."""
+    """Design a's first guess for this many tokens (call 1; calls 3-8 found no config of any design
+    faster than the Triton words form on every shape: ../README.md)."""
     if num_tokens <= 16:
         return CudaConfig(m_tiles=2, warps=4, stages=4)
     return CudaConfig(m_tiles=2, warps=4, stages=3)
@@ -113,7 +116,8 @@ def _kernel(n_tiles: int, cfg: CudaConfig, fp16: bool, device_index: int) -> Any
     """The compiled variant (NVRTC), its shared memory opted in."""
     stages = cfg.stages
     path = _SOURCE.with_name("q4k_mma_b.cu") if cfg.design in ("b", "c", "d") else _SOURCE
-    source = _defines(cfg, n_tiles, fp16) + path.read_text()
+    common = _SOURCE.with_name("q4k_mma_common.cuh").read_text()  # inlined: NVRTC has no file system
+    source = _defines(cfg, n_tiles, fp16) + path.read_text().replace('#include "q4k_mma_common.cuh"', common)
     with torch.cuda.device(device_index):
         kernel = torch.cuda._compile_kernel(source, "q4k_mma")
         smem = stages * cfg.stage_bytes(8 * n_tiles)
