@@ -5,19 +5,15 @@ one token, the Triton words form at more); checked, then timed as sweep.py."""
 
 import json
 import sys
-from dataclasses import replace
 
 import torch
 
 sys.path.insert(0, "bench/results/2026-12-06-h100-q4k-cuda/scripts")
-from kvspill.bench.kernels_gguf import SHAPES, random_weight_cuda, time_rotating_us
+from kvspill.bench.kernels_gguf import SHAPES, random_weight_cuda
 from kvspill.kernels.gguf_dequant import dequantize
-from kvspill.kernels.gguf_mma import quant_matmul_mma
-from kvspill.kernels.gguf_mma_configs import mma_config
-from kvspill.kernels.quant_linear import quant_linear
 
 import q4k_mma_cuda as qc
-from sweep_common import copies, with_pairs
+from sweep_common import copies, time_configs, today_us, with_pairs
 
 C = qc.CudaConfig
 CONFIGS = [C(1, 8, 2, design="b"), C(1, 4, 2, design="b"), C(1, 8, 2, design="c"), C(1, 4, 2, design="c"),
@@ -36,28 +32,10 @@ for shape in ("gate_up", "down", "qkv", "o"):
     dense = dequantize(w, torch.float32)
     for tokens in (1, 8, 32):
         x = torch.randn((tokens, w.in_features), dtype=torch.bfloat16, device="cuda")
-        ref = x.float() @ dense.t()
-        scale = float(ref.abs().max())
-        cfg = mma_config(w, tokens)
-        if tokens == 1:
-            today = time_rotating_us(lambda x, w: quant_linear(x, w), ws, x, rep=20)
-        else:
-            today = time_rotating_us(lambda x, w, c=cfg: quant_matmul_mma(x, w, config=c), ws, x, rep=20)
-        row = dict(shape=shape, tokens=tokens, today_us=round(today, 2))
-        best = (1e9, "")
-        for c0 in CONFIGS:
-            wl = {"c": tiled, "d": inter}.get(c0.design, ws)
-            for split in (1, 2, 4, 8):
-                c = replace(c0, split_k=split)
-                name = f"w{c.warps}s{c.stages}{c.design}a{c.ahead}k{split}"
-                try:
-                    err = float((qc.q4k_matmul_cuda(x, wl[0], config=c).float() - ref).abs().max()) / scale
-                    us = time_rotating_us(lambda x, w, c=c: qc.q4k_matmul_cuda(x, w, config=c), wl, x, rep=20)
-                    row[name] = round(us, 2) if err < 2e-2 else f"wrong {err:.3g}"
-                    if err < 2e-2:
-                        best = min(best, (us, name))
-                except Exception as e:  # noqa: BLE001
-                    row[name] = f"error: {str(e)[:200]}"
+        row = dict(shape=shape, tokens=tokens, today_us=round(today_us(x, ws), 2))
+        weights_for = lambda c, t=tiled, i=inter, g=ws: {"c": t, "d": i}.get(c.design, g)  # noqa: E731
+        name_of = lambda c: f"w{c.warps}s{c.stages}{c.design}a{c.ahead}k{c.split_k}"  # noqa: E731
+        best = time_configs(row, x, x.float() @ dense.t(), weights_for, CONFIGS, name_of)
         row["best"] = [round(best[0], 2), best[1]]
         print(json.dumps(row), flush=True)
     del ws, tiled, inter, dense
