@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 
-from kvspill.env import switch_on
 from kvspill.kernels.gguf_formats import QuantizedWeight
 
 logger = logging.getLogger(__name__)
@@ -144,15 +143,14 @@ def _unavailable(device_index: int) -> str | None:
 
 def q4k_cuda_ready(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     """Whether `q4k_matmul_cuda(x, weight)` runs: a Q4_K weight with scale pairs in x's half dtype,
-    on a CUDA device that builds the kernel, KVSPILL_Q4K_CUDA not 0, at most 64 tokens."""
+    on a CUDA device that builds the kernel, at most 64 tokens (call 1's KVSPILL_Q4K_CUDA switch went
+    with the wiring into gguf_mma)."""
     if weight.qtype != "Q4_K" or x.device.type != "cuda" or x.dtype not in (torch.bfloat16, torch.float16):
         return False
     pairs = weight.scale_pairs
     if pairs is None or pairs.dtype != x.dtype or not 1 <= x.shape[0] <= MAX_TOKENS:
         return False
     if weight.data.data_ptr() % 16 or weight.data.stride(0) % 16 or pairs.data_ptr() % 16:
-        return False
-    if not switch_on("Q4K_CUDA"):
         return False
     reason = _unavailable(x.device.index or 0)
     if reason is not None:
