@@ -284,7 +284,9 @@ Q5K_INT16X_CONFIGS: tuple[tuple[int, int, tuple[int, int, int]], ...] = (
 # one-token picks spill there (sm_90 AOT, Triton 3.9: Q5_K (4096, 4, 2) 64 bytes of stack, (4096,
 # 8, 4) 24; Q4_K (4096, 8, 4) 32, (2048, 8, 2) 32, (4096, 16, 4) 712); (2048, 4, 2) holds 144
 # (Q5_K) / 177 (Q4_K) registers, none spilled. Not swept
-# (bench/results/2026-12-05-h200-q41-configs, "Two-token lanes").
+# (bench/results/2026-12-05-h200-q41-configs, "Two-token lanes"). Triton 3.6 (the lent GPUs')
+# spills none of the Q4_K ones: (4096, 16, 4) 189 registers, (2048, 4, 2) 96
+# (bench/results/2026-12-06-h100-q4k-split-rows/scripts/aot_int16x.py with TWO).
 K_QUANT_TWO_TOKEN_CONFIG = (2048, 4, 2)
 # One token of bf16 / fp16 x on Q4_1 (int4 checkpoints) in q41_int16x_kernel (unless
 # KVSPILL_Q41_INT16X=0, env.q41_int16x_on): (CHUNK, BLOCK_N, warps), CHUNK // 32 blocks a K step,
