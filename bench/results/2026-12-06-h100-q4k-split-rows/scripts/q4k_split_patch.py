@@ -8,7 +8,10 @@ headers (G * 144 bytes, 128-byte aligned), so a header lies within 1-2 KB of its
 super-blocks a multiple of G; -1: gguf's rows (no layout change, only argv[3]).
 argv[3:] "load16": the int16-x GEMV loads a lane's 4 quant words as one 16-byte load instead of
 two 8-byte ones (ptxas merges those on gguf's rows, not on split ones); "hdrptr": the header through
-a pointer of its own a row (calls 2-7) instead of a register offset from the quants' (call 8)."""
+a pointer of its own a row (calls 2-7) instead of a register offset from the quants' (call 8);
+"prefetch" (prepared, not run): each K step of the int16-x GEMV first asks L2 for its lanes' quant
+and header lines (`prefetch.global.L2`), since ptxas issues the split rows' loads 100-200
+instructions later than gguf's (`regs.sh`: the median load of (4096, 8, 4) at 439 against 217)."""
 
 import sys
 from pathlib import Path
@@ -65,6 +68,18 @@ if G < 0:
     EDITS = {"gguf_gemv_int16x.py": []}
 if "load16" in sys.argv[3:]:
     EDITS["gguf_gemv_int16x.py"] += LOAD16
+HDR_LINE = "words" if G < 0 else "hdr"  # gguf's rows: the header starts the super-block
+PREFETCH = [
+    ("from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait",
+     "from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_lines, prefetch_rows_then_wait"),
+    ("    values they meet (`x_ptrs` [KL, 8] at the first 8) -> the lane's [BLOCK_N, KL] share of the output.\"\"\"\n",
+     "    values they meet (`x_ptrs` [KL, 8] at the first 8) -> the lane's [BLOCK_N, KL] share of the output.\"\"\"\n"
+     "    if USE_ASM:  # the GPU (Triton's interpreter runs no asm)\n"
+     "        prefetch_lines((words + 4 + g * 8 + hh * 4).to(tl.pointer_type(tl.int8)))\n"
+     f"        prefetch_lines({HDR_LINE}.to(tl.pointer_type(tl.int8)))\n"),
+]
+if "prefetch" in sys.argv[3:]:
+    EDITS["gguf_gemv_int16x.py"] += PREFETCH
 for name, edits in EDITS.items():
     path = root / name
     text = path.read_text()

@@ -3,6 +3,7 @@ sweep_layouts.py: gguf, split, split8, "+load16" naming the kernel copy), each f
 gguf_gemv.Q4K_INT16X_CONFIGS, checked, then timed over rotating copies."""
 
 import json
+import os
 import sys
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.quant_linear import quant_linear
 
 sweep_layouts.LAYOUT = LAYOUT = sys.argv[1]
-CONFIGS = [(4096, 16, 4), (4096, 8, 4), (2048, 8, 2), (1024, 8, 1), (2048, 16, 4), (2048, 16, 2), (4096, 8, 2),
+CONFIGS = [tuple(int(v) for v in c.split(",")) for c in os.environ["CONFIGS"].split()] if "CONFIGS" in os.environ else [(4096, 16, 4), (4096, 8, 4), (2048, 8, 2), (1024, 8, 1), (2048, 16, 4), (2048, 16, 2), (4096, 8, 2),
            (2048, 4, 2), (4096, 4, 4), (1024, 16, 2), (1024, 4, 1), (2048, 8, 4), (4096, 16, 8), (2048, 32, 4),
            (4096, 4, 2), (1024, 8, 2)]
 for shape in ("qkv", "o", "gate_up", "down"):

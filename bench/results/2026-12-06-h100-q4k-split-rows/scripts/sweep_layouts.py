@@ -5,6 +5,7 @@ q4k_split_patch.py's copy) or on design d's 16-row tiles ("interleave", at
 dequantize(W).T of the gguf rows, timed over rotating copies (256 MB)."""
 
 import json
+import os
 import sys
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ from kvspill.kernels.gguf_mma_words import pack_scales
 from kvspill.kernels.quant_linear import quant_linear
 
 LAYOUT = sys.argv[1] if len(sys.argv) > 1 else "gguf"
+TOKENS = [int(v) for v in os.environ.get("TOKENS", "1,8,16,32").split(",")]  # call 10: TOKENS=1
 
 
 def split_q4k(w, group=0):
@@ -47,7 +49,7 @@ def main() -> None:
         w = replace(w, scale_pairs=pack_scales(w, torch.bfloat16))
         ws = [laid_out(c) for c in _copies(w)]
         dense = dequantize(w, torch.float32)
-        for tokens in (1, 8, 16, 32):
+        for tokens in TOKENS:
             x = torch.randn((tokens, w.in_features), dtype=torch.bfloat16, device="cuda")
             ref = x.float() @ dense.t()
             if tokens == 1:
