@@ -446,6 +446,13 @@ def merge_dim_block(num_rows: int, head_dim: int, num_sms: int) -> int:
 # -1.0%; on an H200 the kernel alone at 32 x 2K 77.3 -> 69.4 us a layer but 8 x 2K slower
 # (bench/results/2026-12-05-h200-attn-splits): 32 is where both cards gain.
 STAGE3_MIN_SEQS = 32
+# Sequences (first, last) for which stage 1 (head_dim 128) runs 32-key tiles on two warps, three
+# stages deep: their splits are 128-256 keys of 2K contexts, 4-8 tiles of 32 against 2-4 of 64.
+# Random 8B Q4_K_M at N x 2K, H100, alternated twice, a tree copy really imported
+# (bench/results/2026-12-06-h100-attn-8seq): 8 seqs 4.274 / 4.269 -> 4.185 / 4.187 ms a step
+# (-2.0%), 4 seqs 3.781 / 3.782 -> 3.741 / 3.745 (-1.0%); 2 seqs +0.4% and 16 (32 keys, 4 warps)
+# +0.3% lost, 1 x 8K and 32 x 2K equal. Not measured on an H200.
+SHORT_TILE_SEQS = (4, 8)
 
 
 def _launch_config(head_dim: int, is_cuda: bool, num_seqs: int = 1) -> tuple[int, int, int]:
@@ -454,13 +461,16 @@ def _launch_config(head_dim: int, is_cuda: bool, num_seqs: int = 1) -> tuple[int
     GPU values from a sweep on an H200 (triton 3.6, bf16, 32/8 heads, batch 1-32, 4K-128K
     contexts, block_size 16): 3.3-4.2 TB/s from 32K tokens up, against a 4.2 TB/s copy.
     Head dims above 128 are untuned. From STAGE3_MIN_SEQS sequences head_dim 128 gets three
-    pipeline stages (each program's split is long there: one wave holds few splits a sequence).
+    pipeline stages (each program's split is long there: one wave holds few splits a sequence);
+    within SHORT_TILE_SEQS, 32-key tiles on two warps.
     """
     if not is_cuda:
         return 16, 4, 1
     if head_dim <= 64:
         return 64, 2, 2
     if head_dim <= 128:
+        if SHORT_TILE_SEQS[0] <= num_seqs <= SHORT_TILE_SEQS[1]:
+            return 32, 2, 3
         return 64, 4, 3 if num_seqs >= STAGE3_MIN_SEQS else 2
     return 32, 4, 2
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvspill.kernels import decode_attention
 from kvspill.kernels.decode_attention import (
     MAX_SPLITS,
+    SHORT_TILE_SEQS,
+    _launch_config,
     choose_num_splits,
     merge_dim_block,
     paged_decode_attention,
@@ -131,6 +134,38 @@ def test_choose_num_splits():
     assert choose_num_splits(0, 1, 8, 132) == 1
     assert choose_num_splits(10**7, 1, 1, 1000) == MAX_SPLITS
     assert choose_num_splits(4096, 1, 8, 132, min_split_tokens=1024) == 4
+
+
+def test_launch_config_by_batch():
+    """head_dim 128 on a GPU: 64-key tiles, 32-key tiles on two warps for 4-8 sequences, three
+    stages from 32; the interpreter's small tiles whatever the batch."""
+    assert SHORT_TILE_SEQS == (4, 8)
+    assert _launch_config(128, True, 1) == (64, 4, 2)
+    assert _launch_config(128, True, 2) == (64, 4, 2)
+    assert [_launch_config(128, True, n) for n in (4, 6, 8)] == [(32, 2, 3)] * 3
+    assert _launch_config(128, True, 16) == (64, 4, 2)
+    assert _launch_config(128, True, 32) == (64, 4, 3)
+    assert _launch_config(64, True, 8) == (64, 2, 2)
+    assert _launch_config(256, True, 8) == (32, 4, 2)
+    assert _launch_config(128, False, 8) == (16, 4, 1)
+
+
+def test_kernel_with_short_key_tiles(make_paged_kv, tol, monkeypatch, device):
+    """The 4-8-sequence tiles (32 keys) against the reference: splits of whole 32-key tiles over
+    16-token blocks, partial last tiles, an empty sequence (the launch config forced, so the
+    interpreter runs it too)."""
+    monkeypatch.setattr(decode_attention, "_launch_config", lambda *a: (32, 2, 3))
+    seq_lens = [0, 31, 33, 100, 130, 64]
+    paged, q = _make_batch(make_paged_kv, seq_lens, 8, 2, 32, 16, torch.bfloat16, device, seed=7)
+    args = (paged.kv_layer, paged.block_tables, paged.seq_lens, 0.2)
+    o_ref, lse_ref = paged_decode_attention_ref(q, *args)
+    for num_splits in (None, 3):
+        o, lse = paged_decode_attention(
+            q, *args, num_splits=num_splits, out=_poisoned_out(q), min_split_tokens=16
+        )
+        assert not o.isnan().any() and not lse.isnan().any(), "kernel left outputs unwritten"
+        torch.testing.assert_close(o.float(), o_ref.float(), **tol[torch.bfloat16])
+        torch.testing.assert_close(lse, lse_ref, atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.gpu

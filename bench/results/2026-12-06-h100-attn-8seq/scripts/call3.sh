@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Call 3 (run as one command line, written here as it ran): 32-key tiles on two warps, three
+# stages (XLAUNCH=32,2,3) against the default at 8 / 4 / 2 x 2K, alternated twice.
+. bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call3; . bench/results/2026-12-06-h100-words-one-dot/scripts/prof_tree.sh; mkdir -p /tmp/ae && cp -r kvspill /tmp/ae/ && python3 bench/results/2026-12-06-h100-attn-8seq/scripts/attn_env_patch.py /tmp/ae; OUTR=$OUT; mkdir -p $OUT/runs; OUT=$OUT/runs; B=PYTHONPATH=/tmp/site:$PWD; P=PYTHONPATH=/tmp/site:/tmp/ae; A="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048 --concurrency"; for run in 1 2; do for n in 8 4 2; do prof c${n}_base_$run 200 $B -- $A $n; prof c${n}_b32w2st3_$run 200 $P XLAUNCH=32,2,3 -- $A $n; done; done; OUT=$OUTR; tar czf $OUT/runs.tgz -C $OUT runs && rm -rf $OUT/runs
