@@ -451,7 +451,9 @@ STAGE3_MIN_SEQS = 32
 # Random 8B Q4_K_M at N x 2K, H100, alternated twice, a tree copy really imported
 # (bench/results/2026-12-06-h100-attn-8seq): 8 seqs 4.274 / 4.269 -> 4.185 / 4.187 ms a step
 # (-2.0%), 4 seqs 3.781 / 3.782 -> 3.741 / 3.745 (-1.0%); 2 seqs +0.4% and 16 (32 keys, 4 warps)
-# +0.3% lost, 1 x 8K and 32 x 2K equal. Not measured on an H200.
+# +0.3% lost, 1 x 8K and 32 x 2K equal (32-key tiles there too: long splits neither gain nor
+# lose). Not measured on an H200, nor at 4-8 sequences of long contexts (the launch cannot see the
+# lengths: a graph's block table is as wide as the model's context).
 SHORT_TILE_SEQS = (4, 8)
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Call 4 (prepared 2026-12-06 11:00 UTC, not run). On an H200: issue 54's rows with today's
-# defaults, the 32-key tiles at 4-8 sequences included (call 30's script). Else: the GPU tests of
+# defaults, the 32-key tiles at 4-8 sequences included (call 30's script). Else: 8 x 32K with the
+# new tiles against the old (long splits, not measured yet), the GPU tests of
 # decode attention (the 4-sequence head_dim-128 case runs the new tiles) and the engine's; then
 # 8 x 2K / 1 x 2K with the default (the ratio), and the words form's one dot at 16 x 2K, where its
 # kernels gained 3.6% (../../2026-12-06-h100-words-one-dot/), alternated twice.
@@ -11,11 +12,18 @@ fi
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call4
 W=bench/results/2026-12-06-h100-words-one-dot/scripts
 . $W/prof_tree.sh
+OUTR=$OUT; mkdir -p $OUTR/runs; OUT=$OUTR/runs  # $OUT keeps few files: all but the log tarred
+mkdir -p /tmp/ae && cp -r kvspill /tmp/ae/ && python3 bench/results/2026-12-06-h100-attn-8seq/scripts/attn_env_patch.py /tmp/ae | tee -a $L
+# First: 8 x 32K, the new tiles (default) against the old (64, 4, 2), alternated twice.
+L32="--shape llama-8b:q4_k_m --steps 50 --kv-cache-memory 40GiB --ctx 32768 --concurrency 8"
+for run in 1 2; do
+  prof c8x32k_new_$run 200 PYTHONPATH=/tmp/site:$PWD -- $L32
+  prof c8x32k_old_$run 200 PYTHONPATH=/tmp/site:/tmp/ae XLAUNCH=64,4,2 -- $L32
+done
 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_decode_attention.py tests/engine/test_gpu.py > $OUT/pytest4.txt 2>&1
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest4.txt)" | tee -a $L
 mkdir -p /tmp/od4 && cp -r kvspill /tmp/od4/ && python3 $W/one_dot_patch.py /tmp/od4 q4 | tee -a $L
 which_tree od4 PYTHONPATH=/tmp/site:/tmp/od4
-OUTR=$OUT; mkdir -p $OUTR/runs; OUT=$OUTR/runs
 A="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048 --concurrency"
 for run in 1 2; do
   prof c8_$run 540 PYTHONPATH=/tmp/site:$PWD -- $A 8
