@@ -3,8 +3,8 @@
 # defaults, the 32-key tiles at 4-8 sequences included (call 30's script). Else: 8 x 32K with the
 # new tiles against the old (long splits, not measured yet), the GPU tests of
 # decode attention (the 4-sequence head_dim-128 case runs the new tiles) and the engine's; then
-# 8 x 2K / 1 x 2K with the default (the ratio), and the words form's one dot at 16 x 2K, where its
-# kernels gained 3.6% (../../2026-12-06-h100-words-one-dot/), alternated twice.
+# 8 x 2K / 1 x 2K with the default (the ratio), twice. (The words form's one dot at 16 x 2K moved to
+# ../../2026-12-06-h100-q6k-scale-loads/scripts/call5.sh.)
 set -u
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   exec bash bench/results/2026-12-06-h100-gated-down/scripts/call30.sh
@@ -14,6 +14,7 @@ W=bench/results/2026-12-06-h100-words-one-dot/scripts
 . $W/prof_tree.sh
 OUTR=$OUT; mkdir -p $OUTR/runs; OUT=$OUTR/runs  # $OUT keeps few files: all but the log tarred
 mkdir -p /tmp/ae && cp -r kvspill /tmp/ae/ && python3 bench/results/2026-12-06-h100-attn-8seq/scripts/attn_env_patch.py /tmp/ae | tee -a $L
+which_tree ae PYTHONPATH=/tmp/site:/tmp/ae
 # First: 8 x 32K, the new tiles (default) against the old (64, 4, 2), alternated twice.
 L32="--shape llama-8b:q4_k_m --steps 50 --kv-cache-memory 40GiB --ctx 32768 --concurrency 8"
 for run in 1 2; do
@@ -22,14 +23,10 @@ for run in 1 2; do
 done
 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_decode_attention.py tests/engine/test_gpu.py > $OUT/pytest4.txt 2>&1
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest4.txt)" | tee -a $L
-mkdir -p /tmp/od4 && cp -r kvspill /tmp/od4/ && python3 $W/one_dot_patch.py /tmp/od4 q4 | tee -a $L
-which_tree od4 PYTHONPATH=/tmp/site:/tmp/od4
 A="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048 --concurrency"
 for run in 1 2; do
   prof c8_$run 540 PYTHONPATH=/tmp/site:$PWD -- $A 8
   prof c1_$run 540 PYTHONPATH=/tmp/site:$PWD -- $A 1
-  prof c16_today_$run 540 PYTHONPATH=/tmp/site:$PWD -- $A 16
-  prof c16_one_dot_$run 540 PYTHONPATH=/tmp/site:/tmp/od4 -- $A 16
 done
 OUT=$OUTR; tar czf $OUT/runs.tgz -C $OUT runs && rm -rf $OUT/runs
 echo "call 4 done at $(( $(date +%s) - T0 )) s" | tee -a $L
