@@ -447,13 +447,11 @@ def merge_dim_block(num_rows: int, head_dim: int, num_sms: int) -> int:
 # (bench/results/2026-12-05-h200-attn-splits): 32 is where both cards gain.
 STAGE3_MIN_SEQS = 32
 # Sequences (first, last) for which stage 1 (head_dim 128) runs 32-key tiles on two warps, three
-# stages deep: their splits are 128-256 keys of 2K contexts, 4-8 tiles of 32 against 2-4 of 64.
-# Random 8B Q4_K_M at N x 2K, H100, alternated twice, a tree copy really imported
-# (bench/results/2026-12-06-h100-attn-8seq): 8 seqs 4.274 / 4.269 -> 4.185 / 4.187 ms a step
-# (-2.0%), 4 seqs 3.781 / 3.782 -> 3.741 / 3.745 (-1.0%); 2 seqs +0.4% and 16 (32 keys, 4 warps)
-# +0.3% lost, 1 x 8K and 32 x 2K equal (32-key tiles there too: long splits neither gain nor
-# lose). Not measured on an H200, nor at 4-8 sequences of long contexts (the launch cannot see the
-# lengths: a graph's block table is as wide as the model's context).
+# stages deep: at 2K contexts their splits are 128-256 keys, 4-8 tiles of 32 against 2-4 of 64, and
+# the deeper pipeline hides more of each short split (H100: 8 x 2K -2.0% a step, 4 x 2K -1.0%; 2
+# and 16 sequences lost, 32 and batch 1 equal; bench/results/2026-12-06-h100-attn-8seq). Not
+# measured on an H200, nor at 4-8 long contexts, which take these tiles too: the launch cannot
+# see the lengths (a graph's block table is as wide as the model's context).
 SHORT_TILE_SEQS = (4, 8)
 
 
