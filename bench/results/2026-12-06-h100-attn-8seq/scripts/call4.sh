@@ -7,6 +7,8 @@
 # ../../2026-12-06-h100-q6k-scale-loads/scripts/call5.sh.)
 set -u
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  # a fresh checkout has no built llama.cpp (bench/device_prep.sh): build it beside the GPU rows first
+  ls .peer-bin/lcpp-bin.txz.* > /dev/null 2>&1 || exec bash bench/results/2026-12-06-h100-attn-8seq/scripts/call4_h200.sh
   exec bash bench/results/2026-12-06-h100-gated-down/scripts/call30.sh
 fi
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call4
