@@ -67,3 +67,24 @@ def test_ctrl_c_stops_the_reply_and_keeps_what_was_shown_and_the_session() -> No
 def test_reset_keeps_the_system_prompt_and_exit_ends() -> None:
     session, _, _ = _session(["hello", "/reset", "/exit", "never read"])
     assert session.history == [{"role": "system", "content": "be brief"}]
+
+
+def test_commands_are_confirmed_and_never_sent_to_the_model() -> None:
+    session, llm, out = _session(
+        ["hello", "/clear", "/help", "/resett", "/usr/bin is where?", "/bye", "never"]
+    )
+    text = out.getvalue()
+    assert "(history cleared: the system prompt stays)" in text
+    assert "/reset or /clear" in text and "/exit or /bye" in text  # the help
+    assert "unknown command /resett: /help lists them" in text
+    # the mistyped command reached no prompt; a line with spaces is a message
+    assert [p[-1]["content"] for p in llm.prompts] == ["hello", "/usr/bin is where?"]
+    assert [m["role"] for m in session.history] == ["system", "user", "assistant"]
+
+
+def test_reset_without_a_system_prompt_empties_the_history() -> None:
+    llm, out = FakeLLM(), io.StringIO()
+    session = ChatSession(llm, params=None, system=None, out=out)
+    feed = iter(["hi", "/reset", ""])
+    session.run(lambda _prompt: next(feed), on_error=lambda e: (_ for _ in ()).throw(e))
+    assert session.history == [] and "(history cleared)\n" in out.getvalue()

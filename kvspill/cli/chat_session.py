@@ -2,7 +2,8 @@
 
 Ctrl-C during a reply sets a flag that the loop reads between engine steps (never inside one, so
 the engine is left consistent); the request is aborted and the part already shown stays in the
-conversation. Ctrl-C at the prompt clears the line; Ctrl-D, an empty line or /exit quits.
+conversation. Ctrl-C at the prompt clears the line; Ctrl-D, an empty line or /exit quits. A
+one-word line starting with / is a command (/help lists them), never a message to the model.
 """
 
 from __future__ import annotations
@@ -12,6 +13,17 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TextIO
+
+# Ollama's spellings beside ours: its users type /bye and /clear
+EXIT_COMMANDS = ("/exit", "/quit", "/bye")
+RESET_COMMANDS = ("/reset", "/clear")
+HELP_COMMANDS = ("/help", "/?")
+HELP = (
+    "/reset or /clear   forget the conversation (a --system prompt stays)\n"
+    "/exit or /bye      quit (also Ctrl-D or an empty line)\n"
+    "/help              this list\n"
+    "Ctrl-C stops a reply; what was shown stays in the conversation.\n"
+)
 
 
 class ChatModel(Protocol):
@@ -75,10 +87,20 @@ class ChatSession:
                 self.out.write("\n(Ctrl-D, an empty line or /exit quits)\n")
                 continue
             command = line.strip()
-            if not command or command == "/exit":
+            if not command or command in EXIT_COMMANDS:
                 return
-            if command == "/reset":
+            if command in RESET_COMMANDS:
                 self.reset()
+                self.out.write(
+                    "(history cleared" + (": the system prompt stays)\n" if self.system else ")\n")
+                )
+                continue
+            if command in HELP_COMMANDS:
+                self.out.write(HELP)
+                continue
+            if command.startswith("/") and " " not in command:
+                # a mistyped command is not sent to the model as a message (Ollama's rule too)
+                self.out.write(f"unknown command {command}: /help lists them\n")
                 continue
             self.reply(line, on_error)
 

@@ -134,7 +134,7 @@ def chat_cmd(
 
     enable_line_editing()
     typer.echo(
-        "kvspill chat: type a message; Ctrl-C stops a reply; /reset clears history; "
+        "kvspill chat: type a message; Ctrl-C stops a reply; /reset clears history; /help; "
         "Ctrl-D, an empty line or /exit quits."
     )
     ChatSession(llm, params, system).run(input, lambda e: typer.echo(f"\nerror: {e}", err=True))
