@@ -15,14 +15,9 @@ fi
 W=bench/results/2026-12-06-h100-words-one-dot/scripts
 . $W/prof_tree.sh
 OUTR=$OUT; mkdir -p $OUTR/runs; OUT=$OUTR/runs  # $OUT keeps few files: all but the log tarred
-mkdir -p /tmp/ae && cp -r kvspill /tmp/ae/ && python3 bench/results/2026-12-06-h100-attn-8seq/scripts/attn_env_patch.py /tmp/ae | tee -a $L
-which_tree ae PYTHONPATH=/tmp/site:/tmp/ae
 # First: 8 x 32K, the new tiles (default) against the old (64, 4, 2), alternated twice.
-L32="--shape llama-8b:q4_k_m --steps 50 --kv-cache-memory 40GiB --ctx 32768 --concurrency 8"
-for run in 1 2; do
-  prof c8x32k_new_$run 200 PYTHONPATH=/tmp/site:$PWD -- $L32
-  prof c8x32k_old_$run 200 PYTHONPATH=/tmp/site:/tmp/ae XLAUNCH=64,4,2 -- $L32
-done
+. bench/results/2026-12-06-h100-attn-8seq/scripts/ab_8x32k.sh
+ab_8x32k 200
 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_decode_attention.py tests/engine/test_gpu.py > $OUT/pytest4.txt 2>&1
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest4.txt)" | tee -a $L
 A="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048 --concurrency"

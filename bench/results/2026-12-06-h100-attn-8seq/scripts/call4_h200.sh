@@ -20,13 +20,8 @@ for run in 1 2; do prof c8_$run 150 -- $A 8; prof c1_$run 150 -- $A 1; done
 prof fp8_8k 170 -- --shape llama-8b:fp8 --steps 100 --kv-cache-memory 8GiB --ctx 8192
 prof bf16_8k 180 -- --shape llama-8b --steps 100 --kv-cache-memory 8GiB --ctx 8192
 left 200 && { timeout 45 python3 -m kvspill.bench --shape llama-1b --vram-budget 16GiB --ctx 8192 --new-tokens 64 --out $OUT/w1_kvspill.jsonl > $OUT/w1.txt 2>&1; echo "w1 rc $? at $(( $(date +%s) - T0 )) s: $(grep -o '"decode_tok_s": [0-9.]*' $OUT/w1_kvspill.jsonl)" | tee -a $L; }
-mkdir -p /tmp/ae && cp -r kvspill /tmp/ae/ && python3 bench/results/2026-12-06-h100-attn-8seq/scripts/attn_env_patch.py /tmp/ae | tee -a $L
-which_tree ae PYTHONPATH=/tmp/site:/tmp/ae
-L32="--shape llama-8b:q4_k_m --steps 50 --kv-cache-memory 40GiB --ctx 32768 --concurrency 8"
-for run in 1 2; do
-  prof c8x32k_new_$run 400 PYTHONPATH=/tmp/site:$PWD -- $L32
-  prof c8x32k_old_$run 400 PYTHONPATH=/tmp/site:/tmp/ae XLAUNCH=64,4,2 -- $L32
-done
+. bench/results/2026-12-06-h100-attn-8seq/scripts/ab_8x32k.sh
+ab_8x32k 400
 left 430 && { timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_decode_attention.py tests/engine/test_gpu.py > $OUT/pytest4.txt 2>&1
   echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/pytest4.txt)" | tee -a $L; }
 while ! grep -q "model done" /tmp/build.log && left 570; do sleep 3; done
