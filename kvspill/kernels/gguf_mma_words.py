@@ -310,13 +310,34 @@ def _q6k_plane_f32(ql, qh, scale, i: tl.constexpr, e: tl.constexpr):
 
 
 @triton.jit
-def _q6k_scales(sblk, d, half: tl.constexpr, i: tl.constexpr):
-    """d * scales[8 half + 2 i + p // 8] for the 16 elements p of plane i: [BLOCK_N, 16] fp32
-    (the scales at sblk + 192: gguf_dequant.block_at)."""
-    g = tl.arange(0, 2)[None, :]
-    sc = tl.load((sblk[:, None] + 192 + 8 * half + 2 * i + g).to(tl.pointer_type(tl.int8)))
-    scale = d[:, None] * sc.to(tl.float32)  # [BLOCK_N, 2]
-    return tl.reshape(tl.broadcast_to(scale[:, :, None], (sblk.shape[0], 2, 8)), (sblk.shape[0], 16))
+def _q6k_super_block_scales(sblk, d):
+    """d * scales[8 half + 2 i + p // 8] for the 16 elements p of plane i of each half: two tuples
+    (half 0, half 1) of four [N, 16] fp32. One 16-byte load of a row's scale bytes (at sblk + 192:
+    gguf_dequant.block_at), cut in registers: two-byte loads a plane went through shared memory
+    (22 -> 8 BAR.SYNC a loop on sm_90); 4 / 8 / 16 / 32 x 2K 1.0 / 0.7 / 1.2 / 2.5% faster a step
+    (H100, bench/results/2026-12-06-h100-tiles-scale-loads)."""
+    N: tl.constexpr = sblk.shape[0]
+    sc = tl.load((sblk[:, None] + 192 + tl.arange(0, 16)[None, :]).to(tl.pointer_type(tl.int8)))
+    sc = sc.to(tl.float32) * d[:, None]  # [N, 16]: scale 8 h + 2 i + g
+    sc = tl.permute(tl.reshape(sc, (N, 2, 2, 2, 2)), (0, 4, 3, 2, 1))  # [N, g, i_lo, i_hi, h]
+    h0, h1 = tl.split(sc)  # [N, g, i_lo, i_hi]
+    a00, a01 = tl.split(h0)  # i_hi
+    b00, b01 = tl.split(a00)  # i_lo: h0 i0 [N, g], h0 i1
+    b02, b03 = tl.split(a01)  # h0 i2, h0 i3
+    a10, a11 = tl.split(h1)
+    b10, b11 = tl.split(a10)
+    b12, b13 = tl.split(a11)
+    return (
+        (_q6k_expand(b00), _q6k_expand(b01), _q6k_expand(b02), _q6k_expand(b03)),
+        (_q6k_expand(b10), _q6k_expand(b11), _q6k_expand(b12), _q6k_expand(b13)),
+    )
+
+
+@triton.jit
+def _q6k_expand(pair):
+    """[N, 2] (the two groups of a plane's 32 weights) -> [N, 16], p < 8 group 0."""
+    N: tl.constexpr = pair.shape[0]
+    return tl.reshape(tl.broadcast_to(pair[:, :, None], (N, 2, 8)), (N, 16))
 
 
 @triton.jit
@@ -324,8 +345,7 @@ def _q6k_half_words(
     acc,
     acc2,
     base,
-    sblk,
-    d,
+    scales,
     xt_ptr,
     sb,
     half: tl.constexpr,
@@ -344,10 +364,7 @@ def _q6k_half_words(
     ql_a = tl.load((row + 64 * half).to(tl.pointer_type(tl.int16)) + p)
     ql_b = tl.load((row + 64 * half + 32).to(tl.pointer_type(tl.int16)) + p)
     qh = tl.load((row + 128 + 32 * half).to(tl.pointer_type(tl.int16)) + p)
-    s0 = _q6k_scales(sblk, d, half, 0)
-    s1 = _q6k_scales(sblk, d, half, 1)
-    s2 = _q6k_scales(sblk, d, half, 2)
-    s3 = _q6k_scales(sblk, d, half, 3)
+    s0, s1, s2, s3 = scales
     if ASM:
         w0, w1, w2, w3, w4, w5, w6, w7 = _q6k_words_half(ql_a, ql_b, qh, s0, s1, s2, s3, DOT_DTYPE)
     else:
@@ -380,22 +397,10 @@ def q6k_super_block_words(
     super-block at `base`, its scales and d at `sblk` + 192 and + 208 (gguf_dequant.block_at). Every
     row must be in bounds (as in `q4k_super_block_words`): no load is masked."""
     d = tl.load((sblk + 208).to(tl.pointer_type(tl.float16))).to(tl.float32)
-    for half in tl.static_range(2):
-        acc, acc2 = _q6k_half_words(
-            acc,
-            acc2,
-            base,
-            sblk,
-            d,
-            xt_ptr,
-            sb,
-            half,
-            t,
-            T_PAD,
-            DOT_DTYPE,
-            DOT_DTYPE != tl.float32,
-            TWO_ACC,
-        )
+    scales0, scales1 = _q6k_super_block_scales(sblk, d)
+    ASM: tl.constexpr = DOT_DTYPE != tl.float32
+    acc, acc2 = _q6k_half_words(acc, acc2, base, scales0, xt_ptr, sb, 0, t, T_PAD, DOT_DTYPE, ASM, TWO_ACC)
+    acc, acc2 = _q6k_half_words(acc, acc2, base, scales1, xt_ptr, sb, 1, t, T_PAD, DOT_DTYPE, ASM, TWO_ACC)
     return acc, acc2
 
 
