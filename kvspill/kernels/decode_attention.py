@@ -449,9 +449,10 @@ STAGE3_MIN_SEQS = 32
 # Sequences (first, last) for which stage 1 (head_dim 128) runs 32-key tiles on two warps, three
 # stages deep: at 2K contexts their splits are 128-256 keys, 4-8 tiles of 32 against 2-4 of 64, and
 # the deeper pipeline hides more of each short split (H100: 8 x 2K -2.0% a step, 4 x 2K -1.0%; 2
-# and 16 sequences lost, 32 and batch 1 equal; bench/results/2026-12-06-h100-attn-8seq). Not
-# measured on an H200, nor at 4-8 long contexts, which take these tiles too: the launch cannot
-# see the lengths (a graph's block table is as wide as the model's context).
+# and 16 sequences lost, 32 and batch 1 equal; bench/results/2026-12-06-h100-attn-8seq). Long
+# contexts at 4-8 sequences take these tiles too (the launch cannot see the lengths: a graph's
+# block table is as wide as the model's context), and gain there as well: 8 x 32K -2.4% a step
+# (H100, bench/results/2026-12-06-h100-tiles-scale-loads). Not measured on an H200.
 SHORT_TILE_SEQS = (4, 8)
 
 
