@@ -130,6 +130,7 @@ def _fp8_gemv_kernel(
     NORM: tl.constexpr = False,
     GATED: tl.constexpr = False,
     RESIDUAL: tl.constexpr = False,
+    ROW_BLOCK: tl.constexpr = 1,  # NORM: K rounded up to a power of two
 ):
     # Grid: (cdiv(N, BLOCK_N),). Rows past N are masked (N need not divide BLOCK_N); K chunks are
     # masked unless EVEN_K. NORM / GATED / RESIDUAL (one token only): GemvFusion.
@@ -150,7 +151,7 @@ def _fp8_gemv_kernel(
         t_ok = t < 1
         rstd = 1.0
         if NORM:
-            rstd = _row_rstd(x_ptr, kk, K, eps, EVEN_K, BLOCK_K)
+            rstd = _row_rstd(x_ptr, K, eps, ROW_BLOCK)
         out = _fma_over_k(
             x_ptr, w_rows, n_ok, kk, K, norm_w_ptr, rstd, EVEN_K, BLOCK_N, BLOCK_K, NUM_STAGES, NORM, GATED
         )
@@ -254,17 +255,12 @@ def _x_chunk(x_ptr, k, K, norm_w_ptr, rstd, EVEN_K: tl.constexpr, NORM: tl.const
 
 
 @triton.jit
-def _row_rstd(x_ptr, kk, K, eps, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
-    """1 / sqrt(mean(x^2) + eps) of one token's row, as kernels/fused_ops' RMSNorm computes it."""
-    acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for k0 in tl.range(0, K, BLOCK_K):
-        k = k0 + kk
-        if EVEN_K:
-            x = tl.load(x_ptr + k).to(tl.float32)
-        else:
-            x = tl.load(x_ptr + k, mask=k < K, other=0.0).to(tl.float32)
-        acc += x * x
-    return 1.0 / tl.sqrt(tl.sum(acc, 0) / K + eps)
+def _row_rstd(x_ptr, K, eps, ROW_BLOCK: tl.constexpr):
+    """1 / sqrt(mean(x^2) + eps) of one token's row, as kernels/fused_ops' RMSNorm computes it:
+    the whole row in one load (one L2 round trip before the loop, not one a K chunk)."""
+    cols = tl.arange(0, ROW_BLOCK)
+    x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+    return 1.0 / tl.sqrt(tl.sum(x * x, 0) / K + eps)
 
 
 def fp8_gemv(
@@ -355,6 +351,7 @@ def _launch_gemv(
         NORM=norm_weight is not None,
         GATED=fusion is not None and fusion.gated,
         RESIDUAL=residual is not None,
+        ROW_BLOCK=triton.next_power_of_2(k) if norm_weight is not None else 1,
         num_warps=cfg.num_warps,
         **pdl_meta(x.device),
     )
