@@ -115,9 +115,14 @@ def _host_refusals(engine: EngineOptions) -> list[str]:
     """What `serve` with these flags refuses on this host before loading (a cpu tier past the
     available RAM, a disk tier past the free space: engine/host_budgets.py), which the plan,
     a plan for any host, does not check."""
+    from dataclasses import replace
+
+    from kvspill.config import QUANTIZATIONS
     from kvspill.engine.host_budgets import HostBudgetError, check_cpu_kv_budget, check_disk_kv_budget
     from kvspill.options import engine_config
 
+    if engine.quantization not in QUANTIZATIONS:  # a GGUF type the plan takes (q4_k_m): no engine flag
+        engine = replace(engine, quantization=None)
     config = engine_config(engine, None)
     refusals = []
     for check in (
