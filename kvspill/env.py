@@ -98,18 +98,6 @@ def gated_words_on() -> bool:
     return _binary_switch("GATED_WORDS", default=True)
 
 
-def fused_decode_on() -> bool:
-    """One decode token of a dense (bf16 / fp16) or fp8 model folds each RMSNorm, the SiLU and the
-    residual adds into its GEMVs (model/llama.LlamaDecoderLayer, kernels/fp8_gemv.GemvFusion):
-    four launches a layer instead of seven around attention, the same values up to the order of
-    the norm's sum. KVSPILL_FUSED_DECODE=1 turns it on. Off: at 8K, 8B fp8 -0.8% a step, 8B bf16
-    -0.2%, but W1 (1B bf16) +0.5%: under PDL the separate kernels already overlapped, and each
-    normalizing GEMV reads its row once before its loop (H100,
-    bench/results/2026-12-06-h100-tiles-scale-loads). Read when the model runs (a CUDA graph
-    keeps what it captured)."""
-    return _binary_switch("FUSED_DECODE", default=False)
-
-
 def lane_passes() -> int | None:
     """KVSPILL_LANE_PASSES=N (0-16) for every type: a step of 2..N tokens on Q5_K, Q4_1, Q8_0 or
     Q4_K weights runs the one-token int16-x lanes a pass per two tokens (each pass reads the

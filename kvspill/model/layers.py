@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from transformers import PretrainedConfig
 
 from kvspill.errors import UnsupportedModelError
-from kvspill.kernels.fp8_gemv import GemvFusion, dense_gemv
+from kvspill.kernels.fp8_gemv import dense_gemv
 from kvspill.kernels.fused_ops import apply_rope as fused_apply_rope
 from kvspill.kernels.fused_ops import rms_norm as fused_rms_norm
 from kvspill.kernels.fused_ops import silu_and_mul as fused_silu_and_mul
@@ -100,15 +100,6 @@ class DenseLinear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return dense_linear(x, self.weight, self.bias)
-
-    def fuses_one_token(self, dtype: torch.dtype) -> bool:
-        """Whether `forward_fused` takes one token of x in `dtype` (weights of that dtype, rows
-        contiguous; the bias, if any, too)."""
-        return self.weight.dtype == dtype and self.weight.stride(1) == 1
-
-    def forward_fused(self, x: Tensor, fusion: GemvFusion) -> Tensor:
-        """One token's GEMV with a norm, SiLU or residual add folded in (kernels/fp8_gemv.GemvFusion)."""
-        return dense_gemv(x, self.weight, self.bias, fusion=fusion)
 
 
 class SiluAndMul(nn.Module):
