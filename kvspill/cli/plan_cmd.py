@@ -115,19 +115,15 @@ def _host_refusals(engine: EngineOptions) -> list[str]:
     """What `serve` with these flags refuses on this host before loading (a cpu tier past the
     available RAM, a disk tier past the free space: engine/host_budgets.py), which the plan,
     a plan for any host, does not check."""
-    from dataclasses import replace
-
-    from kvspill.config import QUANTIZATIONS
     from kvspill.engine.host_budgets import HostBudgetError, check_cpu_kv_budget, check_disk_kv_budget
-    from kvspill.options import engine_config
 
-    if engine.quantization not in QUANTIZATIONS:  # a GGUF type the plan takes (q4_k_m): no engine flag
-        engine = replace(engine, quantization=None)
-    config = engine_config(engine, None)
+    # The tier flags alone, as parsed (the plan checked them): an engine config would also refuse
+    # what only the plan takes, such as --quantization q4_k_m.
+    given = engine_kwargs(engine)
     refusals = []
     for check in (
-        lambda: check_cpu_kv_budget(config.cpu_kv_budget_bytes),
-        lambda: check_disk_kv_budget(config.kv_disk_dir, config.disk_kv_budget_bytes),
+        lambda: check_cpu_kv_budget(given.get("cpu_kv_budget_bytes")),
+        lambda: check_disk_kv_budget(given.get("kv_disk_dir"), given.get("disk_kv_budget_bytes")),
     ):
         try:
             check()
