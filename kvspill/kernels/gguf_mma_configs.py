@@ -114,7 +114,11 @@ MMA_CONFIGS: dict[tuple[str, int], MmaConfig] = {
     ("Q4_K", 32): replace(_WORDS, split_k=8, two_acc=True, wide_split_k=2),
     ("Q6_K", 4): _SYNC_Q6K,
     ("Q6_K", 8): _SYNC_Q6K,
-    ("Q6_K", 16): replace(_SYNC_Q6K, num_stages=3),
+    # 9-16 tokens: re-swept once the words form read its scales in one load (`mma_sweep --types
+    # Q6_K --forms words`): random 8B Q4_K_M 16 x 2K 5.654 / 5.655 -> 5.542 / 5.539 ms a step
+    # (-2.0%); the sweep's pick at 32 tokens (this one) was 0.2% slower there, at 8 none beat the
+    # table (H100, 2026-12-06, bench/results/2026-12-06-q6k-resweep).
+    ("Q6_K", 16): replace(_WORDS, split_k=8, num_stages=2, sb_per_split=0, two_acc=True),
     ("Q6_K", 32): replace(_SYNC_Q6K, block_n=64, split_k=8),
     # Q5_K (Q5_K_M files' main type) at 2-32 tokens: the sub-block form with the Q4_K picks of
     # before the words form, against the dot kernel on the 8B shapes 1.6-2.3x, random 8B Q5_K at
