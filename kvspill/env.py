@@ -98,6 +98,18 @@ def gated_words_on() -> bool:
     return _binary_switch("GATED_WORDS", default=True)
 
 
+def fused_decode_on() -> bool:
+    """One decode token of an fp8 model folds each RMSNorm, the SiLU and the residual adds into
+    its GEMVs (model/llama.LlamaDecoderLayer, kernels/fp8_gemv.GemvFusion): four launches a layer
+    instead of seven around attention, the same values up to the order of the norm's sum.
+    KVSPILL_FUSED_DECODE=0 turns it off. 8B fp8 at 8K 3.655 / 3.653 -> 3.589 / 3.594 ms a step
+    (-1.7%); dense weights stay on the separate kernels, which were faster there (8B bf16 +1.0%,
+    W1 +0.5-0.9% fused: under PDL the separate kernels already overlap), so dense layers never
+    fuse (H100, 2026-12-06, bench/results/2026-12-06-fused-decode-forms). Read when the model
+    runs (a CUDA graph keeps what it captured)."""
+    return _binary_switch("FUSED_DECODE", default=True)
+
+
 def lane_passes() -> int | None:
     """KVSPILL_LANE_PASSES=N (0-16) for every type: a step of 2..N tokens on Q5_K, Q4_1, Q8_0 or
     Q4_K weights runs the one-token int16-x lanes a pass per two tokens (each pass reads the

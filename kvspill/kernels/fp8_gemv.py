@@ -19,6 +19,12 @@ Two variants, one kernel (constexpr USE_DOT):
   [BLOCK_K, BLOCK_N] (tensor cores; the padding costs FLOPs, which decode has to spare, not bytes).
 Configurations come from `gemv_config`: measured on an H200 by `python -m kvspill.bench.kernels_fp8 --sweep`.
 
+One token can fold the kernels around a projection into it (`GemvFusion`; model/llama.LlamaDecoderLayer):
+the RMSNorm of x (each program sums x^2 over all of K, then normalizes the chunks it reads),
+silu(gate) * up of a [1, 2K] x (an MLP's down projection), and the residual add after it (the
+output is added into the residual stream in place: each program owns its rows). The values are
+the ones the separate kernels (kernels/fused_ops.py) would have written, rounded where they round.
+
 Invariant: equals `fp8_gemv_ref` (fp32 products of exact weights, scaled per row, rounded once)
 up to fp32 summation order.
 """
@@ -29,6 +35,7 @@ from typing import NamedTuple
 
 import torch
 
+from kvspill.kernels.fused_ops import silu_times
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -70,6 +77,22 @@ def gemv_config(num_tokens: int, n: int, k: int, weight_bytes: int = 2) -> GemvC
     return GemvConfig(block_n=8, block_k=wide_k, num_warps=4, num_stages=3)
 
 
+class GemvFusion(NamedTuple):
+    """What one token's GEMV does besides x @ W.T (+ bias); at most one of norm_weight / gated.
+
+    norm_weight: x is the residual stream h [1, K]; the product takes rms_norm(h) * norm_weight
+        (`kernels/fused_ops.rms_norm`'s rounding) with eps.
+    gated: x is [1, 2K], gate then up; the product takes silu(gate) * up (`silu_and_mul`).
+    residual: [1, N]; the output is added into it in place (rounded as `rms_norm`'s residual add
+        rounds) and it is what the call returns.
+    """
+
+    norm_weight: torch.Tensor | None = None
+    eps: float = 0.0
+    gated: bool = False
+    residual: torch.Tensor | None = None
+
+
 def fp8_gemv_ref(
     x: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
@@ -102,9 +125,15 @@ def _fp8_gemv_kernel(
     INTERPRETER: tl.constexpr,
     HAS_SCALE: tl.constexpr = True,
     PDL: tl.constexpr = False,
+    norm_w_ptr=None,  # NORM: the RMSNorm weight [K]
+    eps=0.0,
+    NORM: tl.constexpr = False,
+    GATED: tl.constexpr = False,
+    RESIDUAL: tl.constexpr = False,
+    ROW_BLOCK: tl.constexpr = 1,  # NORM: K rounded up to a power of two
 ):
     # Grid: (cdiv(N, BLOCK_N),). Rows past N are masked (N need not divide BLOCK_N); K chunks are
-    # masked unless EVEN_K.
+    # masked unless EVEN_K. NORM / GATED / RESIDUAL (one token only): GemvFusion.
     pid = tl.program_id(0)
     prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, N, stride_w, BLOCK_N, PDL, PREFETCH_LINES)
     n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -120,13 +149,22 @@ def _fp8_gemv_kernel(
     else:
         t = tl.arange(0, 1)
         t_ok = t < 1
-        out = _fma_over_k(x_ptr, w_rows, n_ok, kk, K, EVEN_K, BLOCK_N, BLOCK_K, NUM_STAGES)
+        rstd = 1.0
+        if NORM:
+            rstd = _row_rstd(x_ptr, K, eps, ROW_BLOCK)
+        out = _fma_over_k(
+            x_ptr, w_rows, n_ok, kk, K, norm_w_ptr, rstd, EVEN_K, BLOCK_N, BLOCK_K, NUM_STAGES, NORM, GATED
+        )
     if HAS_SCALE:
         out = out * tl.load(scale_ptr + n, mask=n_ok, other=0.0)[None, :]
     if HAS_BIAS:
         out += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     out_ptrs = out_ptr + t[:, None] * stride_o + n[None, :]
-    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=t_ok[:, None] & n_ok[None, :])
+    out_ok = t_ok[:, None] & n_ok[None, :]
+    y = out.to(out_ptr.dtype.element_ty)
+    if RESIDUAL:  # out_ptr is the residual stream; this program alone owns its rows
+        y = (y.to(tl.float32) + tl.load(out_ptrs, mask=out_ok, other=0.0).to(tl.float32)).to(y.dtype)
+    tl.store(out_ptrs, y, mask=out_ok)
 
 
 @triton.jit
@@ -172,10 +210,14 @@ def _fma_over_k(
     n_ok,
     kk,
     K,
+    norm_w_ptr,
+    rstd,
     EVEN_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    NORM: tl.constexpr,
+    GATED: tl.constexpr,
 ):
     """One token: elementwise fp32 products [BLOCK_N, BLOCK_K] summed over the K chunks, reduced
     across K once after the loop. Returns the sums [1, BLOCK_N], unscaled."""
@@ -184,12 +226,41 @@ def _fma_over_k(
         k = k0 + kk
         if EVEN_K:
             w = tl.load(w_rows + k[None, :], mask=n_ok[:, None], other=0.0)
-            x = tl.load(x_ptr + k)
         else:
             w = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & (k < K)[None, :], other=0.0)
-            x = tl.load(x_ptr + k, mask=k < K, other=0.0)
+        x = _x_chunk(x_ptr, k, K, norm_w_ptr, rstd, EVEN_K, NORM, GATED)
         acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
     return tl.reshape(tl.sum(acc2, axis=1), (1, BLOCK_N))
+
+
+@triton.jit
+def _x_chunk(x_ptr, k, K, norm_w_ptr, rstd, EVEN_K: tl.constexpr, NORM: tl.constexpr, GATED: tl.constexpr):
+    """One token's x at columns k in x's dtype: as stored, or the values fused_ops' kernels would
+    have written: silu(gate) * up (GATED: gate at k, up at K + k), rms_norm (NORM: rstd given)."""
+    if EVEN_K:
+        x = tl.load(x_ptr + k)
+    else:
+        x = tl.load(x_ptr + k, mask=k < K, other=0.0)
+    if GATED:
+        up = tl.load(x_ptr + K + k) if EVEN_K else tl.load(x_ptr + K + k, mask=k < K, other=0.0)
+        x = silu_times(x, up, x_ptr.dtype.element_ty)
+    if NORM:
+        if EVEN_K:
+            norm_w = tl.load(norm_w_ptr + k).to(tl.float32)
+        else:
+            norm_w = tl.load(norm_w_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+        normed = (x.to(tl.float32) * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+        x = (normed * norm_w).to(x_ptr.dtype.element_ty)
+    return x
+
+
+@triton.jit
+def _row_rstd(x_ptr, K, eps, ROW_BLOCK: tl.constexpr):
+    """1 / sqrt(mean(x^2) + eps) of one token's row, as kernels/fused_ops' RMSNorm computes it:
+    the whole row in one load (one L2 round trip before the loop, not one a K chunk)."""
+    cols = tl.arange(0, ROW_BLOCK)
+    x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+    return 1.0 / tl.sqrt(tl.sum(x * x, 0) / K + eps)
 
 
 def fp8_gemv(
@@ -198,9 +269,10 @@ def fp8_gemv(
     w_scale: torch.Tensor,  # [N] float32
     bias: torch.Tensor | None = None,  # [N] in x's dtype
     config: GemvConfig | None = None,  # benchmarks sweep it; None = gemv_config's choice
+    fusion: GemvFusion | None = None,  # one token: the norm / SiLU / residual add folded in
 ) -> torch.Tensor:
-    """Triton wrapper; same contract as `fp8_gemv_ref`."""
-    return _launch_gemv(x, w_fp8, w_scale, bias, config)
+    """Triton wrapper; same contract as `fp8_gemv_ref` (with a fusion: `GemvFusion`'s)."""
+    return _launch_gemv(x, w_fp8, w_scale, bias, config, fusion)
 
 
 def dense_gemv(
@@ -208,10 +280,34 @@ def dense_gemv(
     w: torch.Tensor,  # [N, K] in x's dtype, rows contiguous
     bias: torch.Tensor | None = None,  # [N] in x's dtype
     config: GemvConfig | None = None,
+    fusion: GemvFusion | None = None,
 ) -> torch.Tensor:
     """The same kernel on weights in x's dtype (no scale): x @ w.T (+ bias), fp32 sums."""
     assert w.dtype == x.dtype, f"w {w.dtype} must be x's dtype {x.dtype}"
-    return _launch_gemv(x, w, None, bias, config)
+    return _launch_gemv(x, w, None, bias, config, fusion)
+
+
+def _fusion_operands(
+    x: torch.Tensor, n: int, fusion: GemvFusion | None
+) -> tuple[int, torch.Tensor | None, torch.Tensor | None]:
+    """(K, norm weight, residual) of a launch, checked: K is half of a gated x's row."""
+    k = x.shape[1]
+    if fusion is None:
+        return k, None, None
+    assert x.shape[0] == 1, f"a fused GEMV takes one token, got {x.shape[0]}"
+    assert fusion.norm_weight is None or not fusion.gated, "norm and gated exclude each other"
+    if fusion.gated:
+        assert k % 2 == 0, f"a gated x is [1, 2K], got {k} columns"
+        k //= 2
+    if fusion.norm_weight is not None:
+        assert fusion.norm_weight.shape == (k,) and fusion.norm_weight.is_contiguous()
+        assert fusion.norm_weight.dtype == x.dtype, f"norm weight {fusion.norm_weight.dtype}, x {x.dtype}"
+    res = fusion.residual
+    if res is not None:
+        assert res.shape == (1, n) and res.dtype == x.dtype and res.stride(1) == 1, (
+            f"residual must be [1, {n}] {x.dtype}, got {tuple(res.shape)} {res.dtype}"
+        )
+    return k, fusion.norm_weight, res
 
 
 def _launch_gemv(
@@ -220,14 +316,16 @@ def _launch_gemv(
     w_scale: torch.Tensor | None,
     bias: torch.Tensor | None,
     config: GemvConfig | None,
+    fusion: GemvFusion | None = None,
 ) -> torch.Tensor:
-    num_tokens, k = x.shape
+    num_tokens = x.shape[0]
     n = w.shape[0]
+    k, norm_weight, residual = _fusion_operands(x, n, fusion)
     assert 1 <= num_tokens <= MAX_GEMV_TOKENS, f"{num_tokens} tokens: the GEMV takes 1..{MAX_GEMV_TOKENS}"
     assert x.dtype in (torch.bfloat16, torch.float16) and x.stride(1) == 1, f"x {x.dtype} {x.stride()}"
     assert w.shape[1] == k and w.stride(1) == 1
     cfg = config or gemv_config(num_tokens, n, k, w.element_size())
-    out = torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
+    out = residual if residual is not None else torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
     _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         x,
         w,
@@ -248,6 +346,12 @@ def _launch_gemv(
         NUM_STAGES=cfg.num_stages,
         INTERPRETER=x.device.type == "cpu",  # Triton on CPU tensors is the interpreter
         HAS_SCALE=w_scale is not None,
+        norm_w_ptr=norm_weight if norm_weight is not None else w,  # never read without NORM
+        eps=fusion.eps if fusion is not None else 0.0,
+        NORM=norm_weight is not None,
+        GATED=fusion is not None and fusion.gated,
+        RESIDUAL=residual is not None,
+        ROW_BLOCK=triton.next_power_of_2(k) if norm_weight is not None else 1,
         num_warps=cfg.num_warps,
         **pdl_meta(x.device),
     )

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from kvspill.errors import ModelNotFoundError
+from kvspill.kernels.fp8_gemv import GemvFusion, fp8_gemv
 from kvspill.kernels.fp8_linear import FP8_DTYPE, dequantize_fp8, fp8_linear, quantize_weight_fp8
 from kvspill.model.llama import PROJECTION_SHARDS, LlamaForCausalLM, replace_projections
 from kvspill.model.parallel import is_row_parallel, shard_weight
@@ -93,6 +94,14 @@ class Fp8Linear(nn.Module):
         return fp8_linear(x, self.weight_fp8, self.weight_scale, self.bias)
 
     project = forward  # as an lm_head (unused: vLLM keeps the lm_head dense, so do we)
+
+    def fuses_one_token(self, dtype: torch.dtype) -> bool:
+        """Whether `forward_fused` takes one token of x in `dtype` (the fp8 GEMV's x types)."""
+        return dtype in (torch.bfloat16, torch.float16)
+
+    def forward_fused(self, x: Tensor, fusion: GemvFusion) -> Tensor:
+        """One token's fp8 GEMV with a norm, SiLU or residual add folded in (`GemvFusion`)."""
+        return fp8_gemv(x, self.weight_fp8, self.weight_scale, self.bias, fusion=fusion)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, dtype=float8_e4m3fn"

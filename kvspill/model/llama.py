@@ -23,8 +23,9 @@ import torch
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
-from kvspill.env import gated_words_on
+from kvspill.env import fused_decode_on, gated_words_on
 from kvspill.errors import UnsupportedModelError
+from kvspill.kernels.fp8_gemv import GemvFusion
 from kvspill.model.base import AttentionFn, copy_param
 from kvspill.model.layers import (
     DenseLinear,
@@ -100,8 +101,15 @@ class LlamaAttention(nn.Module):
         self, positions: Tensor, x: Tensor, rotary: RotaryEmbedding, attention: AttentionFn
     ) -> Tensor:
         # x: [num_tokens, hidden_size]
-        n = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        out = self.attend(positions, self.qkv_proj(x), rotary, attention)
+        return self.tp.all_reduce(self.o_proj(out))
+
+    def attend(
+        self, positions: Tensor, qkv: Tensor, rotary: RotaryEmbedding, attention: AttentionFn
+    ) -> Tensor:
+        """qkv [num_tokens, q_size + 2 * kv_size] -> attention's output [num_tokens, q_size]."""
+        n = qkv.shape[0]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(n, self.num_heads, self.head_dim)  # [num_tokens, num_heads, head_dim]
         k = k.view(n, self.num_kv_heads, self.head_dim)  # [num_tokens, num_kv_heads, head_dim]
         v = v.view(n, self.num_kv_heads, self.head_dim)
@@ -112,7 +120,7 @@ class LlamaAttention(nn.Module):
         else:
             q, k = rotary(positions, q, k)
             out = attention(self.layer_idx, q, k, v)  # [num_tokens, num_heads, head_dim]
-        return self.tp.all_reduce(self.o_proj(out.reshape(n, self.q_size)))
+        return out.reshape(n, self.q_size)
 
 
 class LlamaMLP(nn.Module):
@@ -151,6 +159,9 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype=dtype)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype=dtype)
 
+    def projections(self) -> tuple[nn.Module, ...]:
+        return (self.self_attn.qkv_proj, self.self_attn.o_proj, self.mlp.gate_up_proj, self.mlp.down_proj)
+
     def forward(
         self,
         positions: Tensor,
@@ -158,8 +169,14 @@ class LlamaDecoderLayer(nn.Module):
         residual: Tensor | None,
         rotary: RotaryEmbedding,
         attention: AttentionFn,
+        fused: bool = False,
     ) -> tuple[Tensor, Tensor]:
         # x, residual: [num_tokens, hidden_size]; the residual add is fused into the next norm.
+        # fused (one token, LlamaModel.fuses_decode): x is the residual stream itself, updated in
+        # place and returned as both.
+        if fused:
+            self._forward_fused(positions, x, rotary, attention)
+            return x, x
         if residual is None:
             residual = x
             x = self.input_layernorm(x)
@@ -168,6 +185,22 @@ class LlamaDecoderLayer(nn.Module):
         x = self.self_attn(positions, x, rotary, attention)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual
+
+    def _forward_fused(
+        self, positions: Tensor, h: Tensor, rotary: RotaryEmbedding, attention: AttentionFn
+    ) -> None:
+        """One token, four GEMVs: each norm folded into the projection after it, the residual adds
+        into the projection before them, the SiLU into the down projection (kernels/fp8_gemv.GemvFusion).
+        h [1, hidden_size] is the residual stream, updated in place."""
+        attn, mlp = self.self_attn, self.mlp
+        qkv = attn.qkv_proj.forward_fused(h, _norm_fusion(self.input_layernorm))
+        attn.o_proj.forward_fused(attn.attend(positions, qkv, rotary, attention), GemvFusion(residual=h))
+        gate_up = mlp.gate_up_proj.forward_fused(h, _norm_fusion(self.post_attention_layernorm))
+        mlp.down_proj.forward_fused(gate_up, GemvFusion(gated=True, residual=h))
+
+
+def _norm_fusion(norm: RMSNorm) -> GemvFusion:
+    return GemvFusion(norm_weight=norm.weight, eps=norm.variance_epsilon)
 
 
 class LlamaModel(nn.Module):
@@ -198,9 +231,34 @@ class LlamaModel(nn.Module):
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype=dtype)
         self.rotary_emb = RotaryEmbedding(config, head_dim_of(config), max_positions)
+        self.tp = tp
+        self._fusable: dict[torch.dtype, bool] = {}  # per x dtype, found at the first step
+
+    def fuses_decode(self, x: Tensor) -> bool:
+        """Whether this step of hidden states x takes LlamaDecoderLayer's fused form: one token on
+        CUDA, one rank, KVSPILL_FUSED_DECODE on, `layers_fuse`."""
+        return (
+            x.is_cuda and x.shape[0] == 1 and x.is_contiguous() and self.tp.size == 1 and fused_decode_on()
+        ) and self.layers_fuse(x.dtype)
+
+    def layers_fuse(self, dtype: torch.dtype) -> bool:
+        """Whether every layer's four projections take one fused token of x in `dtype` (fp8
+        weights: `fuses_one_token`; dense ones never do, see env.fused_decode_on). Found once
+        per dtype: set at load."""
+        if dtype not in self._fusable:
+            self._fusable[dtype] = all(
+                isinstance(layer, LlamaDecoderLayer)
+                and all(getattr(p, "fuses_one_token", lambda _d: False)(dtype) for p in layer.projections())
+                for layer in self.layers
+            )
+        return self._fusable[dtype]
 
     def forward(self, input_ids: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
         x = self.embed_tokens(input_ids)  # [num_tokens, hidden_size]
+        if self.fuses_decode(x):
+            for layer in self.layers:
+                layer(positions, x, None, self.rotary_emb, attention, fused=True)
+            return self.norm(x)
         residual: Tensor | None = None
         for layer in self.layers:
             x, residual = layer(positions, x, residual, self.rotary_emb, attention)

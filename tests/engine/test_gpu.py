@@ -164,6 +164,48 @@ def test_gated_down_projection_gives_the_same_tokens(monkeypatch):
     assert runs[1] == runs[0]
 
 
+@pytest.mark.parametrize(
+    ("model", "extra"),
+    [
+        ("tiny_llama_dir", {"quantization": "fp8"}),
+        ("tiny_qwen2_dir", {"quantization": "fp8"}),
+        ("tiny_qwen3_dir", {"quantization": "fp8"}),
+        ("tiny_llama_dir", {}),  # dense: never fused
+    ],
+)
+def test_fused_decode_gives_the_same_tokens(model, extra, request, monkeypatch):
+    """KVSPILL_FUSED_DECODE=1 (the default: an fp8 model's norms, SiLU and residual adds folded
+    into one token's GEMVs, model/llama.LlamaDecoderLayer) against the separate kernels: one
+    sequence in bf16 (one-token steps, graphs captured), the same greedy tokens."""
+    from kvspill.model.llama import LlamaDecoderLayer
+
+    fused_calls = []
+    forward_fused = LlamaDecoderLayer._forward_fused
+
+    def spy(self, *args):
+        fused_calls.append(self)
+        return forward_fused(self, *args)
+
+    monkeypatch.setattr(LlamaDecoderLayer, "_forward_fused", spy)
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, detokenize=False)
+    runs = []
+    for on in ("0", "1"):
+        monkeypatch.setenv("KVSPILL_FUSED_DECODE", on)
+        fused_calls.clear()
+        llm = LLM(
+            str(request.getfixturevalue(model)),
+            device="cuda",
+            dtype="bfloat16",
+            kv_cache_memory_bytes=2**26,
+            **extra,
+        )
+        runs.append([o.token_ids for o in llm.generate(_prompts([37]), params)])
+        assert bool(fused_calls) == (on == "1" and "quantization" in extra)
+        del llm
+        _release()
+    assert runs[1] == runs[0]
+
+
 @pytest.mark.parametrize("offload_gb", [1e-6, 1e3])  # the first layer; every layer
 def test_cpu_offload_gives_the_resident_models_tokens(tiny_llama_dir, offload_gb):
     prompts = _prompts([5, 17, 33, 64])

@@ -103,3 +103,43 @@ def test_dense_gemv_matches_a_float32_matmul(dtype, n, k, config):
     torch.testing.assert_close(out, want, rtol=1e-2, atol=1e-2)
     with pytest.raises(AssertionError, match="must be x's dtype"):
         dense_gemv(x, w.float())
+
+
+@pytest.mark.parametrize(("n", "k", "config"), [(40, 96, GemvConfig(8, 32, 1, 1)), (64, 128, None)])
+@pytest.mark.parametrize("weights", ["fp8", "bf16", "fp16"])
+def test_a_fused_token_is_the_separate_kernels_bit_for_bit(n, k, config, weights):
+    """GemvFusion folds the RMSNorm before, the SiLU before, or the residual add after the GEMV:
+    the same bits as kernels/fused_ops' kernels around the plain GEMV (ragged and even K)."""
+    from kvspill.kernels.fp8_gemv import GemvFusion
+    from kvspill.kernels.fused_ops import rms_norm, silu_and_mul
+
+    dtype = torch.float16 if weights == "fp16" else torch.bfloat16
+    g = torch.Generator().manual_seed(2)
+    x, w_fp8, w_scale, bias = _operands(1, n, k, dtype, with_bias=True)
+    if weights == "fp8":
+        gemv = lambda x, fusion=None: fp8_gemv(x, w_fp8, w_scale, bias, config, fusion)  # noqa: E731
+    else:
+        w = (torch.randn(n, k, generator=g) * 0.05).to(dtype)
+        gemv = lambda x, fusion=None: dense_gemv(x, w, bias, config, fusion)  # noqa: E731
+    norm_weight = (1 + 0.1 * torch.randn(k, generator=g)).to(dtype)
+    normed = gemv(x, GemvFusion(norm_weight=norm_weight, eps=1e-5))
+    assert torch.equal(normed, gemv(rms_norm(x, norm_weight, 1e-5)))
+    gate_up = torch.randn(1, 2 * k, generator=g).to(dtype)
+    assert torch.equal(gemv(gate_up, GemvFusion(gated=True)), gemv(silu_and_mul(gate_up)))
+    residual = torch.randn(1, n, generator=g).to(dtype)
+    stream = residual.clone()
+    assert gemv(x, GemvFusion(residual=stream)) is stream
+    _, want = rms_norm(gemv(x), torch.ones(n, dtype=dtype), 1e-5, residual)
+    assert torch.equal(stream, want)
+
+
+def test_a_fusion_takes_one_token_and_matching_operands():
+    from kvspill.kernels.fp8_gemv import GemvFusion
+
+    x, w_fp8, w_scale, _ = _operands(2, 16, 32, torch.bfloat16, with_bias=False)
+    with pytest.raises(AssertionError, match="one token"):
+        fp8_gemv(x, w_fp8, w_scale, fusion=GemvFusion(gated=True))
+    with pytest.raises(AssertionError, match="exclude each other"):
+        fp8_gemv(x[:1], w_fp8, w_scale, fusion=GemvFusion(norm_weight=x[0], gated=True))
+    with pytest.raises(AssertionError, match="residual must be"):
+        fp8_gemv(x[:1], w_fp8, w_scale, fusion=GemvFusion(residual=torch.zeros(1, 8, dtype=torch.bfloat16)))

@@ -14,8 +14,8 @@ set -u
 . bench/results/2026-12-06-h100-words-one-dot/scripts/prof_tree.sh
 D=bench/results/2026-12-06-fused-decode-forms/scripts
 OUTR=$OUT; mkdir -p $OUTR/runs; OUT=$OUTR/runs  # $OUT keeps few files: all but the log tarred
-mkdir -p /tmp/fd && cp -r kvspill tests pyproject.toml /tmp/fd/ && (cd /tmp/fd && git apply $OLDPWD/$D/fused_decode.diff) && echo "patched /tmp/fd" | tee -a $L
-mkdir -p /tmp/nil && cp -r /tmp/fd/. /tmp/nil/ && (cd /tmp/nil && git apply $OLDPWD/$D/norm_in_loop.diff) && echo "patched /tmp/nil" | tee -a $L
+mkdir -p /tmp/fd && cp -r kvspill tests pyproject.toml /tmp/fd/ && (cd /tmp/fd && git apply --exclude="docs/*" $OLDPWD/$D/fused_decode.diff) && echo "patched /tmp/fd" | tee -a $L
+mkdir -p /tmp/nil && cp -r /tmp/fd/. /tmp/nil/ && (cd /tmp/nil && git apply --exclude="docs/*" $OLDPWD/$D/norm_in_loop.diff) && echo "patched /tmp/nil" | tee -a $L
 for tree in fd nil; do
   which_tree $tree PYTHONPATH=/tmp/site:/tmp/$tree
   (cd /tmp/$tree && PYTHONSAFEPATH=1 PYTHONPATH=/tmp/site:/tmp/$tree timeout 100 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py -k fused_decode > $OUT/pytest_$tree.txt 2>&1)
