@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -192,11 +193,20 @@ class LlamaDecoderLayer(nn.Module):
         """One token, four GEMVs: each norm folded into the projection after it, the residual adds
         into the projection before them, the SiLU into the down projection (kernels/fp8_gemv.GemvFusion).
         h [1, hidden_size] is the residual stream, updated in place."""
-        attn, mlp = self.self_attn, self.mlp
-        qkv = attn.qkv_proj.forward_fused(h, _norm_fusion(self.input_layernorm))
-        attn.o_proj.forward_fused(attn.attend(positions, qkv, rotary, attention), GemvFusion(residual=h))
-        gate_up = mlp.gate_up_proj.forward_fused(h, _norm_fusion(self.post_attention_layernorm))
-        mlp.down_proj.forward_fused(gate_up, GemvFusion(gated=True, residual=h))
+        attn = self.self_attn
+        qkv_proj, o_proj, gate_up_proj, down_proj = (cast(FusedProjection, p) for p in self.projections())
+        qkv = qkv_proj.forward_fused(h, _norm_fusion(self.input_layernorm))
+        o_proj.forward_fused(attn.attend(positions, qkv, rotary, attention), GemvFusion(residual=h))
+        gate_up = gate_up_proj.forward_fused(h, _norm_fusion(self.post_attention_layernorm))
+        down_proj.forward_fused(gate_up, GemvFusion(gated=True, residual=h))
+
+
+class FusedProjection(Protocol):
+    """A projection that takes one decode token with a GemvFusion (model/fp8.Fp8Linear)."""
+
+    def fuses_one_token(self, dtype: torch.dtype) -> bool: ...
+
+    def forward_fused(self, x: Tensor, fusion: GemvFusion) -> Tensor: ...
 
 
 def _norm_fusion(norm: RMSNorm) -> GemvFusion:
