@@ -246,15 +246,15 @@ class LlamaModel(nn.Module):
 
     def fuses_decode(self, x: Tensor) -> bool:
         """Whether this step of hidden states x takes LlamaDecoderLayer's fused form: one token on
-        CUDA, one rank, KVSPILL_FUSED_DECODE on, `layers_fuse`."""
-        return (
-            x.is_cuda and x.shape[0] == 1 and x.is_contiguous() and self.tp.size == 1 and fused_decode_on()
-        ) and self.layers_fuse(x.dtype)
+        CUDA, one rank, `layers_fuse`, KVSPILL_FUSED_DECODE on (read last: a dense model's eager
+        one-token steps stop at the cached layer check)."""
+        one_token = x.is_cuda and x.shape[0] == 1 and x.is_contiguous() and self.tp.size == 1
+        return one_token and self.layers_fuse(x.dtype) and fused_decode_on()
 
     def layers_fuse(self, dtype: torch.dtype) -> bool:
         """Whether every layer's four projections take one fused token of x in `dtype` (fp8
         weights: `fuses_one_token`; dense ones never do, see env.fused_decode_on). Found once
-        per dtype: set at load."""
+        per dtype, at its first one-token step, and kept."""
         if dtype not in self._fusable:
             self._fusable[dtype] = all(
                 isinstance(layer, LlamaDecoderLayer)
