@@ -404,6 +404,20 @@ def _int16x_config(weight: QuantizedWeight) -> tuple[int, int, int]:
     )
 
 
+def int16x_one_token_config(x: torch.Tensor, weight: QuantizedWeight) -> tuple[int, int, int] | None:
+    """The (CHUNK, BLOCK_N, warps) of q4k_int16x_kernel (Q4_K, Q5_K) or q6k_int16x_kernel (Q6_K)
+    where `quant_matmul_gemv(x, weight)` takes one of them for x's one token, else None (the
+    dispatch below: the lane kernels' aligned words, then each type's switches)."""
+    lanes = weight.data.data_ptr() % 4 == 0 and x.shape[0] == 1
+    if weight.qtype == "Q4_K":
+        takes = lanes and _one_token_q4k(x, weight) and int16_x()
+    elif weight.qtype == "Q6_K":
+        takes = lanes and _one_token_q6k_int16x(x, weight)
+    else:
+        takes = _one_token_q5k_int16x(x, weight)
+    return _int16x_config(weight) if takes else None
+
+
 def _one_token_q5k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     """Whether `quant_matmul_gemv(x, weight)` takes q4k_int16x_kernel with Q5=True."""
     return _one_half_token(x, weight, "Q5_K") and _words_aligned(weight) and Q5K_INT16X and int16_x()

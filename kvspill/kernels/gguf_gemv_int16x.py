@@ -81,13 +81,54 @@ def q4k_int16x_kernel(
     Q5: tl.constexpr = False,  # Q5_K rows: 176-byte super-blocks, a fifth bit a quant from qh
     TWO: tl.constexpr = False,  # two tokens, each super-block's bytes read from HBM once
 ):
-    # Q4_K (or Q5_K), one token (or TWO). Grid: (cdiv(rows, BLOCK_N),). Lane kl = 8 * (super-block)
-    # + 2 g + hh of the K step (SB super-blocks) owns half hh (16 bytes) of group g of each of the
-    # program's rows (Q5_K: and the 16 qh bytes of the same 16 columns) and the 16 + 16 x values
-    # they meet. TWO runs each step again for the second token, its words from L1 (as
-    # q41_int16x_kernel's).
+    # Q4_K (or Q5_K), one token (or TWO). Grid: (cdiv(rows, BLOCK_N),).
+    q4k_int16x_program(
+        tl.program_id(0),
+        x_ptr,
+        w_ptr,
+        bias_ptr,
+        out_ptr,
+        rows,
+        num_blocks,
+        stride_w,
+        stride_x,
+        stride_o,
+        HAS_LINEAR_BIAS,
+        SB,
+        BLOCK_N,
+        USE_ASM,
+        PDL,
+        Q5,
+        TWO,
+    )
+
+
+@triton.jit
+def q4k_int16x_program(
+    pid,
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    rows,
+    num_blocks,
+    stride_w,
+    stride_x,
+    stride_o,
+    HAS_LINEAR_BIAS: tl.constexpr,
+    SB: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    PDL: tl.constexpr,
+    Q5: tl.constexpr,
+    TWO: tl.constexpr,
+):
+    """q4k_int16x_kernel's program `pid` (rows [pid * BLOCK_N, +BLOCK_N)): lane kl = 8 *
+    (super-block) + 2 g + hh of the K step (SB super-blocks) owns half hh (16 bytes) of group g of
+    each of the program's rows (Q5_K: and the 16 qh bytes of the same 16 columns) and the 16 + 16 x
+    values they meet. TWO runs each step again for the second token, its words from L1 (as
+    q41_int16x_kernel's)."""
     KL: tl.constexpr = 8 * SB
-    pid = tl.program_id(0)
     row, sb_w, g, hh, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL, 2)
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, KL), dtype=tl.float32)  # TWO's second token (else unused)
@@ -521,8 +562,43 @@ def q6k_int16x_kernel(
     # lanes; 4 keeps the rounding in the lane), so
     #     sum_c sc * (q_c - 32) * x_c  ~=  sc * (2**e * sum_c q_c * xq_c  -  32 * sum_c x_c)
     # with q_c the unsigned 6-bit quants of one word: two dp2a, no per-weight float work.
+    q6k_int16x_program(
+        tl.program_id(0),
+        x_ptr,
+        w_ptr,
+        bias_ptr,
+        out_ptr,
+        rows,
+        num_blocks,
+        stride_w,
+        NB,
+        BLOCK_N,
+        HAS_LINEAR_BIAS,
+        USE_ASM,
+        PDL,
+        SPLIT,
+    )
+
+
+@triton.jit
+def q6k_int16x_program(
+    pid,
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    rows,
+    num_blocks,
+    stride_w,
+    NB: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_LINEAR_BIAS: tl.constexpr,
+    USE_ASM: tl.constexpr,
+    PDL: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
+    """q6k_int16x_kernel's program `pid`: rows [pid * BLOCK_N, +BLOCK_N) of one token."""
     KL: tl.constexpr = 16 * NB
-    pid = tl.program_id(0)
     prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
     row_off, sb_w, ql_off, qh_off, sc_off = _q6k_weight_lanes(pid, rows, stride_w, BLOCK_N, KL)
     x_off, sb_x, _ = _q6k_token_lanes(0, 1, 1, KL)
