@@ -5,7 +5,9 @@ two weights (model/quant.QuantLinear's parts): q and k in Q4_K, v in Q6_K. One t
 two int16-x GEMVs, one after the other; here one grid runs both: programs [0, programs_a) are
 q4k_int16x_kernel's on part A's rows, the rest q6k_int16x_kernel's on part B's, each writing its
 columns of one output. The v weight (1024 x 4096 Q6_K: 3.4 MB on an 8B) is too small to fill the
-card alone, so its launch was mostly ramp and tail; in one grid its programs run beside q and k's.
+card alone, so its launch was mostly ramp and tail; in one grid its programs run beside q and k's:
+the 8B layer's pair 15.65 -> 7.85 us, random 8B Q4_K_M at 8K 2.800 -> 2.727 ms a step (H100,
+2026-12-06, bench/results/2026-12-06-mixed-qkv).
 
 Shapes: x [1, K] bf16 / fp16 (contiguous); part A [rows_a, K] Q4_K or Q5_K, part B [rows_b, K]
 Q6_K (gguf's layout or split); bias [rows_a + rows_b] or None -> out [1, rows_a + rows_b].
@@ -27,10 +29,13 @@ from kvspill.kernels.gguf_gemv_int16x import q4k_int16x_program, q6k_int16x_prog
 from kvspill.kernels.pdl import pdl_meta
 from kvspill.kernels.triton_compat import tl, triton
 
-# Part B's (CHUNK, BLOCK_N) by part A's warp count: the Q6_K v of the 8B file alone ran best at
-# CHUNK 2048, one row a program on one warp (gguf_gemv.Q6K_INT16X_SPLIT_CONFIGS); with more warps
-# a program takes as many rows, so each warp keeps one row's lanes.
-MIXED_Q6K_CONFIGS: dict[int, tuple[int, int]] = {1: (2048, 1), 2: (2048, 2), 4: (2048, 4), 8: (2048, 8)}
+# Part B's (CHUNK, BLOCK_N) by part A's warp count. On the 8B file's layer (q+k 5120 x 4096, v 1024
+# x 4096 split; CUDA-graph replays past L2, PDL on; H100, 2026-12-06, bench/results/2026-12-06-mixed-qkv)
+# the pair took 15.65 us as two launches; in one, 4 warps (Q4_K's (4096, 16, 4)): (4096, 4) 7.85,
+# (2048, 4) 8.15, (4096, 2) 8.24, (2048, 2) 8.39, (2048, 8) 9.00, 1024-wide steps 14.3-14.7; 2 warps
+# (Q5_K's (4096, 4, 2)): 13.26 -> (2048, 2) 8.53, (4096, 2) 8.56, 1 row 9.05-9.20. 1 and 8 warps
+# (no 8B shape's part A has them) keep a warp a row on 2048-wide steps, untimed.
+MIXED_Q6K_CONFIGS: dict[int, tuple[int, int]] = {1: (2048, 1), 2: (2048, 2), 4: (4096, 4), 8: (2048, 8)}
 
 
 @triton.jit
