@@ -5,9 +5,9 @@
 # rows, the llama-quantize file's rows, llama-bench and llama-batched-bench on it). The built
 # binaries come back as lcpp-bin.txz.* for a next call. Carry .whl and .peer-bin.
 set -u
-# An H100 instead (call 10 ran on one, 2026-12-06 15:14): the landed tree's fused fp8 decode and
-# Q6_K 16-token config, tests and A/Bs (../../2026-12-06-fused-decode-forms/scripts/call11.sh).
-nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || exec bash bench/results/2026-12-06-fused-decode-forms/scripts/call11.sh
+# An H100 instead: nothing (the session's H100 work ran in its own calls; since 2026-12-06 16:40
+# a machine that is not an H200 costs only its start).
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 3; }
 T_START=$(date +%s)
 mkdir -p $OUT/build
 PEER_OUT=$OUT/build bash bench/device_prep.sh build-peer > /tmp/build.log 2>&1
