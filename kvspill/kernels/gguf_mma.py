@@ -455,8 +455,8 @@ def _store_reduced(
     arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
     if arrived == SPLIT_K - 1:
         total = tl.zeros_like(acc)
-        for split in tl.static_range(SPLIT_K):
-            total += tl.load(part_ptr + split * plane + offsets, mask=mask, other=0.0, cache_modifier=".cg")
+        for earlier in tl.static_range(SPLIT_K):  # every split, in order
+            total += tl.load(part_ptr + earlier * plane + offsets, mask=mask, other=0.0, cache_modifier=".cg")
         if HAS_BIAS:
             total += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
         tl.store(out_ptr + t[None, :] * stride_o + n[:, None], total.to(out_ptr.dtype.element_ty), mask=mask)
