@@ -1,0 +1,112 @@
+"""Compile kvspill's GGUF decode kernels for sm_90 on a host without a GPU (Triton's whole pipeline:
+its front end, TTIR ... PTX, ptxas to a cubin). Run by test_sm90_compile.py in a process of its own
+with TRITON_INTERPRET=0: the interpreter the other kernel tests use runs the Python body and skips
+the front end's typing rules (a loop variable that shadows a parameter of another type, say), which
+only a compile meets. Prints one line a kernel; exits non-zero on the first that fails."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+# Triton's CUDA backend asks torch which CUDA it was built for; a CPU build has none.
+torch.version.cuda = torch.version.cuda or "12.8"
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from kvspill.kernels import gguf_gemv_int16x, gguf_gemv_mixed, gguf_mma, gguf_mma_mixed  # noqa: E402
+
+_POINTERS = {
+    "*u8": ("w_ptr", "wa_ptr", "wb_ptr"),
+    "*fp32": ("part_ptr", "part_a", "part_b"),
+    "*i32": ("counter_ptr", "counter_a", "counter_b", "pairs_ptr", "pairs_a"),
+}
+
+
+def _arg_type(name: str) -> str:
+    for kind, names in _POINTERS.items():
+        if name in names:
+            return kind
+    return "*bf16" if name.endswith("_ptr") or name.startswith("xs_") else "i32"
+
+
+def compile_sm90(fn, given: dict, num_warps: int, num_stages: int) -> int:
+    """Compile `fn` with the constexprs `given` (the rest at their defaults) for sm_90; returns its
+    shared memory bytes."""
+    params = inspect.signature(fn.fn).parameters
+    constexprs = {n: given.get(n, p.default) for n, p in params.items() if "constexpr" in str(p.annotation)}
+    missing = [n for n, v in constexprs.items() if v is inspect.Parameter.empty]
+    assert not missing, f"{fn.fn.__name__}: give the constexprs {missing}"
+    signature = {n: "constexpr" if n in constexprs else _arg_type(n) for n in params}
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).metadata.shared
+
+
+WORDS = dict(
+    T_PAD=8, BLOCK_N=32, SPLIT_K=8, MAGIC=False, HAS_BIAS=True, DOT_DTYPE=tl.bfloat16, WORDS=True, PDL=True
+)
+MIXED_MMA = dict(
+    T_PAD=8,
+    BLOCK_N_A=32,
+    SPLIT_K_A=8,
+    TWO_ACC_A=True,
+    BLOCK_N_B=32,
+    SPLIT_K_B=16,
+    TWO_ACC_B=False,
+    HAS_BIAS=True,
+    DOT_DTYPE=tl.bfloat16,
+    PDL=True,
+    PAIR_DTYPE=tl.bfloat16,
+    SPLIT_B=True,
+)
+INT16X = dict(HAS_LINEAR_BIAS=True, USE_ASM=True, PDL=True)
+CASES = [
+    (
+        "Q4_K words, split 8",
+        gguf_mma._q4k_mma_kernel,
+        dict(WORDS, TWO_ACC=True, PAIR_DTYPE=tl.bfloat16),
+        2,
+        3,
+    ),
+    (
+        "Q4_K sub-block, split 2 (atomics)",
+        gguf_mma._q4k_mma_kernel,
+        dict(WORDS, SPLIT_K=2, WORDS=False),
+        2,
+        3,
+    ),
+    ("Q5_K whole", gguf_mma._q4k_mma_kernel, dict(WORDS, SPLIT_K=1, WORDS=False, WHOLE=True, Q5=True), 4, 1),
+    ("Q6_K words, split rows", gguf_mma._q6k_mma_kernel, dict(WORDS, SPLIT=True), 2, 2),
+    ("Q4_K + Q6_K words, one launch", gguf_mma_mixed.q4k_q6k_mma_kernel, MIXED_MMA, 2, 3),
+    ("Q4_K int16-x", gguf_gemv_int16x.q4k_int16x_kernel, dict(INT16X, SB=16, BLOCK_N=16), 4, 1),
+    (
+        "Q4_K int16-x, two tokens",
+        gguf_gemv_int16x.q4k_int16x_kernel,
+        dict(INT16X, SB=4, BLOCK_N=8, TWO=True),
+        2,
+        1,
+    ),
+    (
+        "Q6_K int16-x, split rows",
+        gguf_gemv_int16x.q6k_int16x_kernel,
+        dict(INT16X, NB=8, BLOCK_N=1, SPLIT=True),
+        1,
+        1,
+    ),
+    (
+        "Q5_K + Q6_K int16-x, one launch",
+        gguf_gemv_mixed.q4k_q6k_int16x_kernel,
+        dict(INT16X, SB_A=16, BLOCK_N_A=4, NB_B=8, BLOCK_N_B=2, Q5=True, SPLIT_B=True),
+        2,
+        1,
+    ),
+]
+
+if __name__ == "__main__":
+    for label, fn, given, warps, stages in CASES:
+        print(f"{label}: {compile_sm90(fn, given, warps, stages)} bytes shared", flush=True)
