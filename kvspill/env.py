@@ -67,7 +67,7 @@ def switch_on(name: str) -> bool:
     Read at each call, like `cuda_graphs_on`. The switches: PDL (programmatic dependent launch,
     kernels/pdl.py), INT16_X (the one-token Q4_K / Q5_K / Q6_K int16-x GEMVs, kernels/gguf_gemv.py),
     MIXED_GEMV (one launch for a one-token projection of Q4_K / Q5_K then Q6_K rows,
-    kernels/gguf_gemv_mixed.py), MIXED_MMA (the same at 3-32 tokens, kernels/gguf_mma_mixed.py), FUSED_ROPE_DECODE (decode attention does RoPE and the K/V store,
+    kernels/gguf_gemv_mixed.py), FUSED_ROPE_DECODE (decode attention does RoPE and the K/V store,
     runner/attention.py),
     EARLY_READS (reads ahead of the PDL wait in decode attention and RMSNorm, kernels/pdl.py),
     GPU_WAITS_FOR_CPU (storage/stream_flag.py), SPARSE_OVERLAP (`sparse_overlap_on`)."""

@@ -4,9 +4,8 @@ A GGUF file's quantized tensors (Q4_0 ... Q6_K, `kernels/gguf_formats.py`) go to
 they are. `QuantLinear` stands in for `nn.Linear` (a fused qkv_proj or gate_up_proj included):
 its weight is one `QuantizedWeight`, or, when the fused shards have different types (Q4_K_M
 files keep some attn_v / ffn_down in Q6_K), one per run of adjacent shards of one type (q and k
-together, v apart), each written into its columns of one output (Q4_K / Q5_K then Q6_K: both in
-one launch at one token, kernels/gguf_gemv_mixed.py, and Q4_K then Q6_K at 3-32 tokens,
-kernels/gguf_mma_mixed.py). `QuantEmbedding` gathers the
+together, v apart), each written into its columns of one output (one token of Q4_K / Q5_K then
+Q6_K: both in one launch, kernels/gguf_gemv_mixed.py). `QuantEmbedding` gathers the
 quantized rows of the ids and dequantizes only those; with tied embeddings it is also the lm_head
 (`project`).
 
@@ -30,7 +29,6 @@ from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, split_q6k_rows, split_rows_aligned
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
 from kvspill.kernels.gguf_gemv_mixed import mixed_gemv, mixed_gemv_parts
-from kvspill.kernels.gguf_mma_mixed import mixed_mma, mixed_mma_configs
 from kvspill.kernels.gguf_mma_words import pack_scales
 from kvspill.kernels.quant_linear import dequant_slice_rows, quant_linear
 from kvspill.model.fp8 import Fp8Linear
@@ -71,10 +69,6 @@ class QuantLinear(nn.Module):
         out = torch.empty((x2.shape[0], self.out_features), dtype=x.dtype, device=x.device)
         if x2.is_cuda and mixed_gemv_parts(x2, self.parts):  # one token: both parts in one launch
             return mixed_gemv(x2, self.parts, self.bias, out).reshape(*x.shape[:-1], self.out_features)
-        if x2.is_cuda and (configs := mixed_mma_configs(x2, self.parts)) is not None:  # 3-32 tokens
-            return mixed_mma(x2, self.parts, self.bias, out, configs).reshape(
-                *x.shape[:-1], self.out_features
-            )
         widths = [part.out_features for part in self.parts]
         for part, columns in zip(self.parts, out.split(widths, dim=1), strict=True):
             quant_linear(x2, part, out=columns)

@@ -246,17 +246,15 @@ def test_attention_cpu_on_a_gpu_keeps_the_kv_in_ram_and_gives_the_cpu_paths_toke
 
 
 def test_mixed_qkv_in_one_launch_gives_the_two_launches_tokens(monkeypatch):
-    """random:llama-1b:q4_k_m (half its layers' qkv is Q4_K q, k and Q6_K v): one-token steps and
-    5-sequence steps run those parts in one launch (kernels/gguf_gemv_mixed.py,
-    kernels/gguf_mma_mixed.py), captured in CUDA graphs; the greedy tokens equal the two launches'
-    (KVSPILL_MIXED_GEMV=0, KVSPILL_MIXED_MMA=0), alone and five at a time."""
+    """random:llama-1b:q4_k_m (half its layers' qkv is Q4_K q, k and Q6_K v): one-token steps run
+    those parts in one launch (kernels/gguf_gemv_mixed.py), captured in CUDA graphs; the greedy
+    tokens equal KVSPILL_MIXED_GEMV=0's two launches, alone and five sequences at a time."""
     prompts = _prompts([9, 200, 33, 70, 5])
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, detokenize=False)
     small = dict(device="cuda", max_model_len=512, gpu_memory_utilization=0.5, kv_cache_memory_bytes=2**28)
     runs = []
     for switch in ("1", "0"):
         monkeypatch.setenv("KVSPILL_MIXED_GEMV", switch)
-        monkeypatch.setenv("KVSPILL_MIXED_MMA", switch)
         llm = LLM("random:llama-1b:q4_k_m", **small)
         alone = [llm.generate([p], params)[0].token_ids for p in prompts[:2]]
         runs.append((alone, [o.token_ids for o in llm.generate(prompts, params)]))

@@ -18,12 +18,12 @@ import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from kvspill.kernels import gguf_gemv_int16x, gguf_gemv_mixed, gguf_mma, gguf_mma_mixed  # noqa: E402
+from kvspill.kernels import gguf_gemv_int16x, gguf_gemv_mixed, gguf_mma  # noqa: E402
 
 _POINTERS = {
     "*u8": ("w_ptr", "wa_ptr", "wb_ptr"),
-    "*fp32": ("part_ptr", "part_a", "part_b"),
-    "*i32": ("counter_ptr", "counter_a", "counter_b", "pairs_ptr", "pairs_a"),
+    "*fp32": ("part_ptr",),
+    "*i32": ("counter_ptr", "pairs_ptr"),
 }
 
 
@@ -31,7 +31,7 @@ def _arg_type(name: str) -> str:
     for kind, names in _POINTERS.items():
         if name in names:
             return kind
-    return "*bf16" if name.endswith("_ptr") or name.startswith("xs_") else "i32"
+    return "*bf16" if name.endswith("_ptr") else "i32"
 
 
 def compile_sm90(fn, given: dict, num_warps: int, num_stages: int) -> int:
@@ -49,20 +49,6 @@ def compile_sm90(fn, given: dict, num_warps: int, num_stages: int) -> int:
 
 WORDS = dict(
     T_PAD=8, BLOCK_N=32, SPLIT_K=8, MAGIC=False, HAS_BIAS=True, DOT_DTYPE=tl.bfloat16, WORDS=True, PDL=True
-)
-MIXED_MMA = dict(
-    T_PAD=8,
-    BLOCK_N_A=32,
-    SPLIT_K_A=8,
-    TWO_ACC_A=True,
-    BLOCK_N_B=32,
-    SPLIT_K_B=16,
-    TWO_ACC_B=False,
-    HAS_BIAS=True,
-    DOT_DTYPE=tl.bfloat16,
-    PDL=True,
-    PAIR_DTYPE=tl.bfloat16,
-    SPLIT_B=True,
 )
 INT16X = dict(HAS_LINEAR_BIAS=True, USE_ASM=True, PDL=True)
 CASES = [
@@ -82,7 +68,6 @@ CASES = [
     ),
     ("Q5_K whole", gguf_mma._q4k_mma_kernel, dict(WORDS, SPLIT_K=1, WORDS=False, WHOLE=True, Q5=True), 4, 1),
     ("Q6_K words, split rows", gguf_mma._q6k_mma_kernel, dict(WORDS, SPLIT=True), 2, 2),
-    ("Q4_K + Q6_K words, one launch", gguf_mma_mixed.q4k_q6k_mma_kernel, MIXED_MMA, 2, 3),
     ("Q4_K int16-x", gguf_gemv_int16x.q4k_int16x_kernel, dict(INT16X, SB=16, BLOCK_N=16), 4, 1),
     (
         "Q4_K int16-x, two tokens",
