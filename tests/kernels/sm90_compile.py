@@ -22,9 +22,12 @@ from kvspill.kernels import (  # noqa: E402
     decode_attention,
     fp8_gemv,
     fused_ops,
+    gguf_dequant,
     gguf_gemv_int16x,
     gguf_gemv_mixed,
     gguf_mma,
+    gguf_mma_words,
+    prefill_attention,
 )
 
 _POINTERS = {
@@ -167,6 +170,39 @@ OTHER_CASES = [
         4,
         3,
         FP8_TYPES,
+    ),
+    (
+        "prefill attention",
+        prefill_attention._prefill_kernel,
+        dict(
+            BLOCK_SIZE=16,
+            GROUP=4,
+            HEAD_DIM=128,
+            BLOCK_M=128,
+            BLOCK_Q=32,
+            BLOCK_N=64,
+            DOT_PRECISION="ieee",
+            DOT_IN_F32=False,
+        ),
+        4,
+        3,
+        dict(ATTENTION_TYPES, qsl_ptr="*i32", lse_ptr="*fp32", o_ptr="*bf16"),
+    ),
+    (
+        "Q6_K dequantize (split rows)",
+        gguf_dequant._dequant_kernel,
+        dict(gguf_dequant.kernel_meta("Q6_K"), BLOCK_N=gguf_dequant.DEQUANT_BLOCK_N, SPLIT=True),
+        gguf_dequant.DEQUANT_NUM_WARPS,
+        1,
+        {},
+    ),
+    (
+        "gated x permutation for the Q4_K words form",
+        gguf_mma_words._words_x_kernel,
+        dict(Q6K=False, T_PAD=8, PDL=True, GATED=True),
+        4,
+        1,
+        {"counter_ptr": "*i32"},
     ),
     (
         "RMSNorm, residual, early reads",
