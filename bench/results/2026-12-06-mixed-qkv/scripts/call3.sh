@@ -7,7 +7,7 @@
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call3
 . bench/results/2026-12-06-h100-gated-down/scripts/prof.sh
-git apply --exclude="docs/*" bench/results/2026-12-06-mixed-qkv/scripts/mixed_mma.diff || { echo "mixed_mma.diff did not apply" | tee -a $L; exit 3; }
+git apply --exclude="docs/*" --exclude="tests/kernels/*sm90_compile.py" bench/results/2026-12-06-mixed-qkv/scripts/mixed_mma.diff || { echo "mixed_mma.diff did not apply" | tee -a $L; exit 3; }
 OUTR=$OUT; mkdir -p $OUTR/runs; OUT=$OUTR/runs
 C="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048 --concurrency 8"
 prof c8_on_tab 120 X=1 -- $C --kernels 14
