@@ -352,9 +352,21 @@ def _q6k_half_whole(
 # 55.2 us); the engine's 4 / 8 / 16 / 32 x 2K steps were the same either way (H100,
 # bench/results/2026-12-06-h100-split-order/).
 @triton.jit
-def _tile(tile, rows, num_tokens, BLOCK_N: tl.constexpr, T_PAD: tl.constexpr):
-    """Row tile `tile`'s output: rows n [BLOCK_N] (n_ok: < rows) and tokens t [T_PAD] (t_ok)."""
-    n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+def _row_tile():
+    """The program's row tile (grid axis 1)."""
+    return tl.program_id(1)
+
+
+@triton.jit
+def _split_index():
+    """The program's split along K (grid axis 0): it takes super-blocks split, split + SPLIT_K, ..."""
+    return tl.program_id(0)
+
+
+@triton.jit
+def _tile(rows, num_tokens, BLOCK_N: tl.constexpr, T_PAD: tl.constexpr):
+    """The program's output tile: rows n [BLOCK_N] (n_ok: < rows) and tokens t [T_PAD] (t_ok)."""
+    n = _row_tile() * BLOCK_N + tl.arange(0, BLOCK_N)
     t = tl.arange(0, T_PAD)
     return n, n < rows, t, t < num_tokens
 
@@ -382,8 +394,6 @@ def _store(
     n_ok,
     t,
     t_ok,
-    split,
-    tile,
     SPLIT_K: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     IN_ORDER: tl.constexpr,
@@ -404,14 +414,12 @@ def _store(
             n_ok,
             t,
             t_ok,
-            split,
-            tile,
             SPLIT_K,
             HAS_BIAS,
         )
     else:
         if HAS_BIAS:
-            if split == 0:
+            if _split_index() == 0:
                 acc += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
         out = out_ptr + t[None, :] * stride_o + n[:, None]
         mask = n_ok[:, None] & t_ok[None, :]
@@ -435,8 +443,6 @@ def _store_reduced(
     n_ok,
     t,
     t_ok,
-    split,
-    tile,
     SPLIT_K: tl.constexpr,
     HAS_BIAS: tl.constexpr,
 ):
@@ -450,13 +456,13 @@ def _store_reduced(
     offsets = t[None, :] * rows + n[:, None]
     mask = n_ok[:, None] & t_ok[None, :]
     plane = rows * num_tokens
-    tl.store(part_ptr + split * plane + offsets, acc, mask=mask)
+    tl.store(part_ptr + _split_index() * plane + offsets, acc, mask=mask)
     tl.debug_barrier()
-    arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    arrived = tl.atomic_add(counter_ptr + _row_tile(), 1, sem="acq_rel", scope="gpu")
     if arrived == SPLIT_K - 1:
         total = tl.zeros_like(acc)
-        for earlier in tl.static_range(SPLIT_K):  # every split, in order
-            total += tl.load(part_ptr + earlier * plane + offsets, mask=mask, other=0.0, cache_modifier=".cg")
+        for split in tl.static_range(SPLIT_K):
+            total += tl.load(part_ptr + split * plane + offsets, mask=mask, other=0.0, cache_modifier=".cg")
         if HAS_BIAS:
             total += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
         tl.store(out_ptr + t[None, :] * stride_o + n[:, None], total.to(out_ptr.dtype.element_ty), mask=mask)
@@ -499,81 +505,12 @@ def _q4k_mma_kernel(
     Q5: tl.constexpr = False,  # Q5_K rows (176-byte super-blocks): the sub-block and whole forms
     Q41: tl.constexpr = False,  # Q4_1 rows, 8 blocks (160 bytes) a super-block: the sub-block form
 ):
-    q4k_mma_program(
-        tl.program_id(0),
-        tl.program_id(1),
-        x_ptr,
-        xs_ptr,
-        w_ptr,
-        bias_ptr,
-        out_ptr,
-        rows,
-        num_blocks,
-        num_tokens,
-        stride_x,
-        stride_xs,
-        stride_w,
-        stride_o,
-        part_ptr,
-        counter_ptr,
-        pairs_ptr,
-        T_PAD,
-        BLOCK_N,
-        SPLIT_K,
-        MAGIC,
-        HAS_BIAS,
-        DOT_DTYPE,
-        WHOLE,
-        WORDS,
-        TWO_ACC,
-        PDL,
-        PAIR_DTYPE,
-        Q5,
-        Q41,
-    )
-
-
-@triton.jit
-def q4k_mma_program(
-    split,
-    tile,
-    x_ptr,
-    xs_ptr,
-    w_ptr,
-    bias_ptr,
-    out_ptr,
-    rows,
-    num_blocks,
-    num_tokens,
-    stride_x,
-    stride_xs,
-    stride_w,
-    stride_o,
-    part_ptr,
-    counter_ptr,
-    pairs_ptr,
-    T_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-    MAGIC: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
-    WHOLE: tl.constexpr,
-    WORDS: tl.constexpr,
-    TWO_ACC: tl.constexpr,
-    PDL: tl.constexpr,
-    PAIR_DTYPE: tl.constexpr,
-    Q5: tl.constexpr,
-    Q41: tl.constexpr,
-):
-    """_q4k_mma_kernel's program (split, tile): rows [tile * BLOCK_N, +BLOCK_N) over super-blocks
-    split, split + SPLIT_K, ..."""
     pdl_wait(PDL)  # the launch overlaps the kernel before (x comes from it: nothing read earlier)
-    n, n_ok, t, t_ok = _tile(tile, rows, num_tokens, BLOCK_N, T_PAD)
+    n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + _read_rows(n, rows) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
-    for sb in range(split, num_blocks, SPLIT_K):
+    for sb in range(_split_index(), num_blocks, SPLIT_K):
         base = row_ptr + sb * (160 if Q41 else 176 if Q5 else 144)
         if WORDS:
             acc, acc2 = q4k_super_block_words(
@@ -622,8 +559,6 @@ def q4k_mma_program(
         n_ok,
         t,
         t_ok,
-        split,
-        tile,
         SPLIT_K,
         HAS_BIAS,
         WORDS,
@@ -660,78 +595,12 @@ def _q6k_mma_kernel(
     PAIR_DTYPE: tl.constexpr = None,
     SPLIT: tl.constexpr = False,  # the weight's rows in the split layout (gguf_formats.split_q6k_rows)
 ):
-    q6k_mma_program(
-        tl.program_id(0),
-        tl.program_id(1),
-        x_ptr,
-        xs_ptr,
-        w_ptr,
-        bias_ptr,
-        out_ptr,
-        rows,
-        num_blocks,
-        num_tokens,
-        stride_x,
-        stride_xs,
-        stride_w,
-        stride_o,
-        part_ptr,
-        counter_ptr,
-        pairs_ptr,
-        T_PAD,
-        BLOCK_N,
-        SPLIT_K,
-        MAGIC,
-        HAS_BIAS,
-        DOT_DTYPE,
-        WHOLE,
-        WORDS,
-        TWO_ACC,
-        PDL,
-        PAIR_DTYPE,
-        SPLIT,
-    )
-
-
-@triton.jit
-def q6k_mma_program(
-    split,
-    tile,
-    x_ptr,
-    xs_ptr,
-    w_ptr,
-    bias_ptr,
-    out_ptr,
-    rows,
-    num_blocks,
-    num_tokens,
-    stride_x,
-    stride_xs,
-    stride_w,
-    stride_o,
-    part_ptr,
-    counter_ptr,
-    pairs_ptr,
-    T_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-    MAGIC: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
-    WHOLE: tl.constexpr,
-    WORDS: tl.constexpr,
-    TWO_ACC: tl.constexpr,
-    PDL: tl.constexpr,
-    PAIR_DTYPE: tl.constexpr,
-    SPLIT: tl.constexpr,
-):
-    """_q6k_mma_kernel's program (split, tile), as `q4k_mma_program`'s."""
     pdl_wait(PDL)
-    n, n_ok, t, t_ok = _tile(tile, rows, num_tokens, BLOCK_N, T_PAD)
+    n, n_ok, t, t_ok = _tile(rows, num_tokens, BLOCK_N, T_PAD)
     row_ptr = w_ptr + _read_rows(n, rows) * stride_w
     acc = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, T_PAD), dtype=tl.float32)
-    for sb in range(split, num_blocks, SPLIT_K):
+    for sb in range(_split_index(), num_blocks, SPLIT_K):
         base, sblk = block_at(row_ptr, sb, num_blocks, 210, SPLIT)
         if WORDS:
             acc, acc2 = q6k_super_block_words(acc, acc2, base, sblk, xs_ptr, sb, t, T_PAD, DOT_DTYPE, TWO_ACC)
@@ -769,8 +638,6 @@ def q6k_mma_program(
         n_ok,
         t,
         t_ok,
-        split,
-        tile,
         SPLIT_K,
         HAS_BIAS,
         WORDS,
@@ -807,7 +674,7 @@ def check_mma_args(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor 
         assert bias.shape == (weight.out_features,) and bias.device == x.device, "bias must be [out_features]"
 
 
-def mma_outputs(
+def _outputs(
     x: torch.Tensor, rows: int, cfg: MmaConfig, dest: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, part, counters) of one call: out in x's dtype (`dest` where given), or zeroed fp32
@@ -829,14 +696,14 @@ def mma_outputs(
     return out, part, counters
 
 
-def dot_dtype(x: torch.Tensor) -> tl.dtype:
+def _dot_dtype(x: torch.Tensor) -> tl.dtype:
     """The tensor cores' operand type: x's half type; fp32 for fp32 x and under the interpreter."""
     if x.dtype == torch.float32 or x.device.type == "cpu":
         return tl.float32
     return tl.float16 if x.dtype == torch.float16 else tl.bfloat16
 
 
-def words_scale_pairs(weight: QuantizedWeight, cfg: MmaConfig, x: torch.Tensor) -> torch.Tensor | None:
+def _scale_pairs(weight: QuantizedWeight, cfg: MmaConfig, x: torch.Tensor) -> torch.Tensor | None:
     """The weight's `scale_pairs` as the words form reads them (int32 [rows, K / 32]), where that
     form runs and they are in x's dtype; else None (the header's scales)."""
     pairs = weight.scale_pairs
@@ -906,10 +773,10 @@ def quant_matmul_mma(
     cfg = for_shape(cfg, rows, weight.in_features) if cfg.sb_per_split else cfg
     assert not (cfg.words and weight.qtype not in WORDS_TYPES), f"{weight.qtype} has no words form"
     assert not (cfg.whole and weight.qtype not in WHOLE_TYPES), f"{weight.qtype} has no whole form"
-    result, part, counters = mma_outputs(x, rows, cfg, out)
+    result, part, counters = _outputs(x, rows, cfg, out)
     grid = (cfg.split_k, triton.cdiv(rows, cfg.block_n))
     kernel, sub = _KERNELS[weight.qtype]
-    pairs = words_scale_pairs(weight, cfg, x)
+    pairs = _scale_pairs(weight, cfg, x)
     x_sums = _x_side(x, weight.qtype, cfg, t_pad, counters if counters is not result else None, sub, gated)
     kernel[grid](
         x,
@@ -932,7 +799,7 @@ def quant_matmul_mma(
         SPLIT_K=cfg.split_k,
         MAGIC=cfg.magic,
         HAS_BIAS=bias is not None,
-        DOT_DTYPE=dot_dtype(x),
+        DOT_DTYPE=_dot_dtype(x),
         **_form_flags(cfg, x, pairs is not None),
         **_type_flags(weight),
         num_warps=cfg.num_warps,
