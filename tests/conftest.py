@@ -26,6 +26,36 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+
+def _interpreter_refuses_unknown_kwargs() -> None:
+    """Triton's interpreter drops keyword arguments a kernel does not take, where a compiled launch
+    raises KeyError: a fused GGUF launch passed GATED to a kernel without it, passed every CPU test
+    and failed on the GPU (bench/results/2026-12-06-mixed-qkv, call 4). Here the interpreter
+    refuses them as the GPU does (launch options such as num_warps stay allowed)."""
+    try:
+        import dataclasses
+        import inspect
+
+        from triton.backends.nvidia.compiler import CUDAOptions
+        from triton.runtime.interpreter import GridExecutor
+    except ImportError:  # no triton: no kernel runs
+        return
+    options = {field.name for field in dataclasses.fields(CUDAOptions)}
+    interpreted_call = GridExecutor.__call__
+
+    def strict_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        spec = inspect.getfullargspec(self.fn)
+        unknown = set(kwargs) - set(spec.args) - set(spec.kwonlyargs) - options
+        if unknown:
+            raise KeyError(f"{self.fn.__name__} takes no keyword argument(s) {sorted(unknown)}")
+        return interpreted_call(self, *args, **kwargs)
+
+    GridExecutor.__call__ = strict_call  # type: ignore[method-assign]
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _interpreter_refuses_unknown_kwargs()
+
 # Workers share the cores: each takes its share of threads (and passes it to the servers and
 # CLIs the tests start), not all of them: 2 workers of 2 threads each on 2 cores oversubscribe.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
