@@ -1,5 +1,5 @@
-"""The decode step's kernels compile for sm_90 on this host (sm90_compile.py, in a process without
-Triton's interpreter): the front end's rules that the interpreted kernel tests never meet."""
+"""Every kernel of the package compiles for sm_90 on this host (sm90_compile.py, in a process
+without Triton's interpreter): the front end's rules that the interpreted kernel tests never meet."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
-def test_decode_kernels_compile_for_sm90():
+def test_every_kernel_compiles_for_sm90():
     if importlib.util.find_spec("triton.backends.nvidia") is None:
         pytest.skip("this triton has no CUDA backend")
     env = dict(os.environ, TRITON_INTERPRET="0")
@@ -22,4 +22,4 @@ def test_decode_kernels_compile_for_sm90():
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    assert done.stdout.count("bytes shared") == 17, done.stdout
+    assert "kernels compiled" in done.stdout, done.stdout
