@@ -408,7 +408,7 @@ def int16x_one_token_config(x: torch.Tensor, weight: QuantizedWeight) -> tuple[i
     """The (CHUNK, BLOCK_N, warps) of q4k_int16x_kernel (Q4_K, Q5_K) or q6k_int16x_kernel (Q6_K)
     where `quant_matmul_gemv(x, weight)` takes one of them for x's one token, else None (the
     dispatch below: the lane kernels' aligned words, then each type's switches)."""
-    lanes = weight.data.data_ptr() % 4 == 0 and x.shape[0] == 1
+    lanes = x.shape[0] == 1 and _lane_kernel_config(x, weight) is not None
     if weight.qtype == "Q4_K":
         takes = lanes and _one_token_q4k(x, weight) and int16_x()
     elif weight.qtype == "Q6_K":

@@ -102,32 +102,35 @@ def q4k_q6k_int16x_kernel(
         )
 
 
-def mixed_gemv_parts(x: torch.Tensor, parts: list[QuantizedWeight]) -> bool:
-    """Whether `mixed_gemv(x, parts, ...)` applies: one token, two parts whose own one-token paths
-    are the int16-x kernels of Q4_K / Q5_K then Q6_K (`gguf_gemv.int16x_one_token_config`), and
-    KVSPILL_MIXED_GEMV not 0."""
+def mixed_gemv_config(x: torch.Tensor, parts: list[QuantizedWeight]) -> tuple[int, int, int] | None:
+    """Part A's (CHUNK, BLOCK_N, warps) where `mixed_gemv(x, parts, ...)` applies, else None: one
+    token, two parts whose own one-token paths are the int16-x kernels of Q4_K / Q5_K then Q6_K
+    (`gguf_gemv.int16x_one_token_config`), and KVSPILL_MIXED_GEMV not 0."""
     if len(parts) != 2 or x.shape[0] != 1 or x.stride(-1) != 1:
-        return False
+        return None
     a, b = parts
     if a.qtype not in ("Q4_K", "Q5_K") or b.qtype != "Q6_K":
-        return False
+        return None
     config_a = int16x_one_token_config(x, a)
-    return config_a is not None and int16x_one_token_config(x, b) is not None and switch_on("MIXED_GEMV")
+    if config_a is None or int16x_one_token_config(x, b) is None or not switch_on("MIXED_GEMV"):
+        return None
+    return config_a
 
 
 def mixed_gemv(
     x: torch.Tensor,  # [1, K]
-    parts: list[QuantizedWeight],  # [part A (Q4_K / Q5_K), part B (Q6_K)], `mixed_gemv_parts`
+    parts: list[QuantizedWeight],  # [part A (Q4_K / Q5_K), part B (Q6_K)], `mixed_gemv_config`
     bias: torch.Tensor | None,  # [rows_a + rows_b]
     out: torch.Tensor,  # [1, rows_a + rows_b], contiguous
+    config_a: tuple[int, int, int] | None = None,  # `mixed_gemv_config(x, parts)` (found if None)
 ) -> torch.Tensor:
     """x @ [A; B].T (+ bias) into out in one launch (module docstring)."""
     a, b = parts
     rows_a, rows_b = a.out_features, b.out_features
     assert out.shape == (1, rows_a + rows_b) and out.is_contiguous() and out.dtype == x.dtype
     assert bias is None or (bias.shape == (rows_a + rows_b,) and bias.is_contiguous())
-    config_a = int16x_one_token_config(x, a)
-    assert config_a is not None, "mixed_gemv needs part A on the int16-x lanes (mixed_gemv_parts)"
+    config_a = config_a or int16x_one_token_config(x, a)
+    assert config_a is not None, "mixed_gemv needs part A on the int16-x lanes (mixed_gemv_config)"
     chunk_a, block_n_a, num_warps = config_a
     chunk_b, block_n_b = MIXED_Q6K_CONFIGS[num_warps]
     programs_a = triton.cdiv(rows_a, block_n_a)

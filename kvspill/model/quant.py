@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, split_q6k_rows, split_rows_aligned
 from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
-from kvspill.kernels.gguf_gemv_mixed import mixed_gemv, mixed_gemv_parts
+from kvspill.kernels.gguf_gemv_mixed import mixed_gemv, mixed_gemv_config
 from kvspill.kernels.gguf_mma_words import pack_scales
 from kvspill.kernels.quant_linear import dequant_slice_rows, quant_linear
 from kvspill.model.fp8 import Fp8Linear
@@ -67,8 +67,10 @@ class QuantLinear(nn.Module):
         # Q4_K_M 8B, whose mixed layers' v is Q6_K).
         x2 = x.reshape(-1, self.in_features)
         out = torch.empty((x2.shape[0], self.out_features), dtype=x.dtype, device=x.device)
-        if x2.is_cuda and mixed_gemv_parts(x2, self.parts):  # one token: both parts in one launch
-            return mixed_gemv(x2, self.parts, self.bias, out).reshape(*x.shape[:-1], self.out_features)
+        if x2.is_cuda and (config := mixed_gemv_config(x2, self.parts)) is not None:  # one token, one launch
+            return mixed_gemv(x2, self.parts, self.bias, out, config).reshape(
+                *x.shape[:-1], self.out_features
+            )
         widths = [part.out_features for part in self.parts]
         for part, columns in zip(self.parts, out.split(widths, dim=1), strict=True):
             quant_linear(x2, part, out=columns)

@@ -11,7 +11,7 @@ import torch
 from kvspill.kernels import gguf_gemv, gguf_gemv_mixed
 from kvspill.kernels.gguf_formats import random_quantized, split_q6k_rows
 from kvspill.kernels.gguf_gemv import quant_matmul_gemv
-from kvspill.kernels.gguf_gemv_mixed import mixed_gemv, mixed_gemv_parts
+from kvspill.kernels.gguf_gemv_mixed import mixed_gemv, mixed_gemv_config
 from kvspill.model.quant import QuantLinear
 
 # Not a multiple of the K steps (8 or 16 super-blocks): their last ones read past the end; even,
@@ -44,7 +44,7 @@ def test_mixed_gemv_equals_each_parts_own_kernel(type_a, split_b, with_bias, dev
     _same_chunks(monkeypatch)
     parts, x = _parts(type_a, split_b, device)
     bias = torch.randn((ROWS_A + ROWS_B,), generator=torch.Generator().manual_seed(1)).to(x.dtype).to(device)
-    assert mixed_gemv_parts(x, parts)
+    assert mixed_gemv_config(x, parts)
     out = torch.full((1, ROWS_A + ROWS_B), float("nan"), dtype=x.dtype, device=device)
     mixed_gemv(x, parts, bias if with_bias else None, out)
     biases = bias.split([ROWS_A, ROWS_B]) if with_bias else (None, None)
@@ -66,18 +66,18 @@ def test_mixed_gemv_runs_part_b_on_part_a_warps(warps, device, monkeypatch):
 
 def test_mixed_gemv_is_taken_only_where_both_parts_run_int16x(device, monkeypatch):
     parts, x = _parts("Q4_K", False, device)
-    assert mixed_gemv_parts(x, parts)
-    assert not mixed_gemv_parts(torch.cat([x, x]), parts)  # two tokens: the lane passes / tensor cores
-    assert not mixed_gemv_parts(x, parts[::-1])  # Q6_K rows first: not this kernel's order
-    assert not mixed_gemv_parts(x, parts[:1])
-    assert not mixed_gemv_parts(x.float(), parts)  # fp32 x takes the float lanes
+    assert mixed_gemv_config(x, parts)
+    assert not mixed_gemv_config(torch.cat([x, x]), parts)  # two tokens: the lane passes / tensor cores
+    assert not mixed_gemv_config(x, parts[::-1])  # Q6_K rows first: not this kernel's order
+    assert not mixed_gemv_config(x, parts[:1])
+    assert not mixed_gemv_config(x.float(), parts)  # fp32 x takes the float lanes
     q80 = random_quantized("Q8_0", ROWS_A, K, torch.Generator().manual_seed(3)).to(device)
-    assert not mixed_gemv_parts(x, [q80, parts[1]])
+    assert not mixed_gemv_config(x, [q80, parts[1]])
     monkeypatch.setenv("KVSPILL_MIXED_GEMV", "0")
-    assert not mixed_gemv_parts(x, parts)
+    assert not mixed_gemv_config(x, parts)
     monkeypatch.setenv("KVSPILL_MIXED_GEMV", "1")
     monkeypatch.setenv("KVSPILL_INT16_X", "0")  # the parts' own kernels are the float lanes then
-    assert not mixed_gemv_parts(x, parts)
+    assert not mixed_gemv_config(x, parts)
 
 
 def test_mixed_configs_cover_every_warp_count_of_the_part_a_tables():
