@@ -9,10 +9,10 @@ S1=bench/results/2026-12-06-norm-words-x/scripts
 git apply $S1/norm_words_x.diff || { echo "norm_words_x.diff did not apply" | tee -a $L; exit 3; }
 OUTR=$OUT; mkdir -p $OUTR/runs; OUT=$OUTR/runs
 C="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 12GiB --ctx 2048 --concurrency"
-prof c8_fold 60 X=1 -- $C 8
-prof c8_sep 80 KVSPILL_NORM_WORDS=0 -- $C 8
-prof c8_fold2 100 X=1 -- $C 8
-prof c8_sep2 120 KVSPILL_NORM_WORDS=0 -- $C 8
+prof c8_fold 150 X=1 -- $C 8
+prof c8_sep 200 KVSPILL_NORM_WORDS=0 -- $C 8
+prof c8_fold2 230 X=1 -- $C 8
+prof c8_sep2 260 KVSPILL_NORM_WORDS=0 -- $C 8
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_norm_words_x.py tests/engine/test_gpu.py -k "norm or words" > $OUT/pytest.txt 2>&1
 echo "pytest rc $? at $(( $(date +%s) - T0 )) s: $(grep -E 'passed|failed' $OUT/pytest.txt | tail -1)" | tee -a $L
 prof c32_fold 285 X=1 -- $C 32
