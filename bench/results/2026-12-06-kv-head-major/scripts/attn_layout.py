@@ -58,8 +58,16 @@ def one_row(shape, batch, ctx, layout, bs):
     ref = da.paged_decode_attention(q, same_values(layers[0]), bt, lens, scale)[0]
     us = time_layers(q, layers, bt, lens, out, scale)
     mb = batch * ctx * kvh * d * 2 * 2 / 1e6
-    return dict(shape=shape, batch=batch, ctx=ctx, layout=layout, block_size=bs, us=round(us, 2),
-                gbs=round(mb / us * 1e3), equal_to_pool_order=bool(torch.equal(got, ref)))
+    return dict(
+        shape=shape,
+        batch=batch,
+        ctx=ctx,
+        layout=layout,
+        block_size=bs,
+        us=round(us, 2),
+        gbs=round(mb / us * 1e3),
+        equal_to_pool_order=bool(torch.equal(got, ref)),
+    )
 
 
 def main(out_path):
@@ -70,7 +78,9 @@ def main(out_path):
                 try:
                     row = one_row(shape, batch, ctx, layout, bs)
                 except Exception as e:  # noqa: BLE001 - a failing layout is a row, not the end
-                    row = dict(shape=shape, batch=batch, ctx=ctx, layout=layout, block_size=bs, error=str(e)[:120])
+                    row = dict(
+                        shape=shape, batch=batch, ctx=ctx, layout=layout, block_size=bs, error=str(e)[:120]
+                    )
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 torch.cuda.empty_cache()
