@@ -3,10 +3,12 @@
 # machine comes. An H200: call1.sh (issue 54's bars with llama.cpp; carry .whl and .peer-bin).
 # Another card ran ../../2026-12-06-mixed-qkv/scripts/call3.sh (18:47 UTC) and call4.sh (18:43,
 # 19:09 UTC) from here; both are done. From 20:30 UTC another card runs
-# ../../2026-12-06-norm-words-x/scripts/call1.sh (carry .whl).
+# ../../2026-12-06-kv-head-major/scripts/call1.sh, then ../../2026-12-06-norm-words-x/scripts/call1_short.sh
+# (carry .whl).
 set -u
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
 fi
-echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); norm-words call 1"
-exec bash bench/results/2026-12-06-norm-words-x/scripts/call1.sh
+echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the head-major attention and norm-words calls"
+timeout 160 bash bench/results/2026-12-06-kv-head-major/scripts/call1.sh
+exec bash bench/results/2026-12-06-norm-words-x/scripts/call1_short.sh
