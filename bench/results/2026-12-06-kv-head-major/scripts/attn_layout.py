@@ -32,11 +32,6 @@ def kv_layer(layout, nb, bs, kvh, d):
     return stored.permute(0, 1, 3, 2, 4)
 
 
-def same_values(view):
-    """The view's values in the pool's order (a reference for the head-major copy)."""
-    return view.contiguous()
-
-
 def time_layers(q, layers, bt, lens, out, scale):
     def step():
         for kv in layers:
@@ -55,7 +50,7 @@ def one_row(shape, batch, ctx, layout, bs):
     out = (torch.empty_like(q), torch.empty((batch, heads), dtype=torch.float32, device="cuda"))
     scale = d**-0.5
     got = da.paged_decode_attention(q, layers[0], bt, lens, scale)[0]
-    ref = da.paged_decode_attention(q, same_values(layers[0]), bt, lens, scale)[0]
+    ref = da.paged_decode_attention(q, layers[0].contiguous(), bt, lens, scale)[0]  # pool order
     us = time_layers(q, layers, bt, lens, out, scale)
     mb = batch * ctx * kvh * d * 2 * 2 / 1e6
     return dict(
