@@ -11,5 +11,5 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
 fi
 echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the head-major attention and norm-words calls"
-timeout 160 bash bench/results/2026-12-06-kv-head-major/scripts/call1.sh
+timeout 230 bash bench/results/2026-12-06-kv-head-major/scripts/call1.sh
 exec bash bench/results/2026-12-06-norm-words-x/scripts/call1.sh

@@ -22,6 +22,11 @@ LAYERS = 8
 SHAPES = {"w1": (32, 8, 64), "8b": (32, 8, 128)}  # heads, kv heads, head_dim
 BATCHES = ((1, 8192), (8, 2048), (32, 2048))
 LAYOUTS = (("pool", 16), ("head_major", 16), ("head_major", 32), ("head_major", 64), ("pool", 64))
+# The fixed-cost check: batch 1 on the pool's layout over contexts, the KV rotating over 8 layers
+# (from HBM) or one layer replayed 8 times (from L2 where it fits): a line us = fixed + MB / rate
+# through the HBM rows tells the launches' and merge's fixed cost from the reads' rate, and L2
+# rows as slow as HBM ones say the kernel waits on something other than HBM.
+FIXED_COST_CTXS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def kv_layer(layout, nb, bs, kvh, d):
@@ -40,10 +45,13 @@ def time_layers(q, layers, bt, lens, out, scale):
     return float(triton.testing.do_bench_cudagraph(step, rep=40, return_mode="median")) * 1e3 / LAYERS
 
 
-def one_row(shape, batch, ctx, layout, bs):
+def one_row(shape, batch, ctx, layout, bs, from_l2=False):
     heads, kvh, d = SHAPES[shape]
     nb = batch * ctx // bs
-    layers = [kv_layer(layout, nb, bs, kvh, d) for _ in range(LAYERS)]
+    if from_l2:
+        layers = [kv_layer(layout, nb, bs, kvh, d)] * LAYERS
+    else:
+        layers = [kv_layer(layout, nb, bs, kvh, d) for _ in range(LAYERS)]
     bt = torch.randperm(nb, device="cuda").to(torch.int32).view(batch, ctx // bs).contiguous()
     lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
     q = torch.randn((batch, heads, d), dtype=torch.bfloat16, device="cuda")
@@ -59,6 +67,7 @@ def one_row(shape, batch, ctx, layout, bs):
         ctx=ctx,
         layout=layout,
         block_size=bs,
+        reads="l2" if from_l2 else "hbm",
         us=round(us, 2),
         gbs=round(mb / us * 1e3),
         equal_to_pool_order=bool(torch.equal(got, ref)),
@@ -80,6 +89,14 @@ def main(out_path):
                 print(json.dumps(row), flush=True)
                 torch.cuda.empty_cache()
             json.dump(rows, open(out_path, "w"))  # after each shape: a timeout keeps the rows done
+    for shape in SHAPES:
+        for ctx in FIXED_COST_CTXS:
+            for from_l2 in (False, True):
+                row = one_row(shape, 1, ctx, "pool", 16, from_l2)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                torch.cuda.empty_cache()
+        json.dump(rows, open(out_path, "w"))
 
 
 if __name__ == "__main__":

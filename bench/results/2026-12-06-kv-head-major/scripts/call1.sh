@@ -4,5 +4,5 @@
 # carry .whl (only for the prelude's path). About 120 s on a fresh machine (the compiles).
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call1
-timeout 240 python3 bench/results/2026-12-06-kv-head-major/scripts/attn_layout.py $OUT/attn_layout.json 2>&1 | tee -a $L
+timeout 220 python3 bench/results/2026-12-06-kv-head-major/scripts/attn_layout.py $OUT/attn_layout.json 2>&1 | tee -a $L
 echo "call 1 done at $(( $(date +%s) - T0 )) s" | tee -a $L
