@@ -11,6 +11,7 @@ num_kv_heads x row bytes apart, head-major makes each block's rows of a head one
 Usage: python3 attn_layout.py OUT.json"""
 
 import json
+import os
 import sys
 
 import torch
@@ -25,7 +26,8 @@ LAYOUTS = (("pool", 16), ("head_major", 16), ("head_major", 32), ("head_major", 
 # The fixed-cost check: batch 1 on the pool's layout over contexts, the KV rotating over 8 layers
 # (from HBM) or one layer replayed 8 times (from L2 where it fits): a line us = fixed + MB / rate
 # through the HBM rows tells the launches' and merge's fixed cost from the reads' rate, and L2
-# rows as slow as HBM ones say the kernel waits on something other than HBM.
+# rows as slow as HBM ones say the kernel waits on something other than HBM; PDL off (HBM) shows
+# what the launches' overlap takes off the fixed cost.
 FIXED_COST_CTXS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
@@ -68,14 +70,27 @@ def one_row(shape, batch, ctx, layout, bs, from_l2=False):
         layout=layout,
         block_size=bs,
         reads="l2" if from_l2 else "hbm",
+        pdl=os.environ.get("KVSPILL_PDL", "1") != "0",
         us=round(us, 2),
         gbs=round(mb / us * 1e3),
         equal_to_pool_order=bool(torch.equal(got, ref)),
     )
 
 
-def main(out_path):
-    rows = []
+def fixed_cost_rows(rows, out_path):
+    for shape in SHAPES:
+        for ctx in FIXED_COST_CTXS:
+            for from_l2, pdl in ((False, "1"), (True, "1"), (False, "0")):
+                os.environ["KVSPILL_PDL"] = pdl  # read per call (kernels/pdl.pdl_enabled)
+                row = one_row(shape, 1, ctx, "pool", 16, from_l2)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                torch.cuda.empty_cache()
+        os.environ["KVSPILL_PDL"] = "1"
+        json.dump(rows, open(out_path, "w"))
+
+
+def layout_rows(rows, out_path):
     for shape in SHAPES:
         for batch, ctx in BATCHES:
             for layout, bs in LAYOUTS:
@@ -89,14 +104,12 @@ def main(out_path):
                 print(json.dumps(row), flush=True)
                 torch.cuda.empty_cache()
             json.dump(rows, open(out_path, "w"))  # after each shape: a timeout keeps the rows done
-    for shape in SHAPES:
-        for ctx in FIXED_COST_CTXS:
-            for from_l2 in (False, True):
-                row = one_row(shape, 1, ctx, "pool", 16, from_l2)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                torch.cuda.empty_cache()
-        json.dump(rows, open(out_path, "w"))
+
+
+def main(out_path):
+    rows = []
+    fixed_cost_rows(rows, out_path)  # first since 2026-12-07: the question the older data left
+    layout_rows(rows, out_path)
 
 
 if __name__ == "__main__":
