@@ -10,7 +10,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   [ "${SHORT:-0}" = 1 ] && exec bash bench/results/2026-12-06-h200-bars/scripts/rows_only.sh
   exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
 fi
-# Another card (since 2026-12-07 04:45 UTC): the ablation of the small kernels at batch 1
-# (../../2026-12-07-fixed-kernels/scripts/call1.sh, about 450 s; carry .whl).
-echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the fixed-kernel ablation instead"
-exec bash bench/results/2026-12-07-fixed-kernels/scripts/call1.sh
+# Another card (since 2026-12-07 04:30 UTC): the norm handoff against today's forms and the
+# small kernels' ablation (../../2026-12-07-fixed-kernels/scripts/call2.sh, about 450 s; carry .whl).
+echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the norm handoff and ablation instead"
+exec bash bench/results/2026-12-07-fixed-kernels/scripts/call2.sh
