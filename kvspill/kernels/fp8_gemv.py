@@ -31,6 +31,7 @@ up to fp32 summation order.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -77,6 +78,26 @@ def gemv_config(num_tokens: int, n: int, k: int, weight_bytes: int = 2) -> GemvC
     return GemvConfig(block_n=8, block_k=wide_k, num_warps=4, num_stages=3)
 
 
+@dataclass
+class NormHandoff:
+    """The RMSNorm after a residual add, handed from the GEMV that adds into the residual stream
+    (its producer: GemvFusion.residual and .handoff) to the GEMV after the norm (its consumer:
+    x = `scaled`, GemvFusion.sums = `sums`, eps), so that neither recomputes it per program.
+
+    The producer's programs each own rows of the new residual h: they write scaled = h * weight
+    (rounded to x's dtype) and, one float a program, the sum of h^2 over their rows (`sums`,
+    set by the producer's launch). The consumer sums `sums` once a program (no pass over h) and
+    scales its fp32 dot products by rstd = 1 / sqrt(sum / K + eps): W (h * weight) * rstd, where
+    the RMSNorm kernel rounds h * rstd to x's dtype before the weight. Same math, one rounding
+    moved (`KVSPILL_NORM_HANDOFF`).
+    """
+
+    weight: torch.Tensor  # the norm's weight [N]
+    eps: float
+    scaled: torch.Tensor | None = None  # [1, N], written by the producer
+    sums: torch.Tensor | None = None  # [programs] float32, written by the producer
+
+
 class GemvFusion(NamedTuple):
     """What one token's GEMV does besides x @ W.T (+ bias); at most one of norm_weight / gated.
 
@@ -85,12 +106,22 @@ class GemvFusion(NamedTuple):
     gated: x is [1, 2K], gate then up; the product takes silu(gate) * up (`silu_and_mul`).
     residual: [1, N]; the output is added into it in place (rounded as `rms_norm`'s residual add
         rounds) and it is what the call returns.
+    handoff (with residual): the next RMSNorm's weight; the launch fills its `scaled` and `sums`.
+    sums (with eps): x is a NormHandoff's `scaled`; the products are scaled by its rstd.
     """
 
     norm_weight: torch.Tensor | None = None
     eps: float = 0.0
     gated: bool = False
     residual: torch.Tensor | None = None
+    handoff: NormHandoff | None = None
+    sums: torch.Tensor | None = None
+
+
+def handed_over(handoff: NormHandoff) -> tuple[torch.Tensor, GemvFusion]:
+    """The consumer's (x, fusion) of a handoff its producer has filled."""
+    assert handoff.scaled is not None and handoff.sums is not None, "the producer has not run yet"
+    return handoff.scaled, GemvFusion(eps=handoff.eps, sums=handoff.sums)
 
 
 def fp8_gemv_ref(
@@ -131,9 +162,17 @@ def _fp8_gemv_kernel(
     GATED: tl.constexpr = False,
     RESIDUAL: tl.constexpr = False,
     ROW_BLOCK: tl.constexpr = 1,  # NORM: K rounded up to a power of two
+    sums_ptr=None,  # SUMS: a NormHandoff's sums [num_sums]
+    num_sums=1,
+    SUMS: tl.constexpr = False,
+    SUMS_PAD: tl.constexpr = 1,  # num_sums rounded up to a power of two
+    hand_w_ptr=None,  # HANDOFF: the next norm's weight [N], its scaled h [1, N], its sums [grid]
+    scaled_ptr=None,
+    part_ptr=None,
+    HANDOFF: tl.constexpr = False,
 ):
     # Grid: (cdiv(N, BLOCK_N),). Rows past N are masked (N need not divide BLOCK_N); K chunks are
-    # masked unless EVEN_K. NORM / GATED / RESIDUAL (one token only): GemvFusion.
+    # masked unless EVEN_K. NORM / GATED / RESIDUAL / SUMS / HANDOFF (one token only): GemvFusion.
     pid = tl.program_id(0)
     prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, N, stride_w, BLOCK_N, PDL, PREFETCH_LINES)
     n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -152,9 +191,13 @@ def _fp8_gemv_kernel(
         rstd = 1.0
         if NORM:
             rstd = _row_rstd(x_ptr, K, eps, ROW_BLOCK)
+        if SUMS:  # loaded before the loop, summed after it: no wait on the weights' path
+            sums = load_handed_sums(sums_ptr, num_sums, SUMS_PAD)
         out = _fma_over_k(
             x_ptr, w_rows, n_ok, kk, K, norm_w_ptr, rstd, EVEN_K, BLOCK_N, BLOCK_K, NUM_STAGES, NORM, GATED
         )
+        if SUMS:
+            out = out * handed_rstd(sums, K, eps)
     if HAS_SCALE:
         out = out * tl.load(scale_ptr + n, mask=n_ok, other=0.0)[None, :]
     if HAS_BIAS:
@@ -165,6 +208,33 @@ def _fp8_gemv_kernel(
     if RESIDUAL:  # out_ptr is the residual stream; this program alone owns its rows
         y = (y.to(tl.float32) + tl.load(out_ptrs, mask=out_ok, other=0.0).to(tl.float32)).to(y.dtype)
     tl.store(out_ptrs, y, mask=out_ok)
+    if HANDOFF:
+        store_handoff(y, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr)
+
+
+@triton.jit
+def load_handed_sums(sums_ptr, num_sums, SUMS_PAD: tl.constexpr):
+    """A NormHandoff consumer's load of the producer's per-program sums of h^2 (issued early; the
+    values are needed only by `handed_rstd`, after the K loop)."""
+    i = tl.arange(0, SUMS_PAD)
+    return tl.load(sums_ptr + i, mask=i < num_sums, other=0.0)
+
+
+@triton.jit
+def handed_rstd(sums, K, eps):
+    """1 / sqrt(mean(h^2) + eps) from the loaded sums (RMSNorm's rstd over K columns)."""
+    return 1.0 / tl.sqrt(tl.sum(sums, 0) / K + eps)
+
+
+@triton.jit
+def store_handoff(h, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr):
+    """A NormHandoff's producer part: this program's rows n of the new residual h [1, BLOCK_N]
+    times the norm's weight into `scaled`, their sum of squares into sums[pid] (rows past N, which
+    some kernels compute from row 0, left out)."""
+    hf = tl.where(n_ok[None, :], h.to(tl.float32), 0.0)
+    weight = tl.load(hand_w_ptr + n, mask=n_ok, other=0.0).to(tl.float32)
+    tl.store(scaled_ptr + n[None, :], (hf * weight[None, :]).to(h.dtype), mask=n_ok[None, :])
+    tl.store(part_ptr + pid, tl.sum(tl.sum(hf * hf, axis=1), axis=0))
 
 
 @triton.jit
@@ -307,7 +377,39 @@ def _fusion_operands(
         assert res.shape == (1, n) and res.dtype == x.dtype and res.stride(1) == 1, (
             f"residual must be [1, {n}] {x.dtype}, got {tuple(res.shape)} {res.dtype}"
         )
+    if fusion.handoff is not None:
+        assert res is not None, "a norm handoff comes from a GEMV that adds into the residual stream"
+    if fusion.sums is not None:
+        assert fusion.norm_weight is None and not fusion.gated, "sums take a handed-off x only"
+        assert fusion.sums.dtype == torch.float32 and fusion.sums.dim() == 1 and fusion.sums.is_contiguous()
     return k, fusion.norm_weight, res
+
+
+def _handoff_meta(fusion: GemvFusion | None, out: torch.Tensor, programs: int) -> dict:
+    """The launch's SUMS / HANDOFF arguments (`handoff_meta` for a producer)."""
+    meta: dict = {}
+    if fusion is not None and fusion.sums is not None:
+        sums = fusion.sums
+        meta.update(
+            sums_ptr=sums, num_sums=sums.numel(), SUMS=True, SUMS_PAD=triton.next_power_of_2(sums.numel())
+        )
+    if fusion is not None and fusion.handoff is not None:
+        meta.update(handoff_meta(fusion.handoff, out, programs))
+    return meta
+
+
+def handoff_meta(handoff: NormHandoff, out: torch.Tensor, programs: int) -> dict:
+    """A producer launch's HANDOFF arguments (`out` [1, N]: the residual stream it adds into,
+    `programs` its grid): the NormHandoff gets its `scaled` and `sums` here (new tensors: under
+    a CUDA graph, from its pool)."""
+    n = out.shape[1]
+    weight = handoff.weight
+    assert weight.shape == (n,) and weight.dtype == out.dtype and weight.is_contiguous(), (
+        f"the handed-off norm's weight must be [{n}] {out.dtype}, got {tuple(weight.shape)} {weight.dtype}"
+    )
+    handoff.scaled = torch.empty_like(out)
+    handoff.sums = torch.empty(programs, dtype=torch.float32, device=out.device)
+    return dict(hand_w_ptr=weight, scaled_ptr=handoff.scaled, part_ptr=handoff.sums, HANDOFF=True)
 
 
 def _launch_gemv(
@@ -326,7 +428,8 @@ def _launch_gemv(
     assert w.shape[1] == k and w.stride(1) == 1
     cfg = config or gemv_config(num_tokens, n, k, w.element_size())
     out = residual if residual is not None else torch.empty((num_tokens, n), dtype=x.dtype, device=x.device)
-    _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
+    programs = triton.cdiv(n, cfg.block_n)
+    _fp8_gemv_kernel[(programs,)](
         x,
         w,
         w_scale if w_scale is not None else w,  # never read without HAS_SCALE
@@ -352,6 +455,7 @@ def _launch_gemv(
         GATED=fusion is not None and fusion.gated,
         RESIDUAL=residual is not None,
         ROW_BLOCK=triton.next_power_of_2(k) if norm_weight is not None else 1,
+        **_handoff_meta(fusion, out, programs),
         num_warps=cfg.num_warps,
         **pdl_meta(x.device),
     )

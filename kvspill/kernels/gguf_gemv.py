@@ -78,6 +78,7 @@ from collections.abc import Callable
 import torch
 
 from kvspill.env import lane_passes, q41_int16x_on, q80_int16x_on, switch_on
+from kvspill.kernels.fp8_gemv import GemvFusion, handoff_meta
 from kvspill.kernels.gguf_dequant import block_at, dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_int16x import (
@@ -418,6 +419,52 @@ def int16x_one_token_config(x: torch.Tensor, weight: QuantizedWeight) -> tuple[i
     return _int16x_config(weight) if takes else None
 
 
+def int16x_fusion_meta(fusion: GemvFusion | None, out: torch.Tensor) -> dict[str, object]:
+    """The int16-x kernels' arguments for a norm handoff's part of `fusion` (fp8_gemv.GemvFusion:
+    sums, or a residual add; `out` is the launch's output, the residual stream when there is
+    one); none for no fusion. A producer's handoff: `quant_gemv_fused`."""
+    if fusion is None:
+        return {}
+    assert fusion.norm_weight is None and not fusion.gated, "the int16-x GEMVs fold handed-off norms only"
+    meta: dict[str, object] = {}
+    if fusion.sums is not None:
+        sums = fusion.sums
+        assert sums.dtype == torch.float32 and sums.dim() == 1 and sums.is_contiguous()
+        meta.update(sums_ptr=sums, num_sums=sums.numel(), eps=fusion.eps, SUMS=True)
+        meta.update(SUMS_PAD=triton.next_power_of_2(sums.numel()))
+    if fusion.residual is not None:
+        assert fusion.residual is out, "a residual add writes into the residual stream itself"
+        meta.update(RESIDUAL=True)
+    return meta
+
+
+def quant_gemv_fused(
+    x: torch.Tensor,  # [1, K]
+    weight: QuantizedWeight,  # Q4_K, Q5_K or Q6_K on its int16-x lanes (`int16x_one_token_config`)
+    bias: torch.Tensor | None,
+    fusion: GemvFusion,
+) -> torch.Tensor:
+    """One token's int16-x GEMV with a handed-off norm, residual add or norm handoff folded in
+    (`GemvFusion`'s contract: with a residual, the output is added into it and it is returned)."""
+    rows = weight.out_features
+    config = int16x_one_token_config(x, weight)
+    assert config is not None, f"{weight.qtype}: no int16-x lanes for this x"
+    res = fusion.residual
+    assert res is None or (res.shape == (1, rows) and res.dtype == x.dtype and res.stride(1) == 1), (
+        f"residual must be [1, {rows}] {x.dtype}"
+    )
+    assert fusion.handoff is None or res is not None, "a norm handoff comes from a residual add"
+    out = res if res is not None else torch.empty((1, rows), dtype=x.dtype, device=x.device)
+    meta = int16x_fusion_meta(fusion, out)
+    if fusion.handoff is not None:
+        meta.update(handoff_meta(fusion.handoff, out, triton.cdiv(rows, config[1])))
+    if weight.qtype == "Q6_K":
+        _launch_q6k_int16x(x, weight, bias, out, meta)
+    else:
+        _launch_q4k_one_token(x, weight, bias, out, meta)
+    return out
+
+
 def _one_token_q5k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     """Whether `quant_matmul_gemv(x, weight)` takes q4k_int16x_kernel with Q5=True."""
     return _one_half_token(x, weight, "Q5_K") and _words_aligned(weight) and Q5K_INT16X and int16_x()
@@ -517,7 +564,7 @@ def _launch_block_lanes(x, weight, bias, out) -> None:
     )
 
 
-def _launch_q4k_one_token(x, weight, bias, out) -> None:
+def _launch_q4k_one_token(x, weight, bias, out, fused: dict | None = None) -> None:
     """q4k_int16x_kernel (Q4_K and Q5_K) or, with KVSPILL_INT16_X=0, q4k_one_token_kernel (Q4_K)."""
     assert Q4K_ONE_TOKEN_CONFIG is not None
     rows, integer_x, two = weight.out_features, int16_x(), x.shape[0] == 2
@@ -539,8 +586,9 @@ def _launch_q4k_one_token(x, weight, bias, out) -> None:
     if integer_x:
         assert x.shape[0] in (1, 2), f"the int16-x lanes take 1 or 2 tokens, got {x.shape[0]}"
         strides = (weight.data.stride(0), x.stride(0), out.stride(0))
-        q4k_int16x_kernel[grid](*args, *strides, **q5, TWO=two, **meta)
+        q4k_int16x_kernel[grid](*args, *strides, **q5, TWO=two, **meta, **(fused or {}))
     else:
+        assert not fused, "fusions run on the int16-x lanes only"
         q4k_one_token_kernel[grid](*args, weight.data.stride(0), X_ASM=X_ASM and not _interpreted(x), **meta)
 
 
@@ -549,7 +597,7 @@ def _one_token_q6k_int16x(x: torch.Tensor, weight: QuantizedWeight) -> bool:
     return _one_half_token(x, weight, "Q6_K") and Q6K_INT16X and int16_x()
 
 
-def _launch_q6k_int16x(x, weight, bias, out) -> None:
+def _launch_q6k_int16x(x, weight, bias, out, fused: dict | None = None) -> None:
     rows = weight.out_features
     chunk, block_n, num_warps = _int16x_config(weight)
     q6k_int16x_kernel[(triton.cdiv(rows, block_n),)](
@@ -567,6 +615,7 @@ def _launch_q6k_int16x(x, weight, bias, out) -> None:
         num_warps=num_warps,
         **pdl_meta(x.device),
         **_split_meta(weight),
+        **(fused or {}),
     )
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.fp8_gemv import handed_rstd, load_handed_sums, store_handoff
 from kvspill.kernels.gguf_dequant import block_at
 from kvspill.kernels.gguf_formats import q4k_fields, q6k_fields, q41_fields, q80_fields
 from kvspill.kernels.gguf_gemv_lane import (
@@ -80,6 +81,16 @@ def q4k_int16x_kernel(
     PDL: tl.constexpr = False,
     Q5: tl.constexpr = False,  # Q5_K rows: 176-byte super-blocks, a fifth bit a quant from qh
     TWO: tl.constexpr = False,  # two tokens, each super-block's bytes read from HBM once
+    sums_ptr=None,  # fusion (one token): fp8_gemv.GemvFusion's sums / residual / handoff
+    num_sums=1,
+    eps=0.0,
+    hand_w_ptr=None,
+    scaled_ptr=None,
+    part_ptr=None,
+    SUMS: tl.constexpr = False,
+    SUMS_PAD: tl.constexpr = 1,
+    RESIDUAL: tl.constexpr = False,
+    HANDOFF: tl.constexpr = False,
 ):
     # Q4_K (or Q5_K), one token (or TWO). Grid: (cdiv(rows, BLOCK_N),).
     q4k_int16x_program(
@@ -100,6 +111,16 @@ def q4k_int16x_kernel(
         PDL,
         Q5,
         TWO,
+        sums_ptr,
+        num_sums,
+        eps,
+        hand_w_ptr,
+        scaled_ptr,
+        part_ptr,
+        SUMS,
+        SUMS_PAD,
+        RESIDUAL,
+        HANDOFF,
     )
 
 
@@ -122,6 +143,16 @@ def q4k_int16x_program(
     PDL: tl.constexpr,
     Q5: tl.constexpr,
     TWO: tl.constexpr,
+    sums_ptr=None,  # fusion (one token): fp8_gemv.GemvFusion's sums / residual / handoff
+    num_sums=1,
+    eps=0.0,
+    hand_w_ptr=None,
+    scaled_ptr=None,
+    part_ptr=None,
+    SUMS: tl.constexpr = False,
+    SUMS_PAD: tl.constexpr = 1,
+    RESIDUAL: tl.constexpr = False,
+    HANDOFF: tl.constexpr = False,
 ):
     """q4k_int16x_kernel's program `pid` (rows [pid * BLOCK_N, +BLOCK_N)): lane kl = 8 *
     (super-block) + 2 g + hh of the K step (SB super-blocks) owns half hh (16 bytes) of group g of
@@ -130,6 +161,7 @@ def q4k_int16x_program(
     q41_int16x_kernel's)."""
     KL: tl.constexpr = 8 * SB
     row, sb_w, g, hh, i_x, x_off = q4k_one_token_lanes(w_ptr, pid, rows, stride_w, BLOCK_N, KL, PDL, 2)
+    sums = load_handed_sums(sums_ptr, num_sums, SUMS_PAD) if SUMS else 0.0  # after the PDL wait
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, KL), dtype=tl.float32)  # TWO's second token (else unused)
     for k in range(0, num_blocks, SB):
@@ -140,17 +172,60 @@ def q4k_int16x_program(
         if TWO:
             x2 = x_ptr + stride_x + k * 256 + x_off
             acc2 += _q4k_int16x_step(words, g, hh, x2, x_ok, BLOCK_N, KL, USE_ASM, Q5)
-    _store_lane_acc(out_ptr, bias_ptr, acc, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
+    if SUMS:
+        acc *= handed_rstd(sums, num_blocks * 256, eps)
+    _store_lane_acc(
+        out_ptr,
+        bias_ptr,
+        acc,
+        pid,
+        rows,
+        BLOCK_N,
+        HAS_LINEAR_BIAS,
+        RESIDUAL,
+        HANDOFF,
+        hand_w_ptr,
+        scaled_ptr,
+        part_ptr,
+    )
     if TWO:
         _store_lane_acc(out_ptr + stride_o, bias_ptr, acc2, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
 
 
 @triton.jit
-def _store_lane_acc(out_ptr, bias_ptr, acc, pid, rows, BLOCK_N: tl.constexpr, HAS_LINEAR_BIAS: tl.constexpr):
+def _store_lane_acc(
+    out_ptr,
+    bias_ptr,
+    acc,
+    pid,
+    rows,
+    BLOCK_N: tl.constexpr,
+    HAS_LINEAR_BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr = False,
+    HANDOFF: tl.constexpr = False,
+    hand_w_ptr=None,
+    scaled_ptr=None,
+    part_ptr=None,
+):
     """One token's output row of the program's rows: the lanes' partial sums acc [BLOCK_N, KL]
-    summed over the lanes (+ bias), stored at out_ptr."""
+    summed over the lanes (+ bias), stored at out_ptr; RESIDUAL: added into it (the residual
+    stream, rounded as the RMSNorm kernel's add rounds), HANDOFF: then the next norm's part
+    (fp8_gemv.NormHandoff)."""
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
-    _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+    if not RESIDUAL:
+        _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
+    else:
+        n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n < rows
+        if HAS_LINEAR_BIAS:
+            out += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        y = out.to(out_ptr.dtype.element_ty).to(tl.float32)
+        h = (y + tl.load(out_ptr + n[None, :], mask=n_ok[None, :], other=0.0).to(tl.float32)).to(
+            out_ptr.dtype.element_ty
+        )
+        tl.store(out_ptr + n[None, :], h, mask=n_ok[None, :])
+        if HANDOFF:
+            store_handoff(h, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr)
 
 
 @triton.jit
@@ -554,6 +629,16 @@ def q6k_int16x_kernel(
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr = False,
     SPLIT: tl.constexpr = False,  # the rows in the split layout (gguf_dequant.block_at)
+    sums_ptr=None,  # fusion (one token): fp8_gemv.GemvFusion's sums / residual / handoff
+    num_sums=1,
+    eps=0.0,
+    hand_w_ptr=None,
+    scaled_ptr=None,
+    part_ptr=None,
+    SUMS: tl.constexpr = False,
+    SUMS_PAD: tl.constexpr = 1,
+    RESIDUAL: tl.constexpr = False,
+    HANDOFF: tl.constexpr = False,
 ):
     # Q6_K, one token, in gguf_gemv_lane.q6k_gemv_kernel's lanes (_q6k_weight_lanes: a lane's 4
     # columns of a half-block, 4 quarters Q), 16 lanes a block and NB blocks of each row a loop
@@ -577,6 +662,16 @@ def q6k_int16x_kernel(
         USE_ASM,
         PDL,
         SPLIT,
+        sums_ptr,
+        num_sums,
+        eps,
+        hand_w_ptr,
+        scaled_ptr,
+        part_ptr,
+        SUMS,
+        SUMS_PAD,
+        RESIDUAL,
+        HANDOFF,
     )
 
 
@@ -596,12 +691,23 @@ def q6k_int16x_program(
     USE_ASM: tl.constexpr,
     PDL: tl.constexpr,
     SPLIT: tl.constexpr,
+    sums_ptr=None,  # fusion (one token): fp8_gemv.GemvFusion's sums / residual / handoff
+    num_sums=1,
+    eps=0.0,
+    hand_w_ptr=None,
+    scaled_ptr=None,
+    part_ptr=None,
+    SUMS: tl.constexpr = False,
+    SUMS_PAD: tl.constexpr = 1,
+    RESIDUAL: tl.constexpr = False,
+    HANDOFF: tl.constexpr = False,
 ):
     """q6k_int16x_kernel's program `pid`: rows [pid * BLOCK_N, +BLOCK_N) of one token."""
     KL: tl.constexpr = 16 * NB
     prefetch_rows_then_wait(w_ptr, pid * BLOCK_N, rows, stride_w, BLOCK_N, PDL, LANE_PREFETCH_LINES)
     row_off, sb_w, ql_off, qh_off, sc_off = _q6k_weight_lanes(pid, rows, stride_w, BLOCK_N, KL)
     x_off, sb_x, _ = _q6k_token_lanes(0, 1, 1, KL)
+    sums = load_handed_sums(sums_ptr, num_sums, SUMS_PAD) if SUMS else 0.0  # after the PDL wait
     acc = tl.zeros((BLOCK_N, KL), dtype=tl.float32)
     for k in range(0, num_blocks, NB):
         # Blocks past the end read block 0 of the row and meet x = 0.
@@ -611,7 +717,22 @@ def q6k_int16x_program(
         acc += _q6k_int16x_block(
             blk, sblk, ql_off, qh_off, sc_off, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM, SPLIT
         )
-    _store_lane_acc(out_ptr, bias_ptr, acc, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
+    if SUMS:
+        acc *= handed_rstd(sums, num_blocks * 256, eps)
+    _store_lane_acc(
+        out_ptr,
+        bias_ptr,
+        acc,
+        pid,
+        rows,
+        BLOCK_N,
+        HAS_LINEAR_BIAS,
+        RESIDUAL,
+        HANDOFF,
+        hand_w_ptr,
+        scaled_ptr,
+        part_ptr,
+    )
 
 
 @triton.jit

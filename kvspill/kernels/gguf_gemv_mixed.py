@@ -23,8 +23,9 @@ from __future__ import annotations
 import torch
 
 from kvspill.env import switch_on
+from kvspill.kernels.fp8_gemv import GemvFusion
 from kvspill.kernels.gguf_formats import QuantizedWeight
-from kvspill.kernels.gguf_gemv import int16x_one_token_config
+from kvspill.kernels.gguf_gemv import int16x_fusion_meta, int16x_one_token_config
 from kvspill.kernels.gguf_gemv_int16x import q4k_int16x_program, q6k_int16x_program
 from kvspill.kernels.pdl import pdl_meta
 from kvspill.kernels.triton_compat import tl, triton
@@ -60,6 +61,11 @@ def q4k_q6k_int16x_kernel(
     PDL: tl.constexpr = False,
     Q5: tl.constexpr = False,  # part A in Q5_K
     SPLIT_B: tl.constexpr = False,  # part B's rows in the split layout
+    sums_ptr=None,  # SUMS: x is a handed-off norm's (fp8_gemv.NormHandoff), these its sums
+    num_sums=1,
+    eps=0.0,
+    SUMS: tl.constexpr = False,
+    SUMS_PAD: tl.constexpr = 1,
 ):
     # Grid: (programs_a + cdiv(rows_b, BLOCK_N_B),).
     pid = tl.program_id(0)
@@ -82,6 +88,11 @@ def q4k_q6k_int16x_kernel(
             PDL,
             Q5,
             False,
+            sums_ptr,
+            num_sums,
+            eps,
+            SUMS=SUMS,
+            SUMS_PAD=SUMS_PAD,
         )
     else:
         q6k_int16x_program(
@@ -99,6 +110,11 @@ def q4k_q6k_int16x_kernel(
             USE_ASM,
             PDL,
             SPLIT_B,
+            sums_ptr,
+            num_sums,
+            eps,
+            SUMS=SUMS,
+            SUMS_PAD=SUMS_PAD,
         )
 
 
@@ -123,6 +139,7 @@ def mixed_gemv(
     bias: torch.Tensor | None,  # [rows_a + rows_b]
     out: torch.Tensor,  # [1, rows_a + rows_b], contiguous
     config_a: tuple[int, int, int] | None = None,  # `mixed_gemv_config(x, parts)` (found if None)
+    fusion: GemvFusion | None = None,  # sums only: x is a handed-off norm's (fp8_gemv.NormHandoff)
 ) -> torch.Tensor:
     """x @ [A; B].T (+ bias) into out in one launch (module docstring)."""
     a, b = parts
@@ -157,5 +174,6 @@ def mixed_gemv(
         SPLIT_B=b.split,
         num_warps=num_warps,
         **pdl_meta(x.device),
+        **int16x_fusion_meta(fusion, out),
     )
     return out

@@ -26,8 +26,9 @@ import torch
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
+from kvspill.env import norm_handoff_on
 from kvspill.errors import UnsupportedModelError
-from kvspill.kernels.fp8_gemv import dense_gemv
+from kvspill.kernels.fp8_gemv import GemvFusion, dense_gemv
 from kvspill.kernels.fused_ops import apply_rope as fused_apply_rope
 from kvspill.kernels.fused_ops import rms_norm as fused_rms_norm
 from kvspill.kernels.fused_ops import silu_and_mul as fused_silu_and_mul
@@ -100,6 +101,16 @@ class DenseLinear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return dense_linear(x, self.weight, self.bias)
+
+    def fuses_one_token(self, dtype: torch.dtype) -> bool:
+        """Whether `forward_fused` takes one token of x in `dtype`: weights of that dtype (bf16 /
+        fp16), in the handoff form only (env.norm_handoff_on: the norms folded per program were
+        slower than the separate kernels on dense weights, env.fused_decode_on)."""
+        return norm_handoff_on() and dtype in (torch.bfloat16, torch.float16) and self.weight.dtype == dtype
+
+    def forward_fused(self, x: Tensor, fusion: GemvFusion) -> Tensor:
+        """One token's dense GEMV with a norm, SiLU, residual add or norm handoff folded in."""
+        return dense_gemv(x, self.weight, self.bias, fusion=fusion)
 
 
 class SiluAndMul(nn.Module):

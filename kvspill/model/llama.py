@@ -24,9 +24,9 @@ import torch
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
-from kvspill.env import fused_decode_on, gated_words_on
+from kvspill.env import fused_decode_on, gated_words_on, norm_handoff_on
 from kvspill.errors import UnsupportedModelError
-from kvspill.kernels.fp8_gemv import GemvFusion
+from kvspill.kernels.fp8_gemv import GemvFusion, NormHandoff, handed_over
 from kvspill.model.base import AttentionFn, copy_param
 from kvspill.model.layers import (
     DenseLinear,
@@ -171,12 +171,14 @@ class LlamaDecoderLayer(nn.Module):
         rotary: RotaryEmbedding,
         attention: AttentionFn,
         fused: bool = False,
+        handed: NormHandoff | None = None,
+        hand_to: NormHandoff | None = None,
     ) -> tuple[Tensor, Tensor]:
         # x, residual: [num_tokens, hidden_size]; the residual add is fused into the next norm.
         # fused (one token, LlamaModel.fuses_decode): x is the residual stream itself, updated in
-        # place and returned as both.
+        # place and returned as both; handed / hand_to: `forward_fused`'s.
         if fused:
-            self._forward_fused(positions, x, rotary, attention)
+            self.forward_fused(positions, x, rotary, attention, handed, hand_to)
             return x, x
         if residual is None:
             residual = x
@@ -187,18 +189,37 @@ class LlamaDecoderLayer(nn.Module):
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual
 
-    def _forward_fused(
-        self, positions: Tensor, h: Tensor, rotary: RotaryEmbedding, attention: AttentionFn
+    def forward_fused(
+        self,
+        positions: Tensor,
+        h: Tensor,
+        rotary: RotaryEmbedding,
+        attention: AttentionFn,
+        handed: NormHandoff | None = None,
+        hand_to: NormHandoff | None = None,
     ) -> None:
         """One token, four GEMVs: each norm folded into the projection after it, the residual adds
         into the projection before them, the SiLU into the down projection (kernels/fp8_gemv.GemvFusion).
-        h [1, hidden_size] is the residual stream, updated in place."""
+        h [1, hidden_size] is the residual stream, updated in place. With KVSPILL_NORM_HANDOFF the
+        norms after the residual adds are handed from o and down to the GEMVs after them
+        (NormHandoff): `handed` is this layer's input norm, filled by the layer before (None: it
+        is folded into qkv), `hand_to` the next layer's, which down fills (None: the last layer)."""
         attn = self.self_attn
         qkv_proj, o_proj, gate_up_proj, down_proj = (cast(FusedProjection, p) for p in self.projections())
-        qkv = qkv_proj.forward_fused(h, _norm_fusion(self.input_layernorm))
-        o_proj.forward_fused(attn.attend(positions, qkv, rotary, attention), GemvFusion(residual=h))
-        gate_up = gate_up_proj.forward_fused(h, _norm_fusion(self.post_attention_layernorm))
-        down_proj.forward_fused(gate_up, GemvFusion(gated=True, residual=h))
+        if handed is not None:
+            qkv = qkv_proj.forward_fused(*handed_over(handed))
+        else:
+            qkv = qkv_proj.forward_fused(h, _norm_fusion(self.input_layernorm))
+        attended = attn.attend(positions, qkv, rotary, attention)
+        if not norm_handoff_on():
+            o_proj.forward_fused(attended, GemvFusion(residual=h))
+            gate_up = gate_up_proj.forward_fused(h, _norm_fusion(self.post_attention_layernorm))
+            down_proj.forward_fused(gate_up, GemvFusion(gated=True, residual=h))
+            return
+        post = handoff_of(self.post_attention_layernorm)
+        o_proj.forward_fused(attended, GemvFusion(residual=h, handoff=post))
+        gate_up = gate_up_proj.forward_fused(*handed_over(post))
+        down_proj.forward_fused(gate_up, GemvFusion(gated=True, residual=h, handoff=hand_to))
 
 
 class FusedProjection(Protocol):
@@ -211,6 +232,11 @@ class FusedProjection(Protocol):
 
 def _norm_fusion(norm: RMSNorm) -> GemvFusion:
     return GemvFusion(norm_weight=norm.weight, eps=norm.variance_epsilon)
+
+
+def handoff_of(norm: RMSNorm) -> NormHandoff:
+    """An empty handoff of `norm`, for the GEMV before it to fill."""
+    return NormHandoff(norm.weight, norm.variance_epsilon)
 
 
 class LlamaModel(nn.Module):
@@ -266,8 +292,15 @@ class LlamaModel(nn.Module):
     def forward(self, input_ids: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
         x = self.embed_tokens(input_ids)  # [num_tokens, hidden_size]
         if self.fuses_decode(x):
-            for layer in self.layers:
-                layer(positions, x, None, self.rotary_emb, attention, fused=True)
+            handoff = norm_handoff_on()
+            handed: NormHandoff | None = None
+            for i, layer in enumerate(self.layers):
+                after = cast(LlamaDecoderLayer, self.layers[i + 1]) if i + 1 < len(self.layers) else None
+                hand_to = handoff_of(after.input_layernorm) if handoff and after is not None else None
+                layer(
+                    positions, x, None, self.rotary_emb, attention, fused=True, handed=handed, hand_to=hand_to
+                )
+                handed = hand_to
             return self.norm(x)
         residual: Tensor | None = None
         for layer in self.layers:

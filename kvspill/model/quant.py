@@ -21,13 +21,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from itertools import groupby
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
+from kvspill.env import norm_handoff_on
+from kvspill.kernels.fp8_gemv import GemvFusion
+from kvspill.kernels.fused_ops import rms_norm, silu_and_mul
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, split_q6k_rows, split_rows_aligned
-from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS
+from kvspill.kernels.gguf_gemv import MAX_GEMV_TOKENS, int16x_one_token_config, quant_gemv_fused
 from kvspill.kernels.gguf_gemv_mixed import mixed_gemv, mixed_gemv_config
 from kvspill.kernels.gguf_mma_words import pack_scales
 from kvspill.kernels.quant_linear import dequant_slice_rows, quant_linear
@@ -79,6 +83,34 @@ class QuantLinear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
     project = forward  # as the lm_head
+
+    def fuses_one_token(self, dtype: torch.dtype) -> bool:
+        """Whether `forward_fused` takes one token of x in `dtype`: in the norm handoff's form only
+        (env.norm_handoff_on; the norms folded per program lost 4-6% on these GEMVs,
+        bench/results/2026-12-06-mixed-qkv), each part on its int16-x lanes, two parts in one
+        mixed launch."""
+        if not norm_handoff_on() or dtype not in (torch.bfloat16, torch.float16) or not self.parts:
+            return False
+        x = torch.zeros(1, self.in_features, dtype=dtype, device=self.parts[0].data.device)
+        if len(self.parts) == 2:
+            return mixed_gemv_config(x, self.parts) is not None
+        return len(self.parts) == 1 and int16x_one_token_config(x, self.parts[0]) is not None
+
+    def forward_fused(self, x: Tensor, fusion: GemvFusion) -> Tensor:
+        """One token with a GemvFusion: a handed-off norm's sums, a residual add and a norm handoff
+        fold into the int16-x GEMVs; a norm or SiLU before the GEMV runs as its own kernel first."""
+        if fusion.norm_weight is not None:
+            x = cast(Tensor, rms_norm(x, fusion.norm_weight, fusion.eps))
+            fusion = fusion._replace(norm_weight=None)
+        if fusion.gated:
+            x, fusion = silu_and_mul(x), fusion._replace(gated=False)
+        if len(self.parts) == 2:
+            assert fusion.residual is None and fusion.handoff is None, (
+                "a mixed launch takes handed-off sums only"
+            )
+            out = torch.empty((1, self.out_features), dtype=x.dtype, device=x.device)
+            return mixed_gemv(x, self.parts, self.bias, out, fusion=fusion)
+        return quant_gemv_fused(x, self.parts[0], self.bias, fusion)
 
     def forward_gated(self, x: Tensor) -> Tensor:
         """silu(gate) * up @ W.T (+ bias) for x [num_tokens, 2 * in_features], gate then up (an

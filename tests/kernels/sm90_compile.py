@@ -185,6 +185,22 @@ OTHER_CASES = [
         FP8_TYPES,
     ),
     (
+        "fp8 GEMV on a handed-off norm (sums)",
+        fp8_gemv._fp8_gemv_kernel,
+        dict(FP8, SUMS=True, SUMS_PAD=512),
+        4,
+        3,
+        dict(FP8_TYPES, sums_ptr="*fp32"),
+    ),
+    (
+        "dense GEMV, gated, residual, handing off the next norm",
+        fp8_gemv._fp8_gemv_kernel,
+        dict(FP8, HAS_SCALE=False, GATED=True, RESIDUAL=True, HANDOFF=True),
+        4,
+        3,
+        {"eps": "fp32"},
+    ),
+    (
         "prefill attention",
         prefill_attention._prefill_kernel,
         dict(

@@ -133,6 +133,42 @@ def test_a_fused_token_is_the_separate_kernels_bit_for_bit(n, k, config, weights
     assert torch.equal(stream, want)
 
 
+@pytest.mark.parametrize(("n", "k", "config"), [(40, 96, GemvConfig(8, 32, 1, 1)), (64, 48, None)])
+@pytest.mark.parametrize("weights", ["fp8", "bf16"])
+def test_a_norm_handed_off_is_the_rms_norm_up_to_one_rounding(n, k, config, weights):
+    """A producer (residual add) hands the next RMSNorm to a consumer: the residual stream is the
+    separate kernels' bit for bit; the consumer's output is the GEMV of rms_norm(h) up to the
+    rounding the handoff moves (h * rstd to bf16 before the weight), and scaled / sums are
+    h * weight and sum(h^2) (ragged N: the tail program's padded rows add nothing)."""
+    from kvspill.kernels.fp8_gemv import GemvFusion, NormHandoff
+    from kvspill.kernels.fused_ops import rms_norm
+
+    g = torch.Generator().manual_seed(3)
+    x, w_fp8, w_scale, bias = _operands(1, n, k, torch.bfloat16, with_bias=True)
+    w_next = (torch.randn(24, n, generator=g) * 0.05).to(torch.bfloat16)  # the consumer, K = n
+    if weights == "fp8":
+        produce = lambda fusion=None: fp8_gemv(x, w_fp8, w_scale, bias, config, fusion)  # noqa: E731
+    else:
+        w = (torch.randn(n, k, generator=g) * 0.05).to(torch.bfloat16)
+        produce = lambda fusion=None: dense_gemv(x, w, bias, config, fusion)  # noqa: E731
+    norm_weight = (1 + 0.1 * torch.randn(n, generator=g)).to(torch.bfloat16)
+    residual = (3 * torch.randn(1, n, generator=g)).to(torch.bfloat16)  # rstd near 1/3
+    stream = residual.clone()
+    handoff = NormHandoff(norm_weight, 1e-5)
+    assert produce(GemvFusion(residual=stream, handoff=handoff)) is stream
+    normed, want_stream = rms_norm(produce(), norm_weight, 1e-5, residual)
+    assert torch.equal(stream, want_stream)
+    h = stream.float()
+    # one bf16 step apart at most (the interpreter rounds to bf16 toward zero, torch to nearest)
+    torch.testing.assert_close(handoff.scaled.float(), h * norm_weight.float(), rtol=2**-7, atol=0)
+    torch.testing.assert_close(handoff.sums.sum(), h.pow(2).sum(), rtol=1e-5, atol=0)
+    out = dense_gemv(handoff.scaled, w_next, None, None, GemvFusion(sums=handoff.sums, eps=1e-5))
+    want = normed.float() @ w_next.float().t()
+    torch.testing.assert_close(out.float(), want, rtol=0, atol=2e-2 * want.abs().max().item())
+    wrong = dense_gemv(handoff.scaled, w_next)  # without the rstd: a check that can fail
+    assert (wrong.float() - want).abs().max() > 0.1 * want.abs().max()
+
+
 def test_a_fusion_takes_one_token_and_matching_operands():
     from kvspill.kernels.fp8_gemv import GemvFusion
 

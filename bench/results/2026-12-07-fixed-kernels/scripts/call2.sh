@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Any card, about 450 s (prepared 2026-12-07 05:00 UTC; carry .whl). Part A: the norm handoff
+# Any card, about 520 s (prepared 2026-12-07 05:00 UTC; carry .whl). Part A: the norm handoff
 # (KVSPILL_NORM_HANDOFF=1, kernels/fp8_gemv.NormHandoff, in the working tree) against today's
-# form at batch 1, 8K: W1 and the 8B bf16 (separate kernels today) and the 8B fp8 (fused, norms
-# in the prologue today), alternated twice; its CPU-built kernels' GPU tests. Part B: ablate.py's
-# upper bounds (norms, SiLU, merge left out) on W1 and the random 8B Q4_K_M, once each.
+# form at batch 1, 8K: W1 and the 8B bf16 (separate kernels today), the 8B fp8 (fused, norms in
+# the prologue today) and the random 8B Q4_K_M (separate kernels today), alternated twice; its
+# GPU tests. Part B, if time is left: ablate.py's upper bounds (norms, merge left out).
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh handoff
 A=bench/results/2026-12-07-fixed-kernels/scripts/ablate.py
@@ -19,13 +19,13 @@ B="--shape llama-8b --steps 100 --kv-cache-memory 8GiB --ctx 8192"
 F="--shape llama-8b:fp8 --steps 100 --kv-cache-memory 8GiB --ctx 8192"
 Q="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192"
 for r in a b; do
-  for s in W B F; do
-    run ${s}_off_$r 330 KVSPILL_NORM_HANDOFF=0 "" ${!s}
-    run ${s}_on_$r 330 KVSPILL_NORM_HANDOFF=1 "" ${!s}
+  for s in Q W F B; do
+    run ${s}_off_$r 400 KVSPILL_NORM_HANDOFF=0 "" ${!s}
+    run ${s}_on_$r 400 KVSPILL_NORM_HANDOFF=1 "" ${!s}
   done
 done
-left 360 && { KVSPILL_NORM_HANDOFF=1 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py -k "fused" > $OUT/gpu_tests.txt 2>&1; echo "gpu tests (handoff on) rc $?: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L; }
-for v in "" norm silu merge; do run W_abl_${v:-base} 470 "" "$v" $W; done
-for v in "" norm merge; do run Q_abl_${v:-base} 520 "" "$v" $Q; done
+left 440 && { KVSPILL_NORM_HANDOFF=1 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py -k "fused" > $OUT/gpu_tests.txt 2>&1; echo "gpu tests (handoff on) rc $?: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L; }
+for v in "" norm merge; do run W_abl_${v:-base} 500 "" "$v" $W; done
+for v in "" norm; do run Q_abl_${v:-base} 540 "" "$v" $Q; done
 (cd $OUT && tar czf handoff.tgz *.txt && rm -f *.txt)
 echo "done at $(( $(date +%s) - T0 )) s" | tee -a $L
