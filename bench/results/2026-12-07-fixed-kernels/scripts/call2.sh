@@ -18,6 +18,16 @@ W="--shape llama-1b --steps 200 --kv-cache-memory 8GiB --ctx 8192"
 B="--shape llama-8b --steps 100 --kv-cache-memory 8GiB --ctx 8192"
 F="--shape llama-8b:fp8 --steps 100 --kv-cache-memory 8GiB --ctx 8192"
 Q="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192"
+if [ "${SHORT:-0}" = 1 ]; then  # less than 600 s of device time left: Part A without the 8B bf16
+  for r in a b; do
+    for s in Q W F; do
+      run ${s}_off_$r 300 KVSPILL_NORM_HANDOFF=0 "" ${!s}
+      run ${s}_on_$r 300 KVSPILL_NORM_HANDOFF=1 "" ${!s}
+    done
+  done
+  left 330 && { KVSPILL_NORM_HANDOFF=1 timeout 40 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py -k "fused" > $OUT/gpu_tests.txt 2>&1; echo "gpu tests (handoff on) rc $?: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L; }
+  exit 0
+fi
 for r in a b; do
   for s in Q W F B; do
     run ${s}_off_$r 400 KVSPILL_NORM_HANDOFF=0 "" ${!s}
