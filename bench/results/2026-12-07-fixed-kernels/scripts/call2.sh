@@ -18,6 +18,13 @@ W="--shape llama-1b --steps 200 --kv-cache-memory 8GiB --ctx 8192"
 B="--shape llama-8b --steps 100 --kv-cache-memory 8GiB --ctx 8192"
 F="--shape llama-8b:fp8 --steps 100 --kv-cache-memory 8GiB --ctx 8192"
 Q="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB --ctx 8192"
+if [ "${SHORT:-0}" = 2 ]; then  # about 200 s left: Q4_K_M and W1, off / on, Q4_K_M again
+  for s in Q W Q; do
+    run ${s}_off 180 KVSPILL_NORM_HANDOFF=0 "" ${!s}
+    run ${s}_on 180 KVSPILL_NORM_HANDOFF=1 "" ${!s}
+  done
+  exit 0
+fi
 if [ "${SHORT:-0}" = 1 ]; then  # less than 600 s of device time left: Part A without the 8B bf16
   for r in a b; do
     for s in Q W F; do
