@@ -116,7 +116,7 @@ def norm_handoff_on() -> bool:
     """Fused decode (`fused_decode_on`) hands each RMSNorm after a residual add from the GEMV that
     adds (its programs write h * weight and their rows' sums of h^2) to the GEMV after the norm
     (its dot products scaled by rstd from those sums), instead of each program of the later GEMV
-    summing the whole row first (kernels/fp8_gemv.NormHandoff); dense bf16 / fp16 layers fuse in
+    summing the whole row first (kernels/norm_handoff.NormHandoff); dense bf16 / fp16 layers fuse in
     this form too. KVSPILL_NORM_HANDOFF=1 turns it on (off by default until measured on a GPU).
     Read when the model runs (a CUDA graph keeps what it captured)."""
     return _binary_switch("NORM_HANDOFF", default=False)

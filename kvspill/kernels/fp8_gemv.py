@@ -31,12 +31,18 @@ up to fp32 summation order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
 from kvspill.kernels.fused_ops import silu_times
+from kvspill.kernels.norm_handoff import (
+    NormHandoff,
+    handed_rstd,
+    handoff_meta,
+    load_handed_sums,
+    store_handoff,
+)
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -76,26 +82,6 @@ def gemv_config(num_tokens: int, n: int, k: int, weight_bytes: int = 2) -> GemvC
     if n <= 4096 and k <= 4096 and k % 2048 == 0:
         return GemvConfig(block_n=4, block_k=2048, num_warps=4, num_stages=3)
     return GemvConfig(block_n=8, block_k=wide_k, num_warps=4, num_stages=3)
-
-
-@dataclass
-class NormHandoff:
-    """The RMSNorm after a residual add, handed from the GEMV that adds into the residual stream
-    (its producer: GemvFusion.residual and .handoff) to the GEMV after the norm (its consumer:
-    x = `scaled`, GemvFusion.sums = `sums`, eps), so that neither recomputes it per program.
-
-    The producer's programs each own rows of the new residual h: they write scaled = h * weight
-    (rounded to x's dtype) and, one float a program, the sum of h^2 over their rows (`sums`,
-    set by the producer's launch). The consumer sums `sums` once a program (no pass over h) and
-    scales its fp32 dot products by rstd = 1 / sqrt(sum / K + eps): W (h * weight) * rstd, where
-    the RMSNorm kernel rounds h * rstd to x's dtype before the weight. Same math, one rounding
-    moved (`KVSPILL_NORM_HANDOFF`).
-    """
-
-    weight: torch.Tensor  # the norm's weight [N]
-    eps: float
-    scaled: torch.Tensor | None = None  # [1, N], written by the producer
-    sums: torch.Tensor | None = None  # [programs] float32, written by the producer
 
 
 class GemvFusion(NamedTuple):
@@ -210,31 +196,6 @@ def _fp8_gemv_kernel(
     tl.store(out_ptrs, y, mask=out_ok)
     if HANDOFF:
         store_handoff(y, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr)
-
-
-@triton.jit
-def load_handed_sums(sums_ptr, num_sums, SUMS_PAD: tl.constexpr):
-    """A NormHandoff consumer's load of the producer's per-program sums of h^2 (issued early; the
-    values are needed only by `handed_rstd`, after the K loop)."""
-    i = tl.arange(0, SUMS_PAD)
-    return tl.load(sums_ptr + i, mask=i < num_sums, other=0.0)
-
-
-@triton.jit
-def handed_rstd(sums, K, eps):
-    """1 / sqrt(mean(h^2) + eps) from the loaded sums (RMSNorm's rstd over K columns)."""
-    return 1.0 / tl.sqrt(tl.sum(sums, 0) / K + eps)
-
-
-@triton.jit
-def store_handoff(h, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr):
-    """A NormHandoff's producer part: this program's rows n of the new residual h [1, BLOCK_N]
-    times the norm's weight into `scaled`, their sum of squares into sums[pid] (rows past N, which
-    some kernels compute from row 0, left out)."""
-    hf = tl.where(n_ok[None, :], h.to(tl.float32), 0.0)
-    weight = tl.load(hand_w_ptr + n, mask=n_ok, other=0.0).to(tl.float32)
-    tl.store(scaled_ptr + n[None, :], (hf * weight[None, :]).to(h.dtype), mask=n_ok[None, :])
-    tl.store(part_ptr + pid, tl.sum(tl.sum(hf * hf, axis=1), axis=0))
 
 
 @triton.jit
@@ -396,20 +357,6 @@ def _handoff_meta(fusion: GemvFusion | None, out: torch.Tensor, programs: int) -
     if fusion is not None and fusion.handoff is not None:
         meta.update(handoff_meta(fusion.handoff, out, programs))
     return meta
-
-
-def handoff_meta(handoff: NormHandoff, out: torch.Tensor, programs: int) -> dict:
-    """A producer launch's HANDOFF arguments (`out` [1, N]: the residual stream it adds into,
-    `programs` its grid): the NormHandoff gets its `scaled` and `sums` here (new tensors: under
-    a CUDA graph, from its pool)."""
-    n = out.shape[1]
-    weight = handoff.weight
-    assert weight.shape == (n,) and weight.dtype == out.dtype and weight.is_contiguous(), (
-        f"the handed-off norm's weight must be [{n}] {out.dtype}, got {tuple(weight.shape)} {weight.dtype}"
-    )
-    handoff.scaled = torch.empty_like(out)
-    handoff.sums = torch.empty(programs, dtype=torch.float32, device=out.device)
-    return dict(hand_w_ptr=weight, scaled_ptr=handoff.scaled, part_ptr=handoff.sums, HANDOFF=True)
 
 
 def _launch_gemv(

@@ -78,7 +78,7 @@ from collections.abc import Callable
 import torch
 
 from kvspill.env import lane_passes, q41_int16x_on, q80_int16x_on, switch_on
-from kvspill.kernels.fp8_gemv import GemvFusion, handoff_meta
+from kvspill.kernels.fp8_gemv import GemvFusion
 from kvspill.kernels.gguf_dequant import block_at, dequant_tile, kernel_meta, tile_coords
 from kvspill.kernels.gguf_formats import QuantizedWeight
 from kvspill.kernels.gguf_gemv_int16x import (
@@ -89,6 +89,7 @@ from kvspill.kernels.gguf_gemv_int16x import (
 )
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
+from kvspill.kernels.norm_handoff import handoff_meta
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 

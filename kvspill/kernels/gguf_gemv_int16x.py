@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import torch
 
-from kvspill.kernels.fp8_gemv import handed_rstd, load_handed_sums, store_handoff
 from kvspill.kernels.gguf_dequant import block_at
 from kvspill.kernels.gguf_formats import q4k_fields, q6k_fields, q41_fields, q80_fields
 from kvspill.kernels.gguf_gemv_lane import (
@@ -51,6 +50,7 @@ from kvspill.kernels.gguf_gemv_lane import (
     q6k_quant_bytes,
 )
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_lanes
+from kvspill.kernels.norm_handoff import handed_rstd, load_handed_sums, store_handoff
 from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -210,7 +210,7 @@ def _store_lane_acc(
     """One token's output row of the program's rows: the lanes' partial sums acc [BLOCK_N, KL]
     summed over the lanes (+ bias), stored at out_ptr; RESIDUAL: added into it (the residual
     stream, rounded as the RMSNorm kernel's add rounds), HANDOFF: then the next norm's part
-    (fp8_gemv.NormHandoff)."""
+    (norm_handoff.NormHandoff)."""
     out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
     if not RESIDUAL:
         _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)

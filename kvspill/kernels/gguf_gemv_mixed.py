@@ -61,7 +61,7 @@ def q4k_q6k_int16x_kernel(
     PDL: tl.constexpr = False,
     Q5: tl.constexpr = False,  # part A in Q5_K
     SPLIT_B: tl.constexpr = False,  # part B's rows in the split layout
-    sums_ptr=None,  # SUMS: x is a handed-off norm's (fp8_gemv.NormHandoff), these its sums
+    sums_ptr=None,  # SUMS: x is a handed-off norm's (norm_handoff.NormHandoff), these its sums
     num_sums=1,
     eps=0.0,
     SUMS: tl.constexpr = False,
@@ -139,7 +139,7 @@ def mixed_gemv(
     bias: torch.Tensor | None,  # [rows_a + rows_b]
     out: torch.Tensor,  # [1, rows_a + rows_b], contiguous
     config_a: tuple[int, int, int] | None = None,  # `mixed_gemv_config(x, parts)` (found if None)
-    fusion: GemvFusion | None = None,  # sums only: x is a handed-off norm's (fp8_gemv.NormHandoff)
+    fusion: GemvFusion | None = None,  # sums only: x is a handed-off norm's (norm_handoff.NormHandoff)
 ) -> torch.Tensor:
     """x @ [A; B].T (+ bias) into out in one launch (module docstring)."""
     a, b = parts

@@ -26,7 +26,8 @@ from transformers import PretrainedConfig
 
 from kvspill.env import fused_decode_on, gated_words_on, norm_handoff_on
 from kvspill.errors import UnsupportedModelError
-from kvspill.kernels.fp8_gemv import GemvFusion, NormHandoff, handed_over
+from kvspill.kernels.fp8_gemv import GemvFusion, handed_over
+from kvspill.kernels.norm_handoff import NormHandoff
 from kvspill.model.base import AttentionFn, copy_param
 from kvspill.model.layers import (
     DenseLinear,

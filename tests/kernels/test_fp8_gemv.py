@@ -140,8 +140,9 @@ def test_a_norm_handed_off_is_the_rms_norm_up_to_one_rounding(n, k, config, weig
     separate kernels' bit for bit; the consumer's output is the GEMV of rms_norm(h) up to the
     rounding the handoff moves (h * rstd to bf16 before the weight), and scaled / sums are
     h * weight and sum(h^2) (ragged N: the tail program's padded rows add nothing)."""
-    from kvspill.kernels.fp8_gemv import GemvFusion, NormHandoff
+    from kvspill.kernels.fp8_gemv import GemvFusion
     from kvspill.kernels.fused_ops import rms_norm
+    from kvspill.kernels.norm_handoff import NormHandoff
 
     g = torch.Generator().manual_seed(3)
     x, w_fp8, w_scale, bias = _operands(1, n, k, torch.bfloat16, with_bias=True)

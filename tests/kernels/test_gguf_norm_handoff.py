@@ -1,4 +1,4 @@
-"""A norm handoff (kernels/fp8_gemv.NormHandoff) on the one-token int16-x GEMVs of Q4_K, Q5_K and
+"""A norm handoff (kernels/norm_handoff.NormHandoff) on the one-token int16-x GEMVs of Q4_K, Q5_K and
 Q6_K (kernels/gguf_gemv.quant_gemv_fused) and the mixed qkv launch (kernels/gguf_gemv_mixed): a
 producer adds into the residual stream as the RMSNorm kernel does and hands on h * weight and its
 programs' sums of h^2; a consumer's output is its GEMV of those values scaled by rstd."""
@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from kvspill.kernels import gguf_gemv
-from kvspill.kernels.fp8_gemv import GemvFusion, NormHandoff, handed_over
+from kvspill.kernels.fp8_gemv import GemvFusion, handed_over
 from kvspill.kernels.fused_ops import rms_norm
 from kvspill.kernels.gguf_formats import random_quantized, split_q6k_rows
 from kvspill.kernels.gguf_gemv import quant_gemv_fused, quant_matmul_gemv
 from kvspill.kernels.gguf_gemv_mixed import mixed_gemv
+from kvspill.kernels.norm_handoff import NormHandoff
 
 K = 2 * 256  # the consumer's K: the producer's rows
 ROWS = 37  # not a multiple of a program's rows: the tail program's padded rows

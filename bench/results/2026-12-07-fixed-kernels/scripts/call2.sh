@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Any card, about 520 s (prepared 2026-12-07 05:00 UTC; carry .whl). Part A: the norm handoff
-# (KVSPILL_NORM_HANDOFF=1, kernels/fp8_gemv.NormHandoff, in the working tree) against today's
+# (KVSPILL_NORM_HANDOFF=1, kernels/norm_handoff.NormHandoff, in the working tree) against today's
 # form at batch 1, 8K: W1 and the 8B bf16 (separate kernels today), the 8B fp8 (fused, norms in
 # the prologue today) and the random 8B Q4_K_M (separate kernels today), alternated twice; its
 # GPU tests. Part B, if time is left: ablate.py's upper bounds (norms, merge left out).

@@ -1,0 +1,78 @@
+"""The norm handoff: an RMSNorm after a residual add, computed by the two one-token GEMVs around
+it instead of a kernel of its own (`KVSPILL_NORM_HANDOFF`, model/llama.LlamaDecoderLayer's fused
+form). The GEMV that adds into the residual stream (the producer: o, down) also writes h * weight
+and, one float a program, its rows' sums of h^2; the GEMV after the norm (the consumer: gate_up,
+the next layer's qkv) reads those values as x, sums the few floats once a program and scales its
+dot products by rstd. The kernels that take part (kernels/fp8_gemv.py's fp8 / dense GEMV, the
+int16-x GEMVs of kernels/gguf_gemv_int16x.py and gguf_gemv_mixed.py) call the pieces below.
+
+Invariant: the consumer's output is W (h * weight) * rstd, where the RMSNorm kernel computes
+W (bf16(h * rstd) * weight): the same math with one rounding moved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvspill.kernels.triton_compat import tl, triton
+
+
+@dataclass
+class NormHandoff:
+    """The RMSNorm after a residual add, handed from the GEMV that adds into the residual stream
+    (its producer: fp8_gemv.GemvFusion.residual and .handoff) to the GEMV after the norm (its
+    consumer: x = `scaled`, GemvFusion.sums = `sums`, eps), so that neither recomputes it per program.
+
+    The producer's programs each own rows of the new residual h: they write scaled = h * weight
+    (rounded to x's dtype) and, one float a program, the sum of h^2 over their rows (`sums`,
+    set by the producer's launch). The consumer sums `sums` once a program (no pass over h) and
+    scales its fp32 dot products by rstd = 1 / sqrt(sum / K + eps): W (h * weight) * rstd, where
+    the RMSNorm kernel rounds h * rstd to x's dtype before the weight. Same math, one rounding
+    moved (`KVSPILL_NORM_HANDOFF`).
+    """
+
+    weight: torch.Tensor  # the norm's weight [N]
+    eps: float
+    scaled: torch.Tensor | None = None  # [1, N], written by the producer
+    sums: torch.Tensor | None = None  # [programs] float32, written by the producer
+
+
+def handoff_meta(handoff: NormHandoff, out: torch.Tensor, programs: int) -> dict:
+    """A producer launch's HANDOFF arguments (`out` [1, N]: the residual stream it adds into,
+    `programs` its grid): the NormHandoff gets its `scaled` and `sums` here (new tensors: under
+    a CUDA graph, from its pool)."""
+    n = out.shape[1]
+    weight = handoff.weight
+    assert weight.shape == (n,) and weight.dtype == out.dtype and weight.is_contiguous(), (
+        f"the handed-off norm's weight must be [{n}] {out.dtype}, got {tuple(weight.shape)} {weight.dtype}"
+    )
+    handoff.scaled = torch.empty_like(out)
+    handoff.sums = torch.empty(programs, dtype=torch.float32, device=out.device)
+    return dict(hand_w_ptr=weight, scaled_ptr=handoff.scaled, part_ptr=handoff.sums, HANDOFF=True)
+
+
+@triton.jit
+def load_handed_sums(sums_ptr, num_sums, SUMS_PAD: tl.constexpr):
+    """A NormHandoff consumer's load of the producer's per-program sums of h^2 (issued early; the
+    values are needed only by `handed_rstd`, after the K loop)."""
+    i = tl.arange(0, SUMS_PAD)
+    return tl.load(sums_ptr + i, mask=i < num_sums, other=0.0)
+
+
+@triton.jit
+def handed_rstd(sums, K, eps):
+    """1 / sqrt(mean(h^2) + eps) from the loaded sums (RMSNorm's rstd over K columns)."""
+    return 1.0 / tl.sqrt(tl.sum(sums, 0) / K + eps)
+
+
+@triton.jit
+def store_handoff(h, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr):
+    """A NormHandoff's producer part: this program's rows n of the new residual h [1, BLOCK_N]
+    times the norm's weight into `scaled`, their sum of squares into sums[pid] (rows past N, which
+    some kernels compute from row 0, left out)."""
+    hf = tl.where(n_ok[None, :], h.to(tl.float32), 0.0)
+    weight = tl.load(hand_w_ptr + n, mask=n_ok, other=0.0).to(tl.float32)
+    tl.store(scaled_ptr + n[None, :], (hf * weight[None, :]).to(h.dtype), mask=n_ok[None, :])
+    tl.store(part_ptr + pid, tl.sum(tl.sum(hf * hf, axis=1), axis=0))
