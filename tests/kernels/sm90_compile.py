@@ -72,6 +72,7 @@ def compile_sm90(fn, given: dict, num_warps: int, num_stages: int, types: dict |
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).metadata.shared
 
 
+HANDOFF_TYPES = {"sums_ptr": "*fp32", "eps": "fp32"}  # kernels/norm_handoff.py (part_ptr: *fp32 above)
 WORDS = dict(
     T_PAD=8, BLOCK_N=32, SPLIT_K=8, MAGIC=False, HAS_BIAS=True, DOT_DTYPE=tl.bfloat16, WORDS=True, PDL=True
 )
@@ -240,6 +241,30 @@ OTHER_CASES = [
         8,
         1,
         {"eps": "fp32"},
+    ),
+    (
+        "Q4_K + Q6_K int16-x, one launch, on a handed-off norm",
+        gguf_gemv_mixed.q4k_q6k_int16x_kernel,
+        dict(INT16X, SB_A=16, BLOCK_N_A=16, NB_B=16, BLOCK_N_B=4, SUMS=True, SUMS_PAD=512),
+        4,
+        1,
+        HANDOFF_TYPES,
+    ),
+    (
+        "Q4_K int16-x, residual add, handing off the next norm",
+        gguf_gemv_int16x.q4k_int16x_kernel,
+        dict(INT16X, SB=16, BLOCK_N=8, RESIDUAL=True, HANDOFF=True),
+        4,
+        1,
+        HANDOFF_TYPES,
+    ),
+    (
+        "Q6_K int16-x, split rows, residual add, handing off the next norm",
+        gguf_gemv_int16x.q6k_int16x_kernel,
+        dict(INT16X, NB=16, BLOCK_N=2, SPLIT=True, RESIDUAL=True, HANDOFF=True),
+        4,
+        1,
+        HANDOFF_TYPES,
     ),
 ]
 
