@@ -11,6 +11,6 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
 fi
 # Another card (since 2026-12-07 04:30 UTC): the norm handoff against today's forms and the
-# small kernels' ablation (../../2026-12-07-fixed-kernels/scripts/call2.sh, about 450 s; carry .whl).
+# small kernels' ablation (../../2026-12-07-fixed-kernels/scripts/call2.sh, about 520 s; carry .whl).
 echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the norm handoff and ablation instead"
 exec bash bench/results/2026-12-07-fixed-kernels/scripts/call2.sh
