@@ -38,10 +38,11 @@ import torch
 from kvspill.kernels.fused_ops import silu_times
 from kvspill.kernels.norm_handoff import (
     NormHandoff,
+    add_into_stream,
     handed_rstd,
     handoff_meta,
     load_handed_sums,
-    store_handoff,
+    sums_meta,
 )
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
@@ -191,11 +192,10 @@ def _fp8_gemv_kernel(
     out_ptrs = out_ptr + t[:, None] * stride_o + n[None, :]
     out_ok = t_ok[:, None] & n_ok[None, :]
     y = out.to(out_ptr.dtype.element_ty)
-    if RESIDUAL:  # out_ptr is the residual stream; this program alone owns its rows
-        y = (y.to(tl.float32) + tl.load(out_ptrs, mask=out_ok, other=0.0).to(tl.float32)).to(y.dtype)
-    tl.store(out_ptrs, y, mask=out_ok)
-    if HANDOFF:
-        store_handoff(y, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr)
+    if RESIDUAL:  # one token: out_ptr is the residual stream's row
+        add_into_stream(y, n, n_ok, pid, out_ptr, hand_w_ptr, scaled_ptr, part_ptr, HANDOFF)
+    else:
+        tl.store(out_ptrs, y, mask=out_ok)
 
 
 @triton.jit
@@ -342,7 +342,6 @@ def _fusion_operands(
         assert res is not None, "a norm handoff comes from a GEMV that adds into the residual stream"
     if fusion.sums is not None:
         assert fusion.norm_weight is None and not fusion.gated, "sums take a handed-off x only"
-        assert fusion.sums.dtype == torch.float32 and fusion.sums.dim() == 1 and fusion.sums.is_contiguous()
     return k, fusion.norm_weight, res
 
 
@@ -350,10 +349,7 @@ def _handoff_meta(fusion: GemvFusion | None, out: torch.Tensor, programs: int) -
     """The launch's SUMS / HANDOFF arguments (`handoff_meta` for a producer)."""
     meta: dict = {}
     if fusion is not None and fusion.sums is not None:
-        sums = fusion.sums
-        meta.update(
-            sums_ptr=sums, num_sums=sums.numel(), SUMS=True, SUMS_PAD=triton.next_power_of_2(sums.numel())
-        )
+        meta.update(sums_meta(fusion.sums))
     if fusion is not None and fusion.handoff is not None:
         meta.update(handoff_meta(fusion.handoff, out, programs))
     return meta

@@ -89,7 +89,7 @@ from kvspill.kernels.gguf_gemv_int16x import (
 )
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
-from kvspill.kernels.norm_handoff import handoff_meta
+from kvspill.kernels.norm_handoff import handoff_meta, sums_meta
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -429,10 +429,7 @@ def int16x_fusion_meta(fusion: GemvFusion | None, out: torch.Tensor) -> dict[str
     assert fusion.norm_weight is None and not fusion.gated, "the int16-x GEMVs fold handed-off norms only"
     meta: dict[str, object] = {}
     if fusion.sums is not None:
-        sums = fusion.sums
-        assert sums.dtype == torch.float32 and sums.dim() == 1 and sums.is_contiguous()
-        meta.update(sums_ptr=sums, num_sums=sums.numel(), eps=fusion.eps, SUMS=True)
-        meta.update(SUMS_PAD=triton.next_power_of_2(sums.numel()))
+        meta.update(sums_meta(fusion.sums), eps=fusion.eps)
     if fusion.residual is not None:
         assert fusion.residual is out, "a residual add writes into the residual stream itself"
         meta.update(RESIDUAL=True)

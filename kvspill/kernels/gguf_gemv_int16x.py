@@ -50,7 +50,7 @@ from kvspill.kernels.gguf_gemv_lane import (
     q6k_quant_bytes,
 )
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_lanes
-from kvspill.kernels.norm_handoff import handed_rstd, load_handed_sums, store_handoff
+from kvspill.kernels.norm_handoff import add_into_stream, handed_rstd, load_handed_sums
 from kvspill.kernels.pdl import LANE_PREFETCH_LINES, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -219,13 +219,8 @@ def _store_lane_acc(
         n_ok = n < rows
         if HAS_LINEAR_BIAS:
             out += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        y = out.to(out_ptr.dtype.element_ty).to(tl.float32)
-        h = (y + tl.load(out_ptr + n[None, :], mask=n_ok[None, :], other=0.0).to(tl.float32)).to(
-            out_ptr.dtype.element_ty
-        )
-        tl.store(out_ptr + n[None, :], h, mask=n_ok[None, :])
-        if HANDOFF:
-            store_handoff(h, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr)
+        y = out.to(out_ptr.dtype.element_ty)
+        add_into_stream(y, n, n_ok, pid, out_ptr, hand_w_ptr, scaled_ptr, part_ptr, HANDOFF)
 
 
 @triton.jit

@@ -39,6 +39,16 @@ class NormHandoff:
     sums: torch.Tensor | None = None  # [programs] float32, written by the producer
 
 
+def sums_meta(sums: torch.Tensor) -> dict:
+    """A consumer launch's SUMS arguments: the producer's sums (float32 [programs])."""
+    assert sums.dtype == torch.float32 and sums.dim() == 1 and sums.is_contiguous(), (
+        f"sums must be float32 [programs], got {sums.dtype} {tuple(sums.shape)}"
+    )
+    return dict(
+        sums_ptr=sums, num_sums=sums.numel(), SUMS=True, SUMS_PAD=triton.next_power_of_2(sums.numel())
+    )
+
+
 def handoff_meta(handoff: NormHandoff, out: torch.Tensor, programs: int) -> dict:
     """A producer launch's HANDOFF arguments (`out` [1, N]: the residual stream it adds into,
     `programs` its grid): the NormHandoff gets its `scaled` and `sums` here (new tensors: under
@@ -76,3 +86,15 @@ def store_handoff(h, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr):
     weight = tl.load(hand_w_ptr + n, mask=n_ok, other=0.0).to(tl.float32)
     tl.store(scaled_ptr + n[None, :], (hf * weight[None, :]).to(h.dtype), mask=n_ok[None, :])
     tl.store(part_ptr + pid, tl.sum(tl.sum(hf * hf, axis=1), axis=0))
+
+
+@triton.jit
+def add_into_stream(y, n, n_ok, pid, out_ptr, hand_w_ptr, scaled_ptr, part_ptr, HANDOFF: tl.constexpr):
+    """A one-token GEMV's output rows n (y [1, BLOCK_N], rounded to the stream's dtype) added into
+    the residual stream at out_ptr, rounded as the RMSNorm kernel's add rounds (this program alone
+    owns its rows); HANDOFF: then the next norm's part (`store_handoff`)."""
+    ptrs = out_ptr + n[None, :]
+    h = (y.to(tl.float32) + tl.load(ptrs, mask=n_ok[None, :], other=0.0).to(tl.float32)).to(y.dtype)
+    tl.store(ptrs, h, mask=n_ok[None, :])
+    if HANDOFF:
+        store_handoff(h, n, n_ok, pid, hand_w_ptr, scaled_ptr, part_ptr)
