@@ -262,3 +262,34 @@ def test_mixed_qkv_in_one_launch_gives_the_two_launches_tokens(monkeypatch):
         del llm
         _release()
     assert runs[0] == runs[1]
+
+
+def test_norm_handoff_on_gguf_gives_the_separate_kernels_tokens(monkeypatch):
+    """random:llama-1b:q4_k_m with KVSPILL_NORM_HANDOFF=1 (o and down add into the residual stream
+    and hand h * weight and their sums of h^2 on; the mixed qkv and gate_up scale by rstd) against
+    the separate RMSNorm kernels: one-token steps in CUDA graphs, alone and five sequences at a
+    time, the same greedy tokens (the handoff moves one rounding: a flip here says it matters)."""
+    from kvspill.model.llama import LlamaDecoderLayer
+
+    fused_calls = []
+    forward_fused = LlamaDecoderLayer.forward_fused
+
+    def spy(self, *args):
+        fused_calls.append(self)
+        return forward_fused(self, *args)
+
+    monkeypatch.setattr(LlamaDecoderLayer, "forward_fused", spy)
+    prompts = _prompts([9, 200, 33, 70, 5])
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, detokenize=False)
+    small = dict(device="cuda", max_model_len=512, gpu_memory_utilization=0.5, kv_cache_memory_bytes=2**28)
+    runs = []
+    for switch in ("0", "1"):
+        monkeypatch.setenv("KVSPILL_NORM_HANDOFF", switch)
+        fused_calls.clear()
+        llm = LLM("random:llama-1b:q4_k_m", **small)
+        alone = [llm.generate([p], params)[0].token_ids for p in prompts[:2]]
+        runs.append((alone, [o.token_ids for o in llm.generate(prompts, params)]))
+        assert bool(fused_calls) == (switch == "1")
+        del llm
+        _release()
+    assert runs[1] == runs[0]

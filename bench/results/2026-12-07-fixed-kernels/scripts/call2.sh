@@ -32,7 +32,7 @@ if [ "${SHORT:-0}" = 1 ]; then  # less than 600 s of device time left: Part A wi
       run ${s}_on_$r 300 KVSPILL_NORM_HANDOFF=1 "" ${!s}
     done
   done
-  left 330 && { KVSPILL_NORM_HANDOFF=1 timeout 40 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py -k "fused" > $OUT/gpu_tests.txt 2>&1; echo "gpu tests (handoff on) rc $?: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L; }
+  left 330 && { KVSPILL_NORM_HANDOFF=1 timeout 70 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py -k "fused or handoff" > $OUT/gpu_tests.txt 2>&1; echo "gpu tests (handoff on) rc $?: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L; }
   exit 0
 fi
 for r in a b; do
@@ -41,7 +41,7 @@ for r in a b; do
     run ${s}_on_$r 400 KVSPILL_NORM_HANDOFF=1 "" ${!s}
   done
 done
-left 440 && { KVSPILL_NORM_HANDOFF=1 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py -k "fused" > $OUT/gpu_tests.txt 2>&1; echo "gpu tests (handoff on) rc $?: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L; }
+left 440 && { KVSPILL_NORM_HANDOFF=1 timeout 90 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py -k "fused or handoff" > $OUT/gpu_tests.txt 2>&1; echo "gpu tests (handoff on) rc $?: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L; }
 for v in "" norm merge; do run W_abl_${v:-base} 500 "" "$v" $W; done
 for v in "" norm; do run Q_abl_${v:-base} 540 "" "$v" $Q; done
 (cd $OUT && tar czf handoff.tgz *.txt && rm -f *.txt)
