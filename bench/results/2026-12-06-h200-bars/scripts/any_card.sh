@@ -6,9 +6,11 @@
 # UTC; done); 2026-12-06 20:30 - 2026-12-07 02:42 UTC ../../2026-12-06-kv-head-major/scripts/call1.sh
 # and ../../2026-12-06-norm-words-x/scripts/call1.sh (done on 2026-12-07).
 set -u
+# Since 2026-12-07 07:15 UTC an H200 runs ../../2026-12-07-fixed-kernels/scripts/call3.sh (the
+# norm handoff off / on on the bars' rows without llama.cpp, about 560 s); call1.sh (the bars with
+# llama.cpp, built in the call) waits until the handoff is decided.
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  [ "${SHORT:-0}" = 1 ] && exec bash bench/results/2026-12-06-h200-bars/scripts/rows_only.sh
-  exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
+  exec bash bench/results/2026-12-07-fixed-kernels/scripts/call3.sh
 fi
 # Another card (since 2026-12-07 04:30 UTC): the norm handoff against today's forms and the
 # small kernels' ablation (../../2026-12-07-fixed-kernels/scripts/call2.sh, about 520 s; carry .whl).
