@@ -105,21 +105,27 @@ def fused_decode_on() -> bool:
     its GEMVs (model/llama.LlamaDecoderLayer, kernels/fp8_gemv.GemvFusion): four launches a layer
     instead of seven around attention, the same values up to the order of the norm's sum.
     KVSPILL_FUSED_DECODE=0 turns it off. 8B fp8 at 8K 3.655 / 3.653 -> 3.589 / 3.594 ms a step
-    (-1.7%); dense weights stay on the separate kernels, which were faster there (8B bf16 +1.0%,
-    W1 +0.5-0.9% fused: under PDL the separate kernels already overlap), so dense layers never
-    fuse (H100, 2026-12-06, bench/results/2026-12-06-fused-decode-forms). Read when the model
-    runs (a CUDA graph keeps what it captured)."""
+    (-1.7%); dense weights were faster on the separate kernels than with the norms so folded (8B
+    bf16 +1.0%, W1 +0.5-0.9% fused: under PDL the separate kernels already overlap; H100,
+    2026-12-06, bench/results/2026-12-06-fused-decode-forms), so dense layers fuse in the norm
+    handoff's form only (`norm_handoff_on`). Read when the model runs (a CUDA graph keeps what it
+    captured)."""
     return _binary_switch("FUSED_DECODE", default=True)
 
 
-def norm_handoff_on() -> bool:
+def norm_handoff_on(dense: bool) -> bool:
     """Fused decode (`fused_decode_on`) hands each RMSNorm after a residual add from the GEMV that
     adds (its programs write h * weight and their rows' sums of h^2) to the GEMV after the norm
     (its dot products scaled by rstd from those sums), instead of each program of the later GEMV
-    summing the whole row first (kernels/norm_handoff.NormHandoff); dense bf16 / fp16 layers fuse in
-    this form too. KVSPILL_NORM_HANDOFF=1 turns it on (off by default until measured on a GPU).
-    Read when the model runs (a CUDA graph keeps what it captured)."""
-    return _binary_switch("NORM_HANDOFF", default=False)
+    summing the whole row first (kernels/norm_handoff.NormHandoff). Dense bf16 / fp16 layers and
+    GGUF ones fuse in this form only. Unset, it is on for a model of dense layers (`dense`): 8B
+    bf16 8K 5.710 / 5.711 -> 5.584 / 5.581 ms a step, W1 8K 1.202 / 1.203 -> 1.186 / 1.186; off
+    for fp8 layers, whose norms in the GEMV's prologue were faster (3.594 / 3.590 against 3.712 /
+    3.713 ms), and GGUF ones, equal (random 8B Q4_K_M 8K 2.727 / 2.729 against 2.726 / 2.728:
+    their separate kernels stay) (H100, 2026-12-07, bench/results/2026-12-07-fixed-kernels).
+    KVSPILL_NORM_HANDOFF=1 / 0 turns it on / off for every format. Read when the model runs (a
+    CUDA graph keeps what it captured)."""
+    return _binary_switch("NORM_HANDOFF", default=dense)
 
 
 def lane_passes() -> int | None:

@@ -172,14 +172,15 @@ class LlamaDecoderLayer(nn.Module):
         rotary: RotaryEmbedding,
         attention: AttentionFn,
         fused: bool = False,
+        handoff: bool = False,
         handed: NormHandoff | None = None,
         hand_to: NormHandoff | None = None,
     ) -> tuple[Tensor, Tensor]:
         # x, residual: [num_tokens, hidden_size]; the residual add is fused into the next norm.
         # fused (one token, LlamaModel.fuses_decode): x is the residual stream itself, updated in
-        # place and returned as both; handed / hand_to: `forward_fused`'s.
+        # place and returned as both; handoff / handed / hand_to: `forward_fused`'s.
         if fused:
-            self.forward_fused(positions, x, rotary, attention, handed, hand_to)
+            self.forward_fused(positions, x, rotary, attention, handoff, handed, hand_to)
             return x, x
         if residual is None:
             residual = x
@@ -196,15 +197,17 @@ class LlamaDecoderLayer(nn.Module):
         h: Tensor,
         rotary: RotaryEmbedding,
         attention: AttentionFn,
+        handoff: bool = False,
         handed: NormHandoff | None = None,
         hand_to: NormHandoff | None = None,
     ) -> None:
         """One token, four GEMVs: each norm folded into the projection after it, the residual adds
         into the projection before them, the SiLU into the down projection (kernels/fp8_gemv.GemvFusion).
-        h [1, hidden_size] is the residual stream, updated in place. With KVSPILL_NORM_HANDOFF the
-        norms after the residual adds are handed from o and down to the GEMVs after them
-        (NormHandoff): `handed` is this layer's input norm, filled by the layer before (None: it
-        is folded into qkv), `hand_to` the next layer's, which down fills (None: the last layer)."""
+        h [1, hidden_size] is the residual stream, updated in place. With `handoff`
+        (env.norm_handoff_on) the norms after the residual adds are handed from o and down to the
+        GEMVs after them (NormHandoff): `handed` is this layer's input norm, filled by the layer
+        before (None: it is folded into qkv), `hand_to` the next layer's, which down fills (None:
+        the last layer)."""
         attn = self.self_attn
         qkv_proj, o_proj, gate_up_proj, down_proj = (cast(FusedProjection, p) for p in self.projections())
         if handed is not None:
@@ -212,7 +215,7 @@ class LlamaDecoderLayer(nn.Module):
         else:
             qkv = qkv_proj.forward_fused(h, _norm_fusion(self.input_layernorm))
         attended = attn.attend(positions, qkv, rotary, attention)
-        if not norm_handoff_on():
+        if not handoff:
             o_proj.forward_fused(attended, GemvFusion(residual=h))
             gate_up = gate_up_proj.forward_fused(h, _norm_fusion(self.post_attention_layernorm))
             down_proj.forward_fused(gate_up, GemvFusion(gated=True, residual=h))
@@ -270,6 +273,7 @@ class LlamaModel(nn.Module):
         self.rotary_emb = RotaryEmbedding(config, head_dim_of(config), max_positions)
         self.tp = tp
         self._fusable: dict[torch.dtype, bool] = {}  # per x dtype, found at the first step
+        self._dense: bool | None = None  # every layer's projections dense, found at the first fused step
 
     def fuses_decode(self, x: Tensor) -> bool:
         """Whether this step of hidden states x takes LlamaDecoderLayer's fused form: one token on
@@ -279,9 +283,9 @@ class LlamaModel(nn.Module):
         return one_token and self.layers_fuse(x.dtype) and fused_decode_on()
 
     def layers_fuse(self, dtype: torch.dtype) -> bool:
-        """Whether every layer's four projections take one fused token of x in `dtype` (fp8
-        weights: `fuses_one_token`; dense ones never do, see env.fused_decode_on). Found once
-        per dtype, at its first one-token step, and kept."""
+        """Whether every layer's four projections take one fused token of x in `dtype`
+        (`fuses_one_token`: fp8 weights; dense and GGUF ones in the norm handoff's form only, see
+        env.norm_handoff_on). Found once per dtype, at its first one-token step, and kept."""
         if dtype not in self._fusable:
             self._fusable[dtype] = all(
                 isinstance(layer, LlamaDecoderLayer)
@@ -290,16 +294,34 @@ class LlamaModel(nn.Module):
             )
         return self._fusable[dtype]
 
+    def dense_layers(self) -> bool:
+        """Whether every layer's projections are dense (DenseLinear): the norm handoff's default."""
+        if self._dense is None:
+            self._dense = all(
+                isinstance(p, DenseLinear)
+                for layer in self.layers
+                for p in cast(LlamaDecoderLayer, layer).projections()
+            )
+        return self._dense
+
     def forward(self, input_ids: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
         x = self.embed_tokens(input_ids)  # [num_tokens, hidden_size]
         if self.fuses_decode(x):
-            handoff = norm_handoff_on()
+            handoff = norm_handoff_on(dense=self.dense_layers())
             handed: NormHandoff | None = None
             for i, layer in enumerate(self.layers):
                 after = cast(LlamaDecoderLayer, self.layers[i + 1]) if i + 1 < len(self.layers) else None
                 hand_to = handoff_of(after.input_layernorm) if handoff and after is not None else None
                 layer(
-                    positions, x, None, self.rotary_emb, attention, fused=True, handed=handed, hand_to=hand_to
+                    positions,
+                    x,
+                    None,
+                    self.rotary_emb,
+                    attention,
+                    fused=True,
+                    handoff=handoff,
+                    handed=handed,
+                    hand_to=hand_to,
                 )
                 handed = hand_to
             return self.norm(x)

@@ -99,6 +99,21 @@ def test_the_handoff_form_computes_the_usual_step(fixture, fp8, request, monkeyp
     assert _error(handed, truth) < max(2 * _error(usual, truth), 0.02)
 
 
+def test_the_handoff_form_of_an_fp16_dense_model_computes_the_usual_step(tiny_llama_dir, monkeypatch):
+    """fp16 weights fuse by default too (dense layers, env.norm_handoff_on): as close to the
+    float32 step as the fp16 usual step."""
+    monkeypatch.delenv("KVSPILL_NORM_HANDOFF", raising=False)
+    model = _model(tiny_llama_dir, False, torch.float16)
+    assert model.model.layers_fuse(torch.float16) and not model.model.layers_fuse(torch.bfloat16)
+    truth = _decode_step(_model(tiny_llama_dir, False, torch.float32), False, monkeypatch)
+    usual = _decode_step(model, False, monkeypatch)
+    handed = _decode_step(model, True, monkeypatch)
+    print(
+        f"% of the logits' norm: usual {100 * _error(usual, truth):.2f}, handoff {100 * _error(handed, truth):.2f}"
+    )
+    assert _error(handed, truth) < max(2 * _error(usual, truth), 0.02)
+
+
 _Q4KM = ModelSpec(
     architecture="llama",
     num_layers=2,  # Q6_K v and down in layer 0 (use_more_bits): a mixed qkv launch, then a plain one
@@ -184,17 +199,24 @@ def test_a_fused_step_that_skipped_a_piece_would_show(tiny_llama_dir, monkeypatc
 
 
 def test_which_models_take_the_fused_form(tiny_llama_dir, monkeypatch):
-    """fp8 weights fuse, dense ones do not (slower fused, env.fused_decode_on); off CUDA nothing
-    does; the switch is on unless set to 0, and takes 0 or 1 only."""
-    from kvspill.env import fused_decode_on
+    """fp8 weights fuse; dense ones in the norm handoff's form, which is their default and off
+    with KVSPILL_NORM_HANDOFF=0 (env.norm_handoff_on); float32 x never; off CUDA nothing does; the
+    switch is on unless set to 0, and takes 0 or 1 only."""
+    from kvspill.env import fused_decode_on, norm_handoff_on
 
+    monkeypatch.delenv("KVSPILL_NORM_HANDOFF", raising=False)
     dense = _model(tiny_llama_dir, False).model
     fp8 = _model(tiny_llama_dir, True).model
     fp32 = load_model(resolve_model(str(tiny_llama_dir)), CPU, torch.float32).model.model
-    for model, fuses in ((dense, False), (fp8, True), (fp32, False)):
+    for model, fuses, is_dense in ((dense, True, True), (fp8, True, False), (fp32, False, True)):
         assert model.layers_fuse(torch.bfloat16) is fuses
-    monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "1")  # dense layers fuse in the handoff form
-    assert _model(tiny_llama_dir, False).model.layers_fuse(torch.bfloat16)
+        assert model.dense_layers() is is_dense
+    assert norm_handoff_on(dense=True) and not norm_handoff_on(dense=False)
+    monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "0")  # no handoff: dense layers do not fuse
+    assert not _model(tiny_llama_dir, False).model.layers_fuse(torch.bfloat16)
+    assert not norm_handoff_on(dense=True)
+    monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "1")
+    assert norm_handoff_on(dense=False)
     monkeypatch.delenv("KVSPILL_NORM_HANDOFF")
     monkeypatch.delenv("KVSPILL_FUSED_DECODE", raising=False)
     assert fused_decode_on()
