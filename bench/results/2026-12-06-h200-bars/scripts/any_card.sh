@@ -12,7 +12,7 @@ set -u
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   exec bash bench/results/2026-12-07-fixed-kernels/scripts/call3.sh
 fi
-# Another card (since 2026-12-07 04:30 UTC): the norm handoff against today's forms and the
-# small kernels' ablation (../../2026-12-07-fixed-kernels/scripts/call2.sh, about 520 s; carry .whl).
-echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the norm handoff and ablation instead"
-exec bash bench/results/2026-12-07-fixed-kernels/scripts/call2.sh
+# Another card (since 2026-12-07 08:05 UTC; 04:30-07:47 UTC call2.sh, done): the GPU tests and the
+# handoff's rows on the defaults (../../2026-12-07-fixed-kernels/scripts/call4.sh; carry .whl).
+echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the GPU tests and the handoff's rows on the defaults instead"
+exec bash bench/results/2026-12-07-fixed-kernels/scripts/call4.sh
