@@ -6,11 +6,13 @@
 # UTC; done); 2026-12-06 20:30 - 2026-12-07 02:42 UTC ../../2026-12-06-kv-head-major/scripts/call1.sh
 # and ../../2026-12-06-norm-words-x/scripts/call1.sh (done on 2026-12-07).
 set -u
-# Since 2026-12-07 07:15 UTC an H200 runs ../../2026-12-07-fixed-kernels/scripts/call3.sh (the
-# norm handoff off / on on the bars' rows without llama.cpp, about 560 s); call1.sh (the bars with
-# llama.cpp, built in the call) waits until the handoff is decided.
+# 2026-12-07 07:15-08:05 UTC an H200 was to run ../../2026-12-07-fixed-kernels/scripts/call3.sh (the
+# handoff off / on on the bars' rows); none came, and an H100 decided the handoff (on for dense
+# models, call 2 there). Since 08:10 UTC an H200 runs the bars again: call1.sh with 600 s of device
+# time (llama.cpp built in the call), call3.sh with SHORT=1 (the rows on the defaults, about 200 s).
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  exec bash bench/results/2026-12-07-fixed-kernels/scripts/call3.sh
+  [ "${SHORT:-0}" = 1 ] && SHORT=1 exec bash bench/results/2026-12-07-fixed-kernels/scripts/call3.sh
+  exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
 fi
 # Another card (since 2026-12-07 08:05 UTC; 04:30-07:47 UTC call2.sh, done): the GPU tests and the
 # handoff's rows on the defaults (../../2026-12-07-fixed-kernels/scripts/call4.sh; carry .whl).
