@@ -14,7 +14,8 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   [ "${SHORT:-0}" = 1 ] && SHORT=1 exec bash bench/results/2026-12-07-fixed-kernels/scripts/call3.sh
   exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
 fi
-# Another card (since 2026-12-07 08:05 UTC; 04:30-07:47 UTC call2.sh, done): the GPU tests and the
-# handoff's rows on the defaults (../../2026-12-07-fixed-kernels/scripts/call4.sh; carry .whl).
-echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the GPU tests and the handoff's rows on the defaults instead"
-exec bash bench/results/2026-12-07-fixed-kernels/scripts/call4.sh
+# Another card (since 2026-12-07 08:30 UTC; call2.sh 04:30-07:47 UTC and call4.sh 08:01 UTC, done):
+# the kernel tables of the handoff on and off (../../2026-12-07-fixed-kernels/scripts/call5.sh;
+# carry .whl; about 150 s).
+echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the handoff's kernel tables instead"
+exec bash bench/results/2026-12-07-fixed-kernels/scripts/call5.sh
