@@ -101,16 +101,14 @@ def test_the_handoff_form_computes_the_usual_step(fixture, fp8, request, monkeyp
 
 def test_the_handoff_form_of_an_fp16_dense_model_computes_the_usual_step(tiny_llama_dir, monkeypatch):
     """fp16 weights fuse by default too (dense layers, env.norm_handoff_on): as close to the
-    float32 step as the fp16 usual step."""
+    float32 step as the fp16 usual step (measured, % of the logits' norm: usual 0.26, handoff
+    0.29)."""
     monkeypatch.delenv("KVSPILL_NORM_HANDOFF", raising=False)
     model = _model(tiny_llama_dir, False, torch.float16)
     assert model.model.layers_fuse(torch.float16) and not model.model.layers_fuse(torch.bfloat16)
     truth = _decode_step(_model(tiny_llama_dir, False, torch.float32), False, monkeypatch)
     usual = _decode_step(model, False, monkeypatch)
     handed = _decode_step(model, True, monkeypatch)
-    print(
-        f"% of the logits' norm: usual {100 * _error(usual, truth):.2f}, handoff {100 * _error(handed, truth):.2f}"
-    )
     assert _error(handed, truth) < max(2 * _error(usual, truth), 0.02)
 
 
@@ -136,9 +134,10 @@ def test_the_handoff_form_of_a_q4_k_m_model_computes_the_usual_step(monkeypatch)
     CPU's usual step dequantizes instead; measured, % of the logits' norm: int16-x 1.19, handoff
     1.46)."""
     monkeypatch.setitem(KNOWN_SHAPES, _Q4KM.name, _Q4KM)
-    # 32 rows a program: a few programs a launch, which the interpreter runs one after another
+    # 128 rows a program: a few programs a launch (the 256-row producers two, so the consumers add
+    # two programs' sums), which the interpreter runs one after another (32 rows: 26 s, 128: 7 s)
     for table in ("Q4K_INT16X_CONFIGS", "Q6K_INT16X_CONFIGS", "Q6K_INT16X_SPLIT_CONFIGS"):
-        monkeypatch.setattr(gguf_gemv, table, ((0, 0, (256, 32, 4)),))
+        monkeypatch.setattr(gguf_gemv, table, ((0, 0, (256, 128, 4)),))
     monkeypatch.setitem(gguf_gemv_mixed.MIXED_Q6K_CONFIGS, 4, (256, 32))
 
     def build(dtype: torch.dtype) -> LlamaForCausalLM:
