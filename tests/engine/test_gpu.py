@@ -164,6 +164,21 @@ def test_gated_down_projection_gives_the_same_tokens(monkeypatch):
     assert runs[1] == runs[0]
 
 
+def _spy_fused_layers(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """A list that fills with the decoder layers that run LlamaDecoderLayer.forward_fused."""
+    from kvspill.model.llama import LlamaDecoderLayer
+
+    fused_calls: list[object] = []
+    forward_fused = LlamaDecoderLayer.forward_fused
+
+    def spy(self, *args):
+        fused_calls.append(self)
+        return forward_fused(self, *args)
+
+    monkeypatch.setattr(LlamaDecoderLayer, "forward_fused", spy)
+    return fused_calls
+
+
 @pytest.mark.parametrize(
     ("model", "extra"),
     [
@@ -178,16 +193,8 @@ def test_fused_decode_gives_the_same_tokens(model, extra, request, monkeypatch):
     into one token's GEMVs, model/llama.LlamaDecoderLayer) against the separate kernels: one
     sequence in bf16 (one-token steps, graphs captured), the same greedy tokens."""
     from kvspill.env import norm_handoff_on
-    from kvspill.model.llama import LlamaDecoderLayer
 
-    fused_calls = []
-    forward_fused = LlamaDecoderLayer.forward_fused
-
-    def spy(self, *args):
-        fused_calls.append(self)
-        return forward_fused(self, *args)
-
-    monkeypatch.setattr(LlamaDecoderLayer, "forward_fused", spy)
+    fused_calls = _spy_fused_layers(monkeypatch)
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, detokenize=False)
     runs = []
     for on in ("0", "1"):
@@ -269,16 +276,7 @@ def test_norm_handoff_on_gguf_gives_the_separate_kernels_tokens(monkeypatch):
     and hand h * weight and their sums of h^2 on; the mixed qkv and gate_up scale by rstd) against
     the separate RMSNorm kernels: one-token steps in CUDA graphs, alone and five sequences at a
     time, the same greedy tokens (the handoff moves one rounding: a flip here says it matters)."""
-    from kvspill.model.llama import LlamaDecoderLayer
-
-    fused_calls = []
-    forward_fused = LlamaDecoderLayer.forward_fused
-
-    def spy(self, *args):
-        fused_calls.append(self)
-        return forward_fused(self, *args)
-
-    monkeypatch.setattr(LlamaDecoderLayer, "forward_fused", spy)
+    fused_calls = _spy_fused_layers(monkeypatch)
     prompts = _prompts([9, 200, 33, 70, 5])
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, detokenize=False)
     small = dict(device="cuda", max_model_len=512, gpu_memory_utilization=0.5, kv_cache_memory_bytes=2**28)
