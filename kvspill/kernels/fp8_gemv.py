@@ -40,9 +40,8 @@ from kvspill.kernels.norm_handoff import (
     NormHandoff,
     add_into_stream,
     handed_rstd,
-    handoff_meta,
+    launch_meta,
     load_handed_sums,
-    sums_meta,
 )
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
@@ -345,16 +344,6 @@ def _fusion_operands(
     return k, fusion.norm_weight, res
 
 
-def _handoff_meta(fusion: GemvFusion | None, out: torch.Tensor, programs: int) -> dict:
-    """The launch's SUMS / HANDOFF arguments (`handoff_meta` for a producer)."""
-    meta: dict = {}
-    if fusion is not None and fusion.sums is not None:
-        meta.update(sums_meta(fusion.sums))
-    if fusion is not None and fusion.handoff is not None:
-        meta.update(handoff_meta(fusion.handoff, out, programs))
-    return meta
-
-
 def _launch_gemv(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -398,7 +387,7 @@ def _launch_gemv(
         GATED=fusion is not None and fusion.gated,
         RESIDUAL=residual is not None,
         ROW_BLOCK=triton.next_power_of_2(k) if norm_weight is not None else 1,
-        **_handoff_meta(fusion, out, programs),
+        **(launch_meta(fusion.sums, fusion.handoff, out, programs) if fusion is not None else {}),
         num_warps=cfg.num_warps,
         **pdl_meta(x.device),
     )

@@ -89,7 +89,7 @@ from kvspill.kernels.gguf_gemv_int16x import (
 )
 from kvspill.kernels.gguf_gemv_lane import q4k_gemv_kernel, q6k_gemv_kernel
 from kvspill.kernels.gguf_gemv_offset import q4k_one_token_kernel
-from kvspill.kernels.norm_handoff import handoff_meta, sums_meta
+from kvspill.kernels.norm_handoff import launch_meta
 from kvspill.kernels.pdl import PREFETCH_LINES, pdl_meta, prefetch_rows_then_wait
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -420,16 +420,17 @@ def int16x_one_token_config(x: torch.Tensor, weight: QuantizedWeight) -> tuple[i
     return _int16x_config(weight) if takes else None
 
 
-def int16x_fusion_meta(fusion: GemvFusion | None, out: torch.Tensor) -> dict[str, object]:
+def int16x_fusion_meta(fusion: GemvFusion | None, out: torch.Tensor, programs: int = 0) -> dict[str, object]:
     """The int16-x kernels' arguments for a norm handoff's part of `fusion` (fp8_gemv.GemvFusion:
-    sums, or a residual add; `out` is the launch's output, the residual stream when there is
-    one); none for no fusion. A producer's handoff: `quant_gemv_fused`."""
+    sums, a residual add, a handoff; `out` is the launch's output, the residual stream when there
+    is one, `programs` its grid, for a handoff); none for no fusion."""
     if fusion is None:
         return {}
     assert fusion.norm_weight is None and not fusion.gated, "the int16-x GEMVs fold handed-off norms only"
-    meta: dict[str, object] = {}
+    assert fusion.handoff is None or programs > 0, "a handoff's sums are one a program: give the grid"
+    meta: dict[str, object] = launch_meta(fusion.sums, fusion.handoff, out, programs)
     if fusion.sums is not None:
-        meta.update(sums_meta(fusion.sums), eps=fusion.eps)
+        meta.update(eps=fusion.eps)
     if fusion.residual is not None:
         assert fusion.residual is out, "a residual add writes into the residual stream itself"
         meta.update(RESIDUAL=True)
@@ -453,9 +454,7 @@ def quant_gemv_fused(
     )
     assert fusion.handoff is None or res is not None, "a norm handoff comes from a residual add"
     out = res if res is not None else torch.empty((1, rows), dtype=x.dtype, device=x.device)
-    meta = int16x_fusion_meta(fusion, out)
-    if fusion.handoff is not None:
-        meta.update(handoff_meta(fusion.handoff, out, triton.cdiv(rows, config[1])))
+    meta = int16x_fusion_meta(fusion, out, triton.cdiv(rows, config[1]))
     if weight.qtype == "Q6_K":
         _launch_q6k_int16x(x, weight, bias, out, meta)
     else:

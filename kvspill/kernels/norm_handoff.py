@@ -63,6 +63,19 @@ def handoff_meta(handoff: NormHandoff, out: torch.Tensor, programs: int) -> dict
     return dict(hand_w_ptr=weight, scaled_ptr=handoff.scaled, part_ptr=handoff.sums, HANDOFF=True)
 
 
+def launch_meta(
+    sums: torch.Tensor | None, handoff: NormHandoff | None, out: torch.Tensor, programs: int
+) -> dict:
+    """A GEMV launch's SUMS / HANDOFF arguments: a consumer's `sums` (`sums_meta`), a producer's
+    `handoff` (`handoff_meta`: `out` the residual stream it adds into, `programs` its grid)."""
+    meta: dict = {}
+    if sums is not None:
+        meta.update(sums_meta(sums))
+    if handoff is not None:
+        meta.update(handoff_meta(handoff, out, programs))
+    return meta
+
+
 @triton.jit
 def load_handed_sums(sums_ptr, num_sums, SUMS_PAD: tl.constexpr):
     """A NormHandoff consumer's load of the producer's per-program sums of h^2 (issued early; the
