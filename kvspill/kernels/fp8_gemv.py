@@ -177,13 +177,13 @@ def _fp8_gemv_kernel(
         rstd = 1.0
         if NORM:
             rstd = _row_rstd(x_ptr, K, eps, ROW_BLOCK)
-        if SUMS:  # loaded before the loop, summed after it: no wait on the weights' path
-            sums = load_handed_sums(sums_ptr, num_sums, SUMS_PAD)
+        if SUMS:  # loaded before the loop: no wait on the weights' path; fp8 (HAS_SCALE) sums them now
+            sums = load_handed_sums(sums_ptr, num_sums, SUMS_PAD, HAS_SCALE)
         out = _fma_over_k(
             x_ptr, w_rows, n_ok, kk, K, norm_w_ptr, rstd, EVEN_K, BLOCK_N, BLOCK_K, NUM_STAGES, NORM, GATED
         )
         if SUMS:
-            out = out * handed_rstd(sums, K, eps)
+            out = out * handed_rstd(sums, K, eps, HAS_SCALE)
     if HAS_SCALE:
         out = out * tl.load(scale_ptr + n, mask=n_ok, other=0.0)[None, :]
     if HAS_BIAS:

@@ -107,7 +107,7 @@ class DenseLinear(nn.Linear):
         fp16), in the handoff form only (env.norm_handoff_on, on by default for dense layers: the
         norms folded per program were slower than the separate kernels, env.fused_decode_on)."""
         dense_dtype = dtype in (torch.bfloat16, torch.float16) and self.weight.dtype == dtype
-        return dense_dtype and norm_handoff_on(dense=True)
+        return dense_dtype and norm_handoff_on(gguf=False)
 
     def forward_fused(self, x: Tensor, fusion: GemvFusion) -> Tensor:
         """One token's dense GEMV with a norm, SiLU, residual add or norm handoff folded in."""

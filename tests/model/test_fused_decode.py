@@ -145,7 +145,8 @@ def test_the_handoff_form_of_a_q4_k_m_model_computes_the_usual_step(monkeypatch)
         return random_init.build_random_model(name, CPU, dtype, max_model_len=64).model.eval()
 
     truth = _decode_step(build(torch.float32), False, monkeypatch)
-    assert not build(torch.bfloat16).model.layers_fuse(torch.bfloat16)  # not without the handoff
+    unhanded = build(torch.bfloat16).model
+    assert unhanded.gguf_layers() and not unhanded.layers_fuse(torch.bfloat16)  # handoff off by default
     monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "1")
     model = build(torch.bfloat16)
     assert model.model.layers_fuse(torch.bfloat16)
@@ -181,9 +182,11 @@ def test_a_handoff_without_its_scaling_would_show(tiny_llama_dir, monkeypatch):
 
 
 def test_a_fused_step_that_skipped_a_piece_would_show(tiny_llama_dir, monkeypatch):
-    """The comparison above can fail: the fused step without the MLP's residual add is far off."""
+    """The comparison above can fail: the fused step without the MLP's residual add is far off (in
+    the form without the norm handoff, whose producers need their residual add)."""
     from kvspill.kernels import fp8_gemv
 
+    monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "0")
     truth = _decode_step(_model(tiny_llama_dir, True, torch.float32), False, monkeypatch)
     model = _model(tiny_llama_dir, True)
     launch = fp8_gemv._launch_gemv
@@ -198,24 +201,24 @@ def test_a_fused_step_that_skipped_a_piece_would_show(tiny_llama_dir, monkeypatc
 
 
 def test_which_models_take_the_fused_form(tiny_llama_dir, monkeypatch):
-    """fp8 weights fuse; dense ones in the norm handoff's form, which is their default and off
-    with KVSPILL_NORM_HANDOFF=0 (env.norm_handoff_on); float32 x never; off CUDA nothing does; the
-    switch is on unless set to 0, and takes 0 or 1 only."""
+    """fp8 weights fuse; dense ones in the norm handoff's form, which is the default of models
+    without GGUF layers and off with KVSPILL_NORM_HANDOFF=0 (env.norm_handoff_on); float32 x
+    never; off CUDA nothing does; the switch is on unless set to 0, and takes 0 or 1 only."""
     from kvspill.env import fused_decode_on, norm_handoff_on
 
     monkeypatch.delenv("KVSPILL_NORM_HANDOFF", raising=False)
     dense = _model(tiny_llama_dir, False).model
     fp8 = _model(tiny_llama_dir, True).model
     fp32 = load_model(resolve_model(str(tiny_llama_dir)), CPU, torch.float32).model.model
-    for model, fuses, is_dense in ((dense, True, True), (fp8, True, False), (fp32, False, True)):
+    for model, fuses in ((dense, True), (fp8, True), (fp32, False)):
         assert model.layers_fuse(torch.bfloat16) is fuses
-        assert model.dense_layers() is is_dense
-    assert norm_handoff_on(dense=True) and not norm_handoff_on(dense=False)
+        assert not model.gguf_layers()
+    assert norm_handoff_on(gguf=False) and not norm_handoff_on(gguf=True)
     monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "0")  # no handoff: dense layers do not fuse
     assert not _model(tiny_llama_dir, False).model.layers_fuse(torch.bfloat16)
-    assert not norm_handoff_on(dense=True)
+    assert not norm_handoff_on(gguf=False)
     monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "1")
-    assert norm_handoff_on(dense=False)
+    assert norm_handoff_on(gguf=True)
     monkeypatch.delenv("KVSPILL_NORM_HANDOFF")
     monkeypatch.delenv("KVSPILL_FUSED_DECODE", raising=False)
     assert fused_decode_on()
