@@ -14,8 +14,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   [ "${SHORT:-0}" = 1 ] && SHORT=1 exec bash bench/results/2026-12-07-fixed-kernels/scripts/call3.sh
   exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
 fi
-# Another card (since 2026-12-07 08:30 UTC; call2.sh 04:30-07:47 UTC and call4.sh 08:01 UTC, done):
-# the kernel tables of the handoff on and off (../../2026-12-07-fixed-kernels/scripts/call5.sh;
-# carry .whl; about 150 s).
-echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the handoff's kernel tables instead"
-exec bash bench/results/2026-12-07-fixed-kernels/scripts/call5.sh
+# Another card: call5.sh (08:30-09:26 UTC, done), since 10:05 UTC the fp8 handoff's default (call7.sh;
+# carry .whl; about 350 s).
+echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the fp8 handoff's default instead"
+exec bash bench/results/2026-12-07-fixed-kernels/scripts/call7.sh
