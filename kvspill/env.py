@@ -113,19 +113,19 @@ def fused_decode_on() -> bool:
     return _binary_switch("FUSED_DECODE", default=True)
 
 
-def norm_handoff_on(gguf: bool) -> bool:
+def norm_handoff_on() -> bool:
     """Fused decode (`fused_decode_on`) hands each RMSNorm after a residual add from the GEMV that
     adds (its programs write h * weight and their rows' sums of h^2) to the GEMV after the norm
     (its dot products scaled by rstd from those sums), instead of each program of the later GEMV
     summing the whole row first (kernels/norm_handoff.NormHandoff). Dense bf16 / fp16 layers and
-    GGUF ones fuse in this form only. Unset, it is on unless the model has GGUF layers (`gguf`):
-    8B bf16 8K 5.710 / 5.711 -> 5.584 / 5.581 ms a step, W1 8K 1.202 / 1.203 -> 1.186 / 1.186;
-    8B fp8 3.594 / 3.592 (norms in the GEMV's prologue) -> 3.549 / 3.549 (its consumers summing
-    the handed sums before their K loop); GGUF equal (random 8B Q4_K_M 8K 2.727 / 2.729 against
-    2.726 / 2.728: their separate kernels stay) (H100, 2026-12-07,
-    bench/results/2026-12-07-fixed-kernels, calls 2 and 6). KVSPILL_NORM_HANDOFF=1 / 0 turns it
-    on / off for every format. Read when the model runs (a CUDA graph keeps what it captured)."""
-    return _binary_switch("NORM_HANDOFF", default=not gguf)
+    GGUF ones fuse in this form only. On unless KVSPILL_NORM_HANDOFF=0, a decode step at 8K against
+    it off (H100, 2026-12-07, bench/results/2026-12-07-fixed-kernels, calls 2, 6 and 10): 8B bf16
+    5.710 / 5.711 -> 5.584 / 5.581 ms, W1 1.202 / 1.203 -> 1.186 / 1.186; 8B fp8 3.594 / 3.592
+    (norms in the GEMV's prologue) -> 3.549 / 3.549 (its consumers summing the handed sums before
+    their K loop); random 8B Q4_K_M 2.729 / 2.727 / 2.735 -> 2.719 / 2.716 / 2.723 (with the
+    producers' tail loads at once, call 9; equal before). Read when the model runs (a CUDA graph
+    keeps what it captured)."""
+    return _binary_switch("NORM_HANDOFF", default=True)
 
 
 def lane_passes() -> int | None:

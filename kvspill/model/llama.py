@@ -273,7 +273,6 @@ class LlamaModel(nn.Module):
         self.rotary_emb = RotaryEmbedding(config, head_dim_of(config), max_positions)
         self.tp = tp
         self._fusable: dict[torch.dtype, bool] = {}  # per x dtype, found at the first step
-        self._gguf: bool | None = None  # any layer's projections GGUF, found at the first fused step
 
     def fuses_decode(self, x: Tensor) -> bool:
         """Whether this step of hidden states x takes LlamaDecoderLayer's fused form: one token on
@@ -294,21 +293,10 @@ class LlamaModel(nn.Module):
             )
         return self._fusable[dtype]
 
-    def gguf_layers(self) -> bool:
-        """Whether any layer's projections hold GGUF blocks (model/quant.QuantLinear's `gguf_blocks`):
-        the norm handoff's default (env.norm_handoff_on)."""
-        if self._gguf is None:
-            self._gguf = any(
-                getattr(p, "gguf_blocks", False)
-                for layer in self.layers
-                for p in cast(LlamaDecoderLayer, layer).projections()
-            )
-        return self._gguf
-
     def forward(self, input_ids: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
         x = self.embed_tokens(input_ids)  # [num_tokens, hidden_size]
         if self.fuses_decode(x):
-            handoff = norm_handoff_on(gguf=self.gguf_layers())
+            handoff = norm_handoff_on()
             handed: NormHandoff | None = None
             for i, layer in enumerate(self.layers):
                 after = cast(LlamaDecoderLayer, self.layers[i + 1]) if i + 1 < len(self.layers) else None

@@ -42,8 +42,6 @@ from kvspill.model.parallel import SINGLE, TensorParallel
 class QuantLinear(nn.Module):
     """y = x @ W.T (+ bias) with W in GGUF blocks; `out_sizes` are the rows of each fused shard."""
 
-    gguf_blocks = True  # LlamaModel.gguf_layers: the norm handoff off by default (env.norm_handoff_on)
-
     def __init__(self, in_features: int, out_sizes: list[int], bias: bool, dtype: torch.dtype | None) -> None:
         super().__init__()
         self.in_features = in_features
@@ -88,10 +86,10 @@ class QuantLinear(nn.Module):
 
     def fuses_one_token(self, dtype: torch.dtype) -> bool:
         """Whether `forward_fused` takes one token of x in `dtype`: in the norm handoff's form only
-        (env.norm_handoff_on, off by default for GGUF layers: equal to the separate kernels; the
-        norms folded per program lost 4-6% on these GEMVs, bench/results/2026-12-06-mixed-qkv),
-        each part on its int16-x lanes, two parts in one mixed launch."""
-        if not norm_handoff_on(gguf=True) or dtype not in (torch.bfloat16, torch.float16) or not self.parts:
+        (env.norm_handoff_on, on by default; the norms folded per program lost 4-6% on these
+        GEMVs, bench/results/2026-12-06-mixed-qkv), each part on its int16-x lanes, two parts in
+        one mixed launch."""
+        if not norm_handoff_on() or dtype not in (torch.bfloat16, torch.float16) or not self.parts:
             return False
         x = torch.zeros(1, self.in_features, dtype=dtype, device=self.parts[0].data.device)
         if len(self.parts) == 2:

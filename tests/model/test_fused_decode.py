@@ -68,11 +68,12 @@ def _error(logits: Tensor, truth: Tensor) -> float:
 
 @pytest.mark.parametrize("fixture", ["tiny_llama_dir", "tiny_qwen2_dir", "tiny_qwen3_dir"])
 def test_the_fused_step_computes_the_usual_step(fixture, request, monkeypatch):
-    """fp8 models (the ones that fuse): Qwen2 adds biases (q/k/v), Qwen3 normalizes q and k. The
+    """fp8 models (the ones that fuse without the norm handoff): Qwen2 adds biases (q/k/v), Qwen3 normalizes q and k. The
     truth is the float32 model's usual step on the same round-tripped fp8 weights; the bf16 fused
     step is as close to it as the bf16 usual step (measured, % of the logits' norm, usual / fused:
     Llama 2.97 / 2.31, Qwen2 0.94 / 1.06, Qwen3 2.00 / 2.09; a fused step without one residual add:
     >50%)."""
+    monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "0")  # the prologue form (the handoff's: below)
     path = request.getfixturevalue(fixture)
     model = _model(path, True)
     truth = _decode_step(_model(path, True, torch.float32), False, monkeypatch)
@@ -145,9 +146,9 @@ def test_the_handoff_form_of_a_q4_k_m_model_computes_the_usual_step(monkeypatch)
         return random_init.build_random_model(name, CPU, dtype, max_model_len=64).model.eval()
 
     truth = _decode_step(build(torch.float32), False, monkeypatch)
-    unhanded = build(torch.bfloat16).model
-    assert unhanded.gguf_layers() and not unhanded.layers_fuse(torch.bfloat16)  # handoff off by default
-    monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "1")
+    monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "0")
+    assert not build(torch.bfloat16).model.layers_fuse(torch.bfloat16)  # not without the handoff
+    monkeypatch.delenv("KVSPILL_NORM_HANDOFF")
     model = build(torch.bfloat16)
     assert model.model.layers_fuse(torch.bfloat16)
     handed = _decode_step(model, True, monkeypatch)
@@ -201,9 +202,9 @@ def test_a_fused_step_that_skipped_a_piece_would_show(tiny_llama_dir, monkeypatc
 
 
 def test_which_models_take_the_fused_form(tiny_llama_dir, monkeypatch):
-    """fp8 weights fuse; dense ones in the norm handoff's form, which is the default of models
-    without GGUF layers and off with KVSPILL_NORM_HANDOFF=0 (env.norm_handoff_on); float32 x
-    never; off CUDA nothing does; the switch is on unless set to 0, and takes 0 or 1 only."""
+    """fp8 weights fuse; dense ones in the norm handoff's form, which is the default and off with
+    KVSPILL_NORM_HANDOFF=0 (env.norm_handoff_on); float32 x never; off CUDA nothing does; the
+    switch is on unless set to 0, and takes 0 or 1 only."""
     from kvspill.env import fused_decode_on, norm_handoff_on
 
     monkeypatch.delenv("KVSPILL_NORM_HANDOFF", raising=False)
@@ -212,13 +213,13 @@ def test_which_models_take_the_fused_form(tiny_llama_dir, monkeypatch):
     fp32 = load_model(resolve_model(str(tiny_llama_dir)), CPU, torch.float32).model.model
     for model, fuses in ((dense, True), (fp8, True), (fp32, False)):
         assert model.layers_fuse(torch.bfloat16) is fuses
-        assert not model.gguf_layers()
-    assert norm_handoff_on(gguf=False) and not norm_handoff_on(gguf=True)
+    assert norm_handoff_on()
     monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "0")  # no handoff: dense layers do not fuse
     assert not _model(tiny_llama_dir, False).model.layers_fuse(torch.bfloat16)
-    assert not norm_handoff_on(gguf=False)
+    assert _model(tiny_llama_dir, True).model.layers_fuse(torch.bfloat16)  # fp8: its prologue norms
+    assert not norm_handoff_on()
     monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "1")
-    assert norm_handoff_on(gguf=True)
+    assert norm_handoff_on()
     monkeypatch.delenv("KVSPILL_NORM_HANDOFF")
     monkeypatch.delenv("KVSPILL_FUSED_DECODE", raising=False)
     assert fused_decode_on()
