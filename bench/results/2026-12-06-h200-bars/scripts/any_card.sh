@@ -14,7 +14,8 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   [ "${SHORT:-0}" = 1 ] && SHORT=1 exec bash bench/results/2026-12-07-fixed-kernels/scripts/call3.sh
   exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
 fi
-# Another card: call5.sh (08:30-09:26 UTC, done), since 10:05 UTC the fp8 handoff's default (call7.sh;
-# carry .whl; about 350 s).
-echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); the fp8 handoff's default instead"
-exec bash bench/results/2026-12-07-fixed-kernels/scripts/call7.sh
+# Another card: call5.sh (08:30-09:26 UTC), call7.sh (09:42 UTC; done); since 10:40 UTC
+# call11.sh (GPU tests on the handoff for every format, the handoff's kernel tables, the int16-x
+# consumers' rstd after the lane sum; carry .whl; about 330 s).
+echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); call11.sh instead"
+exec bash bench/results/2026-12-07-fixed-kernels/scripts/call11.sh
