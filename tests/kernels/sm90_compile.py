@@ -186,12 +186,20 @@ OTHER_CASES = [
         FP8_TYPES,
     ),
     (
-        "fp8 GEMV on a handed-off norm (sums)",
+        "fp8 GEMV on a handed-off norm (sums added up before the K loop)",
         fp8_gemv._fp8_gemv_kernel,
         dict(FP8, SUMS=True, SUMS_PAD=512),
         4,
         3,
         dict(FP8_TYPES, sums_ptr="*fp32"),
+    ),
+    (
+        "dense GEMV on a handed-off norm (sums added up after the K loop)",
+        fp8_gemv._fp8_gemv_kernel,
+        dict(FP8, HAS_SCALE=False, SUMS=True, SUMS_PAD=512),
+        4,
+        3,
+        {"sums_ptr": "*fp32", "eps": "fp32"},
     ),
     (
         "dense GEMV, gated, residual, handing off the next norm",
