@@ -71,6 +71,22 @@ def test_a_consumer_scales_its_gemv_of_the_handed_values_by_rstd(qtype, device):
     assert (plain - normed).abs().max() > 0.5 * normed.abs().max()
 
 
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+def test_a_consumers_bias_is_added_after_the_rstd_scaling(qtype, device):
+    """Qwen2's q / k / v biases (GGUF files of Qwen2.5 models): out = (W scaled) * rstd + bias,
+    the bias not scaled."""
+    h = _x(K, 12, scale=3.0).to(device)
+    sums = h.float().pow(2).reshape(4, -1).sum(dim=1).contiguous()
+    handoff = NormHandoff(torch.ones(K, dtype=torch.bfloat16, device=device), EPS, h, sums)
+    weight = _weight(qtype, ROWS, K, 13).to(device)
+    bias = (4 * torch.randn(ROWS, generator=torch.Generator().manual_seed(14))).to(torch.bfloat16).to(device)
+    x, fusion = handed_over(handoff)
+    out = quant_gemv_fused(x, weight, bias, fusion).float()
+    rstd = torch.rsqrt(h.float().pow(2).mean() + EPS)
+    want = quant_matmul_gemv(h, weight).float() * rstd + bias.float()
+    torch.testing.assert_close(out, want, rtol=2**-7, atol=1e-3 * want.abs().max().item())
+
+
 def test_the_mixed_launch_takes_handed_values_as_each_part_does(device, monkeypatch):
     """The mixed qkv launch with handed-off sums: each part's columns are that part's own fused
     GEMV, bit for bit (part B's K step as the mixed kernel runs it)."""
@@ -83,6 +99,11 @@ def test_the_mixed_launch_takes_handed_values_as_each_part_does(device, monkeypa
     x, fusion = handed_over(handoff)
     out = mixed_gemv(x, parts, None, torch.empty((1, ROWS + 19), dtype=x.dtype, device=device), fusion=fusion)
     want = torch.cat([quant_gemv_fused(x, part, None, fusion) for part in parts], dim=1)
+    assert torch.equal(out, want)
+    bias = torch.randn(ROWS + 19, generator=torch.Generator().manual_seed(15)).to(torch.bfloat16).to(device)
+    out = mixed_gemv(x, parts, bias, torch.empty((1, ROWS + 19), dtype=x.dtype, device=device), fusion=fusion)
+    biases = (bias[:ROWS], bias[ROWS:])
+    want = torch.cat([quant_gemv_fused(x, p, b, fusion) for p, b in zip(parts, biases, strict=True)], dim=1)
     assert torch.equal(out, want)
 
 
