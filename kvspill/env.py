@@ -105,12 +105,12 @@ def fused_decode_on() -> bool:
     its GEMVs (model/llama.LlamaDecoderLayer, kernels/fp8_gemv.GemvFusion): four launches a layer
     instead of seven around attention, the same values up to the order of the norm's sum (with the
     norm handoff, the default, `norm_handoff_on`, the norms after the residual adds are handed from
-    the GEMV before them instead). KVSPILL_FUSED_DECODE=0 turns it off. 8B fp8 at 8K 3.655 / 3.653 -> 3.589 / 3.594 ms a step
-    (-1.7%); dense weights were faster on the separate kernels than with the norms so folded (8B
-    bf16 +1.0%, W1 +0.5-0.9% fused: under PDL the separate kernels already overlap; H100,
-    2026-12-06, bench/results/2026-12-06-fused-decode-forms), so dense layers fuse in the norm
-    handoff's form only (`norm_handoff_on`). Read when the model runs (a CUDA graph keeps what it
-    captured)."""
+    the GEMV before them instead). KVSPILL_FUSED_DECODE=0 turns it off. 8B fp8 at 8K 3.655 / 3.653
+    -> 3.589 / 3.594 ms a step (-1.7%); dense weights were faster on the separate kernels than with
+    the norms so folded (8B bf16 +1.0%, W1 +0.5-0.9% fused: under PDL the separate kernels already
+    overlap; H100, 2026-12-06, bench/results/2026-12-06-fused-decode-forms), so dense layers fuse in
+    the norm handoff's form only (`norm_handoff_on`). Read when the model runs (a CUDA graph keeps
+    what it captured)."""
     return _binary_switch("FUSED_DECODE", default=True)
 
 

@@ -104,10 +104,9 @@ class DenseLinear(nn.Linear):
 
     def fuses_one_token(self, dtype: torch.dtype) -> bool:
         """Whether `forward_fused` takes one token of x in `dtype`: weights of that dtype (bf16 /
-        fp16), in the handoff form only (env.norm_handoff_on, on by default: the
-        norms folded per program were slower than the separate kernels, env.fused_decode_on)."""
-        dense_dtype = dtype in (torch.bfloat16, torch.float16) and self.weight.dtype == dtype
-        return dense_dtype and norm_handoff_on()
+        fp16), in the handoff form only (env.norm_handoff_on, on by default: the norms folded per
+        program were slower than the separate kernels on dense weights, env.fused_decode_on)."""
+        return norm_handoff_on() and dtype in (torch.bfloat16, torch.float16) and self.weight.dtype == dtype
 
     def forward_fused(self, x: Tensor, fusion: GemvFusion) -> Tensor:
         """One token's dense GEMV with a norm, SiLU, residual add or norm handoff folded in."""

@@ -296,21 +296,28 @@ def test_attention_cpu_on_a_gpu_keeps_the_kv_in_ram_and_gives_the_cpu_paths_toke
     assert cold is not None and cold.cpu_bytes > 0 and cold.stream_bytes > 0
 
 
+def _random_1b_q4_k_m_tokens() -> tuple[list, list]:
+    """random:llama-1b:q4_k_m's greedy tokens (one-token steps in CUDA graphs): two prompts alone,
+    then five sequences at a time."""
+    prompts = _prompts([9, 200, 33, 70, 5])
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, detokenize=False)
+    small = dict(device="cuda", max_model_len=512, gpu_memory_utilization=0.5, kv_cache_memory_bytes=2**28)
+    llm = LLM("random:llama-1b:q4_k_m", **small)
+    alone = [llm.generate([p], params)[0].token_ids for p in prompts[:2]]
+    together = [o.token_ids for o in llm.generate(prompts, params)]
+    del llm
+    _release()
+    return alone, together
+
+
 def test_mixed_qkv_in_one_launch_gives_the_two_launches_tokens(monkeypatch):
     """random:llama-1b:q4_k_m (half its layers' qkv is Q4_K q, k and Q6_K v): one-token steps run
     those parts in one launch (kernels/gguf_gemv_mixed.py), captured in CUDA graphs; the greedy
     tokens equal KVSPILL_MIXED_GEMV=0's two launches, alone and five sequences at a time."""
-    prompts = _prompts([9, 200, 33, 70, 5])
-    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, detokenize=False)
-    small = dict(device="cuda", max_model_len=512, gpu_memory_utilization=0.5, kv_cache_memory_bytes=2**28)
     runs = []
     for switch in ("1", "0"):
         monkeypatch.setenv("KVSPILL_MIXED_GEMV", switch)
-        llm = LLM("random:llama-1b:q4_k_m", **small)
-        alone = [llm.generate([p], params)[0].token_ids for p in prompts[:2]]
-        runs.append((alone, [o.token_ids for o in llm.generate(prompts, params)]))
-        del llm
-        _release()
+        runs.append(_random_1b_q4_k_m_tokens())
     assert runs[0] == runs[1]
 
 
@@ -320,17 +327,10 @@ def test_norm_handoff_on_gguf_gives_the_separate_kernels_tokens(monkeypatch):
     the separate RMSNorm kernels: one-token steps in CUDA graphs, alone and five sequences at a
     time, the same greedy tokens (the handoff moves one rounding: a flip here says it matters)."""
     fused_calls = _spy_fused_layers(monkeypatch)
-    prompts = _prompts([9, 200, 33, 70, 5])
-    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, detokenize=False)
-    small = dict(device="cuda", max_model_len=512, gpu_memory_utilization=0.5, kv_cache_memory_bytes=2**28)
     runs = []
     for switch in ("0", "1"):
         monkeypatch.setenv("KVSPILL_NORM_HANDOFF", switch)
         fused_calls.clear()
-        llm = LLM("random:llama-1b:q4_k_m", **small)
-        alone = [llm.generate([p], params)[0].token_ids for p in prompts[:2]]
-        runs.append((alone, [o.token_ids for o in llm.generate(prompts, params)]))
+        runs.append(_random_1b_q4_k_m_tokens())
         assert bool(fused_calls) == (switch == "1")
-        del llm
-        _release()
     assert runs[1] == runs[0]
