@@ -10,9 +10,11 @@ set -u
 # handoff off / on on the bars' rows); none came, and an H100 decided the handoff (on for dense
 # models, call 2 there). Since 08:10 UTC an H200 runs the bars again: call1.sh with 600 s of device
 # time (llama.cpp built in the call), call3.sh with SHORT=1 (the rows on the defaults, about 200 s).
+# Since 2026-12-07 12:15 UTC (under 950 s of device time left, every try since 11:18 a failed
+# start): an H200 runs ../../2026-12-07-h200-rows/scripts/rows.sh (the rows without a peer, then
+# the GPU tests; about 330 s); call1.sh (llama.cpp built in the call) waits for a fuller session.
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  [ "${SHORT:-0}" = 1 ] && SHORT=1 exec bash bench/results/2026-12-07-fixed-kernels/scripts/call3.sh
-  exec bash bench/results/2026-12-06-h200-bars/scripts/call1.sh
+  exec bash bench/results/2026-12-07-h200-rows/scripts/rows.sh
 fi
 # Another card: call5.sh (08:30-09:26 UTC), call7.sh (09:42 UTC; done); since 10:40 UTC
 # call11.sh (GPU tests on the handoff for every format, the handoff's kernel tables, the int16-x
