@@ -9,7 +9,8 @@
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call11
 . bench/results/2026-12-06-h100-gated-down/scripts/prof.sh
-timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/model/test_random_q4km.py > $OUT/gpu_tests.txt 2>&1
+timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/model/test_random_q4km.py \
+  tests/kernels/test_greedy_argmax.py > $OUT/gpu_tests.txt 2>&1
 echo "gpu tests (defaults) rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L
 grep -E "^FAILED" $OUT/gpu_tests.txt | head -20 | tee -a $L
 Q="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB"
@@ -23,5 +24,6 @@ for r in a b; do
     [ $form = after ] && git apply -R $D
   done
 done
+A=470 . bench/results/2026-12-07-h200-rows/scripts/argmax_ab.sh  # since 12:30 UTC: about 90 s more
 (cd $OUT && tar czf call11.tgz *.txt && rm -f *.txt)
 echo "done at $(( $(date +%s) - T0 )) s" | tee -a $L

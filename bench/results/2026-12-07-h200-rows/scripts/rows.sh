@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# An H200 (prepared 2026-12-07 12:15 UTC; carry .whl; about 330 s): issue 54's rows that need no
+# An H200 (prepared 2026-12-07 12:15 UTC; carry .whl): issue 54's rows that need no
 # peer, on today's defaults (the norm handoff for every format, fused fp8 decode, the mixed qkv,
 # the gated down projection, the producers' tail loads), none of them measured on an H200 since
 # 2026-12-05 19:32: random 8B Q4_K_M 8K / 32K batch 1, 1 / 8 / 32 x 2K, 8B fp8 / bf16 8K, W1 8K
 # (the bench's floor ratio); 8K and 8 x 2K again; then the GPU tests on the defaults. No llama.cpp
 # (its build alone takes about 240 s): the ratios to it use its H200 figures of 2026-12-05 19:32
-# (../2026-12-05-h200-q41-configs/). Everything under $OUT is tarred at the end (8 files come back).
+# (../2026-12-05-h200-q41-configs/). Since 12:30 UTC also argmax_ab.sh (the lm_head's output widened
+# and its argmax in one kernel, uncommitted in the tree, against the step before; about 90 s).
+# Everything under $OUT is tarred at the end (8 files come back); about 420 s in all.
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh rows
 . bench/results/2026-12-06-h100-gated-down/scripts/prof.sh
@@ -24,7 +26,9 @@ prof k8_b 220 X=1 -- $R --kv-cache-memory 16GiB --ctx 8192
 prof c8_b 240 X=1 -- $R --kv-cache-memory 12GiB --ctx 2048 --concurrency 8
 prof fp8_b 260 X=1 -- --shape llama-8b:fp8 --steps 100 --kv-cache-memory 8GiB --ctx 8192
 prof bf16_b 280 X=1 -- --shape llama-8b --steps 100 --kv-cache-memory 8GiB --ctx 8192
-left 300 && { timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/model/test_random_q4km.py > $OUT/gpu_tests.txt 2>&1
+A=300 . bench/results/2026-12-07-h200-rows/scripts/argmax_ab.sh
+left 420 && { timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/model/test_random_q4km.py \
+  tests/kernels/test_greedy_argmax.py > $OUT/gpu_tests.txt 2>&1
   echo "gpu tests (defaults) rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L
   grep -E "^FAILED" $OUT/gpu_tests.txt | head -20 | tee -a $L; }
 (cd $OUT && tar czf rows.tgz *.txt *.jsonl && rm -f *.txt *.jsonl)
