@@ -8,6 +8,7 @@
 # sums instead. Today / after the sum, random 8B Q4_K_M at 8K and 32K, alternated twice.
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call11
+FINAL=$OUT OUT=/tmp/raw_out && mkdir -p $OUT  # outputs tarred into $FINAL at the end: a cut call still brings its log
 . bench/results/2026-12-06-h100-gated-down/scripts/prof.sh
 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/model/test_random_q4km.py \
   tests/kernels/test_greedy_argmax.py > $OUT/gpu_tests.txt 2>&1
@@ -25,5 +26,5 @@ for r in a b; do
   done
 done
 A=470 . bench/results/2026-12-07-h200-rows/scripts/argmax_ab.sh  # since 12:30 UTC: about 90 s more
-(cd $OUT && tar czf call11.tgz *.txt && rm -f *.txt)
+(cd $OUT && tar czf $FINAL/call11.tgz .)
 echo "done at $(( $(date +%s) - T0 )) s" | tee -a $L

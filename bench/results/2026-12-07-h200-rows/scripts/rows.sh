@@ -10,6 +10,7 @@
 # Everything under $OUT is tarred at the end (8 files come back); about 420 s in all.
 set -u
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh rows
+FINAL=$OUT OUT=/tmp/raw_out && mkdir -p $OUT  # outputs tarred into $FINAL at the end: a cut call still brings its log
 . bench/results/2026-12-06-h100-gated-down/scripts/prof.sh
 R="--shape llama-8b:q4_k_m --steps 100"
 prof k8 60 X=1 -- $R --kv-cache-memory 16GiB --ctx 8192
@@ -31,5 +32,5 @@ left 420 && { timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/
   tests/kernels/test_greedy_argmax.py > $OUT/gpu_tests.txt 2>&1
   echo "gpu tests (defaults) rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L
   grep -E "^FAILED" $OUT/gpu_tests.txt | head -20 | tee -a $L; }
-(cd $OUT && tar czf rows.tgz *.txt *.jsonl && rm -f *.txt *.jsonl)
+(cd $OUT && tar czf $FINAL/rows.tgz .)
 echo "done at $(( $(date +%s) - T0 )) s" | tee -a $L
