@@ -15,6 +15,7 @@ timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py te
 echo "gpu tests (defaults) rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L
 grep -E "^FAILED" $OUT/gpu_tests.txt | head -20 | tee -a $L
 Q="--shape llama-8b:q4_k_m --steps 100 --kv-cache-memory 16GiB"
+A=200 . bench/results/2026-12-07-h200-rows/scripts/argmax_ab.sh  # since 12:30 UTC (about 90 s) before the rest
 for h in 0 1; do prof q_tab_h$h 300 KVSPILL_PDL=0 KVSPILL_NORM_HANDOFF=$h -- $Q --ctx 8192 --kernels 10; done
 D=bench/results/2026-12-07-fixed-kernels/scripts/rstd_after_sum.diff
 for r in a b; do
@@ -25,6 +26,5 @@ for r in a b; do
     [ $form = after ] && git apply -R $D
   done
 done
-A=470 . bench/results/2026-12-07-h200-rows/scripts/argmax_ab.sh  # since 12:30 UTC: about 90 s more
 (cd $OUT && tar czf $FINAL/call11.tgz .)
 echo "done at $(( $(date +%s) - T0 )) s" | tee -a $L

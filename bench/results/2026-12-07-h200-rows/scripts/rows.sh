@@ -13,21 +13,26 @@ set -u
 FINAL=$OUT OUT=/tmp/raw_out && mkdir -p $OUT  # outputs tarred into $FINAL at the end: a cut call still brings its log
 . bench/results/2026-12-06-h100-gated-down/scripts/prof.sh
 R="--shape llama-8b:q4_k_m --steps 100"
-prof k8 60 X=1 -- $R --kv-cache-memory 16GiB --ctx 8192
-prof c1 80 X=1 -- $R --kv-cache-memory 12GiB --ctx 2048 --concurrency 1
-prof c8 100 X=1 -- $R --kv-cache-memory 12GiB --ctx 2048 --concurrency 8
-prof fp8 120 X=1 -- --shape llama-8b:fp8 --steps 100 --kv-cache-memory 8GiB --ctx 8192
-prof bf16 140 X=1 -- --shape llama-8b --steps 100 --kv-cache-memory 8GiB --ctx 8192
-left 160 && { timeout 45 python3 -m kvspill.bench --shape llama-1b --vram-budget 16GiB --ctx 8192 \
+# Since 12:50 UTC (under 470 s of device time left) the new kernel's checks and its A/B first.
+timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_greedy_argmax.py tests/engine/test_gpu.py \
+  -k "greedy or match_the_cpu_path or the_norm_handoff_is_every" > $OUT/gpu_tests_first.txt 2>&1
+echo "gpu tests (argmax kernel) rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/gpu_tests_first.txt)" | tee -a $L
+grep -E "^FAILED" $OUT/gpu_tests_first.txt | head -20 | tee -a $L
+A=150 . bench/results/2026-12-07-h200-rows/scripts/argmax_ab.sh
+prof k8 190 X=1 -- $R --kv-cache-memory 16GiB --ctx 8192
+prof c1 210 X=1 -- $R --kv-cache-memory 12GiB --ctx 2048 --concurrency 1
+prof c8 230 X=1 -- $R --kv-cache-memory 12GiB --ctx 2048 --concurrency 8
+prof fp8 250 X=1 -- --shape llama-8b:fp8 --steps 100 --kv-cache-memory 8GiB --ctx 8192
+prof bf16 270 X=1 -- --shape llama-8b --steps 100 --kv-cache-memory 8GiB --ctx 8192
+left 290 && { timeout 45 python3 -m kvspill.bench --shape llama-1b --vram-budget 16GiB --ctx 8192 \
   --new-tokens 64 --out $OUT/w1.jsonl > $OUT/w1.txt 2>&1
   echo "w1 rc $? at $(( $(date +%s) - T0 )) s: $(grep -oE '"(decode_tok_s|floor_ratio)": [0-9.]*' $OUT/w1.jsonl | tr '\n' ' ')" | tee -a $L; }
-prof c32 180 X=1 -- $R --kv-cache-memory 12GiB --ctx 2048 --concurrency 32
-prof k32 200 X=1 -- $R --kv-cache-memory 16GiB --ctx 32768
-prof k8_b 220 X=1 -- $R --kv-cache-memory 16GiB --ctx 8192
-prof c8_b 240 X=1 -- $R --kv-cache-memory 12GiB --ctx 2048 --concurrency 8
-prof fp8_b 260 X=1 -- --shape llama-8b:fp8 --steps 100 --kv-cache-memory 8GiB --ctx 8192
-prof bf16_b 280 X=1 -- --shape llama-8b --steps 100 --kv-cache-memory 8GiB --ctx 8192
-A=300 . bench/results/2026-12-07-h200-rows/scripts/argmax_ab.sh
+prof c32 310 X=1 -- $R --kv-cache-memory 12GiB --ctx 2048 --concurrency 32
+prof k32 330 X=1 -- $R --kv-cache-memory 16GiB --ctx 32768
+prof k8_b 350 X=1 -- $R --kv-cache-memory 16GiB --ctx 8192
+prof c8_b 370 X=1 -- $R --kv-cache-memory 12GiB --ctx 2048 --concurrency 8
+prof fp8_b 390 X=1 -- --shape llama-8b:fp8 --steps 100 --kv-cache-memory 8GiB --ctx 8192
+prof bf16_b 410 X=1 -- --shape llama-8b --steps 100 --kv-cache-memory 8GiB --ctx 8192
 left 420 && { timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/model/test_random_q4km.py \
   tests/kernels/test_greedy_argmax.py > $OUT/gpu_tests.txt 2>&1
   echo "gpu tests (defaults) rc $? at $(( $(date +%s) - T0 )) s: $(tail -1 $OUT/gpu_tests.txt)" | tee -a $L
