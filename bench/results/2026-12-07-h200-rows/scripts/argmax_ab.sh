@@ -4,6 +4,8 @@
 # sampler's two-level torch argmax: widen_argmax.diff reversed), W1 8K and random 8B Q4_K_M 8K,
 # batch 1, alternated twice.
 D=bench/results/2026-12-07-h200-rows/scripts/widen_argmax.diff
+# Only on a tree with widen_argmax_full.diff applied (uncommitted), which the A/B reverses in part.
+if [ -f kvspill/kernels/greedy_argmax.py ] && git apply -R --check $D 2>/dev/null; then
 for r in a b; do
   for form in kernel torch; do
     [ $form = torch ] && git apply -R $D
@@ -12,3 +14,6 @@ for r in a b; do
     [ $form = torch ] && git apply $D
   done
 done
+else
+  echo "argmax A/B skipped: widen_argmax_full.diff is not applied to this tree" | tee -a $L
+fi
