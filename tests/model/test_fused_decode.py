@@ -68,11 +68,11 @@ def _error(logits: Tensor, truth: Tensor) -> float:
 
 @pytest.mark.parametrize("fixture", ["tiny_llama_dir", "tiny_qwen2_dir", "tiny_qwen3_dir"])
 def test_the_fused_step_computes_the_usual_step(fixture, request, monkeypatch):
-    """fp8 models (the ones that fuse without the norm handoff): Qwen2 adds biases (q/k/v), Qwen3 normalizes q and k. The
-    truth is the float32 model's usual step on the same round-tripped fp8 weights; the bf16 fused
-    step is as close to it as the bf16 usual step (measured, % of the logits' norm, usual / fused:
-    Llama 2.97 / 2.31, Qwen2 0.94 / 1.06, Qwen3 2.00 / 2.09; a fused step without one residual add:
-    >50%)."""
+    """fp8 models (the ones that fuse without the norm handoff): Qwen2 adds biases (q/k/v), Qwen3
+    normalizes q and k. The truth is the float32 model's usual step on the same round-tripped fp8
+    weights; the bf16 fused step is as close to it as the bf16 usual step (measured, % of the
+    logits' norm, usual / fused: Llama 2.97 / 2.31, Qwen2 0.94 / 1.06, Qwen3 2.00 / 2.09; a fused
+    step without one residual add: >50%)."""
     monkeypatch.setenv("KVSPILL_NORM_HANDOFF", "0")  # the prologue form (the handoff's: below)
     path = request.getfixturevalue(fixture)
     model = _model(path, True)
