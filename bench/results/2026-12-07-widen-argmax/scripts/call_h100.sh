@@ -6,7 +6,7 @@
 # the patch (PDL off), beside call 8's table there without it.
 set -u
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  exec bash bench/results/2026-12-07-h200-bars-b/scripts/call_a.sh
+  exec bash bench/results/2026-12-07-widen-argmax/scripts/call_a.sh
 fi
 . bench/results/2026-12-04-h200-scale-pairs/scripts/prelude.sh call_h100
 . bench/results/2026-12-06-h100-gated-down/scripts/prof.sh
