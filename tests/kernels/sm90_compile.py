@@ -35,6 +35,7 @@ from kvspill.kernels import (  # noqa: E402
     gguf_gemv_offset,
     gguf_mma,
     gguf_mma_words,
+    greedy_argmax,
     merge_states,
     prefill_attention,
     rope_store,
@@ -342,6 +343,7 @@ SPARSE_CASES = [
     ("block selection: the union of entries", block_select._union_entries_kernel, dict(KVH=8, BP=64, LOG_BP=6), 4, 1, SELECT_TYPES),
     ("sparse block keys", sparse_kernels._block_keys_kernel, dict(KVH=8, GROUP=4, D=128, BN=sparse_kernels._BLOCKS_PER_PROGRAM, CPU_TIER=1, HAS_COUNT=True, SCORE_MASK=sparse_kernels._SCORE_MASK), 4, 1, SPARSE_TYPES),
     ("sparse cache update", sparse_kernels._cache_update_kernel, dict(KP=64, SP=256), 4, 1, CACHE_UPDATE_TYPES),
+    ("logits widened and their greedy argmax", greedy_argmax._widen_argmax_kernel, dict(CHUNK=1024, CHUNKS_PAD=128, WIDEN=True, PDL=True), 4, 1, {"wide_ptr": "*fp32", "part_max_ptr": "*fp32", "part_arg_ptr": "*i32", "counter_ptr": "*i32", "ids_ptr": "*i64"}),
     ("host block gather", uva_gather._gather_loop_kernel, dict(BLOCK_ELEMS=65536, CHUNK=uva_gather._CHUNK, HAS_SLOTS=True, NUM_PROGRAMS=33), 4, 1, {"ids_ptr": "*i64", "slots_ptr": "*i64"}),
 ]  # fmt: skip
 
