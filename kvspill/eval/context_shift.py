@@ -42,8 +42,9 @@ def _forced_nll(llm: LLM, token_ids: list[int], num_prompt: int) -> list[float]:
     original = model.compute_logits
     nll: list[float] = []
 
-    def forcing(hidden: torch.Tensor) -> torch.Tensor:
-        logits = original(hidden)  # [1, vocab]: one request, one sampled row per step
+    def forcing(hidden: torch.Tensor, widen: bool = True) -> torch.Tensor:
+        # [1, vocab] fp32, which widen=False callers take as well: one sampled row a step
+        logits = original(hidden)
         if num_prompt + len(nll) >= len(token_ids):  # async scheduling's extra step: dropped
             return logits
         target = token_ids[num_prompt + len(nll)]

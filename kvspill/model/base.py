@@ -7,7 +7,8 @@ implementation writes k/v into its paged cache (by `layer_idx`) and attends; the
 gets the attention output back.
 
 Invariants every model class keeps (checked by tests/model):
-- `forward(input_ids, positions, attention) -> hidden`; `compute_logits(hidden) -> float32`.
+- `forward(input_ids, positions, attention) -> hidden`; `compute_logits(hidden) -> float32`
+  (`widen=False`: the lm_head's dtype, for a caller that widens them in its own kernel).
 - Parameter names are Hugging Face's, except the fused `qkv_proj` and `gate_up_proj`, which
   `load_weights` builds from HF's `q/k/v_proj` and `gate/up_proj` as tensors arrive.
 - The softmax scale is `head_dim ** -0.5` for every supported family; the runner applies it.
@@ -57,8 +58,9 @@ class CausalLM(Protocol):
         """input_ids, positions: [num_tokens] int64 -> hidden: [num_tokens, hidden_size]."""
         ...
 
-    def compute_logits(self, hidden: Tensor) -> Tensor:
-        """hidden: [num_tokens, hidden_size] -> logits: [num_tokens, vocab_size] float32."""
+    def compute_logits(self, hidden: Tensor, widen: bool = True) -> Tensor:
+        """hidden: [num_tokens, hidden_size] -> logits: [num_tokens, vocab_size] float32, or with
+        widen=False in whatever dtype the lm_head gave them (the caller widens them)."""
         ...
 
     def load_weights(self, weights: Iterable[tuple[str, Tensor]]) -> set[str]:

@@ -390,17 +390,19 @@ class LlamaForCausalLM(nn.Module):
         """input_ids, positions: [num_tokens] int64 -> hidden: [num_tokens, hidden_size]."""
         return self.model(input_ids, positions, attention)
 
-    def compute_logits(self, hidden: Tensor) -> Tensor:
-        """hidden: [num_tokens, hidden_size] -> [num_tokens, vocab_size] float32."""
+    def compute_logits(self, hidden: Tensor, widen: bool = True) -> Tensor:
+        """hidden: [num_tokens, hidden_size] -> [num_tokens, vocab_size] float32; widen=False: in
+        the lm_head's output dtype (float32 under tensor parallelism, which gathers them so)."""
         project = getattr(self.lm_head, "project", None)  # quantized lm_head (model/quant.py)
         if project is not None:
-            logits = project(hidden).float()
+            logits = project(hidden)
         else:
             weight = self.lm_head.weight
             assert isinstance(weight, Tensor)
-            logits = dense_linear(hidden, weight).float()
+            logits = dense_linear(hidden, weight)
         if self.tp.size == 1:
-            return logits
+            return logits.float() if widen else logits
+        logits = logits.float()
         # [num_tokens, vocab_shard] per rank -> [num_tokens, vocab_size] on every rank
         return self.tp.all_gather_last(logits)[:, : self.config.vocab_size]
 

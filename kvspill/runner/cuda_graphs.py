@@ -33,7 +33,7 @@ from kvspill.plan.choices import batch_buckets
 from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.inputs import StepInputs
-from kvspill.sampling.sampler import greedy_argmax
+from kvspill.sampling.sampler import widen_and_greedy
 from kvspill.storage.storage import KVStorage
 
 if TYPE_CHECKING:
@@ -132,6 +132,8 @@ class DecodeGraphs:
         self.input_ids, self.positions, self.slot_mapping = self.i64[0], self.i64[1], self.i64[2]
         self.seq_lens = self.i32[:n]
         self.block_tables = self.i32[n:].view(n, max_blocks_per_seq)
+        # widen_and_greedy's arrival counters: 0 between steps (the kernel sets them back)
+        self.argmax_counters = torch.zeros(n, dtype=torch.int32, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         self.greedy_ids: dict[int, torch.Tensor] = {}
@@ -153,8 +155,7 @@ class DecodeGraphs:
         )
         attention = PagedAttention(self.storage, meta, self.scale)
         hidden = self.model(self.input_ids[:b], self.positions[:b], attention)
-        logits = self.model.compute_logits(hidden)
-        return logits, greedy_argmax(logits)
+        return widen_and_greedy(self.model.compute_logits(hidden, widen=False), self.argmax_counters)
 
     @torch.inference_mode()
     def capture(self) -> None:

@@ -35,7 +35,7 @@ from kvspill.runner.async_output import DeviceFeed
 from kvspill.runner.attention import AttentionMetadata, PagedAttention
 from kvspill.runner.cuda_graphs import DecodeGraphs, HostSets, capture_graph, reset_graphs
 from kvspill.runner.inputs import StepInputs
-from kvspill.sampling.sampler import greedy_argmax
+from kvspill.sampling.sampler import widen_and_greedy
 from kvspill.storage.storage import KVStorage
 
 logger = logging.getLogger(__name__)
@@ -138,15 +138,17 @@ def run_mixed_model(
     buffers: tuple[torch.Tensor, torch.Tensor],
     bucket: int,
     shape: MixedShape,
+    counters: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits [bucket + MIXED_GRAPH_PREFILLS, vocab], their argmax) over the static `buffers` (i64, i32):
-    what a capture records."""
+    what a capture records. `counters`: the argmax kernel's (int32, 0 between steps)."""
     i64, i32 = buffers
     n = bucket + shape.chunk
     attention = PagedAttention(storage, mixed_metadata(i64, i32, bucket, shape), scale)
     hidden = model(i64[0, :n], i64[1, :n], attention)
-    logits = model.compute_logits(hidden.index_select(0, i64[3, : bucket + MIXED_GRAPH_PREFILLS]))
-    return logits, greedy_argmax(logits)
+    sampled = hidden.index_select(0, i64[3, : bucket + MIXED_GRAPH_PREFILLS])
+    logits = model.compute_logits(sampled, widen=False)
+    return widen_and_greedy(logits, counters)
 
 
 def mixed_sample_index(inputs: StepInputs, bucket: int) -> list[int]:
@@ -165,6 +167,7 @@ class MixedGraphs:
         dev = self.storage.device
         self.i64 = torch.zeros((4, self.shape.rows), dtype=torch.int64, device=dev)
         self.i32 = torch.zeros(self.shape.i32_size, dtype=torch.int32, device=dev)
+        self.argmax_counters = torch.zeros(self.shape.rows, dtype=torch.int32, device=dev)  # 0 between steps
         self.host_sets = HostSets.pinned_twins(self.i64, self.i32)
         self.pool, self.capture_stream = decode.pool, decode.capture_stream
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -186,7 +189,10 @@ class MixedGraphs:
 
     def _capture_one(self, b: int) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
         def run() -> tuple[torch.Tensor, torch.Tensor]:
-            return run_mixed_model(self.model, self.storage, self.scale, (self.i64, self.i32), b, self.shape)
+            buffers = (self.i64, self.i32)
+            return run_mixed_model(
+                self.model, self.storage, self.scale, buffers, b, self.shape, self.argmax_counters
+            )
 
         return capture_graph(run, self.pool, self.capture_stream)
 

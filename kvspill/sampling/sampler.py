@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kvspill.guided.bitmask import GuideState, guided_mask_logits, to_device
+from kvspill.kernels.greedy_argmax import widen_and_argmax
 from kvspill.sampling.token_bans import apply_token_bans
 from kvspill.sampling_params import SamplingParams
 from kvspill.types import TokenLogprobs
@@ -290,42 +291,24 @@ class Sampler:
         return token_ids, logprobs
 
 
-# Below this vocabulary an argmax is one short kernel anyway.
-_TWO_LEVEL_MIN_VOCAB = 16384
-
-
-def _argmax_chunk(vocab: int) -> int:
-    """A chunk width for the two-level argmax: a divisor of vocab near 1024 (no padding copy), else 1024."""
-    for offset in range(0, 768):
-        for width in (1024 - offset, 1024 + offset):
-            if vocab % width == 0:
-                return width
-    return 1024
-
-
 def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
-    """argmax over the last dim of [num_rows, vocab], ties to the lowest id: [num_rows] long.
-
-    On CUDA a large vocabulary goes in two levels (max per chunk of about 1024 logits, then the
-    best chunk): torch's argmax of one 128K-logit row runs on one block, 26 us on an H100 against
-    about 10 us in two levels. Each level returns the first maximum, so ties still go to the
-    lowest id.
-    """
-    vocab = logits.shape[1]
-    if not logits.is_cuda or vocab < _TWO_LEVEL_MIN_VOCAB:
+    """argmax over the last dim of [num_rows, vocab], ties to the lowest id: [num_rows] long. On
+    CUDA one launch of `kernels/greedy_argmax` (torch's argmax of one 128K-logit row runs on one
+    block: 26 us on an H100)."""
+    if not logits.is_cuda:
         return logits.argmax(dim=-1)
-    return two_level_argmax(logits, _argmax_chunk(vocab))
+    return widen_and_argmax(logits.contiguous())[1]
 
 
-def two_level_argmax(logits: torch.Tensor, chunk: int) -> torch.Tensor:
-    """`greedy_argmax`'s CUDA path on any device: the max of each `chunk`-wide slice (padded with
-    -inf when chunk does not divide vocab), then the first slice holding the overall max."""
-    num_rows, vocab = logits.shape
-    pad = -vocab % chunk
-    x = torch.nn.functional.pad(logits, (0, pad), value=_NEG_INF) if pad else logits
-    chunk_max, chunk_arg = x.view(num_rows, -1, chunk).max(dim=-1)  # [num_rows, num_chunks]
-    best = chunk_max.argmax(dim=-1, keepdim=True)  # [num_rows, 1]
-    return chunk_arg.gather(1, best).squeeze(1) + best.squeeze(1) * chunk
+def widen_and_greedy(
+    logits: torch.Tensor, counters: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits as fp32, their greedy argmax): a step's last work on the lm_head's output, one
+    kernel on CUDA (`kernels/greedy_argmax.widen_and_argmax`, `counters` its arrival counters)."""
+    if logits.is_cuda:
+        return widen_and_argmax(logits.contiguous(), counters)
+    wide = logits.float()
+    return wide, wide.argmax(dim=-1)
 
 
 def _fill_logprobs(

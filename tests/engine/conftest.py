@@ -14,8 +14,8 @@ def _record_logits(llm) -> list[torch.Tensor]:
     model = llm.engine.runner.model
     original = model.compute_logits
 
-    def recording(hidden: torch.Tensor) -> torch.Tensor:
-        logits = original(hidden)
+    def recording(hidden: torch.Tensor, widen: bool = True) -> torch.Tensor:
+        logits = original(hidden)  # fp32 whatever `widen` asks: its callers take fp32 too
         recorded.append(logits.detach().clone())
         return logits
 

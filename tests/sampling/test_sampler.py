@@ -278,15 +278,11 @@ def test_seeded_state_with_runner_generator_and_per_call_engine_generator() -> N
     assert a == b
 
 
-@pytest.mark.parametrize("vocab, chunk", [(1000, 100), (1000, 64), (4099, 1024)])
-def test_two_level_argmax_equals_argmax_with_ties_to_the_lowest_id(vocab, chunk):
-    from kvspill.sampling.sampler import two_level_argmax
+def test_widen_and_greedy_on_the_cpu_widens_then_takes_torchs_argmax():
+    from kvspill.sampling.sampler import widen_and_greedy
 
-    gen = torch.Generator().manual_seed(vocab + chunk)
-    logits = torch.randn((6, vocab), generator=gen)
-    logits[1, [5, vocab - 1]] = 50.0  # a tie across chunks
-    logits[2, [chunk + 1, chunk + 2]] = 50.0  # a tie inside one chunk
-    logits[3, -1] = 50.0  # the max in the padded last chunk
-    logits[4] = 0.0  # all equal
-    assert torch.equal(two_level_argmax(logits, chunk), logits.argmax(dim=-1))
-    assert two_level_argmax(logits, chunk)[[1, 2, 4]].tolist() == [5, chunk + 1, 0]
+    logits = torch.randn((3, 300), generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    logits[1, [4, 200]] = 30.0
+    wide, ids = widen_and_greedy(logits)
+    assert wide.dtype == torch.float32 and torch.equal(wide, logits.float())
+    assert torch.equal(ids, logits.float().argmax(dim=-1)) and ids[1].item() == 4
