@@ -13,11 +13,16 @@ set -u
 # Since 2026-12-07 12:15 UTC (under 950 s of device time left, every try since 11:18 a failed
 # start): an H200 runs ../../2026-12-07-h200-rows/scripts/rows.sh (the rows without a peer, then
 # the GPU tests; about 330 s); call1.sh (llama.cpp built in the call) waits for a fuller session.
+# Since 2026-12-07 14:30 UTC (the argmax kernel landed, measured on an H100): an H200 runs
+# ../../2026-12-07-widen-argmax/scripts/call_a.sh (carry .whl and .peer-bin; llama.cpp built and
+# returned for call B, ../../2026-12-06-h100-gated-down/scripts/call30.sh, carrying the binaries).
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  exec bash bench/results/2026-12-07-h200-rows/scripts/rows.sh
+  exec bash bench/results/2026-12-07-widen-argmax/scripts/call_a.sh
 fi
 # Another card: call5.sh (08:30-09:26 UTC), call7.sh (09:42 UTC; done); since 10:40 UTC
 # call11.sh (GPU tests on the handoff for every format, the handoff's kernel tables, the int16-x
 # consumers' rstd after the lane sum; carry .whl; about 330 s).
-echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); call11.sh instead"
-exec bash bench/results/2026-12-07-fixed-kernels/scripts/call11.sh
+# Since 14:30 UTC (call11.sh ran at 14:09 UTC, ../../2026-12-07-widen-argmax/ call 1):
+# ../../2026-12-07-widen-argmax/scripts/call_rstd.sh (GPU tests with rstd_after_sum.diff, its A/B).
+echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); call_rstd.sh instead"
+exec bash bench/results/2026-12-07-widen-argmax/scripts/call_rstd.sh
