@@ -16,7 +16,9 @@ set -u
 # Since 2026-12-07 14:30 UTC (the argmax kernel landed, measured on an H100): an H200 runs
 # ../../2026-12-07-widen-argmax/scripts/call_a.sh (carry .whl and .peer-bin; llama.cpp built and
 # returned for call B, ../../2026-12-06-h100-gated-down/scripts/call30.sh, carrying the binaries).
+# With SHORT=1 (under 900 s of device time left) rows_lean.sh there instead (the rows, no peer).
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  [ "${SHORT:-0}" = 1 ] && exec bash bench/results/2026-12-07-widen-argmax/scripts/rows_lean.sh
   exec bash bench/results/2026-12-07-widen-argmax/scripts/call_a.sh
 fi
 # Another card: call5.sh (08:30-09:26 UTC), call7.sh (09:42 UTC; done); since 10:40 UTC
