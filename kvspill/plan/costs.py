@@ -46,7 +46,11 @@ from kvspill.plan.spec import ModelSpec
 # at 8K (220.9), 25 us for W1 8K (958.0); 22 us plans them at 0.98 / 0.97 / 1.06 and 8B fp8 at 8K
 # at 1.00 (bench/results/2026-12-03-h200-int16x-engine). It was 37-40 us on 2026-11-26 (H100 and
 # H200, docs/performance-history.md). The serial engine (--no-async-scheduling) adds 0.2-0.3 ms of
-# host work per step on top (47 us per layer was the fit before async scheduling).
+# host work per step on top (47 us per layer was the fit before async scheduling). Since
+# 2026-12-07 a dense or fp8 step's bytes leave out an untied token embedding (gathered, not
+# streamed: `PlanRequest.gathered_embedding_bytes`); 22 us then plans the H200 rows of 2026-12-05
+# (bench/results/2026-12-05-h200-q41-configs) at 1.00 (8B bf16 8K), 1.04 (fp8), 1.03 (W1), 1.01
+# (W3 32K) and the H100 rows of 2026-12-07 (2026-12-07-widen-argmax) at 0.91 / 0.93 / 0.93.
 STEP_OVERHEAD_PER_LAYER_S = 22e-6
 # Decode over fp8 or int8 KV in the gpu tier (CUDA): the decode kernel widens the values in
 # registers and its time follows the KV's bf16 bytes, not the stored ones; int8 also turns q, k, v

@@ -193,8 +193,20 @@ class PlanRequest:
     def weight_read_bytes(self) -> int:
         """The weights a step streams: those on the GPU less the scale pairs (a one-token step's
         GEMV reads the blocks alone; the batched steps' rates, plan/weights, are fit to the
-        blocks' bytes)."""
-        return self.weight_bytes - self.scale_pair_bytes
+        blocks' bytes) and less a gathered token embedding (`gathered_embedding_bytes`)."""
+        return max(0, self.weight_bytes - self.scale_pair_bytes - self.gathered_embedding_bytes)
+
+    @property
+    def gathered_embedding_bytes(self) -> int:
+        """An untied token embedding's bytes where decode reads the weights at HBM's rate (dense
+        and fp8 weights; the embedding is held at weight_dtype): a step gathers one row of it a
+        token and streams none. Counting it planned the 8B bf16 / fp8 rows at 8K 0.85-0.86 of an
+        H100's measured speed, 0.95 of an H200's (docs/performance-history.md, 2026-12-07). The
+        quantized formats' rates (plan/weights.QUANT_READ_GBS) are fit to all of a file's bytes,
+        its embedding included, so theirs stays counted."""
+        if self.spec.tie_word_embeddings or self.weight_read_gbs is not None:
+            return 0
+        return self.spec.vocab_size * self.spec.hidden_size * self.weight_dtype_bytes
 
     @property
     def scale_pair_bytes(self) -> int:

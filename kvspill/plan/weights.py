@@ -47,7 +47,9 @@ GGUF_BITS_PER_WEIGHT = {
 # - the other GGUF types (generic kernel): the generic kernel's Q4_K row,
 #   215.7 tok/s on an H100 (bench/results/2026-11-26-h100-gemv, --generic), kept the same way;
 # fp8 has no entry: its decode GEMV (kernels/fp8_gemv.py) reads at HBM speed like a dense matmul
-# (8B fp8 at 8K on an H200: 324.6 tok/s, planned 1.00 with the per-layer overhead).
+# (8B fp8 at 8K on an H200: 341.8 tok/s on 2026-12-05, planned 1.04 with the per-layer overhead and
+# its untied token embedding gathered, not streamed: PlanRequest.gathered_embedding_bytes). These
+# rates are fit to all of a file's bytes, its token embedding included.
 QUANT_READ_GBS = {
     "q4_k": 3180.0,
     "q4_k_m": 2910.0,

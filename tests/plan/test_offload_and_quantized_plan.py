@@ -105,3 +105,24 @@ def test_q8_0_plans_its_int16x_lanes_rows(measured):
     # Random llama-8b:q8_0 at 8K on H100s of 2.89 TB/s, the int16-x lanes with their swept table
     # (bench/results/2026-12-05-h200-q41-configs, calls 15-16); the generic kernel's rate planned 211.6.
     assert _8k_tok_s("q8_0", "h100", 2885.1) == pytest.approx(measured, rel=0.1)
+
+
+def test_a_gathered_token_embedding_is_not_streamed_at_hbm_rate():
+    """Dense and fp8 decode reads its weights at HBM's rate: an untied token embedding (a row
+    gathered a token) is not in the bytes a step streams. A tied one is the lm_head (streamed);
+    the quantized rates are fit to all of a file's bytes, so theirs keeps it."""
+    embedding = SPEC.vocab_size * SPEC.hidden_size * 2
+    assert not SPEC.tie_word_embeddings
+    for quantization in ("none", "fp8"):
+        request = _plan(vram_budget_bytes=40 * GiB, quantization=quantization).request
+        assert request.gathered_embedding_bytes == embedding
+        assert request.weight_read_bytes == request.weight_bytes - embedding
+    fp32 = _plan(vram_budget_bytes=60 * GiB, weight_dtype="float32").request
+    assert fp32.weight_read_bytes == fp32.weight_bytes - 2 * embedding
+    tied = _plan(spec=KNOWN_SHAPES["llama-1b"]).request
+    assert tied.spec.tie_word_embeddings and tied.weight_read_bytes == tied.weight_bytes
+    quantized = _plan(quantization="q4_k_m", max_num_seqs=1).request
+    assert quantized.gathered_embedding_bytes == 0
+    assert quantized.weight_read_bytes == quantized.weight_bytes
+    streamed = _plan(vram_budget_bytes=40 * GiB).decode.weights_s * DEFAULT_BANDWIDTHS.hbm_gbs * 1e9
+    assert streamed == pytest.approx(SPEC.weight_bytes(2) - embedding)
