@@ -172,8 +172,6 @@ def q4k_int16x_program(
         if TWO:
             x2 = x_ptr + stride_x + k * 256 + x_off
             acc2 += _q4k_int16x_step(words, g, hh, x2, x_ok, BLOCK_N, KL, USE_ASM, Q5)
-    if SUMS:
-        acc *= handed_rstd(sums, num_blocks * 256, eps)
     _store_lane_acc(
         out_ptr,
         bias_ptr,
@@ -187,6 +185,7 @@ def q4k_int16x_program(
         hand_w_ptr,
         scaled_ptr,
         part_ptr,
+        handed_rstd(sums, num_blocks * 256, eps) if SUMS else 1.0,
     )
     if TWO:
         _store_lane_acc(out_ptr + stride_o, bias_ptr, acc2, pid, rows, BLOCK_N, HAS_LINEAR_BIAS)
@@ -206,12 +205,14 @@ def _store_lane_acc(
     hand_w_ptr=None,
     scaled_ptr=None,
     part_ptr=None,
+    rstd=1.0,
 ):
     """One token's output row of the program's rows: the lanes' partial sums acc [BLOCK_N, KL]
-    summed over the lanes (+ bias), stored at out_ptr; RESIDUAL: added into it (the residual
-    stream, rounded as the RMSNorm kernel's add rounds), HANDOFF: then the next norm's part
-    (norm_handoff.NormHandoff)."""
-    out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N))
+    summed over the lanes, times rstd (a handed-off norm's, else 1: scaling the [BLOCK_N] sums,
+    not the partials, saves a multiply a partial) (+ bias), stored at out_ptr; RESIDUAL: added
+    into it (the residual stream, rounded as the RMSNorm kernel's add rounds), HANDOFF: then the
+    next norm's part (norm_handoff.NormHandoff)."""
+    out = tl.reshape(tl.sum(acc, axis=1), (1, BLOCK_N)) * rstd
     if not RESIDUAL:
         _store_lane_sums(out_ptr, bias_ptr, out, pid, rows, 0, 1, 1, BLOCK_N, HAS_LINEAR_BIAS)
     else:
@@ -712,8 +713,6 @@ def q6k_int16x_program(
         acc += _q6k_int16x_block(
             blk, sblk, ql_off, qh_off, sc_off, x_ptr + k * 256 + x_off, x_ok, BLOCK_N, KL, USE_ASM, SPLIT
         )
-    if SUMS:
-        acc *= handed_rstd(sums, num_blocks * 256, eps)
     _store_lane_acc(
         out_ptr,
         bias_ptr,
@@ -727,6 +726,7 @@ def q6k_int16x_program(
         hand_w_ptr,
         scaled_ptr,
         part_ptr,
+        handed_rstd(sums, num_blocks * 256, eps) if SUMS else 1.0,
     )
 
 
