@@ -19,6 +19,7 @@ set -u
 # With SHORT=1 (under 900 s of device time left) rows_lean.sh there instead (the rows, no peer).
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   [ "${SHORT:-0}" = 1 ] && exec bash bench/results/2026-12-07-widen-argmax/scripts/rows_lean.sh
+  ls .peer-bin/lcpp-bin.txz.* > /dev/null 2>&1 && exec bash bench/results/2026-12-06-h100-gated-down/scripts/call30.sh
   exec bash bench/results/2026-12-07-widen-argmax/scripts/call_a.sh
 fi
 # Another card: call5.sh (08:30-09:26 UTC), call7.sh (09:42 UTC; done); since 10:40 UTC
@@ -26,5 +27,9 @@ fi
 # consumers' rstd after the lane sum; carry .whl; about 330 s).
 # Since 14:30 UTC (call11.sh ran at 14:09 UTC, ../../2026-12-07-widen-argmax/ call 1):
 # ../../2026-12-07-widen-argmax/scripts/call_rstd.sh (GPU tests with rstd_after_sum.diff, its A/B).
-echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader); call_rstd.sh instead"
-exec bash bench/results/2026-12-07-widen-argmax/scripts/call_rstd.sh
+# Since 16:20 UTC (call_rstd.sh ran at 16:00, call 4 there; landed): without llama.cpp's binaries in
+# .peer-bin, ../../2026-12-07-peer-build/scripts/build_tabs.sh (the build and kernel tables); with
+# them, the bars' call on this card (../../2026-12-06-h100-gated-down/scripts/call30.sh).
+echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+ls .peer-bin/lcpp-bin.txz.* > /dev/null 2>&1 && exec bash bench/results/2026-12-06-h100-gated-down/scripts/call30.sh
+exec bash bench/results/2026-12-07-peer-build/scripts/build_tabs.sh
