@@ -9,6 +9,10 @@
 #               built binaries (lcpp-bin.txz.*, packed by a call that built them) builds from it:
 #               `bash bench/device_prep.sh build-peer` there (about 4 minutes on 16 cores).
 # Run here from the repository root (PyPI only): bash bench/device_prep.sh; carry [".whl", ".peer-bin"].
+# With llama.cpp's binaries in .peer-bin (about 42 MiB) both folders pass the 64 MiB a call may
+# carry only without the RAG index's and guided decoding's wheels, which no engine benchmark
+# imports: `bash bench/device_prep.sh slim` moves them (and the packed source, once binaries are
+# there) to .whl-held/, `unslim` brings them back.
 set -eu
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -64,10 +68,29 @@ build_peer() {
   fi
 }
 
+HELD_WHEELS="numkong usearch apache_tvm_ffi xgrammar google_re2"
+
+slim() {
+  mkdir -p .whl-held
+  local w; for w in $HELD_WHEELS; do mv .whl/"$w"-*.whl .whl-held/ 2> /dev/null || true; done
+  # built binaries need no source beside them
+  ls .peer-bin/lcpp-bin.txz.* > /dev/null 2>&1 && mv .peer-bin/lcpp-src.txz .whl-held/ 2> /dev/null || true
+  echo ".whl: $(du -sh .whl | cut -f1) (held back in .whl-held/: $(ls .whl-held | tr "\n" " "))"
+}
+
+unslim() {
+  mv .whl-held/*.whl .whl/ 2> /dev/null || true
+  [ -f .whl-held/lcpp-src.txz ] && mv .whl-held/lcpp-src.txz .peer-bin/
+  rmdir .whl-held 2> /dev/null || true
+  echo ".whl: $(ls .whl | wc -l) wheels, $(du -sh .whl | cut -f1)"
+}
+
 case "${1:-all}" in
   all) wheels; peer ;;
   wheels) wheels ;;
   peer) peer ;;
   build-peer) build_peer ;;
-  *) echo "usage: bench/device_prep.sh [all|wheels|peer|build-peer]"; exit 2 ;;
+  slim) slim ;;
+  unslim) unslim ;;
+  *) echo "usage: bench/device_prep.sh [all|wheels|peer|build-peer|slim|unslim]"; exit 2 ;;
 esac

@@ -17,6 +17,9 @@ set -u
 # ../../2026-12-07-widen-argmax/scripts/call_a.sh (carry .whl and .peer-bin; llama.cpp built and
 # returned for call B, ../../2026-12-06-h100-gated-down/scripts/call30.sh, carrying the binaries).
 # With SHORT=1 (under 900 s of device time left) rows_lean.sh there instead (the rows, no peer).
+# Since 2026-12-07 16:30 UTC .peer-bin holds llama.cpp's binaries (../../2026-12-07-peer-build/,
+# call 1; `bash bench/device_prep.sh slim` first, so .whl and .peer-bin fit the carry): an H200
+# runs the bars' call on them (call30.sh, about 450 s).
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   [ "${SHORT:-0}" = 1 ] && exec bash bench/results/2026-12-07-widen-argmax/scripts/rows_lean.sh
   ls .peer-bin/lcpp-bin.txz.* > /dev/null 2>&1 && exec bash bench/results/2026-12-06-h100-gated-down/scripts/call30.sh
