@@ -34,5 +34,7 @@ fi
 # .peer-bin, ../../2026-12-07-peer-build/scripts/build_tabs.sh (the build and kernel tables); with
 # them, the bars' call on this card (../../2026-12-06-h100-gated-down/scripts/call30.sh).
 echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-ls .peer-bin/lcpp-bin.txz.* > /dev/null 2>&1 && exec bash bench/results/2026-12-06-h100-gated-down/scripts/call30.sh
+# Since 16:55 UTC (call30.sh ran on an H100 at 16:19, call 2 there): with the binaries,
+# ../../2026-12-07-peer-build/scripts/tabs.sh (kernel tables, about 200 s).
+ls .peer-bin/lcpp-bin.txz.* > /dev/null 2>&1 && exec bash bench/results/2026-12-07-peer-build/scripts/tabs.sh
 exec bash bench/results/2026-12-07-peer-build/scripts/build_tabs.sh
