@@ -37,6 +37,5 @@ echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 # 16:55-17:15 UTC (call30.sh ran on an H100 at 16:19, call 2 there): with the binaries,
 # ../../2026-12-07-peer-build/scripts/tabs.sh (kernel tables; ran at 16:31, call 3 there).
 # Since 17:20 UTC: ../../2026-12-07-rows-regress/scripts/rows_ab.sh (the W3 / W5 rows before issue
-# 54 and now, alternated; carry .whl, .peer-bin and .devbench/old54; about 550 s).
-[ -d .devbench/old54/kvspill ] && exec bash bench/results/2026-12-07-rows-regress/scripts/rows_ab.sh
-exec bash bench/results/2026-12-07-peer-build/scripts/build_tabs.sh
+# 54 and now, alternated; the old tree from the copy's git; about 550 s).
+exec bash bench/results/2026-12-07-rows-regress/scripts/rows_ab.sh

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The W3 / W5 rows on issue 54's code beside the code before it (dad9dea, 2026-12-02 13:03, the
 # parent of its first kernel commit), alternated on one card: "no row of docs/performance.md gets
-# slower" checked on whatever card comes. Carry .whl and .devbench/old54
-# (`git archive dad9dea kvspill pyproject.toml | tar -x -C .devbench/old54`); about 550 s.
+# slower" checked on whatever card comes. Carry .whl; the old tree is made from the copy's git
+# (or carried as .devbench/old54, made the same way); about 550 s.
 set -u
 T0=$(date +%s)
 [ -d /tmp/site/fastapi ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
@@ -17,6 +17,9 @@ run() {  # timeout dir mode args...
   echo "rc $?: $(grep -v Warning $OUT/$3.log | tail -1 | cut -c1-200)" | tee -a $L
 }
 OLD=.devbench/old54
+if [ ! -d $OLD/kvspill ]; then
+  OLD=/tmp/old54; mkdir -p $OLD && git archive dad9dea kvspill pyproject.toml | tar -x -C $OLD || { echo "no old tree" | tee -a $L; exit 1; }
+fi
 A="--shape llama-8b --vram-budget 24GiB --cpu-kv-budget 40GiB --new-tokens 32"
 W5="--shape llama-8b --vram-budget 24GiB --cpu-kv-budget 18GiB --ctx 131072 --new-tokens 32 --cold-attention sparse --sparse-budget-tokens 4096"
 run 80 . new-w3-32k $A --ctx 32768
