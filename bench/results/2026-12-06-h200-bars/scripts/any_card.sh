@@ -37,5 +37,6 @@ echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 # 16:55-17:15 UTC (call30.sh ran on an H100 at 16:19, call 2 there): with the binaries,
 # ../../2026-12-07-peer-build/scripts/tabs.sh (kernel tables; ran at 16:31, call 3 there).
 # Since 17:20 UTC: ../../2026-12-07-rows-regress/scripts/rows_ab.sh (the W3 / W5 rows before issue
-# 54 and now, alternated; the old tree from the copy's git; about 550 s).
-exec bash bench/results/2026-12-07-rows-regress/scripts/rows_ab.sh
+# 54 and now, alternated; the old tree from the copy's git; about 550 s); since 18:55 UTC, first
+# ../../2026-12-07-words-x-split/scripts/call1.sh (words_x split over programs, about 420 s).
+exec bash bench/results/2026-12-07-words-x-split/scripts/call1.sh
