@@ -9,6 +9,8 @@
 // layer's K and V inside a block and the block stride. Work: tasks = (part, split of its
 // blocks), each over all kv heads so that a task streams whole contiguous K and V slabs of a
 // block (block_size * num_kv_heads * head_dim). Split partials merge by log-sum-exp at the end.
+// A part's last block may be partial (`last_tokens`: a decode row's block being filled): only its
+// first tokens are read, so the whole of a sequence's keys takes one call.
 // Output o, lse in fp32 (natural log).
 //
 // Speed (bench/results/2026-11-27-cpu-attention-kernel/): the arithmetic is fp32 FMAs on
@@ -106,7 +108,7 @@ struct Geometry {
 
 // Portable path (any head_dim, no AVX-512): per kv head, K and V rows to fp32 buffers first.
 void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t r1, const int64_t* ids, int64_t n,
-                 float scale, float* acc, float* m, float* l) {
+                         int last_n, float scale, float* acc, float* m, float* l) {
   const int D = g.head_dim, H = g.num_heads, KV = g.num_kv_heads, BS = g.block_size;
   const int group = H / KV;
   const int64_t rows = r1 - r0;
@@ -117,8 +119,9 @@ void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t 
   for (int64_t b = 0; b < n; ++b) {
     const int64_t base = ids[b] * g.block_stride;
     const int64_t sbase = per_token ? ids[b] * g.scale_block_stride : 0;
+    const int T = b + 1 == n ? last_n : BS;  // tokens of this block (s keeps rows of BS)
     for (int h = 0; h < KV; ++h) {
-      for (int t = 0; t < BS; ++t) {
+      for (int t = 0; t < T; ++t) {
         const int64_t th = static_cast<int64_t>(t) * KV + h;
         float ks = per_token ? g.scales[sbase + g.k_scale_off + th * g.scale_row_stride] : g.k_scale;
         load_row(g.pool, g.dtype, base + g.k_off + th * g.row_stride, D, ks, &kf[static_cast<size_t>(t) * D]);
@@ -127,7 +130,7 @@ void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t 
       for (int64_t i = 0; i < nr; ++i) {
         const int64_t r = i / group, head = static_cast<int64_t>(h) * group + i % group;
         const float* qi = q + ((r0 + r) * H + head) * D;
-        for (int t = 0; t < BS; ++t) {
+        for (int t = 0; t < T; ++t) {
           const float* kt = &kf[static_cast<size_t>(t) * D];
           float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
@@ -135,7 +138,7 @@ void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t 
           s[i * BS + t] = dot * scale;
         }
       }
-      for (int t = 0; t < BS; ++t) {
+      for (int t = 0; t < T; ++t) {
         const int64_t th = static_cast<int64_t>(t) * KV + h;
         float vs = per_token ? g.scales[sbase + g.v_scale_off + th * g.scale_row_stride] : g.v_scale;
         load_row(g.pool, g.dtype, base + g.v_off + th * g.row_stride, D, vs, &vf[static_cast<size_t>(t) * D]);
@@ -145,11 +148,11 @@ void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t 
         const int64_t mi = r * H + head;
         float* si = &s[i * BS];
         float bmax = si[0];
-        for (int t = 1; t < BS; ++t) bmax = si[t] > bmax ? si[t] : bmax;
+        for (int t = 1; t < T; ++t) bmax = si[t] > bmax ? si[t] : bmax;
         const float m_new = m[mi] > bmax ? m[mi] : bmax;
         const float alpha = std::exp(m[mi] - m_new);  // 0 on the first block (m = -inf)
         float psum = 0.f;
-        for (int t = 0; t < BS; ++t) {
+        for (int t = 0; t < T; ++t) {
           si[t] = std::exp(si[t] - m_new);
           psum += si[t];
         }
@@ -158,7 +161,7 @@ void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t 
         float* ai = acc + mi * D;
 #pragma omp simd
         for (int d = 0; d < D; ++d) ai[d] *= alpha;
-        for (int t = 0; t < BS; ++t) {
+        for (int t = 0; t < T; ++t) {
           const float p = si[t];
           const float* vt = &vf[static_cast<size_t>(t) * D];
 #pragma omp simd
@@ -172,18 +175,18 @@ void attend_task_generic(const Geometry& g, const float* q, int64_t r0, int64_t 
 
 #include "cpu_attention_avx512.h"  // the AVX-512 paths (attend_task_avx512)
 
-// One task: rows [r0, r1) of q over blocks ids[0..n); writes un-normalized acc [rows, heads, dim],
-// running max m and sum l [rows, heads].
+// One task: rows [r0, r1) of q over blocks ids[0..n), the last one's first last_n tokens;
+// writes un-normalized acc [rows, heads, dim], running max m and sum l [rows, heads].
 void attend_task(const Geometry& g, const float* q, int64_t r0, int64_t r1, const int64_t* ids, int64_t n,
-                 float scale, float* acc, float* m, float* l) {
+                 int last_n, float scale, float* acc, float* m, float* l) {
   const int64_t rh = (r1 - r0) * g.num_heads;
   for (int64_t i = 0; i < rh; ++i) {
     m[i] = -std::numeric_limits<float>::infinity();
     l[i] = 0.f;
   }
   std::memset(acc, 0, sizeof(float) * rh * g.head_dim);
-  if (!attend_task_avx512(g, q, r0, r1, ids, n, scale, acc, m, l))
-    attend_task_generic(g, q, r0, r1, ids, n, scale, acc, m, l);
+  if (!attend_task_avx512(g, q, r0, r1, ids, n, last_n, scale, acc, m, l))
+    attend_task_generic(g, q, r0, r1, ids, n, last_n, scale, acc, m, l);
 }
 
 }  // namespace
@@ -194,12 +197,15 @@ extern "C" {
 // and block ids ids[block_start[p] .. block_start[p+1]). o: [num_rows, num_heads, head_dim],
 // lse: [num_rows, num_heads], fp32; only the parts' rows are written (no keys: o 0, lse -inf).
 // split_blocks: blocks per task (a part of n blocks runs as ceil(n / split_blocks) tasks).
+// last_tokens: null (every block full) or [num_parts], the tokens of each part's last block
+// (1 .. block_size).
 int kvspill_cpu_attend(const float* q, int64_t num_heads, const void* pool, int dtype, int64_t block_stride,
                        int64_t k_off, int64_t v_off, int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
                        int64_t row_stride, const float* scales, int64_t scale_block_stride, int64_t k_scale_off,
                        int64_t v_scale_off, int64_t scale_row_stride,
                        float k_scale, float v_scale, const int64_t* ids, const int64_t* block_start,
-                       const int64_t* row_start, const int64_t* row_end, int64_t num_parts, float scale,
+                       const int64_t* row_start, const int64_t* row_end, const int64_t* last_tokens,
+                       int64_t num_parts, float scale,
                        int64_t split_blocks, int num_threads, float* o, float* lse) {
   if (num_heads % num_kv_heads != 0 || split_blocks < 1) return 1;
   Geometry g{pool,
@@ -220,15 +226,18 @@ int kvspill_cpu_attend(const float* q, int64_t num_heads, const void* pool, int 
              k_scale,
              v_scale};
   // Task list: (part, first block, num blocks); each task's partial has its own scratch.
-  std::vector<int64_t> t_part, t_b0, t_n, t_off;
+  std::vector<int64_t> t_part, t_b0, t_n, t_off, t_last;
   int64_t scratch = 0;
   for (int64_t p = 0; p < num_parts; ++p) {
     const int64_t nb = block_start[p + 1] - block_start[p];
     const int64_t rows = row_end[p] - row_start[p];
+    const int64_t last = last_tokens ? last_tokens[p] : block_size;
+    if (nb > 0 && (last < 1 || last > block_size)) return 2;
     for (int64_t b0 = 0; b0 < nb; b0 += split_blocks) {
       t_part.push_back(p);
       t_b0.push_back(block_start[p] + b0);
       t_n.push_back(nb - b0 < split_blocks ? nb - b0 : split_blocks);
+      t_last.push_back(b0 + split_blocks >= nb ? last : block_size);
       t_off.push_back(scratch);
       scratch += rows * num_heads * (head_dim + 2);
     }
@@ -240,7 +249,8 @@ int kvspill_cpu_attend(const float* q, int64_t num_heads, const void* pool, int 
     const int64_t p = t_part[t];
     const int64_t rh = (row_end[p] - row_start[p]) * num_heads;
     float* acc = &buf[t_off[t]];
-    attend_task(g, q, row_start[p], row_end[p], ids + t_b0[t], t_n[t], scale, acc, acc + rh * head_dim,
+    attend_task(g, q, row_start[p], row_end[p], ids + t_b0[t], t_n[t], static_cast<int>(t_last[t]), scale, acc,
+                acc + rh * head_dim,
                 acc + rh * (head_dim + 1));
   }
   // Merge each part's task partials: o = sum_t e^(m_t - M) acc_t / sum_t e^(m_t - M) l_t.

@@ -7,7 +7,9 @@ Shapes:
            (row_dim = head_dim, or head_dim + 4 for int8: kernels/kv_quant.py)
     parts: `CpuParts`: part p owns q rows [row_start[p], row_end[p]) and block ids
            block_ids[block_start[p] : block_start[p + 1]]; every row of a part sees every key of
-           its blocks (cold blocks precede every query: no mask, see attention/cold/merge.py)
+           its blocks (cold blocks precede every query: no mask, see attention/cold/merge.py);
+           with `last_tokens`, part p's last block holds only its first last_tokens[p] keys
+           (a decode row's block being filled), the rest of that block is never read
     out:   o [num_rows, num_heads, head_dim] float32, lse [num_rows, num_heads] float32 (natural
            log); the parts' rows are written, other rows are left alone
 
@@ -79,6 +81,30 @@ class CpuParts:
     block_start: np.ndarray  # [num_parts + 1]
     row_start: np.ndarray  # [num_parts]
     row_end: np.ndarray  # [num_parts]
+    last_tokens: np.ndarray | None = None  # [num_parts], keys of each part's last block; None: all full
+
+    def __post_init__(self) -> None:
+        # Held as the kernel reads them (contiguous int64), once: a decode step's parts serve
+        # every layer, and per-call conversions were a tenth of the embedded model's CPU step.
+        names = ("block_ids", "block_start", "row_start", "row_end") + (
+            () if self.last_tokens is None else ("last_tokens",)
+        )
+        for name in names:
+            object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int64))
+
+    @functools.cached_property
+    def largest_id(self) -> int:
+        """The largest block id (-1 with none); ids below 0 fail here."""
+        if not len(self.block_ids):
+            return -1
+        assert int(self.block_ids.min()) >= 0, "negative block id"
+        return int(self.block_ids.max())
+
+    @functools.cached_property
+    def pointers(self) -> tuple[ctypes.c_void_p | None, ...]:
+        """The kernel's arguments ids, block_start, row_start, row_end, last_tokens (or None)."""
+        arrays = (self.block_ids, self.block_start, self.row_start, self.row_end)
+        return (*(_ptr(a) for a in arrays), None if self.last_tokens is None else _ptr(self.last_tokens))
 
     @staticmethod
     def single(block_ids: np.ndarray | list[int], row_start: int, row_end: int) -> CpuParts:
@@ -191,9 +217,7 @@ def cpu_paged_attention(
     assert o.dtype == lse.dtype == torch.float32 and o.is_contiguous() and lse.is_contiguous()
     assert q.shape == o.shape and q.shape[2] == head_dim and q.shape[1] % num_kv_heads == 0
     assert kv_layer.dtype in _DTYPE_CODES, f"no CPU attention for KV dtype {kv_layer.dtype}"
-    ids = np.ascontiguousarray(parts.block_ids, dtype=np.int64)
-    if len(ids):
-        assert 0 <= int(ids.min()) and int(ids.max()) < num_blocks, "block id outside the pool"
+    assert parts.largest_id < num_blocks, "block id outside the pool"
     q32 = q.to(torch.float32).contiguous()
     k_scale, v_scale = _layer_scales(kv_layer.dtype, scales, layer_idx)
     per_row = kv_layer.dtype == torch.int8
@@ -206,9 +230,6 @@ def cpu_paged_attention(
     v_scale_off = k_scale_off + block_size * num_kv_heads if per_row else 0
     block_stride = kv_layer.stride(0)
     threads = num_threads or torch.get_num_threads()
-    starts = [
-        np.ascontiguousarray(a, dtype=np.int64) for a in (parts.block_start, parts.row_start, parts.row_end)
-    ]
     i64, f32 = ctypes.c_int64, ctypes.c_float
     status = lib.kvspill_cpu_attend(
         _ptr(q32), i64(q.shape[1]), _ptr(kv_layer), ctypes.c_int(_DTYPE_CODES[kv_layer.dtype]),
@@ -217,9 +238,13 @@ def cpu_paged_attention(
         _ptr(kv_layer) if per_row else None,
         i64(block_stride // 4 if per_row else 0),
         i64(k_scale_off), i64(v_scale_off), i64(1 if per_row else 0), f32(k_scale), f32(v_scale),
-        _ptr(ids), *(_ptr(a) for a in starts), i64(parts.num_parts), f32(scale),
-        i64(_split_blocks(len(ids), threads)), ctypes.c_int(threads), _ptr(o), _ptr(lse),
+        *parts.pointers, i64(parts.num_parts), f32(scale),
+        i64(_split_blocks(len(parts.block_ids), threads)), ctypes.c_int(threads), _ptr(o), _ptr(lse),
     )  # fmt: skip
+    if status == 2:
+        raise ValueError(
+            "cpu_paged_attention: last_tokens must lie in 1 .. block_size for every part with blocks"
+        )
     if status != 0:
         raise ValueError(
             f"cpu_paged_attention: num_heads must be a multiple of num_kv_heads (status {status})"
@@ -268,6 +293,9 @@ def cpu_paged_attention_ref(
         kv = dequantize_blocks(kv_layer.index_select(0, index), layer_idx, scales)
         k = kv[:, 0].reshape(-1, num_kv_heads, head_dim)  # [num_keys, kv, dim]
         v = kv[:, 1].reshape(-1, num_kv_heads, head_dim)
+        if parts.last_tokens is not None and len(index):  # the last block's unfilled tail
+            keys = len(k) - kv.shape[2] + int(parts.last_tokens[p])
+            k, v = k[:keys], v[:keys]
         qg = q[r0:r1].float().unflatten(1, (num_kv_heads, -1))  # [rows, kv, group, dim]
         s = torch.einsum("rkgd,nkd->rkgn", qg, k) * scale
         lse_p = torch.logsumexp(s, -1)  # -inf with no keys

@@ -73,23 +73,25 @@ inline __mmask16 tail_mask(int n, int t) {
   return n - t >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - t)) - 1);
 }
 
-// The online-softmax step of one kv head's folded rows: scores s [nr, BS] become p, each row's
-// running max m and sum l are updated and its acc row is scaled by e^(m_old - m_new).
-inline void online_softmax(int64_t nr, int BS, int D, const int64_t* rows, float* s, float* acc, float* m, float* l) {
+// The online-softmax step of one kv head's folded rows: scores s [nr, BS] (the first T of each
+// row are the block's) become p, each row's running max m and sum l are updated and its acc row
+// is scaled by e^(m_old - m_new).
+inline void online_softmax(int64_t nr, int T, int BS, int D, const int64_t* rows, float* s, float* acc, float* m,
+                           float* l) {
   for (int64_t i = 0; i < nr; ++i) {
     const int64_t mi = rows[i];
     float* si = s + i * BS;
     __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int t = 0; t < BS; t += 16) {
-      const __mmask16 k = tail_mask(BS, t);
+    for (int t = 0; t < T; t += 16) {
+      const __mmask16 k = tail_mask(T, t);
       vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, k, si + t));
     }
     const float bmax = _mm512_reduce_max_ps(vmax);
     const float m_new = m[mi] > bmax ? m[mi] : bmax;
     const __m512 mv = _mm512_set1_ps(m_new);
     __m512 psum = _mm512_setzero_ps();
-    for (int t = 0; t < BS; t += 16) {
-      const __mmask16 k = tail_mask(BS, t);
+    for (int t = 0; t < T; t += 16) {
+      const __mmask16 k = tail_mask(T, t);
       const __m512 p = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, si + t), mv)));
       _mm512_mask_storeu_ps(si + t, k, p);
       psum = _mm512_add_ps(psum, p);
@@ -128,9 +130,10 @@ struct Prefetch {
 // head h * group + i % group), `rows[i]` its row * num_heads + head (rows relative to the
 // task's first). kRowTile rows share each conversion of a K or V vector; a short last tile runs
 // padded (its extra rows are computed from row i0's data and never stored) so that every loop
-// over rows has a constant trip count and the accumulators stay in registers. s: [nr, BS].
+// over rows has a constant trip count and the accumulators stay in registers. s: [nr, BS]; the
+// block's first T tokens are read (a partial last block: T < BS).
 template <int DT>
-void block_head_avx512(const Geometry& g, const float* q, int64_t nr, int64_t base, int64_t sbase, int h,
+void block_head_avx512(const Geometry& g, const float* q, int64_t nr, int64_t base, int64_t sbase, int h, int T,
                        float scale, const int64_t* rows, float* s, float* acc, float* m, float* l, Prefetch& pf) {
   const int D = g.head_dim, KV = g.num_kv_heads, BS = g.block_size, C = D / 16;
   const int64_t k_per_token = (pf.n + BS - 1) / BS, v_per_step = (pf.n + BS * C - 1) / (BS * C);
@@ -138,7 +141,7 @@ void block_head_avx512(const Geometry& g, const float* q, int64_t nr, int64_t ba
     const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
     const float* qr[kRowTile];
     for (int j = 0; j < kRowTile; ++j) qr[j] = q + rows[i0 + (j < nt ? j : 0)] * D;
-    for (int t = 0; t < BS; ++t) {
+    for (int t = 0; t < T; ++t) {
       pf.k_lines(k_per_token);
       const int64_t th = static_cast<int64_t>(t) * KV + h;
       const float ks = (DT == INT8 ? g.scales[sbase + g.k_scale_off + th * g.scale_row_stride] : g.k_scale) * kRawScale<DT>;
@@ -153,9 +156,9 @@ void block_head_avx512(const Geometry& g, const float* q, int64_t nr, int64_t ba
       for (int j = 0; j < nt; ++j) s[(i0 + j) * BS + t] = dots[j];
     }
   }
-  online_softmax(nr, BS, D, rows, s, acc, m, l);
+  online_softmax(nr, T, BS, D, rows, s, acc, m, l);
   if constexpr (DT != F32 && DT != BF16 && DT != F16) {  // each token's V scale weights its p
-    for (int t = 0; t < BS; ++t) {
+    for (int t = 0; t < T; ++t) {
       const int64_t th = static_cast<int64_t>(t) * KV + h;
       const float vs = (DT == INT8 ? g.scales[sbase + g.v_scale_off + th * g.scale_row_stride] : g.v_scale) * kRawScale<DT>;
       for (int64_t i = 0; i < nr; ++i) s[i * BS + t] *= vs;
@@ -168,7 +171,7 @@ void block_head_avx512(const Geometry& g, const float* q, int64_t nr, int64_t ba
     for (int c = 0; c < C; ++c) {
       __m512 a[kRowTile];
       for (int j = 0; j < kRowTile; ++j) a[j] = _mm512_loadu_ps(acc + rows[ri[j]] * D + c * 16);
-      for (int t = 0; t < BS; ++t) {
+      for (int t = 0; t < T; ++t) {
         pf.v_lines(v_per_step);
         const int64_t th = static_cast<int64_t>(t) * KV + h;
         const __m512 vc = load16<DT>(g.pool, base + g.v_off + th * g.row_stride + c * 16);
@@ -193,7 +196,7 @@ inline void split_bf16(const uint16_t* src, __m512& even, __m512& odd) {
 }
 
 template <int kC>  // chunks of 32 values per row: a constant (2: head_dim 64, 4: 128) unrolls; 0: D / 32
-void block_head_bf16(const Geometry& g, const float* qs, int64_t nr, int64_t base, int h, float scale,
+void block_head_bf16(const Geometry& g, const float* qs, int64_t nr, int64_t base, int h, int T, float scale,
                      const int64_t* rows, float* s, float* acc, float* m, float* l, Prefetch& pf) {
   const int D = g.head_dim, KV = g.num_kv_heads, BS = g.block_size, C = kC ? kC : D / 32;
   const int64_t k_per_token = (pf.n + BS - 1) / BS, v_per_step = (pf.n + BS * C - 1) / (BS * C);
@@ -202,7 +205,7 @@ void block_head_bf16(const Geometry& g, const float* qs, int64_t nr, int64_t bas
     const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
     const float* qr[kRowTile];
     for (int j = 0; j < kRowTile; ++j) qr[j] = qs + rows[i0 + (j < nt ? j : 0)] * D;
-    for (int t = 0; t < BS; ++t) {
+    for (int t = 0; t < T; ++t) {
       pf.k_lines(k_per_token);
       const uint16_t* src = pool + base + g.k_off + (static_cast<int64_t>(t) * KV + h) * g.row_stride;
       __m512 a[kRowTile], b[kRowTile];  // even and odd dims: two chains per row
@@ -222,7 +225,7 @@ void block_head_bf16(const Geometry& g, const float* qs, int64_t nr, int64_t bas
       for (int j = 0; j < kRowTile; ++j) s[(i0 + j) * BS + t] = dots[j];  // s has whole tiles of rows
     }
   }
-  online_softmax(nr, BS, D, rows, s, acc, m, l);
+  online_softmax(nr, T, BS, D, rows, s, acc, m, l);
   for (int64_t i0 = 0; i0 < nr; i0 += kRowTile) {
     const int nt = static_cast<int>(nr - i0 < kRowTile ? nr - i0 : kRowTile);
     int64_t ri[kRowTile];
@@ -233,7 +236,7 @@ void block_head_bf16(const Geometry& g, const float* qs, int64_t nr, int64_t bas
         a[j] = _mm512_loadu_ps(acc + rows[ri[j]] * D + c * 32);
         b[j] = _mm512_loadu_ps(acc + rows[ri[j]] * D + c * 32 + 16);
       }
-      for (int t = 0; t < BS; ++t) {
+      for (int t = 0; t < T; ++t) {
         pf.v_lines(v_per_step);
         __m512 ve, vo;
         split_bf16(pool + base + g.v_off + (static_cast<int64_t>(t) * KV + h) * g.row_stride + c * 32, ve, vo);
@@ -274,7 +277,7 @@ void pair_order(float* x, int64_t n, int D, bool forward) {
 
 template <int DT>
 void task_avx512(const Geometry& g, const float* q, int64_t r0, int64_t r1, const int64_t* ids, int64_t n,
-                 float scale, float* acc, float* m, float* l) {
+                 int last_n, float scale, float* acc, float* m, float* l) {
   const int group = g.num_heads / g.num_kv_heads;
   const int64_t nr = (r1 - r0) * group;
   std::vector<float> s(static_cast<size_t>((nr + kRowTile - 1) / kRowTile * kRowTile) * g.block_size);
@@ -296,6 +299,7 @@ void task_avx512(const Geometry& g, const float* q, int64_t r0, int64_t r1, cons
     const int64_t base = ids[b] * g.block_stride;
     const int64_t sbase = DT == INT8 ? ids[b] * g.scale_block_stride : 0;
     const int64_t next = b + 1 < n ? ids[b + 1] * g.block_stride : -1;
+    const int T = b + 1 == n ? last_n : g.block_size;
     for (int h = 0; h < g.num_kv_heads; ++h) {
       // the next block, fetched to L2 a share per head (the heads walk a block with a stride)
       const int64_t lo = slab_lines * h / g.num_kv_heads, hi = slab_lines * (h + 1) / g.num_kv_heads;
@@ -306,13 +310,13 @@ void task_avx512(const Geometry& g, const float* q, int64_t r0, int64_t r1, cons
         pf.n = hi - lo;
       }
       if (paired && g.head_dim == 128)
-        block_head_bf16<4>(g, qs.data(), nr, base, h, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
+        block_head_bf16<4>(g, qs.data(), nr, base, h, T, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
       else if (paired && g.head_dim == 64)
-        block_head_bf16<2>(g, qs.data(), nr, base, h, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
+        block_head_bf16<2>(g, qs.data(), nr, base, h, T, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
       else if (paired)
-        block_head_bf16<0>(g, qs.data(), nr, base, h, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
+        block_head_bf16<0>(g, qs.data(), nr, base, h, T, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
       else
-        block_head_avx512<DT>(g, qt, nr, base, sbase, h, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
+        block_head_avx512<DT>(g, qt, nr, base, sbase, h, T, scale, rows.data() + h * nr, s.data(), acc, m, l, pf);
     }
   }
   if (paired) pair_order(acc, rh, g.head_dim, false);
@@ -320,21 +324,21 @@ void task_avx512(const Geometry& g, const float* q, int64_t r0, int64_t r1, cons
 
 // true when the AVX-512 path ran
 bool attend_task_avx512(const Geometry& g, const float* q, int64_t r0, int64_t r1, const int64_t* ids, int64_t n,
-                        float scale, float* acc, float* m, float* l) {
+                        int last_n, float scale, float* acc, float* m, float* l) {
   if (g.head_dim % 16 != 0) return false;
   switch (g.dtype) {
-    case F32: task_avx512<F32>(g, q, r0, r1, ids, n, scale, acc, m, l); return true;
-    case BF16: task_avx512<BF16>(g, q, r0, r1, ids, n, scale, acc, m, l); return true;
-    case F16: task_avx512<F16>(g, q, r0, r1, ids, n, scale, acc, m, l); return true;
-    case FP8_E4M3: task_avx512<FP8_E4M3>(g, q, r0, r1, ids, n, scale, acc, m, l); return true;
-    case FP8_E5M2: task_avx512<FP8_E5M2>(g, q, r0, r1, ids, n, scale, acc, m, l); return true;
-    case INT8: task_avx512<INT8>(g, q, r0, r1, ids, n, scale, acc, m, l); return true;
+    case F32: task_avx512<F32>(g, q, r0, r1, ids, n, last_n, scale, acc, m, l); return true;
+    case BF16: task_avx512<BF16>(g, q, r0, r1, ids, n, last_n, scale, acc, m, l); return true;
+    case F16: task_avx512<F16>(g, q, r0, r1, ids, n, last_n, scale, acc, m, l); return true;
+    case FP8_E4M3: task_avx512<FP8_E4M3>(g, q, r0, r1, ids, n, last_n, scale, acc, m, l); return true;
+    case FP8_E5M2: task_avx512<FP8_E5M2>(g, q, r0, r1, ids, n, last_n, scale, acc, m, l); return true;
+    case INT8: task_avx512<INT8>(g, q, r0, r1, ids, n, last_n, scale, acc, m, l); return true;
     default: return false;
   }
 }
 #else
-bool attend_task_avx512(const Geometry&, const float*, int64_t, int64_t, const int64_t*, int64_t, float, float*,
-                        float*, float*) {
+bool attend_task_avx512(const Geometry&, const float*, int64_t, int64_t, const int64_t*, int64_t, int, float,
+                        float*, float*, float*) {
   return false;
 }
 #endif

@@ -37,14 +37,14 @@ from kvspill.attention.cold.dispatch import ColdStep
 from kvspill.attention.cold.merge import merge_partials
 from kvspill.attention.sparse.anchor import AnchorCapture
 from kvspill.env import switch_on
-from kvspill.kernels.cpu_attention import load_kernel
+from kvspill.kernels.cpu_attention import CpuParts, load_kernel
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.fused_ops import apply_rope
 from kvspill.kernels.kv_quant import rotate, rotate_rows
 from kvspill.kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
 from kvspill.kernels.rope_store import NewKV, rope_and_store_kv
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
-from kvspill.runner.host_decode import DecodeParts, paged_decode_attention_host
+from kvspill.runner.host_decode import decode_parts, paged_decode_attention_host
 from kvspill.runner.inputs import StepInputs
 from kvspill.storage.storage import KVStorage
 
@@ -121,7 +121,7 @@ class PagedAttention:
         # A pool in host RAM: decode rows read it in place with the C++ kernel (host_decode.py);
         # without a compiler, the torch reference. Its parts are the same in every layer.
         self.host_kernel = not self.use_triton and load_kernel() is not None
-        self._host_parts: DecodeParts | None = None
+        self._host_parts: CpuParts | None = None
 
     def __call__(
         self,
@@ -173,7 +173,7 @@ class PagedAttention:
         meta = self.metadata
         if self.host_kernel:
             if self._host_parts is None:
-                self._host_parts = DecodeParts.of(
+                self._host_parts = decode_parts(
                     meta.decode_block_tables, meta.decode_seq_lens, self.storage.layout.block_size
                 )
             paged_decode_attention_host(q, kv_layer, self._host_parts, self.scale, (out, lse))

@@ -68,6 +68,31 @@ def test_matches_reference_ragged_gqa(dtype, block_size, num_kv_heads, group, he
     assert torch.isneginf(out[1][4:6]).all() and (out[0][4:6] == 0).all()  # the part with no blocks
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("block_size,head_dim", [(16, 64), (7, 24)])  # AVX-512, portable path
+def test_partial_last_blocks_read_only_their_keys(dtype, block_size, head_dim):
+    """`last_tokens`: a part's last block is read up to its keys, also where the part's blocks
+    run as several tasks; the unfilled slots (NaN here) are never read."""
+    rng = np.random.default_rng(2)
+    torch.manual_seed(2)
+    num_blocks, blocks = 80, [1, 3, 0, 40, 9]
+    values = torch.randn(num_blocks, 1, 2, block_size, 2, head_dim)
+    parts = random_parts(rng, num_blocks, blocks, [1, 2, 1, 1, 3])
+    last = np.array([1, block_size - 1, block_size, 2, block_size], dtype=np.int64)
+    parts = CpuParts(parts.block_ids, parts.block_start, parts.row_start, parts.row_end, last)
+    for p, n in enumerate(blocks):
+        if n and dtype != torch.int8:
+            values[parts.block_ids[parts.block_start[p + 1] - 1], :, :, last[p] :] = float("nan")
+    pool = quantize_kv(values, dtype).contiguous()
+    q = torch.randn(8, 6, head_dim)
+    out, ref = run_both(q, pool, 0, parts, threads=3)
+    assert_close(out, ref)
+    assert not torch.isnan(out[0]).any()
+    with pytest.raises(ValueError, match="last_tokens must lie in 1 .. block_size"):
+        bad = CpuParts(parts.block_ids, parts.block_start, parts.row_start, parts.row_end, last + block_size)
+        cpu_paged_attention(q, pool, 0, bad, 0.3, (torch.empty(8, 6, head_dim), torch.empty(8, 6)))
+
+
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_fp8_pool_with_layer_scales(dtype):
     rng = np.random.default_rng(1)
