@@ -82,7 +82,7 @@ def fp8_linear_ref(
     bias: torch.Tensor | None = None,  # [out_features]
 ) -> torch.Tensor:
     """Weight-only reference (the CPU path): F.linear(x, dequantized weight rounded to x's dtype)."""
-    return F.linear(x, dequantize_fp8(w_fp8, w_scale, x.dtype), bias)
+    return F.linear(x, dequantize_fp8(w_fp8, w_scale, x.dtype), None if bias is None else bias.to(x.dtype))
 
 
 def quantize_rows_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

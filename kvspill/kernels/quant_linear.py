@@ -128,7 +128,8 @@ def quant_linear(
     elif path == "dequant_matmul":
         y = _dequant_matmul(x2, weight, bias, scratch)
     else:
-        y = F.linear(x2, dequantize_ref(weight.gguf_rows(), weight.qtype, weight.in_features, x.dtype), bias)
+        dense = dequantize_ref(weight.gguf_rows(), weight.qtype, weight.in_features, x.dtype)
+        y = F.linear(x2, dense, None if bias is None else bias.to(x.dtype))  # x may be widened (cpu_widens)
     if out is not None:
         return y if y is out else out.copy_(y)
     return y.reshape(*lead, weight.out_features)

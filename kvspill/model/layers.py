@@ -36,6 +36,31 @@ from kvspill.kernels.fused_ops import silu_and_mul_ref
 
 # Tokens up to which a CUDA bf16 / fp16 DenseLinear takes the Triton GEMV instead of cuBLAS.
 DENSE_GEMV_MAX_TOKENS = 1
+# A CPU step of this many tokens or more over fp16 weights runs its activations in fp32, each
+# weight widened for its call (`cpu_widens`): on CPUs without AVX-512 FP16, oneDNN's fp16 matmul
+# costs about one GEMV a token (a 32-token 1536 x 576 projection 1.9 ms against 0.6 widened, 2
+# threads) and fp16 elementwise ops are slow too; fewer tokens keep fp16, whose GEMV reads half
+# the bytes. The embedded model's 512-token prefill 5.3 -> 1.2 s (bench/results/2026-12-07-cpu-prefill-fp32/).
+CPU_WIDE_MIN_TOKENS = 8
+
+
+def cpu_widens(x: Tensor) -> bool:
+    """Whether a step's hidden states x [num_tokens, hidden] go to fp32 (CPU_WIDE_MIN_TOKENS)."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float16
+        and x.dim() == 2
+        and x.shape[0] >= CPU_WIDE_MIN_TOKENS
+    )
+
+
+def widened_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight.T (+ bias) on the CPU where x is wider than the weight (a `cpu_widens` step), in
+    x's dtype: the weight widened for the call, or for a few rows (the lm_head's sampled ones) x
+    narrowed to the weight's dtype and the result widened back."""
+    if x.reshape(-1, x.shape[-1]).shape[0] >= CPU_WIDE_MIN_TOKENS:
+        return nn.functional.linear(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
+    return nn.functional.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -93,6 +118,8 @@ def dense_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tenso
         and weight.stride(1) == 1
     ):
         return dense_gemv(x, weight, bias)
+    if x.dtype != weight.dtype and not x.is_cuda:
+        return widened_linear(x, weight, bias)
     return nn.functional.linear(x, weight, bias)
 
 

@@ -34,6 +34,7 @@ from kvspill.model.layers import (
     RMSNorm,
     RotaryEmbedding,
     SiluAndMul,
+    cpu_widens,
     dense_linear,
     rope_parameters,
 )
@@ -295,6 +296,8 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids: Tensor, positions: Tensor, attention: AttentionFn) -> Tensor:
         x = self.embed_tokens(input_ids)  # [num_tokens, hidden_size]
+        if cpu_widens(x):  # a CPU prefill over fp16 weights: activations in fp32 (layers.CPU_WIDE_MIN_TOKENS)
+            x = x.float()
         if self.fuses_decode(x):
             handoff = norm_handoff_on()
             handed: NormHandoff | None = None
