@@ -7,8 +7,9 @@ paths on AVX-512 hosts: 6.2 vs 10.7 ms a SmolLM2 token here). On an AVX2-only CP
 ran 3-5x slower than fp32 (a 512-token prefill: 22 s vs 9.4 s; issue 20). So: time a decode-shaped
 GEMV and a prefill-shaped GEMM in fp16 and fp32 with the engine's threads, and take the dtype
 that serves a typical request faster: `PROMPT_TOKENS` of prefill (GEMM time per token) and
-`NEW_TOKENS` of decode (GEMV time per token); fp16 on a tie. bf16 is never picked by default
-(inexact).
+`NEW_TOKENS` of decode (GEMV time per token); fp16 on a tie. Since an fp16 engine's prefill steps
+run in fp32 (model/layers.cpu_widens; bench/results/2026-12-07-cpu-prefill-fp32/), both dtypes
+pay fp32's GEMM and the GEMVs decide. bf16 is never picked by default (inexact).
 
 The choice is cached per host (CPU model, torch's CPU capability, torch version, threads) in
 `cpu_dtype.json` beside the calibration file, so only the first start pays the ~0.5 s.
@@ -68,8 +69,10 @@ def request_seconds(gemv_s: float, gemm_s: float) -> float:
 
 
 def choose(fp16: tuple[float, float], fp32: tuple[float, float]) -> str:
-    """The dtype whose (gemv, gemm) seconds serve the typical request faster (fp16 on a tie)."""
-    return "float16" if request_seconds(*fp16) <= request_seconds(*fp32) else "float32"
+    """The dtype whose (gemv, gemm) seconds serve the typical request faster (fp16 on a tie). An
+    fp16 engine's prefill runs in fp32 (model/layers.cpu_widens), so both pay fp32's GEMM."""
+    as_fp16 = request_seconds(fp16[0], fp32[1])
+    return "float16" if as_fp16 <= request_seconds(*fp32) else "float32"
 
 
 def pick_cpu_dtype(cache: Path | None = None) -> str:
