@@ -41,7 +41,11 @@ from kvspill.kernels.cpu_attention import CpuParts, load_kernel
 from kvspill.kernels.decode_attention import paged_decode_attention, paged_decode_attention_ref
 from kvspill.kernels.fused_ops import apply_rope
 from kvspill.kernels.kv_quant import rotate, rotate_rows
-from kvspill.kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
+from kvspill.kernels.prefill_attention import (
+    paged_prefill_attention,
+    paged_prefill_attention_cpu,
+    paged_prefill_attention_ref,
+)
 from kvspill.kernels.rope_store import NewKV, rope_and_store_kv
 from kvspill.kernels.store_kv import store_kv, store_kv_ref
 from kvspill.runner.host_decode import decode_parts, paged_decode_attention_host
@@ -200,6 +204,8 @@ class PagedAttention:
             paged_prefill_attention(
                 *args, self.scale, out=(out, lse), max_query_len=meta.prefill_max_query_len or None
             )
+        elif q.device.type == "cpu":
+            paged_prefill_attention_cpu(*args, self.scale, out=(out, lse))
         else:
             paged_prefill_attention_ref(*args, self.scale, out=(out, lse))
 

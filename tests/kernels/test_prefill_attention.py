@@ -10,7 +10,11 @@ import pytest
 import torch
 
 from kvspill.kernels.kv_quant import dequantize_kv, quantize_kv
-from kvspill.kernels.prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
+from kvspill.kernels.prefill_attention import (
+    paged_prefill_attention,
+    paged_prefill_attention_cpu,
+    paged_prefill_attention_ref,
+)
 
 # (seq_len, q_len) per seq: whole prompt, later chunk, one-token chunk, chunk over one block.
 SEQS = [(21, 21), (45, 13), (9, 1), (33, 17)]
@@ -177,3 +181,23 @@ def test_kernel_reads_int8_cache(make_paged_kv, tol, dtype, device):
     torch.testing.assert_close(o_ref.float(), o_want.float(), **tol[dtype])
     torch.testing.assert_close(o.float(), o_want.float(), **tol[dtype])
     torch.testing.assert_close(lse, lse_want, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.float8_e4m3fn]
+)
+@pytest.mark.parametrize("num_heads, num_kv_heads", [(4, 4), (6, 2)])
+def test_cpu_path_equals_the_reference(make_paged_kv, num_heads, num_kv_heads, dtype):
+    """The CPU engine's path (torch's CPU flash kernel, bottom-right causal mask) over whole
+    prompts, later chunks, a one-token chunk and an empty one, GQA, every pool format."""
+    seqs = [*SEQS, (12, 0)]
+    q_dtype = dtype if dtype.is_floating_point and dtype.itemsize > 1 else torch.float32
+    paged, q, qsl = _make_batch(make_paged_kv, seqs, num_heads, num_kv_heads, 32, 8, q_dtype, "cpu")
+    kv = paged.kv_layer if dtype == q_dtype else quantize_kv(paged.kv_cache, dtype)[:, 1]
+    tables = (paged.block_tables, qsl, paged.seq_lens, 0.3)
+    o_ref, lse_ref = paged_prefill_attention_ref(q, kv, *tables)
+    o, lse = paged_prefill_attention_cpu(q, kv, *tables, out=_poisoned_out(q))
+    assert o.dtype == q.dtype and not o.isnan().any() and not lse.isnan().any()
+    tol = {"atol": 1e-2, "rtol": 1e-2} if q_dtype.itemsize == 2 else {"atol": 1e-5, "rtol": 1e-5}
+    torch.testing.assert_close(o.float(), o_ref.float(), **tol)
+    torch.testing.assert_close(lse, lse_ref, atol=1e-4, rtol=1e-5)

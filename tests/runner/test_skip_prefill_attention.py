@@ -22,19 +22,23 @@ GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 def _run(model_dir, monkeypatch, skip: bool) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], int, object]:
     stored: list[tuple[torch.Tensor, torch.Tensor]] = []  # layer 0's K/V of each prefill chunk
     prefill_calls = []
-    real_store, real_prefill = attention.store_kv_ref, attention.paged_prefill_attention_ref
+    real_store = attention.store_kv_ref
 
     def store(k, v, kv_layer, slot_mapping):
         if k.shape[0] > 1:
             stored.append((k.clone(), v.clone()))
         return real_store(k, v, kv_layer, slot_mapping)
 
-    def prefill(*args, **kwargs):
-        prefill_calls.append(1)
-        return real_prefill(*args, **kwargs)
+    def counted(real):
+        def prefill(*args, **kwargs):
+            prefill_calls.append(1)
+            return real(*args, **kwargs)
+
+        return prefill
 
     monkeypatch.setattr(attention, "store_kv_ref", store)
-    monkeypatch.setattr(attention, "paged_prefill_attention_ref", prefill)
+    for name in ("paged_prefill_attention_ref", "paged_prefill_attention_cpu"):  # the CPU engine's: _cpu
+        monkeypatch.setattr(attention, name, counted(getattr(attention, name)))
     llm = tiered_llm(model_dir, num_kv_blocks=6, max_model_len=256, num_cpu_kv_blocks=40)
     llm.engine.bundle.runner.skip_prefill_attention = skip
     out = llm.generate([PROMPT], GREEDY)[0].token_ids
