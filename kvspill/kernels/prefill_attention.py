@@ -39,6 +39,7 @@ from kvspill.kernels.attention_common import (
     resolve_out,
 )
 from kvspill.kernels.kv_quant import kv_strides, scale_view
+from kvspill.kernels.merge_states import merge_attention_states_ref
 from kvspill.kernels.triton_compat import tl, triton
 
 
@@ -80,8 +81,8 @@ def paged_prefill_attention_cpu(
     out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The CPU engine's path (same contract as `paged_prefill_attention`): each sequence's keys
-    gathered (`gather_seq_kv`), then torch's CPU flash kernel in fp32 with the bottom-right causal
-    mask; the reference where torch has no such kernel. 4-6x the reference's speed at 2K keys, where
+    gathered (`gather_seq_kv`), then torch's CPU flash kernel in fp32, bottom-right causal
+    (`_flash_causal`); the reference where torch has no such kernel. 4-6x the reference's speed at 2K keys, where
     the reference's fp32 score matrices were most of the embedded model's prefill
     (bench/results/2026-12-07-cpu-prefill-fp32/)."""
     if _CPU_FLASH is None:
@@ -99,18 +100,31 @@ def paged_prefill_attention_cpu(
 def _flash_causal(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dense_attention_ref's result (query i at seq_len - q_len + i) by the CPU flash kernel: a
-    kv head a batch entry, its query heads the kernel's heads over K/V views expanded to them."""
+    """dense_attention_ref's result (query i at seq_len - q_len + i) by the CPU flash kernel: the
+    keys before the chunk unmasked, the chunk's own keys under the kernel's causal mask (top-left,
+    right for a square), merged by LSE: no [q_len, seq_len] mask, whose size at long contexts would
+    rival the KV's."""
+    prior = k.shape[0] - q.shape[0]
+    o, lse = _flash(q, k[prior:], v[prior:], scale, causal=True)
+    if prior == 0:
+        return o, lse
+    o_prior, lse_prior = _flash(q, k[:prior], v[:prior], scale, causal=False)
+    return merge_attention_states_ref(o_prior, lse_prior, o, lse)
+
+
+def _flash(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One flash call in fp32: a kv head a batch entry, its query heads the kernel's heads over K/V
+    views expanded to them. o [q_len, num_heads, head_dim] and lse [q_len, num_heads], fp32."""
     n, num_heads, head_dim = q.shape
-    seq_len, num_kv_heads, _ = k.shape
+    num_keys, num_kv_heads, _ = k.shape
     group = num_heads // num_kv_heads
     qh = q.float().view(n, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)  # [kv, group, n, dim]
-    kh = k.float().transpose(0, 1)[:, None].expand(num_kv_heads, group, seq_len, head_dim)
-    vh = v.float().transpose(0, 1)[:, None].expand(num_kv_heads, group, seq_len, head_dim)
-    square = n == seq_len  # the kernel's own causal mask is top-left: right where q and k align
-    mask = None if square else torch.full((n, seq_len), float("-inf")).triu(seq_len - n + 1)
+    kh = k.float().transpose(0, 1)[:, None].expand(num_kv_heads, group, num_keys, head_dim)
+    vh = v.float().transpose(0, 1)[:, None].expand(num_kv_heads, group, num_keys, head_dim)
     assert _CPU_FLASH is not None
-    o, lse = _CPU_FLASH(qh, kh, vh, 0.0, square, attn_mask=mask, scale=scale)
+    o, lse = _CPU_FLASH(qh, kh, vh, 0.0, causal, scale=scale)
     return o.permute(2, 0, 1, 3).reshape(n, num_heads, head_dim), lse.permute(2, 0, 1).reshape(n, num_heads)
 
 
