@@ -27,6 +27,7 @@ are never visited. Tiles are launched longest-first.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -52,19 +53,9 @@ def paged_prefill_attention_ref(
     scale: float,
     out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Torch reference (also the CPU engine's path); same contract as `paged_prefill_attention`."""
-    o, lse = resolve_out(out, q)
-    starts = query_start_loc.tolist()
-    lens = seq_lens.tolist()
-    for s, seq_len in enumerate(lens):
-        t0, t1 = starts[s], starts[s + 1]
-        if t1 == t0:
-            continue
-        k, v = gather_seq_kv(kv_layer, block_tables[s], seq_len)
-        o_s, lse_s = dense_attention_ref(q[t0:t1], k, v, scale)
-        o[t0:t1] = o_s
-        lse[t0:t1] = lse_s
-    return o, lse
+    """Torch reference; same contract as `paged_prefill_attention`."""
+    tables = (block_tables, query_start_loc, seq_lens)
+    return _each_sequence(dense_attention_ref, q, kv_layer, tables, scale, resolve_out(out, q))
 
 
 # torch's CPU flash attention, which returns the logsumexp too; None in builds without it.
@@ -81,19 +72,32 @@ def paged_prefill_attention_cpu(
     out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The CPU engine's path (same contract as `paged_prefill_attention`): each sequence's keys
-    gathered (`gather_seq_kv`), then torch's CPU flash kernel in fp32, bottom-right causal
-    (`_flash_causal`); the reference where torch has no such kernel. 4-6x the reference's speed at 2K keys, where
-    the reference's fp32 score matrices were most of the embedded model's prefill
-    (bench/results/2026-12-07-cpu-prefill-fp32/)."""
-    if _CPU_FLASH is None:
-        return paged_prefill_attention_ref(q, kv_layer, block_tables, query_start_loc, seq_lens, scale, out)
-    o, lse = resolve_out(out, q)
+    gathered, then torch's CPU flash kernel in fp32, bottom-right causal (`_flash_causal`); the
+    reference where torch has no such kernel. 4-6x the reference's speed at 2K keys, whose fp32
+    score matrices were most of the embedded model's prefill (bench/results/2026-12-07-cpu-prefill-fp32/)."""
+    attend = _flash_causal if _CPU_FLASH is not None else dense_attention_ref
+    tables = (block_tables, query_start_loc, seq_lens)
+    return _each_sequence(attend, q, kv_layer, tables, scale, resolve_out(out, q))
+
+
+def _each_sequence(
+    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]],
+    q: torch.Tensor,
+    kv_layer: torch.Tensor,
+    tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor],  # block_tables, query_start_loc, seq_lens
+    scale: float,
+    out: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """out = (o, lse) of each sequence's chunk by `attend(q_chunk, keys, values, scale)` over its
+    gathered keys (`gather_seq_kv`); sequences without queries are skipped."""
+    block_tables, query_start_loc, seq_lens = tables
+    o, lse = out
     starts = query_start_loc.tolist()
     for s, seq_len in enumerate(seq_lens.tolist()):
         t0, t1 = starts[s], starts[s + 1]
         if t1 > t0:
             k, v = gather_seq_kv(kv_layer, block_tables[s], seq_len)
-            o[t0:t1], lse[t0:t1] = _flash_causal(q[t0:t1], k, v, scale)
+            o[t0:t1], lse[t0:t1] = attend(q[t0:t1], k, v, scale)
     return o, lse
 
 
