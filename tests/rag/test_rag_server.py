@@ -232,7 +232,9 @@ def test_sigterm_stops_a_long_index_within_the_shutdown_timeout(embedder: object
         proc.kill()
         proc.wait(30)
     assert code == 0, log.read_text()
-    assert seconds < 3 + 1.5, f"exited {seconds:.1f} s after SIGTERM:\n{log.read_text()}"
+    # The timeout, then the batch being embedded and the interpreter's exit: 4.5 s was seen on a
+    # loaded 2-core CI host. The bug this guards against kept the server alive for minutes.
+    assert seconds < 3 + 3.0, f"exited {seconds:.1f} s after SIGTERM:\n{log.read_text()}"
     assert "cancelled 1 index job" in log.read_text()
     store = EmbeddingStore(db)
     assert store.repos("all-MiniLM-L6-v2") == [] and store.counts([])["entries"] < 900  # nothing swapped in
