@@ -42,6 +42,12 @@ def gather_seq_kv(
     return k, v
 
 
+# torch's CPU flash attention, which returns the logsumexp too (SDPA drops it); None in builds
+# without it. The CPU prefill (prefill_attention.paged_prefill_attention_cpu) and the cold tiers'
+# unmasked CPU attention (attention/cold/merge.attend_unmasked_cpu) both call it.
+CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
 def dense_attention_ref(
     q: torch.Tensor,  # [q_len, num_heads, head_dim]
     k: torch.Tensor,  # [seq_len, num_kv_heads, head_dim]

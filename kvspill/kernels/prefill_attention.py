@@ -32,6 +32,7 @@ from collections.abc import Callable
 import torch
 
 from kvspill.kernels.attention_common import (
+    CPU_FLASH,
     attend_keys,
     check_kv_layer,
     dense_attention_ref,
@@ -58,10 +59,6 @@ def paged_prefill_attention_ref(
     return _each_sequence(dense_attention_ref, q, kv_layer, tables, scale, resolve_out(out, q))
 
 
-# torch's CPU flash attention, which returns the logsumexp too; None in builds without it.
-_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-
-
 def paged_prefill_attention_cpu(
     q: torch.Tensor,
     kv_layer: torch.Tensor,
@@ -75,7 +72,7 @@ def paged_prefill_attention_cpu(
     gathered, then torch's CPU flash kernel in fp32, bottom-right causal (`_flash_causal`); the
     reference where torch has no such kernel. 4-6x the reference's speed at 2K keys, whose fp32
     score matrices were most of the embedded model's prefill (bench/results/2026-12-07-cpu-prefill-fp32/)."""
-    attend = _flash_causal if _CPU_FLASH is not None else dense_attention_ref
+    attend = _flash_causal if CPU_FLASH is not None else dense_attention_ref
     tables = (block_tables, query_start_loc, seq_lens)
     return _each_sequence(attend, q, kv_layer, tables, scale, resolve_out(out, q))
 
@@ -127,8 +124,8 @@ def _flash(
     qh = q.float().view(n, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)  # [kv, group, n, dim]
     kh = k.float().transpose(0, 1)[:, None].expand(num_kv_heads, group, num_keys, head_dim)
     vh = v.float().transpose(0, 1)[:, None].expand(num_kv_heads, group, num_keys, head_dim)
-    assert _CPU_FLASH is not None
-    o, lse = _CPU_FLASH(qh, kh, vh, 0.0, causal, scale=scale)
+    assert CPU_FLASH is not None
+    o, lse = CPU_FLASH(qh, kh, vh, 0.0, causal, scale=scale)
     return o.permute(2, 0, 1, 3).reshape(n, num_heads, head_dim), lse.permute(2, 0, 1).reshape(n, num_heads)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from kvspill.kernels.attention_common import dense_attention_ref
+from kvspill.kernels.attention_common import CPU_FLASH, dense_attention_ref
 from kvspill.kernels.merge_states import merge_attention_states, merge_attention_states_ref
 
 # Bounds the fp32 score matrix of one CPU call (kv heads x folded rows x keys) to 64 MiB.
@@ -93,10 +93,6 @@ def merge_rows_into(
     acc_lse.index_copy_(0, rows, merged_lse)
 
 
-# torch's CPU flash attention returns the logsumexp too (SDPA drops it); None in builds without it.
-_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-
-
 def attend_unmasked_cpu(
     q: torch.Tensor,  # [num_rows, num_heads, head_dim] on the CPU
     k: torch.Tensor,  # [num_keys, num_kv_heads, head_dim], contiguous
@@ -112,7 +108,7 @@ def attend_unmasked_cpu(
     """
     num_rows, num_heads, head_dim = q.shape
     num_keys, num_kv_heads, _ = k.shape
-    if _CPU_FLASH is None or num_keys == 0 or num_keys % num_key_splits:
+    if CPU_FLASH is None or num_keys == 0 or num_keys % num_key_splits:
         return attend_unmasked_ref(q, k, v, scale)
     s = num_key_splits
     rows = num_rows * (num_heads // num_kv_heads)
@@ -121,7 +117,7 @@ def attend_unmasked_cpu(
     # k, v: [num_keys, kv, dim] -> [kv, s, num_keys / s, dim], views
     kf = k.permute(1, 0, 2).unflatten(1, (s, num_keys // s))
     vf = v.permute(1, 0, 2).unflatten(1, (s, num_keys // s))
-    o, lse = _CPU_FLASH(qf, kf, vf, 0.0, False, scale=scale)  # o: [kv, s, rows, dim], lse: [kv, s, rows]
+    o, lse = CPU_FLASH(qf, kf, vf, 0.0, False, scale=scale)  # o: [kv, s, rows, dim], lse: [kv, s, rows]
     o = o.float()
     if s > 1:
         m = lse.amax(1, keepdim=True)
