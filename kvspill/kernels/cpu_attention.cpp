@@ -226,18 +226,16 @@ int kvspill_cpu_attend(const float* q, int64_t num_heads, const void* pool, int 
              k_scale,
              v_scale};
   // Task list: (part, first block, num blocks); each task's partial has its own scratch.
-  std::vector<int64_t> t_part, t_b0, t_n, t_off, t_last;
+  std::vector<int64_t> t_part, t_b0, t_n, t_off;
   int64_t scratch = 0;
   for (int64_t p = 0; p < num_parts; ++p) {
     const int64_t nb = block_start[p + 1] - block_start[p];
     const int64_t rows = row_end[p] - row_start[p];
-    const int64_t last = last_tokens ? last_tokens[p] : block_size;
-    if (nb > 0 && (last < 1 || last > block_size)) return 2;
+    if (nb > 0 && last_tokens && (last_tokens[p] < 1 || last_tokens[p] > block_size)) return 2;
     for (int64_t b0 = 0; b0 < nb; b0 += split_blocks) {
       t_part.push_back(p);
       t_b0.push_back(block_start[p] + b0);
       t_n.push_back(nb - b0 < split_blocks ? nb - b0 : split_blocks);
-      t_last.push_back(b0 + split_blocks >= nb ? last : block_size);
       t_off.push_back(scratch);
       scratch += rows * num_heads * (head_dim + 2);
     }
@@ -249,8 +247,9 @@ int kvspill_cpu_attend(const float* q, int64_t num_heads, const void* pool, int 
     const int64_t p = t_part[t];
     const int64_t rh = (row_end[p] - row_start[p]) * num_heads;
     float* acc = &buf[t_off[t]];
-    attend_task(g, q, row_start[p], row_end[p], ids + t_b0[t], t_n[t], static_cast<int>(t_last[t]), scale, acc,
-                acc + rh * head_dim,
+    const bool ends_part = t_b0[t] + t_n[t] == block_start[p + 1];  // holds the part's last block
+    const int last_n = static_cast<int>(ends_part && last_tokens ? last_tokens[p] : block_size);
+    attend_task(g, q, row_start[p], row_end[p], ids + t_b0[t], t_n[t], last_n, scale, acc, acc + rh * head_dim,
                 acc + rh * (head_dim + 1));
   }
   // Merge each part's task partials: o = sum_t e^(m_t - M) acc_t / sum_t e^(m_t - M) l_t.

@@ -58,7 +58,7 @@ def widened_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Ten
     """x @ weight.T (+ bias) on the CPU where x is wider than the weight (a `cpu_widens` step), in
     x's dtype: the weight widened for the call, or for a few rows (the lm_head's sampled ones) x
     narrowed to the weight's dtype and the result widened back."""
-    if x.reshape(-1, x.shape[-1]).shape[0] >= CPU_WIDE_MIN_TOKENS:
+    if x.numel() // x.shape[-1] >= CPU_WIDE_MIN_TOKENS:  # rows
         return nn.functional.linear(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
     return nn.functional.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
 
