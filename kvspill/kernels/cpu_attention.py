@@ -16,11 +16,9 @@ Shapes:
 `cpu_paged_attention` runs the C++/OpenMP kernel (`cpu_attention.cpp`, its AVX-512 paths in
 `cpu_attention_avx512.h`): each byte of K and V is read once from the pool, converted to fp32 in
 registers, never gathered; the blocks are cut into tasks over `num_threads` threads and the task
-partials merge by LSE. The kernel is built on
-first use with the host's g++ (-O3 -march=native -fopenmp; a few seconds, once per source and
-CPU) into a per-user cache (KVSPILL_EXT_CACHE) and loaded with ctypes; it links the OpenMP
-runtime torch already loaded. `load_kernel()` returns None, with one warning that says why and
-what to install, where it cannot be built; callers then gather blocks and run torch's kernel
+partials merge by LSE. The kernel is built on first use (kernels/cpu_build.py). `load_kernel()`
+returns None, with one warning that says why and what to install, where it cannot be built;
+callers then gather blocks and run torch's kernel
 (attention/cold/dispatch.py). Why C++ and not torch ops over a blocked view: torch has no attention
 over a block table, so each layer's blocks must first be gathered (a copy of every byte) and
 its CPU flash kernel then reads them again; measured in `kvspill/bench/cpu_attention_bench.py`
@@ -39,27 +37,20 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from kvspill.env import env_settings
+from kvspill.kernels.cpu_build import BASE_FLAGS, load_library
 from kvspill.kernels.kv_quant import dequantize_kv, value_dim
 
 logger = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("cpu_attention.cpp")
 _HEADERS = (Path(__file__).with_name("cpu_attention_avx512.h"),)  # included by _SOURCE
-_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 _DTYPE_CODES = {
     torch.float32: 0,
     torch.bfloat16: 1,
@@ -121,57 +112,20 @@ class CpuParts:
         return len(self.row_start)
 
 
-def _cpu_signature() -> str:
-    """-march=native code runs only where it was built: the cache key carries the CPU's flags."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    return platform.machine() + flags
-
-
-def _build(compiler: str) -> Path:
-    source = _SOURCE.read_bytes() + b"".join(h.read_bytes() for h in _HEADERS)
-    key = hashlib.sha256(source + " ".join(_FLAGS).encode() + _cpu_signature().encode()).hexdigest()[:16]
-    target = env_settings().ext_cache_dir / f"cpu_attention-{key}.so"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="cpu_attention-", suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        subprocess.run(
-            [compiler, *_FLAGS, str(_SOURCE), "-o", tmp], check=True, capture_output=True, text=True
-        )
-        os.replace(tmp, target)  # atomic: a concurrent builder never loads half a library
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
-
-
 @functools.cache
 def load_kernel() -> ctypes.CDLL | None:
     """The compiled kernel, or None (logged once) when it cannot be built here."""
-    compiler = shutil.which("g++")
-    if compiler is None:
-        why = "no C++ compiler: install g++ (e.g. apt-get install g++) to build it"
-    else:
-        try:
-            lib = ctypes.CDLL(str(_build(compiler)))
-        except (OSError, subprocess.CalledProcessError) as e:
-            detail = (getattr(e, "stderr", "") or str(e)).strip().splitlines()[-3:]
-            why = f"building it with {compiler} failed: {' / '.join(detail)}"
-        else:
-            lib.kvspill_cpu_attend.restype = ctypes.c_int
-            return lib
-    logger.warning(
-        "CPU attention kernel unavailable (%s); CPU attention over cold KV gathers its blocks and "
-        "runs torch's kernel instead, several times slower",
-        why,
+    lib = load_library(
+        "CPU attention",
+        _SOURCE,
+        _HEADERS,
+        BASE_FLAGS,
+        "CPU attention over cold KV gathers its blocks and runs torch's kernel instead, several times slower",
+        logger,
     )
-    return None
+    if lib is not None:
+        lib.kvspill_cpu_attend.restype = ctypes.c_int
+    return lib
 
 
 def _ptr(t: torch.Tensor | np.ndarray) -> ctypes.c_void_p:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvspill.kernels import cpu_attention
+from kvspill.kernels import cpu_build
 from kvspill.kernels.cpu_attention import (
     CpuParts,
     KVScales,
@@ -138,7 +138,7 @@ def test_int8_pool_reads_the_scale_plane_of_its_blocks(head_dim):
 
 
 def test_no_compiler_falls_back_with_one_clear_warning(monkeypatch, caplog):
-    monkeypatch.setattr(cpu_attention.shutil, "which", lambda name: None)
+    monkeypatch.setattr(cpu_build.shutil, "which", lambda name: None)
     load_kernel.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="kvspill.kernels.cpu_attention"):
