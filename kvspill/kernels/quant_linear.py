@@ -17,21 +17,29 @@ Paths (`quant_linear_path` says which one a call takes):
   (`scratch`, or a new one) and multiplied into its columns of the output: a step's transient is
   one slice, not a whole dequantized lm_head (1,002 MiB for an 8B; issue 55 found steps of 32
   sequences failing on that allocation in a 16 GiB budget);
-- "reference": on the CPU (or without Triton): torch's dequantize_ref then a dense matmul, so the
-  CPU engine needs no Triton and never runs the interpreter. The kernel tests force the Triton
-  paths on the CPU (`path=`) under TRITON_INTERPRET=1.
+- "cpu_gemv": <= CPU_GEMV_MAX_TOKENS tokens on the CPU: the C++ kernel (kernels/cpu_gguf.py), which
+  reads the quantized bytes once for all tokens and dequantizes in registers;
+- "cpu_dequant_matmul": more tokens on the CPU: the C++ dequantizer writes fp32 slices of rows,
+  then an fp32 matmul (x widened; the result rounded once to x's dtype);
+- "reference": without the C++ kernel on the CPU (no compiler), or without Triton elsewhere:
+  torch's dequantize_ref then a dense matmul, so the CPU engine never runs the Triton
+  interpreter. The kernel tests force the Triton paths on the CPU (`path=`) under TRITON_INTERPRET=1.
 
 Invariant: all paths compute the same product up to fp32 reduction order and the rounding of x's
-dtype (the dense paths round the dequantized weight to x's dtype; the GEMV keeps it in fp32).
+dtype (the GPU's dense path rounds the dequantized weight to x's dtype; the GEMVs and the CPU
+paths keep it in fp32).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
+from kvspill.kernels.cpu_gguf import cpu_gguf_dequantize, cpu_gguf_matmul
+from kvspill.kernels.cpu_gguf import load_kernel as load_cpu_kernel
 from kvspill.kernels.fused_ops import silu_and_mul, silu_and_mul_ref
 from kvspill.kernels.gguf_dequant import dequantize
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref
@@ -45,15 +53,29 @@ from kvspill.kernels.triton_compat import HAS_TRITON
 # matmul of 4-8K output columns, large enough to keep the tensor cores busy.
 DEQUANT_SLICE_BYTES = 64 * 2**20
 _SLICE_ROW_MULTIPLE = 128  # slices start on tensor-core-friendly row boundaries
+# On the CPU a slice is small and goes into a buffer each thread keeps: the matmul reads it from
+# cache, and no call pays the page faults of a fresh buffer (a new 64 MiB one took 16 ms, more than
+# dequantizing into it; bench/results/2026-12-08-cpu-gguf-gemv/).
+CPU_DEQUANT_SLICE_BYTES = 4 * 2**20
+_cpu_buffers = threading.local()
 
-QuantLinearPath = Literal["mma", "gemv", "dequant_matmul", "reference"]
+# Tokens up to which the CPU kernel reads the quantized blocks directly; past it, dequantize + an
+# fp32 matmul is faster (bench/results/2026-12-08-cpu-gguf-gemv/).
+CPU_GEMV_MAX_TOKENS = 32
+
+QuantLinearPath = Literal["mma", "gemv", "dequant_matmul", "cpu_gemv", "cpu_dequant_matmul", "reference"]
+_HOST_PATHS = ("cpu_gemv", "cpu_dequant_matmul", "reference")  # no Triton: torch runs the SiLU
 
 
 def quant_linear_path(x: torch.Tensor, weight: QuantizedWeight) -> QuantLinearPath:
     """The path `quant_linear(x, weight)` takes when no `path` is forced."""
-    if x.device.type == "cpu" or not HAS_TRITON:
-        return "reference"
     num_tokens = x.numel() // max(1, x.shape[-1])
+    if x.device.type == "cpu":
+        if load_cpu_kernel() is None:
+            return "reference"
+        return "cpu_gemv" if num_tokens <= CPU_GEMV_MAX_TOKENS else "cpu_dequant_matmul"
+    if not HAS_TRITON:
+        return "reference"
     if num_tokens <= MAX_GEMV_TOKENS and lane_passes_launcher(x.reshape(num_tokens, -1), weight) is not None:
         return "gemv"  # the one-token lanes, a pass per two tokens
     if mma_config(weight, num_tokens) is not None:
@@ -61,10 +83,13 @@ def quant_linear_path(x: torch.Tensor, weight: QuantizedWeight) -> QuantLinearPa
     return "gemv" if num_tokens <= MAX_GEMV_TOKENS else "dequant_matmul"
 
 
-def dequant_slice_rows(out_features: int, in_features: int, dtype: torch.dtype) -> int:
+def dequant_slice_rows(
+    out_features: int, in_features: int, dtype: torch.dtype, limit: int | None = None
+) -> int:
     """Rows of a weight dequantized at once on the dequant_matmul path (all of them when the dense
-    weight fits DEQUANT_SLICE_BYTES)."""
-    rows = DEQUANT_SLICE_BYTES // max(1, in_features * dtype.itemsize)
+    weight fits `limit` bytes, DEQUANT_SLICE_BYTES by default)."""
+    limit = DEQUANT_SLICE_BYTES if limit is None else limit
+    rows = limit // max(1, in_features * dtype.itemsize)
     rows = max(_SLICE_ROW_MULTIPLE, rows // _SLICE_ROW_MULTIPLE * _SLICE_ROW_MULTIPLE)
     return min(out_features, rows)
 
@@ -84,20 +109,51 @@ def _slice_buffer(
     return scratch.view(-1)[:size].view(rows, weight.in_features)
 
 
+def _cpu_slice_buffer(rows: int, in_features: int) -> torch.Tensor:
+    """This thread's float32 [rows, in_features] slice buffer (grown, never shrunk)."""
+    size = rows * in_features
+    buffer = getattr(_cpu_buffers, "buffer", None)
+    if buffer is None or buffer.numel() < size:
+        buffer = _cpu_buffers.buffer = torch.empty(size, dtype=torch.float32)
+    return buffer[:size].view(rows, in_features)
+
+
 def _dequant_matmul(
-    x2: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None, scratch: torch.Tensor | None
+    x2: torch.Tensor,
+    weight: QuantizedWeight,
+    bias: torch.Tensor | None,
+    scratch: torch.Tensor | None,
+    on_cpu: bool = False,
 ) -> torch.Tensor:
-    """x2 [tokens, in] @ W.T, W dequantized one slice of rows at a time into one buffer."""
-    rows = dequant_slice_rows(weight.out_features, weight.in_features, x2.dtype)
-    buffer = _slice_buffer(scratch, rows, weight, x2.dtype)
+    """x2 [tokens, in] @ W.T, W dequantized one slice of rows at a time into one buffer (Triton's
+    dequantizer in x's dtype; `on_cpu`: the C++ one in fp32 into this thread's buffer, x widened)."""
+    dtype = torch.float32 if on_cpu else x2.dtype
+    xd = x2.to(dtype)
+    if on_cpu:
+        rows = dequant_slice_rows(weight.out_features, weight.in_features, dtype, CPU_DEQUANT_SLICE_BYTES)
+        buffer = _cpu_slice_buffer(rows, weight.in_features)
+    else:
+        rows = dequant_slice_rows(weight.out_features, weight.in_features, dtype)
+        buffer = _slice_buffer(scratch, rows, weight, dtype)
+
+    def dense(part: QuantizedWeight, into: torch.Tensor) -> torch.Tensor:
+        return cpu_gguf_dequantize(part, out=into) if on_cpu else dequantize(part, dtype, out=into)
+
     if rows == weight.out_features:
-        return F.linear(x2, dequantize(weight, x2.dtype, out=buffer), bias)
-    out = torch.empty((x2.shape[0], weight.out_features), dtype=x2.dtype, device=x2.device)
+        y = F.linear(xd, dense(weight, buffer), None if bias is None else bias.to(dtype))
+        return y.to(x2.dtype)
+    out = torch.empty((x2.shape[0], weight.out_features), dtype=dtype, device=x2.device)
     for start in range(0, weight.out_features, rows):
         end = min(start + rows, weight.out_features)
-        w = dequantize(weight.rows(start, end), x2.dtype, out=buffer[: end - start])
-        torch.matmul(x2, w.t(), out=out[:, start:end])  # cuBLAS writes the strided columns in place
-    return out if bias is None else out.add_(bias)
+        w = dense(weight.rows(start, end), buffer[: end - start])
+        torch.matmul(xd, w.t(), out=out[:, start:end])  # cuBLAS writes the strided columns in place
+    return (out if bias is None else out.add_(bias)).to(x2.dtype)
+
+
+def _cpu_gemv(x2: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None) -> torch.Tensor:
+    """x2 [tokens, in] @ W.T (+ bias) by the CPU kernel, in fp32, rounded once to x's dtype."""
+    y = cpu_gguf_matmul(x2, weight)
+    return (y if bias is None else y.add_(bias)).to(x2.dtype)
 
 
 def quant_linear(
@@ -120,13 +176,15 @@ def quant_linear(
     x2 = x.reshape(-1, width)
     path = path or quant_linear_path(x2[:, : weight.in_features], weight)
     if gated and path != "mma":
-        x2, gated = silu_and_mul_ref(x2) if path == "reference" else silu_and_mul(x2), False
+        x2, gated = silu_and_mul_ref(x2) if path in _HOST_PATHS else silu_and_mul(x2), False
     if path == "mma":
         y = quant_matmul_mma(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias, out=out, gated=gated)
     elif path == "gemv":
         y = quant_matmul_gemv(x2 if x2.stride(1) == 1 else x2.contiguous(), weight, bias, out=out)
-    elif path == "dequant_matmul":
-        y = _dequant_matmul(x2, weight, bias, scratch)
+    elif path in ("dequant_matmul", "cpu_dequant_matmul"):
+        y = _dequant_matmul(x2, weight, bias, scratch, on_cpu=path == "cpu_dequant_matmul")
+    elif path == "cpu_gemv":
+        y = _cpu_gemv(x2, weight, bias)
     else:
         dense = dequantize_ref(weight.gguf_rows(), weight.qtype, weight.in_features, x.dtype)
         y = F.linear(x2, dense, None if bias is None else bias.to(x.dtype))  # x may be widened (cpu_widens)

@@ -119,7 +119,7 @@ def test_quant_linear_gemv_path(qtype, device, monkeypatch):
     calls = _spy_paths(monkeypatch)
     monkeypatch.setattr(gguf_mma_configs, "MMA_CONFIGS", {})  # counts with a tensor-core pick take "mma"
     x3 = x.reshape(2, 2, -1)  # leading dims are flattened and restored
-    assert quant_linear_path(x3, weight) == ("gemv" if device == "cuda" else "reference")
+    assert quant_linear_path(x3, weight) == ("gemv" if device == "cuda" else "cpu_gemv")
     out = quant_linear(x3, weight, bias, path=None if device == "cuda" else "gemv")
     assert calls == ["quant_matmul_gemv"] and out.shape == (2, 2, ROWS)
     _assert_close(out.reshape(4, ROWS), _expected(x, w_ref, bias), rel=1e-5)
@@ -130,7 +130,7 @@ def test_quant_linear_dequant_matmul_path(qtype, device, monkeypatch):
     weight, x, bias, w_ref = _case(qtype, 20, torch.float32, device)
     calls = _spy_paths(monkeypatch)
     monkeypatch.setattr(gguf_mma_configs, "MMA_CONFIGS", {})
-    assert quant_linear_path(x, weight) == ("dequant_matmul" if device == "cuda" else "reference")
+    assert quant_linear_path(x, weight) == ("dequant_matmul" if device == "cuda" else "cpu_gemv")
     scratch = torch.empty(ROWS * x.shape[1] + 7, device=device)
     path = None if device == "cuda" else "dequant_matmul"
     out = quant_linear(x, weight, bias, scratch=scratch, path=path)
@@ -159,9 +159,11 @@ def test_quant_linear_dequantizes_a_large_weight_in_slices(qtype, device, monkey
 
 
 def test_quant_linear_reference_path_on_cpu(monkeypatch):
-    # A CPU tensor takes the torch path, interpreter or not: no Triton launch.
+    # A CPU tensor without the C++ kernel (no compiler) takes the torch path, interpreter or not:
+    # no Triton launch.
     weight, x, bias, w_ref = _case("Q4_K", 2, torch.float32, "cpu")
     calls = _spy_paths(monkeypatch)
+    monkeypatch.setattr(quant_linear_module, "load_cpu_kernel", lambda: None)
     assert quant_linear_path(x, weight) == "reference"
     out = quant_linear(x, weight, bias)
     assert calls == ["dequantize_ref"]
