@@ -237,7 +237,7 @@ def prepare(
         config = gguf_hf_config(resolved.path)
         gguf_tokenizer(resolved.path)
         cached = f", GGUF config and tokenizer cached, {_save_dense_weights(resolved.path, config, dtype)}"
-    kernel = _build_cpu_attention_kernel()
+    kernel = _build_cpu_kernels(gguf=resolved.kind == "gguf")
     rates = _cpu_plan_rates()
     typer.echo(
         f"prepared {resolved.display_name} in {time.perf_counter() - start:.1f} s "
@@ -271,13 +271,19 @@ def _cpu_plan_rates() -> str:
     return "CPU plan rates " + ("measured" if rates.cpu_rates_at else "at defaults")
 
 
-def _build_cpu_attention_kernel() -> str:
-    """Build the CPU engine's attention kernel into its cache (engine start-up loads it on the CPU
-    device; built there, a fresh host's first start took 13.9 s longer; issue 50)."""
-    from kvspill.kernels.cpu_attention import load_kernel
+def _build_cpu_kernels(gguf: bool) -> str:
+    """Build the CPU engine's attention kernel into its cache, and for a GGUF model the kernel of
+    its quantized weights (`--quantization gguf`): engine start-up loads them on the CPU device;
+    built there, a fresh host's first start took 13.9 s longer (issue 50)."""
+    from kvspill.kernels import cpu_attention, cpu_gguf
 
     # load_kernel logs why and what to install when it cannot build; the engine then runs without it
-    return "CPU attention kernel built" if load_kernel() is not None else "no CPU attention kernel"
+    said = [
+        "CPU attention kernel built" if cpu_attention.load_kernel() is not None else "no CPU attention kernel"
+    ]
+    if gguf:
+        said.append("CPU GGUF kernel built" if cpu_gguf.load_kernel() is not None else "no CPU GGUF kernel")
+    return ", ".join(said)
 
 
 def register(app: typer.Typer) -> None:

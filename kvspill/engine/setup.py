@@ -44,6 +44,7 @@ from kvspill.errors import InvalidParameterError, OutOfKVMemoryError, Unsupporte
 from kvspill.gguf.reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kernels.cpu_attention import load_kernel
+from kvspill.kernels.cpu_gguf import load_kernel as load_gguf_kernel
 from kvspill.model.layers import rope_table_bytes
 from kvspill.model.loader import LoadedModel, check_max_model_len, load_model
 from kvspill.model.parallel import SINGLE, TensorParallel
@@ -52,6 +53,7 @@ from kvspill.model.quant import (
     dequant_scratch_bytes,
     held_scale_pair_bytes,
     model_weight_bytes,
+    quantized_weights,
     split_q6k_weights,
 )
 from kvspill.model.random_init import build_random_model, is_random_model
@@ -313,6 +315,9 @@ def _prepare_kernels(
         # use (seconds, once per host): here, not in the first request's first decode step.
         with phases.phase("build the CPU attention kernel"):
             load_kernel()
+        if quantized_weights(loaded.model):  # GGUF blocks kept: their kernel (kernels/cpu_gguf.py)
+            with phases.phase("build the CPU GGUF kernel"):
+                load_gguf_kernel()
         return None
     if not choices.decode_graphs:
         return None
