@@ -105,7 +105,7 @@ def test_dispatch_takes_the_measured_token_counts_only(device):
     # Q6_K: its lane GEMV at 2 tokens, the words form at 3-32.
     q6k, x6, _, _ = _case("Q6_K", MMA_MAX_TOKENS, torch.float32, device)
     assert [n for n in range(1, MMA_MAX_TOKENS + 1) if mma_config(q6k, n) is not None] == list(range(3, 33))
-    if device == "cuda":  # on the CPU every count takes the reference path
+    if device == "cuda":  # on the CPU every count takes the C++ kernel's paths (kernels/cpu_gguf.py)
         paths = {n: quant_linear_path(x6[:n], q6k) for n in (1, 2, 4, 8, 16, 40)}
         assert paths == {1: "gemv", 2: "gemv", 4: "mma", 8: "mma", 16: "mma", 40: "dequant_matmul"}
     rows = weight.data[:1].expand(SPLIT_K_MAX_ROWS + 1, -1)  # no copy: the dispatch reads no bytes
@@ -118,7 +118,7 @@ def test_dispatch_takes_the_measured_token_counts_only(device):
 @pytest.mark.parametrize("num_tokens", [3, 8])
 def test_quant_linear_mma_path(num_tokens, device):
     weight, x, bias, w_ref = _case("Q4_K", num_tokens, torch.float32, device, seed=5)
-    expected_path = "mma" if device == "cuda" else "reference"
+    expected_path = "mma" if device == "cuda" else "cpu_gemv"  # the CPU's C++ kernel
     assert quant_linear_path(x, weight) == expected_path
     # Forced on the CPU: the kernel under Triton's interpreter, with the dispatcher's config.
     _check(quant_linear(x, weight, bias, path="mma"), x, w_ref, bias, rel=1e-5)
