@@ -12,7 +12,7 @@
 // bytes a weight against the dense fp16 copy's 2) plus the arithmetic: a block is dequantized once
 // into an L1 buffer for up to kMaxTokens tokens, whose dot products run in 16-lane accumulators
 // that stay in registers (the token count is a template parameter). Rows go over the threads.
-// Measured in bench/results/2026-12-08-cpu-gguf-gemv/.
+// Measured in bench/results/2026-12-07-cpu-gguf-gemv/.
 #include <omp.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>

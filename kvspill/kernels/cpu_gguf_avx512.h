@@ -122,7 +122,7 @@ template <int QT>
 constexpr int kBlockSize = QT >= Q4_K ? 256 : 32;
 
 // Rows [r0, r1) of y = x @ W.T for T tokens (the portable matmul_rows' contract). One row at a
-// time: four rows' chains at once measured no faster (bench/results/2026-12-08-cpu-gguf-gemv/).
+// time: four rows' chains at once measured no faster (bench/results/2026-12-07-cpu-gguf-gemv/).
 template <int QT, int T>
 void matmul_rows_avx512(const Weight& wt, const float* x, int64_t x_stride, float* y, int64_t y_stride,
                         int64_t r0, int64_t r1) {

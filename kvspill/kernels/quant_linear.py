@@ -55,12 +55,12 @@ DEQUANT_SLICE_BYTES = 64 * 2**20
 _SLICE_ROW_MULTIPLE = 128  # slices start on tensor-core-friendly row boundaries
 # On the CPU a slice is small and goes into a buffer each thread keeps: the matmul reads it from
 # cache, and no call pays the page faults of a fresh buffer (a new 64 MiB one took 16 ms, more than
-# dequantizing into it; bench/results/2026-12-08-cpu-gguf-gemv/).
+# dequantizing into it; bench/results/2026-12-07-cpu-gguf-gemv/).
 CPU_DEQUANT_SLICE_BYTES = 4 * 2**20
 _cpu_buffers = threading.local()
 
 # Tokens up to which the CPU kernel reads the quantized blocks directly; past it, dequantize + an
-# fp32 matmul is faster (bench/results/2026-12-08-cpu-gguf-gemv/).
+# fp32 matmul is faster (bench/results/2026-12-07-cpu-gguf-gemv/).
 CPU_GEMV_MAX_TOKENS = 32
 
 QuantLinearPath = Literal["mma", "gemv", "dequant_matmul", "cpu_gemv", "cpu_dequant_matmul", "reference"]
