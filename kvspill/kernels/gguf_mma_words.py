@@ -423,16 +423,18 @@ def _words_x_kernel(
     stride_x,
     Q6K: tl.constexpr,
     T_PAD: tl.constexpr,
+    ROWS: tl.constexpr,
     PDL: tl.constexpr,
     GATED: tl.constexpr = False,
 ):
-    """One program per super-block: its [256, T_PAD] slab of `q4k_words_x_ref` (rows (m, r)) or
-    `q6k_words_x_ref` (rows (half, i, e, p)), in one pass; zeroes its share of the counters. GATED:
-    x holds [gate, up] (K columns each) and the slab is of silu(gate) * up, rounded as
-    kernels/fused_ops' SiLU kernel rounds it (the same values: the MLP's down projection)."""
+    """Program (sb, part): rows [part * ROWS, (part + 1) * ROWS) of super-block sb's [256, T_PAD]
+    slab of `q4k_words_x_ref` (rows (m, r)) or `q6k_words_x_ref` (rows (half, i, e, p)), in one
+    pass; zeroes its share of the counters. GATED: x holds [gate, up] (K columns each) and the slab
+    is of silu(gate) * up, rounded as kernels/fused_ops' SiLU kernel rounds it (the same values:
+    the MLP's down projection)."""
     pdl_wait(PDL)
     sb = tl.program_id(0)
-    c = tl.arange(0, 256)
+    c = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     if Q6K:
         half, i, e, p = c // 128, (c // 32) % 4, (c // 16) % 2, c % 16
         col = sb * 256 + 128 * half + 32 * i + 2 * p + e
@@ -452,13 +454,32 @@ def _words_x_kernel(
 @triton.jit
 def _zero_counters(counter_ptr, num_counters):
     """This program's share of the split-K arrival counters set to 0 (gguf_mma's `_store`, split K in order)."""
-    per = tl.cdiv(num_counters, tl.num_programs(0))
-    first = tl.program_id(0) * per
+    programs = tl.num_programs(0) * tl.num_programs(1)
+    per = tl.cdiv(num_counters, programs)
+    first = (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)) * per
     for start in range(first, first + per, 256):
         c = start + tl.arange(0, 256)
         tl.store(
             counter_ptr + c, tl.zeros([256], dtype=tl.int32), mask=(c < first + per) & (c < num_counters)
         )
+
+
+WORDS_X_PROGRAMS = 128  # programs a words_x launch aims for (a super-block's rows split to reach it)
+WORDS_X_MIN_VALUES = 1024  # values a program keeps at least (fewer: launch cost without the parallel reads)
+
+
+def words_x_split(k: int, t_pad: int) -> tuple[int, int]:
+    """(rows of a super-block a program permutes, warps) for x [tokens, k] padded to t_pad: at 16
+    super-blocks (K 4096) one program a super-block left 16 programs of 2-8K values each, and a
+    32-token call took 2.4 us against 1.4 at 8 tokens (bench/results/2026-12-07-peer-build/, call 3).
+    Split: 8 / 32 x 2K steps 0.3 / 0.7% shorter on an H100 (bench/results/2026-12-07-words-x-split/);
+    both constants are untuned guesses (the sweep there has not run)."""
+    rows = 256
+    while (
+        rows > 16 and k // 256 * (256 // rows) < WORDS_X_PROGRAMS and rows // 2 * t_pad >= WORDS_X_MIN_VALUES
+    ):
+        rows //= 2
+    return rows, 4 if rows * t_pad >= 2048 else 2
 
 
 def words_x(
@@ -473,7 +494,8 @@ def words_x(
     xt = torch.empty(shape, dtype=x.dtype, device=x.device)
     zeroed = counters if counters is not None else xt  # num_counters 0: never written
     num_counters = 0 if counters is None else counters.numel()
-    _words_x_kernel[(k // 256,)](
+    rows, warps = words_x_split(k, t_pad)
+    _words_x_kernel[(k // 256, 256 // rows)](
         x,
         xt,
         zeroed,
@@ -482,8 +504,9 @@ def words_x(
         x.stride(0),
         Q6K=qtype == "Q6_K",
         T_PAD=t_pad,
+        ROWS=rows,
         GATED=gated,
-        num_warps=4,
+        num_warps=warps,
         **pdl_meta(x.device),
     )
     return xt

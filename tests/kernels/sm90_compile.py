@@ -238,7 +238,7 @@ OTHER_CASES = [
     (
         "gated x permutation for the Q4_K words form",
         gguf_mma_words._words_x_kernel,
-        dict(Q6K=False, T_PAD=8, PDL=True, GATED=True),
+        dict(Q6K=False, T_PAD=8, ROWS=128, PDL=True, GATED=True),
         4,
         1,
         {"counter_ptr": "*i32"},

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvspill.kernels import gguf_mma_words
 from kvspill.kernels.fused_ops import silu_and_mul, silu_and_mul_ref
 from kvspill.kernels.gguf_formats import QuantizedWeight, dequantize_ref, q4k_fields, random_quantized
 from kvspill.kernels.gguf_mma import _as_128_plus, mma_t_pad, quant_matmul_mma
@@ -23,7 +24,13 @@ from kvspill.kernels.gguf_mma_configs import (
     mma_config,
     parse_mma_configs,
 )
-from kvspill.kernels.gguf_mma_words import pack_scales, q4k_words_x_ref, q6k_words_x_ref, words_x
+from kvspill.kernels.gguf_mma_words import (
+    pack_scales,
+    q4k_words_x_ref,
+    q6k_words_x_ref,
+    words_x,
+    words_x_split,
+)
 from kvspill.kernels.quant_linear import quant_linear, quant_linear_path
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -243,6 +250,31 @@ def test_q6k_words_x_permutes_each_super_block(device):
         assert xt[plane, p, :2].tolist() == x[:, column].tolist()
     wide = torch.randn((3, 600), dtype=torch.bfloat16).to(device)[:, :512]
     assert torch.equal(words_x(wide, "Q6_K", 16).cpu(), q6k_words_x_ref(wide.cpu(), 16))
+
+
+@pytest.mark.parametrize("rows", [256, 64, 16])
+@pytest.mark.parametrize("qtype", WORDS_TYPES)
+def test_words_x_splits_a_super_block_over_programs(rows, qtype, device, monkeypatch):
+    # Programs of `rows` rows of each super-block's slab: the same permutation, every counter
+    # zeroed by the 2-D grid's shares.
+    monkeypatch.setattr(gguf_mma_words, "words_x_split", lambda k, t_pad: (rows, 2))
+    ref = q4k_words_x_ref if qtype == "Q4_K" else q6k_words_x_ref
+    x = torch.randn((3, 600), dtype=torch.bfloat16).to(device)[:, :512]
+    counters = torch.full((37,), 7, dtype=torch.int32).to(device)
+    assert torch.equal(words_x(x, qtype, 8, counters).cpu(), ref(x.cpu(), 8))
+    assert counters.eq(0).all()
+
+
+def test_words_x_split_aims_for_enough_programs_of_enough_values():
+    assert words_x_split(4096, 8) == (128, 2)  # 32 programs of 1,024 values
+    assert words_x_split(4096, 32) == (32, 2)  # 128 programs
+    assert words_x_split(14336, 32) == (64, 4)  # 224 programs
+    assert words_x_split(14336, 64) == (64, 4)
+    assert words_x_split(512, 16) == (64, 2)
+    for k in (512, 4096, 14336, 28672):
+        for t_pad in (8, 16, 32, 64):
+            rows, _ = words_x_split(k, t_pad)
+            assert 16 <= rows <= 256 and 256 % rows == 0
 
 
 @pytest.mark.parametrize("num_counters", [0, 3, 600])
