@@ -2,7 +2,8 @@
 
 Two ways to load a GGUF file's tensors:
 - dequantized (`iter_dequantized`): every tensor to float32 on the host, one at a time, then cast
-  into the model's dense parameters (`--quantization none`; the CPU default: no fast CPU kernel).
+  into the model's dense parameters (`--quantization none`; the CPU default without g++, which
+  builds the CPU GGUF kernel).
   `kvspill models prepare` saves them once, cast to the CPU's dtype, in the GGUF cache
   (`save_dense_weights`); a load in that dtype maps them instead (`iter_dense`: -1.4 s of a
   2-core CPU start for the embedded model). The copy into the parameters casts both the same way;

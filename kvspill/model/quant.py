@@ -12,8 +12,9 @@ quantized rows of the ids and dequantizes only those; with tied embeddings it is
 Invariants:
 - The raw bytes are registered buffers (`qweight_0`, ...), so the model's memory and
   `state_dict` see them; nothing is dequantized ahead of a call except into the kernels' scratch.
-- On the CPU the torch reference runs (dequantize, then a dense matmul): the result equals the
-  dequantized-at-load model's (same rounding of the weight to the activation dtype).
+- On the CPU the C++ kernel runs (kernels/cpu_gguf.py; the torch reference without g++): the
+  file's weights in fp32, the result rounded once to the activation dtype (the dequantized-at-load
+  model rounds the weights to it first).
 """
 
 from __future__ import annotations

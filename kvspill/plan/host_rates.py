@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -159,6 +160,12 @@ def host_has_cuda_gpu() -> bool:
     return Path("/dev/nvidia0").exists() or any(Path("/proc/driver/nvidia/gpus").glob("*"))
 
 
+def cpu_gguf_kernel_buildable() -> bool:
+    """Whether the CPU engine can build its GGUF-weight kernel here (g++ on PATH:
+    kernels/cpu_build.py), and so keeps a GGUF's blocks by default (plan/startup.keeps_gguf_quantized)."""
+    return shutil.which("g++") is not None
+
+
 def planning_rates(calibration: Bandwidths | None, gpu_name: str | None, device: str) -> Bandwidths:
     """The rates of a plan for `device`: the CPU's on "cpu"; else the calibration completed with
     the card's known figures, the card's figures, or the desktop defaults (`gpu_name` names the card)."""
@@ -172,10 +179,11 @@ def planning_rates(calibration: Bandwidths | None, gpu_name: str | None, device:
 def cpu_engine_request(
     request: PlanRequest, rates: Bandwidths, host_available_bytes: int | None
 ) -> PlanRequest:
-    """`request` (a plan from flags) as the engine on this CPU runs it: device "cpu", the weights
-    dense at the dtype it picks here unless kept in GGUF blocks (`--quantization gguf`), the
-    device budget the available RAM (plan/startup.py `_device_budget`)."""
-    quantization = request.quantization if request.quantization != "gguf" else "none"
+    """`request` (a plan from flags) as the engine on this CPU runs it: device "cpu", a GGUF's
+    weights in their blocks where the CPU GGUF kernel can be built (else dense at the dtype it
+    picks here), the device budget the available RAM (plan/startup.py `_device_budget`)."""
+    in_blocks = request.quantization == "gguf" and cpu_gguf_kernel_buildable()
+    quantization = request.quantization if request.quantization != "gguf" or in_blocks else "none"
     dtype = request.weight_dtype if request.weight_dtype != "auto" else rates.cpu_dtype or "auto"
     budget = host_available_bytes or request.vram_budget_bytes
     return replace(

@@ -32,6 +32,7 @@ from kvspill.plan import (
     MemoryPlan,
     PlanRequest,
     format_plan_table,
+    host_rates,
     make_plan,
     request_from_engine_config,
 )
@@ -78,8 +79,14 @@ def _weight_format(config: EngineConfig, device: str, spec: ModelSpec) -> str:
 
 
 def keeps_gguf_quantized(config: EngineConfig, device: str) -> bool:
-    """Whether a GGUF model's quantized tensors stay in their blocks (EngineConfig.quantization)."""
-    return config.quantization == "gguf" or (config.quantization is None and device == "cuda")
+    """Whether a GGUF model's quantized tensors stay in their blocks (EngineConfig.quantization):
+    by default on CUDA, and on the CPU where the CPU GGUF kernel can be built (g++ on PATH,
+    kernels/cpu_gguf.py; without it torch would dequantize every weight at every call). On the CPU
+    the kernel's decode reads a third of the dense fp16 bytes and its logits sit closer to the
+    file's (bench/results/2026-12-07-cpu-gguf-gemv/)."""
+    if config.quantization is not None:
+        return config.quantization == "gguf"
+    return device == "cuda" or (device == "cpu" and host_rates.cpu_gguf_kernel_buildable())
 
 
 def _device_budget(

@@ -1,5 +1,6 @@
-"""`kvspill models prepare` saves the embedded GGUF's weights dequantized to the CPU dtype, once
-(the engine maps them at start instead of dequantizing: issue 50, item 5)."""
+"""`kvspill models prepare` saves the embedded GGUF's weights dequantized to the CPU dtype, once,
+where the CPU engine dequantizes them (no g++ for the CPU GGUF kernel: the engine then maps them at
+start instead of dequantizing, issue 50, item 5); with the kernel it leaves them in their blocks."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kvspill.cli.main import _register_commands, app
 from kvspill.env import env_settings
 from kvspill.gguf.cache import dequantized_weights_file
 from kvspill.model.resolve import resolve_model
+from kvspill.plan import host_rates
 from kvspill.plan.cpu_dtype import pick_cpu_dtype
 
 
@@ -24,7 +26,8 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     env_settings.cache_clear()
 
 
-def test_prepare_saves_the_weights_once(cache_dir: Path) -> None:
+def test_prepare_saves_the_weights_once(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_rates, "cpu_gguf_kernel_buildable", lambda: False)  # a host without g++
     _register_commands()
     dtype = pick_cpu_dtype()
     saved = dequantized_weights_file(resolve_model(None).path, dtype)
@@ -38,3 +41,15 @@ def test_prepare_saves_the_weights_once(cache_dir: Path) -> None:
     assert second.exit_code == 0, second.output
     assert f"{dtype} weights already cached" in second.output
     assert saved.stat().st_mtime_ns == written
+
+
+def test_prepare_leaves_the_blocks_where_the_cpu_kernel_reads_them(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(host_rates, "cpu_gguf_kernel_buildable", lambda: True)
+    _register_commands()
+    saved = dequantized_weights_file(resolve_model(None).path, pick_cpu_dtype())
+    result = CliRunner().invoke(app, ["models", "prepare"])
+    assert result.exit_code == 0, result.output
+    assert "weights left quantized (the CPU GGUF kernel reads them)" in result.output
+    assert saved is not None and not saved.exists()  # no dense copy: the engine keeps the blocks

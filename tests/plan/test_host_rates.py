@@ -14,7 +14,7 @@ from kvspill.env import env_settings
 from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, flag_plans, format_plan_table, host_rates, make_plan
 from kvspill.plan.bandwidths import Bandwidths
 from kvspill.plan.calibrate import load_calibration, save_calibration
-from kvspill.plan.costs import cpu_decode_floor
+from kvspill.plan.costs import CPU_GGUF_READ_VS_GEMV, cpu_decode_floor
 from kvspill.plan.report import figure_source
 from kvspill.plan.spec import KNOWN_SHAPES
 from kvspill.plan.startup import startup_plan
@@ -55,7 +55,11 @@ def test_a_cpu_hosts_plan_is_the_engine_on_the_cpu_at_the_cached_rates(cpu_host:
     payload, plans, header = flag_plans.plans_for_flags(None, {})
     yours = plans["yours"]
     assert yours.request.device == "cpu" and yours.bandwidths.device == "cpu"
-    assert yours.request.weight_dtype == "float16" and yours.request.quantization == "none"
+    # The embedded GGUF stays in its blocks where the CPU GGUF kernel builds (g++), else dense.
+    in_blocks = host_rates.cpu_gguf_kernel_buildable()
+    assert yours.request.weight_dtype == "float16" and yours.request.quantization == (
+        "gguf" if in_blocks else "none"
+    )
     assert yours.bandwidths.cpu_gemv_gbs == 8.0 and "quick measurement" in payload["bandwidths_source"]
     assert header[0].startswith("no CUDA GPU: the engine runs on the CPU (float16)")
     text = "\n".join([*header, format_plan_table(plans, with_advice=False)])
@@ -70,10 +74,29 @@ def test_the_cpu_decode_step_is_weights_kv_and_layers_at_the_cpus_rates(cpu_host
     _, plans, _ = flag_plans.plans_for_flags(None, {"max_model_len": 4096})
     plan = plans["yours"]
     step = plan.decode
-    assert step.weights_s == pytest.approx(plan.weight_bytes / 8.0e9)
+    blocks = plan.request.quantization == "gguf"  # read by the CPU GGUF kernel: not RAM-bound
+    assert step.weights_s == pytest.approx(
+        plan.weight_bytes / (8.0e9 * (CPU_GGUF_READ_VS_GEMV if blocks else 1.0))
+    )
     assert step.gpu_kv_s == pytest.approx(4096 * plan.kv_bytes_per_token / 6.0e9)
     assert step.overhead_s == pytest.approx(plan.request.spec.num_layers * 0.4e-3)
     assert plan.decode_tok_s == pytest.approx(1 / (step.weights_s + step.gpu_kv_s + step.overhead_s))
+
+
+def test_a_cpu_without_gxx_plans_the_gguf_dequantized(
+    cpu_host: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _cache(RATES)
+    monkeypatch.setattr(host_rates, "cpu_gguf_kernel_buildable", lambda: False)
+    _, plans, _ = flag_plans.plans_for_flags(None, {"max_model_len": 4096})
+    dense = plans["yours"]
+    monkeypatch.setattr(host_rates, "cpu_gguf_kernel_buildable", lambda: True)
+    _, plans, _ = flag_plans.plans_for_flags(None, {"max_model_len": 4096})
+    blocks = plans["yours"]
+    assert (dense.request.quantization, blocks.request.quantization) == ("none", "gguf")
+    assert blocks.weight_bytes < dense.weight_bytes / 2  # Q4_1 / Q8_0 blocks against fp16
+    assert dense.decode.weights_s == pytest.approx(dense.weight_bytes / 8.0e9)
+    assert blocks.decode.weights_s == pytest.approx(blocks.weight_bytes / (8.0e9 * CPU_GGUF_READ_VS_GEMV))
 
 
 def test_cpu_decode_floor_charges_the_disk_tier_its_read_and_its_attention() -> None:
