@@ -32,11 +32,12 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	@echo "==> installed into $(VENV)"
 	touch $@
 
-# once per install, and again when the C++ kernel's source changes: the GGUF's config and
-# tokenizer into kvspill's cache, the CPU's dtype measured and the CPU-attention kernel built, so
-# every start (the first too) takes seconds (built by the first start instead: 13.9 s more; issue 50)
-$(VENV)/.prepared: $(VENV)/.installed $(wildcard kvspill/kernels/cpu_attention*)
-	@echo "==> preparing the embedded model: config and tokenizer cache, CPU dtype, CPU-attention kernel build"
+# once per install, and again when a C++ kernel's source changes: the GGUF's config and
+# tokenizer into kvspill's cache, the CPU's dtype measured and the CPU kernels (attention, GGUF
+# weights) built, so every start (the first too) takes seconds (built by the first start instead:
+# 13.9 s more; issue 50)
+$(VENV)/.prepared: $(VENV)/.installed $(wildcard kvspill/kernels/cpu_attention* kvspill/kernels/cpu_gguf*)
+	@echo "==> preparing the embedded model: config and tokenizer cache, CPU dtype, CPU kernel builds"
 	$(BIN)/kvspill models prepare
 	touch $@
 
