@@ -38,5 +38,7 @@ echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 # ../../2026-12-07-peer-build/scripts/tabs.sh (kernel tables; ran at 16:31, call 3 there).
 # Since 17:20 UTC: ../../2026-12-07-rows-regress/scripts/rows_ab.sh (the W3 / W5 rows before issue
 # 54 and now, alternated; the old tree from the copy's git; about 550 s); since 18:55 UTC, first
-# ../../2026-12-07-words-x-split/scripts/call1.sh (words_x split over programs, about 420 s).
-exec bash bench/results/2026-12-07-words-x-split/scripts/call1.sh
+# ../../2026-12-07-words-x-split/scripts/call1.sh (words_x split over programs, about 420 s; ran
+# on an H100 at 2026-12-07 23:47 UTC, landed). Since 2026-12-08 00:30 UTC: rows_ab.sh (the W3 32K,
+# W5 128K sparse and W3 128K split rows before issue 54 and now; about 550 s).
+exec bash bench/results/2026-12-07-rows-regress/scripts/rows_ab.sh
