@@ -106,7 +106,9 @@ def test_the_build_stage_builds_the_cpu_attention_kernel_and_the_image_carries_i
     assert read_env_settings({"KVSPILL_EXT_CACHE": ext}).ext_cache_dir == Path(ext)
     build_runs = " ".join(_values(build, "RUN"))
     assert "g++" in build_runs.split("apt-get install", 1)[1].split("&&")[0]
-    assert "cpu_attention.load_kernel() is not None" in build_runs and f"ls {ext}/cpu_attention-" in build_runs
+    assert (
+        "cpu_attention.load_kernel() is not None" in build_runs and f"ls {ext}/cpu_attention-" in build_runs
+    )
     assert "cpu_gguf.load_kernel() is not None" in build_runs and f"{ext}/cpu_gguf-" in build_runs
     # the kernel needs the OpenMP runtime; g++ rebuilds it on a host of other CPU flags
     final_install = " ".join(_values(final, "RUN")).split("apt-get install", 1)[1].split("&&")[0]
