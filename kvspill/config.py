@@ -133,7 +133,7 @@ class EngineConfig:
     # vLLM's skip_tokenizer_init: load no tokenizer (requests send token ids; eos from config.json)
     skip_tokenizer_init: bool = False
     # Weight format (vLLM's --quantization): None = the file's own (a GGUF stays in its quantized
-    # blocks on CUDA, and on a CPU where g++ builds the CPU GGUF kernel; dequantized otherwise);
+    # blocks on CUDA, and on an AVX-512 CPU where g++ builds the CPU GGUF kernel; else dequantized);
     # "gguf" = keep a GGUF quantized on any device; "none" = dequantize to --dtype at load;
     # "fp8" = the decoder layers' projections in float8_e4m3 with per-row scales (model/fp8.py);
     # "awq" / "gptq" = an int4 checkpoint of that format (its own format is read anyway; naming it

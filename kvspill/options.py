@@ -108,7 +108,7 @@ class EngineOptions:
         "layers in float8 with per-row scales; CUDA sm_89+), awq / gptq (an int4 checkpoint's own "
         "format, read anyway) or none (dequantize a GGUF to --dtype); "
         "`plan` also takes a GGUF type to see what a file of it would take (q4_k_m, q8_0, ...).",
-        default="the file's own; a GGUF is dequantized on a cpu without g++ (no CPU GGUF kernel)",
+        default="the file's own; a GGUF is dequantized on a cpu without AVX-512 or g++ (the CPU GGUF kernel)",
     )
     chat_template: str | None = _flag(
         "A Jinja chat template file to use instead of the model's (e.g. one that takes `tools`).",

@@ -248,7 +248,7 @@ def prepare(
 def _save_dense_weights(path: Path, config: Any, dtype_name: str) -> str:
     """Save the GGUF's weights dequantized to the CPU dtype, unless a valid copy is there (the CPU
     engine maps them at start instead of dequantizing: ~1.4 s of a 2-core start; issue 50); only
-    where the engine dequantizes by default: without CUDA or g++."""
+    where the engine dequantizes by default (plan/host_rates.cpu_keeps_gguf_blocks)."""
     import torch
 
     from kvspill.gguf.cache import open_dequantized
@@ -257,7 +257,7 @@ def _save_dense_weights(path: Path, config: Any, dtype_name: str) -> str:
 
     if torch.cuda.is_available():  # a GGUF stays in its quantized blocks on CUDA: no dense copy
         return "weights left quantized (CUDA)"
-    if host_rates.cpu_gguf_kernel_buildable():  # the engine keeps the blocks (plan/startup)
+    if host_rates.cpu_keeps_gguf_blocks():  # the engine keeps the blocks (plan/startup)
         return "weights left quantized (the CPU GGUF kernel reads them)"
     if open_dequantized(path, dtype_name) is not None:
         return f"{dtype_name} weights already cached"

@@ -160,10 +160,23 @@ def host_has_cuda_gpu() -> bool:
     return Path("/dev/nvidia0").exists() or any(Path("/proc/driver/nvidia/gpus").glob("*"))
 
 
-def cpu_gguf_kernel_buildable() -> bool:
-    """Whether the CPU engine can build its GGUF-weight kernel here (g++ on PATH:
-    kernels/cpu_build.py), and so keeps a GGUF's blocks by default (plan/startup.keeps_gguf_quantized)."""
-    return shutil.which("g++") is not None
+def cpu_keeps_gguf_blocks() -> bool:
+    """Whether the CPU engine keeps a GGUF's blocks by default (plan/startup.keeps_gguf_quantized):
+    where g++ builds the CPU GGUF kernel (kernels/cpu_build.py) and the CPU has its AVX-512 path
+    (F and BW). Its portable path ran 2.5-6x slower than the AVX-512 one (an x86-64-v3 build on the
+    dev host), about a dense fp32 GEMV's time, so other CPUs dequantize at load
+    (bench/results/2026-12-07-cpu-gguf-gemv/)."""
+    return shutil.which("g++") is not None and {"avx512f", "avx512bw"} <= _cpu_flags()
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo; empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return set()
+    return set(line.partition(":")[2].split())
 
 
 def planning_rates(calibration: Bandwidths | None, gpu_name: str | None, device: str) -> Bandwidths:
@@ -182,7 +195,7 @@ def cpu_engine_request(
     """`request` (a plan from flags) as the engine on this CPU runs it: device "cpu", a GGUF's
     weights in their blocks where the CPU GGUF kernel can be built (else dense at the dtype it
     picks here), the device budget the available RAM (plan/startup.py `_device_budget`)."""
-    in_blocks = request.quantization == "gguf" and cpu_gguf_kernel_buildable()
+    in_blocks = request.quantization == "gguf" and cpu_keeps_gguf_blocks()
     quantization = request.quantization if request.quantization != "gguf" or in_blocks else "none"
     dtype = request.weight_dtype if request.weight_dtype != "auto" else rates.cpu_dtype or "auto"
     budget = host_available_bytes or request.vram_budget_bytes

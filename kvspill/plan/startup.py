@@ -86,7 +86,7 @@ def keeps_gguf_quantized(config: EngineConfig, device: str) -> bool:
     file's (bench/results/2026-12-07-cpu-gguf-gemv/)."""
     if config.quantization is not None:
         return config.quantization == "gguf"
-    return device == "cuda" or (device == "cpu" and host_rates.cpu_gguf_kernel_buildable())
+    return device == "cuda" or (device == "cpu" and host_rates.cpu_keeps_gguf_blocks())
 
 
 def _device_budget(

@@ -27,7 +27,7 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 
 def test_prepare_saves_the_weights_once(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host_rates, "cpu_gguf_kernel_buildable", lambda: False)  # a host without g++
+    monkeypatch.setattr(host_rates, "cpu_keeps_gguf_blocks", lambda: False)  # no g++ or AVX-512
     _register_commands()
     dtype = pick_cpu_dtype()
     saved = dequantized_weights_file(resolve_model(None).path, dtype)
@@ -46,7 +46,7 @@ def test_prepare_saves_the_weights_once(cache_dir: Path, monkeypatch: pytest.Mon
 def test_prepare_leaves_the_blocks_where_the_cpu_kernel_reads_them(
     cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(host_rates, "cpu_gguf_kernel_buildable", lambda: True)
+    monkeypatch.setattr(host_rates, "cpu_keeps_gguf_blocks", lambda: True)
     _register_commands()
     saved = dequantized_weights_file(resolve_model(None).path, pick_cpu_dtype())
     result = CliRunner().invoke(app, ["models", "prepare"])

@@ -98,7 +98,7 @@ def test_a_gguf_kept_in_blocks_is_planned_with_the_files_weights(
     # weight read rate (plan/weights.weight_read_gbs): on the GPU the sized plan must see them.
     from kvspill.engine.setup import sized_spec
     from kvspill.gguf.cache import gguf_hf_config
-    from kvspill.plan.host_rates import cpu_gguf_kernel_buildable
+    from kvspill.plan.host_rates import cpu_keeps_gguf_blocks
     from kvspill.plan.spec import ModelSpec
     from kvspill.plan.weights import weight_read_gbs
 
@@ -109,9 +109,9 @@ def test_a_gguf_kept_in_blocks_is_planned_with_the_files_weights(
     assert on_gpu.gguf_main_type == from_file.gguf_main_type is not None
     assert on_gpu.stored_weight_bytes == from_file.stored_weight_bytes and on_gpu.weight_dtype_bytes is None
     assert on_gpu.num_layers == from_file.num_layers and weight_read_gbs(on_gpu, "gguf") is not None
-    # The CPU keeps the blocks too where its GGUF kernel builds (plan/host_rates.cpu_gguf_kernel_buildable).
+    # The CPU keeps the blocks too where its GGUF kernel runs fast (plan/host_rates.cpu_keeps_gguf_blocks).
     on_cpu = sized_spec(config, loaded, "cpu")
-    assert on_cpu == (on_gpu if cpu_gguf_kernel_buildable() else ModelSpec.from_hf_config(loaded))
+    assert on_cpu == (on_gpu if cpu_keeps_gguf_blocks() else ModelSpec.from_hf_config(loaded))
     # Dequantized (--quantization none) and not a GGUF: the loaded config as it is.
     assert sized_spec(replace(config, quantization="none"), loaded, "cpu") == ModelSpec.from_hf_config(loaded)
     assert sized_spec(replace(config, quantization="none"), loaded, "cuda") == ModelSpec.from_hf_config(

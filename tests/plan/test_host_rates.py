@@ -56,7 +56,7 @@ def test_a_cpu_hosts_plan_is_the_engine_on_the_cpu_at_the_cached_rates(cpu_host:
     yours = plans["yours"]
     assert yours.request.device == "cpu" and yours.bandwidths.device == "cpu"
     # The embedded GGUF stays in its blocks where the CPU GGUF kernel builds (g++), else dense.
-    in_blocks = host_rates.cpu_gguf_kernel_buildable()
+    in_blocks = host_rates.cpu_keeps_gguf_blocks()
     assert yours.request.weight_dtype == "float16" and yours.request.quantization == (
         "gguf" if in_blocks else "none"
     )
@@ -87,10 +87,10 @@ def test_a_cpu_without_gxx_plans_the_gguf_dequantized(
     cpu_host: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _cache(RATES)
-    monkeypatch.setattr(host_rates, "cpu_gguf_kernel_buildable", lambda: False)
+    monkeypatch.setattr(host_rates, "cpu_keeps_gguf_blocks", lambda: False)
     _, plans, _ = flag_plans.plans_for_flags(None, {"max_model_len": 4096})
     dense = plans["yours"]
-    monkeypatch.setattr(host_rates, "cpu_gguf_kernel_buildable", lambda: True)
+    monkeypatch.setattr(host_rates, "cpu_keeps_gguf_blocks", lambda: True)
     _, plans, _ = flag_plans.plans_for_flags(None, {"max_model_len": 4096})
     blocks = plans["yours"]
     assert (dense.request.quantization, blocks.request.quantization) == ("none", "gguf")
