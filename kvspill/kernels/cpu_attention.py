@@ -115,17 +115,15 @@ class CpuParts:
 @functools.cache
 def load_kernel() -> ctypes.CDLL | None:
     """The compiled kernel, or None (logged once) when it cannot be built here."""
-    lib = load_library(
+    return load_library(
         "CPU attention",
         _SOURCE,
         _HEADERS,
         BASE_FLAGS,
+        ("kvspill_cpu_attend",),
         "CPU attention over cold KV gathers its blocks and runs torch's kernel instead, several times slower",
         logger,
     )
-    if lib is not None:
-        lib.kvspill_cpu_attend.restype = ctypes.c_int
-    return lib
 
 
 def _ptr(t: torch.Tensor | np.ndarray) -> ctypes.c_void_p:

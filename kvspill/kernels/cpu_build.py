@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kvspill.env import env_settings
+from kvspill.host_cpu import cpuinfo
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +31,7 @@ BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++1
 
 def cpu_signature() -> str:
     """-march=native code runs only where it was built: the cache key carries the CPU's flags."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    return platform.machine() + flags
+    return platform.machine() + cpuinfo("flags")
 
 
 def build(compiler: str, source: Path, headers: Sequence[Path], flags: Sequence[str]) -> Path:
@@ -62,17 +58,22 @@ def load_library(
     source: Path,
     headers: Sequence[Path],
     flags: Sequence[str],
+    entry_points: Sequence[str],
     without_it: str,
     log: logging.Logger,
 ) -> ctypes.CDLL | None:
-    """The compiled `source`, or None, logged on `log` with why and `without_it` (what runs
-    instead). Callers cache the result (functools.cache), so the warning is said once."""
+    """The compiled `source`, its `entry_points` returning C ints (status codes), or None, logged
+    on `log` with why and `without_it` (what runs instead). Callers cache the result
+    (functools.cache), so the warning is said once."""
     compiler = shutil.which("g++")
     if compiler is None:
         why = "no C++ compiler: install g++ (e.g. apt-get install g++) to build it"
     else:
         try:
-            return ctypes.CDLL(str(build(compiler, source, headers, flags)))
+            lib = ctypes.CDLL(str(build(compiler, source, headers, flags)))
+            for entry in entry_points:
+                getattr(lib, entry).restype = ctypes.c_int
+            return lib
         except (OSError, subprocess.CalledProcessError) as e:
             detail = (getattr(e, "stderr", "") or str(e)).strip().splitlines()[-3:]
             why = f"building it with {compiler} failed: {' / '.join(detail)}"

@@ -41,18 +41,15 @@ _FLAGS = (*BASE_FLAGS, "-ffp-contract=off")
 @functools.cache
 def load_kernel() -> ctypes.CDLL | None:
     """The compiled kernel, or None (logged once) when it cannot be built here."""
-    lib = load_library(
+    return load_library(
         "CPU GGUF",
         _SOURCE,
         _HEADERS,
         _FLAGS,
+        ("kvspill_cpu_gguf_matmul", "kvspill_cpu_gguf_dequantize"),
         "GGUF weights on the CPU are dequantized by torch at every call, several times slower",
         logger,
     )
-    if lib is not None:
-        lib.kvspill_cpu_gguf_matmul.restype = ctypes.c_int
-        lib.kvspill_cpu_gguf_dequantize.restype = ctypes.c_int
-    return lib
 
 
 def _ptr(t: torch.Tensor) -> ctypes.c_void_p:

@@ -265,11 +265,9 @@ def decode_floor(
     GATHER_EFFICIENCY x H2D beneath the step's HBM work. Eager stream steps are at least
     EAGER_STREAM_HOST_PER_LAYER_S per layer (the host's launches); split steps add
     SPLIT_EXTRA_PER_LAYER_S of the KV's `kv_format` (plan/cold_rates.py)."""
-    if bw.device == "cpu":
-        quantized = weight_read_gbs is not None  # a kernel-bound format: GGUF blocks (plan/weights.py)
-        return cpu_decode_floor(
-            weight_bytes, gpu_kv_bytes + cpu_kv_bytes, disk_kv_bytes, bw, num_layers, quantized
-        )
+    if bw.device == "cpu":  # weight_read_gbs set: GGUF blocks, read at the CPU kernel's rate
+        kv, blocks = gpu_kv_bytes + cpu_kv_bytes, weight_read_gbs is not None
+        return cpu_decode_floor(weight_bytes, kv, disk_kv_bytes, bw, num_layers, blocks)
     if cold_path == "sparse" and sparse is not None:
         exact = decode_floor(
             weight_bytes, gpu_kv_bytes, 0, 0, bw, "stream", num_layers, offloaded_bytes, weight_read_gbs

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kvspill.env import env_settings
+from kvspill.host_cpu import cpu_flags, cpuinfo
 from kvspill.plan import bandwidths_for_gpu
 from kvspill.plan.bandwidths import CPU_RATE_FIELDS, DEFAULT_BANDWIDTHS, Bandwidths
 from kvspill.plan.request import PlanRequest
@@ -54,13 +55,7 @@ def _cache_path() -> Path:
 def cpu_model_name() -> str:
     """The CPU's model name from /proc/cpuinfo ("" where there is none): part of the keys its
     measurements are cached under (here and plan/cpu_dtype.py)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return cpuinfo("model name")
 
 
 def cpu_host_key() -> str:
@@ -166,17 +161,7 @@ def cpu_keeps_gguf_blocks() -> bool:
     (F and BW). Its portable path ran 2.5-6x slower than the AVX-512 one (an x86-64-v3 build on the
     dev host), about a dense fp32 GEMV's time, so other CPUs dequantize at load
     (bench/results/2026-12-07-cpu-gguf-gemv/)."""
-    return shutil.which("g++") is not None and {"avx512f", "avx512bw"} <= _cpu_flags()
-
-
-def _cpu_flags() -> set[str]:
-    """The CPU's feature flags (/proc/cpuinfo; empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return set()
-    return set(line.partition(":")[2].split())
+    return shutil.which("g++") is not None and {"avx512f", "avx512bw"} <= cpu_flags()
 
 
 def planning_rates(calibration: Bandwidths | None, gpu_name: str | None, device: str) -> Bandwidths:
