@@ -16,7 +16,7 @@ ARG TORCH_VERSION=2.13.0
 # KVSPILL_EXT_CACHE: where kvspill keeps the C++ kernels it builds; the final stage reads the same path.
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     KVSPILL_EXT_CACHE=/opt/kvspill-ext
-# g++ builds the CPU kernels (kvspill/kernels/cpu_attention.py, cpu_gguf.py) below.
+# g++ builds the CPU kernels (kvspill/kernels/cpu_attention.py, cpu_decode_ops.py, cpu_gguf.py) below.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv g++ \
     && rm -rf /var/lib/apt/lists/*
@@ -35,8 +35,8 @@ RUN /opt/kvspill/bin/pip install ".[triton]" \
 # The kernel, built now for this build host's CPU (-march=native; no GPU needed): a host whose CPU
 # flags differ misses this file (the cache key holds the flags) and builds its own at first
 # start, with the g++ of the final stage, into the same folder (seconds).
-RUN /opt/kvspill/bin/python -c "from kvspill.kernels import cpu_attention, cpu_gguf; assert cpu_attention.load_kernel() is not None, 'the CPU attention kernel did not build'; assert cpu_gguf.load_kernel() is not None, 'the CPU GGUF kernel did not build'" \
-    && ls /opt/kvspill-ext/cpu_attention-*.so /opt/kvspill-ext/cpu_gguf-*.so
+RUN /opt/kvspill/bin/python -c "from kvspill.kernels import cpu_attention, cpu_decode_ops, cpu_gguf; assert cpu_attention.load_kernel() is not None, 'the CPU attention kernel did not build'; assert cpu_decode_ops.load_kernel() is not None, 'the CPU decode ops kernel did not build'; assert cpu_gguf.load_kernel() is not None, 'the CPU GGUF kernel did not build'" \
+    && ls /opt/kvspill-ext/cpu_attention-*.so /opt/kvspill-ext/cpu_decode_ops-*.so /opt/kvspill-ext/cpu_gguf-*.so
 
 FROM ${CUDA_IMAGE}
 # Triton compiles a small C launcher at first use: it needs a C compiler and Python's headers.

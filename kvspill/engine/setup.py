@@ -44,6 +44,7 @@ from kvspill.errors import InvalidParameterError, OutOfKVMemoryError, Unsupporte
 from kvspill.gguf.reader import shared_readers
 from kvspill.guided.compiler import GuidedCompiler
 from kvspill.kernels.cpu_attention import load_kernel
+from kvspill.kernels.cpu_decode_ops import load_kernel as load_decode_ops_kernel
 from kvspill.kernels.cpu_gguf import load_kernel as load_gguf_kernel
 from kvspill.model.layers import rope_table_bytes
 from kvspill.model.loader import LoadedModel, check_max_model_len, load_model
@@ -315,6 +316,8 @@ def _prepare_kernels(
         # use (seconds, once per host): here, not in the first request's first decode step.
         with phases.phase("build the CPU attention kernel"):
             load_kernel()
+        with phases.phase("build the CPU decode ops kernel"):  # RMSNorm, RoPE, K/V store
+            load_decode_ops_kernel()
         if quantized_weights(loaded.model):  # GGUF blocks kept: their kernel (kernels/cpu_gguf.py)
             with phases.phase("build the CPU GGUF kernel"):
                 load_gguf_kernel()

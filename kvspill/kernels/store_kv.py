@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from kvspill.kernels.cpu_decode_ops import store_kv as cpu_store_kv
 from kvspill.kernels.kv_quant import FP8_DTYPES, fp8_max, kv_strides, scale_view, store_rows, value_dim
 from kvspill.kernels.triton_compat import tl, triton
 
@@ -40,6 +41,15 @@ def store_kv_ref(
     # Advanced indexing on a view writes through to the multi-layer cache.
     store_rows(kv_layer, (block_ids, 0, offsets), k[keep])
     store_rows(kv_layer, (block_ids, 1, offsets), v[keep])
+
+
+def store_kv_host(
+    k: torch.Tensor, v: torch.Tensor, kv_layer: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """`store_kv_ref`'s contract for a pool in host RAM: one C++ call where the pool is fp32 / fp16
+    / bf16 (kernels/cpu_decode_ops.py, the same bytes), the reference otherwise."""
+    if not cpu_store_kv(k, v, kv_layer, slot_mapping):
+        store_kv_ref(k, v, kv_layer, slot_mapping)
 
 
 @triton.jit

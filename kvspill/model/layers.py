@@ -28,6 +28,7 @@ from transformers import PretrainedConfig
 
 from kvspill.env import norm_handoff_on
 from kvspill.errors import UnsupportedModelError
+from kvspill.kernels import cpu_decode_ops as cpu_ops
 from kvspill.kernels.fp8_gemv import GemvFusion, dense_gemv
 from kvspill.kernels.fused_ops import apply_rope as fused_apply_rope
 from kvspill.kernels.fused_ops import rms_norm as fused_rms_norm
@@ -85,11 +86,30 @@ class RMSNorm(nn.Module):
         # x, residual: [..., hidden_size]
         if x.is_cuda and x.dim() == 2:  # one fused kernel instead of six (add, pow, mean, ...)
             return fused_rms_norm(x, self.weight, self.variance_epsilon, residual)
+        # The CPU kernel for fp16 / bf16 rows (a decode step's); fp32 rows (a widened CPU prefill)
+        # keep torch's ops, equal to transformers' bit for bit: the kernel sums in another order.
+        if not x.is_cuda and x.dtype != torch.float32 and (done := self._on_host(x, residual)) is not None:
+            return done
         if residual is not None:
             x = x + residual
             residual = x
         out = rms_norm_ref(x, self.weight, self.variance_epsilon)
         return out if residual is None else (out, residual)
+
+    def _on_host(self, x: Tensor, residual: Tensor | None) -> Tensor | tuple[Tensor, Tensor] | None:
+        """`forward` by the CPU kernel (one call for the add and the norm's six ops), or None where
+        it does not apply."""
+        d = x.shape[-1]
+        rows = x.reshape(-1, d)
+        done = cpu_ops.add_rms_norm(
+            rows, None if residual is None else residual.reshape(-1, d), self.weight, self.variance_epsilon
+        )
+        if done is None:
+            return None
+        out, added = done
+        if added is None:
+            return out.view(x.shape)
+        return out.view(x.shape), added.view(x.shape)
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
@@ -257,9 +277,12 @@ class RotaryEmbedding(nn.Module):
         self.cos_sin_cache = cache.to(self.cos_sin_cache.device)
 
     def forward(self, positions: Tensor, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """q, k rotated: use the returned tensors; q and k themselves may be overwritten (the CUDA
+        and CPU kernels rotate in place, the torch reference into new tensors)."""
         if q.is_cuda:  # rotates q and k in place, in one kernel
             return fused_apply_rope(q, k, positions, self.cos_sin_cache)
-        return apply_rotary_ref(positions, q, k, self.cos_sin_cache)
+        rotated = cpu_ops.rope_in_place(positions, q, k, self.cos_sin_cache)  # in place too, one call
+        return rotated if rotated is not None else apply_rotary_ref(positions, q, k, self.cos_sin_cache)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, max_positions={self.max_positions}"

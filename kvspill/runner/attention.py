@@ -47,7 +47,7 @@ from kvspill.kernels.prefill_attention import (
     paged_prefill_attention_ref,
 )
 from kvspill.kernels.rope_store import NewKV, rope_and_store_kv
-from kvspill.kernels.store_kv import store_kv, store_kv_ref
+from kvspill.kernels.store_kv import store_kv, store_kv_host
 from kvspill.runner.host_decode import decode_parts, paged_decode_attention_host
 from kvspill.runner.inputs import StepInputs
 from kvspill.storage.storage import KVStorage
@@ -229,7 +229,7 @@ class PagedAttention:
             meta.anchor_capture.store(layer_idx, q)
         cold_work = meta.cold.begin(layer_idx, q) if meta.cold is not None else None
         if rope is None:
-            (store_kv if self.use_triton else store_kv_ref)(k, v, kv_layer, meta.slot_mapping)
+            (store_kv if self.use_triton else store_kv_host)(k, v, kv_layer, meta.slot_mapping)
         out = torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)  # [num_tokens, num_heads]
         nd = meta.num_decodes

@@ -121,7 +121,7 @@ def test_rotary_module_applies_table_like_hf() -> None:
     rotary = RotaryEmbedding(config, HEAD_DIM, MAX_POS)
     positions = torch.tensor([0, 5, 9, 300, 511])
     q, k = torch.randn(5, 4, HEAD_DIM), torch.randn(5, 2, HEAD_DIM)
-    q_out, k_out = rotary(positions, q, k)
+    q_out, k_out = rotary(positions, q.clone(), k.clone())  # rotated in place where a kernel runs
     cos, sin = _hf_cos_sin(config, MAX_POS)
     q_ref, k_ref = apply_rotary_pos_emb(q, k, cos[positions], sin[positions], unsqueeze_dim=1)
     torch.testing.assert_close(q_out, q_ref, rtol=0, atol=1e-6)

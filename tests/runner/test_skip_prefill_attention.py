@@ -22,7 +22,7 @@ GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 def _run(model_dir, monkeypatch, skip: bool) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], int, object]:
     stored: list[tuple[torch.Tensor, torch.Tensor]] = []  # layer 0's K/V of each prefill chunk
     prefill_calls = []
-    real_store = attention.store_kv_ref
+    real_store = attention.store_kv_host
 
     def store(k, v, kv_layer, slot_mapping):
         if k.shape[0] > 1:
@@ -36,7 +36,7 @@ def _run(model_dir, monkeypatch, skip: bool) -> tuple[list[tuple[torch.Tensor, t
 
         return prefill
 
-    monkeypatch.setattr(attention, "store_kv_ref", store)
+    monkeypatch.setattr(attention, "store_kv_host", store)
     for name in ("paged_prefill_attention_ref", "paged_prefill_attention_cpu"):  # the CPU engine's: _cpu
         monkeypatch.setattr(attention, name, counted(getattr(attention, name)))
     llm = tiered_llm(model_dir, num_kv_blocks=6, max_model_len=256, num_cpu_kv_blocks=40)
