@@ -4,7 +4,8 @@ the CPU divides by (`plan/costs.py` cpu_decode_floor, cpu_prefill_seconds).
 At the dtype the engine picks here (`plan/cpu_dtype.py`), with torch's threads:
 - `cpu_gemv_gbs`: weight bytes per second a decode step's projections read, a GEMV over a set of
   weights larger than the caches (as a model's weights are);
-- `cpu_gemm_tflops`: a prefill chunk's projection (128 tokens);
+- `cpu_gemm_tflops`: a prefill chunk's projection (128 tokens, in the dtype the engine computes
+  it in: fp32 over fp16 weights, `model/layers.cpu_widens`);
 - `cpu_layer_s`: the fixed time of one decoder layer of a decode step: the engine runs its ops
   eagerly, one dispatch each, so a layer of tiny ops is timed and scaled to the engine's;
 - `cpu_kv_gbs`: KV bytes a decode step's attention reads per second, from the RAM read rate.
@@ -25,6 +26,7 @@ from collections.abc import Callable
 
 import torch
 
+from kvspill.model.layers import cpu_wide_dtype, dense_linear
 from kvspill.plan.cpu_dtype import pick_cpu_dtype
 from kvspill.plan.host_rates import cpu_host_key, save_cpu_rates
 
@@ -33,17 +35,19 @@ GEMV_SHAPE = (2048, 2048)  # [out, in] of one weight (8 MiB in fp16)
 GEMV_SET_BYTES = 192 * MiB  # weights cycled through per pass: past any L3, as a model's are
 GEMM_TOKENS = 128  # a prefill chunk's rows, as plan/cpu_dtype.GEMM_SHAPE
 # One decoder layer of the engine's decode step, eager on the CPU, is this many times the tiny
-# op sequence `_tiny_layer` times (the engine's layer runs about four times its ops: views,
-# copies, its attention's metadata). Fit on the development host (2-core AMD EPYC, torch 2.13,
-# fp16), the embedded SmolLM2-135M on an idle host: decode 19.8-21.3 tok/s at 16 tokens of
-# context, GEMV 12.3-17.7 GB/s, tiny layer 0.21-0.29 ms: (47.6 ms - 18.0 ms of weights) / 30
-# layers = 0.99 ms a layer (bench/results/2026-12-02-cpu-plan-truth/).
-ENGINE_LAYER_VS_TINY = 4.0
+# op sequence `_tiny_layer` times (the engine's layer runs more ops: views, its projections'
+# wrappers, its attention's metadata). Fit on the development host (2-core AMD EPYC, torch 2.13,
+# fp16 activations over the embedded SmolLM2-135M's GGUF blocks, its norms, RoPE and K/V store in
+# C++): decode 47.1-48.0 tok/s at 1K tokens of context, 28.0-28.8 at 8K, tiny layer 0.119 ms: (20.9
+# ms - 2.0 ms of KV - 6.1 ms of weights at the plan's rate) / 30 layers = 0.43 ms a layer
+# (bench/results/2026-12-08-cpu-decode-ops/; 4.0 before the C++ ops, 2026-12-02-cpu-plan-truth/).
+ENGINE_LAYER_VS_TINY = 3.6
 # The engine's decode attention over its host pool (runner/host_decode.py, the C++ kernel) reads
-# KV at this share of the RAM read rate (a torch sum): the same host decoded 13.7 tok/s at 8K
-# tokens (73.1 ms a token), 25.5 ms more than at 16 for 189 MB of KV: 7.4 GB/s, of a RAM read
-# rate of 19.6-36 GB/s.
-KV_READ_SHARE = 0.27
+# KV at this share of the RAM read rate (a torch sum): the same host's decode took 13.9-14.5 ms
+# more at 8K tokens than at 1K for 165 MB more KV, 11.6 GB/s, where the RAM read rate measured
+# 28.9 GB/s (bench/results/2026-12-08-cpu-decode-ops/; 0.27 before the kernel read a sequence's
+# partial last block itself, 2026-12-07-cpu-decode-tail/).
+KV_READ_SHARE = 0.40
 READ_BYTES = 256 * MiB
 
 
@@ -73,11 +77,12 @@ def gemv_gbs(dtype: torch.dtype) -> float:
 
 
 def gemm_tflops(dtype: torch.dtype) -> float:
-    """A prefill chunk's projection: [GEMM_TOKENS, in] x [in, out], 2 FLOPs a multiply-add."""
+    """A prefill chunk's projection over `dtype` weights: [GEMM_TOKENS, in] x [in, out], 2 FLOPs a
+    multiply-add, as the engine runs it (fp16 weights: widened for the call, x in fp32)."""
     out_features, in_features = GEMV_SHAPE
-    x = torch.randn(GEMM_TOKENS, in_features).to(dtype)
+    x = torch.randn(GEMM_TOKENS, in_features).to(cpu_wide_dtype(dtype))
     w = torch.randn(out_features, in_features).to(dtype) * 0.02
-    seconds = _best(lambda: torch.nn.functional.linear(x, w), 3)
+    seconds = _best(lambda: dense_linear(x, w), 5)  # about 10 ms each; this host's rounds vary 2x
     return 2 * GEMM_TOKENS * in_features * out_features / seconds / 1e12
 
 

@@ -45,11 +45,17 @@ DENSE_GEMV_MAX_TOKENS = 1
 CPU_WIDE_MIN_TOKENS = 8
 
 
+def cpu_wide_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a CPU step of CPU_WIDE_MIN_TOKENS tokens or more computes in, over `dtype` weights
+    (what the CPU's prefill rate is measured in: hardware/cpu_rates.py)."""
+    return torch.float32 if dtype == torch.float16 else dtype
+
+
 def cpu_widens(x: Tensor) -> bool:
     """Whether a step's hidden states x [num_tokens, hidden] go to fp32 (CPU_WIDE_MIN_TOKENS)."""
     return (
         x.device.type == "cpu"
-        and x.dtype == torch.float16
+        and cpu_wide_dtype(x.dtype) != x.dtype
         and x.dim() == 2
         and x.shape[0] >= CPU_WIDE_MIN_TOKENS
     )

@@ -46,6 +46,9 @@ DEFAULT_CPU_RATES = Bandwidths(
 # What the quick measurement gives (the rest of a CPU plan's Bandwidths is the calibration's)
 _QUICK_FIELDS = (*CPU_RATE_FIELDS, "cpu_dtype", "cpu_rates_at")
 MEASURE_TIMEOUT_S = 120.0  # the child takes a second or two; a loaded host may take longer
+# How the cached figures were measured (kvspill/hardware/cpu_rates.py); a record of another method
+# is measured again. 2: the matmul rate in the dtype a prefill computes in (fp32 for fp16 models).
+CPU_RATES_METHOD = 2
 
 
 def _cache_path() -> Path:
@@ -66,10 +69,11 @@ def cpu_host_key() -> str:
 
 
 def save_cpu_rates(key: str, record: dict[str, Any], path: Path | None = None) -> Path:
-    """Cache `record` (Bandwidths field -> value, `measured_at` among them) under host `key`."""
+    """Cache `record` (Bandwidths field -> value, `measured_at` among them) under host `key`,
+    stamped with this CPU_RATES_METHOD."""
     target = path or _cache_path()
     records = _read_records(target)
-    records[key] = record
+    records[key] = {**record, "method": CPU_RATES_METHOD}
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
     tmp.write_text(json.dumps(records, indent=1) + "\n")
@@ -89,8 +93,8 @@ def cached_cpu_rates(path: Path | None = None) -> Bandwidths | None:
     """This host's cached quick measurement, or None."""
     source = path or _cache_path()
     record = _read_records(source).get(cpu_host_key())
-    if record is None:
-        return None
+    if record is None or record.get("method") != CPU_RATES_METHOD:
+        return None  # none, or measured another way: measured again
     rates = {f: record.get(f) for f in CPU_RATE_FIELDS}
     if not all(isinstance(v, (int, float)) and v >= 0 for v in rates.values()):
         return None  # a record of another version: measured again

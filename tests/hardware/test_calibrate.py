@@ -56,3 +56,23 @@ def test_the_cpu_path_rate_and_fixed_time_come_from_two_sizes(monkeypatch) -> No
     )
     gbs, layer_s = calibrate.measure_cpu_cold_path(torch.device("cpu"), 1024)
     assert gbs == pytest.approx(rate / 1e9) and layer_s == pytest.approx(fixed)
+
+
+def test_the_prefill_rate_is_timed_in_the_dtype_a_prefill_computes_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kvspill.hardware import cpu_rates
+
+    seen: set[tuple[torch.dtype, torch.dtype]] = set()
+    real = cpu_rates.dense_linear
+
+    def spy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        seen.add((x.dtype, weight.dtype))
+        return real(x, weight, bias)
+
+    monkeypatch.setattr(cpu_rates, "dense_linear", spy)
+    assert cpu_rates.gemm_tflops(torch.float16) > 0
+    assert seen == {(torch.float32, torch.float16)}  # fp16 weights: x in fp32 (layers.cpu_widens)
+    seen.clear()
+    assert cpu_rates.gemm_tflops(torch.bfloat16) > 0
+    assert seen == {(torch.bfloat16, torch.bfloat16)}

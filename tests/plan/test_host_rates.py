@@ -4,6 +4,7 @@ that rests on a default said to be one."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,16 @@ def test_without_a_measurement_the_figures_say_they_are_defaults(cpu_host: Path)
     assert "decode @ context (default, not measured: kvspill doctor --calibrate)" in text
     assert "TTFT @ context (default, not measured: kvspill doctor --calibrate)" in text
     assert "rates: defaults (not measured" in header[0]
+
+
+def test_a_record_measured_another_way_is_measured_again(cpu_host: Path) -> None:
+    _cache(RATES)
+    assert host_rates.cached_cpu_rates() is not None  # saved with this method's stamp
+    path = cpu_host / "cpu_rates.json"
+    records = json.loads(path.read_text())
+    records[host_rates.cpu_host_key()]["method"] = host_rates.CPU_RATES_METHOD - 1
+    path.write_text(json.dumps(records))
+    assert host_rates.cached_cpu_rates() is None  # e.g. its matmul rate in fp16, not a prefill's fp32
 
 
 def test_a_gpu_plan_at_the_desktop_defaults_says_so() -> None:
