@@ -1,6 +1,6 @@
 """The CPU kernels' build: C++ sources compiled on first use with the host's g++ and loaded with ctypes.
 
-Each kernel (`cpu_attention.cpp`, `cpu_gguf.cpp`) is built with -O3 -march=native -fopenmp (a few
+Each kernel (`cpu_attention.cpp`, `cpu_decode_ops.cpp`, `cpu_gguf.cpp`) is built with -O3 -march=native -fopenmp (a few
 seconds, once per source, flags and CPU) into a per-user cache (KVSPILL_EXT_CACHE), named by a hash
 of its source, headers, flags and the CPU's feature flags: -march=native code runs only where it
 was built, and an edited source never loads a stale library. It links the OpenMP runtime torch

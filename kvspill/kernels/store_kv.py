@@ -32,7 +32,8 @@ def store_kv_ref(
     kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, num_kv_heads, row_dim]
     slot_mapping: torch.Tensor,  # [num_tokens] int64, negative = skip
 ) -> None:
-    """Torch reference (also the CPU engine's path): scatter k, v into their slots in place."""
+    """Torch reference (the CPU engine's path for fp8 / int8 pools, `store_kv_host`): scatter k, v
+    into their slots in place."""
     block_size = kv_layer.shape[2]
     keep = slot_mapping >= 0
     slots = slot_mapping[keep]
