@@ -201,6 +201,7 @@ def _decode(
         cold_graphs=choices.cold_graphs is not None,
         kv_format=request.kv_format,
         split=choices.split,
+        cpu_gguf_share=request.cpu_gguf_read_share,
     )
     return replace(
         floor,

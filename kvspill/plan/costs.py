@@ -52,11 +52,6 @@ from kvspill.plan.spec import ModelSpec
 # (bench/results/2026-12-05-h200-q41-configs) at 1.00 (8B bf16 8K), 1.04 (fp8), 1.03 (W1), 1.01
 # (W3 32K) and the H100 rows of 2026-12-07 (2026-12-07-widen-argmax) at 0.91 / 0.93 / 0.93.
 STEP_OVERHEAD_PER_LAYER_S = 22e-6
-# The CPU GGUF kernel (kernels/cpu_gguf.py) dequantizes in registers and is bound by its
-# arithmetic, not RAM: at one token it read the embedded SmolLM2's blocks (Q4_1 + a Q8_0 lm_head) at
-# 0.56 of the dense fp16 GEMV's bytes/s on the dev host, Q4_K / Q4_1 alone at about 0.37, Q8_0 at
-# about 1.0 (bench/results/2026-12-07-cpu-gguf-gemv/).
-CPU_GGUF_READ_VS_GEMV = 0.55
 # Decode over fp8 or int8 KV in the gpu tier (CUDA): the decode kernel widens the values in
 # registers and its time follows the KV's bf16 bytes, not the stored ones; int8 also turns q, k, v
 # and the output by its Hadamard basis in every layer (runner/attention.py). Fit to two all-GPU
@@ -253,6 +248,7 @@ def decode_floor(
     cold_graphs: bool = False,
     kv_format: str = "bf16",
     split: SplitThresholds | None = None,
+    cpu_gguf_share: float | None = None,
 ) -> DecodeFloor:
     """Seconds per decode token: weights and GPU KV over HBM, cold KV over the engine's cold path
     ("stream": streamed to the GPU; "cpu": attended in RAM; "split": both at once, shared in the
@@ -264,10 +260,11 @@ def decode_floor(
     (runner/stream_graphs.py: one GPU, graphs on, no disk blocks); it gathers them at
     GATHER_EFFICIENCY x H2D beneath the step's HBM work. Eager stream steps are at least
     EAGER_STREAM_HOST_PER_LAYER_S per layer (the host's launches); split steps add
-    SPLIT_EXTRA_PER_LAYER_S of the KV's `kv_format` (plan/cold_rates.py)."""
-    if bw.device == "cpu":  # weight_read_gbs set: GGUF blocks, read at the CPU kernel's rate
-        kv, blocks = gpu_kv_bytes + cpu_kv_bytes, weight_read_gbs is not None
-        return cpu_decode_floor(weight_bytes, kv, disk_kv_bytes, bw, num_layers, blocks)
+    SPLIT_EXTRA_PER_LAYER_S of the KV's `kv_format` (plan/cold_rates.py). On the CPU (`bw.device`)
+    `cpu_decode_floor`, GGUF blocks read at `cpu_gguf_share` of the GEMV rate."""
+    if bw.device == "cpu":  # GGUF blocks (cpu_gguf_share set): read at the CPU kernel's rate
+        kv = gpu_kv_bytes + cpu_kv_bytes
+        return cpu_decode_floor(weight_bytes, kv, disk_kv_bytes, bw, num_layers, cpu_gguf_share)
     if cold_path == "sparse" and sparse is not None:
         exact = decode_floor(
             weight_bytes, gpu_kv_bytes, 0, 0, bw, "stream", num_layers, offloaded_bytes, weight_read_gbs
@@ -309,13 +306,13 @@ def cpu_decode_floor(
     disk_kv_bytes: int,
     bw: Bandwidths,
     num_layers: int,
-    quantized: bool = False,
+    gguf_share: float | None = None,
 ) -> DecodeFloor:
     """Seconds per decode token of the engine on the CPU (module docstring): the weights at the
-    CPU's GEMV rate (`quantized` GGUF blocks at CPU_GGUF_READ_VS_GEMV of it), the KV in RAM at its
-    attention rate, the disk tier's read, the layers' fixed cost."""
+    CPU's GEMV rate (GGUF blocks at `gguf_share` of it: plan/weights.cpu_gguf_read_share), the KV
+    in RAM at its attention rate, the disk tier's read, the layers' fixed cost."""
     gemv, attn = bw.cpu_gemv_gbs or 1.0, bw.cpu_kv_gbs or 1.0
-    weights_gbs = gemv * (CPU_GGUF_READ_VS_GEMV if quantized else 1.0)
+    weights_gbs = gemv * (gguf_share or 1.0)
     return DecodeFloor(
         weights_s=weight_bytes / (weights_gbs * GB),
         gpu_kv_s=ram_kv_bytes / (attn * GB),  # the "gpu" tier is RAM, attended by the CPU kernel

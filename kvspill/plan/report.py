@@ -404,6 +404,7 @@ def plan_to_json(plan: MemoryPlan) -> dict[str, Any]:
     data["request"]["kv_dtype_bytes"] = plan.request.kv_dtype_bytes
     data["bandwidths"]["filled"] = list(plan.bandwidths.filled)  # JSON has lists, not tuples
     data["request"]["spec"]["rope_scaling"] = dict(plan.request.spec.rope_scaling)  # pairs -> object
+    data["request"]["spec"]["gguf_matmul_type_bytes"] = dict(plan.request.spec.gguf_matmul_type_bytes)
     data["figure_source"] = figure_source(plan)  # TTFT and decode: measured (how) or defaults
     step = max_seqs_decode(plan)  # several sequences at once (plan/batched.py); None: not predicted
     data["max_seqs_decode"] = (

@@ -20,6 +20,7 @@ from kvspill.plan.units import GiB
 from kvspill.plan.weights import (
     SCALE_PAIR_MODES,
     WEIGHT_QUANTIZATIONS,
+    cpu_gguf_read_share,
     q4k_matmul_bytes,
     scale_pair_bytes,
     scale_pairs_possible,
@@ -232,6 +233,11 @@ class PlanRequest:
     def stored_weight_bytes(self) -> int:
         """All weights as held (on the GPU or, offloaded, in RAM), estimated from the shapes."""
         return stored_weight_bytes(self.spec, self.quantization, self.weight_dtype_bytes)
+
+    @property
+    def cpu_gguf_read_share(self) -> float | None:
+        """The CPU GGUF kernel's read rate as a share of the CPU's GEMV rate; None: dense weights."""
+        return cpu_gguf_read_share(self.spec, self.quantization)
 
     @property
     def weight_read_gbs(self) -> float | None:

@@ -71,6 +71,9 @@ class ModelSpec:
     gguf_main_type: str | None = None  # a GGUF file's quantized type holding the most bytes (e.g. Q4_K)
     # a GGUF file's Q4_K tensors that multiply: projections, lm_head (plan/weights.q4k_matmul_bytes)
     gguf_q4k_bytes: int | None = None
+    # a GGUF file's quantized tensors that multiply, bytes by type, e.g. (("Q4_K", n), ("Q6_K", m)):
+    # the CPU kernel reads each type at its own rate (plan/weights.cpu_gguf_read_share)
+    gguf_matmul_type_bytes: tuple[tuple[str, int], ...] = ()
     name: str = ""  # where the spec came from (path, HF id or known-shape name)
     # the model's own RoPE scaling as (key, value) pairs, rope_type first; () for a plain RoPE
     # (what `--mode extended|extreme` raises: plan/fit.py mode_rope_scaling)
@@ -124,6 +127,7 @@ class ModelSpec:
             vocab_size=-(-self.vocab_size // n),
             stored_weight_bytes=None if stored is None else -(-stored // n),
             gguf_q4k_bytes=None if self.gguf_q4k_bytes is None else -(-self.gguf_q4k_bytes // n),
+            gguf_matmul_type_bytes=tuple((t, -(-b // n)) for t, b in self.gguf_matmul_type_bytes),
         )
 
     # -- parameter counts -------------------------------------------------------------------
@@ -255,6 +259,7 @@ class ModelSpec:
             stored_weight_bytes=stored.stored_weight_bytes,
             gguf_main_type=stored.gguf_main_type,
             gguf_q4k_bytes=stored.gguf_q4k_bytes,
+            gguf_matmul_type_bytes=stored.gguf_matmul_type_bytes,
         )
 
     @classmethod
@@ -352,14 +357,15 @@ def _main_type(tensors: Any) -> str | None:
     return max(by_type, key=lambda n: by_type[n]) if by_type else None
 
 
-def _q4k_matmul_bytes(tensors: Any, tied: bool) -> int:
-    """Bytes of the Q4_K tensors a step multiplies by: all but an untied token embedding (which
-    only gathers rows)."""
-    return sum(
-        int(t.n_bytes)
-        for t in tensors
-        if t.tensor_type.name == "Q4_K" and (tied or t.name != "token_embd.weight")
-    )
+def _matmul_type_bytes(tensors: Any, tied: bool) -> tuple[tuple[str, int], ...]:
+    """Bytes of the quantized tensors a step multiplies by, by type (most first): all but an
+    untied token embedding (which only gathers rows)."""
+    by_type: dict[str, int] = {}
+    for t in tensors:
+        name = t.tensor_type.name
+        if name not in _GGUF_FLOAT_TYPES and (tied or t.name != "token_embd.weight"):
+            by_type[name] = by_type.get(name, 0) + int(t.n_bytes)
+    return tuple(sorted(by_type.items(), key=lambda item: -item[1]))
 
 
 def _quant_method(config: dict[str, Any]) -> str | None:
@@ -433,6 +439,7 @@ def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
     if vocab is None:
         vocab = int(tensors["token_embd.weight"].shape[-1])
     float_widths = {_GGUF_FLOAT_TYPES.get(t.tensor_type.name) for t in reader.tensors if len(t.shape) > 1}
+    matmul_bytes = _matmul_type_bytes(reader.tensors, tied="output.weight" not in tensors)
     return ModelSpec(
         architecture=arch,
         num_layers=int(key("block_count")),
@@ -454,7 +461,8 @@ def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
         else None,
         stored_weight_bytes=sum(int(t.n_bytes) for t in reader.tensors),
         gguf_main_type=_main_type(reader.tensors),
-        gguf_q4k_bytes=_q4k_matmul_bytes(reader.tensors, tied="output.weight" not in tensors),
+        gguf_q4k_bytes=dict(matmul_bytes).get("Q4_K", 0),
+        gguf_matmul_type_bytes=matmul_bytes,
         name=path,
         rope_scaling=_gguf_rope(key, tensors),
     )

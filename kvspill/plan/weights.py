@@ -123,6 +123,18 @@ Q4_K_M_HEADER_SCALES_READ_GBS_BY_TOKENS = {
 }
 # A GGUF file's dominant type (ModelSpec.gguf_main_type) -> the rate key above.
 _GGUF_TYPE_RATE = {"Q4_K": "q4_k_m", "Q5_K": "q5_k_m", "Q6_K": "q6_k", "Q8_0": "q8_0", "Q4_1": "q4_1"}
+# The CPU GGUF kernel (kernels/cpu_gguf.py) dequantizes in registers and is bound by its
+# arithmetic, not RAM: one token reads a type's blocks at this share of the dense fp16 GEMV's
+# bytes/s (the CPU rates' `cpu_gemv_gbs`). Measured on the dev host, 2 threads, against dense fp16
+# at 28672 x 4096 (7.0 ms, RAM-bound): Q4_K 28672 x 4096 5.4 ms, Q6_K 4096 x 4096 0.90 ms, Q4_1
+# 3072 x 576 79 us, Q8_0 49152 x 576 0.95 ms (bench/results/2026-12-07-cpu-gguf-gemv/
+# kernel_shapes.txt); per weight about 22 G/s for the 4-bit types, 19 for Q6_K, 30 for Q8_0. The
+# embedded SmolLM2 (Q4_1 + its Q8_0 lm_head) comes to 0.51, fit 0.55 from its decode; a random
+# Llama-3.2-1B Q4_K_M to 0.39, fit 0.34 (bench/results/2026-12-08-cpu-decode-ops/). Types not
+# measured (Q4_0, Q5_*): Q4_K's.
+CPU_GGUF_READ_VS_GEMV = {"Q4_K": 0.37, "Q6_K": 0.46, "Q4_1": 0.42, "Q8_0": 0.95}
+# A quantization by name (a GGUF type to plan for, an int4 checkpoint) -> the type its blocks are.
+_CPU_KERNEL_TYPE = {"q4_k_m": "Q4_K", "q4_k": "Q4_K", "q6_k": "Q6_K", "q8_0": "Q8_0", "q4_1": "Q4_1"}
 # "none": dense at weight_dtype; "gguf": as the GGUF file stores them (kept quantized); or a GGUF type.
 # int4 checkpoints (AWQ, GPTQ) run as Q4_1 blocks (model/int4_checkpoints.py): 5 bits a weight.
 INT4_CHECKPOINT_METHODS = ("awq", "gptq")
@@ -245,6 +257,20 @@ def _next_entry(rates: dict[int, float], num_tokens: int) -> float | None:
     """The rate of the smallest token count in `rates` that is >= num_tokens (None past the last)."""
     counts = [n for n in sorted(rates) if n >= num_tokens]
     return rates[counts[0]] if counts else None
+
+
+def cpu_gguf_read_share(spec: ModelSpec, quantization: str) -> float | None:
+    """The share of the CPU's dense GEMV rate (bytes/s) the CPU GGUF kernel reads these weights
+    at (CPU_GGUF_READ_VS_GEMV; a file's types weighted by their bytes); None: dense weights."""
+    if _file_is_quantized_gguf(spec, quantization):
+        by_type = spec.gguf_matmul_type_bytes or ((spec.gguf_main_type or "", 1),)
+        seconds = sum(b / CPU_GGUF_READ_VS_GEMV.get(t, CPU_GGUF_READ_VS_GEMV["Q4_K"]) for t, b in by_type)
+        return sum(b for _, b in by_type) / seconds
+    if quantization in INT4_CHECKPOINT_METHODS:
+        return CPU_GGUF_READ_VS_GEMV["Q4_1"]  # as Q4_1 blocks
+    if quantization in GGUF_BITS_PER_WEIGHT:
+        return CPU_GGUF_READ_VS_GEMV[_CPU_KERNEL_TYPE.get(quantization, "Q4_K")]
+    return None
 
 
 def weight_read_gbs(spec: ModelSpec, quantization: str) -> float | None:

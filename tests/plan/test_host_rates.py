@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,12 @@ from kvspill.env import env_settings
 from kvspill.plan import DEFAULT_BANDWIDTHS, PlanRequest, flag_plans, format_plan_table, host_rates, make_plan
 from kvspill.plan.bandwidths import Bandwidths
 from kvspill.plan.calibrate import load_calibration, save_calibration
-from kvspill.plan.costs import CPU_GGUF_READ_VS_GEMV, cpu_decode_floor
+from kvspill.plan.costs import cpu_decode_floor
 from kvspill.plan.report import figure_source
 from kvspill.plan.spec import KNOWN_SHAPES
 from kvspill.plan.startup import startup_plan
 from kvspill.plan.units import GiB
+from kvspill.plan.weights import CPU_GGUF_READ_VS_GEMV, cpu_gguf_read_share
 
 RATES = {
     "cpu_dtype": "float16",
@@ -75,10 +77,9 @@ def test_the_cpu_decode_step_is_weights_kv_and_layers_at_the_cpus_rates(cpu_host
     _, plans, _ = flag_plans.plans_for_flags(None, {"max_model_len": 4096})
     plan = plans["yours"]
     step = plan.decode
-    blocks = plan.request.quantization == "gguf"  # read by the CPU GGUF kernel: not RAM-bound
-    assert step.weights_s == pytest.approx(
-        plan.weight_bytes / (8.0e9 * (CPU_GGUF_READ_VS_GEMV if blocks else 1.0))
-    )
+    share = plan.request.cpu_gguf_read_share  # GGUF blocks: read by the CPU kernel, not RAM-bound
+    assert (share is not None) == (plan.request.quantization == "gguf")
+    assert step.weights_s == pytest.approx(plan.weight_bytes / (8.0e9 * (share or 1.0)))
     assert step.gpu_kv_s == pytest.approx(4096 * plan.kv_bytes_per_token / 6.0e9)
     assert step.overhead_s == pytest.approx(plan.request.spec.num_layers * 0.4e-3)
     assert plan.decode_tok_s == pytest.approx(1 / (step.weights_s + step.gpu_kv_s + step.overhead_s))
@@ -97,7 +98,29 @@ def test_a_cpu_without_gxx_plans_the_gguf_dequantized(
     assert (dense.request.quantization, blocks.request.quantization) == ("none", "gguf")
     assert blocks.weight_bytes < dense.weight_bytes / 2  # Q4_1 / Q8_0 blocks against fp16
     assert dense.decode.weights_s == pytest.approx(dense.weight_bytes / 8.0e9)
-    assert blocks.decode.weights_s == pytest.approx(blocks.weight_bytes / (8.0e9 * CPU_GGUF_READ_VS_GEMV))
+    # its Q4_1 projections and Q8_0 embedding (tied: the lm_head) each at their type's share
+    share = blocks.request.cpu_gguf_read_share
+    assert share is not None
+    assert CPU_GGUF_READ_VS_GEMV["Q4_1"] < share < CPU_GGUF_READ_VS_GEMV["Q8_0"]
+    assert blocks.decode.weights_s == pytest.approx(blocks.weight_bytes / (8.0e9 * share))
+
+
+def test_the_cpu_kernels_share_weighs_a_files_types_by_their_bytes() -> None:
+    spec = replace(
+        KNOWN_SHAPES["llama-1b"],
+        weight_dtype_bytes=None,  # a quantized file
+        stored_weight_bytes=10**9,
+        gguf_main_type="Q4_K",
+        gguf_matmul_type_bytes=(("Q4_K", 600), ("Q6_K", 300), ("Q8_0", 100)),
+    )
+    seconds = 600 / CPU_GGUF_READ_VS_GEMV["Q4_K"] + 300 / CPU_GGUF_READ_VS_GEMV["Q6_K"] + 100 / 0.95
+    assert cpu_gguf_read_share(spec, "gguf") == pytest.approx(1000 / seconds)
+    assert cpu_gguf_read_share(spec, "none") is None  # dequantized at load: dense
+    dense = KNOWN_SHAPES["llama-1b"]
+    assert cpu_gguf_read_share(dense, "q8_0") == CPU_GGUF_READ_VS_GEMV["Q8_0"]  # a type to plan for
+    assert cpu_gguf_read_share(dense, "awq") == CPU_GGUF_READ_VS_GEMV["Q4_1"]  # int4: as Q4_1 blocks
+    assert cpu_gguf_read_share(dense, "q5_k_m") == CPU_GGUF_READ_VS_GEMV["Q4_K"]  # not measured
+    assert cpu_gguf_read_share(dense, "none") is None
 
 
 def test_cpu_decode_floor_charges_the_disk_tier_its_read_and_its_attention() -> None:
