@@ -141,13 +141,14 @@ extern "C" {
 
 // out[r] = weight * norm(x[r] (+ residual[r])); residual_out[r] = x[r] + residual[r] when residual
 // is given (else unused). Strides in elements; rows in parallel when there are many (prefill).
+// `threads`: torch's (an OpenMP team's default is every core, whatever torch was told).
 // Returns 0, or 1 for an unknown dtype.
 int kvspill_cpu_add_rms_norm(const void* x, const void* residual, int64_t x_stride, int x_dtype,
                              const void* weight, int w_dtype, void* out, int64_t out_stride, int out_dtype,
                              void* residual_out, int64_t residual_out_stride, int64_t rows, int64_t d,
-                             float eps) {
+                             float eps, int threads) {
   if (!known(x_dtype) || !known(w_dtype) || !known(out_dtype)) return 1;
-#pragma omp parallel if (rows >= 16)
+#pragma omp parallel num_threads(threads) if (rows >= 16)
   {
     float* h = new float[d];
 #pragma omp for schedule(static)
@@ -168,12 +169,12 @@ int kvspill_cpu_add_rms_norm(const void* x, const void* residual, int64_t x_stri
 int kvspill_cpu_rope(void* q, int64_t q_tok_stride, int64_t q_head_stride, int64_t num_heads, void* k,
                      int64_t k_tok_stride, int64_t k_head_stride, int64_t num_kv_heads, int64_t head_dim,
                      int dtype, const int64_t* positions, int64_t tokens, const float* cos_sin,
-                     int64_t cs_stride, int64_t max_positions) {
+                     int64_t cs_stride, int64_t max_positions, int threads) {
   if (!known(dtype)) return 1;
   for (int64_t t = 0; t < tokens; ++t)
     if (positions[t] < 0 || positions[t] >= max_positions) return 2;
   const int64_t half = head_dim / 2;
-#pragma omp parallel for schedule(static) if (tokens >= 16)
+#pragma omp parallel for num_threads(threads) schedule(static) if (tokens >= 16)
   for (int64_t t = 0; t < tokens; ++t) {
     const float* row = cos_sin + positions[t] * cs_stride;
     rope_rows(at(q, t * q_tok_stride, dtype), num_heads, q_head_stride, half, dtype, row);
@@ -190,11 +191,11 @@ int kvspill_cpu_rope(void* q, int64_t q_tok_stride, int64_t q_head_stride, int64
 int kvspill_cpu_store_kv(const void* k, const void* v, int64_t tok_stride, int64_t head_stride, int src_dtype,
                          int64_t tokens, int64_t num_kv_heads, int64_t head_dim, void* pool, int pool_dtype,
                          int64_t block_stride, int64_t kv_stride, int64_t slot_stride, int64_t pool_head_stride,
-                         int64_t block_size, int64_t num_blocks, const int64_t* slots) {
+                         int64_t block_size, int64_t num_blocks, const int64_t* slots, int threads) {
   if (!known(src_dtype) || !known(pool_dtype)) return 1;
   for (int64_t t = 0; t < tokens; ++t)
     if (slots[t] >= block_size * num_blocks) return 2;
-#pragma omp parallel for schedule(static) if (tokens >= 64)
+#pragma omp parallel for num_threads(threads) schedule(static) if (tokens >= 64)
   for (int64_t t = 0; t < tokens; ++t) {
     if (slots[t] < 0) continue;
     const int64_t dst = (slots[t] / block_size) * block_stride + (slots[t] % block_size) * slot_stride;

@@ -54,6 +54,11 @@ def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr())
 
 
+def _threads() -> ctypes.c_int:
+    """torch's thread count for the kernel's OpenMP team (prefill rows; decode's few run on one)."""
+    return ctypes.c_int(torch.get_num_threads())
+
+
 def _host_rows(*tensors: torch.Tensor) -> bool:
     """Every tensor on the CPU in a dtype the kernel knows, its last dim contiguous."""
     return all(t.device.type == "cpu" and t.dtype in _DTYPE_CODES and t.stride(-1) == 1 for t in tensors)
@@ -77,6 +82,7 @@ def add_rms_norm(
         ctypes.c_int(_DTYPE_CODES[x.dtype]), _ptr(weight), ctypes.c_int(_DTYPE_CODES[weight.dtype]),
         _ptr(out), _i64(d), ctypes.c_int(_DTYPE_CODES[out.dtype]),
         None if residual_out is None else _ptr(residual_out), _i64(d), _i64(rows), _i64(d), ctypes.c_float(eps),
+        _threads(),
     )  # fmt: skip
     assert status == 0, f"CPU RMSNorm refused its arguments (status {status})"
     return out, residual_out
@@ -108,7 +114,7 @@ def rope_in_place(
         _ptr(q), _i64(q.stride(0)), _i64(q.stride(1)), _i64(q.shape[1]),
         _ptr(k), _i64(k.stride(0)), _i64(k.stride(1)), _i64(k.shape[1]), _i64(q.shape[2]),
         ctypes.c_int(_DTYPE_CODES[q.dtype]), _ptr(positions), _i64(q.shape[0]),
-        _ptr(cos_sin), _i64(cos_sin.stride(0)), _i64(cos_sin.shape[0]),
+        _ptr(cos_sin), _i64(cos_sin.stride(0)), _i64(cos_sin.shape[0]), _threads(),
     )  # fmt: skip
     if status == 2:
         raise IndexError(f"a RoPE position is outside the table's {cos_sin.shape[0]} positions")
@@ -140,7 +146,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, kv_layer: torch.Tensor, slot_mapp
         _ptr(k), _ptr(v), _i64(k.stride(0)), _i64(k.stride(1)), ctypes.c_int(_DTYPE_CODES[k.dtype]),
         _i64(k.shape[0]), _i64(k.shape[1]), _i64(k.shape[2]), _ptr(kv_layer),
         ctypes.c_int(_DTYPE_CODES[kv_layer.dtype]), _i64(block_stride), _i64(kv_stride), _i64(slot_stride),
-        _i64(head_stride), _i64(kv_layer.shape[2]), _i64(kv_layer.shape[0]), _ptr(slot_mapping),
+        _i64(head_stride), _i64(kv_layer.shape[2]), _i64(kv_layer.shape[0]), _ptr(slot_mapping), _threads(),
     )  # fmt: skip
     if status == 2:
         raise IndexError(f"a slot is past the pool's {kv_layer.shape[0]} blocks of {kv_layer.shape[2]}")
