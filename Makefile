@@ -36,7 +36,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 # tokenizer into kvspill's cache, the CPU's dtype measured and the CPU kernels (attention, decode ops,
 # GGUF weights) built, so every start (the first too) takes seconds (built by the first start instead:
 # 13.9 s more; issue 50)
-$(VENV)/.prepared: $(VENV)/.installed $(wildcard kvspill/kernels/cpu_attention* kvspill/kernels/cpu_decode_ops* kvspill/kernels/cpu_gguf*)
+$(VENV)/.prepared: $(VENV)/.installed $(wildcard kvspill/kernels/cpu_attention* kvspill/kernels/cpu_decode_ops* kvspill/kernels/cpu_gguf* kvspill/kernels/cpu_half*)
 	@echo "==> preparing the embedded model: config and tokenizer cache, CPU dtype, CPU kernel builds"
 	$(BIN)/kvspill models prepare
 	touch $@

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kvspill.kernels.cpu_build import BASE_FLAGS, load_library
+from kvspill.kernels.cpu_build import BASE_FLAGS, c_pointer, load_library
 from kvspill.kernels.kv_quant import dequantize_kv, value_dim
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,10 @@ class CpuParts:
     def pointers(self) -> tuple[ctypes.c_void_p | None, ...]:
         """The kernel's arguments ids, block_start, row_start, row_end, last_tokens (or None)."""
         arrays = (self.block_ids, self.block_start, self.row_start, self.row_end)
-        return (*(_ptr(a) for a in arrays), None if self.last_tokens is None else _ptr(self.last_tokens))
+        return (
+            *(c_pointer(a) for a in arrays),
+            None if self.last_tokens is None else c_pointer(self.last_tokens),
+        )
 
     @staticmethod
     def single(block_ids: np.ndarray | list[int], row_start: int, row_end: int) -> CpuParts:
@@ -124,10 +127,6 @@ def load_kernel() -> ctypes.CDLL | None:
         "CPU attention over cold KV gathers its blocks and runs torch's kernel instead, several times slower",
         logger,
     )
-
-
-def _ptr(t: torch.Tensor | np.ndarray) -> ctypes.c_void_p:
-    return ctypes.c_void_p(t.data_ptr() if isinstance(t, torch.Tensor) else t.ctypes.data)
 
 
 def _split_blocks(num_blocks: int, num_threads: int) -> int:
@@ -184,14 +183,14 @@ def cpu_paged_attention(
     threads = num_threads or torch.get_num_threads()
     i64, f32 = ctypes.c_int64, ctypes.c_float
     status = lib.kvspill_cpu_attend(
-        _ptr(q32), i64(q.shape[1]), _ptr(kv_layer), ctypes.c_int(_DTYPE_CODES[kv_layer.dtype]),
+        c_pointer(q32), i64(q.shape[1]), c_pointer(kv_layer), ctypes.c_int(_DTYPE_CODES[kv_layer.dtype]),
         i64(block_stride), i64(0), i64(v_off),
         i64(block_size), i64(num_kv_heads), i64(head_dim), i64(value_row),
-        _ptr(kv_layer) if per_row else None,
+        c_pointer(kv_layer) if per_row else None,
         i64(block_stride // 4 if per_row else 0),
         i64(k_scale_off), i64(v_scale_off), i64(1 if per_row else 0), f32(k_scale), f32(v_scale),
         *parts.pointers, i64(parts.num_parts), f32(scale),
-        i64(_split_blocks(len(parts.block_ids), threads)), ctypes.c_int(threads), _ptr(o), _ptr(lse),
+        i64(_split_blocks(len(parts.block_ids), threads)), ctypes.c_int(threads), c_pointer(o), c_pointer(lse),
     )  # fmt: skip
     if status == 2:
         raise ValueError(

@@ -21,6 +21,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from kvspill.env import env_settings
 from kvspill.host_cpu import cpuinfo
 
@@ -51,6 +54,11 @@ def build(compiler: str, source: Path, headers: Sequence[Path], flags: Sequence[
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def c_pointer(array: torch.Tensor | np.ndarray) -> ctypes.c_void_p:
+    """The address of a tensor's or an array's first element, as a kernel's pointer argument."""
+    return ctypes.c_void_p(array.data_ptr() if isinstance(array, torch.Tensor) else array.ctypes.data)
 
 
 def load_library(

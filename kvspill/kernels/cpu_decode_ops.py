@@ -25,11 +25,12 @@ from pathlib import Path
 
 import torch
 
-from kvspill.kernels.cpu_build import BASE_FLAGS, load_library
+from kvspill.kernels.cpu_build import BASE_FLAGS, c_pointer, load_library
 
 logger = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("cpu_decode_ops.cpp")
+_HEADERS = (Path(__file__).with_name("cpu_half.h"),)  # included by _SOURCE
 # No fused multiply-adds: each expression rounds as the torch ops it replaces.
 _FLAGS = (*BASE_FLAGS, "-ffp-contract=off")
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -42,16 +43,12 @@ def load_kernel() -> ctypes.CDLL | None:
     return load_library(
         "CPU decode ops",
         _SOURCE,
-        (),
+        _HEADERS,
         _FLAGS,
         ("kvspill_cpu_add_rms_norm", "kvspill_cpu_rope", "kvspill_cpu_store_kv"),
         "RMSNorm, RoPE and the K/V store on the CPU run as torch ops, a few percent slower",
         logger,
     )
-
-
-def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
-    return ctypes.c_void_p(t.data_ptr())
 
 
 def _threads() -> ctypes.c_int:
@@ -78,10 +75,10 @@ def add_rms_norm(
     out = torch.empty((rows, d), dtype=torch.promote_types(weight.dtype, x.dtype))
     residual_out = None if residual is None else torch.empty((rows, d), dtype=x.dtype)
     status = lib.kvspill_cpu_add_rms_norm(
-        _ptr(x), None if residual is None else _ptr(residual), _i64(x.stride(0)),
-        ctypes.c_int(_DTYPE_CODES[x.dtype]), _ptr(weight), ctypes.c_int(_DTYPE_CODES[weight.dtype]),
-        _ptr(out), _i64(d), ctypes.c_int(_DTYPE_CODES[out.dtype]),
-        None if residual_out is None else _ptr(residual_out), _i64(d), _i64(rows), _i64(d), ctypes.c_float(eps),
+        c_pointer(x), None if residual is None else c_pointer(residual), _i64(x.stride(0)),
+        ctypes.c_int(_DTYPE_CODES[x.dtype]), c_pointer(weight), ctypes.c_int(_DTYPE_CODES[weight.dtype]),
+        c_pointer(out), _i64(d), ctypes.c_int(_DTYPE_CODES[out.dtype]),
+        None if residual_out is None else c_pointer(residual_out), _i64(d), _i64(rows), _i64(d), ctypes.c_float(eps),
         _threads(),
     )  # fmt: skip
     assert status == 0, f"CPU RMSNorm refused its arguments (status {status})"
@@ -111,10 +108,10 @@ def rope_in_place(
     ):
         return None
     status = lib.kvspill_cpu_rope(
-        _ptr(q), _i64(q.stride(0)), _i64(q.stride(1)), _i64(q.shape[1]),
-        _ptr(k), _i64(k.stride(0)), _i64(k.stride(1)), _i64(k.shape[1]), _i64(q.shape[2]),
-        ctypes.c_int(_DTYPE_CODES[q.dtype]), _ptr(positions), _i64(q.shape[0]),
-        _ptr(cos_sin), _i64(cos_sin.stride(0)), _i64(cos_sin.shape[0]), _threads(),
+        c_pointer(q), _i64(q.stride(0)), _i64(q.stride(1)), _i64(q.shape[1]),
+        c_pointer(k), _i64(k.stride(0)), _i64(k.stride(1)), _i64(k.shape[1]), _i64(q.shape[2]),
+        ctypes.c_int(_DTYPE_CODES[q.dtype]), c_pointer(positions), _i64(q.shape[0]),
+        c_pointer(cos_sin), _i64(cos_sin.stride(0)), _i64(cos_sin.shape[0]), _threads(),
     )  # fmt: skip
     if status == 2:
         raise IndexError(f"a RoPE position is outside the table's {cos_sin.shape[0]} positions")
@@ -143,10 +140,10 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, kv_layer: torch.Tensor, slot_mapp
         return False
     block_stride, kv_stride, slot_stride, head_stride, _ = kv_layer.stride()
     status = lib.kvspill_cpu_store_kv(
-        _ptr(k), _ptr(v), _i64(k.stride(0)), _i64(k.stride(1)), ctypes.c_int(_DTYPE_CODES[k.dtype]),
-        _i64(k.shape[0]), _i64(k.shape[1]), _i64(k.shape[2]), _ptr(kv_layer),
+        c_pointer(k), c_pointer(v), _i64(k.stride(0)), _i64(k.stride(1)), ctypes.c_int(_DTYPE_CODES[k.dtype]),
+        _i64(k.shape[0]), _i64(k.shape[1]), _i64(k.shape[2]), c_pointer(kv_layer),
         ctypes.c_int(_DTYPE_CODES[kv_layer.dtype]), _i64(block_stride), _i64(kv_stride), _i64(slot_stride),
-        _i64(head_stride), _i64(kv_layer.shape[2]), _i64(kv_layer.shape[0]), _ptr(slot_mapping), _threads(),
+        _i64(head_stride), _i64(kv_layer.shape[2]), _i64(kv_layer.shape[0]), c_pointer(slot_mapping), _threads(),
     )  # fmt: skip
     if status == 2:
         raise IndexError(f"a slot is past the pool's {kv_layer.shape[0]} blocks of {kv_layer.shape[2]}")

@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu_half.h"
+
 namespace {
 
 // ggml type ids (gguf.constants.GGMLQuantizationType).
@@ -30,20 +32,11 @@ enum QType : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, 
 constexpr int kLanes = 16;     // fp32 lanes of an accumulator (one AVX-512 register)
 constexpr int kMaxTokens = 8;  // tokens a block's dequantized weights serve before the next block
 
-inline float bits_to_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// IEEE half -> float, exact for every input (subnormals by a multiply, inf / nan by their bits).
+// The fp16 field at p (a block's scale) as float, exact for every input.
 inline float f16_to_f32(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  if ((h & 0x7c00) == 0x7c00) return bits_to_float(sign | 0x7f800000u | (static_cast<uint32_t>(h & 0x3ff) << 13));
-  float mag = bits_to_float(static_cast<uint32_t>(h & 0x7fff) << 13) * 5.192296858534828e33f;  // 2^112
-  return sign ? -mag : mag;
+  return kvspill_half::f16_to_f32(h);
 }
 
 int block_size(int qtype) { return qtype >= Q4_K ? 256 : 32; }

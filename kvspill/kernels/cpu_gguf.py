@@ -27,13 +27,16 @@ from pathlib import Path
 
 import torch
 
-from kvspill.kernels.cpu_build import BASE_FLAGS, load_library
+from kvspill.kernels.cpu_build import BASE_FLAGS, c_pointer, load_library
 from kvspill.kernels.gguf_formats import QuantizedWeight
 
 logger = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("cpu_gguf.cpp")
-_HEADERS = (Path(__file__).with_name("cpu_gguf_avx512.h"),)  # included by _SOURCE
+_HEADERS = (
+    Path(__file__).with_name("cpu_gguf_avx512.h"),
+    Path(__file__).with_name("cpu_half.h"),
+)  # in _SOURCE
 # No fused multiply-adds outside the explicit ones: the dequantized weights round like the reference's.
 _FLAGS = (*BASE_FLAGS, "-ffp-contract=off")
 
@@ -50,10 +53,6 @@ def load_kernel() -> ctypes.CDLL | None:
         "GGUF weights on the CPU are dequantized by torch at every call, several times slower",
         logger,
     )
-
-
-def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
-    return ctypes.c_void_p(t.data_ptr())
 
 
 def _gguf_layout(weight: QuantizedWeight) -> QuantizedWeight:
@@ -82,9 +81,9 @@ def cpu_gguf_matmul(
     )
     i64 = ctypes.c_int64
     status = lib.kvspill_cpu_gguf_matmul(
-        ctypes.c_int(weight.format.ggml_type), _ptr(weight.data), i64(weight.out_features),
-        i64(weight.data.stride(0)), i64(weight.in_features), _ptr(x32), i64(x32.stride(0)), i64(tokens),
-        _ptr(out), i64(out.stride(0)), ctypes.c_int(torch.get_num_threads()), ctypes.c_int(int(portable)),
+        ctypes.c_int(weight.format.ggml_type), c_pointer(weight.data), i64(weight.out_features),
+        i64(weight.data.stride(0)), i64(weight.in_features), c_pointer(x32), i64(x32.stride(0)), i64(tokens),
+        c_pointer(out), i64(out.stride(0)), ctypes.c_int(torch.get_num_threads()), ctypes.c_int(int(portable)),
     )  # fmt: skip
     assert status == 0, f"CPU GGUF kernel refused a {weight.qtype} weight (status {status})"
     return out
@@ -105,8 +104,8 @@ def cpu_gguf_dequantize(weight: QuantizedWeight, out: torch.Tensor | None = None
     ), f"out must be float32 [{weight.out_features}, {weight.in_features}] with contiguous rows"
     i64 = ctypes.c_int64
     status = lib.kvspill_cpu_gguf_dequantize(
-        ctypes.c_int(weight.format.ggml_type), _ptr(weight.data), i64(weight.out_features),
-        i64(weight.data.stride(0)), i64(weight.in_features), _ptr(out), i64(out.stride(0)),
+        ctypes.c_int(weight.format.ggml_type), c_pointer(weight.data), i64(weight.out_features),
+        i64(weight.data.stride(0)), i64(weight.in_features), c_pointer(out), i64(out.stride(0)),
         ctypes.c_int(torch.get_num_threads()),
     )  # fmt: skip
     assert status == 0, f"CPU GGUF kernel refused a {weight.qtype} weight (status {status})"

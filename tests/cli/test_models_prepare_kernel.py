@@ -39,7 +39,7 @@ def test_prepare_builds_the_cpu_attention_kernel(fresh_ext_cache: Path) -> None:
     compiler = shutil.which("g++") or "g++"
     kernels = (
         (cpu_attention, cpu_attention._HEADERS, cpu_build.BASE_FLAGS),
-        (cpu_decode_ops, (), cpu_decode_ops._FLAGS),
+        (cpu_decode_ops, cpu_decode_ops._HEADERS, cpu_decode_ops._FLAGS),
         (cpu_gguf, cpu_gguf._HEADERS, cpu_gguf._FLAGS),
     )
     for module, headers, flags in kernels:
