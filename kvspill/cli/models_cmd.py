@@ -276,23 +276,19 @@ def _cpu_plan_rates() -> str:
 
 
 def _build_cpu_kernels(gguf: bool) -> str:
-    """Build the CPU engine's attention and decode ops kernels into their cache, and for a GGUF model the kernel of
-    its quantized weights (`--quantization gguf`): engine start-up loads them on the CPU device;
-    built there, a fresh host's first start took 13.9 s longer (issue 50)."""
+    """Build the CPU engine's attention and decode ops kernels into their cache, and for a GGUF
+    model the kernel of its quantized weights (`--quantization gguf`): engine start-up loads them on
+    the CPU device; built there, a fresh host's first start took 13.9 s longer (issue 50)."""
     from kvspill.kernels import cpu_attention, cpu_decode_ops, cpu_gguf
 
-    # load_kernel logs why and what to install when it cannot build; the engine then runs without it
-    said = [
-        "CPU attention kernel built"
-        if cpu_attention.load_kernel() is not None
-        else "no CPU attention kernel",
-        "CPU decode ops kernel built"
-        if cpu_decode_ops.load_kernel() is not None
-        else "no CPU decode ops kernel",
-    ]
+    kernels = [("CPU attention", cpu_attention), ("CPU decode ops", cpu_decode_ops)]
     if gguf:
-        said.append("CPU GGUF kernel built" if cpu_gguf.load_kernel() is not None else "no CPU GGUF kernel")
-    return ", ".join(said)
+        kernels.append(("CPU GGUF", cpu_gguf))
+    # load_kernel logs why and what to install when it cannot build; the engine then runs without it
+    return ", ".join(
+        f"{name} kernel built" if module.load_kernel() is not None else f"no {name} kernel"
+        for name, module in kernels
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -260,11 +260,10 @@ def decode_floor(
     (runner/stream_graphs.py: one GPU, graphs on, no disk blocks); it gathers them at
     GATHER_EFFICIENCY x H2D beneath the step's HBM work. Eager stream steps are at least
     EAGER_STREAM_HOST_PER_LAYER_S per layer (the host's launches); split steps add
-    SPLIT_EXTRA_PER_LAYER_S of the KV's `kv_format` (plan/cold_rates.py). On the CPU (`bw.device`)
-    `cpu_decode_floor`, GGUF blocks read at `cpu_gguf_share` of the GEMV rate."""
-    if bw.device == "cpu":  # GGUF blocks (cpu_gguf_share set): read at the CPU kernel's rate
-        kv = gpu_kv_bytes + cpu_kv_bytes
-        return cpu_decode_floor(weight_bytes, kv, disk_kv_bytes, bw, num_layers, cpu_gguf_share)
+    SPLIT_EXTRA_PER_LAYER_S of the KV's `kv_format` (plan/cold_rates.py). On the CPU: `cpu_decode_floor`."""
+    if bw.device == "cpu":
+        ram_kv = gpu_kv_bytes + cpu_kv_bytes
+        return cpu_decode_floor(weight_bytes, ram_kv, disk_kv_bytes, bw, num_layers, cpu_gguf_share)
     if cold_path == "sparse" and sparse is not None:
         exact = decode_floor(
             weight_bytes, gpu_kv_bytes, 0, 0, bw, "stream", num_layers, offloaded_bytes, weight_read_gbs

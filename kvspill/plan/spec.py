@@ -69,10 +69,9 @@ class ModelSpec:
     stored_weight_bytes: int | None = None  # bytes of tensor data in the file (GGUF: quantized)
     quant_method: str | None = None  # config.json's quantization_config.quant_method (awq, gptq, ...)
     gguf_main_type: str | None = None  # a GGUF file's quantized type holding the most bytes (e.g. Q4_K)
-    # a GGUF file's Q4_K tensors that multiply: projections, lm_head (plan/weights.q4k_matmul_bytes)
-    gguf_q4k_bytes: int | None = None
-    # a GGUF file's quantized tensors that multiply, bytes by type, e.g. (("Q4_K", n), ("Q6_K", m)):
-    # the CPU kernel reads each type at its own rate (plan/weights.cpu_gguf_read_share)
+    # a GGUF file's quantized tensors that multiply (projections, a tied embedding as lm_head),
+    # bytes by type, e.g. (("Q4_K", n), ("Q6_K", m)): plan/weights.q4k_matmul_bytes and the CPU
+    # kernel's rate for each type (plan/weights.cpu_gguf_read_share)
     gguf_matmul_type_bytes: tuple[tuple[str, int], ...] = ()
     name: str = ""  # where the spec came from (path, HF id or known-shape name)
     # the model's own RoPE scaling as (key, value) pairs, rope_type first; () for a plain RoPE
@@ -126,7 +125,6 @@ class ModelSpec:
             intermediate_size=self.intermediate_size // n,
             vocab_size=-(-self.vocab_size // n),
             stored_weight_bytes=None if stored is None else -(-stored // n),
-            gguf_q4k_bytes=None if self.gguf_q4k_bytes is None else -(-self.gguf_q4k_bytes // n),
             gguf_matmul_type_bytes=tuple((t, -(-b // n)) for t, b in self.gguf_matmul_type_bytes),
         )
 
@@ -258,7 +256,6 @@ class ModelSpec:
             weight_dtype_bytes=stored.weight_dtype_bytes,
             stored_weight_bytes=stored.stored_weight_bytes,
             gguf_main_type=stored.gguf_main_type,
-            gguf_q4k_bytes=stored.gguf_q4k_bytes,
             gguf_matmul_type_bytes=stored.gguf_matmul_type_bytes,
         )
 
@@ -439,7 +436,6 @@ def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
     if vocab is None:
         vocab = int(tensors["token_embd.weight"].shape[-1])
     float_widths = {_GGUF_FLOAT_TYPES.get(t.tensor_type.name) for t in reader.tensors if len(t.shape) > 1}
-    matmul_bytes = _matmul_type_bytes(reader.tensors, tied="output.weight" not in tensors)
     return ModelSpec(
         architecture=arch,
         num_layers=int(key("block_count")),
@@ -461,8 +457,7 @@ def _read_gguf_spec(path: str, mtime_ns: int, size: int) -> ModelSpec:
         else None,
         stored_weight_bytes=sum(int(t.n_bytes) for t in reader.tensors),
         gguf_main_type=_main_type(reader.tensors),
-        gguf_q4k_bytes=dict(matmul_bytes).get("Q4_K", 0),
-        gguf_matmul_type_bytes=matmul_bytes,
+        gguf_matmul_type_bytes=_matmul_type_bytes(reader.tensors, tied="output.weight" not in tensors),
         name=path,
         rope_scaling=_gguf_rope(key, tensors),
     )

@@ -186,7 +186,7 @@ def q4k_matmul_bytes(spec: ModelSpec, quantization: str) -> int:
     untied embedding only gathers rows): a GGUF file's own, or those of a what-if q4_k / q4_k_m
     (its projections as `q4_k_m_type` gives them; its tied embedding is Q6_K); else 0."""
     if _file_is_quantized_gguf(spec, quantization):
-        return spec.gguf_q4k_bytes or 0
+        return dict(spec.gguf_matmul_type_bytes).get("Q4_K", 0)
     embedding = spec.vocab_size * spec.hidden_size
     if quantization == "q4_k":
         gathered = 0 if spec.tie_word_embeddings else embedding

@@ -122,7 +122,12 @@ def test_the_plan_counts_scale_pairs_only_where_the_engine_keeps_them():
         == 0
     )
     # a GGUF file: its own Q4_K bytes
-    gguf = replace(_SHAPE, stored_weight_bytes=10**6, gguf_q4k_bytes=144 * 1000, gguf_main_type="Q4_K")
+    gguf = replace(
+        _SHAPE,
+        stored_weight_bytes=10**6,
+        gguf_matmul_type_bytes=(("Q4_K", 144 * 1000),),
+        gguf_main_type="Q4_K",
+    )
     assert (
         PlanRequest(spec=gguf, vram_budget_bytes=2**30, context_len=128, quantization="gguf").scale_pair_bytes
         == 32 * 1000
